@@ -119,7 +119,10 @@ mod tests {
             assert_eq!(c.index(), i);
             assert_eq!(c.name().parse::<Category>().unwrap(), *c);
         }
-        assert_eq!("AllReduce".parse::<Category>().unwrap(), Category::Communication);
+        assert_eq!(
+            "AllReduce".parse::<Category>().unwrap(),
+            Category::Communication
+        );
     }
 
     #[test]

@@ -3,3 +3,13 @@
 
 pub mod breakdown;
 pub mod category;
+pub mod error;
+pub mod spec;
+pub mod workload;
+
+pub use error::{Error, Result};
+pub mod cli;
+pub mod cost;
+pub mod report;
+pub mod sim;
+pub mod simulation;

@@ -1,0 +1,112 @@
+//! The scenario flags shared by `simulate`, `compare` and `calibrate --from-trace`.
+
+use crate::simulation::ScenarioRequest;
+use crate::spec::{Algo, Proto};
+use clap::{Args, ValueEnum};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OnOff {
+    On,
+    Off,
+}
+
+impl OnOff {
+    pub fn is_on(self) -> bool {
+        self == OnOff::On
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ProtoArg {
+    #[value(name = "LL", alias = "ll")]
+    Ll,
+    #[value(name = "LL128", alias = "ll128")]
+    Ll128,
+    #[value(name = "Simple", alias = "simple")]
+    Simple,
+    #[value(name = "auto")]
+    Auto,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum AlgoArg {
+    #[value(name = "Ring", alias = "ring")]
+    Ring,
+    #[value(name = "Tree", alias = "tree")]
+    Tree,
+    #[value(name = "auto")]
+    Auto,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ScenarioArgs {
+    /// Model: a bundled name (see `decodesim list`) or a path to a Hugging Face config.json.
+    #[arg(long, default_value = "kimi-k2.5")]
+    pub model: String,
+    /// System: a bundled name (see `decodesim list`) or a path to a system TOML file.
+    #[arg(long, default_value = "rtx-pro-6000-8x-pcie")]
+    pub system: String,
+    /// Tensor-parallel size [default: every GPU of the system].
+    #[arg(long)]
+    pub tp: Option<u32>,
+    /// Sequences decoded per step.
+    #[arg(long, default_value_t = 32)]
+    pub batch: u32,
+    /// Tokens already in each sequence's KV cache.
+    #[arg(long, default_value_t = 4096)]
+    pub context: u64,
+    /// Replay the step as one CUDA graph (vLLM FULL graphs) or launch every kernel eagerly.
+    #[arg(long, value_enum, default_value_t = OnOff::On)]
+    pub cuda_graphs: OnOff,
+    /// NCCL_PROTO ("auto" lets the cost model pick like NCCL's tuner).
+    #[arg(long, value_enum, default_value_t = ProtoArg::Ll)]
+    pub nccl_proto: ProtoArg,
+    /// NCCL_ALGO.
+    #[arg(long, value_enum, default_value_t = AlgoArg::Ring)]
+    pub nccl_algo: AlgoArg,
+    /// GPU peer-to-peer (off = NCCL_P2P_DISABLE=1: collectives go through host memory).
+    #[arg(long, value_enum, default_value_t = OnOff::On)]
+    pub p2p: OnOff,
+    /// Seed of the jitter, skew and routing draws (same seed, same result).
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Calibration profile: a name under data/calibration or a path to a profile TOML
+    /// [default: the system's own].
+    #[arg(long)]
+    pub calibration: Option<String>,
+    /// KV-cache element: bf16 or fp8.
+    #[arg(long, default_value = "bf16", value_parser = ["bf16", "fp8"])]
+    pub kv_cache_dtype: String,
+}
+
+impl ScenarioArgs {
+    pub fn request(&self) -> ScenarioRequest {
+        ScenarioRequest {
+            model: self.model.clone(),
+            system: self.system.clone(),
+            tp: self.tp,
+            batch: self.batch,
+            context: self.context,
+            cuda_graphs: self.cuda_graphs.is_on(),
+            proto: match self.nccl_proto {
+                ProtoArg::Ll => Proto::Ll,
+                ProtoArg::Ll128 => Proto::Ll128,
+                ProtoArg::Simple => Proto::Simple,
+                ProtoArg::Auto => Proto::Auto,
+            },
+            algo: match self.nccl_algo {
+                AlgoArg::Ring => Algo::Ring,
+                AlgoArg::Tree => Algo::Tree,
+                AlgoArg::Auto => Algo::Auto,
+            },
+            p2p: self.p2p.is_on(),
+            seed: self.seed,
+            calibration: self.calibration.clone(),
+            kv_bytes: if self.kv_cache_dtype == "fp8" {
+                1.0
+            } else {
+                2.0
+            },
+        }
+    }
+}

@@ -1,0 +1,70 @@
+//! Errors are values: every failure a user can cause names the file, the field and what was
+//! expected, and the binary turns it into a message and a non-zero exit.
+
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("cannot read {}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot write {}: {source}", path.display())]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}: not valid {format}: {message}", path.display())]
+    Syntax {
+        path: PathBuf,
+        format: &'static str,
+        message: String,
+    },
+    #[error("{}: field '{field}': {expected}", path.display())]
+    Field {
+        path: PathBuf,
+        field: String,
+        expected: String,
+    },
+    #[error("unknown {kind} '{name}'; choices: {}", choices.join(", "))]
+    Unknown {
+        kind: &'static str,
+        name: String,
+        choices: Vec<String>,
+    },
+    #[error("invalid scenario: {0}")]
+    Scenario(String),
+    #[error("{0}")]
+    Other(String),
+}
+
+pub type Result<T> = std::result::Result<T, Error>;
+
+impl Error {
+    pub fn field(path: &Path, field: impl Into<String>, expected: impl Into<String>) -> Self {
+        Error::Field {
+            path: path.to_path_buf(),
+            field: field.into(),
+            expected: expected.into(),
+        }
+    }
+}
+
+/// Reads a whole text file, naming it in the error.
+pub fn read_to_string(path: &Path) -> Result<String> {
+    std::fs::read_to_string(path).map_err(|source| Error::Read {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// Reads and deserializes a TOML file, naming the file in the error.
+pub fn read_toml<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T> {
+    let text = read_to_string(path)?;
+    toml::from_str(&text).map_err(|e| Error::Syntax {
+        path: path.to_path_buf(),
+        format: "TOML",
+        message: e.to_string().trim_end().to_string(),
+    })
+}

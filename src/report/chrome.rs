@@ -1,0 +1,76 @@
+//! Writes a simulated step as a Chrome trace (the JSON torch.profiler writes), one process per
+//! rank and one thread per stream, so it opens in Perfetto beside a real profile.
+
+use crate::simulation::Simulation;
+use crate::workload::Stream;
+use serde_json::json;
+use std::io::Write;
+
+pub fn write_chrome_trace<W: Write>(sim: &Simulation, out: W) -> std::io::Result<()> {
+    let mut out = std::io::BufWriter::new(out);
+    out.write_all(b"{\"displayTimeUnit\":\"ms\",\"otherData\":")?;
+    let meta = json!({
+        "generator": "decodesim",
+        "model": sim.scenario.model.name,
+        "system": sim.scenario.system.name,
+        "tp": sim.scenario.tp,
+        "batch": sim.scenario.batch,
+        "context": sim.scenario.context,
+        "calibration": sim.profile.profile.name,
+        "seed": sim.scenario.seed,
+    });
+    serde_json::to_writer(&mut out, &meta)?;
+    out.write_all(b",\"traceEvents\":[")?;
+    let mut first = true;
+    let mut emit = |v: serde_json::Value, out: &mut std::io::BufWriter<W>| -> std::io::Result<()> {
+        if !first {
+            out.write_all(b",\n")?;
+        }
+        first = false;
+        serde_json::to_writer(&mut *out, &v)?;
+        Ok(())
+    };
+    for rank in 0..sim.timeline.ranks {
+        emit(
+            json!({"ph":"M","name":"process_name","pid":rank,"tid":0,
+                   "args":{"name": format!("rank {rank} (simulated)")}}),
+            &mut out,
+        )?;
+        emit(
+            json!({"ph":"M","name":"process_sort_index","pid":rank,"tid":0,"args":{"sort_index":rank}}),
+            &mut out,
+        )?;
+        for s in Stream::ALL {
+            emit(
+                json!({"ph":"M","name":"thread_name","pid":rank,"tid":s.index(),
+                       "args":{"name": format!("stream {} ({})", s.index(), s.name())}}),
+                &mut out,
+            )?;
+        }
+    }
+    for r in &sim.timeline.records {
+        let op = &sim.workload.ops[r.op as usize];
+        emit(
+            json!({
+                "ph": "X",
+                "cat": "kernel",
+                "name": op.kernel,
+                "pid": r.rank,
+                "tid": r.stream.index(),
+                "ts": r.start_us,
+                "dur": r.end_us - r.start_us,
+                "args": {
+                    "op": op.name,
+                    "layer": op.layer,
+                    "category": op.category.name(),
+                    "flops": op.flops,
+                    "bytes": op.bytes,
+                    "wait_us": r.wait_us,
+                }
+            }),
+            &mut out,
+        )?;
+    }
+    out.write_all(b"]}\n")?;
+    out.flush()
+}

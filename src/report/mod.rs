@@ -1,0 +1,13 @@
+//! Every output format lives here; computation modules never print.
+
+pub mod chrome;
+pub mod simulation;
+pub mod table;
+
+/// Output formats shared by the subcommands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    Table,
+    Json,
+    Csv,
+}

@@ -1,0 +1,10 @@
+//! Plain data describing what is simulated: models, GPUs and systems, scenarios.
+
+pub mod catalog;
+pub mod model;
+pub mod scenario;
+pub mod system;
+
+pub use model::{Family, ModelSpec, WeightFormat};
+pub use scenario::{Algo, CommPath, NcclSettings, Proto, Scenario};
+pub use system::{GpuSpec, SystemSpec};

@@ -1,0 +1,168 @@
+//! A scenario: which model runs on which system, how it is parallelised and served.
+
+use super::model::ModelSpec;
+use super::system::{LinkKind, SystemSpec};
+use crate::error::{Error, Result};
+use serde::Serialize;
+use std::fmt;
+use std::str::FromStr;
+
+/// NCCL protocol (`NCCL_PROTO`). `Auto` lets the cost model pick the fastest eligible one, as
+/// NCCL's tuner does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+pub enum Proto {
+    Auto,
+    #[serde(rename = "LL")]
+    Ll,
+    #[serde(rename = "LL128")]
+    Ll128,
+    Simple,
+}
+
+/// NCCL algorithm (`NCCL_ALGO`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+pub enum Algo {
+    Auto,
+    Ring,
+    Tree,
+}
+
+/// The path collectives take between GPUs, which sets their latency and bandwidth.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CommPath {
+    Nvlink,
+    /// GPU-to-GPU over PCIe (P2P enabled).
+    PcieP2p,
+    /// Through host memory (P2P disabled, or not allowed by the topology).
+    Host,
+}
+
+macro_rules! enum_names {
+    ($t:ty, $what:literal, $( $v:expr => [$($s:literal),+] ),+ $(,)?) => {
+        impl $t {
+            pub fn name(self) -> &'static str {
+                match self { $( x if x == $v => [$($s),+][0], )+ _ => unreachable!() }
+            }
+        }
+        impl FromStr for $t {
+            type Err = Error;
+            fn from_str(s: &str) -> Result<Self> {
+                let l = s.to_ascii_lowercase();
+                $( if [$($s),+].iter().any(|n| n.to_ascii_lowercase() == l) { return Ok($v); } )+
+                Err(Error::Unknown { kind: $what, name: s.to_string(),
+                    choices: vec![$([$($s),+][0].to_string()),+] })
+            }
+        }
+        impl fmt::Display for $t {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result { f.write_str(self.name()) }
+        }
+    };
+}
+
+enum_names!(Proto, "NCCL protocol",
+    Proto::Auto => ["auto", "default"], Proto::Ll => ["LL"], Proto::Ll128 => ["LL128"],
+    Proto::Simple => ["Simple"]);
+enum_names!(Algo, "NCCL algorithm",
+    Algo::Auto => ["auto", "default"], Algo::Ring => ["Ring"], Algo::Tree => ["Tree"]);
+enum_names!(CommPath, "communication path",
+    CommPath::Nvlink => ["nvlink"], CommPath::PcieP2p => ["pcie_p2p"], CommPath::Host => ["host"]);
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct NcclSettings {
+    pub proto: Proto,
+    pub algo: Algo,
+    pub p2p: bool,
+}
+
+/// Largest batch and context the simulator accepts: beyond these a typo is likelier than intent.
+pub const MAX_BATCH: u32 = 16_384;
+pub const MAX_CONTEXT: u64 = 10_000_000;
+
+#[derive(Debug, Clone)]
+pub struct Scenario {
+    pub model: ModelSpec,
+    pub system: SystemSpec,
+    pub tp: u32,
+    /// Sequences decoded together in one step (one new token each).
+    pub batch: u32,
+    /// Tokens already in each sequence's KV cache.
+    pub context: u64,
+    pub cuda_graphs: bool,
+    pub nccl: NcclSettings,
+    /// KV-cache element size in bytes (2 for BF16, 1 for FP8).
+    pub kv_bytes: f64,
+    pub seed: u64,
+}
+
+impl Scenario {
+    /// Checks the combination; every error says what is wrong and what would be accepted.
+    pub fn validate(&self) -> Result<()> {
+        let m = &self.model;
+        let tp = self.tp;
+        if tp == 0 {
+            return Err(Error::Scenario("--tp must be at least 1".into()));
+        }
+        if tp > self.system.gpu_count {
+            return Err(Error::Scenario(format!(
+                "--tp {tp} needs {tp} GPUs but system '{}' has {}",
+                self.system.name, self.system.gpu_count
+            )));
+        }
+        let t = tp as usize;
+        if m.num_heads % t != 0 {
+            return Err(Error::Scenario(format!(
+                "--tp {tp} does not divide the {} attention heads of {} (use a divisor of {})",
+                m.num_heads, m.name, m.num_heads
+            )));
+        }
+        if let Some(moe) = &m.moe {
+            if moe.moe_intermediate % t != 0 {
+                return Err(Error::Scenario(format!(
+                    "--tp {tp} does not divide the expert intermediate size {} of {}",
+                    moe.moe_intermediate, m.name
+                )));
+            }
+            if moe.shared_intermediate % t != 0 {
+                return Err(Error::Scenario(format!(
+                    "--tp {tp} does not divide the shared-expert intermediate size {} of {}",
+                    moe.shared_intermediate, m.name
+                )));
+            }
+        }
+        if m.dense_intermediate % t != 0 {
+            return Err(Error::Scenario(format!(
+                "--tp {tp} does not divide the MLP intermediate size {} of {}",
+                m.dense_intermediate, m.name
+            )));
+        }
+        if self.batch == 0 || self.batch > MAX_BATCH {
+            return Err(Error::Scenario(format!(
+                "--batch {} is out of range: expected 1 to {MAX_BATCH} sequences",
+                self.batch
+            )));
+        }
+        let max_ctx = (m.max_position_embeddings as u64).min(MAX_CONTEXT);
+        if self.context == 0 || self.context > max_ctx {
+            return Err(Error::Scenario(format!(
+                "--context {} is out of range: expected 1 to {max_ctx} tokens for {}",
+                self.context, m.name
+            )));
+        }
+        Ok(())
+    }
+
+    /// The path collectives take with these settings on this system.
+    pub fn comm_path(&self) -> CommPath {
+        match (self.nccl.p2p, self.system.interconnect.kind) {
+            (false, _) => CommPath::Host,
+            (true, LinkKind::Nvlink) => CommPath::Nvlink,
+            (true, LinkKind::Pcie) => CommPath::PcieP2p,
+        }
+    }
+
+    /// Tokens processed in this step (one per sequence in plain decode).
+    pub fn tokens(&self) -> u32 {
+        self.batch
+    }
+}

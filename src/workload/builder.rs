@@ -1,0 +1,215 @@
+//! Helpers that append ops with their FLOPs and bytes computed one way everywhere.
+
+use super::op::{CostFamily, Op, Shape, Stream};
+use crate::category::Category;
+use crate::spec::WeightFormat;
+
+/// Activations are BF16 throughout the decode step.
+pub const ACT_BYTES: f64 = 2.0;
+
+pub struct Builder {
+    pub ops: Vec<Op>,
+    pub layer: i32,
+    pub stream: Stream,
+}
+
+impl Builder {
+    pub fn new() -> Self {
+        Builder {
+            ops: Vec::with_capacity(2048),
+            layer: -1,
+            stream: Stream::Compute,
+        }
+    }
+
+    fn label(&self, name: &str) -> String {
+        if self.layer >= 0 {
+            format!("L{}.{}", self.layer, name)
+        } else {
+            name.to_string()
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub fn push(
+        &mut self,
+        name: &str,
+        kernel: &'static str,
+        family: CostFamily,
+        category: Category,
+        shape: Shape,
+        weights: &str,
+        flops: f64,
+        bytes: f64,
+    ) {
+        let stream = if family.is_collective() {
+            Stream::Comm
+        } else {
+            self.stream
+        };
+        self.ops.push(Op {
+            name: self.label(name),
+            kernel,
+            layer: self.layer,
+            family,
+            category,
+            stream,
+            shape,
+            weights: weights.to_string(),
+            flops,
+            bytes,
+            message_bytes: 0,
+        });
+    }
+
+    /// A dense GEMM: `m` tokens × (`k` → `n`), weights stored as `w`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn gemm(
+        &mut self,
+        name: &str,
+        kernel: &'static str,
+        category: Category,
+        m: u64,
+        n: u64,
+        k: u64,
+        w: WeightFormat,
+    ) {
+        let (mf, nf, kf) = (m as f64, n as f64, k as f64);
+        let bytes = nf * kf * w.bytes_per_weight() + mf * kf * ACT_BYTES + mf * nf * ACT_BYTES;
+        self.push(
+            name,
+            kernel,
+            CostFamily::gemm_for(w),
+            category,
+            Shape { m, n, k, batch: 1 },
+            &w.name(),
+            2.0 * mf * nf * kf,
+            bytes,
+        );
+    }
+
+    /// `batch` independent BF16 products (per-head absorbed MLA projections).
+    pub fn bmm(&mut self, name: &str, kernel: &'static str, batch: u64, m: u64, n: u64, k: u64) {
+        let (b, mf, nf, kf) = (batch as f64, m as f64, n as f64, k as f64);
+        let bytes = b * (nf * kf + mf * kf + mf * nf) * ACT_BYTES;
+        self.push(
+            name,
+            kernel,
+            CostFamily::GemmBf16,
+            Category::Gemm,
+            Shape { m, n, k, batch },
+            "bf16",
+            2.0 * b * mf * nf * kf,
+            bytes,
+        );
+    }
+
+    /// RMSNorm over `rows` vectors of `width`; `fused_add` also reads and writes the residual.
+    pub fn norm(
+        &mut self,
+        name: &str,
+        kernel: &'static str,
+        rows: u64,
+        width: u64,
+        fused_add: bool,
+    ) {
+        let elems = (rows * width) as f64;
+        let passes = if fused_add { 4.0 } else { 2.0 };
+        self.push(
+            name,
+            kernel,
+            CostFamily::Norm,
+            Category::Norm,
+            Shape {
+                m: rows,
+                n: width,
+                k: 0,
+                batch: 1,
+            },
+            "bf16",
+            5.0 * elems,
+            passes * elems * ACT_BYTES + width as f64 * ACT_BYTES,
+        );
+    }
+
+    /// A pointwise kernel that reads `read_elems` and writes `write_elems` BF16 values.
+    pub fn elementwise(
+        &mut self,
+        name: &str,
+        kernel: &'static str,
+        category: Category,
+        read_elems: u64,
+        write_elems: u64,
+    ) {
+        self.push(
+            name,
+            kernel,
+            CostFamily::Elementwise,
+            category,
+            Shape {
+                m: read_elems,
+                n: write_elems,
+                k: 0,
+                batch: 1,
+            },
+            "-",
+            read_elems as f64,
+            (read_elems + write_elems) as f64 * ACT_BYTES,
+        );
+    }
+
+    /// A collective over the tensor-parallel group.
+    pub fn collective(
+        &mut self,
+        name: &str,
+        kernel: &'static str,
+        family: CostFamily,
+        message_bytes: u64,
+    ) {
+        self.push(
+            name,
+            kernel,
+            family,
+            Category::Communication,
+            Shape::default(),
+            "-",
+            0.0,
+            message_bytes as f64,
+        );
+        self.ops.last_mut().expect("just pushed").message_bytes = message_bytes;
+    }
+
+    pub fn fork(&mut self) {
+        self.push(
+            "fork",
+            "",
+            CostFamily::Fork,
+            Category::Idle,
+            Shape::default(),
+            "-",
+            0.0,
+            0.0,
+        );
+        self.stream = Stream::Aux;
+    }
+
+    pub fn join(&mut self) {
+        self.stream = Stream::Compute;
+        self.push(
+            "join",
+            "",
+            CostFamily::Join,
+            Category::Idle,
+            Shape::default(),
+            "-",
+            0.0,
+            0.0,
+        );
+    }
+}
+
+impl Default for Builder {
+    fn default() -> Self {
+        Self::new()
+    }
+}

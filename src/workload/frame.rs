@@ -1,0 +1,90 @@
+//! What surrounds the decoder layers: the vocab-parallel embedding, the final norm, lm_head,
+//! the logits all-gather and sampling (facts.md §3.1, collectives list).
+
+use super::builder::{Builder, ACT_BYTES};
+use super::op::{CostFamily, Shape};
+use super::StepShape;
+use crate::category::Category;
+
+pub fn embedding(b: &mut Builder, s: &StepShape) {
+    let t = s.tokens;
+    let h = s.model.hidden as u64;
+    b.push(
+        "embed_tokens",
+        "at::native::indexSelectLargeIndex (vocab-parallel embedding)",
+        CostFamily::Embedding,
+        Category::Elementwise,
+        Shape {
+            m: t,
+            n: h,
+            k: 0,
+            batch: 1,
+        },
+        "bf16",
+        0.0,
+        2.0 * (t * h) as f64 * ACT_BYTES + t as f64 * 8.0,
+    );
+    // VocabParallelEmbedding reduces its masked partial lookups across ranks.
+    b.collective(
+        "embedding_all_reduce",
+        "ncclDevKernel_AllReduce_Sum_bf16_RING_LL",
+        CostFamily::AllReduce,
+        s.hidden_message_bytes(),
+    );
+}
+
+pub fn head(b: &mut Builder, s: &StepShape) {
+    let m = s.model;
+    let t = s.tokens;
+    let h = m.hidden as u64;
+    let vocab_shard = (m.vocab as u64).div_ceil(s.tp as u64);
+    b.norm("final_norm", "vllm::fused_add_rms_norm_kernel", t, h, true);
+    b.gemm(
+        "lm_head",
+        "gemm (cuBLAS) lm_head",
+        Category::Gemm,
+        t,
+        vocab_shard,
+        h,
+        m.weight_format("lm_head"),
+    );
+    if s.tp > 1 {
+        b.collective(
+            "logits_all_gather",
+            "ncclDevKernel_AllGather_RING_LL",
+            CostFamily::AllGather,
+            t * vocab_shard * s.tp as u64 * ACT_BYTES as u64,
+        );
+    }
+    let logits = t * vocab_shard * s.tp as u64;
+    b.push(
+        "logits_to_fp32",
+        "at::native::vectorized_elementwise_kernel (copy to float)",
+        CostFamily::Sampling,
+        Category::Sampling,
+        Shape {
+            m: t,
+            n: logits / t.max(1),
+            k: 0,
+            batch: 1,
+        },
+        "-",
+        logits as f64,
+        logits as f64 * (ACT_BYTES + 4.0),
+    );
+    b.push(
+        "argmax",
+        "at::native::reduce_kernel<ArgMaxOps<float>>",
+        CostFamily::Sampling,
+        Category::Sampling,
+        Shape {
+            m: t,
+            n: logits / t.max(1),
+            k: 0,
+            batch: 1,
+        },
+        "-",
+        logits as f64,
+        logits as f64 * 4.0 + t as f64 * 8.0,
+    );
+}

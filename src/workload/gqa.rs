@@ -1,0 +1,86 @@
+//! Grouped-query attention (Llama, Qwen3, MiniMax-M2) as vLLM runs it in decode.
+
+use super::builder::{Builder, ACT_BYTES};
+use super::op::{CostFamily, Shape};
+use super::StepShape;
+use crate::category::Category;
+
+pub fn attention_block(b: &mut Builder, s: &StepShape, layer: usize) {
+    let m = s.model;
+    let tokens = s.tokens;
+    let hidden = m.hidden as u64;
+    let hd = m.head_dim as u64;
+    let heads = (m.num_heads / s.tp) as u64;
+    // vLLM replicates KV heads when there are fewer of them than ranks.
+    let kv_heads = (m.num_kv_heads as u64).div_ceil(s.tp as u64).max(1);
+    let attn = |p: &str| format!("model.layers.{layer}.self_attn.{p}");
+
+    b.gemm(
+        "qkv_proj",
+        "gemm (cuBLAS) qkv_proj",
+        Category::Gemm,
+        tokens,
+        (heads + 2 * kv_heads) * hd,
+        hidden,
+        m.weight_format(&attn("q_proj")),
+    );
+    if m.qk_norm {
+        b.norm(
+            "qk_norm",
+            "vllm::rms_norm_kernel",
+            tokens * (heads + kv_heads),
+            hd,
+            false,
+        );
+    }
+    b.elementwise(
+        "rotary_emb",
+        "vllm::rotary_embedding_kernel",
+        Category::Elementwise,
+        tokens * (heads + kv_heads) * hd,
+        tokens * (heads + kv_heads) * hd,
+    );
+    let kv_elems = tokens * 2 * kv_heads * hd;
+    b.push(
+        "kv_cache_write",
+        "vllm::reshape_and_cache_flash_kernel",
+        CostFamily::KvWrite,
+        Category::Attention,
+        Shape {
+            m: tokens,
+            n: 2 * kv_heads * hd,
+            k: 0,
+            batch: 1,
+        },
+        "-",
+        0.0,
+        2.0 * kv_elems as f64 * ACT_BYTES,
+    );
+    let ctx = s.context as f64;
+    let seqs = s.batch as f64;
+    let kv_bytes = seqs * ctx * (2 * kv_heads * hd) as f64 * s.kv_bytes;
+    b.push(
+        "attention_decode",
+        "flash_fwd_splitkv_kernel",
+        CostFamily::AttentionGqaDecode,
+        Category::Attention,
+        Shape {
+            m: s.batch as u64,
+            n: hd,
+            k: kv_heads,
+            batch: heads,
+        },
+        "-",
+        4.0 * seqs * heads as f64 * ctx * hd as f64,
+        kv_bytes + 2.0 * seqs * (heads * hd) as f64 * ACT_BYTES,
+    );
+    b.gemm(
+        "o_proj",
+        "gemm (cuBLAS) o_proj",
+        Category::Gemm,
+        tokens,
+        hidden,
+        heads * hd,
+        m.weight_format(&attn("o_proj")),
+    );
+}

@@ -1,0 +1,89 @@
+//! Per-GPU memory: weights as vLLM shards and replicates them, and the KV cache.
+
+use crate::spec::{Family, ModelSpec};
+use serde::Serialize;
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct MemoryFootprint {
+    pub weights_bytes: f64,
+    pub kv_cache_bytes: f64,
+}
+
+impl MemoryFootprint {
+    pub fn total(&self) -> f64 {
+        self.weights_bytes + self.kv_cache_bytes
+    }
+}
+
+/// Weight bytes one rank holds at tensor parallelism `tp`. Replicated on every rank, as vLLM
+/// does: MLA's fused q_a/kv_a projection and the router gate (facts.md §1.1).
+pub fn weight_bytes_per_rank(m: &ModelSpec, tp: usize) -> f64 {
+    let t = tp as f64;
+    let h = m.hidden as f64;
+    let fmt = |name: &str| m.weight_format(name).bytes_per_weight();
+    let mut total = m.vocab as f64 * h * 2.0 / t + m.vocab as f64 * h * fmt("lm_head") / t;
+    total += h * 2.0; // final norm
+    for layer in 0..m.num_layers {
+        let attn = |p: &str| fmt(&format!("model.layers.{layer}.self_attn.{p}"));
+        let mlp = |p: &str| fmt(&format!("model.layers.{layer}.mlp.{p}"));
+        total += 2.0 * h * 2.0; // input and post-attention norms
+        match (&m.mla, m.family) {
+            (Some(mla), Family::MlaMoe) => {
+                let heads = m.num_heads as f64;
+                let rope = mla.qk_rope_head_dim as f64;
+                let kv_lora = mla.kv_lora_rank as f64;
+                let qk = (mla.qk_nope_head_dim + mla.qk_rope_head_dim) as f64;
+                match mla.q_lora_rank {
+                    Some(q) => {
+                        let q = q as f64;
+                        total += (q + kv_lora + rope) * h * attn("q_a_proj");
+                        total += q * heads * qk * attn("q_b_proj") / t + (q + kv_lora) * 2.0;
+                    }
+                    None => {
+                        total += heads * qk * h * attn("q_proj") / t;
+                        total += (kv_lora + rope) * h * attn("kv_a_proj_with_mqa") + kv_lora * 2.0;
+                    }
+                }
+                let kv_b_out = heads * (mla.qk_nope_head_dim + mla.v_head_dim) as f64;
+                total += kv_lora * kv_b_out * attn("kv_b_proj") / t;
+                total += heads * mla.v_head_dim as f64 * h * attn("o_proj") / t;
+            }
+            _ => {
+                let hd = m.head_dim as f64;
+                let kv_per_rank = (m.num_kv_heads as f64 / t).ceil().max(1.0);
+                let q_per_rank = m.num_heads as f64 / t;
+                total += (q_per_rank + 2.0 * kv_per_rank) * hd * h * attn("q_proj");
+                total += q_per_rank * hd * h * attn("o_proj");
+            }
+        }
+        match &m.moe {
+            Some(moe) if m.is_layer_moe(layer) => {
+                let e = moe.n_routed_experts as f64;
+                let i = moe.moe_intermediate as f64;
+                total += e * 3.0 * h * i * mlp("experts.0.gate_proj") / t;
+                total += e * h * 2.0; // router gate, replicated
+                let si = moe.shared_intermediate as f64;
+                total += 3.0 * h * si * mlp("shared_experts.gate_proj") / t;
+            }
+            _ => {
+                let i = m.dense_intermediate as f64;
+                total += 3.0 * h * i * mlp("gate_proj") / t;
+            }
+        }
+    }
+    total
+}
+
+pub fn footprint(
+    m: &ModelSpec,
+    tp: usize,
+    batch: u64,
+    context: u64,
+    kv_bytes: f64,
+) -> MemoryFootprint {
+    let per_token = m.kv_bytes_per_token_per_layer(tp, kv_bytes) * m.num_layers as f64;
+    MemoryFootprint {
+        weights_bytes: weight_bytes_per_rank(m, tp),
+        kv_cache_bytes: per_token * batch as f64 * context as f64,
+    }
+}

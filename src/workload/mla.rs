@@ -1,0 +1,167 @@
+//! Multi-head latent attention (DeepSeek-V3 / Kimi-K2) as vLLM runs it in decode: absorbed
+//! projections and a decode kernel over the 576-wide latent (facts.md §3.1 steps 1-10).
+
+use super::builder::{Builder, ACT_BYTES};
+use super::op::{CostFamily, Shape};
+use super::StepShape;
+use crate::category::Category;
+use crate::spec::model::MlaDims;
+
+pub fn attention_block(b: &mut Builder, s: &StepShape, mla: &MlaDims, layer: usize) {
+    let m = s.model;
+    let tokens = s.tokens;
+    let hidden = m.hidden as u64;
+    let heads = (m.num_heads / s.tp) as u64;
+    let nope = mla.qk_nope_head_dim as u64;
+    let rope = mla.qk_rope_head_dim as u64;
+    let kv_lora = mla.kv_lora_rank as u64;
+    let latent = kv_lora + rope;
+    let attn = |p: &str| format!("model.layers.{layer}.self_attn.{p}");
+
+    // Fused q_a + kv_a_proj_with_mqa, replicated on every rank.
+    match mla.q_lora_rank {
+        Some(q_lora) => {
+            let q_lora = q_lora as u64;
+            b.gemm(
+                "fused_qkv_a_proj",
+                "gemm (cuBLAS) fused_qkv_a_proj",
+                Category::Gemm,
+                tokens,
+                q_lora + latent,
+                hidden,
+                m.weight_format(&attn("q_a_proj")),
+            );
+            b.norm(
+                "q_a_kv_a_layernorm",
+                "vllm::fused_q_kv_rmsnorm",
+                tokens,
+                q_lora + kv_lora,
+                false,
+            );
+            b.gemm(
+                "q_b_proj",
+                "gemm (cuBLAS) q_b_proj",
+                Category::Gemm,
+                tokens,
+                heads * (nope + rope),
+                q_lora,
+                m.weight_format(&attn("q_b_proj")),
+            );
+        }
+        None => {
+            b.gemm(
+                "q_proj",
+                "gemm (cuBLAS) q_proj",
+                Category::Gemm,
+                tokens,
+                heads * (nope + rope),
+                hidden,
+                m.weight_format(&attn("q_proj")),
+            );
+            b.gemm(
+                "kv_a_proj_with_mqa",
+                "gemm (cuBLAS) kv_a_proj_with_mqa",
+                Category::Gemm,
+                tokens,
+                latent,
+                hidden,
+                m.weight_format(&attn("kv_a_proj_with_mqa")),
+            );
+            b.norm(
+                "kv_a_layernorm",
+                "vllm::rms_norm_kernel",
+                tokens,
+                kv_lora,
+                false,
+            );
+        }
+    }
+    b.elementwise(
+        "rotary_emb",
+        "vllm::rotary_embedding_kernel",
+        Category::Elementwise,
+        tokens * (heads + 1) * rope,
+        tokens * (heads + 1) * rope,
+    );
+    let kv_write_elems = tokens * latent;
+    b.push(
+        "kv_cache_write",
+        "vllm::concat_and_cache_mla_kernel",
+        CostFamily::KvWrite,
+        Category::Attention,
+        Shape {
+            m: tokens,
+            n: latent,
+            k: 0,
+            batch: 1,
+        },
+        "-",
+        0.0,
+        2.0 * kv_write_elems as f64 * ACT_BYTES,
+    );
+    b.bmm(
+        "W_UK_T",
+        "gemm (cuBLAS) bmm W_UK_T",
+        heads,
+        tokens,
+        kv_lora,
+        nope,
+    );
+
+    // Decode attention over the latent: every rank reads every sequence's full latent cache.
+    let ctx = s.context as f64;
+    let seqs = s.batch as f64;
+    let hf = heads as f64;
+    let kv_bytes = seqs * ctx * latent as f64 * s.kv_bytes;
+    let q_out_bytes = seqs * hf * (latent + kv_lora) as f64 * ACT_BYTES;
+    b.push(
+        "mla_decode",
+        "_fwd_grouped_kernel_stage1",
+        CostFamily::AttentionMlaDecode,
+        Category::Attention,
+        Shape {
+            m: s.batch as u64,
+            n: kv_lora,
+            k: latent,
+            batch: heads,
+        },
+        "-",
+        2.0 * seqs * hf * ctx * (latent + kv_lora) as f64,
+        kv_bytes + q_out_bytes,
+    );
+    // The split-KV partial results are reduced by a second kernel (TRITON_MLA).
+    let splits = s.kv_splits();
+    let partial = seqs * hf * splits as f64 * (kv_lora + 1) as f64 * 4.0;
+    b.push(
+        "mla_decode_reduce",
+        "_fwd_kernel_stage2",
+        CostFamily::Elementwise,
+        Category::Attention,
+        Shape {
+            m: s.batch as u64,
+            n: kv_lora,
+            k: splits,
+            batch: heads,
+        },
+        "-",
+        partial / 4.0,
+        partial + seqs * hf * kv_lora as f64 * ACT_BYTES,
+    );
+    b.bmm(
+        "W_UV",
+        "gemm (cuBLAS) bmm W_UV",
+        heads,
+        tokens,
+        mla.v_head_dim as u64,
+        kv_lora,
+    );
+    b.gemm(
+        "o_proj",
+        "gemm (cuBLAS) o_proj",
+        Category::Gemm,
+        tokens,
+        hidden,
+        heads * mla.v_head_dim as u64,
+        m.weight_format(&attn("o_proj")),
+    );
+}

@@ -1,0 +1,180 @@
+//! Turns a scenario into the ordered list of kernels one rank launches in one decode step.
+//! One builder per model family; the sequence mirrors vLLM's (facts.md §3.1).
+
+mod builder;
+mod frame;
+mod gqa;
+pub mod memory;
+mod mla;
+mod moe;
+pub mod op;
+
+pub use op::{CostFamily, Op, Shape, Stream};
+
+use crate::spec::{Family, ModelSpec, Scenario};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+/// vLLM runs the shared expert on an auxiliary stream when the step has at most this many
+/// tokens (`VLLM_SHARED_EXPERTS_STREAM_TOKEN_THRESHOLD`, default 256; facts.md §3.1).
+pub const SHARED_EXPERT_STREAM_TOKEN_THRESHOLD: u64 = 256;
+
+/// The numbers every op builder needs, derived once from the scenario.
+pub struct StepShape<'a> {
+    pub model: &'a ModelSpec,
+    pub tp: usize,
+    pub batch: u32,
+    pub context: u64,
+    pub tokens: u64,
+    pub kv_bytes: f64,
+    pub sms: u32,
+    pub shared_expert_stream_threshold: u64,
+    /// Distinct routed experts that receive at least one token, per layer (0 for dense layers).
+    experts_touched: Vec<u32>,
+}
+
+impl StepShape<'_> {
+    pub fn experts_touched(&self, layer: usize) -> u32 {
+        self.experts_touched[layer]
+    }
+
+    /// BF16 activation row of the hidden size for every token: the allreduce message.
+    pub fn hidden_message_bytes(&self) -> u64 {
+        self.tokens * self.model.hidden as u64 * 2
+    }
+
+    /// TRITON_MLA's split count: min(next_pow2(max_seq_len / 512), 2 × SMs) (facts.md §3.2).
+    pub fn kv_splits(&self) -> u64 {
+        let by_len = (self.context / 512).max(1).next_power_of_two();
+        by_len.min(2 * self.sms as u64).max(1)
+    }
+}
+
+/// One rank's decode step.
+#[derive(Debug, Clone)]
+pub struct Workload {
+    pub ops: Vec<Op>,
+    /// Distinct experts touched per layer, as sampled.
+    pub experts_touched: Vec<u32>,
+}
+
+/// Samples, for every MoE layer, how many distinct experts a step's tokens route to: each token
+/// picks `top_k` distinct experts uniformly at random (a seeded draw, so results repeat).
+fn sample_routing(model: &ModelSpec, tokens: u64, seed: u64) -> Vec<u32> {
+    let mut rng = SmallRng::seed_from_u64(seed ^ 0x5eed_0f_e4e7);
+    let mut touched = vec![0u32; model.num_layers];
+    let Some(moe) = &model.moe else {
+        return touched;
+    };
+    let n = moe.n_routed_experts;
+    let mut hit = vec![false; n];
+    let mut picked = Vec::with_capacity(moe.top_k);
+    for (layer, slot) in touched.iter_mut().enumerate() {
+        if !model.is_layer_moe(layer) {
+            continue;
+        }
+        hit.iter_mut().for_each(|h| *h = false);
+        for _ in 0..tokens {
+            picked.clear();
+            while picked.len() < moe.top_k {
+                let e = rng.random_range(0..n);
+                if !picked.contains(&e) {
+                    picked.push(e);
+                }
+            }
+            for &e in &picked {
+                hit[e] = true;
+            }
+        }
+        *slot = hit.iter().filter(|&&h| h).count() as u32;
+    }
+    touched
+}
+
+pub fn build(s: &Scenario) -> Workload {
+    let model = &s.model;
+    let tokens = s.tokens() as u64;
+    let shape = StepShape {
+        model,
+        tp: s.tp as usize,
+        batch: s.batch,
+        context: s.context,
+        tokens,
+        kv_bytes: s.kv_bytes,
+        sms: s.system.gpu.sms,
+        shared_expert_stream_threshold: SHARED_EXPERT_STREAM_TOKEN_THRESHOLD,
+        experts_touched: sample_routing(model, tokens, s.seed),
+    };
+    let mut b = builder::Builder::new();
+    frame::embedding(&mut b, &shape);
+    for layer in 0..model.num_layers {
+        b.layer = layer as i32;
+        // The first layer's input norm has no residual to add yet.
+        let fused = layer > 0;
+        let kernel = if fused {
+            "vllm::fused_add_rms_norm_kernel"
+        } else {
+            "vllm::rms_norm_kernel"
+        };
+        b.norm(
+            "input_layernorm",
+            kernel,
+            tokens,
+            model.hidden as u64,
+            fused,
+        );
+        match (model.family, &model.mla) {
+            (Family::MlaMoe, Some(mla)) => mla::attention_block(&mut b, &shape, mla, layer),
+            _ => gqa::attention_block(&mut b, &shape, layer),
+        }
+        if s.tp > 1 {
+            b.collective(
+                "attn_all_reduce",
+                "ncclDevKernel_AllReduce_Sum_bf16_RING_LL",
+                CostFamily::AllReduce,
+                shape.hidden_message_bytes(),
+            );
+        }
+        b.norm(
+            "post_attention_layernorm",
+            "vllm::fused_add_rms_norm_kernel",
+            tokens,
+            model.hidden as u64,
+            true,
+        );
+        match &model.moe {
+            Some(moe) if model.is_layer_moe(layer) => moe::moe_block(&mut b, &shape, moe, layer),
+            _ => moe::dense_mlp(&mut b, &shape, layer),
+        }
+        if s.tp > 1 {
+            b.collective(
+                "mlp_all_reduce",
+                "ncclDevKernel_AllReduce_Sum_bf16_RING_LL",
+                CostFamily::AllReduce,
+                shape.hidden_message_bytes(),
+            );
+        }
+    }
+    b.layer = -1;
+    frame::head(&mut b, &shape);
+    let experts_touched = shape.experts_touched;
+    Workload {
+        ops: b.ops,
+        experts_touched,
+    }
+}
+
+/// Count and message size of each collective in a workload, in order of first appearance.
+pub fn collectives(w: &Workload) -> Vec<(CostFamily, u64, u32)> {
+    let mut out: Vec<(CostFamily, u64, u32)> = Vec::new();
+    for op in w.ops.iter().filter(|o| o.family.is_collective()) {
+        match out
+            .iter_mut()
+            .find(|(f, b, _)| *f == op.family && *b == op.message_bytes)
+        {
+            Some(entry) => entry.2 += 1,
+            None => out.push((op.family, op.message_bytes, 1)),
+        }
+    }
+    out
+}

@@ -1,0 +1,218 @@
+//! Feed-forward blocks: the routed mixture of experts (with its shared expert on an auxiliary
+//! stream, facts.md §3.1 step 12) and the dense MLP.
+
+use super::builder::{Builder, ACT_BYTES};
+use super::op::{CostFamily, Shape};
+use super::StepShape;
+use crate::category::Category;
+use crate::spec::model::{MoeDims, Scoring};
+use crate::spec::WeightFormat;
+
+fn moe_kernel(w: WeightFormat) -> &'static str {
+    match w {
+        WeightFormat::Int4 { .. } => "marlin_moe_wna16::Marlin",
+        WeightFormat::Bf16 => "fused_moe_kernel",
+        WeightFormat::Fp8Block { .. } => "fused_moe_kernel (fp8 w8a8 block)",
+    }
+}
+
+pub fn moe_block(b: &mut Builder, s: &StepShape, moe: &MoeDims, layer: usize) {
+    let m = s.model;
+    let t = s.tokens;
+    let hidden = m.hidden as u64;
+    let experts = moe.n_routed_experts as u64;
+    let top_k = moe.top_k as u64;
+    let inter = (moe.moe_intermediate / s.tp) as u64;
+    let mlp = |p: &str| format!("model.layers.{layer}.mlp.{p}");
+
+    b.gemm(
+        "router_gate",
+        "gemm (cuBLAS) router gate",
+        Category::Router,
+        t,
+        experts,
+        hidden,
+        m.weight_format(&mlp("gate")),
+    );
+    let topk_kernel = match (moe.scoring, moe.n_group > 1) {
+        (_, true) => "vllm::moe::grouped_topk_fused_kernel",
+        (Scoring::Sigmoid, false) => "vllm::moe::topkGating (sigmoid)",
+        (Scoring::Softmax, false) => "vllm::moe::topkGatingSoftmax",
+    };
+    b.push(
+        "topk",
+        topk_kernel,
+        CostFamily::RouterTopk,
+        Category::Router,
+        Shape {
+            m: t,
+            n: experts,
+            k: top_k,
+            batch: 1,
+        },
+        "-",
+        (t * experts) as f64 * 4.0,
+        (t * experts) as f64 * ACT_BYTES + (t * top_k) as f64 * 8.0,
+    );
+    b.push(
+        "moe_align_block_size",
+        "vllm::moe::moe_align_block_size_kernel",
+        CostFamily::MoeAlign,
+        Category::Moe,
+        Shape {
+            m: t,
+            n: experts,
+            k: top_k,
+            batch: 1,
+        },
+        "-",
+        0.0,
+        (t * top_k) as f64 * 12.0 + experts as f64 * 4.0,
+    );
+
+    let shared = moe.shared_intermediate > 0;
+    let shared_on_aux = shared && t <= s.shared_expert_stream_threshold;
+    if shared_on_aux {
+        b.fork();
+        shared_expert(b, s, moe, layer);
+    }
+
+    let w = m.weight_format(&mlp("experts.0.gate_proj"));
+    let touched = s.experts_touched(layer) as f64;
+    let routed_rows = (t * top_k) as f64;
+    let (hf, inf) = (hidden as f64, inter as f64);
+    let bpw = w.bytes_per_weight();
+    b.push(
+        "experts_w13",
+        moe_kernel(w),
+        CostFamily::moe_gemm_for(w),
+        Category::Moe,
+        Shape {
+            m: t * top_k,
+            n: 2 * inter,
+            k: hidden,
+            batch: touched as u64,
+        },
+        &w.name(),
+        2.0 * routed_rows * 2.0 * inf * hf,
+        touched * 2.0 * inf * hf * bpw + routed_rows * (hf + 2.0 * inf) * ACT_BYTES,
+    );
+    b.elementwise(
+        "experts_act_and_mul",
+        "vllm::act_and_mul_kernel<silu>",
+        Category::Elementwise,
+        t * top_k * 2 * inter,
+        t * top_k * inter,
+    );
+    b.push(
+        "experts_w2",
+        moe_kernel(w),
+        CostFamily::moe_gemm_for(w),
+        Category::Moe,
+        Shape {
+            m: t * top_k,
+            n: hidden,
+            k: inter,
+            batch: touched as u64,
+        },
+        &w.name(),
+        2.0 * routed_rows * hf * inf,
+        touched * hf * inf * bpw + routed_rows * (inf + hf) * ACT_BYTES,
+    );
+    b.push(
+        "moe_sum",
+        "vllm::moe::moe_sum_kernel",
+        CostFamily::MoeSum,
+        Category::Moe,
+        Shape {
+            m: t,
+            n: hidden,
+            k: top_k,
+            batch: 1,
+        },
+        "-",
+        routed_rows * hf,
+        (routed_rows + t as f64) * hf * ACT_BYTES,
+    );
+
+    if shared_on_aux {
+        b.join();
+    } else if shared {
+        shared_expert(b, s, moe, layer);
+    }
+    if shared {
+        b.elementwise(
+            "add_shared_and_routed",
+            "at::native::vectorized_elementwise_kernel (add)",
+            Category::Elementwise,
+            2 * t * hidden,
+            t * hidden,
+        );
+    }
+}
+
+fn shared_expert(b: &mut Builder, s: &StepShape, moe: &MoeDims, layer: usize) {
+    let m = s.model;
+    let t = s.tokens;
+    let hidden = m.hidden as u64;
+    let inter = (moe.shared_intermediate / s.tp) as u64;
+    let name = |p: &str| format!("model.layers.{layer}.mlp.shared_experts.{p}");
+    b.gemm(
+        "shared_expert_gate_up",
+        "gemm (cuBLAS) shared_experts.gate_up_proj",
+        Category::Gemm,
+        t,
+        2 * inter,
+        hidden,
+        m.weight_format(&name("gate_proj")),
+    );
+    b.elementwise(
+        "shared_expert_act_and_mul",
+        "vllm::act_and_mul_kernel<silu>",
+        Category::Elementwise,
+        t * 2 * inter,
+        t * inter,
+    );
+    b.gemm(
+        "shared_expert_down",
+        "gemm (cuBLAS) shared_experts.down_proj",
+        Category::Gemm,
+        t,
+        hidden,
+        inter,
+        m.weight_format(&name("down_proj")),
+    );
+}
+
+pub fn dense_mlp(b: &mut Builder, s: &StepShape, layer: usize) {
+    let m = s.model;
+    let t = s.tokens;
+    let hidden = m.hidden as u64;
+    let inter = (m.dense_intermediate / s.tp) as u64;
+    let mlp = |p: &str| format!("model.layers.{layer}.mlp.{p}");
+    b.gemm(
+        "mlp_gate_up",
+        "gemm (cuBLAS) mlp.gate_up_proj",
+        Category::Gemm,
+        t,
+        2 * inter,
+        hidden,
+        m.weight_format(&mlp("gate_proj")),
+    );
+    b.elementwise(
+        "mlp_act_and_mul",
+        "vllm::act_and_mul_kernel<silu>",
+        Category::Elementwise,
+        t * 2 * inter,
+        t * inter,
+    );
+    b.gemm(
+        "mlp_down",
+        "gemm (cuBLAS) mlp.down_proj",
+        Category::Gemm,
+        t,
+        hidden,
+        inter,
+        m.weight_format(&mlp("down_proj")),
+    );
+}

@@ -1,0 +1,199 @@
+//! One kernel of a decode step, with the shapes and byte counts its cost is computed from.
+
+use crate::category::Category;
+use crate::spec::WeightFormat;
+use serde::Serialize;
+
+/// The stream a kernel runs on. Collectives run in program order with compute, as vLLM's
+/// pynccl does on the current stream; the auxiliary stream carries the shared expert.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Stream {
+    Compute,
+    Comm,
+    Aux,
+}
+
+impl Stream {
+    pub const ALL: [Stream; 3] = [Stream::Compute, Stream::Comm, Stream::Aux];
+    pub fn index(self) -> usize {
+        self as usize
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            Stream::Compute => "compute",
+            Stream::Comm => "comm",
+            Stream::Aux => "aux",
+        }
+    }
+}
+
+/// Which cost law prices an op; each names a section of the calibration profile.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CostFamily {
+    GemmBf16,
+    GemmInt4,
+    GemmFp8,
+    MoeGemmBf16,
+    MoeGemmInt4,
+    MoeGemmFp8,
+    AttentionMlaDecode,
+    AttentionGqaDecode,
+    KvWrite,
+    Norm,
+    Elementwise,
+    RouterTopk,
+    MoeAlign,
+    MoeSum,
+    Sampling,
+    Embedding,
+    AllReduce,
+    AllGather,
+    /// The auxiliary stream waits for the compute stream (an event record/wait pair).
+    Fork,
+    /// The compute stream waits for the auxiliary stream.
+    Join,
+}
+
+impl CostFamily {
+    /// The key of this family's section in the calibration profile (`[kernels.<key>]`).
+    pub fn key(self) -> &'static str {
+        match self {
+            CostFamily::GemmBf16 => "gemm_bf16",
+            CostFamily::GemmInt4 => "gemm_int4",
+            CostFamily::GemmFp8 => "gemm_fp8",
+            CostFamily::MoeGemmBf16 => "moe_gemm_bf16",
+            CostFamily::MoeGemmInt4 => "moe_gemm_int4",
+            CostFamily::MoeGemmFp8 => "moe_gemm_fp8",
+            CostFamily::AttentionMlaDecode => "attention_mla_decode",
+            CostFamily::AttentionGqaDecode => "attention_gqa_decode",
+            CostFamily::KvWrite => "kv_write",
+            CostFamily::Norm => "norm",
+            CostFamily::Elementwise => "elementwise",
+            CostFamily::RouterTopk => "router_topk",
+            CostFamily::MoeAlign => "moe_align",
+            CostFamily::MoeSum => "moe_sum",
+            CostFamily::Sampling => "sampling",
+            CostFamily::Embedding => "embedding",
+            CostFamily::AllReduce => "all_reduce",
+            CostFamily::AllGather => "all_gather",
+            CostFamily::Fork => "fork",
+            CostFamily::Join => "join",
+        }
+    }
+
+    /// Families priced by `[kernels.<key>]` sections (collectives and syncs are not).
+    pub const KERNEL_KEYS: [&'static str; 16] = [
+        "gemm_bf16",
+        "gemm_int4",
+        "gemm_fp8",
+        "moe_gemm_bf16",
+        "moe_gemm_int4",
+        "moe_gemm_fp8",
+        "attention_mla_decode",
+        "attention_gqa_decode",
+        "kv_write",
+        "norm",
+        "elementwise",
+        "router_topk",
+        "moe_align",
+        "moe_sum",
+        "sampling",
+        "embedding",
+    ];
+
+    pub fn from_key(key: &str) -> Option<Self> {
+        use CostFamily::*;
+        [
+            GemmBf16,
+            GemmInt4,
+            GemmFp8,
+            MoeGemmBf16,
+            MoeGemmInt4,
+            MoeGemmFp8,
+            AttentionMlaDecode,
+            AttentionGqaDecode,
+            KvWrite,
+            Norm,
+            Elementwise,
+            RouterTopk,
+            MoeAlign,
+            MoeSum,
+            Sampling,
+            Embedding,
+            AllReduce,
+            AllGather,
+            Fork,
+            Join,
+        ]
+        .into_iter()
+        .find(|f| f.key() == key)
+    }
+
+    pub fn is_collective(self) -> bool {
+        matches!(self, CostFamily::AllReduce | CostFamily::AllGather)
+    }
+
+    pub fn is_sync(self) -> bool {
+        matches!(self, CostFamily::Fork | CostFamily::Join)
+    }
+
+    /// Compute families priced on the FP8 tensor-core peak; all others use the BF16 peak
+    /// (W4A16 dequantizes to BF16 before the MMA).
+    pub fn uses_fp8_peak(self) -> bool {
+        matches!(self, CostFamily::GemmFp8 | CostFamily::MoeGemmFp8)
+    }
+
+    pub fn gemm_for(w: WeightFormat) -> Self {
+        match w {
+            WeightFormat::Bf16 => CostFamily::GemmBf16,
+            WeightFormat::Int4 { .. } => CostFamily::GemmInt4,
+            WeightFormat::Fp8Block { .. } => CostFamily::GemmFp8,
+        }
+    }
+
+    pub fn moe_gemm_for(w: WeightFormat) -> Self {
+        match w {
+            WeightFormat::Bf16 => CostFamily::MoeGemmBf16,
+            WeightFormat::Int4 { .. } => CostFamily::MoeGemmInt4,
+            WeightFormat::Fp8Block { .. } => CostFamily::MoeGemmFp8,
+        }
+    }
+}
+
+/// GEMM-like shape: `batch` independent (m × k) · (k × n) products.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize)]
+pub struct Shape {
+    pub m: u64,
+    pub n: u64,
+    pub k: u64,
+    pub batch: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Op {
+    /// What the op is in the model, e.g. `L3.q_b_proj`.
+    pub name: String,
+    /// The kernel name a vLLM profile shows for it (as far as it is known).
+    pub kernel: &'static str,
+    /// Decoder layer, or -1 outside the layers.
+    pub layer: i32,
+    pub family: CostFamily,
+    pub category: Category,
+    pub stream: Stream,
+    pub shape: Shape,
+    /// Storage format of the weights the op reads ("-" when it reads none).
+    pub weights: String,
+    pub flops: f64,
+    /// Minimum device-memory bytes: inputs read once, outputs written once.
+    pub bytes: f64,
+    /// Message size of a collective, in bytes (all_gather: the gathered output).
+    pub message_bytes: u64,
+}
+
+impl Op {
+    pub fn is_kernel(&self) -> bool {
+        !self.family.is_sync()
+    }
+}

@@ -129,6 +129,20 @@ def worker(rank, world, setting, port, a):
         log(f"[{setting}] tp={tp} layers={a.layers}: weights {wbytes / 1e9:.1f} GB (est), "
             f"free before {free0 / 1e9:.1f} after weights {free1 / 1e9:.1f} GB; KV {a.layers} x "
             f"{per_layer * 2 / 1e9:.2f} GB (want {want * 2 / 1e9:.2f}); init {time.time() - t0:.1f} s")
+    # vLLM's _v_up_proj writes the W_UV bmm straight into the transposed o_proj input; fall back to
+    # bmm + copy if this torch build refuses a non-contiguous out=.
+    try:
+        t_a = torch.randn(2, 3, 512, device=dev, dtype=bf)
+        t_w = torch.randn(2, 512, 128, device=dev, dtype=bf)
+        t_o = torch.empty(3, 2, 128, device=dev, dtype=bf)
+        torch.bmm(t_a, t_w, out=t_o.transpose(0, 1))
+        torch.cuda.synchronize()
+        bmm_out_t = torch.allclose(t_o.transpose(0, 1).float(), torch.bmm(t_a, t_w).float(), atol=1e-1, rtol=1e-2)
+    except Exception as e:  # noqa: BLE001
+        log(f"bmm out= transposed not supported: {e!r}"[:200])
+        bmm_out_t = False
+    if rank == 0:
+        log(f"W_UV bmm writes transposed output directly: {bmm_out_t}")
     cos_sin = K.make_cos_sin(max(a.contexts) + 1, device=dev)
     scale = 1.0 / math.sqrt(NOPE + ROPE)
     hl = model.hl
@@ -182,8 +196,11 @@ def worker(rank, world, setting, port, a):
                 q_lat = torch.bmm(q[:, :, :NOPE].transpose(0, 1), L["w_uk"])  # [hl, B, 512]
                 att = torch.empty(hl, B, KV_LORA, device=dev, dtype=bf)
                 S["attn"](q_lat, q_pe, cache, ctx, att, scale)
-                o = torch.empty(B, hl, VDIM, device=dev, dtype=bf)
-                torch.bmm(att, L["w_uv"], out=o.transpose(0, 1))
+                if bmm_out_t:
+                    o = torch.empty(B, hl, VDIM, device=dev, dtype=bf)
+                    torch.bmm(att, L["w_uv"], out=o.transpose(0, 1))
+                else:
+                    o = torch.bmm(att, L["w_uv"]).transpose(0, 1).contiguous()
                 y = F.linear(o.view(B, hl * VDIM), L["o"])
                 dist.all_reduce(y)
                 K.fused_add_rmsnorm(y, residual, L["ln_post"])
@@ -285,7 +302,12 @@ def worker(rank, world, setting, port, a):
                                 torch.cuda.synchronize()
                             prof.step()
                     tname = f"refstep_b{B}_c{ctx}_{setting}_rank{rank}.{time.time_ns()}.pt.trace.json.gz"
-                    prof.export_chrome_trace(os.path.join(a.traces, tname))
+                    try:
+                        prof.export_chrome_trace(os.path.join(a.traces, tname))
+                    except Exception as e:  # noqa: BLE001
+                        log(f"trace export failed: {e!r}"[:300])
+                        tname = ""
+                    del prof
                     names = [None] * world
                     dist.all_gather_object(names, tname)
                     tname = names[0]

@@ -179,32 +179,23 @@ impl Builder {
         self.ops.last_mut().expect("just pushed").message_bytes = message_bytes;
     }
 
-    pub fn fork(&mut self) {
-        self.push(
-            "fork",
-            "",
-            CostFamily::Fork,
-            Category::Idle,
-            Shape::default(),
-            "-",
-            0.0,
-            0.0,
-        );
+    /// Forks the auxiliary stream from the compute stream and appends `body`'s ops to it;
+    /// later ops go to the compute stream again until [`Builder::join`] makes it wait.
+    pub fn on_aux(&mut self, body: impl FnOnce(&mut Builder)) {
+        self.sync("fork", CostFamily::Fork);
         self.stream = Stream::Aux;
+        body(self);
+        self.stream = Stream::Compute;
     }
 
+    /// The compute stream waits for the auxiliary stream.
     pub fn join(&mut self) {
-        self.stream = Stream::Compute;
-        self.push(
-            "join",
-            "",
-            CostFamily::Join,
-            Category::Idle,
-            Shape::default(),
-            "-",
-            0.0,
-            0.0,
-        );
+        self.sync("join", CostFamily::Join);
+    }
+
+    fn sync(&mut self, name: &str, family: CostFamily) {
+        let shape = Shape::default();
+        self.push(name, "", family, Category::Idle, shape, "-", 0.0, 0.0);
     }
 }
 

@@ -73,8 +73,7 @@ pub fn moe_block(b: &mut Builder, s: &StepShape, moe: &MoeDims, layer: usize) {
     let shared = moe.shared_intermediate > 0;
     let shared_on_aux = shared && t <= s.shared_expert_stream_threshold;
     if shared_on_aux {
-        b.fork();
-        shared_expert(b, s, moe, layer);
+        b.on_aux(|b| shared_expert(b, s, moe, layer));
     }
 
     let w = m.weight_format(&mlp("experts.0.gate_proj"));

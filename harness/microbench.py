@@ -66,7 +66,11 @@ def main():
         return True
 
     # correctness first
-    chk = K.self_test()
+    try:
+        chk = K.self_test()
+    except Exception as e:  # noqa: BLE001
+        log(f"self test crashed: {e!r}"[:600])
+        chk = [("self_test_crashed", float("inf"))]
     with open(os.path.join(args.out, "kernel_check.txt"), "w") as f:
         for name, err in chk:
             line = f"{name:45s} rel_err={err:.3e} {'OK' if err < 2e-2 else 'FAIL'}"
@@ -80,6 +84,17 @@ def main():
         d = dict(family=family, dtype=dtype, median_us=med, p10_us=p10, p90_us=p90, reps=n)
         d.update(kw)
         out.row(d)
+
+    import traceback
+
+    def guard(label, fn):
+        try:
+            fn()
+        except Exception as e:  # noqa: BLE001
+            log(f"FAILED {label}: {e!r}"[:600])
+            traceback.print_exc()
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()
 
     def copies_for(nbytes, lo=2, hi=256):
         return int(min(hi, max(lo, math.ceil(ROTATE_BYTES / max(1, nbytes)))))
@@ -101,55 +116,57 @@ def main():
     if want("small"):
         rows_list = Ms
         for m in rows_list:
-            x = torch.randn(m, HID, device=dev, dtype=bf)
-            r = torch.randn(m, HID, device=dev, dtype=bf)
-            w = torch.rand(HID, device=dev, dtype=bf) + 0.5
-            y = torch.empty_like(x)
-            emit("norm_rms", "bf16", time_graph([lambda: K.rmsnorm(x, w, out=y)], min_calls=20),
-                 m=m, n=HID, k=1, flops=4 * m * HID, bytes=4 * m * HID + 2 * HID)
-            emit("norm_fused_add_rms", "bf16", time_graph([lambda: K.fused_add_rmsnorm(x, r, w)], min_calls=20),
-                 m=m, n=HID, k=1, flops=5 * m * HID, bytes=8 * m * HID + 2 * HID)
-            qkv = torch.randn(m, 2112, device=dev, dtype=bf)
-            wq = torch.rand(1536, device=dev, dtype=bf) + 0.5
-            wk = torch.rand(512, device=dev, dtype=bf) + 0.5
-            qo = torch.empty(m, 1536, device=dev, dtype=bf)
-            ko = torch.empty(m, 512, device=dev, dtype=bf)
-            emit("norm_rms", "bf16", time_graph([lambda: K.fused_q_kv_rmsnorm(qkv, wq, wk, qo, ko)], min_calls=20),
-                 m=m, n=2048, k=2, flops=4 * m * 2048, bytes=4 * m * 2048 + 2 * 2048)
-            a = torch.randn(m, HID, device=dev, dtype=bf)
-            emit("elementwise_add", "bf16", time_graph([lambda: torch.add(x, a, out=y)], min_calls=20),
-                 m=m, n=HID, flops=m * HID, bytes=6 * m * HID)
-            # rope for several head counts
-            cs = K.make_cos_sin(32768, device=dev)
-            pos = torch.randint(0, 32768, (m,), device=dev, dtype=torch.int32)
-            for H in heads_list:
-                q = torch.randn(m, H * 192, device=dev, dtype=bf)
-                qv = q.view(m, H, 192)[:, :, 128:]
-                kpe = qkv[:, 2048:]
-                qout = torch.empty(m, H, 64, device=dev, dtype=bf)
-                emit("rope", "bf16", time_graph([lambda: K.rotary_embedding(qv, kpe, qout, pos, cs)], min_calls=20),
-                     m=m, n=H, k=64, flops=3 * m * (H + 1) * 64, bytes=4 * m * (H + 1) * 64 + m * 64 * 4 + 4 * m)
-            cache = torch.randn(m, 64, 576, device=dev, dtype=bf)
-            slot = torch.randint(0, 64, (m,), device=dev, dtype=torch.int64)
-            emit("kv_write", "bf16", time_graph([lambda: K.concat_and_cache_mla(ko, qkv[:, 2048:], cache, slot)],
-                                                min_calls=20),
-                 m=m, n=576, k=1, flops=0, bytes=4 * m * 576 + 8 * m)
-            logits = torch.randn(m, 384, device=dev, dtype=bf)
-            bias = torch.randn(384, device=dev) * 0.1
-            ids = torch.empty(m, 8, device=dev, dtype=torch.int32)
-            wts = torch.empty(m, 8, device=dev, dtype=torch.float32)
-            emit("router_topk", "bf16", time_graph([lambda: K.topk_sigmoid(logits, bias, ids, wts)], min_calls=20),
-                 m=m, n=384, k=8, flops=13 * m * 384, bytes=2 * m * 384 + 4 * 384 + 8 * m * 8)
-            lg = torch.randn(m, VOCAB, device=dev, dtype=bf)
-            emit("sampling", "bf16", time_graph([lambda: torch.argmax(lg, dim=-1)], min_calls=20),
-                 m=m, n=VOCAB, k=1, flops=m * VOCAB, bytes=2 * m * VOCAB + 8 * m)
-            vloc = VOCAB // 2
-            table = torch.randn(vloc, HID, device=dev, dtype=bf)
-            tok = torch.randint(0, vloc, (m,), device=dev, dtype=torch.int64)
-            emb = torch.empty(m, HID, device=dev, dtype=bf)
-            emit("embedding", "bf16", time_graph([lambda: K.vocab_parallel_embedding(tok, table, emb, 0)], min_calls=20),
-                 m=m, n=HID, k=vloc, flops=0, bytes=4 * m * HID + 8 * m)
-            del table, lg
+            def _body(m=m):
+                x = torch.randn(m, HID, device=dev, dtype=bf)
+                r = torch.randn(m, HID, device=dev, dtype=bf)
+                w = torch.rand(HID, device=dev, dtype=bf) + 0.5
+                y = torch.empty_like(x)
+                emit("norm_rms", "bf16", time_graph([lambda: K.rmsnorm(x, w, out=y)], min_calls=20),
+                     m=m, n=HID, k=1, flops=4 * m * HID, bytes=4 * m * HID + 2 * HID)
+                emit("norm_fused_add_rms", "bf16", time_graph([lambda: K.fused_add_rmsnorm(x, r, w)], min_calls=20),
+                     m=m, n=HID, k=1, flops=5 * m * HID, bytes=8 * m * HID + 2 * HID)
+                qkv = torch.randn(m, 2112, device=dev, dtype=bf)
+                wq = torch.rand(1536, device=dev, dtype=bf) + 0.5
+                wk = torch.rand(512, device=dev, dtype=bf) + 0.5
+                qo = torch.empty(m, 1536, device=dev, dtype=bf)
+                ko = torch.empty(m, 512, device=dev, dtype=bf)
+                emit("norm_rms", "bf16", time_graph([lambda: K.fused_q_kv_rmsnorm(qkv, wq, wk, qo, ko)], min_calls=20),
+                     m=m, n=2048, k=2, flops=4 * m * 2048, bytes=4 * m * 2048 + 2 * 2048)
+                a = torch.randn(m, HID, device=dev, dtype=bf)
+                emit("elementwise_add", "bf16", time_graph([lambda: torch.add(x, a, out=y)], min_calls=20),
+                     m=m, n=HID, flops=m * HID, bytes=6 * m * HID)
+                # rope for several head counts
+                cs = K.make_cos_sin(32768, device=dev)
+                pos = torch.randint(0, 32768, (m,), device=dev, dtype=torch.int32)
+                for H in heads_list:
+                    q = torch.randn(m, H * 192, device=dev, dtype=bf)
+                    qv = q.view(m, H, 192)[:, :, 128:]
+                    kpe = qkv[:, 2048:]
+                    qout = torch.empty(m, H, 64, device=dev, dtype=bf)
+                    emit("rope", "bf16", time_graph([lambda: K.rotary_embedding(qv, kpe, qout, pos, cs)], min_calls=20),
+                         m=m, n=H, k=64, flops=3 * m * (H + 1) * 64, bytes=4 * m * (H + 1) * 64 + m * 64 * 4 + 4 * m)
+                cache = torch.randn(m, 64, 576, device=dev, dtype=bf)
+                slot = torch.randint(0, 64, (m,), device=dev, dtype=torch.int64)
+                emit("kv_write", "bf16", time_graph([lambda: K.concat_and_cache_mla(ko, qkv[:, 2048:], cache, slot)],
+                                                    min_calls=20),
+                     m=m, n=576, k=1, flops=0, bytes=4 * m * 576 + 8 * m)
+                logits = torch.randn(m, 384, device=dev, dtype=bf)
+                bias = torch.randn(384, device=dev) * 0.1
+                ids = torch.empty(m, 8, device=dev, dtype=torch.int32)
+                wts = torch.empty(m, 8, device=dev, dtype=torch.float32)
+                emit("router_topk", "bf16", time_graph([lambda: K.topk_sigmoid(logits, bias, ids, wts)], min_calls=20),
+                     m=m, n=384, k=8, flops=13 * m * 384, bytes=2 * m * 384 + 4 * 384 + 8 * m * 8)
+                lg = torch.randn(m, VOCAB, device=dev, dtype=bf)
+                emit("sampling", "bf16", time_graph([lambda: torch.argmax(lg, dim=-1)], min_calls=20),
+                     m=m, n=VOCAB, k=1, flops=m * VOCAB, bytes=2 * m * VOCAB + 8 * m)
+                vloc = VOCAB // 2
+                table = torch.randn(vloc, HID, device=dev, dtype=bf)
+                tok = torch.randint(0, vloc, (m,), device=dev, dtype=torch.int64)
+                emb = torch.empty(m, HID, device=dev, dtype=bf)
+                emit("embedding", "bf16", time_graph([lambda: K.vocab_parallel_embedding(tok, table, emb, 0)], min_calls=20),
+                     m=m, n=HID, k=vloc, flops=0, bytes=4 * m * HID + 8 * m)
+                del table, lg
+            guard(f'small m={m}', _body)
         inter = sorted({2048 // t for t in tps} | {18432 // t for t in tps} | {2048, 256})
         for n in inter:
             for m in (Ms + ([1024, 2048, 4096] if not args.smoke else [512])):
@@ -176,25 +193,27 @@ def main():
         if args.smoke:
             shapes = {(2112, HID, 1), (512, 128, 32), (VOCAB // 2, HID, 1)}
         for (n, k, b) in sorted(shapes):
-            wbytes = n * k * b * 2
-            nc = copies_for(wbytes)
-            if b == 1:
-                ws = [torch.randn(n, k, device=dev, dtype=bf) for _ in range(nc)]
-            else:
-                ws = [torch.randn(b, k, n, device=dev, dtype=bf) for _ in range(nc)]
-            for m in Ms:
+            def _body(n=n, k=k, b=b):
+                wbytes = n * k * b * 2
+                nc = copies_for(wbytes)
                 if b == 1:
-                    x = torch.randn(m, k, device=dev, dtype=bf)
-                    fns = [lambda w=w: F.linear(x, w) for w in ws]
+                    ws = [torch.randn(n, k, device=dev, dtype=bf) for _ in range(nc)]
                 else:
-                    x = torch.randn(b, m, k, device=dev, dtype=bf)
-                    fns = [lambda w=w: torch.bmm(x, w) for w in ws]
-                res = time_graph(fns)
-                emit("gemm_bf16", "bf16", res, m=m, n=n, k=k, batch=b,
-                     flops=2 * m * n * k * b, bytes=2 * b * (m * k + k * n + m * n))
-            log(f"gemm n={n} k={k} batch={b} copies={nc} last m={Ms[-1]}: {res[0]:.1f} us")
-            del ws
-            torch.cuda.empty_cache()
+                    ws = [torch.randn(b, k, n, device=dev, dtype=bf) for _ in range(nc)]
+                for m in Ms:
+                    if b == 1:
+                        x = torch.randn(m, k, device=dev, dtype=bf)
+                        fns = [lambda w=w: F.linear(x, w) for w in ws]
+                    else:
+                        x = torch.randn(b, m, k, device=dev, dtype=bf)
+                        fns = [lambda w=w: torch.bmm(x, w) for w in ws]
+                    res = time_graph(fns)
+                    emit("gemm_bf16", "bf16", res, m=m, n=n, k=k, batch=b,
+                         flops=2 * m * n * k * b, bytes=2 * b * (m * k + k * n + m * n))
+                log(f"gemm n={n} k={k} batch={b} copies={nc} last m={Ms[-1]}: {res[0]:.1f} us")
+                del ws
+                torch.cuda.empty_cache()
+            guard(f'gemm n={n} k={k} b={b}', _body)
 
     # ------------------------------------------------------------------ MLA decode attention
     if want("attention"):
@@ -202,21 +221,23 @@ def main():
         pool = torch.randn(max_elems, device=dev, dtype=bf)
         scale = 1.0 / math.sqrt(192)
         for H in heads_list:
-            for b in batches:
-                ql = torch.randn(H, b, 512, device=dev, dtype=bf)
-                qp = torch.randn(b, H, 64, device=dev, dtype=bf)
-                o = torch.empty(H, b, 512, device=dev, dtype=bf)
-                att = K.MlaDecode(b, H, max(ctxs), dev)
-                for c in ctxs:
-                    S = b * c * 576
-                    nc = max(1, min(max_elems // S, math.ceil(ROTATE_BYTES / (2 * S))))
-                    kvs = [pool[i * S:(i + 1) * S].view(b, c, 576) for i in range(nc)]
-                    fns = [lambda kv=kv, c=c: att(ql, qp, kv, c, o, scale) for kv in kvs]
-                    res = time_graph(fns)
-                    emit("attention_mla_decode", "bf16", res, m=b, n=H, k=576, batch=b, context=c,
-                         flops=2 * b * H * c * (576 + 512),
-                         bytes=2 * b * c * 576 + 2 * b * H * 576 + 2 * b * H * 512)
-                log(f"attention H={H} b={b} ctx={ctxs[-1]}: {res[0]:.1f} us")
+            def _body(H=H):
+                for b in batches:
+                    ql = torch.randn(H, b, 512, device=dev, dtype=bf)
+                    qp = torch.randn(b, H, 64, device=dev, dtype=bf)
+                    o = torch.empty(H, b, 512, device=dev, dtype=bf)
+                    att = K.MlaDecode(b, H, max(ctxs), dev)
+                    for c in ctxs:
+                        S = b * c * 576
+                        nc = max(1, min(max_elems // S, math.ceil(ROTATE_BYTES / (2 * S))))
+                        kvs = [pool[i * S:(i + 1) * S].view(b, c, 576) for i in range(nc)]
+                        fns = [lambda kv=kv, c=c: att(ql, qp, kv, c, o, scale) for kv in kvs]
+                        res = time_graph(fns)
+                        emit("attention_mla_decode", "bf16", res, m=b, n=H, k=576, batch=b, context=c,
+                             flops=2 * b * H * c * (576 + 512),
+                             bytes=2 * b * c * 576 + 2 * b * H * 576 + 2 * b * H * 512)
+                    log(f"attention H={H} b={b} ctx={ctxs[-1]}: {res[0]:.1f} us")
+            guard(f'attention H={H}', _body)
         del pool
         torch.cuda.empty_cache()
 
@@ -229,25 +250,27 @@ def main():
         gen = torch.Generator(device=dev)
         gen.manual_seed(7)
         for (n, k) in shapes:
-            W = torch.randn(E, n, k, device=dev, dtype=bf)
-            Wt = W.transpose(-2, -1)
-            for m in Ms:
-                rows = m * TOPK
-                xs = torch.randn(rows, k, device=dev, dtype=bf)
-                fns, distinct = [], []
-                for _ in range(8):
-                    ids = torch.rand(m, E, device=dev, generator=gen).topk(TOPK, dim=-1).indices
-                    cnt = torch.bincount(ids.flatten(), minlength=E)
-                    offs = torch.cumsum(cnt, 0).to(torch.int32)
-                    distinct.append(int((cnt > 0).sum().item()))
-                    fns.append(lambda offs=offs: torch._grouped_mm(xs, Wt, offs=offs))
-                ex = round(sum(distinct) / len(distinct))
-                res = time_graph(fns)
-                emit("moe_grouped_bf16", "bf16", res, m=m, n=n, k=k, experts=ex, batch=m,
-                     flops=2 * rows * n * k, bytes=2 * (ex * n * k + rows * k + rows * n))
-            log(f"moe n={n} k={k} m={Ms[-1]}: {res[0]:.1f} us")
-            del W, Wt
-            torch.cuda.empty_cache()
+            def _body(n=n, k=k):
+                W = torch.randn(E, n, k, device=dev, dtype=bf)
+                Wt = W.transpose(-2, -1)
+                for m in Ms:
+                    rows = m * TOPK
+                    xs = torch.randn(rows, k, device=dev, dtype=bf)
+                    fns, distinct = [], []
+                    for _ in range(8):
+                        ids = torch.rand(m, E, device=dev, generator=gen).topk(TOPK, dim=-1).indices
+                        cnt = torch.bincount(ids.flatten(), minlength=E)
+                        offs = torch.cumsum(cnt, 0).to(torch.int32)
+                        distinct.append(int((cnt > 0).sum().item()))
+                        fns.append(lambda offs=offs: torch._grouped_mm(xs, Wt, offs=offs))
+                    ex = round(sum(distinct) / len(distinct))
+                    res = time_graph(fns)
+                    emit("moe_grouped_bf16", "bf16", res, m=m, n=n, k=k, experts=ex, batch=m,
+                         flops=2 * rows * n * k, bytes=2 * (ex * n * k + rows * k + rows * n))
+                log(f"moe n={n} k={k} m={Ms[-1]}: {res[0]:.1f} us")
+                del W, Wt
+                torch.cuda.empty_cache()
+            guard(f'moe n={n} k={k}', _body)
 
     # ------------------------------------------------------------------ INT4 weight-only GEMM (tinygemm)
     if want("gemm_int4"):
@@ -258,38 +281,40 @@ def main():
             shapes |= {(2 * 18432 // 8, HID), (HID, 18432 // 8)}
         for (n, k) in sorted(shapes):
             for gs in [32, 128]:
-                if k % gs:
-                    continue
-                ok = False
-                for ikt in [8, 4, 2]:
-                    if k % (ikt * 16):
-                        continue
-                    try:
-                        raw = torch.randint(0, 256, (n, k // 2), device=dev, dtype=torch.uint8)
-                        pk = torch._convert_weight_to_int4pack(raw, ikt)
-                        sz = (torch.rand(k // gs, n, 2, device=dev, dtype=bf) * 0.02)
-                        torch._weight_int4pack_mm(torch.randn(1, k, device=dev, dtype=bf), pk, gs, sz)
-                        torch.cuda.synchronize()
-                        ok = True
-                        break
-                    except Exception as e:  # noqa: BLE001
-                        log(f"int4 pack n={n} k={k} ikt={ikt} failed: {e!r}"[:300])
-                if not ok:
-                    continue
-                wb = n * k // 2 + (k // gs) * n * 4
-                nc = copies_for(wb)
-                ws = [(torch._convert_weight_to_int4pack(
-                    torch.randint(0, 256, (n, k // 2), device=dev, dtype=torch.uint8), ikt),
-                    torch.rand(k // gs, n, 2, device=dev, dtype=bf) * 0.02) for _ in range(nc)]
-                for m in Ms:
-                    x = torch.randn(m, k, device=dev, dtype=bf)
-                    fns = [lambda p=p, s=s: torch._weight_int4pack_mm(x, p, gs, s) for p, s in ws]
-                    res = time_graph(fns)
-                    emit("gemm_int4", "int4", res, m=m, n=n, k=k, group_size=gs, batch=1,
-                         flops=2 * m * n * k, bytes=wb + 2 * m * k + 2 * m * n)
-                log(f"int4 n={n} k={k} g={gs} m={Ms[-1]}: {res[0]:.1f} us")
-                del ws
-                torch.cuda.empty_cache()
+                def _body(gs=gs):
+                    if k % gs:
+                        return
+                    ok = False
+                    for ikt in [8, 4, 2]:
+                        if k % (ikt * 16):
+                            continue
+                        try:
+                            raw = torch.randint(0, 256, (n, k // 2), device=dev, dtype=torch.uint8)
+                            pk = torch._convert_weight_to_int4pack(raw, ikt)
+                            sz = (torch.rand(k // gs, n, 2, device=dev, dtype=bf) * 0.02)
+                            torch._weight_int4pack_mm(torch.randn(1, k, device=dev, dtype=bf), pk, gs, sz)
+                            torch.cuda.synchronize()
+                            ok = True
+                            break
+                        except Exception as e:  # noqa: BLE001
+                            log(f"int4 pack n={n} k={k} ikt={ikt} failed: {e!r}"[:300])
+                    if not ok:
+                        return
+                    wb = n * k // 2 + (k // gs) * n * 4
+                    nc = copies_for(wb)
+                    ws = [(torch._convert_weight_to_int4pack(
+                        torch.randint(0, 256, (n, k // 2), device=dev, dtype=torch.uint8), ikt),
+                        torch.rand(k // gs, n, 2, device=dev, dtype=bf) * 0.02) for _ in range(nc)]
+                    for m in Ms:
+                        x = torch.randn(m, k, device=dev, dtype=bf)
+                        fns = [lambda p=p, s=s: torch._weight_int4pack_mm(x, p, gs, s) for p, s in ws]
+                        res = time_graph(fns)
+                        emit("gemm_int4", "int4", res, m=m, n=n, k=k, group_size=gs, batch=1,
+                             flops=2 * m * n * k, bytes=wb + 2 * m * k + 2 * m * n)
+                    log(f"int4 n={n} k={k} g={gs} m={Ms[-1]}: {res[0]:.1f} us")
+                    del ws
+                    torch.cuda.empty_cache()
+                guard(f'int4 n={n} k={k} gs={gs}', _body)
 
     out.close()
     log(f"microbench done in {time.time() - t_start:.0f} s")

@@ -8,6 +8,7 @@ pub mod spec;
 pub mod workload;
 
 pub use error::{Error, Result};
+pub mod calibrate;
 pub mod cli;
 pub mod cost;
 pub mod report;

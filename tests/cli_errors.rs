@@ -33,9 +33,22 @@ fn temp_file(name: &str, content: &str) -> std::path::PathBuf {
 
 #[test]
 fn unknown_names_list_the_choices() {
-    fails_with(&["simulate", "--model", "gpt-5"], &["unknown model 'gpt-5'", "kimi-k2.5", "llama-3.1-70b"]);
-    fails_with(&["simulate", "--system", "dgx"], &["unknown system 'dgx'", "rtx-pro-6000-8x-pcie", "h200-8x-nvlink"]);
-    fails_with(&["simulate", "--calibration", "nope"], &["unknown calibration profile 'nope'", "rtx-pro-6000"]);
+    fails_with(
+        &["simulate", "--model", "gpt-5"],
+        &["unknown model 'gpt-5'", "kimi-k2.5", "llama-3.1-70b"],
+    );
+    fails_with(
+        &["simulate", "--system", "dgx"],
+        &[
+            "unknown system 'dgx'",
+            "rtx-pro-6000-8x-pcie",
+            "h200-8x-nvlink",
+        ],
+    );
+    fails_with(
+        &["simulate", "--calibration", "nope"],
+        &["unknown calibration profile 'nope'", "rtx-pro-6000"],
+    );
 }
 
 #[test]
@@ -44,20 +57,52 @@ fn config_missing_a_field_names_it() {
         "missing.json",
         r#"{"model_type":"llama","num_hidden_layers":2,"vocab_size":1000,"num_attention_heads":8,"intermediate_size":64}"#,
     );
-    fails_with(&["simulate", "--model", p.to_str().unwrap(), "--system", "h200-2x-nvlink"], &["missing.json", "hidden_size", "missing"]);
+    fails_with(
+        &[
+            "simulate",
+            "--model",
+            p.to_str().unwrap(),
+            "--system",
+            "h200-2x-nvlink",
+        ],
+        &["missing.json", "hidden_size", "missing"],
+    );
     let p = temp_file("broken.json", "{\"hidden_size\": ");
-    fails_with(&["simulate", "--model", p.to_str().unwrap()], &["broken.json", "not valid JSON"]);
+    fails_with(
+        &["simulate", "--model", p.to_str().unwrap()],
+        &["broken.json", "not valid JSON"],
+    );
     let p = temp_file(
         "badquant.json",
         r#"{"model_type":"llama","num_hidden_layers":2,"hidden_size":64,"vocab_size":1000,"num_attention_heads":8,"intermediate_size":64,
             "quantization_config":{"quant_method":"gptq"}}"#,
     );
-    fails_with(&["simulate", "--model", p.to_str().unwrap(), "--system", "h200-2x-nvlink"], &["quantization_config.quant_method", "gptq"]);
+    fails_with(
+        &[
+            "simulate",
+            "--model",
+            p.to_str().unwrap(),
+            "--system",
+            "h200-2x-nvlink",
+        ],
+        &["quantization_config.quant_method", "gptq"],
+    );
 }
 
 #[test]
 fn parallelism_must_divide_heads_and_experts() {
-    fails_with(&["simulate", "--tp", "3", "--system", "h200-8x-nvlink", "--nccl-proto", "auto"], &["--tp 3", "64 attention heads"]);
+    fails_with(
+        &[
+            "simulate",
+            "--tp",
+            "3",
+            "--system",
+            "h200-8x-nvlink",
+            "--nccl-proto",
+            "auto",
+        ],
+        &["--tp 3", "64 attention heads"],
+    );
     fails_with(&["simulate", "--tp", "16"], &["--tp 16", "has 8"]);
     fails_with(&["simulate", "--tp", "0"], &["at least 1"]);
     // 48 heads divide by 16 but MiniMax's 1536-wide experts do not divide by 32: test a config
@@ -67,31 +112,74 @@ fn parallelism_must_divide_heads_and_experts() {
         r#"{"model_type":"qwen3_moe","num_hidden_layers":2,"hidden_size":64,"vocab_size":1000,"num_attention_heads":8,
             "num_key_value_heads":2,"head_dim":8,"num_experts":4,"num_experts_per_tok":2,"moe_intermediate_size":30}"#,
     );
-    fails_with(&["simulate", "--model", p.to_str().unwrap(), "--tp", "8"], &["expert intermediate size 30"]);
+    fails_with(
+        &["simulate", "--model", p.to_str().unwrap(), "--tp", "8"],
+        &["expert intermediate size 30"],
+    );
 }
 
 #[test]
 fn zero_or_absurd_batch_and_context() {
-    fails_with(&["simulate", "--batch", "0"], &["--batch 0", "expected 1 to"]);
+    fails_with(
+        &["simulate", "--batch", "0"],
+        &["--batch 0", "expected 1 to"],
+    );
     fails_with(&["simulate", "--batch", "100000"], &["--batch 100000"]);
     fails_with(&["simulate", "--context", "0"], &["--context 0"]);
-    fails_with(&["simulate", "--context", "999999999"], &["--context 999999999", "262144"]);
+    fails_with(
+        &["simulate", "--context", "999999999"],
+        &["--context 999999999", "262144"],
+    );
     fails_with(&["simulate", "--batch", "-3"], &["-3"]);
 }
 
 #[test]
 fn unreadable_or_invalid_calibration() {
-    fails_with(&["simulate", "--calibration", "/nonexistent/profile.toml"], &["/nonexistent/profile.toml"]);
+    fails_with(
+        &["simulate", "--calibration", "/nonexistent/profile.toml"],
+        &["/nonexistent/profile.toml"],
+    );
     let p = temp_file("bad.toml", "[profile\nname=");
-    fails_with(&["simulate", "--calibration", p.to_str().unwrap()], &["bad.toml", "not valid TOML"]);
-    let good = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/data/calibration/rtx-pro-6000/profile.toml")).unwrap();
-    let p = temp_file("neg.toml", &good.replacen("mem_efficiency = 0.80", "mem_efficiency = -1.0", 1));
-    fails_with(&["simulate", "--calibration", p.to_str().unwrap()], &["neg.toml", "kernels.gemm_bf16.mem_efficiency", "positive"]);
-    let p = temp_file("nokernel.toml", &good.replacen("[kernels.norm]", "[kernels.normal]", 1));
-    fails_with(&["simulate", "--calibration", p.to_str().unwrap()], &["kernels.normal", "unknown kernel family"]);
+    fails_with(
+        &["simulate", "--calibration", p.to_str().unwrap()],
+        &["bad.toml", "not valid TOML"],
+    );
+    let good = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/data/calibration/rtx-pro-6000/profile.toml"
+    ))
+    .unwrap();
+    let p = temp_file(
+        "neg.toml",
+        &good.replacen("mem_efficiency = 0.80", "mem_efficiency = -1.0", 1),
+    );
+    fails_with(
+        &["simulate", "--calibration", p.to_str().unwrap()],
+        &["neg.toml", "kernels.gemm_bf16.mem_efficiency", "positive"],
+    );
+    let p = temp_file(
+        "nokernel.toml",
+        &good.replacen("[kernels.norm]", "[kernels.normal]", 1),
+    );
+    fails_with(
+        &["simulate", "--calibration", p.to_str().unwrap()],
+        &["kernels.normal", "unknown kernel family"],
+    );
     // A profile lacking the host path cannot price --p2p off: say so, listing what it has.
-    let p = temp_file("nohost.toml", &good.replace("path = \"host\"", "path = \"nvlink\""));
-    fails_with(&["simulate", "--calibration", p.to_str().unwrap(), "--p2p", "off"], &["no entry for all_reduce on path 'host'"]);
+    let p = temp_file(
+        "nohost.toml",
+        &good.replace("path = \"host\"", "path = \"nvlink\""),
+    );
+    fails_with(
+        &[
+            "simulate",
+            "--calibration",
+            p.to_str().unwrap(),
+            "--p2p",
+            "off",
+        ],
+        &["no entry for all_reduce on path 'host'"],
+    );
 }
 
 #[test]
@@ -99,7 +187,14 @@ fn default_scenario_json_has_the_documented_keys() {
     let (ok, out, err) = decodesim(&["simulate", "--format", "json"]);
     assert!(ok, "{err}");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-    for k in ["step_time_us", "tokens_per_s", "breakdown", "collectives", "scenario", "calibration"] {
+    for k in [
+        "step_time_us",
+        "tokens_per_s",
+        "breakdown",
+        "collectives",
+        "scenario",
+        "calibration",
+    ] {
         assert!(v.get(k).is_some(), "missing {k}");
     }
     let ar = &v["collectives"][0];
@@ -107,7 +202,12 @@ fn default_scenario_json_has_the_documented_keys() {
     assert_eq!(ar["count"], 123);
     assert_eq!(ar["bytes"], 32 * 14_336);
     assert_eq!(v["collectives"][1]["op"], "all_gather");
-    let shares: f64 = v["breakdown"].as_array().unwrap().iter().map(|e| e["share"].as_f64().unwrap()).sum();
+    let shares: f64 = v["breakdown"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["share"].as_f64().unwrap())
+        .sum();
     assert!((shares - 1.0).abs() < 1e-9);
     assert_eq!(v["scenario"]["tp"], 8);
     assert_eq!(v["calibration"]["name"], "rtx-pro-6000");
@@ -122,9 +222,15 @@ fn csv_and_table_carry_the_same_step_time() {
     let step = v["step_time_us"].as_f64().unwrap();
     let (ok, csv, _) = decodesim(&["simulate", "--format", "csv", "--batch", "8"]);
     assert!(ok);
-    let line = csv.lines().find(|l| l.starts_with("summary,,step_time_us,")).unwrap();
+    let line = csv
+        .lines()
+        .find(|l| l.starts_with("summary,,step_time_us,"))
+        .unwrap();
     let csv_step: f64 = line.rsplit(',').next().unwrap().parse().unwrap();
-    assert!((csv_step - step).abs() <= 1e-9 * step, "{csv_step} vs {step}");
+    assert!(
+        (csv_step - step).abs() <= 1e-9 * step,
+        "{csv_step} vs {step}"
+    );
     assert!(csv.contains("breakdown,communication,share,"));
     let (ok, table, _) = decodesim(&["simulate", "--batch", "8"]);
     assert!(ok);
@@ -134,16 +240,26 @@ fn csv_and_table_carry_the_same_step_time() {
 #[test]
 fn timeline_is_a_chrome_trace_with_one_process_per_rank() {
     let p = std::env::temp_dir().join(format!("decodesim-tl-{}.json", std::process::id()));
-    let (ok, _, err) = decodesim(&["simulate", "--batch", "2", "--timeline", p.to_str().unwrap()]);
+    let (ok, _, err) = decodesim(&[
+        "simulate",
+        "--batch",
+        "2",
+        "--timeline",
+        p.to_str().unwrap(),
+    ]);
     assert!(ok, "{err}");
     let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
     let events = v["traceEvents"].as_array().unwrap();
     let kernels: Vec<_> = events.iter().filter(|e| e["ph"] == "X").collect();
     assert_eq!(kernels.len(), 8 * 1524);
-    let pids: std::collections::BTreeSet<i64> = kernels.iter().map(|e| e["pid"].as_i64().unwrap()).collect();
+    let pids: std::collections::BTreeSet<i64> =
+        kernels.iter().map(|e| e["pid"].as_i64().unwrap()).collect();
     assert_eq!(pids.len(), 8);
     assert!(kernels.iter().all(|e| e["args"]["category"].is_string()));
-    let names: Vec<_> = events.iter().filter(|e| e["name"] == "thread_name").collect();
+    let names: Vec<_> = events
+        .iter()
+        .filter(|e| e["name"] == "thread_name")
+        .collect();
     assert_eq!(names.len(), 8 * 3);
     std::fs::remove_file(p).ok();
 }
@@ -152,8 +268,18 @@ fn timeline_is_a_chrome_trace_with_one_process_per_rank() {
 fn list_shows_models_systems_and_profiles() {
     let (ok, out, _) = decodesim(&["list"]);
     assert!(ok);
-    for n in ["kimi-k2.5", "deepseek-v3", "minimax-m2.5", "qwen3-235b-a22b", "llama-3.1-70b",
-              "rtx-pro-6000-8x-pcie", "rtx-pro-6000-8x-pcie-switch", "h200-8x-nvlink", "h200-2x-nvlink", "rtx-pro-6000"] {
+    for n in [
+        "kimi-k2.5",
+        "deepseek-v3",
+        "minimax-m2.5",
+        "qwen3-235b-a22b",
+        "llama-3.1-70b",
+        "rtx-pro-6000-8x-pcie",
+        "rtx-pro-6000-8x-pcie-switch",
+        "h200-8x-nvlink",
+        "h200-2x-nvlink",
+        "rtx-pro-6000",
+    ] {
         assert!(out.contains(n), "list lacks {n}");
     }
     assert!(!out.contains("error:"), "{out}");

@@ -43,8 +43,17 @@ fn a_collective_ends_at_the_same_time_on_every_rank() {
     let sim = run(ScenarioRequest::default());
     let ops = &sim.workload.ops;
     let mut checked = 0;
-    for (i, op) in ops.iter().enumerate().filter(|(_, o)| o.family.is_collective()) {
-        let recs: Vec<_> = sim.timeline.records.iter().filter(|r| r.op as usize == i).collect();
+    for (i, op) in ops
+        .iter()
+        .enumerate()
+        .filter(|(_, o)| o.family.is_collective())
+    {
+        let recs: Vec<_> = sim
+            .timeline
+            .records
+            .iter()
+            .filter(|r| r.op as usize == i)
+            .collect();
         assert_eq!(recs.len(), 8, "{}", op.name);
         let end = recs[0].end_us;
         let last_arrival = recs.iter().map(|r| r.start_us).fold(f64::MIN, f64::max);
@@ -91,14 +100,24 @@ fn same_seed_same_result_other_seed_other_jitter() {
 #[test]
 fn shared_expert_overlaps_on_the_aux_stream_only_up_to_256_tokens() {
     let small = run(ScenarioRequest::default());
-    let aux = small.timeline.rank_records(0).filter(|r| r.stream == Stream::Aux).count();
+    let aux = small
+        .timeline
+        .rank_records(0)
+        .filter(|r| r.stream == Stream::Aux)
+        .count();
     assert_eq!(aux, 60 * 3);
     let big = run(ScenarioRequest {
         batch: 512,
         context: 1024,
         ..Default::default()
     });
-    assert_eq!(big.timeline.rank_records(0).filter(|r| r.stream == Stream::Aux).count(), 0);
+    assert_eq!(
+        big.timeline
+            .rank_records(0)
+            .filter(|r| r.stream == Stream::Aux)
+            .count(),
+        0
+    );
 }
 
 #[test]
@@ -140,6 +159,10 @@ fn other_families_simulate() {
             .filter(|c| c.op == "all_reduce")
             .map(|c| c.count)
             .sum();
-        assert_eq!(ars as usize, 1 + 2 * sim.scenario.model.num_layers, "{model}");
+        assert_eq!(
+            ars as usize,
+            1 + 2 * sim.scenario.model.num_layers,
+            "{model}"
+        );
     }
 }

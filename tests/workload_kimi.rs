@@ -61,11 +61,24 @@ fn gemm_flops_match_hand_arithmetic() {
         let flops: f64 = w
             .ops
             .iter()
-            .filter(|o| matches!(o.category, Category::Gemm | Category::Moe | Category::Router))
-            .filter(|o| o.family != CostFamily::RouterTopk && o.family != CostFamily::MoeAlign && o.family != CostFamily::MoeSum)
+            .filter(|o| {
+                matches!(
+                    o.category,
+                    Category::Gemm | Category::Moe | Category::Router
+                )
+            })
+            .filter(|o| {
+                o.family != CostFamily::RouterTopk
+                    && o.family != CostFamily::MoeAlign
+                    && o.family != CostFamily::MoeSum
+            })
             .map(|o| o.flops)
             .sum();
-        assert_eq!(flops, 2.0 * batch as f64 * gemm_macs_per_token(), "batch {batch}");
+        assert_eq!(
+            flops,
+            2.0 * batch as f64 * gemm_macs_per_token(),
+            "batch {batch}"
+        );
     }
 }
 
@@ -106,20 +119,19 @@ fn gemm_bytes_match_hand_arithmetic() {
         // Activations read and written once per GEMM, in BF16 (elements per token):
         // attention 9280 + 3072 + 8·640 + 8·640 + 8192 = 30,784; dense 11,776 + 9,472 = 21,248;
         // router 7,552; shared 7,680 + 7,424 = 15,104; routed 8 × 15,104; lm_head 27,648.
-        let act_elems = 61.0 * 30_784.0 + 21_248.0 + 60.0 * (7_552.0 + 15_104.0 + 8.0 * 15_104.0) + 27_648.0;
+        let act_elems =
+            61.0 * 30_784.0 + 21_248.0 + 60.0 * (7_552.0 + 15_104.0 + 8.0 * 15_104.0) + 27_648.0;
         let expected = bf16_weights + expert_weights + b * act_elems * 2.0;
         let got: f64 = w
             .ops
             .iter()
-            .filter(|o| {
-                matches!(
-                    o.family,
-                    CostFamily::GemmBf16 | CostFamily::MoeGemmInt4
-                )
-            })
+            .filter(|o| matches!(o.family, CostFamily::GemmBf16 | CostFamily::MoeGemmInt4))
             .map(|o| o.bytes)
             .sum();
-        assert!((got - expected).abs() < 1.0, "batch {batch}: {got} vs {expected}");
+        assert!(
+            (got - expected).abs() < 1.0,
+            "batch {batch}: {got} vs {expected}"
+        );
         if batch == 1 {
             // One token touches exactly its 8 experts in each of the 60 MoE layers, so a
             // rank reads about 6.0 GB of weights per step (facts.md §1.1).
@@ -129,7 +141,10 @@ fn gemm_bytes_match_hand_arithmetic() {
         } else {
             // 64 tokens × top-8 of 384 touch 384·(1 − (376/384)^64) ≈ 284 experts on average.
             let mean = touched / 60.0;
-            assert!((270.0..300.0).contains(&mean), "mean touched experts {mean}");
+            assert!(
+                (270.0..300.0).contains(&mean),
+                "mean touched experts {mean}"
+            );
         }
     }
 }

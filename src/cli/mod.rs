@@ -29,6 +29,33 @@ pub enum Command {
     Simulate(SimulateArgs),
     /// List the bundled models, systems and calibration profiles.
     List,
+    /// Fit a calibration profile to the harness's measurement CSVs.
+    Calibrate(CalibrateArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct CalibrateArgs {
+    /// Folder with kernels.csv, collectives.csv, launch.csv (schema in data/README.md).
+    #[arg(long, value_name = "DIR")]
+    pub measurements: PathBuf,
+    /// Where to write the fitted profile TOML.
+    #[arg(long, value_name = "PROFILE.toml")]
+    pub out: PathBuf,
+    /// GPU the measurements were taken on (a file stem in data/systems/gpus).
+    #[arg(long, default_value = "h200-sxm")]
+    pub gpu: String,
+    /// Name recorded in the profile [default: the output folder's name].
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Profile supplying the sections the measurements do not cover.
+    #[arg(long, default_value = "h200")]
+    pub fallback: String,
+    /// Refuse the profile when a section's median |relative error| exceeds this (percent).
+    #[arg(long, default_value_t = 15.0)]
+    pub max_median_error: f64,
+    /// Refuse the profile when a section's R² is below this.
+    #[arg(long, default_value_t = 0.9)]
+    pub min_r2: f64,
 }
 
 #[derive(Debug, clap::Args)]
@@ -47,6 +74,7 @@ pub fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Simulate(a) => simulate(a),
         Command::List => list(),
+        Command::Calibrate(a) => calibrate(a),
     }
 }
 
@@ -156,4 +184,51 @@ fn list() -> Result<()> {
     }
     out.push_str(&t.render());
     print(&out)
+}
+
+fn calibrate(a: CalibrateArgs) -> Result<()> {
+    let m = crate::calibrate::measurements::Measurements::read_dir(&a.measurements)?;
+    let gpu_path = catalog::gpus_dir().join(format!("{}.toml", a.gpu));
+    if !gpu_path.is_file() {
+        return Err(Error::Unknown {
+            kind: "GPU",
+            name: a.gpu.clone(),
+            choices: catalog::stems(&catalog::gpus_dir(), "toml"),
+        });
+    }
+    let gpu = crate::spec::GpuSpec::from_file(&gpu_path)?;
+    let fallback =
+        crate::cost::CalibrationProfile::from_file(&catalog::resolve_profile(&a.fallback)?)?;
+    let name = a.name.clone().unwrap_or_else(|| {
+        a.out
+            .parent()
+            .and_then(|p| p.file_name())
+            .and_then(|n| n.to_str())
+            .unwrap_or("fitted")
+            .to_string()
+    });
+    let result = crate::calibrate::calibrate(
+        &m,
+        &gpu,
+        &name,
+        &fallback,
+        a.max_median_error / 100.0,
+        a.min_r2,
+    )?;
+    let body = toml::to_string_pretty(&result.profile)
+        .map_err(|e| Error::Other(format!("cannot serialize the profile: {e}")))?;
+    let header = format!(
+        "# Written by `decodesim calibrate --measurements {} --gpu {} --fallback {}`.\n# {}\n# {}\n\n",
+        a.measurements.display(),
+        a.gpu,
+        a.fallback,
+        result.profile.profile.method,
+        result.profile.profile.provenance
+    );
+    std::fs::write(&a.out, header + &body).map_err(|source| Error::Write {
+        path: a.out.clone(),
+        source,
+    })?;
+    print(&report::calibration::render_fit(&result))?;
+    print(&format!("\nprofile written to {}\n", a.out.display()))
 }

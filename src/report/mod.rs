@@ -1,5 +1,6 @@
 //! Every output format lives here; computation modules never print.
 
+pub mod calibration;
 pub mod chrome;
 pub mod simulation;
 pub mod table;

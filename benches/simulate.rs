@@ -17,7 +17,12 @@ fn bench(c: &mut Criterion) {
     let mut timeline = Timeline::default();
     c.bench_function("engine: default scenario, 8 ranks", |b| {
         b.iter(|| {
-            engine.run(black_box(&w), black_box(&pricing.base_us), &cfg, &mut timeline);
+            engine.run(
+                black_box(&w),
+                black_box(&pricing.base_us),
+                &cfg,
+                &mut timeline,
+            );
             black_box(timeline.step_time_us())
         })
     });

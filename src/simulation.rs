@@ -6,7 +6,7 @@ use crate::cost::{self, CalibrationProfile, Pricing};
 use crate::error::Result;
 use crate::sim::{Engine, EngineConfig, Timeline};
 use crate::spec::catalog;
-use crate::spec::{Algo, ModelSpec, NcclSettings, Proto, Scenario, SystemSpec};
+use crate::spec::{Algo, ModelSpec, NcclSettings, Proto, Runtime, Scenario, SystemSpec};
 use crate::workload::memory::{footprint, MemoryFootprint};
 use crate::workload::{self, Workload};
 
@@ -29,6 +29,9 @@ pub struct ScenarioRequest {
     pub calibration: Option<String>,
     /// KV-cache element size in bytes.
     pub kv_bytes: f64,
+    pub runtime: Runtime,
+    /// Overrides the model's number of decoder layers (the reference step runs a few).
+    pub layers: Option<usize>,
 }
 
 impl Default for ScenarioRequest {
@@ -46,13 +49,23 @@ impl Default for ScenarioRequest {
             seed: 0,
             calibration: None,
             kv_bytes: 2.0,
+            runtime: Runtime::Vllm,
+            layers: None,
         }
     }
 }
 
 impl ScenarioRequest {
     pub fn load(&self) -> Result<(Scenario, CalibrationProfile)> {
-        let model = ModelSpec::from_file(&catalog::resolve_model(&self.model)?)?;
+        let mut model = ModelSpec::from_file(&catalog::resolve_model(&self.model)?)?;
+        if let Some(layers) = self.layers {
+            if !(1..=1000).contains(&layers) {
+                return Err(crate::Error::Scenario(format!(
+                    "--layers {layers} is out of range: expected 1 to 1000"
+                )));
+            }
+            model.num_layers = layers;
+        }
         let system = SystemSpec::from_file(
             &catalog::resolve_system(&self.system)?,
             &catalog::gpus_dir(),
@@ -81,6 +94,7 @@ impl ScenarioRequest {
                 p2p: self.p2p,
             },
             kv_bytes: self.kv_bytes,
+            runtime: self.runtime,
             seed: self.seed,
         };
         scenario.validate()?;

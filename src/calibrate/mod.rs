@@ -1,6 +1,7 @@
 //! Fits a calibration profile to measurements, with confidence intervals and fit quality, and
 //! refuses a profile whose fit is poor.
 
+pub mod anchor;
 pub mod measurements;
 pub mod regression;
 

@@ -74,6 +74,13 @@ pub struct ScenarioArgs {
     /// [default: the system's own].
     #[arg(long)]
     pub calibration: Option<String>,
+    /// Kernel sequence: vLLM's decode step, or the project's PyTorch reference step
+    /// (harness/refstep.py, the one the H200 traces in data/traces were captured from).
+    #[arg(long, default_value = "vllm", value_parser = ["vllm", "reference"])]
+    pub runtime: String,
+    /// Override the model's number of decoder layers.
+    #[arg(long)]
+    pub layers: Option<usize>,
     /// KV-cache element: bf16 or fp8.
     #[arg(long, default_value = "bf16", value_parser = ["bf16", "fp8"])]
     pub kv_cache_dtype: String,
@@ -107,6 +114,12 @@ impl ScenarioArgs {
             } else {
                 2.0
             },
+            runtime: if self.runtime == "reference" {
+                crate::spec::Runtime::Reference
+            } else {
+                crate::spec::Runtime::Vllm
+            },
+            layers: self.layers,
         }
     }
 }

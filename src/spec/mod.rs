@@ -6,5 +6,5 @@ pub mod scenario;
 pub mod system;
 
 pub use model::{Family, ModelSpec, WeightFormat};
-pub use scenario::{Algo, CommPath, NcclSettings, Proto, Scenario};
+pub use scenario::{Algo, CommPath, NcclSettings, Proto, Runtime, Scenario};
 pub use system::{GpuSpec, SystemSpec};

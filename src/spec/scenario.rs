@@ -68,6 +68,20 @@ enum_names!(Algo, "NCCL algorithm",
 enum_names!(CommPath, "communication path",
     CommPath::Nvlink => ["nvlink"], CommPath::PcieP2p => ["pcie_p2p"], CommPath::Host => ["host"]);
 
+/// Whose kernel sequence the step follows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Runtime {
+    /// vLLM's decode step (facts.md §3.1).
+    Vllm,
+    /// The project's PyTorch reference step (`harness/refstep.py`, data/README.md): vLLM's
+    /// sequence with an explicit token permutation before the grouped expert GEMMs, the shared
+    /// expert's add fused into the expert sum, and argmax over the gathered BF16 logits.
+    Reference,
+}
+
+enum_names!(Runtime, "runtime", Runtime::Vllm => ["vllm"], Runtime::Reference => ["reference"]);
+
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct NcclSettings {
     pub proto: Proto,
@@ -92,6 +106,7 @@ pub struct Scenario {
     pub nccl: NcclSettings,
     /// KV-cache element size in bytes (2 for BF16, 1 for FP8).
     pub kv_bytes: f64,
+    pub runtime: Runtime,
     pub seed: u64,
 }
 

@@ -5,6 +5,7 @@ use super::builder::{Builder, ACT_BYTES};
 use super::op::{CostFamily, Shape};
 use super::StepShape;
 use crate::category::Category;
+use crate::spec::Runtime;
 
 pub fn embedding(b: &mut Builder, s: &StepShape) {
     let t = s.tokens;
@@ -57,6 +58,40 @@ pub fn head(b: &mut Builder, s: &StepShape) {
         );
     }
     let logits = t * vocab_shard * s.tp as u64;
+    if s.runtime == Runtime::Reference {
+        // Gathered logits are [tp, B, V/tp]: the reference reorders them, takes the argmax in
+        // BF16 and copies the token ids out.
+        b.elementwise(
+            "logits_permute",
+            "at::native::elementwise_kernel (copy)",
+            Category::Elementwise,
+            logits,
+            logits,
+        );
+        b.push(
+            "argmax",
+            "at::native::reduce_kernel<ArgMaxOps>",
+            CostFamily::Sampling,
+            Category::Sampling,
+            Shape {
+                m: t,
+                n: logits / t.max(1),
+                k: 0,
+                batch: 1,
+            },
+            "-",
+            logits as f64,
+            logits as f64 * ACT_BYTES + t as f64 * 8.0,
+        );
+        b.elementwise(
+            "token_copy",
+            "at::native::elementwise_kernel (copy)",
+            Category::Elementwise,
+            t * 4,
+            t * 4,
+        );
+        return;
+    }
     b.push(
         "logits_to_fp32",
         "at::native::vectorized_elementwise_kernel (copy to float)",

@@ -11,7 +11,7 @@ pub mod op;
 
 pub use op::{CostFamily, Op, Shape, Stream};
 
-use crate::spec::{Family, ModelSpec, Scenario};
+use crate::spec::{Family, ModelSpec, Runtime, Scenario};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
@@ -29,6 +29,7 @@ pub struct StepShape<'a> {
     pub kv_bytes: f64,
     pub sms: u32,
     pub shared_expert_stream_threshold: u64,
+    pub runtime: Runtime,
     /// Distinct routed experts that receive at least one token, per layer (0 for dense layers).
     experts_touched: Vec<u32>,
 }
@@ -103,6 +104,7 @@ pub fn build(s: &Scenario) -> Workload {
         kv_bytes: s.kv_bytes,
         sms: s.system.gpu.sms,
         shared_expert_stream_threshold: SHARED_EXPERT_STREAM_TOKEN_THRESHOLD,
+        runtime: s.runtime,
         experts_touched: sample_routing(model, tokens, s.seed),
     };
     let mut b = builder::Builder::new();

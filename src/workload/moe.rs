@@ -6,7 +6,7 @@ use super::op::{CostFamily, Shape};
 use super::StepShape;
 use crate::category::Category;
 use crate::spec::model::{MoeDims, Scoring};
-use crate::spec::WeightFormat;
+use crate::spec::{Runtime, WeightFormat};
 
 fn moe_kernel(w: WeightFormat) -> &'static str {
     match w {
@@ -76,6 +76,17 @@ pub fn moe_block(b: &mut Builder, s: &StepShape, moe: &MoeDims, layer: usize) {
         b.on_aux(|b| shared_expert(b, s, moe, layer));
     }
 
+    let reference = s.runtime == Runtime::Reference;
+    if reference {
+        // The reference step gathers each token's rows into expert order before the grouped GEMM.
+        b.elementwise(
+            "moe_permute",
+            "at::native::index_select (moe token permutation)",
+            Category::Elementwise,
+            t * top_k * hidden,
+            t * top_k * hidden,
+        );
+    }
     let w = m.weight_format(&mlp("experts.0.gate_proj"));
     let touched = s.experts_touched(layer) as f64;
     let routed_rows = (t * top_k) as f64;

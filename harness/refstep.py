@@ -172,6 +172,8 @@ def worker(rank, world, setting, port, a):
         S["gather"] = torch.empty(tp * B, model.vloc, device=dev, dtype=bf)
 
         def step():
+            # the stream current at call time: the capture stream under torch.cuda.graph
+            cur = torch.cuda.current_stream()
             x = S["x"]
             K.vocab_parallel_embedding(S["ids"], model.embed, x, rank * model.vloc)
             dist.all_reduce(x)

@@ -14,3 +14,4 @@ pub mod cost;
 pub mod report;
 pub mod sim;
 pub mod simulation;
+pub mod trace;

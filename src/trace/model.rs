@@ -1,0 +1,128 @@
+//! The slim in-memory form of one trace file: only what the analysis needs (GPU activity,
+//! annotations, launch calls and a little metadata), with kernel names interned.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+/// What kind of GPU activity an event was, from its `cat`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GpuKind {
+    Kernel,
+    Memcpy,
+    Memset,
+}
+
+/// One kernel, memcpy or memset on the GPU timeline.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GpuOp {
+    pub start_us: f64,
+    pub end_us: f64,
+    pub kind: GpuKind,
+    /// Index into [`ParsedTrace::names`].
+    pub name: u32,
+    /// The GPU (`pid` of GPU events, or `args.device`).
+    pub device: i64,
+    pub stream: i64,
+    /// Links the op to the runtime call that launched it (`args.correlation`).
+    pub correlation: Option<u64>,
+    /// Set for kernels replayed from a CUDA graph (`args["graph id"]`, CUDA 12+).
+    pub graph_id: Option<u64>,
+    /// `args["Collective name"]` (interned), present on collectives linked to
+    /// `record_param_comms`.
+    pub collective: Option<u32>,
+}
+
+/// Which timeline an annotation is on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    /// `user_annotation` (or a `cpu_op` step marker) on a CPU thread.
+    Cpu,
+    /// `gpu_user_annotation`: Kineto's GPU-side twin of a CPU annotation.
+    Gpu,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Annotation {
+    pub name: String,
+    pub side: Side,
+    pub start_us: f64,
+    pub end_us: f64,
+    pub pid: i64,
+    pub tid: i64,
+}
+
+/// A runtime/driver API call (cudaLaunchKernel, cudaGraphLaunch, hipModuleLaunchKernel, ...).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Launch {
+    pub start_us: f64,
+    pub end_us: f64,
+    pub correlation: u64,
+    /// The call replays a whole CUDA/HIP graph: one correlation id for many kernels.
+    pub graph: bool,
+}
+
+/// Trace-level metadata that is useful for reporting and rank assignment.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TraceMeta {
+    /// `distributedInfo.rank`.
+    pub rank: Option<i64>,
+    /// `distributedInfo.world_size`.
+    pub world_size: Option<i64>,
+    /// `deviceProperties[].name`, non-empty ones only.
+    pub device_names: Vec<String>,
+}
+
+/// Event counts, so a report can say what was read and what was skipped.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EventCounts {
+    pub total: u64,
+    /// Skipped from the `cat` alone, before decoding (python_function, cpu_op, flows, ...).
+    pub skipped_early: u64,
+    /// Decoded but missing a field the analysis needs (for example a kernel without `dur`).
+    pub malformed: u64,
+    /// Events whose invalid UTF-8 was replaced with U+FFFD so they could be read.
+    pub lossy_utf8: u64,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct ParsedTrace {
+    pub path: PathBuf,
+    pub meta: TraceMeta,
+    pub gpu_ops: Vec<GpuOp>,
+    pub annotations: Vec<Annotation>,
+    pub launches: Vec<Launch>,
+    /// Interned kernel and collective names.
+    pub names: Vec<String>,
+    pub counts: EventCounts,
+    /// Things that were tolerated but that the user may want to know (first few only).
+    pub warnings: Vec<String>,
+}
+
+impl ParsedTrace {
+    pub fn name(&self, id: u32) -> &str {
+        &self.names[id as usize]
+    }
+}
+
+/// Interns strings so each distinct kernel name is stored and classified once.
+#[derive(Default)]
+pub struct Interner {
+    map: HashMap<String, u32>,
+    names: Vec<String>,
+}
+
+impl Interner {
+    pub fn intern(&mut self, s: &str) -> u32 {
+        if let Some(&id) = self.map.get(s) {
+            return id;
+        }
+        let id = self.names.len() as u32;
+        self.names.push(s.to_owned());
+        self.map.insert(s.to_owned(), id);
+        id
+    }
+
+    pub fn into_names(self) -> Vec<String> {
+        self.names
+    }
+}

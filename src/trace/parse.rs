@@ -1,0 +1,761 @@
+//! Streaming, gzip-aware reader of Kineto (torch.profiler) Chrome traces.
+//!
+//! The file is walked one event at a time with [`crate::trace::scan`]; each event's `cat` is
+//! sniffed from its raw bytes, and only the categories the analysis needs (GPU kernels, memcpy
+//! and memset, step annotations on both timelines, runtime launch calls) are decoded. Python
+//! stack events, which are most of a vLLM trace, are never decoded, and memory is bounded by the
+//! kept events rather than the file.
+//!
+//! Tolerated and documented: the old schema (`cat` "Kernel"/"Runtime", lowercase
+//! `external id`, no `schemaVersion`), integers past 2^53 (read as floats or wrapped ids, never
+//! an error), ids written as strings (`"stream 7"`), invalid UTF-8 (replaced by U+FFFD and
+//! counted), events missing a needed field (skipped and counted), a top-level array instead of
+//! an object. Errors: unreadable or truncated gzip, invalid JSON inside a kept event, JSON that
+//! ends early, a file without `traceEvents`.
+
+use super::error::{Result, TraceError};
+use super::model::{Annotation, GpuKind, GpuOp, Interner, Launch, ParsedTrace, Side};
+use super::scan::{Input, ScanError};
+use regex::Regex;
+use serde::de::{self, Deserializer, Visitor};
+use serde::Deserialize;
+use std::borrow::Cow;
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+
+/// How many tolerated problems are described in `ParsedTrace::warnings` (the rest are counted).
+const MAX_WARNINGS: usize = 5;
+
+/// What the parser should keep beyond its fixed set.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ParseOptions<'a> {
+    /// A user step marker (`--step-marker`): `cpu_op` events whose name matches it are kept
+    /// as annotations, since some frameworks mark steps with plain ops.
+    pub step_marker: Option<&'a Regex>,
+}
+
+/// Reads a trace file (`.json` or gzip, detected from the magic bytes, not the extension).
+pub fn parse_file(path: &Path, opts: &ParseOptions) -> Result<ParsedTrace> {
+    let io_err = |source| TraceError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let file = std::fs::File::open(path).map_err(io_err)?;
+    let mut reader = BufReader::with_capacity(1 << 16, file);
+    let gzip = reader
+        .fill_buf()
+        .map_err(io_err)?
+        .starts_with(&[0x1f, 0x8b]);
+    if gzip {
+        parse_reader(
+            flate2::bufread::MultiGzDecoder::new(reader),
+            path,
+            true,
+            opts,
+        )
+    } else {
+        parse_reader(reader, path, false, opts)
+    }
+}
+
+/// Reads a trace held in memory (plain JSON or gzip); used by benchmarks and the fuzz target.
+pub fn parse_bytes(bytes: &[u8], path: &Path, opts: &ParseOptions) -> Result<ParsedTrace> {
+    if bytes.starts_with(&[0x1f, 0x8b]) {
+        parse_reader(flate2::read::MultiGzDecoder::new(bytes), path, true, opts)
+    } else {
+        parse_reader(bytes, path, false, opts)
+    }
+}
+
+/// Reads a trace from any reader of JSON text. `gzip` only changes how read errors are named.
+pub fn parse_reader<R: Read>(
+    reader: R,
+    path: &Path,
+    gzip: bool,
+    opts: &ParseOptions,
+) -> Result<ParsedTrace> {
+    let mut p = Parser {
+        input: Input::new(reader),
+        path: path.to_path_buf(),
+        gzip,
+        opts: *opts,
+        interner: Interner::default(),
+        out: ParsedTrace {
+            path: path.to_path_buf(),
+            ..ParsedTrace::default()
+        },
+    };
+    p.document()?;
+    let mut out = p.out;
+    out.names = p.interner.into_names();
+    Ok(out)
+}
+
+struct Parser<'o, R> {
+    input: Input<R>,
+    path: PathBuf,
+    gzip: bool,
+    opts: ParseOptions<'o>,
+    interner: Interner,
+    out: ParsedTrace,
+}
+
+/// What to do with an event, decided from its `cat` alone.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Want {
+    Gpu(GpuKind),
+    Annotation(Side),
+    /// A `cpu_op` that may be a step marker (old `ProfilerStep#N`, or `--step-marker`).
+    CpuOp,
+    Runtime,
+    Skip,
+}
+
+fn want_for(cat: &[u8]) -> Want {
+    // Case-insensitive: the old schema writes "Kernel", "Runtime", "Memcpy".
+    let is = |s: &str| cat.eq_ignore_ascii_case(s.as_bytes());
+    if is("kernel") {
+        Want::Gpu(GpuKind::Kernel)
+    } else if is("gpu_memcpy") || is("memcpy") {
+        Want::Gpu(GpuKind::Memcpy)
+    } else if is("gpu_memset") || is("memset") {
+        Want::Gpu(GpuKind::Memset)
+    } else if is("user_annotation") {
+        Want::Annotation(Side::Cpu)
+    } else if is("gpu_user_annotation") {
+        Want::Annotation(Side::Gpu)
+    } else if is("cuda_runtime") || is("runtime") || is("cuda_driver") || is("driver") {
+        Want::Runtime
+    } else if is("cpu_op") || is("operator") {
+        Want::CpuOp
+    } else {
+        Want::Skip
+    }
+}
+
+impl<R: Read> Parser<'_, R> {
+    fn scan_err(&self, e: ScanError, context: &'static str) -> TraceError {
+        let offset = self.input.offset();
+        match e {
+            ScanError::Io(source) if self.gzip => TraceError::Gzip {
+                path: self.path.clone(),
+                offset,
+                source,
+            },
+            ScanError::Io(source) => TraceError::Io {
+                path: self.path.clone(),
+                source,
+            },
+            ScanError::Eof => TraceError::Truncated {
+                path: self.path.clone(),
+                offset,
+                context,
+            },
+            ScanError::Unexpected(b) => {
+                self.json_err(format!("unexpected {} in {context}", describe_byte(b)))
+            }
+        }
+    }
+
+    fn json_err(&self, message: String) -> TraceError {
+        TraceError::Json {
+            path: self.path.clone(),
+            offset: self.input.offset(),
+            message,
+        }
+    }
+
+    fn peek(&mut self, context: &'static str) -> Result<Option<u8>> {
+        self.input.peek().map_err(|e| self.scan_err(e, context))
+    }
+
+    fn document(&mut self) -> Result<()> {
+        self.input
+            .skip_bom()
+            .map_err(|e| self.scan_err(e, "the file start"))?;
+        match self.peek("the file start")? {
+            None => Err(TraceError::Empty {
+                path: self.path.clone(),
+            }),
+            Some(b'[') => self.events(),
+            Some(b'{') => {
+                self.input.bump();
+                let mut saw_events = false;
+                loop {
+                    match self.peek("the top-level object")? {
+                        None => return Err(self.scan_err(ScanError::Eof, "the top-level object")),
+                        Some(b'}') => break,
+                        Some(b',') => self.input.bump(),
+                        Some(b'"') => {
+                            let key = self.key()?;
+                            if key == "traceEvents" {
+                                self.events()?;
+                                saw_events = true;
+                            } else {
+                                self.metadata(&key)?;
+                            }
+                        }
+                        Some(b) => {
+                            return Err(self.json_err(format!(
+                                "expected a key in the top-level object, found {}",
+                                describe_byte(b)
+                            )))
+                        }
+                    }
+                }
+                if saw_events {
+                    Ok(())
+                } else {
+                    Err(TraceError::NoTraceEvents {
+                        path: self.path.clone(),
+                    })
+                }
+            }
+            Some(b) => Err(self.json_err(format!(
+                "expected '{{' or '[' at the start of a trace, found {}",
+                describe_byte(b)
+            ))),
+        }
+    }
+
+    /// Reads `"key":` and leaves the cursor on the value.
+    fn key(&mut self) -> Result<String> {
+        let key = match self.input.next_value() {
+            Ok(raw) => serde_json::from_slice::<String>(raw)
+                .unwrap_or_else(|_| String::from_utf8_lossy(raw).into_owned()),
+            Err(e) => return Err(self.scan_err(e, "a top-level key")),
+        };
+        match self.peek("a top-level key")? {
+            Some(b':') => {
+                self.input.bump();
+                Ok(key)
+            }
+            Some(b) => Err(self.json_err(format!(
+                "expected ':' after key \"{key}\", found {}",
+                describe_byte(b)
+            ))),
+            None => Err(self.scan_err(ScanError::Eof, "a top-level key")),
+        }
+    }
+
+    /// A top-level value other than `traceEvents`: decoded only when it is metadata we use.
+    fn metadata(&mut self, key: &str) -> Result<()> {
+        if self.peek("a top-level value")?.is_none() {
+            return Err(self.scan_err(ScanError::Eof, "a top-level value"));
+        }
+        let raw = match self.input.next_value() {
+            Ok(raw) => raw,
+            Err(e) => return Err(self.scan_err(e, "a top-level value")),
+        };
+        // Metadata we cannot read is a warning, not an error: the events are what matter.
+        match key {
+            "distributedInfo" => match serde_json::from_slice::<DistInfo>(raw) {
+                Ok(d) => {
+                    self.out.meta.rank = d.rank.map(|r| r.0 as i64);
+                    self.out.meta.world_size = d.world_size.map(|r| r.0 as i64);
+                }
+                Err(e) => warn(&mut self.out, format!("distributedInfo ignored: {e}")),
+            },
+            "deviceProperties" => match serde_json::from_slice::<Vec<DeviceProp>>(raw) {
+                Ok(v) => {
+                    self.out.meta.device_names = v
+                        .into_iter()
+                        .filter_map(|d| d.name)
+                        .filter(|n| !n.is_empty())
+                        .collect()
+                }
+                Err(e) => warn(&mut self.out, format!("deviceProperties ignored: {e}")),
+            },
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn events(&mut self) -> Result<()> {
+        match self.peek("traceEvents")? {
+            Some(b'[') => self.input.bump(),
+            Some(b) => {
+                return Err(self.json_err(format!(
+                    "\"traceEvents\" must be an array, found {}",
+                    describe_byte(b)
+                )))
+            }
+            None => return Err(self.scan_err(ScanError::Eof, "traceEvents")),
+        }
+        loop {
+            match self.peek("the traceEvents array")? {
+                None => return Err(self.scan_err(ScanError::Eof, "the traceEvents array")),
+                Some(b']') => {
+                    self.input.bump();
+                    return Ok(());
+                }
+                Some(b',') => self.input.bump(),
+                Some(_) => {
+                    let start = self.input.offset();
+                    let raw = match self.input.next_value() {
+                        Ok(raw) => raw,
+                        Err(e) => {
+                            // The scanner moved nothing on error; report the event's start.
+                            return Err(self.scan_err(e, "an event of traceEvents"));
+                        }
+                    };
+                    let index = self.out.counts.total;
+                    self.out.counts.total += 1;
+                    // `raw` borrows the input buffer; decoding needs `&mut self.out` only.
+                    let out = &mut self.out;
+                    let interner = &mut self.interner;
+                    let opts = self.opts;
+                    if let Err(message) = handle_event(raw, index, out, interner, &opts) {
+                        return Err(TraceError::Json {
+                            path: self.path.clone(),
+                            offset: start,
+                            message,
+                        });
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn describe_byte(b: u8) -> String {
+    if b.is_ascii_graphic() {
+        format!("'{}'", b as char)
+    } else {
+        format!("byte 0x{b:02x}")
+    }
+}
+
+fn warn(out: &mut ParsedTrace, msg: String) {
+    if out.warnings.len() < MAX_WARNINGS {
+        out.warnings.push(msg);
+    }
+}
+
+/// The value of the `"cat"` key of a raw event object, found without decoding the event.
+/// Kineto writes `cat` near the start of every event; a `"cat"` inside `args` or inside an
+/// escaped string is not mistaken for it because the key must follow `{` or `,`.
+fn sniff_cat(raw: &[u8]) -> Option<&[u8]> {
+    let finder = memchr::memmem::find_iter(raw, b"\"cat\"");
+    for at in finder {
+        let before = raw[..at]
+            .iter()
+            .rev()
+            .find(|b| !b.is_ascii_whitespace())
+            .copied();
+        if !matches!(before, Some(b'{') | Some(b',')) {
+            continue;
+        }
+        let mut i = at + 5;
+        while i < raw.len() && raw[i].is_ascii_whitespace() {
+            i += 1;
+        }
+        if raw.get(i) != Some(&b':') {
+            continue;
+        }
+        i += 1;
+        while i < raw.len() && raw[i].is_ascii_whitespace() {
+            i += 1;
+        }
+        if raw.get(i) != Some(&b'"') {
+            return None;
+        }
+        let rest = &raw[i + 1..];
+        let end = memchr::memchr(b'"', rest)?;
+        return Some(&rest[..end]);
+    }
+    None
+}
+
+/// Decodes one event if its category is wanted. `Err` is a JSON syntax error message.
+fn handle_event(
+    raw: &[u8],
+    index: u64,
+    out: &mut ParsedTrace,
+    interner: &mut Interner,
+    opts: &ParseOptions,
+) -> std::result::Result<(), String> {
+    let want = match sniff_cat(raw) {
+        Some(cat) => want_for(cat),
+        None => Want::Skip,
+    };
+    let want = match want {
+        // Old-style `ProfilerStep#N` and user markers may be cpu ops; other ops are not needed,
+        // and checking the raw bytes first avoids decoding tens of thousands of them.
+        Want::CpuOp => {
+            if opts.step_marker.is_some() || memchr::memmem::find(raw, b"ProfilerStep#").is_some() {
+                Want::Annotation(Side::Cpu)
+            } else {
+                Want::Skip
+            }
+        }
+        w => w,
+    };
+    if want == Want::Skip {
+        out.counts.skipped_early += 1;
+        return Ok(());
+    }
+    let lossy;
+    let ev: RawEvent = match serde_json::from_slice(raw) {
+        Ok(ev) => ev,
+        Err(e) if std::str::from_utf8(raw).is_err() => {
+            // Invalid UTF-8 (seen in real traces from kernel names and paths): replace the bad
+            // bytes and read the event anyway, rather than losing the whole file.
+            lossy = String::from_utf8_lossy(raw).into_owned();
+            match serde_json::from_str(&lossy) {
+                Ok(ev) => {
+                    out.counts.lossy_utf8 += 1;
+                    ev
+                }
+                Err(_) => return Err(format!("event #{index}: {e}")),
+            }
+        }
+        Err(e) if e.is_data() => {
+            out.counts.malformed += 1;
+            warn(out, format!("event #{index} skipped: {e}"));
+            return Ok(());
+        }
+        Err(e) => return Err(format!("event #{index}: {e}")),
+    };
+    let missing = |out: &mut ParsedTrace, field: &str| {
+        out.counts.malformed += 1;
+        let name = ev.name.as_ref().map(|n| n.0.as_ref()).unwrap_or("?");
+        let short: String = name.chars().take(60).collect();
+        warn(
+            out,
+            format!("event #{index} ({short}) skipped: missing or invalid '{field}'"),
+        );
+    };
+    let (Some(ts), Some(name)) = (ev.ts, ev.name.as_ref()) else {
+        missing(out, if ev.ts.is_none() { "ts" } else { "name" });
+        return Ok(());
+    };
+    let dur = ev.dur.map(|d| d.0).unwrap_or(0.0);
+    if !ts.0.is_finite() || !dur.is_finite() || dur < 0.0 {
+        missing(out, "ts/dur");
+        return Ok(());
+    }
+    let args = ev.args.as_ref();
+    match want {
+        Want::Gpu(kind) => {
+            if ev.dur.is_none() {
+                missing(out, "dur");
+                return Ok(());
+            }
+            let device = args
+                .and_then(|a| a.device)
+                .or(ev.pid)
+                .map(|d| d.0 as i64)
+                .unwrap_or(0);
+            let stream = args
+                .and_then(|a| a.stream)
+                .or(ev.tid)
+                .map(|d| d.0 as i64)
+                .unwrap_or(0);
+            let collective = args
+                .and_then(|a| a.collective.as_ref())
+                .map(|c| interner.intern(&c.0));
+            out.gpu_ops.push(GpuOp {
+                start_us: ts.0,
+                end_us: ts.0 + dur,
+                kind,
+                name: interner.intern(&name.0),
+                device,
+                stream,
+                correlation: args.and_then(|a| a.correlation).map(|c| c.0),
+                graph_id: args.and_then(|a| a.graph_id).map(|c| c.0),
+                collective,
+            });
+        }
+        Want::Annotation(side) => out.annotations.push(Annotation {
+            name: name.0.clone().into_owned(),
+            side,
+            start_us: ts.0,
+            end_us: ts.0 + dur,
+            pid: ev.pid.map(|p| p.0 as i64).unwrap_or(0),
+            tid: ev.tid.map(|p| p.0 as i64).unwrap_or(0),
+        }),
+        Want::Runtime => {
+            if let Some(c) = args.and_then(|a| a.correlation) {
+                out.launches.push(Launch {
+                    start_us: ts.0,
+                    end_us: ts.0 + dur,
+                    correlation: c.0,
+                    graph: name.0.contains("GraphLaunch"),
+                });
+            }
+        }
+        Want::CpuOp | Want::Skip => {}
+    }
+    Ok(())
+}
+
+// ---- the decoded shape of an event: only the fields we read; serde skips the rest ----
+
+#[derive(Deserialize)]
+struct RawEvent<'a> {
+    #[serde(default, borrow)]
+    name: Option<Str<'a>>,
+    #[serde(default)]
+    pid: Option<Id>,
+    #[serde(default)]
+    tid: Option<Id>,
+    #[serde(default)]
+    ts: Option<Num>,
+    #[serde(default)]
+    dur: Option<Num>,
+    #[serde(default, borrow)]
+    args: Option<RawArgs<'a>>,
+}
+
+#[derive(Deserialize)]
+struct RawArgs<'a> {
+    #[serde(default)]
+    correlation: Option<Id>,
+    #[serde(default)]
+    stream: Option<Id>,
+    #[serde(default)]
+    device: Option<Id>,
+    #[serde(default, rename = "graph id")]
+    graph_id: Option<Id>,
+    #[serde(default, borrow, rename = "Collective name")]
+    collective: Option<Str<'a>>,
+}
+
+#[derive(Deserialize)]
+struct DistInfo {
+    #[serde(default)]
+    rank: Option<Id>,
+    #[serde(default)]
+    world_size: Option<Id>,
+}
+
+#[derive(Deserialize)]
+struct DeviceProp {
+    #[serde(default)]
+    name: Option<String>,
+}
+
+/// A string that borrows from the input when it has no escapes.
+struct Str<'a>(Cow<'a, str>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for Str<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Str<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E: de::Error>(
+                self,
+                v: &'de str,
+            ) -> std::result::Result<Str<'de>, E> {
+                Ok(Str(Cow::Borrowed(v)))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> std::result::Result<Str<'de>, E> {
+                Ok(Str(Cow::Owned(v.to_owned())))
+            }
+            fn visit_string<E: de::Error>(self, v: String) -> std::result::Result<Str<'de>, E> {
+                Ok(Str(Cow::Owned(v)))
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+/// An id (correlation, stream, pid, rank): any integer, a float (ints past 2^64 arrive as
+/// floats), or a string such as `"7"` or `"stream 7"`. Never an error for a scalar: ids are only
+/// compared for equality, so a wrapped or hashed value is as good as the original.
+#[derive(Clone, Copy)]
+struct Id(u64);
+
+impl<'de> Deserialize<'de> for Id {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = Id;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an integer id or a string")
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> std::result::Result<Id, E> {
+                Ok(Id(v))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> std::result::Result<Id, E> {
+                Ok(Id(v as u64))
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> std::result::Result<Id, E> {
+                if v.fract() == 0.0 && v.abs() < 9.0e18 {
+                    Ok(Id(v as i64 as u64))
+                } else {
+                    Ok(Id(v.to_bits()))
+                }
+            }
+            fn visit_bool<E: de::Error>(self, v: bool) -> std::result::Result<Id, E> {
+                Ok(Id(v as u64))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> std::result::Result<Id, E> {
+                Ok(Id(id_from_str(v)))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+fn id_from_str(s: &str) -> u64 {
+    let t = s.trim();
+    if let Ok(v) = t.parse::<i64>() {
+        return v as u64;
+    }
+    if let Ok(v) = t.parse::<u64>() {
+        return v;
+    }
+    // "stream 7", "GPU 0": the trailing number is the id.
+    let digits = t.len() - t.trim_end_matches(|c: char| c.is_ascii_digit()).len();
+    if digits > 0 {
+        if let Ok(v) = t[t.len() - digits..].parse::<u64>() {
+            return v;
+        }
+    }
+    // FNV-1a: any other string still gets a stable id.
+    t.bytes().fold(0xcbf29ce484222325u64, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x100000001b3)
+    })
+}
+
+/// A time in µs: a number, or a number written as a string.
+#[derive(Clone, Copy)]
+struct Num(f64);
+
+impl<'de> Deserialize<'de> for Num {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = Num;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a number")
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> std::result::Result<Num, E> {
+                Ok(Num(v as f64))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> std::result::Result<Num, E> {
+                Ok(Num(v as f64))
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> std::result::Result<Num, E> {
+                Ok(Num(v))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> std::result::Result<Num, E> {
+                v.trim()
+                    .parse::<f64>()
+                    .map(Num)
+                    .map_err(|_| E::invalid_value(de::Unexpected::Str(v), &self))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<ParsedTrace> {
+        parse_bytes(
+            text.as_bytes(),
+            Path::new("t.json"),
+            &ParseOptions::default(),
+        )
+    }
+
+    #[test]
+    fn sniffs_cat_only_at_key_positions() {
+        assert_eq!(
+            sniff_cat(br#"{"ph": "X", "cat": "kernel", "name": "a"}"#),
+            Some(&b"kernel"[..])
+        );
+        assert_eq!(
+            sniff_cat(br#"{"name": "x \"cat\": \"kernel\"", "cat":"cpu_op"}"#),
+            Some(&b"cpu_op"[..])
+        );
+        assert_eq!(sniff_cat(br#"{"ph": "M", "name": "process_name"}"#), None);
+    }
+
+    #[test]
+    fn keeps_gpu_events_and_skips_python() {
+        let t = parse(
+            r#"{"schemaVersion":1,"distributedInfo":{"rank":3,"world_size":8},
+            "traceEvents":[
+             {"ph":"X","cat":"python_function","name":"f","pid":1,"tid":1,"ts":1,"dur":2},
+             {"ph":"X","cat":"kernel","name":"k","pid":0,"tid":7,"ts":10.5,"dur":2,
+              "args":{"correlation":99,"stream":7,"device":0,"External id":18446744073709551615}},
+             {"ph":"X","cat":"cuda_runtime","name":"cudaGraphLaunch","pid":1,"tid":1,"ts":9,"dur":1,
+              "args":{"correlation":99}},
+             {"ph":"X","cat":"user_annotation","name":"execute_context_0(0)_generation_4(4)",
+              "pid":1,"tid":1,"ts":8,"dur":5}
+            ]}"#,
+        )
+        .unwrap();
+        assert_eq!(t.meta.rank, Some(3));
+        assert_eq!(t.gpu_ops.len(), 1);
+        assert_eq!(t.gpu_ops[0].correlation, Some(99));
+        assert_eq!(t.gpu_ops[0].end_us, 12.5);
+        assert!(t.launches[0].graph);
+        assert_eq!(t.annotations.len(), 1);
+        assert_eq!(t.counts.skipped_early, 1);
+    }
+
+    #[test]
+    fn huge_ints_and_string_ids_are_ids_not_errors() {
+        let t = parse(
+            r#"[{"ph":"X","cat":"Kernel","name":"k","pid":"0","tid":"stream 7","ts":1,"dur":1,
+               "args":{"correlation":123456789012345678901234567890,"external id":-5}}]"#,
+        )
+        .unwrap();
+        assert_eq!(t.gpu_ops[0].stream, 7);
+        assert!(t.gpu_ops[0].correlation.is_some());
+    }
+
+    #[test]
+    fn invalid_utf8_is_replaced_and_counted() {
+        let mut bytes = br#"{"traceEvents":[{"ph":"X","cat":"kernel","name":"k"#.to_vec();
+        bytes.extend_from_slice(&[0xff, 0xfe]);
+        bytes.extend_from_slice(br#"","pid":0,"tid":1,"ts":1,"dur":1}]}"#);
+        let t = parse_bytes(&bytes, Path::new("u.json"), &ParseOptions::default()).unwrap();
+        assert_eq!(t.counts.lossy_utf8, 1);
+        assert!(t.name(t.gpu_ops[0].name).contains('\u{fffd}'));
+    }
+
+    #[test]
+    fn missing_fields_are_skipped_with_a_warning() {
+        let t = parse(
+            r#"{"traceEvents":[{"ph":"X","cat":"kernel","name":"k","ts":1},
+                               {"ph":"X","cat":"kernel","name":"k2","dur":1},
+                               {"ph":"X","cat":"kernel","name":"k3","ts":{"a":1},"dur":1}]}"#,
+        )
+        .unwrap();
+        assert_eq!(t.gpu_ops.len(), 0);
+        assert_eq!(t.counts.malformed, 3);
+        assert!(t.warnings[0].contains("'dur'"), "{:?}", t.warnings);
+    }
+
+    #[test]
+    fn structural_errors_are_values() {
+        assert!(matches!(parse(""), Err(TraceError::Empty { .. })));
+        assert!(matches!(parse("{}"), Err(TraceError::NoTraceEvents { .. })));
+        assert!(matches!(
+            parse(r#"{"traceEvents":[{"cat":"kernel""#),
+            Err(TraceError::Truncated { .. })
+        ));
+        assert!(matches!(
+            parse(r#"{"traceEvents":[{"cat":"kernel","ts":1,,}]}"#),
+            Err(TraceError::Json { .. })
+        ));
+        assert!(matches!(parse("hello"), Err(TraceError::Json { .. })));
+        assert!(matches!(
+            parse(r#"{"traceEvents": 5}"#),
+            Err(TraceError::Json { .. })
+        ));
+        let t = parse(r#"{"traceEvents": []}"#).unwrap();
+        assert_eq!(t.counts.total, 0);
+    }
+}

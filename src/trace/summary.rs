@@ -1,0 +1,547 @@
+//! Per-rank and overall summaries of traces: the steps found, step-time statistics, the
+//! category breakdown of each step (by [`crate::breakdown::attribute`], the same accounting as
+//! the simulator), idle and launch gaps, communication wait/transfer and exposed/overlapped
+//! time, and the kernels no rule classified.
+
+use super::align::{split_wait_transfer, Alignment};
+use super::classify::{Classifier, Verdict};
+use super::error::{Result, TraceError};
+use super::model::{EventCounts, GpuOp, ParsedTrace};
+use super::parse::{parse_file, ParseOptions};
+use super::rank::{assign_ranks, RankSource};
+use super::steps::{find_steps, StepKind, StepSource, WindowSource};
+use crate::breakdown::{attribute, Breakdown, Interval};
+use crate::category::Category;
+use regex::Regex;
+use serde::Serialize;
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+pub struct SummaryOptions<'a> {
+    pub classifier: &'a Classifier,
+    /// `--step-marker`: steps are the annotations matching this instead of the known markers.
+    pub step_marker: Option<&'a Regex>,
+    /// How many unclassified kernel names to keep (by time).
+    pub top_unclassified: usize,
+}
+
+/// Order statistics of step times, µs.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize)]
+pub struct Stats {
+    pub n: usize,
+    pub median: f64,
+    pub p10: f64,
+    pub p90: f64,
+    pub mean: f64,
+    pub min: f64,
+    pub max: f64,
+}
+
+impl Stats {
+    pub fn of(values: &[f64]) -> Stats {
+        if values.is_empty() {
+            return Stats::default();
+        }
+        let mut v = values.to_vec();
+        v.sort_by(f64::total_cmp);
+        // Linear interpolation between closest ranks (numpy's default).
+        let q = |p: f64| {
+            let x = p * (v.len() - 1) as f64;
+            let (i, f) = (x.floor() as usize, x.fract());
+            if i + 1 < v.len() {
+                v[i] + f * (v[i + 1] - v[i])
+            } else {
+                v[i]
+            }
+        };
+        Stats {
+            n: v.len(),
+            median: q(0.5),
+            p10: q(0.1),
+            p90: q(0.9),
+            mean: v.iter().sum::<f64>() / v.len() as f64,
+            min: v[0],
+            max: v[v.len() - 1],
+        }
+    }
+}
+
+/// Time in a step window when no GPU work ran, split by cause.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize)]
+pub struct GapStats {
+    pub count: usize,
+    pub idle_us: f64,
+    /// Gaps closed by an op whose launch call started after the GPU had gone idle: the GPU was
+    /// waiting for the CPU to launch (HTA's "host wait").
+    pub launch_gap_us: f64,
+    /// All other gaps (dependencies, synchronisation, the tail of the window).
+    pub other_gap_us: f64,
+    pub largest_us: f64,
+}
+
+impl GapStats {
+    fn add(&mut self, o: &GapStats) {
+        self.count += o.count;
+        self.idle_us += o.idle_us;
+        self.launch_gap_us += o.launch_gap_us;
+        self.other_gap_us += o.other_gap_us;
+        self.largest_us = self.largest_us.max(o.largest_us);
+    }
+    fn scale(&mut self, k: f64) {
+        self.idle_us *= k;
+        self.launch_gap_us *= k;
+        self.other_gap_us *= k;
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct UnclassifiedKernel {
+    pub name: String,
+    /// Summed duration in the analysed steps.
+    pub time_us: f64,
+    pub count: usize,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepSummary {
+    pub index: usize,
+    pub name: String,
+    pub kind: StepKind,
+    /// Counted in the rank's statistics (decode steps when there are any, else all steps).
+    pub selected: bool,
+    pub start_us: f64,
+    pub end_us: f64,
+    pub window: WindowSource,
+    pub linked_ops: usize,
+    pub graph_ops: usize,
+    pub breakdown: Breakdown,
+    pub gaps: GapStats,
+    pub collectives: usize,
+}
+
+#[derive(Debug, Clone)]
+pub struct RankSummary {
+    pub rank: u32,
+    pub rank_source: RankSource,
+    pub path: PathBuf,
+    pub device: Option<String>,
+    pub world_size: Option<i64>,
+    pub events: EventCounts,
+    pub step_source: StepSource,
+    pub marker_side: &'static str,
+    pub empty_markers: usize,
+    pub steps: Vec<StepSummary>,
+    /// "decode" when decode steps were found and only they are counted, else "all".
+    pub selection: &'static str,
+    pub step_time: Stats,
+    /// Mean over the selected steps.
+    pub breakdown: Breakdown,
+    /// Mean per selected step.
+    pub gaps: GapStats,
+    /// Summed kernel durations in the selected steps.
+    pub kernel_time_us: f64,
+    pub unclassified_us: f64,
+    pub unclassified: Vec<UnclassifiedKernel>,
+    pub warnings: Vec<String>,
+}
+
+impl RankSummary {
+    pub fn selected_steps(&self) -> impl Iterator<Item = &StepSummary> {
+        self.steps.iter().filter(|s| s.selected)
+    }
+    pub fn unclassified_share(&self) -> f64 {
+        ratio(self.unclassified_us, self.kernel_time_us)
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct TraceSummary {
+    pub ranks: Vec<RankSummary>,
+    /// Over the selected steps of all ranks.
+    pub step_time: Stats,
+    /// Mean over ranks of each rank's mean selected step.
+    pub breakdown: Breakdown,
+    pub alignment: Alignment,
+    pub kernel_time_us: f64,
+    pub unclassified_us: f64,
+    /// Merged over ranks, by time.
+    pub unclassified: Vec<UnclassifiedKernel>,
+    pub rules: String,
+}
+
+impl TraceSummary {
+    pub fn unclassified_share(&self) -> f64 {
+        ratio(self.unclassified_us, self.kernel_time_us)
+    }
+    pub fn selected_steps(&self) -> usize {
+        self.ranks.iter().map(|r| r.step_time.n).sum()
+    }
+}
+
+fn ratio(a: f64, b: f64) -> f64 {
+    if b > 0.0 {
+        a / b
+    } else {
+        0.0
+    }
+}
+
+/// Expands directories into their `*.json` / `*.json.gz` files (sorted) and checks the rest.
+pub fn expand_inputs(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    for p in paths {
+        if p.is_dir() {
+            let rd = std::fs::read_dir(p).map_err(|source| TraceError::Io {
+                path: p.clone(),
+                source,
+            })?;
+            let mut files: Vec<PathBuf> = rd
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|f| {
+                    f.is_file()
+                        && f.file_name()
+                            .and_then(|n| n.to_str())
+                            .is_some_and(|n| n.ends_with(".json") || n.ends_with(".json.gz"))
+                })
+                .collect();
+            if files.is_empty() {
+                return Err(TraceError::EmptyDirectory { path: p.clone() });
+            }
+            files.sort();
+            out.extend(files);
+        } else if p.is_file() {
+            out.push(p.clone());
+        } else {
+            return Err(TraceError::NotATrace { path: p.clone() });
+        }
+    }
+    Ok(out)
+}
+
+/// Reads and summarizes trace files (one per rank; directories are expanded).
+pub fn summarize(paths: &[PathBuf], opts: &SummaryOptions) -> Result<TraceSummary> {
+    let files = expand_inputs(paths)?;
+    let popts = ParseOptions {
+        step_marker: opts.step_marker,
+    };
+    let traces = files
+        .iter()
+        .map(|f| parse_file(f, &popts))
+        .collect::<Result<Vec<_>>>()?;
+    summarize_parsed(traces, opts)
+}
+
+/// Summarizes traces already parsed (one per rank).
+pub fn summarize_parsed(traces: Vec<ParsedTrace>, opts: &SummaryOptions) -> Result<TraceSummary> {
+    let paths: Vec<PathBuf> = traces.iter().map(|t| t.path.clone()).collect();
+    let meta: Vec<Option<i64>> = traces.iter().map(|t| t.meta.rank).collect();
+    let ranks = assign_ranks(&paths, &meta)?;
+    let mut order: Vec<usize> = (0..traces.len()).collect();
+    order.sort_by_key(|&i| ranks[i].0);
+
+    let mut rank_out = Vec::new();
+    let mut comm_lists = Vec::new();
+    for i in order {
+        let (rank, src) = ranks[i];
+        let (summary, comm) = summarize_rank(&traces[i], rank, src, opts);
+        rank_out.push(summary);
+        comm_lists.push(comm);
+    }
+    if rank_out.iter().all(|r| r.steps.is_empty()) {
+        return Err(TraceError::NoGpuActivity);
+    }
+
+    // Wait/transfer over the selected steps, aligned across ranks.
+    let alignment = split_wait_transfer(&comm_lists);
+    for (r, rs) in rank_out.iter_mut().enumerate() {
+        for (k, step) in rs.steps.iter_mut().filter(|s| s.selected).enumerate() {
+            let (w, t) = alignment.per_rank[r][k];
+            step.breakdown.comm_wait_us = w;
+            step.breakdown.comm_transfer_us = t;
+        }
+        rs.breakdown =
+            Breakdown::mean(rs.steps.iter().filter(|s| s.selected).map(|s| &s.breakdown));
+    }
+
+    let with_steps: Vec<&RankSummary> = rank_out.iter().filter(|r| r.step_time.n > 0).collect();
+    let breakdown = Breakdown::mean(with_steps.iter().map(|r| &r.breakdown));
+    let times: Vec<f64> = rank_out
+        .iter()
+        .flat_map(|r| r.selected_steps().map(|s| s.breakdown.step_time_us))
+        .collect();
+    let mut merged: HashMap<&str, (f64, usize)> = HashMap::new();
+    for r in &rank_out {
+        for u in &r.unclassified {
+            let e = merged.entry(u.name.as_str()).or_default();
+            e.0 += u.time_us;
+            e.1 += u.count;
+        }
+    }
+    let unclassified = top_n(
+        merged
+            .into_iter()
+            .map(|(n, (t, c))| UnclassifiedKernel {
+                name: n.to_string(),
+                time_us: t,
+                count: c,
+            })
+            .collect(),
+        opts.top_unclassified,
+    );
+    Ok(TraceSummary {
+        step_time: Stats::of(&times),
+        breakdown,
+        alignment,
+        kernel_time_us: rank_out.iter().map(|r| r.kernel_time_us).sum(),
+        unclassified_us: rank_out.iter().map(|r| r.unclassified_us).sum(),
+        unclassified,
+        rules: opts.classifier.source.clone(),
+        ranks: rank_out,
+    })
+}
+
+fn top_n(mut v: Vec<UnclassifiedKernel>, n: usize) -> Vec<UnclassifiedKernel> {
+    v.sort_by(|a, b| b.time_us.total_cmp(&a.time_us).then(a.name.cmp(&b.name)));
+    v.truncate(n);
+    v
+}
+
+/// The device with the most GPU ops: a rank's trace normally has one, and mixing two GPUs'
+/// timelines would make the union meaningless.
+fn main_device(ops: &[GpuOp]) -> Option<i64> {
+    let mut count: HashMap<i64, usize> = HashMap::new();
+    for o in ops {
+        *count.entry(o.device).or_default() += 1;
+    }
+    count
+        .into_iter()
+        .max_by_key(|&(d, n)| (n, -d))
+        .map(|(d, _)| d)
+}
+
+/// One rank's summary, and the (start, end) of its collectives in each selected step.
+fn summarize_rank(
+    trace: &ParsedTrace,
+    rank: u32,
+    rank_source: RankSource,
+    opts: &SummaryOptions,
+) -> (RankSummary, Vec<Vec<(f64, f64)>>) {
+    let mut warnings = trace.warnings.clone();
+    let device = main_device(&trace.gpu_ops);
+    let mut ops: Vec<GpuOp> = trace
+        .gpu_ops
+        .iter()
+        .filter(|o| Some(o.device) == device)
+        .copied()
+        .collect();
+    if ops.len() < trace.gpu_ops.len() {
+        warnings.push(format!(
+            "GPU ops of {} other device(s) ignored; analysed device {}",
+            trace.gpu_ops.len() - ops.len(),
+            device.unwrap_or(0)
+        ));
+    }
+    if ops.is_empty() {
+        warnings.push("no GPU kernels, memcpy or memset in this trace".into());
+    }
+    ops.sort_by(|a, b| a.start_us.total_cmp(&b.start_us));
+    let mut launches = trace.launches.clone();
+    launches.sort_by(|a, b| a.start_us.total_cmp(&b.start_us));
+    let launch_at: HashMap<u64, f64> = launches
+        .iter()
+        .map(|l| (l.correlation, l.start_us))
+        .collect();
+
+    let finding = find_steps(&trace.annotations, &ops, &launches, opts.step_marker);
+    let any_decode = finding.steps.iter().any(|s| s.kind == StepKind::Decode);
+
+    let mut cache = Vec::new();
+    let classes: Vec<(Category, Verdict)> = ops
+        .iter()
+        .map(|o| opts.classifier.classify(o, trace, &mut cache))
+        .collect();
+    let max_dur = ops
+        .iter()
+        .map(|o| o.end_us - o.start_us)
+        .fold(0.0, f64::max);
+
+    let mut steps = Vec::new();
+    let mut comm = Vec::new();
+    let mut unclassified: HashMap<u32, (f64, usize)> = HashMap::new();
+    let (mut kernel_time, mut unclassified_time) = (0.0, 0.0);
+    let mut intervals: Vec<Interval> = Vec::new();
+    let mut members: Vec<usize> = Vec::new();
+    let mut scratch = Vec::new();
+    for (index, st) in finding.steps.iter().enumerate() {
+        let selected = !any_decode || st.kind == StepKind::Decode;
+        let (ws, we) = (st.start_us, st.end_us);
+        // Ops overlapping the window: sorted by start, so begin early enough for long ops.
+        let lo = ops.partition_point(|o| o.start_us < ws - max_dur);
+        let hi = ops.partition_point(|o| o.start_us < we);
+        intervals.clear();
+        members.clear();
+        for i in lo..hi {
+            if ops[i].end_us > ws {
+                members.push(i);
+                intervals.push(Interval {
+                    start_us: ops[i].start_us,
+                    end_us: ops[i].end_us,
+                    category: classes[i].0,
+                });
+            }
+        }
+        let breakdown =
+            Breakdown::from_attribution(we - ws, attribute(&intervals, ws, we, &mut scratch));
+        let gaps = gap_stats(&ops, &members, ws, we, &launch_at);
+        let mut coll = Vec::new();
+        for &i in &members {
+            let o = &ops[i];
+            if classes[i].0 == Category::Communication && o.start_us >= ws {
+                coll.push((o.start_us, o.end_us));
+            }
+            if selected && o.kind == super::model::GpuKind::Kernel {
+                let d = o.end_us.min(we) - o.start_us.max(ws);
+                kernel_time += d;
+                if classes[i].1 == Verdict::Unclassified {
+                    unclassified_time += d;
+                    let e = unclassified.entry(o.name).or_default();
+                    e.0 += d;
+                    e.1 += 1;
+                }
+            }
+        }
+        let collectives = coll.len();
+        if selected {
+            comm.push(coll);
+        }
+        steps.push(StepSummary {
+            index,
+            name: st.name.clone(),
+            kind: st.kind,
+            selected,
+            start_us: ws,
+            end_us: we,
+            window: st.window,
+            linked_ops: st.linked_ops,
+            graph_ops: st.graph_ops,
+            breakdown,
+            gaps,
+            collectives,
+        });
+    }
+
+    let sel: Vec<&StepSummary> = steps.iter().filter(|s| s.selected).collect();
+    let step_time = Stats::of(
+        &sel.iter()
+            .map(|s| s.breakdown.step_time_us)
+            .collect::<Vec<_>>(),
+    );
+    let mut gaps = GapStats::default();
+    for s in &sel {
+        gaps.add(&s.gaps);
+    }
+    if !sel.is_empty() {
+        gaps.scale(1.0 / sel.len() as f64);
+    }
+    let unclassified = top_n(
+        unclassified
+            .into_iter()
+            .map(|(n, (t, c))| UnclassifiedKernel {
+                name: trace.name(n).to_string(),
+                time_us: t,
+                count: c,
+            })
+            .collect(),
+        opts.top_unclassified,
+    );
+    let device_name = device
+        .and_then(|d| usize::try_from(d).ok())
+        .and_then(|d| trace.meta.device_names.get(d).cloned())
+        .or_else(|| trace.meta.device_names.first().cloned());
+    (
+        RankSummary {
+            rank,
+            rank_source,
+            path: trace.path.clone(),
+            device: device_name,
+            world_size: trace.meta.world_size,
+            events: trace.counts,
+            step_source: finding.source,
+            marker_side: finding.marker_side,
+            empty_markers: finding.empty_markers,
+            selection: if any_decode { "decode" } else { "all" },
+            step_time,
+            breakdown: Breakdown::mean(sel.iter().map(|s| &s.breakdown)),
+            gaps,
+            kernel_time_us: kernel_time,
+            unclassified_us: unclassified_time,
+            unclassified,
+            warnings,
+            steps,
+        },
+        comm,
+    )
+}
+
+/// Gaps in the union of the window's GPU ops, each blamed on the launch or on something else.
+fn gap_stats(
+    ops: &[GpuOp],
+    members: &[usize],
+    ws: f64,
+    we: f64,
+    launch_at: &HashMap<u64, f64>,
+) -> GapStats {
+    let mut g = GapStats::default();
+    let mut covered = ws;
+    let record = |g: &mut GapStats, from: f64, to: f64, launch_bound: bool| {
+        let d = to - from;
+        if d <= 0.0 {
+            return;
+        }
+        g.count += 1;
+        g.idle_us += d;
+        g.largest_us = g.largest_us.max(d);
+        if launch_bound {
+            g.launch_gap_us += d;
+        } else {
+            g.other_gap_us += d;
+        }
+    };
+    // `members` are in start order because `ops` is.
+    for &i in members {
+        let o = &ops[i];
+        if o.start_us > covered {
+            let launched = o.correlation.and_then(|c| launch_at.get(&c)).copied();
+            record(
+                &mut g,
+                covered,
+                o.start_us.min(we),
+                launched.is_some_and(|l| l >= covered),
+            );
+        }
+        covered = covered.max(o.end_us);
+    }
+    record(&mut g, covered, we, false);
+    g
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_interpolate() {
+        let s = Stats::of(&[1.0, 2.0, 3.0, 4.0, 5.0]);
+        assert_eq!((s.median, s.min, s.max, s.n), (3.0, 1.0, 5.0, 5));
+        assert!((s.p10 - 1.4).abs() < 1e-12 && (s.p90 - 4.6).abs() < 1e-12);
+        assert_eq!(Stats::of(&[]).n, 0);
+    }
+
+    #[test]
+    fn expand_rejects_missing_paths() {
+        assert!(matches!(
+            expand_inputs(&[PathBuf::from("/nonexistent/x.json")]),
+            Err(TraceError::NotATrace { .. })
+        ));
+    }
+}

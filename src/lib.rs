@@ -10,6 +10,7 @@ pub mod workload;
 pub use error::{Error, Result};
 pub mod calibrate;
 pub mod cli;
+pub mod compare;
 pub mod cost;
 pub mod report;
 pub mod sim;

@@ -1,6 +1,7 @@
 //! Command-line definitions and glue; each subcommand is a thin function over the library.
 
 mod scenario_args;
+pub mod trace_cmd;
 
 pub use scenario_args::ScenarioArgs;
 
@@ -31,6 +32,18 @@ pub enum Command {
     List,
     /// Fit a calibration profile to the harness's measurement CSVs.
     Calibrate(CalibrateArgs),
+    /// Read torch.profiler (Kineto) traces: steps, time per category, idle, communication.
+    Trace(trace_cmd::TraceArgs),
+    /// Simulate a scenario and hold it against measured traces, category by category.
+    Compare(CompareArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct CompareArgs {
+    #[command(flatten)]
+    pub scenario: ScenarioArgs,
+    #[command(flatten)]
+    pub measured: trace_cmd::CompareTraceArgs,
 }
 
 #[derive(Debug, clap::Args)]
@@ -75,7 +88,25 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Simulate(a) => simulate(a),
         Command::List => list(),
         Command::Calibrate(a) => calibrate(a),
+        Command::Trace(a) => trace_cmd::run(&a, &mut std::io::stdout().lock())
+            .map_err(|e| Error::Other(e.to_string())),
+        Command::Compare(a) => compare(a),
     }
+}
+
+fn compare(a: CompareArgs) -> Result<()> {
+    let sim = simulation::simulate(&a.scenario.request())?;
+    let title = format!(
+        "{} on {}, TP={}, batch {}, context {}",
+        a.scenario.request().model,
+        a.scenario.request().system,
+        sim.scenario.tp,
+        sim.scenario.batch,
+        sim.scenario.context
+    );
+    trace_cmd::run_compare(&sim.mean, &a.measured, &title, &mut std::io::stdout().lock())
+        .map(|_| ())
+        .map_err(|e| Error::Other(e.to_string()))
 }
 
 fn print(text: &str) -> Result<()> {

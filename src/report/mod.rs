@@ -2,8 +2,11 @@
 
 pub mod calibration;
 pub mod chrome;
+pub mod comparison;
+pub mod plot;
 pub mod simulation;
 pub mod table;
+pub mod trace_summary;
 
 /// Output formats shared by the subcommands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

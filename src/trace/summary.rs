@@ -117,6 +117,8 @@ pub struct StepSummary {
     pub breakdown: Breakdown,
     pub gaps: GapStats,
     pub collectives: usize,
+    /// Idle time cut from the window as a stall (see [`STALL_FACTOR`]).
+    pub stall_us: f64,
 }
 
 #[derive(Debug, Clone)]
@@ -376,20 +378,23 @@ fn summarize_rank(
         let selected = !any_decode || st.kind == StepKind::Decode;
         let (ws, we) = (st.start_us, st.end_us);
         // Ops overlapping the window: sorted by start, so begin early enough for long ops.
-        let lo = ops.partition_point(|o| o.start_us < ws - max_dur);
-        let hi = ops.partition_point(|o| o.start_us < we);
-        intervals.clear();
-        members.clear();
-        for i in lo..hi {
-            if ops[i].end_us > ws {
-                members.push(i);
-                intervals.push(Interval {
-                    start_us: ops[i].start_us,
-                    end_us: ops[i].end_us,
-                    category: classes[i].0,
-                });
-            }
+        let overlapping = |ws: f64, we: f64, members: &mut Vec<usize>| {
+            members.clear();
+            let lo = ops.partition_point(|o| o.start_us < ws - max_dur);
+            let hi = ops.partition_point(|o| o.start_us < we);
+            members.extend((lo..hi).filter(|&i| ops[i].end_us > ws));
+        };
+        overlapping(ws, we, &mut members);
+        let (ws, we, stall_us) = trim_stalls(&ops, &members, ws, we);
+        if stall_us > 0.0 {
+            overlapping(ws, we, &mut members);
         }
+        intervals.clear();
+        intervals.extend(members.iter().map(|&i| Interval {
+            start_us: ops[i].start_us,
+            end_us: ops[i].end_us,
+            category: classes[i].0,
+        }));
         let breakdown =
             Breakdown::from_attribution(we - ws, attribute(&intervals, ws, we, &mut scratch));
         let gaps = gap_stats(&ops, &members, ws, we, &launch_at);
@@ -427,6 +432,7 @@ fn summarize_rank(
             breakdown,
             gaps,
             collectives,
+            stall_us,
         });
     }
 
@@ -493,36 +499,82 @@ fn gap_stats(
 ) -> GapStats {
     let mut g = GapStats::default();
     let mut covered = ws;
-    let record = |g: &mut GapStats, from: f64, to: f64, launch_bound: bool| {
-        let d = to - from;
-        if d <= 0.0 {
+    let gap = |g: &mut GapStats, from: f64, to: f64, launched: Option<f64>| {
+        if to <= from {
             return;
         }
+        // The part of the gap before the op's launch call was made is the GPU waiting for the
+        // CPU; the rest is waiting for something else (a dependency, an event, the window end).
+        let split = launched.map_or(from, |l| l.clamp(from, to));
         g.count += 1;
-        g.idle_us += d;
-        g.largest_us = g.largest_us.max(d);
-        if launch_bound {
-            g.launch_gap_us += d;
-        } else {
-            g.other_gap_us += d;
-        }
+        g.idle_us += to - from;
+        g.largest_us = g.largest_us.max(to - from);
+        g.launch_gap_us += split - from;
+        g.other_gap_us += to - split;
     };
     // `members` are in start order because `ops` is.
     for &i in members {
         let o = &ops[i];
-        if o.start_us > covered {
-            let launched = o.correlation.and_then(|c| launch_at.get(&c)).copied();
-            record(
-                &mut g,
-                covered,
-                o.start_us.min(we),
-                launched.is_some_and(|l| l >= covered),
-            );
-        }
+        let launched = o.correlation.and_then(|c| launch_at.get(&c)).copied();
+        gap(&mut g, covered, o.start_us.min(we), launched);
         covered = covered.max(o.end_us);
     }
-    record(&mut g, covered, we, false);
+    gap(&mut g, covered, we, None);
     g
+}
+
+/// A step's GPU window can contain a stall that is not part of the step: SGLang's overlap
+/// scheduler, for example, launches a few kernels, then the stream waits hundreds of
+/// milliseconds on an event before the forward pass runs. An idle gap longer than
+/// `STALL_FACTOR` times the step's whole GPU busy time is such a stall: the window is cut there
+/// and the piece with the most GPU work is kept.
+pub const STALL_FACTOR: f64 = 5.0;
+
+/// Returns the trimmed window and the time cut from it.
+fn trim_stalls(ops: &[GpuOp], members: &[usize], ws: f64, we: f64) -> (f64, f64, f64) {
+    // Union segments of the members, clipped to the window (members are in start order).
+    let mut segs: Vec<(f64, f64)> = Vec::new();
+    for &i in members {
+        let (s, e) = (ops[i].start_us.max(ws), ops[i].end_us.min(we));
+        if e <= s {
+            continue;
+        }
+        match segs.last_mut() {
+            Some(last) if s <= last.1 => last.1 = last.1.max(e),
+            _ => segs.push((s, e)),
+        }
+    }
+    let busy: f64 = segs.iter().map(|(s, e)| e - s).sum();
+    if segs.len() < 2 || busy <= 0.0 {
+        return (ws, we, 0.0);
+    }
+    // Pieces between stalls: (first segment, last segment, busy time).
+    let mut pieces = vec![(0usize, 0usize, segs[0].1 - segs[0].0)];
+    for k in 1..segs.len() {
+        if segs[k].0 - segs[k - 1].1 > STALL_FACTOR * busy {
+            pieces.push((k, k, 0.0));
+        }
+        let n = pieces.len();
+        let p = &mut pieces[n - 1];
+        p.1 = k;
+        p.2 += segs[k].1 - segs[k].0;
+    }
+    if pieces.len() == 1 {
+        return (ws, we, 0.0);
+    }
+    let mut best = pieces[0];
+    for &p in &pieces[1..] {
+        if p.2 > best.2 {
+            best = p;
+        }
+    }
+    let start = if best.0 == 0 { ws } else { segs[best.0].0 };
+    let end = if best.1 == segs.len() - 1 {
+        we
+    } else {
+        segs[best.1].1
+    };
+    (start, end, (we - ws) - (end - start))
 }
 
 #[cfg(test)]
@@ -535,6 +587,50 @@ mod tests {
         assert_eq!((s.median, s.min, s.max, s.n), (3.0, 1.0, 5.0, 5));
         assert!((s.p10 - 1.4).abs() < 1e-12 && (s.p90 - 4.6).abs() < 1e-12);
         assert_eq!(Stats::of(&[]).n, 0);
+    }
+
+    fn kop(s: f64, e: f64) -> GpuOp {
+        GpuOp {
+            start_us: s,
+            end_us: e,
+            kind: super::super::model::GpuKind::Kernel,
+            name: 0,
+            device: 0,
+            stream: 0,
+            correlation: None,
+            graph_id: None,
+            collective: None,
+        }
+    }
+
+    #[test]
+    fn stalls_are_cut_and_normal_gaps_kept() {
+        // 4 µs of prep, a 1000 µs stall, then 100 µs of forward pass.
+        let ops = [kop(0.0, 4.0), kop(1004.0, 1054.0), kop(1060.0, 1110.0)];
+        assert_eq!(
+            trim_stalls(&ops, &[0, 1, 2], 0.0, 1110.0),
+            (1004.0, 1110.0, 1004.0)
+        );
+        // A 6 µs gap in 100 µs of work stays.
+        assert_eq!(
+            trim_stalls(&ops, &[1, 2], 1004.0, 1110.0),
+            (1004.0, 1110.0, 0.0)
+        );
+    }
+
+    #[test]
+    fn gaps_blame_the_launch_only_until_the_launch_call() {
+        let mut a = kop(0.0, 10.0);
+        a.correlation = Some(1);
+        let mut b = kop(30.0, 40.0);
+        b.correlation = Some(2);
+        let launch_at: HashMap<u64, f64> = [(1, -5.0), (2, 25.0)].into_iter().collect();
+        let g = gap_stats(&[a, b], &[0, 1], 0.0, 45.0, &launch_at);
+        assert_eq!(
+            (g.count, g.idle_us, g.launch_gap_us, g.other_gap_us),
+            (2, 25.0, 15.0, 10.0)
+        );
+        assert_eq!(g.largest_us, 20.0);
     }
 
     #[test]

@@ -1,0 +1,336 @@
+//! `decodesim trace summarize` output: a terminal table, JSON and CSV of a [`TraceSummary`].
+
+use crate::breakdown::Breakdown;
+use crate::category::Category;
+use crate::trace::summary::{GapStats, RankSummary, StepSummary};
+use crate::trace::TraceSummary;
+use serde_json::{json, Value};
+use std::fmt::Write;
+
+fn breakdown_json(b: &Breakdown) -> Value {
+    json!(b.entries())
+}
+
+fn comm_json(b: &Breakdown) -> Value {
+    let c = Category::Communication.index();
+    json!({
+        "busy_us": b.busy_us[c],
+        "exposed_us": b.exclusive_us[c],
+        "overlapped_us": b.comm_overlapped_us(),
+        "wait_us": b.comm_wait_us,
+        "transfer_us": b.comm_transfer_us,
+    })
+}
+
+fn step_json(rank: u32, s: &StepSummary) -> Value {
+    json!({
+        "rank": rank,
+        "index": s.index,
+        "name": s.name,
+        "kind": s.kind,
+        "selected": s.selected,
+        "start_us": s.start_us,
+        "end_us": s.end_us,
+        "step_time_us": s.breakdown.step_time_us,
+        "window": s.window,
+        "linked_ops": s.linked_ops,
+        "graph_ops": s.graph_ops,
+        "collectives": s.collectives,
+        "stall_us": s.stall_us,
+        "breakdown": breakdown_json(&s.breakdown),
+        "comm": comm_json(&s.breakdown),
+        "gaps": s.gaps,
+    })
+}
+
+fn rank_json(r: &RankSummary) -> Value {
+    json!({
+        "rank": r.rank,
+        "rank_source": r.rank_source,
+        "path": r.path.display().to_string(),
+        "device": r.device,
+        "world_size": r.world_size,
+        "events": {
+            "total": r.events.total,
+            "skipped_early": r.events.skipped_early,
+            "malformed": r.events.malformed,
+            "lossy_utf8": r.events.lossy_utf8,
+        },
+        "step_source": r.step_source,
+        "step_source_text": r.step_source.describe(),
+        "marker_side": r.marker_side,
+        "empty_markers": r.empty_markers,
+        "steps_found": r.steps.len(),
+        "selection": r.selection,
+        "step_time_us": r.step_time,
+        "breakdown": breakdown_json(&r.breakdown),
+        "comm": comm_json(&r.breakdown),
+        "gaps": r.gaps,
+        "kernel_time_us": r.kernel_time_us,
+        "unclassified_us": r.unclassified_us,
+        "unclassified_share": r.unclassified_share(),
+        "unclassified": r.unclassified,
+        "warnings": r.warnings,
+    })
+}
+
+/// The JSON document (schema in docs/trace.md).
+pub fn to_json(s: &TraceSummary) -> Value {
+    let steps: Vec<Value> = s
+        .ranks
+        .iter()
+        .flat_map(|r| r.steps.iter().map(move |st| step_json(r.rank, st)))
+        .collect();
+    let mut comm = comm_json(&s.breakdown);
+    comm["alignment"] = json!(s.alignment);
+    json!({
+        "ranks": s.ranks.iter().map(rank_json).collect::<Vec<_>>(),
+        "steps": steps,
+        "step_time_us": s.step_time,
+        "breakdown": breakdown_json(&s.breakdown),
+        "comm": comm,
+        "gaps": mean_gaps(s),
+        "kernel_time_us": s.kernel_time_us,
+        "unclassified_us": s.unclassified_us,
+        "unclassified_share": s.unclassified_share(),
+        "unclassified": s.unclassified,
+        "rules": s.rules,
+    })
+}
+
+fn mean_gaps(s: &TraceSummary) -> GapStats {
+    let ranks: Vec<&RankSummary> = s.ranks.iter().filter(|r| r.step_time.n > 0).collect();
+    let n = ranks.len().max(1) as f64;
+    let mut g = GapStats::default();
+    for r in &ranks {
+        g.count += r.gaps.count;
+        g.idle_us += r.gaps.idle_us / n;
+        g.launch_gap_us += r.gaps.launch_gap_us / n;
+        g.other_gap_us += r.gaps.other_gap_us / n;
+        g.largest_us = g.largest_us.max(r.gaps.largest_us);
+    }
+    g
+}
+
+/// Long-format CSV: one row per (rank, step, category); rank "all" and step "mean" rows carry
+/// the means the table shows.
+pub fn to_csv(s: &TraceSummary) -> String {
+    let mut out = String::from(
+        "rank,step,name,kind,selected,step_time_us,category,time_us,share,busy_us,comm_wait_us,comm_transfer_us\n",
+    );
+    let mut rows =
+        |rank: &str, step: &str, name: &str, kind: &str, selected: &str, b: &Breakdown| {
+            for e in b.entries() {
+                let _ = writeln!(
+                    out,
+                    "{rank},{step},{},{kind},{selected},{:.3},{},{:.3},{:.6},{:.3},{:.3},{:.3}",
+                    csv_field(name),
+                    b.step_time_us,
+                    e.category,
+                    e.time_us,
+                    e.share,
+                    e.busy_us,
+                    b.comm_wait_us,
+                    b.comm_transfer_us
+                );
+            }
+        };
+    rows("all", "mean", "", "", "", &s.breakdown);
+    for r in &s.ranks {
+        let rank = r.rank.to_string();
+        rows(&rank, "mean", "", r.selection, "", &r.breakdown);
+        for st in &r.steps {
+            let kind = serde_json::to_value(st.kind)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_owned))
+                .unwrap_or_default();
+            rows(
+                &rank,
+                &st.index.to_string(),
+                &st.name,
+                &kind,
+                if st.selected { "true" } else { "false" },
+                &st.breakdown,
+            );
+        }
+    }
+    out
+}
+
+fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', '\n']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
+}
+
+fn short(s: &str, n: usize) -> String {
+    if s.chars().count() <= n {
+        s.to_string()
+    } else {
+        let t: String = s.chars().take(n - 1).collect();
+        format!("{t}…")
+    }
+}
+
+fn file_name(r: &RankSummary) -> String {
+    r.path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| r.path.display().to_string())
+}
+
+/// The terminal table.
+pub fn to_table(s: &TraceSummary) -> String {
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "Traces: {} rank(s); kernel rules: {}",
+        s.ranks.len(),
+        s.rules
+    );
+    let _ = writeln!(o);
+    let _ = writeln!(
+        o,
+        "{:<5} {:<40} {:<22} {:<46} {:>10} {:>10} {:>10}",
+        "rank", "file", "device", "steps (how found)", "median µs", "p10 µs", "p90 µs"
+    );
+    for r in &s.ranks {
+        let graph: usize = r.steps.iter().map(|x| x.graph_ops).sum();
+        let how = format!(
+            "{} found, {} {} used; {}{}",
+            r.steps.len(),
+            r.step_time.n,
+            r.selection,
+            r.step_source.describe(),
+            if graph > 0 {
+                " (CUDA-graph replay)"
+            } else {
+                ""
+            }
+        );
+        let _ = writeln!(
+            o,
+            "{:<5} {:<40} {:<22} {:<46} {:>10.1} {:>10.1} {:>10.1}",
+            format!("{}", r.rank),
+            short(&file_name(r), 40),
+            short(r.device.as_deref().unwrap_or("-"), 22),
+            short(&how, 46),
+            r.step_time.median,
+            r.step_time.p10,
+            r.step_time.p90
+        );
+        let _ = writeln!(
+            o,
+            "      rank from {}; {} events read, {} skipped early, {} malformed skipped",
+            r.rank_source.describe(),
+            r.events.total,
+            r.events.skipped_early,
+            r.events.malformed
+        );
+        let stalls: Vec<f64> = r
+            .selected_steps()
+            .map(|x| x.stall_us)
+            .filter(|&t| t > 0.0)
+            .collect();
+        if !stalls.is_empty() {
+            let _ = writeln!(o, "      {} step window(s) had a GPU stall cut out ({:.1} µs in all): an idle gap over {}× the step's GPU busy time", stalls.len(), stalls.iter().sum::<f64>(), crate::trace::summary::STALL_FACTOR);
+        }
+        if r.empty_markers > 0 {
+            let _ = writeln!(
+                o,
+                "      {} marker(s) launched no GPU work and were skipped",
+                r.empty_markers
+            );
+        }
+        for w in &r.warnings {
+            let _ = writeln!(o, "      warning: {w}");
+        }
+    }
+    let _ = writeln!(o);
+    let multi = s.ranks.len() > 1;
+    let _ = write!(
+        o,
+        "{:<14} {:>11} {:>7} {:>11}",
+        "category", "time µs", "share", "busy µs"
+    );
+    if multi {
+        for r in &s.ranks {
+            let _ = write!(o, " {:>11}", format!("rank {} µs", r.rank));
+        }
+    }
+    let _ = writeln!(o);
+    let _ = writeln!(
+        o,
+        "{}",
+        "-".repeat(46 + if multi { 12 * s.ranks.len() } else { 0 })
+    );
+    for e in s.breakdown.entries() {
+        let _ = write!(
+            o,
+            "{:<14} {:>11.1} {:>6.1}% {:>11.1}",
+            e.category.name(),
+            e.time_us,
+            e.share * 100.0,
+            e.busy_us
+        );
+        if multi {
+            for r in &s.ranks {
+                let _ = write!(o, " {:>11.1}", r.breakdown.time(e.category));
+            }
+        }
+        let _ = writeln!(o);
+    }
+    let _ = write!(
+        o,
+        "{:<14} {:>11.1} {:>6.1}%",
+        "step (mean)", s.breakdown.step_time_us, 100.0
+    );
+    if multi {
+        let _ = write!(o, " {:>11}", "");
+        for r in &s.ranks {
+            let _ = write!(o, " {:>11.1}", r.breakdown.step_time_us);
+        }
+    }
+    let _ = writeln!(o);
+    let _ = writeln!(o, "(exclusive time per step: overlapping kernels go to the first category in this list; busy = union of the category's kernels)");
+    let _ = writeln!(o);
+
+    let b = &s.breakdown;
+    let c = Category::Communication.index();
+    let how = match s.alignment.method {
+        crate::trace::align::AlignMethod::SingleRank => {
+            "one rank: not split, all counted as transfer".to_string()
+        }
+        m => format!(
+            "{} collectives aligned across {} ranks ({}){}",
+            s.alignment.aligned,
+            s.ranks.len(),
+            if m == crate::trace::align::AlignMethod::PerStep {
+                "n-th of each step"
+            } else {
+                "n-th of the trace"
+            },
+            if s.alignment.unmatched > 0 {
+                format!(", {} unmatched", s.alignment.unmatched)
+            } else {
+                String::new()
+            }
+        ),
+    };
+    let _ = writeln!(o, "Communication per step: {:.1} µs busy = {:.1} exposed + {:.1} overlapped with compute; wait {:.1} µs, transfer {:.1} µs ({how})", b.busy_us[c], b.exclusive_us[c], b.comm_overlapped_us(), b.comm_wait_us, b.comm_transfer_us);
+    let g = mean_gaps(s);
+    let _ = writeln!(o, "GPU idle per step: {:.1} µs = {:.1} launch gaps (GPU waited for the CPU) + {:.1} other; largest gap {:.1} µs", g.idle_us, g.launch_gap_us, g.other_gap_us, g.largest_us);
+    let _ = writeln!(o, "Unclassified kernels: {:.2}% of kernel time ({:.1} µs; counted as the rules' fallback category)", s.unclassified_share() * 100.0, s.unclassified_us);
+    for u in &s.unclassified {
+        let _ = writeln!(
+            o,
+            "  {:>11.1} µs {:>6}×  {}",
+            u.time_us,
+            u.count,
+            short(&u.name, 110)
+        );
+    }
+    o
+}

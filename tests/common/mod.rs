@@ -1,0 +1,163 @@
+//! A small synthetic multi-rank decode trace, vLLM-like: per step a CPU
+//! `execute_context_0(0)_generation_8(8)` annotation, one `cudaGraphLaunch` whose correlation id
+//! every kernel of the step carries, and on the GPU a GEMM, a norm, an NCCL all-reduce, an idle
+//! gap, attention and an overlapping MoE kernel on a second stream. Rank r reaches the
+//! all-reduce `skew[r]` µs late; every rank's all-reduce ends at the same time, after a 30 µs
+//! transfer. One prefill step precedes the decode steps. The expected numbers are in
+//! [`expected`].
+
+#![allow(dead_code)]
+
+use serde_json::{json, Value};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+pub const STEP_PERIOD: f64 = 10_000.0;
+pub const TRANSFER: f64 = 30.0;
+
+fn x(cat: &str, name: &str, pid: i64, tid: i64, ts: f64, dur: f64, args: Value) -> Value {
+    json!({"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur, "args": args})
+}
+
+/// The trace of one rank. `skews` holds every rank's arrival delay at the collective.
+pub fn synth_trace(rank: usize, skews: &[f64], decode_steps: usize, dist_info: bool) -> Value {
+    let s = skews[rank];
+    let big = skews.iter().copied().fold(0.0, f64::max);
+    let mut ev =
+        vec![json!({"ph": "M", "name": "process_name", "pid": 0, "args": {"name": "GPU 0"}})];
+    // A prefill step first: counted as a step, not used in the decode statistics.
+    let steps: Vec<(String, f64)> =
+        std::iter::once(("execute_context_1(512)_generation_0(0)".to_string(), 0.0))
+            .chain(
+                (1..=decode_steps)
+                    .map(|k| ("execute_context_0(0)_generation_8(8)".to_string(), k as f64)),
+            )
+            .collect();
+    for (k, (name, _)) in steps.iter().enumerate() {
+        let base = STEP_PERIOD * k as f64;
+        let corr = 1000 + k as i64;
+        ev.push(x(
+            "user_annotation",
+            name,
+            100,
+            100,
+            base,
+            500.0,
+            json!({"External id": k}),
+        ));
+        ev.push(x(
+            "python_function",
+            "vllm/worker.py(123): execute_model",
+            100,
+            100,
+            base + 1.0,
+            400.0,
+            json!({"Python id": 5}),
+        ));
+        ev.push(x(
+            "cuda_runtime",
+            "cudaGraphLaunch",
+            100,
+            100,
+            base + 400.0,
+            20.0,
+            json!({"correlation": corr}),
+        ));
+        ev.push(json!({"ph": "s", "id": corr, "pid": 100, "tid": 100, "ts": base + 400.0, "cat": "ac2g", "name": "ac2g"}));
+        let t0 = base + 1000.0;
+        let kargs = |stream: i64| json!({"correlation": corr, "stream": stream, "device": 0, "graph id": 1, "graph node id": 7});
+        let mut kern = |name: &str, stream: i64, start: f64, end: f64| {
+            ev.push(x(
+                "kernel",
+                name,
+                0,
+                stream,
+                start,
+                end - start,
+                kargs(stream),
+            ));
+        };
+        kern(
+            "nvjet_tst_64x64_64x16_2x1_2cta_v_bz_TNT",
+            7,
+            t0 + s,
+            t0 + s + 100.0,
+        );
+        kern(
+            "void vllm::fused_add_rms_norm_kernel<c10::BFloat16, 8>",
+            7,
+            t0 + s + 100.0,
+            t0 + s + 120.0,
+        );
+        kern(
+            "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
+            7,
+            t0 + s + 120.0,
+            t0 + big + 120.0 + TRANSFER,
+        );
+        kern(
+            "fmhaSm100fKernel_QkvBfloat16OBfloat16H128PagedKvCausalP64ForGen",
+            7,
+            t0 + big + 160.0,
+            t0 + big + 210.0,
+        );
+        kern(
+            "void marlin_moe_wna16::Marlin<256, 1, 8, 8>(int4 const*)",
+            8,
+            t0 + big + 180.0,
+            t0 + big + 230.0,
+        );
+    }
+    let mut doc = json!({"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "NVIDIA H200"}], "traceEvents": ev});
+    if dist_info {
+        doc["distributedInfo"] =
+            json!({"backend": "nccl", "rank": rank, "world_size": skews.len()});
+    }
+    doc
+}
+
+/// Per decode step of rank r: (step time, gemm, norm, comm exposed, idle, attention, moe, wait).
+pub fn expected(rank: usize, skews: &[f64]) -> [f64; 8] {
+    let s = skews[rank];
+    let big = skews.iter().copied().fold(0.0, f64::max);
+    [
+        big - s + 230.0,
+        100.0,
+        20.0,
+        big - s + TRANSFER,
+        10.0,
+        20.0,
+        50.0,
+        big - s,
+    ]
+}
+
+/// Writes gzipped rank files named like vLLM's (no distributedInfo unless asked), returns paths.
+pub fn write_ranks(
+    dir: &Path,
+    skews: &[f64],
+    decode_steps: usize,
+    dist_info: bool,
+) -> Vec<PathBuf> {
+    std::fs::create_dir_all(dir).unwrap();
+    (0..skews.len())
+        .map(|r| {
+            let p = dir.join(format!(
+                "refstep_b8_c1024_synthetic_rank{r}.1764523456789012345.pt.trace.json.gz"
+            ));
+            let text = serde_json::to_vec(&synth_trace(r, skews, decode_steps, dist_info)).unwrap();
+            let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+            gz.write_all(&text).unwrap();
+            std::fs::write(&p, gz.finish().unwrap()).unwrap();
+            p
+        })
+        .collect()
+}
+
+/// A fresh scratch directory under the target dir (tests run in parallel: one per test).
+pub fn scratch(name: &str) -> PathBuf {
+    let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}

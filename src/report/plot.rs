@@ -90,7 +90,7 @@ fn draw<DB: DrawingBackend>(
     let mut chart = ChartBuilder::on(root)
         .caption(caption, ("sans-serif", 22))
         .margin(16)
-        .x_label_area_size(40)
+        .x_label_area_size(46)
         .y_label_area_size(70)
         .build_cartesian_2d(0f64..3.6f64, 0f64..ymax)
         .map_err(e)?;
@@ -142,7 +142,7 @@ fn draw<DB: DrawingBackend>(
         chart
             .draw_series(std::iter::once(Text::new(
                 format!("{label}: {total:.0} µs"),
-                (x0, -ymax * 0.03),
+                (x0, -ymax * 0.05),
                 ("sans-serif", 16).into_font(),
             )))
             .map_err(e)?;

@@ -1,0 +1,228 @@
+//! Bad and odd input: every case is a clear error value or a documented skip, never a panic.
+
+mod common;
+
+use decodesim::trace::classify::Classifier;
+use decodesim::trace::parse::{parse_bytes, parse_file, ParseOptions};
+use decodesim::trace::summary::summarize_parsed;
+use decodesim::trace::{summarize, SummaryOptions, TraceError};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+fn parse(bytes: &[u8]) -> Result<decodesim::trace::ParsedTrace, TraceError> {
+    parse_bytes(bytes, Path::new("input.json"), &ParseOptions::default())
+}
+
+fn gz(bytes: &[u8]) -> Vec<u8> {
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    e.write_all(bytes).unwrap();
+    e.finish().unwrap()
+}
+
+fn synthetic_json() -> Vec<u8> {
+    serde_json::to_vec_pretty(&common::synth_trace(0, &[0.0], 2, true)).unwrap()
+}
+
+#[test]
+fn truncated_gzip_is_a_gzip_error_naming_the_file() {
+    let full = gz(&synthetic_json());
+    let dir = common::scratch("truncated_gzip");
+    let p = dir.join("cut.pt.trace.json.gz");
+    std::fs::write(&p, &full[..full.len() / 2]).unwrap();
+    let err = parse_file(&p, &ParseOptions::default()).unwrap_err();
+    assert!(
+        matches!(err, TraceError::Gzip { .. } | TraceError::Truncated { .. }),
+        "{err:?}"
+    );
+    let msg = err.to_string();
+    assert!(
+        msg.contains("cut.pt.trace.json.gz") && (msg.contains("gzip") || msg.contains("truncated")),
+        "{msg}"
+    );
+}
+
+#[test]
+fn every_prefix_of_a_trace_is_handled_without_panicking() {
+    let text = synthetic_json();
+    let z = gz(&text);
+    for cut in (0..text.len()).step_by(7) {
+        let _ = parse(&text[..cut]);
+    }
+    for cut in 0..z.len() {
+        let _ = parse(&z[..cut]);
+    }
+    // The whole thing parses.
+    assert!(parse(&text).is_ok() && parse(&z).is_ok());
+}
+
+#[test]
+fn corrupted_bytes_never_panic() {
+    let text = synthetic_json();
+    let mut state = 0x2545F4914F6CDD1Du64;
+    for _ in 0..300 {
+        let mut t = text.clone();
+        for _ in 0..4 {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            let i = (state % t.len() as u64) as usize;
+            t[i] = (state >> 32) as u8;
+        }
+        if let Ok(tr) = parse(&t) {
+            let c = Classifier::builtin();
+            let opts = SummaryOptions {
+                classifier: &c,
+                step_marker: None,
+                top_unclassified: 3,
+            };
+            let _ = summarize_parsed(vec![tr], &opts);
+        }
+    }
+}
+
+#[test]
+fn invalid_json_names_the_offset() {
+    let err =
+        parse(br#"{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "ts": 1, "dur": }]}"#)
+            .unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        matches!(err, TraceError::Json { .. })
+            && msg.contains("input.json")
+            && msg.contains("byte"),
+        "{msg}"
+    );
+    assert!(matches!(
+        parse(b"\x00\x01binary"),
+        Err(TraceError::Json { .. })
+    ));
+    assert!(matches!(
+        parse(br#"{"traceEvents": [1, 2"#),
+        Err(TraceError::Truncated { .. })
+    ));
+}
+
+#[test]
+fn invalid_utf8_is_replaced_not_fatal() {
+    let mut t = br#"{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "gemm_"#.to_vec();
+    t.extend_from_slice(b"\xc3\x28\xff");
+    t.extend_from_slice(
+        br#"", "pid": 0, "tid": 7, "ts": 5, "dur": 2, "args": {"correlation": 1}}]}"#,
+    );
+    let tr = parse(&t).unwrap();
+    assert_eq!(tr.counts.lossy_utf8, 1);
+    assert_eq!(tr.gpu_ops.len(), 1);
+}
+
+#[test]
+fn integers_past_2_pow_53_and_64_are_read() {
+    let tr = parse(
+        br#"{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7,
+        "ts": 1700000000000000.5, "dur": 3, "args": {"correlation": 9007199254740993,
+        "External id": 99999999999999999999999, "Comms Id": 18446744073709551615}}]}"#,
+    )
+    .unwrap();
+    assert_eq!(tr.gpu_ops[0].correlation, Some(9007199254740993));
+}
+
+#[test]
+fn missing_fields_are_skipped_and_counted() {
+    let tr = parse(
+        br#"{"traceEvents": [{"ph": "X", "cat": "kernel", "ts": 1, "dur": 1},
+        {"ph": "X", "cat": "kernel", "name": "no_ts", "dur": 1},
+        {"ph": "X", "cat": "kernel", "name": "neg", "ts": 1, "dur": -4},
+        {"cat": "kernel"}, "a string event", 17,
+        {"ph": "X", "cat": "kernel", "name": "ok", "ts": 1, "dur": 1}]}"#,
+    )
+    .unwrap();
+    assert_eq!(tr.gpu_ops.len(), 1);
+    assert_eq!(tr.counts.malformed, 4);
+    assert_eq!(tr.counts.total, 7);
+    assert!(!tr.warnings.is_empty());
+}
+
+#[test]
+fn old_schema_is_understood() {
+    // Kineto before 2021: cat "Kernel"/"Runtime", lowercase "external id", no schemaVersion.
+    let tr = parse(
+        br#"{"distributedInfo": {"rank": 1}, "traceEvents": [
+        {"ph": "X", "cat": "Runtime", "name": "cudaLaunchKernel", "pid": 5, "tid": 5, "ts": 10, "dur": 3,
+         "args": {"correlation": 44, "external id": 3}},
+        {"ph": "X", "cat": "Kernel", "name": "volta_sgemm_128x64_nn", "pid": 0, "tid": "stream 7", "ts": 20, "dur": 30,
+         "args": {"correlation": 44, "external id": 3, "device": 0, "stream": 7}},
+        {"ph": "X", "cat": "Operator", "name": "ProfilerStep#4", "pid": 5, "tid": 5, "ts": 0, "dur": 100}]}"#,
+    )
+    .unwrap();
+    assert_eq!(
+        (tr.gpu_ops.len(), tr.launches.len(), tr.annotations.len()),
+        (1, 1, 1)
+    );
+    let c = Classifier::builtin();
+    let opts = SummaryOptions {
+        classifier: &c,
+        step_marker: None,
+        top_unclassified: 3,
+    };
+    let s = summarize_parsed(vec![tr], &opts).unwrap();
+    assert_eq!(s.ranks[0].rank, 1);
+    assert_eq!(s.ranks[0].steps.len(), 1);
+    assert_eq!(s.breakdown.step_time_us, 30.0);
+}
+
+#[test]
+fn empty_traces_are_errors_that_say_so() {
+    let dir = common::scratch("empty");
+    let zero = dir.join("zero.json");
+    std::fs::write(&zero, b"").unwrap();
+    assert!(matches!(
+        parse_file(&zero, &ParseOptions::default()),
+        Err(TraceError::Empty { .. })
+    ));
+    let no_events = dir.join("no_events.json");
+    std::fs::write(&no_events, br#"{"schemaVersion": 1}"#).unwrap();
+    assert!(matches!(
+        parse_file(&no_events, &ParseOptions::default()),
+        Err(TraceError::NoTraceEvents { .. })
+    ));
+    let cpu_only = dir.join("cpu_only.json");
+    std::fs::write(&cpu_only, br#"{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 1, "dur": 1}]}"#).unwrap();
+    let c = Classifier::builtin();
+    let opts = SummaryOptions {
+        classifier: &c,
+        step_marker: None,
+        top_unclassified: 3,
+    };
+    let err = summarize(&[cpu_only], &opts).unwrap_err();
+    assert!(matches!(err, TraceError::NoGpuActivity), "{err:?}");
+    let empty_dir = dir.join("nothing");
+    std::fs::create_dir_all(&empty_dir).unwrap();
+    assert!(matches!(
+        summarize(&[empty_dir], &opts),
+        Err(TraceError::EmptyDirectory { .. })
+    ));
+    assert!(matches!(
+        summarize(&[PathBuf::from("/no/such/trace.json")], &opts),
+        Err(TraceError::NotATrace { .. })
+    ));
+}
+
+#[test]
+fn duplicate_ranks_are_refused() {
+    let dir = common::scratch("dup");
+    let a = dir.join("a.json");
+    let b = dir.join("b.json");
+    let doc = serde_json::to_vec(&common::synth_trace(0, &[0.0, 0.0], 1, true)).unwrap();
+    std::fs::write(&a, &doc).unwrap();
+    std::fs::write(&b, &doc).unwrap();
+    let c = Classifier::builtin();
+    let opts = SummaryOptions {
+        classifier: &c,
+        step_marker: None,
+        top_unclassified: 3,
+    };
+    let err = summarize(&[a, b], &opts).unwrap_err().to_string();
+    assert!(
+        err.contains("rank 0") && err.contains("a.json") && err.contains("b.json"),
+        "{err}"
+    );
+}

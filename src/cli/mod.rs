@@ -104,9 +104,14 @@ fn compare(a: CompareArgs) -> Result<()> {
         sim.scenario.batch,
         sim.scenario.context
     );
-    trace_cmd::run_compare(&sim.mean, &a.measured, &title, &mut std::io::stdout().lock())
-        .map(|_| ())
-        .map_err(|e| Error::Other(e.to_string()))
+    trace_cmd::run_compare(
+        &sim.mean,
+        &a.measured,
+        &title,
+        &mut std::io::stdout().lock(),
+    )
+    .map(|_| ())
+    .map_err(|e| Error::Other(e.to_string()))
 }
 
 fn print(text: &str) -> Result<()> {

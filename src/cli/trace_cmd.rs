@@ -4,11 +4,11 @@
 use crate::breakdown::Breakdown;
 use crate::compare::{compare_with_trace, Comparison};
 use crate::report::plot::{plot_comparison, PlotError};
+pub use crate::report::Format;
 use crate::report::{comparison as cmp_report, trace_summary};
 use crate::trace::classify::Classifier;
 use crate::trace::{summarize, SummaryOptions, TraceError, TraceSummary};
 use clap::{Args, Subcommand};
-pub use crate::report::Format;
 use regex::Regex;
 use std::io::Write;
 use std::path::PathBuf;

@@ -6,6 +6,7 @@ use crate::category::Category;
 use crate::compare::Comparison;
 use plotters::coord::Shift;
 use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
@@ -88,10 +89,13 @@ fn draw<DB: DrawingBackend>(
     };
     let caption = format!("{title} ({err})");
     let mut chart = ChartBuilder::on(root)
-        .caption(caption, ("sans-serif", 22))
+        .caption(
+            caption,
+            ("sans-serif", if title.len() > 50 { 17 } else { 21 }),
+        )
         .margin(16)
         .x_label_area_size(46)
-        .y_label_area_size(70)
+        .y_label_area_size(85)
         .build_cartesian_2d(0f64..3.6f64, 0f64..ymax)
         .map_err(e)?;
     chart
@@ -99,6 +103,7 @@ fn draw<DB: DrawingBackend>(
         .disable_x_mesh()
         .x_labels(0)
         .y_desc("µs per step")
+        .y_label_formatter(&|v| format!("{v:.0}"))
         .label_style(("sans-serif", 15))
         .draw()
         .map_err(e)?;
@@ -138,14 +143,19 @@ fn draw<DB: DrawingBackend>(
             .label(c.name())
             .legend(move |(x, y)| Rectangle::new([(x, y - 6), (x + 12, y + 6)], color.filled()));
     }
+    // Bar names under the axis, placed in pixels so they sit in the label area.
     for &(x0, label, total, _) in &bars {
-        chart
-            .draw_series(std::iter::once(Text::new(
-                format!("{label}: {total:.0} µs"),
-                (x0, -ymax * 0.05),
-                ("sans-serif", 16).into_font(),
-            )))
-            .map_err(e)?;
+        let (px, py) = chart.backend_coord(&(x0 + 0.45, 0.0));
+        let style = ("sans-serif", 16)
+            .into_font()
+            .color(&BLACK)
+            .pos(Pos::new(HPos::Center, VPos::Top));
+        root.draw(&Text::new(
+            format!("{label}: {total:.0} µs"),
+            (px, py + 10),
+            style,
+        ))
+        .map_err(e)?;
     }
     chart
         .configure_series_labels()

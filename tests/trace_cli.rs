@@ -205,3 +205,34 @@ fn compare_reports_plots_and_fails_above_tolerance() {
         Err(CliError::Plot(_))
     ));
 }
+
+#[test]
+fn compare_command_end_to_end() {
+    let dir = common::scratch("cli_compare_cmd");
+    common::write_ranks(&dir, &[0.0, 25.0], 3, false);
+    let d = dir.to_str().unwrap();
+    let svg = dir.join("c.svg");
+    let (ok, out, err) = decodesim(&[
+        "compare",
+        "--trace",
+        d,
+        "--format",
+        "json",
+        "--plot",
+        svg.to_str().unwrap(),
+        "--fail-above",
+        "1e9",
+    ]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!((v["step_time_us"]["measured"].as_f64().unwrap() - 242.5).abs() < 1e-9);
+    assert!(v["step_time_us"]["predicted"].as_f64().unwrap() > 0.0);
+    assert_eq!(v["breakdown"].as_array().unwrap().len(), Category::COUNT);
+    assert!(svg.is_file());
+    let (ok, out, err) = decodesim(&["compare", "--trace", d, "--fail-above", "1"]);
+    assert!(!ok && err.contains("--fail-above"), "{err}");
+    assert!(
+        out.contains("predicted µs"),
+        "the report is printed before failing: {out}"
+    );
+}

@@ -25,10 +25,22 @@ fn anchor_recovers_a_slower_truth() {
     let r = fit_to_step(&scenario, &profile, &measured.mean, "synthetic").unwrap();
     let err = |a: f64, b: f64| (a / b - 1.0).abs();
     assert!(err(r.before.step_time_us(), measured.step_time_us()) > 0.05);
-    assert!(err(r.after.step_time_us(), measured.step_time_us()) < 0.01, "{} vs {}", r.after.step_time_us(), measured.step_time_us());
-    assert!((r.factors["moe_gemm_int4"] - 1.3).abs() < 0.05, "{:?}", r.factors);
+    assert!(
+        err(r.after.step_time_us(), measured.step_time_us()) < 0.01,
+        "{} vs {}",
+        r.after.step_time_us(),
+        measured.step_time_us()
+    );
+    assert!(
+        (r.factors["moe_gemm_int4"] - 1.3).abs() < 0.05,
+        "{:?}",
+        r.factors
+    );
     // The adjusted profile predicts another batch size of the same truth.
-    let other = ScenarioRequest { batch: 64, ..Default::default() };
+    let other = ScenarioRequest {
+        batch: 64,
+        ..Default::default()
+    };
     let (s64, _) = other.load().unwrap();
     let want = simulate_loaded(s64.clone(), truth).unwrap().step_time_us();
     let got = simulate_loaded(s64, r.profile).unwrap().step_time_us();

@@ -193,33 +193,55 @@ pub fn to_table(s: &TraceSummary) -> String {
     let _ = writeln!(o);
     let _ = writeln!(
         o,
-        "{:<5} {:<40} {:<22} {:<46} {:>10} {:>10} {:>10}",
-        "rank", "file", "device", "steps (how found)", "median µs", "p10 µs", "p90 µs"
+        "{:<5} {:<44} {:<24} {:>7} {:>7} {:>11} {:>11} {:>11}",
+        "rank", "file", "device", "steps", "used", "median µs", "p10 µs", "p90 µs"
     );
     for r in &s.ranks {
-        let graph: usize = r.steps.iter().map(|x| x.graph_ops).sum();
-        let how = format!(
-            "{} found, {} {} used; {}{}",
-            r.steps.len(),
-            r.step_time.n,
-            r.selection,
-            r.step_source.describe(),
-            if graph > 0 {
-                " (CUDA-graph replay)"
-            } else {
-                ""
-            }
-        );
+        let graph: usize = r.selected_steps().map(|x| x.graph_ops).sum();
+        let windows: Vec<&str> = {
+            let mut w: Vec<&str> = r
+                .steps
+                .iter()
+                .map(|x| match x.window {
+                    crate::trace::steps::WindowSource::Correlation => "launch correlation",
+                    crate::trace::steps::WindowSource::GpuAnnotation => "gpu_user_annotation",
+                    crate::trace::steps::WindowSource::WholeTrace => "all GPU work",
+                })
+                .collect();
+            w.dedup();
+            w
+        };
         let _ = writeln!(
             o,
-            "{:<5} {:<40} {:<22} {:<46} {:>10.1} {:>10.1} {:>10.1}",
-            format!("{}", r.rank),
-            short(&file_name(r), 40),
-            short(r.device.as_deref().unwrap_or("-"), 22),
-            short(&how, 46),
+            "{:<5} {:<44} {:<24} {:>7} {:>7} {:>11.1} {:>11.1} {:>11.1}",
+            r.rank,
+            short(&file_name(r), 44),
+            short(r.device.as_deref().unwrap_or("-"), 24),
+            r.steps.len(),
+            format!(
+                "{} {}",
+                r.step_time.n,
+                if r.selection == "decode" {
+                    "dec"
+                } else {
+                    "all"
+                }
+            ),
             r.step_time.median,
             r.step_time.p10,
             r.step_time.p90
+        );
+        let _ = writeln!(
+            o,
+            "      steps: {} ({} side), GPU window from {}{}",
+            r.step_source.describe(),
+            r.marker_side,
+            windows.join(" / "),
+            if graph > 0 {
+                format!("; {graph} CUDA-graph-replayed ops in the used steps")
+            } else {
+                String::new()
+            }
         );
         let _ = writeln!(
             o,
@@ -294,6 +316,28 @@ pub fn to_table(s: &TraceSummary) -> String {
         }
     }
     let _ = writeln!(o);
+    if multi {
+        for (label, f) in [
+            (
+                "  comm wait",
+                (|b: &Breakdown| b.comm_wait_us) as fn(&Breakdown) -> f64,
+            ),
+            ("comm transfer", |b: &Breakdown| b.comm_transfer_us),
+        ] {
+            let _ = write!(
+                o,
+                "{:<14} {:>11.1} {:>7} {:>11}",
+                label,
+                f(&s.breakdown),
+                "",
+                ""
+            );
+            for r in &s.ranks {
+                let _ = write!(o, " {:>11.1}", f(&r.breakdown));
+            }
+            let _ = writeln!(o);
+        }
+    }
     let _ = writeln!(o, "(exclusive time per step: overlapping kernels go to the first category in this list; busy = union of the category's kernels)");
     let _ = writeln!(o);
 

@@ -319,7 +319,7 @@ pub fn to_table(s: &TraceSummary) -> String {
     if multi {
         for (label, f) in [
             (
-                "  comm wait",
+                "comm wait",
                 (|b: &Breakdown| b.comm_wait_us) as fn(&Breakdown) -> f64,
             ),
             ("comm transfer", |b: &Breakdown| b.comm_transfer_us),

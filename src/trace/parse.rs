@@ -384,7 +384,7 @@ fn handle_event(
         // and checking the raw bytes first avoids decoding tens of thousands of them.
         Want::CpuOp => {
             if opts.step_marker.is_some() || memchr::memmem::find(raw, b"ProfilerStep#").is_some() {
-                Want::Annotation(Side::Cpu)
+                Want::CpuOp
             } else {
                 Want::Skip
             }
@@ -467,14 +467,26 @@ fn handle_event(
                 collective,
             });
         }
-        Want::Annotation(side) => out.annotations.push(Annotation {
-            name: name.0.clone().into_owned(),
-            side,
-            start_us: ts.0,
-            end_us: ts.0 + dur,
-            pid: ev.pid.map(|p| p.0 as i64).unwrap_or(0),
-            tid: ev.tid.map(|p| p.0 as i64).unwrap_or(0),
-        }),
+        Want::Annotation(_) | Want::CpuOp => {
+            // A cpu_op is kept only when it is a step marker, not merely mentions one.
+            let marker = name.0.starts_with("ProfilerStep#")
+                || opts.step_marker.is_some_and(|re| re.is_match(&name.0));
+            if want == Want::CpuOp && !marker {
+                return Ok(());
+            }
+            out.annotations.push(Annotation {
+                name: name.0.clone().into_owned(),
+                side: if let Want::Annotation(side) = want {
+                    side
+                } else {
+                    Side::Cpu
+                },
+                start_us: ts.0,
+                end_us: ts.0 + dur,
+                pid: ev.pid.map(|p| p.0 as i64).unwrap_or(0),
+                tid: ev.tid.map(|p| p.0 as i64).unwrap_or(0),
+            })
+        }
         Want::Runtime => {
             if let Some(c) = args.and_then(|a| a.correlation) {
                 out.launches.push(Launch {
@@ -485,7 +497,7 @@ fn handle_event(
                 });
             }
         }
-        Want::CpuOp | Want::Skip => {}
+        Want::Skip => {}
     }
     Ok(())
 }

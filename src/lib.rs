@@ -16,3 +16,4 @@ pub mod report;
 pub mod sim;
 pub mod simulation;
 pub mod trace;
+pub mod validate;

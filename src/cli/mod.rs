@@ -36,6 +36,34 @@ pub enum Command {
     Trace(trace_cmd::TraceArgs),
     /// Simulate a scenario and hold it against measured traces, category by category.
     Compare(CompareArgs),
+    /// Simulate every captured reference-step configuration and report the prediction error,
+    /// then calibrate from one trace and predict the rest.
+    Validate(ValidateArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ValidateArgs {
+    /// Folder of reference-step traces (refstep_b<B>_c<CTX>_<setting>_rank<R>.*.json.gz).
+    #[arg(long, value_name = "DIR")]
+    pub traces: PathBuf,
+    /// Calibration profile to validate (name or path).
+    #[arg(long, default_value = "h200")]
+    pub calibration: String,
+    /// System the traces were captured on.
+    #[arg(long, default_value = "h200-2x-nvlink")]
+    pub system: String,
+    /// Decoder layers of the reference step [default: inferred from the collectives per step].
+    #[arg(long)]
+    pub layers: Option<usize>,
+    /// Configuration to calibrate from in the single-anchor mode [default: batch 16, context
+    /// 8192, NCCL default, or the nearest captured].
+    #[arg(long)]
+    pub anchor: Option<String>,
+    /// Output format (table or json).
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+    #[command(flatten)]
+    pub read: trace_cmd::TraceReadArgs,
 }
 
 #[derive(Debug, clap::Args)]
@@ -49,8 +77,20 @@ pub struct CompareArgs {
 #[derive(Debug, clap::Args)]
 pub struct CalibrateArgs {
     /// Folder with kernels.csv, collectives.csv, launch.csv (schema in data/README.md).
-    #[arg(long, value_name = "DIR")]
-    pub measurements: PathBuf,
+    #[arg(
+        long,
+        value_name = "DIR",
+        required_unless_present = "from_trace",
+        conflicts_with = "from_trace"
+    )]
+    pub measurements: Option<PathBuf>,
+    /// Instead: adjust the scenario's profile (--calibration) so the simulator reproduces this
+    /// measured step (trace files, one per rank, or a folder), category by category.
+    #[arg(long, value_name = "PATH", num_args = 1..)]
+    pub from_trace: Vec<PathBuf>,
+    /// The scenario the trace shows (used with --from-trace).
+    #[command(flatten)]
+    pub scenario: ScenarioArgs,
     /// Where to write the fitted profile TOML.
     #[arg(long, value_name = "PROFILE.toml")]
     pub out: PathBuf,
@@ -91,6 +131,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Trace(a) => trace_cmd::run(&a, &mut std::io::stdout().lock())
             .map_err(|e| Error::Other(e.to_string())),
         Command::Compare(a) => compare(a),
+        Command::Validate(a) => validate(a),
     }
 }
 
@@ -222,8 +263,88 @@ fn list() -> Result<()> {
     print(&out)
 }
 
+fn write_profile(
+    path: &std::path::Path,
+    header: &str,
+    p: &crate::cost::CalibrationProfile,
+) -> Result<()> {
+    let body = toml::to_string_pretty(p)
+        .map_err(|e| Error::Other(format!("cannot serialize the profile: {e}")))?;
+    std::fs::write(path, format!("{header}\n{body}")).map_err(|source| Error::Write {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+fn validate(a: ValidateArgs) -> Result<()> {
+    let classifier = match &a.read.rules {
+        Some(p) => crate::trace::classify::Classifier::from_file(p),
+        None => Ok(crate::trace::classify::Classifier::builtin()),
+    }
+    .map_err(|e| Error::Other(e.to_string()))?;
+    let v = crate::validate::validate(
+        &a.traces,
+        &crate::validate::ValidateOptions {
+            classifier: &classifier,
+            system: a.system.clone(),
+            calibration: a.calibration.clone(),
+            layers: a.layers,
+            anchor: a.anchor.clone(),
+        },
+    )?;
+    match a.format {
+        Format::Json => print(&(serde_json::to_string_pretty(&v).expect("JSON value") + "\n")),
+        _ => print(&report::validation::render(&v)),
+    }
+}
+
+fn calibrate_from_trace(a: &CalibrateArgs) -> Result<()> {
+    let measured = trace_cmd::load(
+        &a.from_trace,
+        &trace_cmd::TraceReadArgs {
+            rules: None,
+            step_marker: None,
+            top_unclassified: 5,
+        },
+    )
+    .map_err(|e| Error::Other(e.to_string()))?;
+    let (scenario, profile) = a.scenario.request().load()?;
+    let name = a
+        .from_trace
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect::<Vec<_>>()
+        .join(" ");
+    let r = crate::calibrate::anchor::fit_to_step(&scenario, &profile, &measured.breakdown, &name)?;
+    let header = format!(
+        "# Written by `decodesim calibrate --from-trace {name}` from profile '{}'.\n# {}",
+        profile.profile.name, r.profile.profile.provenance
+    );
+    write_profile(&a.out, &header, &r.profile)?;
+    let before = crate::compare::compare(&r.before.mean, &measured.breakdown);
+    let after = crate::compare::compare(&r.after.mean, &measured.breakdown);
+    let mut text = format!(
+        "single-anchor calibration of '{}' to {name}\nstep time: measured {:.1} us, predicted before {:.1} us ({:+.1}%), after {:.1} us ({:+.1}%)\nfactors applied (time multipliers):\n",
+        profile.profile.name,
+        measured.breakdown.step_time_us,
+        r.before.step_time_us(),
+        before.step_error_pct().unwrap_or(f64::NAN),
+        r.after.step_time_us(),
+        after.step_error_pct().unwrap_or(f64::NAN),
+    );
+    for (k, f) in &r.factors {
+        text.push_str(&format!("  {k:<22} x{f:.3}\n"));
+    }
+    text.push_str(&crate::report::comparison::to_table(&after));
+    text.push_str(&format!("\nprofile written to {}\n", a.out.display()));
+    print(&text)
+}
+
 fn calibrate(a: CalibrateArgs) -> Result<()> {
-    let m = crate::calibrate::measurements::Measurements::read_dir(&a.measurements)?;
+    let Some(dir) = a.measurements.clone() else {
+        return calibrate_from_trace(&a);
+    };
+    let m = crate::calibrate::measurements::Measurements::read_dir(&dir)?;
     let gpu_path = catalog::gpus_dir().join(format!("{}.toml", a.gpu));
     if !gpu_path.is_file() {
         return Err(Error::Unknown {
@@ -251,20 +372,15 @@ fn calibrate(a: CalibrateArgs) -> Result<()> {
         a.max_median_error / 100.0,
         a.min_r2,
     )?;
-    let body = toml::to_string_pretty(&result.profile)
-        .map_err(|e| Error::Other(format!("cannot serialize the profile: {e}")))?;
     let header = format!(
-        "# Written by `decodesim calibrate --measurements {} --gpu {} --fallback {}`.\n# {}\n# {}\n\n",
-        a.measurements.display(),
+        "# Written by `decodesim calibrate --measurements {} --gpu {} --fallback {}`.\n# {}\n# {}\n",
+        dir.display(),
         a.gpu,
         a.fallback,
         result.profile.profile.method,
         result.profile.profile.provenance
     );
-    std::fs::write(&a.out, header + &body).map_err(|source| Error::Write {
-        path: a.out.clone(),
-        source,
-    })?;
+    write_profile(&a.out, &header, &result.profile)?;
     print(&report::calibration::render_fit(&result))?;
     print(&format!("\nprofile written to {}\n", a.out.display()))
 }

@@ -7,6 +7,7 @@ pub mod plot;
 pub mod simulation;
 pub mod table;
 pub mod trace_summary;
+pub mod validation;
 
 /// Output formats shared by the subcommands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

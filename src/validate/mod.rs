@@ -1,0 +1,359 @@
+//! `decodesim validate`: simulate every captured configuration and hold it against its trace,
+//! then the single-anchor mode: calibrate from one trace, predict the rest.
+
+use crate::breakdown::Breakdown;
+use crate::calibrate::anchor::fit_to_step;
+use crate::category::Category;
+use crate::compare::{compare, Comparison};
+use crate::cost::CalibrationProfile;
+use crate::error::{Error, Result};
+use crate::simulation::{simulate_loaded, ScenarioRequest};
+use crate::spec::{Algo, Proto, Runtime};
+use crate::trace::classify::Classifier;
+use crate::trace::{summarize, SummaryOptions};
+use regex::Regex;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// One captured configuration: the files of all its ranks.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Case {
+    pub name: String,
+    pub batch: u32,
+    pub context: u64,
+    /// `default`, `ll_ring` or `p2p_off` (the harness's NCCL settings).
+    pub setting: String,
+    pub files: Vec<PathBuf>,
+}
+
+/// Groups `refstep_b{B}_c{CTX}_{SETTING}_rank{R}.*.json.gz` files by configuration.
+pub fn discover(dir: &Path) -> Result<Vec<Case>> {
+    let re = Regex::new(r"^(refstep_b(\d+)_c(\d+)_([A-Za-z0-9]+(?:_[A-Za-z0-9]+)*?))_rank(\d+)\.")
+        .expect("valid regex");
+    let rd = std::fs::read_dir(dir).map_err(|source| Error::Read {
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    let mut by: BTreeMap<String, Case> = BTreeMap::new();
+    for e in rd.flatten() {
+        let path = e.path();
+        let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+            continue;
+        };
+        let Some(c) = re.captures(name) else { continue };
+        let key = c[1].to_string();
+        let case = by.entry(key.clone()).or_insert_with(|| Case {
+            name: key,
+            batch: c[2].parse().unwrap_or(0),
+            context: c[3].parse().unwrap_or(0),
+            setting: c[4].to_string(),
+            files: Vec::new(),
+        });
+        case.files.push(path);
+    }
+    let mut cases: Vec<Case> = by.into_values().collect();
+    for c in &mut cases {
+        c.files.sort();
+    }
+    cases.sort_by(|a, b| {
+        (a.setting.as_str(), a.context, a.batch).cmp(&(b.setting.as_str(), b.context, b.batch))
+    });
+    if cases.is_empty() {
+        return Err(Error::Other(format!(
+            "{}: no reference-step traces (expected files named refstep_b<B>_c<CTX>_<setting>_rank<R>.<ns>.pt.trace.json.gz)",
+            dir.display()
+        )));
+    }
+    Ok(cases)
+}
+
+/// The scenario the reference step of a case corresponds to (data/README.md).
+pub fn request_for(
+    case: &Case,
+    ranks: u32,
+    layers: usize,
+    system: &str,
+    calibration: &str,
+) -> Result<ScenarioRequest> {
+    let (proto, algo, p2p) = match case.setting.as_str() {
+        "default" => (Proto::Auto, Algo::Auto, true),
+        "ll_ring" => (Proto::Ll, Algo::Ring, true),
+        "p2p_off" => (Proto::Auto, Algo::Auto, false),
+        other => {
+            return Err(Error::Other(format!(
+                "{}: unknown NCCL setting '{other}' (expected default, ll_ring or p2p_off)",
+                case.name
+            )))
+        }
+    };
+    Ok(ScenarioRequest {
+        model: "kimi-k2.5-bf16".into(),
+        system: system.into(),
+        tp: Some(ranks),
+        batch: case.batch,
+        context: case.context,
+        cuda_graphs: true,
+        proto,
+        algo,
+        p2p,
+        seed: 0,
+        calibration: Some(calibration.into()),
+        kv_bytes: 2.0,
+        runtime: Runtime::Reference,
+        layers: Some(layers),
+    })
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct CaseResult {
+    pub case: Case,
+    pub layers: usize,
+    pub ranks: usize,
+    pub measured_step_us: f64,
+    pub predicted_step_us: f64,
+    pub step_error: f64,
+    /// Mean over categories of |predicted share − measured share| (fraction).
+    pub mean_share_error: f64,
+    pub max_share_error: f64,
+    pub max_share_category: Category,
+    pub measured_wait_share: f64,
+    pub predicted_wait_share: f64,
+    #[serde(skip)]
+    pub comparison: Comparison,
+    #[serde(skip)]
+    pub measured: Breakdown,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Summary {
+    pub cases: usize,
+    pub median_abs_step_error: f64,
+    pub worst_abs_step_error: f64,
+    pub worst_case: String,
+    /// Median over all (case, category) pairs of |share error|.
+    pub median_share_error: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct AnchorReport {
+    pub anchor: String,
+    pub results: Vec<(String, u32, f64, f64, f64)>,
+    /// Over the cases of the anchor's context and setting within a 16x batch range.
+    pub band: Option<Summary>,
+    pub all: Summary,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Validation {
+    pub profile: String,
+    pub results: Vec<CaseResult>,
+    pub summary: Summary,
+    pub anchor: Option<AnchorReport>,
+}
+
+fn wait_share(b: &Breakdown) -> f64 {
+    let t = b.comm_wait_us + b.comm_transfer_us;
+    if t > 0.0 {
+        b.comm_wait_us / t
+    } else {
+        0.0
+    }
+}
+
+fn summarize_errors(rows: &[(String, f64)], share_errors: &mut [f64]) -> Summary {
+    let mut abs: Vec<f64> = rows.iter().map(|(_, e)| e.abs()).collect();
+    let (worst_case, worst) =
+        rows.iter()
+            .map(|(n, e)| (n.clone(), e.abs()))
+            .fold(
+                (String::new(), 0.0),
+                |acc, x| if x.1 >= acc.1 { x } else { acc },
+            );
+    Summary {
+        cases: rows.len(),
+        median_abs_step_error: crate::calibrate::regression::median(&mut abs),
+        worst_abs_step_error: worst,
+        worst_case,
+        median_share_error: crate::calibrate::regression::median(share_errors),
+    }
+}
+
+pub struct ValidateOptions<'a> {
+    pub classifier: &'a Classifier,
+    pub system: String,
+    pub calibration: String,
+    /// Layers of the reference step; None infers them from the collectives per step.
+    pub layers: Option<usize>,
+    /// Case name used as the single anchor; None picks batch 16 (or the nearest), context
+    /// 8192 (or the nearest), setting `default`.
+    pub anchor: Option<String>,
+}
+
+pub fn validate(dir: &Path, o: &ValidateOptions) -> Result<Validation> {
+    let cases = discover(dir)?;
+    let profile_path = crate::spec::catalog::resolve_profile(&o.calibration)?;
+    let profile = CalibrationProfile::from_file(&profile_path)?;
+    let sopts = SummaryOptions {
+        classifier: o.classifier,
+        step_marker: None,
+        top_unclassified: 5,
+    };
+    let mut results = Vec::new();
+    let mut share_errors = Vec::new();
+    for case in cases {
+        let summary = summarize(&case.files, &sopts)
+            .map_err(|e| Error::Other(format!("{}: {e}", case.name)))?;
+        let measured = summary.breakdown.clone();
+        let collectives = summary
+            .ranks
+            .first()
+            .and_then(|r| r.selected_steps().next())
+            .map(|s| s.collectives)
+            .unwrap_or(0);
+        // Each layer has two all-reduces; the step adds the embedding's and the logits gather.
+        let layers = match o.layers {
+            Some(l) => l,
+            None if collectives >= 4 => (collectives - 2) / 2,
+            None => {
+                return Err(Error::Other(format!(
+                    "{}: cannot infer the layer count from {collectives} collectives per step; pass --layers",
+                    case.name
+                )))
+            }
+        };
+        let ranks = case.files.len() as u32;
+        let req = request_for(
+            &case,
+            ranks,
+            layers,
+            &o.system,
+            &profile_path.display().to_string(),
+        )?;
+        let (scenario, _) = req.load()?;
+        let sim = simulate_loaded(scenario, profile.clone())?;
+        let cmp = compare(&sim.mean, &measured);
+        let errs: Vec<(Category, f64)> = cmp
+            .rows
+            .iter()
+            .map(|r| (r.category, (r.predicted_share - r.measured_share).abs()))
+            .collect();
+        share_errors.extend(errs.iter().map(|e| e.1));
+        let (max_cat, max_err) =
+            errs.iter()
+                .copied()
+                .fold((Category::Idle, 0.0), |a, x| if x.1 > a.1 { x } else { a });
+        results.push(CaseResult {
+            layers,
+            ranks: ranks as usize,
+            measured_step_us: measured.step_time_us,
+            predicted_step_us: sim.step_time_us(),
+            step_error: cmp.step_rel_error.unwrap_or(f64::NAN),
+            mean_share_error: errs.iter().map(|e| e.1).sum::<f64>() / errs.len() as f64,
+            max_share_error: max_err,
+            max_share_category: max_cat,
+            measured_wait_share: wait_share(&measured),
+            predicted_wait_share: wait_share(&sim.mean),
+            comparison: cmp,
+            measured,
+            case,
+        });
+    }
+    let rows: Vec<(String, f64)> = results
+        .iter()
+        .map(|r| (r.case.name.clone(), r.step_error))
+        .collect();
+    let summary = summarize_errors(&rows, &mut share_errors);
+    let anchor = anchor_mode(&results, &profile, &profile_path, o)?;
+    Ok(Validation {
+        profile: profile_path.display().to_string(),
+        results,
+        summary,
+        anchor,
+    })
+}
+
+fn anchor_mode(
+    results: &[CaseResult],
+    profile: &CalibrationProfile,
+    profile_path: &Path,
+    o: &ValidateOptions,
+) -> Result<Option<AnchorReport>> {
+    if results.len() < 2 {
+        return Ok(None);
+    }
+    let pick = match &o.anchor {
+        Some(name) => results
+            .iter()
+            .find(|r| &r.case.name == name)
+            .ok_or_else(|| Error::Unknown {
+                kind: "anchor case",
+                name: name.clone(),
+                choices: results.iter().map(|r| r.case.name.clone()).collect(),
+            })?,
+        None => results
+            .iter()
+            .filter(|r| r.case.setting == "default")
+            .min_by_key(|r| {
+                let db = (r.case.batch as f64 / 16.0).ln().abs();
+                let dc = (r.case.context as f64 / 8192.0).ln().abs();
+                ((db + dc) * 1e6) as u64
+            })
+            .unwrap_or(&results[0]),
+    };
+    let req = request_for(
+        &pick.case,
+        pick.ranks as u32,
+        pick.layers,
+        &o.system,
+        &profile_path.display().to_string(),
+    )?;
+    let (scenario, _) = req.load()?;
+    let fitted = fit_to_step(&scenario, profile, &pick.measured, &pick.case.name)?;
+    let mut rows = Vec::new();
+    let mut out = Vec::new();
+    let mut shares = Vec::new();
+    let mut band_rows = Vec::new();
+    let mut band_shares = Vec::new();
+    for r in results {
+        let req = request_for(
+            &r.case,
+            r.ranks as u32,
+            r.layers,
+            &o.system,
+            &profile_path.display().to_string(),
+        )?;
+        let (scenario, _) = req.load()?;
+        let sim = simulate_loaded(scenario, fitted.profile.clone())?;
+        let cmp = compare(&sim.mean, &r.measured);
+        let e = cmp.step_rel_error.unwrap_or(f64::NAN);
+        let se: Vec<f64> = cmp
+            .rows
+            .iter()
+            .map(|x| (x.predicted_share - x.measured_share).abs())
+            .collect();
+        let ratio = r.case.batch as f64 / pick.case.batch as f64;
+        let in_band = r.case.context == pick.case.context
+            && r.case.setting == pick.case.setting
+            && (0.25..=4.0).contains(&ratio);
+        if in_band {
+            band_rows.push((r.case.name.clone(), e));
+            band_shares.extend(se.iter().copied());
+        }
+        shares.extend(se);
+        rows.push((r.case.name.clone(), e));
+        out.push((
+            r.case.name.clone(),
+            r.case.batch,
+            r.measured_step_us,
+            sim.step_time_us(),
+            e,
+        ));
+    }
+    Ok(Some(AnchorReport {
+        anchor: pick.case.name.clone(),
+        results: out,
+        band: (band_rows.len() > 1).then(|| summarize_errors(&band_rows, &mut band_shares)),
+        all: summarize_errors(&rows, &mut shares),
+    }))
+}

@@ -122,9 +122,9 @@ def main():
                 w = torch.rand(HID, device=dev, dtype=bf) + 0.5
                 y = torch.empty_like(x)
                 emit("norm_rms", "bf16", time_graph([lambda: K.rmsnorm(x, w, out=y)], min_calls=20),
-                     m=m, n=HID, k=1, flops=4 * m * HID, bytes=4 * m * HID + 2 * HID)
+                     m=m, n=HID, k=0, flops=4 * m * HID, bytes=4 * m * HID + 2 * HID)
                 emit("norm_fused_add_rms", "bf16", time_graph([lambda: K.fused_add_rmsnorm(x, r, w)], min_calls=20),
-                     m=m, n=HID, k=1, flops=5 * m * HID, bytes=8 * m * HID + 2 * HID)
+                     m=m, n=HID, k=0, flops=5 * m * HID, bytes=8 * m * HID + 2 * HID)
                 qkv = torch.randn(m, 2112, device=dev, dtype=bf)
                 wq = torch.rand(1536, device=dev, dtype=bf) + 0.5
                 wk = torch.rand(512, device=dev, dtype=bf) + 0.5
@@ -149,7 +149,7 @@ def main():
                 slot = torch.randint(0, 64, (m,), device=dev, dtype=torch.int64)
                 emit("kv_write", "bf16", time_graph([lambda: K.concat_and_cache_mla(ko, qkv[:, 2048:], cache, slot)],
                                                     min_calls=20),
-                     m=m, n=576, k=1, flops=0, bytes=4 * m * 576 + 8 * m)
+                     m=m, n=576, k=0, flops=0, bytes=4 * m * 576 + 8 * m)
                 logits = torch.randn(m, 384, device=dev, dtype=bf)
                 bias = torch.randn(384, device=dev) * 0.1
                 ids = torch.empty(m, 8, device=dev, dtype=torch.int32)
@@ -158,7 +158,7 @@ def main():
                      m=m, n=384, k=8, flops=13 * m * 384, bytes=2 * m * 384 + 4 * 384 + 8 * m * 8)
                 lg = torch.randn(m, VOCAB, device=dev, dtype=bf)
                 emit("sampling", "bf16", time_graph([lambda: torch.argmax(lg, dim=-1)], min_calls=20),
-                     m=m, n=VOCAB, k=1, flops=m * VOCAB, bytes=2 * m * VOCAB + 8 * m)
+                     m=m, n=VOCAB, k=0, flops=m * VOCAB, bytes=2 * m * VOCAB + 8 * m)
                 vloc = VOCAB // 2
                 table = torch.randn(vloc, HID, device=dev, dtype=bf)
                 tok = torch.randint(0, vloc, (m,), device=dev, dtype=torch.int64)
@@ -173,7 +173,7 @@ def main():
                 g = torch.randn(m, 2 * n, device=dev, dtype=bf)
                 o = torch.empty(m, n, device=dev, dtype=bf)
                 emit("act_silu_mul", "bf16", time_graph([lambda: K.silu_and_mul(g, out=o)], min_calls=20),
-                     m=m, n=n, k=1, flops=5 * m * n, bytes=6 * m * n)
+                     m=m, n=n, k=0, flops=5 * m * n, bytes=6 * m * n)
         log("small kernels done")
         torch.cuda.empty_cache()
 

@@ -545,8 +545,8 @@ fn manifest_date(manifest: &str) -> Option<String> {
         let l = l.trim();
         let lower = l.to_ascii_lowercase();
         lower.starts_with("date").then(|| {
-            l.splitn(2, [':', '='])
-                .nth(1)
+            l.split_once([':', '='])
+                .map(|x| x.1)
                 .unwrap_or("")
                 .trim()
                 .to_string()

@@ -76,7 +76,7 @@ mod tests {
     fn recovers_a_line_and_its_interval_shrinks_with_noise() {
         let x: Vec<Vec<f64>> = (0..20).map(|i| vec![1.0, i as f64]).collect();
         let y: Vec<f64> = (0..20).map(|i| 3.0 + 2.0 * i as f64).collect();
-        let f = weighted_least_squares(&x, &y, &vec![1.0; 20]).unwrap();
+        let f = weighted_least_squares(&x, &y, &[1.0; 20]).unwrap();
         assert!((f.coef[0] - 3.0).abs() < 1e-9 && (f.coef[1] - 2.0).abs() < 1e-9);
         assert!(f.ci95[1] < 1e-6);
         let noisy: Vec<f64> = y
@@ -84,7 +84,7 @@ mod tests {
             .enumerate()
             .map(|(i, v)| v + if i % 2 == 0 { 0.5 } else { -0.5 })
             .collect();
-        let g = weighted_least_squares(&x, &noisy, &vec![1.0; 20]).unwrap();
+        let g = weighted_least_squares(&x, &noisy, &[1.0; 20]).unwrap();
         assert!(g.ci95[1] > 0.0 && (g.coef[1] - 2.0).abs() < g.ci95[1] * 2.0);
         assert!(
             r_squared(

@@ -44,13 +44,13 @@ fn op_key(f: CostFamily) -> &'static str {
 
 /// The entries that may carry a collective with these settings. Entries for the exact op win
 /// over `any`. LL128 is only eligible over NVLink (NCCL disables it on PCIe paths, §4.2).
-pub fn candidates<'a>(
-    all: &'a [CollectiveParams],
+pub fn candidates(
+    all: &[CollectiveParams],
     family: CostFamily,
     path: CommPath,
     algo: Algo,
     proto: Proto,
-) -> Vec<&'a CollectiveParams> {
+) -> Vec<&CollectiveParams> {
     let matches = |p: &&CollectiveParams, op: &str| {
         p.op == op
             && p.path == path.name()

@@ -125,7 +125,7 @@ impl Scenario {
             )));
         }
         let t = tp as usize;
-        if m.num_heads % t != 0 {
+        if !m.num_heads.is_multiple_of(t) {
             return Err(Error::Scenario(format!(
                 "--tp {tp} does not divide the {} attention heads of {} (use a divisor of {})",
                 m.num_heads, m.name, m.num_heads
@@ -145,7 +145,7 @@ impl Scenario {
                 )));
             }
         }
-        if m.dense_intermediate % t != 0 {
+        if !m.dense_intermediate.is_multiple_of(t) {
             return Err(Error::Scenario(format!(
                 "--tp {tp} does not divide the MLP intermediate size {} of {}",
                 m.dense_intermediate, m.name

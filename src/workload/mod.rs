@@ -62,7 +62,7 @@ pub struct Workload {
 /// Samples, for every MoE layer, how many distinct experts a step's tokens route to: each token
 /// picks `top_k` distinct experts uniformly at random (a seeded draw, so results repeat).
 fn sample_routing(model: &ModelSpec, tokens: u64, seed: u64) -> Vec<u32> {
-    let mut rng = SmallRng::seed_from_u64(seed ^ 0x5eed_0f_e4e7);
+    let mut rng = SmallRng::seed_from_u64(seed ^ 0x5eed_0fe4);
     let mut touched = vec![0u32; model.num_layers];
     let Some(moe) = &model.moe else {
         return touched;

@@ -6,7 +6,8 @@
 # Per-phase wall limits (s): T_MICRO, T_COLL, T_REF; extra arguments: MICRO_ARGS, COLL_ARGS, REF_ARGS;
 # SMOKE=1 shrinks microbench and collectives to a few sizes.
 # The exact full 2-GPU run used for data/calibration/h200 (see MANIFEST.txt there):
-#   bash harness/run_all.sh $OUT env,ref,micro      then      bash harness/run_all.sh $OUT env,coll
+#   T_REF=290 T_MICRO=260 bash harness/run_all.sh $OUT env,ref,micro   (kernels.csv, launch.csv used from this call)
+#   T_REF=220 T_COLL=260 bash harness/run_all.sh $OUT env,ref,coll     (collectives.csv, reference_steps.csv, traces)
 set -u
 OUT=${1:?usage: run_all.sh OUTDIR [phases]}
 PHASES=${2:-env,micro,coll,ref}

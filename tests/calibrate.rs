@@ -60,7 +60,7 @@ fn synthetic(tag: &str, scramble: bool) -> PathBuf {
     std::fs::write(dir.join("collectives.csv"), c).unwrap();
     std::fs::write(
         dir.join("launch.csv"),
-        "mode,kernels,total_us,per_kernel_us\ngraph,1000,2500,2.5\neager,1000,6000,6.0\n",
+        "mode,kernels,total_us,per_kernel_us\ngraph,1,17,17\ngraph,1001,2517,2.515\neager,10,60,6.0\neager,1000,6000,6.0\n",
     )
     .unwrap();
     std::fs::write(
@@ -75,7 +75,7 @@ fn synthetic(tag: &str, scramble: bool) -> PathBuf {
 fn recovers_known_parameters_with_intervals() {
     let dir = synthetic("good", false);
     let m = Measurements::read_dir(&dir).unwrap();
-    let r = calibrate(&m, &h200(), "synthetic", &fallback(), 0.15, 0.9).unwrap();
+    let r = calibrate(&m, &h200(), "synthetic", &fallback(), 0.15, 0.9, None).unwrap();
     let g = &r.profile.kernels["gemm_bf16"];
     assert!((g.fixed_us - 3.0).abs() < 1e-6, "{g:?}");
     assert!((g.mem_efficiency - 0.8).abs() < 1e-6);
@@ -99,6 +99,13 @@ fn recovers_known_parameters_with_intervals() {
         .provenance
         .contains("from fallback 'h200'"));
     assert!(r.quality.iter().all(|q| q.r2 > 0.999));
+    // Launch: 17 = L + 1·g and 2515 = L + 1000·g give L = 14.5, g = 2.5 per kernel.
+    assert!(
+        (r.profile.launch.graph_launch_us - 14.5).abs() < 1e-6,
+        "{:?}",
+        r.profile.launch
+    );
+    assert!((r.profile.launch.eager_launch_us - 6.0).abs() < 1e-6);
     // The written profile reads back and passes validation.
     let text = toml::to_string_pretty(&r.profile).unwrap();
     let path = dir.join("profile.toml");
@@ -112,7 +119,7 @@ fn recovers_known_parameters_with_intervals() {
 fn refuses_a_poor_fit_and_says_why() {
     let dir = synthetic("poor", true);
     let m = Measurements::read_dir(&dir).unwrap();
-    let err = calibrate(&m, &h200(), "bad", &fallback(), 0.15, 0.9)
+    let err = calibrate(&m, &h200(), "bad", &fallback(), 0.15, 0.9, None)
         .unwrap_err()
         .to_string();
     assert!(

@@ -71,13 +71,45 @@ fn a_collective_ends_at_the_same_time_on_every_rank() {
 
 #[test]
 fn breakdown_sums_to_step_time_and_matches_the_timeline() {
-    let sim = run(ScenarioRequest::default());
-    let step = sim.step_time_us();
-    for b in &sim.per_rank {
+    let (scenario, mut profile) = ScenarioRequest::default().load().unwrap();
+    // With launch skew, each rank's window starts at its own first kernel.
+    profile.variability.launch_skew_us = 200.0;
+    let sim = decodesim::simulation::simulate_loaded(scenario, profile).unwrap();
+    let mut windows = 0.0;
+    for (r, b) in sim.per_rank.iter().enumerate() {
+        let window = sim.timeline.rank_window_us(r);
         let sum: f64 = b.exclusive_us.iter().sum();
-        assert!((sum - step).abs() < 1e-6 * step);
-        assert_eq!(b.step_time_us, step);
+        assert!((sum - window).abs() < 1e-6 * window);
+        assert_eq!(b.step_time_us, window);
+        let first = sim
+            .timeline
+            .rank_records(r)
+            .map(|k| k.start_us)
+            .fold(f64::MAX, f64::min);
+        assert_eq!(first, sim.timeline.rank_start_us[r]);
+        windows += window;
     }
+    let step = sim.step_time_us();
+    assert!((step - windows / 8.0).abs() < 1e-9);
+    // Skewed starts: the first collective absorbs them as waiting.
+    let starts = &sim.timeline.rank_start_us;
+    let spread = starts.iter().copied().fold(f64::MIN, f64::max)
+        - starts.iter().copied().fold(f64::MAX, f64::min);
+    assert!(spread > 50.0 && spread <= 200.0, "{spread}");
+    let first_ar = sim
+        .workload
+        .ops
+        .iter()
+        .position(|o| o.family.is_collective())
+        .unwrap();
+    let waits: f64 = sim
+        .timeline
+        .records
+        .iter()
+        .filter(|k| k.op as usize == first_ar)
+        .map(|k| k.wait_us)
+        .sum();
+    assert!(waits > 100.0, "{waits}");
     let tps = sim.tokens_per_s();
     assert!((tps - 32.0 / step * 1e6).abs() < 1e-9);
 }

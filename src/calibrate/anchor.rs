@@ -4,9 +4,11 @@
 //! For each compute category the ratio measured / predicted busy time is applied to every
 //! kernel family in proportion to the time that family spends in that category (a family's
 //! fixed cost is multiplied and its efficiencies divided by the ratio, which scales its
-//! durations by exactly that ratio). Collectives are scaled on their transfer time (waiting is
-//! the engine's business) and the per-kernel launch gap on idle time. Three passes, because
-//! scaling one category moves the waits and gaps of the others.
+//! durations by exactly that ratio). Collectives are scaled on their transfer time; waiting
+//! beyond what jitter explains sets the ranks' launch skew; idle time sets the stall before a
+//! graph replay's first collective (eagerly: the per-kernel launch gap). Three passes, because
+//! each adjustment moves the waits and gaps of the others. Keys of `factors` ending in `_us`
+//! hold the value set, the others a time multiplier.
 
 use crate::breakdown::Breakdown;
 use crate::category::Category;
@@ -86,13 +88,30 @@ pub fn fit_to_step(
             c.bus_bw_gbps /= rc;
         }
         *factors.entry("collectives".into()).or_insert(1.0) *= rc;
-        let ri = ratio(measured.time(Category::Idle), pred.time(Category::Idle));
+        // Idle under CUDA graphs is mostly the stall before the replay's first collective;
+        // eagerly it is the launch gap between kernels.
+        let idle_gap = measured.time(Category::Idle) - pred.time(Category::Idle);
         if scenario.cuda_graphs {
-            p.launch.graph_kernel_gap_us *= ri;
+            p.launch.graph_first_collective_us =
+                (p.launch.graph_first_collective_us + idle_gap).max(0.0);
+            *factors
+                .entry("graph_first_collective_us".into())
+                .or_insert(0.0) = p.launch.graph_first_collective_us;
         } else {
+            let ri = ratio(measured.time(Category::Idle), pred.time(Category::Idle));
             p.launch.eager_kernel_gap_us *= ri;
+            *factors.entry("launch".into()).or_insert(1.0) *= ri;
         }
-        *factors.entry("launch".into()).or_insert(1.0) *= ri;
+        // Waiting beyond what jitter explains is launch skew between ranks: with starts drawn
+        // uniformly in [0, S], a rank waits S·(n/(n+1) − 1/2) on average at the first collective.
+        let n = scenario.tp as f64;
+        if n > 1.0 {
+            let per_skew = n / (n + 1.0) - 0.5;
+            let missing = measured.comm_wait_us - pred.comm_wait_us;
+            p.variability.launch_skew_us =
+                (p.variability.launch_skew_us + missing / per_skew).max(0.0);
+            *factors.entry("launch_skew_us".into()).or_insert(0.0) = p.variability.launch_skew_us;
+        }
         sim = simulate_loaded(scenario.clone(), p.clone())?;
     }
     p.profile.name = format!("{}+anchor", profile.profile.name);
@@ -109,7 +128,7 @@ pub fn fit_to_step(
         profile.profile.provenance
     );
     for k in p.kernels.values_mut() {
-        k.mem_efficiency = k.mem_efficiency.min(1.5);
+        k.mem_efficiency = k.mem_efficiency.min(4.0);
         k.compute_efficiency = k.compute_efficiency.min(1.5);
     }
     Ok(AnchorResult {

@@ -10,6 +10,10 @@ use std::path::{Path, PathBuf};
 pub struct KernelPoint {
     pub family: String,
     pub m: f64,
+    pub n: u64,
+    pub k: u64,
+    pub batch: u64,
+    pub context: u64,
     pub flops: f64,
     pub bytes: f64,
     pub median_us: f64,
@@ -34,7 +38,8 @@ pub struct CollectivePoint {
 #[derive(Debug, Clone, PartialEq)]
 pub struct LaunchPoint {
     pub mode: String,
-    pub per_kernel_us: f64,
+    pub kernels: f64,
+    pub total_us: f64,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -133,37 +138,7 @@ impl Measurements {
         };
         let kpath = dir.join("kernels.csv");
         if kpath.exists() {
-            let t = Table::read(
-                &kpath,
-                &[
-                    "family",
-                    "m",
-                    "flops",
-                    "bytes",
-                    "median_us",
-                    "p10_us",
-                    "p90_us",
-                ],
-            )?;
-            for i in 0..t.rows.len() {
-                let p = KernelPoint {
-                    family: t.str(&t.rows[i], "family").to_string(),
-                    m: t.num(i, "m")?,
-                    flops: t.num(i, "flops")?,
-                    bytes: t.num(i, "bytes")?,
-                    median_us: t.num(i, "median_us")?,
-                    p10_us: t.num(i, "p10_us")?,
-                    p90_us: t.num(i, "p90_us")?,
-                };
-                if p.median_us <= 0.0 {
-                    return Err(Error::field(
-                        &kpath,
-                        format!("row {} column 'median_us'", i + 2),
-                        "expected a positive time",
-                    ));
-                }
-                m.kernels.push(p);
-            }
+            m.kernels = read_kernels_csv(&kpath)?;
         }
         let cpath = dir.join("collectives.csv");
         if cpath.exists() {
@@ -207,11 +182,12 @@ impl Measurements {
         }
         let lpath = dir.join("launch.csv");
         if lpath.exists() {
-            let t = Table::read(&lpath, &["mode", "per_kernel_us"])?;
+            let t = Table::read(&lpath, &["mode", "kernels", "total_us"])?;
             for i in 0..t.rows.len() {
                 m.launch.push(LaunchPoint {
                     mode: t.str(&t.rows[i], "mode").to_string(),
-                    per_kernel_us: t.num(i, "per_kernel_us")?,
+                    kernels: t.num(i, "kernels")?,
+                    total_us: t.num(i, "total_us")?,
                 });
             }
         }
@@ -224,4 +200,52 @@ impl Measurements {
         m.manifest = std::fs::read_to_string(dir.join("MANIFEST.txt")).unwrap_or_default();
         Ok(m)
     }
+}
+
+/// Reads a `kernels.csv` measurement table.
+pub fn read_kernels_csv(kpath: &Path) -> Result<Vec<KernelPoint>> {
+    let mut out = Vec::new();
+    let t = Table::read(
+        kpath,
+        &[
+            "family",
+            "m",
+            "flops",
+            "bytes",
+            "median_us",
+            "p10_us",
+            "p90_us",
+        ],
+    )?;
+    for i in 0..t.rows.len() {
+        let int = |col: &str| -> Result<u64> {
+            if t.cols.contains_key(col) {
+                Ok(t.num(i, col)?.max(0.0) as u64)
+            } else {
+                Ok(0)
+            }
+        };
+        let p = KernelPoint {
+            family: t.str(&t.rows[i], "family").to_string(),
+            m: t.num(i, "m")?,
+            n: int("n")?,
+            k: int("k")?,
+            batch: int("batch")?,
+            context: int("context")?,
+            flops: t.num(i, "flops")?,
+            bytes: t.num(i, "bytes")?,
+            median_us: t.num(i, "median_us")?,
+            p10_us: t.num(i, "p10_us")?,
+            p90_us: t.num(i, "p90_us")?,
+        };
+        if p.median_us <= 0.0 {
+            return Err(Error::field(
+                kpath,
+                format!("row {} column 'median_us'", i + 2),
+                "expected a positive time",
+            ));
+        }
+        out.push(p);
+    }
+    Ok(out)
 }

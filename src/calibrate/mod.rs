@@ -61,8 +61,12 @@ pub struct FitQuality {
 }
 
 impl FitQuality {
+    /// Poor: the typical point misses by more than the limit, or the law explains little of
+    /// the variation (low R²) while some point misses by more than twice the limit. (A low R²
+    /// alone is no verdict: over a nearly constant set of times it says nothing.)
     pub fn is_poor(&self, max_median_err: f64, min_r2: f64) -> bool {
-        self.median_abs_rel_err > max_median_err || self.r2 < min_r2
+        self.median_abs_rel_err > max_median_err
+            || (self.r2 < min_r2 && self.max_abs_rel_err > 2.0 * max_median_err)
     }
 }
 
@@ -70,6 +74,7 @@ impl FitQuality {
 pub struct CalibrationResult {
     pub profile: CalibrationProfile,
     pub quality: Vec<FitQuality>,
+    pub warnings: Vec<String>,
 }
 
 /// The roofline law fitted as it is used: `t = a + max(b·tm, c·tc)` with `tm`, `tc` the
@@ -371,6 +376,7 @@ pub fn calibrate(
     fallback: &CalibrationProfile,
     max_median_err: f64,
     min_r2: f64,
+    table: Option<String>,
 ) -> Result<CalibrationResult> {
     let mut by_key: BTreeMap<&'static str, Vec<&KernelPoint>> = BTreeMap::new();
     let mut unknown = std::collections::BTreeSet::new();
@@ -398,11 +404,8 @@ pub fn calibrate(
     }
     let (mut collectives, cq) = fit_collectives(m);
     quality.extend(cq);
-    let poor: Vec<String> = quality
-        .iter()
-        .filter(|q| q.is_poor(max_median_err, min_r2))
-        .map(|q| {
-            format!(
+    let describe = |q: &FitQuality| {
+        format!(
                 "{}: median |rel err| {:.1}% (limit {:.0}%), R² {:.3} (limit {:.2}), max |rel err| {:.0}% over {} points",
                 q.section,
                 q.median_abs_rel_err * 100.0,
@@ -411,9 +414,37 @@ pub fn calibrate(
                 min_r2,
                 q.max_abs_rel_err * 100.0,
                 q.points
-            )
-        })
-        .collect();
+        )
+    };
+    // With a measurement table, the measured shapes are priced from the table itself, so a
+    // kernel law that fits poorly only prices shapes nobody measured: it is kept, marked and
+    // reported. Without a table, or for collectives, a poor fit is refused.
+    let mut warnings = Vec::new();
+    let mut poor = Vec::new();
+    for q in quality
+        .iter_mut()
+        .filter(|q| q.is_poor(max_median_err, min_r2))
+    {
+        let key = q.section.strip_prefix("kernels.");
+        match (key, &table) {
+            (Some(key), Some(t)) => {
+                let msg = format!(
+                    "{} (law fit poor; the measured shapes are priced from the table {t}, other shapes extrapolate with this law)",
+                    describe(q)
+                );
+                if let Some(k) = kernels.get_mut(key) {
+                    k.source = format!(
+                        "{}; POOR law fit: measured shapes priced from the table",
+                        k.source
+                    );
+                }
+                q.notes
+                    .push("poor law fit: measured shapes priced from the table".into());
+                warnings.push(msg);
+            }
+            _ => poor.push(describe(q)),
+        }
+    }
     if !poor.is_empty() {
         return Err(Error::Other(format!(
             "calibration refused: poor fit in {} section(s):\n  {}",
@@ -430,30 +461,35 @@ pub fn calibrate(
             collectives.push(f.clone());
         }
     }
-    let graph = m
-        .launch
-        .iter()
-        .find(|l| l.mode == "graph")
-        .map(|l| l.per_kernel_us);
-    let eager = m
-        .launch
-        .iter()
-        .find(|l| l.mode == "eager")
-        .map(|l| l.per_kernel_us);
+    // total = launch + kernels × per-kernel cost, per mode (chains of tiny kernels).
+    let launch_fit = |mode: &str| {
+        let pts: Vec<_> = m.launch.iter().filter(|l| l.mode == mode).collect();
+        let x: Vec<Vec<f64>> = pts.iter().map(|l| vec![1.0, l.kernels]).collect();
+        let y: Vec<f64> = pts.iter().map(|l| l.total_us).collect();
+        let w: Vec<f64> = y.iter().map(|t| 1.0 / (t * t)).collect();
+        weighted_least_squares(&x, &y, &w).map(|f| (f.coef[0].max(0.0), f.coef[1]))
+    };
+    let graph = launch_fit("graph");
+    let eager = launch_fit("eager");
+    // Kernel medians are per-call times of back-to-back in-graph replays, so they already hold
+    // the kernel-to-kernel gap; only the part of the per-kernel chain cost beyond the smallest
+    // measured kernel's fixed cost is left to the engine's gap.
     let elementwise_fixed = kernels
         .get("elementwise")
         .map(|k| k.fixed_us)
         .unwrap_or(0.0);
     let launch = LaunchParams {
-        graph_launch_us: fallback.launch.graph_launch_us,
+        graph_launch_us: graph.map(|g| g.0).unwrap_or(fallback.launch.graph_launch_us),
         graph_kernel_gap_us: graph
-            .map(|g| (g - elementwise_fixed).max(0.0))
+            .map(|g| (g.1 - elementwise_fixed).max(0.0))
             .unwrap_or(fallback.launch.graph_kernel_gap_us),
-        eager_launch_us: eager.unwrap_or(fallback.launch.eager_launch_us),
+        eager_launch_us: eager.map(|e| e.1).unwrap_or(fallback.launch.eager_launch_us),
         eager_kernel_gap_us: fallback.launch.eager_kernel_gap_us,
+        graph_first_collective_us: fallback.launch.graph_first_collective_us,
         source: match (graph, eager) {
             (Some(g), Some(e)) => format!(
-                "measured: launch.csv per-kernel cost of a chain of tiny kernels, graph {g:.2} us (gap = that minus the elementwise fixed cost), eager {e:.2} us; graph launch and eager gap from the fallback profile"
+                "measured: launch.csv chains of tiny kernels, fitted total = launch + n x per-kernel: graph {:.2} us + {:.3} us/kernel (gap = per-kernel minus the elementwise fixed cost, {:.2} us), eager {:.2} us/kernel; eager gap from the fallback profile",
+                g.0, g.1, elementwise_fixed, e.1
             ),
             _ => format!("from fallback profile '{}'", fallback.profile.name),
         },
@@ -472,13 +508,25 @@ pub fn calibrate(
             kernel_cv: median(&mut c).min(0.3),
             rank_skew_cv: fallback.variability.rank_skew_cv,
             collective_cv: fallback.variability.collective_cv,
+            launch_skew_us: fallback.variability.launch_skew_us,
             source: format!(
                 "kernel_cv measured: median over {} kernels of (p90 - p10) / (2 x 1.2816 x median); rank skew and collective cv from the fallback",
                 cvs.len()
             ),
         }
     };
-    let manifest_first = m.manifest.lines().take(6).collect::<Vec<_>>().join("; ");
+    let manifest_first = m
+        .manifest
+        .lines()
+        .map(str::trim)
+        .filter(|l| {
+            !l.is_empty()
+                && l.chars().any(|c| c.is_alphanumeric())
+                && !l.starts_with(['=', '#', '-'])
+        })
+        .take(3)
+        .collect::<Vec<_>>()
+        .join("; ");
     let mut fit = BTreeMap::new();
     for q in &quality {
         let mut t = toml::map::Map::new();
@@ -520,7 +568,7 @@ pub fn calibrate(
                 m.kernels.len(),
                 m.collectives.len(),
                 m.dir.display(),
-                if manifest_first.is_empty() { "no MANIFEST.txt".into() } else { manifest_first }
+                if manifest_first.is_empty() { "no MANIFEST.txt".into() } else { format!("{manifest_first} (see MANIFEST.txt)") }
             ),
             provenance: format!(
                 "fitted: kernels {}; collectives fitted where measured; from fallback '{}': kernels {}{}",
@@ -534,22 +582,20 @@ pub fn calibrate(
         collectives,
         launch,
         variability,
+        measurements: table,
         fit,
         path: Default::default(),
+        table: None,
     };
-    Ok(CalibrationResult { profile, quality })
+    Ok(CalibrationResult {
+        profile,
+        quality,
+        warnings,
+    })
 }
 
+/// The first ISO date (YYYY-MM-DD) in the manifest.
 fn manifest_date(manifest: &str) -> Option<String> {
-    manifest.lines().find_map(|l| {
-        let l = l.trim();
-        let lower = l.to_ascii_lowercase();
-        lower.starts_with("date").then(|| {
-            l.split_once([':', '='])
-                .map(|x| x.1)
-                .unwrap_or("")
-                .trim()
-                .to_string()
-        })
-    })
+    let re = regex::Regex::new(r"\b(20\d\d-[01]\d-[0-3]\d)\b").expect("valid regex");
+    re.captures(manifest).map(|c| c[1].to_string())
 }

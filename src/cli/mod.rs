@@ -109,6 +109,10 @@ pub struct CalibrateArgs {
     /// Refuse the profile when a section's R² is below this.
     #[arg(long, default_value_t = 0.9)]
     pub min_r2: f64,
+    /// Do not reference kernels.csv as a measurement table: price every kernel by the fitted
+    /// roofline law alone.
+    #[arg(long)]
+    pub no_table: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -364,6 +368,21 @@ fn calibrate(a: CalibrateArgs) -> Result<()> {
             .unwrap_or("fitted")
             .to_string()
     });
+    // The table path is stored relative to the profile, so profile and data move together.
+    let table = if a.no_table || m.kernels.is_empty() {
+        None
+    } else {
+        let out_dir = a
+            .out
+            .parent()
+            .map(|p| p.canonicalize().unwrap_or(p.to_path_buf()));
+        let data_dir = dir.canonicalize().unwrap_or(dir.clone());
+        if out_dir.as_deref() == Some(data_dir.as_path()) {
+            Some("kernels.csv".to_string())
+        } else {
+            Some(data_dir.join("kernels.csv").display().to_string())
+        }
+    };
     let result = crate::calibrate::calibrate(
         &m,
         &gpu,
@@ -371,6 +390,7 @@ fn calibrate(a: CalibrateArgs) -> Result<()> {
         &fallback,
         a.max_median_error / 100.0,
         a.min_r2,
+        table,
     )?;
     let header = format!(
         "# Written by `decodesim calibrate --measurements {} --gpu {} --fallback {}`.\n# {}\n# {}\n",

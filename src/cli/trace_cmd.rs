@@ -56,7 +56,7 @@ pub struct SummarizeArgs {
 #[derive(Debug, Clone, Args)]
 pub struct CompareTraceArgs {
     /// Measured traces (files or directories, one file per rank).
-    #[arg(long = "trace", required = true, value_name = "PATH")]
+    #[arg(long = "trace", required = true, value_name = "PATH", num_args = 1..)]
     pub traces: Vec<PathBuf>,
     /// Draw predicted beside measured as stacked bars (.svg or .png).
     #[arg(long, value_name = "FILE")]

@@ -4,6 +4,7 @@
 pub mod collective;
 pub mod kernel;
 pub mod profile;
+pub mod table;
 
 pub use profile::CalibrationProfile;
 
@@ -60,7 +61,8 @@ pub fn price(w: &Workload, s: &Scenario, p: &CalibrationProfile) -> Result<Prici
     let mut base_us = Vec::with_capacity(w.ops.len());
     let mut families = BTreeSet::new();
     let mut collectives: Vec<CollectiveChoice> = Vec::new();
-    for op in &w.ops {
+    let mut from_table = 0usize;
+    for (i, op) in w.ops.iter().enumerate() {
         if op.family.is_sync() {
             base_us.push(0.0);
             continue;
@@ -119,6 +121,31 @@ pub fn price(w: &Workload, s: &Scenario, p: &CalibrationProfile) -> Result<Prici
             base_us.push(t);
             continue;
         }
+        if let (Some(table), Some(mk)) = (&p.table, &op.measure) {
+            if let Some(tp) = table.price(mk) {
+                let mut us = tp.us;
+                if mk.includes_next {
+                    // The measurement covers this kernel and the next: leave the next its law.
+                    if let Some(next) = w.ops.get(i + 1) {
+                        if let Some(k) = p.kernel(next.family.key()) {
+                            us = (us - kernel::kernel_us(next, k, gpu)).max(0.5 * us);
+                        }
+                    }
+                }
+                if tp.extrapolated {
+                    warnings.insert(format!(
+                        "{}: shape outside the measured table {} (m = {}, context = {}); extrapolated",
+                        mk.family,
+                        table.path.display(),
+                        mk.m,
+                        mk.context
+                    ));
+                }
+                from_table += 1;
+                base_us.push(us);
+                continue;
+            }
+        }
         let key = op.family.key();
         let k = p.kernel(key).ok_or_else(|| {
             Error::field(
@@ -145,6 +172,16 @@ pub fn price(w: &Workload, s: &Scenario, p: &CalibrationProfile) -> Result<Prici
             }
         }
         base_us.push(kernel::kernel_us(op, k, gpu));
+    }
+    if let Some(t) = &p.table {
+        families.insert((
+            "measured table".to_string(),
+            format!(
+                "{from_table} ops interpolated from {} ({} points)",
+                t.path.display(),
+                t.len()
+            ),
+        ));
     }
     Ok(Pricing {
         base_us,

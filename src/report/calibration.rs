@@ -43,6 +43,9 @@ pub fn render_fit(r: &CalibrationResult) -> String {
             out.push_str(&format!("note: {}: {n}\n", q.section));
         }
     }
+    for w in &r.warnings {
+        out.push_str(&format!("warning: {w}\n"));
+    }
     out.push_str(&format!("provenance: {}\n", r.profile.profile.provenance));
     out
 }

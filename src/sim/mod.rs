@@ -32,6 +32,7 @@ pub struct Engine {
     aux_free: Vec<f64>,
     cpu: Vec<f64>,
     speed: Vec<f64>,
+    offset: Vec<f64>,
     arrival: Vec<f64>,
 }
 
@@ -56,6 +57,11 @@ impl Engine {
             self.speed
                 .push(1.0 + skew_amp * (2.0 * rng.random::<f64>() - 1.0));
         }
+        self.offset.clear();
+        for _ in 0..ranks {
+            self.offset
+                .push(cfg.variability.launch_skew_us * rng.random::<f64>());
+        }
         // In graph mode the CPU issues one launch; eagerly it issues every kernel in turn.
         let start = if cfg.cuda_graphs {
             cfg.launch.graph_launch_us
@@ -74,8 +80,11 @@ impl Engine {
         };
         for v in [&mut self.main_free, &mut self.aux_free, &mut self.cpu] {
             v.clear();
-            v.resize(ranks, start);
+            for r in 0..ranks {
+                v.push(start + self.offset[r]);
+            }
         }
+        let mut first_collective = cfg.cuda_graphs;
         self.arrival.clear();
         self.arrival.resize(ranks, 0.0);
         out.clear(ranks);
@@ -97,9 +106,15 @@ impl Engine {
                 }
                 f if f.is_collective() => {
                     let mut last = f64::MIN;
+                    let extra = if first_collective {
+                        cfg.launch.graph_first_collective_us
+                    } else {
+                        0.0
+                    };
+                    first_collective = false;
                     for r in 0..ranks {
                         self.cpu[r] += launch;
-                        let a = (self.main_free[r] + gap).max(self.cpu[r]);
+                        let a = (self.main_free[r] + gap + extra).max(self.cpu[r]);
                         self.arrival[r] = a;
                         last = last.max(a);
                     }
@@ -144,6 +159,13 @@ impl Engine {
         }
         for r in 0..ranks {
             out.rank_end_us[r] = self.main_free[r].max(self.aux_free[r]);
+        }
+        // A rank's step starts with its first kernel, as a profile shows it.
+        for rec in out.records.iter().take(ranks * 2) {
+            let r = rec.rank as usize;
+            if out.rank_start_us[r].is_nan() || rec.start_us < out.rank_start_us[r] {
+                out.rank_start_us[r] = rec.start_us;
+            }
         }
     }
 }

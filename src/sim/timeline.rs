@@ -20,7 +20,9 @@ pub struct KernelRecord {
 pub struct Timeline {
     pub ranks: usize,
     pub records: Vec<KernelRecord>,
-    /// When each rank's last kernel ends; the step starts at 0 on every rank.
+    /// When each rank's first kernel starts.
+    pub rank_start_us: Vec<f64>,
+    /// When each rank's last kernel ends.
     pub rank_end_us: Vec<f64>,
 }
 
@@ -30,20 +32,30 @@ impl Timeline {
         self.records.clear();
         self.rank_end_us.clear();
         self.rank_end_us.resize(ranks, 0.0);
+        self.rank_start_us.clear();
+        self.rank_start_us.resize(ranks, f64::NAN);
     }
 
-    /// The step is over when the slowest rank is done.
+    /// One rank's step window: its first kernel's start to its last kernel's end.
+    pub fn rank_window_us(&self, rank: usize) -> f64 {
+        self.rank_end_us[rank] - self.rank_start_us[rank]
+    }
+
+    /// The step time: the mean over ranks of their windows, as a profile of every rank shows
+    /// it (ranks end together at the last collective; an early starter's window holds its wait).
     pub fn step_time_us(&self) -> f64 {
-        self.rank_end_us.iter().copied().fold(0.0, f64::max)
+        if self.ranks == 0 {
+            return 0.0;
+        }
+        (0..self.ranks).map(|r| self.rank_window_us(r)).sum::<f64>() / self.ranks as f64
     }
 
     pub fn rank_records(&self, rank: usize) -> impl Iterator<Item = &KernelRecord> {
         self.records.iter().filter(move |r| r.rank as usize == rank)
     }
 
-    /// One breakdown per rank over the step window [0, step end].
+    /// One breakdown per rank over its own step window.
     pub fn rank_breakdowns(&self, w: &Workload) -> Vec<Breakdown> {
-        let step = self.step_time_us();
         let mut scratch = Vec::new();
         let mut intervals = Vec::new();
         (0..self.ranks)
@@ -62,8 +74,9 @@ impl Timeline {
                         category,
                     });
                 }
-                let a = attribute(&intervals, 0.0, step, &mut scratch);
-                let mut b = Breakdown::from_attribution(step, a);
+                let (start, end) = (self.rank_start_us[rank], self.rank_end_us[rank]);
+                let a = attribute(&intervals, start, end, &mut scratch);
+                let mut b = Breakdown::from_attribution(end - start, a);
                 b.comm_wait_us = wait;
                 b.comm_transfer_us = transfer;
                 b

@@ -108,6 +108,8 @@ pub fn request_for(
 #[derive(Debug, Clone, Serialize)]
 pub struct CaseResult {
     pub case: Case,
+    /// Profiled steps left out as start-up outliers (longer than twice the median step).
+    pub excluded_steps: usize,
     pub layers: usize,
     pub ranks: usize,
     pub measured_step_us: f64,
@@ -150,6 +152,38 @@ pub struct Validation {
     pub results: Vec<CaseResult>,
     pub summary: Summary,
     pub anchor: Option<AnchorReport>,
+}
+
+/// The measured step as the mean over ranks of each rank's mean step, leaving out steps longer
+/// than twice the median step of all ranks: the first profiled step of a fresh process group
+/// can hold hundreds of milliseconds of one-off waiting (profiler and NCCL start-up).
+pub fn robust_breakdown(summary: &crate::trace::TraceSummary) -> (Breakdown, usize) {
+    let mut times: Vec<f64> = summary
+        .ranks
+        .iter()
+        .flat_map(|r| r.selected_steps().map(|s| s.breakdown.step_time_us))
+        .collect();
+    let limit = 2.0 * crate::calibrate::regression::median(&mut times);
+    let mut excluded = 0;
+    let per_rank: Vec<Breakdown> = summary
+        .ranks
+        .iter()
+        .filter_map(|r| {
+            let kept: Vec<&Breakdown> = r
+                .selected_steps()
+                .map(|s| &s.breakdown)
+                .filter(|b| {
+                    let keep = b.step_time_us <= limit;
+                    if !keep {
+                        excluded += 1;
+                    }
+                    keep
+                })
+                .collect();
+            (!kept.is_empty()).then(|| Breakdown::mean(kept))
+        })
+        .collect();
+    (Breakdown::mean(&per_rank), excluded)
 }
 
 fn wait_share(b: &Breakdown) -> f64 {
@@ -204,7 +238,7 @@ pub fn validate(dir: &Path, o: &ValidateOptions) -> Result<Validation> {
     for case in cases {
         let summary = summarize(&case.files, &sopts)
             .map_err(|e| Error::Other(format!("{}: {e}", case.name)))?;
-        let measured = summary.breakdown.clone();
+        let (measured, excluded) = robust_breakdown(&summary);
         let collectives = summary
             .ranks
             .first()
@@ -244,6 +278,7 @@ pub fn validate(dir: &Path, o: &ValidateOptions) -> Result<Validation> {
                 .copied()
                 .fold((Category::Idle, 0.0), |a, x| if x.1 > a.1 { x } else { a });
         results.push(CaseResult {
+            excluded_steps: excluded,
             layers,
             ranks: ranks as usize,
             measured_step_us: measured.step_time_us,

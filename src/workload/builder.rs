@@ -1,6 +1,6 @@
 //! Helpers that append ops with their FLOPs and bytes computed one way everywhere.
 
-use super::op::{CostFamily, Op, Shape, Stream};
+use super::op::{CostFamily, MeasureKey, Op, Shape, Stream};
 use crate::category::Category;
 use crate::spec::WeightFormat;
 
@@ -59,7 +59,15 @@ impl Builder {
             flops,
             bytes,
             message_bytes: 0,
+            measure: None,
         });
+    }
+
+    /// Records where the last op's kernel sits in a measurement table.
+    pub fn measured(&mut self, key: MeasureKey) {
+        if let Some(op) = self.ops.last_mut() {
+            op.measure = Some(key);
+        }
     }
 
     /// A dense GEMM: `m` tokens × (`k` → `n`), weights stored as `w`.
@@ -86,6 +94,9 @@ impl Builder {
             2.0 * mf * nf * kf,
             bytes,
         );
+        if w == WeightFormat::Bf16 {
+            self.measured(MeasureKey::new("gemm_bf16", m, n, k));
+        }
     }
 
     /// `batch` independent BF16 products (per-head absorbed MLA projections).
@@ -102,6 +113,10 @@ impl Builder {
             2.0 * b * mf * nf * kf,
             bytes,
         );
+        self.measured(MeasureKey {
+            batch,
+            ..MeasureKey::new("gemm_bf16", m, n, k)
+        });
     }
 
     /// RMSNorm over `rows` vectors of `width`; `fused_add` also reads and writes the residual.
@@ -130,6 +145,12 @@ impl Builder {
             5.0 * elems,
             passes * elems * ACT_BYTES + width as f64 * ACT_BYTES,
         );
+        let family = if fused_add {
+            "norm_fused_add_rms"
+        } else {
+            "norm_rms"
+        };
+        self.measured(MeasureKey::new(family, rows, width, 0));
     }
 
     /// A pointwise kernel that reads `read_elems` and writes `write_elems` BF16 values.

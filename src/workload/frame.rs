@@ -2,7 +2,7 @@
 //! the logits all-gather and sampling (facts.md §3.1, collectives list).
 
 use super::builder::{Builder, ACT_BYTES};
-use super::op::{CostFamily, Shape};
+use super::op::{CostFamily, MeasureKey, Shape};
 use super::StepShape;
 use crate::category::Category;
 use crate::spec::Runtime;
@@ -25,6 +25,8 @@ pub fn embedding(b: &mut Builder, s: &StepShape) {
         0.0,
         2.0 * (t * h) as f64 * ACT_BYTES + t as f64 * 8.0,
     );
+    let table_rows = (s.model.vocab as u64).div_ceil(s.tp as u64);
+    b.measured(MeasureKey::new("embedding", t, h, table_rows));
     // VocabParallelEmbedding reduces its masked partial lookups across ranks.
     b.collective(
         "embedding_all_reduce",
@@ -82,6 +84,23 @@ pub fn head(b: &mut Builder, s: &StepShape) {
             "-",
             logits as f64,
             logits as f64 * ACT_BYTES + t as f64 * 8.0,
+        );
+        b.measured(MeasureKey::new("sampling", t, logits / t.max(1), 0));
+        // torch.argmax zero-fills its output first, and the token ids are copied out after.
+        b.push(
+            "argmax_memset",
+            "Memset (Device)",
+            CostFamily::Elementwise,
+            Category::Memcpy,
+            Shape {
+                m: t,
+                n: 1,
+                k: 0,
+                batch: 1,
+            },
+            "-",
+            0.0,
+            t as f64 * 8.0,
         );
         b.elementwise(
             "token_copy",

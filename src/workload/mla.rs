@@ -2,7 +2,7 @@
 //! projections and a decode kernel over the 576-wide latent (facts.md §3.1 steps 1-10).
 
 use super::builder::{Builder, ACT_BYTES};
-use super::op::{CostFamily, Shape};
+use super::op::{CostFamily, MeasureKey, Shape};
 use super::StepShape;
 use crate::category::Category;
 use crate::spec::model::MlaDims;
@@ -38,6 +38,8 @@ pub fn attention_block(b: &mut Builder, s: &StepShape, mla: &MlaDims, layer: usi
                 q_lora + kv_lora,
                 false,
             );
+            // The harness marks the fused q/kv norm with k = 2 (data/README.md).
+            b.measured(MeasureKey::new("norm_rms", tokens, q_lora + kv_lora, 2));
             b.gemm(
                 "q_b_proj",
                 "gemm (cuBLAS) q_b_proj",
@@ -83,6 +85,7 @@ pub fn attention_block(b: &mut Builder, s: &StepShape, mla: &MlaDims, layer: usi
         tokens * (heads + 1) * rope,
         tokens * (heads + 1) * rope,
     );
+    b.measured(MeasureKey::new("rope", tokens, heads, rope));
     let kv_write_elems = tokens * latent;
     b.push(
         "kv_cache_write",
@@ -99,6 +102,7 @@ pub fn attention_block(b: &mut Builder, s: &StepShape, mla: &MlaDims, layer: usi
         0.0,
         2.0 * kv_write_elems as f64 * ACT_BYTES,
     );
+    b.measured(MeasureKey::new("kv_write", tokens, latent, 0));
     b.bmm(
         "W_UK_T",
         "gemm (cuBLAS) bmm W_UK_T",
@@ -129,6 +133,12 @@ pub fn attention_block(b: &mut Builder, s: &StepShape, mla: &MlaDims, layer: usi
         2.0 * seqs * hf * ctx * (latent + kv_lora) as f64,
         kv_bytes + q_out_bytes,
     );
+    b.measured(MeasureKey {
+        context: s.context,
+        batch: s.batch as u64,
+        includes_next: true,
+        ..MeasureKey::new("attention_mla_decode", s.batch as u64, heads, latent)
+    });
     // The split-KV partial results are reduced by a second kernel (TRITON_MLA).
     let splits = s.kv_splits();
     let partial = seqs * hf * splits as f64 * (kv_lora + 1) as f64 * 4.0;

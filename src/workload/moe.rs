@@ -2,7 +2,7 @@
 //! stream, facts.md §3.1 step 12) and the dense MLP.
 
 use super::builder::{Builder, ACT_BYTES};
-use super::op::{CostFamily, Shape};
+use super::op::{CostFamily, MeasureKey, Shape};
 use super::StepShape;
 use crate::category::Category;
 use crate::spec::model::{MoeDims, Scoring};
@@ -25,10 +25,12 @@ pub fn moe_block(b: &mut Builder, s: &StepShape, moe: &MoeDims, layer: usize) {
     let inter = (moe.moe_intermediate / s.tp) as u64;
     let mlp = |p: &str| format!("model.layers.{layer}.mlp.{p}");
 
+    // The gate is a plain GEMM kernel: a trace cannot tell it from other GEMMs, so it is counted
+    // as one (the router category holds the top-k gating kernels).
     b.gemm(
         "router_gate",
         "gemm (cuBLAS) router gate",
-        Category::Router,
+        Category::Gemm,
         t,
         experts,
         hidden,
@@ -54,6 +56,7 @@ pub fn moe_block(b: &mut Builder, s: &StepShape, moe: &MoeDims, layer: usize) {
         (t * experts) as f64 * 4.0,
         (t * experts) as f64 * ACT_BYTES + (t * top_k) as f64 * 8.0,
     );
+    b.measured(MeasureKey::new("router_topk", t, experts, top_k));
     b.push(
         "moe_align_block_size",
         "vllm::moe::moe_align_block_size_kernel",
@@ -107,6 +110,9 @@ pub fn moe_block(b: &mut Builder, s: &StepShape, moe: &MoeDims, layer: usize) {
         2.0 * routed_rows * 2.0 * inf * hf,
         touched * 2.0 * inf * hf * bpw + routed_rows * (hf + 2.0 * inf) * ACT_BYTES,
     );
+    if w == WeightFormat::Bf16 {
+        b.measured(MeasureKey::new("moe_grouped_bf16", t, 2 * inter, hidden));
+    }
     b.elementwise(
         "experts_act_and_mul",
         "vllm::act_and_mul_kernel<silu>",
@@ -114,6 +120,7 @@ pub fn moe_block(b: &mut Builder, s: &StepShape, moe: &MoeDims, layer: usize) {
         t * top_k * 2 * inter,
         t * top_k * inter,
     );
+    b.measured(MeasureKey::new("act_silu_mul", t * top_k, inter, 0));
     b.push(
         "experts_w2",
         moe_kernel(w),
@@ -129,6 +136,9 @@ pub fn moe_block(b: &mut Builder, s: &StepShape, moe: &MoeDims, layer: usize) {
         2.0 * routed_rows * hf * inf,
         touched * hf * inf * bpw + routed_rows * (inf + hf) * ACT_BYTES,
     );
+    if w == WeightFormat::Bf16 {
+        b.measured(MeasureKey::new("moe_grouped_bf16", t, hidden, inter));
+    }
     b.push(
         "moe_sum",
         "vllm::moe::moe_sum_kernel",
@@ -158,6 +168,7 @@ pub fn moe_block(b: &mut Builder, s: &StepShape, moe: &MoeDims, layer: usize) {
             2 * t * hidden,
             t * hidden,
         );
+        b.measured(MeasureKey::new("elementwise_add", t, hidden, 0));
     }
 }
 
@@ -183,6 +194,7 @@ fn shared_expert(b: &mut Builder, s: &StepShape, moe: &MoeDims, layer: usize) {
         t * 2 * inter,
         t * inter,
     );
+    b.measured(MeasureKey::new("act_silu_mul", t, inter, 0));
     b.gemm(
         "shared_expert_down",
         "gemm (cuBLAS) shared_experts.down_proj",
@@ -216,6 +228,7 @@ pub fn dense_mlp(b: &mut Builder, s: &StepShape, layer: usize) {
         t * 2 * inter,
         t * inter,
     );
+    b.measured(MeasureKey::new("act_silu_mul", t, inter, 0));
     b.gemm(
         "mlp_down",
         "gemm (cuBLAS) mlp.down_proj",

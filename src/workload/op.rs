@@ -171,6 +171,37 @@ pub struct Shape {
     pub batch: u64,
 }
 
+/// Where a measurement of this op's kernel would sit in a measurement table (kernels.csv, schema
+/// in data/README.md): the harness family and its shape columns, with the same meanings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+pub struct MeasureKey {
+    pub family: &'static str,
+    /// The interpolation axis (tokens or rows; batch for attention).
+    pub m: u64,
+    pub n: u64,
+    pub k: u64,
+    /// Heads per rank of a batched matmul (1 otherwise); not used for grouped GEMMs.
+    pub batch: u64,
+    /// Context length: the second interpolation axis of decode attention (0 otherwise).
+    pub context: u64,
+    /// The measurement also covers the next op (split-KV attention: stage 1 + reduce).
+    pub includes_next: bool,
+}
+
+impl MeasureKey {
+    pub fn new(family: &'static str, m: u64, n: u64, k: u64) -> Self {
+        MeasureKey {
+            family,
+            m,
+            n,
+            k,
+            batch: 1,
+            context: 0,
+            includes_next: false,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Op {
     /// What the op is in the model, e.g. `L3.q_b_proj`.
@@ -190,6 +221,8 @@ pub struct Op {
     pub bytes: f64,
     /// Message size of a collective, in bytes (all_gather: the gathered output).
     pub message_bytes: u64,
+    /// Its key in a measurement table, when the harness measures this kind of kernel.
+    pub measure: Option<MeasureKey>,
 }
 
 impl Op {

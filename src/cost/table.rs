@@ -1,0 +1,218 @@
+//! Prices ops from a measurement table (the harness's kernels.csv) by interpolation: exact
+//! match on the shape columns, log-log interpolation along tokens (and context for attention).
+//! Shapes the table does not hold fall back to the roofline law.
+
+use crate::calibrate::measurements::{read_kernels_csv, KernelPoint};
+use crate::error::Result;
+use crate::workload::op::MeasureKey;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+type Key = (String, u64, u64, u64);
+
+#[derive(Debug, Clone)]
+pub struct KernelTable {
+    pub path: PathBuf,
+    /// (family, n, k, batch) → points (m, context, µs).
+    groups: HashMap<Key, Vec<(f64, f64, f64)>>,
+}
+
+impl PartialEq for KernelTable {
+    fn eq(&self, other: &Self) -> bool {
+        self.path == other.path
+    }
+}
+
+/// A table price and whether it lies outside the measured range.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TablePrice {
+    pub us: f64,
+    pub extrapolated: bool,
+}
+
+/// The grouped GEMM's `batch` column repeats m; attention's repeats the batch axis.
+fn batch_key(family: &str, batch: u64) -> u64 {
+    match family {
+        "moe_grouped_bf16" | "attention_mla_decode" => 0,
+        _ => batch.max(1),
+    }
+}
+
+impl KernelTable {
+    pub fn read(path: &Path) -> Result<Self> {
+        Ok(Self::from_points(path, &read_kernels_csv(path)?))
+    }
+
+    pub fn from_points(path: &Path, pts: &[KernelPoint]) -> Self {
+        let mut groups: HashMap<Key, Vec<(f64, f64, f64)>> = HashMap::new();
+        for p in pts {
+            // The INT4 rows differ by group size, which the key does not carry.
+            if p.family == "gemm_int4" {
+                continue;
+            }
+            let key = (p.family.clone(), p.n, p.k, batch_key(&p.family, p.batch));
+            groups
+                .entry(key)
+                .or_default()
+                .push((p.m, p.context as f64, p.median_us));
+        }
+        for v in groups.values_mut() {
+            v.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.total_cmp(&b.0)));
+        }
+        KernelTable {
+            path: path.to_path_buf(),
+            groups,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.groups.values().map(Vec::len).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.groups.is_empty()
+    }
+
+    pub fn price(&self, key: &MeasureKey) -> Option<TablePrice> {
+        let g = self.groups.get(&(
+            key.family.to_string(),
+            key.n,
+            key.k,
+            batch_key(key.family, key.batch),
+        ))?;
+        if key.context == 0 {
+            let line: Vec<(f64, f64)> = g.iter().map(|p| (p.0, p.2)).collect();
+            return interp(&line, key.m as f64);
+        }
+        // Two axes: interpolate along m at the two bracketing contexts, then along context.
+        let mut ctxs: Vec<f64> = g.iter().map(|p| p.1).collect();
+        ctxs.dedup();
+        let c = key.context as f64;
+        let (lo, hi) = bracket(&ctxs, c)?;
+        let at = |ctx: f64| {
+            let line: Vec<(f64, f64)> = g
+                .iter()
+                .filter(|p| p.1 == ctx)
+                .map(|p| (p.0, p.2))
+                .collect();
+            interp(&line, key.m as f64)
+        };
+        let (a, b) = (at(ctxs[lo])?, at(ctxs[hi])?);
+        let us = log_lerp(ctxs[lo], a.us, ctxs[hi], b.us, c);
+        Some(TablePrice {
+            us,
+            extrapolated: a.extrapolated
+                || b.extrapolated
+                || c < ctxs[0]
+                || c > ctxs[ctxs.len() - 1],
+        })
+    }
+}
+
+/// Indices of the two points bracketing x in a sorted, deduplicated axis (the end pair when
+/// x lies outside).
+fn bracket(axis: &[f64], x: f64) -> Option<(usize, usize)> {
+    match axis.len() {
+        0 => None,
+        1 => Some((0, 0)),
+        n => {
+            let i = axis.partition_point(|&v| v <= x);
+            let hi = i.clamp(1, n - 1);
+            Some((hi - 1, hi))
+        }
+    }
+}
+
+fn log_lerp(x0: f64, y0: f64, x1: f64, y1: f64, x: f64) -> f64 {
+    if x0 == x1 || x0 <= 0.0 || x1 <= 0.0 || y0 <= 0.0 || y1 <= 0.0 || x <= 0.0 {
+        return if x1 == x0 {
+            y0
+        } else {
+            y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+        };
+    }
+    let t = (x.ln() - x0.ln()) / (x1.ln() - x0.ln());
+    (y0.ln() + t * (y1.ln() - y0.ln())).exp()
+}
+
+fn interp(line: &[(f64, f64)], x: f64) -> Option<TablePrice> {
+    let xs: Vec<f64> = line.iter().map(|p| p.0).collect();
+    let (lo, hi) = bracket(&xs, x)?;
+    let us = log_lerp(line[lo].0, line[lo].1, line[hi].0, line[hi].1, x);
+    Some(TablePrice {
+        us,
+        extrapolated: x < xs[0] || x > xs[xs.len() - 1],
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pt(family: &str, m: f64, n: u64, ctx: u64, us: f64) -> KernelPoint {
+        KernelPoint {
+            family: family.into(),
+            m,
+            n,
+            k: 7,
+            batch: 1,
+            context: ctx,
+            flops: 0.0,
+            bytes: 0.0,
+            median_us: us,
+            p10_us: us,
+            p90_us: us,
+        }
+    }
+
+    #[test]
+    fn interpolates_log_log_and_flags_extrapolation() {
+        let t = KernelTable::from_points(
+            Path::new("t.csv"),
+            &[
+                pt("gemm_bf16", 1.0, 8, 0, 10.0),
+                pt("gemm_bf16", 4.0, 8, 0, 40.0),
+                pt("gemm_bf16", 16.0, 8, 0, 40.0),
+            ],
+        );
+        let key = |m| MeasureKey::new("gemm_bf16", m, 8, 7);
+        assert!((t.price(&key(2)).unwrap().us - 20.0).abs() < 1e-9);
+        assert_eq!(
+            t.price(&key(4)).unwrap(),
+            TablePrice {
+                us: 40.0,
+                extrapolated: false
+            }
+        );
+        assert!((t.price(&key(8)).unwrap().us - 40.0).abs() < 1e-9);
+        assert!(t.price(&key(32)).unwrap().extrapolated);
+        assert!(t.price(&MeasureKey::new("gemm_bf16", 2, 9, 7)).is_none());
+    }
+
+    #[test]
+    fn two_axis_attention() {
+        let pts: Vec<KernelPoint> = [
+            (1.0, 1024, 10.0),
+            (4.0, 1024, 20.0),
+            (1.0, 4096, 40.0),
+            (4.0, 4096, 80.0),
+        ]
+        .iter()
+        .map(|&(m, c, us)| KernelPoint {
+            batch: m as u64,
+            k: 576,
+            ..pt("attention_mla_decode", m, 32, c, us)
+        })
+        .collect();
+        let t = KernelTable::from_points(Path::new("a.csv"), &pts);
+        let key = MeasureKey {
+            context: 2048,
+            batch: 2,
+            ..MeasureKey::new("attention_mla_decode", 2, 32, 576)
+        };
+        // Geometric midpoints: m=2 gives sqrt(10·20) and sqrt(40·80); ctx 2048 gives their geometric mean.
+        let want = ((10.0f64 * 20.0).sqrt() * (40.0f64 * 80.0).sqrt()).sqrt();
+        let got = t.price(&key).unwrap();
+        assert!((got.us - want).abs() < 1e-9 && !got.extrapolated);
+    }
+}

@@ -75,7 +75,7 @@ fn synthetic(tag: &str, scramble: bool) -> PathBuf {
 fn recovers_known_parameters_with_intervals() {
     let dir = synthetic("good", false);
     let m = Measurements::read_dir(&dir).unwrap();
-    let r = calibrate(&m, &h200(), "synthetic", &fallback(), 0.15, 0.9, None).unwrap();
+    let r = calibrate(&m, &h200(), "synthetic", &fallback(), 0.15, 0.9, None, false).unwrap();
     let g = &r.profile.kernels["gemm_bf16"];
     assert!((g.fixed_us - 3.0).abs() < 1e-6, "{g:?}");
     assert!((g.mem_efficiency - 0.8).abs() < 1e-6);
@@ -119,7 +119,7 @@ fn recovers_known_parameters_with_intervals() {
 fn refuses_a_poor_fit_and_says_why() {
     let dir = synthetic("poor", true);
     let m = Measurements::read_dir(&dir).unwrap();
-    let err = calibrate(&m, &h200(), "bad", &fallback(), 0.15, 0.9, None)
+    let err = calibrate(&m, &h200(), "bad", &fallback(), 0.15, 0.9, None, false)
         .unwrap_err()
         .to_string();
     assert!(

@@ -377,6 +377,7 @@ pub fn calibrate(
     max_median_err: f64,
     min_r2: f64,
     table: Option<String>,
+    keep_fallback_for_poor: bool,
 ) -> Result<CalibrationResult> {
     let mut by_key: BTreeMap<&'static str, Vec<&KernelPoint>> = BTreeMap::new();
     let mut unknown = std::collections::BTreeSet::new();
@@ -427,6 +428,12 @@ pub fn calibrate(
     {
         let key = q.section.strip_prefix("kernels.");
         match (key, &table) {
+            (Some(key), _) if keep_fallback_for_poor && fallback.kernels.contains_key(key) => {
+                kernels.insert(key.to_string(), fallback.kernels[key].clone());
+                fitted_keys.retain(|k| k != key);
+                q.notes.push(format!("poor law fit: section kept from fallback '{}'", fallback.profile.name));
+                warnings.push(format!("{} (law fit poor; kept the fallback's section)", describe(q)));
+            }
             (Some(key), Some(t)) => {
                 let msg = format!(
                     "{} (law fit poor; the measured shapes are priced from the table {t}, other shapes extrapolate with this law)",
@@ -598,4 +605,57 @@ pub fn calibrate(
 fn manifest_date(manifest: &str) -> Option<String> {
     let re = regex::Regex::new(r"\b(20\d\d-[01]\d-[0-3]\d)\b").expect("valid regex");
     re.captures(manifest).map(|c| c[1].to_string())
+}
+
+/// Turns a profile fitted on `measured` into one for `target`: fitted kernel sections become
+/// "transferred" (efficiencies are fractions of each GPU's own peak), estimate sections and the
+/// collectives of paths the measured machine does not share come from `fallback` (the target's
+/// own profile), and the measured host path (P2P off) is kept as the closest stand-in for the
+/// target's.
+pub fn transfer(p: &mut CalibrationProfile, fallback: &CalibrationProfile, measured: &GpuSpec, target: &GpuSpec) {
+    for (key, k) in p.kernels.iter_mut() {
+        if k.source.starts_with("fitted") {
+            k.source = format!("transferred from the {} fit ({})", measured.name, k.source);
+            // The measured M and byte ranges describe another GPU's runs.
+            k.measured_m = None;
+            k.measured_bytes = None;
+        } else if let Some(f) = fallback.kernels.get(key) {
+            *k = f.clone();
+        }
+    }
+    let target_has_nvlink = target.nvlink;
+    let mut collectives: Vec<CollectiveParams> = fallback
+        .collectives
+        .iter()
+        .filter(|c| c.path != "host")
+        .cloned()
+        .collect();
+    for c in &p.collectives {
+        if c.path == "host" && c.source.starts_with("fitted") {
+            let mut c = c.clone();
+            c.source = format!(
+                "transferred from {} with NCCL_P2P_DISABLE=1 (host-memory path), the closest measured stand-in ({})",
+                measured.name, c.source
+            );
+            collectives.push(c);
+        } else if c.path == "nvlink" && target_has_nvlink && !collectives.iter().any(|x| x.path == "nvlink") {
+            collectives.push(c.clone());
+        }
+    }
+    if !collectives.iter().any(|c| c.path == "host") {
+        collectives.extend(fallback.collectives.iter().filter(|c| c.path == "host").cloned());
+    }
+    p.collectives = collectives;
+    p.launch.source = format!("transferred from {}: {}", measured.name, p.launch.source);
+    p.variability.source = format!("transferred from {}: {}", measured.name, p.variability.source);
+    p.profile.gpu = target.name.clone();
+    p.profile.description = format!(
+        "{}: kernel efficiencies transferred from the {} fit; collectives from '{}' where the target has its own",
+        target.display_name, measured.name, fallback.profile.name
+    );
+    p.profile.provenance = format!(
+        "transferred from {} measurements: kernel efficiencies and fixed costs, launch costs, kernel jitter, host-path collectives; from '{}' ({}): the rest",
+        measured.name, fallback.profile.name, fallback.profile.provenance
+    );
+    p.fit.clear();
 }

@@ -113,6 +113,11 @@ pub struct CalibrateArgs {
     /// roofline law alone.
     #[arg(long)]
     pub no_table: bool,
+    /// Write a profile for another GPU: its kernels take the fitted efficiencies and fixed
+    /// costs (fractions of the peak transfer; the measured table does not), its collectives keep
+    /// the fallback's entries for the paths the target has, plus the measured host path.
+    #[arg(long, value_name = "GPU")]
+    pub transfer_to: Option<String>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -369,7 +374,7 @@ fn calibrate(a: CalibrateArgs) -> Result<()> {
             .to_string()
     });
     // The table path is stored relative to the profile, so profile and data move together.
-    let table = if a.no_table || m.kernels.is_empty() {
+    let table = if a.no_table || a.transfer_to.is_some() || m.kernels.is_empty() {
         None
     } else {
         let out_dir = a
@@ -391,12 +396,24 @@ fn calibrate(a: CalibrateArgs) -> Result<()> {
         a.max_median_error / 100.0,
         a.min_r2,
         table,
+        a.transfer_to.is_some(),
     )?;
+    let mut result = result;
+    if let Some(target) = &a.transfer_to {
+        let target_path = catalog::gpus_dir().join(format!("{target}.toml"));
+        let target_gpu = crate::spec::GpuSpec::from_file(&target_path).map_err(|_| Error::Unknown {
+            kind: "GPU",
+            name: target.clone(),
+            choices: catalog::stems(&catalog::gpus_dir(), "toml"),
+        })?;
+        crate::calibrate::transfer(&mut result.profile, &fallback, &gpu, &target_gpu);
+    }
     let header = format!(
-        "# Written by `decodesim calibrate --measurements {} --gpu {} --fallback {}`.\n# {}\n# {}\n",
+        "# Written by `decodesim calibrate --measurements {} --gpu {} --fallback {}{}`.\n# {}\n# {}\n",
         dir.display(),
         a.gpu,
         a.fallback,
+        a.transfer_to.as_ref().map(|t| format!(" --transfer-to {t}")).unwrap_or_default(),
         result.profile.profile.method,
         result.profile.profile.provenance
     );

@@ -302,6 +302,19 @@ pub fn render_table(sim: &Simulation) -> String {
         bytes(sim.memory.total()),
         bytes(s.system.gpu.memory_gb * 1e9)
     ));
+    let estimated: Vec<&str> = sim
+        .pricing
+        .families
+        .iter()
+        .filter(|(_, src)| src.starts_with("estimate"))
+        .map(|(k, _)| k.as_str())
+        .collect();
+    if !estimated.is_empty() {
+        out.push_str(&format!(
+            "kernel families priced from estimates (not measured): {}\n",
+            estimated.join(", ")
+        ));
+    }
     if !sim.warnings.is_empty() {
         out.push_str("\nwarnings\n");
         for w in &sim.warnings {

@@ -146,7 +146,7 @@ fn unreadable_or_invalid_calibration() {
     );
     let good = std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/data/calibration/rtx-pro-6000/profile.toml"
+        "/data/calibration/rtx-pro-6000-estimate/profile.toml"
     ))
     .unwrap();
     let p = temp_file(

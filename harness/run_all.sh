@@ -10,7 +10,7 @@
 #   T_REF=220 T_COLL=260 bash harness/run_all.sh $OUT env,ref,coll     (collectives.csv, reference_steps.csv, traces)
 set -u
 OUT=${1:?usage: run_all.sh OUTDIR [phases]}
-PHASES=${2:-env,micro,coll,ref}
+PHASES=${2:-env,micro,coll,graph,ref}
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 H=$(cd "$(dirname "$0")" && pwd)
 W=${WORK:-/tmp/decodesim_run}
@@ -26,6 +26,8 @@ for ph in ${PHASES//,/ }; do
            timeout -k 10 "${T_COLL:-240}" python3 "$H/collectives.py" --out "$W/calib" ${SMOKE:+--smoke} ${COLL_ARGS:-} 2>&1 | tee "$W/calib/collectives.log" ;;
     ref)   echo "timeout ${T_REF:-300} python3 harness/refstep.py --out CALIB --traces TRACES ${REF_ARGS:-}" >> "$W/calib/commands.txt"
            timeout -k 10 "${T_REF:-300}" python3 "$H/refstep.py" --out "$W/calib" --traces "$W/traces" ${REF_ARGS:-} 2>&1 | tee "$W/calib/refstep.log" ;;
+    graph) echo "timeout ${T_GRAPH:-420} python3 harness/graph_overheads.py --out CALIB" >> "$W/calib/commands.txt"
+           timeout -k 10 "${T_GRAPH:-420}" python3 "$H/graph_overheads.py" --out "$W/calib" 2>&1 | tee "$W/calib/graph_overheads.log" ;;
     *) echo "unknown phase $ph" ;;
   esac
 done

@@ -42,8 +42,27 @@ pub struct LaunchPoint {
     pub total_us: f64,
 }
 
+/// One timing of a graph of small kernels with some all_reduces interleaved
+/// (`graph_overheads.csv`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct GraphOverheadPoint {
+    pub nranks: u32,
+    pub bytes: f64,
+    pub collectives: f64,
+    pub median_us: f64,
+}
+
+/// The first collective's wait per step when ranks are driven independently (`launch_skew.csv`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct LaunchSkewPoint {
+    pub nranks: u32,
+    pub median_first_wait_us: f64,
+}
+
 #[derive(Debug, Clone, Default)]
 pub struct Measurements {
+    pub graph_overheads: Vec<GraphOverheadPoint>,
+    pub launch_skew: Vec<LaunchSkewPoint>,
     pub dir: PathBuf,
     pub kernels: Vec<KernelPoint>,
     pub collectives: Vec<CollectivePoint>,
@@ -188,6 +207,28 @@ impl Measurements {
                     mode: t.str(&t.rows[i], "mode").to_string(),
                     kernels: t.num(i, "kernels")?,
                     total_us: t.num(i, "total_us")?,
+                });
+            }
+        }
+        let gpath = dir.join("graph_overheads.csv");
+        if gpath.exists() {
+            let t = Table::read(&gpath, &["nranks", "bytes", "collectives", "median_us"])?;
+            for i in 0..t.rows.len() {
+                m.graph_overheads.push(GraphOverheadPoint {
+                    nranks: t.num(i, "nranks")? as u32,
+                    bytes: t.num(i, "bytes")?,
+                    collectives: t.num(i, "collectives")?,
+                    median_us: t.num(i, "median_us")?,
+                });
+            }
+        }
+        let spath = dir.join("launch_skew.csv");
+        if spath.exists() {
+            let t = Table::read(&spath, &["nranks", "median_first_wait_us"])?;
+            for i in 0..t.rows.len() {
+                m.launch_skew.push(LaunchSkewPoint {
+                    nranks: t.num(i, "nranks")? as u32,
+                    median_first_wait_us: t.num(i, "median_first_wait_us")?,
                 });
             }
         }

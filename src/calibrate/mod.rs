@@ -431,8 +431,14 @@ pub fn calibrate(
             (Some(key), _) if keep_fallback_for_poor && fallback.kernels.contains_key(key) => {
                 kernels.insert(key.to_string(), fallback.kernels[key].clone());
                 fitted_keys.retain(|k| k != key);
-                q.notes.push(format!("poor law fit: section kept from fallback '{}'", fallback.profile.name));
-                warnings.push(format!("{} (law fit poor; kept the fallback's section)", describe(q)));
+                q.notes.push(format!(
+                    "poor law fit: section kept from fallback '{}'",
+                    fallback.profile.name
+                ));
+                warnings.push(format!(
+                    "{} (law fit poor; kept the fallback's section)",
+                    describe(q)
+                ));
             }
             (Some(key), Some(t)) => {
                 let msg = format!(
@@ -492,9 +498,14 @@ pub fn calibrate(
             .unwrap_or(fallback.launch.graph_kernel_gap_us),
         eager_launch_us: eager.map(|e| e.1).unwrap_or(fallback.launch.eager_launch_us),
         eager_kernel_gap_us: fallback.launch.eager_kernel_gap_us,
-        graph_first_collective_us: fallback.launch.graph_first_collective_us,
+        graph_first_collective_us: first_collective_stall(m).unwrap_or(fallback.launch.graph_first_collective_us),
         source: match (graph, eager) {
             (Some(g), Some(e)) => format!(
+                "{}; ",
+                first_collective_stall(m)
+                    .map(|s| format!("graph_first_collective_us measured: graph_overheads.csv, median over message sizes of the intercept of T(L) - T(0) = stall + L x t ({s:.2} us)"))
+                    .unwrap_or_else(|| "graph_first_collective_us from the fallback".into())
+            ) + &format!(
                 "measured: launch.csv chains of tiny kernels, fitted total = launch + n x per-kernel: graph {:.2} us + {:.3} us/kernel (gap = per-kernel minus the elementwise fixed cost, {:.2} us), eager {:.2} us/kernel; eager gap from the fallback profile",
                 g.0, g.1, elementwise_fixed, e.1
             ),
@@ -515,10 +526,13 @@ pub fn calibrate(
             kernel_cv: median(&mut c).min(0.3),
             rank_skew_cv: fallback.variability.rank_skew_cv,
             collective_cv: fallback.variability.collective_cv,
-            launch_skew_us: fallback.variability.launch_skew_us,
+            launch_skew_us: launch_skew(m).unwrap_or(fallback.variability.launch_skew_us),
             source: format!(
-                "kernel_cv measured: median over {} kernels of (p90 - p10) / (2 x 1.2816 x median); rank skew and collective cv from the fallback",
-                cvs.len()
+                "kernel_cv measured: median over {} kernels of (p90 - p10) / (2 x 1.2816 x median); {}; rank skew and collective cv from the fallback",
+                cvs.len(),
+                launch_skew(m)
+                    .map(|s| format!("launch_skew_us measured: launch_skew.csv median first-collective wait / (n/(n+1) - 1/2) = {s:.2} us"))
+                    .unwrap_or_else(|| "launch_skew_us from the fallback".into())
             ),
         }
     };
@@ -612,7 +626,12 @@ fn manifest_date(manifest: &str) -> Option<String> {
 /// collectives of paths the measured machine does not share come from `fallback` (the target's
 /// own profile), and the measured host path (P2P off) is kept as the closest stand-in for the
 /// target's.
-pub fn transfer(p: &mut CalibrationProfile, fallback: &CalibrationProfile, measured: &GpuSpec, target: &GpuSpec) {
+pub fn transfer(
+    p: &mut CalibrationProfile,
+    fallback: &CalibrationProfile,
+    measured: &GpuSpec,
+    target: &GpuSpec,
+) {
     for (key, k) in p.kernels.iter_mut() {
         if k.source.starts_with("fitted") {
             k.source = format!("transferred from the {} fit ({})", measured.name, k.source);
@@ -638,16 +657,28 @@ pub fn transfer(p: &mut CalibrationProfile, fallback: &CalibrationProfile, measu
                 measured.name, c.source
             );
             collectives.push(c);
-        } else if c.path == "nvlink" && target_has_nvlink && !collectives.iter().any(|x| x.path == "nvlink") {
+        } else if c.path == "nvlink"
+            && target_has_nvlink
+            && !collectives.iter().any(|x| x.path == "nvlink")
+        {
             collectives.push(c.clone());
         }
     }
     if !collectives.iter().any(|c| c.path == "host") {
-        collectives.extend(fallback.collectives.iter().filter(|c| c.path == "host").cloned());
+        collectives.extend(
+            fallback
+                .collectives
+                .iter()
+                .filter(|c| c.path == "host")
+                .cloned(),
+        );
     }
     p.collectives = collectives;
     p.launch.source = format!("transferred from {}: {}", measured.name, p.launch.source);
-    p.variability.source = format!("transferred from {}: {}", measured.name, p.variability.source);
+    p.variability.source = format!(
+        "transferred from {}: {}",
+        measured.name, p.variability.source
+    );
     p.profile.gpu = target.name.clone();
     p.profile.description = format!(
         "{}: kernel efficiencies transferred from the {} fit; collectives from '{}' where the target has its own",
@@ -658,4 +689,32 @@ pub fn transfer(p: &mut CalibrationProfile, fallback: &CalibrationProfile, measu
         measured.name, fallback.profile.name, fallback.profile.provenance
     );
     p.fit.clear();
+}
+
+/// The stall before a graph replay's first collective: per message size, the intercept of
+/// T(L) − T(0) = stall + L·t over the graphs with L ≥ 1 collectives; the median over sizes.
+fn first_collective_stall(m: &Measurements) -> Option<f64> {
+    let mut sizes: Vec<f64> = m.graph_overheads.iter().map(|p| p.bytes).collect();
+    sizes.sort_by(|a, b| a.total_cmp(b));
+    sizes.dedup();
+    let mut stalls = Vec::new();
+    for b in sizes {
+        let pts: Vec<_> = m.graph_overheads.iter().filter(|p| p.bytes == b).collect();
+        let base = pts.iter().find(|p| p.collectives == 0.0)?.median_us;
+        let with: Vec<_> = pts.iter().filter(|p| p.collectives > 0.0).collect();
+        let x: Vec<Vec<f64>> = with.iter().map(|p| vec![1.0, p.collectives]).collect();
+        let y: Vec<f64> = with.iter().map(|p| p.median_us - base).collect();
+        if let Some(f) = weighted_least_squares(&x, &y, &vec![1.0; y.len()]) {
+            stalls.push(f.coef[0].max(0.0));
+        }
+    }
+    (!stalls.is_empty()).then(|| median(&mut stalls))
+}
+
+/// Launch skew from the median first-collective wait: with starts uniform in [0, S], a rank
+/// waits S·(n/(n+1) − 1/2) on average.
+fn launch_skew(m: &Measurements) -> Option<f64> {
+    let p = m.launch_skew.first()?;
+    let n = p.nranks as f64;
+    (n > 1.0).then(|| p.median_first_wait_us / (n / (n + 1.0) - 0.5))
 }

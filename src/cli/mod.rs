@@ -401,11 +401,12 @@ fn calibrate(a: CalibrateArgs) -> Result<()> {
     let mut result = result;
     if let Some(target) = &a.transfer_to {
         let target_path = catalog::gpus_dir().join(format!("{target}.toml"));
-        let target_gpu = crate::spec::GpuSpec::from_file(&target_path).map_err(|_| Error::Unknown {
-            kind: "GPU",
-            name: target.clone(),
-            choices: catalog::stems(&catalog::gpus_dir(), "toml"),
-        })?;
+        let target_gpu =
+            crate::spec::GpuSpec::from_file(&target_path).map_err(|_| Error::Unknown {
+                kind: "GPU",
+                name: target.clone(),
+                choices: catalog::stems(&catalog::gpus_dir(), "toml"),
+            })?;
         crate::calibrate::transfer(&mut result.profile, &fallback, &gpu, &target_gpu);
     }
     let header = format!(

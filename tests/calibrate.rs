@@ -1,6 +1,6 @@
 //! `calibrate` recovers known parameters from synthetic measurements and refuses a poor fit.
 
-use decodesim::calibrate::{calibrate, measurements::Measurements};
+use decodesim::calibrate::{calibrate, measurements::Measurements, FitOptions};
 use decodesim::cost::CalibrationProfile;
 use decodesim::spec::GpuSpec;
 use std::fmt::Write;
@@ -12,6 +12,15 @@ fn h200() -> GpuSpec {
         "/data/systems/gpus/h200-sxm.toml"
     )))
     .unwrap()
+}
+
+fn strict() -> FitOptions {
+    FitOptions {
+        max_median_err: 0.15,
+        min_r2: 0.9,
+        table: None,
+        keep_fallback_for_poor: false,
+    }
 }
 
 fn fallback() -> CalibrationProfile {
@@ -75,7 +84,7 @@ fn synthetic(tag: &str, scramble: bool) -> PathBuf {
 fn recovers_known_parameters_with_intervals() {
     let dir = synthetic("good", false);
     let m = Measurements::read_dir(&dir).unwrap();
-    let r = calibrate(&m, &h200(), "synthetic", &fallback(), 0.15, 0.9, None, false).unwrap();
+    let r = calibrate(&m, &h200(), "synthetic", &fallback(), &strict()).unwrap();
     let g = &r.profile.kernels["gemm_bf16"];
     assert!((g.fixed_us - 3.0).abs() < 1e-6, "{g:?}");
     assert!((g.mem_efficiency - 0.8).abs() < 1e-6);
@@ -119,9 +128,20 @@ fn recovers_known_parameters_with_intervals() {
 fn refuses_a_poor_fit_and_says_why() {
     let dir = synthetic("poor", true);
     let m = Measurements::read_dir(&dir).unwrap();
-    let err = calibrate(&m, &h200(), "bad", &fallback(), 0.15, 0.9, None, false)
-        .unwrap_err()
-        .to_string();
+    let err = calibrate(
+        &m,
+        &h200(),
+        "bad",
+        &fallback(),
+        &FitOptions {
+            max_median_err: 0.15,
+            min_r2: 0.9,
+            table: None,
+            keep_fallback_for_poor: false,
+        },
+    )
+    .unwrap_err()
+    .to_string();
     assert!(
         err.contains("calibration refused") && err.contains("kernels.gemm_bf16"),
         "{err}"

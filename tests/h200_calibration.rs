@@ -1,7 +1,7 @@
 //! The project's own H200 data (data/calibration/h200, data/traces/h200): the fit, the
 //! validation figures the README publishes, and single-anchor prediction.
 
-use decodesim::calibrate::{calibrate, measurements::Measurements};
+use decodesim::calibrate::{calibrate, measurements::Measurements, FitOptions};
 use decodesim::cost::CalibrationProfile;
 use decodesim::spec::GpuSpec;
 use decodesim::trace::classify::Classifier;
@@ -15,24 +15,70 @@ fn root(p: &str) -> PathBuf {
 #[test]
 fn fit_of_the_h200_measurements() {
     let m = Measurements::read_dir(&root("data/calibration/h200")).unwrap();
-    assert!(m.kernels.len() > 800 && m.collectives.len() > 800, "{} {}", m.kernels.len(), m.collectives.len());
+    assert!(
+        m.kernels.len() > 800 && m.collectives.len() > 800,
+        "{} {}",
+        m.kernels.len(),
+        m.collectives.len()
+    );
     let gpu = GpuSpec::from_file(&root("data/systems/gpus/h200-sxm.toml")).unwrap();
-    let fallback = CalibrationProfile::from_file(&root("data/calibration/h200-estimate/profile.toml")).unwrap();
+    let fallback =
+        CalibrationProfile::from_file(&root("data/calibration/h200-estimate/profile.toml"))
+            .unwrap();
     // Without the measurement table the roofline law must stand alone: the Triton MLA kernel
     // (time grows with heads, not bytes) does not follow it, and the fit is refused.
-    let err = calibrate(&m, &gpu, "h200", &fallback, 0.15, 0.9, None, false).unwrap_err().to_string();
+    let err = calibrate(
+        &m,
+        &gpu,
+        "h200",
+        &fallback,
+        &FitOptions {
+            max_median_err: 0.15,
+            min_r2: 0.9,
+            table: None,
+            keep_fallback_for_poor: false,
+        },
+    )
+    .unwrap_err()
+    .to_string();
     assert!(err.contains("kernels.attention_mla_decode"), "{err}");
-    let r = calibrate(&m, &gpu, "h200", &fallback, 0.15, 0.9, Some("kernels.csv".into()), false).unwrap();
-    let gemm = r.quality.iter().find(|q| q.section == "kernels.gemm_bf16").unwrap();
+    let r = calibrate(
+        &m,
+        &gpu,
+        "h200",
+        &fallback,
+        &FitOptions {
+            max_median_err: 0.15,
+            min_r2: 0.9,
+            table: Some("kernels.csv".into()),
+            keep_fallback_for_poor: false,
+        },
+    )
+    .unwrap();
+    let gemm = r
+        .quality
+        .iter()
+        .find(|q| q.section == "kernels.gemm_bf16")
+        .unwrap();
     assert!(gemm.r2 > 0.98 && gemm.median_abs_rel_err < 0.10, "{gemm:?}");
     let g = &r.profile.kernels["gemm_bf16"];
     // Decode GEMMs are memory-bound: cuBLAS reaches most of HBM bandwidth.
     assert!((0.6..1.0).contains(&g.mem_efficiency), "{g:?}");
-    let ll = r.profile.collectives.iter().find(|c| c.op == "all_reduce" && c.path == "nvlink" && c.proto == "LL" && c.algo == "ring").unwrap();
+    let ll = r
+        .profile
+        .collectives
+        .iter()
+        .find(|c| c.op == "all_reduce" && c.path == "nvlink" && c.proto == "LL" && c.algo == "ring")
+        .unwrap();
     assert_eq!(ll.measured_nranks, vec![2]);
-    assert!(r.quality.iter().filter(|q| q.section.starts_with("collectives")).all(|q| q.median_abs_rel_err < 0.10));
+    assert!(r
+        .quality
+        .iter()
+        .filter(|q| q.section.starts_with("collectives"))
+        .all(|q| q.median_abs_rel_err < 0.10));
     // The committed profile is this fit.
-    let committed = CalibrationProfile::from_file(&root("data/calibration/h200/profile.toml")).unwrap();
+    let committed =
+        CalibrationProfile::from_file(&root("data/calibration/h200/profile.toml")).unwrap();
     assert_eq!(committed.kernels["gemm_bf16"], *g);
     assert!(committed.table.as_ref().is_some_and(|t| t.len() > 700));
 }
@@ -60,5 +106,8 @@ fn validation_against_the_captured_traces() {
     let a = v.anchor.as_ref().unwrap();
     assert_eq!(a.anchor, "refstep_b16_c8192_default");
     let band = a.band.as_ref().unwrap();
-    assert!(band.cases >= 3 && band.median_abs_step_error <= 0.10, "{band:?}");
+    assert!(
+        band.cases >= 3 && band.median_abs_step_error <= 0.10,
+        "{band:?}"
+    );
 }

@@ -369,16 +369,33 @@ fn fit_collectives(m: &Measurements) -> (Vec<CollectiveParams>, Vec<FitQuality>)
 
 /// Fits every profile section the measurements cover. `fallback` supplies the sections they
 /// do not (say which in the result's notes); a poor fit is an error naming the section.
+/// How strict the fit is and what a poor section becomes.
+#[derive(Debug, Clone)]
+pub struct FitOptions {
+    /// A section whose median |relative error| exceeds this (fraction) is poor.
+    pub max_median_err: f64,
+    /// A section below this R² with a point off by more than twice the limit is poor.
+    pub min_r2: f64,
+    /// The measurement table the profile will reference (path relative to the profile).
+    pub table: Option<String>,
+    /// Replace poor kernel sections by the fallback's instead of refusing (for transfers).
+    pub keep_fallback_for_poor: bool,
+}
+
 pub fn calibrate(
     m: &Measurements,
     gpu: &GpuSpec,
     name: &str,
     fallback: &CalibrationProfile,
-    max_median_err: f64,
-    min_r2: f64,
-    table: Option<String>,
-    keep_fallback_for_poor: bool,
+    opts: &FitOptions,
 ) -> Result<CalibrationResult> {
+    let FitOptions {
+        max_median_err,
+        min_r2,
+        ref table,
+        keep_fallback_for_poor,
+    } = *opts;
+    let table = table.clone();
     let mut by_key: BTreeMap<&'static str, Vec<&KernelPoint>> = BTreeMap::new();
     let mut unknown = std::collections::BTreeSet::new();
     for p in &m.kernels {

@@ -388,16 +388,13 @@ fn calibrate(a: CalibrateArgs) -> Result<()> {
             Some(data_dir.join("kernels.csv").display().to_string())
         }
     };
-    let result = crate::calibrate::calibrate(
-        &m,
-        &gpu,
-        &name,
-        &fallback,
-        a.max_median_error / 100.0,
-        a.min_r2,
+    let opts = crate::calibrate::FitOptions {
+        max_median_err: a.max_median_error / 100.0,
+        min_r2: a.min_r2,
         table,
-        a.transfer_to.is_some(),
-    )?;
+        keep_fallback_for_poor: a.transfer_to.is_some(),
+    };
+    let result = crate::calibrate::calibrate(&m, &gpu, &name, &fallback, &opts)?;
     let mut result = result;
     if let Some(target) = &a.transfer_to {
         let target_path = catalog::gpus_dir().join(format!("{target}.toml"));

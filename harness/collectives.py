@@ -16,13 +16,12 @@ Writes collectives.csv: op,nranks,bytes,proto,algo,p2p,mode,median_us,p10_us,p90
 """
 import argparse
 import os
-import socket
 import sys
 import time
 import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import CsvOut, log, quantiles, run_group, set_nccl_safety_env  # noqa: E402
+from common import CsvOut, free_port, log, quantiles, run_group, set_nccl_safety_env  # noqa: E402
 
 COLS = ["op", "nranks", "bytes", "proto", "algo", "p2p", "mode", "median_us", "p10_us", "p90_us", "reps"]
 
@@ -35,13 +34,6 @@ FULL_SETTINGS = [
     ("LL", "Ring", "off"), ("Simple", "Ring", "off"),
 ]
 
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 def apply_setting_env(proto, algo, p2p):

@@ -15,6 +15,16 @@ def set_nccl_safety_env():
     os.environ["NVSHMEM_DISABLE_NVLS"] = "1"
 
 
+def free_port():
+    """A free TCP port on loopback for the process group's rendezvous."""
+    import socket
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
 def quantiles(xs):
     s = sorted(xs)
     n = len(s)

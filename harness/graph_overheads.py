@@ -23,7 +23,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import CsvOut, log, quantiles, set_nccl_safety_env  # noqa: E402
+from common import CsvOut, free_port, log, quantiles, set_nccl_safety_env  # noqa: E402
 
 SIZES = [14336, 229376, 917504]          # B = 1, 16, 64 tokens x 7168 x 2 bytes
 COLLECTIVE_COUNTS = [0, 1, 2, 4, 8]
@@ -159,17 +159,11 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
-    import socket
-
     import torch
     import torch.multiprocessing as mp
     os.makedirs(a.out, exist_ok=True)
     world = torch.cuda.device_count()
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    mp.spawn(worker, args=(world, port, a.out), nprocs=world, join=True)
+    mp.spawn(worker, args=(world, free_port(), a.out), nprocs=world, join=True)
 
 
 if __name__ == "__main__":

@@ -17,13 +17,12 @@ The exact kernel sequence is documented in data/README.md.
 import argparse
 import math
 import os
-import socket
 import sys
 import time
 import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import CsvOut, log, quantiles, run_group, set_nccl_safety_env  # noqa: E402
+from common import CsvOut, free_port, log, quantiles, run_group, set_nccl_safety_env  # noqa: E402
 
 COLS = ["nranks", "tp", "layers", "batch", "context", "setting", "graphs", "median_us", "p10_us",
         "p90_us", "reps", "trace_file_rank0"]
@@ -36,13 +35,6 @@ HID, VOCAB, NH = 7168, 163840, 64
 Q_LORA, KV_LORA, NOPE, ROPE, VDIM = 1536, 512, 128, 64, 128
 N_EXP, TOPK, MOE_I, DENSE_I = 384, 8, 2048, 18432
 
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 class Model:

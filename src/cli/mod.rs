@@ -219,14 +219,7 @@ fn list() -> Result<()> {
                     .map(|q| format!("{} ({})", q.format.name(), q.method))
                     .unwrap_or_else(|| "bf16".into()),
             ]),
-            Err(e) => t.row(vec![
-                name,
-                format!("error: {e}"),
-                String::new(),
-                String::new(),
-                String::new(),
-                String::new(),
-            ]),
+            Err(e) => t.row(vec![name, format!("error: {e}")]),
         }
     }
     out.push_str(&t.render());
@@ -243,13 +236,7 @@ fn list() -> Result<()> {
                 s.default_calibration.clone(),
                 s.description.clone(),
             ]),
-            Err(e) => t.row(vec![
-                name,
-                format!("error: {e}"),
-                String::new(),
-                String::new(),
-                String::new(),
-            ]),
+            Err(e) => t.row(vec![name, format!("error: {e}")]),
         }
     }
     out.push_str(&t.render());

@@ -174,7 +174,7 @@ impl CalibrationProfile {
                     format!("kernels.{name}"),
                     format!(
                         "unknown kernel family; expected one of: {}",
-                        crate::workload::CostFamily::KERNEL_KEYS.join(", ")
+                        crate::workload::CostFamily::kernel_keys().join(", ")
                     ),
                 ));
             }

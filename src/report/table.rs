@@ -16,7 +16,9 @@ impl Table {
         }
     }
 
-    pub fn row(&mut self, cells: Vec<String>) {
+    /// Adds a row; missing trailing cells are left empty.
+    pub fn row(&mut self, mut cells: Vec<String>) {
+        cells.resize(self.header.len().max(cells.len()), String::new());
         self.rows.push(cells);
     }
 

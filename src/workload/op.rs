@@ -83,27 +83,7 @@ impl CostFamily {
         }
     }
 
-    /// Families priced by `[kernels.<key>]` sections (collectives and syncs are not).
-    pub const KERNEL_KEYS: [&'static str; 16] = [
-        "gemm_bf16",
-        "gemm_int4",
-        "gemm_fp8",
-        "moe_gemm_bf16",
-        "moe_gemm_int4",
-        "moe_gemm_fp8",
-        "attention_mla_decode",
-        "attention_gqa_decode",
-        "kv_write",
-        "norm",
-        "elementwise",
-        "router_topk",
-        "moe_align",
-        "moe_sum",
-        "sampling",
-        "embedding",
-    ];
-
-    pub fn from_key(key: &str) -> Option<Self> {
+    pub const ALL: [CostFamily; 20] = {
         use CostFamily::*;
         [
             GemmBf16,
@@ -127,8 +107,19 @@ impl CostFamily {
             Fork,
             Join,
         ]
-        .into_iter()
-        .find(|f| f.key() == key)
+    };
+
+    /// Keys of the families priced by `[kernels.<key>]` sections (collectives and syncs are not).
+    pub fn kernel_keys() -> Vec<&'static str> {
+        Self::ALL
+            .iter()
+            .filter(|f| !f.is_collective() && !f.is_sync())
+            .map(|f| f.key())
+            .collect()
+    }
+
+    pub fn from_key(key: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|f| f.key() == key)
     }
 
     pub fn is_collective(self) -> bool {

@@ -111,3 +111,102 @@ fn validation_against_the_captured_traces() {
         "{band:?}"
     );
 }
+
+fn decodesim(args: &[&str]) -> (bool, String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_decodesim"))
+        .args(args)
+        .output()
+        .expect("binary runs");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn calibrate_from_one_trace_then_predict_from_the_written_profile() {
+    let traces: Vec<String> = std::fs::read_dir(root("data/traces/h200"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path().display().to_string())
+        .filter(|p| p.contains("refstep_b16_c8192_default_rank"))
+        .collect();
+    assert_eq!(traces.len(), 2);
+    let out = std::env::temp_dir().join(format!("decodesim-anchor-{}.toml", std::process::id()));
+    let scenario = [
+        "--model",
+        "kimi-k2.5-bf16",
+        "--layers",
+        "4",
+        "--system",
+        "h200-2x-nvlink",
+        "--runtime",
+        "reference",
+        "--nccl-proto",
+        "auto",
+        "--nccl-algo",
+        "auto",
+    ];
+    let mut args = vec!["calibrate", "--from-trace"];
+    args.extend(traces.iter().map(String::as_str));
+    args.extend([
+        "--out",
+        out.to_str().unwrap(),
+        "--calibration",
+        "h200",
+        "--batch",
+        "16",
+        "--context",
+        "8192",
+    ]);
+    args.extend(scenario);
+    let (ok, text, err) = decodesim(&args);
+    assert!(ok, "{err}");
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("step time: measured"))
+        .unwrap();
+    // "... after 6584.7 us (+0.9%)": the anchored profile reproduces its anchor within 2%.
+    let after_pct: f64 = line
+        .rsplit('(')
+        .next()
+        .and_then(|t| t.trim_end_matches("%)").parse().ok())
+        .unwrap();
+    assert!(after_pct.abs() < 2.0, "{line}");
+    // The written profile is usable from anywhere: its table path resolves.
+    let mut sim = vec![
+        "simulate",
+        "--format",
+        "json",
+        "--calibration",
+        out.to_str().unwrap(),
+        "--batch",
+        "64",
+        "--context",
+        "8192",
+    ];
+    sim.extend(scenario);
+    let (ok, json, err) = decodesim(&sim);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let predicted = v["step_time_us"].as_f64().unwrap();
+    // Measured: 14,979 µs (data/traces/h200, batch 64, context 8192, default NCCL).
+    assert!((predicted / 14_979.0 - 1.0).abs() < 0.05, "{predicted}");
+    std::fs::remove_file(out).ok();
+}
+
+#[test]
+fn validate_command_prints_the_table_and_summary() {
+    let (ok, text, err) = decodesim(&[
+        "validate",
+        "--traces",
+        root("data/traces/h200").to_str().unwrap(),
+    ]);
+    assert!(ok, "{err}");
+    assert!(text.contains("refstep_b256_c32768_p2p_off"));
+    assert!(text.contains("summary: 54 configurations"));
+    assert!(text.contains("single anchor: calibrated from refstep_b16_c8192_default only"));
+    let (ok, _, err) = decodesim(&["validate", "--traces", "/nonexistent"]);
+    assert!(!ok && err.contains("/nonexistent"), "{err}");
+}

@@ -259,6 +259,21 @@ fn list() -> Result<()> {
     print(&out)
 }
 
+/// How a profile written to `out` refers to a measurement table: by file name when both sit in
+/// one folder (profile and data move together), else by absolute path.
+fn table_reference(table: &std::path::Path, out: &std::path::Path) -> String {
+    let table = table.canonicalize().unwrap_or(table.to_path_buf());
+    let out_dir = out
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(std::path::Path::new("."));
+    let out_dir = out_dir.canonicalize().unwrap_or(out_dir.to_path_buf());
+    match (table.parent(), table.file_name()) {
+        (Some(dir), Some(name)) if dir == out_dir => name.to_string_lossy().into_owned(),
+        _ => table.display().to_string(),
+    }
+}
+
 fn write_profile(
     path: &std::path::Path,
     header: &str,
@@ -311,25 +326,39 @@ fn calibrate_from_trace(a: &CalibrateArgs) -> Result<()> {
         .map(|p| p.display().to_string())
         .collect::<Vec<_>>()
         .join(" ");
-    let r = crate::calibrate::anchor::fit_to_step(&scenario, &profile, &measured.breakdown, &name)?;
+    // The same start-up outlier rule as `validate`.
+    let (measured_step, excluded) = crate::validate::robust_breakdown(&measured);
+    let mut r = crate::calibrate::anchor::fit_to_step(&scenario, &profile, &measured_step, &name)?;
+    if let Some(t) = &profile.table {
+        r.profile.measurements = Some(table_reference(&t.path, &a.out));
+    }
     let header = format!(
         "# Written by `decodesim calibrate --from-trace {name}` from profile '{}'.\n# {}",
         profile.profile.name, r.profile.profile.provenance
     );
     write_profile(&a.out, &header, &r.profile)?;
-    let before = crate::compare::compare(&r.before.mean, &measured.breakdown);
-    let after = crate::compare::compare(&r.after.mean, &measured.breakdown);
+    let before = crate::compare::compare(&r.before.mean, &measured_step);
+    let after = crate::compare::compare(&r.after.mean, &measured_step);
     let mut text = format!(
-        "single-anchor calibration of '{}' to {name}\nstep time: measured {:.1} us, predicted before {:.1} us ({:+.1}%), after {:.1} us ({:+.1}%)\nfactors applied (time multipliers):\n",
+        "single-anchor calibration of '{}' to {name}\n{}step time: measured {:.1} us, predicted before {:.1} us ({:+.1}%), after {:.1} us ({:+.1}%)\nfactors applied (time multipliers, or values set):\n",
         profile.profile.name,
-        measured.breakdown.step_time_us,
+        if excluded > 0 {
+            format!("{excluded} start-up step(s) longer than twice the median step left out\n")
+        } else {
+            String::new()
+        },
+        measured_step.step_time_us,
         r.before.step_time_us(),
         before.step_error_pct().unwrap_or(f64::NAN),
         r.after.step_time_us(),
         after.step_error_pct().unwrap_or(f64::NAN),
     );
     for (k, f) in &r.factors {
-        text.push_str(&format!("  {k:<22} x{f:.3}\n"));
+        if k.ends_with("_us") {
+            text.push_str(&format!("  {k:<26} = {f:.1} us\n"));
+        } else {
+            text.push_str(&format!("  {k:<26} x{f:.3}\n"));
+        }
     }
     text.push_str(&crate::report::comparison::to_table(&after));
     text.push_str(&format!("\nprofile written to {}\n", a.out.display()));

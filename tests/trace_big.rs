@@ -39,14 +39,42 @@ fn a_one_gigabyte_trace_parses_in_bounded_memory() {
         for k in 0..STEPS {
             let base = k as f64 * 10_000.0;
             let corr = 10_000 + k;
-            put(&mut w, format!(r#"{{"ph":"X","cat":"user_annotation","name":"execute_context_0(0)_generation_8(8)","pid":1,"tid":1,"ts":{base},"dur":500}}"#));
+            put(
+                &mut w,
+                format!(
+                    r#"{{"ph":"X","cat":"user_annotation","name":"execute_context_0(0)_generation_8(8)","pid":1,"tid":1,"ts":{base},"dur":500}}"#
+                ),
+            );
             for i in 0..PYTHON_EVENTS_PER_STEP {
-                put(&mut w, format!(r#"{{"ph":"X","cat":"python_function","name":"vllm/model_executor/models/deepseek_v2.py(1234): forward_{i}","pid":1,"tid":1,"ts":{},"dur":0.2,"args":{{"Python id":{i},"Python parent id":{}}}}}"#, base + 1.0, i / 2));
+                put(
+                    &mut w,
+                    format!(
+                        r#"{{"ph":"X","cat":"python_function","name":"vllm/model_executor/models/deepseek_v2.py(1234): forward_{i}","pid":1,"tid":1,"ts":{},"dur":0.2,"args":{{"Python id":{i},"Python parent id":{}}}}}"#,
+                        base + 1.0,
+                        i / 2
+                    ),
+                );
             }
-            put(&mut w, format!(r#"{{"ph":"X","cat":"cuda_runtime","name":"cudaGraphLaunch","pid":1,"tid":1,"ts":{},"dur":10,"args":{{"correlation":{corr}}}}}"#, base + 400.0));
+            put(
+                &mut w,
+                format!(
+                    r#"{{"ph":"X","cat":"cuda_runtime","name":"cudaGraphLaunch","pid":1,"tid":1,"ts":{},"dur":10,"args":{{"correlation":{corr}}}}}"#,
+                    base + 400.0
+                ),
+            );
             for j in 0..20 {
-                let name = if j % 5 == 4 { "ncclDevKernel_AllReduce_Sum_bf16_RING_LL" } else { "nvjet_sm90_tst_64x8_64x16_4x1_v_bz_TNT" };
-                put(&mut w, format!(r#"{{"ph":"X","cat":"kernel","name":"{name}","pid":0,"tid":7,"ts":{},"dur":20,"args":{{"correlation":{corr},"stream":7,"device":0}}}}"#, base + 1000.0 + 25.0 * j as f64));
+                let name = if j % 5 == 4 {
+                    "ncclDevKernel_AllReduce_Sum_bf16_RING_LL"
+                } else {
+                    "nvjet_sm90_tst_64x8_64x16_4x1_v_bz_TNT"
+                };
+                put(
+                    &mut w,
+                    format!(
+                        r#"{{"ph":"X","cat":"kernel","name":"{name}","pid":0,"tid":7,"ts":{},"dur":20,"args":{{"correlation":{corr},"stream":7,"device":0}}}}"#,
+                        base + 1000.0 + 25.0 * j as f64
+                    ),
+                );
             }
         }
         write!(w, "]}}").unwrap();

@@ -60,19 +60,11 @@ pub fn head(b: &mut Builder, s: &StepShape) {
         );
     }
     let logits = t * vocab_shard * s.tp as u64;
-    if s.runtime == Runtime::Reference {
-        // Gathered logits are [tp, B, V/tp]: the reference reorders them, takes the argmax in
-        // BF16 and copies the token ids out.
-        b.elementwise(
-            "logits_permute",
-            "at::native::elementwise_kernel (copy)",
-            Category::Elementwise,
-            logits,
-            logits,
-        );
+    // One sampling kernel over all logits: `bytes_per_logit` read (and written, for a cast).
+    let sampling = |b: &mut Builder, name: &str, kernel: &'static str, bytes_per_logit: f64| {
         b.push(
-            "argmax",
-            "at::native::reduce_kernel<ArgMaxOps>",
+            name,
+            kernel,
             CostFamily::Sampling,
             Category::Sampling,
             Shape {
@@ -83,62 +75,64 @@ pub fn head(b: &mut Builder, s: &StepShape) {
             },
             "-",
             logits as f64,
-            logits as f64 * ACT_BYTES + t as f64 * 8.0,
+            logits as f64 * bytes_per_logit + t as f64 * 8.0,
         );
-        b.measured(MeasureKey::new("sampling", t, logits / t.max(1), 0));
-        // torch.argmax zero-fills its output first, and the token ids are copied out after.
+    };
+    // A copy of `bytes` done by the copy engine or a memset, not by a kernel.
+    let copy = |b: &mut Builder, name: &str, kernel: &'static str, bytes: f64| {
+        let shape = Shape {
+            m: t,
+            n: 1,
+            k: 0,
+            batch: 1,
+        };
         b.push(
-            "argmax_memset",
-            "Memset (Device)",
+            name,
+            kernel,
             CostFamily::Elementwise,
             Category::Memcpy,
-            Shape {
-                m: t,
-                n: 1,
-                k: 0,
-                batch: 1,
-            },
+            shape,
             "-",
             0.0,
-            t as f64 * 8.0,
+            bytes,
         );
+    };
+    if s.runtime == Runtime::Reference {
+        // Gathered logits are [tp, B, V/tp]: the reference reorders them, zero-fills argmax's
+        // output, takes the argmax in BF16 and copies the token ids out.
         b.elementwise(
-            "token_copy",
+            "logits_permute",
             "at::native::elementwise_kernel (copy)",
             Category::Elementwise,
-            t * 4,
-            t * 4,
+            logits,
+            logits,
+        );
+        copy(b, "argmax_memset", "Memset (Device)", t as f64 * 8.0);
+        sampling(
+            b,
+            "argmax",
+            "at::native::reduce_kernel<ArgMaxOps>",
+            ACT_BYTES,
+        );
+        b.measured(MeasureKey::new("sampling", t, logits / t.max(1), 0));
+        copy(
+            b,
+            "token_copy",
+            "Memcpy DtoD (Device -> Device)",
+            t as f64 * 16.0,
         );
         return;
     }
-    b.push(
+    sampling(
+        b,
         "logits_to_fp32",
         "at::native::vectorized_elementwise_kernel (copy to float)",
-        CostFamily::Sampling,
-        Category::Sampling,
-        Shape {
-            m: t,
-            n: logits / t.max(1),
-            k: 0,
-            batch: 1,
-        },
-        "-",
-        logits as f64,
-        logits as f64 * (ACT_BYTES + 4.0),
+        ACT_BYTES + 4.0,
     );
-    b.push(
+    sampling(
+        b,
         "argmax",
         "at::native::reduce_kernel<ArgMaxOps<float>>",
-        CostFamily::Sampling,
-        Category::Sampling,
-        Shape {
-            m: t,
-            n: logits / t.max(1),
-            k: 0,
-            batch: 1,
-        },
-        "-",
-        logits as f64,
-        logits as f64 * 4.0 + t as f64 * 8.0,
+        4.0,
     );
 }

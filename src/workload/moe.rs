@@ -172,23 +172,30 @@ pub fn moe_block(b: &mut Builder, s: &StepShape, moe: &MoeDims, layer: usize) {
     }
 }
 
-fn shared_expert(b: &mut Builder, s: &StepShape, moe: &MoeDims, layer: usize) {
+/// A gated MLP: gate_up GEMM, SiLU-and-mul, down GEMM, over `t` tokens with `inter` columns
+/// per rank; `module` is the Hugging Face prefix of its weights, `label` names its ops.
+struct Mlp<'a> {
+    label: &'a str,
+    module: String,
+    kernels: [&'static str; 2],
+}
+
+fn gated_mlp(b: &mut Builder, s: &StepShape, mlp: Mlp, inter: u64) {
     let m = s.model;
     let t = s.tokens;
     let hidden = m.hidden as u64;
-    let inter = (moe.shared_intermediate / s.tp) as u64;
-    let name = |p: &str| format!("model.layers.{layer}.mlp.shared_experts.{p}");
+    let weight = |p: &str| m.weight_format(&format!("{}.{p}", mlp.module));
     b.gemm(
-        "shared_expert_gate_up",
-        "gemm (cuBLAS) shared_experts.gate_up_proj",
+        &format!("{}_gate_up", mlp.label),
+        mlp.kernels[0],
         Category::Gemm,
         t,
         2 * inter,
         hidden,
-        m.weight_format(&name("gate_proj")),
+        weight("gate_proj"),
     );
     b.elementwise(
-        "shared_expert_act_and_mul",
+        &format!("{}_act_and_mul", mlp.label),
         "vllm::act_and_mul_kernel<silu>",
         Category::Elementwise,
         t * 2 * inter,
@@ -196,46 +203,36 @@ fn shared_expert(b: &mut Builder, s: &StepShape, moe: &MoeDims, layer: usize) {
     );
     b.measured(MeasureKey::new("act_silu_mul", t, inter, 0));
     b.gemm(
-        "shared_expert_down",
-        "gemm (cuBLAS) shared_experts.down_proj",
+        &format!("{}_down", mlp.label),
+        mlp.kernels[1],
         Category::Gemm,
         t,
         hidden,
         inter,
-        m.weight_format(&name("down_proj")),
+        weight("down_proj"),
     );
 }
 
+fn shared_expert(b: &mut Builder, s: &StepShape, moe: &MoeDims, layer: usize) {
+    let mlp = Mlp {
+        label: "shared_expert",
+        module: format!("model.layers.{layer}.mlp.shared_experts"),
+        kernels: [
+            "gemm (cuBLAS) shared_experts.gate_up_proj",
+            "gemm (cuBLAS) shared_experts.down_proj",
+        ],
+    };
+    gated_mlp(b, s, mlp, (moe.shared_intermediate / s.tp) as u64);
+}
+
 pub fn dense_mlp(b: &mut Builder, s: &StepShape, layer: usize) {
-    let m = s.model;
-    let t = s.tokens;
-    let hidden = m.hidden as u64;
-    let inter = (m.dense_intermediate / s.tp) as u64;
-    let mlp = |p: &str| format!("model.layers.{layer}.mlp.{p}");
-    b.gemm(
-        "mlp_gate_up",
-        "gemm (cuBLAS) mlp.gate_up_proj",
-        Category::Gemm,
-        t,
-        2 * inter,
-        hidden,
-        m.weight_format(&mlp("gate_proj")),
-    );
-    b.elementwise(
-        "mlp_act_and_mul",
-        "vllm::act_and_mul_kernel<silu>",
-        Category::Elementwise,
-        t * 2 * inter,
-        t * inter,
-    );
-    b.measured(MeasureKey::new("act_silu_mul", t, inter, 0));
-    b.gemm(
-        "mlp_down",
-        "gemm (cuBLAS) mlp.down_proj",
-        Category::Gemm,
-        t,
-        hidden,
-        inter,
-        m.weight_format(&mlp("down_proj")),
-    );
+    let mlp = Mlp {
+        label: "mlp",
+        module: format!("model.layers.{layer}.mlp"),
+        kernels: [
+            "gemm (cuBLAS) mlp.gate_up_proj",
+            "gemm (cuBLAS) mlp.down_proj",
+        ],
+    };
+    gated_mlp(b, s, mlp, (s.model.dense_intermediate / s.tp) as u64);
 }

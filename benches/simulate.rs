@@ -3,8 +3,8 @@
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use decodesim::cost;
+use decodesim::sim::{engine_config, ScenarioRequest};
 use decodesim::sim::{Engine, Timeline};
-use decodesim::simulation::{engine_config, ScenarioRequest};
 use decodesim::workload;
 use std::hint::black_box;
 

@@ -3,10 +3,10 @@
 //! one core. Skips with a message when ../shared/traces/public is absent.
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use decodesim::accounting::summary::summarize_parsed;
+use decodesim::accounting::SummaryOptions;
 use decodesim::trace::classify::Classifier;
 use decodesim::trace::parse::{parse_bytes, ParseOptions};
-use decodesim::trace::summary::summarize_parsed;
-use decodesim::trace::SummaryOptions;
 use std::io::Read;
 use std::path::Path;
 

@@ -1,7 +1,7 @@
 //! decodesim: a decode-step simulator and cost model for LLM inference that holds its
 //! predictions against real profiler traces. See ARCHITECTURE.md for the map.
 
-pub mod breakdown;
+pub mod accounting;
 pub mod category;
 pub mod error;
 pub mod spec;
@@ -10,10 +10,9 @@ pub mod workload;
 pub use error::{Error, Result};
 pub mod calibrate;
 pub mod cli;
-pub mod compare;
 pub mod cost;
+pub mod measurements;
 pub mod report;
 pub mod sim;
-pub mod simulation;
 pub mod trace;
 pub mod validate;

@@ -1,7 +1,7 @@
 //! Single-anchor calibration reproduces the anchor step and transfers to other batches.
 
 use decodesim::calibrate::anchor::fit_to_step;
-use decodesim::simulation::{simulate_loaded, ScenarioRequest};
+use decodesim::sim::{simulate_loaded, ScenarioRequest};
 
 #[test]
 fn anchor_recovers_a_slower_truth() {

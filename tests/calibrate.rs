@@ -1,7 +1,8 @@
 //! `calibrate` recovers known parameters from synthetic measurements and refuses a poor fit.
 
-use decodesim::calibrate::{calibrate, measurements::Measurements, FitOptions};
+use decodesim::calibrate::{calibrate, FitOptions};
 use decodesim::cost::CalibrationProfile;
+use decodesim::measurements::Measurements;
 use decodesim::spec::GpuSpec;
 use std::fmt::Write;
 use std::path::PathBuf;

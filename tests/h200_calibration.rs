@@ -1,8 +1,9 @@
 //! The project's own H200 data (data/calibration/h200, data/traces/h200): the fit, the
 //! validation figures the README publishes, and single-anchor prediction.
 
-use decodesim::calibrate::{calibrate, measurements::Measurements, FitOptions};
+use decodesim::calibrate::{calibrate, FitOptions};
 use decodesim::cost::CalibrationProfile;
+use decodesim::measurements::Measurements;
 use decodesim::spec::GpuSpec;
 use decodesim::trace::classify::Classifier;
 use decodesim::validate::{validate, ValidateOptions};

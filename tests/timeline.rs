@@ -1,9 +1,9 @@
 //! Invariants of the simulated timeline.
 
-use decodesim::simulation::{simulate, ScenarioRequest};
+use decodesim::sim::{simulate, ScenarioRequest};
 use decodesim::workload::Stream;
 
-fn run(req: ScenarioRequest) -> decodesim::simulation::Simulation {
+fn run(req: ScenarioRequest) -> decodesim::sim::Simulation {
     simulate(&req).expect("scenario simulates")
 }
 
@@ -74,7 +74,7 @@ fn breakdown_sums_to_step_time_and_matches_the_timeline() {
     let (scenario, mut profile) = ScenarioRequest::default().load().unwrap();
     // With launch skew, each rank's window starts at its own first kernel.
     profile.variability.launch_skew_us = 200.0;
-    let sim = decodesim::simulation::simulate_loaded(scenario, profile).unwrap();
+    let sim = decodesim::sim::simulate_loaded(scenario, profile).unwrap();
     let mut windows = 0.0;
     for (r, b) in sim.per_rank.iter().enumerate() {
         let window = sim.timeline.rank_window_us(r);

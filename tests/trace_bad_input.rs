@@ -2,10 +2,11 @@
 
 mod common;
 
+use decodesim::accounting::summary::summarize_parsed;
+use decodesim::accounting::{summarize, SummaryOptions};
 use decodesim::trace::classify::Classifier;
 use decodesim::trace::parse::{parse_bytes, parse_file, ParseOptions};
-use decodesim::trace::summary::summarize_parsed;
-use decodesim::trace::{summarize, SummaryOptions, TraceError};
+use decodesim::trace::TraceError;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 

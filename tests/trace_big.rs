@@ -3,8 +3,8 @@
 //!     cargo test --release --test trace_big -- --ignored --nocapture
 //! It prints the file size, the time and the peak resident memory (VmHWM).
 
+use decodesim::accounting::{summarize, SummaryOptions};
 use decodesim::trace::classify::Classifier;
-use decodesim::trace::{summarize, SummaryOptions};
 use std::io::Write;
 
 const STEPS: usize = 2000;

@@ -2,7 +2,7 @@
 
 mod common;
 
-use decodesim::breakdown::Breakdown;
+use decodesim::accounting::Breakdown;
 use decodesim::category::Category;
 use decodesim::cli::trace_cmd::{run_compare, CliError, CompareTraceArgs, Format, TraceReadArgs};
 use std::process::Command;

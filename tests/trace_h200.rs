@@ -5,12 +5,12 @@
 //! wait/transfer split that is consistent across the ranks. Skips with a message until the
 //! traces exist.
 
+use decodesim::accounting::align::AlignMethod;
+use decodesim::accounting::{summarize, SummaryOptions};
 use decodesim::category::Category;
-use decodesim::trace::align::AlignMethod;
 use decodesim::trace::classify::Classifier;
 use decodesim::trace::rank::RankSource;
 use decodesim::trace::steps::StepSource;
-use decodesim::trace::{summarize, SummaryOptions};
 use regex::Regex;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

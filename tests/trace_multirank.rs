@@ -2,12 +2,12 @@
 
 mod common;
 
+use decodesim::accounting::align::AlignMethod;
+use decodesim::accounting::{summarize, SummaryOptions};
 use decodesim::category::Category;
-use decodesim::trace::align::AlignMethod;
 use decodesim::trace::classify::Classifier;
 use decodesim::trace::rank::RankSource;
 use decodesim::trace::steps::{StepKind, StepSource, WindowSource};
-use decodesim::trace::{summarize, SummaryOptions};
 
 fn opts(c: &Classifier) -> SummaryOptions<'_> {
     SummaryOptions {

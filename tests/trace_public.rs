@@ -2,13 +2,13 @@
 //! tests skip with a message): all parse, the steps found are exactly the step annotations, and
 //! the LLM-inference traces leave under 1% of kernel time unclassified.
 
+use decodesim::accounting::summary::summarize_parsed;
+use decodesim::accounting::{SummaryOptions, TraceSummary};
 use decodesim::category::Category;
 use decodesim::trace::classify::Classifier;
 use decodesim::trace::model::Side;
 use decodesim::trace::parse::{parse_file, ParseOptions};
 use decodesim::trace::steps::{StepKind, StepSource};
-use decodesim::trace::summary::summarize_parsed;
-use decodesim::trace::{SummaryOptions, TraceSummary};
 use regex::Regex;
 use std::path::{Path, PathBuf};
 
@@ -195,7 +195,7 @@ fn the_public_rank_pair_aligns() {
         dir.join("sampled_rank-0.json.gz"),
         dir.join("sampled_rank-1.json.gz"),
     ];
-    let s = decodesim::trace::summarize(&paths, &opts).unwrap();
+    let s = decodesim::accounting::summarize(&paths, &opts).unwrap();
     assert_eq!(s.ranks.iter().map(|r| r.rank).collect::<Vec<_>>(), [0, 1]);
     assert!(s.alignment.aligned > 0);
     for r in &s.ranks {

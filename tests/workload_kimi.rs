@@ -4,7 +4,7 @@
 //! shared expert 2048/8 = 256, dense layer-0 MLP 18432/8 = 2304, vocab 163840/8 = 20480.
 
 use decodesim::category::Category;
-use decodesim::simulation::ScenarioRequest;
+use decodesim::sim::ScenarioRequest;
 use decodesim::workload::{self, CostFamily};
 
 fn scenario(batch: u32) -> decodesim::spec::Scenario {

@@ -4,8 +4,8 @@
 
 use decodesim::trace::classify::Classifier;
 use decodesim::trace::parse::{parse_bytes, ParseOptions};
-use decodesim::trace::summary::summarize_parsed;
-use decodesim::trace::SummaryOptions;
+use decodesim::accounting::summary::summarize_parsed;
+use decodesim::accounting::SummaryOptions;
 use libfuzzer_sys::fuzz_target;
 use std::path::Path;
 use std::sync::OnceLock;

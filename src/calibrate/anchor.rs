@@ -10,11 +10,11 @@
 //! each adjustment moves the waits and gaps of the others. Keys of `factors` ending in `_us`
 //! hold the value set, the others a time multiplier.
 
-use crate::breakdown::Breakdown;
+use crate::accounting::Breakdown;
 use crate::category::Category;
 use crate::cost::CalibrationProfile;
 use crate::error::Result;
-use crate::simulation::{simulate_loaded, Simulation};
+use crate::sim::{simulate_loaded, Simulation};
 use crate::spec::Scenario;
 use std::collections::BTreeMap;
 

@@ -2,15 +2,15 @@
 //! refuses a profile whose fit is poor.
 
 pub mod anchor;
-pub mod measurements;
+
 pub mod regression;
 
 use crate::cost::profile::{
     CalibrationProfile, CollectiveParams, KernelParams, LaunchParams, ProfileMeta, Variability,
 };
 use crate::error::{Error, Result};
+use crate::measurements::{KernelPoint, Measurements};
 use crate::spec::GpuSpec;
-use measurements::{KernelPoint, Measurements};
 use regression::{median, r_squared, weighted_least_squares};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -220,7 +220,7 @@ fn fit_kernel_family(
 fn fit_collectives(m: &Measurements) -> (Vec<CollectiveParams>, Vec<FitQuality>) {
     let mut groups: BTreeMap<
         (String, String, String, String),
-        Vec<&measurements::CollectivePoint>,
+        Vec<&crate::measurements::CollectivePoint>,
     > = BTreeMap::new();
     for p in &m.collectives {
         // Explicit protocols inside CUDA graphs are what the engine prices; NCCL's own choice
@@ -252,7 +252,7 @@ fn fit_collectives(m: &Measurements) -> (Vec<CollectiveParams>, Vec<FitQuality>)
         let base = nccl_base_us(&proto);
         let steps = |n: u32| crate::cost::collective::steps(family, n);
         // t = base + hop·steps + (1/busbw)·bytes·steps/n  (tree all-reduce: bytes·2/busbw)
-        let load = |p: &measurements::CollectivePoint| {
+        let load = |p: &crate::measurements::CollectivePoint| {
             if algo == "tree" && family == crate::workload::CostFamily::AllReduce {
                 2.0 * p.bytes / 1e3
             } else {

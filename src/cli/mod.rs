@@ -7,7 +7,7 @@ pub use scenario_args::ScenarioArgs;
 
 use crate::error::{Error, Result};
 use crate::report::{self, Format};
-use crate::simulation;
+use crate::sim;
 use crate::spec::{catalog, ModelSpec, SystemSpec};
 use clap::{Parser, Subcommand};
 use std::io::Write;
@@ -145,7 +145,7 @@ pub fn run(cli: Cli) -> Result<()> {
 }
 
 fn compare(a: CompareArgs) -> Result<()> {
-    let sim = simulation::simulate(&a.scenario.request())?;
+    let sim = sim::simulate(&a.scenario.request())?;
     let title = format!(
         "{} on {}, TP={}, batch {}, context {}",
         a.scenario.request().model,
@@ -172,7 +172,7 @@ fn print(text: &str) -> Result<()> {
 }
 
 fn simulate(a: SimulateArgs) -> Result<()> {
-    let sim = simulation::simulate(&a.scenario.request())?;
+    let sim = sim::simulate(&a.scenario.request())?;
     if let Some(path) = &a.timeline {
         let file = std::fs::File::create(path).map_err(|source| Error::Write {
             path: path.clone(),
@@ -337,8 +337,8 @@ fn calibrate_from_trace(a: &CalibrateArgs) -> Result<()> {
         profile.profile.name, r.profile.profile.provenance
     );
     write_profile(&a.out, &header, &r.profile)?;
-    let before = crate::compare::compare(&r.before.mean, &measured_step);
-    let after = crate::compare::compare(&r.after.mean, &measured_step);
+    let before = crate::accounting::compare::compare(&r.before.mean, &measured_step);
+    let after = crate::accounting::compare::compare(&r.after.mean, &measured_step);
     let mut text = format!(
         "single-anchor calibration of '{}' to {name}\n{}step time: measured {:.1} us, predicted before {:.1} us ({:+.1}%), after {:.1} us ({:+.1}%)\nfactors applied (time multipliers, or values set):\n",
         profile.profile.name,
@@ -369,7 +369,7 @@ fn calibrate(a: CalibrateArgs) -> Result<()> {
     let Some(dir) = a.measurements.clone() else {
         return calibrate_from_trace(&a);
     };
-    let m = crate::calibrate::measurements::Measurements::read_dir(&dir)?;
+    let m = crate::measurements::Measurements::read_dir(&dir)?;
     let gpu_path = catalog::gpus_dir().join(format!("{}.toml", a.gpu));
     if !gpu_path.is_file() {
         return Err(Error::Unknown {

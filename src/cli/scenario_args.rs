@@ -1,6 +1,6 @@
 //! The scenario flags shared by `simulate`, `compare` and `calibrate --from-trace`.
 
-use crate::simulation::ScenarioRequest;
+use crate::sim::ScenarioRequest;
 use crate::spec::{Algo, Proto};
 use clap::{Args, ValueEnum};
 

@@ -1,13 +1,14 @@
 //! `decodesim trace summarize`, and the trace half of `decodesim compare` (flags the compare
 //! command flattens in, and the function that compares a simulated step with a trace).
 
-use crate::breakdown::Breakdown;
-use crate::compare::{compare_with_trace, Comparison};
+use crate::accounting::compare::{compare_with_trace, Comparison};
+use crate::accounting::Breakdown;
+use crate::accounting::{summarize, SummaryOptions, TraceSummary};
 use crate::report::plot::{plot_comparison, PlotError};
 pub use crate::report::Format;
 use crate::report::{comparison as cmp_report, trace_summary};
 use crate::trace::classify::Classifier;
-use crate::trace::{summarize, SummaryOptions, TraceError, TraceSummary};
+use crate::trace::TraceError;
 use clap::{Args, Subcommand};
 use regex::Regex;
 use std::io::Write;

@@ -2,8 +2,8 @@
 //! match on the shape columns, log-log interpolation along tokens (and context for attention).
 //! Shapes the table does not hold fall back to the roofline law.
 
-use crate::calibrate::measurements::{read_kernels_csv, KernelPoint};
 use crate::error::Result;
+use crate::measurements::{read_kernels_csv, KernelPoint};
 use crate::workload::op::MeasureKey;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

@@ -1,7 +1,7 @@
 //! Writes a simulated step as a Chrome trace (the JSON torch.profiler writes), one process per
 //! rank and one thread per stream, so it opens in Perfetto beside a real profile.
 
-use crate::simulation::Simulation;
+use crate::sim::Simulation;
 use crate::workload::Stream;
 use serde_json::json;
 use std::io::Write;

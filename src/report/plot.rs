@@ -2,8 +2,8 @@
 //! (chosen by the file extension). Text is drawn with an embedded DejaVu Sans font, so no
 //! system font library is needed.
 
+use crate::accounting::compare::Comparison;
 use crate::category::Category;
-use crate::compare::Comparison;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};

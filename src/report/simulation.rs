@@ -2,7 +2,7 @@
 
 use super::table::{bytes, num, pct, Table};
 use crate::category::Category;
-use crate::simulation::Simulation;
+use crate::sim::Simulation;
 use serde_json::{json, Value};
 
 fn scenario_json(sim: &Simulation) -> Value {

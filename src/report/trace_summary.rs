@@ -1,9 +1,9 @@
 //! `decodesim trace summarize` output: a terminal table, JSON and CSV of a [`TraceSummary`].
 
-use crate::breakdown::Breakdown;
+use crate::accounting::summary::{GapStats, RankSummary, StepSummary};
+use crate::accounting::Breakdown;
+use crate::accounting::TraceSummary;
 use crate::category::Category;
-use crate::trace::summary::{GapStats, RankSummary, StepSummary};
-use crate::trace::TraceSummary;
 use serde_json::{json, Value};
 use std::fmt::Write;
 
@@ -257,7 +257,7 @@ pub fn to_table(s: &TraceSummary) -> String {
             .filter(|&t| t > 0.0)
             .collect();
         if !stalls.is_empty() {
-            let _ = writeln!(o, "      {} step window(s) had a GPU stall cut out ({:.1} µs in all): an idle gap over {}× the step's GPU busy time", stalls.len(), stalls.iter().sum::<f64>(), crate::trace::summary::STALL_FACTOR);
+            let _ = writeln!(o, "      {} step window(s) had a GPU stall cut out ({:.1} µs in all): an idle gap over {}× the step's GPU busy time", stalls.len(), stalls.iter().sum::<f64>(), crate::accounting::summary::STALL_FACTOR);
         }
         if r.empty_markers > 0 {
             let _ = writeln!(
@@ -344,14 +344,14 @@ pub fn to_table(s: &TraceSummary) -> String {
     let b = &s.breakdown;
     let c = Category::Communication.index();
     let how = match s.alignment.method {
-        crate::trace::align::AlignMethod::SingleRank => {
+        crate::accounting::align::AlignMethod::SingleRank => {
             "one rank: not split, all counted as transfer".to_string()
         }
         m => format!(
             "{} collectives aligned across {} ranks ({}){}",
             s.alignment.aligned,
             s.ranks.len(),
-            if m == crate::trace::align::AlignMethod::PerStep {
+            if m == crate::accounting::align::AlignMethod::PerStep {
                 "n-th of each step"
             } else {
                 "n-th of the trace"

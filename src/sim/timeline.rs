@@ -1,6 +1,6 @@
 //! The simulated step: every kernel on every rank, and the breakdowns derived from it.
 
-use crate::breakdown::{attribute, Breakdown, Interval};
+use crate::accounting::{attribute, Breakdown, Interval};
 use crate::category::Category;
 use crate::workload::{Stream, Workload};
 

@@ -1,16 +1,16 @@
 //! `decodesim validate`: simulate every captured configuration and hold it against its trace,
 //! then the single-anchor mode: calibrate from one trace, predict the rest.
 
-use crate::breakdown::Breakdown;
+use crate::accounting::compare::{compare, Comparison};
+use crate::accounting::Breakdown;
+use crate::accounting::{summarize, SummaryOptions};
 use crate::calibrate::anchor::fit_to_step;
 use crate::category::Category;
-use crate::compare::{compare, Comparison};
 use crate::cost::CalibrationProfile;
 use crate::error::{Error, Result};
-use crate::simulation::{simulate_loaded, ScenarioRequest};
+use crate::sim::{simulate_loaded, ScenarioRequest};
 use crate::spec::{Algo, Proto, Runtime};
 use crate::trace::classify::Classifier;
-use crate::trace::{summarize, SummaryOptions};
 use regex::Regex;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -157,7 +157,7 @@ pub struct Validation {
 /// The measured step as the mean over ranks of each rank's mean step, leaving out steps longer
 /// than twice the median step of all ranks: the first profiled step of a fresh process group
 /// can hold hundreds of milliseconds of one-off waiting (profiler and NCCL start-up).
-pub fn robust_breakdown(summary: &crate::trace::TraceSummary) -> (Breakdown, usize) {
+pub fn robust_breakdown(summary: &crate::accounting::TraceSummary) -> (Breakdown, usize) {
     let mut times: Vec<f64> = summary
         .ranks
         .iter()

@@ -1,9 +1,9 @@
 //! Predicted vs measured, category by category: where the simulator and a real trace meet.
 //! Both sides are [`Breakdown`]s made by the same accounting, so a row compares like with like.
 
-use crate::breakdown::Breakdown;
+use super::TraceSummary;
+use crate::accounting::Breakdown;
 use crate::category::Category;
-use crate::trace::TraceSummary;
 use serde::Serialize;
 
 #[derive(Debug, Clone, PartialEq, Serialize)]

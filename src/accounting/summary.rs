@@ -1,17 +1,17 @@
 //! Per-rank and overall summaries of traces: the steps found, step-time statistics, the
-//! category breakdown of each step (by [`crate::breakdown::attribute`], the same accounting as
+//! category breakdown of each step (by [`crate::accounting::attribute`], the same accounting as
 //! the simulator), idle and launch gaps, communication wait/transfer and exposed/overlapped
 //! time, and the kernels no rule classified.
 
 use super::align::{split_wait_transfer, Alignment};
-use super::classify::{Classifier, Verdict};
-use super::error::{Result, TraceError};
-use super::model::{EventCounts, GpuOp, ParsedTrace};
-use super::parse::{parse_file, ParseOptions};
-use super::rank::{assign_ranks, RankSource};
-use super::steps::{find_steps, StepKind, StepSource, WindowSource};
-use crate::breakdown::{attribute, Breakdown, Interval};
+use super::{attribute, Breakdown, Interval};
 use crate::category::Category;
+use crate::trace::classify::{Classifier, Verdict};
+use crate::trace::error::{Result, TraceError};
+use crate::trace::model::{EventCounts, GpuOp, ParsedTrace};
+use crate::trace::parse::{parse_file, ParseOptions};
+use crate::trace::rank::{assign_ranks, RankSource};
+use crate::trace::steps::{find_steps, StepKind, StepSource, WindowSource};
 use regex::Regex;
 use serde::Serialize;
 use std::collections::HashMap;
@@ -404,7 +404,7 @@ fn summarize_rank(
             if classes[i].0 == Category::Communication && o.start_us >= ws {
                 coll.push((o.start_us, o.end_us));
             }
-            if selected && o.kind == super::model::GpuKind::Kernel {
+            if selected && o.kind == crate::trace::model::GpuKind::Kernel {
                 let d = o.end_us.min(we) - o.start_us.max(ws);
                 kernel_time += d;
                 if classes[i].1 == Verdict::Unclassified {
@@ -593,7 +593,7 @@ mod tests {
         GpuOp {
             start_us: s,
             end_us: e,
-            kind: super::super::model::GpuKind::Kernel,
+            kind: crate::trace::model::GpuKind::Kernel,
             name: 0,
             device: 0,
             stream: 0,

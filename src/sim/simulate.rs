@@ -1,10 +1,10 @@
 //! The library's front door: from a scenario request (names, paths and knobs, as the CLI takes
 //! them) to a simulated step with its breakdowns and warnings.
 
-use crate::breakdown::Breakdown;
+use super::{Engine, EngineConfig, Timeline};
+use crate::accounting::Breakdown;
 use crate::cost::{self, CalibrationProfile, Pricing};
 use crate::error::Result;
-use crate::sim::{Engine, EngineConfig, Timeline};
 use crate::spec::catalog;
 use crate::spec::{Algo, ModelSpec, NcclSettings, Proto, Runtime, Scenario, SystemSpec};
 use crate::workload::memory::{footprint, MemoryFootprint};

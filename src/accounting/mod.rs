@@ -1,0 +1,21 @@
+//! Where the two halves meet: time per category, by one rule, for simulated timelines and
+//! measured traces alike, and the comparison of the two.
+//!
+//! - [`attribute`]: the sweep line that gives every instant of a step to one category;
+//! - [`breakdown`]: [`Breakdown`], a step's time by category;
+//! - [`align`]: communication wait vs transfer by aligning collectives across ranks;
+//! - [`summary`]: a parsed trace's steps turned into per-rank and overall summaries;
+//! - [`compare`]: predicted vs measured, category by category.
+//!
+//! Imports `trace` (what was read) and `category`; never `sim`, `cost` or `report`.
+
+pub mod align;
+pub mod attribute;
+pub mod breakdown;
+pub mod compare;
+pub mod summary;
+
+pub use attribute::{attribute, Attribution, Interval};
+pub use breakdown::{Breakdown, BreakdownEntry};
+pub use compare::{compare, compare_with_trace, Comparison};
+pub use summary::{summarize, SummaryOptions, TraceSummary};

@@ -1,0 +1,169 @@
+//! The event engine: plays one decode step on every rank at once and records every kernel.
+//!
+//! Each rank has a compute, a communication and an auxiliary stream. Ops run in program order
+//! on their stream; the auxiliary stream forks from and joins the compute stream. A collective
+//! starts on a rank when that rank reaches it and ends on every rank at the latest arrival plus
+//! the transfer time, so a rank that arrives early shows a long collective kernel, as in a real
+//! profile. Per-kernel jitter and per-rank speed skew come from a seeded generator.
+
+use super::timeline::{KernelRecord, Timeline};
+
+use crate::cost::profile::{LaunchParams, Variability};
+use crate::workload::{CostFamily, Stream, Workload};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+/// Everything the engine needs besides the workload and its base costs.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    pub ranks: u32,
+    pub cuda_graphs: bool,
+    pub launch: LaunchParams,
+    pub variability: Variability,
+    pub seed: u64,
+}
+
+/// Reusable per-rank state, so repeated simulations do not allocate.
+#[derive(Debug, Default)]
+pub struct Engine {
+    main_free: Vec<f64>,
+    aux_free: Vec<f64>,
+    cpu: Vec<f64>,
+    speed: Vec<f64>,
+    offset: Vec<f64>,
+    arrival: Vec<f64>,
+}
+
+/// sqrt(3): a uniform draw on [-a, a] has standard deviation a / sqrt(3).
+const SQRT3: f64 = 1.732_050_807_568_877_2;
+
+impl Engine {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Simulates one step into `out` (cleared first).
+    pub fn run(&mut self, w: &Workload, base_us: &[f64], cfg: &EngineConfig, out: &mut Timeline) {
+        let ranks = cfg.ranks.max(1) as usize;
+        let mut rng = SmallRng::seed_from_u64(cfg.seed);
+        let kernel_amp = cfg.variability.kernel_cv * SQRT3;
+        let coll_amp = cfg.variability.collective_cv * SQRT3;
+        let skew_amp = cfg.variability.rank_skew_cv * SQRT3;
+
+        self.speed.clear();
+        for _ in 0..ranks {
+            self.speed
+                .push(1.0 + skew_amp * (2.0 * rng.random::<f64>() - 1.0));
+        }
+        self.offset.clear();
+        for _ in 0..ranks {
+            self.offset
+                .push(cfg.variability.launch_skew_us * rng.random::<f64>());
+        }
+        // In graph mode the CPU issues one launch; eagerly it issues every kernel in turn.
+        let start = if cfg.cuda_graphs {
+            cfg.launch.graph_launch_us
+        } else {
+            0.0
+        };
+        let gap = if cfg.cuda_graphs {
+            cfg.launch.graph_kernel_gap_us
+        } else {
+            cfg.launch.eager_kernel_gap_us
+        };
+        let launch = if cfg.cuda_graphs {
+            0.0
+        } else {
+            cfg.launch.eager_launch_us
+        };
+        for v in [&mut self.main_free, &mut self.aux_free, &mut self.cpu] {
+            v.clear();
+            for r in 0..ranks {
+                v.push(start + self.offset[r]);
+            }
+        }
+        let mut first_collective = cfg.cuda_graphs;
+        self.arrival.clear();
+        self.arrival.resize(ranks, 0.0);
+        out.clear(ranks);
+        out.records.reserve(w.ops.len() * ranks);
+
+        for (i, op) in w.ops.iter().enumerate() {
+            let base = base_us[i];
+            let idx = i as u32;
+            match op.family {
+                CostFamily::Fork => {
+                    for r in 0..ranks {
+                        self.aux_free[r] = self.aux_free[r].max(self.main_free[r]);
+                    }
+                }
+                CostFamily::Join => {
+                    for r in 0..ranks {
+                        self.main_free[r] = self.main_free[r].max(self.aux_free[r]);
+                    }
+                }
+                f if f.is_collective() => {
+                    let mut last = f64::MIN;
+                    let extra = if first_collective {
+                        cfg.launch.graph_first_collective_us
+                    } else {
+                        0.0
+                    };
+                    first_collective = false;
+                    for r in 0..ranks {
+                        self.cpu[r] += launch;
+                        let a = (self.main_free[r] + gap + extra).max(self.cpu[r]);
+                        self.arrival[r] = a;
+                        last = last.max(a);
+                    }
+                    let transfer = base * (1.0 + coll_amp * (2.0 * rng.random::<f64>() - 1.0));
+                    let end = last + transfer;
+                    for r in 0..ranks {
+                        out.records.push(KernelRecord {
+                            op: idx,
+                            rank: r as u16,
+                            stream: Stream::Comm,
+                            start_us: self.arrival[r],
+                            end_us: end,
+                            wait_us: last - self.arrival[r],
+                        });
+                        self.main_free[r] = end;
+                    }
+                }
+                _ => {
+                    let aux = op.stream == Stream::Aux;
+                    for r in 0..ranks {
+                        self.cpu[r] += launch;
+                        let jitter = 1.0 + kernel_amp * (2.0 * rng.random::<f64>() - 1.0);
+                        let dur = base * self.speed[r] * jitter;
+                        let free = if aux {
+                            &mut self.aux_free[r]
+                        } else {
+                            &mut self.main_free[r]
+                        };
+                        let s = (*free + gap).max(self.cpu[r]);
+                        *free = s + dur;
+                        out.records.push(KernelRecord {
+                            op: idx,
+                            rank: r as u16,
+                            stream: op.stream,
+                            start_us: s,
+                            end_us: s + dur,
+                            wait_us: 0.0,
+                        });
+                    }
+                }
+            }
+        }
+        for r in 0..ranks {
+            out.rank_end_us[r] = self.main_free[r].max(self.aux_free[r]);
+        }
+        // A rank's step starts with its first kernel, as a profile shows it.
+        for rec in out.records.iter().take(ranks * 2) {
+            let r = rec.rank as usize;
+            if out.rank_start_us[r].is_nan() || rec.start_us < out.rank_start_us[r] {
+                out.rank_start_us[r] = rec.start_us;
+            }
+        }
+    }
+}

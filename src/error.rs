@@ -1,6 +1,7 @@
 //! Errors are values: every failure a user can cause names the file, the field and what was
 //! expected, and the binary turns it into a message and a non-zero exit.
 
+use crate::files::InputKind;
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, thiserror::Error)]
@@ -27,6 +28,9 @@ pub enum Error {
         field: String,
         expected: String,
     },
+    /// The file itself is unusable (not a regular file, too large), refused before reading.
+    #[error("{}: {problem}", path.display())]
+    Input { path: PathBuf, problem: String },
     #[error("unknown {kind} '{name}'; choices: {}", choices.join(", "))]
     Unknown {
         kind: &'static str,
@@ -51,17 +55,14 @@ impl Error {
     }
 }
 
-/// Reads a whole text file, naming it in the error.
-pub fn read_to_string(path: &Path) -> Result<String> {
-    std::fs::read_to_string(path).map_err(|source| Error::Read {
-        path: path.to_path_buf(),
-        source,
-    })
+/// Reads a whole text file after checking it is a regular file of a sane size for its kind.
+pub fn read_to_string(path: &Path, kind: InputKind) -> Result<String> {
+    crate::files::read_text(path, kind)
 }
 
 /// Reads and deserializes a TOML file, naming the file in the error.
-pub fn read_toml<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T> {
-    let text = read_to_string(path)?;
+pub fn read_toml<T: serde::de::DeserializeOwned>(path: &Path, kind: InputKind) -> Result<T> {
+    let text = read_to_string(path, kind)?;
     toml::from_str(&text).map_err(|e| Error::Syntax {
         path: path.to_path_buf(),
         format: "TOML",

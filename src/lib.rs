@@ -4,6 +4,7 @@
 pub mod accounting;
 pub mod category;
 pub mod error;
+pub mod files;
 pub mod spec;
 pub mod workload;
 

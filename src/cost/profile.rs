@@ -133,7 +133,8 @@ const OPS: [&str; 3] = ["all_reduce", "all_gather", "any"];
 
 impl CalibrationProfile {
     pub fn from_file(path: &Path) -> Result<Self> {
-        let mut p: CalibrationProfile = crate::error::read_toml(path)?;
+        let mut p: CalibrationProfile =
+            crate::error::read_toml(path, crate::files::InputKind::Profile)?;
         p.path = path.to_path_buf();
         p.validate(path)?;
         if let Some(rel) = &p.measurements {

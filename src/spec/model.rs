@@ -188,7 +188,7 @@ impl Fields<'_> {
 
 impl ModelSpec {
     pub fn from_file(path: &Path) -> Result<Self> {
-        let text = crate::error::read_to_string(path)?;
+        let text = crate::error::read_to_string(path, crate::files::InputKind::ModelConfig)?;
         let name = path
             .file_stem()
             .and_then(|s| s.to_str())

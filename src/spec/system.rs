@@ -72,7 +72,7 @@ pub struct SystemSpec {
 
 impl GpuSpec {
     pub fn from_file(path: &Path) -> Result<Self> {
-        let g: GpuSpec = crate::error::read_toml(path)?;
+        let g: GpuSpec = crate::error::read_toml(path, crate::files::InputKind::SystemToml)?;
         for (field, v) in [
             ("memory_gb", g.memory_gb),
             ("memory_bandwidth_gbps", g.memory_bandwidth_gbps),
@@ -90,7 +90,7 @@ impl GpuSpec {
 impl SystemSpec {
     /// Reads a system file; its `gpu` names a file in `gpu_dir`.
     pub fn from_file(path: &Path, gpu_dir: &Path) -> Result<Self> {
-        let f: SystemFile = crate::error::read_toml(path)?;
+        let f: SystemFile = crate::error::read_toml(path, crate::files::InputKind::SystemToml)?;
         if f.gpu_count == 0 {
             return Err(Error::field(path, "gpu_count", "must be at least 1"));
         }

@@ -1,0 +1,219 @@
+//! Where files enter and leave: every input is checked to be a regular file of a sane size for
+//! its kind before a byte is read (so `/dev/zero`, a FIFO or a 4 GB CSV is refused, not read),
+//! and every output is written to a temporary name in its folder and renamed into place (so
+//! concurrent runs never leave a torn file, and a missing folder is created).
+
+use crate::error::{Error, Result};
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+const MIB: u64 = 1024 * 1024;
+
+/// What a file is, which sets how large it may be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InputKind {
+    /// A Hugging Face `config.json`.
+    ModelConfig,
+    /// A GPU or system description.
+    SystemToml,
+    /// A calibration profile.
+    Profile,
+    /// Kernel-classification rules.
+    Rules,
+    /// A measurement CSV (kernels, collectives, launch, reference steps, tables).
+    MeasurementCsv,
+    /// A MANIFEST or other text that is only recorded.
+    Manifest,
+    /// A Kineto trace, plain or gzip.
+    Trace,
+}
+
+impl InputKind {
+    /// The largest file of this kind that is read. Generous for real data (the largest public
+    /// trace is 62 MB of JSON; the H200 kernels.csv is 0.2 MB), small enough that a mistaken
+    /// path cannot exhaust memory.
+    pub fn max_bytes(self) -> u64 {
+        match self {
+            InputKind::ModelConfig | InputKind::SystemToml | InputKind::Rules => 4 * MIB,
+            InputKind::Profile => 16 * MIB,
+            InputKind::Manifest => 4 * MIB,
+            InputKind::MeasurementCsv => 64 * MIB,
+            InputKind::Trace => 4096 * MIB,
+        }
+    }
+
+    pub fn describe(self) -> &'static str {
+        match self {
+            InputKind::ModelConfig => "model config.json",
+            InputKind::SystemToml => "system TOML",
+            InputKind::Profile => "calibration profile",
+            InputKind::Rules => "rules file",
+            InputKind::MeasurementCsv => "measurement CSV",
+            InputKind::Manifest => "manifest",
+            InputKind::Trace => "trace",
+        }
+    }
+}
+
+/// A byte count as a person reads it: 1.5 KiB, 76.2 GiB.
+pub fn human_bytes(bytes: f64) -> String {
+    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    let mut v = bytes;
+    let mut i = 0;
+    while v.abs() >= 1024.0 && i + 1 < UNITS.len() {
+        v /= 1024.0;
+        i += 1;
+    }
+    if i == 0 {
+        format!("{} B", bytes.round())
+    } else {
+        format!("{v:.1} {}", UNITS[i])
+    }
+}
+
+/// Checks that `path` is a regular file no larger than its kind allows, and returns its size.
+pub fn check_input(path: &Path, kind: InputKind) -> Result<u64> {
+    let meta = std::fs::metadata(path).map_err(|source| Error::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    if !meta.is_file() {
+        return Err(Error::Input {
+            path: path.to_path_buf(),
+            problem: format!(
+                "not a regular file (a {} must be a file, not a folder, device or pipe)",
+                kind.describe()
+            ),
+        });
+    }
+    if meta.len() > kind.max_bytes() {
+        return Err(Error::Input {
+            path: path.to_path_buf(),
+            problem: format!(
+                "{} is larger than a {} may be ({} at most)",
+                human_bytes(meta.len() as f64),
+                kind.describe(),
+                human_bytes(kind.max_bytes() as f64)
+            ),
+        });
+    }
+    Ok(meta.len())
+}
+
+/// Opens a checked input. Reads through the handle are capped at the kind's limit, so a file
+/// that grows after the check is still bounded.
+pub fn open_input(path: &Path, kind: InputKind) -> Result<std::io::Take<std::fs::File>> {
+    check_input(path, kind)?;
+    let file = std::fs::File::open(path).map_err(|source| Error::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    Ok(file.take(kind.max_bytes()))
+}
+
+/// Reads a checked input as UTF-8 text.
+pub fn read_text(path: &Path, kind: InputKind) -> Result<String> {
+    let mut text = String::new();
+    open_input(path, kind)?
+        .read_to_string(&mut text)
+        .map_err(|source| Error::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+    Ok(text)
+}
+
+static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// Writes a file atomically: the parent folder is created, the bytes go to a unique temporary
+/// name beside the target, and the temporary file is renamed over the target. Readers see the
+/// old file or the new one, never a mix.
+pub fn write_atomic(
+    path: &Path,
+    fill: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
+) -> Result<()> {
+    let werr = |source| Error::Write {
+        path: path.to_path_buf(),
+        source,
+    };
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    std::fs::create_dir_all(&dir).map_err(werr)?;
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "out".to_string());
+    let tmp = dir.join(format!(
+        ".{name}.tmp.{}.{}",
+        std::process::id(),
+        TEMP_COUNTER.fetch_add(1, Ordering::Relaxed)
+    ));
+    let result = (|| {
+        let file = std::fs::File::create(&tmp)?;
+        let mut w = std::io::BufWriter::new(file);
+        fill(&mut w)?;
+        let file = w.into_inner().map_err(|e| e.into_error())?;
+        file.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result.map_err(werr)
+}
+
+/// [`write_atomic`] for bytes already in memory.
+pub fn write_atomic_bytes(path: &Path, bytes: &[u8]) -> Result<()> {
+    write_atomic(path, |w| w.write_all(bytes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn human_bytes_reads_well() {
+        assert_eq!(human_bytes(512.0), "512 B");
+        assert_eq!(human_bytes(1536.0), "1.5 KiB");
+        assert_eq!(human_bytes(76.18e9), "70.9 GiB");
+    }
+
+    #[test]
+    fn devices_and_folders_are_refused_before_reading() {
+        let e = read_text(Path::new("/dev/zero"), InputKind::ModelConfig).unwrap_err();
+        assert!(e.to_string().contains("not a regular file"), "{e}");
+        let e = read_text(Path::new("/tmp"), InputKind::Rules).unwrap_err();
+        assert!(e.to_string().contains("not a regular file"), "{e}");
+    }
+
+    #[test]
+    fn oversized_inputs_are_refused() {
+        let dir = std::env::temp_dir().join(format!("decodesim-files-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("big.json");
+        let f = std::fs::File::create(&p).unwrap();
+        f.set_len(InputKind::ModelConfig.max_bytes() + 1).unwrap();
+        let e = read_text(&p, InputKind::ModelConfig).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("larger than a model config.json may be"),
+            "{e}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn atomic_write_creates_folders_and_leaves_no_temp_files() {
+        let dir = std::env::temp_dir().join(format!("decodesim-atomic-{}", std::process::id()));
+        let p = dir.join("a/b/out.txt");
+        write_atomic_bytes(&p, b"one").unwrap();
+        write_atomic_bytes(&p, b"two").unwrap();
+        assert_eq!(std::fs::read_to_string(&p).unwrap(), "two");
+        let left: Vec<_> = std::fs::read_dir(p.parent().unwrap()).unwrap().collect();
+        assert_eq!(left.len(), 1);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

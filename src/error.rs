@@ -37,6 +37,16 @@ pub enum Error {
         name: String,
         choices: Vec<String>,
     },
+    #[error(transparent)]
+    Trace(#[from] crate::trace::TraceError),
+    #[error(transparent)]
+    Plot(#[from] crate::report::plot::PlotError),
+    #[error("writing the output: {0}")]
+    Output(#[source] std::io::Error),
+    #[error("step-time error {error:+.1}% is above --fail-above {limit}%")]
+    AboveTolerance { error: f64, limit: f64 },
+    #[error("step-time error cannot be computed: the measured step is empty")]
+    NoMeasuredStep,
     #[error("invalid scenario: {0}")]
     Scenario(String),
     #[error("{0}")]

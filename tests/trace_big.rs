@@ -85,7 +85,7 @@ fn a_one_gigabyte_trace_parses_in_bounded_memory() {
     let classifier = Classifier::builtin();
     let t = std::time::Instant::now();
     let s = summarize(
-        &[path.clone()],
+        std::slice::from_ref(&path),
         &SummaryOptions {
             classifier: &classifier,
             step_marker: None,

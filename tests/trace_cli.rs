@@ -4,7 +4,8 @@ mod common;
 
 use decodesim::accounting::Breakdown;
 use decodesim::category::Category;
-use decodesim::cli::trace_cmd::{run_compare, CliError, CompareTraceArgs, Format, TraceReadArgs};
+use decodesim::cli::trace::{run_compare, CompareTraceArgs, Format, TraceReadArgs};
+use decodesim::Error as CliError;
 use std::process::Command;
 
 fn decodesim(args: &[&str]) -> (bool, String, String) {

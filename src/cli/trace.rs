@@ -4,7 +4,8 @@
 use crate::accounting::compare::{compare_with_trace, Comparison};
 use crate::accounting::Breakdown;
 use crate::accounting::{summarize, SummaryOptions, TraceSummary};
-use crate::report::plot::{plot_comparison, PlotError};
+use crate::error::{Error, Result};
+use crate::report::plot::plot_comparison;
 pub use crate::report::Format;
 use crate::report::{comparison as cmp_report, trace_summary};
 use crate::trace::classify::Classifier;
@@ -71,22 +72,8 @@ pub struct CompareTraceArgs {
     pub read: TraceReadArgs,
 }
 
-#[derive(Debug, thiserror::Error)]
-pub enum CliError {
-    #[error(transparent)]
-    Trace(#[from] TraceError),
-    #[error(transparent)]
-    Plot(#[from] PlotError),
-    #[error("writing the output: {0}")]
-    Output(#[from] std::io::Error),
-    #[error("step-time error {error:+.1}% is above --fail-above {limit}%")]
-    AboveTolerance { error: f64, limit: f64 },
-    #[error("step-time error cannot be computed: the measured step is empty")]
-    NoMeasuredStep,
-}
-
 /// Reads and summarizes the traces as the flags say.
-pub fn load(paths: &[PathBuf], read: &TraceReadArgs) -> Result<TraceSummary, TraceError> {
+pub fn load(paths: &[PathBuf], read: &TraceReadArgs) -> Result<TraceSummary> {
     let classifier = match &read.rules {
         Some(p) => Classifier::from_file(p)?,
         None => Classifier::builtin(),
@@ -106,10 +93,10 @@ pub fn load(paths: &[PathBuf], read: &TraceReadArgs) -> Result<TraceSummary, Tra
         step_marker: marker.as_ref(),
         top_unclassified: read.top_unclassified,
     };
-    summarize(paths, &opts)
+    Ok(summarize(paths, &opts)?)
 }
 
-pub fn run(args: &TraceArgs, out: &mut dyn Write) -> Result<(), CliError> {
+pub fn run(args: &TraceArgs, out: &mut dyn Write) -> Result<()> {
     match &args.command {
         TraceCommand::Summarize(a) => {
             let s = load(&a.paths, &a.read)?;
@@ -118,7 +105,7 @@ pub fn run(args: &TraceArgs, out: &mut dyn Write) -> Result<(), CliError> {
                 Format::Json => format!("{:#}\n", trace_summary::to_json(&s)),
                 Format::Csv => trace_summary::to_csv(&s),
             };
-            out.write_all(text.as_bytes())?;
+            out.write_all(text.as_bytes()).map_err(Error::Output)?;
             Ok(())
         }
     }
@@ -132,7 +119,7 @@ pub fn run_compare(
     args: &CompareTraceArgs,
     title: &str,
     out: &mut dyn Write,
-) -> Result<Comparison, CliError> {
+) -> Result<Comparison> {
     let measured = load(&args.traces, &args.read)?;
     let c = compare_with_trace(predicted, &measured);
     let text = match args.format {
@@ -140,14 +127,14 @@ pub fn run_compare(
         Format::Json => format!("{:#}\n", cmp_report::to_json(&c)),
         Format::Csv => cmp_report::to_csv(&c),
     };
-    out.write_all(text.as_bytes())?;
+    out.write_all(text.as_bytes()).map_err(Error::Output)?;
     if let Some(p) = &args.plot {
         plot_comparison(&c, p, title)?;
     }
     if let Some(limit) = args.fail_above {
         match c.step_error_pct() {
-            None => return Err(CliError::NoMeasuredStep),
-            Some(e) if e.abs() > limit => return Err(CliError::AboveTolerance { error: e, limit }),
+            None => return Err(Error::NoMeasuredStep),
+            Some(e) if e.abs() > limit => return Err(Error::AboveTolerance { error: e, limit }),
             Some(_) => {}
         }
     }

@@ -1,0 +1,32 @@
+//! `decodesim compare`: simulate a scenario and hold it against measured traces.
+
+use super::ScenarioArgs;
+use crate::error::Result;
+use crate::sim;
+
+#[derive(Debug, clap::Args)]
+pub struct CompareArgs {
+    #[command(flatten)]
+    pub scenario: ScenarioArgs,
+    #[command(flatten)]
+    pub measured: super::trace::CompareTraceArgs,
+}
+
+pub fn run(a: CompareArgs) -> Result<()> {
+    let sim = sim::simulate(&a.scenario.request())?;
+    let title = format!(
+        "{} on {}, TP={}, batch {}, context {}",
+        a.scenario.request().model,
+        a.scenario.request().system,
+        sim.scenario.tp,
+        sim.scenario.batch,
+        sim.scenario.context
+    );
+    super::trace::run_compare(
+        &sim.mean,
+        &a.measured,
+        &title,
+        &mut std::io::stdout().lock(),
+    )
+    .map(|_| ())
+}

@@ -7,6 +7,7 @@ pub mod plot;
 pub mod simulation;
 pub mod table;
 pub mod trace_summary;
+pub mod units;
 pub mod validation;
 
 /// Output formats shared by the subcommands.

@@ -1,0 +1,76 @@
+//! One unit style for every text report: microseconds with thousands separators, shares as
+//! percentages, byte sizes as a person reads them, paths relative to where the user stands.
+//! JSON and CSV carry raw numbers instead.
+
+use std::path::Path;
+
+/// `12345.678` → `"12,345.7"` (one decimal, thousands separated).
+pub fn us(v: f64) -> String {
+    grouped(v, 1)
+}
+
+/// A number with `decimals` decimals and thousands separators; non-finite values as `-`.
+pub fn grouped(v: f64, decimals: usize) -> String {
+    if !v.is_finite() {
+        return "-".to_string();
+    }
+    let s = format!("{:.*}", decimals, v.abs());
+    let (int, frac) = match s.find('.') {
+        Some(i) => (&s[..i], &s[i..]),
+        None => (s.as_str(), ""),
+    };
+    let mut out = String::new();
+    for (i, ch) in int.chars().enumerate() {
+        if i > 0 && (int.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(ch);
+    }
+    let negative = v < 0.0 && s.chars().any(|c| c.is_ascii_digit() && c != '0');
+    format!("{}{out}{frac}", if negative { "-" } else { "" })
+}
+
+/// A share in [0, 1] as a percentage with one decimal.
+pub fn pct(share: f64) -> String {
+    if share.is_finite() {
+        format!("{:.1}%", share * 100.0)
+    } else {
+        "-".to_string()
+    }
+}
+
+/// Bytes as a person reads them (KiB, MiB, GiB).
+pub fn bytes(b: f64) -> String {
+    crate::files::human_bytes(b)
+}
+
+/// `path` relative to the current folder when it lies below it, else as given.
+pub fn path(p: &Path) -> String {
+    let rel = std::env::current_dir().ok().and_then(|cwd| {
+        let abs = if p.is_absolute() {
+            p.to_path_buf()
+        } else {
+            cwd.join(p)
+        };
+        abs.strip_prefix(&cwd).ok().map(|r| r.to_path_buf())
+    });
+    match rel {
+        Some(r) if !r.as_os_str().is_empty() => r.display().to_string(),
+        _ => p.display().to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn thousands_are_separated() {
+        assert_eq!(us(68_912.345), "68,912.3");
+        assert_eq!(us(999.95), "1,000.0");
+        assert_eq!(us(12.0), "12.0");
+        assert_eq!(us(-1234.5), "-1,234.5");
+        assert_eq!(grouped(1_524.0, 0), "1,524");
+        assert_eq!(us(f64::NAN), "-");
+    }
+}

@@ -17,3 +17,4 @@ pub mod report;
 pub mod sim;
 pub mod trace;
 pub mod validate;
+pub mod whatif;

@@ -620,6 +620,7 @@ pub fn calibrate(
         collectives,
         launch,
         variability,
+        spec_decode: fallback.spec_decode.clone(),
         measurements: table,
         fit,
         path: Default::default(),
@@ -691,6 +692,10 @@ pub fn transfer(
         );
     }
     p.collectives = collectives;
+    // Speculative-decoding host costs are estimates of the target's own software stack.
+    if fallback.spec_decode.is_some() {
+        p.spec_decode = fallback.spec_decode.clone();
+    }
     p.launch.source = format!("transferred from {}: {}", measured.name, p.launch.source);
     p.variability.source = format!(
         "transferred from {}: {}",

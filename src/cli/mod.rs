@@ -7,6 +7,7 @@ mod scenario_args;
 pub mod simulate;
 pub mod trace;
 pub mod validate;
+pub mod whatif;
 
 pub use scenario_args::ScenarioArgs;
 
@@ -40,6 +41,8 @@ pub enum Command {
     /// Simulate every captured reference-step configuration and report the prediction error,
     /// then calibrate from one trace and predict the rest.
     Validate(validate::ValidateArgs),
+    /// What a change would buy: speculative decoding (`whatif spec-decode`).
+    Whatif(whatif::WhatifArgs),
 }
 
 pub fn run(cli: Cli) -> Result<()> {
@@ -50,6 +53,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Trace(a) => trace::run(&a, &mut std::io::stdout().lock()),
         Command::Compare(a) => compare::run(a),
         Command::Validate(a) => validate::run(a),
+        Command::Whatif(a) => whatif::run(a),
     }
 }
 

@@ -91,6 +91,20 @@ pub struct Variability {
     pub source: String,
 }
 
+/// Host-side costs speculative decoding adds to a step that are not kernels (the proposer's
+/// bookkeeping kernels are ops priced by their families; these are the gaps around them).
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SpecDecodeParams {
+    /// Host time per step that the GPU waits for (proposer bookkeeping, rejection-sampler
+    /// setup) beyond what asynchronous scheduling hides.
+    pub exposed_host_us: f64,
+    /// GPU idle between two consecutive passes (verify, then each draft pass): one more graph
+    /// replay or one more eager forward to launch.
+    pub pass_gap_us: f64,
+    pub source: String,
+}
+
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct ProfileMeta {
@@ -113,6 +127,10 @@ pub struct CalibrationProfile {
     pub collectives: Vec<CollectiveParams>,
     pub launch: LaunchParams,
     pub variability: Variability,
+    /// Speculative decoding's non-kernel overheads (`whatif spec-decode`); absent in profiles
+    /// written before it, which `whatif spec-decode` then refuses by name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec_decode: Option<SpecDecodeParams>,
     /// A measurement table (kernels.csv, path relative to this file) whose shapes are priced
     /// by interpolation before the roofline law is used.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -242,6 +260,10 @@ impl CalibrationProfile {
             ("variability.collective_cv", self.variability.collective_cv),
         ] {
             non_negative(field.into(), v)?;
+        }
+        if let Some(sd) = &self.spec_decode {
+            non_negative("spec_decode.exposed_host_us".into(), sd.exposed_host_us)?;
+            non_negative("spec_decode.pass_gap_us".into(), sd.pass_gap_us)?;
         }
         for (field, v) in [
             ("variability.kernel_cv", self.variability.kernel_cv),

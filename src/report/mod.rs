@@ -9,6 +9,7 @@ pub mod table;
 pub mod trace_summary;
 pub mod units;
 pub mod validation;
+pub mod whatif;
 
 /// Output formats shared by the subcommands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

@@ -5,7 +5,7 @@ use crate::category::Category;
 use crate::sim::Simulation;
 use serde_json::{json, Value};
 
-fn scenario_json(sim: &Simulation) -> Value {
+pub(crate) fn scenario_json(sim: &Simulation) -> Value {
     let s = &sim.scenario;
     json!({
         "model": s.model.name,
@@ -28,7 +28,7 @@ fn scenario_json(sim: &Simulation) -> Value {
     })
 }
 
-fn calibration_json(sim: &Simulation) -> Value {
+pub(crate) fn calibration_json(sim: &Simulation) -> Value {
     let p = &sim.profile;
     json!({
         "name": p.profile.name,

@@ -137,6 +137,16 @@ pub fn engine_config(s: &Scenario, p: &CalibrationProfile) -> EngineConfig {
 
 pub fn simulate_loaded(scenario: Scenario, profile: CalibrationProfile) -> Result<Simulation> {
     let workload = workload::build(&scenario);
+    simulate_workload(scenario, profile, workload)
+}
+
+/// Prices and plays a workload built elsewhere (a speculative draft or verify pass, or several
+/// passes in a row) exactly as a plain step is played.
+pub fn simulate_workload(
+    scenario: Scenario,
+    profile: CalibrationProfile,
+    workload: Workload,
+) -> Result<Simulation> {
     let pricing = cost::price(&workload, &scenario, &profile)?;
     let mut timeline = Timeline::default();
     Engine::new().run(

@@ -58,6 +58,8 @@ pub fn attention_block(b: &mut Builder, s: &StepShape, layer: usize) {
     );
     let ctx = s.context as f64;
     let seqs = s.batch as f64;
+    // k+1 queries per sequence (speculative verify) read the cache once per sequence.
+    let q = s.queries as f64;
     let kv_bytes = seqs * ctx * (2 * kv_heads * hd) as f64 * s.kv_bytes;
     b.push(
         "attention_decode",
@@ -65,14 +67,14 @@ pub fn attention_block(b: &mut Builder, s: &StepShape, layer: usize) {
         CostFamily::AttentionGqaDecode,
         Category::Attention,
         Shape {
-            m: s.batch as u64,
+            m: s.batch as u64 * s.queries,
             n: hd,
             k: kv_heads,
             batch: heads,
         },
         "-",
-        4.0 * seqs * heads as f64 * ctx * hd as f64,
-        kv_bytes + 2.0 * seqs * (heads * hd) as f64 * ACT_BYTES,
+        4.0 * seqs * q * heads as f64 * ctx * hd as f64,
+        kv_bytes + 2.0 * seqs * q * (heads * hd) as f64 * ACT_BYTES,
     );
     b.gemm(
         "o_proj",

@@ -115,47 +115,53 @@ pub fn attention_block(b: &mut Builder, s: &StepShape, mla: &MlaDims, layer: usi
     // Decode attention over the latent: every rank reads every sequence's full latent cache.
     let ctx = s.context as f64;
     let seqs = s.batch as f64;
+    // With k+1 queries per sequence (speculative verify) the latent cache is still read once
+    // per sequence; FLOPs and the query/output rows scale with the queries.
+    let q = s.queries as f64;
+    let rows = s.batch as u64 * s.queries;
     let hf = heads as f64;
     let kv_bytes = seqs * ctx * latent as f64 * s.kv_bytes;
-    let q_out_bytes = seqs * hf * (latent + kv_lora) as f64 * ACT_BYTES;
+    let q_out_bytes = seqs * q * hf * (latent + kv_lora) as f64 * ACT_BYTES;
     b.push(
         "mla_decode",
         "_fwd_grouped_kernel_stage1",
         CostFamily::AttentionMlaDecode,
         Category::Attention,
         Shape {
-            m: s.batch as u64,
+            m: rows,
             n: kv_lora,
             k: latent,
             batch: heads,
         },
         "-",
-        2.0 * seqs * hf * ctx * (latent + kv_lora) as f64,
+        2.0 * seqs * q * hf * ctx * (latent + kv_lora) as f64,
         kv_bytes + q_out_bytes,
     );
+    // A measured table knows single-query decode only: k+1 queries are priced as k+1 decode
+    // rows (an upper bound; the law above counts the cache read once).
     b.measured(MeasureKey {
         context: s.context,
-        batch: s.batch as u64,
+        batch: rows,
         includes_next: true,
-        ..MeasureKey::new("attention_mla_decode", s.batch as u64, heads, latent)
+        ..MeasureKey::new("attention_mla_decode", rows, heads, latent)
     });
     // The split-KV partial results are reduced by a second kernel (TRITON_MLA).
     let splits = s.kv_splits();
-    let partial = seqs * hf * splits as f64 * (kv_lora + 1) as f64 * 4.0;
+    let partial = seqs * q * hf * splits as f64 * (kv_lora + 1) as f64 * 4.0;
     b.push(
         "mla_decode_reduce",
         "_fwd_kernel_stage2",
         CostFamily::Elementwise,
         Category::Attention,
         Shape {
-            m: s.batch as u64,
+            m: rows,
             n: kv_lora,
             k: splits,
             batch: heads,
         },
         "-",
         partial / 4.0,
-        partial + seqs * hf * kv_lora as f64 * ACT_BYTES,
+        partial + seqs * q * hf * kv_lora as f64 * ACT_BYTES,
     );
     b.bmm(
         "W_UV",

@@ -1,7 +1,7 @@
 //! Turns a scenario into the ordered list of kernels one rank launches in one decode step.
 //! One builder per model family; the sequence mirrors vLLM's (facts.md §3.1).
 
-mod builder;
+pub(crate) mod builder;
 mod frame;
 mod gqa;
 pub mod memory;
@@ -26,6 +26,9 @@ pub struct StepShape<'a> {
     pub batch: u32,
     pub context: u64,
     pub tokens: u64,
+    /// Query tokens per sequence: 1 in plain decode, k+1 in a speculative verify pass (every
+    /// GEMM's M, every activation collective and attention's queries scale with it).
+    pub queries: u64,
     pub kv_bytes: f64,
     pub sms: u32,
     pub shared_expert_stream_threshold: u64,
@@ -93,14 +96,22 @@ fn sample_routing(model: &ModelSpec, tokens: u64, seed: u64) -> Vec<u32> {
 }
 
 pub fn build(s: &Scenario) -> Workload {
+    build_pass(s, 1)
+}
+
+/// One forward pass with `queries_per_seq` query tokens for each of the batch's sequences
+/// (speculative decoding's verify pass and a draft's first pass take k+1 per sequence).
+pub fn build_pass(s: &Scenario, queries_per_seq: u32) -> Workload {
     let model = &s.model;
-    let tokens = s.tokens() as u64;
+    let queries = queries_per_seq.max(1) as u64;
+    let tokens = s.tokens() as u64 * queries;
     let shape = StepShape {
         model,
         tp: s.tp as usize,
         batch: s.batch,
         context: s.context,
         tokens,
+        queries,
         kv_bytes: s.kv_bytes,
         sms: s.system.gpu.sms,
         shared_expert_stream_threshold: SHARED_EXPERT_STREAM_TOKEN_THRESHOLD,

@@ -1,0 +1,166 @@
+//! `decodesim whatif`: what a change would buy. `whatif spec-decode` studies speculative
+//! decoding for a scenario.
+
+use super::{print, ScenarioArgs};
+use crate::error::{Error, Result};
+use crate::report::{self, Format};
+use crate::whatif::acceptance::Acceptance;
+use crate::whatif::draft::Method;
+use crate::whatif::spec_decode::{self, SpecDecodeRequest};
+use crate::whatif::{parse_f64_list, parse_u32_list};
+use std::path::PathBuf;
+
+#[derive(Debug, clap::Args)]
+pub struct WhatifArgs {
+    #[command(subcommand)]
+    pub command: WhatifCommand,
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum WhatifCommand {
+    /// Speculative decoding: draft and verify passes simulated per k, against no speculation.
+    SpecDecode(SpecDecodeArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct SpecDecodeArgs {
+    #[command(flatten)]
+    pub scenario: ScenarioArgs,
+    /// eagle3 (a one-layer draft head), mtp (DeepSeek's MTP module) or draft-model.
+    #[arg(long, default_value = "eagle3")]
+    pub method: String,
+    /// EAGLE-3 draft config.json [default: the Kimi-K2.5 MLA draft shape in models/drafts/].
+    #[arg(long, value_name = "FILE")]
+    pub draft_config: Option<String>,
+    /// Draft model for --method draft-model: a bundled name or a config.json.
+    #[arg(long, value_name = "NAME|PATH")]
+    pub draft_model: Option<String>,
+    /// vLLM's draft acceptance rate (accepted / drafted tokens): mean length 1 + k x R.
+    #[arg(long, value_name = "R", conflicts_with_all = ["acceptance_per_position", "acceptance_lengths"])]
+    pub acceptance_rate: Option<f64>,
+    /// vLLM's per-position acceptance rates a1,a2,... (non-increasing).
+    #[arg(long, value_name = "A1,A2,...", conflicts_with = "acceptance_lengths")]
+    pub acceptance_per_position: Option<String>,
+    /// A measured histogram: CSV with header acceptance_length,count.
+    #[arg(long, value_name = "FILE.csv")]
+    pub acceptance_lengths: Option<PathBuf>,
+    /// Draft tokens per step: a list (1,2,4) or a range (1..6, both ends included).
+    #[arg(long, default_value = "1..6")]
+    pub draft_tokens: String,
+    /// Batches simulated to find where speculation stops paying ("none" to skip).
+    #[arg(long, default_value = "1,2,4,8,16,32,64,128,256")]
+    pub crossover_batches: String,
+    /// Monte Carlo users for the TPOT percentiles.
+    #[arg(long, default_value_t = 2000)]
+    pub mc_users: u32,
+    /// Output tokens each Monte Carlo user decodes.
+    #[arg(long, default_value_t = 256)]
+    pub output_tokens: u32,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+    /// Write one k's whole speculative step (verify + draft passes) as a Chrome trace.
+    #[arg(long, value_name = "FILE.json")]
+    pub timeline: Option<PathBuf>,
+    /// The k the --timeline shows [default: the best k].
+    #[arg(long)]
+    pub timeline_k: Option<u32>,
+}
+
+pub fn run(a: WhatifArgs) -> Result<()> {
+    match a.command {
+        WhatifCommand::SpecDecode(a) => run_spec_decode(a),
+    }
+}
+
+pub fn spec_decode_request(a: &SpecDecodeArgs) -> Result<SpecDecodeRequest> {
+    let method: Method = a.method.parse()?;
+    let draft = match method {
+        Method::Eagle3 => {
+            if a.draft_model.is_some() {
+                return Err(Error::Scenario("--draft-model is for --method draft-model; an EAGLE-3 draft is given with --draft-config".into()));
+            }
+            a.draft_config.clone()
+        }
+        Method::DraftModel => {
+            if a.draft_config.is_some() {
+                return Err(Error::Scenario("--draft-config is for --method eagle3; a draft model is given with --draft-model".into()));
+            }
+            a.draft_model.clone()
+        }
+        Method::Mtp => {
+            if a.draft_config.is_some() || a.draft_model.is_some() {
+                return Err(Error::Scenario("--method mtp uses the target's own MTP layer: drop --draft-config / --draft-model".into()));
+            }
+            None
+        }
+    };
+    let acceptance = match (&a.acceptance_rate, &a.acceptance_per_position, &a.acceptance_lengths) {
+        (Some(r), _, _) => Acceptance::rate(*r)?,
+        (None, Some(list), _) => Acceptance::per_position(parse_f64_list("--acceptance-per-position", list)?)?,
+        (None, None, Some(path)) => Acceptance::lengths_file(path)?,
+        (None, None, None) => {
+            return Err(Error::Scenario(
+                "give the acceptance: --acceptance-rate R, --acceptance-per-position a1,a2,... or --acceptance-lengths FILE.csv".into(),
+            ))
+        }
+    };
+    let crossover_batches = if a.crossover_batches.trim().eq_ignore_ascii_case("none") {
+        Vec::new()
+    } else {
+        parse_u32_list(
+            "--crossover-batches",
+            &a.crossover_batches,
+            1..=crate::spec::scenario::MAX_BATCH,
+        )?
+    };
+    if a.mc_users == 0 || a.mc_users > 1_000_000 {
+        return Err(Error::Scenario(format!(
+            "--mc-users {} is out of range: expected 1 to 1000000",
+            a.mc_users
+        )));
+    }
+    if a.output_tokens == 0 || a.output_tokens > 1_000_000 {
+        return Err(Error::Scenario(format!(
+            "--output-tokens {} is out of range: expected 1 to 1000000",
+            a.output_tokens
+        )));
+    }
+    Ok(SpecDecodeRequest {
+        base: a.scenario.request(),
+        method,
+        draft,
+        acceptance,
+        draft_tokens: parse_u32_list("--draft-tokens", &a.draft_tokens, 1..=64)?,
+        crossover_batches,
+        mc_users: a.mc_users,
+        output_tokens: a.output_tokens,
+    })
+}
+
+fn run_spec_decode(a: SpecDecodeArgs) -> Result<()> {
+    let req = spec_decode_request(&a)?;
+    let study = spec_decode::run(&req)?;
+    if let Some(path) = &a.timeline {
+        let k = a
+            .timeline_k
+            .or_else(|| study.best().map(|b| b.draft_tokens))
+            .unwrap_or(1);
+        let sim = spec_decode::step_simulation(&req, k)?;
+        crate::files::write_atomic(path, |w| report::chrome::write_chrome_trace(&sim, w))?;
+    }
+    let text = match a.format {
+        Format::Table => report::whatif::spec_decode_table(&study),
+        Format::Json => {
+            serde_json::to_string_pretty(&report::whatif::spec_decode_json(&study))
+                .expect("JSON value")
+                + "\n"
+        }
+        Format::Csv => report::whatif::spec_decode_csv(&study),
+    };
+    print(&text)?;
+    if let (Some(path), Format::Table) = (&a.timeline, a.format) {
+        print(&format!("\ntimeline written to {}\n", path.display()))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,194 @@
+//! Reports of `decodesim whatif`: the speculative-decoding study as a table, JSON or CSV.
+
+use super::table::Table;
+use super::units::{grouped, us};
+use crate::whatif::spec_decode::SpecDecodeStudy;
+use serde_json::{json, Value};
+
+/// The JSON bars and notebooks read: `baseline`, `variants`, `best`, `scenario`,
+/// `calibration` (as `simulate` writes them), and `crossover`.
+pub fn spec_decode_json(s: &SpecDecodeStudy) -> Value {
+    let variants: Vec<Value> = s
+        .variants
+        .iter()
+        .map(|v| {
+            json!({
+                "draft_tokens": v.draft_tokens,
+                "draft_time_us": v.draft_time_us,
+                "verify_time_us": v.verify_time_us,
+                "step_time_us": v.step_time_us,
+                "mean_acceptance_length": v.mean_acceptance_length,
+                "tokens_per_s": v.tokens_per_s,
+                "speedup": v.speedup,
+                "tpot_ms": {"p50": v.tpot_ms[0], "p90": v.tpot_ms[1], "p99": v.tpot_ms[2]},
+            })
+        })
+        .collect();
+    let best = s
+        .best()
+        .map(|b| json!({"draft_tokens": b.draft_tokens, "speedup": b.speedup}))
+        .unwrap_or(Value::Null);
+    let crossover = s
+        .crossover
+        .as_ref()
+        .map(|c| {
+            json!({
+                "last_paying_batch": c.last_paying_batch,
+                "first_losing_batch": c.first_losing_batch,
+                "grid": c.grid.iter().map(|(b, k, sp)| json!({"batch": b, "best_draft_tokens": k, "speedup": sp})).collect::<Vec<_>>(),
+            })
+        })
+        .unwrap_or(Value::Null);
+    json!({
+        "baseline": {
+            "step_time_us": s.baseline_step_us(),
+            "tokens_per_s": s.baseline_tokens_per_s(),
+        },
+        "variants": variants,
+        "best": best,
+        "crossover": crossover,
+        "scenario": super::simulation::scenario_json(&s.baseline),
+        "calibration": super::simulation::calibration_json(&s.baseline),
+    })
+}
+
+/// One row per k (and a `k = 0` row for the baseline).
+pub fn spec_decode_csv(s: &SpecDecodeStudy) -> String {
+    let mut out = String::from("draft_tokens,draft_time_us,verify_time_us,host_time_us,step_time_us,mean_acceptance_length,tokens_per_s,tokens_per_s_per_user,speedup,tpot_p50_ms,tpot_p90_ms,tpot_p99_ms\n");
+    let b = s.baseline_step_us();
+    let batch = s.baseline.scenario.batch as f64;
+    out.push_str(&format!(
+        "0,0,{b},0,{b},1,{},{},1,{},{},{}\n",
+        s.baseline_tokens_per_s(),
+        s.baseline_tokens_per_s() / batch,
+        b / 1e3,
+        b / 1e3,
+        b / 1e3
+    ));
+    for v in &s.variants {
+        out.push_str(&format!(
+            "{},{},{},{},{},{},{},{},{},{},{},{}\n",
+            v.draft_tokens,
+            v.draft_time_us,
+            v.verify_time_us,
+            v.host_time_us,
+            v.step_time_us,
+            v.mean_acceptance_length,
+            v.tokens_per_s,
+            v.tokens_per_s_per_user,
+            v.speedup,
+            v.tpot_ms[0],
+            v.tpot_ms[1],
+            v.tpot_ms[2]
+        ));
+    }
+    out
+}
+
+pub fn spec_decode_table(s: &SpecDecodeStudy) -> String {
+    let sc = &s.baseline.scenario;
+    let mut out = format!(
+        "speculative decoding: {} on {} ({}x {}), TP={}\nbatch {} x context {} | CUDA graphs {} | NCCL {}/{}\nmethod {} | draft {} | {}\ncalibration: {} ({})\n\n",
+        sc.model.name,
+        sc.system.name,
+        sc.system.gpu_count,
+        sc.system.gpu.display_name,
+        sc.tp,
+        sc.batch,
+        sc.context,
+        if sc.cuda_graphs { "on" } else { "off" },
+        sc.nccl.algo,
+        sc.nccl.proto,
+        s.method.name(),
+        s.draft_source,
+        s.acceptance,
+        s.baseline.profile.profile.name,
+        super::units::path(&s.baseline.profile.path),
+    );
+    let mut t = Table::new(&[
+        "k",
+        "draft (us)",
+        "verify (us)",
+        "host (us)",
+        "step (us)",
+        "accept len",
+        "tok/s/user",
+        "tok/s total",
+        "speedup",
+        "TPOT p50 (ms)",
+        "p90",
+        "p99",
+    ]);
+    let batch = sc.batch as f64;
+    let b = s.baseline_step_us();
+    t.row(vec![
+        "none".into(),
+        "-".into(),
+        us(b),
+        "-".into(),
+        us(b),
+        "1.00".into(),
+        grouped(s.baseline_tokens_per_s() / batch, 1),
+        grouped(s.baseline_tokens_per_s(), 1),
+        "1.00x".into(),
+        grouped(b / 1e3, 2),
+        grouped(b / 1e3, 2),
+        grouped(b / 1e3, 2),
+    ]);
+    for v in &s.variants {
+        t.row(vec![
+            v.draft_tokens.to_string(),
+            us(v.draft_time_us),
+            us(v.verify_time_us),
+            us(v.host_time_us),
+            us(v.step_time_us),
+            format!("{:.2}", v.mean_acceptance_length),
+            grouped(v.tokens_per_s_per_user, 1),
+            grouped(v.tokens_per_s, 1),
+            format!("{:.2}x", v.speedup),
+            grouped(v.tpot_ms[0], 2),
+            grouped(v.tpot_ms[1], 2),
+            grouped(v.tpot_ms[2], 2),
+        ]);
+    }
+    out.push_str(&t.render());
+    if let Some(best) = s.best() {
+        out.push_str(&format!(
+            "\nbest: k = {} at {:.2}x ({})\n",
+            best.draft_tokens,
+            best.speedup,
+            if best.speedup > 1.0 {
+                "speculation pays"
+            } else {
+                "speculation does not pay at this batch"
+            }
+        ));
+    }
+    if let Some(c) = &s.crossover {
+        let line = match (c.last_paying_batch, c.first_losing_batch) {
+            (Some(b), Some(l)) => {
+                format!("crossover: speculation pays up to batch {b} and stops paying by batch {l}")
+            }
+            (Some(b), None) => {
+                format!("crossover: speculation pays at every batch simulated (up to {b})")
+            }
+            (None, Some(l)) => {
+                format!("crossover: speculation does not pay at any batch simulated (from {l})")
+            }
+            (None, None) => "crossover: no batch simulated".into(),
+        };
+        out.push_str(&line);
+        out.push('\n');
+        out.push_str("  batch  best k  speedup\n");
+        for (b, k, sp) in &c.grid {
+            out.push_str(&format!("  {b:>5}  {k:>6}  {sp:>6.2}x\n"));
+        }
+    }
+    if !s.warnings.is_empty() {
+        out.push_str("\nwarnings\n");
+        for w in &s.warnings {
+            out.push_str(&format!("  - {w}\n"));
+        }
+    }
+    out
+}

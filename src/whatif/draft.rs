@@ -1,0 +1,403 @@
+//! The drafter of a speculative step and the kernels of its passes: an EAGLE-3 head, DeepSeek's
+//! MTP module, or a separate draft model, each run at the target's TP on the same GPUs.
+
+use crate::category::Category;
+use crate::error::{Error, Result};
+use crate::spec::model::MlaDims;
+use crate::spec::{catalog, Family, ModelSpec, Scenario};
+use crate::workload::builder::Builder;
+use crate::workload::{self, CostFamily, Workload};
+use serde::Deserialize;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Method {
+    Eagle3,
+    Mtp,
+    DraftModel,
+}
+
+impl Method {
+    pub const NAMES: [&'static str; 3] = ["eagle3", "mtp", "draft-model"];
+    pub fn name(self) -> &'static str {
+        match self {
+            Method::Eagle3 => "eagle3",
+            Method::Mtp => "mtp",
+            Method::DraftModel => "draft-model",
+        }
+    }
+    /// The section of `data/spec_decode/methods.toml`.
+    fn key(self) -> &'static str {
+        match self {
+            Method::Eagle3 => "eagle3",
+            Method::Mtp => "mtp",
+            Method::DraftModel => "draft_model",
+        }
+    }
+}
+
+impl FromStr for Method {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s.to_ascii_lowercase().as_str() {
+            "eagle3" | "eagle-3" => Ok(Method::Eagle3),
+            "mtp" | "deepseek_mtp" => Ok(Method::Mtp),
+            "draft-model" | "draft_model" => Ok(Method::DraftModel),
+            _ => Err(Error::Unknown {
+                kind: "--method",
+                name: s.to_string(),
+                choices: Method::NAMES.iter().map(|s| s.to_string()).collect(),
+            }),
+        }
+    }
+}
+
+/// One method's limits, from `data/spec_decode/methods.toml`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MethodLimits {
+    pub max_draft_tokens: u32,
+    pub aux_hidden_states: u32,
+    #[serde(default)]
+    pub default_draft: Option<String>,
+    pub source: String,
+}
+
+pub fn methods_file() -> PathBuf {
+    catalog::data_root().join("data/spec_decode/methods.toml")
+}
+
+pub fn method_limits(method: Method) -> Result<MethodLimits> {
+    let path = methods_file();
+    let all: BTreeMap<String, MethodLimits> =
+        crate::error::read_toml(&path, crate::files::InputKind::SystemToml)?;
+    all.get(method.key())
+        .cloned()
+        .ok_or_else(|| Error::field(&path, method.key(), "missing section for this method"))
+}
+
+/// A drafter ready to build passes: the model one draft pass runs, and what surrounds it.
+#[derive(Debug, Clone)]
+pub struct Draft {
+    pub method: Method,
+    /// What one draft pass runs: the EAGLE-3 layer, the MTP layer, or the whole draft model.
+    pub model: ModelSpec,
+    /// Where the draft came from (a config file or the target's own MTP layers).
+    pub source: String,
+    pub limits: MethodLimits,
+}
+
+impl Draft {
+    /// Resolves the drafter of `method` for `target`; `draft` is `--draft-config` (eagle3) or
+    /// `--draft-model` (draft-model). Pairing problems are refused here, before any work.
+    pub fn load(method: Method, draft: Option<&str>, target: &ModelSpec) -> Result<Draft> {
+        let limits = method_limits(method)?;
+        let model = match method {
+            Method::Eagle3 => {
+                let path = match (draft, &limits.default_draft) {
+                    (Some(p), _) => PathBuf::from(p),
+                    (None, Some(d)) => catalog::models_dir().join(d),
+                    (None, None) => {
+                        return Err(Error::Scenario(
+                            "--method eagle3 needs --draft-config FILE (no default draft in data/spec_decode/methods.toml)".into(),
+                        ))
+                    }
+                };
+                eagle3_model(&path, target)?
+            }
+            Method::Mtp => mtp_model(target)?,
+            Method::DraftModel => {
+                let Some(name) = draft else {
+                    return Err(Error::Scenario(
+                        "--method draft-model needs --draft-model NAME|PATH (a bundled model name or a config.json)".into(),
+                    ));
+                };
+                let path = catalog::resolve_model(name)?;
+                let m = ModelSpec::from_file(&path)?;
+                if m.vocab != target.vocab {
+                    return Err(Error::field(
+                        &path,
+                        "vocab_size",
+                        format!(
+                            "the draft model's vocabulary ({}) must equal the target's ({} for {}): vLLM verifies draft token ids against the target's",
+                            m.vocab, target.vocab, target.name
+                        ),
+                    ));
+                }
+                m
+            }
+        };
+        let source = match method {
+            Method::Mtp => format!("{} MTP layer (num_nextn_predict_layers)", target.name),
+            _ => crate::report::units::path(&model.source),
+        };
+        Ok(Draft {
+            method,
+            model,
+            source,
+            limits,
+        })
+    }
+
+    /// Refuses a k the method does not allow, naming the flag and the allowed range.
+    pub fn check_k(&self, k: u32) -> Result<()> {
+        let max = self.limits.max_draft_tokens;
+        if k == 0 || k > max {
+            return Err(Error::Scenario(format!(
+                "--draft-tokens {k} is not allowed for --method {}: expected 1..={max} ({})",
+                self.method.name(),
+                methods_file().display()
+            )));
+        }
+        Ok(())
+    }
+
+    /// The draft's scenario: the target's system, TP, batch, context and settings.
+    pub fn scenario(&self, target: &Scenario) -> Result<Scenario> {
+        let mut s = target.clone();
+        s.model = self.model.clone();
+        s.validate().map_err(|e| match e {
+            Error::Scenario(m) => Error::Scenario(format!("draft {}: {m}", self.model.name)),
+            other => other,
+        })?;
+        Ok(s)
+    }
+
+    /// One draft pass with `queries` tokens per sequence. The first pass of a step runs over
+    /// every position the verify pass kept (k+1 per sequence, as vLLM's proposer does); the
+    /// rest over one token per sequence. Op names carry `draft<pass>.` so a timeline shows them.
+    pub fn pass(&self, ds: &Scenario, queries: u32, pass: u32) -> Workload {
+        let mut w = workload::build_pass(ds, queries);
+        let tokens = ds.batch as u64 * queries.max(1) as u64;
+        let hidden = ds.model.hidden as u64;
+        let mut extra = Builder::new();
+        match self.method {
+            // EAGLE-3's first pass fuses the target's aux hidden states into one hidden row
+            // (fc: aux × hidden → hidden); later passes feed the draft's own hidden state.
+            Method::Eagle3 if pass == 0 => {
+                let aux = self.limits.aux_hidden_states.max(1) as u64;
+                extra.gemm(
+                    "eagle3_fc",
+                    "gemm (cuBLAS) eagle fc",
+                    Category::Gemm,
+                    tokens,
+                    hidden,
+                    aux * hidden,
+                    crate::spec::WeightFormat::Bf16,
+                );
+            }
+            // DeepSeek's MTP module normalises the embedding and the previous hidden state and
+            // projects their concatenation (eh_proj: 2 × hidden → hidden) before its layer.
+            Method::Mtp => {
+                extra.norm("mtp_enorm", "vllm::rms_norm_kernel", tokens, hidden, false);
+                extra.norm("mtp_hnorm", "vllm::rms_norm_kernel", tokens, hidden, false);
+                extra.gemm(
+                    "mtp_eh_proj",
+                    "gemm (cuBLAS) eh_proj",
+                    Category::Gemm,
+                    tokens,
+                    hidden,
+                    2 * hidden,
+                    ds.model.weight_format("model.layers.0.eh_proj"),
+                );
+            }
+            _ => {}
+        }
+        // After the embedding and its allreduce, before the first layer.
+        let at = w
+            .ops
+            .iter()
+            .position(|o| o.layer >= 0)
+            .unwrap_or(w.ops.len());
+        w.ops.splice(at..at, extra.ops);
+        for op in &mut w.ops {
+            op.name = format!("draft{pass}.{}", op.name);
+        }
+        w
+    }
+}
+
+/// Reads an EAGLE-3 draft `config.json` (MLA or Llama-style attention, dense MLP, own lm_head
+/// over `draft_vocab_size`) and checks that it can pair with the target.
+fn eagle3_model(path: &Path, target: &ModelSpec) -> Result<ModelSpec> {
+    let text = crate::files::read_text(path, crate::files::InputKind::ModelConfig)?;
+    let root: Value = serde_json::from_str(&text).map_err(|e| Error::Syntax {
+        path: path.to_path_buf(),
+        format: "JSON",
+        message: e.to_string(),
+    })?;
+    let get = |k: &str| root.get(k).and_then(Value::as_u64).map(|v| v as usize);
+    let need = |k: &str| {
+        get(k).filter(|&v| v > 0).ok_or_else(|| {
+            Error::field(
+                path,
+                k,
+                "required field is missing (expected a positive integer)",
+            )
+        })
+    };
+    let hidden = need("hidden_size")?;
+    if hidden != target.hidden {
+        return Err(Error::field(
+            path,
+            "hidden_size",
+            format!(
+                "the EAGLE-3 draft's hidden size ({hidden}) must equal the target's ({} for {}): the draft reads the target's hidden states",
+                target.hidden, target.name
+            ),
+        ));
+    }
+    let vocab = get("vocab_size").unwrap_or(target.vocab);
+    if vocab != target.vocab {
+        return Err(Error::field(
+            path,
+            "vocab_size",
+            format!(
+                "the draft's vocabulary ({vocab}) must equal the target's ({} for {}): it shares the target's tokenizer and embedding",
+                target.vocab, target.name
+            ),
+        ));
+    }
+    let draft_vocab = get("draft_vocab_size").unwrap_or(vocab);
+    if draft_vocab == 0 || draft_vocab > target.vocab {
+        return Err(Error::field(
+            path,
+            "draft_vocab_size",
+            format!(
+                "expected 1..={} (the target's vocabulary); found {draft_vocab}",
+                target.vocab
+            ),
+        ));
+    }
+    let heads = need("num_attention_heads")?;
+    let kv_heads = get("num_key_value_heads").unwrap_or(heads);
+    let mla = match get("kv_lora_rank") {
+        Some(kv_lora_rank) => Some(MlaDims {
+            q_lora_rank: get("q_lora_rank"),
+            kv_lora_rank,
+            qk_nope_head_dim: need("qk_nope_head_dim")?,
+            qk_rope_head_dim: need("qk_rope_head_dim")?,
+            v_head_dim: need("v_head_dim")?,
+        }),
+        None => None,
+    };
+    let name = path
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .unwrap_or("draft")
+        .to_string();
+    Ok(ModelSpec {
+        name,
+        source: path.to_path_buf(),
+        // The builder runs MLA attention for MLA+MoE models; with no MoE every layer is dense.
+        family: if mla.is_some() {
+            Family::MlaMoe
+        } else {
+            Family::GqaDense
+        },
+        num_layers: get("num_hidden_layers").unwrap_or(1).max(1),
+        hidden,
+        vocab: draft_vocab,
+        num_heads: heads,
+        num_kv_heads: kv_heads,
+        head_dim: get("head_dim").unwrap_or(hidden / heads),
+        dense_intermediate: need("intermediate_size")?,
+        mla,
+        moe: None,
+        qk_norm: false,
+        max_position_embeddings: get("max_position_embeddings").unwrap_or(usize::MAX),
+        quant: None,
+    })
+}
+
+/// DeepSeek-V3's MTP module: one full decoder layer (MLA + MoE) of the target's own shape with
+/// the shared embedding and lm_head. Refused for models without one (Kimi-K2.5: facts.md §5).
+fn mtp_model(target: &ModelSpec) -> Result<ModelSpec> {
+    let text = crate::files::read_text(&target.source, crate::files::InputKind::ModelConfig)?;
+    let root: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+    let cfg = root
+        .get("text_config")
+        .filter(|v| v.is_object())
+        .unwrap_or(&root);
+    let n = cfg
+        .get("num_nextn_predict_layers")
+        .and_then(Value::as_u64)
+        .unwrap_or(0);
+    if n == 0 {
+        return Err(Error::field(
+            &target.source,
+            "num_nextn_predict_layers",
+            format!(
+                "{} has no MTP head (0 layers), so --method mtp cannot run; use --method eagle3 or --method draft-model",
+                target.name
+            ),
+        ));
+    }
+    let mut m = target.clone();
+    m.name = format!("{}-mtp", target.name);
+    m.num_layers = 1;
+    if let Some(moe) = &mut m.moe {
+        moe.first_k_dense = 0;
+    }
+    Ok(m)
+}
+
+/// Kernels vLLM adds to a speculative step outside the forward passes, as ops priced by their
+/// families: the greedy rejection sampler after the verify pass, and the proposer's input
+/// preparation (plus EAGLE-3's gather of the target's aux hidden states) before the drafts.
+pub fn rejection_sampler(batch: u64, k: u64) -> Vec<crate::workload::Op> {
+    let mut b = Builder::new();
+    let rows = batch * (k + 1);
+    // Compares each draft token id with the target's argmax and writes the accepted ids and
+    // counts: int64 ids in and out.
+    b.push(
+        "rejection_greedy_sample",
+        "rejection_greedy_sample_kernel",
+        CostFamily::Elementwise,
+        Category::Sampling,
+        crate::workload::Shape {
+            m: rows,
+            n: 1,
+            k: 0,
+            batch: 1,
+        },
+        "-",
+        rows as f64,
+        rows as f64 * 8.0 * 3.0,
+    );
+    b.ops
+}
+
+pub fn proposer_bookkeeping(batch: u64, k: u64, hidden: u64, aux: u64) -> Vec<crate::workload::Op> {
+    let mut b = Builder::new();
+    let rows = batch * (k + 1);
+    // Next-token ids, positions and slot mappings for the first draft pass (int64 each).
+    b.push(
+        "prepare_next_token_inputs",
+        "eagle_prepare_next_token_padded_kernel",
+        CostFamily::Elementwise,
+        Category::Elementwise,
+        crate::workload::Shape {
+            m: rows,
+            n: 3,
+            k: 0,
+            batch: 1,
+        },
+        "-",
+        rows as f64,
+        rows as f64 * 8.0 * 6.0,
+    );
+    if aux > 0 {
+        b.elementwise(
+            "gather_aux_hidden_states",
+            "at::native::CatArrayBatchedCopy (aux hidden states)",
+            Category::Elementwise,
+            rows * aux * hidden,
+            rows * aux * hidden,
+        );
+    }
+    b.ops
+}

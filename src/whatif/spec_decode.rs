@@ -1,0 +1,347 @@
+//! `whatif spec-decode`: does speculative decoding pay for this scenario, and at which k?
+//!
+//! For each k, the step is simulated, not guessed: the verify pass is the target's own kernel
+//! sequence at batch × (k+1) query tokens (plus the rejection sampler), the draft side is k
+//! passes of the drafter's kernel sequence (allreduces included; the first over the k+1
+//! positions the verify kept) plus the proposer's bookkeeping kernels, each played on the same
+//! timeline engine as a plain step. Host costs that are not kernels come from the profile's
+//! `[spec_decode]` section. Expected tokens per step come from the closed form; a seeded Monte
+//! Carlo over the acceptance distribution gives the spread of time per output token.
+
+use super::acceptance::Acceptance;
+use super::draft::{proposer_bookkeeping, rejection_sampler, Draft, Method};
+use crate::cost::profile::SpecDecodeParams;
+use crate::cost::{self, CalibrationProfile};
+use crate::error::{Error, Result};
+use crate::sim::{self, engine_config, Engine, ScenarioRequest, Simulation, Timeline};
+use crate::spec::Scenario;
+use crate::workload::{self, Workload};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+/// What a user asks for.
+#[derive(Debug, Clone)]
+pub struct SpecDecodeRequest {
+    pub base: ScenarioRequest,
+    pub method: Method,
+    /// `--draft-config` (eagle3) or `--draft-model` (draft-model).
+    pub draft: Option<String>,
+    pub acceptance: Acceptance,
+    pub draft_tokens: Vec<u32>,
+    /// Batches simulated to find where speculation stops paying (empty: skip).
+    pub crossover_batches: Vec<u32>,
+    /// Monte Carlo: simulated users and output tokens each.
+    pub mc_users: u32,
+    pub output_tokens: u32,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Variant {
+    pub draft_tokens: u32,
+    /// The k draft passes and the proposer's bookkeeping kernels and gaps between passes.
+    pub draft_time_us: f64,
+    /// The verify pass at batch × (k+1) tokens, rejection sampler included.
+    pub verify_time_us: f64,
+    /// Host time the GPU waits for (profile `[spec_decode].exposed_host_us`).
+    pub host_time_us: f64,
+    pub step_time_us: f64,
+    pub mean_acceptance_length: f64,
+    pub tokens_per_s: f64,
+    pub tokens_per_s_per_user: f64,
+    pub speedup: f64,
+    /// Time per output token across users, ms: p50, p90, p99.
+    pub tpot_ms: [f64; 3],
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Crossover {
+    /// (batch, best k, best speedup) per simulated batch.
+    pub grid: Vec<(u32, u32, f64)>,
+    /// The largest grid batch at which the best k still pays (None: it pays nowhere).
+    pub last_paying_batch: Option<u32>,
+    /// The first grid batch above that where no k pays (None: it pays at every batch tried).
+    pub first_losing_batch: Option<u32>,
+}
+
+#[derive(Debug, Clone)]
+pub struct SpecDecodeStudy {
+    pub method: Method,
+    pub draft_source: String,
+    pub acceptance: String,
+    /// The plain step of the same scenario (its JSON scenario/calibration are reported).
+    pub baseline: Simulation,
+    pub variants: Vec<Variant>,
+    pub crossover: Option<Crossover>,
+    pub warnings: Vec<String>,
+}
+
+impl SpecDecodeStudy {
+    pub fn baseline_step_us(&self) -> f64 {
+        self.baseline.step_time_us()
+    }
+    pub fn baseline_tokens_per_s(&self) -> f64 {
+        self.baseline.tokens_per_s()
+    }
+    /// The variant with the highest speedup.
+    pub fn best(&self) -> Option<&Variant> {
+        self.variants
+            .iter()
+            .max_by(|a, b| a.speedup.total_cmp(&b.speedup))
+    }
+}
+
+/// The pieces of one speculative step at one k, before acceptance is applied.
+struct StepCost {
+    draft_us: f64,
+    verify_us: f64,
+    host_us: f64,
+}
+
+fn spec_params(p: &CalibrationProfile) -> Result<&SpecDecodeParams> {
+    p.spec_decode.as_ref().ok_or_else(|| {
+        Error::field(
+            &p.path,
+            "spec_decode",
+            "missing: whatif spec-decode needs exposed_host_us, pass_gap_us and source (see data/calibration/rtx-pro-6000/profile.toml)",
+        )
+    })
+}
+
+fn play(
+    w: &Workload,
+    s: &Scenario,
+    p: &CalibrationProfile,
+    engine: &mut Engine,
+    tl: &mut Timeline,
+) -> Result<f64> {
+    let pricing = cost::price(w, s, p)?;
+    engine.run(w, &pricing.base_us, &engine_config(s, p), tl);
+    Ok(tl.step_time_us())
+}
+
+/// The verify pass: the target at k+1 queries per sequence, then the rejection sampler.
+pub fn verify_workload(s: &Scenario, k: u32) -> Workload {
+    let mut w = workload::build_pass(s, k + 1);
+    w.ops.extend(rejection_sampler(s.batch as u64, k as u64));
+    w
+}
+
+/// The draft side: bookkeeping, then k passes (the first over k+1 positions per sequence).
+pub fn draft_workload(draft: &Draft, ds: &Scenario, k: u32) -> Workload {
+    let aux = match draft.method {
+        Method::Eagle3 => draft.limits.aux_hidden_states as u64,
+        _ => 0,
+    };
+    let mut w = Workload {
+        ops: proposer_bookkeeping(ds.batch as u64, k as u64, ds.model.hidden as u64, aux),
+        experts_touched: Vec::new(),
+    };
+    let first = draft.pass(ds, k + 1, 0);
+    w.ops.extend(first.ops);
+    if k > 1 {
+        // Passes after the first have one shape; build it once and replay it.
+        let rest = draft.pass(ds, 1, 1);
+        for pass in 1..k {
+            w.ops.extend(rest.ops.iter().cloned().map(|mut o| {
+                o.name = o.name.replacen("draft1.", &format!("draft{pass}."), 1);
+                o
+            }));
+        }
+    }
+    w
+}
+
+fn step_cost(
+    s: &Scenario,
+    draft: &Draft,
+    p: &CalibrationProfile,
+    k: u32,
+    engine: &mut Engine,
+    tl: &mut Timeline,
+) -> Result<StepCost> {
+    let sd = spec_params(p)?;
+    let ds = draft.scenario(s)?;
+    let verify_us = play(&verify_workload(s, k), s, p, engine, tl)?;
+    let draft_us = play(&draft_workload(draft, &ds, k), s, p, engine, tl)?
+        // Each draft pass is one more replay (or eager forward) after the previous pass.
+        + k as f64 * sd.pass_gap_us;
+    Ok(StepCost {
+        draft_us,
+        verify_us,
+        host_us: sd.exposed_host_us,
+    })
+}
+
+/// Seeded Monte Carlo: each user decodes `output_tokens` tokens, one step at a time, taking
+/// 1 + accepted tokens per step; TPOT = its steps × step time / its tokens. p50/p90/p99 over
+/// users, in ms.
+pub fn tpot_percentiles(
+    pmf: &[f64],
+    step_us: f64,
+    users: u32,
+    output_tokens: u32,
+    seed: u64,
+) -> [f64; 3] {
+    let mut rng = SmallRng::seed_from_u64(seed ^ 0x7a0f_5bec);
+    let mut cdf = Vec::with_capacity(pmf.len());
+    let mut acc = 0.0;
+    for &p in pmf {
+        acc += p;
+        cdf.push(acc);
+    }
+    let n = output_tokens.max(1) as u64;
+    let mut tpot: Vec<f64> = (0..users.max(1))
+        .map(|_| {
+            let (mut tokens, mut steps) = (0u64, 0u64);
+            while tokens < n {
+                let u: f64 = rng.random::<f64>() * acc;
+                let a = cdf.iter().position(|&c| u < c).unwrap_or(cdf.len() - 1);
+                tokens += 1 + a as u64;
+                steps += 1;
+            }
+            // The last step's surplus tokens are not part of this output.
+            steps as f64 * step_us / n as f64 / 1e3
+        })
+        .collect();
+    tpot.sort_by(f64::total_cmp);
+    let q = |f: f64| tpot[((tpot.len() - 1) as f64 * f).round() as usize];
+    [q(0.5), q(0.9), q(0.99)]
+}
+
+fn variant(
+    base_step_us: f64,
+    batch: u32,
+    k: u32,
+    c: &StepCost,
+    acc: &Acceptance,
+    req: &SpecDecodeRequest,
+    seed: u64,
+) -> Variant {
+    let step = c.draft_us + c.verify_us + c.host_us;
+    let mean = acc.mean_acceptance_length(k);
+    let per_user = mean / step * 1e6;
+    let tokens_per_s = per_user * batch as f64;
+    let base_tps = batch as f64 / base_step_us * 1e6;
+    Variant {
+        draft_tokens: k,
+        draft_time_us: c.draft_us,
+        verify_time_us: c.verify_us,
+        host_time_us: c.host_us,
+        step_time_us: step,
+        mean_acceptance_length: mean,
+        tokens_per_s,
+        tokens_per_s_per_user: per_user,
+        speedup: tokens_per_s / base_tps,
+        tpot_ms: tpot_percentiles(&acc.pmf(k), step, req.mc_users, req.output_tokens, seed),
+    }
+}
+
+pub fn run(req: &SpecDecodeRequest) -> Result<SpecDecodeStudy> {
+    if req.draft_tokens.is_empty() {
+        return Err(Error::Scenario(
+            "--draft-tokens needs at least one value (e.g. 1..6 or 1,2,4)".into(),
+        ));
+    }
+    let (scenario, profile) = req.base.load()?;
+    spec_params(&profile)?;
+    let draft = Draft::load(req.method, req.draft.as_deref(), &scenario.model)?;
+    for &k in &req.draft_tokens {
+        draft.check_k(k)?;
+        req.acceptance.check_k(k)?;
+    }
+    draft.scenario(&scenario)?;
+    for &b in &req.crossover_batches {
+        let mut s = scenario.clone();
+        s.batch = b;
+        s.validate()
+            .map_err(|e| Error::Scenario(format!("--crossover-batches {b}: {e}")))?;
+    }
+
+    let baseline = sim::simulate_loaded(scenario.clone(), profile.clone())?;
+    let mut engine = Engine::new();
+    let mut tl = Timeline::default();
+    let mut variants = Vec::new();
+    for &k in &req.draft_tokens {
+        let c = step_cost(&scenario, &draft, &profile, k, &mut engine, &mut tl)?;
+        variants.push(variant(
+            baseline.step_time_us(),
+            scenario.batch,
+            k,
+            &c,
+            &req.acceptance,
+            req,
+            scenario.seed,
+        ));
+    }
+
+    let crossover = if req.crossover_batches.is_empty() {
+        None
+    } else {
+        let mut grid = Vec::new();
+        let mut batches = req.crossover_batches.clone();
+        batches.sort_unstable();
+        batches.dedup();
+        for b in batches {
+            let mut s = scenario.clone();
+            s.batch = b;
+            let base = play(&workload::build(&s), &s, &profile, &mut engine, &mut tl)?;
+            let base_tps = b as f64 / base * 1e6;
+            let mut best = (0u32, f64::MIN);
+            for &k in &req.draft_tokens {
+                let c = step_cost(&s, &draft, &profile, k, &mut engine, &mut tl)?;
+                let step = c.draft_us + c.verify_us + c.host_us;
+                let tps = b as f64 * req.acceptance.mean_acceptance_length(k) / step * 1e6;
+                let speedup = tps / base_tps;
+                if speedup > best.1 {
+                    best = (k, speedup);
+                }
+            }
+            grid.push((b, best.0, best.1));
+        }
+        let first_losing = grid.iter().position(|g| g.2 <= 1.0);
+        let (last_paying_batch, first_losing_batch) = match first_losing {
+            None => (grid.last().map(|g| g.0), None),
+            Some(0) => (None, Some(grid[0].0)),
+            Some(i) => (Some(grid[i - 1].0), Some(grid[i].0)),
+        };
+        Some(Crossover {
+            grid,
+            last_paying_batch,
+            first_losing_batch,
+        })
+    };
+
+    let mut warnings = baseline.warnings.clone();
+    if req.method == Method::Eagle3 && req.draft.is_none() {
+        warnings.push(format!(
+            "the default EAGLE-3 draft shape ({}) is an assumption (its upstream config was not read); pass --draft-config to use the real one",
+            draft.source
+        ));
+    }
+    if matches!(req.acceptance, Acceptance::Rate(_)) && req.draft_tokens.iter().any(|&k| k > 3) {
+        warnings.push(
+            "a fixed --acceptance-rate makes the mean acceptance length grow linearly with k (vLLM's definition); measured rates fall with k, so prefer --acceptance-per-position or --acceptance-lengths for k > 3".into(),
+        );
+    }
+    Ok(SpecDecodeStudy {
+        method: req.method,
+        draft_source: draft.source.clone(),
+        acceptance: req.acceptance.describe(),
+        baseline,
+        variants,
+        crossover,
+        warnings,
+    })
+}
+
+/// One k's whole speculative step (verify, then the draft side) as one simulated timeline,
+/// for `--timeline`: the passes play back to back on the same engine.
+pub fn step_simulation(req: &SpecDecodeRequest, k: u32) -> Result<Simulation> {
+    let (scenario, profile) = req.base.load()?;
+    let draft = Draft::load(req.method, req.draft.as_deref(), &scenario.model)?;
+    draft.check_k(k)?;
+    let ds = draft.scenario(&scenario)?;
+    let mut w = verify_workload(&scenario, k);
+    w.ops.extend(draft_workload(&draft, &ds, k).ops);
+    sim::simulate_workload(scenario, profile, w)
+}

@@ -149,3 +149,50 @@ fn mtp_runs_for_deepseek_and_crossover_is_found() {
         assert!(v.tpot_ms[0] <= v.tpot_ms[1] && v.tpot_ms[1] <= v.tpot_ms[2]);
     }
 }
+
+/// The fast path against the full timeline, jitter off in both: 200 random scenarios.
+#[test]
+fn fast_path_matches_the_timeline() {
+    use decodesim::sim::{simulate_loaded, Engine, Timeline};
+    use decodesim::whatif::fast::{Collectives, FastScenario, Launch};
+    use rand::{Rng, SeedableRng};
+    let (base, mut profile) = ScenarioRequest::default().load().unwrap();
+    profile.variability.kernel_cv = 0.0;
+    profile.variability.rank_skew_cv = 0.0;
+    profile.variability.collective_cv = 0.0;
+    profile.variability.launch_skew_us = 0.0;
+    let draft = Draft::load(Method::Eagle3, None, &base.model).unwrap();
+    let fast = FastScenario::new(&base, &profile, Some(&draft)).unwrap();
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(9);
+    let contexts = [1024u64, 2048, 4096, 8192, 16384, 32768, 65536, 131072];
+    let (mut engine, mut tl) = (Engine::new(), Timeline::default());
+    let mut worst = 0.0f64;
+    for i in 0..200 {
+        let mut s = base.clone();
+        s.batch = rng.random_range(1..=256);
+        s.context = contexts[rng.random_range(0..contexts.len())];
+        s.cuda_graphs = rng.random_bool(0.5);
+        s.nccl.proto = if rng.random_bool(0.5) { decodesim::spec::Proto::Ll } else { decodesim::spec::Proto::Simple };
+        s.seed = i;
+        // One in three is a speculative step.
+        let k = if i % 3 == 0 { rng.random_range(1..=5) } else { 0 };
+        let launch = Launch::new(&profile, s.cuda_graphs);
+        let coll = Collectives::new(&s, &profile).unwrap();
+        let (full, quick) = if k == 0 {
+            let sim = simulate_loaded(s.clone(), profile.clone()).unwrap();
+            (sim.step_time_us(), fast.step_us(s.batch, s.context, &launch, &coll))
+        } else {
+            let c = spec_decode::step_cost(&s, &draft, &profile, k, &mut engine, &mut tl).unwrap();
+            let q = fast.spec_step_us(s.batch, s.context, k, &launch, &coll).unwrap();
+            (c.draft_us + c.verify_us + c.host_us, q.2)
+        };
+        let err = (quick - full).abs() / full;
+        worst = worst.max(err);
+        assert!(
+            err < 0.005,
+            "scenario {i}: batch {} context {} graphs {} proto {} k {k}: fast {quick:.1} vs timeline {full:.1} ({:.3}%)",
+            s.batch, s.context, s.cuda_graphs, s.nccl.proto, err * 100.0
+        );
+    }
+    eprintln!("fast path: worst error {:.3}% over 200 scenarios", worst * 100.0);
+}

@@ -3,6 +3,7 @@
 
 pub mod acceptance;
 pub mod draft;
+pub mod fast;
 pub mod spec_decode;
 
 use crate::error::{Error, Result};

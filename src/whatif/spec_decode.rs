@@ -91,10 +91,10 @@ impl SpecDecodeStudy {
 }
 
 /// The pieces of one speculative step at one k, before acceptance is applied.
-struct StepCost {
-    draft_us: f64,
-    verify_us: f64,
-    host_us: f64,
+pub struct StepCost {
+    pub draft_us: f64,
+    pub verify_us: f64,
+    pub host_us: f64,
 }
 
 fn spec_params(p: &CalibrationProfile) -> Result<&SpecDecodeParams> {
@@ -151,7 +151,7 @@ pub fn draft_workload(draft: &Draft, ds: &Scenario, k: u32) -> Workload {
     w
 }
 
-fn step_cost(
+pub fn step_cost(
     s: &Scenario,
     draft: &Draft,
     p: &CalibrationProfile,

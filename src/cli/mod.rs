@@ -7,6 +7,7 @@ mod scenario_args;
 pub mod simulate;
 pub mod trace;
 pub mod validate;
+pub mod sweep;
 pub mod whatif;
 
 pub use scenario_args::ScenarioArgs;
@@ -43,6 +44,8 @@ pub enum Command {
     Validate(validate::ValidateArgs),
     /// What a change would buy: speculative decoding (`whatif spec-decode`).
     Whatif(whatif::WhatifArgs),
+    /// A grid of scenarios (lists and ranges of knobs) priced by the aggregate fast path.
+    Sweep(sweep::SweepArgs),
 }
 
 pub fn run(cli: Cli) -> Result<()> {
@@ -54,6 +57,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Compare(a) => compare::run(a),
         Command::Validate(a) => validate::run(a),
         Command::Whatif(a) => whatif::run(a),
+        Command::Sweep(a) => sweep::run(a),
     }
 }
 

@@ -5,6 +5,7 @@ pub mod chrome;
 pub mod comparison;
 pub mod plot;
 pub mod simulation;
+pub mod sweep;
 pub mod table;
 pub mod trace_summary;
 pub mod units;

@@ -63,6 +63,7 @@ enum Kind {
 struct OpT {
     kind: Kind,
     family: CostFamily,
+    category: crate::category::Category,
     flops: Coef,
     bytes: Coef,
     m: Coef,
@@ -187,6 +188,8 @@ impl Launch {
 /// One rank's engine state (every rank is the same with jitter off).
 #[derive(Debug, Clone, Copy)]
 pub struct State {
+    /// Busy time per category (kernel durations on this rank, every stream), µs.
+    pub busy: [f64; crate::category::Category::ALL.len()],
     main: f64,
     aux: f64,
     cpu: f64,
@@ -197,6 +200,7 @@ pub struct State {
 impl State {
     pub fn new(l: &Launch) -> Self {
         State {
+            busy: [0.0; crate::category::Category::ALL.len()],
             main: l.start,
             aux: l.start,
             cpu: l.start,
@@ -411,6 +415,7 @@ impl PassModel {
                     ops.push(OpT {
                         kind,
                         family: op0.family,
+                        category: op0.category,
                         flops,
                         bytes,
                         m,
@@ -480,8 +485,11 @@ impl PassModel {
                     heap.resize(n, 0.0);
                     &mut heap[..]
                 };
+                // Every repetition of the segment costs the same: count its busy time once.
+                let reps = seg.repeat as f64 * if r == 0 { 1.0 } else { 0.0 };
                 for (i, op) in seg.ops.iter().enumerate() {
                     d[i] = op_us(op, &x, v, coll, profile, seg.ops.get(i + 1));
+                    st.busy[op.category.index()] += d[i] * reps * repeat as f64;
                 }
                 let mut prev: Option<[f64; 3]> = None;
                 let mut prev_main = 0.0;
@@ -707,6 +715,50 @@ impl FastScenario {
         let v = self.target.vars(batch, 1, context);
         self.target.play(&mut st, &v, launch, coll, &self.profile, 1);
         st.window_us()
+    }
+
+    /// The plain step's time and its busy time per category.
+    pub fn step_us_busy(
+        &self,
+        batch: u32,
+        context: u64,
+        launch: &Launch,
+        coll: &Collectives,
+    ) -> (f64, [f64; crate::category::Category::ALL.len()]) {
+        let mut st = State::new(launch);
+        let v = self.target.vars(batch, 1, context);
+        self.target.play(&mut st, &v, launch, coll, &self.profile, 1);
+        (st.window_us(), st.busy)
+    }
+
+    /// [`FastScenario::spec_step_us`] with the busy time per category of both sides.
+    pub fn spec_step_us_busy(
+        &self,
+        batch: u32,
+        context: u64,
+        k: u32,
+        launch: &Launch,
+        coll: &Collectives,
+    ) -> Option<((f64, f64, f64), [f64; crate::category::Category::ALL.len()])> {
+        let (verify, first, rest) = (
+            self.verify.as_ref()?,
+            self.draft_first.as_ref()?,
+            self.draft_rest.as_ref()?,
+        );
+        let mut st = State::new(launch);
+        verify.play(&mut st, &verify.vars(batch, k + 1, context), launch, coll, &self.profile, 1);
+        let verify_us = st.window_us();
+        let mut busy = st.busy;
+        let mut st = State::new(launch);
+        first.play(&mut st, &first.vars(batch, k + 1, context), launch, coll, &self.profile, 1);
+        if k > 1 {
+            rest.play(&mut st, &rest.vars(batch, 1, context), launch, coll, &self.profile, k - 1);
+        }
+        for (b, d) in busy.iter_mut().zip(st.busy) {
+            *b += d;
+        }
+        let draft_us = st.window_us() + k as f64 * self.pass_gap_us;
+        Some(((draft_us, verify_us, draft_us + verify_us + self.host_us), busy))
     }
 
     /// A speculative step with `k` draft tokens: (draft µs, verify µs, whole step µs), as

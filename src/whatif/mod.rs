@@ -5,6 +5,7 @@ pub mod acceptance;
 pub mod draft;
 pub mod fast;
 pub mod spec_decode;
+pub mod sweep;
 
 use crate::error::{Error, Result};
 

@@ -1,0 +1,48 @@
+//! The aggregate fast path: scenarios per second per core for the default Kimi-K2.5 scenario
+//! (plain step, and a speculative step at k = 3), beside the full 8-rank timeline.
+
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use decodesim::sim::ScenarioRequest;
+use decodesim::whatif::draft::{Draft, Method};
+use decodesim::whatif::fast::{Collectives, FastScenario, Launch};
+use std::hint::black_box;
+
+fn bench(c: &mut Criterion) {
+    let (s, p) = ScenarioRequest::default().load().expect("default scenario");
+    let draft = Draft::load(Method::Eagle3, None, &s.model).expect("draft");
+    let fast = FastScenario::new(&s, &p, Some(&draft)).expect("fitted");
+    let launch = Launch::new(&p, true);
+    let coll = Collectives::new(&s, &p).expect("collectives");
+    let mut g = c.benchmark_group("fast path");
+    g.throughput(Throughput::Elements(1));
+    let mut batch = 0u32;
+    g.bench_function("kimi-k2.5 plain step (scenario)", |b| {
+        b.iter(|| {
+            batch = batch % 256 + 1;
+            black_box(fast.step_us(black_box(batch), 4096, &launch, &coll))
+        })
+    });
+    g.bench_function("kimi-k2.5 eagle3 k=3 step (scenario)", |b| {
+        b.iter(|| {
+            batch = batch % 256 + 1;
+            black_box(fast.spec_step_us(black_box(batch), 4096, 3, &launch, &coll))
+        })
+    });
+    g.finish();
+    c.bench_function("full timeline: simulate_loaded, default scenario", |b| {
+        b.iter(|| {
+            black_box(
+                decodesim::sim::simulate_loaded(s.clone(), p.clone())
+                    .expect("simulated")
+                    .step_time_us(),
+            )
+        })
+    });
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default().sample_size(30).measurement_time(std::time::Duration::from_secs(3));
+    targets = bench
+}
+criterion_main!(benches);

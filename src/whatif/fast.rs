@@ -439,6 +439,11 @@ impl PassModel {
         })
     }
 
+    /// (ops, repeat) of each segment of the low-token regime: how much the fast path plays.
+    pub fn shape(&self) -> Vec<(usize, u32)> {
+        self.low.segments.iter().map(|s| (s.ops.len(), s.repeat)).collect()
+    }
+
     pub fn vars(&self, batch: u32, queries: u32, context: u64) -> Vars {
         let t = batch as f64 * queries.max(1) as f64;
         let touched = match self.experts {
@@ -499,7 +504,7 @@ impl PassModel {
                         step(st, op.kind, dur, launch);
                     }
                     k += 1;
-                    let rel = [st.aux - st.main, st.cpu - st.main, st.first_collective as u8 as f64];
+                    let rel = relative(st, launch);
                     if let Some(p) = prev {
                         if (rel[0] - p[0]).abs() < 1e-9 && (rel[1] - p[1]).abs() < 1e-9 && rel[2] == p[2] {
                             // Steady state: every further layer adds the same increment.
@@ -514,7 +519,7 @@ impl PassModel {
                     prev_main = st.main;
                 }
             }
-            let rel = [st.aux - st.main, st.cpu - st.main, st.first_collective as u8 as f64];
+            let rel = relative(st, launch);
             if let Some((ps, p)) = pass_prev {
                 if (rel[0] - p[0]).abs() < 1e-9 && (rel[1] - p[1]).abs() < 1e-9 && rel[2] == p[2] {
                     let inc = (st.main - ps.main) * (repeat - r - 1) as f64;
@@ -571,6 +576,23 @@ fn op_us(
             }
         }
     }
+}
+
+/// The state relative to the compute stream; once it repeats, so does every later layer.
+/// A stream behind the compute stream is left out (see below).
+/// Under CUDA graphs the CPU clock never advances, so once it is behind both streams it can
+/// never bind again and is left out.
+#[inline]
+fn relative(st: &State, l: &Launch) -> [f64; 3] {
+    let cpu = if l.launch == 0.0 && st.cpu <= st.main.min(st.aux) {
+        f64::MIN
+    } else {
+        st.cpu - st.main
+    };
+    // The auxiliary stream only matters through a fork or the step's end, both of which take
+    // the later of the two streams: behind the compute stream, it is irrelevant.
+    let aux = if st.aux <= st.main { f64::MIN } else { st.aux - st.main };
+    [aux, cpu, st.first_collective as u8 as f64]
 }
 
 /// One op of the engine's recursion on a single rank with jitter off.
@@ -715,6 +737,15 @@ impl FastScenario {
         let v = self.target.vars(batch, 1, context);
         self.target.play(&mut st, &v, launch, coll, &self.profile, 1);
         st.window_us()
+    }
+
+    /// Segment shapes (ops, repeat) of the target, verify, first and later draft passes.
+    pub fn shapes(&self) -> Vec<Vec<(usize, u32)>> {
+        [Some(&self.target), self.verify.as_ref(), self.draft_first.as_ref(), self.draft_rest.as_ref()]
+            .into_iter()
+            .flatten()
+            .map(|m| m.shape())
+            .collect()
     }
 
     /// The plain step's time and its busy time per category.

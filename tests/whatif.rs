@@ -49,8 +49,16 @@ fn higher_acceptance_never_lowers_tokens_per_s() {
         last = Some(tps);
     }
     // Per-position rates: raising one position never lowers it either.
-    let lo = spec_decode::run(&request(Acceptance::per_position(vec![0.7, 0.5, 0.3]).unwrap(), vec![3])).unwrap();
-    let hi = spec_decode::run(&request(Acceptance::per_position(vec![0.7, 0.6, 0.3]).unwrap(), vec![3])).unwrap();
+    let lo = spec_decode::run(&request(
+        Acceptance::per_position(vec![0.7, 0.5, 0.3]).unwrap(),
+        vec![3],
+    ))
+    .unwrap();
+    let hi = spec_decode::run(&request(
+        Acceptance::per_position(vec![0.7, 0.6, 0.3]).unwrap(),
+        vec![3],
+    ))
+    .unwrap();
     assert!(hi.variants[0].tokens_per_s >= lo.variants[0].tokens_per_s);
 }
 
@@ -68,12 +76,22 @@ fn verify_pass_allreduce_bytes_scale_with_k_plus_one() {
                 .map(|o| o.message_bytes)
                 .collect();
             assert_eq!(ars.len(), 1 + 2 * s.model.num_layers);
-            assert!(ars.iter().all(|&b| b == expect), "batch {batch} k {k}: {ars:?}");
+            assert!(
+                ars.iter().all(|&b| b == expect),
+                "batch {batch} k {k}: {ars:?}"
+            );
             // Every GEMM's M is the query-token count.
-            for o in w.ops.iter().filter(|o| o.family == CostFamily::GemmBf16 && o.shape.batch == 1) {
+            for o in w
+                .ops
+                .iter()
+                .filter(|o| o.family == CostFamily::GemmBf16 && o.shape.batch == 1)
+            {
                 assert_eq!(o.shape.m, batch as u64 * (k as u64 + 1), "{}", o.name);
             }
-            assert!(w.ops.iter().any(|o| o.kernel == "rejection_greedy_sample_kernel"));
+            assert!(w
+                .ops
+                .iter()
+                .any(|o| o.kernel == "rejection_greedy_sample_kernel"));
         }
     }
 }
@@ -85,10 +103,22 @@ fn draft_passes_are_real_kernel_sequences_with_allreduces() {
     let ds = draft.scenario(&s).unwrap();
     let w = spec_decode::draft_workload(&draft, &ds, 3);
     // Per pass: embedding + attention + MLP allreduces.
-    let ars = w.ops.iter().filter(|o| o.family == CostFamily::AllReduce).count();
+    let ars = w
+        .ops
+        .iter()
+        .filter(|o| o.family == CostFamily::AllReduce)
+        .count();
     assert_eq!(ars, 3 * 3);
-    let first_ar = w.ops.iter().find(|o| o.family == CostFamily::AllReduce).unwrap();
-    assert_eq!(first_ar.message_bytes, 8 * 4 * 7168 * 2, "the first pass runs over k+1 positions");
+    let first_ar = w
+        .ops
+        .iter()
+        .find(|o| o.family == CostFamily::AllReduce)
+        .unwrap();
+    assert_eq!(
+        first_ar.message_bytes,
+        8 * 4 * 7168 * 2,
+        "the first pass runs over k+1 positions"
+    );
     assert!(w.ops.iter().any(|o| o.name.ends_with("eagle3_fc")));
     assert!(w.ops.iter().any(|o| o.name.starts_with("draft2.")));
 }
@@ -98,9 +128,15 @@ fn bad_input_is_refused_by_name() {
     let err = |r: SpecDecodeRequest| spec_decode::run(&r).unwrap_err().to_string();
     let e = err(request(Acceptance::rate(0.3).unwrap(), vec![9]));
     assert!(e.contains("--draft-tokens 9") && e.contains("1..=8"), "{e}");
-    assert!(Acceptance::rate(1.5).unwrap_err().to_string().contains("[0, 1]"));
+    assert!(Acceptance::rate(1.5)
+        .unwrap_err()
+        .to_string()
+        .contains("[0, 1]"));
     assert!(Acceptance::rate(-0.1).is_err());
-    let e = err(request(Acceptance::per_position(vec![0.8, 0.5]).unwrap(), vec![3]));
+    let e = err(request(
+        Acceptance::per_position(vec![0.8, 0.5]).unwrap(),
+        vec![3],
+    ));
     assert!(e.contains("--acceptance-per-position"), "{e}");
     // Kimi-K2.5 has no MTP head.
     let mut r = request(Acceptance::rate(0.3).unwrap(), vec![1]);
@@ -111,13 +147,26 @@ fn bad_input_is_refused_by_name() {
     let dir = std::env::temp_dir().join(format!("decodesim-whatif-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let base = std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("models/drafts/kimi-k2.5-eagle3-mla.json"),
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("models/drafts/kimi-k2.5-eagle3-mla.json"),
     )
     .unwrap();
     for (field, from, to) in [
-        ("hidden_size", "\"hidden_size\": 7168", "\"hidden_size\": 4096"),
-        ("vocab_size", "\"vocab_size\": 163840", "\"vocab_size\": 32000"),
-        ("draft_vocab_size", "\"draft_vocab_size\": 32000", "\"draft_vocab_size\": 200000"),
+        (
+            "hidden_size",
+            "\"hidden_size\": 7168",
+            "\"hidden_size\": 4096",
+        ),
+        (
+            "vocab_size",
+            "\"vocab_size\": 163840",
+            "\"vocab_size\": 32000",
+        ),
+        (
+            "draft_vocab_size",
+            "\"draft_vocab_size\": 32000",
+            "\"draft_vocab_size\": 200000",
+        ),
     ] {
         let path = dir.join(format!("{field}.json"));
         std::fs::write(&path, base.replace(from, to)).unwrap();
@@ -172,18 +221,31 @@ fn fast_path_matches_the_timeline() {
         s.batch = rng.random_range(1..=256);
         s.context = contexts[rng.random_range(0..contexts.len())];
         s.cuda_graphs = rng.random_bool(0.5);
-        s.nccl.proto = if rng.random_bool(0.5) { decodesim::spec::Proto::Ll } else { decodesim::spec::Proto::Simple };
+        s.nccl.proto = if rng.random_bool(0.5) {
+            decodesim::spec::Proto::Ll
+        } else {
+            decodesim::spec::Proto::Simple
+        };
         s.seed = i;
         // One in three is a speculative step.
-        let k = if i % 3 == 0 { rng.random_range(1..=5) } else { 0 };
+        let k = if i % 3 == 0 {
+            rng.random_range(1..=5)
+        } else {
+            0
+        };
         let launch = Launch::new(&profile, s.cuda_graphs);
         let coll = Collectives::new(&s, &profile).unwrap();
         let (full, quick) = if k == 0 {
             let sim = simulate_loaded(s.clone(), profile.clone()).unwrap();
-            (sim.step_time_us(), fast.step_us(s.batch, s.context, &launch, &coll))
+            (
+                sim.step_time_us(),
+                fast.step_us(s.batch, s.context, &launch, &coll),
+            )
         } else {
             let c = spec_decode::step_cost(&s, &draft, &profile, k, &mut engine, &mut tl).unwrap();
-            let q = fast.spec_step_us(s.batch, s.context, k, &launch, &coll).unwrap();
+            let q = fast
+                .spec_step_us(s.batch, s.context, k, &launch, &coll)
+                .unwrap();
             (c.draft_us + c.verify_us + c.host_us, q.2)
         };
         let err = (quick - full).abs() / full;
@@ -194,5 +256,8 @@ fn fast_path_matches_the_timeline() {
             s.batch, s.context, s.cuda_graphs, s.nccl.proto, err * 100.0
         );
     }
-    eprintln!("fast path: worst error {:.3}% over 200 scenarios", worst * 100.0);
+    eprintln!(
+        "fast path: worst error {:.3}% over 200 scenarios",
+        worst * 100.0
+    );
 }

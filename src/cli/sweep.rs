@@ -93,7 +93,10 @@ pub fn request(a: &SweepArgs) -> Result<SweepRequest> {
     };
     let acceptance = match (a.acceptance_rate, &a.acceptance_per_position) {
         (Some(r), _) => Some(Acceptance::rate(r)?),
-        (None, Some(l)) => Some(Acceptance::per_position(parse_f64_list("--acceptance-per-position", l)?)?),
+        (None, Some(l)) => Some(Acceptance::per_position(parse_f64_list(
+            "--acceptance-per-position",
+            l,
+        )?)?),
         _ => None,
     };
     Ok(SweepRequest {
@@ -105,10 +108,14 @@ pub fn request(a: &SweepArgs) -> Result<SweepRequest> {
             .collect(),
         proto: list("--nccl-proto", &a.nccl_proto, |s| s.parse::<Proto>())?,
         algo: list("--nccl-algo", &a.nccl_algo, |s| s.parse::<Algo>())?,
-        cuda_graphs: list("--cuda-graphs", &a.cuda_graphs, |s| match s.to_ascii_lowercase().as_str() {
-            "on" => Ok(true),
-            "off" => Ok(false),
-            _ => Err(Error::Scenario(format!("--cuda-graphs '{s}': expected on or off"))),
+        cuda_graphs: list("--cuda-graphs", &a.cuda_graphs, |s| {
+            match s.to_ascii_lowercase().as_str() {
+                "on" => Ok(true),
+                "off" => Ok(false),
+                _ => Err(Error::Scenario(format!(
+                    "--cuda-graphs '{s}': expected on or off"
+                ))),
+            }
         })?,
         draft_tokens: parse_u32_list("--draft-tokens", &a.draft_tokens, 0..=64)?,
         method: a.method.parse::<Method>()?,
@@ -123,8 +130,10 @@ pub fn run(a: SweepArgs) -> Result<()> {
     let bar = if std::io::stderr().is_terminal() {
         let b = indicatif::ProgressBar::new(req.len() as u64);
         b.set_style(
-            indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} scenarios ({per_sec}, {eta})")
-                .expect("static template"),
+            indicatif::ProgressStyle::with_template(
+                "{bar:40} {pos}/{len} scenarios ({per_sec}, {eta})",
+            )
+            .expect("static template"),
         );
         Some(b)
     } else {
@@ -140,9 +149,14 @@ pub fn run(a: SweepArgs) -> Result<()> {
         b.finish_and_clear();
     }
     let text = match a.format {
-        None | Some(Format::Table) => report::sweep::summary(&result, started.elapsed().as_secs_f64()),
+        None | Some(Format::Table) => {
+            report::sweep::summary(&result, started.elapsed().as_secs_f64())
+        }
         Some(Format::Csv) => report::sweep::to_csv(&result, a.pareto),
-        Some(Format::Json) => serde_json::to_string(&report::sweep::to_json(&result, a.pareto)).expect("JSON value") + "\n",
+        Some(Format::Json) => {
+            serde_json::to_string(&report::sweep::to_json(&result, a.pareto)).expect("JSON value")
+                + "\n"
+        }
     };
     match (&a.output, a.format) {
         (Some(path), Some(_)) => crate::files::write_atomic_bytes(path, text.as_bytes()),

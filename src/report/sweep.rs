@@ -110,12 +110,8 @@ pub fn summary(s: &Sweep, wall_s: f64) -> String {
         wall_s,
         grouped(n as f64 / wall_s.max(1e-9), 0)
     );
-    let best = |f: &dyn Fn(&Row) -> f64| {
-        s.rows
-            .iter()
-            .max_by(|a, b| f(a).total_cmp(&f(b)))
-            .copied()
-    };
+    let best =
+        |f: &dyn Fn(&Row) -> f64| s.rows.iter().max_by(|a, b| f(a).total_cmp(&f(b))).copied();
     if let Some(r) = best(&|r| r.tokens_per_s) {
         let _ = writeln!(
             out,
@@ -144,7 +140,11 @@ pub fn summary(s: &Sweep, wall_s: f64) -> String {
         front.len(),
         front.len().div_ceil(12).max(1)
     );
-    let _ = writeln!(out, "  {:>12}  {:>12}  scenario", "tok/s/user", "tok/s total");
+    let _ = writeln!(
+        out,
+        "  {:>12}  {:>12}  scenario",
+        "tok/s/user", "tok/s total"
+    );
     for r in front.iter().step_by(front.len().div_ceil(12).max(1)) {
         let _ = writeln!(
             out,

@@ -240,10 +240,17 @@ const PROBES_HIGH: [(u32, u32, u64); 10] = [
 ];
 
 fn splits(context: u64, sms: u64) -> u64 {
-    (context / 512).max(1).next_power_of_two().min(2 * sms).max(1)
+    (context / 512)
+        .max(1)
+        .next_power_of_two()
+        .min(2 * sms)
+        .max(1)
 }
 
-fn layer_signature<'a>(w: &'a Workload, ix: &[usize]) -> Vec<(&'static str, CostFamily, Stream, &'a str)> {
+fn layer_signature<'a>(
+    w: &'a Workload,
+    ix: &[usize],
+) -> Vec<(&'static str, CostFamily, Stream, &'a str)> {
     ix.iter()
         .map(|&i| {
             let o = &w.ops[i];
@@ -332,7 +339,10 @@ impl PassModel {
             let segs = all_segs[0].clone();
             for other in &all_segs[1..] {
                 if other.len() != segs.len()
-                    || other.iter().zip(&segs).any(|(a, b)| a.0.len() != b.0.len() || a.1 != b.1)
+                    || other
+                        .iter()
+                        .zip(&segs)
+                        .any(|(a, b)| a.0.len() != b.0.len() || a.1 != b.1)
                 {
                     return Err(Error::Other(
                         "fast path: the workload's op sequence changes within a regime".into(),
@@ -441,7 +451,11 @@ impl PassModel {
 
     /// (ops, repeat) of each segment of the low-token regime: how much the fast path plays.
     pub fn shape(&self) -> Vec<(usize, u32)> {
-        self.low.segments.iter().map(|s| (s.ops.len(), s.repeat)).collect()
+        self.low
+            .segments
+            .iter()
+            .map(|s| (s.ops.len(), s.repeat))
+            .collect()
     }
 
     pub fn vars(&self, batch: u32, queries: u32, context: u64) -> Vars {
@@ -506,7 +520,10 @@ impl PassModel {
                     k += 1;
                     let rel = relative(st, launch);
                     if let Some(p) = prev {
-                        if (rel[0] - p[0]).abs() < 1e-9 && (rel[1] - p[1]).abs() < 1e-9 && rel[2] == p[2] {
+                        if (rel[0] - p[0]).abs() < 1e-9
+                            && (rel[1] - p[1]).abs() < 1e-9
+                            && rel[2] == p[2]
+                        {
                             // Steady state: every further layer adds the same increment.
                             let inc = (st.main - prev_main) * (seg.repeat - k) as f64;
                             st.main += inc;
@@ -591,7 +608,11 @@ fn relative(st: &State, l: &Launch) -> [f64; 3] {
     };
     // The auxiliary stream only matters through a fork or the step's end, both of which take
     // the later of the two streams: behind the compute stream, it is irrelevant.
-    let aux = if st.aux <= st.main { f64::MIN } else { st.aux - st.main };
+    let aux = if st.aux <= st.main {
+        f64::MIN
+    } else {
+        st.aux - st.main
+    };
     [aux, cpu, st.first_collective as u8 as f64]
 }
 
@@ -691,7 +712,11 @@ impl FastScenario {
         let (mut host_us, mut pass_gap_us) = (0.0, 0.0);
         if let Some(d) = draft {
             let sd = p.spec_decode.as_ref().ok_or_else(|| {
-                Error::field(&p.path, "spec_decode", "missing: needed for draft tokens > 0")
+                Error::field(
+                    &p.path,
+                    "spec_decode",
+                    "missing: needed for draft tokens > 0",
+                )
             })?;
             host_us = sd.exposed_host_us;
             pass_gap_us = sd.pass_gap_us;
@@ -735,17 +760,23 @@ impl FastScenario {
     pub fn step_us(&self, batch: u32, context: u64, launch: &Launch, coll: &Collectives) -> f64 {
         let mut st = State::new(launch);
         let v = self.target.vars(batch, 1, context);
-        self.target.play(&mut st, &v, launch, coll, &self.profile, 1);
+        self.target
+            .play(&mut st, &v, launch, coll, &self.profile, 1);
         st.window_us()
     }
 
     /// Segment shapes (ops, repeat) of the target, verify, first and later draft passes.
     pub fn shapes(&self) -> Vec<Vec<(usize, u32)>> {
-        [Some(&self.target), self.verify.as_ref(), self.draft_first.as_ref(), self.draft_rest.as_ref()]
-            .into_iter()
-            .flatten()
-            .map(|m| m.shape())
-            .collect()
+        [
+            Some(&self.target),
+            self.verify.as_ref(),
+            self.draft_first.as_ref(),
+            self.draft_rest.as_ref(),
+        ]
+        .into_iter()
+        .flatten()
+        .map(|m| m.shape())
+        .collect()
     }
 
     /// The plain step's time and its busy time per category.
@@ -758,7 +789,8 @@ impl FastScenario {
     ) -> (f64, [f64; crate::category::Category::ALL.len()]) {
         let mut st = State::new(launch);
         let v = self.target.vars(batch, 1, context);
-        self.target.play(&mut st, &v, launch, coll, &self.profile, 1);
+        self.target
+            .play(&mut st, &v, launch, coll, &self.profile, 1);
         (st.window_us(), st.busy)
     }
 
@@ -777,19 +809,43 @@ impl FastScenario {
             self.draft_rest.as_ref()?,
         );
         let mut st = State::new(launch);
-        verify.play(&mut st, &verify.vars(batch, k + 1, context), launch, coll, &self.profile, 1);
+        verify.play(
+            &mut st,
+            &verify.vars(batch, k + 1, context),
+            launch,
+            coll,
+            &self.profile,
+            1,
+        );
         let verify_us = st.window_us();
         let mut busy = st.busy;
         let mut st = State::new(launch);
-        first.play(&mut st, &first.vars(batch, k + 1, context), launch, coll, &self.profile, 1);
+        first.play(
+            &mut st,
+            &first.vars(batch, k + 1, context),
+            launch,
+            coll,
+            &self.profile,
+            1,
+        );
         if k > 1 {
-            rest.play(&mut st, &rest.vars(batch, 1, context), launch, coll, &self.profile, k - 1);
+            rest.play(
+                &mut st,
+                &rest.vars(batch, 1, context),
+                launch,
+                coll,
+                &self.profile,
+                k - 1,
+            );
         }
         for (b, d) in busy.iter_mut().zip(st.busy) {
             *b += d;
         }
         let draft_us = st.window_us() + k as f64 * self.pass_gap_us;
-        Some(((draft_us, verify_us, draft_us + verify_us + self.host_us), busy))
+        Some((
+            (draft_us, verify_us, draft_us + verify_us + self.host_us),
+            busy,
+        ))
     }
 
     /// A speculative step with `k` draft tokens: (draft µs, verify µs, whole step µs), as
@@ -808,12 +864,33 @@ impl FastScenario {
             self.draft_rest.as_ref()?,
         );
         let mut st = State::new(launch);
-        verify.play(&mut st, &verify.vars(batch, k + 1, context), launch, coll, &self.profile, 1);
+        verify.play(
+            &mut st,
+            &verify.vars(batch, k + 1, context),
+            launch,
+            coll,
+            &self.profile,
+            1,
+        );
         let verify_us = st.window_us();
         let mut st = State::new(launch);
-        first.play(&mut st, &first.vars(batch, k + 1, context), launch, coll, &self.profile, 1);
+        first.play(
+            &mut st,
+            &first.vars(batch, k + 1, context),
+            launch,
+            coll,
+            &self.profile,
+            1,
+        );
         if k > 1 {
-            rest.play(&mut st, &rest.vars(batch, 1, context), launch, coll, &self.profile, k - 1);
+            rest.play(
+                &mut st,
+                &rest.vars(batch, 1, context),
+                launch,
+                coll,
+                &self.profile,
+                k - 1,
+            );
         }
         let draft_us = st.window_us() + k as f64 * self.pass_gap_us;
         Some((draft_us, verify_us, draft_us + verify_us + self.host_us))

@@ -419,7 +419,7 @@ fn summarize_rank(
         .collect();
     if ops.len() < trace.gpu_ops.len() {
         warnings.push(format!(
-            "GPU ops of {} other device(s) ignored; analysed device {}",
+            "{} GPU ops on other devices ignored; analysed device {} (the one with the most ops)",
             trace.gpu_ops.len() - ops.len(),
             device.unwrap_or(0)
         ));

@@ -13,6 +13,7 @@ pub mod calibrate;
 pub mod cli;
 pub mod cost;
 pub mod measurements;
+pub mod names;
 pub mod report;
 pub mod sim;
 pub mod trace;

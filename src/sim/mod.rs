@@ -6,5 +6,8 @@ pub mod simulate;
 pub mod timeline;
 
 pub use engine::{Engine, EngineConfig};
-pub use simulate::{engine_config, simulate, simulate_loaded, ScenarioRequest, Simulation};
+pub use simulate::{
+    engine_config, simulate, simulate_loaded, simulate_with_memory_utilization, MemoryFit,
+    ScenarioRequest, Simulation,
+};
 pub use timeline::{KernelRecord, Timeline};

@@ -286,7 +286,10 @@ impl<R: Read> Parser<'_, R> {
                 loop {
                     match self.peek("the top-level object")? {
                         None => return Err(self.scan_err(ScanError::Eof, "the top-level object")),
-                        Some(b'}') => break,
+                        Some(b'}') => {
+                            self.input.bump();
+                            break;
+                        }
                         Some(b',') => self.input.bump(),
                         Some(b'"') => {
                             let key = self.key()?;
@@ -914,13 +917,81 @@ mod tests {
     fn missing_fields_are_skipped_with_a_warning() {
         let t = parse(
             r#"{"traceEvents":[{"ph":"X","cat":"kernel","name":"k","ts":1},
-                               {"ph":"X","cat":"kernel","name":"k2","dur":1},
-                               {"ph":"X","cat":"kernel","name":"k3","ts":{"a":1},"dur":1}]}"#,
+                               {"ph":"X","cat":"kernel","name":"k2","dur":1}]}"#,
         )
         .unwrap();
         assert_eq!(t.gpu_ops.len(), 0);
-        assert_eq!(t.counts.malformed, 3);
+        assert_eq!(t.counts.malformed, 2);
         assert!(t.warnings[0].contains("'dur'"), "{:?}", t.warnings);
+    }
+
+    #[test]
+    fn wrong_types_and_bad_times_are_errors_naming_the_event() {
+        let e = parse(
+            r#"{"traceEvents":[{"ph":"X","cat":"kernel","name":"k3","ts":{"a":1},"dur":1}]}"#,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("t.json") && e.contains("event #0") && e.contains("invalid type"),
+            "{e}"
+        );
+        let e =
+            parse(r#"{"traceEvents":[{"ph":"X","cat":"kernel","name":"neg","ts":1,"dur":-4}]}"#)
+                .unwrap_err()
+                .to_string();
+        assert!(
+            e.contains("'neg'") && e.contains("'dur'") && e.contains("-4"),
+            "{e}"
+        );
+        let e =
+            parse(r#"{"traceEvents":[{"ph":"X","cat":"kernel","name":"k","ts":"NaN","dur":1}]}"#)
+                .unwrap_err()
+                .to_string();
+        assert!(e.contains("'ts'") && e.contains("NaN"), "{e}");
+    }
+
+    #[test]
+    fn trailing_garbage_is_an_error_naming_the_offset() {
+        let e = parse(r#"{"traceEvents":[]} {"traceEvents":[]}"#).unwrap_err();
+        assert!(
+            matches!(e, TraceError::TrailingData { offset: 19, .. }),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains("byte 19"), "{e}");
+        assert!(parse("{\"traceEvents\":[]}\n\n").is_ok());
+        assert!(matches!(
+            parse("[] x"),
+            Err(TraceError::TrailingData { .. })
+        ));
+    }
+
+    #[test]
+    fn durations_longer_than_the_trace_are_refused() {
+        let ev = |name: &str, ts: f64, dur: f64| {
+            format!(
+                r#"{{"ph":"X","cat":"kernel","name":"{name}","pid":0,"tid":7,"ts":{ts},"dur":{dur}}}"#
+            )
+        };
+        let doc = |big: f64| {
+            format!(
+                r#"{{"traceEvents":[{},{},{},{}]}}"#,
+                ev("a", 0.0, 10.0),
+                ev("b", 20.0, 10.0),
+                ev("huge", 40.0, big),
+                ev("c", 60.0, 10.0)
+            )
+        };
+        assert!(parse(&doc(5.0)).is_ok());
+        let e = parse(&doc(1e6)).unwrap_err().to_string();
+        assert!(
+            e.contains("'huge'") && e.contains("1000000") && e.contains("rest of the trace"),
+            "{e}"
+        );
+        for v in [1e23, 1e308] {
+            let e = parse(&doc(v)).unwrap_err().to_string();
+            assert!(e.contains("'huge'") && e.contains("an hour"), "{e}");
+        }
     }
 
     #[test]

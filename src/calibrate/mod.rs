@@ -117,6 +117,8 @@ pub struct CalibrationResult {
     pub profile: CalibrationProfile,
     pub quality: Vec<FitQuality>,
     pub warnings: Vec<String>,
+    /// Sections whose fit broke the rules and which keep the fallback's values, with why.
+    pub kept_fallback: Vec<String>,
 }
 
 /// How strict the fit is and what a poor section becomes.
@@ -173,6 +175,7 @@ struct Verdicts<'a> {
     refused: Vec<String>,
     marks: Vec<String>,
     warnings: Vec<String>,
+    kept_fallback: Vec<String>,
 }
 
 enum Verdict {
@@ -197,6 +200,7 @@ impl Verdicts<'_> {
             ));
             self.warnings
                 .push(format!("{desc} ({why}; kept the fallback's section)"));
+            self.kept_fallback.push(format!("{} ({why})", q.section));
             return Verdict::Fallback;
         }
         if let (true, Some(t), true) = (kernel, &self.o.table, p.unidentified.is_empty()) {
@@ -224,6 +228,8 @@ impl Verdicts<'_> {
         if self.o.keep_fallback_for_poor || self.o.allow_poor_fit {
             self.warnings
                 .push(format!("{msg} (kept the fallback's section)"));
+            self.kept_fallback
+                .push(format!("{section} (not fitted: {why})"));
             if self.o.allow_poor_fit {
                 self.marks
                     .push(format!("{section}: not fitted ({why}); fallback kept"));
@@ -251,6 +257,7 @@ pub fn calibrate(
         refused: Vec::new(),
         marks: Vec::new(),
         warnings: Vec::new(),
+        kept_fallback: Vec::new(),
     };
     let mut quality = Vec::new();
     let (kernels, fitted) = fit_kernels(m, gpu, fallback, &mut v, &mut quality);
@@ -284,6 +291,7 @@ pub fn calibrate(
         profile,
         quality,
         warnings: v.warnings,
+        kept_fallback: v.kept_fallback,
     })
 }
 

@@ -81,6 +81,15 @@ pub fn calibrate_dir(req: &DirRequest) -> Result<CalibrationResult> {
     if let Some(target) = &target {
         transfer(&mut result.profile, &fallback, &measured_gpu, target);
     }
+    if !result.kept_fallback.is_empty() {
+        // Said in the profile itself: these sections are the fallback's, not the measurements'.
+        result.profile.profile.provenance = format!(
+            "{}; kept from '{}' because the fit broke the rules (poor, unidentified or unphysical): {}",
+            result.profile.profile.provenance,
+            fallback.profile.name,
+            result.kept_fallback.join(", ")
+        );
+    }
     let header = format!(
         "# Written by `decodesim calibrate --measurements {} --gpu {} --fallback {}{}{}`.\n# {}\n# {}\n",
         req.measurements.display(),

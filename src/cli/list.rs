@@ -7,9 +7,9 @@ use crate::report::units::grouped;
 use crate::spec::{catalog, ModelSpec, SystemSpec};
 
 /// Widths of the free-text columns, so every line stays within about 100 characters.
-const DESCRIPTION_WIDTH: usize = 44;
-const PROVENANCE_WIDTH: usize = 64;
-const ERROR_WIDTH: usize = 72;
+const DESCRIPTION_WIDTH: usize = 25;
+const PROVENANCE_WIDTH: usize = 56;
+const ERROR_WIDTH: usize = 64;
 
 pub fn run() -> Result<()> {
     let mut out = String::from("models (models/*.json; --model NAME or a config.json path)\n");

@@ -192,7 +192,7 @@ fn known_answers_on_the_fixtures() {
     // One Inductor pointwise kernel on an A100.
     let (t, s) = summarize_one(&common::fixture("public/triton_example.json.gz"));
     assert_eq!(t.gpu_ops.len(), 1);
-    assert_eq!(s.ranks[0].step_source, StepSource::WholeTrace);
+    assert_eq!(s.ranks[0].step_source, StepSource::ProfilerStep);
 }
 
 fn pair() -> [PathBuf; 2] {

@@ -88,19 +88,42 @@ pub mod by_name {
 
 #[cfg(test)]
 mod tests {
-    use crate::spec::{CommPath, Proto};
+    #[derive(Debug, Clone, Copy, PartialEq)]
+    enum Path3 {
+        Nvlink,
+        PcieP2p,
+        Host,
+    }
+    super::enum_names!(serde Path3, "communication path",
+        Path3::Nvlink => ["nvlink"], Path3::PcieP2p => ["pcie_p2p", "p2p"], Path3::Host => ["host"]);
 
     #[test]
     fn parses_aliases_and_lists_choices_when_unknown() {
-        assert_eq!("ll128".parse::<Proto>().unwrap(), Proto::Ll128);
-        assert_eq!("default".parse::<Proto>().unwrap(), Proto::Auto);
-        let e = "nvlinc".parse::<CommPath>().unwrap_err().to_string();
+        assert_eq!("P2P".parse::<Path3>().unwrap(), Path3::PcieP2p);
+        assert_eq!(Path3::PcieP2p.to_string(), "pcie_p2p");
+        let e = "nvlinc".parse::<Path3>().unwrap_err().to_string();
         assert!(
             e.contains("'nvlinc'") && e.contains("nvlink, pcie_p2p, host"),
             "{e}"
         );
         let long = "x".repeat(10_000);
-        let e = long.parse::<CommPath>().unwrap_err().to_string();
+        let e = long.parse::<Path3>().unwrap_err().to_string();
         assert!(e.len() < 300, "{e}");
+    }
+
+    #[test]
+    fn serde_goes_through_the_names() {
+        #[derive(serde::Deserialize, serde::Serialize)]
+        struct T {
+            p: Path3,
+        }
+        let t: T = toml::from_str("p = \"host\"").unwrap();
+        assert_eq!(t.p, Path3::Host);
+        assert_eq!(toml::to_string(&t).unwrap().trim(), "p = \"host\"");
+        let e = toml::from_str::<T>("p = \"pci\"")
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("unknown communication path 'pci'"), "{e}");
     }
 }

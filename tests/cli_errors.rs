@@ -155,7 +155,7 @@ fn unreadable_or_invalid_calibration() {
     );
     fails_with(
         &["simulate", "--calibration", p.to_str().unwrap()],
-        &["neg.toml", "kernels.gemm_bf16.mem_efficiency", "positive"],
+        &["neg.toml", "kernels.gemm_bf16.mem_efficiency", "found -1"],
     );
     let p = temp_file(
         "nokernel.toml",
@@ -511,4 +511,25 @@ fn concurrent_timeline_writers_leave_one_whole_file() {
         .collect();
     assert_eq!(left.len(), 1, "temporary files left: {left:?}");
     std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn poor_fit_marks_are_warned_at_the_top() {
+    let good = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/data/calibration/rtx-pro-6000-estimate/profile.toml"
+    ))
+    .unwrap();
+    let at = good.find("[profile]\n").expect("a [profile] table") + "[profile]\n".len();
+    let marked = format!(
+        "{}poor_fit = [\"kernels.norm: R² 0.58 < 0.90\"]\n{}",
+        &good[..at],
+        &good[at..]
+    );
+    let p = temp_file("poor.toml", &marked);
+    let (ok, out, err) = decodesim(&["simulate", "--calibration", p.to_str().unwrap()]);
+    assert!(ok, "{err}");
+    let top = out.find("POOR FIT").expect("poor fit stated");
+    assert!(top < out.find("step time").unwrap(), "{out}");
+    assert!(out.contains("kernels.norm: R² 0.58 < 0.90"), "{out}");
 }

@@ -195,6 +195,19 @@ pub fn render_table(sim: &Simulation) -> String {
                 .describe(&sim.memory, &s.system.gpu.name)
         ));
     }
+    let marks = sim.profile.poor_fit_marks();
+    if !marks.is_empty() {
+        out.push_str(&format!(
+            "POOR FIT: profile '{}' was written (--allow-poor-fit) although these sections failed\n  the fit rules; times priced from them are doubtful:\n",
+            sim.profile.profile.name
+        ));
+        for m in marks {
+            for (i, line) in super::table::wrap_text(m, 94).iter().enumerate() {
+                out.push_str(&format!("  {} {line}\n", if i == 0 { "-" } else { " " }));
+            }
+        }
+        out.push('\n');
+    }
     out.push_str(&format!(
         "step time   {} us\ntokens/s    {}\nkernels     {} per rank\n\n",
         us(sim.step_time_us()),

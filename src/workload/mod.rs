@@ -39,7 +39,10 @@ impl StepShape<'_> {
         self.experts_touched[layer]
     }
 
-    /// BF16 activation row of the hidden size for every token: the allreduce message.
+    /// BF16 activation row of the hidden size for every token: the allreduce message. Cannot
+    /// wrap: tokens ≤ `MAX_BATCH` (2^14) and hidden ≤ `limits::HIDDEN` (2^16) bound it by 2^31;
+    /// every other u64 product in the builders is bounded the same way (tests/workload_bounds.rs
+    /// builds a model at every limit in a debug build, where overflow panics).
     pub fn hidden_message_bytes(&self) -> u64 {
         self.tokens * self.model.hidden as u64 * 2
     }

@@ -16,5 +16,6 @@ pub mod measurements;
 pub mod names;
 pub mod report;
 pub mod sim;
+pub mod units;
 pub mod trace;
 pub mod validate;

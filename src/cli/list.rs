@@ -3,7 +3,7 @@
 use super::print;
 use crate::error::Result;
 use crate::report::table::Table;
-use crate::report::units::grouped;
+use crate::units::grouped;
 use crate::spec::{catalog, ModelSpec, SystemSpec};
 
 /// Widths of the free-text columns, so every line stays within about 100 characters.

@@ -1,6 +1,6 @@
 //! Predicted vs measured output (`decodesim compare`): terminal table, JSON and CSV.
 
-use super::units::us;
+use crate::units::us;
 use crate::accounting::compare::Comparison;
 use serde_json::{json, Value};
 use std::fmt::Write;

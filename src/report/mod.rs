@@ -7,8 +7,11 @@ pub mod plot;
 pub mod simulation;
 pub mod table;
 pub mod trace_summary;
-pub mod units;
+
 pub mod validation;
+
+// Number formatting lives below every module (spec and sim warnings use it too).
+pub use crate::units;
 
 /// Output formats shared by the subcommands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

@@ -1,6 +1,6 @@
 //! `decodesim trace summarize` output: a terminal table, JSON and CSV of a [`TraceSummary`].
 
-use super::units::{path, us};
+use crate::units::{path, us};
 use crate::accounting::align::AlignMethod;
 use crate::accounting::summary::{GapStats, RankSummary, StepSummary};
 use crate::accounting::Breakdown;

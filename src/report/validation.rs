@@ -2,7 +2,7 @@
 //! [`Validation`]).
 
 use super::table::{pct, Table};
-use super::units::{path, us};
+use crate::units::{path, us};
 use crate::error::{Error, Result};
 use crate::validate::{Summary, Validation};
 use std::collections::BTreeMap;

@@ -144,7 +144,7 @@ impl MemoryFit {
     /// One line a person reads: "needs 81.2 GiB per GPU (...), has 80.5 GiB (... 0.90 of the
     /// 89.4 GiB of each ...)".
     pub fn describe(&self, memory: &MemoryFootprint, gpu: &str) -> String {
-        use crate::report::units::bytes;
+        use crate::units::bytes;
         format!(
             "needs {} per GPU (weights {} + KV cache {}), has {} (--gpu-memory-utilization {:.2} of the {} of each {gpu})",
             bytes(self.needed_bytes),

@@ -2,7 +2,7 @@
 //! such as `text_config.hidden_size`), the value found and what is allowed, on one line.
 
 use crate::error::{Error, Result};
-use crate::report::units::grouped;
+use crate::units::grouped;
 use std::ops::RangeInclusive;
 use std::path::Path;
 

@@ -152,7 +152,7 @@ impl Scenario {
                 self.context,
                 m.name,
                 m.max_position_embeddings,
-                crate::report::units::path(&m.source),
+                crate::units::path(&m.source),
                 m.max_position_embeddings
             )));
         }

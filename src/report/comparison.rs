@@ -1,7 +1,7 @@
 //! Predicted vs measured output (`decodesim compare`): terminal table, JSON and CSV.
 
-use crate::units::us;
 use crate::accounting::compare::Comparison;
+use crate::units::us;
 use serde_json::{json, Value};
 use std::fmt::Write;
 

@@ -1,12 +1,12 @@
 //! `decodesim trace summarize` output: a terminal table, JSON and CSV of a [`TraceSummary`].
 
-use crate::units::{path, us};
 use crate::accounting::align::AlignMethod;
 use crate::accounting::summary::{GapStats, RankSummary, StepSummary};
 use crate::accounting::Breakdown;
 use crate::accounting::TraceSummary;
 use crate::category::Category;
 use crate::trace::steps::WindowSource;
+use crate::units::{path, us};
 use serde_json::{json, Value};
 use std::fmt::Write;
 

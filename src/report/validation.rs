@@ -2,8 +2,8 @@
 //! [`Validation`]).
 
 use super::table::{pct, Table};
-use crate::units::{path, us};
 use crate::error::{Error, Result};
+use crate::units::{path, us};
 use crate::validate::{Summary, Validation};
 use std::collections::BTreeMap;
 

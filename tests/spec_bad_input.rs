@@ -86,6 +86,13 @@ fn quantization_config_of_the_wrong_type_is_an_error_not_bf16() {
         &model_error("g0", &v),
         &["config_groups.group_0.weights.group_size", "found 0"],
     );
+    // A malformed outer quantization_config beside a valid nested one is not ignored.
+    let mut v = kimi();
+    v["quantization_config"] = json!("int4");
+    has_all(
+        &model_error("outer", &v),
+        &["'quantization_config'", "\"int4\"", "object"],
+    );
 }
 
 #[test]

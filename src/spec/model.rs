@@ -436,19 +436,21 @@ impl ModelSpec {
 
         // A quantization_config that is present but not an object must not silently price the
         // weights as BF16.
-        let quant = match (
-            obj.get("quantization_config"),
-            root.get("quantization_config"),
-        ) {
-            (Some(q), _) if !q.is_null() => Some(parse_quantization(
+        // Both places are checked when both are present (the nested one describes the
+        // language model and wins), so a malformed outer one is not silently ignored.
+        let outer = match root.get("quantization_config") {
+            Some(q) if !q.is_null() && !prefix.is_empty() => {
+                Some(parse_quantization(path, "quantization_config", q)?)
+            }
+            _ => None,
+        };
+        let quant = match obj.get("quantization_config") {
+            Some(q) if !q.is_null() => Some(parse_quantization(
                 path,
                 &format!("{prefix}quantization_config"),
                 q,
             )?),
-            (_, Some(q)) if !q.is_null() => {
-                Some(parse_quantization(path, "quantization_config", q)?)
-            }
-            _ => None,
+            _ => outer,
         };
 
         Ok(ModelSpec {

@@ -81,16 +81,16 @@ pub fn render_from_trace(r: &TraceCalibration, excluded: usize, notes: &[String]
         ));
     }
     text.push_str(&format!(
-        "step time: measured {:.1} us, predicted before {:.1} us ({:+.1}%), after {:.1} us ({:+.1}%)\nfactors applied (time multipliers, or values set):\n",
-        r.measured.step_time_us,
-        r.fit.before.step_time_us(),
+        "step time: measured {} µs, predicted before {} µs ({:+.1}%), after {} µs ({:+.1}%)\nfactors applied (time multipliers, or values set):\n",
+        super::units::us(r.measured.step_time_us),
+        super::units::us(r.fit.before.step_time_us()),
         r.before.step_error_pct().unwrap_or(f64::NAN),
-        r.fit.after.step_time_us(),
+        super::units::us(r.fit.after.step_time_us()),
         r.after.step_error_pct().unwrap_or(f64::NAN),
     ));
     for (k, f) in &r.fit.factors {
         if k.ends_with("_us") {
-            text.push_str(&format!("  {k:<26} = {f:.1} us\n"));
+            text.push_str(&format!("  {k:<26} = {f:.1} µs\n"));
         } else {
             text.push_str(&format!("  {k:<26} x{f:.3}\n"));
         }

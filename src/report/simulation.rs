@@ -209,12 +209,12 @@ pub fn render_table(sim: &Simulation) -> String {
         out.push('\n');
     }
     out.push_str(&format!(
-        "step time   {} us\ntokens/s    {}\nkernels     {} per rank\n\n",
+        "step time   {} µs\ntokens/s    {}\nkernels     {} per rank\n\n",
         us(sim.step_time_us()),
         grouped(sim.tokens_per_s(), 1),
         sim.workload.ops.iter().filter(|o| o.is_kernel()).count()
     ));
-    let mut t = Table::new(&["category", "time (us)", "share", "busy (us)"]);
+    let mut t = Table::new(&["category", "time (µs)", "share", "busy (µs)"]);
     let mut rows: Vec<_> = m.entries();
     rows.sort_by(|a, b| b.time_us.total_cmp(&a.time_us));
     for e in rows {
@@ -233,7 +233,7 @@ pub fn render_table(sim: &Simulation) -> String {
         0.0
     };
     out.push_str(&format!(
-        "\ncommunication: {} us in collective kernels per rank = wait {} us ({}) + transfer {} us; exposed {} us, overlapped {} us\n",
+        "\ncommunication: {} µs in collective kernels per rank = wait {} µs ({}) + transfer {} µs; exposed {} µs, overlapped {} µs\n",
         us(comm_total),
         us(m.comm_wait_us),
         pct(wait_share),
@@ -250,7 +250,7 @@ pub fn render_table(sim: &Simulation) -> String {
         "path",
         "algo",
         "proto",
-        "us each, no wait",
+        "µs each, no wait",
     ]);
     for c in &sim.pricing.collectives {
         t.row(vec![
@@ -268,11 +268,11 @@ pub fn render_table(sim: &Simulation) -> String {
     out.push_str("\nranks\n");
     let mut t = Table::new(&[
         "rank",
-        "end (us)",
-        "compute (us)",
-        "comm wait (us)",
-        "comm transfer (us)",
-        "idle (us)",
+        "end (µs)",
+        "compute (µs)",
+        "comm wait (µs)",
+        "comm transfer (µs)",
+        "idle (µs)",
     ]);
     for (r, b) in sim.per_rank.iter().enumerate() {
         let compute: f64 = Category::ALL
@@ -305,14 +305,14 @@ pub fn render_table(sim: &Simulation) -> String {
         .iter()
         .fold((f64::MAX, f64::MIN), |(l, h), &v| (l.min(v), h.max(v)));
     out.push_str(&format!(
-        "spread across ranks: compute {} .. {} us ({} apart)\n",
+        "spread across ranks: compute {} .. {} µs ({} apart)\n",
         us(lo),
         us(hi),
         pct(if lo > 0.0 { hi / lo - 1.0 } else { 0.0 })
     ));
 
     out.push_str(&format!(
-        "\nmemory per GPU: weights {} + KV cache {} = {} of {} usable ({:.2} of {})\n",
+        "\nmemory per GPU: weights {} + KV cache {} = {} of {} µsable ({:.2} of {})\n",
         bytes(sim.memory.weights_bytes),
         bytes(sim.memory.kv_cache_bytes),
         bytes(sim.memory.total()),

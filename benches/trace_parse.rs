@@ -30,6 +30,7 @@ fn bench(c: &mut Criterion) {
         classifier: &classifier,
         step_marker: None,
         top_unclassified: 10,
+        ranks: Default::default(),
     };
     let mut g = c.benchmark_group("trace");
     g.throughput(Throughput::Bytes(json.len() as u64));

@@ -47,6 +47,16 @@ pub enum Error {
     AboveTolerance { error: f64, limit: f64 },
     #[error("step-time error cannot be computed: the measured step is empty")]
     NoMeasuredStep,
+    /// The scenario is not what the trace shows (`accounting::infer::check_against`).
+    #[error("the scenario does not match the trace:\n{}\n(check the scenario flags, or pass --allow-mismatch to compare anyway)", problems.iter().map(|p| format!("  {p}")).collect::<Vec<_>>().join("\n"))]
+    Mismatch { problems: Vec<String> },
+    /// A flag's value is outside what it allows (NaN, negative, ...).
+    #[error("{flag} {value}: {expected}")]
+    Flag {
+        flag: &'static str,
+        value: String,
+        expected: String,
+    },
     #[error("invalid scenario: {0}")]
     Scenario(String),
     #[error("{0}")]

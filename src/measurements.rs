@@ -1,14 +1,118 @@
-//! Reads the harness's measurement CSVs (schema in data/README.md), naming file, row and column
-//! in every error.
+//! Reads the harness's measurement CSVs (schema in data/README.md). Every value is checked where
+//! it enters: names against their choices, numbers finite and within physical bounds, and every
+//! error names the file, the row, the column, the value and what is allowed. Reads are bounded:
+//! the file's size by its kind, each line to a few KiB, so a stray device or a one-line 200 MB
+//! file is refused without being read whole or echoed.
 
 use crate::error::{Error, Result};
+use crate::files::{open_input, InputKind};
+use crate::names::{enum_names, shorten};
+use crate::spec::{Algo, Proto};
+use crate::workload::CostFamily;
 use std::collections::HashMap;
+use std::io::Read;
 use std::path::{Path, PathBuf};
+
+/// The longest line a measurement CSV may have: real rows are about a hundred bytes.
+pub const MAX_LINE_BYTES: usize = 4096;
+/// No single kernel or collective call in a decode step takes a second; a time beyond this is a
+/// unit mistake or a corrupt file, and would swamp every fit.
+pub const MAX_CALL_US: f64 = 1e6;
+/// More arithmetic than any GPU does in [`MAX_CALL_US`] (B200 FP8: 4.5 PFLOP/s).
+const MAX_FLOPS: f64 = 1e16;
+/// More bytes than any GPU moves in [`MAX_CALL_US`] (B200: 7.7 TB/s).
+const MAX_BYTES: f64 = 1e13;
+/// Shape columns (tokens, features, heads, context) and rank counts beyond this are corrupt.
+const MAX_COUNT: f64 = 1e12;
+
+/// A kernel family as the harness names it in `kernels.csv` (data/README.md). Several harness
+/// families calibrate one profile section ([`KernelFamily::cost_family`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum KernelFamily {
+    GemmBf16,
+    GemmInt4,
+    GemmFp8,
+    MoeGroupedBf16,
+    MoeGemmInt4,
+    AttentionMlaDecode,
+    AttentionGqaDecode,
+    NormRms,
+    NormFusedAddRms,
+    ActSiluMul,
+    Rope,
+    ElementwiseAdd,
+    KvWrite,
+    RouterTopk,
+    MoeAlign,
+    MoeSum,
+    Sampling,
+    Embedding,
+}
+
+enum_names!(serde KernelFamily, "harness kernel family",
+    KernelFamily::GemmBf16 => ["gemm_bf16"],
+    KernelFamily::GemmInt4 => ["gemm_int4"],
+    KernelFamily::GemmFp8 => ["gemm_fp8"],
+    KernelFamily::MoeGroupedBf16 => ["moe_grouped_bf16"],
+    KernelFamily::MoeGemmInt4 => ["moe_gemm_int4"],
+    KernelFamily::AttentionMlaDecode => ["attention_mla_decode"],
+    KernelFamily::AttentionGqaDecode => ["attention_gqa_decode"],
+    KernelFamily::NormRms => ["norm_rms"],
+    KernelFamily::NormFusedAddRms => ["norm_fused_add_rms"],
+    KernelFamily::ActSiluMul => ["act_silu_mul"],
+    KernelFamily::Rope => ["rope"],
+    KernelFamily::ElementwiseAdd => ["elementwise_add"],
+    KernelFamily::KvWrite => ["kv_write"],
+    KernelFamily::RouterTopk => ["router_topk"],
+    KernelFamily::MoeAlign => ["moe_align"],
+    KernelFamily::MoeSum => ["moe_sum"],
+    KernelFamily::Sampling => ["sampling"],
+    KernelFamily::Embedding => ["embedding"],
+);
+
+impl KernelFamily {
+    /// The profile section (`[kernels.<family>]`) this harness family calibrates.
+    pub fn cost_family(self) -> CostFamily {
+        use KernelFamily as K;
+        match self {
+            K::GemmBf16 => CostFamily::GemmBf16,
+            K::GemmInt4 => CostFamily::GemmInt4,
+            K::GemmFp8 => CostFamily::GemmFp8,
+            K::MoeGroupedBf16 => CostFamily::MoeGemmBf16,
+            K::MoeGemmInt4 => CostFamily::MoeGemmInt4,
+            K::AttentionMlaDecode => CostFamily::AttentionMlaDecode,
+            K::AttentionGqaDecode => CostFamily::AttentionGqaDecode,
+            K::NormRms | K::NormFusedAddRms => CostFamily::Norm,
+            K::ActSiluMul | K::Rope | K::ElementwiseAdd => CostFamily::Elementwise,
+            K::KvWrite => CostFamily::KvWrite,
+            K::RouterTopk => CostFamily::RouterTopk,
+            K::MoeAlign => CostFamily::MoeAlign,
+            K::MoeSum => CostFamily::MoeSum,
+            K::Sampling => CostFamily::Sampling,
+            K::Embedding => CostFamily::Embedding,
+        }
+    }
+}
+
+/// How a timing was taken (`mode` in collectives.csv and launch.csv).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LaunchMode {
+    /// Replays of a CUDA graph.
+    Graph,
+    /// Launched one by one from Python.
+    Eager,
+    /// 123 all_reduces on their own buffers in one graph, as one Kimi decode step issues
+    /// (collectives.csv only).
+    Burst,
+}
+
+enum_names!(serde LaunchMode, "launch mode",
+    LaunchMode::Graph => ["graph"], LaunchMode::Eager => ["eager"], LaunchMode::Burst => ["burst"]);
 
 /// One measured kernel (`kernels.csv`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct KernelPoint {
-    pub family: String,
+    pub family: KernelFamily,
     pub m: f64,
     pub n: u64,
     pub k: u64,
@@ -24,20 +128,24 @@ pub struct KernelPoint {
 /// One measured collective (`collectives.csv`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct CollectivePoint {
-    pub op: String,
+    /// `AllReduce` or `AllGather`.
+    pub op: CostFamily,
     pub nranks: u32,
     pub bytes: f64,
-    pub proto: String,
-    pub algo: String,
+    /// `Auto`: NCCL_PROTO unset ("default" in the file).
+    pub proto: Proto,
+    /// `Auto`: NCCL_ALGO unset ("default" in the file).
+    pub algo: Algo,
     pub p2p: bool,
-    pub mode: String,
+    pub mode: LaunchMode,
     pub median_us: f64,
 }
 
 /// One launch-cost measurement (`launch.csv`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct LaunchPoint {
-    pub mode: String,
+    /// `Graph` or `Eager`.
+    pub mode: LaunchMode,
     pub kernels: f64,
     pub total_us: f64,
 }
@@ -71,6 +179,66 @@ pub struct Measurements {
     pub manifest: String,
 }
 
+/// A reader that refuses a line longer than [`MAX_LINE_BYTES`], so the CSV parser never
+/// buffers an unbounded record.
+struct LineLimited<R> {
+    inner: R,
+    since_newline: usize,
+    line: usize,
+}
+
+impl<R: Read> Read for LineLimited<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        for &b in &buf[..n] {
+            if b == b'\n' {
+                self.since_newline = 0;
+                self.line += 1;
+            } else {
+                self.since_newline += 1;
+                if self.since_newline > MAX_LINE_BYTES {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::InvalidData,
+                        LineTooLong(self.line),
+                    ));
+                }
+            }
+        }
+        Ok(n)
+    }
+}
+
+#[derive(Debug)]
+struct LineTooLong(usize);
+
+impl std::fmt::Display for LineTooLong {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "line {} is longer than {MAX_LINE_BYTES} bytes (a measurement row is about a hundred): not a measurement table",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for LineTooLong {}
+
+fn csv_error(path: &Path, e: csv::Error) -> Error {
+    if let csv::ErrorKind::Io(io) = e.kind() {
+        if let Some(long) = io.get_ref().and_then(|x| x.downcast_ref::<LineTooLong>()) {
+            return Error::Input {
+                path: path.to_path_buf(),
+                problem: long.to_string(),
+            };
+        }
+    }
+    Error::Syntax {
+        path: path.to_path_buf(),
+        format: "CSV",
+        message: shorten(&e.to_string()),
+    }
+}
+
 /// A CSV table with named columns.
 struct Table {
     path: PathBuf,
@@ -78,20 +246,27 @@ struct Table {
     rows: Vec<csv::StringRecord>,
 }
 
+/// What a numeric column may hold.
+#[derive(Clone, Copy)]
+enum Bound {
+    /// 0 < v ≤ max.
+    Positive(f64),
+    /// 0 ≤ v ≤ max.
+    NonNegative(f64),
+    /// A whole number in lo..=hi.
+    Count(f64, f64),
+}
+
 impl Table {
     fn read(path: &Path, required: &[&str]) -> Result<Self> {
-        let mut rdr = csv::Reader::from_path(path).map_err(|e| Error::Read {
-            path: path.to_path_buf(),
-            source: std::io::Error::other(e.to_string()),
-        })?;
-        let header = rdr
-            .headers()
-            .map_err(|e| Error::Syntax {
-                path: path.to_path_buf(),
-                format: "CSV",
-                message: e.to_string(),
-            })?
-            .clone();
+        let input = LineLimited {
+            inner: open_input(path, InputKind::MeasurementCsv)?,
+            since_newline: 0,
+            line: 1,
+        };
+        // The harness never quotes; without quoting a record is one line, which the limit bounds.
+        let mut rdr = csv::ReaderBuilder::new().quoting(false).from_reader(input);
+        let header = rdr.headers().map_err(|e| csv_error(path, e))?.clone();
         let cols: HashMap<String, usize> = header
             .iter()
             .enumerate()
@@ -104,18 +279,14 @@ impl Table {
                     *r,
                     format!(
                         "required column missing (header: {})",
-                        header.iter().collect::<Vec<_>>().join(",")
+                        shorten(&header.iter().collect::<Vec<_>>().join(","))
                     ),
                 ));
             }
         }
         let mut rows = Vec::new();
         for rec in rdr.records() {
-            rows.push(rec.map_err(|e| Error::Syntax {
-                path: path.to_path_buf(),
-                format: "CSV",
-                message: e.to_string(),
-            })?);
+            rows.push(rec.map_err(|e| csv_error(path, e))?);
         }
         Ok(Table {
             path: path.to_path_buf(),
@@ -124,22 +295,78 @@ impl Table {
         })
     }
 
-    fn str<'a>(&self, row: &'a csv::StringRecord, col: &str) -> &'a str {
-        row.get(self.cols[col]).unwrap_or("").trim()
+    fn str(&self, i: usize, col: &str) -> &str {
+        self.rows[i].get(self.cols[col]).unwrap_or("").trim()
     }
 
-    fn num(&self, i: usize, col: &str) -> Result<f64> {
-        let s = self.str(&self.rows[i], col);
-        s.parse::<f64>()
+    fn field(&self, i: usize, col: &str) -> String {
+        format!("row {} column '{col}'", i + 2)
+    }
+
+    fn bad(&self, i: usize, col: &str, expected: impl std::fmt::Display) -> Error {
+        Error::field(
+            &self.path,
+            self.field(i, col),
+            format!("found '{}', expected {expected}", shorten(self.str(i, col))),
+        )
+    }
+
+    fn num(&self, i: usize, col: &str, bound: Bound) -> Result<f64> {
+        let v = self
+            .str(i, col)
+            .parse::<f64>()
             .ok()
-            .filter(|v| v.is_finite())
-            .ok_or_else(|| {
-                Error::field(
-                    &self.path,
-                    format!("row {} column '{col}'", i + 2),
-                    format!("expected a finite number, found '{s}'"),
-                )
-            })
+            .filter(|v| v.is_finite());
+        let (ok, what) = match (v, bound) {
+            (None, _) => (false, "a finite number".to_string()),
+            (Some(v), Bound::Positive(max)) => {
+                (v > 0.0 && v <= max, format!("a number in (0, {max:e}]"))
+            }
+            (Some(v), Bound::NonNegative(max)) => {
+                (v >= 0.0 && v <= max, format!("a number in [0, {max:e}]"))
+            }
+            (Some(v), Bound::Count(lo, hi)) => (
+                v.fract() == 0.0 && v >= lo && v <= hi,
+                format!("a whole number from {lo} to {hi:e}"),
+            ),
+        };
+        match v {
+            Some(v) if ok => Ok(v),
+            _ => Err(self.bad(i, col, what)),
+        }
+    }
+
+    /// A time of one call, µs: positive and at most a second.
+    fn time(&self, i: usize, col: &str) -> Result<f64> {
+        self.num(i, col, Bound::Positive(MAX_CALL_US)).map_err(|_| {
+            self.bad(
+                i,
+                col,
+                format!("a time in (0, {MAX_CALL_US:e}] us (no single call in a decode step takes a second)"),
+            )
+        })
+    }
+
+    fn ranks(&self, i: usize, col: &str) -> Result<u32> {
+        Ok(self.num(i, col, Bound::Count(1.0, 65_536.0))? as u32)
+    }
+
+    /// An optional whole-number shape column (0 when the file has no such column).
+    fn count_or_zero(&self, i: usize, col: &str) -> Result<u64> {
+        if self.cols.contains_key(col) {
+            Ok(self.num(i, col, Bound::Count(0.0, MAX_COUNT))? as u64)
+        } else {
+            Ok(0)
+        }
+    }
+
+    fn parse<T: std::str::FromStr<Err = Error>>(&self, i: usize, col: &str) -> Result<T> {
+        self.str(i, col).parse::<T>().map_err(|e| match e {
+            Error::Unknown { kind, choices, .. } => {
+                self.bad(i, col, format!("a {kind}: one of {}", choices.join(", ")))
+            }
+            e => e,
+        })
     }
 }
 
@@ -155,80 +382,40 @@ impl Measurements {
             dir: dir.to_path_buf(),
             ..Default::default()
         };
-        let kpath = dir.join("kernels.csv");
-        if kpath.exists() {
-            m.kernels = read_kernels_csv(&kpath)?;
+        let present = |name: &str| {
+            let p = dir.join(name);
+            p.exists().then_some(p)
+        };
+        if let Some(p) = present("kernels.csv") {
+            m.kernels = read_kernels_csv(&p)?;
         }
-        let cpath = dir.join("collectives.csv");
-        if cpath.exists() {
-            let t = Table::read(
-                &cpath,
-                &[
-                    "op",
-                    "nranks",
-                    "bytes",
-                    "proto",
-                    "algo",
-                    "p2p",
-                    "mode",
-                    "median_us",
-                ],
-            )?;
-            for i in 0..t.rows.len() {
-                let row = &t.rows[i];
-                let p2p = match t.str(row, "p2p") {
-                    "on" => true,
-                    "off" => false,
-                    other => {
-                        return Err(Error::field(
-                            &cpath,
-                            format!("row {} column 'p2p'", i + 2),
-                            format!("expected 'on' or 'off', found '{other}'"),
-                        ))
-                    }
-                };
-                m.collectives.push(CollectivePoint {
-                    op: t.str(row, "op").to_string(),
-                    nranks: t.num(i, "nranks")? as u32,
-                    bytes: t.num(i, "bytes")?,
-                    proto: t.str(row, "proto").to_string(),
-                    algo: t.str(row, "algo").to_string(),
-                    p2p,
-                    mode: t.str(row, "mode").to_string(),
-                    median_us: t.num(i, "median_us")?,
-                });
-            }
+        if let Some(p) = present("collectives.csv") {
+            m.collectives = read_collectives_csv(&p)?;
         }
-        let lpath = dir.join("launch.csv");
-        if lpath.exists() {
-            let t = Table::read(&lpath, &["mode", "kernels", "total_us"])?;
-            for i in 0..t.rows.len() {
-                m.launch.push(LaunchPoint {
-                    mode: t.str(&t.rows[i], "mode").to_string(),
-                    kernels: t.num(i, "kernels")?,
-                    total_us: t.num(i, "total_us")?,
-                });
-            }
+        if let Some(p) = present("launch.csv") {
+            m.launch = read_launch_csv(&p)?;
         }
-        let gpath = dir.join("graph_overheads.csv");
-        if gpath.exists() {
-            let t = Table::read(&gpath, &["nranks", "bytes", "collectives", "median_us"])?;
+        if let Some(p) = present("graph_overheads.csv") {
+            let t = Table::read(&p, &["nranks", "bytes", "collectives", "median_us"])?;
             for i in 0..t.rows.len() {
                 m.graph_overheads.push(GraphOverheadPoint {
-                    nranks: t.num(i, "nranks")? as u32,
-                    bytes: t.num(i, "bytes")?,
-                    collectives: t.num(i, "collectives")?,
-                    median_us: t.num(i, "median_us")?,
+                    nranks: t.ranks(i, "nranks")?,
+                    bytes: t.num(i, "bytes", Bound::NonNegative(MAX_BYTES))?,
+                    collectives: t.num(i, "collectives", Bound::Count(0.0, 1e6))?,
+                    median_us: t.time(i, "median_us")?,
                 });
             }
         }
-        let spath = dir.join("launch_skew.csv");
-        if spath.exists() {
-            let t = Table::read(&spath, &["nranks", "median_first_wait_us"])?;
+        if let Some(p) = present("launch_skew.csv") {
+            let t = Table::read(&p, &["nranks", "median_first_wait_us"])?;
             for i in 0..t.rows.len() {
                 m.launch_skew.push(LaunchSkewPoint {
-                    nranks: t.num(i, "nranks")? as u32,
-                    median_first_wait_us: t.num(i, "median_first_wait_us")?,
+                    nranks: t.ranks(i, "nranks")?,
+                    median_first_wait_us: t.num(
+                        i,
+                        "median_first_wait_us",
+                        Bound::NonNegative(MAX_CALL_US),
+                    )?,
                 });
             }
         }
@@ -238,16 +425,17 @@ impl Measurements {
                 dir.display()
             )));
         }
-        m.manifest = std::fs::read_to_string(dir.join("MANIFEST.txt")).unwrap_or_default();
+        if let Some(p) = present("MANIFEST.txt") {
+            m.manifest = crate::files::read_text(&p, InputKind::Manifest)?;
+        }
         Ok(m)
     }
 }
 
 /// Reads a `kernels.csv` measurement table.
-pub fn read_kernels_csv(kpath: &Path) -> Result<Vec<KernelPoint>> {
-    let mut out = Vec::new();
+pub fn read_kernels_csv(path: &Path) -> Result<Vec<KernelPoint>> {
     let t = Table::read(
-        kpath,
+        path,
         &[
             "family",
             "m",
@@ -258,35 +446,93 @@ pub fn read_kernels_csv(kpath: &Path) -> Result<Vec<KernelPoint>> {
             "p90_us",
         ],
     )?;
+    let mut out = Vec::with_capacity(t.rows.len());
     for i in 0..t.rows.len() {
-        let int = |col: &str| -> Result<u64> {
-            if t.cols.contains_key(col) {
-                Ok(t.num(i, col)?.max(0.0) as u64)
-            } else {
-                Ok(0)
-            }
-        };
         let p = KernelPoint {
-            family: t.str(&t.rows[i], "family").to_string(),
-            m: t.num(i, "m")?,
-            n: int("n")?,
-            k: int("k")?,
-            batch: int("batch")?,
-            context: int("context")?,
-            flops: t.num(i, "flops")?,
-            bytes: t.num(i, "bytes")?,
-            median_us: t.num(i, "median_us")?,
-            p10_us: t.num(i, "p10_us")?,
-            p90_us: t.num(i, "p90_us")?,
+            family: t.parse(i, "family")?,
+            m: t.num(i, "m", Bound::NonNegative(MAX_COUNT))?,
+            n: t.count_or_zero(i, "n")?,
+            k: t.count_or_zero(i, "k")?,
+            batch: t.count_or_zero(i, "batch")?,
+            context: t.count_or_zero(i, "context")?,
+            flops: t.num(i, "flops", Bound::NonNegative(MAX_FLOPS))?,
+            bytes: t.num(i, "bytes", Bound::NonNegative(MAX_BYTES))?,
+            median_us: t.time(i, "median_us")?,
+            p10_us: t.time(i, "p10_us")?,
+            p90_us: t.time(i, "p90_us")?,
         };
-        if p.median_us <= 0.0 {
+        if !(p.p10_us <= p.median_us && p.median_us <= p.p90_us) {
             return Err(Error::field(
-                kpath,
-                format!("row {} column 'median_us'", i + 2),
-                "expected a positive time",
+                path,
+                format!("row {}", i + 2),
+                format!(
+                    "percentiles out of order: p10 {} us, median {} us, p90 {} us (expected p10 <= median <= p90)",
+                    p.p10_us, p.median_us, p.p90_us
+                ),
             ));
         }
         out.push(p);
+    }
+    Ok(out)
+}
+
+/// Reads a `collectives.csv` measurement table. A row with a rank count below 1, or any value
+/// out of range, is an error naming the row: nothing is dropped silently.
+pub fn read_collectives_csv(path: &Path) -> Result<Vec<CollectivePoint>> {
+    let t = Table::read(
+        path,
+        &[
+            "op",
+            "nranks",
+            "bytes",
+            "proto",
+            "algo",
+            "p2p",
+            "mode",
+            "median_us",
+        ],
+    )?;
+    let mut out = Vec::with_capacity(t.rows.len());
+    for i in 0..t.rows.len() {
+        let op: CostFamily = t.parse(i, "op")?;
+        if !op.is_collective() {
+            return Err(t.bad(i, "op", "all_reduce or all_gather"));
+        }
+        let p2p = match t.str(i, "p2p") {
+            "on" => true,
+            "off" => false,
+            _ => return Err(t.bad(i, "p2p", "'on' or 'off'")),
+        };
+        out.push(CollectivePoint {
+            op,
+            nranks: t.ranks(i, "nranks")?,
+            bytes: t.num(i, "bytes", Bound::Positive(MAX_BYTES))?,
+            proto: t.parse(i, "proto")?,
+            algo: t.parse(i, "algo")?,
+            p2p,
+            mode: t.parse(i, "mode")?,
+            median_us: t.time(i, "median_us")?,
+        });
+    }
+    Ok(out)
+}
+
+/// Reads a `launch.csv` measurement table.
+pub fn read_launch_csv(path: &Path) -> Result<Vec<LaunchPoint>> {
+    let t = Table::read(path, &["mode", "kernels", "total_us"])?;
+    let mut out = Vec::with_capacity(t.rows.len());
+    for i in 0..t.rows.len() {
+        let mode: LaunchMode = t.parse(i, "mode")?;
+        if mode == LaunchMode::Burst {
+            return Err(t.bad(i, "mode", "'graph' or 'eager'"));
+        }
+        let kernels = t.num(i, "kernels", Bound::Count(1.0, 1e6))?;
+        let total_us = t.num(i, "total_us", Bound::Positive(MAX_CALL_US * kernels))?;
+        out.push(LaunchPoint {
+            mode,
+            kernels,
+            total_us,
+        });
     }
     Ok(out)
 }

@@ -2,6 +2,7 @@
 
 use decodesim::calibrate::anchor::fit_to_step;
 use decodesim::sim::{simulate_loaded, ScenarioRequest};
+use decodesim::workload::CostFamily;
 
 #[test]
 fn anchor_recovers_a_slower_truth() {
@@ -12,7 +13,7 @@ fn anchor_recovers_a_slower_truth() {
     let (scenario, profile) = req.load().unwrap();
     // The "truth": routed experts 30% slower and collectives 20% slower than the profile says.
     let mut truth = profile.clone();
-    let k = truth.kernels.get_mut("moe_gemm_int4").unwrap();
+    let k = truth.kernels.get_mut(&CostFamily::MoeGemmInt4).unwrap();
     k.fixed_us *= 1.3;
     k.mem_efficiency /= 1.3;
     k.compute_efficiency /= 1.3;

@@ -3,7 +3,8 @@
 use decodesim::calibrate::{calibrate, FitOptions};
 use decodesim::cost::CalibrationProfile;
 use decodesim::measurements::Measurements;
-use decodesim::spec::GpuSpec;
+use decodesim::spec::{CommPath, GpuSpec, Proto};
+use decodesim::workload::CostFamily;
 use std::fmt::Write;
 use std::path::PathBuf;
 
@@ -21,6 +22,7 @@ fn strict() -> FitOptions {
         min_r2: 0.9,
         table: None,
         keep_fallback_for_poor: false,
+        allow_poor_fit: false,
     }
 }
 
@@ -86,7 +88,7 @@ fn recovers_known_parameters_with_intervals() {
     let dir = synthetic("good", false);
     let m = Measurements::read_dir(&dir).unwrap();
     let r = calibrate(&m, &h200(), "synthetic", &fallback(), &strict()).unwrap();
-    let g = &r.profile.kernels["gemm_bf16"];
+    let g = &r.profile.kernels[&CostFamily::GemmBf16];
     assert!((g.fixed_us - 3.0).abs() < 1e-6, "{g:?}");
     assert!((g.mem_efficiency - 0.8).abs() < 1e-6);
     assert!((g.compute_efficiency - 0.6).abs() < 1e-6);
@@ -95,7 +97,7 @@ fn recovers_known_parameters_with_intervals() {
         .profile
         .collectives
         .iter()
-        .find(|c| c.path == "nvlink" && c.proto == "LL")
+        .find(|c| c.path == CommPath::Nvlink && c.proto == Proto::Ll)
         .unwrap();
     assert!(
         (ll.hop_us - 1.5).abs() < 1e-6 && (ll.bus_bw_gbps - 40.0).abs() < 1e-6,
@@ -121,7 +123,7 @@ fn recovers_known_parameters_with_intervals() {
     let path = dir.join("profile.toml");
     std::fs::write(&path, text).unwrap();
     let back = CalibrationProfile::from_file(&path).unwrap();
-    assert_eq!(back.kernels["gemm_bf16"], *g);
+    assert_eq!(back.kernels[&CostFamily::GemmBf16], *g);
     assert_eq!(back.profile.created, "2026-11-30");
 }
 
@@ -139,6 +141,7 @@ fn refuses_a_poor_fit_and_says_why() {
             min_r2: 0.9,
             table: None,
             keep_fallback_for_poor: false,
+            allow_poor_fit: false,
         },
     )
     .unwrap_err()

@@ -155,7 +155,7 @@ fn unreadable_or_invalid_calibration() {
     );
     fails_with(
         &["simulate", "--calibration", p.to_str().unwrap()],
-        &["neg.toml", "kernels.gemm_bf16.mem_efficiency", "positive"],
+        &["neg.toml", "kernels.gemm_bf16.mem_efficiency", "found -1"],
     );
     let p = temp_file(
         "nokernel.toml",
@@ -283,4 +283,253 @@ fn list_shows_models_systems_and_profiles() {
         assert!(out.contains(n), "list lacks {n}");
     }
     assert!(!out.contains("error:"), "{out}");
+}
+
+/// Runs the binary, killing it if it has not finished in `secs` (a hang is a failure, not a
+/// stuck test run).
+fn decodesim_within(args: &[&str], secs: u64) -> (bool, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_decodesim"))
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("binary runs");
+    let start = std::time::Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            let mut err = String::new();
+            std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+            return (status.success(), err);
+        }
+        if start.elapsed().as_secs() >= secs {
+            child.kill().ok();
+            child.wait().ok();
+            panic!("{args:?} did not finish within {secs} s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+fn kimi_with(name: &str, edit: impl FnOnce(&mut serde_json::Value)) -> std::path::PathBuf {
+    let mut v: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/models/kimi-k2.5.json"
+        ))
+        .unwrap(),
+    )
+    .unwrap();
+    edit(&mut v);
+    temp_file(name, &v.to_string())
+}
+
+#[test]
+fn absurd_model_dimensions_are_refused_naming_file_field_and_value() {
+    let p = kimi_with("hidden-1e18.json", |v| {
+        v["text_config"]["hidden_size"] = serde_json::json!(1e18)
+    });
+    fails_with(
+        &["simulate", "--model", p.to_str().unwrap()],
+        &[
+            "hidden-1e18.json",
+            "text_config.hidden_size",
+            "1e+18",
+            "65,536",
+        ],
+    );
+    let p = kimi_with("lora0.json", |v| {
+        v["text_config"]["kv_lora_rank"] = serde_json::json!(0)
+    });
+    fails_with(
+        &["simulate", "--model", p.to_str().unwrap()],
+        &["lora0.json", "text_config.kv_lora_rank", "found 0"],
+    );
+    let p = kimi_with("qstring.json", |v| {
+        v["text_config"]["quantization_config"] = serde_json::json!("w4a16")
+    });
+    fails_with(
+        &["simulate", "--model", p.to_str().unwrap()],
+        &["qstring.json", "text_config.quantization_config", "w4a16"],
+    );
+}
+
+#[test]
+fn devices_and_fifos_are_refused_without_hanging() {
+    fails_with(
+        &["simulate", "--model", "/dev/zero"],
+        &["/dev/zero", "not a regular file"],
+    );
+    fails_with(
+        &["simulate", "--system", "/dev/zero"],
+        &["/dev/zero", "not a regular file"],
+    );
+    let fifo = std::env::temp_dir().join(format!("decodesim-fifo-{}.json", std::process::id()));
+    let _ = std::fs::remove_file(&fifo);
+    assert!(Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    let (ok, err) = decodesim_within(&["simulate", "--model", fifo.to_str().unwrap()], 30);
+    assert!(!ok);
+    assert!(err.contains("not a regular file"), "{err}");
+    std::fs::remove_file(&fifo).ok();
+}
+
+#[test]
+fn bad_system_values_are_refused() {
+    let good = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/data/systems/rtx-pro-6000-8x-pcie.toml"
+    ))
+    .unwrap();
+    let p = temp_file(
+        "gps0.toml",
+        &good.replacen("gpus_per_socket = 4", "gpus_per_socket = 0", 1),
+    );
+    fails_with(
+        &["simulate", "--system", p.to_str().unwrap()],
+        &["gps0.toml", "interconnect.gpus_per_socket", "found 0"],
+    );
+    let p = temp_file(
+        "nanlat.toml",
+        &good.replacen("p2p_latency_us = 0.4", "p2p_latency_us = nan", 1),
+    );
+    fails_with(
+        &["simulate", "--system", p.to_str().unwrap()],
+        &["nanlat.toml", "interconnect.p2p_latency_us", "NaN"],
+    );
+}
+
+#[test]
+fn float_flags_and_context_are_range_checked() {
+    for bad in ["NaN", "inf", "0", "1.5", "-0.2"] {
+        fails_with(
+            &["simulate", &format!("--gpu-memory-utilization={bad}")],
+            &["--gpu-memory-utilization", "at most 1"],
+        );
+    }
+    fails_with(
+        &["simulate", "--context", "300000"],
+        &[
+            "--context 300000",
+            "max_position_embeddings = 262144",
+            "kimi-k2.5",
+        ],
+    );
+    fails_with(&["simulate", "--layers", "0"], &["--layers 0", "512"]);
+}
+
+#[test]
+fn a_memory_overflow_is_stated_at_the_top() {
+    let (ok, out, err) = decodesim(&["simulate", "--gpu-memory-utilization", "0.5"]);
+    assert!(ok, "{err}");
+    let top = out.find("DOES NOT FIT").expect("overflow stated");
+    assert!(top < out.find("step time").unwrap(), "{out}");
+    assert!(out.contains("GiB per GPU"), "{out}");
+    let (ok, out, _) = decodesim(&["simulate"]);
+    assert!(ok);
+    assert!(
+        !out.contains("DOES NOT FIT"),
+        "the default scenario fits at 0.9"
+    );
+    let (_, json, _) = decodesim(&[
+        "simulate",
+        "--format",
+        "json",
+        "--gpu-memory-utilization",
+        "0.5",
+    ]);
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(v["memory_per_gpu"]["fits"], false);
+    assert_eq!(v["memory_per_gpu"]["gpu_memory_utilization"], 0.5);
+    assert!(v["warnings"][0]
+        .as_str()
+        .unwrap()
+        .starts_with("does not fit"));
+}
+
+#[test]
+fn list_lines_are_readable() {
+    let (ok, out, _) = decodesim(&["list"]);
+    assert!(ok);
+    for line in out.lines() {
+        assert!(
+            line.chars().count() <= 100,
+            "{} characters: {line}",
+            line.chars().count()
+        );
+    }
+}
+
+#[test]
+fn concurrent_timeline_writers_leave_one_whole_file() {
+    let dir = std::env::temp_dir().join(format!("decodesim-tl8-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    // The folder does not exist yet: the writer creates it.
+    let p = dir.join("nested/same.json");
+    let children: Vec<_> = (0..8)
+        .map(|i| {
+            Command::new(env!("CARGO_BIN_EXE_decodesim"))
+                .args([
+                    "simulate",
+                    "--batch",
+                    "2",
+                    "--seed",
+                    &i.to_string(),
+                    "--format",
+                    "json",
+                    "--timeline",
+                    p.to_str().unwrap(),
+                ])
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for c in children {
+        let out = c.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&p).unwrap())
+        .expect("the timeline is one whole JSON document");
+    let kernels = v["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["ph"] == "X")
+        .count();
+    assert_eq!(kernels, 8 * 1524);
+    let left: Vec<_> = std::fs::read_dir(p.parent().unwrap())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(left.len(), 1, "temporary files left: {left:?}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn poor_fit_marks_are_warned_at_the_top() {
+    let good = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/data/calibration/rtx-pro-6000-estimate/profile.toml"
+    ))
+    .unwrap();
+    let at = good.find("[profile]\n").expect("a [profile] table") + "[profile]\n".len();
+    let marked = format!(
+        "{}poor_fit = [\"kernels.norm: R² 0.58 < 0.90\"]\n{}",
+        &good[..at],
+        &good[at..]
+    );
+    let p = temp_file("poor.toml", &marked);
+    let (ok, out, err) = decodesim(&["simulate", "--calibration", p.to_str().unwrap()]);
+    assert!(ok, "{err}");
+    let top = out.find("POOR FIT").expect("poor fit stated");
+    assert!(top < out.find("step time").unwrap(), "{out}");
+    assert!(out.contains("kernels.norm: R² 0.58 < 0.90"), "{out}");
 }

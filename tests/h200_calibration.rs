@@ -2,11 +2,13 @@
 //! validation figures the README publishes, and single-anchor prediction.
 
 use decodesim::calibrate::{calibrate, FitOptions};
+use decodesim::cost::profile::CollectiveOp;
 use decodesim::cost::CalibrationProfile;
 use decodesim::measurements::Measurements;
-use decodesim::spec::GpuSpec;
+use decodesim::spec::{Algo, CommPath, GpuSpec, Proto};
 use decodesim::trace::classify::Classifier;
 use decodesim::validate::{validate, ValidateOptions};
+use decodesim::workload::CostFamily;
 use std::path::PathBuf;
 
 fn root(p: &str) -> PathBuf {
@@ -38,6 +40,7 @@ fn fit_of_the_h200_measurements() {
             min_r2: 0.9,
             table: None,
             keep_fallback_for_poor: false,
+            allow_poor_fit: false,
         },
     )
     .unwrap_err()
@@ -53,6 +56,7 @@ fn fit_of_the_h200_measurements() {
             min_r2: 0.9,
             table: Some("kernels.csv".into()),
             keep_fallback_for_poor: false,
+            allow_poor_fit: false,
         },
     )
     .unwrap();
@@ -62,14 +66,19 @@ fn fit_of_the_h200_measurements() {
         .find(|q| q.section == "kernels.gemm_bf16")
         .unwrap();
     assert!(gemm.r2 > 0.98 && gemm.median_abs_rel_err < 0.10, "{gemm:?}");
-    let g = &r.profile.kernels["gemm_bf16"];
+    let g = &r.profile.kernels[&CostFamily::GemmBf16];
     // Decode GEMMs are memory-bound: cuBLAS reaches most of HBM bandwidth.
     assert!((0.6..1.0).contains(&g.mem_efficiency), "{g:?}");
     let ll = r
         .profile
         .collectives
         .iter()
-        .find(|c| c.op == "all_reduce" && c.path == "nvlink" && c.proto == "LL" && c.algo == "ring")
+        .find(|c| {
+            c.op == CollectiveOp::AllReduce
+                && c.path == CommPath::Nvlink
+                && c.proto == Proto::Ll
+                && c.algo == Algo::Ring
+        })
         .unwrap();
     assert_eq!(ll.measured_nranks, vec![2]);
     assert!(r
@@ -80,7 +89,7 @@ fn fit_of_the_h200_measurements() {
     // The committed profile is this fit.
     let committed =
         CalibrationProfile::from_file(&root("data/calibration/h200/profile.toml")).unwrap();
-    assert_eq!(committed.kernels["gemm_bf16"], *g);
+    assert_eq!(committed.kernels[&CostFamily::GemmBf16], *g);
     assert!(committed.table.as_ref().is_some_and(|t| t.len() > 700));
 }
 

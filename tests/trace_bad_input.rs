@@ -75,6 +75,7 @@ fn corrupted_bytes_never_panic() {
                 classifier: &c,
                 step_marker: None,
                 top_unclassified: 3,
+                ranks: Default::default(),
             };
             let _ = summarize_parsed(vec![tr], &opts);
         }
@@ -131,14 +132,13 @@ fn missing_fields_are_skipped_and_counted() {
     let tr = parse(
         br#"{"traceEvents": [{"ph": "X", "cat": "kernel", "ts": 1, "dur": 1},
         {"ph": "X", "cat": "kernel", "name": "no_ts", "dur": 1},
-        {"ph": "X", "cat": "kernel", "name": "neg", "ts": 1, "dur": -4},
         {"cat": "kernel"}, "a string event", 17,
         {"ph": "X", "cat": "kernel", "name": "ok", "ts": 1, "dur": 1}]}"#,
     )
     .unwrap();
     assert_eq!(tr.gpu_ops.len(), 1);
-    assert_eq!(tr.counts.malformed, 4);
-    assert_eq!(tr.counts.total, 7);
+    assert_eq!(tr.counts.malformed, 3);
+    assert_eq!(tr.counts.total, 6);
     assert!(!tr.warnings.is_empty());
 }
 
@@ -163,6 +163,7 @@ fn old_schema_is_understood() {
         classifier: &c,
         step_marker: None,
         top_unclassified: 3,
+        ranks: Default::default(),
     };
     let s = summarize_parsed(vec![tr], &opts).unwrap();
     assert_eq!(s.ranks[0].rank, 1);
@@ -192,6 +193,7 @@ fn empty_traces_are_errors_that_say_so() {
         classifier: &c,
         step_marker: None,
         top_unclassified: 3,
+        ranks: Default::default(),
     };
     let err = summarize(&[cpu_only], &opts).unwrap_err();
     assert!(matches!(err, TraceError::NoGpuActivity), "{err:?}");
@@ -212,18 +214,160 @@ fn duplicate_ranks_are_refused() {
     let dir = common::scratch("dup");
     let a = dir.join("a.json");
     let b = dir.join("b.json");
-    let doc = serde_json::to_vec(&common::synth_trace(0, &[0.0, 0.0], 1, true)).unwrap();
-    std::fs::write(&a, &doc).unwrap();
-    std::fs::write(&b, &doc).unwrap();
+    // Two different files (one and two decode steps) that both say rank 0.
+    let doc =
+        |steps| serde_json::to_vec(&common::synth_trace(0, &[0.0, 0.0], steps, true)).unwrap();
+    std::fs::write(&a, doc(1)).unwrap();
+    std::fs::write(&b, doc(2)).unwrap();
     let c = Classifier::builtin();
     let opts = SummaryOptions {
         classifier: &c,
         step_marker: None,
         top_unclassified: 3,
+        ranks: Default::default(),
     };
     let err = summarize(&[a, b], &opts).unwrap_err().to_string();
     assert!(
         err.contains("rank 0") && err.contains("a.json") && err.contains("b.json"),
+        "{err}"
+    );
+}
+
+// ---- one test per bad-input class of issue 8, each through the command line ----
+
+/// A synthetic one-rank trace whose attention kernel in the last step lasts `dur` µs.
+fn write_with_kernel_dur(dir: &Path, name: &str, dur: &str) -> PathBuf {
+    let mut doc = common::synth_trace(0, &[0.0], 2, true);
+    let events = doc["traceEvents"].as_array_mut().unwrap();
+    let k = events
+        .iter()
+        .rposition(|e| e["name"].as_str().is_some_and(|n| n.starts_with("fmha")))
+        .unwrap();
+    events[k]["dur"] = serde_json::json!(0.0);
+    let text = serde_json::to_string(&doc).unwrap().replacen(
+        r#""dur":0.0"#,
+        &format!(r#""dur":{dur}"#),
+        1,
+    );
+    // The replaced dur must be the fmha kernel's: it is the only zero duration.
+    assert_eq!(text.matches(&format!(r#""dur":{dur}"#)).count(), 1);
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+#[test]
+fn a_kernel_longer_than_the_trace_is_an_error_naming_file_event_and_value() {
+    let dir = common::scratch("bad_huge_dur");
+    for (name, dur, why) in [
+        ("d23.json", "1e23", "an hour"),
+        ("d308.json", "1e308", "an hour"),
+        ("d9.json", "1e9", "rest of the trace"),
+    ] {
+        let p = write_with_kernel_dur(&dir, name, dur);
+        let (ok, out, err) = common::decodesim_bin(&["trace", "summarize", p.to_str().unwrap()]);
+        assert!(!ok, "{out}");
+        assert!(
+            err.contains(name) && err.contains("fmhaSm100f") && err.contains(why),
+            "{err}"
+        );
+        let v: f64 = dur.parse().unwrap();
+        assert!(err.contains(&format!("dur {v}")), "{err}");
+    }
+}
+
+#[test]
+fn trailing_garbage_is_an_error_naming_the_byte_offset() {
+    let dir = common::scratch("bad_trailing");
+    let mut text = synthetic_json();
+    let end = text.len();
+    text.extend_from_slice(b"\n{\"traceEvents\": []}");
+    let p = dir.join("two.json");
+    std::fs::write(&p, &text).unwrap();
+    let (ok, _, err) = common::decodesim_bin(&["trace", "summarize", p.to_str().unwrap()]);
+    assert!(
+        !ok && err.contains("two.json")
+            && err.contains(&format!("byte {}", end + 1))
+            && err.contains("trailing garbage"),
+        "{err}"
+    );
+    // Also inside gzip.
+    let gzp = dir.join("two.json.gz");
+    std::fs::write(&gzp, gz(&text)).unwrap();
+    let (ok, _, err) = common::decodesim_bin(&["trace", "summarize", gzp.to_str().unwrap()]);
+    assert!(!ok && err.contains("trailing garbage"), "{err}");
+}
+
+#[test]
+fn wrong_types_in_kept_events_are_errors_not_defaults() {
+    let err = parse(
+        br#"{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "ts": 1, "dur": true}]}"#,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("input.json") && err.contains("invalid type"),
+        "{err}"
+    );
+    let err = parse(
+        br#"{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "ts": 1, "dur": -3}]}"#,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("'dur'") && err.contains("-3") && err.contains("at least 0"),
+        "{err}"
+    );
+}
+
+#[test]
+fn rules_that_are_not_regular_files_are_refused_before_reading() {
+    let dir = common::scratch("bad_rules");
+    let paths = common::write_ranks(&dir, &[0.0], 1, false);
+    let p = paths[0].to_str().unwrap();
+    for rules in ["/dev/zero", dir.to_str().unwrap()] {
+        let (ok, _, err) = common::decodesim_bin(&["trace", "summarize", p, "--rules", rules]);
+        assert!(
+            !ok && err.contains(rules) && err.contains("not a regular file"),
+            "{rules}: {err}"
+        );
+    }
+}
+
+#[test]
+fn a_fifo_or_device_as_a_trace_is_refused_without_hanging() {
+    let dir = common::scratch("bad_fifo");
+    let fifo = dir.join("pipe.json");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(made, "mkfifo is needed for this test");
+    for p in [fifo.to_str().unwrap(), "/dev/zero"] {
+        let (ok, _, err) = common::decodesim_bin(&["trace", "summarize", p]);
+        assert!(
+            !ok && err.contains(p) && err.contains("not a regular file"),
+            "{p}: {err}"
+        );
+    }
+}
+
+#[test]
+fn duplicate_and_foreign_rank_files_are_refused_through_the_cli() {
+    let dir = common::scratch("bad_ranks_cli");
+    let paths = common::write_ranks(&dir.join("run"), &[0.0, 0.0], 1, true);
+    let a = paths[0].to_str().unwrap();
+    let (ok, _, err) = common::decodesim_bin(&["trace", "summarize", a, a]);
+    assert!(!ok && err.contains("passed twice"), "{err}");
+    let (ok, _, err) = common::decodesim_bin(&["trace", "summarize", a]);
+    assert!(!ok && err.contains("missing rank(s) 1"), "{err}");
+    let (ok, _, err) = common::decodesim_bin(&["trace", "summarize", a, "--allow-partial-ranks"]);
+    assert!(ok, "{err}");
+    let other = common::write_ranks(&dir.join("other"), &[0.0, 0.0, 0.0], 1, true);
+    let (ok, _, err) =
+        common::decodesim_bin(&["trace", "summarize", a, other[1].to_str().unwrap()]);
+    assert!(
+        !ok && err.contains("different runs") && err.contains("world_size"),
         "{err}"
     );
 }

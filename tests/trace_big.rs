@@ -90,6 +90,7 @@ fn a_one_gigabyte_trace_parses_in_bounded_memory() {
             classifier: &classifier,
             step_marker: None,
             top_unclassified: 5,
+            ranks: Default::default(),
         },
     )
     .unwrap();

@@ -4,7 +4,7 @@ mod common;
 
 use decodesim::accounting::Breakdown;
 use decodesim::category::Category;
-use decodesim::cli::trace::{run_compare, CompareTraceArgs, Format, TraceReadArgs};
+use decodesim::cli::trace::{run_compare, CompareTraceArgs, Format, RankArgs, TraceReadArgs};
 use decodesim::Error as CliError;
 use std::process::Command;
 
@@ -173,11 +173,14 @@ fn compare_reports_plots_and_fails_above_tolerance() {
         plot: Some(png.clone()),
         fail_above: Some(50.0),
         format: Format::Table,
+        allow_mismatch: false,
         read,
+        ranks: RankArgs::default(),
     };
     let mut out = Vec::new();
     let c = run_compare(
         &predicted(),
+        None,
         &args,
         "synthetic 2-rank decode step",
         &mut out,
@@ -191,18 +194,25 @@ fn compare_reports_plots_and_fails_above_tolerance() {
 
     args.plot = Some(svg.clone());
     args.format = Format::Json;
-    run_compare(&predicted(), &args, "synthetic", &mut Vec::new()).unwrap();
+    run_compare(&predicted(), None, &args, "synthetic", &mut Vec::new()).unwrap();
     let s = std::fs::read_to_string(&svg).unwrap();
     assert!(s.starts_with("<svg") && s.contains("measured") && s.contains("communication"));
 
     args.plot = None;
     args.fail_above = Some(0.5);
-    let err = run_compare(&predicted(), &args, "t", &mut Vec::new()).unwrap_err();
+    let err = run_compare(&predicted(), None, &args, "t", &mut Vec::new()).unwrap_err();
     assert!(matches!(err, CliError::AboveTolerance { .. }), "{err}");
+    // NaN would switch the check off: refused, naming the flag.
+    args.fail_above = Some(f64::NAN);
+    let err = run_compare(&predicted(), None, &args, "t", &mut Vec::new()).unwrap_err();
+    assert!(
+        matches!(err, CliError::Flag { .. }) && err.to_string().contains("--fail-above NaN"),
+        "{err}"
+    );
     args.plot = Some(dir.join("cmp.gif"));
     args.fail_above = None;
     assert!(matches!(
-        run_compare(&predicted(), &args, "t", &mut Vec::new()),
+        run_compare(&predicted(), None, &args, "t", &mut Vec::new()),
         Err(CliError::Plot(_))
     ));
 }
@@ -213,8 +223,13 @@ fn compare_command_end_to_end() {
     common::write_ranks(&dir, &[0.0, 25.0], 3, false);
     let d = dir.to_str().unwrap();
     let svg = dir.join("c.svg");
+    // The synthetic trace shows 2 ranks and batch 8 (no layer count: one collective per step).
     let (ok, out, err) = decodesim(&[
         "compare",
+        "--tp",
+        "2",
+        "--batch",
+        "8",
         "--trace",
         d,
         "--format",
@@ -230,10 +245,166 @@ fn compare_command_end_to_end() {
     assert!(v["step_time_us"]["predicted"].as_f64().unwrap() > 0.0);
     assert_eq!(v["breakdown"].as_array().unwrap().len(), Category::COUNT);
     assert!(svg.is_file());
-    let (ok, out, err) = decodesim(&["compare", "--trace", d, "--fail-above", "1"]);
+    assert_eq!(v["inferred"]["ranks"]["value"], 2);
+    assert_eq!(v["inferred"]["batch"]["value"], 8);
+    let (ok, out, err) = decodesim(&[
+        "compare",
+        "--tp",
+        "2",
+        "--batch",
+        "8",
+        "--trace",
+        d,
+        "--fail-above",
+        "1",
+    ]);
     assert!(!ok && err.contains("--fail-above"), "{err}");
     assert!(
         out.contains("predicted µs"),
         "the report is printed before failing: {out}"
     );
+}
+
+/// The two rank files of one committed H200 capture, copied into a fresh folder.
+fn h200_capture(name: &str, scratch: &str) -> std::path::PathBuf {
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("data/traces/h200");
+    let dir = common::scratch(scratch);
+    for e in std::fs::read_dir(&src).unwrap().flatten() {
+        let f = e.file_name().to_string_lossy().into_owned();
+        if f.starts_with(&format!("{name}_rank")) {
+            std::fs::copy(e.path(), dir.join(&f)).unwrap();
+        }
+    }
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 2, "{name}");
+    dir
+}
+
+#[test]
+fn compare_refuses_a_scenario_that_is_not_the_trace() {
+    // The reported case: a 2-rank, 4-layer trace against the default 8-rank, 61-layer scenario
+    // printed +360% with no warning.
+    let dir = h200_capture("refstep_b16_c8192_default", "cli_mismatch");
+    let d = dir.to_str().unwrap();
+    let (ok, out, err) = decodesim(&["compare", "--trace", d]);
+    assert!(!ok, "{out}");
+    assert!(
+        err.contains("does not match the trace")
+            && err.contains("ranks: scenario 8 (--tp), trace 2 (distributedInfo.world_size)")
+            && err.contains("layers: scenario 61")
+            && err.contains("trace 4")
+            && err.contains("batch: scenario 32 (--batch), trace 16")
+            && err.contains("--allow-mismatch"),
+        "{err}"
+    );
+    assert!(out.is_empty(), "no report before the refusal: {out}");
+
+    // The scenario the trace shows: accepted, and the report says what was inferred.
+    let matching = [
+        "compare",
+        "--system",
+        "h200-2x-nvlink",
+        "--model",
+        "kimi-k2.5-bf16",
+        "--tp",
+        "2",
+        "--layers",
+        "4",
+        "--batch",
+        "16",
+        "--context",
+        "8192",
+        "--runtime",
+        "reference",
+        "--calibration",
+        "h200",
+        "--trace",
+        d,
+    ];
+    let (ok, out, err) = decodesim(&matching);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("the trace shows:") && out.contains("layers 4 (10 collectives per step"),
+        "{out}"
+    );
+
+    // --allow-mismatch: compared, with the mismatch in the report.
+    let (ok, out, err) = decodesim(&["compare", "--trace", d, "--allow-mismatch"]);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("MISMATCH (allowed by --allow-mismatch): ranks"),
+        "{out}"
+    );
+}
+
+#[test]
+fn fail_above_nan_is_refused_before_anything_is_read() {
+    let (ok, _, err) = decodesim(&["compare", "--trace", "/no/such", "--fail-above", "NaN"]);
+    assert!(
+        !ok && err.contains("--fail-above") && err.contains("NaN"),
+        "{err}"
+    );
+    let (ok, _, err) = decodesim(&["compare", "--trace", "/no/such", "--fail-above=-5"]);
+    assert!(!ok && err.contains("--fail-above"), "{err}");
+}
+
+#[test]
+fn validate_writes_csv_and_says_what_the_traces_show() {
+    let dir = h200_capture("refstep_b16_c8192_default", "cli_validate_csv");
+    let d = dir.to_str().unwrap();
+    let (ok, out, err) = decodesim(&["validate", "--traces", d, "--format", "csv"]);
+    assert!(ok, "{err}");
+    let mut r = csv::Reader::from_reader(out.as_bytes());
+    let h = r.headers().unwrap().clone();
+    assert_eq!(&h[0], "configuration");
+    let rows: Vec<csv::StringRecord> = r.records().map(|x| x.unwrap()).collect();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(&rows[0][0], "refstep_b16_c8192_default");
+    let layers = h.iter().position(|c| c == "layers").unwrap();
+    assert_eq!(&rows[0][layers], "4");
+    let (ok, out, _) = decodesim(&["validate", "--traces", d]);
+    assert!(
+        ok && out.contains("the traces show") && out.contains("layers 4"),
+        "{out}"
+    );
+    // --layers that the trace contradicts is refused.
+    let (ok, _, err) = decodesim(&["validate", "--traces", d, "--layers", "61"]);
+    assert!(
+        !ok && err.contains("layers: scenario 61") && err.contains("trace 4"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_simulated_timeline_reads_back_with_the_simulators_categories() {
+    // The default scenario (8 ranks, 61 layers): its sampling step, 110.6 µs on the mean, once
+    // read back as 45.8 µs because the trace rules called the logits' FP32 copy elementwise and
+    // the shared expert's GEMMs MoE. The timeline now declares each kernel's category.
+    let sim = decodesim::sim::simulate(&decodesim::sim::ScenarioRequest::default()).unwrap();
+    let dir = common::scratch("roundtrip");
+    let tl = dir.join("tl.json");
+    decodesim::files::write_atomic(&tl, |w| {
+        decodesim::report::chrome::write_chrome_trace(&sim, w)
+    })
+    .unwrap();
+    let (ok, out, err) = decodesim(&[
+        "trace",
+        "summarize",
+        tl.to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
+    assert!(ok, "{err}");
+    let read: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(read["unclassified_us"].as_f64().unwrap(), 0.0);
+    // The file holds every rank (one process each); the reader analyses rank 0.
+    let rank0 = &sim.per_rank[0];
+    for e in read["breakdown"].as_array().unwrap() {
+        let c: Category = e["category"].as_str().unwrap().parse().unwrap();
+        let (t, p) = (e["time_us"].as_f64().unwrap(), rank0.time(c));
+        assert!(
+            (t - p).abs() < 1e-3,
+            "{c}: simulated {p} µs on rank 0, read back {t} µs"
+        );
+    }
+    assert!(rank0.time(Category::Sampling) > 100.0);
 }

@@ -6,7 +6,7 @@ use decodesim::accounting::align::AlignMethod;
 use decodesim::accounting::{summarize, SummaryOptions};
 use decodesim::category::Category;
 use decodesim::trace::classify::Classifier;
-use decodesim::trace::rank::RankSource;
+use decodesim::trace::rank::{RankPolicy, RankSource};
 use decodesim::trace::steps::{StepKind, StepSource, WindowSource};
 
 fn opts(c: &Classifier) -> SummaryOptions<'_> {
@@ -14,6 +14,17 @@ fn opts(c: &Classifier) -> SummaryOptions<'_> {
         classifier: c,
         step_marker: None,
         top_unclassified: 10,
+        ranks: RankPolicy::default(),
+    }
+}
+
+fn partial(c: &Classifier) -> SummaryOptions<'_> {
+    SummaryOptions {
+        ranks: RankPolicy {
+            allow_partial: true,
+            allow_mixed_runs: false,
+        },
+        ..opts(c)
     }
 }
 
@@ -93,7 +104,7 @@ fn distributed_info_wins_over_file_names_and_single_rank_is_not_split() {
         .all(|r| r.rank_source == RankSource::DistributedInfo));
     assert!((s.ranks[1].breakdown.comm_wait_us - 10.0).abs() < 1e-9);
 
-    let one = summarize(&paths[..1], &opts(&c)).unwrap();
+    let one = summarize(&paths[..1], &partial(&c)).unwrap();
     assert_eq!(one.alignment.method, AlignMethod::SingleRank);
     let b = &one.breakdown;
     assert_eq!(b.comm_wait_us, 0.0);
@@ -110,4 +121,92 @@ fn different_step_counts_align_over_the_whole_trace() {
     let s = summarize(&[a[0].clone(), b[1].clone()], &opts(&c)).unwrap();
     assert_eq!(s.alignment.method, AlignMethod::WholeTrace);
     assert_eq!((s.alignment.aligned, s.alignment.unmatched), (2, 1));
+}
+
+#[test]
+fn one_rank_of_two_is_refused_unless_allowed() {
+    let dir = common::scratch("missing_rank");
+    let paths = common::write_ranks(&dir, &[0.0, 5.0], 2, true);
+    std::fs::remove_file(&paths[1]).unwrap();
+    let c = Classifier::builtin();
+    // The folder now holds rank 0 of a 2-rank run only.
+    let err = summarize(std::slice::from_ref(&dir), &opts(&c))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("rank0")
+            && err.contains("world_size is 2")
+            && err.contains("missing rank(s) 1")
+            && err.contains("--allow-partial-ranks"),
+        "{err}"
+    );
+    assert!(summarize(&[dir], &partial(&c)).is_ok());
+}
+
+#[test]
+fn ranks_of_different_runs_are_refused_unless_allowed() {
+    let c = Classifier::builtin();
+    // Different world sizes: rank 0 of a 2-rank run, rank 1 of a 4-rank run.
+    let dir = common::scratch("mixed_world");
+    let two = common::write_ranks(&dir.join("two"), &[0.0, 0.0], 1, true);
+    let four = common::write_ranks(&dir.join("four"), &[0.0, 0.0, 0.0, 0.0], 1, true);
+    let err = summarize(&[two[0].clone(), four[1].clone()], &opts(&c))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("different runs")
+            && err.contains("world_size")
+            && err.contains("--allow-mixed-runs"),
+        "{err}"
+    );
+    // Profilers started an hour apart (baseTimeNanoseconds).
+    let dir = common::scratch("mixed_time");
+    let mut paths = Vec::new();
+    for (r, base) in [(0usize, 1.7e18), (1, 1.7e18 + 3.6e12)] {
+        let mut doc = common::synth_trace(r, &[0.0, 0.0], 1, true);
+        doc["baseTimeNanoseconds"] = serde_json::json!(base);
+        let p = dir.join(format!("run_rank{r}.json"));
+        std::fs::write(&p, serde_json::to_vec(&doc).unwrap()).unwrap();
+        paths.push(p);
+    }
+    let err = summarize(&paths, &opts(&c)).unwrap_err().to_string();
+    assert!(
+        err.contains("run_rank0.json")
+            && err.contains("run_rank1.json")
+            && err.contains("3600 s apart"),
+        "{err}"
+    );
+    let allow = SummaryOptions {
+        ranks: RankPolicy {
+            allow_partial: false,
+            allow_mixed_runs: true,
+        },
+        ..opts(&c)
+    };
+    assert!(summarize(&paths, &allow).is_ok());
+}
+
+#[test]
+fn one_file_passed_twice_is_refused() {
+    let dir = common::scratch("twice");
+    let paths = common::write_ranks(&dir, &[0.0, 0.0], 1, false);
+    let c = Classifier::builtin();
+    // The same path twice, and the same path through another spelling.
+    let again = dir.join(".").join(paths[0].file_name().unwrap());
+    for second in [paths[0].clone(), again] {
+        let err = summarize(&[paths[0].clone(), second], &opts(&c))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("same trace") && err.contains("passed twice"),
+            "{err}"
+        );
+    }
+    // A copy under another name: identical contents.
+    let copy = dir.join("copy_rank1.json.gz");
+    std::fs::copy(&paths[0], &copy).unwrap();
+    let err = summarize(&[paths[0].clone(), copy], &opts(&c))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("identical contents"), "{err}");
 }

@@ -14,7 +14,7 @@ fuzz_target!(|data: &[u8]| {
     static RULES: OnceLock<Classifier> = OnceLock::new();
     let classifier = RULES.get_or_init(Classifier::builtin);
     if let Ok(trace) = parse_bytes(data, Path::new("fuzz.json"), &ParseOptions::default()) {
-        let opts = SummaryOptions { classifier, step_marker: None, top_unclassified: 5 };
+        let opts = SummaryOptions { classifier, step_marker: None, top_unclassified: 5, ranks: Default::default() };
         let _ = summarize_parsed(vec![trace], &opts);
     }
 });

@@ -5,14 +5,18 @@
 //! - [`breakdown`]: [`Breakdown`], a step's time by category;
 //! - [`align`]: communication wait vs transfer by aligning collectives across ranks;
 //! - [`summary`]: a parsed trace's steps turned into per-rank and overall summaries;
-//! - [`compare`]: predicted vs measured, category by category.
+//! - [`compare`]: predicted vs measured, category by category;
+//! - [`infer`]: what a trace shows of its scenario (ranks, layers, batch, context), and the
+//!   check of a scenario against it.
 //!
-//! Imports `trace` (what was read) and `category`; never `sim`, `cost` or `report`.
+//! Imports `trace` (what was read), `category` and the plain data of `spec`; never `sim`, `cost`
+//! or `report`.
 
 pub mod align;
 pub mod attribute;
 pub mod breakdown;
 pub mod compare;
+pub mod infer;
 pub mod summary;
 
 pub use attribute::{attribute, Attribution, Interval};

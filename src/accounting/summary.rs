@@ -10,7 +10,7 @@ use crate::trace::classify::{Classifier, Verdict};
 use crate::trace::error::{Result, TraceError};
 use crate::trace::model::{EventCounts, GpuOp, ParsedTrace};
 use crate::trace::parse::{parse_file, ParseOptions};
-use crate::trace::rank::{assign_ranks, RankSource};
+use crate::trace::rank::{assign_ranks, check_complete, check_one_run, RankPolicy, RankSource};
 use crate::trace::steps::{find_steps, StepKind, StepSource, WindowSource};
 use regex::Regex;
 use serde::Serialize;
@@ -23,6 +23,8 @@ pub struct SummaryOptions<'a> {
     pub step_marker: Option<&'a Regex>,
     /// How many unclassified kernel names to keep (by time).
     pub top_unclassified: usize,
+    /// What is allowed of the rank files beyond one complete run.
+    pub ranks: RankPolicy,
 }
 
 /// Order statistics of step times, µs.
@@ -188,8 +190,77 @@ fn ratio(a: f64, b: f64) -> f64 {
     }
 }
 
-/// Expands directories into their `*.json` / `*.json.gz` files (sorted) and checks the rest.
+/// Expands directories into their `*.json` / `*.json.gz` files (sorted) and checks the rest:
+/// each must be a regular file of a sane size ([`crate::files::check_input`]), and no trace may
+/// be given twice (the same file after canonicalisation, or the same bytes under two names).
 pub fn expand_inputs(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
+    let files = expand_paths(paths)?;
+    refuse_duplicates(&files)?;
+    Ok(files)
+}
+
+fn refuse_duplicates(files: &[PathBuf]) -> Result<()> {
+    let mut seen_path: HashMap<PathBuf, usize> = HashMap::new();
+    let mut seen_print: HashMap<(u64, u64), usize> = HashMap::new();
+    for (i, f) in files.iter().enumerate() {
+        let canon = f.canonicalize().unwrap_or_else(|_| f.clone());
+        if let Some(&j) = seen_path.get(&canon) {
+            return Err(TraceError::DuplicateFile {
+                first: files[j].clone(),
+                second: f.clone(),
+                how: "one file, passed twice",
+            });
+        }
+        seen_path.insert(canon, i);
+        let print = fingerprint(f)?;
+        if let Some(&j) = seen_print.get(&print) {
+            return Err(TraceError::DuplicateFile {
+                first: files[j].clone(),
+                second: f.clone(),
+                how: "identical contents",
+            });
+        }
+        seen_print.insert(print, i);
+    }
+    Ok(())
+}
+
+/// (length, hash of the first MiB and the last 64 KiB): equal for copies of one file, and
+/// different for two ranks' files, which differ in their first bytes (distributedInfo, trace
+/// id, timestamps). Costs two small reads whatever the file's size.
+fn fingerprint(path: &std::path::Path) -> Result<(u64, u64)> {
+    use std::hash::Hasher;
+    use std::io::{Read, Seek, SeekFrom};
+    let io = |source| TraceError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut f = std::fs::File::open(path).map_err(io)?;
+    let len = f.metadata().map_err(io)?.len();
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    let mut buf = vec![0u8; 1 << 20];
+    let n = read_up_to(&mut f, &mut buf).map_err(io)?;
+    h.write(&buf[..n]);
+    if len > buf.len() as u64 {
+        f.seek(SeekFrom::Start(len.saturating_sub(1 << 16)))
+            .map_err(io)?;
+        let n = read_up_to(&mut f, &mut buf[..1 << 16]).map_err(io)?;
+        h.write(&buf[..n]);
+    }
+    fn read_up_to(f: &mut std::fs::File, buf: &mut [u8]) -> std::io::Result<usize> {
+        let mut n = 0;
+        while n < buf.len() {
+            match f.read(&mut buf[n..])? {
+                0 => break,
+                k => n += k,
+            }
+        }
+        Ok(n)
+    }
+    Ok((len, h.finish()))
+}
+
+fn expand_paths(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
     let mut out = Vec::new();
     for p in paths {
         if p.is_dir() {
@@ -211,10 +282,13 @@ pub fn expand_inputs(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
             }
             files.sort();
             out.extend(files);
-        } else if p.is_file() {
-            out.push(p.clone());
-        } else {
+        } else if p.symlink_metadata().is_err() {
             return Err(TraceError::NotATrace { path: p.clone() });
+        } else {
+            // A FIFO, a device or an oversized file is refused here, before a byte is read.
+            crate::files::check_input(p, crate::files::InputKind::Trace)
+                .map_err(|e| crate::trace::parse::input_error(p, e))?;
+            out.push(p.clone());
         }
     }
     Ok(out)
@@ -237,7 +311,14 @@ pub fn summarize(paths: &[PathBuf], opts: &SummaryOptions) -> Result<TraceSummar
 pub fn summarize_parsed(traces: Vec<ParsedTrace>, opts: &SummaryOptions) -> Result<TraceSummary> {
     let paths: Vec<PathBuf> = traces.iter().map(|t| t.path.clone()).collect();
     let meta: Vec<Option<i64>> = traces.iter().map(|t| t.meta.rank).collect();
+    let metas: Vec<&crate::trace::model::TraceMeta> = traces.iter().map(|t| &t.meta).collect();
+    if !opts.ranks.allow_mixed_runs && !traces.is_empty() {
+        check_one_run(&paths, &metas)?;
+    }
     let ranks = assign_ranks(&paths, &meta)?;
+    if !opts.ranks.allow_partial {
+        check_complete(&paths, &metas, &ranks)?;
+    }
     let mut order: Vec<usize> = (0..traces.len()).collect();
     order.sort_by_key(|&i| ranks[i].0);
 
@@ -338,7 +419,7 @@ fn summarize_rank(
         .collect();
     if ops.len() < trace.gpu_ops.len() {
         warnings.push(format!(
-            "GPU ops of {} other device(s) ignored; analysed device {}",
+            "{} GPU ops on other devices ignored; analysed device {} (the one with the most ops)",
             trace.gpu_ops.len() - ops.len(),
             device.unwrap_or(0)
         ));
@@ -600,6 +681,7 @@ mod tests {
             correlation: None,
             graph_id: None,
             collective: None,
+            declared: None,
         }
     }
 

@@ -16,6 +16,7 @@ use crate::cost::CalibrationProfile;
 use crate::error::Result;
 use crate::sim::{simulate_loaded, Simulation};
 use crate::spec::Scenario;
+use crate::workload::CostFamily;
 use std::collections::BTreeMap;
 
 /// Ratios are clamped: a factor outside this range means the scenario does not describe the
@@ -53,14 +54,12 @@ pub fn fit_to_step(
     for _ in 0..3 {
         let pred = &sim.mean;
         // Time each family spends in each category, from the base costs.
-        let mut fam_cat: BTreeMap<&'static str, [f64; Category::COUNT]> = BTreeMap::new();
+        let mut fam_cat: BTreeMap<CostFamily, [f64; Category::COUNT]> = BTreeMap::new();
         for (op, &t) in sim.workload.ops.iter().zip(&sim.pricing.base_us) {
             if op.family.is_collective() || op.family.is_sync() {
                 continue;
             }
-            fam_cat
-                .entry(op.family.key())
-                .or_insert([0.0; Category::COUNT])[op.category.index()] += t;
+            fam_cat.entry(op.family).or_insert([0.0; Category::COUNT])[op.category.index()] += t;
         }
         for (fam, per_cat) in fam_cat {
             let total: f64 = per_cat.iter().sum();
@@ -74,10 +73,12 @@ pub fn fit_to_step(
                     per_cat[i] / total * ratio(measured.busy_us[i], pred.busy_us[i])
                 })
                 .sum();
-            if let Some(k) = p.kernels.get_mut(fam) {
+            if let Some(k) = p.kernels.get_mut(&fam) {
                 k.fixed_us *= r;
-                k.mem_efficiency /= r;
-                k.compute_efficiency /= r;
+                // No efficiency above the hardware's peak: a faster trace than that is the
+                // fixed cost's to explain.
+                k.mem_efficiency = (k.mem_efficiency / r).min(1.0);
+                k.compute_efficiency = (k.compute_efficiency / r).min(1.0);
                 *factors.entry(fam.to_string()).or_insert(1.0) *= r;
             }
         }
@@ -127,10 +128,6 @@ pub fn fit_to_step(
         "per-category factors fitted to one measured step ({anchor_name}); base: {}",
         profile.profile.provenance
     );
-    for k in p.kernels.values_mut() {
-        k.mem_efficiency = k.mem_efficiency.min(4.0);
-        k.compute_efficiency = k.compute_efficiency.min(1.5);
-    }
     Ok(AnchorResult {
         profile: p,
         factors,

@@ -18,8 +18,32 @@ pub fn weighted_least_squares(x: &[Vec<f64>], y: &[f64], w: &[f64]) -> Option<Li
     if n < p || p == 0 {
         return None;
     }
+    if x.iter().any(|r| r.len() != p) || w.len() != n {
+        return None;
+    }
     let xm = DMatrix::from_fn(n, p, |i, j| x[i][j] * w[i].sqrt());
     let ym = DVector::from_fn(n, |i, _| y[i] * w[i].sqrt());
+    if !xm.iter().chain(ym.iter()).all(|v| v.is_finite()) {
+        return None;
+    }
+    // Rank check on unit-norm columns (so units do not matter): rows that do not vary enough
+    // to separate the parameters leave a near-zero singular value, and inverting anyway gives
+    // coefficients of ±1e5 with intervals to match.
+    let mut unit = xm.clone();
+    for mut c in unit.column_iter_mut() {
+        let norm = c.norm();
+        if norm == 0.0 {
+            return None;
+        }
+        c /= norm;
+    }
+    let sv = unit.singular_values();
+    let (lo, hi) = sv
+        .iter()
+        .fold((f64::MAX, 0.0f64), |(lo, hi), &v| (lo.min(v), hi.max(v)));
+    if !(lo > 1e-8 * hi) {
+        return None;
+    }
     let xtx = xm.transpose() * &xm;
     let inv = xtx.clone().try_inverse()?;
     let beta = &inv * xm.transpose() * &ym;
@@ -94,6 +118,13 @@ mod tests {
                     .collect::<Vec<_>>()
             ) > 0.99
         );
+    }
+
+    #[test]
+    fn identical_rows_are_singular_not_a_fit() {
+        let x = vec![vec![1.0, 3.0]; 50];
+        let y: Vec<f64> = (0..50).map(|i| 10.0 + 1e-9 * i as f64).collect();
+        assert!(weighted_least_squares(&x, &y, &[0.01; 50]).is_none());
     }
 
     #[test]

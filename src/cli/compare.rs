@@ -24,6 +24,7 @@ pub fn run(a: CompareArgs) -> Result<()> {
     );
     super::trace::run_compare(
         &sim.mean,
+        Some(&sim.scenario),
         &a.measured,
         &title,
         &mut std::io::stdout().lock(),

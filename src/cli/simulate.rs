@@ -2,45 +2,46 @@
 
 use super::{print, ScenarioArgs};
 use crate::error::{Error, Result};
-use crate::report::{self, Format};
+use crate::report::{self, units, Format};
 use crate::sim;
+use crate::spec::scenario::DEFAULT_GPU_MEMORY_UTILIZATION;
 use std::path::PathBuf;
 
 #[derive(Debug, clap::Args)]
 pub struct SimulateArgs {
     #[command(flatten)]
     pub scenario: ScenarioArgs,
+    /// Share of each GPU's memory vLLM may use (vLLM's --gpu-memory-utilization); the memory
+    /// check holds weights + KV cache against it. Above 0, at most 1.
+    #[arg(long, default_value_t = DEFAULT_GPU_MEMORY_UTILIZATION, value_name = "SHARE")]
+    pub gpu_memory_utilization: f64,
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub format: Format,
-    /// Also write the simulated step as a Chrome trace (opens in Perfetto).
+    /// Also write the simulated step as a Chrome trace (opens in Perfetto). Written to a
+    /// temporary file and renamed, so concurrent runs never leave a torn file.
     #[arg(long, value_name = "FILE.json")]
     pub timeline: Option<PathBuf>,
 }
 
 pub fn run(a: SimulateArgs) -> Result<()> {
-    let sim = sim::simulate(&a.scenario.request())?;
+    let sim =
+        sim::simulate_with_memory_utilization(&a.scenario.request(), a.gpu_memory_utilization)?;
     if let Some(path) = &a.timeline {
-        let file = std::fs::File::create(path).map_err(|source| Error::Write {
-            path: path.clone(),
-            source,
-        })?;
-        report::chrome::write_chrome_trace(&sim, file).map_err(|source| Error::Write {
-            path: path.clone(),
-            source,
-        })?;
+        crate::files::write_atomic(path, |w| report::chrome::write_chrome_trace(&sim, w))?;
     }
     let text = match a.format {
         Format::Table => report::simulation::render_table(&sim),
         Format::Json => {
-            serde_json::to_string_pretty(&report::simulation::to_json(&sim)).expect("JSON value")
+            serde_json::to_string_pretty(&report::simulation::to_json(&sim))
+                .map_err(|e| Error::Other(format!("cannot serialize the report: {e}")))?
                 + "\n"
         }
         Format::Csv => report::simulation::to_csv(&sim),
     };
     print(&text)?;
     if let (Some(path), Format::Table) = (&a.timeline, a.format) {
-        print(&format!("\ntimeline written to {}\n", path.display()))?;
+        print(&format!("\ntimeline written to {}\n", units::path(path)))?;
     }
     Ok(())
 }

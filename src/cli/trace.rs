@@ -2,13 +2,16 @@
 //! command flattens in, and the function that compares a simulated step with a trace).
 
 use crate::accounting::compare::{compare_with_trace, Comparison};
+use crate::accounting::infer::{check_or_allow, infer_scenario, Inferred};
 use crate::accounting::Breakdown;
 use crate::accounting::{summarize, SummaryOptions, TraceSummary};
 use crate::error::{Error, Result};
 use crate::report::plot::plot_comparison;
 pub use crate::report::Format;
 use crate::report::{comparison as cmp_report, trace_summary};
+use crate::spec::Scenario;
 use crate::trace::classify::Classifier;
+use crate::trace::rank::RankPolicy;
 use crate::trace::TraceError;
 use clap::{Args, Subcommand};
 use regex::Regex;
@@ -43,6 +46,42 @@ pub struct TraceReadArgs {
     pub top_unclassified: usize,
 }
 
+/// Overrides of the checks that the rank files are one complete run.
+#[derive(Debug, Clone, Copy, Default, Args)]
+pub struct RankArgs {
+    /// Analyse fewer rank files than distributedInfo.world_size says the run had.
+    #[arg(long)]
+    pub allow_partial_ranks: bool,
+    /// Analyse files that look like different runs (different world size, backend, GPUs,
+    /// profiler start more than 10 minutes apart, or different vLLM file-name stems).
+    #[arg(long)]
+    pub allow_mixed_runs: bool,
+}
+
+impl RankArgs {
+    pub fn policy(self) -> RankPolicy {
+        RankPolicy {
+            allow_partial: self.allow_partial_ranks,
+            allow_mixed_runs: self.allow_mixed_runs,
+        }
+    }
+}
+
+/// `--fail-above`: a finite, non-negative percentage (NaN would switch the check off).
+pub fn parse_pct(s: &str) -> std::result::Result<f64, String> {
+    let v: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("'{s}' is not a number"))?;
+    if v.is_finite() && v >= 0.0 {
+        Ok(v)
+    } else {
+        Err(format!(
+            "'{s}' is not allowed: a percentage must be finite and at least 0"
+        ))
+    }
+}
+
 #[derive(Debug, Args)]
 pub struct SummarizeArgs {
     /// Trace files (.json or .json.gz, one per rank) or directories of them.
@@ -52,6 +91,8 @@ pub struct SummarizeArgs {
     pub format: Format,
     #[command(flatten)]
     pub read: TraceReadArgs,
+    #[command(flatten)]
+    pub ranks: RankArgs,
 }
 
 /// The flags `decodesim compare` takes for its measured side.
@@ -64,20 +105,42 @@ pub struct CompareTraceArgs {
     #[arg(long, value_name = "FILE")]
     pub plot: Option<PathBuf>,
     /// Exit with failure when |step-time error| exceeds this many percent.
-    #[arg(long, value_name = "PCT")]
+    #[arg(long, value_name = "PCT", value_parser = parse_pct)]
     pub fail_above: Option<f64>,
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub format: Format,
+    /// Compare even when the scenario's ranks, layers, batch or context differ from what the
+    /// trace shows (the report then says so).
+    #[arg(long)]
+    pub allow_mismatch: bool,
     #[command(flatten)]
     pub read: TraceReadArgs,
+    #[command(flatten)]
+    pub ranks: RankArgs,
 }
 
-/// Reads and summarizes the traces as the flags say.
+/// Reads and summarizes the traces as the flags say, refusing rank files that are not one
+/// complete run.
 pub fn load(paths: &[PathBuf], read: &TraceReadArgs) -> Result<TraceSummary> {
-    let classifier = match &read.rules {
+    load_with(paths, read, RankPolicy::default())
+}
+
+/// Reads the rules of `--rules` (refused before reading when not a regular file), or the
+/// built-in ones.
+pub fn classifier(read: &TraceReadArgs) -> Result<Classifier> {
+    Ok(match &read.rules {
         Some(p) => Classifier::from_file(p)?,
         None => Classifier::builtin(),
-    };
+    })
+}
+
+/// [`load`] with the rank checks the user relaxed.
+pub fn load_with(
+    paths: &[PathBuf],
+    read: &TraceReadArgs,
+    ranks: RankPolicy,
+) -> Result<TraceSummary> {
+    let classifier = classifier(read)?;
     let marker = read
         .step_marker
         .as_deref()
@@ -92,6 +155,7 @@ pub fn load(paths: &[PathBuf], read: &TraceReadArgs) -> Result<TraceSummary> {
         classifier: &classifier,
         step_marker: marker.as_ref(),
         top_unclassified: read.top_unclassified,
+        ranks,
     };
     Ok(summarize(paths, &opts)?)
 }
@@ -99,7 +163,7 @@ pub fn load(paths: &[PathBuf], read: &TraceReadArgs) -> Result<TraceSummary> {
 pub fn run(args: &TraceArgs, out: &mut dyn Write) -> Result<()> {
     match &args.command {
         TraceCommand::Summarize(a) => {
-            let s = load(&a.paths, &a.read)?;
+            let s = load_with(&a.paths, &a.read, a.ranks.policy())?;
             let text = match a.format {
                 Format::Table => trace_summary::to_table(&s),
                 Format::Json => format!("{:#}\n", trace_summary::to_json(&s)),
@@ -111,26 +175,44 @@ pub fn run(args: &TraceArgs, out: &mut dyn Write) -> Result<()> {
     }
 }
 
-/// The measured half of `decodesim compare`: summarizes the traces, compares them with the
-/// simulator's `predicted` step, writes the report (and the plot), and returns the comparison;
+/// Checks `--fail-above` again for callers that did not come through clap.
+fn check_fail_above(v: Option<f64>) -> Result<()> {
+    match v {
+        Some(x) if !(x.is_finite() && x >= 0.0) => Err(Error::Flag {
+            flag: "--fail-above",
+            value: x.to_string(),
+            expected: "a percentage must be finite and at least 0".into(),
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// The measured half of `decodesim compare`: summarizes the traces, checks that `scenario`
+/// (when given) is what the trace shows, compares the simulator's `predicted` step with them,
+/// writes the report (and the plot), and returns the comparison; `Err(Mismatch)` before any
+/// report when the scenario differs from the trace (unless `--allow-mismatch`), and
 /// `Err(AboveTolerance)` when `--fail-above` is given and exceeded, after the report is written.
 pub fn run_compare(
     predicted: &Breakdown,
+    scenario: Option<&Scenario>,
     args: &CompareTraceArgs,
     title: &str,
     out: &mut dyn Write,
 ) -> Result<Comparison> {
-    let measured = load(&args.traces, &args.read)?;
-    let c = compare_with_trace(predicted, &measured);
-    let text = match args.format {
-        Format::Table => cmp_report::to_table(&c),
-        Format::Json => format!("{:#}\n", cmp_report::to_json(&c)),
-        Format::Csv => cmp_report::to_csv(&c),
+    check_fail_above(args.fail_above)?;
+    let measured = load_with(&args.traces, &args.read, args.ranks.policy())?;
+    let inferred = infer_scenario(&measured);
+    let notes = match scenario {
+        Some(sc) => check_or_allow(sc, &inferred, args.allow_mismatch)?,
+        None => inferred.lines(),
     };
+    let c = compare_with_trace(predicted, &measured);
+    let text = render_comparison(&c, &inferred, &notes, args.format);
     out.write_all(text.as_bytes()).map_err(Error::Output)?;
     if let Some(p) = &args.plot {
         plot_comparison(&c, p, title)?;
     }
+    // `args.fail_above` is finite here (checked above), so the comparison cannot be skipped.
     if let Some(limit) = args.fail_above {
         match c.step_error_pct() {
             None => return Err(Error::NoMeasuredStep),
@@ -139,4 +221,31 @@ pub fn run_compare(
         }
     }
     Ok(c)
+}
+
+fn render_comparison(c: &Comparison, inferred: &Inferred, notes: &[String], f: Format) -> String {
+    match f {
+        Format::Table => {
+            let mut t = String::from("the trace shows:\n");
+            for n in notes {
+                t.push_str(&format!("  {n}\n"));
+            }
+            t.push('\n');
+            t.push_str(&cmp_report::to_table(c));
+            t
+        }
+        Format::Json => {
+            let mut v = cmp_report::to_json(c);
+            v["inferred"] = serde_json::json!(inferred);
+            v["checks"] = serde_json::json!(notes);
+            format!("{v:#}\n")
+        }
+        Format::Csv => cmp_report::to_csv(c),
+    }
+}
+
+/// The scenario-vs-trace check of `calibrate --from-trace`: `Err(Mismatch)` naming each
+/// quantity that differs; `Ok` with the notes for the report.
+pub fn check_scenario(scenario: &Scenario, measured: &TraceSummary) -> Result<Vec<String>> {
+    crate::accounting::infer::check_against(scenario, &infer_scenario(measured))
 }

@@ -16,26 +16,29 @@ pub struct ValidateArgs {
     /// System the traces were captured on.
     #[arg(long, default_value = "h200-2x-nvlink")]
     pub system: String,
-    /// Decoder layers of the reference step [default: inferred from the collectives per step].
+    /// Decoder layers of the reference step [default: inferred from the collectives per step;
+    /// when given, it must match them unless --allow-mismatch].
     #[arg(long)]
     pub layers: Option<usize>,
     /// Configuration to calibrate from in the single-anchor mode [default: batch 16, context
     /// 8192, NCCL default, or the nearest captured].
     #[arg(long)]
     pub anchor: Option<String>,
-    /// Output format (table or json).
+    /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub format: Format,
+    /// Validate even when --layers or a configuration's name differs from what its trace shows.
+    #[arg(long)]
+    pub allow_mismatch: bool,
     #[command(flatten)]
     pub read: super::trace::TraceReadArgs,
+    #[command(flatten)]
+    pub ranks: super::trace::RankArgs,
 }
 
 pub fn run(a: ValidateArgs) -> Result<()> {
-    let classifier = match &a.read.rules {
-        Some(p) => crate::trace::classify::Classifier::from_file(p),
-        None => Ok(crate::trace::classify::Classifier::builtin()),
-    }?;
-    let v = crate::validate::validate(
+    let classifier = super::trace::classifier(&a.read)?;
+    let v = crate::validate::validate_with(
         &a.traces,
         &crate::validate::ValidateOptions {
             classifier: &classifier,
@@ -44,9 +47,18 @@ pub fn run(a: ValidateArgs) -> Result<()> {
             layers: a.layers,
             anchor: a.anchor.clone(),
         },
+        crate::validate::ValidateChecks {
+            ranks: a.ranks.policy(),
+            allow_mismatch: a.allow_mismatch,
+        },
     )?;
     match a.format {
-        Format::Json => print(&(serde_json::to_string_pretty(&v).expect("JSON value") + "\n")),
-        _ => print(&report::validation::render(&v)),
+        Format::Json => print(
+            &(serde_json::to_string_pretty(&v)
+                .map_err(|e| crate::Error::Other(format!("cannot write the JSON report: {e}")))?
+                + "\n"),
+        ),
+        Format::Csv => print(&report::validation::to_csv(&v)?),
+        Format::Table => print(&report::validation::render(&v)),
     }
 }

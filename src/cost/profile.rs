@@ -1,6 +1,9 @@
 //! A calibration profile: every parameter the cost model uses, with where it came from.
 
 use crate::error::{Error, Result};
+use crate::names::enum_names;
+use crate::spec::{Algo, CommPath, Proto};
+use crate::workload::CostFamily;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -33,20 +36,55 @@ fn one() -> f64 {
     1.0
 }
 
+/// Which collective a profile entry prices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CollectiveOp {
+    AllReduce,
+    AllGather,
+    /// Either, where no entry for the exact op exists.
+    Any,
+}
+
+enum_names!(serde CollectiveOp, "collective op",
+    CollectiveOp::AllReduce => ["all_reduce"], CollectiveOp::AllGather => ["all_gather"],
+    CollectiveOp::Any => ["any"]);
+
+impl CollectiveOp {
+    /// The entry's op for a collective family (`any` is never the family's own).
+    pub fn of(family: CostFamily) -> Self {
+        match family {
+            CostFamily::AllGather => CollectiveOp::AllGather,
+            _ => CollectiveOp::AllReduce,
+        }
+    }
+}
+
+/// Profiles spell algorithms in lower case (`ring`, `tree`); reading accepts any case.
+mod algo_lower {
+    use crate::spec::Algo;
+    pub fn serialize<S: serde::Serializer>(a: &Algo, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&a.name().to_ascii_lowercase())
+    }
+    pub fn deserialize<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Algo, D::Error> {
+        crate::names::by_name::deserialize(d)
+    }
+}
+
 /// NCCL-style collective cost on one path, algorithm and protocol:
 /// `time = base_us + steps × hop_us + bytes / algbw`, with `algbw` derived from `bus_bw_gbps`
 /// the way NCCL's tuner does (facts.md §4.2).
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct CollectiveParams {
-    /// `all_reduce`, `all_gather`, or `any`.
-    pub op: String,
-    /// `nvlink`, `pcie_p2p` or `host`.
-    pub path: String,
-    /// `ring` or `tree`.
-    pub algo: String,
-    /// `LL`, `LL128` or `Simple`.
-    pub proto: String,
+    pub op: CollectiveOp,
+    #[serde(with = "crate::names::by_name")]
+    pub path: CommPath,
+    /// `ring` or `tree` (never `auto`: an entry describes what ran).
+    #[serde(with = "algo_lower")]
+    pub algo: Algo,
+    /// `LL`, `LL128` or `Simple` (never `auto`).
+    #[serde(with = "crate::names::by_name")]
+    pub proto: Proto,
     pub base_us: f64,
     pub hop_us: f64,
     pub bus_bw_gbps: f64,
@@ -117,13 +155,17 @@ pub struct ProfileMeta {
     pub method: String,
     /// Which parts are measured and which are estimates, in words.
     pub provenance: String,
+    /// Sections whose fit failed the quality rules but were written anyway
+    /// (`calibrate --allow-poor-fit`), each with why. Every report using the profile warns.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub poor_fit: Vec<String>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct CalibrationProfile {
     pub profile: ProfileMeta,
-    pub kernels: BTreeMap<String, KernelParams>,
+    pub kernels: BTreeMap<CostFamily, KernelParams>,
     pub collectives: Vec<CollectiveParams>,
     pub launch: LaunchParams,
     pub variability: Variability,
@@ -144,10 +186,110 @@ pub struct CalibrationProfile {
     pub table: Option<std::sync::Arc<super::table::KernelTable>>,
 }
 
-const PATHS: [&str; 3] = ["nvlink", "pcie_p2p", "host"];
-const ALGOS: [&str; 2] = ["ring", "tree"];
-const PROTOS: [&str; 3] = ["LL", "LL128", "Simple"];
-const OPS: [&str; 3] = ["all_reduce", "all_gather", "any"];
+/// The longest fixed cost or latency a profile may state: no call in a decode step takes a second.
+const MAX_US: f64 = 1e6;
+
+/// Checks of one profile's numbers, each error naming the file, the field and the value.
+struct Checker<'a> {
+    path: &'a Path,
+}
+
+impl Checker<'_> {
+    fn fail(&self, field: &str, v: impl std::fmt::Display, allowed: &str) -> Error {
+        Error::field(self.path, field, format!("found {v}, expected {allowed}"))
+    }
+
+    /// A latency or fixed cost: finite, 0 ≤ v ≤ 1 s.
+    fn latency(&self, field: &str, v: f64) -> Result<()> {
+        if v.is_finite() && (0.0..=MAX_US).contains(&v) {
+            Ok(())
+        } else {
+            Err(self.fail(field, v, "a time in [0, 1e6] us"))
+        }
+    }
+
+    /// A fraction of a peak: 0 < v ≤ 1 (nothing runs faster than the hardware's peak).
+    fn efficiency(&self, field: &str, v: f64) -> Result<()> {
+        if v.is_finite() && v > 0.0 && v <= 1.0 {
+            Ok(())
+        } else {
+            Err(self.fail(
+                field,
+                v,
+                "a fraction of the GPU's peak in (0, 1] (above 1 would beat the hardware)",
+            ))
+        }
+    }
+
+    fn range(&self, field: &str, r: Option<[f64; 2]>) -> Result<()> {
+        match r {
+            Some([lo, hi]) if !(lo.is_finite() && hi.is_finite() && 0.0 <= lo && lo <= hi) => {
+                Err(self.fail(
+                    field,
+                    format!("[{lo}, {hi}]"),
+                    "[low, high] with 0 <= low <= high",
+                ))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    fn kernel(&self, family: CostFamily, k: &KernelParams) -> Result<()> {
+        let f = |s: &str| format!("kernels.{family}.{s}");
+        if family.is_collective() || family.is_sync() {
+            return Err(self.fail(
+                &format!("kernels.{family}"),
+                format!("'{family}'"),
+                &format!(
+                    "a kernel family: one of {}",
+                    CostFamily::kernel_keys().join(", ")
+                ),
+            ));
+        }
+        self.latency(&f("fixed_us"), k.fixed_us)?;
+        self.efficiency(&f("mem_efficiency"), k.mem_efficiency)?;
+        self.efficiency(&f("compute_efficiency"), k.compute_efficiency)?;
+        if !(k.m_half.is_finite() && (0.0..=1e9).contains(&k.m_half)) {
+            return Err(self.fail(&f("m_half"), k.m_half, "a token count in [0, 1e9]"));
+        }
+        self.range(&f("measured_m"), k.measured_m)?;
+        self.range(&f("measured_bytes"), k.measured_bytes)
+    }
+
+    /// `bw_limit`: the GPU's memory bandwidth, which no collective's bus bandwidth can exceed.
+    fn collective(&self, i: usize, c: &CollectiveParams, bw_limit: Option<f64>) -> Result<()> {
+        let f = |s: &str| format!("collectives[{i}].{s}");
+        if c.algo == Algo::Auto {
+            return Err(self.fail(&f("algo"), "'auto'", "the algorithm measured: ring or tree"));
+        }
+        if c.proto == Proto::Auto {
+            return Err(self.fail(
+                &f("proto"),
+                "'auto'",
+                "the protocol measured: LL, LL128 or Simple",
+            ));
+        }
+        self.latency(&f("base_us"), c.base_us)?;
+        self.latency(&f("hop_us"), c.hop_us)?;
+        let max = bw_limit.unwrap_or(f64::MAX);
+        if !(c.bus_bw_gbps.is_finite() && c.bus_bw_gbps > 0.0 && c.bus_bw_gbps <= max) {
+            return Err(self.fail(
+                &f("bus_bw_gbps"),
+                c.bus_bw_gbps,
+                &match bw_limit {
+                    Some(m) => format!(
+                        "a bandwidth in (0, {m}] GB/s (the GPU's memory bandwidth bounds any transfer)"
+                    ),
+                    None => "a positive bandwidth in GB/s".into(),
+                },
+            ));
+        }
+        if c.measured_nranks.contains(&0) {
+            return Err(self.fail(&f("measured_nranks"), "0", "rank counts of at least 1"));
+        }
+        self.range(&f("measured_bytes"), c.measured_bytes)
+    }
+}
 
 impl CalibrationProfile {
     pub fn from_file(path: &Path) -> Result<Self> {
@@ -163,76 +305,24 @@ impl CalibrationProfile {
         Ok(p)
     }
 
-    fn validate(&self, path: &Path) -> Result<()> {
-        let positive = |field: String, v: f64| {
-            if v.is_finite() && v > 0.0 {
-                Ok(())
-            } else {
-                Err(Error::field(
-                    path,
-                    field,
-                    format!("expected a positive number, found {v}"),
-                ))
-            }
-        };
-        let non_negative = |field: String, v: f64| {
-            if v.is_finite() && v >= 0.0 {
-                Ok(())
-            } else {
-                Err(Error::field(
-                    path,
-                    field,
-                    format!("expected a number >= 0, found {v}"),
-                ))
-            }
-        };
-        for (name, k) in &self.kernels {
-            if crate::workload::CostFamily::from_key(name).is_none() {
-                return Err(Error::field(
-                    path,
-                    format!("kernels.{name}"),
-                    format!(
-                        "unknown kernel family; expected one of: {}",
-                        crate::workload::CostFamily::kernel_keys().join(", ")
-                    ),
-                ));
-            }
-            non_negative(format!("kernels.{name}.fixed_us"), k.fixed_us)?;
-            positive(format!("kernels.{name}.mem_efficiency"), k.mem_efficiency)?;
-            positive(
-                format!("kernels.{name}.compute_efficiency"),
-                k.compute_efficiency,
-            )?;
-            non_negative(format!("kernels.{name}.m_half"), k.m_half)?;
-            // Above 1 is possible for memory: small activations are served from L2, and the
-            // byte counts are DRAM minimums. Far above 1 is a unit mistake.
-            if k.mem_efficiency > 4.0 || k.compute_efficiency > 1.5 {
-                return Err(Error::field(
-                    path,
-                    format!("kernels.{name}"),
-                    "efficiencies are fractions of the peak (expected mem_efficiency at most 4, compute_efficiency at most 1.5)",
-                ));
-            }
+    /// The GPU's spec memory bandwidth when the profile names a GPU of the catalog.
+    fn gpu_bandwidth(&self) -> Result<Option<f64>> {
+        let file = crate::spec::catalog::gpus_dir().join(format!("{}.toml", self.profile.gpu));
+        if !file.is_file() {
+            return Ok(None);
         }
-        for (i, c) in self.collectives.iter().enumerate() {
-            let f = |s: &str| format!("collectives[{i}].{s}");
-            for (field, value, allowed) in [
-                ("op", &c.op, &OPS[..]),
-                ("path", &c.path, &PATHS[..]),
-                ("algo", &c.algo, &ALGOS[..]),
-                ("proto", &c.proto, &PROTOS[..]),
-            ] {
-                if !allowed.contains(&value.as_str()) {
-                    return Err(Error::field(
-                        path,
-                        f(field),
-                        format!("found '{value}', expected one of: {}", allowed.join(", ")),
-                    ));
-                }
-            }
-            non_negative(f("base_us"), c.base_us)?;
-            non_negative(f("hop_us"), c.hop_us)?;
-            positive(f("bus_bw_gbps"), c.bus_bw_gbps)?;
+        Ok(Some(
+            crate::spec::GpuSpec::from_file(&file)?.memory_bandwidth_gbps,
+        ))
+    }
+
+    /// Checks every number against physics: finite, latencies in [0, 1 s], efficiencies in
+    /// (0, 1], bus bandwidths positive and within the named GPU's memory bandwidth, ranges ordered,
+    /// coefficients of variation small enough that jittered durations stay positive.
+    pub fn validate(&self, path: &Path) -> Result<()> {
+        let c = Checker { path };
+        for (family, k) in &self.kernels {
+            c.kernel(*family, k)?;
         }
         if self.collectives.is_empty() {
             return Err(Error::field(
@@ -241,8 +331,13 @@ impl CalibrationProfile {
                 "expected at least one entry",
             ));
         }
+        let bw = self.gpu_bandwidth()?;
+        for (i, e) in self.collectives.iter().enumerate() {
+            c.collective(i, e, bw)?;
+        }
         let l = &self.launch;
-        for (field, v) in [
+        let v = &self.variability;
+        for (field, x) in [
             ("launch.graph_launch_us", l.graph_launch_us),
             ("launch.graph_kernel_gap_us", l.graph_kernel_gap_us),
             ("launch.eager_launch_us", l.eager_launch_us),
@@ -251,38 +346,34 @@ impl CalibrationProfile {
                 "launch.graph_first_collective_us",
                 l.graph_first_collective_us,
             ),
-            (
-                "variability.launch_skew_us",
-                self.variability.launch_skew_us,
-            ),
-            ("variability.kernel_cv", self.variability.kernel_cv),
-            ("variability.rank_skew_cv", self.variability.rank_skew_cv),
-            ("variability.collective_cv", self.variability.collective_cv),
+            ("variability.launch_skew_us", v.launch_skew_us),
         ] {
-            non_negative(field.into(), v)?;
+            c.latency(field, x)?;
         }
         if let Some(sd) = &self.spec_decode {
-            non_negative("spec_decode.exposed_host_us".into(), sd.exposed_host_us)?;
-            non_negative("spec_decode.pass_gap_us".into(), sd.pass_gap_us)?;
+            c.latency("spec_decode.exposed_host_us", sd.exposed_host_us)?;
+            c.latency("spec_decode.pass_gap_us", sd.pass_gap_us)?;
         }
-        for (field, v) in [
-            ("variability.kernel_cv", self.variability.kernel_cv),
-            ("variability.rank_skew_cv", self.variability.rank_skew_cv),
-            ("variability.collective_cv", self.variability.collective_cv),
+        for (field, x) in [
+            ("variability.kernel_cv", v.kernel_cv),
+            ("variability.rank_skew_cv", v.rank_skew_cv),
+            ("variability.collective_cv", v.collective_cv),
         ] {
             // Uniform jitter of this CV stays above zero duration only below 1/sqrt(3).
-            if v >= 0.5 {
-                return Err(Error::field(
-                    path,
-                    field,
-                    "expected a coefficient of variation below 0.5",
-                ));
+            if !(x.is_finite() && (0.0..0.5).contains(&x)) {
+                return Err(c.fail(field, x, "a coefficient of variation in [0, 0.5)"));
             }
         }
         Ok(())
     }
 
-    pub fn kernel(&self, key: &str) -> Option<&KernelParams> {
-        self.kernels.get(key)
+    pub fn kernel(&self, family: CostFamily) -> Option<&KernelParams> {
+        self.kernels.get(&family)
+    }
+
+    /// Sections written although their fit failed the quality rules (`--allow-poor-fit`), each
+    /// with the reason; empty for a profile that passed. Reports using the profile print these.
+    pub fn poor_fit_marks(&self) -> &[String] {
+        &self.profile.poor_fit
     }
 }

@@ -3,12 +3,12 @@
 //! Shapes the table does not hold fall back to the roofline law.
 
 use crate::error::Result;
-use crate::measurements::{read_kernels_csv, KernelPoint};
+use crate::measurements::{read_kernels_csv, KernelFamily, KernelPoint};
 use crate::workload::op::MeasureKey;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-type Key = (String, u64, u64, u64);
+type Key = (KernelFamily, u64, u64, u64);
 
 #[derive(Debug, Clone)]
 pub struct KernelTable {
@@ -31,9 +31,9 @@ pub struct TablePrice {
 }
 
 /// The grouped GEMM's `batch` column repeats m; attention's repeats the batch axis.
-fn batch_key(family: &str, batch: u64) -> u64 {
+fn batch_key(family: KernelFamily, batch: u64) -> u64 {
     match family {
-        "moe_grouped_bf16" | "attention_mla_decode" => 0,
+        KernelFamily::MoeGroupedBf16 | KernelFamily::AttentionMlaDecode => 0,
         _ => batch.max(1),
     }
 }
@@ -47,10 +47,10 @@ impl KernelTable {
         let mut groups: HashMap<Key, Vec<(f64, f64, f64)>> = HashMap::new();
         for p in pts {
             // The INT4 rows differ by group size, which the key does not carry.
-            if p.family == "gemm_int4" {
+            if p.family == KernelFamily::GemmInt4 {
                 continue;
             }
-            let key = (p.family.clone(), p.n, p.k, batch_key(&p.family, p.batch));
+            let key = (p.family, p.n, p.k, batch_key(p.family, p.batch));
             groups
                 .entry(key)
                 .or_default()
@@ -74,12 +74,11 @@ impl KernelTable {
     }
 
     pub fn price(&self, key: &MeasureKey) -> Option<TablePrice> {
-        let g = self.groups.get(&(
-            key.family.to_string(),
-            key.n,
-            key.k,
-            batch_key(key.family, key.batch),
-        ))?;
+        // A family the harness does not measure has no table entry: the law prices it.
+        let family: KernelFamily = key.family.parse().ok()?;
+        let g = self
+            .groups
+            .get(&(family, key.n, key.k, batch_key(family, key.batch)))?;
         if key.context == 0 {
             let line: Vec<(f64, f64)> = g.iter().map(|p| (p.0, p.2)).collect();
             return interp(&line, key.m as f64);
@@ -151,7 +150,7 @@ mod tests {
 
     fn pt(family: &str, m: f64, n: u64, ctx: u64, us: f64) -> KernelPoint {
         KernelPoint {
-            family: family.into(),
+            family: family.parse().unwrap(),
             m,
             n,
             k: 7,

@@ -1,9 +1,11 @@
-//! The fit report of `decodesim calibrate`.
+//! The reports of `decodesim calibrate`: the fit table, and the single-anchor adjustment.
 
 use super::table::{pct, Table};
+use crate::calibrate::from_trace::TraceCalibration;
 use crate::calibrate::CalibrationResult;
+use std::path::Path;
 
-pub fn render_fit(r: &CalibrationResult) -> String {
+pub fn render_fit(r: &CalibrationResult, out: &Path) -> String {
     let mut t = Table::new(&[
         "section",
         "points",
@@ -33,19 +35,70 @@ pub fn render_fit(r: &CalibrationResult) -> String {
             est.join("; "),
         ]);
     }
-    let mut out = format!(
-        "calibration '{}' for {}\n",
-        r.profile.profile.name, r.profile.profile.gpu
-    );
-    out.push_str(&t.render());
+    let p = &r.profile.profile;
+    let mut out_text = String::new();
+    for mark in &p.poor_fit {
+        out_text.push_str(&format!(
+            "POOR FIT (written because of --allow-poor-fit): {mark}\n"
+        ));
+    }
+    out_text.push_str(&format!("calibration '{}' for {}\n", p.name, p.gpu));
+    out_text.push_str(&t.render());
     for q in &r.quality {
         for n in &q.notes {
-            out.push_str(&format!("note: {}: {n}\n", q.section));
+            out_text.push_str(&format!("note: {}: {n}\n", q.section));
         }
     }
     for w in &r.warnings {
-        out.push_str(&format!("warning: {w}\n"));
+        out_text.push_str(&format!("warning: {w}\n"));
     }
-    out.push_str(&format!("provenance: {}\n", r.profile.profile.provenance));
-    out
+    out_text.push_str(&format!("provenance: {}\n", p.provenance));
+    out_text.push_str(&format!(
+        "\nprofile written to {}\n",
+        super::units::path(out)
+    ));
+    out_text
+}
+
+/// The single-anchor report: the step before and after, the factors, the per-category table.
+pub fn render_from_trace(r: &TraceCalibration, excluded: usize, notes: &[String]) -> String {
+    let mut text = String::new();
+    if let Some(why) = &r.poor {
+        text.push_str(&format!(
+            "POOR FIT (written because of --allow-poor-fit): {why}\n"
+        ));
+    }
+    text.push_str(&format!(
+        "single-anchor calibration of '{}' to {}\n",
+        r.base, r.anchor_name
+    ));
+    for n in notes {
+        text.push_str(&format!("{n}\n"));
+    }
+    if excluded > 0 {
+        text.push_str(&format!(
+            "{excluded} start-up step(s) longer than twice the median step left out\n"
+        ));
+    }
+    text.push_str(&format!(
+        "step time: measured {} µs, predicted before {} µs ({:+.1}%), after {} µs ({:+.1}%)\nfactors applied (time multipliers, or values set):\n",
+        super::units::us(r.measured.step_time_us),
+        super::units::us(r.fit.before.step_time_us()),
+        r.before.step_error_pct().unwrap_or(f64::NAN),
+        super::units::us(r.fit.after.step_time_us()),
+        r.after.step_error_pct().unwrap_or(f64::NAN),
+    ));
+    for (k, f) in &r.fit.factors {
+        if k.ends_with("_us") {
+            text.push_str(&format!("  {k:<26} = {f:.1} µs\n"));
+        } else {
+            text.push_str(&format!("  {k:<26} x{f:.3}\n"));
+        }
+    }
+    text.push_str(&super::comparison::to_table(&r.after));
+    text.push_str(&format!(
+        "\nprofile written to {}\n",
+        super::units::path(&r.out)
+    ));
+    text
 }

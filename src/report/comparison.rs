@@ -1,6 +1,7 @@
 //! Predicted vs measured output (`decodesim compare`): terminal table, JSON and CSV.
 
 use crate::accounting::compare::Comparison;
+use crate::units::us;
 use serde_json::{json, Value};
 use std::fmt::Write;
 
@@ -8,6 +9,15 @@ fn pct(x: Option<f64>) -> String {
     match x {
         Some(v) => format!("{:+.1}%", v * 100.0),
         None => "-".into(),
+    }
+}
+
+/// `us` with an explicit sign, for errors.
+fn signed_us(v: f64) -> String {
+    if v > 0.0 {
+        format!("+{}", us(v))
+    } else {
+        us(v)
     }
 }
 
@@ -22,35 +32,35 @@ pub fn to_table(c: &Comparison) -> String {
     for r in &c.rows {
         let _ = writeln!(
             o,
-            "{:<14} {:>12.1} {:>12.1} {:>7.1}% {:>7.1}% {:>+11.1} {:>9}",
+            "{:<14} {:>12} {:>12} {:>7.1}% {:>7.1}% {:>11} {:>9}",
             r.category.name(),
-            r.predicted_us,
-            r.measured_us,
+            us(r.predicted_us),
+            us(r.measured_us),
             r.predicted_share * 100.0,
             r.measured_share * 100.0,
-            r.abs_error_us,
+            signed_us(r.abs_error_us),
             pct(r.rel_error)
         );
     }
     let _ = writeln!(o, "{}", "-".repeat(80));
     let _ = writeln!(
         o,
-        "{:<14} {:>12.1} {:>12.1} {:>8} {:>8} {:>+11.1} {:>9}",
+        "{:<14} {:>12} {:>12} {:>8} {:>8} {:>11} {:>9}",
         "step",
-        c.predicted_step_us,
-        c.measured_step_us,
+        us(c.predicted_step_us),
+        us(c.measured_step_us),
         "",
         "",
-        c.step_abs_error_us,
+        signed_us(c.step_abs_error_us),
         pct(c.step_rel_error)
     );
     let _ = writeln!(
         o,
-        "communication wait: predicted {:.1} µs, measured {:.1} µs; transfer: predicted {:.1} µs, measured {:.1} µs",
-        c.predicted_comm_wait_us,
-        c.measured_comm_wait_us,
-        c.predicted_comm_transfer_us,
-        c.measured_comm_transfer_us
+        "communication wait: predicted {} µs, measured {} µs; transfer: predicted {} µs, measured {} µs",
+        us(c.predicted_comm_wait_us),
+        us(c.measured_comm_wait_us),
+        us(c.predicted_comm_transfer_us),
+        us(c.measured_comm_transfer_us)
     );
     o
 }
@@ -73,31 +83,45 @@ pub fn to_json(c: &Comparison) -> Value {
     })
 }
 
+/// One row per category and a last `step` row; raw numbers, `rel_error` empty when nothing
+/// was measured.
 pub fn to_csv(c: &Comparison) -> String {
-    let mut o = String::from(
-        "category,predicted_us,measured_us,predicted_share,measured_share,abs_error_us,rel_error\n",
-    );
-    let rel = |x: Option<f64>| x.map(|v| format!("{v:.6}")).unwrap_or_default();
+    let mut w = csv::Writer::from_writer(Vec::new());
+    let rel = |x: Option<f64>| x.map(|v| v.to_string()).unwrap_or_default();
+    // Writing to a Vec cannot fail, and every record has the header's length.
+    let mut put = |rec: [String; 7]| {
+        let _ = w.write_record(&rec);
+    };
+    put([
+        "category",
+        "predicted_us",
+        "measured_us",
+        "predicted_share",
+        "measured_share",
+        "abs_error_us",
+        "rel_error",
+    ]
+    .map(String::from));
     for r in &c.rows {
-        let _ = writeln!(
-            o,
-            "{},{:.3},{:.3},{:.6},{:.6},{:.3},{}",
-            r.category,
-            r.predicted_us,
-            r.measured_us,
-            r.predicted_share,
-            r.measured_share,
-            r.abs_error_us,
-            rel(r.rel_error)
-        );
+        put([
+            r.category.to_string(),
+            r.predicted_us.to_string(),
+            r.measured_us.to_string(),
+            r.predicted_share.to_string(),
+            r.measured_share.to_string(),
+            r.abs_error_us.to_string(),
+            rel(r.rel_error),
+        ]);
     }
-    let _ = writeln!(
-        o,
-        "step,{:.3},{:.3},1,1,{:.3},{}",
-        c.predicted_step_us,
-        c.measured_step_us,
-        c.step_abs_error_us,
-        rel(c.step_rel_error)
-    );
-    o
+    put([
+        "step".into(),
+        c.predicted_step_us.to_string(),
+        c.measured_step_us.to_string(),
+        "1".into(),
+        "1".into(),
+        c.step_abs_error_us.to_string(),
+        rel(c.step_rel_error),
+    ]);
+    let bytes = w.into_inner().unwrap_or_default();
+    String::from_utf8_lossy(&bytes).into_owned()
 }

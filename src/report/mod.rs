@@ -8,9 +8,12 @@ pub mod simulation;
 pub mod sweep;
 pub mod table;
 pub mod trace_summary;
-pub mod units;
+
 pub mod validation;
 pub mod whatif;
+
+// Number formatting lives below every module (spec and sim warnings use it too).
+pub use crate::units;
 
 /// Output formats shared by the subcommands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

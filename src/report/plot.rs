@@ -1,6 +1,7 @@
 //! Stacked bars of a step's time by category, predicted beside measured, as SVG or PNG
 //! (chosen by the file extension). Text is drawn with an embedded DejaVu Sans font, so no
-//! system font library is needed.
+//! system font library is needed. The file is written atomically
+//! ([`crate::files::write_atomic_bytes`]: temporary name, then rename; folders created).
 
 use crate::accounting::compare::Comparison;
 use crate::category::Category;
@@ -18,6 +19,8 @@ pub enum PlotError {
     Draw { path: PathBuf, message: String },
     #[error("the embedded font could not be loaded: {0}")]
     Font(String),
+    #[error("{path}: cannot write the plot: {message}")]
+    Write { path: PathBuf, message: String },
 }
 
 const WIDTH: u32 = 900;
@@ -58,16 +61,42 @@ pub fn plot_comparison(cmp: &Comparison, path: &Path, title: &str) -> Result<(),
         path: path.to_path_buf(),
         message: e,
     };
+    let write_err = |e: crate::error::Error| PlotError::Write {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    };
     match ext.as_deref() {
         Some("svg") => {
-            let root = SVGBackend::new(path, (WIDTH, HEIGHT)).into_drawing_area();
-            draw(&root, cmp, title).map_err(draw_err)?;
-            root.present().map_err(|e| draw_err(e.to_string()))
+            let mut svg = String::new();
+            {
+                let root = SVGBackend::with_string(&mut svg, (WIDTH, HEIGHT)).into_drawing_area();
+                draw(&root, cmp, title).map_err(draw_err)?;
+                root.present().map_err(|e| draw_err(e.to_string()))?;
+            }
+            crate::files::write_atomic_bytes(path, svg.as_bytes()).map_err(write_err)
         }
         Some("png") => {
-            let root = BitMapBackend::new(path, (WIDTH, HEIGHT)).into_drawing_area();
-            draw(&root, cmp, title).map_err(draw_err)?;
-            root.present().map_err(|e| draw_err(e.to_string()))
+            // The PNG encoder writes to a path: draw to a private temporary file, then move its
+            // bytes into place atomically.
+            static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+            let tmp = std::env::temp_dir().join(format!(
+                "decodesim-plot-{}-{}.png",
+                std::process::id(),
+                N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            ));
+            let drawn = (|| {
+                let root = BitMapBackend::new(&tmp, (WIDTH, HEIGHT)).into_drawing_area();
+                draw(&root, cmp, title).map_err(draw_err)?;
+                root.present().map_err(|e| draw_err(e.to_string()))
+            })();
+            let bytes = drawn.and_then(|()| {
+                std::fs::read(&tmp).map_err(|e| PlotError::Write {
+                    path: path.to_path_buf(),
+                    message: e.to_string(),
+                })
+            });
+            let _ = std::fs::remove_file(&tmp);
+            crate::files::write_atomic_bytes(path, &bytes?).map_err(write_err)
         }
         _ => Err(PlotError::Format {
             path: path.to_path_buf(),

@@ -1,6 +1,7 @@
 //! The report of `decodesim simulate`: one content, three formats (table, JSON, CSV).
 
-use super::table::{bytes, num, pct, Table};
+use super::table::Table;
+use super::units::{bytes, grouped, path, pct, us};
 use crate::category::Category;
 use crate::sim::Simulation;
 use serde_json::{json, Value};
@@ -25,6 +26,7 @@ pub(crate) fn scenario_json(sim: &Simulation) -> Value {
         "comm_path": s.comm_path().name(),
         "kv_cache_bytes_per_elem": s.kv_bytes,
         "seed": s.seed,
+        "gpu_memory_utilization": s.gpu_memory_utilization,
     })
 }
 
@@ -70,7 +72,10 @@ pub fn to_json(sim: &Simulation) -> Value {
         "memory_per_gpu": {
             "weights_bytes": sim.memory.weights_bytes,
             "kv_cache_bytes": sim.memory.kv_cache_bytes,
-            "capacity_bytes": sim.scenario.system.gpu.memory_gb * 1e9,
+            "capacity_bytes": sim.memory_fit.capacity_bytes,
+            "gpu_memory_utilization": sim.memory_fit.gpu_memory_utilization,
+            "usable_bytes": sim.memory_fit.usable_bytes(),
+            "fits": sim.memory_fit.fits(),
         },
         "scenario": scenario_json(sim),
         "calibration": calibration_json(sim),
@@ -80,8 +85,15 @@ pub fn to_json(sim: &Simulation) -> Value {
 
 /// Long-format CSV (`section,name,field,value`) of exactly the JSON's content.
 pub fn to_csv(sim: &Simulation) -> String {
-    let mut out = String::from("section,name,field,value\n");
-    fn flatten(prefix: &str, name: &str, v: &Value, out: &mut String) {
+    fn text(v: &Value) -> String {
+        match v {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        }
+    }
+    /// Leaf values of `v` as (name, field, value): objects extend the field path, arrays
+    /// number the name (`ranks#3`).
+    fn flatten(prefix: &str, name: &str, v: &Value, out: &mut Vec<[String; 3]>) {
         match v {
             Value::Object(map) => {
                 for (k, x) in map {
@@ -95,70 +107,50 @@ pub fn to_csv(sim: &Simulation) -> String {
             }
             Value::Array(items) => {
                 for (i, x) in items.iter().enumerate() {
-                    flatten(
-                        prefix,
-                        &format!("{name}{}{i}", if name.is_empty() { "" } else { "#" }),
-                        x,
-                        out,
-                    );
+                    let sep = if name.is_empty() { "" } else { "#" };
+                    flatten(prefix, &format!("{name}{sep}{i}"), x, out);
                 }
             }
-            _ => {
-                let text = match v {
-                    Value::String(s) => s.clone(),
-                    other => other.to_string(),
-                };
-                out.push_str(&csv_row(&[name, prefix, &text]));
-            }
+            _ => out.push([name.to_string(), prefix.to_string(), text(v)]),
         }
     }
-    let j = to_json(sim);
-    if let Value::Object(map) = &j {
-        for (section, v) in map {
+    let mut rows: Vec<[String; 4]> = Vec::new();
+    if let Value::Object(map) = to_json(sim) {
+        for (section, v) in &map {
             match (section.as_str(), v) {
-                ("breakdown", Value::Array(rows)) => {
-                    for r in rows {
-                        let cat = r["category"].as_str().unwrap_or("");
+                ("breakdown", Value::Array(entries)) => {
+                    for r in entries {
+                        let cat = r["category"].as_str().unwrap_or("").to_string();
                         for f in ["time_us", "share", "busy_us"] {
-                            out.push_str(&format!(
-                                "breakdown,{}",
-                                csv_row(&[cat, f, &r[f].to_string()])
-                            ));
+                            rows.push([
+                                "breakdown".into(),
+                                cat.clone(),
+                                f.into(),
+                                r[f].to_string(),
+                            ]);
                         }
                     }
                 }
                 (_, Value::Object(_)) | (_, Value::Array(_)) => {
-                    let mut body = String::new();
-                    flatten("", "", v, &mut body);
-                    for line in body.lines() {
-                        out.push_str(&format!("{section},{line}\n"));
+                    let mut leaves = Vec::new();
+                    flatten("", "", v, &mut leaves);
+                    for [name, field, value] in leaves {
+                        rows.push([section.clone(), name, field, value]);
                     }
                 }
-                _ => {
-                    let text = match v {
-                        Value::String(s) => s.clone(),
-                        other => other.to_string(),
-                    };
-                    out.push_str(&format!("summary,{}", csv_row(&["", section, &text])));
-                }
+                _ => rows.push(["summary".into(), String::new(), section.clone(), text(v)]),
             }
         }
     }
-    out
-}
-
-fn csv_row(cells: &[&str]) -> String {
-    let quoted: Vec<String> = cells
-        .iter()
-        .map(|c| {
-            if c.contains([',', '"', '\n']) {
-                format!("\"{}\"", c.replace('"', "\"\""))
-            } else {
-                c.to_string()
-            }
-        })
-        .collect();
-    format!("{}\n", quoted.join(","))
+    let mut w = csv::Writer::from_writer(Vec::new());
+    let written = std::iter::once(["section", "name", "field", "value"].map(String::from))
+        .chain(rows)
+        .try_for_each(|r| w.write_record(&r));
+    // Writing into memory cannot fail; an empty report would be the only symptom.
+    match (written, w.into_inner()) {
+        (Ok(()), Ok(buf)) => String::from_utf8_lossy(&buf).into_owned(),
+        _ => String::new(),
+    }
 }
 
 pub fn render_table(sim: &Simulation) -> String {
@@ -187,26 +179,50 @@ pub fn render_table(sim: &Simulation) -> String {
         s.seed
     ));
     out.push_str(&format!(
-        "calibration: {} ({})\n  {}\n\n",
+        "calibration: {} ({})\n",
         sim.profile.profile.name,
-        sim.profile.path.display(),
-        sim.profile.profile.provenance
+        path(&sim.profile.path),
     ));
+    for line in super::table::wrap_text(&sim.profile.profile.provenance, 96) {
+        out.push_str(&format!("  {line}\n"));
+    }
+    out.push('\n');
+    // What makes the numbers below moot or doubtful comes first, not after the tables.
+    if !sim.memory_fit.fits() {
+        out.push_str(&format!(
+            "DOES NOT FIT: {}\n  vLLM would refuse to start; the step below is what it would take if it fit.\n\n",
+            sim.memory_fit
+                .describe(&sim.memory, &s.system.gpu.name)
+        ));
+    }
+    let marks = sim.profile.poor_fit_marks();
+    if !marks.is_empty() {
+        out.push_str(&format!(
+            "POOR FIT: profile '{}' was written (--allow-poor-fit) although these sections failed\n  the fit rules; times priced from them are doubtful:\n",
+            sim.profile.profile.name
+        ));
+        for m in marks {
+            for (i, line) in super::table::wrap_text(m, 94).iter().enumerate() {
+                out.push_str(&format!("  {} {line}\n", if i == 0 { "-" } else { " " }));
+            }
+        }
+        out.push('\n');
+    }
     out.push_str(&format!(
-        "step time   {} us\ntokens/s    {}\nkernels     {} per rank\n\n",
-        num(sim.step_time_us(), 1),
-        num(sim.tokens_per_s(), 1),
+        "step time   {} µs\ntokens/s    {}\nkernels     {} per rank\n\n",
+        us(sim.step_time_us()),
+        grouped(sim.tokens_per_s(), 1),
         sim.workload.ops.iter().filter(|o| o.is_kernel()).count()
     ));
-    let mut t = Table::new(&["category", "time (us)", "share", "busy (us)"]);
+    let mut t = Table::new(&["category", "time (µs)", "share", "busy (µs)"]);
     let mut rows: Vec<_> = m.entries();
     rows.sort_by(|a, b| b.time_us.total_cmp(&a.time_us));
     for e in rows {
         t.row(vec![
             e.category.name().to_string(),
-            num(e.time_us, 1),
+            us(e.time_us),
             pct(e.share),
-            num(e.busy_us, 1),
+            us(e.busy_us),
         ]);
     }
     out.push_str(&t.render());
@@ -217,13 +233,13 @@ pub fn render_table(sim: &Simulation) -> String {
         0.0
     };
     out.push_str(&format!(
-        "\ncommunication: {} us in collective kernels per rank = wait {} us ({}) + transfer {} us; exposed {} us, overlapped {} us\n",
-        num(comm_total, 1),
-        num(m.comm_wait_us, 1),
+        "\ncommunication: {} µs in collective kernels per rank = wait {} µs ({}) + transfer {} µs; exposed {} µs, overlapped {} µs\n",
+        us(comm_total),
+        us(m.comm_wait_us),
         pct(wait_share),
-        num(m.comm_transfer_us, 1),
-        num(m.time(Category::Communication), 1),
-        num(m.comm_overlapped_us(), 1)
+        us(m.comm_transfer_us),
+        us(m.time(Category::Communication)),
+        us(m.comm_overlapped_us())
     ));
 
     out.push_str("\ncollectives per step (per rank)\n");
@@ -234,17 +250,17 @@ pub fn render_table(sim: &Simulation) -> String {
         "path",
         "algo",
         "proto",
-        "us each, no wait",
+        "µs each, no wait",
     ]);
     for c in &sim.pricing.collectives {
         t.row(vec![
             c.op.to_string(),
             c.count.to_string(),
-            num(c.bytes as f64, 0),
+            grouped(c.bytes as f64, 0),
             c.path.to_string(),
             c.algo.clone(),
             c.proto.clone(),
-            num(c.time_us, 1),
+            us(c.time_us),
         ]);
     }
     out.push_str(&t.render());
@@ -252,11 +268,11 @@ pub fn render_table(sim: &Simulation) -> String {
     out.push_str("\nranks\n");
     let mut t = Table::new(&[
         "rank",
-        "end (us)",
-        "compute (us)",
-        "comm wait (us)",
-        "comm transfer (us)",
-        "idle (us)",
+        "end (µs)",
+        "compute (µs)",
+        "comm wait (µs)",
+        "comm transfer (µs)",
+        "idle (µs)",
     ]);
     for (r, b) in sim.per_rank.iter().enumerate() {
         let compute: f64 = Category::ALL
@@ -266,11 +282,11 @@ pub fn render_table(sim: &Simulation) -> String {
             .sum();
         t.row(vec![
             r.to_string(),
-            num(sim.timeline.rank_end_us[r], 1),
-            num(compute, 1),
-            num(b.comm_wait_us, 1),
-            num(b.comm_transfer_us, 1),
-            num(b.time(Category::Idle), 1),
+            us(sim.timeline.rank_end_us[r]),
+            us(compute),
+            us(b.comm_wait_us),
+            us(b.comm_transfer_us),
+            us(b.time(Category::Idle)),
         ]);
     }
     out.push_str(&t.render());
@@ -289,18 +305,20 @@ pub fn render_table(sim: &Simulation) -> String {
         .iter()
         .fold((f64::MAX, f64::MIN), |(l, h), &v| (l.min(v), h.max(v)));
     out.push_str(&format!(
-        "spread across ranks: compute {} .. {} us ({} apart)\n",
-        num(lo, 1),
-        num(hi, 1),
+        "spread across ranks: compute {} .. {} µs ({} apart)\n",
+        us(lo),
+        us(hi),
         pct(if lo > 0.0 { hi / lo - 1.0 } else { 0.0 })
     ));
 
     out.push_str(&format!(
-        "\nmemory per GPU: weights {} + KV cache {} = {} of {}\n",
+        "\nmemory per GPU: weights {} + KV cache {} = {} of {} µsable ({:.2} of {})\n",
         bytes(sim.memory.weights_bytes),
         bytes(sim.memory.kv_cache_bytes),
         bytes(sim.memory.total()),
-        bytes(s.system.gpu.memory_gb * 1e9)
+        bytes(sim.memory_fit.usable_bytes()),
+        sim.memory_fit.gpu_memory_utilization,
+        bytes(sim.memory_fit.capacity_bytes)
     ));
     let estimated: Vec<&str> = sim
         .pricing

@@ -1,9 +1,12 @@
 //! `decodesim trace summarize` output: a terminal table, JSON and CSV of a [`TraceSummary`].
 
+use crate::accounting::align::AlignMethod;
 use crate::accounting::summary::{GapStats, RankSummary, StepSummary};
 use crate::accounting::Breakdown;
 use crate::accounting::TraceSummary;
 use crate::category::Category;
+use crate::trace::steps::WindowSource;
+use crate::units::{path, us};
 use serde_json::{json, Value};
 use std::fmt::Write;
 
@@ -113,26 +116,42 @@ fn mean_gaps(s: &TraceSummary) -> GapStats {
 }
 
 /// Long-format CSV: one row per (rank, step, category); rank "all" and step "mean" rows carry
-/// the means the table shows.
+/// the means the table shows. Raw numbers; written with the csv crate (quoting names with
+/// commas, quotes or newlines).
 pub fn to_csv(s: &TraceSummary) -> String {
-    let mut out = String::from(
-        "rank,step,name,kind,selected,step_time_us,category,time_us,share,busy_us,comm_wait_us,comm_transfer_us\n",
-    );
+    let mut w = csv::Writer::from_writer(Vec::new());
+    // Writing to a Vec cannot fail, and every record has the header's length.
+    let _ = w.write_record([
+        "rank",
+        "step",
+        "name",
+        "kind",
+        "selected",
+        "step_time_us",
+        "category",
+        "time_us",
+        "share",
+        "busy_us",
+        "comm_wait_us",
+        "comm_transfer_us",
+    ]);
     let mut rows =
         |rank: &str, step: &str, name: &str, kind: &str, selected: &str, b: &Breakdown| {
             for e in b.entries() {
-                let _ = writeln!(
-                    out,
-                    "{rank},{step},{},{kind},{selected},{:.3},{},{:.3},{:.6},{:.3},{:.3},{:.3}",
-                    csv_field(name),
-                    b.step_time_us,
-                    e.category,
-                    e.time_us,
-                    e.share,
-                    e.busy_us,
-                    b.comm_wait_us,
-                    b.comm_transfer_us
-                );
+                let _ = w.write_record([
+                    rank,
+                    step,
+                    name,
+                    kind,
+                    selected,
+                    &b.step_time_us.to_string(),
+                    e.category.name(),
+                    &e.time_us.to_string(),
+                    &e.share.to_string(),
+                    &e.busy_us.to_string(),
+                    &b.comm_wait_us.to_string(),
+                    &b.comm_transfer_us.to_string(),
+                ]);
             }
         };
     rows("all", "mean", "", "", "", &s.breakdown);
@@ -154,24 +173,12 @@ pub fn to_csv(s: &TraceSummary) -> String {
             );
         }
     }
-    out
-}
-
-fn csv_field(s: &str) -> String {
-    if s.contains([',', '"', '\n']) {
-        format!("\"{}\"", s.replace('"', "\"\""))
-    } else {
-        s.to_string()
-    }
+    let bytes = w.into_inner().unwrap_or_default();
+    String::from_utf8_lossy(&bytes).into_owned()
 }
 
 fn short(s: &str, n: usize) -> String {
-    if s.chars().count() <= n {
-        s.to_string()
-    } else {
-        let t: String = s.chars().take(n - 1).collect();
-        format!("{t}…")
-    }
+    crate::trace::error::truncate(s, n)
 }
 
 fn file_name(r: &RankSummary) -> String {
@@ -181,39 +188,40 @@ fn file_name(r: &RankSummary) -> String {
         .unwrap_or_else(|| r.path.display().to_string())
 }
 
-/// The terminal table.
+/// The terminal table: the files and their steps, time per category, then communication,
+/// idle and unclassified kernels.
 pub fn to_table(s: &TraceSummary) -> String {
     let mut o = String::new();
+    let rules = if s.rules.ends_with("(built in)") {
+        s.rules.clone()
+    } else {
+        path(std::path::Path::new(&s.rules))
+    };
     let _ = writeln!(
         o,
-        "Traces: {} rank(s); kernel rules: {}",
-        s.ranks.len(),
-        s.rules
+        "Traces: {} rank(s); kernel rules: {rules}",
+        s.ranks.len()
     );
     let _ = writeln!(o);
+    rank_section(&mut o, s);
+    let _ = writeln!(o);
+    category_section(&mut o, s);
+    let _ = writeln!(o);
+    totals_section(&mut o, s);
+    o
+}
+
+/// One line per rank file (steps and step-time statistics), then how its steps were found.
+fn rank_section(o: &mut String, s: &TraceSummary) {
     let _ = writeln!(
         o,
         "{:<5} {:<44} {:<24} {:>7} {:>7} {:>11} {:>11} {:>11}",
         "rank", "file", "device", "steps", "used", "median µs", "p10 µs", "p90 µs"
     );
     for r in &s.ranks {
-        let graph: usize = r.selected_steps().map(|x| x.graph_ops).sum();
-        let windows: Vec<&str> = {
-            let mut w: Vec<&str> = r
-                .steps
-                .iter()
-                .map(|x| match x.window {
-                    crate::trace::steps::WindowSource::Correlation => "launch correlation",
-                    crate::trace::steps::WindowSource::GpuAnnotation => "gpu_user_annotation",
-                    crate::trace::steps::WindowSource::WholeTrace => "all GPU work",
-                })
-                .collect();
-            w.dedup();
-            w
-        };
         let _ = writeln!(
             o,
-            "{:<5} {:<44} {:<24} {:>7} {:>7} {:>11.1} {:>11.1} {:>11.1}",
+            "{:<5} {:<44} {:<24} {:>7} {:>7} {:>11} {:>11} {:>11}",
             r.rank,
             short(&file_name(r), 44),
             short(r.device.as_deref().unwrap_or("-"), 24),
@@ -227,51 +235,84 @@ pub fn to_table(s: &TraceSummary) -> String {
                     "all"
                 }
             ),
-            r.step_time.median,
-            r.step_time.p10,
-            r.step_time.p90
+            us(r.step_time.median),
+            us(r.step_time.p10),
+            us(r.step_time.p90)
         );
-        let _ = writeln!(
-            o,
-            "      steps: {} ({} side), GPU window from {}{}",
-            r.step_source.describe(),
-            r.marker_side,
-            windows.join(" / "),
-            if graph > 0 {
-                format!("; {graph} CUDA-graph-replayed ops in the used steps")
-            } else {
-                String::new()
-            }
-        );
-        let _ = writeln!(
-            o,
-            "      rank from {}; {} events read, {} skipped early, {} malformed skipped",
-            r.rank_source.describe(),
-            r.events.total,
-            r.events.skipped_early,
-            r.events.malformed
-        );
-        let stalls: Vec<f64> = r
-            .selected_steps()
-            .map(|x| x.stall_us)
-            .filter(|&t| t > 0.0)
-            .collect();
-        if !stalls.is_empty() {
-            let _ = writeln!(o, "      {} step window(s) had a GPU stall cut out ({:.1} µs in all): an idle gap over {}× the step's GPU busy time", stalls.len(), stalls.iter().sum::<f64>(), crate::accounting::summary::STALL_FACTOR);
-        }
-        if r.empty_markers > 0 {
-            let _ = writeln!(
-                o,
-                "      {} marker(s) launched no GPU work and were skipped",
-                r.empty_markers
-            );
-        }
-        for w in &r.warnings {
-            let _ = writeln!(o, "      warning: {w}");
-        }
+        rank_details(o, r);
     }
-    let _ = writeln!(o);
+}
+
+/// How a rank's steps, windows and rank number were found, and what was cut or skipped.
+fn rank_details(o: &mut String, r: &RankSummary) {
+    let graph: usize = r.selected_steps().map(|x| x.graph_ops).sum();
+    let mut windows: Vec<&str> = r
+        .steps
+        .iter()
+        .map(|x| match x.window {
+            WindowSource::Correlation => "launch correlation",
+            WindowSource::GpuAnnotation => "gpu_user_annotation",
+            WindowSource::WholeTrace => "all GPU work",
+        })
+        .collect();
+    windows.dedup();
+    let _ = writeln!(
+        o,
+        "      steps: {} ({} side), GPU window from {}{}",
+        r.step_source.describe(),
+        r.marker_side,
+        windows.join(" / "),
+        if graph > 0 {
+            format!("; {graph} CUDA-graph-replayed ops in the used steps")
+        } else {
+            String::new()
+        }
+    );
+    let _ = writeln!(
+        o,
+        "      rank from {}; {} events read, {} skipped early, {} malformed skipped",
+        r.rank_source.describe(),
+        r.events.total,
+        r.events.skipped_early,
+        r.events.malformed
+    );
+    let stalls: Vec<f64> = r
+        .selected_steps()
+        .map(|x| x.stall_us)
+        .filter(|&t| t > 0.0)
+        .collect();
+    if !stalls.is_empty() {
+        let _ = writeln!(
+            o,
+            "      {} step window(s) had a GPU stall cut out ({} µs in all): an idle gap over {}× the step's GPU busy time",
+            stalls.len(),
+            us(stalls.iter().sum::<f64>()),
+            crate::accounting::summary::STALL_FACTOR
+        );
+    }
+    if r.empty_markers > 0 {
+        let _ = writeln!(
+            o,
+            "      {} marker(s) launched no GPU work and were skipped",
+            r.empty_markers
+        );
+    }
+    for w in &r.warnings {
+        let _ = writeln!(o, "      warning: {w}");
+    }
+}
+
+/// Time per category (mean step), with one column per rank when there are several.
+fn category_section(o: &mut String, s: &TraceSummary) {
     let multi = s.ranks.len() > 1;
+    let per_rank = |o: &mut String, f: &dyn Fn(&Breakdown) -> f64| {
+        if multi {
+            for r in &s.ranks {
+                let _ = write!(o, " {:>11}", us(f(&r.breakdown)));
+            }
+        }
+        let _ = writeln!(o);
+    };
     let _ = write!(
         o,
         "{:<14} {:>11} {:>7} {:>11}",
@@ -291,31 +332,23 @@ pub fn to_table(s: &TraceSummary) -> String {
     for e in s.breakdown.entries() {
         let _ = write!(
             o,
-            "{:<14} {:>11.1} {:>6.1}% {:>11.1}",
+            "{:<14} {:>11} {:>6.1}% {:>11}",
             e.category.name(),
-            e.time_us,
+            us(e.time_us),
             e.share * 100.0,
-            e.busy_us
+            us(e.busy_us)
         );
-        if multi {
-            for r in &s.ranks {
-                let _ = write!(o, " {:>11.1}", r.breakdown.time(e.category));
-            }
-        }
-        let _ = writeln!(o);
+        per_rank(o, &|b| b.time(e.category));
     }
     let _ = write!(
         o,
-        "{:<14} {:>11.1} {:>6.1}%",
-        "step (mean)", s.breakdown.step_time_us, 100.0
+        "{:<14} {:>11} {:>6.1}% {:>11}",
+        "step (mean)",
+        us(s.breakdown.step_time_us),
+        100.0,
+        ""
     );
-    if multi {
-        let _ = write!(o, " {:>11}", "");
-        for r in &s.ranks {
-            let _ = write!(o, " {:>11.1}", r.breakdown.step_time_us);
-        }
-    }
-    let _ = writeln!(o);
+    per_rank(o, &|b| b.step_time_us);
     if multi {
         for (label, f) in [
             (
@@ -326,32 +359,29 @@ pub fn to_table(s: &TraceSummary) -> String {
         ] {
             let _ = write!(
                 o,
-                "{:<14} {:>11.1} {:>7} {:>11}",
+                "{:<14} {:>11} {:>7} {:>11}",
                 label,
-                f(&s.breakdown),
+                us(f(&s.breakdown)),
                 "",
                 ""
             );
-            for r in &s.ranks {
-                let _ = write!(o, " {:>11.1}", f(&r.breakdown));
-            }
-            let _ = writeln!(o);
+            per_rank(o, &f);
         }
     }
     let _ = writeln!(o, "(exclusive time per step: overlapping kernels go to the first category in this list; busy = union of the category's kernels)");
-    let _ = writeln!(o);
+}
 
+/// Communication (busy, exposed, wait, transfer), GPU idle and the unclassified kernels.
+fn totals_section(o: &mut String, s: &TraceSummary) {
     let b = &s.breakdown;
     let c = Category::Communication.index();
     let how = match s.alignment.method {
-        crate::accounting::align::AlignMethod::SingleRank => {
-            "one rank: not split, all counted as transfer".to_string()
-        }
+        AlignMethod::SingleRank => "one rank: not split, all counted as transfer".to_string(),
         m => format!(
             "{} collectives aligned across {} ranks ({}){}",
             s.alignment.aligned,
             s.ranks.len(),
-            if m == crate::accounting::align::AlignMethod::PerStep {
+            if m == AlignMethod::PerStep {
                 "n-th of each step"
             } else {
                 "n-th of the trace"
@@ -363,18 +393,37 @@ pub fn to_table(s: &TraceSummary) -> String {
             }
         ),
     };
-    let _ = writeln!(o, "Communication per step: {:.1} µs busy = {:.1} exposed + {:.1} overlapped with compute; wait {:.1} µs, transfer {:.1} µs ({how})", b.busy_us[c], b.exclusive_us[c], b.comm_overlapped_us(), b.comm_wait_us, b.comm_transfer_us);
+    let _ = writeln!(
+        o,
+        "Communication per step: {} µs busy = {} exposed + {} overlapped with compute; wait {} µs, transfer {} µs ({how})",
+        us(b.busy_us[c]),
+        us(b.exclusive_us[c]),
+        us(b.comm_overlapped_us()),
+        us(b.comm_wait_us),
+        us(b.comm_transfer_us)
+    );
     let g = mean_gaps(s);
-    let _ = writeln!(o, "GPU idle per step: {:.1} µs = {:.1} launch gaps (GPU waited for the CPU) + {:.1} other; largest gap {:.1} µs", g.idle_us, g.launch_gap_us, g.other_gap_us, g.largest_us);
-    let _ = writeln!(o, "Unclassified kernels: {:.2}% of kernel time ({:.1} µs; counted as the rules' fallback category)", s.unclassified_share() * 100.0, s.unclassified_us);
+    let _ = writeln!(
+        o,
+        "GPU idle per step: {} µs = {} launch gaps (GPU waited for the CPU) + {} other; largest gap {} µs",
+        us(g.idle_us),
+        us(g.launch_gap_us),
+        us(g.other_gap_us),
+        us(g.largest_us)
+    );
+    let _ = writeln!(
+        o,
+        "Unclassified kernels: {:.2}% of kernel time ({} µs; counted as the rules' fallback category)",
+        s.unclassified_share() * 100.0,
+        us(s.unclassified_us)
+    );
     for u in &s.unclassified {
         let _ = writeln!(
             o,
-            "  {:>11.1} µs {:>6}×  {}",
-            u.time_us,
+            "  {:>11} µs {:>6}×  {}",
+            us(u.time_us),
             u.count,
             short(&u.name, 110)
         );
     }
-    o
 }

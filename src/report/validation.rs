@@ -1,10 +1,18 @@
-//! The report of `decodesim validate`.
+//! The report of `decodesim validate`: a terminal table, and CSV (JSON is the serialized
+//! [`Validation`]).
 
-use super::table::{num, pct, Table};
+use super::table::{pct, Table};
+use crate::error::{Error, Result};
+use crate::units::{path, us};
 use crate::validate::{Summary, Validation};
+use std::collections::BTreeMap;
 
 fn signed_pct(e: f64) -> String {
-    format!("{:+.1}%", e * 100.0)
+    if e.is_finite() {
+        format!("{:+.1}%", e * 100.0)
+    } else {
+        "-".into()
+    }
 }
 
 fn summary_line(label: &str, s: &Summary) -> String {
@@ -18,17 +26,35 @@ fn summary_line(label: &str, s: &Summary) -> String {
     )
 }
 
+/// What the traces showed of their scenarios, each distinct line once with its count.
+fn checks(v: &Validation) -> String {
+    let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
+    for r in &v.results {
+        for c in &r.checks {
+            *seen.entry(c.as_str()).or_default() += 1;
+        }
+    }
+    let mut out =
+        String::from("the traces show (checked against each configuration's scenario):\n");
+    for (line, n) in seen {
+        out.push_str(&format!("  {line} [{n} of {}]\n", v.results.len()));
+    }
+    out
+}
+
 pub fn render(v: &Validation) -> String {
     let mut out = format!(
         "validation against captured traces, calibration {}\n\n",
-        v.profile
+        path(std::path::Path::new(&v.profile))
     );
+    out.push_str(&checks(v));
+    out.push('\n');
     let mut t = Table::new(&[
         "configuration",
         "ranks",
         "layers",
-        "measured (us)",
-        "predicted (us)",
+        "measured (µs)",
+        "predicted (µs)",
         "error",
         "share err mean",
         "share err max",
@@ -39,8 +65,8 @@ pub fn render(v: &Validation) -> String {
             r.case.name.clone(),
             r.ranks.to_string(),
             r.layers.to_string(),
-            num(r.measured_step_us, 1),
-            num(r.predicted_step_us, 1),
+            us(r.measured_step_us),
+            us(r.predicted_step_us),
             signed_pct(r.step_error),
             format!("{:.1} pp", r.mean_share_error * 100.0),
             format!(
@@ -66,16 +92,16 @@ pub fn render(v: &Validation) -> String {
         let mut t = Table::new(&[
             "configuration",
             "batch",
-            "measured (us)",
-            "predicted (us)",
+            "measured (µs)",
+            "predicted (µs)",
             "error",
         ]);
         for (name, batch, m, p, e) in &a.results {
             t.row(vec![
                 name.clone(),
                 batch.to_string(),
-                num(*m, 1),
-                num(*p, 1),
+                us(*m),
+                us(*p),
                 signed_pct(*e),
             ]);
         }
@@ -90,4 +116,67 @@ pub fn render(v: &Validation) -> String {
         out.push_str(&summary_line("anchor, all configurations", &a.all));
     }
     out
+}
+
+/// One row per configuration, raw numbers (µs, fractions); the single-anchor prediction in the
+/// last two columns when there is one.
+pub fn to_csv(v: &Validation) -> Result<String> {
+    let anchor: BTreeMap<&str, (f64, f64)> = v
+        .anchor
+        .iter()
+        .flat_map(|a| a.results.iter())
+        .map(|(n, _, _, p, e)| (n.as_str(), (*p, *e)))
+        .collect();
+    let mut w = csv::Writer::from_writer(Vec::new());
+    let err = |e: csv::Error| Error::Other(format!("cannot write the CSV report: {e}"));
+    w.write_record([
+        "configuration",
+        "batch",
+        "context",
+        "setting",
+        "ranks",
+        "layers",
+        "excluded_steps",
+        "measured_step_us",
+        "predicted_step_us",
+        "step_error",
+        "mean_share_error",
+        "max_share_error",
+        "max_share_category",
+        "measured_wait_share",
+        "predicted_wait_share",
+        "anchor_predicted_step_us",
+        "anchor_step_error",
+    ])
+    .map_err(err)?;
+    for r in &v.results {
+        let (ap, ae) = anchor
+            .get(r.case.name.as_str())
+            .map(|&(p, e)| (p.to_string(), e.to_string()))
+            .unwrap_or_default();
+        w.write_record([
+            r.case.name.clone(),
+            r.case.batch.to_string(),
+            r.case.context.to_string(),
+            r.case.setting.clone(),
+            r.ranks.to_string(),
+            r.layers.to_string(),
+            r.excluded_steps.to_string(),
+            r.measured_step_us.to_string(),
+            r.predicted_step_us.to_string(),
+            r.step_error.to_string(),
+            r.mean_share_error.to_string(),
+            r.max_share_error.to_string(),
+            r.max_share_category.to_string(),
+            r.measured_wait_share.to_string(),
+            r.predicted_wait_share.to_string(),
+            ap,
+            ae,
+        ])
+        .map_err(err)?;
+    }
+    let bytes = w
+        .into_inner()
+        .map_err(|e| Error::Other(format!("cannot write the CSV report: {e}")))?;
+    String::from_utf8(bytes).map_err(|e| Error::Other(format!("CSV report: {e}")))
 }

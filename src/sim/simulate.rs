@@ -6,6 +6,7 @@ use crate::accounting::Breakdown;
 use crate::cost::{self, CalibrationProfile, Pricing};
 use crate::error::Result;
 use crate::spec::catalog;
+use crate::spec::scenario::DEFAULT_GPU_MEMORY_UTILIZATION;
 use crate::spec::{Algo, ModelSpec, NcclSettings, Proto, Runtime, Scenario, SystemSpec};
 use crate::workload::memory::{footprint, MemoryFootprint};
 use crate::workload::{self, Workload};
@@ -59,9 +60,11 @@ impl ScenarioRequest {
     pub fn load(&self) -> Result<(Scenario, CalibrationProfile)> {
         let mut model = ModelSpec::from_file(&catalog::resolve_model(&self.model)?)?;
         if let Some(layers) = self.layers {
-            if !(1..=1000).contains(&layers) {
+            let range = crate::spec::model::limits::LAYERS;
+            if !range.contains(&(layers as u64)) {
                 return Err(crate::Error::Scenario(format!(
-                    "--layers {layers} is out of range: expected 1 to 1000"
+                    "--layers {layers} is out of range: expected {} layers",
+                    crate::spec::check::int_range_text(&range)
                 )));
             }
             model.num_layers = layers;
@@ -75,12 +78,6 @@ impl ScenarioRequest {
             .clone()
             .unwrap_or_else(|| system.default_calibration.clone());
         let profile = CalibrationProfile::from_file(&catalog::resolve_profile(&profile_arg)?)?;
-        if !(self.kv_bytes == 1.0 || self.kv_bytes == 2.0) {
-            return Err(crate::Error::Scenario(format!(
-                "KV-cache element size {} bytes is not supported (expected 1 for FP8 or 2 for BF16)",
-                self.kv_bytes
-            )));
-        }
         let scenario = Scenario {
             tp: self.tp.unwrap_or(system.gpu_count),
             model,
@@ -96,6 +93,7 @@ impl ScenarioRequest {
             kv_bytes: self.kv_bytes,
             runtime: self.runtime,
             seed: self.seed,
+            gpu_memory_utilization: DEFAULT_GPU_MEMORY_UTILIZATION,
         };
         scenario.validate()?;
         Ok((scenario, profile))
@@ -113,7 +111,50 @@ pub struct Simulation {
     pub per_rank: Vec<Breakdown>,
     pub mean: Breakdown,
     pub memory: MemoryFootprint,
+    /// The footprint held against the memory vLLM may use.
+    pub memory_fit: MemoryFit,
     pub warnings: Vec<String>,
+}
+
+/// Whether the weights and KV cache fit in the share of GPU memory vLLM may use.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MemoryFit {
+    /// Weights plus KV cache per GPU.
+    pub needed_bytes: f64,
+    /// The GPU's memory (`memory_gb` × 10^9).
+    pub capacity_bytes: f64,
+    pub gpu_memory_utilization: f64,
+}
+
+impl MemoryFit {
+    pub fn new(memory: &MemoryFootprint, s: &Scenario) -> Self {
+        MemoryFit {
+            needed_bytes: memory.total(),
+            capacity_bytes: s.system.gpu.memory_gb * 1e9,
+            gpu_memory_utilization: s.gpu_memory_utilization,
+        }
+    }
+    /// What vLLM may use: capacity × gpu_memory_utilization.
+    pub fn usable_bytes(&self) -> f64 {
+        self.capacity_bytes * self.gpu_memory_utilization
+    }
+    pub fn fits(&self) -> bool {
+        self.needed_bytes <= self.usable_bytes()
+    }
+    /// One line a person reads: "needs 81.2 GiB per GPU (...), has 80.5 GiB (... 0.90 of the
+    /// 89.4 GiB of each ...)".
+    pub fn describe(&self, memory: &MemoryFootprint, gpu: &str) -> String {
+        use crate::units::bytes;
+        format!(
+            "needs {} per GPU (weights {} + KV cache {}), has {} (--gpu-memory-utilization {:.2} of the {} of each {gpu})",
+            bytes(self.needed_bytes),
+            bytes(memory.weights_bytes),
+            bytes(memory.kv_cache_bytes),
+            bytes(self.usable_bytes()),
+            self.gpu_memory_utilization,
+            bytes(self.capacity_bytes),
+        )
+    }
 }
 
 impl Simulation {
@@ -164,16 +205,16 @@ pub fn simulate_workload(
         scenario.context,
         scenario.kv_bytes,
     );
+    let memory_fit = MemoryFit::new(&memory, &scenario);
     let mut warnings = pricing.warnings.clone();
-    let capacity = scenario.system.gpu.memory_gb * 1e9;
-    if memory.total() > capacity {
-        warnings.push(format!(
-            "does not fit: {:.1} GB of weights + {:.1} GB of KV cache per GPU exceed the {:.0} GB of a {}",
-            memory.weights_bytes / 1e9,
-            memory.kv_cache_bytes / 1e9,
-            scenario.system.gpu.memory_gb,
-            scenario.system.gpu.name
-        ));
+    if !memory_fit.fits() {
+        warnings.insert(
+            0,
+            format!(
+                "does not fit: {}",
+                memory_fit.describe(&memory, &scenario.system.gpu.name)
+            ),
+        );
     }
     Ok(Simulation {
         scenario,
@@ -184,11 +225,24 @@ pub fn simulate_workload(
         per_rank,
         mean,
         memory,
+        memory_fit,
         warnings,
     })
 }
 
 pub fn simulate(req: &ScenarioRequest) -> Result<Simulation> {
     let (scenario, profile) = req.load()?;
+    simulate_loaded(scenario, profile)
+}
+
+/// [`simulate`] with the memory check held against `gpu_memory_utilization` instead of vLLM's
+/// default.
+pub fn simulate_with_memory_utilization(
+    req: &ScenarioRequest,
+    gpu_memory_utilization: f64,
+) -> Result<Simulation> {
+    let (mut scenario, profile) = req.load()?;
+    scenario.gpu_memory_utilization = gpu_memory_utilization;
+    scenario.validate()?;
     simulate_loaded(scenario, profile)
 }

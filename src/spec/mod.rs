@@ -1,6 +1,7 @@
 //! Plain data describing what is simulated: models, GPUs and systems, scenarios.
 
 pub mod catalog;
+pub mod check;
 pub mod model;
 pub mod scenario;
 pub mod system;

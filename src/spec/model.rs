@@ -5,9 +5,11 @@
 //! `quantization_config` is honoured: compressed-tensors pack-quantized INT4 with its `ignore`
 //! list, and FP8 block quantization.
 
+use super::check;
 use crate::error::{Error, Result};
 use regex::Regex;
 use serde_json::Value;
+use std::ops::RangeInclusive;
 use std::path::{Path, PathBuf};
 
 /// Which per-layer kernel sequence the model runs.
@@ -143,47 +145,108 @@ pub struct ModelSpec {
     pub quant: Option<Quantization>,
 }
 
-/// Reads fields of one config object, naming the file and field in errors.
+/// Accepted ranges of config dimensions. Not physics but sanity: the largest public configs sit
+/// far inside them (Llama-3.1-405B: hidden 16,384, 126 layers, 128 heads, intermediate 53,248;
+/// Gemma: vocab 262,144; Kimi-K2: 384 experts, top-8), and every product the workload forms from
+/// them (tokens × hidden × 2, tokens × vocab, experts × hidden × intermediate) stays far below
+/// 2^53, so byte counts are exact in f64 and cannot wrap in u64.
+pub mod limits {
+    use std::ops::RangeInclusive;
+    pub const LAYERS: RangeInclusive<u64> = 1..=512;
+    pub const HIDDEN: RangeInclusive<u64> = 1..=65_536;
+    pub const VOCAB: RangeInclusive<u64> = 1..=4_194_304;
+    pub const HEADS: RangeInclusive<u64> = 1..=1_024;
+    pub const HEAD_DIM: RangeInclusive<u64> = 1..=1_024;
+    pub const INTERMEDIATE: RangeInclusive<u64> = 1..=1_048_576;
+    /// Shared-expert width may be 0 (MiniMax-M2 has no shared expert).
+    pub const SHARED_INTERMEDIATE: RangeInclusive<u64> = 0..=1_048_576;
+    pub const LORA_RANK: RangeInclusive<u64> = 1..=65_536;
+    /// 0 routed experts means a dense model.
+    pub const EXPERTS: RangeInclusive<u64> = 0..=4_096;
+    /// Routing draws `top_k` distinct experts per token per layer, so `top_k` also bounds the
+    /// simulator's own run time.
+    pub const TOP_K: RangeInclusive<u64> = 1..=64;
+    pub const SHARED_EXPERTS: RangeInclusive<u64> = 0..=64;
+    pub const MAX_POSITIONS: RangeInclusive<u64> = 1..=(1 << 32);
+    /// Quantization group and block edges.
+    pub const QUANT_GROUP: RangeInclusive<u64> = 1..=65_536;
+}
+
+/// Reads fields of one config object, naming the file and the field's JSON path in errors.
 struct Fields<'a> {
     path: &'a Path,
     obj: &'a Value,
+    /// `text_config.` when the language model is nested, else empty.
+    prefix: &'a str,
 }
 
 impl Fields<'_> {
+    fn name(&self, key: &str) -> String {
+        format!("{}{key}", self.prefix)
+    }
     fn get(&self, key: &str) -> Option<&Value> {
         self.obj.get(key).filter(|v| !v.is_null())
     }
-    fn usize(&self, key: &str) -> Result<Option<usize>> {
+    /// An optional integer in `range`; a float, string or negative number is an error.
+    fn int(&self, key: &str, range: RangeInclusive<u64>) -> Result<Option<usize>> {
         match self.get(key) {
             None => Ok(None),
-            Some(v) => v
-                .as_u64()
-                .map(|n| Some(n as usize))
-                .ok_or_else(|| Error::field(self.path, key, "expected a non-negative integer")),
+            Some(v) => match v.as_u64() {
+                Some(n) if range.contains(&n) => Ok(Some(n as usize)),
+                _ => Err(check::int_error(
+                    self.path,
+                    &self.name(key),
+                    &v.to_string(),
+                    &range,
+                )),
+            },
         }
     }
-    fn required(&self, key: &str) -> Result<usize> {
-        match self.usize(key)? {
-            Some(0) => Err(Error::field(self.path, key, "must be greater than 0")),
-            Some(n) => Ok(n),
-            None => Err(Error::field(
+    fn required(&self, key: &str, range: RangeInclusive<u64>) -> Result<usize> {
+        self.int(key, range.clone())?.ok_or_else(|| {
+            Error::field(
                 self.path,
-                key,
-                "required field is missing (expected a positive integer)",
-            )),
-        }
+                self.name(key),
+                format!(
+                    "required field is missing (expected an integer {})",
+                    check::int_range_text(&range)
+                ),
+            )
+        })
     }
-    fn first_of(&self, keys: &[&str]) -> Result<Option<usize>> {
+    fn first_of(&self, keys: &[&str], range: RangeInclusive<u64>) -> Result<Option<usize>> {
         for k in keys {
-            if let Some(v) = self.usize(k)? {
+            if let Some(v) = self.int(k, range.clone())? {
                 return Ok(Some(v));
             }
         }
         Ok(None)
     }
-    fn str(&self, key: &str) -> Option<&str> {
-        self.get(key).and_then(Value::as_str)
+    fn str(&self, key: &str) -> Result<Option<&str>> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s)),
+            Some(v) => Err(wrong_type(self.path, &self.name(key), v, "a string")),
+        }
     }
+    fn bool(&self, key: &str) -> Result<Option<bool>> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(Value::Bool(b)) => Ok(Some(*b)),
+            Some(v) => Err(wrong_type(self.path, &self.name(key), v, "true or false")),
+        }
+    }
+}
+
+fn wrong_type(path: &Path, field: &str, v: &Value, expected: &str) -> Error {
+    Error::field(
+        path,
+        field,
+        format!(
+            "found {}, expected {expected}",
+            check::short(&v.to_string())
+        ),
+    )
 }
 
 impl ModelSpec {
@@ -211,88 +274,132 @@ impl ModelSpec {
             });
         }
         // Kimi-K2.5 and other multimodal wrappers keep the language model under `text_config`.
-        let text_cfg = root.get("text_config").filter(|v| v.is_object());
-        let obj = text_cfg.unwrap_or(&root);
-        let f = Fields { path, obj };
+        let (obj, prefix) = match root.get("text_config") {
+            None | Some(Value::Null) => (&root, ""),
+            Some(v @ Value::Object(_)) => (v, "text_config."),
+            Some(v) => return Err(wrong_type(path, "text_config", v, "an object")),
+        };
+        let f = Fields { path, obj, prefix };
+        let top = Fields {
+            path,
+            obj: &root,
+            prefix: "",
+        };
 
-        let num_layers = f.required("num_hidden_layers")?;
-        let hidden = f.required("hidden_size")?;
-        let vocab = f.required("vocab_size")?;
-        let num_heads = f.required("num_attention_heads")?;
-        let num_kv_heads = f.usize("num_key_value_heads")?.unwrap_or(num_heads);
+        let num_layers = f.required("num_hidden_layers", limits::LAYERS)?;
+        let hidden = f.required("hidden_size", limits::HIDDEN)?;
+        let vocab = f.required("vocab_size", limits::VOCAB)?;
+        let num_heads = f.required("num_attention_heads", limits::HEADS)?;
+        let num_kv_heads = f
+            .int("num_key_value_heads", limits::HEADS)?
+            .unwrap_or(num_heads);
         if num_kv_heads == 0 || num_heads % num_kv_heads != 0 {
             return Err(Error::field(
                 path,
-                "num_key_value_heads",
-                format!("must divide num_attention_heads ({num_heads})"),
+                f.name("num_key_value_heads"),
+                format!(
+                    "found {num_kv_heads}, expected a divisor of num_attention_heads ({num_heads})"
+                ),
             ));
         }
-        let head_dim = f.usize("head_dim")?.unwrap_or(hidden / num_heads);
-        let model_type = f
-            .str("model_type")
-            .or_else(|| root.get("model_type").and_then(Value::as_str))
-            .unwrap_or("")
-            .to_ascii_lowercase();
+        let head_dim = match f.int("head_dim", limits::HEAD_DIM)? {
+            Some(d) => d,
+            None => {
+                let d = hidden / num_heads;
+                if d == 0 || !limits::HEAD_DIM.contains(&(d as u64)) {
+                    return Err(Error::field(
+                        path,
+                        f.name("head_dim"),
+                        format!(
+                            "absent, and hidden_size / num_attention_heads = {hidden} / {num_heads} = {d} is not {}",
+                            check::int_range_text(&limits::HEAD_DIM)
+                        ),
+                    ));
+                }
+                d
+            }
+        };
+        let model_type = match f.str("model_type")? {
+            Some(t) => t,
+            None => top.str("model_type")?.unwrap_or(""),
+        }
+        .to_ascii_lowercase();
 
-        let mla = match f.usize("kv_lora_rank")? {
+        let mla = match f.int("kv_lora_rank", limits::LORA_RANK)? {
             Some(kv_lora_rank) => Some(MlaDims {
-                q_lora_rank: f.usize("q_lora_rank")?,
+                q_lora_rank: f.int("q_lora_rank", limits::LORA_RANK)?,
                 kv_lora_rank,
-                qk_nope_head_dim: f.required("qk_nope_head_dim")?,
-                qk_rope_head_dim: f.required("qk_rope_head_dim")?,
-                v_head_dim: f.required("v_head_dim")?,
+                qk_nope_head_dim: f.required("qk_nope_head_dim", limits::HEAD_DIM)?,
+                qk_rope_head_dim: f.required("qk_rope_head_dim", limits::HEAD_DIM)?,
+                v_head_dim: f.required("v_head_dim", limits::HEAD_DIM)?,
             }),
             None => None,
         };
 
-        let n_routed = f.first_of(&["n_routed_experts", "num_experts", "num_local_experts"])?;
+        let n_routed = f.first_of(
+            &["n_routed_experts", "num_experts", "num_local_experts"],
+            limits::EXPERTS,
+        )?;
         let moe = match n_routed {
             Some(n) if n > 0 => {
-                let top_k = f.required("num_experts_per_tok")?;
+                let top_k = f.required("num_experts_per_tok", limits::TOP_K)?;
                 if top_k > n {
                     return Err(Error::field(
                         path,
-                        "num_experts_per_tok",
-                        format!("must not exceed the number of experts ({n})"),
+                        f.name("num_experts_per_tok"),
+                        format!("found {top_k}, expected at most the number of experts ({n})"),
                     ));
                 }
                 // MiniMax-M2 names the expert width `intermediate_size`.
-                let moe_intermediate = match f.usize("moe_intermediate_size")? {
+                let moe_intermediate = match f.int("moe_intermediate_size", limits::INTERMEDIATE)? {
                     Some(v) => v,
-                    None => f.required("intermediate_size")?,
+                    None => f.required("intermediate_size", limits::INTERMEDIATE)?,
                 };
-                let n_shared = f.usize("n_shared_experts")?.unwrap_or(0);
+                let n_shared = f
+                    .int("n_shared_experts", limits::SHARED_EXPERTS)?
+                    .unwrap_or(0);
+                // n_shared ≤ 64 and the width ≤ 2^20, so the product cannot overflow.
                 let shared_intermediate = f
-                    .first_of(&[
-                        "shared_expert_intermediate_size",
-                        "shared_intermediate_size",
-                    ])?
+                    .first_of(
+                        &[
+                            "shared_expert_intermediate_size",
+                            "shared_intermediate_size",
+                        ],
+                        limits::SHARED_INTERMEDIATE,
+                    )?
                     .unwrap_or(n_shared * moe_intermediate);
                 let n_shared = if shared_intermediate > 0 {
                     n_shared.max(1)
                 } else {
                     0
                 };
-                let scoring = match f.str("scoring_func") {
+                let scoring = match f.str("scoring_func")? {
                     Some("sigmoid") => Scoring::Sigmoid,
                     Some("softmax") | None => Scoring::Softmax,
                     Some(other) => {
                         return Err(Error::field(
                             path,
-                            "scoring_func",
-                            format!("expected 'sigmoid' or 'softmax', found '{other}'"),
+                            f.name("scoring_func"),
+                            format!(
+                                "found '{}', expected 'sigmoid' or 'softmax'",
+                                check::short(other)
+                            ),
                         ))
                     }
                 };
+                let n_group = f.int("n_group", 1..=n as u64)?.unwrap_or(1);
+                let topk_group = f.int("topk_group", 1..=n_group as u64)?.unwrap_or(1);
                 Some(MoeDims {
                     n_routed_experts: n,
                     top_k,
                     moe_intermediate,
                     n_shared_experts: n_shared,
                     shared_intermediate,
-                    first_k_dense: f.usize("first_k_dense_replace")?.unwrap_or(0),
-                    n_group: f.usize("n_group")?.unwrap_or(1).max(1),
-                    topk_group: f.usize("topk_group")?.unwrap_or(1).max(1),
+                    first_k_dense: f
+                        .int("first_k_dense_replace", 0..=num_layers as u64)?
+                        .unwrap_or(0),
+                    n_group,
+                    topk_group,
                     scoring,
                 })
             }
@@ -304,7 +411,7 @@ impl ModelSpec {
             (Some(_), None) => {
                 return Err(Error::field(
                     path,
-                    "n_routed_experts",
+                    f.name("n_routed_experts"),
                     "MLA models without MoE are not supported (expected n_routed_experts)",
                 ))
             }
@@ -317,24 +424,33 @@ impl ModelSpec {
             Some(m) => m.first_k_dense > 0,
         };
         let dense_intermediate = if needs_dense {
-            f.required("intermediate_size")?
+            f.required("intermediate_size", limits::INTERMEDIATE)?
         } else {
             0
         };
-        let qk_norm = model_type.starts_with("qwen3")
-            || obj
-                .get("use_qk_norm")
-                .and_then(Value::as_bool)
-                .unwrap_or(false);
-        let max_position_embeddings = f.usize("max_position_embeddings")?.unwrap_or(usize::MAX);
+        let qk_norm = model_type.starts_with("qwen3") || f.bool("use_qk_norm")?.unwrap_or(false);
+        // Absent means unbounded: the scenario's own context ceiling applies.
+        let max_position_embeddings = f
+            .int("max_position_embeddings", limits::MAX_POSITIONS)?
+            .unwrap_or(usize::MAX);
 
-        let qcfg = obj
-            .get("quantization_config")
-            .or_else(|| root.get("quantization_config"))
-            .filter(|v| v.is_object());
-        let quant = match qcfg {
-            Some(q) => Some(parse_quantization(path, q)?),
-            None => None,
+        // A quantization_config that is present but not an object must not silently price the
+        // weights as BF16.
+        // Both places are checked when both are present (the nested one describes the
+        // language model and wins), so a malformed outer one is not silently ignored.
+        let outer = match root.get("quantization_config") {
+            Some(q) if !q.is_null() && !prefix.is_empty() => {
+                Some(parse_quantization(path, "quantization_config", q)?)
+            }
+            _ => None,
+        };
+        let quant = match obj.get("quantization_config") {
+            Some(q) if !q.is_null() => Some(parse_quantization(
+                path,
+                &format!("{prefix}quantization_config"),
+                q,
+            )?),
+            _ => outer,
         };
 
         Ok(ModelSpec {
@@ -392,18 +508,43 @@ impl ModelSpec {
     }
 }
 
-fn parse_quantization(path: &Path, q: &Value) -> Result<Quantization> {
-    let method = q
-        .get("quant_method")
-        .and_then(Value::as_str)
-        .ok_or_else(|| {
-            Error::field(
+fn parse_quantization(path: &Path, at: &str, q: &Value) -> Result<Quantization> {
+    if !q.is_object() {
+        return Err(wrong_type(path, at, q, "an object with a quant_method"));
+    }
+    let field = |k: &str| format!("{at}.{k}");
+    let method = match q.get("quant_method") {
+        Some(Value::String(s)) => s.clone(),
+        None | Some(Value::Null) => {
+            return Err(Error::field(
                 path,
-                "quantization_config.quant_method",
+                field("quant_method"),
                 "required (expected 'compressed-tensors' or 'fp8')",
-            )
-        })?
-        .to_string();
+            ))
+        }
+        Some(v) => {
+            return Err(wrong_type(
+                path,
+                &field("quant_method"),
+                v,
+                "'compressed-tensors' or 'fp8'",
+            ))
+        }
+    };
+    // An optional list of strings: absent or null is empty, anything else is an error.
+    let strings = |key: &str| -> Result<Vec<&str>> {
+        match q.get(key) {
+            None | Some(Value::Null) => Ok(Vec::new()),
+            Some(Value::Array(items)) => items
+                .iter()
+                .map(|item| {
+                    item.as_str()
+                        .ok_or_else(|| wrong_type(path, &field(key), item, "a list of strings"))
+                })
+                .collect(),
+            Some(v) => Err(wrong_type(path, &field(key), v, "a list of strings")),
+        }
+    };
     match method.as_str() {
         "compressed-tensors" => {
             let groups = q
@@ -413,62 +554,82 @@ fn parse_quantization(path: &Path, q: &Value) -> Result<Quantization> {
                 .ok_or_else(|| {
                     Error::field(
                         path,
-                        "quantization_config.config_groups",
-                        "expected at least one quantization group",
+                        field("config_groups"),
+                        "expected an object with at least one quantization group",
                     )
                 })?;
-            let (gname, group) = groups.iter().next().expect("non-empty checked above");
-            let field = |k: &str| format!("quantization_config.config_groups.{gname}.weights.{k}");
+            let Some((gname, group)) = groups.iter().next() else {
+                unreachable!("non-empty checked above")
+            };
+            let wfield = |k: &str| format!("{at}.config_groups.{gname}.weights.{k}");
             let w = group
                 .get("weights")
                 .filter(|v| v.is_object())
-                .ok_or_else(|| Error::field(path, field(""), "expected a weights object"))?;
-            let bits = w
-                .get("num_bits")
-                .and_then(Value::as_u64)
-                .ok_or_else(|| Error::field(path, field("num_bits"), "expected an integer"))?;
-            let format = match (bits, w.get("type").and_then(Value::as_str)) {
-                (4, Some("int") | None) => WeightFormat::Int4 {
-                    group_size: w
-                        .get("group_size")
-                        .and_then(Value::as_u64)
-                        .filter(|&g| g > 0)
-                        .ok_or_else(|| {
-                            Error::field(path, field("group_size"), "expected a positive integer")
-                        })? as usize,
-                },
+                .ok_or_else(|| {
+                    Error::field(
+                        path,
+                        format!("{at}.config_groups.{gname}.weights"),
+                        "expected a weights object",
+                    )
+                })?;
+            let bits = match w.get("num_bits") {
+                Some(v) => v
+                    .as_u64()
+                    .ok_or_else(|| wrong_type(path, &wfield("num_bits"), v, "4 or 8"))?,
+                None => return Err(Error::field(path, wfield("num_bits"), "required (4 or 8)")),
+            };
+            let kind = match w.get("type") {
+                None | Some(Value::Null) => None,
+                Some(Value::String(s)) => Some(s.as_str()),
+                Some(v) => return Err(wrong_type(path, &wfield("type"), v, "'int' or 'float'")),
+            };
+            let format = match (bits, kind) {
+                (4, Some("int") | None) => {
+                    let g = match w.get("group_size") {
+                        Some(v) => v.as_u64().filter(|g| limits::QUANT_GROUP.contains(g)),
+                        None => None,
+                    };
+                    let g = g.ok_or_else(|| {
+                        check::int_error(
+                            path,
+                            &wfield("group_size"),
+                            &w.get("group_size")
+                                .map(|v| v.to_string())
+                                .unwrap_or_else(|| "nothing".into()),
+                            &limits::QUANT_GROUP,
+                        )
+                    })?;
+                    WeightFormat::Int4 {
+                        group_size: g as usize,
+                    }
+                }
                 (8, Some("float")) => WeightFormat::Fp8Block { block: [128, 128] },
                 (b, t) => {
                     return Err(Error::field(
                         path,
-                        field("num_bits"),
+                        wfield("num_bits"),
                         format!(
                             "supported: 4-bit int (W4A16) or 8-bit float; found {b}-bit {}",
-                            t.unwrap_or("?")
+                            check::short(t.unwrap_or("?"))
                         ),
                     ))
                 }
             };
             let mut exclude = Vec::new();
-            if let Some(list) = q.get("ignore").and_then(Value::as_array) {
-                for item in list {
-                    let s = item.as_str().ok_or_else(|| {
-                        Error::field(path, "quantization_config.ignore", "expected strings")
-                    })?;
-                    exclude.push(match s.strip_prefix("re:") {
-                        // compressed-tensors matches patterns from the start of the name.
-                        Some(r) => {
-                            NamePattern::Regex(Regex::new(&format!("^(?:{r})")).map_err(|e| {
-                                Error::field(
-                                    path,
-                                    "quantization_config.ignore",
-                                    format!("invalid regex '{r}': {e}"),
-                                )
-                            })?)
-                        }
-                        None => NamePattern::Exact(s.to_string()),
-                    });
-                }
+            for s in strings("ignore")? {
+                exclude.push(match s.strip_prefix("re:") {
+                    // compressed-tensors matches patterns from the start of the name.
+                    Some(r) => {
+                        NamePattern::Regex(Regex::new(&format!("^(?:{r})")).map_err(|e| {
+                            Error::field(
+                                path,
+                                field("ignore"),
+                                format!("invalid regex '{}': {e}", check::short(r)),
+                            )
+                        })?)
+                    }
+                    None => NamePattern::Exact(s.to_string()),
+                });
             }
             Ok(Quantization {
                 method,
@@ -477,40 +638,37 @@ fn parse_quantization(path: &Path, q: &Value) -> Result<Quantization> {
             })
         }
         "fp8" => {
-            let block = match q.get("weight_block_size").and_then(Value::as_array) {
-                Some(a) if a.len() == 2 => {
-                    let d: Vec<usize> = a
-                        .iter()
-                        .filter_map(Value::as_u64)
-                        .map(|v| v as usize)
-                        .filter(|&v| v > 0)
-                        .collect();
-                    if d.len() != 2 {
-                        return Err(Error::field(
-                            path,
-                            "quantization_config.weight_block_size",
-                            "expected two positive integers",
-                        ));
-                    }
-                    [d[0], d[1]]
+            let block = match q.get("weight_block_size") {
+                None | Some(Value::Null) => [128, 128],
+                Some(Value::Array(a))
+                    if a.len() == 2
+                        && a.iter().all(|v| {
+                            v.as_u64().is_some_and(|n| limits::QUANT_GROUP.contains(&n))
+                        }) =>
+                {
+                    [
+                        a[0].as_u64().unwrap_or(1) as usize,
+                        a[1].as_u64().unwrap_or(1) as usize,
+                    ]
                 }
-                None => [128, 128],
-                Some(_) => {
+                Some(v) => {
                     return Err(Error::field(
                         path,
-                        "quantization_config.weight_block_size",
-                        "expected two positive integers",
+                        field("weight_block_size"),
+                        format!(
+                            "found {}, expected two integers {}",
+                            check::short(&v.to_string()),
+                            check::int_range_text(&limits::QUANT_GROUP)
+                        ),
                     ))
                 }
             };
             let mut exclude = vec![NamePattern::Exact("lm_head".into())];
-            if let Some(list) = q.get("modules_to_not_convert").and_then(Value::as_array) {
-                exclude.extend(
-                    list.iter()
-                        .filter_map(Value::as_str)
-                        .map(|s| NamePattern::Contains(s.to_string())),
-                );
-            }
+            exclude.extend(
+                strings("modules_to_not_convert")?
+                    .into_iter()
+                    .map(|s| NamePattern::Contains(s.to_string())),
+            );
             Ok(Quantization {
                 method,
                 format: WeightFormat::Fp8Block { block },
@@ -519,8 +677,11 @@ fn parse_quantization(path: &Path, q: &Value) -> Result<Quantization> {
         }
         other => Err(Error::field(
             path,
-            "quantization_config.quant_method",
-            format!("supported: 'compressed-tensors', 'fp8'; found '{other}'"),
+            field("quant_method"),
+            format!(
+                "supported: 'compressed-tensors', 'fp8'; found '{}'",
+                check::short(other)
+            ),
         )),
     }
 }

@@ -3,9 +3,8 @@
 use super::model::ModelSpec;
 use super::system::{LinkKind, SystemSpec};
 use crate::error::{Error, Result};
+use crate::names::enum_names;
 use serde::Serialize;
-use std::fmt;
-use std::str::FromStr;
 
 /// NCCL protocol (`NCCL_PROTO`). `Auto` lets the cost model pick the fastest eligible one, as
 /// NCCL's tuner does.
@@ -36,28 +35,6 @@ pub enum CommPath {
     PcieP2p,
     /// Through host memory (P2P disabled, or not allowed by the topology).
     Host,
-}
-
-macro_rules! enum_names {
-    ($t:ty, $what:literal, $( $v:expr => [$($s:literal),+] ),+ $(,)?) => {
-        impl $t {
-            pub fn name(self) -> &'static str {
-                match self { $( x if x == $v => [$($s),+][0], )+ _ => unreachable!() }
-            }
-        }
-        impl FromStr for $t {
-            type Err = Error;
-            fn from_str(s: &str) -> Result<Self> {
-                let l = s.to_ascii_lowercase();
-                $( if [$($s),+].iter().any(|n| n.to_ascii_lowercase() == l) { return Ok($v); } )+
-                Err(Error::Unknown { kind: $what, name: s.to_string(),
-                    choices: vec![$([$($s),+][0].to_string()),+] })
-            }
-        }
-        impl fmt::Display for $t {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result { f.write_str(self.name()) }
-        }
-    };
 }
 
 enum_names!(Proto, "NCCL protocol",
@@ -108,7 +85,14 @@ pub struct Scenario {
     pub kv_bytes: f64,
     pub runtime: Runtime,
     pub seed: u64,
+    /// Share of each GPU's memory vLLM may use for weights, activations and KV cache
+    /// (`--gpu-memory-utilization`, vLLM's default 0.9); the memory check holds the footprint
+    /// against it.
+    pub gpu_memory_utilization: f64,
 }
+
+/// vLLM's default `gpu_memory_utilization` (vllm/config/cache.py `CacheConfig`).
+pub const DEFAULT_GPU_MEMORY_UTILIZATION: f64 = 0.9;
 
 impl Scenario {
     /// Checks the combination; every error says what is wrong and what would be accepted.
@@ -157,11 +141,37 @@ impl Scenario {
                 self.batch
             )));
         }
-        let max_ctx = (m.max_position_embeddings as u64).min(MAX_CONTEXT);
-        if self.context == 0 || self.context > max_ctx {
+        if self.context == 0 {
+            return Err(Error::Scenario(
+                "--context 0 is out of range: a decode step reads at least one cached token".into(),
+            ));
+        }
+        if self.context > m.max_position_embeddings as u64 {
             return Err(Error::Scenario(format!(
-                "--context {} is out of range: expected 1 to {max_ctx} tokens for {}",
-                self.context, m.name
+                "--context {} is above {}'s max_position_embeddings = {} ({}); expected 1 to {} tokens",
+                self.context,
+                m.name,
+                m.max_position_embeddings,
+                crate::units::path(&m.source),
+                m.max_position_embeddings
+            )));
+        }
+        if self.context > MAX_CONTEXT {
+            return Err(Error::Scenario(format!(
+                "--context {} is out of range: expected 1 to {MAX_CONTEXT} tokens",
+                self.context
+            )));
+        }
+        let u = self.gpu_memory_utilization;
+        if !(u.is_finite() && u > 0.0 && u <= 1.0) {
+            return Err(Error::Scenario(format!(
+                "--gpu-memory-utilization {u} is out of range: expected a share above 0 and at most 1 (vLLM's default is {DEFAULT_GPU_MEMORY_UTILIZATION})"
+            )));
+        }
+        if !(self.kv_bytes == 1.0 || self.kv_bytes == 2.0) {
+            return Err(Error::Scenario(format!(
+                "KV-cache element size {} bytes is not supported (expected 1 for FP8 or 2 for BF16)",
+                self.kv_bytes
             )));
         }
         Ok(())

@@ -1,5 +1,6 @@
 //! GPUs and multi-GPU systems, read from TOML files in `data/systems/`.
 
+use super::check::{self, FloatRange};
 use crate::error::{Error, Result};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
@@ -70,20 +71,186 @@ pub struct SystemSpec {
     pub interconnect: Interconnect,
 }
 
+/// Sanity ceilings on GPU figures: an order of magnitude above the fastest GPU in facts.md §2
+/// (B200: 7,700 GB/s, 4,500 dense FP8 TFLOP/s, 180 GiB). A larger value is a unit mistake
+/// (MB/s for GB/s, FLOP/s for TFLOP/s), not a faster GPU.
+mod gpu_limits {
+    use super::FloatRange;
+    pub const MEMORY_GB: FloatRange = FloatRange::positive(4_096.0, "GB");
+    pub const BANDWIDTH_GBPS: FloatRange = FloatRange::positive(100_000.0, "GB/s");
+    pub const TFLOPS: FloatRange = FloatRange::positive(100_000.0, "TFLOP/s");
+    pub const L2_MB: FloatRange = FloatRange::non_negative(4_096.0, "MB");
+    pub const SMS: std::ops::RangeInclusive<u64> = 1..=1_024;
+}
+
 impl GpuSpec {
     pub fn from_file(path: &Path) -> Result<Self> {
         let g: GpuSpec = crate::error::read_toml(path, crate::files::InputKind::SystemToml)?;
-        for (field, v) in [
-            ("memory_gb", g.memory_gb),
-            ("memory_bandwidth_gbps", g.memory_bandwidth_gbps),
-            ("bf16_tflops", g.bf16_tflops),
-            ("fp8_tflops", g.fp8_tflops),
-        ] {
-            if !(v.is_finite() && v > 0.0) {
-                return Err(Error::field(path, field, "expected a positive number"));
-            }
-        }
+        g.check(path)?;
         Ok(g)
+    }
+
+    /// Every figure finite and in its range; the field and value are named when not.
+    fn check(&self, path: &Path) -> Result<()> {
+        use gpu_limits::*;
+        check::int_in(path, "sms", self.sms as u64, &SMS)?;
+        check::float_in(path, "memory_gb", self.memory_gb, &MEMORY_GB)?;
+        check::float_in(
+            path,
+            "memory_bandwidth_gbps",
+            self.memory_bandwidth_gbps,
+            &BANDWIDTH_GBPS,
+        )?;
+        check::float_in(path, "bf16_tflops", self.bf16_tflops, &TFLOPS)?;
+        check::float_in(path, "fp8_tflops", self.fp8_tflops, &TFLOPS)?;
+        check::float_in(path, "int8_tops", self.int8_tops, &TFLOPS)?;
+        check::float_in(path, "l2_mb", self.l2_mb, &L2_MB)?;
+        let cc_ok = self
+            .compute_capability
+            .split_once('.')
+            .is_some_and(|(a, b)| a.parse::<u32>().is_ok() && b.parse::<u32>().is_ok());
+        if !cc_ok {
+            return Err(Error::field(
+                path,
+                "compute_capability",
+                format!(
+                    "found '{}', expected MAJOR.MINOR such as \"9.0\"",
+                    check::short(&self.compute_capability)
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Per-direction link ceilings. NVLink: NVLink5's 900 GB/s per direction per GPU, the fastest
+/// in facts.md §2 (raise this when a faster generation is added with its source). PCIe: the
+/// signalling rate, GT/s × lanes / 8, before encoding overhead (Gen5 x16 = 64 GB/s; facts.md
+/// §2.1 gives "about 63 GB/s per direction" theoretical); measured P2P cannot exceed it.
+const NVLINK_MAX_GBPS: f64 = 900.0;
+
+/// PCIe transfer rate per lane in GT/s, by generation (PCI-SIG base specifications 1.0-7.0).
+fn pcie_gts(gen: u32) -> Option<f64> {
+    match gen {
+        1 => Some(2.5),
+        2 => Some(5.0),
+        3 => Some(8.0),
+        4 => Some(16.0),
+        5 => Some(32.0),
+        6 => Some(64.0),
+        7 => Some(128.0),
+        _ => None,
+    }
+}
+
+/// Most GPUs one system file describes (one NVLink domain such as GB200 NVL72 fits well).
+const MAX_GPUS: u64 = 1_024;
+/// A latency above a millisecond is a unit mistake (facts.md §2.1: PCIe host path ~14 µs).
+const LATENCY_US: FloatRange = FloatRange::non_negative(1_000.0, "us");
+
+impl Interconnect {
+    fn check(&self, path: &Path, gpu_count: u32, gpu: &GpuSpec) -> Result<()> {
+        let f = |k: &str| format!("interconnect.{k}");
+        let gts = pcie_gts(self.pcie_gen).ok_or_else(|| {
+            check::int_error(path, &f("pcie_gen"), &self.pcie_gen.to_string(), &(1..=7))
+        })?;
+        if ![1, 2, 4, 8, 16, 32].contains(&self.pcie_lanes) {
+            return Err(Error::field(
+                path,
+                f("pcie_lanes"),
+                format!("found {}, expected 1, 2, 4, 8, 16 or 32", self.pcie_lanes),
+            ));
+        }
+        let pcie_max = gts * self.pcie_lanes as f64 / 8.0;
+        let pcie_range =
+            FloatRange::non_negative(pcie_max, "GB/s (the PCIe link's signalling rate)");
+        check::float_in(
+            path,
+            &f("p2p_gbps_same_socket"),
+            self.p2p_gbps_same_socket,
+            &pcie_range,
+        )?;
+        check::float_in(
+            path,
+            &f("p2p_gbps_cross_socket"),
+            self.p2p_gbps_cross_socket,
+            &pcie_range,
+        )?;
+        check::float_in(
+            path,
+            &f("nvlink_gbps"),
+            self.nvlink_gbps,
+            &FloatRange::non_negative(NVLINK_MAX_GBPS, "GB/s per direction"),
+        )?;
+        check::float_in(path, &f("p2p_latency_us"), self.p2p_latency_us, &LATENCY_US)?;
+        check::float_in(
+            path,
+            &f("host_latency_us"),
+            self.host_latency_us,
+            &LATENCY_US,
+        )?;
+        match self.kind {
+            LinkKind::Nvlink if self.nvlink_gbps <= 0.0 => {
+                return Err(Error::field(
+                    path,
+                    f("nvlink_gbps"),
+                    format!(
+                        "found {}, an NVLink system needs a positive NVLink bandwidth",
+                        self.nvlink_gbps
+                    ),
+                ))
+            }
+            LinkKind::Nvlink if !gpu.nvlink => {
+                return Err(Error::field(
+                    path,
+                    f("kind"),
+                    format!("found \"nvlink\", but GPU '{}' has no NVLink", gpu.name),
+                ))
+            }
+            LinkKind::Pcie if gpu_count > 1 && self.p2p_gbps_same_socket <= 0.0 => {
+                return Err(Error::field(
+                    path,
+                    f("p2p_gbps_same_socket"),
+                    format!(
+                        "found {}, a PCIe system of several GPUs needs a positive P2P bandwidth",
+                        self.p2p_gbps_same_socket
+                    ),
+                ))
+            }
+            _ => {}
+        }
+        check::int_in(
+            path,
+            &f("sockets"),
+            self.sockets as u64,
+            &(1..=gpu_count as u64),
+        )?;
+        check::int_in(
+            path,
+            &f("gpus_per_socket"),
+            self.gpus_per_socket as u64,
+            &(1..=gpu_count as u64),
+        )?;
+        // `crosses_sockets` assumes the GPUs are spread evenly, `gpus_per_socket` on each.
+        if self.sockets as u64 * self.gpus_per_socket as u64 != gpu_count as u64 {
+            return Err(Error::field(
+                path,
+                f("gpus_per_socket"),
+                format!(
+                    "found {} on each of {} sockets = {} GPUs, but gpu_count is {gpu_count}",
+                    self.gpus_per_socket,
+                    self.sockets,
+                    self.sockets as u64 * self.gpus_per_socket as u64
+                ),
+            ));
+        }
+        check::int_in(
+            path,
+            &f("pcie_switches"),
+            self.pcie_switches as u64,
+            &(0..=gpu_count as u64),
+        )?;
+        Ok(())
     }
 }
 
@@ -91,11 +258,9 @@ impl SystemSpec {
     /// Reads a system file; its `gpu` names a file in `gpu_dir`.
     pub fn from_file(path: &Path, gpu_dir: &Path) -> Result<Self> {
         let f: SystemFile = crate::error::read_toml(path, crate::files::InputKind::SystemToml)?;
-        if f.gpu_count == 0 {
-            return Err(Error::field(path, "gpu_count", "must be at least 1"));
-        }
+        check::int_in(path, "gpu_count", f.gpu_count as u64, &(1..=MAX_GPUS))?;
         let gpu_path = gpu_dir.join(format!("{}.toml", f.gpu));
-        if !gpu_path.exists() {
+        if !gpu_path.is_file() {
             return Err(Error::field(
                 path,
                 "gpu",
@@ -107,13 +272,7 @@ impl SystemSpec {
             ));
         }
         let gpu = GpuSpec::from_file(&gpu_path)?;
-        if f.interconnect.kind == LinkKind::Nvlink && f.interconnect.nvlink_gbps <= 0.0 {
-            return Err(Error::field(
-                path,
-                "interconnect.nvlink_gbps",
-                "an NVLink system needs a positive NVLink bandwidth",
-            ));
-        }
+        f.interconnect.check(path, f.gpu_count, &gpu)?;
         Ok(SystemSpec {
             name: f.name,
             description: f.description,

@@ -26,6 +26,8 @@ pub enum Verdict {
     ByCat,
     /// From `args["Collective name"]`.
     Collective,
+    /// Declared by the trace itself (`args.category` in decodesim's own timelines).
+    Declared,
     /// Rule number (0-based, in file order).
     Rule(usize),
     /// No rule matched: counted as the fallback category and reported.
@@ -72,11 +74,11 @@ impl Classifier {
             .unwrap_or_else(|e| unreachable!("built-in rules are tested: {e}"))
     }
 
+    /// Reads rules from a file, refused before reading when it is not a regular file or is
+    /// larger than a rules file may be (`--rules /dev/zero`, a FIFO).
     pub fn from_file(path: &Path) -> Result<Classifier> {
-        let text = std::fs::read_to_string(path).map_err(|e| TraceError::Rules {
-            path: path.to_path_buf(),
-            message: format!("cannot read: {e}"),
-        })?;
+        let text = crate::files::read_text(path, crate::files::InputKind::Rules)
+            .map_err(|e| super::parse::input_error(path, e))?;
         Self::from_toml(&text, path)
     }
 
@@ -142,7 +144,8 @@ impl Classifier {
         (self.fallback, Verdict::Unclassified)
     }
 
-    /// Category of one GPU op: `cat` first, then the collective name, then the name rules.
+    /// Category of one GPU op: the category the trace declares (decodesim's own timelines only),
+    /// then `cat`, then the collective name, then the name rules.
     /// `name_cache` memoises the rules per interned name (a trace has few distinct names).
     pub fn classify(
         &self,
@@ -150,6 +153,9 @@ impl Classifier {
         trace: &ParsedTrace,
         name_cache: &mut Vec<Option<(Category, Verdict)>>,
     ) -> (Category, Verdict) {
+        if let (true, Some(c)) = (trace.meta.declares_categories, op.declared) {
+            return (c, Verdict::Declared);
+        }
         if op.kind != GpuKind::Kernel {
             return (Category::Memcpy, Verdict::ByCat);
         }

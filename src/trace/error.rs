@@ -52,6 +52,58 @@ pub enum TraceError {
     StepMarker { pattern: String, message: String },
     #[error("no GPU activity in any of the given traces; nothing to summarize")]
     NoGpuActivity,
+    /// The file itself is unusable (not a regular file, too large), refused before reading.
+    #[error("{path}: {problem}")]
+    Input { path: PathBuf, problem: String },
+    /// A kept event's field has a value no profiler writes (negative, non-finite, wrong type).
+    #[error("{path}: event #{index} '{event}': field '{field}' is {value}; {expected}")]
+    Field {
+        path: PathBuf,
+        index: u64,
+        event: String,
+        field: &'static str,
+        value: String,
+        expected: String,
+    },
+    /// A GPU op lasting longer than the trace itself: a corrupt or mis-scaled duration that
+    /// would otherwise become the step time.
+    #[error("{path}: '{event}' has dur {value} µs, {why}; refusing it rather than counting it as step time")]
+    Duration {
+        path: PathBuf,
+        event: String,
+        value: f64,
+        why: String,
+    },
+    #[error("{path}: unexpected {found} at byte {offset} after the trace's top-level JSON value ended; the file has trailing garbage (two traces concatenated?)")]
+    TrailingData {
+        path: PathBuf,
+        offset: u64,
+        found: String,
+    },
+    #[error("{first} and {second} are the same trace ({how}); pass each rank's file once")]
+    DuplicateFile {
+        first: PathBuf,
+        second: PathBuf,
+        how: &'static str,
+    },
+    #[error("{first} and {second} look like different runs: {why}; pass the rank files of one run (or --allow-mixed-runs if they are one run)")]
+    MixedRuns {
+        first: PathBuf,
+        second: PathBuf,
+        why: String,
+    },
+    #[error("{path}: {problem}; pass every rank's file (or --allow-partial-ranks to analyse these only)")]
+    PartialRanks { path: PathBuf, problem: String },
+}
+
+/// `s` cut to about `n` characters, so an error never echoes megabytes of input.
+pub fn truncate(s: &str, n: usize) -> String {
+    if s.chars().count() <= n {
+        s.to_string()
+    } else {
+        let t: String = s.chars().take(n.saturating_sub(1)).collect();
+        format!("{t}…")
+    }
 }
 
 pub type Result<T> = std::result::Result<T, TraceError>;

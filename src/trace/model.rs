@@ -30,6 +30,9 @@ pub struct GpuOp {
     /// `args["Collective name"]` (interned), present on collectives linked to
     /// `record_param_comms`.
     pub collective: Option<u32>,
+    /// `args.category` when it names a category: decodesim's own timelines declare each
+    /// kernel's category, and [`TraceMeta::declares_categories`] says whether to trust it.
+    pub declared: Option<crate::category::Category>,
 }
 
 /// Which timeline an annotation is on.
@@ -70,6 +73,15 @@ pub struct TraceMeta {
     pub world_size: Option<i64>,
     /// `deviceProperties[].name`, non-empty ones only.
     pub device_names: Vec<String>,
+    /// `distributedInfo.backend` (nccl, gloo, ...).
+    pub backend: Option<String>,
+    /// `distributedInfo.nccl_version`.
+    pub nccl_version: Option<String>,
+    /// `baseTimeNanoseconds`: when this process's profiler started (wall clock, ns).
+    pub base_time_ns: Option<f64>,
+    /// `otherData.generator` is "decodesim": a simulated timeline whose kernels declare their
+    /// category in `args.category`.
+    pub declares_categories: bool,
 }
 
 /// Event counts, so a report can say what was read and what was skipped.

@@ -10,8 +10,12 @@
 //! `external id`, no `schemaVersion`), integers past 2^53 (read as floats or wrapped ids, never
 //! an error), ids written as strings (`"stream 7"`), invalid UTF-8 (replaced by U+FFFD and
 //! counted), events missing a needed field (skipped and counted), a top-level array instead of
-//! an object. Errors: unreadable or truncated gzip, invalid JSON inside a kept event, JSON that
-//! ends early, a file without `traceEvents`.
+//! an object. Errors: a path that is not a regular file or is larger than a trace may be
+//! (refused before reading, [`crate::files::check_input`]), unreadable or truncated gzip,
+//! invalid JSON inside a kept event, JSON that ends early, bytes after the top-level value, a
+//! file without `traceEvents`; in a kept event, a field of the wrong type, a `ts`/`dur` that is
+//! negative or not finite, and a GPU op lasting longer than the trace itself (see
+//! [`MAX_DURATION_US`]), which would otherwise become the step time.
 
 use super::error::{Result, TraceError};
 use super::model::{Annotation, GpuKind, GpuOp, Interner, Launch, ParsedTrace, Side};
@@ -25,6 +29,11 @@ use std::path::{Path, PathBuf};
 
 /// How many tolerated problems are described in `ParsedTrace::warnings` (the rest are counted).
 const MAX_WARNINGS: usize = 5;
+
+/// No GPU op lasts an hour: a profiled window is seconds long (a trace of an hour would be many
+/// gigabytes), so a longer `dur` is corrupt or in the wrong unit. Shorter durations are held
+/// against the span of the rest of the trace instead.
+pub const MAX_DURATION_US: f64 = 3.6e9;
 
 /// What the parser should keep beyond its fixed set.
 #[derive(Debug, Clone, Copy, Default)]
@@ -40,7 +49,8 @@ pub fn parse_file(path: &Path, opts: &ParseOptions) -> Result<ParsedTrace> {
         path: path.to_path_buf(),
         source,
     };
-    let file = std::fs::File::open(path).map_err(io_err)?;
+    let file = crate::files::open_input(path, crate::files::InputKind::Trace)
+        .map_err(|e| input_error(path, e))?;
     let mut reader = BufReader::with_capacity(1 << 16, file);
     let gzip = reader
         .fill_buf()
@@ -55,6 +65,18 @@ pub fn parse_file(path: &Path, opts: &ParseOptions) -> Result<ParsedTrace> {
         )
     } else {
         parse_reader(reader, path, false, opts)
+    }
+}
+
+/// A refusal of `crate::files` as a trace error (same file, same words).
+pub fn input_error(path: &Path, e: crate::error::Error) -> TraceError {
+    match e {
+        crate::error::Error::Read { path, source } => TraceError::Io { path, source },
+        crate::error::Error::Input { path, problem } => TraceError::Input { path, problem },
+        other => TraceError::Input {
+            path: path.to_path_buf(),
+            problem: other.to_string(),
+        },
     }
 }
 
@@ -86,9 +108,77 @@ pub fn parse_reader<R: Read>(
         },
     };
     p.document()?;
+    p.trailing()?;
     let mut out = p.out;
     out.names = p.interner.into_names();
+    check_durations(&out, path)?;
     Ok(out)
+}
+
+/// Refuses GPU ops longer than [`MAX_DURATION_US`] or than the span of the rest of the trace
+/// (every other kept event, start to end). Only checked when at least two other events exist:
+/// a trace of one or two kernels has no span to hold a duration against.
+fn check_durations(t: &ParsedTrace, path: &Path) -> Result<()> {
+    let spans = t
+        .gpu_ops
+        .iter()
+        .map(|o| (o.start_us, o.end_us))
+        .chain(t.annotations.iter().map(|a| (a.start_us, a.end_us)))
+        .chain(t.launches.iter().map(|l| (l.start_us, l.end_us)));
+    // The two smallest starts and two largest ends give the span without any one event.
+    let (mut s1, mut s2, mut e1, mut e2) = (
+        f64::INFINITY,
+        f64::INFINITY,
+        f64::NEG_INFINITY,
+        f64::NEG_INFINITY,
+    );
+    let mut n = 0usize;
+    for (s, e) in spans {
+        n += 1;
+        if s < s1 {
+            s2 = s1;
+            s1 = s;
+        } else if s < s2 {
+            s2 = s;
+        }
+        if e > e1 {
+            e2 = e1;
+            e1 = e;
+        } else if e > e2 {
+            e2 = e;
+        }
+    }
+    for o in &t.gpu_ops {
+        let dur = o.end_us - o.start_us;
+        let name = || super::error::truncate(t.name(o.name), 80);
+        if dur > MAX_DURATION_US || !o.end_us.is_finite() {
+            return Err(TraceError::Duration {
+                path: path.to_path_buf(),
+                event: name(),
+                value: dur,
+                why: format!(
+                    "longer than {} µs (an hour): no GPU op of a profiled window lasts that long",
+                    MAX_DURATION_US
+                ),
+            });
+        }
+        if n >= 3 {
+            let lo = if o.start_us == s1 { s2 } else { s1 };
+            let hi = if o.end_us == e1 { e2 } else { e1 };
+            let span = hi - lo;
+            if dur > span {
+                return Err(TraceError::Duration {
+                    path: path.to_path_buf(),
+                    event: name(),
+                    value: dur,
+                    why: format!(
+                        "longer than the whole rest of the trace ({span:.3} µs from its first event to its last)"
+                    ),
+                });
+            }
+        }
+    }
+    Ok(())
 }
 
 struct Parser<'o, R> {
@@ -169,6 +259,18 @@ impl<R: Read> Parser<'_, R> {
         self.input.peek().map_err(|e| self.scan_err(e, context))
     }
 
+    /// Only whitespace may follow the top-level value.
+    fn trailing(&mut self) -> Result<()> {
+        match self.peek("the end of the file")? {
+            None => Ok(()),
+            Some(b) => Err(TraceError::TrailingData {
+                path: self.path.clone(),
+                offset: self.input.offset(),
+                found: describe_byte(b),
+            }),
+        }
+    }
+
     fn document(&mut self) -> Result<()> {
         self.input
             .skip_bom()
@@ -184,7 +286,10 @@ impl<R: Read> Parser<'_, R> {
                 loop {
                     match self.peek("the top-level object")? {
                         None => return Err(self.scan_err(ScanError::Eof, "the top-level object")),
-                        Some(b'}') => break,
+                        Some(b'}') => {
+                            self.input.bump();
+                            break;
+                        }
                         Some(b',') => self.input.bump(),
                         Some(b'"') => {
                             let key = self.key()?;
@@ -253,6 +358,8 @@ impl<R: Read> Parser<'_, R> {
                 Ok(d) => {
                     self.out.meta.rank = d.rank.map(|r| r.0 as i64);
                     self.out.meta.world_size = d.world_size.map(|r| r.0 as i64);
+                    self.out.meta.backend = d.backend;
+                    self.out.meta.nccl_version = d.nccl_version;
                 }
                 Err(e) => warn(&mut self.out, format!("distributedInfo ignored: {e}")),
             },
@@ -266,6 +373,18 @@ impl<R: Read> Parser<'_, R> {
                 }
                 Err(e) => warn(&mut self.out, format!("deviceProperties ignored: {e}")),
             },
+            "baseTimeNanoseconds" => match serde_json::from_slice::<f64>(raw) {
+                Ok(v) if v.is_finite() => self.out.meta.base_time_ns = Some(v),
+                _ => warn(
+                    &mut self.out,
+                    "baseTimeNanoseconds ignored: not a number".into(),
+                ),
+            },
+            "otherData" => {
+                if let Ok(o) = serde_json::from_slice::<OtherData>(raw) {
+                    self.out.meta.declares_categories = o.generator.as_deref() == Some("decodesim");
+                }
+            }
             _ => {}
         }
         Ok(())
@@ -305,12 +424,30 @@ impl<R: Read> Parser<'_, R> {
                     let out = &mut self.out;
                     let interner = &mut self.interner;
                     let opts = self.opts;
-                    if let Err(message) = handle_event(raw, index, out, interner, &opts) {
-                        return Err(TraceError::Json {
-                            path: self.path.clone(),
-                            offset: start,
-                            message,
-                        });
+                    match handle_event(raw, index, out, interner, &opts) {
+                        Ok(()) => {}
+                        Err(EventError::Syntax(message)) => {
+                            return Err(TraceError::Json {
+                                path: self.path.clone(),
+                                offset: start,
+                                message,
+                            })
+                        }
+                        Err(EventError::Field {
+                            event,
+                            field,
+                            value,
+                            expected,
+                        }) => {
+                            return Err(TraceError::Field {
+                                path: self.path.clone(),
+                                index,
+                                event,
+                                field,
+                                value,
+                                expected,
+                            })
+                        }
                     }
                 }
             }
@@ -367,14 +504,33 @@ fn sniff_cat(raw: &[u8]) -> Option<&[u8]> {
     None
 }
 
-/// Decodes one event if its category is wanted. `Err` is a JSON syntax error message.
+/// Why a kept event cannot be read.
+enum EventError {
+    /// Invalid JSON, or a field of the wrong type (the message names it).
+    Syntax(String),
+    /// A field whose value no profiler writes.
+    Field {
+        event: String,
+        field: &'static str,
+        value: String,
+        expected: String,
+    },
+}
+
+impl From<String> for EventError {
+    fn from(s: String) -> Self {
+        EventError::Syntax(s)
+    }
+}
+
+/// Decodes one event if its category is wanted.
 fn handle_event(
     raw: &[u8],
     index: u64,
     out: &mut ParsedTrace,
     interner: &mut Interner,
     opts: &ParseOptions,
-) -> std::result::Result<(), String> {
+) -> std::result::Result<(), EventError> {
     let want = match sniff_cat(raw) {
         Some(cat) => want_for(cat),
         None => Want::Skip,
@@ -407,15 +563,12 @@ fn handle_event(
                     out.counts.lossy_utf8 += 1;
                     ev
                 }
-                Err(_) => return Err(format!("event #{index}: {e}")),
+                Err(_) => return Err(format!("event #{index}: {e}").into()),
             }
         }
-        Err(e) if e.is_data() => {
-            out.counts.malformed += 1;
-            warn(out, format!("event #{index} skipped: {e}"));
-            return Ok(());
-        }
-        Err(e) => return Err(format!("event #{index}: {e}")),
+        // A field of the wrong type (a `ts` that is an object, a `dur` that is `true`) is an
+        // error, not a default: serde's message names the field and the type found.
+        Err(e) => return Err(format!("event #{index}: {e}").into()),
     };
     let missing = |out: &mut ParsedTrace, field: &str| {
         out.counts.malformed += 1;
@@ -431,9 +584,17 @@ fn handle_event(
         return Ok(());
     };
     let dur = ev.dur.map(|d| d.0).unwrap_or(0.0);
-    if !ts.0.is_finite() || !dur.is_finite() || dur < 0.0 {
-        missing(out, "ts/dur");
-        return Ok(());
+    let bad = |field: &'static str, v: f64| EventError::Field {
+        event: super::error::truncate(&name.0, 80),
+        field,
+        value: format!("{v}"),
+        expected: "a time in µs must be finite and at least 0".into(),
+    };
+    if !ts.0.is_finite() || ts.0 < 0.0 {
+        return Err(bad("ts", ts.0));
+    }
+    if !dur.is_finite() || dur < 0.0 {
+        return Err(bad("dur", dur));
     }
     let args = ev.args.as_ref();
     match want {
@@ -465,6 +626,9 @@ fn handle_event(
                 correlation: args.and_then(|a| a.correlation).map(|c| c.0),
                 graph_id: args.and_then(|a| a.graph_id).map(|c| c.0),
                 collective,
+                declared: args
+                    .and_then(|a| a.category.as_ref())
+                    .and_then(|c| c.0.parse::<crate::category::Category>().ok()),
             });
         }
         Want::Annotation(_) | Want::CpuOp => {
@@ -532,6 +696,14 @@ struct RawArgs<'a> {
     graph_id: Option<Id>,
     #[serde(default, borrow, rename = "Collective name")]
     collective: Option<Str<'a>>,
+    #[serde(default, borrow)]
+    category: Option<Str<'a>>,
+}
+
+#[derive(Deserialize)]
+struct OtherData {
+    #[serde(default)]
+    generator: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -540,6 +712,10 @@ struct DistInfo {
     rank: Option<Id>,
     #[serde(default)]
     world_size: Option<Id>,
+    #[serde(default)]
+    backend: Option<String>,
+    #[serde(default)]
+    nccl_version: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -741,13 +917,81 @@ mod tests {
     fn missing_fields_are_skipped_with_a_warning() {
         let t = parse(
             r#"{"traceEvents":[{"ph":"X","cat":"kernel","name":"k","ts":1},
-                               {"ph":"X","cat":"kernel","name":"k2","dur":1},
-                               {"ph":"X","cat":"kernel","name":"k3","ts":{"a":1},"dur":1}]}"#,
+                               {"ph":"X","cat":"kernel","name":"k2","dur":1}]}"#,
         )
         .unwrap();
         assert_eq!(t.gpu_ops.len(), 0);
-        assert_eq!(t.counts.malformed, 3);
+        assert_eq!(t.counts.malformed, 2);
         assert!(t.warnings[0].contains("'dur'"), "{:?}", t.warnings);
+    }
+
+    #[test]
+    fn wrong_types_and_bad_times_are_errors_naming_the_event() {
+        let e = parse(
+            r#"{"traceEvents":[{"ph":"X","cat":"kernel","name":"k3","ts":{"a":1},"dur":1}]}"#,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("t.json") && e.contains("event #0") && e.contains("invalid type"),
+            "{e}"
+        );
+        let e =
+            parse(r#"{"traceEvents":[{"ph":"X","cat":"kernel","name":"neg","ts":1,"dur":-4}]}"#)
+                .unwrap_err()
+                .to_string();
+        assert!(
+            e.contains("'neg'") && e.contains("'dur'") && e.contains("-4"),
+            "{e}"
+        );
+        let e =
+            parse(r#"{"traceEvents":[{"ph":"X","cat":"kernel","name":"k","ts":"NaN","dur":1}]}"#)
+                .unwrap_err()
+                .to_string();
+        assert!(e.contains("'ts'") && e.contains("NaN"), "{e}");
+    }
+
+    #[test]
+    fn trailing_garbage_is_an_error_naming_the_offset() {
+        let e = parse(r#"{"traceEvents":[]} {"traceEvents":[]}"#).unwrap_err();
+        assert!(
+            matches!(e, TraceError::TrailingData { offset: 19, .. }),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains("byte 19"), "{e}");
+        assert!(parse("{\"traceEvents\":[]}\n\n").is_ok());
+        assert!(matches!(
+            parse("[] x"),
+            Err(TraceError::TrailingData { .. })
+        ));
+    }
+
+    #[test]
+    fn durations_longer_than_the_trace_are_refused() {
+        let ev = |name: &str, ts: f64, dur: f64| {
+            format!(
+                r#"{{"ph":"X","cat":"kernel","name":"{name}","pid":0,"tid":7,"ts":{ts},"dur":{dur}}}"#
+            )
+        };
+        let doc = |big: f64| {
+            format!(
+                r#"{{"traceEvents":[{},{},{},{}]}}"#,
+                ev("a", 0.0, 10.0),
+                ev("b", 20.0, 10.0),
+                ev("huge", 40.0, big),
+                ev("c", 60.0, 10.0)
+            )
+        };
+        assert!(parse(&doc(5.0)).is_ok());
+        let e = parse(&doc(1e6)).unwrap_err().to_string();
+        assert!(
+            e.contains("'huge'") && e.contains("1000000") && e.contains("rest of the trace"),
+            "{e}"
+        );
+        for v in [1e23, 1e308] {
+            let e = parse(&doc(v)).unwrap_err().to_string();
+            assert!(e.contains("'huge'") && e.contains("an hour"), "{e}");
+        }
     }
 
     #[test]

@@ -381,6 +381,7 @@ mod tests {
             correlation: Some(corr),
             graph_id: None,
             collective: None,
+            declared: None,
         }
     }
 

@@ -2,6 +2,7 @@
 //! then the single-anchor mode: calibrate from one trace, predict the rest.
 
 use crate::accounting::compare::{compare, Comparison};
+use crate::accounting::infer::{check_or_allow, infer_scenario};
 use crate::accounting::Breakdown;
 use crate::accounting::{summarize, SummaryOptions};
 use crate::calibrate::anchor::fit_to_step;
@@ -121,6 +122,8 @@ pub struct CaseResult {
     pub max_share_category: Category,
     pub measured_wait_share: f64,
     pub predicted_wait_share: f64,
+    /// What the trace showed of the scenario and how (or why not), and any allowed mismatch.
+    pub checks: Vec<String>,
     #[serde(skip)]
     pub comparison: Comparison,
     #[serde(skip)]
@@ -224,7 +227,25 @@ pub struct ValidateOptions<'a> {
     pub anchor: Option<String>,
 }
 
+/// The checks of the traces that the user may relax.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ValidateChecks {
+    /// Rank files that are not one complete run.
+    pub ranks: crate::trace::rank::RankPolicy,
+    /// `--layers` (or the captured configuration) differing from what the trace shows.
+    pub allow_mismatch: bool,
+}
+
 pub fn validate(dir: &Path, o: &ValidateOptions) -> Result<Validation> {
+    validate_with(dir, o, ValidateChecks::default())
+}
+
+/// [`validate`], with the trace checks `checks` relaxes.
+pub fn validate_with(
+    dir: &Path,
+    o: &ValidateOptions,
+    checks: ValidateChecks,
+) -> Result<Validation> {
     let cases = discover(dir)?;
     let profile_path = crate::spec::catalog::resolve_profile(&o.calibration)?;
     let profile = CalibrationProfile::from_file(&profile_path)?;
@@ -232,6 +253,7 @@ pub fn validate(dir: &Path, o: &ValidateOptions) -> Result<Validation> {
         classifier: o.classifier,
         step_marker: None,
         top_unclassified: 5,
+        ranks: checks.ranks,
     };
     let mut results = Vec::new();
     let mut share_errors = Vec::new();
@@ -239,20 +261,17 @@ pub fn validate(dir: &Path, o: &ValidateOptions) -> Result<Validation> {
         let summary = summarize(&case.files, &sopts)
             .map_err(|e| Error::Other(format!("{}: {e}", case.name)))?;
         let (measured, excluded) = robust_breakdown(&summary);
-        let collectives = summary
-            .ranks
-            .first()
-            .and_then(|r| r.selected_steps().next())
-            .map(|s| s.collectives)
-            .unwrap_or(0);
-        // Each layer has two all-reduces; the step adds the embedding's and the logits gather.
-        let layers = match o.layers {
-            Some(l) => l,
-            None if collectives >= 4 => (collectives - 2) / 2,
-            None => {
+        let inferred = infer_scenario(&summary);
+        // Each layer has two all-reduces; the step adds the embedding's and the logits gather
+        // (accounting::infer). --layers wins, and is then checked against the trace.
+        let layers = match (o.layers, &inferred.layers) {
+            (Some(l), _) => l,
+            (None, Some(l)) => l.value,
+            (None, None) => {
                 return Err(Error::Other(format!(
-                    "{}: cannot infer the layer count from {collectives} collectives per step; pass --layers",
-                    case.name
+                    "{}: cannot infer the layer count ({}); pass --layers",
+                    case.name,
+                    inferred.unknown.join("; ")
                 )))
             }
         };
@@ -265,6 +284,8 @@ pub fn validate(dir: &Path, o: &ValidateOptions) -> Result<Validation> {
             &profile_path.display().to_string(),
         )?;
         let (scenario, _) = req.load()?;
+        let checks = check_or_allow(&scenario, &inferred, checks.allow_mismatch)
+            .map_err(|e| Error::Other(format!("{}: {e}", case.name)))?;
         let sim = simulate_loaded(scenario, profile.clone())?;
         let cmp = compare(&sim.mean, &measured);
         let errs: Vec<(Category, f64)> = cmp
@@ -289,6 +310,7 @@ pub fn validate(dir: &Path, o: &ValidateOptions) -> Result<Validation> {
             max_share_category: max_cat,
             measured_wait_share: wait_share(&measured),
             predicted_wait_share: wait_share(&sim.mean),
+            checks,
             comparison: cmp,
             measured,
             case,

@@ -284,7 +284,7 @@ fn segment(w: &Workload) -> Vec<(Vec<usize>, u32, i32)> {
 }
 
 fn law_of(op: &crate::workload::Op, s: &Scenario, p: &CalibrationProfile) -> Option<[f64; 4]> {
-    let k = p.kernel(op.family.key())?;
+    let k = p.kernel(op.family)?;
     let gpu = &s.system.gpu;
     let tflops = if op.family.uses_fp8_peak() {
         gpu.fp8_tflops

@@ -8,12 +8,12 @@ pub mod memory;
 mod mla;
 mod moe;
 pub mod op;
+pub mod routing;
 
 pub use op::{CostFamily, Op, Shape, Stream};
+pub use routing::{expected_distinct_experts, Routing, RoutingSample};
 
 use crate::spec::{Family, ModelSpec, Runtime, Scenario};
-use rand::rngs::SmallRng;
-use rand::{Rng, SeedableRng};
 
 /// vLLM runs the shared expert on an auxiliary stream when the step has at most this many
 /// tokens (`VLLM_SHARED_EXPERTS_STREAM_TOKEN_THRESHOLD`, default 256; facts.md §3.1).
@@ -42,7 +42,10 @@ impl StepShape<'_> {
         self.experts_touched[layer]
     }
 
-    /// BF16 activation row of the hidden size for every token: the allreduce message.
+    /// BF16 activation row of the hidden size for every token: the allreduce message. Cannot
+    /// wrap: tokens ≤ `MAX_BATCH` (2^14) and hidden ≤ `limits::HIDDEN` (2^16) bound it by 2^31;
+    /// every other u64 product in the builders is bounded the same way (tests/workload_bounds.rs
+    /// builds a model at every limit in a debug build, where overflow panics).
     pub fn hidden_message_bytes(&self) -> u64 {
         self.tokens * self.model.hidden as u64 * 2
     }
@@ -60,39 +63,38 @@ pub struct Workload {
     pub ops: Vec<Op>,
     /// Distinct experts touched per layer, as sampled.
     pub experts_touched: Vec<u32>,
+    /// The sampled routing: tokens per expert per layer, and per-rank loads under expert
+    /// parallelism (`RoutingSample::rank_loads`).
+    pub routing: RoutingSample,
 }
 
-/// Samples, for every MoE layer, how many distinct experts a step's tokens route to: each token
-/// picks `top_k` distinct experts uniformly at random (a seeded draw, so results repeat).
-fn sample_routing(model: &ModelSpec, tokens: u64, seed: u64) -> Vec<u32> {
-    let mut rng = SmallRng::seed_from_u64(seed ^ 0x5eed_0fe4);
-    let mut touched = vec![0u32; model.num_layers];
+/// Samples, for every MoE layer, which experts a step's tokens route to under the scenario's
+/// routing model (a seeded draw, so results repeat).
+fn sample_routing(s: &Scenario, tokens: u64) -> RoutingSample {
+    let model = &s.model;
     let Some(moe) = &model.moe else {
-        return touched;
+        return RoutingSample {
+            experts_touched: vec![0; model.num_layers],
+            expert_tokens: vec![Vec::new(); model.num_layers],
+        };
     };
-    let n = moe.n_routed_experts;
-    let mut hit = vec![false; n];
-    let mut picked = Vec::with_capacity(moe.top_k);
-    for (layer, slot) in touched.iter_mut().enumerate() {
-        if !model.is_layer_moe(layer) {
-            continue;
-        }
-        hit.iter_mut().for_each(|h| *h = false);
-        for _ in 0..tokens {
-            picked.clear();
-            while picked.len() < moe.top_k {
-                let e = rng.random_range(0..n);
-                if !picked.contains(&e) {
-                    picked.push(e);
-                }
-            }
-            for &e in &picked {
-                hit[e] = true;
-            }
-        }
-        *slot = hit.iter().filter(|&&h| h).count() as u32;
-    }
-    touched
+    let moe_layers: Vec<bool> = (0..model.num_layers)
+        .map(|l| model.is_layer_moe(l))
+        .collect();
+    let resolved = routing::resolve(
+        &s.routing,
+        moe.n_routed_experts,
+        moe.top_k,
+        model.num_layers,
+    );
+    routing::sample(
+        &resolved,
+        &moe_layers,
+        moe.n_routed_experts,
+        moe.top_k,
+        tokens,
+        s.seed,
+    )
 }
 
 pub fn build(s: &Scenario) -> Workload {
@@ -105,6 +107,7 @@ pub fn build_pass(s: &Scenario, queries_per_seq: u32) -> Workload {
     let model = &s.model;
     let queries = queries_per_seq.max(1) as u64;
     let tokens = s.tokens() as u64 * queries;
+    let routing = sample_routing(s, tokens);
     let shape = StepShape {
         model,
         tp: s.tp as usize,
@@ -116,7 +119,7 @@ pub fn build_pass(s: &Scenario, queries_per_seq: u32) -> Workload {
         sms: s.system.gpu.sms,
         shared_expert_stream_threshold: SHARED_EXPERT_STREAM_TOKEN_THRESHOLD,
         runtime: s.runtime,
-        experts_touched: sample_routing(model, tokens, s.seed),
+        experts_touched: routing.experts_touched.clone(),
     };
     let mut b = builder::Builder::new();
     frame::embedding(&mut b, &shape);
@@ -170,10 +173,10 @@ pub fn build_pass(s: &Scenario, queries_per_seq: u32) -> Workload {
     }
     b.layer = -1;
     frame::head(&mut b, &shape);
-    let experts_touched = shape.experts_touched;
     Workload {
         ops: b.ops,
-        experts_touched,
+        experts_touched: routing.experts_touched.clone(),
+        routing,
     }
 }
 

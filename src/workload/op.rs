@@ -29,8 +29,7 @@ impl Stream {
 }
 
 /// Which cost law prices an op; each names a section of the calibration profile.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum CostFamily {
     GemmBf16,
     GemmInt4,
@@ -56,31 +55,33 @@ pub enum CostFamily {
     Join,
 }
 
+crate::names::enum_names!(serde CostFamily, "kernel family",
+    CostFamily::GemmBf16 => ["gemm_bf16"],
+    CostFamily::GemmInt4 => ["gemm_int4"],
+    CostFamily::GemmFp8 => ["gemm_fp8"],
+    CostFamily::MoeGemmBf16 => ["moe_gemm_bf16"],
+    CostFamily::MoeGemmInt4 => ["moe_gemm_int4"],
+    CostFamily::MoeGemmFp8 => ["moe_gemm_fp8"],
+    CostFamily::AttentionMlaDecode => ["attention_mla_decode"],
+    CostFamily::AttentionGqaDecode => ["attention_gqa_decode"],
+    CostFamily::KvWrite => ["kv_write"],
+    CostFamily::Norm => ["norm"],
+    CostFamily::Elementwise => ["elementwise"],
+    CostFamily::RouterTopk => ["router_topk"],
+    CostFamily::MoeAlign => ["moe_align"],
+    CostFamily::MoeSum => ["moe_sum"],
+    CostFamily::Sampling => ["sampling"],
+    CostFamily::Embedding => ["embedding"],
+    CostFamily::AllReduce => ["all_reduce"],
+    CostFamily::AllGather => ["all_gather"],
+    CostFamily::Fork => ["fork"],
+    CostFamily::Join => ["join"],
+);
+
 impl CostFamily {
     /// The key of this family's section in the calibration profile (`[kernels.<key>]`).
     pub fn key(self) -> &'static str {
-        match self {
-            CostFamily::GemmBf16 => "gemm_bf16",
-            CostFamily::GemmInt4 => "gemm_int4",
-            CostFamily::GemmFp8 => "gemm_fp8",
-            CostFamily::MoeGemmBf16 => "moe_gemm_bf16",
-            CostFamily::MoeGemmInt4 => "moe_gemm_int4",
-            CostFamily::MoeGemmFp8 => "moe_gemm_fp8",
-            CostFamily::AttentionMlaDecode => "attention_mla_decode",
-            CostFamily::AttentionGqaDecode => "attention_gqa_decode",
-            CostFamily::KvWrite => "kv_write",
-            CostFamily::Norm => "norm",
-            CostFamily::Elementwise => "elementwise",
-            CostFamily::RouterTopk => "router_topk",
-            CostFamily::MoeAlign => "moe_align",
-            CostFamily::MoeSum => "moe_sum",
-            CostFamily::Sampling => "sampling",
-            CostFamily::Embedding => "embedding",
-            CostFamily::AllReduce => "all_reduce",
-            CostFamily::AllGather => "all_gather",
-            CostFamily::Fork => "fork",
-            CostFamily::Join => "join",
-        }
+        self.name()
     }
 
     pub const ALL: [CostFamily; 20] = {

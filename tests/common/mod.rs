@@ -161,3 +161,56 @@ pub fn scratch(name: &str) -> PathBuf {
     std::fs::create_dir_all(&d).unwrap();
     d
 }
+
+/// A committed fixture under tests/data; a missing one is a test failure, never a skip.
+pub fn fixture(rel: &str) -> PathBuf {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data")
+        .join(rel);
+    assert!(
+        p.exists(),
+        "missing test fixture {} (committed with the repository; restore it with git)",
+        p.display()
+    );
+    p
+}
+
+/// Whether the environment demands the ../shared folder (CI, or DECODESIM_REQUIRE_SHARED=1).
+pub fn shared_required() -> bool {
+    std::env::var_os("CI").is_some_and(|v| !v.is_empty() && v != "0" && v != "false")
+        || std::env::var("DECODESIM_REQUIRE_SHARED").is_ok_and(|v| v == "1")
+}
+
+/// `../shared/<rel>` beside the checkout. Tests that need it are `#[ignore]`d (run them with
+/// `--include-ignored`), and fail here with a clear message when it is absent.
+pub fn shared(rel: &str) -> PathBuf {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../shared")
+        .join(rel);
+    assert!(
+        p.exists(),
+        "{} is absent: this test needs the project's shared folder beside the checkout",
+        p.display()
+    );
+    p
+}
+
+/// Fails when CI (or DECODESIM_REQUIRE_SHARED=1) requires `../shared/<rel>` and it is absent.
+pub fn check_shared_when_required(rel: &str) {
+    if shared_required() {
+        shared(rel);
+    }
+}
+
+/// Runs the decodesim binary; (success, stdout, stderr).
+pub fn decodesim_bin(args: &[&str]) -> (bool, String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_decodesim"))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}

@@ -1,0 +1,135 @@
+//! `calibrate --measurements`: read a folder, fit, optionally transfer to another GPU, and write
+//! the profile atomically (temp file + rename, folders created), checked as any profile is read.
+
+use super::{calibrate, transfer, CalibrationResult, FitOptions};
+use crate::cost::CalibrationProfile;
+use crate::error::{Error, Result};
+use crate::measurements::Measurements;
+use crate::spec::{catalog, GpuSpec};
+use std::path::{Path, PathBuf};
+
+/// Everything `calibrate --measurements` is asked.
+#[derive(Debug, Clone)]
+pub struct DirRequest {
+    pub measurements: PathBuf,
+    /// GPU the measurements were taken on (a file stem in data/systems/gpus).
+    pub gpu: String,
+    /// Profile supplying the sections the measurements do not cover.
+    pub fallback: String,
+    pub out: PathBuf,
+    /// Name recorded in the profile [default: the output folder's name].
+    pub name: Option<String>,
+    /// Do not reference kernels.csv as a measurement table.
+    pub no_table: bool,
+    /// Write a profile for this other GPU (efficiencies transfer, the table does not).
+    pub transfer_to: Option<String>,
+    /// Median |relative error| limit, percent.
+    pub max_median_error_pct: f64,
+    pub min_r2: f64,
+    pub allow_poor_fit: bool,
+}
+
+fn gpu(stem: &str) -> Result<GpuSpec> {
+    let path = catalog::gpus_dir().join(format!("{stem}.toml"));
+    if !path.is_file() {
+        return Err(Error::Unknown {
+            kind: "GPU",
+            name: crate::names::shorten(stem),
+            choices: catalog::stems(&catalog::gpus_dir(), "toml"),
+        });
+    }
+    GpuSpec::from_file(&path)
+}
+
+/// Fits the folder's measurements and writes the profile to `req.out`.
+pub fn calibrate_dir(req: &DirRequest) -> Result<CalibrationResult> {
+    let opts = FitOptions {
+        max_median_err: req.max_median_error_pct / 100.0,
+        min_r2: req.min_r2,
+        table: None,
+        keep_fallback_for_poor: req.transfer_to.is_some(),
+        allow_poor_fit: req.allow_poor_fit,
+    };
+    opts.check()?;
+    let m = Measurements::read_dir(&req.measurements)?;
+    let measured_gpu = gpu(&req.gpu)?;
+    let target = req.transfer_to.as_deref().map(gpu).transpose()?;
+    let fallback = CalibrationProfile::from_file(&catalog::resolve_profile(&req.fallback)?)?;
+    let name = req.name.clone().unwrap_or_else(|| {
+        req.out
+            .parent()
+            .and_then(|p| p.file_name())
+            .and_then(|n| n.to_str())
+            .unwrap_or("fitted")
+            .to_string()
+    });
+    let table = if req.no_table || target.is_some() || m.kernels.is_empty() {
+        None
+    } else {
+        Some(table_reference(
+            &req.measurements.join("kernels.csv"),
+            &req.out,
+        ))
+    };
+    let mut result = calibrate(
+        &m,
+        &measured_gpu,
+        &name,
+        &fallback,
+        &FitOptions { table, ..opts },
+    )?;
+    if let Some(target) = &target {
+        transfer(&mut result.profile, &fallback, &measured_gpu, target);
+    }
+    if !result.kept_fallback.is_empty() {
+        // Said in the profile itself: these sections are the fallback's, not the measurements'.
+        result.profile.profile.provenance = format!(
+            "{}; kept from '{}' because the fit broke the rules (poor, unidentified or unphysical): {}",
+            result.profile.profile.provenance,
+            fallback.profile.name,
+            result.kept_fallback.join(", ")
+        );
+    }
+    let header = format!(
+        "# Written by `decodesim calibrate --measurements {} --gpu {} --fallback {}{}{}`.\n# {}\n# {}\n",
+        req.measurements.display(),
+        req.gpu,
+        req.fallback,
+        req.transfer_to
+            .as_ref()
+            .map(|t| format!(" --transfer-to {t}"))
+            .unwrap_or_default(),
+        if req.allow_poor_fit { " --allow-poor-fit" } else { "" },
+        result.profile.profile.method,
+        result.profile.profile.provenance
+    );
+    write_profile(&req.out, &header, &result.profile)?;
+    Ok(result)
+}
+
+/// How a profile written to `out` refers to a measurement table: by file name when both sit in
+/// one folder (profile and data move together), else by absolute path.
+pub fn table_reference(table: &Path, out: &Path) -> String {
+    let table = table.canonicalize().unwrap_or(table.to_path_buf());
+    let out_dir = out
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let out_dir = out_dir.canonicalize().unwrap_or(out_dir.to_path_buf());
+    match (table.parent(), table.file_name()) {
+        (Some(dir), Some(name)) if dir == out_dir => name.to_string_lossy().into_owned(),
+        _ => table.display().to_string(),
+    }
+}
+
+/// Checks the profile as a reader would, then writes it atomically under a comment header.
+pub fn write_profile(path: &Path, header: &str, p: &CalibrationProfile) -> Result<()> {
+    p.validate(path)?;
+    let body = toml::to_string_pretty(p)
+        .map_err(|e| Error::Other(format!("cannot serialize the profile: {e}")))?;
+    crate::files::write_atomic(path, |w| {
+        w.write_all(header.as_bytes())?;
+        w.write_all(b"\n")?;
+        w.write_all(body.as_bytes())
+    })
+}

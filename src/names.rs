@@ -1,0 +1,129 @@
+//! Names of closed sets of choices (protocols, paths, kernel families, ...): one macro gives an
+//! enum its spellings, so parsing, printing and (de)serialisation agree and an unknown name is an
+//! error that lists the choices.
+
+/// `enum_names!(Type, "what it is", Type::A => ["a", "alias"], Type::B => ["b"])` gives `Type`:
+/// `name()` (the first spelling), `NAMES` (the first spellings, in order), case-insensitive
+/// `FromStr` that accepts every spelling (an unknown name is `Error::Unknown` listing the
+/// choices), and `Display`. Prefix the type with `serde` to also (de)serialise through the names.
+macro_rules! enum_names {
+    (serde $t:ty, $what:literal, $( $v:path => [$($s:literal),+] ),+ $(,)?) => {
+        $crate::names::enum_names!($t, $what, $( $v => [$($s),+] ),+);
+        impl serde::Serialize for $t {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+                s.serialize_str(self.name())
+            }
+        }
+        impl<'de> serde::Deserialize<'de> for $t {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+                $crate::names::by_name::deserialize(d)
+            }
+        }
+    };
+    ($t:ty, $what:literal, $( $v:path => [$($s:literal),+] ),+ $(,)?) => {
+        impl $t {
+            /// Every choice's name, in declaration order.
+            pub const NAMES: &'static [&'static str] = &[$([$($s),+][0]),+];
+            /// What a value of this type is, in words (for error messages).
+            pub const WHAT: &'static str = $what;
+            pub fn name(self) -> &'static str {
+                match self { $( $v => [$($s),+][0], )+ }
+            }
+        }
+        impl std::str::FromStr for $t {
+            type Err = $crate::error::Error;
+            fn from_str(s: &str) -> $crate::error::Result<Self> {
+                let l = s.trim().to_ascii_lowercase();
+                $( if [$($s),+].iter().any(|n| n.to_ascii_lowercase() == l) { return Ok($v); } )+
+                Err($crate::error::Error::Unknown {
+                    kind: $what,
+                    name: $crate::names::shorten(s),
+                    choices: Self::NAMES.iter().map(|n| n.to_string()).collect(),
+                })
+            }
+        }
+        impl std::fmt::Display for $t {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.name())
+            }
+        }
+    };
+}
+pub(crate) use enum_names;
+
+/// A value echoed in an error, cut to 80 characters so a corrupt input cannot flood the terminal.
+pub fn shorten(s: &str) -> String {
+    const MAX: usize = 80;
+    if s.chars().count() <= MAX {
+        s.to_string()
+    } else {
+        format!(
+            "{}... ({} bytes)",
+            s.chars().take(MAX).collect::<String>(),
+            s.len()
+        )
+    }
+}
+
+/// `#[serde(with = "crate::names::by_name")]` for a field whose type has names from
+/// [`enum_names!`] but derives its own `Serialize` (the spec enums).
+pub mod by_name {
+    use std::fmt::Display;
+    use std::str::FromStr;
+
+    pub fn serialize<T: Display, S: serde::Serializer>(v: &T, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(v)
+    }
+
+    pub fn deserialize<'de, T, D>(d: D) -> Result<T, D::Error>
+    where
+        T: FromStr,
+        T::Err: Display,
+        D: serde::Deserializer<'de>,
+    {
+        let s = <String as serde::Deserialize>::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[derive(Debug, Clone, Copy, PartialEq)]
+    enum Path3 {
+        Nvlink,
+        PcieP2p,
+        Host,
+    }
+    super::enum_names!(serde Path3, "communication path",
+        Path3::Nvlink => ["nvlink"], Path3::PcieP2p => ["pcie_p2p", "p2p"], Path3::Host => ["host"]);
+
+    #[test]
+    fn parses_aliases_and_lists_choices_when_unknown() {
+        assert_eq!("P2P".parse::<Path3>().unwrap(), Path3::PcieP2p);
+        assert_eq!(Path3::PcieP2p.to_string(), "pcie_p2p");
+        let e = "nvlinc".parse::<Path3>().unwrap_err().to_string();
+        assert!(
+            e.contains("'nvlinc'") && e.contains("nvlink, pcie_p2p, host"),
+            "{e}"
+        );
+        let long = "x".repeat(10_000);
+        let e = long.parse::<Path3>().unwrap_err().to_string();
+        assert!(e.len() < 300, "{e}");
+    }
+
+    #[test]
+    fn serde_goes_through_the_names() {
+        #[derive(serde::Deserialize, serde::Serialize)]
+        struct T {
+            p: Path3,
+        }
+        let t: T = toml::from_str("p = \"host\"").unwrap();
+        assert_eq!(t.p, Path3::Host);
+        assert_eq!(toml::to_string(&t).unwrap().trim(), "p = \"host\"");
+        let e = toml::from_str::<T>("p = \"pci\"")
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("unknown communication path 'pci'"), "{e}");
+    }
+}

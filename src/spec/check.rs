@@ -1,0 +1,144 @@
+//! Range checks shared by the spec readers. Every refusal names the file, the field (as a path
+//! such as `text_config.hidden_size`), the value found and what is allowed, on one line.
+
+use crate::error::{Error, Result};
+use crate::units::grouped;
+use std::ops::RangeInclusive;
+use std::path::Path;
+
+/// Longest value echoed in an error: a field holding a huge array must not flood the terminal.
+const MAX_ECHO: usize = 80;
+
+/// `text` cut to [`MAX_ECHO`] characters, marked when cut.
+pub fn short(text: &str) -> String {
+    if text.chars().count() <= MAX_ECHO {
+        text.to_string()
+    } else {
+        let head: String = text.chars().take(MAX_ECHO).collect();
+        format!("{head}... ({} characters)", text.chars().count())
+    }
+}
+
+/// `1..=65536` as a person reads it: "from 1 to 65,536".
+pub fn int_range_text(range: &RangeInclusive<u64>) -> String {
+    format!(
+        "from {} to {}",
+        grouped(*range.start() as f64, 0),
+        grouped(*range.end() as f64, 0)
+    )
+}
+
+/// The error for an integer field outside `range` (or not an integer at all).
+pub fn int_error(path: &Path, field: &str, found: &str, range: &RangeInclusive<u64>) -> Error {
+    Error::field(
+        path,
+        field,
+        format!(
+            "found {}, expected an integer {}",
+            short(found),
+            int_range_text(range)
+        ),
+    )
+}
+
+/// Checks an integer already read against `range`.
+pub fn int_in(path: &Path, field: &str, v: u64, range: &RangeInclusive<u64>) -> Result<u64> {
+    if range.contains(&v) {
+        Ok(v)
+    } else {
+        Err(int_error(path, field, &v.to_string(), range))
+    }
+}
+
+/// What a float must satisfy.
+#[derive(Debug, Clone, Copy)]
+pub struct FloatRange {
+    pub min: f64,
+    /// The minimum itself is refused (bandwidths, FLOP/s: a zero would divide by zero).
+    pub min_exclusive: bool,
+    pub max: f64,
+    pub unit: &'static str,
+}
+
+impl FloatRange {
+    /// Strictly positive, at most `max`.
+    pub const fn positive(max: f64, unit: &'static str) -> Self {
+        FloatRange {
+            min: 0.0,
+            min_exclusive: true,
+            max,
+            unit,
+        }
+    }
+    /// Zero or more, at most `max`.
+    pub const fn non_negative(max: f64, unit: &'static str) -> Self {
+        FloatRange {
+            min: 0.0,
+            min_exclusive: false,
+            max,
+            unit,
+        }
+    }
+
+    pub fn contains(&self, v: f64) -> bool {
+        v.is_finite() && (v > self.min || (!self.min_exclusive && v == self.min)) && v <= self.max
+    }
+
+    pub fn describe(&self) -> String {
+        let lo = if self.min_exclusive {
+            format!("above {}", grouped_float(self.min))
+        } else {
+            format!("at least {}", grouped_float(self.min))
+        };
+        let unit = if self.unit.is_empty() {
+            String::new()
+        } else {
+            format!(" {}", self.unit)
+        };
+        format!(
+            "a finite number {lo} and at most {}{unit}",
+            grouped_float(self.max)
+        )
+    }
+}
+
+fn grouped_float(v: f64) -> String {
+    if v.fract() == 0.0 {
+        grouped(v, 0)
+    } else {
+        v.to_string()
+    }
+}
+
+/// Checks a float against `range`, naming file, field and value when it is outside.
+pub fn float_in(path: &Path, field: &str, v: f64, range: &FloatRange) -> Result<f64> {
+    if range.contains(v) {
+        Ok(v)
+    } else {
+        Err(Error::field(
+            path,
+            field,
+            format!("found {v}, expected {}", range.describe()),
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_name_value_and_range() {
+        let e = int_in(Path::new("m.json"), "hidden_size", 0, &(1..=65_536)).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "m.json: field 'hidden_size': found 0, expected an integer from 1 to 65,536"
+        );
+        let r = FloatRange::positive(1e5, "GB/s");
+        assert!(!r.contains(f64::NAN) && !r.contains(0.0) && !r.contains(f64::INFINITY));
+        assert!(r.contains(1.0) && r.contains(1e5) && !r.contains(1e5 + 1.0));
+        let e = float_in(Path::new("s.toml"), "bw", f64::NAN, &r).unwrap_err();
+        assert!(e.to_string().contains("found NaN"), "{e}");
+        assert!(short(&"x".repeat(1000)).len() < 120);
+    }
+}

@@ -1,0 +1,316 @@
+//! A scenario's routing model as the user states it (`--routing uniform|power-law:ALPHA|FILE`):
+//! parsed and checked against the model here; sampled and counted in `workload::routing`.
+//!
+//! Routing CSV formats (`#` lines are comments, header names in any order, extra columns
+//! ignored):
+//! - popularity: `expert,tokens` (one vector for every MoE layer) or `layer,expert,tokens`
+//!   (per layer; layers not listed take the mean of those listed). `tokens` = tokens routed to
+//!   that expert over the logged window (vLLM's per-expert load counts); experts not listed
+//!   count 0 and are given half a token, so every expert stays possible.
+//! - histogram: `tokens,experts_touched,steps`: how many steps of `tokens` tokens touched that
+//!   many distinct experts in a layer; the routing is the power law whose expected count fits it.
+
+use crate::error::{Error, Result};
+use crate::files::InputKind;
+use std::path::{Path, PathBuf};
+
+/// The default routing model (see `DEFAULT_POWER_LAW_ALPHA` for why it is not uniform).
+pub const DEFAULT_ROUTING: &str = "power-law:0.66";
+
+/// Largest power-law exponent accepted: at 3 the hottest expert already takes 83% of the
+/// popularity mass of 384 experts; beyond it a typo is likelier than intent.
+pub const MAX_ALPHA: f64 = 3.0;
+
+/// The decodesim power-law exponents whose experts-touched curves reproduce the latency ratios
+/// of AIConfigurator's `power_law_1.01` and `power_law_1.2` MoE tables against `balanced` at
+/// moe_tp = 8 (data/calibration/aiconfigurator/rtx_pro_6000_server/moe.csv; fitted by
+/// `routing::tests::aic_equivalents_reproduce_the_table_ratios`, method in the report there).
+/// AIConfigurator's ALPHA is the exponent of a per-step draw of tokens per expert, not of a
+/// popularity law: the same word, a different number.
+pub const AIC_EQUIVALENT_ALPHA: [(&str, f64); 3] = [
+    ("balanced", 0.0),
+    ("power_law_1.01", 0.66),
+    ("power_law_1.2", 0.75),
+];
+
+/// The routing model of a scenario.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Routing {
+    /// Every token's top-k drawn uniformly (distinct experts).
+    Uniform,
+    /// Expert popularity p_i ∝ i^-alpha, hot experts at seeded positions per layer.
+    PowerLaw { alpha: f64 },
+    /// Per-expert popularity read from a file: one vector for every layer (`layer` = None) or
+    /// per layer; layers the file does not list take the mean of those it does.
+    Popularity {
+        source: PathBuf,
+        layers: Vec<(Option<usize>, Vec<f64>)>,
+    },
+    /// A histogram of experts touched per step as logged from a server; the routing is the
+    /// power law whose expected count matches it (fitted when the model is known).
+    Histogram {
+        source: PathBuf,
+        /// (tokens in the step, distinct experts touched, steps seen)
+        rows: Vec<(u64, f64, f64)>,
+    },
+}
+
+impl Default for Routing {
+    fn default() -> Self {
+        Routing::parse(DEFAULT_ROUTING).expect("the default routing parses")
+    }
+}
+
+impl std::fmt::Display for Routing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Routing::Uniform => write!(f, "uniform"),
+            Routing::PowerLaw { alpha } => write!(f, "power-law:{alpha}"),
+            Routing::Popularity { source, .. } | Routing::Histogram { source, .. } => {
+                write!(f, "{}", source.display())
+            }
+        }
+    }
+}
+
+/// At most `n` characters of a user's value, for error messages.
+fn clip(s: &str, n: usize) -> String {
+    if s.chars().count() <= n {
+        s.to_string()
+    } else {
+        s.chars().take(n).collect::<String>() + "…"
+    }
+}
+
+fn bad(flag_value: &str, expected: &str) -> Error {
+    Error::Flag {
+        flag: "--routing",
+        value: clip(flag_value, 80),
+        expected: expected.into(),
+    }
+}
+
+const ROUTING_EXPECTED: &str = "uniform, power-law:ALPHA (0 <= ALPHA <= 3), or a CSV file: \
+    `expert,tokens` / `layer,expert,tokens` (popularity) or `tokens,experts_touched,steps` \
+    (histogram of experts touched per step)";
+
+impl Routing {
+    /// The routing a scenario runs with: the one asked for; else the power law a calibration
+    /// fitted (profile factor `routing_alpha`); else the runtime's default (the project's
+    /// reference step routes random tokens through random router weights: uniform).
+    pub fn for_request(
+        asked: Option<&Routing>,
+        fitted_alpha: Option<f64>,
+        runtime: super::Runtime,
+    ) -> Routing {
+        if let Some(r) = asked {
+            return r.clone();
+        }
+        if let Some(r) = fitted_alpha.and_then(|a| Routing::power_law(a).ok()) {
+            return r;
+        }
+        match runtime {
+            super::Runtime::Reference => Routing::Uniform,
+            super::Runtime::Vllm => Routing::default(),
+        }
+    }
+
+    /// Parses `uniform`, `power-law:ALPHA` or a file path.
+    pub fn parse(s: &str) -> Result<Self> {
+        let t = s.trim();
+        if t.eq_ignore_ascii_case("uniform") {
+            return Ok(Routing::Uniform);
+        }
+        if let Some(a) = t
+            .strip_prefix("power-law:")
+            .or_else(|| t.strip_prefix("power_law:"))
+        {
+            let alpha: f64 = a.trim().parse().map_err(|_| bad(s, ROUTING_EXPECTED))?;
+            return Routing::power_law(alpha).map_err(|_| bad(s, ROUTING_EXPECTED));
+        }
+        let path = Path::new(t);
+        if t.is_empty() || !path.exists() {
+            return Err(bad(s, ROUTING_EXPECTED));
+        }
+        Routing::from_file(path)
+    }
+
+    pub fn power_law(alpha: f64) -> Result<Self> {
+        if !(alpha.is_finite() && (0.0..=MAX_ALPHA).contains(&alpha)) {
+            return Err(bad(&alpha.to_string(), ROUTING_EXPECTED));
+        }
+        Ok(if alpha == 0.0 {
+            Routing::Uniform
+        } else {
+            Routing::PowerLaw { alpha }
+        })
+    }
+
+    /// Reads a routing CSV (formats in [`ROUTING_EXPECTED`]; `#` lines are comments).
+    pub fn from_file(path: &Path) -> Result<Self> {
+        let text = crate::files::read_text(path, InputKind::MeasurementCsv)?;
+        let mut lines = text
+            .lines()
+            .enumerate()
+            .map(|(i, l)| (i + 1, l.trim()))
+            .filter(|(_, l)| !l.is_empty() && !l.starts_with('#'));
+        let Some((_, header)) = lines.next() else {
+            return Err(Error::field(
+                path,
+                "header",
+                "empty file: ".to_string() + ROUTING_EXPECTED,
+            ));
+        };
+        let cols: Vec<String> = header
+            .split(',')
+            .map(|c| c.trim().to_ascii_lowercase())
+            .collect();
+        let idx = |name: &str| cols.iter().position(|c| c == name);
+        let num = |line: usize, field: &str, v: Option<&str>| -> Result<f64> {
+            let v = v.unwrap_or("").trim();
+            match v.parse::<f64>() {
+                Ok(x) if x.is_finite() && x >= 0.0 => Ok(x),
+                _ => Err(Error::field(
+                    path,
+                    format!("line {line}, column {field}"),
+                    format!("found '{}', expected a non-negative number", clip(v, 40)),
+                )),
+            }
+        };
+        if let (Some(ti), Some(ei), Some(si)) =
+            (idx("tokens"), idx("experts_touched"), idx("steps"))
+        {
+            let mut rows = Vec::new();
+            for (line, l) in lines {
+                let f: Vec<&str> = l.split(',').collect();
+                let tokens = num(line, "tokens", f.get(ti).copied())?;
+                let touched = num(line, "experts_touched", f.get(ei).copied())?;
+                let steps = num(line, "steps", f.get(si).copied())?;
+                if tokens < 1.0 || tokens.fract() != 0.0 {
+                    return Err(Error::field(
+                        path,
+                        format!("line {line}, column tokens"),
+                        format!("found {tokens}, expected a whole number of tokens, at least 1"),
+                    ));
+                }
+                if steps > 0.0 {
+                    rows.push((tokens as u64, touched, steps));
+                }
+            }
+            if rows.is_empty() {
+                return Err(Error::field(path, "rows", "no row with steps > 0"));
+            }
+            return Ok(Routing::Histogram {
+                source: path.to_path_buf(),
+                rows,
+            });
+        }
+        let (Some(ei), Some(ci)) = (idx("expert"), idx("tokens")) else {
+            return Err(Error::field(
+                path,
+                "header",
+                format!(
+                    "found '{}', expected columns {ROUTING_EXPECTED}",
+                    clip(header, 80)
+                ),
+            ));
+        };
+        let li = idx("layer");
+        let mut layers: Vec<(Option<usize>, Vec<f64>)> = Vec::new();
+        for (line, l) in lines {
+            let f: Vec<&str> = l.split(',').collect();
+            let layer = match li {
+                Some(i) => Some(num(line, "layer", f.get(i).copied())? as usize),
+                None => None,
+            };
+            let e = num(line, "expert", f.get(ei).copied())?;
+            if e.fract() != 0.0 || e > 1e6 {
+                return Err(Error::field(
+                    path,
+                    format!("line {line}, column expert"),
+                    format!("found {e}, expected an expert index 0..experts-1"),
+                ));
+            }
+            let count = num(line, "tokens", f.get(ci).copied())?;
+            let pos = match layers.iter().position(|(l, _)| *l == layer) {
+                Some(p) => p,
+                None => {
+                    layers.push((layer, Vec::new()));
+                    layers.len() - 1
+                }
+            };
+            let v = &mut layers[pos].1;
+            let e = e as usize;
+            if v.len() <= e {
+                v.resize(e + 1, 0.0);
+            }
+            v[e] += count;
+        }
+        if layers.is_empty() {
+            return Err(Error::field(path, "rows", "no expert rows"));
+        }
+        Ok(Routing::Popularity {
+            source: path.to_path_buf(),
+            layers,
+        })
+    }
+
+    /// Checks a file's routing against the model: expert and layer indices in range, counts
+    /// that are possible for top-k of that many experts.
+    pub fn check(&self, experts: usize, top_k: usize, num_layers: usize) -> Result<()> {
+        match self {
+            Routing::Uniform | Routing::PowerLaw { .. } => Ok(()),
+            Routing::Histogram { source, rows } => {
+                let k = top_k.min(experts);
+                for &(t, touched, _) in rows {
+                    let most = (t as f64 * k as f64).min(experts as f64);
+                    if touched > most + 1e-9 || touched < k as f64 {
+                        return Err(Error::field(
+                            source,
+                            "experts_touched",
+                            format!(
+                                "{touched} experts touched by {t} tokens is impossible for top-{k} of {experts} experts (expected {k} to {most})"
+                            ),
+                        ));
+                    }
+                }
+                Ok(())
+            }
+            Routing::Popularity { source, layers } => {
+                for (layer, v) in layers {
+                    if v.len() > experts {
+                        return Err(Error::field(
+                            source,
+                            "expert",
+                            format!(
+                                "index {} is beyond the model's {experts} routed experts (0..{})",
+                                v.len() - 1,
+                                experts.saturating_sub(1)
+                            ),
+                        ));
+                    }
+                    if let Some(l) = layer {
+                        if *l >= num_layers {
+                            return Err(Error::field(
+                                source,
+                                "layer",
+                                format!(
+                                    "found {l}, expected a layer index 0..{}",
+                                    num_layers.saturating_sub(1)
+                                ),
+                            ));
+                        }
+                    }
+                    if !(v.iter().sum::<f64>() > 0.0) {
+                        return Err(Error::field(
+                            source,
+                            "tokens",
+                            format!("every count of layer {layer:?} is 0: no token was routed"),
+                        ));
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+}

@@ -1,0 +1,391 @@
+//! How a step's tokens spread over the routed experts: uniform (every token's top-k drawn
+//! uniformly), a power law over the experts (a few hot experts, as trained routers show), or
+//! what a user logged from a real server (a per-expert popularity vector, or a histogram of the
+//! experts touched per step). The sampler decides how many distinct experts each MoE layer
+//! reads (its weight bytes) and how many tokens each expert gets (the per-rank load under expert
+//! parallelism); `expected_distinct_experts` is the same model in closed form, for fast paths.
+//!
+//! `power-law:ALPHA` means expert popularity p_i ∝ i^-ALPHA over the experts in popularity
+//! order (a Zipf law; ALPHA = 0 is uniform), a fixed popularity per layer whose hot experts are
+//! placed at seeded positions. Each token picks its top-k distinct experts by successive
+//! weighted draws (Plackett–Luce), which is what a softmax/sigmoid top-k over noisy logits with
+//! these mean shares does.
+
+pub use crate::spec::routing::{Routing, DEFAULT_ROUTING, MAX_ALPHA};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+/// How a routing model turns into draws once the model's expert count and top-k are known.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Resolved {
+    Uniform,
+    /// Per-layer popularity (normalised, one vector per layer index; `None` = all layers).
+    Weights {
+        per_layer: Vec<Option<Vec<f64>>>,
+        default: Vec<f64>,
+    },
+}
+
+/// The draws for a model with `experts` routed experts, `top_k` per token and `num_layers`
+/// layers. Call after `Routing::check` (the scenario's validation does).
+pub fn resolve(r: &Routing, experts: usize, top_k: usize, num_layers: usize) -> Resolved {
+    match r {
+        Routing::Uniform => Resolved::Uniform,
+        Routing::PowerLaw { alpha } => Resolved::Weights {
+            per_layer: vec![None; num_layers],
+            default: zipf(experts, *alpha),
+        },
+        Routing::Histogram { rows, .. } => match fit_histogram(rows, experts, top_k) {
+            a if a > 0.0 => resolve(&Routing::PowerLaw { alpha: a }, experts, top_k, num_layers),
+            _ => Resolved::Uniform,
+        },
+        Routing::Popularity { layers, .. } => {
+            let mut per_layer = vec![None; num_layers];
+            let mut mean = vec![0.0; experts];
+            for (layer, v) in layers {
+                let w = normalise(v, experts);
+                for (m, x) in mean.iter_mut().zip(&w) {
+                    *m += x / layers.len() as f64;
+                }
+                if let Some(slot) = layer.and_then(|l| per_layer.get_mut(l)) {
+                    *slot = Some(w);
+                }
+            }
+            Resolved::Weights {
+                per_layer,
+                default: mean,
+            }
+        }
+    }
+}
+
+/// The power-law exponent of a histogram's routing (0: uniform), for reports.
+pub fn histogram_alpha(r: &Routing, experts: usize, top_k: usize) -> Option<f64> {
+    match r {
+        Routing::Histogram { rows, .. } => Some(fit_histogram(rows, experts, top_k)),
+        _ => None,
+    }
+}
+
+/// A logged count vector as shares; experts never seen get half a token, so every expert stays
+/// possible (a log of finite length cannot show an expert is never used).
+fn normalise(v: &[f64], experts: usize) -> Vec<f64> {
+    let mut w: Vec<f64> = (0..experts)
+        .map(|e| v.get(e).copied().unwrap_or(0.0))
+        .collect();
+    let total: f64 = w.iter().sum::<f64>().max(f64::MIN_POSITIVE);
+    let floor = 0.5_f64.min(total / experts as f64);
+    for x in w.iter_mut() {
+        *x = x.max(floor);
+    }
+    let total: f64 = w.iter().sum();
+    w.iter_mut().for_each(|x| *x /= total);
+    w
+}
+
+/// p_i ∝ (i+1)^-alpha, in popularity order.
+fn zipf(experts: usize, alpha: f64) -> Vec<f64> {
+    let mut w: Vec<f64> = (0..experts)
+        .map(|i| ((i + 1) as f64).powf(-alpha))
+        .collect();
+    let s: f64 = w.iter().sum();
+    w.iter_mut().for_each(|x| *x /= s);
+    w
+}
+
+/// Probability that expert e is among one token's `top_k` successive weighted draws:
+/// π_e ≈ 1 − exp(−λ p_e) with λ such that Σ π_e = top_k (the standard approximation of
+/// successive sampling's inclusion probabilities; exact for equal weights).
+fn inclusion(p: &[f64], top_k: usize) -> Vec<f64> {
+    let k = top_k as f64;
+    if top_k >= p.len() {
+        return vec![1.0; p.len()];
+    }
+    let sum = |lam: f64| p.iter().map(|&x| 1.0 - (-lam * x).exp()).sum::<f64>();
+    let (mut lo, mut hi) = (0.0, 1.0);
+    while sum(hi) < k && hi < 1e12 {
+        hi *= 2.0;
+    }
+    for _ in 0..100 {
+        let mid = 0.5 * (lo + hi);
+        if sum(mid) < k {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    let lam = 0.5 * (lo + hi);
+    p.iter().map(|&x| 1.0 - (-lam * x).exp()).collect()
+}
+
+fn expected_distinct_weights(p: &[f64], tokens: u64, top_k: usize) -> f64 {
+    if p.len() == 0 || tokens == 0 {
+        return 0.0;
+    }
+    if top_k >= p.len() {
+        return p.len() as f64;
+    }
+    let t = tokens as f64;
+    inclusion(p, top_k)
+        .iter()
+        .map(|&pi| 1.0 - (1.0 - pi).powf(t))
+        .sum()
+}
+
+/// Expected distinct experts one MoE layer reads when `tokens` tokens each pick `top_k` of
+/// `experts`, in closed form (uniform: exact; weighted: the inclusion-probability
+/// approximation, within about 1% of the sampler's mean, see the tests). For a per-layer
+/// popularity file this is the mean over layers of the file's default vector.
+pub fn expected_distinct_experts(
+    routing: &Routing,
+    tokens: u64,
+    experts: usize,
+    top_k: usize,
+) -> f64 {
+    if experts == 0 || tokens == 0 {
+        return 0.0;
+    }
+    let k = top_k.min(experts);
+    match resolve(routing, experts, k, 1) {
+        Resolved::Uniform => {
+            let n = experts as f64;
+            n * (1.0 - (1.0 - k as f64 / n).powf(tokens as f64))
+        }
+        Resolved::Weights { per_layer, default } => {
+            expected_distinct_weights(per_layer[0].as_ref().unwrap_or(&default), tokens, k)
+        }
+    }
+}
+
+/// The power-law exponent whose expected distinct experts best match a logged histogram
+/// (least squares over its rows, weighted by steps).
+fn fit_histogram(rows: &[(u64, f64, f64)], experts: usize, top_k: usize) -> f64 {
+    let sse = |alpha: f64| -> f64 {
+        let r = if alpha == 0.0 {
+            Routing::Uniform
+        } else {
+            Routing::PowerLaw { alpha }
+        };
+        rows.iter()
+            .map(|&(t, touched, w)| {
+                let d = expected_distinct_experts(&r, t, experts, top_k) - touched;
+                w * d * d
+            })
+            .sum()
+    };
+    // Golden-section search over [0, MAX_ALPHA]: the expected count falls monotonically with
+    // alpha, so the squared error has one minimum.
+    let (mut a, mut b) = (0.0, MAX_ALPHA);
+    let g = 0.618_033_988_749_894_9;
+    let (mut c, mut d) = (b - g * (b - a), a + g * (b - a));
+    for _ in 0..60 {
+        if sse(c) < sse(d) {
+            b = d;
+        } else {
+            a = c;
+        }
+        c = b - g * (b - a);
+        d = a + g * (b - a);
+    }
+    let alpha = 0.5 * (a + b);
+    if alpha < 1e-3 {
+        0.0
+    } else {
+        alpha
+    }
+}
+
+/// One step's routing as sampled, per layer.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RoutingSample {
+    /// Distinct routed experts that receive at least one token, per layer (0 for dense layers).
+    pub experts_touched: Vec<u32>,
+    /// Tokens routed to each expert, per layer (empty for dense layers).
+    pub expert_tokens: Vec<Vec<u32>>,
+}
+
+impl RoutingSample {
+    /// Tokens each of `ranks` expert-parallel ranks receives in `layer`, experts placed in
+    /// contiguous blocks as vLLM's expert parallelism places them (rank r holds experts
+    /// r·E/ranks .. (r+1)·E/ranks − 1). The maximum over ranks sets an EP layer's time.
+    pub fn rank_loads(&self, layer: usize, ranks: usize) -> Vec<u64> {
+        let counts = match self.expert_tokens.get(layer) {
+            Some(c) if !c.is_empty() && ranks > 0 => c,
+            _ => return vec![0; ranks],
+        };
+        let per = counts.len().div_ceil(ranks);
+        let mut out = vec![0u64; ranks];
+        for (e, &c) in counts.iter().enumerate() {
+            out[(e / per).min(ranks - 1)] += c as u64;
+        }
+        out
+    }
+}
+
+/// Samples one step's routing: `moe_layers[l]` says whether layer l is MoE. Uniform routing
+/// draws exactly as decodesim always did (same seed, same counts as before routing models).
+pub fn sample(
+    resolved: &Resolved,
+    moe_layers: &[bool],
+    experts: usize,
+    top_k: usize,
+    tokens: u64,
+    seed: u64,
+) -> RoutingSample {
+    let layers = moe_layers.len();
+    let mut out = RoutingSample {
+        experts_touched: vec![0; layers],
+        expert_tokens: vec![Vec::new(); layers],
+    };
+    if experts == 0 {
+        return out;
+    }
+    let k = top_k.min(experts);
+    let mut rng = SmallRng::seed_from_u64(seed ^ 0x5eed_0fe4);
+    // Where each layer's hot experts sit: a separate stream, so uniform draws stay as they were.
+    let mut place_rng = SmallRng::seed_from_u64(seed ^ 0x0e1a_ce5e);
+    let mut picked = Vec::with_capacity(k);
+    let mut cdf = vec![0.0; experts];
+    let mut perm: Vec<usize> = (0..experts).collect();
+    for (layer, &is_moe) in moe_layers.iter().enumerate() {
+        if !is_moe {
+            continue;
+        }
+        let mut counts = vec![0u32; experts];
+        let weights = match resolved {
+            Resolved::Uniform => None,
+            Resolved::Weights { per_layer, default } => Some(
+                per_layer
+                    .get(layer)
+                    .and_then(|w| w.as_ref())
+                    .unwrap_or(default),
+            ),
+        };
+        if let Some(w) = weights {
+            // A popularity vector from a file names its experts; a power law places them.
+            let from_law = matches!(resolved, Resolved::Weights { per_layer, .. } if per_layer.iter().all(Option::is_none));
+            for i in (1..experts).rev() {
+                perm.swap(i, place_rng.random_range(0..=i));
+            }
+            let mut acc = 0.0;
+            for (e, c) in cdf.iter_mut().enumerate() {
+                acc += if from_law { w[perm[e]] } else { w[e] };
+                *c = acc;
+            }
+        }
+        for _ in 0..tokens {
+            picked.clear();
+            while picked.len() < k {
+                let e = match weights {
+                    None => rng.random_range(0..experts),
+                    Some(_) => {
+                        let u = rng.random::<f64>() * cdf[experts - 1];
+                        cdf.partition_point(|&c| c <= u).min(experts - 1)
+                    }
+                };
+                if !picked.contains(&e) {
+                    picked.push(e);
+                }
+            }
+            for &e in &picked {
+                counts[e] += 1;
+            }
+        }
+        out.experts_touched[layer] = counts.iter().filter(|&&c| c > 0).count() as u32;
+        out.expert_tokens[layer] = counts;
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mean_sampled(r: &Routing, tokens: u64, layers: usize) -> f64 {
+        let res = resolve(r, 384, 8, layers);
+        let s = sample(&res, &vec![true; layers], 384, 8, tokens, 7);
+        s.experts_touched.iter().map(|&x| x as f64).sum::<f64>() / layers as f64
+    }
+
+    #[test]
+    fn closed_form_matches_the_sampler_mean() {
+        for r in [
+            Routing::Uniform,
+            Routing::PowerLaw { alpha: 0.6 },
+            Routing::PowerLaw { alpha: 1.2 },
+        ] {
+            for t in [1u64, 8, 32, 128, 512] {
+                let exact = expected_distinct_experts(&r, t, 384, 8);
+                let sampled = mean_sampled(&r, t, 200);
+                let rel = (exact - sampled).abs() / sampled;
+                assert!(
+                    rel < 0.02,
+                    "{r} t={t}: closed form {exact:.1} vs sampled {sampled:.1}"
+                );
+            }
+        }
+        // Uniform: 384 (1 − (1 − 8/384)^32) = 188.4 (the README's "about 188 of 384").
+        let u = expected_distinct_experts(&Routing::Uniform, 32, 384, 8);
+        assert!((u - 188.4).abs() < 0.1, "{u}");
+    }
+
+    #[test]
+    fn concentration_lowers_the_count_and_one_token_touches_top_k() {
+        let mut last = f64::MAX;
+        for a in [0.0, 0.5, 1.0, 2.0] {
+            let d = expected_distinct_experts(&Routing::power_law(a).unwrap(), 64, 384, 8);
+            assert!(d < last, "alpha {a}: {d}");
+            last = d;
+            let one = expected_distinct_experts(&Routing::power_law(a).unwrap(), 1, 384, 8);
+            assert!((one - 8.0).abs() < 1e-6, "{one}");
+        }
+    }
+
+    #[test]
+    fn parse_accepts_the_documented_forms_and_refuses_the_rest() {
+        assert_eq!(Routing::parse("uniform").unwrap(), Routing::Uniform);
+        assert_eq!(Routing::parse("power-law:0").unwrap(), Routing::Uniform);
+        assert_eq!(
+            Routing::parse("power-law:1.2").unwrap(),
+            Routing::PowerLaw { alpha: 1.2 }
+        );
+        for bad in [
+            "power-law:-1",
+            "power-law:nan",
+            "power-law:9",
+            "zipf",
+            "",
+            "/nonexistent.csv",
+        ] {
+            let e = Routing::parse(bad).unwrap_err().to_string();
+            assert!(
+                e.contains("--routing") && e.contains("power-law:ALPHA"),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
+    fn uniform_draws_are_the_historical_ones() {
+        // The pre-routing sampler's count for seed 0, 32 tokens, first MoE layer of Kimi.
+        let s = sample(&Resolved::Uniform, &[false, true, true], 384, 8, 32, 0);
+        assert_eq!(s.experts_touched[0], 0);
+        let total: u32 = s.expert_tokens[1].iter().sum();
+        assert_eq!(total, 32 * 8);
+        assert_eq!(
+            s.experts_touched[1],
+            s.expert_tokens[1].iter().filter(|&&c| c > 0).count() as u32
+        );
+    }
+
+    #[test]
+    fn rank_loads_sum_to_the_routed_tokens() {
+        let r = resolve(&Routing::PowerLaw { alpha: 1.0 }, 384, 8, 2);
+        let s = sample(&r, &[true, true], 384, 8, 64, 3);
+        let loads = s.rank_loads(1, 8);
+        assert_eq!(loads.len(), 8);
+        assert_eq!(loads.iter().sum::<u64>(), 64 * 8);
+        // A power law loads some rank above the mean.
+        assert!(*loads.iter().max().unwrap() > 64);
+    }
+}

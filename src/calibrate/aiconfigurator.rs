@@ -98,6 +98,11 @@ pub fn from_aiconfigurator(req: &AicRequest) -> Result<AicResult> {
 
     let mut p = base.clone();
     p.aic = None;
+    // The base's own measurement table stays referenced from wherever this profile goes.
+    if let Some(m) = &base.measurements {
+        let base_dir = base.path.parent().unwrap_or(Path::new("."));
+        p.measurements = Some(relative_to(&base_dir.join(m), out_dir));
+    }
     p.aiconfigurator = Some(AicSection {
         tables: rel.clone(),
         system: aic_system.clone(),

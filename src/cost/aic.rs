@@ -691,7 +691,7 @@ fn mla_attention(
     }
     o.families.insert((
         "attention_mla_decode".into(),
-        format!("measured: AIConfigurator mla_generation.csv ({dir}), TRITON_MLA module at {heads} heads/rank: its growth from KV 2 to the scenario's KV length, plus the kernels' fixed costs (the module's GEMMs, norms and launches are priced as their own ops)"),
+        format!("measured: AIConfigurator mla_generation.csv ({dir}), MLA generation module at {heads} heads/rank: its growth from KV 2 to the scenario's KV length, plus the kernels' fixed costs (the module's GEMMs, norms and launches are priced as their own ops)"),
     ));
     if growth.extrapolated {
         o.warnings.insert(format!(

@@ -5,7 +5,7 @@
 //! latency_scale and 1/bw_scale). One burst size identifies one scale: the term that dominates
 //! at that size is fitted and the other is held at its value, and the report says so.
 
-use super::output::{table_reference, write_profile};
+use super::output::write_profile;
 use super::regression::weighted_least_squares;
 use crate::cost::collective;
 use crate::cost::CalibrationProfile;
@@ -145,7 +145,7 @@ pub struct BurstFit {
 
 /// The latency and bytes terms the profile gives one allreduce of `bytes` in this scenario,
 /// and which entry gave them.
-fn terms(s: &Scenario, p: &CalibrationProfile, bytes: u64) -> Result<(f64, f64, String)> {
+pub fn terms(s: &Scenario, p: &CalibrationProfile, bytes: u64) -> Result<(f64, f64, String)> {
     let cands = collective::candidates(
         &p.collectives,
         CostFamily::AllReduce,
@@ -305,9 +305,7 @@ pub fn fit_bursts(
         base.profile.provenance,
         list.join("; ")
     );
-    if let Some(t) = &base.table {
-        p.measurements = Some(table_reference(&t.path, out));
-    }
+    super::from_throughput::relocate(&mut p, base, out);
     let header = format!(
         "# Written by `decodesim calibrate {source}` from profile '{}'.\n# {}",
         base.profile.name, p.factors.source

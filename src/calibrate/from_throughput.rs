@@ -65,7 +65,7 @@ impl Factor {
     fn step(self) -> f64 {
         match self {
             Factor::StepOverhead => 50.0,
-            Factor::RoutingAlpha => 0.05,
+            Factor::RoutingAlpha => 0.15,
             _ => 0.02,
         }
     }
@@ -521,29 +521,36 @@ fn identifiable(which: &mut Vec<Factor>, j: &DMatrix<f64>, refused: &mut Vec<(Fa
             Some(inv) => (0..cols.len()).map(|k| inv[(k, k)]).collect(),
             None => vec![f64::INFINITY; cols.len()],
         };
-        let (worst, v) =
-            vif.iter().enumerate().fold(
-                (0, 0.0),
-                |(bi, bv), (i, &v)| {
-                    if !(v <= bv) {
-                        (i, v)
-                    } else {
-                        (bi, bv)
-                    }
-                },
-            );
+        // Among the nearly collinear factors, refuse the one listed last (the caller lists
+        // factors in order of preference).
+        let (worst, v) = match vif.iter().rposition(|v| !(*v < 100.0)) {
+            Some(i) => (i, vif[i]),
+            None => break,
+        };
         if v.is_finite() && v < 100.0 {
             break;
         }
-        let others: Vec<&str> = cols
-            .iter()
-            .filter(|&&c| c != cols[worst])
-            .map(|&c| which[c].name())
-            .collect();
+        // Name the factor whose effect on these points looks most like this one's (the
+        // largest |cosine| between their columns).
+        let twin = (0..cols.len())
+            .filter(|&k| k != worst)
+            .max_by(|&x, &y| {
+                let c = |k: usize| gram[(worst, k)].abs();
+                c(x).total_cmp(&c(y))
+            })
+            .map(|k| {
+                format!(
+                    "{} (|cosine| {:.4})",
+                    which[cols[k]].name(),
+                    gram[(worst, k)].abs()
+                )
+            })
+            .unwrap_or_default();
+        let others = [twin];
         refused.push((
             which[cols[worst]],
             format!(
-                "not identifiable: these points cannot tell it apart from {} (variance inflation {})",
+                "not identifiable: these points cannot tell its effect apart from {} (variance inflation {}); measure another setting (context, protocol) that moves one and not the other, or drop one with --factors",
                 others.join(", "),
                 if v.is_finite() {
                     format!("{v:.0}")
@@ -619,6 +626,35 @@ fn solve(
         j = model.jacobian(which, &theta, &r, meas)?;
     }
     Ok((theta, r, j, it))
+}
+
+/// Points a copy of `base` written to `out` at the files `base` references relative to itself
+/// (its measurement table, its AIConfigurator tables), so the copy loads from anywhere.
+pub fn relocate(p: &mut CalibrationProfile, base: &CalibrationProfile, out: &Path) {
+    if let Some(tab) = &base.table {
+        p.measurements = Some(table_reference(&tab.path, out));
+    }
+    let dir = base.path.parent().unwrap_or(Path::new("."));
+    if let (Some(a), Some(b)) = (p.aiconfigurator.as_mut(), base.aiconfigurator.as_ref()) {
+        let abs = dir.join(&b.tables);
+        a.tables = abs.canonicalize().unwrap_or(abs).display().to_string();
+    }
+}
+
+/// Predicted tokens/s of benchmark points under `base` (its `calibration` is the profile to
+/// test, factors included), with the error against each measurement.
+pub fn predict(base: &ScenarioRequest, points: &[Point], source: &Path) -> Result<Vec<Residual>> {
+    let req = ThroughputRequest {
+        base: base.clone(),
+        points: points.to_vec(),
+        source: source.to_path_buf(),
+        factors: Vec::new(),
+        out: PathBuf::new(),
+        name: None,
+    };
+    let model = Model::new(&req)?;
+    let pred = model.predict(&model.profile.factors)?;
+    Ok(residual_rows(points, &pred))
 }
 
 fn residual_rows(points: &[Point], pred: &[f64]) -> Vec<Residual> {
@@ -899,9 +935,7 @@ fn write_fitted(
     );
     p.fit
         .insert("from_throughput".into(), toml::Value::Table(t));
-    if let Some(tab) = &base.table {
-        p.measurements = Some(table_reference(&tab.path, &req.out));
-    }
+    relocate(&mut p, base, &req.out);
     let header = format!(
         "# Written by `decodesim calibrate --from-throughput {src}` from profile '{}'.\n# {}",
         base.profile.name, p.factors.source

@@ -471,3 +471,17 @@ fn calibrate_refuses_a_bad_table_without_writing() {
     assert!(e.contains("num_tokens"), "{e}");
     assert!(!out.exists());
 }
+
+#[test]
+fn tables_of_another_gpu_are_refused_for_this_system() {
+    let e = from_aiconfigurator(&AicRequest {
+        dir: H200.into(),
+        system: "rtx-pro-6000-8x-pcie".into(),
+        base: None,
+        out: tmp("wrong-gpu").join("profile.toml"),
+        name: None,
+    })
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("NVIDIA H200") && e.contains("--system"), "{e}");
+}

@@ -68,6 +68,7 @@ pub fn from_aiconfigurator(req: &AicRequest) -> Result<AicResult> {
         .and_then(|n| n.to_str())
         .unwrap_or("unknown")
         .to_string();
+    check_device(&manifest, &manifest_path, &system)?;
     let nvlink = system.interconnect.kind == LinkKind::Nvlink;
     let mut notes = Vec::new();
     let mla_dims = mla_dims(&manifest, &tables, &mut notes)?;
@@ -114,6 +115,7 @@ pub fn from_aiconfigurator(req: &AicRequest) -> Result<AicResult> {
         },
         nvlink,
         mla_dims,
+        scales: Default::default(),
     });
     p.custom_allreduce = custom_allreduce(&tables, nvlink, &aic_system, &mut notes)
         .or(base.custom_allreduce.clone());
@@ -162,6 +164,27 @@ pub fn from_aiconfigurator(req: &AicRequest) -> Result<AicResult> {
         tables: priced,
         notes,
     })
+}
+
+/// The tables must describe the system's GPU: the MANIFEST names the device they were measured
+/// on (`device 'NVIDIA H200'`), which the system's GPU display name must start with.
+fn check_device(manifest: &str, path: &Path, system: &SystemSpec) -> Result<()> {
+    let re = regex::Regex::new(r"device '([^']{1,120})'").expect("valid regex");
+    let Some(c) = re.captures(manifest) else {
+        return Ok(());
+    };
+    let device = &c[1];
+    if system.gpu.display_name.starts_with(device) {
+        return Ok(());
+    }
+    Err(Error::field(
+        path,
+        "device",
+        format!(
+            "the tables were measured on '{device}' but system '{}' has '{}': pass --system with a system of that GPU (decodesim list)",
+            system.name, system.gpu.display_name
+        ),
+    ))
 }
 
 fn shorten(s: &str, n: usize) -> String {
@@ -365,4 +388,22 @@ pub fn relative_to(to: &Path, from: &Path) -> String {
     } else {
         rel.display().to_string()
     }
+}
+
+/// The profile with its AIConfigurator folder referenced from where it is about to be written
+/// (`out`): every writer (anchoring, throughput fits) keeps the tables reachable.
+pub fn rebase_tables(p: &CalibrationProfile, out: &Path) -> CalibrationProfile {
+    let mut p = p.clone();
+    if let (Some(t), Some(sec)) = (&p.aic, p.aiconfigurator.as_mut()) {
+        let out_dir = out
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        if out_dir.is_dir() {
+            sec.tables = relative_to(&t.dir, out_dir);
+        } else {
+            sec.tables = t.dir.display().to_string();
+        }
+    }
+    p
 }

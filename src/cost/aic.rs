@@ -442,6 +442,11 @@ pub fn overrides(w: &Workload, s: &Scenario, p: &CalibrationProfile) -> Option<O
     gemms(w, t, bw, &mut o, &dir);
     moe_modules(w, s, p, t, bw, &mut o, &dir);
     mla_attention(w, s, p, t, sec, bw, &mut o, &dir);
+    for (us, op) in o.us.iter_mut().zip(&w.ops) {
+        if let Some(v) = us {
+            *v *= sec.scale(op.family.key());
+        }
+    }
     Some(o)
 }
 

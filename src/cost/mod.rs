@@ -127,6 +127,16 @@ impl<'a> Pricer<'a> {
         })
     }
 
+    /// A table-priced collective under the profile's `aiconfigurator.scales.collectives`.
+    fn table_scaled(&self, mut c: CollectiveChoice) -> CollectiveChoice {
+        if let Some(a) = &self.p.aiconfigurator {
+            let f = a.scale("collectives");
+            c.time_us *= f;
+            c.latency_us *= f;
+        }
+        c
+    }
+
     /// Records a collective's choice (one row per op and size) and returns its time.
     fn record(&mut self, op: &Op, c: CollectiveChoice) -> f64 {
         let t = c.time_us;
@@ -144,11 +154,12 @@ impl<'a> Pricer<'a> {
     fn collective(&mut self, op: &Op) -> Result<f64> {
         if op.family == CostFamily::AllReduce && self.custom_ar {
             if let Some(c) = self.custom_allreduce(op) {
+                let c = self.table_scaled(c);
                 return Ok(self.record(op, c));
             }
         }
         let c = match self.nccl_from_aic(op) {
-            Some(c) => c,
+            Some(c) => self.table_scaled(c),
             None => self.nccl_by_law(op)?,
         };
         let c = self.nccl_knobs(op, c);

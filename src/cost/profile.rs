@@ -205,6 +205,17 @@ pub struct AicSection {
     /// scenario's attention only when its model has the same.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mla_dims: Option<[u64; 6]>,
+    /// Multipliers of the table prices per kernel family (and `collectives`), set by anchoring
+    /// to a measured step (`calibrate --from-trace`) as it scales the laws' parameters; absent: 1.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub scales: BTreeMap<String, f64>,
+}
+
+impl AicSection {
+    /// The multiplier of a family's (or `collectives`') table prices.
+    pub fn scale(&self, key: &str) -> f64 {
+        self.scales.get(key).copied().unwrap_or(1.0)
+    }
 }
 
 /// One mode (graph or eager) of vLLM's custom all-reduce:
@@ -572,6 +583,17 @@ impl CalibrationProfile {
     /// The custom all-reduce law and NCCL defaults: latencies in [0, 1 s], bandwidths positive
     /// and within the GPU's memory bandwidth, NCCL's channel count within its MAXCHANNELS (64).
     fn validate_comm_sections(&self, c: &Checker, bw: Option<f64>) -> Result<()> {
+        if let Some(a) = &self.aiconfigurator {
+            for (k, v) in &a.scales {
+                if !(v.is_finite() && (0.01..=100.0).contains(v)) {
+                    return Err(c.fail(
+                        &format!("aiconfigurator.scales.{k}"),
+                        v,
+                        "a scale in [0.01, 100] (1 = the table as measured)",
+                    ));
+                }
+            }
+        }
         if let Some(ca) = &self.custom_allreduce {
             let laws = [("graph", Some(&ca.graph)), ("eager", ca.eager.as_ref())];
             for (mode, law) in laws {

@@ -81,6 +81,9 @@ pub fn fit_to_step(
                 k.compute_efficiency = (k.compute_efficiency / r).min(1.0);
                 *factors.entry(fam.to_string()).or_insert(1.0) *= r;
             }
+            if let Some(a) = p.aiconfigurator.as_mut() {
+                *a.scales.entry(fam.to_string()).or_insert(1.0) *= r;
+            }
         }
         let rc = ratio(measured.comm_transfer_us, pred.comm_transfer_us);
         for c in &mut p.collectives {
@@ -89,6 +92,9 @@ pub fn fit_to_step(
             c.bus_bw_gbps /= rc;
         }
         *factors.entry("collectives".into()).or_insert(1.0) *= rc;
+        if let Some(a) = p.aiconfigurator.as_mut() {
+            *a.scales.entry("collectives".into()).or_insert(1.0) *= rc;
+        }
         // Idle under CUDA graphs is mostly the stall before the replay's first collective;
         // eagerly it is the launch gap between kernels.
         let idle_gap = measured.time(Category::Idle) - pred.time(Category::Idle);

@@ -2,7 +2,10 @@
 //! refuses a profile whose fit is poor, unidentified or unphysical (unless told to write it
 //! anyway, which marks the profile).
 
+pub mod aiconfigurator;
 pub mod anchor;
+pub mod from_burst;
+pub mod from_throughput;
 pub mod collectives;
 pub mod from_trace;
 pub mod kernels;
@@ -285,8 +288,13 @@ pub fn calibrate(
         spec_decode: fallback.spec_decode.clone(),
         measurements: o.table.clone(),
         fit: fit_records(&quality),
+        factors: fallback.factors.clone(),
+        aiconfigurator: None,
+        custom_allreduce: fallback.custom_allreduce.clone(),
+        nccl: fallback.nccl.clone(),
         path: Default::default(),
         table: None,
+        aic: None,
     };
     Ok(CalibrationResult {
         profile,

@@ -125,6 +125,7 @@ pub fn table_reference(table: &Path, out: &Path) -> String {
 /// Checks the profile as a reader would, then writes it atomically under a comment header.
 pub fn write_profile(path: &Path, header: &str, p: &CalibrationProfile) -> Result<()> {
     p.validate(path)?;
+    let p = &super::aiconfigurator::rebase_tables(p, path);
     let body = toml::to_string_pretty(p)
         .map_err(|e| Error::Other(format!("cannot serialize the profile: {e}")))?;
     crate::files::write_atomic(path, |w| {

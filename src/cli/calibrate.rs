@@ -11,10 +11,16 @@ pub struct CalibrateArgs {
     #[arg(
         long,
         value_name = "DIR",
-        required_unless_present = "from_trace",
-        conflicts_with = "from_trace"
+        required_unless_present_any = ["from_trace", "from_aiconfigurator", "from_throughput", "from_burst"],
+        conflicts_with_all = ["from_trace", "from_aiconfigurator", "from_throughput", "from_burst"]
     )]
     pub measurements: Option<PathBuf>,
+    /// Instead: a profile that prices from AIConfigurator's measured tables, converted by
+    /// harness/aiconfigurator_tables.py (e.g. data/calibration/aiconfigurator/rtx_pro_6000_server);
+    /// --system names the machine they describe, --fallback (default: the system's own
+    /// profile) supplies what they do not hold.
+    #[arg(long, value_name = "DIR", conflicts_with = "from_trace")]
+    pub from_aiconfigurator: Option<PathBuf>,
     /// Instead: adjust the scenario's profile (--calibration) so the simulator reproduces this
     /// measured step (trace files, one per rank, or a folder), category by category.
     #[arg(long, value_name = "PATH", num_args = 1..)]
@@ -62,9 +68,38 @@ pub struct CalibrateArgs {
     /// the fallback's entries for the paths the target has, plus the measured host path.
     #[arg(long, value_name = "GPU")]
     pub transfer_to: Option<String>,
+    /// Instead: fit end-to-end factors on top of the scenario's profile to benchmark points, a
+    /// CSV `concurrency,context,tokens_per_s` (optional kv_cache_dtype, nccl_proto, nccl_algo,
+    /// p2p, allreduce); the scenario flags give everything else.
+    #[arg(long, value_name = "FILE.csv", conflicts_with_all = ["from_trace", "from_burst"])]
+    pub from_throughput: Option<PathBuf>,
+    /// With --from-throughput: the factors to try (refused ones are named in the report).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "moe_efficiency,collective_bw_scale,collective_latency_scale,routing_alpha,step_overhead_us"
+    )]
+    pub factors: Vec<crate::calibrate::from_throughput::Factor>,
+    /// Instead: fit the collective latency/bandwidth scales of the scenario's profile to an
+    /// allreduce burst: COUNT,BYTES,TOTAL_US (e.g. 122,14336,6810) or a CSV count,bytes,total_us.
+    #[arg(
+        long,
+        value_name = "COUNT,BYTES,TOTAL_US|FILE.csv",
+        conflicts_with = "from_trace"
+    )]
+    pub from_burst: Option<String>,
 }
 
 pub fn run(a: CalibrateArgs) -> Result<()> {
+    if let Some(file) = &a.from_throughput {
+        return from_throughput(&a, file);
+    }
+    if let Some(spec) = &a.from_burst {
+        return from_burst(&a, spec);
+    }
+    if let Some(dir) = &a.from_aiconfigurator {
+        return from_aiconfigurator(&a, dir);
+    }
     let Some(dir) = a.measurements.clone() else {
         return from_trace(&a);
     };
@@ -117,4 +152,144 @@ fn from_trace(a: &CalibrateArgs) -> Result<()> {
     print(&report::calibration::render_from_trace(
         &r, excluded, &notes,
     ))
+}
+
+fn from_aiconfigurator(a: &CalibrateArgs, dir: &std::path::Path) -> Result<()> {
+    // The fallback's own default ("h200") is for --measurements; here the system's profile is
+    // the natural base unless the user names one.
+    let base = (a.fallback != "h200").then(|| a.fallback.clone());
+    let r = crate::calibrate::aiconfigurator::from_aiconfigurator(
+        &crate::calibrate::aiconfigurator::AicRequest {
+            dir: dir.to_path_buf(),
+            system: a.scenario.system.clone(),
+            base,
+            out: a.out.clone(),
+            name: a.name.clone(),
+        },
+    )?;
+    let mut s = format!(
+        "wrote {} (profile '{}', GPU {})\n",
+        crate::units::path(&a.out),
+        r.profile.profile.name,
+        r.profile.profile.gpu
+    );
+    for (file, rows, what) in &r.tables {
+        s.push_str(&format!("  {file:<22} {rows:>6} rows  {what}\n"));
+    }
+    if let Some(c) = &r.profile.custom_allreduce {
+        s.push_str(&format!(
+            "  custom all-reduce law (graph): {:.2} us + {:.2} us/rank + stage bytes / {:.1} GB/s ({})\n",
+            c.graph.base_us, c.graph.per_rank_us, c.graph.bw_gbps, c.graph.source
+        ));
+    }
+    for n in &r.notes {
+        s.push_str(&format!("  note: {n}\n"));
+    }
+    s.push_str(&format!("provenance: {}\n", r.profile.profile.provenance));
+    print(&s)
+}
+
+fn from_throughput(a: &CalibrateArgs, file: &std::path::Path) -> Result<()> {
+    use crate::calibrate::from_throughput::{
+        fit_throughput, read_points, ThroughputFit, ThroughputRequest,
+    };
+    let points = read_points(file)?;
+    let r = fit_throughput(&ThroughputRequest {
+        base: a.scenario.request(),
+        points,
+        source: file.to_path_buf(),
+        factors: a.factors.clone(),
+        out: a.out.clone(),
+        name: a.name.clone(),
+    })?;
+    let mut s = format!(
+        "wrote {} (profile '{}' = '{}' + factors fitted to {} point(s) of {}, {} iteration(s))\n\nfactor                     value   95% interval\n",
+        crate::units::path(&r.out),
+        r.profile.profile.name,
+        r.base,
+        r.residuals.len(),
+        crate::units::path(file),
+        r.iterations
+    );
+    for f in &r.fitted {
+        s.push_str(&format!(
+            "{:<24} {:>8.4}   [{:.4}, {:.4}]\n",
+            f.factor.name(),
+            f.value,
+            f.ci95[0],
+            f.ci95[1]
+        ));
+    }
+    for (f, why) in &r.refused {
+        s.push_str(&format!("{:<24} refused: {why}\n", f.name()));
+    }
+    s.push_str(
+        "\npoint                                   measured   before    error   after    error\n",
+    );
+    for (b, x) in r.before.iter().zip(&r.residuals) {
+        s.push_str(&format!(
+            "{:<38} {:>9.1} {:>8.1} {:>+7.1}% {:>8.1} {:>+7.1}%\n",
+            format!(
+                "line {}: c={} ctx={}",
+                x.point.line, x.point.concurrency, x.point.context
+            ),
+            x.point.tokens_per_s,
+            b.predicted,
+            100.0 * b.rel_err,
+            x.predicted,
+            100.0 * x.rel_err
+        ));
+    }
+    s.push_str(&format!(
+        "rms error: before {:.1}%, after {:.1}%\n",
+        100.0 * ThroughputFit::rms_rel_err(&r.before),
+        100.0 * ThroughputFit::rms_rel_err(&r.residuals)
+    ));
+    print(&s)
+}
+
+fn from_burst(a: &CalibrateArgs, spec: &str) -> Result<()> {
+    let (bursts, source) = crate::calibrate::from_burst::parse_bursts(spec)?;
+    let (scenario, profile) = a.scenario.request().load()?;
+    let r = crate::calibrate::from_burst::fit_bursts(
+        &scenario,
+        &profile,
+        &bursts,
+        &source,
+        &a.out,
+        a.name.as_deref(),
+    )?;
+    let mut s = format!(
+        "wrote {} (profile '{}' = '{}' + collective scales; allreduce priced by {} at {} ranks)\n",
+        crate::units::path(&r.out),
+        r.profile.profile.name,
+        r.base,
+        r.entry,
+        scenario.tp
+    );
+    s.push_str(&format!(
+        "collective_latency_scale {:.4}{}\ncollective_bw_scale      {:.4}{}\n",
+        r.latency_scale,
+        r.latency_ci95
+            .map(|c| format!(" ± {c:.4} (95%)"))
+            .unwrap_or_default(),
+        r.bw_scale,
+        r.bw_ci95
+            .map(|c| format!(" (95% {:.4} .. {:.4})", c[0], c[1]))
+            .unwrap_or_default()
+    ));
+    s.push_str("\nburst                          measured us each   before   after\n");
+    for (b, (before, after)) in r.bursts.iter().zip(&r.predicted) {
+        s.push_str(&format!(
+            "{:<30} {:>16.2} {:>8.2} {:>7.2}\n",
+            format!("{} x {} B", b.count, b.bytes),
+            b.per_collective_us(),
+            before,
+            after
+        ));
+    }
+    for n in &r.notes {
+        s.push_str(&format!("note: {n}\n"));
+    }
+    print(&s)
 }

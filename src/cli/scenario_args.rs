@@ -84,6 +84,38 @@ pub struct ScenarioArgs {
     /// KV-cache element: bf16 or fp8.
     #[arg(long, default_value = "bf16", value_parser = ["bf16", "fp8"])]
     pub kv_cache_dtype: String,
+    /// How tokens spread over the routed experts: uniform, power-law:ALPHA (expert popularity
+    /// ∝ rank^-ALPHA), or a CSV (`expert,tokens`, `layer,expert,tokens`, or
+    /// `tokens,experts_touched,steps`) [default: the profile's fitted routing, else
+    /// power-law:ALPHA of workload::routing::DEFAULT_ROUTING; uniform for --runtime reference].
+    #[arg(long, value_name = "uniform|power-law:ALPHA|FILE", value_parser = parse_routing)]
+    pub routing: Option<crate::spec::routing::Routing>,
+    /// Tensor-parallel all-reduce: NCCL, vLLM's custom kernel (an error where vLLM refuses it),
+    /// or vLLM's own dispatch for the GPU and topology (8x PCIe: NCCL).
+    #[arg(long, value_enum, default_value_t = AllreduceArg::Auto)]
+    pub allreduce: AllreduceArg,
+    /// NCCL_MAX_NCHANNELS: caps NCCL's channels (matters only below the count the profile was
+    /// measured with; see the profile's [nccl] section).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub nccl_max_nchannels: Option<u32>,
+    /// NCCL_BUFFSIZE in bytes: the Simple protocol's buffer per peer (matters only for Simple
+    /// messages larger than one ring loop; LL never).
+    #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(u64).range(1024..=(1u64 << 34)))]
+    pub nccl_buffsize: Option<u64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum AllreduceArg {
+    #[value(name = "nccl")]
+    Nccl,
+    #[value(name = "custom")]
+    Custom,
+    #[value(name = "auto")]
+    Auto,
+}
+
+fn parse_routing(s: &str) -> std::result::Result<crate::spec::routing::Routing, String> {
+    crate::spec::routing::Routing::parse(s).map_err(|e| e.to_string())
 }
 
 impl ScenarioArgs {
@@ -120,6 +152,16 @@ impl ScenarioArgs {
                 crate::spec::Runtime::Vllm
             },
             layers: self.layers,
+            routing: self.routing.clone(),
+            comm: crate::spec::scenario::CommKnobs {
+                allreduce: match self.allreduce {
+                    AllreduceArg::Nccl => crate::spec::scenario::AllreduceImpl::Nccl,
+                    AllreduceArg::Custom => crate::spec::scenario::AllreduceImpl::Custom,
+                    AllreduceArg::Auto => crate::spec::scenario::AllreduceImpl::Auto,
+                },
+                nccl_max_nchannels: self.nccl_max_nchannels,
+                nccl_buffsize: self.nccl_buffsize,
+            },
         }
     }
 }

@@ -1,6 +1,8 @@
 //! Prices every op of a workload from a calibration profile. Every parameter comes from the
 //! profile file; this module holds the laws, not the numbers.
 
+pub mod aic;
+pub mod allreduce;
 pub mod collective;
 pub mod kernel;
 pub mod profile;
@@ -9,8 +11,9 @@ pub mod table;
 pub use profile::CalibrationProfile;
 
 use crate::error::{Error, Result};
-use crate::spec::{CommPath, Proto, Scenario};
-use crate::workload::{Op, Workload};
+use crate::spec::scenario::AllreduceImpl;
+use crate::spec::{Algo, CommPath, Proto, Scenario};
+use crate::workload::{CostFamily, Op, Workload};
 use serde::Serialize;
 use std::collections::BTreeSet;
 
@@ -26,6 +29,10 @@ pub struct CollectiveChoice {
     /// Transfer time once every rank has arrived (no waiting), µs.
     pub time_us: f64,
     pub source: String,
+    /// The latency part of `time_us` (what does not grow with the bytes), for factors that
+    /// scale latency and bandwidth apart.
+    #[serde(skip)]
+    pub latency_us: f64,
 }
 
 /// Base durations of a workload's ops (before jitter and waiting), plus what the report must
@@ -42,13 +49,18 @@ pub struct Pricing {
 /// Prices every op: collectives by the NCCL law of the cheapest eligible profile entry, kernels
 /// from the measurement table where it holds the shape, else by the roofline law.
 pub fn price(w: &Workload, s: &Scenario, p: &CalibrationProfile) -> Result<Pricing> {
-    let mut pr = Pricer::new(s, p);
+    let mut pr = Pricer::new(s, p)?;
     let mut base_us = Vec::with_capacity(w.ops.len());
+    let aic = aic::overrides(w, s, p).unwrap_or_default();
+    pr.warnings.extend(aic.warnings);
+    pr.families.extend(aic.families);
     for (i, op) in w.ops.iter().enumerate() {
         let us = if op.family.is_sync() {
             0.0
         } else if op.family.is_collective() {
             pr.collective(op)?
+        } else if let Some(us) = aic.us.get(i).copied().flatten() {
+            us
         } else if let Some(us) = pr.from_table(op, w.ops.get(i + 1)) {
             us
         } else {
@@ -56,7 +68,9 @@ pub fn price(w: &Workload, s: &Scenario, p: &CalibrationProfile) -> Result<Prici
         };
         base_us.push(us);
     }
-    Ok(pr.finish(base_us))
+    let mut pricing = pr.finish(base_us);
+    profile::apply_factors(&p.factors, w, s, &p.collectives, &mut pricing);
+    Ok(pricing)
 }
 
 /// What pricing one workload accumulates besides the durations.
@@ -70,10 +84,12 @@ struct Pricer<'a> {
     families: BTreeSet<(String, String)>,
     collectives: Vec<CollectiveChoice>,
     from_table: usize,
+    /// vLLM would run its custom all-reduce kernel for this scenario (`--allreduce`).
+    custom_ar: bool,
 }
 
 impl<'a> Pricer<'a> {
-    fn new(s: &'a Scenario, p: &'a CalibrationProfile) -> Self {
+    fn new(s: &'a Scenario, p: &'a CalibrationProfile) -> Result<Self> {
         let gpu = &s.system.gpu;
         let path = s.comm_path();
         let mut warnings = BTreeSet::new();
@@ -97,7 +113,8 @@ impl<'a> Pricer<'a> {
             ));
             proto = Proto::Auto;
         }
-        Pricer {
+        let custom_ar = custom_ar_dispatch(s, p, &mut warnings)?;
+        Ok(Pricer {
             s,
             p,
             path,
@@ -106,10 +123,225 @@ impl<'a> Pricer<'a> {
             families: BTreeSet::new(),
             collectives: Vec::new(),
             from_table: 0,
+            custom_ar,
+        })
+    }
+
+    /// A table-priced collective under the profile's `aiconfigurator.scales.collectives`.
+    fn table_scaled(&self, mut c: CollectiveChoice) -> CollectiveChoice {
+        if let Some(a) = &self.p.aiconfigurator {
+            let f = a.scale("collectives");
+            c.time_us *= f;
+            c.latency_us *= f;
         }
+        c
+    }
+
+    /// Records a collective's choice (one row per op and size) and returns its time.
+    fn record(&mut self, op: &Op, c: CollectiveChoice) -> f64 {
+        let t = c.time_us;
+        match self
+            .collectives
+            .iter_mut()
+            .find(|x| x.op == op.family.key() && x.bytes == op.message_bytes)
+        {
+            Some(x) => x.count += 1,
+            None => self.collectives.push(c),
+        }
+        t
     }
 
     fn collective(&mut self, op: &Op) -> Result<f64> {
+        if op.family == CostFamily::AllReduce && self.custom_ar {
+            if let Some(c) = self.custom_allreduce(op) {
+                let c = self.table_scaled(c);
+                return Ok(self.record(op, c));
+            }
+        }
+        let c = match self.nccl_from_aic(op) {
+            Some(c) => self.table_scaled(c),
+            None => self.nccl_by_law(op)?,
+        };
+        let c = self.nccl_knobs(op, c);
+        Ok(self.record(op, c))
+    }
+
+    /// vLLM's custom all-reduce for one call: the AIConfigurator table where the collection
+    /// machine ran the custom kernel at this world size, else the profile's law; None when
+    /// vLLM would hand this call to NCCL (size or alignment rule).
+    fn custom_allreduce(&mut self, op: &Op) -> Option<CollectiveChoice> {
+        let (n, bytes) = (self.s.tp, op.message_bytes);
+        let law = self.p.custom_allreduce.as_ref()?;
+        if let Err(why) = allreduce::custom_ar_call(bytes, law.max_size_bytes) {
+            self.warnings.insert(format!(
+                "custom all-reduce: vLLM hands all_reduce of {bytes} bytes to NCCL ({why})"
+            ));
+            return None;
+        }
+        let mode = if self.s.cuda_graphs { "graph" } else { "eager" };
+        let stage = if allreduce::one_stage(n, bytes) {
+            "1stage"
+        } else {
+            "2stage"
+        };
+        let table = self.p.aic.as_ref().zip(self.p.aiconfigurator.as_ref());
+        let ran_custom = |nvlink: bool| nvlink || n == 2;
+        if let Some((t, sec)) = table.filter(|(_, sec)| ran_custom(sec.nvlink)) {
+            if let Some(rows) = t.custom_curve(mode, n) {
+                let max = law.max_size_bytes as f64;
+                let rows: Vec<(f64, f64)> = rows.iter().copied().filter(|r| r.0 < max).collect();
+                if let Some(tp) = aic::comm_price(&rows, bytes as f64) {
+                    if tp.extrapolated {
+                        self.warnings.insert(format!(
+                            "custom all-reduce of {bytes} bytes is outside the measured rows of {} ({mode}, {n} ranks): extrapolated",
+                            crate::units::path(&t.dir.join("custom_allreduce.csv"))
+                        ));
+                    }
+                    return Some(CollectiveChoice {
+                        op: op.family.key(),
+                        bytes,
+                        count: 1,
+                        path: self.path.name(),
+                        algo: "vllm_custom".into(),
+                        proto: stage.into(),
+                        time_us: tp.us,
+                        source: format!(
+                            "measured: AIConfigurator custom_allreduce.csv ({}), vLLM {mode} mode, {n} ranks ({})",
+                            crate::units::path(&t.dir),
+                            sec.system
+                        ),
+                        latency_us: rows.first().map_or(0.0, |r| r.1).min(tp.us),
+                    });
+                }
+            }
+        }
+        let l = match (mode, &law.eager) {
+            ("eager", Some(e)) => e,
+            _ => &law.graph,
+        };
+        if !l.measured_nranks.is_empty() && !l.measured_nranks.contains(&n) {
+            self.warnings.insert(format!(
+                "custom all-reduce law: measured at {:?} ranks, extrapolated to {n}",
+                l.measured_nranks
+            ));
+        }
+        let (t, lat) = allreduce::custom_law_us(l, n, bytes);
+        Some(CollectiveChoice {
+            op: op.family.key(),
+            bytes,
+            count: 1,
+            path: self.path.name(),
+            algo: "vllm_custom".into(),
+            proto: stage.into(),
+            time_us: t,
+            source: l.source.clone(),
+            latency_us: lat,
+        })
+    }
+
+    /// NCCL from the AIConfigurator table: its rows are NCCL's own choice per size (`auto`); a
+    /// forced LL or Simple reads the rows of that regime (PCIe: LL below the switch, Simple
+    /// above), extrapolating linearly past them.
+    fn nccl_from_aic(&mut self, op: &Op) -> Option<CollectiveChoice> {
+        let (t, sec) = (self.p.aic.as_ref()?, self.p.aiconfigurator.as_ref()?);
+        if sec.nccl_path != self.path || self.s.nccl.algo == Algo::Tree {
+            return None;
+        }
+        if self.proto != Proto::Auto && self.path != CommPath::PcieP2p {
+            return None;
+        }
+        let n = self.s.tp;
+        let curve = t.nccl_curve(op.family.key(), n)?;
+        let rows = curve.regime(self.proto)?;
+        let bytes = op.message_bytes as f64;
+        let tp = aic::comm_price(rows, bytes)?;
+        if tp.extrapolated {
+            self.warnings.insert(format!(
+                "{} of {} bytes is outside the {} rows of {} at {n} ranks ({:.0}..{:.0} bytes): extrapolated",
+                op.family,
+                op.message_bytes,
+                self.proto,
+                crate::units::path(&t.dir.join("nccl_collectives.csv")),
+                rows.first().map_or(0.0, |r| r.0),
+                rows.last().map_or(0.0, |r| r.0),
+            ));
+        }
+        let proto = match (self.proto, curve.switch_bytes()) {
+            (Proto::Auto, Some((ll, _))) if bytes <= ll => "auto: LL".to_string(),
+            (Proto::Auto, Some((_, simple))) if bytes >= simple => "auto: Simple".to_string(),
+            (Proto::Auto, Some(_)) => "auto: LL/Simple".to_string(),
+            (p, _) => p.name().to_string(),
+        };
+        Some(CollectiveChoice {
+            op: op.family.key(),
+            bytes: op.message_bytes,
+            count: 1,
+            path: self.path.name(),
+            algo: if self.s.nccl.algo == Algo::Ring {
+                "ring".into()
+            } else {
+                "auto".into()
+            },
+            proto,
+            time_us: tp.us,
+            source: format!(
+                "measured: AIConfigurator nccl_collectives.csv ({}), {n} ranks, NCCL's tuner choice per size{}",
+                crate::units::path(&t.dir),
+                match curve.switch_bytes() {
+                    Some((a, b)) => format!(" (LL up to {a:.0} B, Simple from {b:.0} B)"),
+                    None => String::new(),
+                }
+            ),
+            latency_us: rows.first().map_or(0.0, |r| r.1).min(tp.us),
+        })
+    }
+
+    /// `NCCL_MAX_NCHANNELS` and `NCCL_BUFFSIZE` against the defaults the profile was measured
+    /// with (cost::allreduce): a note when they change nothing.
+    fn nccl_knobs(&mut self, op: &Op, mut c: CollectiveChoice) -> CollectiveChoice {
+        let k = self.s.comm;
+        if k.nccl_max_nchannels.is_none() && k.nccl_buffsize.is_none() {
+            return c;
+        }
+        let Some(d) = &self.p.nccl else {
+            self.warnings.insert(format!(
+                "NCCL_MAX_NCHANNELS / NCCL_BUFFSIZE not priced: profile '{}' has no [nccl] section stating the channels and buffer it was measured with",
+                self.p.profile.name
+            ));
+            return c;
+        };
+        let f = allreduce::channel_factor(d, k.nccl_max_nchannels);
+        let simple = c.proto.ends_with("Simple");
+        let extra = if simple {
+            allreduce::buffsize_extra_us(
+                d,
+                k.nccl_buffsize,
+                k.nccl_max_nchannels,
+                op.family,
+                self.s.tp,
+                op.message_bytes,
+            )
+        } else {
+            0.0
+        };
+        if k.nccl_max_nchannels.is_some() && f == 1.0 {
+            self.warnings.insert(format!(
+                "NCCL_MAX_NCHANNELS changes nothing here: it only caps channels, and the profile was measured with {} (at or below the cap)",
+                d.default_nchannels
+            ));
+        }
+        if k.nccl_buffsize.is_some() && extra == 0.0 {
+            self.warnings.insert(
+                "NCCL_BUFFSIZE changes nothing for some collectives here: it sizes the Simple protocol's buffer only (LL/LL128 use their own), and a message that fits in one ring loop needs no more".into(),
+            );
+        }
+        let lat = c.latency_us.clamp(0.0, c.time_us);
+        c.time_us = lat + (c.time_us - lat) * f + extra;
+        c.latency_us = lat + extra;
+        c
+    }
+
+    fn nccl_by_law(&mut self, op: &Op) -> Result<CollectiveChoice> {
         let (p, n, path) = (self.p, self.s.tp, self.path);
         let cands = collective::candidates(
             &p.collectives,
@@ -151,24 +383,17 @@ impl<'a> Pricer<'a> {
                 ));
             }
         }
-        match self
-            .collectives
-            .iter_mut()
-            .find(|x| x.op == op.family.key() && x.bytes == op.message_bytes)
-        {
-            Some(x) => x.count += 1,
-            None => self.collectives.push(CollectiveChoice {
-                op: op.family.key(),
-                bytes: op.message_bytes,
-                count: 1,
-                path: path.name(),
-                algo: c.algo.name().to_ascii_lowercase(),
-                proto: c.proto.name().to_string(),
-                time_us: t,
-                source: c.source.clone(),
-            }),
-        }
-        Ok(t)
+        Ok(CollectiveChoice {
+            op: op.family.key(),
+            bytes: op.message_bytes,
+            count: 1,
+            path: path.name(),
+            algo: c.algo.name().to_ascii_lowercase(),
+            proto: c.proto.name().to_string(),
+            time_us: t,
+            source: c.source.clone(),
+            latency_us: collective::time_us(c, op.family, n, 0),
+        })
     }
 
     /// The measured table's price of this op's shape, if the table holds it.
@@ -244,5 +469,48 @@ impl<'a> Pricer<'a> {
             families: self.families.into_iter().collect(),
             warnings: self.warnings.into_iter().collect(),
         }
+    }
+}
+
+/// Whether vLLM would run its custom all-reduce in this scenario (`--allreduce`): `nccl` never;
+/// `custom` where vLLM allows it, an error naming the rule where it refuses; `auto` as vLLM's
+/// dispatch does (cost::allreduce), with NCCL where the profile cannot price the custom kernel.
+fn custom_ar_dispatch(
+    s: &Scenario,
+    p: &CalibrationProfile,
+    warnings: &mut BTreeSet<String>,
+) -> Result<bool> {
+    if s.runtime == crate::spec::Runtime::Reference {
+        // The project's reference step reduces with torch.distributed, i.e. NCCL.
+        return match s.comm.allreduce {
+            AllreduceImpl::Custom => Err(Error::Scenario(
+                "--allreduce custom: the reference runtime reduces with torch.distributed (NCCL), not vLLM's custom kernel; use --runtime vllm".into(),
+            )),
+            _ => Ok(false),
+        };
+    }
+    let full_nvlink = s.comm_path() == CommPath::Nvlink;
+    let rule = allreduce::custom_ar_enabled(s.tp, full_nvlink);
+    match (s.comm.allreduce, rule) {
+        (AllreduceImpl::Nccl, _) => Ok(false),
+        (AllreduceImpl::Custom, Err(why)) => Err(Error::Scenario(format!(
+            "--allreduce custom: vLLM would not run its custom all-reduce on {} at TP={}: {why}; use --allreduce nccl or auto",
+            s.system.name, s.tp
+        ))),
+        (AllreduceImpl::Custom, Ok(())) if p.custom_allreduce.is_none() => Err(Error::field(
+            &p.path,
+            "custom_allreduce",
+            "missing: --allreduce custom needs the custom all-reduce cost (write one with `decodesim calibrate --from-aiconfigurator`)",
+        )),
+        (AllreduceImpl::Custom, Ok(())) => Ok(true),
+        (AllreduceImpl::Auto, Err(_)) => Ok(false),
+        (AllreduceImpl::Auto, Ok(())) if p.custom_allreduce.is_none() => {
+            warnings.insert(format!(
+                "--allreduce auto: vLLM would run its custom all-reduce here, but profile '{}' cannot price it (no [custom_allreduce]); priced as NCCL",
+                p.profile.name
+            ));
+            Ok(false)
+        }
+        (AllreduceImpl::Auto, Ok(())) => Ok(true),
     }
 }

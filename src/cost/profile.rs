@@ -180,10 +180,239 @@ pub struct CalibrationProfile {
     /// Fit-quality records written by `decodesim calibrate` (free-form tables).
     #[serde(default)]
     pub fit: BTreeMap<String, toml::Value>,
+    /// End-to-end factors on top of the bottom-up costs (`calibrate --from-throughput`,
+    /// `--from-burst`); absent = identity.
+    #[serde(default, skip_serializing_if = "Factors::is_identity")]
+    pub factors: Factors,
+    /// AIConfigurator tables this profile prices from (`calibrate --from-aiconfigurator`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aiconfigurator: Option<AicSection>,
+    /// vLLM's custom all-reduce cost law (`--allreduce custom|auto`), where no table holds it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub custom_allreduce: Option<CustomAllreduce>,
+    /// NCCL's defaults on the measured machine, against which `--nccl-max-nchannels` and
+    /// `--nccl-buffsize` are priced.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nccl: Option<NcclDefaults>,
     #[serde(skip)]
     pub path: PathBuf,
     #[serde(skip)]
     pub table: Option<std::sync::Arc<super::table::KernelTable>>,
+    #[serde(skip)]
+    pub aic: Option<std::sync::Arc<super::aic::AicTables>>,
+}
+
+/// Where a profile's AIConfigurator tables are and what they describe.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct AicSection {
+    /// The converted folder (harness/aiconfigurator_tables.py), relative to the profile file.
+    pub tables: String,
+    /// AIConfigurator's system name (`rtx_pro_6000_server`).
+    pub system: String,
+    /// Package, backend and NCCL versions and collection metadata, in words.
+    pub source: String,
+    /// The path the NCCL table was measured on (the collection machine's GPU link).
+    #[serde(with = "crate::names::by_name")]
+    pub nccl_path: CommPath,
+    /// Whether the collection machine's GPUs were fully NVLink-connected: vLLM ran its custom
+    /// all-reduce there at every supported world size, else at 2 GPUs only (facts.md §3.3).
+    pub nvlink: bool,
+    /// MLA dimensions of the model the module rows were measured with (hidden, q_lora_rank,
+    /// kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim): the rows price a
+    /// scenario's attention only when its model has the same.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mla_dims: Option<[u64; 6]>,
+    /// Multipliers of the table prices per kernel family (and `collectives`), set by anchoring
+    /// to a measured step (`calibrate --from-trace`) as it scales the laws' parameters; absent: 1.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub scales: BTreeMap<String, f64>,
+}
+
+impl AicSection {
+    /// The multiplier of a family's (or `collectives`') table prices.
+    pub fn scale(&self, key: &str) -> f64 {
+        self.scales.get(key).copied().unwrap_or(1.0)
+    }
+}
+
+/// One mode (graph or eager) of vLLM's custom all-reduce:
+/// `base_us + per_rank_us × (n−1) + stage_bytes / (bw_gbps × 1e3)`, stage_bytes = (n−1)·B for
+/// the one-stage kernel (every rank reads every peer's buffer) and 2(n−1)/n·B for the two-stage
+/// one (reduce-scatter then all-gather).
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct CustomArLaw {
+    pub base_us: f64,
+    #[serde(default)]
+    pub per_rank_us: f64,
+    pub bw_gbps: f64,
+    #[serde(default)]
+    pub measured_nranks: Vec<u32>,
+    #[serde(default)]
+    pub measured_bytes: Option<[f64; 2]>,
+    pub source: String,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct CustomAllreduce {
+    pub graph: CustomArLaw,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eager: Option<CustomArLaw>,
+    /// vLLM's `max_size` (bytes): larger messages go to NCCL.
+    pub max_size_bytes: u64,
+    pub source: String,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct NcclDefaults {
+    /// Channels NCCL used when the profile's collectives were measured.
+    pub default_nchannels: u32,
+    /// `NCCL_BUFFSIZE` then (bytes; NCCL's DEFAULT_BUFFSIZE is 4 MiB).
+    pub buffsize_bytes: u64,
+    /// Slots per buffer (NCCL_STEPS).
+    pub steps_per_buffer: u32,
+    /// Latency of one ring step of the Simple protocol on this path (µs).
+    pub simple_hop_us: f64,
+    pub source: String,
+}
+
+/// Factors fitted to end-to-end measurements, applied on top of the bottom-up prices (after
+/// the table or law priced each op): the few things a throughput curve or a collective burst
+/// can tell apart. Each defaults to "no change".
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Factors {
+    /// Routed-expert GEMM time is divided by this (1.2: the expert GEMMs run 20% faster).
+    pub moe_efficiency: f64,
+    /// The bytes term of every collective is divided by this (bus bandwidth scale).
+    pub collective_bw_scale: f64,
+    /// The latency term of every collective (base + steps × hop) is multiplied by this.
+    pub collective_latency_scale: f64,
+    /// Routing concentration: `power-law:ALPHA` for scenarios that do not pass `--routing`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub routing_alpha: Option<f64>,
+    /// GPU idle added at the end of every step (host scheduling between graph replays, µs).
+    pub step_overhead_us: f64,
+    /// How the factors were obtained (command, data points).
+    pub source: String,
+}
+
+impl Default for Factors {
+    fn default() -> Self {
+        Factors {
+            moe_efficiency: 1.0,
+            collective_bw_scale: 1.0,
+            collective_latency_scale: 1.0,
+            routing_alpha: None,
+            step_overhead_us: 0.0,
+            source: String::new(),
+        }
+    }
+}
+
+impl Factors {
+    pub fn is_identity(&self) -> bool {
+        Factors {
+            source: String::new(),
+            ..self.clone()
+        } == Factors::default()
+    }
+
+    /// Multiplier of a compute op's priced time.
+    pub fn kernel_scale(&self, family: CostFamily) -> f64 {
+        match family {
+            CostFamily::MoeGemmBf16 | CostFamily::MoeGemmInt4 | CostFamily::MoeGemmFp8 => {
+                1.0 / self.moe_efficiency
+            }
+            _ => 1.0,
+        }
+    }
+
+    /// A collective's time from its priced total and the latency part of it.
+    pub fn collective_us(&self, total_us: f64, latency_us: f64) -> f64 {
+        let lat = latency_us.clamp(0.0, total_us);
+        lat * self.collective_latency_scale + (total_us - lat) / self.collective_bw_scale
+    }
+
+    /// Scales within which a fitted factor stays physical enough to price anything.
+    fn check(&self, c: &Checker) -> Result<()> {
+        for (field, v) in [
+            ("factors.moe_efficiency", self.moe_efficiency),
+            ("factors.collective_bw_scale", self.collective_bw_scale),
+            (
+                "factors.collective_latency_scale",
+                self.collective_latency_scale,
+            ),
+        ] {
+            if !(v.is_finite() && (0.01..=100.0).contains(&v)) {
+                return Err(c.fail(field, v, "a scale in [0.01, 100] (1 = no change)"));
+            }
+        }
+        if let Some(a) = self.routing_alpha {
+            if !(a.is_finite() && (0.0..=3.0).contains(&a)) {
+                return Err(c.fail("factors.routing_alpha", a, "a power-law exponent in [0, 3]"));
+            }
+        }
+        c.latency("factors.step_overhead_us", self.step_overhead_us)
+    }
+}
+
+/// Applies a profile's factors to a workload's prices: compute ops by their family's scale,
+/// collectives split into the latency and bytes terms of the entry that priced them (an entry
+/// not found, e.g. another cost law, scales as latency: decode messages are latency-bound).
+pub fn apply_factors(
+    f: &Factors,
+    w: &crate::workload::Workload,
+    s: &crate::spec::Scenario,
+    entries: &[CollectiveParams],
+    pricing: &mut super::Pricing,
+) {
+    if f.is_identity() {
+        return;
+    }
+    let path = s.comm_path();
+    let latency_of = |family: CostFamily, bytes: u64, t: f64| -> f64 {
+        let Some(choice) = pricing
+            .collectives
+            .iter()
+            .find(|c| c.op == family.key() && c.bytes == bytes)
+        else {
+            return t;
+        };
+        entries
+            .iter()
+            .find(|e| {
+                e.path == path
+                    && e.algo.name().eq_ignore_ascii_case(&choice.algo)
+                    && e.proto.name() == choice.proto
+                    && (e.op == CollectiveOp::of(family) || e.op == CollectiveOp::Any)
+            })
+            .map(|e| super::collective::time_us(e, family, s.tp, 0))
+            .unwrap_or(t)
+    };
+    let mut scaled = Vec::with_capacity(pricing.collectives.len());
+    for (op, us) in w.ops.iter().zip(pricing.base_us.iter_mut()) {
+        if op.family.is_collective() {
+            let lat = latency_of(op.family, op.message_bytes, *us);
+            *us = f.collective_us(*us, lat);
+        } else {
+            *us *= f.kernel_scale(op.family);
+        }
+    }
+    for c in &pricing.collectives {
+        let family = if c.op == CostFamily::AllGather.key() {
+            CostFamily::AllGather
+        } else {
+            CostFamily::AllReduce
+        };
+        scaled.push(f.collective_us(c.time_us, latency_of(family, c.bytes, c.time_us)));
+    }
+    for (c, t) in pricing.collectives.iter_mut().zip(scaled) {
+        c.time_us = t;
+    }
 }
 
 /// The longest fixed cost or latency a profile may state: no call in a decode step takes a second.
@@ -302,6 +531,11 @@ impl CalibrationProfile {
             let table = super::table::KernelTable::read(&dir.join(rel))?;
             p.table = Some(std::sync::Arc::new(table));
         }
+        if let Some(a) = &p.aiconfigurator {
+            let dir = path.parent().unwrap_or(Path::new("."));
+            let tables = super::aic::AicTables::read(&dir.join(&a.tables))?;
+            p.aic = Some(std::sync::Arc::new(tables));
+        }
         Ok(p)
     }
 
@@ -335,6 +569,7 @@ impl CalibrationProfile {
         for (i, e) in self.collectives.iter().enumerate() {
             c.collective(i, e, bw)?;
         }
+        self.factors.check(&c)?;
         let l = &self.launch;
         let v = &self.variability;
         for (field, x) in [
@@ -363,6 +598,72 @@ impl CalibrationProfile {
             if !(x.is_finite() && (0.0..0.5).contains(&x)) {
                 return Err(c.fail(field, x, "a coefficient of variation in [0, 0.5)"));
             }
+        }
+        self.validate_comm_sections(&c, bw)
+    }
+
+    /// The custom all-reduce law and NCCL defaults: latencies in [0, 1 s], bandwidths positive
+    /// and within the GPU's memory bandwidth, NCCL's channel count within its MAXCHANNELS (64).
+    fn validate_comm_sections(&self, c: &Checker, bw: Option<f64>) -> Result<()> {
+        if let Some(a) = &self.aiconfigurator {
+            for (k, v) in &a.scales {
+                if !(v.is_finite() && (0.01..=100.0).contains(v)) {
+                    return Err(c.fail(
+                        &format!("aiconfigurator.scales.{k}"),
+                        v,
+                        "a scale in [0.01, 100] (1 = the table as measured)",
+                    ));
+                }
+            }
+        }
+        if let Some(ca) = &self.custom_allreduce {
+            let laws = [("graph", Some(&ca.graph)), ("eager", ca.eager.as_ref())];
+            for (mode, law) in laws {
+                let Some(l) = law else { continue };
+                let f = |s: &str| format!("custom_allreduce.{mode}.{s}");
+                c.latency(&f("base_us"), l.base_us)?;
+                c.latency(&f("per_rank_us"), l.per_rank_us)?;
+                let max = bw.unwrap_or(f64::MAX);
+                if !(l.bw_gbps.is_finite() && l.bw_gbps > 0.0 && l.bw_gbps <= max) {
+                    return Err(c.fail(
+                        &f("bw_gbps"),
+                        l.bw_gbps,
+                        "a bandwidth in GB/s, positive and within the GPU's memory bandwidth",
+                    ));
+                }
+                c.range(&f("measured_bytes"), l.measured_bytes)?;
+            }
+            if ca.max_size_bytes == 0 || ca.max_size_bytes > 1 << 40 {
+                return Err(c.fail(
+                    "custom_allreduce.max_size_bytes",
+                    ca.max_size_bytes,
+                    "bytes in [1, 2^40]",
+                ));
+            }
+        }
+        if let Some(n) = &self.nccl {
+            if !(1..=64).contains(&n.default_nchannels) {
+                return Err(c.fail(
+                    "nccl.default_nchannels",
+                    n.default_nchannels,
+                    "a channel count in [1, 64] (NCCL's MAXCHANNELS)",
+                ));
+            }
+            if !(1..=1 << 40).contains(&n.buffsize_bytes) {
+                return Err(c.fail(
+                    "nccl.buffsize_bytes",
+                    n.buffsize_bytes,
+                    "bytes in [1, 2^40]",
+                ));
+            }
+            if !(1..=1024).contains(&n.steps_per_buffer) {
+                return Err(c.fail(
+                    "nccl.steps_per_buffer",
+                    n.steps_per_buffer,
+                    "a slot count in [1, 1024]",
+                ));
+            }
+            c.latency("nccl.simple_hop_us", n.simple_hop_us)?;
         }
         Ok(())
     }

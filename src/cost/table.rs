@@ -110,7 +110,7 @@ impl KernelTable {
 
 /// Indices of the two points bracketing x in a sorted, deduplicated axis (the end pair when
 /// x lies outside).
-fn bracket(axis: &[f64], x: f64) -> Option<(usize, usize)> {
+pub(crate) fn bracket(axis: &[f64], x: f64) -> Option<(usize, usize)> {
     match axis.len() {
         0 => None,
         1 => Some((0, 0)),
@@ -122,7 +122,7 @@ fn bracket(axis: &[f64], x: f64) -> Option<(usize, usize)> {
     }
 }
 
-fn log_lerp(x0: f64, y0: f64, x1: f64, y1: f64, x: f64) -> f64 {
+pub(crate) fn log_lerp(x0: f64, y0: f64, x1: f64, y1: f64, x: f64) -> f64 {
     if x0 == x1 || x0 <= 0.0 || x1 <= 0.0 || y0 <= 0.0 || y1 <= 0.0 || x <= 0.0 {
         return if x1 == x0 {
             y0
@@ -134,7 +134,7 @@ fn log_lerp(x0: f64, y0: f64, x1: f64, y1: f64, x: f64) -> f64 {
     (y0.ln() + t * (y1.ln() - y0.ln())).exp()
 }
 
-fn interp(line: &[(f64, f64)], x: f64) -> Option<TablePrice> {
+pub(crate) fn interp(line: &[(f64, f64)], x: f64) -> Option<TablePrice> {
     let xs: Vec<f64> = line.iter().map(|p| p.0).collect();
     let (lo, hi) = bracket(&xs, x)?;
     let us = log_lerp(line[lo].0, line[lo].1, line[hi].0, line[hi].1, x);

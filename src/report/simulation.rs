@@ -312,7 +312,7 @@ pub fn render_table(sim: &Simulation) -> String {
     ));
 
     out.push_str(&format!(
-        "\nmemory per GPU: weights {} + KV cache {} = {} of {} µsable ({:.2} of {})\n",
+        "\nmemory per GPU: weights {} + KV cache {} = {} of {} usable ({:.2} of {})\n",
         bytes(sim.memory.weights_bytes),
         bytes(sim.memory.kv_cache_bytes),
         bytes(sim.memory.total()),
@@ -332,6 +332,32 @@ pub fn render_table(sim: &Simulation) -> String {
             "kernel families priced from estimates (not measured): {}\n",
             estimated.join(", ")
         ));
+    }
+    if let Some(a) = &sim.profile.aiconfigurator {
+        let mut from_tables: Vec<&str> = sim
+            .pricing
+            .families
+            .iter()
+            .filter(|(_, src)| src.starts_with("measured: AIConfigurator"))
+            .map(|(k, _)| k.as_str())
+            .collect();
+        from_tables.dedup();
+        if sim
+            .pricing
+            .collectives
+            .iter()
+            .any(|c| c.source.contains("AIConfigurator"))
+        {
+            from_tables.push("collectives");
+        }
+        if !from_tables.is_empty() {
+            out.push_str(&format!(
+                "priced from measured tables (AIConfigurator {}, {}): {}\n",
+                a.system,
+                a.tables,
+                from_tables.join(", ")
+            ));
+        }
     }
     if !sim.warnings.is_empty() {
         out.push_str("\nwarnings\n");

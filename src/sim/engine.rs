@@ -21,6 +21,8 @@ pub struct EngineConfig {
     pub launch: LaunchParams,
     pub variability: Variability,
     pub seed: u64,
+    /// GPU idle added at the end of each rank's step (profile factor `step_overhead_us`).
+    pub step_overhead_us: f64,
 }
 
 /// Reusable per-rank state, so repeated simulations do not allocate.
@@ -156,7 +158,7 @@ impl Engine {
             }
         }
         for r in 0..ranks {
-            out.rank_end_us[r] = self.main_free[r].max(self.aux_free[r]);
+            out.rank_end_us[r] = self.main_free[r].max(self.aux_free[r]) + cfg.step_overhead_us;
         }
         // A rank's step starts with its first kernel, as a profile shows it.
         for rec in out.records.iter().take(ranks * 2) {

@@ -33,6 +33,10 @@ pub struct ScenarioRequest {
     pub runtime: Runtime,
     /// Overrides the model's number of decoder layers (the reference step runs a few).
     pub layers: Option<usize>,
+    /// `--routing`; None: the profile's fitted routing factor, else the runtime's default.
+    pub routing: Option<crate::spec::routing::Routing>,
+    /// `--allreduce` and the NCCL knobs.
+    pub comm: crate::spec::scenario::CommKnobs,
 }
 
 impl Default for ScenarioRequest {
@@ -52,6 +56,8 @@ impl Default for ScenarioRequest {
             kv_bytes: 2.0,
             runtime: Runtime::Vllm,
             layers: None,
+            routing: None,
+            comm: Default::default(),
         }
     }
 }
@@ -94,6 +100,12 @@ impl ScenarioRequest {
             runtime: self.runtime,
             seed: self.seed,
             gpu_memory_utilization: DEFAULT_GPU_MEMORY_UTILIZATION,
+            routing: crate::spec::routing::Routing::for_request(
+                self.routing.as_ref(),
+                profile.factors.routing_alpha,
+                self.runtime,
+            ),
+            comm: self.comm,
         };
         scenario.validate()?;
         Ok((scenario, profile))
@@ -173,6 +185,7 @@ pub fn engine_config(s: &Scenario, p: &CalibrationProfile) -> EngineConfig {
         launch: p.launch.clone(),
         variability: p.variability.clone(),
         seed: s.seed,
+        step_overhead_us: p.factors.step_overhead_us,
     }
 }
 

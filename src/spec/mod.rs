@@ -3,6 +3,7 @@
 pub mod catalog;
 pub mod check;
 pub mod model;
+pub mod routing;
 pub mod scenario;
 pub mod system;
 

@@ -24,7 +24,7 @@ pub const MAX_ALPHA: f64 = 3.0;
 /// The decodesim power-law exponents whose experts-touched curves reproduce the latency ratios
 /// of AIConfigurator's `power_law_1.01` and `power_law_1.2` MoE tables against `balanced` at
 /// moe_tp = 8 (data/calibration/aiconfigurator/rtx_pro_6000_server/moe.csv; fitted by
-/// `routing::tests::aic_equivalents_reproduce_the_table_ratios`, method in the report there).
+/// tests/routing.rs `aic_equivalents_reproduce_the_table_ratios`, which states the method).
 /// AIConfigurator's ALPHA is the exponent of a per-step draw of tokens per expert, not of a
 /// popularity law: the same word, a different number.
 pub const AIC_EQUIVALENT_ALPHA: [(&str, f64); 3] = [

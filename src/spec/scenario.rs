@@ -66,6 +66,34 @@ pub struct NcclSettings {
     pub p2p: bool,
 }
 
+/// Which implementation carries the tensor-parallel all-reduces (`--allreduce`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Default)]
+pub enum AllreduceImpl {
+    /// NCCL (vLLM's pynccl) for every all-reduce.
+    Nccl,
+    /// vLLM's custom all-reduce kernels where vLLM would run them; an error where vLLM refuses
+    /// the world size or topology (facts.md §3.3).
+    Custom,
+    /// vLLM's own dispatch for this GPU and topology (custom where it allows it, else NCCL).
+    #[default]
+    Auto,
+}
+
+enum_names!(AllreduceImpl, "all-reduce implementation",
+    AllreduceImpl::Nccl => ["nccl"], AllreduceImpl::Custom => ["custom"],
+    AllreduceImpl::Auto => ["auto"]);
+
+/// How collectives are carried beyond NCCL's protocol and algorithm: the all-reduce
+/// implementation and the NCCL environment knobs that change cost (facts.md §4.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
+pub struct CommKnobs {
+    pub allreduce: AllreduceImpl,
+    /// `NCCL_MAX_NCHANNELS` (None: unset).
+    pub nccl_max_nchannels: Option<u32>,
+    /// `NCCL_BUFFSIZE` in bytes (None: unset, NCCL's 4 MiB).
+    pub nccl_buffsize: Option<u64>,
+}
+
 /// Largest batch and context the simulator accepts: beyond these a typo is likelier than intent.
 pub const MAX_BATCH: u32 = 16_384;
 pub const MAX_CONTEXT: u64 = 10_000_000;
@@ -89,6 +117,11 @@ pub struct Scenario {
     /// (`--gpu-memory-utilization`, vLLM's default 0.9); the memory check holds the footprint
     /// against it.
     pub gpu_memory_utilization: f64,
+    /// How tokens spread over the routed experts (`--routing`; `workload::routing`).
+    pub routing: super::routing::Routing,
+    /// All-reduce implementation and NCCL knobs (`--allreduce`, `--nccl-max-nchannels`,
+    /// `--nccl-buffsize`).
+    pub comm: CommKnobs,
 }
 
 /// vLLM's default `gpu_memory_utilization` (vllm/config/cache.py `CacheConfig`).
@@ -173,6 +206,10 @@ impl Scenario {
                 "KV-cache element size {} bytes is not supported (expected 1 for FP8 or 2 for BF16)",
                 self.kv_bytes
             )));
+        }
+        if let Some(moe) = &m.moe {
+            self.routing
+                .check(moe.n_routed_experts, moe.top_k, m.num_layers)?;
         }
         Ok(())
     }

@@ -103,6 +103,8 @@ pub fn request_for(
         kv_bytes: 2.0,
         runtime: Runtime::Reference,
         layers: Some(layers),
+        routing: None,
+        comm: Default::default(),
     })
 }
 

@@ -1,0 +1,327 @@
+//! `calibrate --from-burst COUNT,BYTES,TOTAL_US` (or a CSV `count,bytes,total_us`): allreduce
+//! bursts timed end to end fit the collective latency and bandwidth scales of the scenario's
+//! profile. Per collective, time = latency_scale × L + X / bw_scale, where L and X are the
+//! latency and bytes terms the profile's entry gives for that message (linear least squares in
+//! latency_scale and 1/bw_scale). One burst size identifies one scale: the term that dominates
+//! at that size is fitted and the other is held at its value, and the report says so.
+
+use super::output::write_profile;
+use super::regression::weighted_least_squares;
+use crate::cost::collective;
+use crate::cost::CalibrationProfile;
+use crate::error::{Error, Result};
+use crate::files::InputKind;
+use crate::spec::Scenario;
+use crate::workload::CostFamily;
+use std::path::{Path, PathBuf};
+
+/// One measured burst: `count` allreduces of `bytes` each took `total_us` together.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Burst {
+    pub count: u32,
+    pub bytes: u64,
+    pub total_us: f64,
+}
+
+impl Burst {
+    pub fn per_collective_us(&self) -> f64 {
+        self.total_us / self.count as f64
+    }
+}
+
+const EXPECTED: &str =
+    "COUNT,BYTES,TOTAL_US (e.g. 122,14336,6810) or a CSV file with columns count,bytes,total_us";
+
+fn parse_row(fields: &[&str], what: &dyn Fn(&str) -> String) -> Result<Burst> {
+    let bad = |name: &str, v: &str, allowed: &str| {
+        Error::Other(format!(
+            "{}: {name} '{}': expected {allowed}",
+            what(name),
+            crate::names::shorten(v)
+        ))
+    };
+    if fields.len() != 3 {
+        return Err(Error::Other(format!(
+            "{}: expected {EXPECTED}",
+            what("value")
+        )));
+    }
+    let count: u32 = fields[0]
+        .trim()
+        .parse()
+        .ok()
+        .filter(|&c| (1..=1_000_000).contains(&c))
+        .ok_or_else(|| bad("count", fields[0], "a whole number 1..1000000"))?;
+    let bytes: u64 = fields[1]
+        .trim()
+        .parse()
+        .ok()
+        .filter(|&b| (1..=1u64 << 36).contains(&b))
+        .ok_or_else(|| bad("bytes", fields[1], "a message size in bytes, 1..2^36"))?;
+    let total_us: f64 = fields[2]
+        .trim()
+        .parse()
+        .ok()
+        .filter(|t: &f64| t.is_finite() && *t > 0.0 && *t < 1e9)
+        .ok_or_else(|| bad("total_us", fields[2], "a positive time in microseconds"))?;
+    Ok(Burst {
+        count,
+        bytes,
+        total_us,
+    })
+}
+
+/// Parses `COUNT,BYTES,TOTAL_US` or reads a CSV of such rows (header `count,bytes,total_us`).
+pub fn parse_bursts(arg: &str) -> Result<(Vec<Burst>, String)> {
+    let path = Path::new(arg);
+    if !path.exists() {
+        let fields: Vec<&str> = arg.split(',').collect();
+        let b = parse_row(&fields, &|_| {
+            format!("--from-burst {}", crate::names::shorten(arg))
+        })?;
+        return Ok((vec![b], format!("--from-burst {arg}")));
+    }
+    let text = crate::files::read_text(path, InputKind::MeasurementCsv)?;
+    let mut lines = text
+        .lines()
+        .enumerate()
+        .map(|(i, l)| (i + 1, l.trim()))
+        .filter(|(_, l)| !l.is_empty() && !l.starts_with('#'));
+    let Some((_, header)) = lines.next() else {
+        return Err(Error::field(
+            path,
+            "header",
+            format!("empty file; expected {EXPECTED}"),
+        ));
+    };
+    let cols: Vec<String> = header
+        .split(',')
+        .map(|c| c.trim().to_ascii_lowercase())
+        .collect();
+    let idx: Vec<Option<usize>> = ["count", "bytes", "total_us"]
+        .iter()
+        .map(|n| cols.iter().position(|c| c == n))
+        .collect();
+    let (Some(ci), Some(bi), Some(ti)) = (idx[0], idx[1], idx[2]) else {
+        return Err(Error::field(
+            path,
+            "header",
+            format!(
+                "found '{}', expected the columns count,bytes,total_us",
+                crate::names::shorten(header)
+            ),
+        ));
+    };
+    let mut out = Vec::new();
+    for (line, l) in lines {
+        let f: Vec<&str> = l.split(',').collect();
+        let get = |i: usize| f.get(i).copied().unwrap_or("");
+        let row = [get(ci), get(bi), get(ti)];
+        let what = |name: &str| format!("{}: line {line}, column {name}", path.display());
+        out.push(parse_row(&row, &what)?);
+    }
+    if out.is_empty() {
+        return Err(Error::field(path, "rows", "no data rows"));
+    }
+    Ok((out, crate::units::path(path)))
+}
+
+#[derive(Debug, Clone)]
+pub struct BurstFit {
+    pub profile: CalibrationProfile,
+    pub base: String,
+    pub bursts: Vec<Burst>,
+    /// (per-collective µs before, after) for each burst.
+    pub predicted: Vec<(f64, f64)>,
+    pub latency_scale: f64,
+    pub latency_ci95: Option<f64>,
+    pub bw_scale: f64,
+    pub bw_ci95: Option<[f64; 2]>,
+    pub notes: Vec<String>,
+    /// Which entry priced the allreduce.
+    pub entry: String,
+    pub out: PathBuf,
+}
+
+/// The latency and bytes terms the profile gives one allreduce of `bytes` in this scenario,
+/// and which entry gave them.
+pub fn terms(s: &Scenario, p: &CalibrationProfile, bytes: u64) -> Result<(f64, f64, String)> {
+    let cands = collective::candidates(
+        &p.collectives,
+        CostFamily::AllReduce,
+        s.comm_path(),
+        s.nccl.algo,
+        s.nccl.proto,
+    );
+    let (c, t) =
+        collective::choose(&cands, CostFamily::AllReduce, s.tp, bytes).ok_or_else(|| {
+            Error::field(
+                &p.path,
+                "collectives",
+                format!(
+                    "no all_reduce entry for path '{}' with algo '{}' and proto '{}'",
+                    s.comm_path(),
+                    s.nccl.algo,
+                    s.nccl.proto
+                ),
+            )
+        })?;
+    let l = collective::time_us(c, CostFamily::AllReduce, s.tp, 0);
+    Ok((
+        l,
+        t - l,
+        format!(
+            "{}/{}/{}",
+            c.path,
+            c.algo.name().to_ascii_lowercase(),
+            c.proto
+        ),
+    ))
+}
+
+/// Fits the collective scales to the bursts and writes the profile.
+pub fn fit_bursts(
+    s: &Scenario,
+    base: &CalibrationProfile,
+    bursts: &[Burst],
+    source: &str,
+    out: &Path,
+    name: Option<&str>,
+) -> Result<BurstFit> {
+    if s.tp < 2 {
+        return Err(Error::Other(
+            "--from-burst: the scenario has one rank (--tp 1): no allreduce to fit".into(),
+        ));
+    }
+    let f0 = &base.factors;
+    let mut rows = Vec::new();
+    let mut entry = String::new();
+    for b in bursts {
+        let (l, x, e) = terms(s, base, b.bytes)?;
+        entry = e;
+        rows.push((l, x, b.per_collective_us()));
+    }
+    let mut notes = Vec::new();
+    let sizes: std::collections::BTreeSet<u64> = bursts.iter().map(|b| b.bytes).collect();
+    let (mut lat, mut bw) = (f0.collective_latency_scale, f0.collective_bw_scale);
+    let (mut lat_ci, mut bw_ci) = (None, None);
+    if sizes.len() >= 2 {
+        let x: Vec<Vec<f64>> = rows.iter().map(|(l, x, _)| vec![*l, *x]).collect();
+        let y: Vec<f64> = rows.iter().map(|r| r.2).collect();
+        // Relative errors: weight 1/t² so a 10 ms burst does not drown a 50 µs one.
+        let w: Vec<f64> = y.iter().map(|t| 1.0 / (t * t)).collect();
+        let fit = weighted_least_squares(&x, &y, &w).ok_or_else(|| {
+            Error::Other(format!(
+                "{source}: the burst sizes cannot separate latency from bandwidth (the design is singular)"
+            ))
+        })?;
+        let (a, inv_bw) = (fit.coef[0], fit.coef[1]);
+        if !(a > 0.0 && inv_bw > 0.0) {
+            return Err(Error::Other(format!(
+                "{source}: the bursts imply a {} (latency scale {a:.3}, 1/bandwidth scale {inv_bw:.3}): per-collective time should grow with message size; check the columns",
+                if a <= 0.0 { "negative latency" } else { "negative bandwidth" }
+            )));
+        }
+        lat = a;
+        bw = 1.0 / inv_bw;
+        if fit.dof > 0 {
+            lat_ci = Some(fit.ci95[0]);
+            let (lo, hi) = (inv_bw + fit.ci95[1], inv_bw - fit.ci95[1]);
+            bw_ci = Some([1.0 / lo, if hi > 0.0 { 1.0 / hi } else { f64::INFINITY }]);
+        } else {
+            notes.push("two burst sizes and two scales: an exact solution, no confidence interval (add a third size)".into());
+        }
+    } else {
+        let (l, x) = rows.iter().fold((0.0, 0.0), |(a, b), r| (a + r.0, b + r.1));
+        let t: f64 = rows.iter().map(|r| r.2).sum();
+        if l * f0.collective_latency_scale >= x / f0.collective_bw_scale {
+            lat = ((t - x / bw) / l).max(0.01);
+            notes.push(format!(
+                "one message size: it is latency-bound ({:.0}% of the profile's time is latency), so the latency scale is fitted and collective_bw_scale is not identifiable (kept at {bw})",
+                100.0 * l / (l + x)
+            ));
+        } else {
+            bw = (x / (t - l * lat)).max(0.01);
+            if !(t > l * lat) {
+                return Err(Error::Other(format!(
+                    "{source}: {:.2} us per collective is below the profile's latency alone ({:.2} us): the bandwidth scale cannot explain it",
+                    t / rows.len() as f64,
+                    l * lat / rows.len() as f64
+                )));
+            }
+            notes.push(format!(
+                "one message size: it is bandwidth-bound, so the bandwidth scale is fitted and collective_latency_scale is not identifiable (kept at {lat})"
+            ));
+        }
+        if rows.len() >= 2 {
+            notes.push(
+                "several bursts of one size: their mean is fitted (no interval: one size cannot separate the terms)".into(),
+            );
+        }
+    }
+    for (v, name) in [
+        (lat, "collective_latency_scale"),
+        (bw, "collective_bw_scale"),
+    ] {
+        if !(0.01..=100.0).contains(&v) {
+            return Err(Error::Other(format!(
+                "{source}: fitted {name} = {v:.3} is outside [0.01, 100]: the burst does not look like this scenario's allreduce (check --tp, --p2p, --nccl-proto and the byte count)"
+            )));
+        }
+    }
+    let mut p = base.clone();
+    p.factors.collective_latency_scale = lat;
+    p.factors.collective_bw_scale = bw;
+    let predicted: Vec<(f64, f64)> = rows
+        .iter()
+        .map(|(l, x, _)| {
+            (
+                l * f0.collective_latency_scale + x / f0.collective_bw_scale,
+                l * lat + x / bw,
+            )
+        })
+        .collect();
+    let list: Vec<String> = bursts
+        .iter()
+        .map(|b| format!("{} x {} B in {} us", b.count, b.bytes, b.total_us))
+        .collect();
+    p.factors.source = format!(
+        "calibrate {source} on profile '{}' ({entry} at {} ranks): collective_latency_scale = {lat:.4}, collective_bw_scale = {bw:.4}; bursts: {}",
+        base.profile.name,
+        s.tp,
+        list.join("; ")
+    );
+    p.profile.name = name.map(str::to_string).unwrap_or_else(|| {
+        out.file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "from-burst".into())
+    });
+    p.profile.description = format!(
+        "profile '{}' with collective scales fitted to allreduce bursts",
+        base.profile.name
+    );
+    p.profile.provenance = format!(
+        "{}; collective scales fitted by {source} ({})",
+        base.profile.provenance,
+        list.join("; ")
+    );
+    super::from_throughput::relocate(&mut p, base, out);
+    let header = format!(
+        "# Written by `decodesim calibrate {source}` from profile '{}'.\n# {}",
+        base.profile.name, p.factors.source
+    );
+    write_profile(out, &header, &p)?;
+    Ok(BurstFit {
+        profile: p,
+        base: base.profile.name.clone(),
+        bursts: bursts.to_vec(),
+        predicted,
+        latency_scale: lat,
+        latency_ci95: lat_ci,
+        bw_scale: bw,
+        bw_ci95: bw_ci,
+        notes,
+        entry,
+        out: out.to_path_buf(),
+    })
+}

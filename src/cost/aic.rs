@@ -1,0 +1,762 @@
+//! Prices ops from AIConfigurator's measured tables (converted to CSV by
+//! harness/aiconfigurator_tables.py; columns and units in the MANIFEST.txt beside them):
+//! the routed-expert MoE call, BF16 GEMMs, the TRITON_MLA generation module and NCCL / vLLM
+//! custom all-reduce. Each lookup interpolates between table rows and says when it extrapolates.
+//!
+//! Two physical rules apply to every table price:
+//! - a decode step reads ~1 GB of weights per layer, so no weight stays in the GPU's L2 from one
+//!   use to the next; a table row faster than the DRAM roofline for the bytes the op must read
+//!   (AIConfigurator repeats one call on the same weights, which can sit in L2) is raised to it;
+//! - the MLA module's rows include GEMMs and small kernels (and whatever launch cost the
+//!   collector saw); only its growth with the KV length is attributed to the attention kernel.
+
+use super::kernel::kernel_us;
+use super::profile::{AicSection, CalibrationProfile};
+use super::table::{bracket, interp, log_lerp, TablePrice};
+use crate::error::{Error, Result};
+use crate::measurements::{
+    read_aic_comm_csv, read_aic_gemm_csv, read_aic_mla_csv, read_aic_moe_csv, AicCommRow,
+};
+use crate::spec::routing::{Routing, AIC_EQUIVALENT_ALPHA};
+use crate::spec::{Proto, Scenario};
+use crate::workload::op::Stream;
+use crate::workload::{CostFamily, Op, Workload};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+
+/// (distribution, quant, experts, hidden, inter, topk, moe_tp, moe_ep).
+pub type MoeKey = (String, String, u64, u64, u64, u64, u32, u32);
+
+/// The converted tables of one AIConfigurator system folder.
+#[derive(Debug, Clone, Default)]
+pub struct AicTables {
+    pub dir: PathBuf,
+    /// File name → data rows, for provenance.
+    pub files: BTreeMap<String, usize>,
+    moe: HashMap<MoeKey, Vec<(f64, f64)>>,
+    /// dtype → (n, k) → (m, µs) sorted by m.
+    gemm: HashMap<String, BTreeMap<(u64, u64), Vec<(f64, f64)>>>,
+    /// (kv dtype, heads per rank) → (batch, step, µs) sorted by step then batch.
+    mla: HashMap<(String, u64), Vec<(f64, f64, f64)>>,
+    /// (op, nranks) → NCCL curve.
+    nccl: HashMap<(String, u32), CommCurve>,
+    /// (mode, nranks) → vLLM custom all-reduce curve (as timed: may be NCCL's fallback).
+    custom: HashMap<(String, u32), Vec<(f64, f64)>>,
+}
+
+impl PartialEq for AicTables {
+    fn eq(&self, other: &Self) -> bool {
+        self.dir == other.dir
+    }
+}
+
+/// One collective's latency against message bytes, and where NCCL's tuner switched from LL to
+/// Simple in it: the row at 64 KiB or more where the incremental cost per byte falls most, and
+/// by more than 1/0.6 (LL moves half its bytes as flags, facts.md §4.2, so the switch shows as a
+/// drop in latency or a sharp kink).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CommCurve {
+    pub pts: Vec<(f64, f64)>,
+    /// Index of the first Simple row; None when no switch shows.
+    pub switch: Option<usize>,
+}
+
+/// Below this size a slope change is noise (the latency floor dominates).
+const SWITCH_MIN_BYTES: f64 = 65_536.0;
+
+impl CommCurve {
+    fn new(mut pts: Vec<(f64, f64)>) -> Self {
+        pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+        pts.dedup_by(|a, b| a.0 == b.0);
+        let slope = |i: usize| (pts[i].1 - pts[i - 1].1) / (pts[i].0 - pts[i - 1].0);
+        // The sharpest fall of the cost per byte (a drop in latency counts as infinite): a
+        // protocol change, where a wiggle at small sizes is a smaller one.
+        let fall = |i: usize| {
+            let (a, b) = (slope(i - 1), slope(i));
+            if b <= 0.0 {
+                f64::INFINITY
+            } else {
+                a / b
+            }
+        };
+        let switch = (2..pts.len())
+            .filter(|&i| pts[i].0 >= SWITCH_MIN_BYTES && fall(i) > 1.0 / 0.6)
+            .max_by(|&i, &j| fall(i).total_cmp(&fall(j)).then(j.cmp(&i)));
+        CommCurve { pts, switch }
+    }
+
+    /// The rows of one protocol regime (`Auto`: all of them, NCCL's own choice per size).
+    pub fn regime(&self, proto: Proto) -> Option<&[(f64, f64)]> {
+        match (proto, self.switch) {
+            (Proto::Auto, _) => Some(&self.pts),
+            (Proto::Ll, Some(s)) => Some(&self.pts[..s]),
+            (Proto::Simple, Some(s)) => Some(&self.pts[s..]),
+            (Proto::Ll, None) => Some(&self.pts),
+            _ => None,
+        }
+    }
+
+    /// The switch as a size bracket (last LL row, first Simple row), bytes.
+    pub fn switch_bytes(&self) -> Option<(f64, f64)> {
+        self.switch.map(|s| (self.pts[s - 1].0, self.pts[s].0))
+    }
+}
+
+/// Latency against bytes: log-log inside the rows, linear (latency + bytes / bandwidth of the
+/// end segment) outside them, which is how a collective grows.
+pub fn comm_price(pts: &[(f64, f64)], bytes: f64) -> Option<TablePrice> {
+    let (first, last) = (pts.first()?, pts.last()?);
+    if pts.len() == 1 {
+        return Some(TablePrice {
+            us: first.1,
+            extrapolated: bytes != first.0,
+        });
+    }
+    let lin = |a: (f64, f64), b: (f64, f64)| {
+        let slope = ((b.1 - a.1) / (b.0 - a.0)).max(0.0);
+        (a.1 + slope * (bytes - a.0)).max(a.1.min(b.1) * 0.5)
+    };
+    if bytes > last.0 {
+        let n = pts.len();
+        return Some(TablePrice {
+            us: lin(pts[n - 2], pts[n - 1]),
+            extrapolated: true,
+        });
+    }
+    if bytes < first.0 {
+        return Some(TablePrice {
+            us: lin(pts[0], pts[1]).min(first.1),
+            extrapolated: true,
+        });
+    }
+    interp(pts, bytes)
+}
+
+/// The AIConfigurator MoE distribution whose rows match a routing model: `balanced` for uniform
+/// routing, `power_law_X` where the routing is that table's decodesim equivalent
+/// (`spec::routing::AIC_EQUIVALENT_ALPHA`), else `balanced`, which the pricer reads at the
+/// token count that touches as many experts as the routing does (see `moe_tokens_for_lookup`).
+pub fn moe_table_distribution(routing: &Routing) -> &'static str {
+    if let Routing::PowerLaw { alpha } = routing {
+        if let Some((name, _)) = AIC_EQUIVALENT_ALPHA
+            .iter()
+            .find(|(n, a)| *n != "balanced" && (a - alpha).abs() < 1e-9)
+        {
+            return name;
+        }
+    }
+    "balanced"
+}
+
+/// The token count at which to read a distribution's rows for a step of `tokens` tokens that
+/// touches `touched` distinct experts. `balanced` rows spread tokens × topk slots evenly, so at
+/// t tokens they touch min(t·topk, experts) experts: a step touching fewer (random or skewed
+/// routing) reads the weights of `touched` experts, which balanced rows do at touched / topk
+/// tokens. Other distributions are read at the step's own token count.
+pub fn moe_tokens_for_lookup(
+    dist: &str,
+    tokens: u64,
+    touched: u64,
+    experts: u64,
+    topk: u64,
+) -> f64 {
+    if dist == "balanced" && touched < experts && topk > 0 {
+        (touched as f64 / topk as f64).max(1.0)
+    } else {
+        tokens as f64
+    }
+}
+
+impl AicTables {
+    /// Reads the converted tables present in `dir` (moe.csv, gemm.csv, mla_generation.csv,
+    /// nccl_collectives.csv, custom_allreduce.csv); at least one must be there.
+    pub fn read(dir: &Path) -> Result<Self> {
+        if !dir.is_dir() {
+            return Err(Error::Read {
+                path: dir.to_path_buf(),
+                source: std::io::Error::new(std::io::ErrorKind::NotFound, "not a directory"),
+            });
+        }
+        let mut t = AicTables {
+            // Canonical, so reports name `data/calibration/aiconfigurator/x`, not `a/../x`.
+            dir: dir.canonicalize().unwrap_or(dir.to_path_buf()),
+            ..Default::default()
+        };
+        let present = |name: &str| {
+            let p = dir.join(name);
+            p.exists().then_some(p)
+        };
+        if let Some(p) = present("moe.csv") {
+            let rows = read_aic_moe_csv(&p)?;
+            t.files.insert("moe.csv".into(), rows.len());
+            for r in rows {
+                let key = (
+                    r.distribution,
+                    r.quant,
+                    r.experts,
+                    r.hidden,
+                    r.inter,
+                    r.topk,
+                    r.moe_tp,
+                    r.moe_ep,
+                );
+                t.moe
+                    .entry(key)
+                    .or_default()
+                    .push((r.tokens as f64, r.latency_us));
+            }
+            for v in t.moe.values_mut() {
+                v.sort_by(|a, b| a.0.total_cmp(&b.0));
+            }
+        }
+        if let Some(p) = present("gemm.csv") {
+            let rows = read_aic_gemm_csv(&p)?;
+            t.files.insert("gemm.csv".into(), rows.len());
+            for r in rows {
+                t.gemm
+                    .entry(r.dtype)
+                    .or_default()
+                    .entry((r.n, r.k))
+                    .or_default()
+                    .push((r.m as f64, r.latency_us));
+            }
+            for v in t.gemm.values_mut().flat_map(|g| g.values_mut()) {
+                v.sort_by(|a, b| a.0.total_cmp(&b.0));
+            }
+        }
+        if let Some(p) = present("mla_generation.csv") {
+            let rows = read_aic_mla_csv(&p)?;
+            t.files.insert("mla_generation.csv".into(), rows.len());
+            for r in rows.into_iter().filter(|r| r.gemm_dtype == "bfloat16") {
+                t.mla.entry((r.kv_dtype, r.num_heads)).or_default().push((
+                    r.batch as f64,
+                    r.step as f64,
+                    r.latency_us,
+                ));
+            }
+            for v in t.mla.values_mut() {
+                v.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.total_cmp(&b.0)));
+            }
+        }
+        if let Some(p) = present("nccl_collectives.csv") {
+            let rows = read_aic_comm_csv(&p)?;
+            t.files.insert("nccl_collectives.csv".into(), rows.len());
+            t.nccl = comm_curves(&rows, |r| r.op.clone())
+                .into_iter()
+                .map(|(k, v)| (k, CommCurve::new(v)))
+                .collect();
+        }
+        if let Some(p) = present("custom_allreduce.csv") {
+            let rows = read_aic_comm_csv(&p)?;
+            t.files.insert("custom_allreduce.csv".into(), rows.len());
+            t.custom = comm_curves(&rows, |r| r.mode.clone());
+            for v in t.custom.values_mut() {
+                v.sort_by(|a, b| a.0.total_cmp(&b.0));
+                v.dedup_by(|a, b| a.0 == b.0);
+            }
+        }
+        if t.files.is_empty() {
+            return Err(Error::Other(format!(
+                "{}: no AIConfigurator table found (expected moe.csv, gemm.csv, mla_generation.csv, nccl_collectives.csv and/or custom_allreduce.csv, as harness/aiconfigurator_tables.py writes them)",
+                dir.display()
+            )));
+        }
+        Ok(t)
+    }
+
+    pub fn has(&self, file: &str) -> bool {
+        self.files.contains_key(file)
+    }
+
+    /// The routed-expert call at `tokens` (interpolated log-log between the rows).
+    pub fn moe(&self, key: &MoeKey, tokens: f64) -> Option<TablePrice> {
+        interp(self.moe.get(key)?, tokens)
+    }
+
+    /// Token counts of one MoE row set, for tests and reports.
+    pub fn moe_rows(&self, key: &MoeKey) -> Option<&[(f64, f64)]> {
+        self.moe.get(key).map(Vec::as_slice)
+    }
+
+    /// A GEMM of `dtype` at (m, n, k): log-log in m at each grid (n, k), then linear in k and in
+    /// n between the bracketing grid values (a decode GEMM's time grows with its weight bytes,
+    /// n·k, which is bilinear). Outside the grid, the nearest grid value scaled by n / n_grid
+    /// (k / k_grid): flagged as extrapolated.
+    pub fn gemm(&self, dtype: &str, m: u64, n: u64, k: u64) -> Option<TablePrice> {
+        let g = self.gemm.get(dtype)?;
+        let mut ns: Vec<f64> = g.keys().map(|(n, _)| *n as f64).collect();
+        ns.dedup();
+        let at_n = |gn: f64| -> Option<TablePrice> {
+            let ks: Vec<f64> = g
+                .keys()
+                .filter(|(n, _)| *n as f64 == gn)
+                .map(|(_, k)| *k as f64)
+                .collect();
+            let at_k = |gk: f64| interp(g.get(&(gn as u64, gk as u64))?, m as f64);
+            axis_interp(&ks, k as f64, at_k)
+        };
+        axis_interp(&ns, n as f64, at_n)
+    }
+
+    /// The MLA generation module (all its kernels) at `heads` heads per rank.
+    pub fn mla_module(&self, kv: &str, heads: u64, batch: f64, step: f64) -> Option<TablePrice> {
+        let g = self.mla.get(&(kv.to_string(), heads))?;
+        let mut steps: Vec<f64> = g.iter().map(|p| p.1).collect();
+        steps.dedup();
+        let at = |st: f64| {
+            let line: Vec<(f64, f64)> =
+                g.iter().filter(|p| p.1 == st).map(|p| (p.0, p.2)).collect();
+            interp(&line, batch)
+        };
+        let (lo, hi) = bracket(&steps, step)?;
+        let (a, b) = (at(steps[lo])?, at(steps[hi])?);
+        Some(TablePrice {
+            us: log_lerp(steps[lo], a.us, steps[hi], b.us, step),
+            extrapolated: a.extrapolated
+                || b.extrapolated
+                || step < steps[0]
+                || step > steps[steps.len() - 1],
+        })
+    }
+
+    /// The smallest KV length of the module rows (the module with next to no attention work).
+    pub fn mla_min_step(&self, kv: &str, heads: u64) -> Option<f64> {
+        self.mla.get(&(kv.to_string(), heads))?.first().map(|p| p.1)
+    }
+
+    /// The attention kernel's share of the module: the module at KV length `step` minus the
+    /// module at the table's smallest KV length, same batch and heads.
+    pub fn mla_attention_growth(
+        &self,
+        kv: &str,
+        heads: u64,
+        batch: f64,
+        step: f64,
+    ) -> Option<TablePrice> {
+        let min = self.mla_min_step(kv, heads)?;
+        let full = self.mla_module(kv, heads, batch, step)?;
+        let base = self.mla_module(kv, heads, batch, min)?;
+        Some(TablePrice {
+            us: (full.us - base.us).max(0.0),
+            extrapolated: full.extrapolated || base.extrapolated,
+        })
+    }
+
+    pub fn nccl_curve(&self, op: &str, nranks: u32) -> Option<&CommCurve> {
+        self.nccl.get(&(op.to_string(), nranks))
+    }
+
+    pub fn nccl_nranks(&self, op: &str) -> Vec<u32> {
+        let mut v: Vec<u32> = self
+            .nccl
+            .keys()
+            .filter(|(o, _)| o == op)
+            .map(|k| k.1)
+            .collect();
+        v.sort_unstable();
+        v
+    }
+
+    pub fn custom_curve(&self, mode: &str, nranks: u32) -> Option<&[(f64, f64)]> {
+        self.custom
+            .get(&(mode.to_string(), nranks))
+            .map(Vec::as_slice)
+    }
+}
+
+/// Interpolates `f` along one sorted axis: exact value, linear between the bracketing values,
+/// or the end value scaled by x / x_end outside (flagged).
+fn axis_interp(axis: &[f64], x: f64, f: impl Fn(f64) -> Option<TablePrice>) -> Option<TablePrice> {
+    let (first, last) = (*axis.first()?, *axis.last()?);
+    if let Some(&v) = axis.iter().find(|&&v| v == x) {
+        return f(v);
+    }
+    if x < first || x > last {
+        let end = if x < first { first } else { last };
+        let p = f(end)?;
+        return Some(TablePrice {
+            us: p.us * x / end,
+            extrapolated: true,
+        });
+    }
+    let (lo, hi) = bracket(axis, x)?;
+    let (a, b) = (f(axis[lo])?, f(axis[hi])?);
+    let w = (x - axis[lo]) / (axis[hi] - axis[lo]);
+    Some(TablePrice {
+        us: a.us + (b.us - a.us) * w,
+        extrapolated: a.extrapolated || b.extrapolated,
+    })
+}
+
+/// Groups collective rows by (key, nranks), keeping per group the element type of 2 bytes when
+/// present (BF16 activations are what a decode step reduces), else whatever the group has.
+fn comm_curves(
+    rows: &[AicCommRow],
+    key: impl Fn(&AicCommRow) -> String,
+) -> HashMap<(String, u32), Vec<(f64, f64)>> {
+    let mut two_byte: HashMap<(String, u32), bool> = HashMap::new();
+    for r in rows {
+        let e = two_byte.entry((key(r), r.nranks)).or_default();
+        *e |= r.bytes == 2 * r.elements;
+    }
+    let mut out: HashMap<(String, u32), Vec<(f64, f64)>> = HashMap::new();
+    for r in rows {
+        let k = (key(r), r.nranks);
+        if two_byte[&k] && r.bytes != 2 * r.elements {
+            continue;
+        }
+        out.entry(k)
+            .or_default()
+            .push((r.bytes as f64, r.latency_us));
+    }
+    out
+}
+
+/// Prices the scenario's ops that AIConfigurator tables hold, before the roofline law: the
+/// routed-expert module per layer, BF16 GEMMs (not batched matmuls), and the MLA decode kernel
+/// with its split-KV reduce. `us[i]` is None where no table applies.
+#[derive(Debug, Default)]
+pub struct Overrides {
+    pub us: Vec<Option<f64>>,
+    pub families: BTreeSet<(String, String)>,
+    pub warnings: BTreeSet<String>,
+}
+
+/// Counts of what the lookups did, folded into one warning each.
+#[derive(Default)]
+struct Tally {
+    floored: usize,
+    extrapolated: usize,
+    priced: usize,
+}
+
+pub fn overrides(w: &Workload, s: &Scenario, p: &CalibrationProfile) -> Option<Overrides> {
+    let (t, sec) = (p.aic.as_ref()?, p.aiconfigurator.as_ref()?);
+    let mut o = Overrides {
+        us: vec![None; w.ops.len()],
+        ..Default::default()
+    };
+    // Bytes per µs: no table price may beat reading the op's bytes from DRAM (module doc).
+    let bw = s.system.gpu.memory_bandwidth_gbps * 1e3;
+    let dir = crate::units::path(&t.dir);
+    gemms(w, t, bw, &mut o, &dir);
+    moe_modules(w, s, p, t, bw, &mut o, &dir);
+    mla_attention(w, s, p, t, sec, bw, &mut o, &dir);
+    for (us, op) in o.us.iter_mut().zip(&w.ops) {
+        if let Some(v) = us {
+            *v *= sec.scale(op.family.key());
+        }
+    }
+    Some(o)
+}
+
+fn gemms(w: &Workload, t: &AicTables, bw: f64, o: &mut Overrides, dir: &str) {
+    if !t.has("gemm.csv") {
+        return;
+    }
+    let mut n = Tally::default();
+    for (i, op) in w.ops.iter().enumerate() {
+        if op.family != CostFamily::GemmBf16 || op.shape.batch > 1 {
+            continue;
+        }
+        let Some(tp) = t.gemm("bfloat16", op.shape.m, op.shape.n, op.shape.k) else {
+            continue;
+        };
+        let floor = op.bytes / bw;
+        n.floored += usize::from(tp.us < floor);
+        n.extrapolated += usize::from(tp.extrapolated);
+        n.priced += 1;
+        o.us[i] = Some(tp.us.max(floor));
+    }
+    if n.priced == 0 {
+        return;
+    }
+    o.families.insert((
+        "gemm_bf16".into(),
+        format!("measured: AIConfigurator gemm.csv ({dir}), {} GEMMs interpolated in m, n, k (batched matmuls by the law)", n.priced),
+    ));
+    if n.extrapolated > 0 {
+        o.warnings.insert(format!(
+            "gemm_bf16: {} of {} table-priced GEMMs lie outside the AIConfigurator grid (m, n or k): extrapolated in proportion to n·k or along m",
+            n.extrapolated, n.priced
+        ));
+    }
+    if n.floored > 0 {
+        o.warnings.insert(format!(
+            "gemm_bf16: {} GEMM table prices were below the DRAM roofline of their weights (L2-resident in the collector's repeated calls) and were raised to it",
+            n.floored
+        ));
+    }
+}
+
+/// The ops of one layer's routed-expert call, as vLLM's fused Marlin MoE runs them
+/// (moe_align_block_size, w13, activation, w2, moe_sum): what AIConfigurator's MoE rows time.
+fn is_moe_module_op(op: &Op) -> bool {
+    op.stream == Stream::Compute
+        && (matches!(
+            op.family,
+            CostFamily::MoeAlign
+                | CostFamily::MoeSum
+                | CostFamily::MoeGemmInt4
+                | CostFamily::MoeGemmBf16
+                | CostFamily::MoeGemmFp8
+        ) || op.name.ends_with(".experts_act_and_mul")
+            || op.name.ends_with(".moe_permute"))
+}
+
+fn is_moe_gemm(f: CostFamily) -> bool {
+    matches!(
+        f,
+        CostFamily::MoeGemmInt4 | CostFamily::MoeGemmBf16 | CostFamily::MoeGemmFp8
+    )
+}
+
+fn quant_of(f: CostFamily) -> &'static str {
+    match f {
+        CostFamily::MoeGemmInt4 => "int4_wo",
+        CostFamily::MoeGemmFp8 => "fp8_block",
+        _ => "bfloat16",
+    }
+}
+
+fn law_or_bytes(op: &Op, s: &Scenario, p: &CalibrationProfile, bw: f64) -> f64 {
+    match p.kernel(op.family) {
+        Some(k) => kernel_us(op, k, &s.system.gpu),
+        None => op.bytes / bw,
+    }
+}
+
+fn moe_modules(
+    w: &Workload,
+    s: &Scenario,
+    p: &CalibrationProfile,
+    t: &AicTables,
+    bw: f64,
+    o: &mut Overrides,
+    dir: &str,
+) {
+    let Some(moe) = &s.model.moe else { return };
+    if !t.has("moe.csv") {
+        return;
+    }
+    let dist = moe_table_distribution(&s.routing);
+    let mut layers: BTreeMap<i32, Vec<usize>> = BTreeMap::new();
+    for (i, op) in w.ops.iter().enumerate() {
+        if is_moe_module_op(op) {
+            layers.entry(op.layer).or_default().push(i);
+        }
+    }
+    let mut n = Tally::default();
+    let mut missing = None;
+    for idx in layers.values() {
+        let Some(gemm) = idx
+            .iter()
+            .map(|&i| &w.ops[i])
+            .find(|op| is_moe_gemm(op.family))
+        else {
+            continue;
+        };
+        let key: MoeKey = (
+            dist.to_string(),
+            quant_of(gemm.family).to_string(),
+            moe.n_routed_experts as u64,
+            s.model.hidden as u64,
+            moe.moe_intermediate as u64,
+            moe.top_k as u64,
+            s.tp,
+            1,
+        );
+        let touched = gemm.shape.batch;
+        let tokens = s.tokens() as u64;
+        let x = moe_tokens_for_lookup(dist, tokens, touched, key.2, key.5);
+        let Some(tp) = t.moe(&key, x) else {
+            missing = Some(key);
+            break;
+        };
+        let laws: Vec<f64> = idx
+            .iter()
+            .map(|&i| law_or_bytes(&w.ops[i], s, p, bw))
+            .collect();
+        let bytes: f64 = idx.iter().map(|&i| w.ops[i].bytes).sum();
+        let floor = bytes / bw;
+        n.floored += usize::from(tp.us < floor);
+        n.extrapolated += usize::from(tp.extrapolated);
+        n.priced += 1;
+        let total = tp.us.max(floor);
+        // The table times the whole call; its kernels share it in proportion to their laws.
+        let sum: f64 = laws.iter().sum::<f64>().max(1e-9);
+        for (&i, l) in idx.iter().zip(&laws) {
+            o.us[i] = Some(total * l / sum);
+        }
+    }
+    if let Some(k) = missing {
+        o.warnings.insert(format!(
+            "moe: no AIConfigurator MoE rows for distribution {}, {} {} experts, hidden {}, inter {}, top-{}, moe_tp {}, moe_ep {} in {dir}: routed experts priced by the law",
+            k.0, k.1, k.2, k.3, k.4, k.5, k.6, k.7
+        ));
+        for v in
+            o.us.iter_mut()
+                .zip(&w.ops)
+                .filter(|(_, op)| is_moe_module_op(op))
+        {
+            *v.0 = None;
+        }
+        return;
+    }
+    if n.priced == 0 {
+        return;
+    }
+    let how = if dist == "balanced" {
+        "'balanced' rows read at the token count that touches as many experts as the routing does"
+    } else {
+        "rows of the routing's matching distribution"
+    };
+    let src = format!(
+        "measured: AIConfigurator moe.csv ({dir}), the whole routed-expert call per layer ({how}); its kernels share it in proportion to their laws"
+    );
+    for (i, op) in w.ops.iter().enumerate() {
+        if o.us[i].is_some() && is_moe_module_op(op) {
+            o.families.insert((op.family.to_string(), src.clone()));
+        }
+    }
+    if n.extrapolated > 0 {
+        o.warnings.insert(format!(
+            "moe: {} layers' token counts lie outside the AIConfigurator MoE rows: extrapolated",
+            n.extrapolated
+        ));
+    }
+    if n.floored > 0 {
+        o.warnings.insert(format!(
+            "moe: {} layers' table price was below the DRAM roofline of the touched experts' weights (L2-resident in the collector's repeated calls, at 4 tokens or fewer) and was raised to it",
+            n.floored
+        ));
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn mla_attention(
+    w: &Workload,
+    s: &Scenario,
+    p: &CalibrationProfile,
+    t: &AicTables,
+    sec: &AicSection,
+    bw: f64,
+    o: &mut Overrides,
+    dir: &str,
+) {
+    let (Some(mla), Some(dims)) = (&s.model.mla, sec.mla_dims) else {
+        return;
+    };
+    let ours = [
+        s.model.hidden as u64,
+        mla.q_lora_rank.unwrap_or(0) as u64,
+        mla.kv_lora_rank as u64,
+        mla.qk_nope_head_dim as u64,
+        mla.qk_rope_head_dim as u64,
+        mla.v_head_dim as u64,
+    ];
+    if ours != dims || !t.has("mla_generation.csv") {
+        return;
+    }
+    let kv = if s.kv_bytes == 1.0 { "fp8" } else { "bfloat16" };
+    let heads = (s.model.num_heads / s.tp as usize) as u64;
+    let Some(growth) = t.mla_attention_growth(kv, heads, s.batch as f64, s.context as f64) else {
+        o.warnings.insert(format!(
+            "attention_mla_decode: no AIConfigurator MLA module rows for KV {kv} at {heads} heads per rank in {dir}: priced by the law"
+        ));
+        return;
+    };
+    let fixed = |f: CostFamily| p.kernel(f).map_or(0.0, |k| k.fixed_us);
+    let mut priced = 0;
+    for i in 0..w.ops.len() {
+        let op = &w.ops[i];
+        if op.family != CostFamily::AttentionMlaDecode {
+            continue;
+        }
+        // Stage 1 and the split-KV reduce after it: the module's growth with the KV length is
+        // theirs, plus the fixed costs a KV of 2 tokens already paid.
+        let reduce = w
+            .ops
+            .get(i + 1)
+            .filter(|n| n.name.ends_with("mla_decode_reduce"))
+            .map(|n| (i + 1, law_or_bytes(n, s, p, bw)));
+        let pair = (growth.us
+            + fixed(CostFamily::AttentionMlaDecode)
+            + reduce.map_or(0.0, |_| fixed(CostFamily::Elementwise)))
+        .max(op.bytes / bw);
+        let red = reduce.map_or(0.0, |r| r.1.min(0.5 * pair));
+        o.us[i] = Some(pair - red);
+        if let Some((j, _)) = reduce {
+            o.us[j] = Some(red);
+        }
+        priced += 1;
+    }
+    if priced == 0 {
+        return;
+    }
+    o.families.insert((
+        "attention_mla_decode".into(),
+        format!("measured: AIConfigurator mla_generation.csv ({dir}), MLA generation module at {heads} heads/rank: its growth from KV 2 to the scenario's KV length, plus the kernels' fixed costs (the module's GEMMs, norms and launches are priced as their own ops)"),
+    ));
+    if growth.extrapolated {
+        o.warnings.insert(format!(
+            "attention_mla_decode: batch {} x KV {} lies outside the AIConfigurator MLA module rows: extrapolated",
+            s.batch, s.context
+        ));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn switch_found_at_the_drop_and_at_the_kink() {
+        // 8 ranks: the 1 MiB row is cheaper than the 512 KiB row (NCCL moved to Simple).
+        let c = CommCurve::new(vec![
+            (65_536.0, 34.2),
+            (131_072.0, 47.8),
+            (262_144.0, 84.8),
+            (524_288.0, 156.1),
+            (1_048_576.0, 131.5),
+            (2_097_152.0, 221.2),
+        ]);
+        assert_eq!(c.switch, Some(4));
+        assert_eq!(c.regime(Proto::Ll).unwrap().len(), 4);
+        assert_eq!(c.regime(Proto::Simple).unwrap()[0].0, 1_048_576.0);
+        // 4 ranks: no drop, but the cost per byte falls to a tenth.
+        let c = CommCurve::new(vec![
+            (131_072.0, 24.9),
+            (262_144.0, 41.0),
+            (524_288.0, 78.1),
+            (1_048_576.0, 86.1),
+            (2_097_152.0, 141.7),
+        ]);
+        assert_eq!(c.switch_bytes(), Some((524_288.0, 1_048_576.0)));
+    }
+
+    #[test]
+    fn comm_price_extrapolates_linearly() {
+        let pts = [(100.0, 10.0), (200.0, 20.0), (400.0, 30.0)];
+        let p = comm_price(&pts, 800.0).unwrap();
+        assert!(p.extrapolated && (p.us - 50.0).abs() < 1e-9, "{p:?}");
+        let p = comm_price(&pts, 200.0).unwrap();
+        assert!(!p.extrapolated && (p.us - 20.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn balanced_rows_read_at_the_tokens_that_touch_as_many_experts() {
+        assert_eq!(moe_tokens_for_lookup("balanced", 32, 188, 384, 8), 23.5);
+        assert_eq!(moe_tokens_for_lookup("balanced", 128, 384, 384, 8), 128.0);
+        assert_eq!(
+            moe_tokens_for_lookup("power_law_1.01", 32, 100, 384, 8),
+            32.0
+        );
+        assert_eq!(moe_table_distribution(&Routing::Uniform), "balanced");
+        let eq = AIC_EQUIVALENT_ALPHA[1];
+        assert_eq!(
+            moe_table_distribution(&Routing::PowerLaw { alpha: eq.1 }),
+            eq.0
+        );
+    }
+}

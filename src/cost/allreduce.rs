@@ -1,0 +1,189 @@
+//! The all-reduce paths vLLM takes (facts.md §3.3) and the NCCL knobs that change a
+//! collective's cost (facts.md §4.3).
+//!
+//! vLLM's dispatch, as `--allreduce auto` follows it: its custom all-reduce runs when the world
+//! size is one it supports (2, 4, 6, 8, 16) and the GPUs are either two or fully NVLink-connected
+//! (`custom_all_reduce.py`: "Custom allreduce is disabled because it's not supported on more
+//! than two PCIe-only GPUs"), and per call when the message is a multiple of 16 bytes and below
+//! `max_size` (8 MiB by default); every other all-reduce goes to NCCL (pynccl). On sm_120 the
+//! FlashInfer and torch symmetric-memory paths are off (facts.md §3.3), so on 8x RTX PRO 6000
+//! over PCIe every all-reduce is NCCL's.
+
+use super::profile::{CustomArLaw, NcclDefaults};
+use crate::workload::CostFamily;
+
+/// vLLM's `CustomAllreduce._SUPPORTED_WORLD_SIZES` (facts.md §3.3).
+pub const CUSTOM_AR_WORLD_SIZES: [u32; 5] = [2, 4, 6, 8, 16];
+/// `should_custom_ar`: the byte size must be a multiple of this (facts.md §3.3).
+pub const CUSTOM_AR_ALIGN_BYTES: u64 = 16;
+
+/// Why vLLM would not run its custom all-reduce: the rule, as vLLM states it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// The world size is not one of `CUSTOM_AR_WORLD_SIZES`.
+    WorldSize(u32),
+    /// More than two GPUs that are not all NVLink-connected.
+    PcieOnly(u32),
+    /// The message is not a multiple of 16 bytes.
+    Unaligned(u64),
+    /// The message is not below `max_size`.
+    TooLarge { bytes: u64, max: u64 },
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Refusal::WorldSize(n) => write!(
+                f,
+                "world size {n} is not one vLLM's custom all-reduce supports ({CUSTOM_AR_WORLD_SIZES:?}; custom_all_reduce.py _SUPPORTED_WORLD_SIZES)"
+            ),
+            Refusal::PcieOnly(n) => write!(
+                f,
+                "{n} GPUs without full NVLink: vLLM disables its custom all-reduce when world_size > 2 and the GPUs are not fully NVLink-connected (\"not supported on more than two PCIe-only GPUs\", custom_all_reduce.py)"
+            ),
+            Refusal::Unaligned(b) => write!(
+                f,
+                "{b} bytes is not a multiple of {CUSTOM_AR_ALIGN_BYTES} (should_custom_ar)"
+            ),
+            Refusal::TooLarge { bytes, max } => write!(
+                f,
+                "{bytes} bytes is not below max_size {max} (should_custom_ar)"
+            ),
+        }
+    }
+}
+
+/// Whether vLLM enables its custom all-reduce for this world size and topology.
+pub fn custom_ar_enabled(world: u32, full_nvlink: bool) -> Result<(), Refusal> {
+    if !CUSTOM_AR_WORLD_SIZES.contains(&world) {
+        return Err(Refusal::WorldSize(world));
+    }
+    if world > 2 && !full_nvlink {
+        return Err(Refusal::PcieOnly(world));
+    }
+    Ok(())
+}
+
+/// Whether one all-reduce of `bytes` goes to the custom kernel (else NCCL).
+pub fn custom_ar_call(bytes: u64, max_size: u64) -> Result<(), Refusal> {
+    if !bytes.is_multiple_of(CUSTOM_AR_ALIGN_BYTES) {
+        return Err(Refusal::Unaligned(bytes));
+    }
+    if bytes >= max_size {
+        return Err(Refusal::TooLarge {
+            bytes,
+            max: max_size,
+        });
+    }
+    Ok(())
+}
+
+/// vLLM's kernel choice (csrc/custom_all_reduce.cuh, `CustomAllreduce::allreduce`): one stage at
+/// 2 GPUs; with full NVLink, one stage below 512 KiB up to 4 GPUs and below 256 KiB up to 8,
+/// else two stages.
+pub fn one_stage(world: u32, bytes: u64) -> bool {
+    world == 2 || (world <= 4 && bytes < 512 * 1024) || (world <= 8 && bytes < 256 * 1024)
+}
+
+/// Bytes each rank moves: one stage reads every peer's whole buffer; two stages
+/// reduce-scatter then all-gather, 2(n−1)/n of it.
+pub fn stage_bytes(world: u32, bytes: u64) -> f64 {
+    let (n, b) = (world as f64, bytes as f64);
+    if one_stage(world, bytes) {
+        (n - 1.0) * b
+    } else {
+        2.0 * (n - 1.0) / n * b
+    }
+}
+
+/// The custom all-reduce law (`CustomArLaw`): (total µs, latency part).
+pub fn custom_law_us(l: &CustomArLaw, world: u32, bytes: u64) -> (f64, f64) {
+    let lat = l.base_us + l.per_rank_us * (world.max(1) - 1) as f64;
+    (lat + stage_bytes(world, bytes) / (l.bw_gbps * 1e3), lat)
+}
+
+/// How much the bandwidth term grows under `NCCL_MAX_NCHANNELS`: NCCL spreads a collective over
+/// its channels, so capping them below the count the profile was measured with divides the bus
+/// bandwidth in proportion; a cap at or above it changes nothing (the cap only lowers).
+pub fn channel_factor(d: &NcclDefaults, max_nchannels: Option<u32>) -> f64 {
+    match max_nchannels {
+        Some(m) if m >= 1 && m < d.default_nchannels => d.default_nchannels as f64 / m as f64,
+        _ => 1.0,
+    }
+}
+
+/// Ring loops a Simple-protocol collective needs: each loop moves nranks × channels × one
+/// buffer slot (NCCL_BUFFSIZE / NCCL_STEPS) per rank.
+fn loops(bytes: u64, nranks: u32, channels: u32, buffsize: u64, steps: u32) -> u64 {
+    let slot = (buffsize / steps.max(1) as u64).max(1);
+    let per_loop = slot * nranks.max(1) as u64 * channels.max(1) as u64;
+    bytes.div_ceil(per_loop).max(1)
+}
+
+/// Extra latency of a Simple-protocol collective under `NCCL_BUFFSIZE`: each ring loop beyond
+/// those the measured default needed adds one pass of ring steps. LL and LL128 use their own
+/// buffers (NCCL_LL_BUFFSIZE, NCCL_LL128_BUFFSIZE), so `NCCL_BUFFSIZE` never changes them.
+pub fn buffsize_extra_us(
+    d: &NcclDefaults,
+    buffsize: Option<u64>,
+    max_nchannels: Option<u32>,
+    family: CostFamily,
+    nranks: u32,
+    bytes: u64,
+) -> f64 {
+    let Some(b) = buffsize else { return 0.0 };
+    let ch = max_nchannels.map_or(d.default_nchannels, |m| m.min(d.default_nchannels));
+    let now = loops(bytes, nranks, ch, b, d.steps_per_buffer);
+    let then = loops(bytes, nranks, ch, d.buffsize_bytes, d.steps_per_buffer);
+    now.saturating_sub(then) as f64 * super::collective::steps(family, nranks) * d.simple_hop_us
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn defaults() -> NcclDefaults {
+        NcclDefaults {
+            default_nchannels: 2,
+            buffsize_bytes: 4 << 20,
+            steps_per_buffer: 8,
+            simple_hop_us: 5.7,
+            source: "test".into(),
+        }
+    }
+
+    #[test]
+    fn vllm_dispatch_rules() {
+        assert_eq!(custom_ar_enabled(8, false), Err(Refusal::PcieOnly(8)));
+        assert_eq!(custom_ar_enabled(2, false), Ok(()));
+        assert_eq!(custom_ar_enabled(8, true), Ok(()));
+        assert_eq!(custom_ar_enabled(3, true), Err(Refusal::WorldSize(3)));
+        assert_eq!(custom_ar_enabled(1, true), Err(Refusal::WorldSize(1)));
+        assert_eq!(custom_ar_call(14_336, 8 << 20), Ok(()));
+        assert_eq!(
+            custom_ar_call(14_338, 8 << 20),
+            Err(Refusal::Unaligned(14_338))
+        );
+        assert!(custom_ar_call(8 << 20, 8 << 20).is_err());
+        assert!(one_stage(2, 100 << 20));
+        assert!(one_stage(8, 200 << 10) && !one_stage(8, 256 << 10));
+        assert!(one_stage(4, 500 << 10) && !one_stage(4, 512 << 10));
+    }
+
+    #[test]
+    fn knobs_matter_only_where_they_bind() {
+        let d = defaults();
+        assert_eq!(channel_factor(&d, None), 1.0);
+        assert_eq!(channel_factor(&d, Some(64)), 1.0);
+        assert_eq!(channel_factor(&d, Some(1)), 2.0);
+        // 1.8 MB over 8 ranks x 2 channels x 512 KiB slots: one loop either way.
+        let b = 1_835_008;
+        assert_eq!(
+            buffsize_extra_us(&d, Some(1 << 20), None, CostFamily::AllReduce, 8, b),
+            0.0
+        );
+        // 128 KiB buffers: 16 KiB slots, 256 KiB per loop: 7 loops, 6 extra passes of 14 steps.
+        let x = buffsize_extra_us(&d, Some(128 << 10), None, CostFamily::AllReduce, 8, b);
+        assert!((x - 6.0 * 14.0 * 5.7).abs() < 1e-9, "{x}");
+    }
+}

@@ -1,0 +1,487 @@
+//! AIConfigurator tables: profiles written from the committed tables, lookups against table
+//! rows, interpolation, vLLM's all-reduce dispatch, NCCL knobs, and bad tables.
+
+use decodesim::calibrate::aiconfigurator::{from_aiconfigurator, AicRequest};
+use decodesim::cost::aic::{comm_price, AicTables, MoeKey};
+use decodesim::sim::{simulate, ScenarioRequest};
+use decodesim::spec::routing::Routing;
+use decodesim::spec::scenario::{AllreduceImpl, CommKnobs};
+use decodesim::spec::Proto;
+use std::path::{Path, PathBuf};
+
+const RTX: &str = "data/calibration/aiconfigurator/rtx_pro_6000_server";
+const H200: &str = "data/calibration/aiconfigurator/h200_sxm";
+
+fn tables(dir: &str) -> AicTables {
+    AicTables::read(Path::new(dir)).expect("committed tables read")
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("decodesim-aic-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-9 * b.abs().max(1.0)
+}
+
+fn moe_key(dist: &str, tp: u32) -> MoeKey {
+    (dist.into(), "int4_wo".into(), 384, 7168, 2048, 8, tp, 1)
+}
+
+#[test]
+fn lookups_equal_the_table_rows_at_grid_points() {
+    let t = tables(RTX);
+    // moe.csv: balanced,int4_wo,384,7168,2048,8,8,1,32,517.221
+    let p = t.moe(&moe_key("balanced", 8), 32.0).unwrap();
+    assert!(close(p.us, 517.221) && !p.extrapolated, "{p:?}");
+    // gemm.csv: bfloat16,32,2048,7168,22.173
+    let p = t.gemm("bfloat16", 32, 2048, 7168).unwrap();
+    assert!(close(p.us, 22.173) && !p.extrapolated, "{p:?}");
+    // mla_generation.csv: TRITON_MLA,bfloat16,bfloat16,8,8,32,1,4096,260.600
+    let p = t.mla_module("bfloat16", 8, 32.0, 4096.0).unwrap();
+    assert!(close(p.us, 260.6) && !p.extrapolated, "{p:?}");
+    // nccl_collectives.csv: all_reduce,nccl,unspecified,half,8,262144,524288,156.110
+    let c = t.nccl_curve("all_reduce", 8).unwrap();
+    let p = comm_price(c.regime(Proto::Auto).unwrap(), 524_288.0).unwrap();
+    assert!(close(p.us, 156.11), "{p:?}");
+    // custom_allreduce.csv: all_reduce,vllm_custom,graph,bfloat16,2,...: the 2-GPU graph rows.
+    assert!(t.custom_curve("graph", 2).is_some());
+}
+
+#[test]
+fn interpolates_between_rows() {
+    let t = tables(RTX);
+    // Tokens: log-log between 32 (517.221) and 48 (824.176).
+    let p = t.moe(&moe_key("balanced", 8), 40.0).unwrap();
+    let w = (40f64.ln() - 32f64.ln()) / (48f64.ln() - 32f64.ln());
+    let want = (517.221f64.ln() + w * (824.176f64.ln() - 517.221f64.ln())).exp();
+    assert!(close(p.us, want) && !p.extrapolated, "{} vs {want}", p.us);
+    // n = 2112 (fused_qkv_a) lies between the grid's 2048 and 2560: linear in n at m = 32.
+    let (a, b) = (
+        t.gemm("bfloat16", 32, 2048, 7168).unwrap().us,
+        t.gemm("bfloat16", 32, 2560, 7168).unwrap().us,
+    );
+    let p = t.gemm("bfloat16", 32, 2112, 7168).unwrap();
+    assert!(close(p.us, a + (b - a) * 64.0 / 512.0), "{p:?}");
+    // lm_head at TP=1 (n = 163,840) is beyond the grid's 65,536: flagged.
+    assert!(t.gemm("bfloat16", 1, 163_840, 7168).unwrap().extrapolated);
+    // MLA module between batch 16 and 32 lies between their rows.
+    let (lo, hi) = (
+        t.mla_module("bfloat16", 8, 16.0, 4096.0).unwrap().us,
+        t.mla_module("bfloat16", 8, 32.0, 4096.0).unwrap().us,
+    );
+    let mid = t.mla_module("bfloat16", 8, 24.0, 4096.0).unwrap().us;
+    assert!(lo < mid && mid < hi, "{lo} {mid} {hi}");
+    // The attention share is the growth over the KV-2 row: 260.6 - 96.9 at batch 32.
+    let g = t.mla_attention_growth("bfloat16", 8, 32.0, 4096.0).unwrap();
+    assert!(close(g.us, 260.6 - 96.9), "{g:?}");
+    // NCCL on 8 PCIe GPUs switches LL -> Simple between 512 KiB and 1 MiB.
+    let c = t.nccl_curve("all_reduce", 8).unwrap();
+    assert_eq!(c.switch_bytes(), Some((524_288.0, 1_048_576.0)));
+}
+
+fn write_profile(dir: &str, system: &str, name: &str) -> PathBuf {
+    let out = tmp(name).join("profile.toml");
+    from_aiconfigurator(&AicRequest {
+        dir: dir.into(),
+        system: system.into(),
+        base: None,
+        out: out.clone(),
+        name: None,
+    })
+    .expect("profile written");
+    out
+}
+
+#[test]
+fn profile_from_the_rtx_tables_prices_the_default_scenario_from_measurements() {
+    let out = write_profile(RTX, "rtx-pro-6000-8x-pcie", "rtx");
+    let sim = simulate(&ScenarioRequest {
+        calibration: Some(out.display().to_string()),
+        ..Default::default()
+    })
+    .unwrap();
+    let estimated: Vec<&str> = sim
+        .pricing
+        .families
+        .iter()
+        .filter(|(_, src)| src.starts_with("estimate"))
+        .map(|(f, _)| f.as_str())
+        .collect();
+    // Norms and small elementwise kernels have no AIConfigurator table.
+    assert!(
+        estimated
+            .iter()
+            .all(|f| ["norm", "elementwise"].contains(f)),
+        "{estimated:?}"
+    );
+    for fam in [
+        "moe_gemm_int4",
+        "moe_align",
+        "moe_sum",
+        "attention_mla_decode",
+        "gemm_bf16",
+    ] {
+        assert!(
+            sim.pricing
+                .families
+                .iter()
+                .any(|(f, s)| f == fam && s.starts_with("measured: AIConfigurator")),
+            "{fam}: {:?}",
+            sim.pricing.families
+        );
+    }
+    assert!(sim
+        .profile
+        .profile
+        .provenance
+        .contains("rtx_pro_6000_server"));
+    assert!(sim.profile.profile.method.contains("0.12.0"));
+    // 8 PCIe GPUs: vLLM's dispatch sends every all-reduce to NCCL.
+    assert!(sim
+        .pricing
+        .collectives
+        .iter()
+        .all(|c| c.algo != "vllm_custom" && c.source.contains("nccl_collectives.csv")));
+}
+
+#[test]
+fn the_shipped_rtx_profile_is_the_table_profile() {
+    let sim = simulate(&ScenarioRequest::default()).unwrap();
+    assert!(sim.profile.aiconfigurator.is_some());
+    assert!(sim
+        .pricing
+        .families
+        .iter()
+        .any(|(f, s)| f == "moe_gemm_int4" && s.contains("moe.csv")));
+}
+
+#[test]
+fn another_aiconfigurator_gpu_gets_a_profile_with_one_command() {
+    let out = write_profile(H200, "h200-8x-nvlink", "h200");
+    let req = ScenarioRequest {
+        system: "h200-8x-nvlink".into(),
+        calibration: Some(out.display().to_string()),
+        ..Default::default()
+    };
+    let sim = simulate(&req).unwrap();
+    assert_eq!(sim.profile.profile.gpu, "h200-sxm");
+    // NVLink: vLLM runs its custom all-reduce, priced from the H200 table.
+    let ar = sim
+        .pricing
+        .collectives
+        .iter()
+        .find(|c| c.op == "all_reduce")
+        .unwrap();
+    assert_eq!(ar.algo, "vllm_custom");
+    assert!(ar.source.contains("custom_allreduce.csv"), "{}", ar.source);
+    let nccl = simulate(&ScenarioRequest {
+        comm: CommKnobs {
+            allreduce: AllreduceImpl::Nccl,
+            ..Default::default()
+        },
+        ..req
+    })
+    .unwrap();
+    assert!(nccl
+        .pricing
+        .collectives
+        .iter()
+        .all(|c| c.algo != "vllm_custom"));
+}
+
+#[test]
+fn allreduce_dispatch_follows_vllm() {
+    let custom = CommKnobs {
+        allreduce: AllreduceImpl::Custom,
+        ..Default::default()
+    };
+    // 8 PCIe GPUs: refused, naming vLLM's rule.
+    let e = simulate(&ScenarioRequest {
+        comm: custom,
+        ..Default::default()
+    })
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("not fully NVLink-connected") && e.contains("--allreduce"),
+        "{e}"
+    );
+    // 2 PCIe GPUs: allowed (one-stage kernel), priced from the 2-GPU table rows.
+    let two = simulate(&ScenarioRequest {
+        model: "deepseek-v3".into(),
+        tp: Some(2),
+        comm: custom,
+        ..Default::default()
+    })
+    .unwrap();
+    let ar = two
+        .pricing
+        .collectives
+        .iter()
+        .find(|c| c.op == "all_reduce")
+        .unwrap();
+    assert_eq!(
+        (ar.algo.as_str(), ar.proto.as_str()),
+        ("vllm_custom", "1stage")
+    );
+    // vLLM's custom kernel beats NCCL at 2 GPUs (AIC: 17.6 vs 31.3 us at 512 KiB).
+    let nccl = simulate(&ScenarioRequest {
+        model: "deepseek-v3".into(),
+        tp: Some(2),
+        comm: CommKnobs {
+            allreduce: AllreduceImpl::Nccl,
+            ..Default::default()
+        },
+        ..Default::default()
+    })
+    .unwrap();
+    let n = nccl
+        .pricing
+        .collectives
+        .iter()
+        .find(|c| c.op == "all_reduce")
+        .unwrap();
+    assert!(ar.time_us < n.time_us, "{} vs {}", ar.time_us, n.time_us);
+    // The reference runtime reduces with torch.distributed: custom is refused there.
+    let e = simulate(&ScenarioRequest {
+        runtime: decodesim::spec::Runtime::Reference,
+        comm: custom,
+        ..Default::default()
+    })
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("reference runtime"), "{e}");
+}
+
+#[test]
+fn the_custom_law_is_near_the_published_pcie_one_shot_figures() {
+    // facts.md §3.5: a one-shot P2P all-reduce on 4x RTX PRO 6000 (R6K) measures 6.1, 9.2, 17.6
+    // and 28.7 us at 1, 32, 128 and 256 KB. The law fitted to AIConfigurator's 2-GPU rows
+    // extrapolated to 4 ranks stays within 35% of them (it knows no per-rank latency).
+    let out = write_profile(RTX, "rtx-pro-6000-8x-pcie", "oneshot");
+    let p = decodesim::cost::CalibrationProfile::from_file(&out).unwrap();
+    let law = &p.custom_allreduce.as_ref().unwrap().graph;
+    for (kb, us) in [(1u64, 6.1), (32, 9.2), (128, 17.6), (256, 28.7)] {
+        let (t, _) = decodesim::cost::allreduce::custom_law_us(law, 4, kb * 1024);
+        assert!(
+            (t / us - 1.0).abs() < 0.35,
+            "{kb} KB: law {t:.1} vs published {us}"
+        );
+    }
+}
+
+#[test]
+fn nccl_knobs_change_cost_only_where_they_bind() {
+    let base = simulate(&ScenarioRequest {
+        batch: 128,
+        proto: Proto::Auto,
+        ..Default::default()
+    })
+    .unwrap();
+    let comm = |s: &decodesim::sim::Simulation| -> f64 {
+        s.pricing
+            .collectives
+            .iter()
+            .map(|c| c.time_us * c.count as f64)
+            .sum()
+    };
+    let one_channel = simulate(&ScenarioRequest {
+        batch: 128,
+        proto: Proto::Auto,
+        comm: CommKnobs {
+            nccl_max_nchannels: Some(1),
+            ..Default::default()
+        },
+        ..Default::default()
+    })
+    .unwrap();
+    assert!(comm(&one_channel) > comm(&base) * 1.2);
+    let many = simulate(&ScenarioRequest {
+        batch: 128,
+        proto: Proto::Auto,
+        comm: CommKnobs {
+            nccl_max_nchannels: Some(64),
+            ..Default::default()
+        },
+        ..Default::default()
+    })
+    .unwrap();
+    assert_eq!(comm(&many), comm(&base));
+    assert!(many
+        .warnings
+        .iter()
+        .any(|w| w.contains("NCCL_MAX_NCHANNELS changes nothing")));
+    // A small NCCL_BUFFSIZE adds ring loops to the Simple all-reduces of 1.8 MB.
+    let small = simulate(&ScenarioRequest {
+        batch: 128,
+        proto: Proto::Auto,
+        comm: CommKnobs {
+            nccl_buffsize: Some(64 << 10),
+            ..Default::default()
+        },
+        ..Default::default()
+    })
+    .unwrap();
+    assert!(comm(&small) > comm(&base));
+    // Under LL it changes nothing, and says so.
+    let ll = simulate(&ScenarioRequest {
+        comm: CommKnobs {
+            nccl_buffsize: Some(64 << 10),
+            ..Default::default()
+        },
+        ..Default::default()
+    })
+    .unwrap();
+    let ll_base = simulate(&ScenarioRequest::default()).unwrap();
+    assert_eq!(comm(&ll), comm(&ll_base));
+    assert!(ll
+        .warnings
+        .iter()
+        .any(|w| w.contains("NCCL_BUFFSIZE changes nothing")));
+}
+
+#[test]
+fn moe_follows_the_routing_distribution() {
+    let dist = |r: Routing| decodesim::cost::aic::moe_table_distribution(&r);
+    assert_eq!(dist(Routing::Uniform), "balanced");
+    let uniform = simulate(&ScenarioRequest {
+        routing: Some(Routing::Uniform),
+        ..Default::default()
+    })
+    .unwrap();
+    let skewed = simulate(&ScenarioRequest {
+        routing: Some(Routing::PowerLaw { alpha: 1.5 }),
+        ..Default::default()
+    })
+    .unwrap();
+    let moe = |s: &decodesim::sim::Simulation| {
+        s.mean.exclusive_us[decodesim::category::Category::Moe.index()]
+    };
+    // Concentrated routing touches fewer experts: less weight traffic.
+    assert!(moe(&skewed) < moe(&uniform));
+}
+
+// ----- bad tables -----
+
+fn copy_tables(name: &str) -> PathBuf {
+    let d = tmp(name);
+    for f in std::fs::read_dir(RTX).unwrap() {
+        let f = f.unwrap().path();
+        std::fs::copy(&f, d.join(f.file_name().unwrap())).unwrap();
+    }
+    d
+}
+
+fn edit(path: &Path, f: impl Fn(&str) -> String) {
+    let s = std::fs::read_to_string(path).unwrap();
+    std::fs::write(path, f(&s)).unwrap();
+}
+
+fn read_err(dir: &Path) -> String {
+    AicTables::read(dir).unwrap_err().to_string()
+}
+
+#[test]
+fn a_missing_column_names_the_file_and_column() {
+    let d = copy_tables("missing-col");
+    edit(&d.join("moe.csv"), |s| s.replacen(",latency_us", ",lat", 1));
+    let e = read_err(&d);
+    assert!(e.contains("moe.csv") && e.contains("latency_us"), "{e}");
+}
+
+#[test]
+fn an_unknown_dtype_names_the_row_and_column() {
+    let d = copy_tables("bad-dtype");
+    edit(&d.join("gemm.csv"), |s| {
+        s.replacen("\nbfloat16,", "\nint3,", 1)
+    });
+    let e = read_err(&d);
+    assert!(
+        e.contains("gemm.csv") && e.contains("row 2") && e.contains("dtype") && e.contains("int3"),
+        "{e}"
+    );
+    let d = copy_tables("bad-quant");
+    edit(&d.join("moe.csv"), |s| s.replacen(",int4_wo,", ",int5,", 1));
+    let e = read_err(&d);
+    assert!(
+        e.contains("moe.csv") && e.contains("quant") && e.contains("int4_wo"),
+        "{e}"
+    );
+}
+
+#[test]
+fn bytes_that_are_not_elements_times_size_are_refused() {
+    let d = copy_tables("bad-bytes");
+    // First data row: all_gather,nccl,unspecified,half,2,256,512,... -> 256 elements, 513 bytes.
+    edit(&d.join("nccl_collectives.csv"), |s| {
+        s.replacen(",2,256,512,", ",2,256,513,", 1)
+    });
+    let e = read_err(&d);
+    assert!(
+        e.contains("nccl_collectives.csv") && e.contains("bytes") && e.contains("row 2"),
+        "{e}"
+    );
+}
+
+#[test]
+fn other_bad_values_are_refused_by_row() {
+    let d = copy_tables("bad-dist");
+    edit(&d.join("moe.csv"), |s| {
+        s.replacen("\nbalanced,", "\nzipf,", 1)
+    });
+    assert!(read_err(&d).contains("distribution"));
+    let d = copy_tables("bad-latency");
+    edit(&d.join("mla_generation.csv"), |s| {
+        s.replacen(",161.700", ",-1", 1)
+    });
+    let e = read_err(&d);
+    assert!(
+        e.contains("mla_generation.csv") && e.contains("latency_us"),
+        "{e}"
+    );
+    let d = copy_tables("empty");
+    edit(&d.join("gemm.csv"), |s| {
+        s.lines().next().unwrap().to_string() + "\n"
+    });
+    assert!(read_err(&d).contains("no data row"));
+    let d = tmp("none");
+    assert!(read_err(&d).contains("no AIConfigurator table"));
+}
+
+#[test]
+fn calibrate_refuses_a_bad_table_without_writing() {
+    let d = copy_tables("no-write");
+    edit(&d.join("moe.csv"), |s| {
+        s.replacen(",num_tokens,", ",tokens,", 1)
+    });
+    let out = tmp("no-write-out").join("profile.toml");
+    let e = from_aiconfigurator(&AicRequest {
+        dir: d,
+        system: "rtx-pro-6000-8x-pcie".into(),
+        base: None,
+        out: out.clone(),
+        name: None,
+    })
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("num_tokens"), "{e}");
+    assert!(!out.exists());
+}
+
+#[test]
+fn tables_of_another_gpu_are_refused_for_this_system() {
+    let e = from_aiconfigurator(&AicRequest {
+        dir: H200.into(),
+        system: "rtx-pro-6000-8x-pcie".into(),
+        base: None,
+        out: tmp("wrong-gpu").join("profile.toml"),
+        name: None,
+    })
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("NVIDIA H200") && e.contains("--system"), "{e}");
+}

@@ -93,8 +93,16 @@ pub struct PassModel {
     high: Regime,
     threshold: f64,
     experts: Option<(f64, f64)>,
+    /// Expected distinct experts touched by t tokens under the scenario's routing, for
+    /// t = 0..len (the closed form is O(experts) per call, too slow for a 1 µs scenario).
+    touched_by_tokens: Vec<f64>,
+    routing: crate::spec::routing::Routing,
     sms: u64,
 }
+
+/// Token counts whose expected experts touched are tabulated once per pass model (a sweep's
+/// batch 256 with 6 draft tokens is 1,792 tokens).
+const TOUCHED_TABLE_TOKENS: usize = 4096;
 
 /// The collective cost entries for one NCCL setting, prepared once per sweep setting.
 #[derive(Debug, Clone)]
@@ -323,6 +331,19 @@ impl PassModel {
             .moe
             .as_ref()
             .map(|m| (m.n_routed_experts as f64, m.top_k as f64));
+        let touched_by_tokens: Vec<f64> = match experts {
+            Some((n, k)) => (0..=TOUCHED_TABLE_TOKENS as u64)
+                .map(|t| {
+                    crate::workload::expected_distinct_experts(
+                        &s.routing,
+                        t,
+                        n as usize,
+                        k as usize,
+                    )
+                })
+                .collect(),
+            None => Vec::new(),
+        };
         let threshold = SHARED_EXPERT_STREAM_TOKEN_THRESHOLD as f64;
         let regime = |probes: &[(u32, u32, u64)]| -> Result<Regime> {
             let mut ws = Vec::new();
@@ -445,6 +466,8 @@ impl PassModel {
             high: regime(&PROBES_HIGH)?,
             threshold,
             experts,
+            touched_by_tokens,
+            routing: s.routing.clone(),
             sms,
         })
     }
@@ -461,9 +484,15 @@ impl PassModel {
     pub fn vars(&self, batch: u32, queries: u32, context: u64) -> Vars {
         let t = batch as f64 * queries.max(1) as f64;
         let touched = match self.experts {
-            // Each token picks top_k distinct experts of n uniformly: an expert is missed by a
-            // token with probability 1 - k/n, by all T tokens with (1 - k/n)^T.
-            Some((n, k)) => n * (1.0 - (1.0 - k / n).powf(t)),
+            Some((n, k)) => match self.touched_by_tokens.get(t as usize) {
+                Some(&x) => x,
+                None => crate::workload::expected_distinct_experts(
+                    &self.routing,
+                    t as u64,
+                    n as usize,
+                    k as usize,
+                ),
+            },
             None => 0.0,
         };
         Vars {
@@ -737,10 +766,12 @@ impl FastScenario {
                         aux,
                     ),
                     experts_touched: Vec::new(),
+                    routing: Default::default(),
                 };
                 let pass = d.pass(ps, q, 0);
                 w.ops.extend(pass.ops);
                 w.experts_touched = pass.experts_touched;
+                w.routing = pass.routing;
                 w
             })?);
             draft_rest = Some(PassModel::fit(&ds, p, &|ps, q| d.pass(ps, q, 1))?);

@@ -135,6 +135,7 @@ pub fn draft_workload(draft: &Draft, ds: &Scenario, k: u32) -> Workload {
     let mut w = Workload {
         ops: proposer_bookkeeping(ds.batch as u64, k as u64, ds.model.hidden as u64, aux),
         experts_touched: Vec::new(),
+        routing: Default::default(),
     };
     let first = draft.pass(ds, k + 1, 0);
     w.ops.extend(first.ops);

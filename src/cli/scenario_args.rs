@@ -102,6 +102,28 @@ pub struct ScenarioArgs {
     /// messages larger than one ring loop; LL never).
     #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(u64).range(1024..=(1u64 << 34)))]
     pub nccl_buffsize: Option<u64>,
+    /// Expert parallelism (vLLM's --enable-expert-parallel): each rank holds experts/N whole
+    /// experts; N must be 1 or the TP size (data parallel 1).
+    #[arg(long, value_name = "N")]
+    pub ep: Option<u32>,
+    /// How expert parallelism moves tokens: all-to-all dispatch/combine replacing the MoE
+    /// all-reduce, or the all-reduce kept (every rank runs its experts on the whole batch).
+    #[arg(long, value_name = "all-to-all|allreduce", value_parser = parse_ep_comm, default_value = "all-to-all")]
+    pub ep_comm: crate::spec::scenario::EpComm,
+    /// Decode context parallelism (vLLM's --decode-context-parallel-size): the KV cache is
+    /// sharded across N ranks of the TP group; N must divide TP.
+    #[arg(long, value_name = "N")]
+    pub dcp: Option<u32>,
+    /// Hypothetical link bandwidth per direction (GB/s) for the collectives' path.
+    #[arg(long, value_name = "GBPS")]
+    pub link_gbps: Option<f64>,
+    /// Hypothetical link latency per hop (µs) for the collectives' path.
+    #[arg(long, value_name = "US")]
+    pub link_latency_us: Option<f64>,
+}
+
+fn parse_ep_comm(s: &str) -> std::result::Result<crate::spec::scenario::EpComm, String> {
+    s.parse().map_err(|e: crate::Error| e.to_string())
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -161,6 +183,11 @@ impl ScenarioArgs {
                 },
                 nccl_max_nchannels: self.nccl_max_nchannels,
                 nccl_buffsize: self.nccl_buffsize,
+                ep: self.ep,
+                ep_comm: self.ep_comm,
+                dcp: self.dcp,
+                link_gbps: self.link_gbps,
+                link_latency_us: self.link_latency_us,
             },
         }
     }

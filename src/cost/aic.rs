@@ -563,8 +563,9 @@ fn moe_modules(
             s.model.hidden as u64,
             moe.moe_intermediate as u64,
             moe.top_k as u64,
-            s.tp,
-            1,
+            // Expert parallelism: whole experts (moe_tp 1) over the EP group.
+            s.tp / s.comm.ep_size(),
+            s.comm.ep_size(),
         );
         let touched = gemm.shape.batch;
         let tokens = s.tokens() as u64;
@@ -659,8 +660,11 @@ fn mla_attention(
         return;
     }
     let kv = if s.kv_bytes == 1.0 { "fp8" } else { "bfloat16" };
-    let heads = (s.model.num_heads / s.tp as usize) as u64;
-    let Some(growth) = t.mla_attention_growth(kv, heads, s.batch as f64, s.context as f64) else {
+    // Decode context parallelism: every rank runs its DCP group's heads over its KV shard.
+    let dcp = s.comm.dcp_size();
+    let heads = (s.model.num_heads / s.tp as usize) as u64 * dcp as u64;
+    let ctx = s.context.div_ceil(dcp as u64) as f64;
+    let Some(growth) = t.mla_attention_growth(kv, heads, s.batch as f64, ctx) else {
         o.warnings.insert(format!(
             "attention_mla_decode: no AIConfigurator MLA module rows for KV {kv} at {heads} heads per rank in {dir}: priced by the law"
         ));

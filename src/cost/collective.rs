@@ -5,11 +5,13 @@ use super::profile::{CollectiveOp, CollectiveParams};
 use crate::spec::{Algo, CommPath, Proto};
 use crate::workload::CostFamily;
 
-/// Ring steps of a collective over `n` ranks: 2(n−1) for all-reduce, n−1 for all-gather.
+/// Ring steps of a collective over `n` ranks: 2(n−1) for all-reduce, n−1 for all-gather,
+/// reduce-scatter and all-to-all (NCCL's `nsteps`, facts.md §4.2; all-to-all: n−1 peer
+/// exchanges).
 pub fn steps(family: CostFamily, n: u32) -> f64 {
     let n = n.max(1) as f64;
     match family {
-        CostFamily::AllGather => n - 1.0,
+        CostFamily::AllGather | CostFamily::ReduceScatter | CostFamily::AllToAll => n - 1.0,
         _ => 2.0 * (n - 1.0),
     }
 }

@@ -5,6 +5,7 @@ pub mod aic;
 pub mod allreduce;
 pub mod collective;
 pub mod kernel;
+pub mod link;
 pub mod profile;
 pub mod table;
 
@@ -70,6 +71,7 @@ pub fn price(w: &Workload, s: &Scenario, p: &CalibrationProfile) -> Result<Prici
     }
     let mut pricing = pr.finish(base_us);
     profile::apply_factors(&p.factors, w, s, &p.collectives, &mut pricing);
+    link::apply(w, s, &mut pricing);
     Ok(pricing)
 }
 
@@ -151,8 +153,17 @@ impl<'a> Pricer<'a> {
         t
     }
 
+    /// Ranks the collective spans: its own group (decode context parallelism), else TP.
+    fn group_of(&self, op: &Op) -> u32 {
+        if op.group > 0 {
+            op.group
+        } else {
+            self.s.tp
+        }
+    }
+
     fn collective(&mut self, op: &Op) -> Result<f64> {
-        if op.family == CostFamily::AllReduce && self.custom_ar {
+        if op.family == CostFamily::AllReduce && self.custom_ar && op.group == 0 {
             if let Some(c) = self.custom_allreduce(op) {
                 let c = self.table_scaled(c);
                 return Ok(self.record(op, c));
@@ -250,8 +261,13 @@ impl<'a> Pricer<'a> {
         if self.proto != Proto::Auto && self.path != CommPath::PcieP2p {
             return None;
         }
-        let n = self.s.tp;
-        let curve = t.nccl_curve(op.family.key(), n)?;
+        let n = self.group_of(op);
+        // The AIConfigurator table spells nccl-tests' all-to-all `alltoall`.
+        let key = match op.family {
+            CostFamily::AllToAll => "alltoall",
+            f => f.key(),
+        };
+        let curve = t.nccl_curve(key, n)?;
         let rows = curve.regime(self.proto)?;
         let bytes = op.message_bytes as f64;
         let tp = aic::comm_price(rows, bytes)?;
@@ -342,7 +358,7 @@ impl<'a> Pricer<'a> {
     }
 
     fn nccl_by_law(&mut self, op: &Op) -> Result<CollectiveChoice> {
-        let (p, n, path) = (self.p, self.s.tp, self.path);
+        let (p, n, path) = (self.p, self.group_of(op), self.path);
         let cands = collective::candidates(
             &p.collectives,
             op.family,
@@ -368,6 +384,15 @@ impl<'a> Pricer<'a> {
                 ),
             ));
         };
+        // Profiles state all_reduce / all_gather / any entries only.
+        if matches!(op.family, CostFamily::AllToAll | CostFamily::ReduceScatter) {
+            self.warnings.insert(format!(
+                "profile '{}' has no {} entry for path '{path}': priced by the {} entry's law with n−1 steps",
+                p.profile.name,
+                op.family,
+                c.op
+            ));
+        }
         if !c.measured_nranks.is_empty() && !c.measured_nranks.contains(&n) {
             self.warnings.insert(format!(
                 "collective {}/{}/{}: measured at {:?} ranks, extrapolated to {n}",

@@ -53,7 +53,11 @@ impl CollectiveOp {
     /// The entry's op for a collective family (`any` is never the family's own).
     pub fn of(family: CostFamily) -> Self {
         match family {
-            CostFamily::AllGather => CollectiveOp::AllGather,
+            // All-to-all and reduce-scatter take n−1 steps like the all-gather: its entry's law
+            // prices them where the profile has none of their own (a warning says so).
+            CostFamily::AllGather | CostFamily::AllToAll | CostFamily::ReduceScatter => {
+                CollectiveOp::AllGather
+            }
             _ => CollectiveOp::AllReduce,
         }
     }
@@ -403,11 +407,7 @@ pub fn apply_factors(
         }
     }
     for c in &pricing.collectives {
-        let family = if c.op == CostFamily::AllGather.key() {
-            CostFamily::AllGather
-        } else {
-            CostFamily::AllReduce
-        };
+        let family = CostFamily::from_key(c.op).unwrap_or(CostFamily::AllReduce);
         scaled.push(f.collective_us(c.time_us, latency_of(family, c.bytes, c.time_us)));
     }
     for (c, t) in pricing.collectives.iter_mut().zip(scaled) {

@@ -137,7 +137,7 @@ impl Engine {
                     for r in 0..ranks {
                         self.cpu[r] += launch;
                         let jitter = 1.0 + kernel_amp * (2.0 * rng.random::<f64>() - 1.0);
-                        let dur = base * self.speed[r] * jitter;
+                        let dur = base * self.speed[r] * jitter * op.rank_factor(r);
                         let free = if aux {
                             &mut self.aux_free[r]
                         } else {

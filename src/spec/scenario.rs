@@ -84,14 +84,53 @@ enum_names!(AllreduceImpl, "all-reduce implementation",
     AllreduceImpl::Auto => ["auto"]);
 
 /// How collectives are carried beyond NCCL's protocol and algorithm: the all-reduce
-/// implementation and the NCCL environment knobs that change cost (facts.md §4.3).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
+/// implementation and the NCCL environment knobs that change cost (facts.md §4.3), plus the
+/// parallelism and link overrides that change what the step communicates (`--ep`, `--dcp`,
+/// `--link-gbps`, `--link-latency-us`; `workload::parallel`, `cost::link`).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Default)]
 pub struct CommKnobs {
     pub allreduce: AllreduceImpl,
     /// `NCCL_MAX_NCHANNELS` (None: unset).
     pub nccl_max_nchannels: Option<u32>,
     /// `NCCL_BUFFSIZE` in bytes (None: unset, NCCL's 4 MiB).
     pub nccl_buffsize: Option<u64>,
+    /// Expert-parallel size (`--ep`, vLLM's `--enable-expert-parallel`); None or 1: off.
+    pub ep: Option<u32>,
+    /// How expert parallelism moves tokens (`--ep-comm`).
+    pub ep_comm: EpComm,
+    /// Decode-context-parallel size (`--dcp`, vLLM's `--decode-context-parallel-size`).
+    pub dcp: Option<u32>,
+    /// Hypothetical link bandwidth per direction, GB/s (`--link-gbps`).
+    pub link_gbps: Option<f64>,
+    /// Hypothetical link latency per hop, µs (`--link-latency-us`).
+    pub link_latency_us: Option<f64>,
+}
+
+/// How expert parallelism carries tokens to the experts and back (`workload::parallel`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum EpComm {
+    /// Each rank dispatches its 1/N slice of the batch to the experts' owners and combines the
+    /// results back (all-to-all), then an all-gather re-replicates the batch for TP attention;
+    /// this replaces the MoE all-reduce.
+    #[default]
+    AllToAll,
+    /// Every rank runs its own experts on the whole (replicated) batch and the MoE all-reduce
+    /// sums the partial outputs, as with TP experts.
+    AllReduce,
+}
+
+enum_names!(serde EpComm, "expert-parallel communication",
+    EpComm::AllToAll => ["all-to-all", "alltoall"], EpComm::AllReduce => ["allreduce", "all-reduce"]);
+
+impl CommKnobs {
+    /// Expert-parallel size (1: experts are tensor-parallel).
+    pub fn ep_size(&self) -> u32 {
+        self.ep.unwrap_or(1).max(1)
+    }
+    /// Decode-context-parallel size (1: every rank reads the whole context).
+    pub fn dcp_size(&self) -> u32 {
+        self.dcp.unwrap_or(1).max(1)
+    }
 }
 
 /// Largest batch and context the simulator accepts: beyond these a typo is likelier than intent.
@@ -210,6 +249,68 @@ impl Scenario {
         if let Some(moe) = &m.moe {
             self.routing
                 .check(moe.n_routed_experts, moe.top_k, m.num_layers)?;
+        }
+        self.validate_parallel_and_link()?;
+        Ok(())
+    }
+
+    /// `--ep`, `--dcp`, `--link-gbps`, `--link-latency-us`: each error names the flag, the value
+    /// and what is allowed.
+    fn validate_parallel_and_link(&self) -> Result<()> {
+        let (m, tp, k) = (&self.model, self.tp, &self.comm);
+        if let Some(ep) = k.ep {
+            if ep == 0 {
+                return Err(Error::Scenario(
+                    "--ep 0 is out of range: expected 1 (off) or the TP size".into(),
+                ));
+            }
+            if ep > 1 {
+                let Some(moe) = &m.moe else {
+                    return Err(Error::Scenario(format!(
+                        "--ep {ep}: {} has no routed experts to spread (expert parallelism needs a MoE model)",
+                        m.name
+                    )));
+                };
+                // vLLM sizes the EP group as DP x TP; decodesim simulates DP = 1.
+                if ep != tp {
+                    return Err(Error::Scenario(format!(
+                        "--ep {ep}: with data parallel 1 vLLM's expert-parallel group is the TP group, so --ep must be 1 or the TP size {tp}"
+                    )));
+                }
+                if !moe.n_routed_experts.is_multiple_of(ep as usize) {
+                    return Err(Error::Scenario(format!(
+                        "--ep {ep} does not divide the {} routed experts of {} (use a divisor of {})",
+                        moe.n_routed_experts, m.name, moe.n_routed_experts
+                    )));
+                }
+            }
+        }
+        if let Some(dcp) = k.dcp {
+            if dcp == 0 || !tp.is_multiple_of(dcp) {
+                return Err(Error::Scenario(format!(
+                    "--dcp {dcp} does not divide --tp {tp}: decode context parallelism shards the KV cache across ranks of the TP group (use a divisor of {tp})"
+                )));
+            }
+            if dcp > 1 && m.mla.is_none() {
+                return Err(Error::Scenario(format!(
+                    "--dcp {dcp}: decodesim shards the KV cache of MLA models only (vLLM's decode context parallelism began with MLA); {} uses grouped-query attention",
+                    m.name
+                )));
+            }
+        }
+        if let Some(g) = k.link_gbps {
+            if !(g.is_finite() && g > 0.0 && g <= 10_000.0) {
+                return Err(Error::Scenario(format!(
+                    "--link-gbps {g} is out of range: expected a bandwidth per direction above 0 and at most 10000 GB/s"
+                )));
+            }
+        }
+        if let Some(l) = k.link_latency_us {
+            if !(l.is_finite() && (0.0..=1_000.0).contains(&l)) {
+                return Err(Error::Scenario(format!(
+                    "--link-latency-us {l} is out of range: expected 0 to 1000 us per hop"
+                )));
+            }
         }
         Ok(())
     }

@@ -60,6 +60,8 @@ impl Builder {
             bytes,
             message_bytes: 0,
             measure: None,
+            group: 0,
+            rank_scale: Vec::new(),
         });
     }
 

@@ -8,6 +8,7 @@ pub mod memory;
 mod mla;
 mod moe;
 pub mod op;
+pub mod parallel;
 pub mod routing;
 
 pub use op::{CostFamily, Op, Shape, Stream};
@@ -173,11 +174,13 @@ pub fn build_pass(s: &Scenario, queries_per_seq: u32) -> Workload {
     }
     b.layer = -1;
     frame::head(&mut b, &shape);
-    Workload {
+    let mut w = Workload {
         ops: b.ops,
         experts_touched: routing.experts_touched.clone(),
         routing,
-    }
+    };
+    parallel::apply(s, tokens, &mut w);
+    w
 }
 
 /// Count and message size of each collective in a workload, in order of first appearance.

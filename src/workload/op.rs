@@ -49,6 +49,11 @@ pub enum CostFamily {
     Embedding,
     AllReduce,
     AllGather,
+    /// Expert-parallel token dispatch/combine (nccl-tests `alltoall`: `bytes` is each rank's
+    /// send buffer; n−1 steps).
+    AllToAll,
+    /// Reduce-scatter (`bytes` is the input buffer, as nccl-tests counts it; n−1 steps).
+    ReduceScatter,
     /// The auxiliary stream waits for the compute stream (an event record/wait pair).
     Fork,
     /// The compute stream waits for the auxiliary stream.
@@ -74,6 +79,8 @@ crate::names::enum_names!(serde CostFamily, "kernel family",
     CostFamily::Embedding => ["embedding"],
     CostFamily::AllReduce => ["all_reduce"],
     CostFamily::AllGather => ["all_gather"],
+    CostFamily::AllToAll => ["all_to_all"],
+    CostFamily::ReduceScatter => ["reduce_scatter"],
     CostFamily::Fork => ["fork"],
     CostFamily::Join => ["join"],
 );
@@ -84,7 +91,7 @@ impl CostFamily {
         self.name()
     }
 
-    pub const ALL: [CostFamily; 20] = {
+    pub const ALL: [CostFamily; 22] = {
         use CostFamily::*;
         [
             GemmBf16,
@@ -105,6 +112,8 @@ impl CostFamily {
             Embedding,
             AllReduce,
             AllGather,
+            AllToAll,
+            ReduceScatter,
             Fork,
             Join,
         ]
@@ -124,7 +133,13 @@ impl CostFamily {
     }
 
     pub fn is_collective(self) -> bool {
-        matches!(self, CostFamily::AllReduce | CostFamily::AllGather)
+        matches!(
+            self,
+            CostFamily::AllReduce
+                | CostFamily::AllGather
+                | CostFamily::AllToAll
+                | CostFamily::ReduceScatter
+        )
     }
 
     pub fn is_sync(self) -> bool {
@@ -215,10 +230,27 @@ pub struct Op {
     pub message_bytes: u64,
     /// Its key in a measurement table, when the harness measures this kind of kernel.
     pub measure: Option<MeasureKey>,
+    /// Ranks a collective spans (0: the whole tensor-parallel group); a decode-context-parallel
+    /// group is smaller (`workload::parallel`).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub group: u32,
+    /// Per-rank multiplier of the op's priced time (empty: the same on every rank). Expert
+    /// parallelism gives each rank its own experts' load (`workload::parallel`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub rank_scale: Vec<f64>,
+}
+
+fn is_zero(v: &u32) -> bool {
+    *v == 0
 }
 
 impl Op {
     pub fn is_kernel(&self) -> bool {
         !self.family.is_sync()
+    }
+
+    /// This op's time multiplier on `rank` (1 unless expert parallelism loads ranks unevenly).
+    pub fn rank_factor(&self, rank: usize) -> f64 {
+        self.rank_scale.get(rank).copied().unwrap_or(1.0)
     }
 }

@@ -11,9 +11,33 @@ use crate::whatif::{parse_f64_list, parse_u32_list};
 use std::path::PathBuf;
 
 #[derive(Debug, clap::Args)]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct WhatifArgs {
     #[command(subcommand)]
-    pub command: WhatifCommand,
+    pub command: Option<WhatifCommand>,
+    #[command(flatten)]
+    pub vary: VaryArgs,
+}
+
+/// `whatif --vary KEY=V1,V2,...`: variants of the scenario flags, each on the full timeline.
+#[derive(Debug, clap::Args)]
+pub struct VaryArgs {
+    #[command(flatten)]
+    pub scenario: ScenarioArgs,
+    /// KEY=V1,V2,... (repeatable; keys: batch, context, tp, nccl-proto, nccl-algo, p2p,
+    /// cuda-graphs, kv-cache-dtype, system, calibration, routing, allreduce, ep, ep-comm, dcp,
+    /// link-gbps, link-latency-us). Several keys combine as their Cartesian product.
+    #[arg(long, value_name = "KEY=V1,V2,...")]
+    pub vary: Vec<String>,
+    /// Vary each key alone (the others at the base) instead of every combination.
+    #[arg(long)]
+    pub one_at_a_time: bool,
+    /// Op families listed per variant.
+    #[arg(long, default_value_t = 3)]
+    pub top: usize,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
 }
 
 #[derive(Debug, clap::Subcommand)]
@@ -69,8 +93,27 @@ pub struct SpecDecodeArgs {
 
 pub fn run(a: WhatifArgs) -> Result<()> {
     match a.command {
-        WhatifCommand::SpecDecode(a) => run_spec_decode(a),
+        Some(WhatifCommand::SpecDecode(a)) => run_spec_decode(a),
+        None => run_vary(a.vary),
     }
+}
+
+fn run_vary(a: VaryArgs) -> Result<()> {
+    use crate::whatif::vary;
+    let req = vary::VaryRequest {
+        base: a.scenario.request(),
+        axes: vary::parse_axes(&a.vary)?,
+        one_at_a_time: a.one_at_a_time,
+    };
+    let study = vary::run(&req)?;
+    let text = match a.format {
+        Format::Table => vary::table(&study, a.top),
+        Format::Json => {
+            serde_json::to_string_pretty(&vary::json(&study)).expect("JSON value") + "\n"
+        }
+        Format::Csv => vary::csv(&study, a.top),
+    };
+    print(&text)
 }
 
 pub fn spec_decode_request(a: &SpecDecodeArgs) -> Result<SpecDecodeRequest> {

@@ -1,0 +1,453 @@
+//! `decodesim whatif --vary KEY=V1,V2,...`: variants of a base scenario, each simulated on the
+//! full timeline, ranked by tokens/s, with what moved: per-category time and the op families
+//! whose time changed most.
+//!
+//! Several `--vary` keys combine as their Cartesian product (every combination is one variant);
+//! `--one-at-a-time` varies each key alone with the others at the base instead. Every variant is
+//! loaded and checked before any is simulated, so bad input costs no work.
+
+use crate::category::Category;
+use crate::error::{Error, Result};
+use crate::sim::{simulate, ScenarioRequest, Simulation};
+use crate::spec::scenario::{AllreduceImpl, EpComm};
+use crate::spec::{Algo, Proto};
+use crate::workload::CostFamily;
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::str::FromStr;
+
+/// Most variants one command simulates (each is a full timeline).
+pub const MAX_VARIANTS: usize = 512;
+
+/// The keys `--vary` accepts, as the user spells them.
+pub const KEYS: &[&str] = &[
+    "batch",
+    "context",
+    "tp",
+    "nccl-proto",
+    "nccl-algo",
+    "p2p",
+    "cuda-graphs",
+    "kv-cache-dtype",
+    "system",
+    "calibration",
+    "routing",
+    "allreduce",
+    "ep",
+    "ep-comm",
+    "dcp",
+    "link-gbps",
+    "link-latency-us",
+];
+
+#[derive(Debug, Clone)]
+pub struct VaryRequest {
+    pub base: ScenarioRequest,
+    /// (key, values) in the order given.
+    pub axes: Vec<(String, Vec<String>)>,
+    pub one_at_a_time: bool,
+}
+
+/// Parses `KEY=V1,V2,...` arguments: an unknown key, a key given twice or an empty list is an
+/// error naming it.
+pub fn parse_axes(args: &[String]) -> Result<Vec<(String, Vec<String>)>> {
+    let mut out: Vec<(String, Vec<String>)> = Vec::new();
+    for a in args {
+        let Some((k, v)) = a.split_once('=') else {
+            return Err(Error::Scenario(format!(
+                "--vary '{}': expected KEY=V1,V2,... (keys: {})",
+                crate::names::shorten(a),
+                KEYS.join(", ")
+            )));
+        };
+        let key = k.trim().to_ascii_lowercase().replace('_', "-");
+        if !KEYS.contains(&key.as_str()) {
+            return Err(Error::Scenario(format!(
+                "--vary: unknown key '{}' (allowed: {})",
+                crate::names::shorten(k),
+                KEYS.join(", ")
+            )));
+        }
+        if out.iter().any(|(x, _)| *x == key) {
+            return Err(Error::Scenario(format!(
+                "--vary: key '{key}' is given twice; list all its values once ({key}=V1,V2,...)"
+            )));
+        }
+        let values: Vec<String> = v
+            .split(',')
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
+            .collect();
+        if values.is_empty() {
+            return Err(Error::Scenario(format!("--vary {key}=: no values")));
+        }
+        out.push((key, values));
+    }
+    if out.is_empty() {
+        return Err(Error::Scenario(format!(
+            "whatif: give at least one --vary KEY=V1,V2,... (keys: {})",
+            KEYS.join(", ")
+        )));
+    }
+    Ok(out)
+}
+
+fn bad(key: &str, value: &str, allowed: &str) -> Error {
+    Error::Scenario(format!(
+        "--vary {key}={}: {allowed}",
+        crate::names::shorten(value)
+    ))
+}
+
+fn num<T: FromStr>(key: &str, v: &str, allowed: &str) -> Result<T> {
+    v.parse::<T>().map_err(|_| bad(key, v, allowed))
+}
+
+fn on_off(key: &str, v: &str) -> Result<bool> {
+    match v.to_ascii_lowercase().as_str() {
+        "on" | "true" | "1" => Ok(true),
+        "off" | "false" | "0" => Ok(false),
+        _ => Err(bad(key, v, "expected on or off")),
+    }
+}
+
+/// Sets one key of a request; the scenario check (`ScenarioRequest::load`) then holds the whole.
+pub fn set(req: &mut ScenarioRequest, key: &str, v: &str) -> Result<()> {
+    let named = |e: Error| bad(key, v, &e.to_string());
+    match key {
+        "batch" => req.batch = num(key, v, "expected a whole number of sequences")?,
+        "context" => req.context = num(key, v, "expected a whole number of tokens")?,
+        "tp" => req.tp = Some(num(key, v, "expected a whole number of GPUs")?),
+        "nccl-proto" => req.proto = Proto::from_str(v).map_err(named)?,
+        "nccl-algo" => req.algo = Algo::from_str(v).map_err(named)?,
+        "p2p" => req.p2p = on_off(key, v)?,
+        "cuda-graphs" => req.cuda_graphs = on_off(key, v)?,
+        "kv-cache-dtype" => {
+            req.kv_bytes = match v.to_ascii_lowercase().as_str() {
+                "bf16" => 2.0,
+                "fp8" => 1.0,
+                _ => return Err(bad(key, v, "expected bf16 or fp8")),
+            }
+        }
+        "system" => req.system = v.to_string(),
+        "calibration" => req.calibration = Some(v.to_string()),
+        "routing" => req.routing = Some(crate::spec::routing::Routing::parse(v).map_err(named)?),
+        "allreduce" => req.comm.allreduce = AllreduceImpl::from_str(v).map_err(named)?,
+        "ep" => req.comm.ep = Some(num(key, v, "expected 1 or the TP size")?),
+        "ep-comm" => req.comm.ep_comm = EpComm::from_str(v).map_err(named)?,
+        "dcp" => req.comm.dcp = Some(num(key, v, "expected a divisor of the TP size")?),
+        "link-gbps" => req.comm.link_gbps = Some(num(key, v, "expected GB/s per direction")?),
+        "link-latency-us" => req.comm.link_latency_us = Some(num(key, v, "expected µs per hop")?),
+        _ => {
+            return Err(Error::Scenario(format!(
+                "--vary: unknown key '{key}' (allowed: {})",
+                KEYS.join(", ")
+            )))
+        }
+    }
+    Ok(())
+}
+
+/// The variants' settings: each a list of (key, value).
+pub fn combinations(
+    axes: &[(String, Vec<String>)],
+    one_at_a_time: bool,
+) -> Vec<Vec<(String, String)>> {
+    if one_at_a_time {
+        return axes
+            .iter()
+            .flat_map(|(k, vs)| vs.iter().map(move |v| vec![(k.clone(), v.clone())]))
+            .collect();
+    }
+    let mut out: Vec<Vec<(String, String)>> = vec![Vec::new()];
+    for (k, vs) in axes {
+        out = out
+            .iter()
+            .flat_map(|prefix| {
+                vs.iter().map(move |v| {
+                    let mut p = prefix.clone();
+                    p.push((k.clone(), v.clone()));
+                    p
+                })
+            })
+            .collect();
+    }
+    out
+}
+
+/// A variant's step against the base.
+#[derive(Debug, Clone)]
+pub struct VariantResult {
+    pub settings: Vec<(String, String)>,
+    pub step_time_us: f64,
+    pub tokens_per_s: f64,
+    /// Exclusive time per category (mean over ranks), variant − base, µs.
+    pub category_delta_us: Vec<(Category, f64)>,
+    /// Summed kernel time per op family (mean over ranks, waits included), variant − base, µs,
+    /// largest change first; with the op counts (base, variant).
+    pub family_delta_us: Vec<(CostFamily, f64, usize, usize)>,
+    pub warnings: Vec<String>,
+}
+
+impl VariantResult {
+    pub fn label(&self) -> String {
+        self.settings
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct VaryStudy {
+    pub base: Simulation,
+    /// Ranked by tokens/s, best first.
+    pub variants: Vec<VariantResult>,
+}
+
+/// Kernel time per op family summed over the step, averaged over ranks, and op counts.
+pub fn family_time(sim: &Simulation) -> BTreeMap<CostFamily, (f64, usize)> {
+    let mut out: BTreeMap<CostFamily, (f64, usize)> = BTreeMap::new();
+    let ranks = sim.timeline.ranks.max(1) as f64;
+    for r in &sim.timeline.records {
+        let op = &sim.workload.ops[r.op as usize];
+        out.entry(op.family).or_default().0 += (r.end_us - r.start_us) / ranks;
+    }
+    for op in sim.workload.ops.iter().filter(|o| o.is_kernel()) {
+        out.entry(op.family).or_default().1 += 1;
+    }
+    out
+}
+
+fn compare(base: &Simulation, v: &Simulation, settings: Vec<(String, String)>) -> VariantResult {
+    let category_delta_us = Category::ALL
+        .iter()
+        .map(|&c| (c, v.mean.time(c) - base.mean.time(c)))
+        .collect();
+    let (fb, fv) = (family_time(base), family_time(v));
+    let mut fams: Vec<(CostFamily, f64, usize, usize)> = fb
+        .keys()
+        .chain(fv.keys())
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .map(|f| {
+            let (b, nb) = fb.get(f).copied().unwrap_or_default();
+            let (x, nx) = fv.get(f).copied().unwrap_or_default();
+            (*f, x - b, nb, nx)
+        })
+        .filter(|(_, d, nb, nx)| d.abs() > 1e-9 || nb != nx)
+        .collect();
+    fams.sort_by(|a, b| b.1.abs().total_cmp(&a.1.abs()));
+    VariantResult {
+        settings,
+        step_time_us: v.step_time_us(),
+        tokens_per_s: v.tokens_per_s(),
+        category_delta_us,
+        family_delta_us: fams,
+        warnings: v.warnings.clone(),
+    }
+}
+
+/// Checks every variant, then simulates the base and each variant.
+pub fn run(req: &VaryRequest) -> Result<VaryStudy> {
+    let combos = combinations(&req.axes, req.one_at_a_time);
+    if combos.len() > MAX_VARIANTS {
+        return Err(Error::Scenario(format!(
+            "--vary: {} variants (the product of the lists) is above {MAX_VARIANTS}; shorten the lists or use --one-at-a-time",
+            combos.len()
+        )));
+    }
+    req.base.load()?;
+    let mut reqs = Vec::with_capacity(combos.len());
+    for settings in combos {
+        let mut r = req.base.clone();
+        for (k, v) in &settings {
+            set(&mut r, k, v)?;
+        }
+        r.load().map_err(|e| {
+            let label: Vec<String> = settings.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            Error::Scenario(format!("--vary variant [{}]: {e}", label.join(" ")))
+        })?;
+        reqs.push((settings, r));
+    }
+    let base = simulate(&req.base)?;
+    let mut variants = Vec::with_capacity(reqs.len());
+    for (settings, r) in reqs {
+        let v = simulate(&r)?;
+        variants.push(compare(&base, &v, settings));
+    }
+    variants.sort_by(|a, b| b.tokens_per_s.total_cmp(&a.tokens_per_s));
+    Ok(VaryStudy { base, variants })
+}
+
+fn signed_us(v: f64) -> String {
+    if v >= 0.0 {
+        format!("+{}", crate::units::us(v))
+    } else {
+        format!("-{}", crate::units::us(-v))
+    }
+}
+
+fn family_text(f: &(CostFamily, f64, usize, usize)) -> String {
+    let counts = if f.2 != f.3 {
+        format!(" ({} → {} ops)", f.2, f.3)
+    } else {
+        String::new()
+    };
+    format!("{} {}{}", f.0, signed_us(f.1), counts)
+}
+
+/// The text table: one line per variant, then its category shifts and top families.
+pub fn table(s: &VaryStudy, top: usize) -> String {
+    use std::fmt::Write;
+    let b = &s.base;
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "base: {} on {}, TP={}, batch {}, context {}: step {} µs, {:.1} tokens/s",
+        b.scenario.model.name,
+        b.scenario.system.name,
+        b.scenario.tp,
+        b.scenario.batch,
+        b.scenario.context,
+        crate::units::us(b.step_time_us()),
+        b.tokens_per_s()
+    );
+    let _ = writeln!(o, "variants, ranked by tokens/s (full timeline each):\n");
+    let w = s
+        .variants
+        .iter()
+        .map(|v| v.label().len())
+        .max()
+        .unwrap_or(7)
+        .max(7);
+    let _ = writeln!(
+        o,
+        "{:>4}  {:<w$}  {:>12}  {:>10}  {:>8}",
+        "rank", "variant", "step µs", "tokens/s", "vs base"
+    );
+    for (i, v) in s.variants.iter().enumerate() {
+        let _ = writeln!(
+            o,
+            "{:>4}  {:<w$}  {:>12}  {:>10.1}  {:>7.3}x",
+            i + 1,
+            v.label(),
+            crate::units::us(v.step_time_us),
+            v.tokens_per_s,
+            v.tokens_per_s / b.tokens_per_s()
+        );
+    }
+    let _ = writeln!(o, "\nwhat moved (variant − base, mean over ranks):");
+    for v in &s.variants {
+        let cats: Vec<String> = v
+            .category_delta_us
+            .iter()
+            .filter(|(_, d)| d.abs() >= 0.05)
+            .map(|(c, d)| format!("{} {}", c.name(), signed_us(*d)))
+            .collect();
+        let _ = writeln!(o, "  {}:", v.label());
+        let _ = writeln!(
+            o,
+            "    categories: {}",
+            if cats.is_empty() {
+                "no change".into()
+            } else {
+                cats.join(", ")
+            }
+        );
+        let fams: Vec<String> = v
+            .family_delta_us
+            .iter()
+            .take(top)
+            .map(family_text)
+            .collect();
+        if !fams.is_empty() {
+            let _ = writeln!(o, "    top op families: {}", fams.join(", "));
+        }
+    }
+    let mut warns: Vec<&String> = s.variants.iter().flat_map(|v| &v.warnings).collect();
+    warns.sort();
+    warns.dedup();
+    let base_w: Vec<&String> = b.warnings.iter().collect();
+    let new: Vec<&&String> = warns.iter().filter(|w| !base_w.contains(w)).collect();
+    if !new.is_empty() {
+        let _ = writeln!(o, "\nwarnings of the variants (beyond the base's):");
+        for w in new {
+            let _ = writeln!(o, "  - {w}");
+        }
+    }
+    o
+}
+
+pub fn json(s: &VaryStudy) -> serde_json::Value {
+    let b = &s.base;
+    json!({
+        "base": {
+            "step_time_us": b.step_time_us(),
+            "tokens_per_s": b.tokens_per_s(),
+            "categories_us": Category::ALL.iter().map(|c| (c.name().to_string(), json!(b.mean.time(*c)))).collect::<serde_json::Map<_, _>>(),
+        },
+        "variants": s.variants.iter().map(|v| json!({
+            "settings": v.settings.iter().map(|(k, x)| (k.clone(), json!(x))).collect::<serde_json::Map<_, _>>(),
+            "step_time_us": v.step_time_us,
+            "tokens_per_s": v.tokens_per_s,
+            "speedup": v.tokens_per_s / b.tokens_per_s(),
+            "category_delta_us": v.category_delta_us.iter().map(|(c, d)| (c.name().to_string(), json!(d))).collect::<serde_json::Map<_, _>>(),
+            "family_delta_us": v.family_delta_us.iter().map(|f| json!({
+                "family": f.0.key(), "delta_us": f.1, "ops_base": f.2, "ops_variant": f.3,
+            })).collect::<Vec<_>>(),
+            "warnings": v.warnings,
+        })).collect::<Vec<_>>(),
+    })
+}
+
+pub fn csv(s: &VaryStudy, top: usize) -> String {
+    let b = &s.base;
+    let keys: Vec<String> = s
+        .variants
+        .first()
+        .map(|v| v.settings.iter().map(|(k, _)| k.clone()).collect())
+        .unwrap_or_default();
+    // Cartesian variants share their keys: one column each; one-at-a-time ones do not.
+    let same_keys = s
+        .variants
+        .iter()
+        .all(|v| v.settings.iter().map(|(k, _)| k).eq(keys.iter()));
+    let mut o = String::new();
+    let mut head: Vec<String> = if same_keys {
+        keys.clone()
+    } else {
+        vec!["variant".into()]
+    };
+    head.extend(["step_time_us", "tokens_per_s", "speedup"].map(String::from));
+    head.extend(
+        Category::ALL
+            .iter()
+            .map(|c| format!("delta_{}_us", c.name())),
+    );
+    head.push("top_families".into());
+    o.push_str(&head.join(","));
+    o.push('\n');
+    for v in &s.variants {
+        let mut row: Vec<String> = if !same_keys {
+            vec![v.label()]
+        } else {
+            v.settings.iter().map(|(_, x)| x.clone()).collect()
+        };
+        row.push(format!("{:.3}", v.step_time_us));
+        row.push(format!("{:.3}", v.tokens_per_s));
+        row.push(format!("{:.5}", v.tokens_per_s / b.tokens_per_s()));
+        row.extend(v.category_delta_us.iter().map(|(_, d)| format!("{d:.3}")));
+        let fams: Vec<String> = v
+            .family_delta_us
+            .iter()
+            .take(top)
+            .map(|f| format!("{}:{:.3}", f.0.key(), f.1))
+            .collect();
+        row.push(format!("\"{}\"", fams.join(" ")));
+        o.push_str(&row.join(","));
+        o.push('\n');
+    }
+    o
+}

@@ -267,7 +267,11 @@ pub fn run(req: &VaryRequest) -> Result<VaryStudy> {
         }
         r.load().map_err(|e| {
             let label: Vec<String> = settings.iter().map(|(k, v)| format!("{k}={v}")).collect();
-            Error::Scenario(format!("--vary variant [{}]: {e}", label.join(" ")))
+            let why = match e {
+                Error::Scenario(m) => m,
+                other => other.to_string(),
+            };
+            Error::Scenario(format!("--vary variant [{}]: {why}", label.join(" ")))
         })?;
         reqs.push((settings, r));
     }

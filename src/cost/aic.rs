@@ -491,7 +491,7 @@ fn gemms(w: &Workload, t: &AicTables, bw: f64, o: &mut Overrides, dir: &str) {
 
 /// The ops of one layer's routed-expert call, as vLLM's fused Marlin MoE runs them
 /// (moe_align_block_size, w13, activation, w2, moe_sum): what AIConfigurator's MoE rows time.
-fn is_moe_module_op(op: &Op) -> bool {
+pub fn is_moe_module_op(op: &Op) -> bool {
     op.stream == Stream::Compute
         && (matches!(
             op.family,
@@ -657,6 +657,10 @@ fn mla_attention(
         mla.v_head_dim as u64,
     ];
     if ours != dims || !t.has("mla_generation.csv") {
+        return;
+    }
+    // No attention op to price (a partial workload, e.g. the fast path's): skip the lookups.
+    if !w.ops.iter().any(|o| o.family == CostFamily::AttentionMlaDecode) {
         return;
     }
     let kv = if s.kv_bytes == 1.0 { "fp8" } else { "bfloat16" };

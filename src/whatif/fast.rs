@@ -1,36 +1,57 @@
-//! The aggregate fast path: a decode step priced in closed form, without kernel records.
+//! The aggregate fast path: a decode step priced without the 8-rank timeline.
 //!
 //! With jitter off every rank plays the same kernels, so the timeline engine reduces to one
 //! rank's max-plus recursion (stream free times, the CPU's launch clock, fork/join of the
 //! auxiliary stream). The fast path keeps that recursion but plays each distinct layer once:
 //! a run of identical layers is played until its state relative to the compute stream repeats,
-//! then the remaining layers are added as whole-layer increments. Op costs are the cost
-//! module's own laws evaluated on FLOPs and bytes that are linear in a small basis of the
-//! scenario's variables (tokens, sequences, context, split-KV count, experts touched); the
-//! coefficients are read off the real workload builder by probing it at a few shapes, so the
-//! builder stays the one place where FLOPs and bytes are written down. Experts touched per
-//! layer take their expectation n(1 - (1 - k/n)^T) instead of a seeded draw.
+//! then the remaining layers are added as whole-layer increments.
+//!
+//! Op shapes (FLOPs, bytes, message bytes, GEMM dimensions, table keys) are linear in a small
+//! basis of the scenario's variables (tokens, sequences, context, split-KV count, experts
+//! touched); the coefficients are read off the real workload builder by probing it, so the
+//! builder stays the one place where shapes are written down. Costs are NOT fitted: each
+//! representative op is rebuilt at the scenario's shape and priced by `cost::price`, the very
+//! function the timeline uses (AIConfigurator tables, laws, collectives with their protocol
+//! choice, the profile's factors). Pricing is memoised per thread, by what each op's price
+//! depends on: ops that follow the tokens per (pass, batch, queries), attention per (pass,
+//! batch, queries, context), collectives per (pass, batch, queries, NCCL setting, graph mode).
+//! A sweep therefore prices each distinct shape once and plays the recursion for every row.
+//!
+//! Experts touched per MoE layer take their closed-form expectation under the scenario's routing
+//! where the timeline draws them per layer (seeded): the one difference between the two.
 
-use crate::cost::collective;
-use crate::cost::profile::CollectiveParams;
-use crate::cost::CalibrationProfile;
+use crate::category::Category;
+use crate::cost::{self, CalibrationProfile};
 use crate::error::{Error, Result};
-use crate::spec::{CommPath, Proto, Scenario};
-use crate::workload::op::MeasureKey;
-use crate::workload::{CostFamily, Stream, Workload, SHARED_EXPERT_STREAM_TOKEN_THRESHOLD};
+use crate::spec::scenario::CommKnobs;
+use crate::spec::{NcclSettings, Scenario};
+use crate::workload::routing::DistinctExperts;
+use crate::workload::{
+    CostFamily, Op, Shape, Stream, Workload, SHARED_EXPERT_STREAM_TOKEN_THRESHOLD,
+};
 use nalgebra::{DMatrix, DVector};
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
 
-const NB: usize = 7;
+const NCAT: usize = Category::ALL.len();
+type Busy = [f64; NCAT];
+
+const NB: usize = 9;
 type Coef = [f64; NB];
 
-/// The scenario variables an op's FLOPs, bytes and shapes are linear in.
+/// Basis columns that carry the context (directly or through the split-KV count).
+const CONTEXT_COLS: [usize; 5] = [3, 4, 5, 7, 8];
+
+/// The scenario variables an op's shape is linear in.
 #[derive(Debug, Clone, Copy)]
-pub struct Vars {
-    pub tokens: f64,
-    pub seqs: f64,
-    pub context: f64,
-    pub splits: f64,
-    pub touched: f64,
+struct Vars {
+    tokens: f64,
+    seqs: f64,
+    context: f64,
+    splits: f64,
+    touched: f64,
 }
 
 impl Vars {
@@ -43,6 +64,8 @@ impl Vars {
             self.seqs * self.context,
             self.tokens * self.splits,
             self.touched,
+            self.context,
+            self.splits,
         ]
     }
 }
@@ -59,108 +82,148 @@ enum Kind {
     Join,
 }
 
+/// What an op's price depends on, hence where it is memoised.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Group {
+    /// Tokens and sequences only (GEMMs, MoE, norms, ...).
+    Tokens,
+    /// Also the context (attention and its split-KV reduce).
+    Context,
+    Collective,
+    /// Fork and join: no duration.
+    Sync,
+}
+
+/// An op's numeric fields as coefficients on the basis.
 #[derive(Debug, Clone)]
-struct OpT {
-    kind: Kind,
-    family: CostFamily,
-    category: crate::category::Category,
+struct Fields {
     flops: Coef,
     bytes: Coef,
-    m: Coef,
-    /// Roofline law: fixed µs, µs per FLOP at full ramp, µs per byte, m_half.
-    law: Option<[f64; 4]>,
-    /// A measured-table key whose m (and context, for attention) follow the scenario.
-    table: Option<(MeasureKey, Coef, bool)>,
+    message_bytes: Coef,
+    shape: [Coef; 4],
+    /// m, n, k, batch, context of the measurement-table key.
+    measure: Option<[Coef; 5]>,
+}
+
+impl Fields {
+    fn all(&self) -> impl Iterator<Item = &Coef> {
+        [&self.flops, &self.bytes, &self.message_bytes]
+            .into_iter()
+            .chain(self.shape.iter())
+            .chain(self.measure.iter().flatten())
+    }
 }
 
 #[derive(Debug, Clone)]
+struct OpT {
+    kind: Kind,
+    group: Group,
+    category: Category,
+    /// The representative op (name, kernel, family, stream, weights, table key): the numeric
+    /// fields are overwritten from `fields` before pricing.
+    template: Op,
+    fields: Fields,
+}
+
+impl OpT {
+    fn instantiate(&self, x: &Coef) -> Op {
+        let u = |c: &Coef| dot(c, x).round().max(0.0) as u64;
+        let mut op = self.template.clone();
+        op.flops = dot(&self.fields.flops, x);
+        op.bytes = dot(&self.fields.bytes, x);
+        op.message_bytes = u(&self.fields.message_bytes);
+        let s = &self.fields.shape;
+        op.shape = Shape {
+            m: u(&s[0]),
+            n: u(&s[1]),
+            k: u(&s[2]),
+            batch: u(&s[3]),
+        };
+        if let (Some(mk), Some(c)) = (op.measure.as_mut(), &self.fields.measure) {
+            mk.m = u(&c[0]);
+            mk.n = u(&c[1]);
+            mk.k = u(&c[2]);
+            mk.batch = u(&c[3]);
+            mk.context = u(&c[4]);
+        }
+        op
+    }
+}
+
+/// A run of identical layers (or the ops outside the layers, repeat 1): ops[start..end].
+#[derive(Debug, Clone, Copy)]
 struct Segment {
-    ops: Vec<OpT>,
+    start: usize,
+    end: usize,
     repeat: u32,
 }
 
 /// One regime of a pass (the op sequence is fixed within it).
 #[derive(Debug, Clone)]
 struct Regime {
+    ops: Vec<OpT>,
     segments: Vec<Segment>,
+    /// Ops priced together per group, in program order: (op, kept). An op whose price reads
+    /// its successor (a table entry that includes the next kernel, attention's split-KV
+    /// reduce) is followed by it, priced and dropped, as `cost::price` sees the real sequence.
+    tokens_layout: Vec<(usize, bool)>,
+    context_layout: Vec<(usize, bool)>,
+    /// Kept ops of the context layout, and the collectives.
+    context_ops: Vec<usize>,
+    collective_ops: Vec<usize>,
 }
 
 /// A forward pass (or any workload shape) in closed form, for one model, system and profile.
 #[derive(Debug, Clone)]
-pub struct PassModel {
+struct PassModel {
     /// Sequences of ops for T ≤ threshold (shared expert on the auxiliary stream) and above.
     low: Regime,
     high: Regime,
     threshold: f64,
-    experts: Option<(f64, f64)>,
-    /// Expected distinct experts touched by t tokens under the scenario's routing, for
-    /// t = 0..len (the closed form is O(experts) per call, too slow for a 1 µs scenario).
-    touched_by_tokens: Vec<f64>,
-    routing: crate::spec::routing::Routing,
+    /// Expected distinct experts touched per MoE layer under the scenario's routing.
+    experts: Option<DistinctExperts>,
     sms: u64,
+    /// This pass's slot in the memo.
+    slot: usize,
 }
 
-/// Token counts whose expected experts touched are tabulated once per pass model (a sweep's
-/// batch 256 with 6 draft tokens is 1,792 tokens).
-const TOUCHED_TABLE_TOKENS: usize = 4096;
+/// Unique ids of fast scenarios and collective settings (the memo's keys).
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
-/// The collective cost entries for one NCCL setting, prepared once per sweep setting.
+/// The NCCL setting collectives are priced with (protocol, algorithm, P2P, `--allreduce` and
+/// NCCL knobs), prepared once per sweep setting.
 #[derive(Debug, Clone)]
 pub struct Collectives {
-    all_reduce: Vec<CollectiveParams>,
-    all_gather: Vec<CollectiveParams>,
-    ranks: u32,
+    id: u64,
+    nccl: NcclSettings,
+    comm: CommKnobs,
 }
 
 impl Collectives {
+    /// Takes `s`'s NCCL settings; refuses (as `simulate` would) a setting the profile cannot
+    /// price.
     pub fn new(s: &Scenario, p: &CalibrationProfile) -> Result<Self> {
-        let path = s.comm_path();
-        let mut proto = s.nccl.proto;
-        // As cost::price: LL128 off NVLink falls back to NCCL's own choice.
-        if proto == Proto::Ll128 && path != CommPath::Nvlink {
-            proto = Proto::Auto;
+        if s.tp > 1 {
+            let mut b = crate::workload::builder::Builder::new();
+            let bytes = s.model.hidden as u64 * 2;
+            b.collective("all_reduce", "nccl", CostFamily::AllReduce, bytes);
+            b.collective("all_gather", "nccl", CostFamily::AllGather, bytes);
+            let w = Workload {
+                ops: b.ops,
+                experts_touched: Vec::new(),
+                routing: Default::default(),
+            };
+            cost::price(&w, s, p)?;
         }
-        let get = |f: CostFamily| -> Result<Vec<CollectiveParams>> {
-            let c: Vec<CollectiveParams> =
-                collective::candidates(&p.collectives, f, path, s.nccl.algo, proto)
-                    .into_iter()
-                    .cloned()
-                    .collect();
-            if c.is_empty() && s.tp > 1 {
-                return Err(Error::field(
-                    &p.path,
-                    "collectives",
-                    format!(
-                        "no entry for {} on path '{}' with algo '{}' and proto '{}'",
-                        f.key(),
-                        path.name(),
-                        s.nccl.algo,
-                        proto
-                    ),
-                ));
-            }
-            Ok(c)
-        };
         Ok(Collectives {
-            all_reduce: get(CostFamily::AllReduce)?,
-            all_gather: get(CostFamily::AllGather)?,
-            ranks: s.tp,
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            nccl: s.nccl,
+            comm: s.comm,
         })
-    }
-
-    fn time_us(&self, f: CostFamily, bytes: u64) -> f64 {
-        let c = if f == CostFamily::AllGather {
-            &self.all_gather
-        } else {
-            &self.all_reduce
-        };
-        c.iter()
-            .map(|p| collective::time_us(p, f, self.ranks, bytes))
-            .fold(f64::INFINITY, f64::min)
     }
 }
 
-/// Launch parameters of one CUDA-graph setting.
+/// Launch parameters of one CUDA-graph setting, and the profile's idle at the end of a step.
 #[derive(Debug, Clone, Copy)]
 pub struct Launch {
     start: f64,
@@ -168,11 +231,13 @@ pub struct Launch {
     launch: f64,
     first_collective: f64,
     graphs: bool,
+    step_overhead: f64,
 }
 
 impl Launch {
     pub fn new(p: &CalibrationProfile, cuda_graphs: bool) -> Self {
         let l = &p.launch;
+        let step_overhead = p.factors.step_overhead_us;
         if cuda_graphs {
             Launch {
                 start: l.graph_launch_us,
@@ -180,6 +245,7 @@ impl Launch {
                 launch: 0.0,
                 first_collective: l.graph_first_collective_us,
                 graphs: true,
+                step_overhead,
             }
         } else {
             Launch {
@@ -188,6 +254,7 @@ impl Launch {
                 launch: l.eager_launch_us,
                 first_collective: 0.0,
                 graphs: false,
+                step_overhead,
             }
         }
     }
@@ -197,32 +264,35 @@ impl Launch {
 #[derive(Debug, Clone, Copy)]
 pub struct State {
     /// Busy time per category (kernel durations on this rank, every stream), µs.
-    pub busy: [f64; crate::category::Category::ALL.len()],
+    pub busy: Busy,
     main: f64,
     aux: f64,
     cpu: f64,
     first_collective: bool,
     first_start: f64,
+    step_overhead: f64,
 }
 
 impl State {
     pub fn new(l: &Launch) -> Self {
         State {
-            busy: [0.0; crate::category::Category::ALL.len()],
+            busy: [0.0; NCAT],
             main: l.start,
             aux: l.start,
             cpu: l.start,
             first_collective: l.graphs,
             first_start: f64::NAN,
+            step_overhead: l.step_overhead,
         }
     }
-    /// The step window: first kernel's start to the last kernel's end.
+    /// The step window: first kernel's start to the last kernel's end, plus the profile's
+    /// idle at the end of the step (as the engine adds it).
     pub fn window_us(&self) -> f64 {
-        self.main.max(self.aux) - self.first_start
+        self.main.max(self.aux) + self.step_overhead - self.first_start
     }
 }
 
-const PROBES_LOW: [(u32, u32, u64); 10] = [
+const PROBES_LOW: [(u32, u32, u64); 14] = [
     (1, 1, 1024),
     (2, 1, 4096),
     (4, 3, 1024),
@@ -233,8 +303,12 @@ const PROBES_LOW: [(u32, u32, u64); 10] = [
     (64, 1, 100_000),
     (32, 4, 16384),
     (7, 5, 700),
+    (100, 2, 3000),
+    (11, 3, 50_000),
+    (256, 1, 1500),
+    (40, 6, 9000),
 ];
-const PROBES_HIGH: [(u32, u32, u64); 10] = [
+const PROBES_HIGH: [(u32, u32, u64); 14] = [
     (257, 1, 1024),
     (300, 1, 4096),
     (128, 3, 1024),
@@ -245,8 +319,13 @@ const PROBES_HIGH: [(u32, u32, u64); 10] = [
     (90, 5, 100_000),
     (270, 1, 16384),
     (1000, 1, 700),
+    (60, 6, 3000),
+    (150, 2, 40_000),
+    (400, 1, 120_000),
+    (88, 4, 600),
 ];
 
+/// TRITON_MLA's split count, as `StepShape::kv_splits`.
 fn splits(context: u64, sms: u64) -> u64 {
     (context / 512)
         .max(1)
@@ -268,7 +347,7 @@ fn layer_signature<'a>(
 }
 
 /// Splits a workload into segments: ops outside the layers, then runs of layers whose kernel
-/// sequences are identical. Returns (op index ranges, repeat) with the representative layer.
+/// sequences are identical. Returns (op indices, repeat, representative layer).
 fn segment(w: &Workload) -> Vec<(Vec<usize>, u32, i32)> {
     let mut groups: Vec<(i32, Vec<usize>)> = Vec::new();
     for (i, op) in w.ops.iter().enumerate() {
@@ -291,212 +370,291 @@ fn segment(w: &Workload) -> Vec<(Vec<usize>, u32, i32)> {
     out
 }
 
-fn law_of(op: &crate::workload::Op, s: &Scenario, p: &CalibrationProfile) -> Option<[f64; 4]> {
-    let k = p.kernel(op.family)?;
-    let gpu = &s.system.gpu;
-    let tflops = if op.family.uses_fp8_peak() {
-        gpu.fp8_tflops
-    } else {
-        gpu.bf16_tflops
-    };
-    Some([
-        k.fixed_us,
-        1.0 / (tflops * 1e6 * k.compute_efficiency),
-        1.0 / (gpu.memory_bandwidth_gbps * 1e3 * k.mem_efficiency),
-        k.m_half,
-    ])
+/// Least squares through one SVD per segment (rank-deficient columns get the minimum-norm
+/// solution), reused for every field of every op of the segment.
+struct Fitter {
+    a: DMatrix<f64>,
+    svd: nalgebra::linalg::SVD<f64, nalgebra::Dyn, nalgebra::Dyn>,
+    scale: Coef,
 }
 
-fn law_us(l: &[f64; 4], flops: f64, bytes: f64, m: f64) -> f64 {
-    let ramp = if l[3] > 0.0 { m / (m + l[3]) } else { 1.0 };
-    let compute = if flops > 0.0 {
-        flops * l[1] / ramp.max(1e-6)
-    } else {
-        0.0
-    };
-    l[0] + compute.max(bytes * l[2])
+impl Fitter {
+    fn new(rows: &[Coef]) -> Self {
+        // Scale columns so that large products (tokens × context) do not swamp the SVD.
+        let mut scale = [0.0f64; NB];
+        for r in rows {
+            for (c, v) in r.iter().enumerate() {
+                scale[c] = f64::max(scale[c], v.abs());
+            }
+        }
+        let a = DMatrix::from_fn(rows.len(), NB, |i, j| {
+            if scale[j] > 0.0 {
+                rows[i][j] / scale[j]
+            } else {
+                0.0
+            }
+        });
+        let svd = a.clone().svd(true, true);
+        Fitter { a, svd, scale }
+    }
+
+    /// None when the field is not linear in the basis (the fit leaves a residual).
+    fn fit(&self, ys: &[f64]) -> Option<Coef> {
+        let ymax = ys.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+        if ymax == 0.0 {
+            return Some([0.0; NB]);
+        }
+        let b = DVector::from_iterator(ys.len(), ys.iter().map(|v| v / ymax));
+        let sol = self.svd.solve(&b, 1e-10).ok()?;
+        if (&self.a * &sol - &b).amax() > 1e-7 {
+            return None;
+        }
+        let mut out = [0.0; NB];
+        for j in 0..NB {
+            // A coefficient that moves the field by less than 1e-9 of its size is round-off:
+            // zero it, so that a context-free op is never taken for a context-dependent one.
+            if self.scale[j] > 0.0 && sol[j].abs() > 1e-9 {
+                out[j] = sol[j] * ymax / self.scale[j];
+            }
+        }
+        Some(out)
+    }
+}
+
+/// The shape of the timeline's `cost::price` input that an op's successor must keep.
+fn reads_successor(op: &Op) -> bool {
+    op.measure.is_some_and(|m| m.includes_next) || op.family == CostFamily::AttentionMlaDecode
 }
 
 impl PassModel {
     /// Probes `build(scenario with batch and context set, queries per sequence)` at a few
-    /// shapes per regime and fits each op's FLOPs, bytes and M on the basis.
-    pub fn fit(
+    /// shapes per regime and fits each op's fields on the basis.
+    fn fit(
         s: &Scenario,
-        p: &CalibrationProfile,
-        build: &dyn Fn(&Scenario, u32) -> Workload,
+        build: &(dyn Fn(&Scenario, u32) -> Workload + Sync),
+        slot: usize,
     ) -> Result<Self> {
         let sms = s.system.gpu.sms as u64;
         let experts = s
             .model
             .moe
             .as_ref()
-            .map(|m| (m.n_routed_experts as f64, m.top_k as f64));
-        let touched_by_tokens: Vec<f64> = match experts {
-            Some((n, k)) => (0..=TOUCHED_TABLE_TOKENS as u64)
-                .map(|t| {
-                    crate::workload::expected_distinct_experts(
-                        &s.routing,
-                        t,
-                        n as usize,
-                        k as usize,
-                    )
-                })
-                .collect(),
-            None => Vec::new(),
-        };
-        let threshold = SHARED_EXPERT_STREAM_TOKEN_THRESHOLD as f64;
-        let regime = |probes: &[(u32, u32, u64)]| -> Result<Regime> {
-            let mut ws = Vec::new();
-            let mut vars = Vec::new();
-            for &(b, q, c) in probes {
-                let mut ps = s.clone();
-                ps.batch = b;
-                ps.context = c.min(s.model.max_position_embeddings as u64);
-                let w = build(&ps, q);
-                vars.push((b, q, ps.context));
-                ws.push(w);
-            }
-            let all_segs: Vec<_> = ws.iter().map(segment).collect();
-            let segs = all_segs[0].clone();
-            for other in &all_segs[1..] {
-                if other.len() != segs.len()
-                    || other
-                        .iter()
-                        .zip(&segs)
-                        .any(|(a, b)| a.0.len() != b.0.len() || a.1 != b.1)
-                {
-                    return Err(Error::Other(
-                        "fast path: the workload's op sequence changes within a regime".into(),
-                    ));
-                }
-            }
-            let mut segments = Vec::new();
-            for (si, (idx, repeat, layer)) in segs.iter().enumerate() {
-                let mut ops = Vec::new();
-                for (j, &i) in idx.iter().enumerate() {
-                    let op0 = &ws[0].ops[i];
-                    let rows: Vec<Coef> = ws
-                        .iter()
-                        .zip(&vars)
-                        .map(|(w, &(b, q, c))| {
-                            let touched = if *layer >= 0 {
-                                w.experts_touched.get(*layer as usize).copied().unwrap_or(0) as f64
-                            } else {
-                                0.0
-                            };
-                            Vars {
-                                tokens: (b * q) as f64,
-                                seqs: b as f64,
-                                context: c as f64,
-                                splits: splits(c, sms) as f64,
-                                touched,
-                            }
-                            .basis()
-                        })
-                        .collect();
-                    let fit_field = |get: &dyn Fn(&crate::workload::Op) -> f64| -> Result<Coef> {
-                        let ys: Vec<f64> = ws
-                            .iter()
-                            .zip(&all_segs)
-                            .map(|(w, sg)| get(&w.ops[sg[si].0[j]]))
-                            .collect();
-                        fit(&rows, &ys).ok_or_else(|| {
-                            Error::Other(format!(
-                                "fast path: {} of op {} is not linear in the basis",
-                                "a field", op0.name
-                            ))
-                        })
-                    };
-                    let kind = match op0.family {
-                        CostFamily::Fork => Kind::Fork,
-                        CostFamily::Join => Kind::Join,
-                        f if f.is_collective() => Kind::Collective,
-                        _ => Kind::Kernel {
-                            aux: op0.stream == Stream::Aux,
-                        },
-                    };
-                    let flops = fit_field(&|o| o.flops)?;
-                    let bytes = if kind == Kind::Collective {
-                        fit_field(&|o| o.message_bytes as f64)?
-                    } else {
-                        fit_field(&|o| o.bytes)?
-                    };
-                    let m = fit_field(&|o| o.shape.m as f64)?;
-                    let table = match (&p.table, &op0.measure) {
-                        (Some(_), Some(mk)) => {
-                            let km = fit_field(&|o| o.measure.map_or(0.0, |k| k.m as f64))?;
-                            Some((*mk, km, mk.context > 0))
-                        }
-                        _ => None,
-                    };
-                    let law = match kind {
-                        Kind::Kernel { .. } => {
-                            let l = law_of(op0, s, p);
-                            if l.is_none() && table.is_none() {
-                                return Err(Error::field(
-                                    &p.path,
-                                    format!("kernels.{}", op0.family.key()),
-                                    format!("missing: op '{}' needs this kernel family", op0.name),
-                                ));
-                            }
-                            l
-                        }
-                        _ => None,
-                    };
-                    ops.push(OpT {
-                        kind,
-                        family: op0.family,
-                        category: op0.category,
-                        flops,
-                        bytes,
-                        m,
-                        law,
-                        table,
-                    });
-                }
-                segments.push(Segment {
-                    ops,
-                    repeat: *repeat,
-                });
-            }
-            Ok(Regime { segments })
-        };
+            .map(|m| DistinctExperts::new(&s.routing, m.n_routed_experts, m.top_k));
+        let (low, high) = rayon::join(
+            || Self::fit_regime(s, build, &PROBES_LOW, sms),
+            || Self::fit_regime(s, build, &PROBES_HIGH, sms),
+        );
         Ok(PassModel {
-            low: regime(&PROBES_LOW)?,
-            high: regime(&PROBES_HIGH)?,
-            threshold,
+            low: low?,
+            high: high?,
+            threshold: SHARED_EXPERT_STREAM_TOKEN_THRESHOLD as f64,
             experts,
-            touched_by_tokens,
-            routing: s.routing.clone(),
             sms,
+            slot,
         })
     }
 
-    /// (ops, repeat) of each segment of the low-token regime: how much the fast path plays.
-    pub fn shape(&self) -> Vec<(usize, u32)> {
+    fn fit_regime(
+        s: &Scenario,
+        build: &(dyn Fn(&Scenario, u32) -> Workload + Sync),
+        probes: &[(u32, u32, u64)],
+        sms: u64,
+    ) -> Result<Regime> {
+        let mut ws = Vec::new();
+        let mut vars = Vec::new();
+        for &(b, q, c) in probes {
+            let mut ps = s.clone();
+            ps.batch = b;
+            ps.context = c.min(s.model.max_position_embeddings as u64);
+            ws.push(build(&ps, q));
+            vars.push((b, q, ps.context));
+        }
+        let all_segs: Vec<_> = ws.iter().map(segment).collect();
+        let segs = &all_segs[0];
+        for other in &all_segs[1..] {
+            if other.len() != segs.len()
+                || other
+                    .iter()
+                    .zip(segs)
+                    .any(|(a, b)| a.0.len() != b.0.len() || a.1 != b.1)
+            {
+                return Err(Error::Other(
+                    "fast path: the workload's op sequence changes within a regime".into(),
+                ));
+            }
+        }
+        let mut ops: Vec<OpT> = Vec::new();
+        let mut segments = Vec::new();
+        for (si, (idx, repeat, layer)) in segs.iter().enumerate() {
+            let rows: Vec<Coef> = ws
+                .iter()
+                .zip(&vars)
+                .map(|(w, &(b, q, c))| {
+                    let touched = if *layer >= 0 {
+                        w.experts_touched.get(*layer as usize).copied().unwrap_or(0) as f64
+                    } else {
+                        0.0
+                    };
+                    Vars {
+                        tokens: (b * q) as f64,
+                        seqs: b as f64,
+                        context: c as f64,
+                        splits: splits(c, sms) as f64,
+                        touched,
+                    }
+                    .basis()
+                })
+                .collect();
+            let fitter = Fitter::new(&rows);
+            let start = ops.len();
+            for (j, &i) in idx.iter().enumerate() {
+                let op0 = &ws[0].ops[i];
+                let field = |get: &dyn Fn(&Op) -> f64, what: &str| -> Result<Coef> {
+                    let ys: Vec<f64> = ws
+                        .iter()
+                        .zip(&all_segs)
+                        .map(|(w, sg)| get(&w.ops[sg[si].0[j]]))
+                        .collect();
+                    fitter.fit(&ys).ok_or_else(|| {
+                        Error::Other(format!(
+                            "fast path: the {what} of op {} is not linear in the basis",
+                            op0.name
+                        ))
+                    })
+                };
+                let measure = match op0.measure {
+                    Some(_) => Some([
+                        field(&|o| o.measure.map_or(0.0, |k| k.m as f64), "table m")?,
+                        field(&|o| o.measure.map_or(0.0, |k| k.n as f64), "table n")?,
+                        field(&|o| o.measure.map_or(0.0, |k| k.k as f64), "table k")?,
+                        field(
+                            &|o| o.measure.map_or(0.0, |k| k.batch as f64),
+                            "table batch",
+                        )?,
+                        field(
+                            &|o| o.measure.map_or(0.0, |k| k.context as f64),
+                            "table context",
+                        )?,
+                    ]),
+                    None => None,
+                };
+                let fields = Fields {
+                    flops: field(&|o| o.flops, "FLOPs")?,
+                    bytes: field(&|o| o.bytes, "bytes")?,
+                    message_bytes: field(&|o| o.message_bytes as f64, "message bytes")?,
+                    shape: [
+                        field(&|o| o.shape.m as f64, "m")?,
+                        field(&|o| o.shape.n as f64, "n")?,
+                        field(&|o| o.shape.k as f64, "k")?,
+                        field(&|o| o.shape.batch as f64, "batch")?,
+                    ],
+                    measure,
+                };
+                let kind = match op0.family {
+                    CostFamily::Fork => Kind::Fork,
+                    CostFamily::Join => Kind::Join,
+                    f if f.is_collective() => Kind::Collective,
+                    _ => Kind::Kernel {
+                        aux: op0.stream == Stream::Aux,
+                    },
+                };
+                let with_context = fields
+                    .all()
+                    .any(|c| CONTEXT_COLS.iter().any(|&k| c[k] != 0.0))
+                    || matches!(
+                        op0.family,
+                        CostFamily::AttentionMlaDecode | CostFamily::AttentionGqaDecode
+                    );
+                let group = match kind {
+                    Kind::Fork | Kind::Join => Group::Sync,
+                    Kind::Collective => Group::Collective,
+                    Kind::Kernel { .. } if with_context => Group::Context,
+                    Kind::Kernel { .. } => Group::Tokens,
+                };
+                ops.push(OpT {
+                    kind,
+                    group,
+                    category: op0.category,
+                    template: op0.clone(),
+                    fields,
+                });
+            }
+            segments.push(Segment {
+                start,
+                end: ops.len(),
+                repeat: *repeat,
+            });
+        }
+        // An op whose price reads a context-dependent successor depends on the context too;
+        // so does the successor of attention (its split-KV reduce shares the module's price).
+        for i in (0..ops.len()).rev() {
+            let next_ctx = ops.get(i + 1).is_some_and(|n| n.group == Group::Context);
+            if ops[i].group == Group::Tokens && next_ctx && reads_successor(&ops[i].template) {
+                ops[i].group = Group::Context;
+            }
+        }
+        for i in 1..ops.len() {
+            if ops[i].group == Group::Tokens
+                && ops[i - 1].template.family == CostFamily::AttentionMlaDecode
+            {
+                ops[i].group = Group::Context;
+            }
+        }
+        let layout = |g: Group| -> Vec<(usize, bool)> {
+            let mut out = Vec::new();
+            for (i, op) in ops.iter().enumerate() {
+                if op.group != g {
+                    continue;
+                }
+                out.push((i, true));
+                if let Some(n) = ops.get(i + 1) {
+                    let helper = n.group != g
+                        && matches!(n.kind, Kind::Kernel { .. })
+                        && reads_successor(&op.template)
+                        && !cost::aic::is_moe_module_op(&n.template);
+                    if helper {
+                        out.push((i + 1, false));
+                    }
+                }
+            }
+            out
+        };
+        let tokens_layout = layout(Group::Tokens);
+        let context_layout = layout(Group::Context);
+        let context_ops = context_layout.iter().filter(|x| x.1).map(|x| x.0).collect();
+        let collective_ops = (0..ops.len())
+            .filter(|&i| ops[i].group == Group::Collective)
+            .collect();
+        Ok(Regime {
+            ops,
+            segments,
+            tokens_layout,
+            context_layout,
+            context_ops,
+            collective_ops,
+        })
+    }
+
+    /// Segment shapes (ops, repeat) of the low regime.
+    fn shape(&self) -> Vec<(usize, u32)> {
         self.low
             .segments
             .iter()
-            .map(|s| (s.ops.len(), s.repeat))
+            .map(|s| (s.end - s.start, s.repeat))
             .collect()
     }
 
-    pub fn vars(&self, batch: u32, queries: u32, context: u64) -> Vars {
-        let t = batch as f64 * queries.max(1) as f64;
-        let touched = match self.experts {
-            Some((n, k)) => match self.touched_by_tokens.get(t as usize) {
-                Some(&x) => x,
-                None => crate::workload::expected_distinct_experts(
-                    &self.routing,
-                    t as u64,
-                    n as usize,
-                    k as usize,
-                ),
-            },
-            None => 0.0,
-        };
+    fn regime(&self, tokens: f64) -> &Regime {
+        if tokens <= self.threshold {
+            &self.low
+        } else {
+            &self.high
+        }
+    }
+
+    fn vars(&self, batch: u32, queries: u32, context: u64, touched: f64) -> Vars {
         Vars {
-            tokens: t,
+            tokens: batch as f64 * queries.max(1) as f64,
             seqs: batch as f64,
             context: context as f64,
             splits: splits(context, self.sms) as f64,
@@ -504,123 +662,489 @@ impl PassModel {
         }
     }
 
-    /// Plays this pass on `st` (continuing from where it is) with the scenario's variables.
-    pub fn play(
-        &self,
-        st: &mut State,
-        v: &Vars,
-        launch: &Launch,
-        coll: &Collectives,
-        profile: &CalibrationProfile,
-        repeat: u32,
-    ) {
-        let regime = if v.tokens <= self.threshold {
-            &self.low
-        } else {
-            &self.high
-        };
-        let x = v.basis();
-        let mut durs = [0.0f64; 64];
-        let mut heap: Vec<f64> = Vec::new();
-        // The whole pass may itself repeat (identical draft passes): treat it as a segment run.
-        let mut pass_prev: Option<(State, [f64; 3])> = None;
-        for r in 0..repeat {
-            for seg in &regime.segments {
-                let n = seg.ops.len();
-                let d: &mut [f64] = if n <= durs.len() {
-                    &mut durs[..n]
-                } else {
-                    heap.resize(n, 0.0);
-                    &mut heap[..]
-                };
-                // Every repetition of the segment costs the same: count its busy time once.
-                let reps = seg.repeat as f64 * if r == 0 { 1.0 } else { 0.0 };
-                for (i, op) in seg.ops.iter().enumerate() {
-                    d[i] = op_us(op, &x, v, coll, profile, seg.ops.get(i + 1));
-                    st.busy[op.category.index()] += d[i] * reps * repeat as f64;
-                }
-                let mut prev: Option<[f64; 3]> = None;
-                let mut prev_main = 0.0;
-                let mut k = 0;
-                while k < seg.repeat {
-                    for (op, &dur) in seg.ops.iter().zip(d.iter()) {
-                        step(st, op.kind, dur, launch);
-                    }
-                    k += 1;
-                    let rel = relative(st, launch);
-                    if let Some(p) = prev {
-                        if (rel[0] - p[0]).abs() < 1e-9
-                            && (rel[1] - p[1]).abs() < 1e-9
-                            && rel[2] == p[2]
-                        {
-                            // Steady state: every further layer adds the same increment.
-                            let inc = (st.main - prev_main) * (seg.repeat - k) as f64;
-                            st.main += inc;
-                            st.aux += inc;
-                            st.cpu += inc;
-                            break;
-                        }
-                    }
-                    prev = Some(rel);
-                    prev_main = st.main;
-                }
-            }
-            let rel = relative(st, launch);
-            if let Some((ps, p)) = pass_prev {
-                if (rel[0] - p[0]).abs() < 1e-9 && (rel[1] - p[1]).abs() < 1e-9 && rel[2] == p[2] {
-                    let inc = (st.main - ps.main) * (repeat - r - 1) as f64;
-                    st.main += inc;
-                    st.aux += inc;
-                    st.cpu += inc;
-                    return;
-                }
-            }
-            pass_prev = Some((*st, rel));
-        }
+    fn touched(&self, tokens: u64) -> f64 {
+        self.experts.as_ref().map_or(0.0, |e| e.at(tokens))
     }
 }
 
-fn op_us(
-    op: &OpT,
+/// Prices `layout`'s ops of `regime` at basis `x` with `cost::price`: the kept ops' µs in
+/// layout order, plus their busy time over the segments' repeats.
+fn price_layout(
+    regime: &Regime,
+    layout: &[(usize, bool)],
     x: &Coef,
-    v: &Vars,
-    coll: &Collectives,
-    profile: &CalibrationProfile,
-    next: Option<&OpT>,
-) -> f64 {
-    match op.kind {
-        Kind::Fork | Kind::Join => 0.0,
-        Kind::Collective => {
-            if coll.ranks <= 1 {
-                return 0.0;
-            }
-            coll.time_us(op.family, dot(&op.bytes, x).round() as u64)
+    s: &Scenario,
+    p: &CalibrationProfile,
+) -> Result<Vec<f64>> {
+    let w = Workload {
+        ops: layout
+            .iter()
+            .map(|&(i, _)| regime.ops[i].instantiate(x))
+            .collect(),
+        experts_touched: Vec::new(),
+        routing: Default::default(),
+    };
+    let pricing = cost::price(&w, s, p)?;
+    Ok(layout
+        .iter()
+        .zip(pricing.base_us)
+        .filter(|((_, kept), _)| *kept)
+        .map(|(_, us)| us)
+        .collect())
+}
+
+/// Busy time per category of `ops` at durations `us`, over their segments' repeats.
+fn busy_of(regime: &Regime, ops: impl Iterator<Item = usize>, us: &[f64]) -> Busy {
+    let mut busy = [0.0; NCAT];
+    for (i, &d) in ops.zip(us) {
+        let seg = regime
+            .segments
+            .iter()
+            .find(|s| s.start <= i && i < s.end)
+            .map_or(1, |s| s.repeat);
+        busy[regime.ops[i].category.index()] += d * seg as f64;
+    }
+    busy
+}
+
+fn keep_or_nan(r: Result<Vec<f64>>, n: usize) -> Vec<f64> {
+    // Every setting was priced once when the fast scenario and collectives were made, so a
+    // failure here is a shape no check saw: NaN shows it in the output rather than a panic.
+    r.unwrap_or_else(|_| vec![f64::NAN; n])
+}
+
+/// Prices of one (pass, batch, queries): the token-dependent ops, then per context and per
+/// collective setting.
+#[derive(Debug)]
+struct Entry {
+    touched: f64,
+    /// Per op of the regime: the token-dependent ops' µs, 0 elsewhere.
+    tokens_us: Box<[f64]>,
+    tokens_busy: Busy,
+    /// (context, µs of `context_ops`, busy).
+    context: Vec<(u64, Box<[f64]>, Busy)>,
+    /// (collectives id, graphs, µs of `collective_ops`, busy).
+    collectives: Vec<(u64, bool, Box<[f64]>, Busy)>,
+}
+
+/// FxHash's multiply-rotate: the memo's keys are small integers, hashed once per pass played.
+#[derive(Default)]
+struct KeyHasher(u64);
+
+impl Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(b as u64);
         }
-        Kind::Kernel { .. } => {
-            if let (Some((mk, km, with_ctx)), Some(table)) = (&op.table, &profile.table) {
-                let mut key = *mk;
-                key.m = dot(km, x).round() as u64;
-                if *with_ctx {
-                    key.context = v.context as u64;
-                    key.batch = key.m;
+    }
+    fn write_u32(&mut self, i: u32) {
+        self.write_u64(i as u64);
+    }
+    fn write_u64(&mut self, i: u64) {
+        self.0 = (self.0.rotate_left(5) ^ i).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+}
+
+type EntryMap = HashMap<(u32, u32), Entry, BuildHasherDefault<KeyHasher>>;
+
+/// One thread's priced shapes for one fast scenario.
+struct Memo {
+    owner: u64,
+    /// The pricing scenario, its batch, context and NCCL settings set before each pricing.
+    s: Scenario,
+    passes: [EntryMap; 4],
+    /// Prices stored, to bound the memory a long-lived thread keeps.
+    stored: usize,
+    /// Scratch: one pass's op durations.
+    d: Vec<f64>,
+}
+
+/// Beyond this many stored prices (~64 MB) a thread's memo starts over.
+const MEMO_MAX_VALUES: usize = 8 << 20;
+
+thread_local! {
+    static MEMO: RefCell<Option<Box<Memo>>> = const { RefCell::new(None) };
+}
+
+/// A scenario family in closed form: the plain step, and speculative steps at any k.
+#[derive(Debug, Clone)]
+pub struct FastScenario {
+    pub profile: CalibrationProfile,
+    /// The scenario ops are priced under (the timeline prices draft passes under the target's
+    /// scenario too).
+    scenario: Scenario,
+    id: u64,
+    target: PassModel,
+    verify: Option<PassModel>,
+    draft_first: Option<PassModel>,
+    draft_rest: Option<PassModel>,
+    host_us: f64,
+    pass_gap_us: f64,
+}
+
+impl FastScenario {
+    /// Fits the plain step of `s`; with `draft`, also the verify pass and the draft passes.
+    pub fn new(
+        s: &Scenario,
+        p: &CalibrationProfile,
+        draft: Option<&super::draft::Draft>,
+    ) -> Result<Self> {
+        let build_target = |ps: &Scenario, q: u32| crate::workload::build_pass(ps, q);
+        let (mut verify, mut draft_first, mut draft_rest) = (None, None, None);
+        let (mut host_us, mut pass_gap_us) = (0.0, 0.0);
+        let target;
+        if let Some(d) = draft {
+            let sd = p.spec_decode.as_ref().ok_or_else(|| {
+                Error::field(
+                    &p.path,
+                    "spec_decode",
+                    "missing: needed for draft tokens > 0",
+                )
+            })?;
+            host_us = sd.exposed_host_us;
+            pass_gap_us = sd.pass_gap_us;
+            let ds = d.scenario(s)?;
+            let aux = match d.method {
+                super::draft::Method::Eagle3 => d.limits.aux_hidden_states as u64,
+                _ => 0,
+            };
+            let build_verify =
+                |ps: &Scenario, q: u32| super::spec_decode::verify_workload(ps, q.max(1) - 1);
+            let build_first = |ps: &Scenario, q: u32| {
+                let mut w = Workload {
+                    ops: super::draft::proposer_bookkeeping(
+                        ps.batch as u64,
+                        q.max(1) as u64 - 1,
+                        ps.model.hidden as u64,
+                        aux,
+                    ),
+                    experts_touched: Vec::new(),
+                    routing: Default::default(),
+                };
+                let pass = d.pass(ps, q, 0);
+                w.ops.extend(pass.ops);
+                w.experts_touched = pass.experts_touched;
+                w.routing = pass.routing;
+                w
+            };
+            let build_rest = |ps: &Scenario, q: u32| d.pass(ps, q, 1);
+            let ((t, v), (f, r)) = rayon::join(
+                || {
+                    rayon::join(
+                        || PassModel::fit(s, &build_target, 0),
+                        || PassModel::fit(s, &build_verify, 1),
+                    )
+                },
+                || {
+                    rayon::join(
+                        || PassModel::fit(&ds, &build_first, 2),
+                        || PassModel::fit(&ds, &build_rest, 3),
+                    )
+                },
+            );
+            target = t?;
+            verify = Some(v?);
+            draft_first = Some(f?);
+            draft_rest = Some(r?);
+        } else {
+            target = PassModel::fit(s, &build_target, 0)?;
+        }
+        let fast = FastScenario {
+            profile: p.clone(),
+            scenario: s.clone(),
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            target,
+            verify,
+            draft_first,
+            draft_rest,
+            host_us,
+            pass_gap_us,
+        };
+        fast.check()?;
+        Ok(fast)
+    }
+
+    /// Prices every op group of every pass once, so that a profile that cannot price a shape
+    /// is refused here, by name, rather than showing as NaN in a sweep.
+    fn check(&self) -> Result<()> {
+        let mut s = self.scenario.clone();
+        for pm in self.passes() {
+            for (b, q) in [(1u32, 2u32), (257, 2)] {
+                s.batch = b;
+                let regime = pm.regime((b * q) as f64);
+                let x = pm.vars(b, q, s.context, pm.touched((b * q) as u64)).basis();
+                price_layout(regime, &regime.tokens_layout, &x, &s, &self.profile)?;
+                price_layout(regime, &regime.context_layout, &x, &s, &self.profile)?;
+                let k: Vec<(usize, bool)> =
+                    regime.collective_ops.iter().map(|&i| (i, true)).collect();
+                price_layout(regime, &k, &x, &s, &self.profile)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn passes(&self) -> impl Iterator<Item = &PassModel> {
+        [
+            Some(&self.target),
+            self.verify.as_ref(),
+            self.draft_first.as_ref(),
+            self.draft_rest.as_ref(),
+        ]
+        .into_iter()
+        .flatten()
+    }
+
+    /// Segment shapes (ops, repeat) of the target, verify, first and later draft passes.
+    pub fn shapes(&self) -> Vec<Vec<(usize, u32)>> {
+        self.passes().map(|m| m.shape()).collect()
+    }
+
+    /// Runs `f` with this thread's memo for this fast scenario.
+    fn with_memo<R>(&self, f: impl FnOnce(&mut Memo) -> R) -> R {
+        MEMO.with(|cell| {
+            let mut slot = cell.borrow_mut();
+            let fresh = match slot.as_ref() {
+                Some(m) => m.owner != self.id || m.stored > MEMO_MAX_VALUES,
+                None => true,
+            };
+            if fresh {
+                *slot = Some(Box::new(Memo {
+                    owner: self.id,
+                    s: self.scenario.clone(),
+                    passes: Default::default(),
+                    stored: 0,
+                    d: Vec::new(),
+                }));
+            }
+            f(slot.as_mut().expect("memo set above"))
+        })
+    }
+
+    /// Plays `repeat` passes of `pm` on `st` at (batch, queries, context).
+    #[allow(clippy::too_many_arguments)]
+    fn play(
+        &self,
+        m: &mut Memo,
+        pm: &PassModel,
+        st: &mut State,
+        batch: u32,
+        queries: u32,
+        context: u64,
+        launch: &Launch,
+        coll: &Collectives,
+        repeat: u32,
+    ) {
+        let q = queries.max(1);
+        let tokens = batch as u64 * q as u64;
+        let regime = pm.regime(tokens as f64);
+        let p = &self.profile;
+        let Memo {
+            s,
+            passes,
+            stored,
+            d,
+            ..
+        } = m;
+        let e = passes[pm.slot].entry((batch, q)).or_insert_with(|| {
+            let touched = pm.touched(tokens);
+            s.batch = batch;
+            s.context = context;
+            let x = pm.vars(batch, q, context, touched).basis();
+            let us = keep_or_nan(
+                price_layout(regime, &regime.tokens_layout, &x, s, p),
+                regime.tokens_layout.iter().filter(|x| x.1).count(),
+            );
+            let mut tokens_us = vec![0.0; regime.ops.len()].into_boxed_slice();
+            let kept = regime.tokens_layout.iter().filter(|x| x.1).map(|x| x.0);
+            for (i, v) in kept.clone().zip(&us) {
+                tokens_us[i] = *v;
+            }
+            *stored += regime.ops.len();
+            Entry {
+                touched,
+                tokens_busy: busy_of(regime, kept, &us),
+                tokens_us,
+                context: Vec::new(),
+                collectives: Vec::new(),
+            }
+        });
+        let ci = match e.context.iter().position(|c| c.0 == context) {
+            Some(i) => i,
+            None => {
+                s.batch = batch;
+                s.context = context;
+                let x = pm.vars(batch, q, context, e.touched).basis();
+                let n = regime.context_ops.len();
+                let us = keep_or_nan(price_layout(regime, &regime.context_layout, &x, s, p), n);
+                let busy = busy_of(regime, regime.context_ops.iter().copied(), &us);
+                *stored += n;
+                e.context.push((context, us.into_boxed_slice(), busy));
+                e.context.len() - 1
+            }
+        };
+        let ki = match e
+            .collectives
+            .iter()
+            .position(|c| c.0 == coll.id && c.1 == launch.graphs)
+        {
+            Some(i) => i,
+            None => {
+                s.batch = batch;
+                s.context = context;
+                s.nccl = coll.nccl;
+                s.comm = coll.comm;
+                s.cuda_graphs = launch.graphs;
+                let x = pm.vars(batch, q, context, e.touched).basis();
+                let layout: Vec<(usize, bool)> =
+                    regime.collective_ops.iter().map(|&i| (i, true)).collect();
+                let us = keep_or_nan(price_layout(regime, &layout, &x, s, p), layout.len());
+                let busy = busy_of(regime, regime.collective_ops.iter().copied(), &us);
+                *stored += layout.len();
+                e.collectives
+                    .push((coll.id, launch.graphs, us.into_boxed_slice(), busy));
+                e.collectives.len() - 1
+            }
+        };
+        d.clear();
+        d.extend_from_slice(&e.tokens_us);
+        let (_, cus, cbusy) = &e.context[ci];
+        for (&i, &v) in regime.context_ops.iter().zip(cus.iter()) {
+            d[i] = v;
+        }
+        let (_, _, kus, kbusy) = &e.collectives[ki];
+        for (&i, &v) in regime.collective_ops.iter().zip(kus.iter()) {
+            d[i] = v;
+        }
+        for c in 0..NCAT {
+            st.busy[c] += (e.tokens_busy[c] + cbusy[c] + kbusy[c]) * repeat as f64;
+        }
+        play_regime(regime, d, st, launch, repeat);
+    }
+
+    /// The plain step's time (µs) at this batch and context.
+    pub fn step_us(&self, batch: u32, context: u64, launch: &Launch, coll: &Collectives) -> f64 {
+        self.step_us_busy(batch, context, launch, coll).0
+    }
+
+    /// The plain step's time and its busy time per category.
+    pub fn step_us_busy(
+        &self,
+        batch: u32,
+        context: u64,
+        launch: &Launch,
+        coll: &Collectives,
+    ) -> (f64, Busy) {
+        self.with_memo(|m| {
+            let mut st = State::new(launch);
+            self.play(m, &self.target, &mut st, batch, 1, context, launch, coll, 1);
+            (st.window_us(), st.busy)
+        })
+    }
+
+    /// [`FastScenario::spec_step_us`] with the busy time per category of both sides.
+    pub fn spec_step_us_busy(
+        &self,
+        batch: u32,
+        context: u64,
+        k: u32,
+        launch: &Launch,
+        coll: &Collectives,
+    ) -> Option<((f64, f64, f64), Busy)> {
+        let (verify, first, rest) = (
+            self.verify.as_ref()?,
+            self.draft_first.as_ref()?,
+            self.draft_rest.as_ref()?,
+        );
+        Some(self.with_memo(|m| {
+            let mut st = State::new(launch);
+            self.play(m, verify, &mut st, batch, k + 1, context, launch, coll, 1);
+            let verify_us = st.window_us();
+            let mut busy = st.busy;
+            let mut st = State::new(launch);
+            self.play(m, first, &mut st, batch, k + 1, context, launch, coll, 1);
+            if k > 1 {
+                self.play(m, rest, &mut st, batch, 1, context, launch, coll, k - 1);
+            }
+            for (b, d) in busy.iter_mut().zip(st.busy) {
+                *b += d;
+            }
+            let draft_us = st.window_us() + k as f64 * self.pass_gap_us;
+            (
+                (draft_us, verify_us, draft_us + verify_us + self.host_us),
+                busy,
+            )
+        }))
+    }
+
+    /// A speculative step with `k` draft tokens: (draft µs, verify µs, whole step µs), as
+    /// `whatif spec-decode` composes them. None when no drafter was fitted.
+    pub fn spec_step_us(
+        &self,
+        batch: u32,
+        context: u64,
+        k: u32,
+        launch: &Launch,
+        coll: &Collectives,
+    ) -> Option<(f64, f64, f64)> {
+        self.spec_step_us_busy(batch, context, k, launch, coll)
+            .map(|x| x.0)
+    }
+
+    /// Forgets this thread's priced shapes (the next call prices from scratch: benchmarks of
+    /// the cold path).
+    pub fn clear_memo(&self) {
+        MEMO.with(|cell| *cell.borrow_mut() = None);
+    }
+}
+
+/// Plays one regime's segments `repeat` times (identical passes) with op durations `d`.
+fn play_regime(regime: &Regime, d: &[f64], st: &mut State, launch: &Launch, repeat: u32) {
+    // The whole pass may itself repeat (identical draft passes): treat it as a segment run.
+    let mut pass_prev: Option<(State, [f64; 3])> = None;
+    for r in 0..repeat {
+        for seg in &regime.segments {
+            let ops = &regime.ops[seg.start..seg.end];
+            let ds = &d[seg.start..seg.end];
+            let mut prev: Option<[f64; 3]> = None;
+            let mut prev_main = 0.0;
+            let mut k = 0;
+            while k < seg.repeat {
+                for (op, &dur) in ops.iter().zip(ds) {
+                    step(st, op.kind, dur, launch);
                 }
-                if let Some(tp) = table.price(&key) {
-                    let mut us = tp.us;
-                    if key.includes_next {
-                        if let Some(l) = next.and_then(|n| n.law.map(|l| (n, l))) {
-                            let (n, l) = l;
-                            let nx = law_us(&l, dot(&n.flops, x), dot(&n.bytes, x), dot(&n.m, x));
-                            us = (us - nx).max(0.5 * us);
-                        }
+                k += 1;
+                let rel = relative(st, launch);
+                if let Some(p) = prev {
+                    if (rel[0] - p[0]).abs() < 1e-9
+                        && (rel[1] - p[1]).abs() < 1e-9
+                        && rel[2] == p[2]
+                    {
+                        // Steady state: every further layer adds the same increment.
+                        let inc = (st.main - prev_main) * (seg.repeat - k) as f64;
+                        st.main += inc;
+                        st.aux += inc;
+                        st.cpu += inc;
+                        break;
                     }
-                    return us;
                 }
-            }
-            match &op.law {
-                Some(l) => law_us(l, dot(&op.flops, x), dot(&op.bytes, x), dot(&op.m, x)),
-                None => 0.0,
+                prev = Some(rel);
+                prev_main = st.main;
             }
         }
+        let rel = relative(st, launch);
+        if let Some((ps, p)) = pass_prev {
+            if (rel[0] - p[0]).abs() < 1e-9 && (rel[1] - p[1]).abs() < 1e-9 && rel[2] == p[2] {
+                let inc = (st.main - ps.main) * (repeat - r - 1) as f64;
+                st.main += inc;
+                st.aux += inc;
+                st.cpu += inc;
+                return;
+            }
+        }
+        pass_prev = Some((*st, rel));
     }
 }
 
@@ -674,256 +1198,5 @@ fn step(st: &mut State, kind: Kind, dur: f64, l: &Launch) {
                 st.first_start = s;
             }
         }
-    }
-}
-
-/// Least squares through the SVD (rank-deficient columns get the minimum-norm solution);
-/// None when the fit leaves a residual, i.e. the field is not linear in the basis.
-fn fit(rows: &[Coef], ys: &[f64]) -> Option<Coef> {
-    let n = rows.len();
-    // Scale columns so that large products (tokens × context) do not swamp the SVD.
-    let mut scale = [0.0f64; NB];
-    for r in rows {
-        for (c, v) in r.iter().enumerate() {
-            scale[c] = f64::max(scale[c], v.abs());
-        }
-    }
-    let a = DMatrix::from_fn(n, NB, |i, j| {
-        if scale[j] > 0.0 {
-            rows[i][j] / scale[j]
-        } else {
-            0.0
-        }
-    });
-    let ymax = ys.iter().fold(0.0f64, |m, v| m.max(v.abs()));
-    if ymax == 0.0 {
-        return Some([0.0; NB]);
-    }
-    let b = DVector::from_iterator(n, ys.iter().map(|v| v / ymax));
-    let svd = a.clone().svd(true, true);
-    let sol = svd.solve(&b, 1e-10).ok()?;
-    let resid = (&a * &sol - &b).amax();
-    if resid > 1e-7 {
-        return None;
-    }
-    let mut out = [0.0; NB];
-    for j in 0..NB {
-        out[j] = if scale[j] > 0.0 {
-            sol[j] * ymax / scale[j]
-        } else {
-            0.0
-        };
-    }
-    Some(out)
-}
-
-/// A scenario family in closed form: the plain step, and speculative steps at any k.
-#[derive(Debug, Clone)]
-pub struct FastScenario {
-    pub profile: CalibrationProfile,
-    target: PassModel,
-    verify: Option<PassModel>,
-    draft_first: Option<PassModel>,
-    draft_rest: Option<PassModel>,
-    host_us: f64,
-    pass_gap_us: f64,
-}
-
-impl FastScenario {
-    /// Fits the plain step of `s`; with `draft`, also the verify pass and the draft passes.
-    pub fn new(
-        s: &Scenario,
-        p: &CalibrationProfile,
-        draft: Option<&super::draft::Draft>,
-    ) -> Result<Self> {
-        let target = PassModel::fit(s, p, &|ps, q| crate::workload::build_pass(ps, q))?;
-        let (mut verify, mut draft_first, mut draft_rest) = (None, None, None);
-        let (mut host_us, mut pass_gap_us) = (0.0, 0.0);
-        if let Some(d) = draft {
-            let sd = p.spec_decode.as_ref().ok_or_else(|| {
-                Error::field(
-                    &p.path,
-                    "spec_decode",
-                    "missing: needed for draft tokens > 0",
-                )
-            })?;
-            host_us = sd.exposed_host_us;
-            pass_gap_us = sd.pass_gap_us;
-            verify = Some(PassModel::fit(s, p, &|ps, q| {
-                super::spec_decode::verify_workload(ps, q.max(1) - 1)
-            })?);
-            let ds = d.scenario(s)?;
-            let aux = match d.method {
-                super::draft::Method::Eagle3 => d.limits.aux_hidden_states as u64,
-                _ => 0,
-            };
-            draft_first = Some(PassModel::fit(&ds, p, &|ps, q| {
-                let mut w = Workload {
-                    ops: super::draft::proposer_bookkeeping(
-                        ps.batch as u64,
-                        q.max(1) as u64 - 1,
-                        ps.model.hidden as u64,
-                        aux,
-                    ),
-                    experts_touched: Vec::new(),
-                    routing: Default::default(),
-                };
-                let pass = d.pass(ps, q, 0);
-                w.ops.extend(pass.ops);
-                w.experts_touched = pass.experts_touched;
-                w.routing = pass.routing;
-                w
-            })?);
-            draft_rest = Some(PassModel::fit(&ds, p, &|ps, q| d.pass(ps, q, 1))?);
-        }
-        Ok(FastScenario {
-            profile: p.clone(),
-            target,
-            verify,
-            draft_first,
-            draft_rest,
-            host_us,
-            pass_gap_us,
-        })
-    }
-
-    /// The plain step's time (µs) at this batch and context.
-    pub fn step_us(&self, batch: u32, context: u64, launch: &Launch, coll: &Collectives) -> f64 {
-        let mut st = State::new(launch);
-        let v = self.target.vars(batch, 1, context);
-        self.target
-            .play(&mut st, &v, launch, coll, &self.profile, 1);
-        st.window_us()
-    }
-
-    /// Segment shapes (ops, repeat) of the target, verify, first and later draft passes.
-    pub fn shapes(&self) -> Vec<Vec<(usize, u32)>> {
-        [
-            Some(&self.target),
-            self.verify.as_ref(),
-            self.draft_first.as_ref(),
-            self.draft_rest.as_ref(),
-        ]
-        .into_iter()
-        .flatten()
-        .map(|m| m.shape())
-        .collect()
-    }
-
-    /// The plain step's time and its busy time per category.
-    pub fn step_us_busy(
-        &self,
-        batch: u32,
-        context: u64,
-        launch: &Launch,
-        coll: &Collectives,
-    ) -> (f64, [f64; crate::category::Category::ALL.len()]) {
-        let mut st = State::new(launch);
-        let v = self.target.vars(batch, 1, context);
-        self.target
-            .play(&mut st, &v, launch, coll, &self.profile, 1);
-        (st.window_us(), st.busy)
-    }
-
-    /// [`FastScenario::spec_step_us`] with the busy time per category of both sides.
-    pub fn spec_step_us_busy(
-        &self,
-        batch: u32,
-        context: u64,
-        k: u32,
-        launch: &Launch,
-        coll: &Collectives,
-    ) -> Option<((f64, f64, f64), [f64; crate::category::Category::ALL.len()])> {
-        let (verify, first, rest) = (
-            self.verify.as_ref()?,
-            self.draft_first.as_ref()?,
-            self.draft_rest.as_ref()?,
-        );
-        let mut st = State::new(launch);
-        verify.play(
-            &mut st,
-            &verify.vars(batch, k + 1, context),
-            launch,
-            coll,
-            &self.profile,
-            1,
-        );
-        let verify_us = st.window_us();
-        let mut busy = st.busy;
-        let mut st = State::new(launch);
-        first.play(
-            &mut st,
-            &first.vars(batch, k + 1, context),
-            launch,
-            coll,
-            &self.profile,
-            1,
-        );
-        if k > 1 {
-            rest.play(
-                &mut st,
-                &rest.vars(batch, 1, context),
-                launch,
-                coll,
-                &self.profile,
-                k - 1,
-            );
-        }
-        for (b, d) in busy.iter_mut().zip(st.busy) {
-            *b += d;
-        }
-        let draft_us = st.window_us() + k as f64 * self.pass_gap_us;
-        Some((
-            (draft_us, verify_us, draft_us + verify_us + self.host_us),
-            busy,
-        ))
-    }
-
-    /// A speculative step with `k` draft tokens: (draft µs, verify µs, whole step µs), as
-    /// `whatif spec-decode` composes them. None when no drafter was fitted.
-    pub fn spec_step_us(
-        &self,
-        batch: u32,
-        context: u64,
-        k: u32,
-        launch: &Launch,
-        coll: &Collectives,
-    ) -> Option<(f64, f64, f64)> {
-        let (verify, first, rest) = (
-            self.verify.as_ref()?,
-            self.draft_first.as_ref()?,
-            self.draft_rest.as_ref()?,
-        );
-        let mut st = State::new(launch);
-        verify.play(
-            &mut st,
-            &verify.vars(batch, k + 1, context),
-            launch,
-            coll,
-            &self.profile,
-            1,
-        );
-        let verify_us = st.window_us();
-        let mut st = State::new(launch);
-        first.play(
-            &mut st,
-            &first.vars(batch, k + 1, context),
-            launch,
-            coll,
-            &self.profile,
-            1,
-        );
-        if k > 1 {
-            rest.play(
-                &mut st,
-                &rest.vars(batch, 1, context),
-                launch,
-                coll,
-                &self.profile,
-                k - 1,
-            );
-        }
-        let draft_us = st.window_us() + k as f64 * self.pass_gap_us;
-        Some((draft_us, verify_us, draft_us + verify_us + self.host_us))
     }
 }

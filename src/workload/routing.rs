@@ -162,6 +162,58 @@ pub fn expected_distinct_experts(
     }
 }
 
+/// `expected_distinct_experts` with the routing resolved once (the inclusion probabilities are
+/// the expensive part and do not depend on the token count), for callers that evaluate it at
+/// many token counts (the sweep's fast path). `at` returns the same value.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DistinctExperts {
+    experts: usize,
+    top_k: usize,
+    /// Inclusion probability per expert; None: uniform routing.
+    inclusion: Option<Vec<f64>>,
+}
+
+impl DistinctExperts {
+    pub fn new(routing: &Routing, experts: usize, top_k: usize) -> Self {
+        let k = top_k.min(experts);
+        let inclusion = match resolve(routing, experts, k, 1) {
+            Resolved::Uniform => None,
+            Resolved::Weights {
+                per_layer, default, ..
+            } => {
+                let p = per_layer[0].as_ref().unwrap_or(&default);
+                Some(if k >= p.len() {
+                    vec![1.0; p.len()]
+                } else {
+                    inclusion(p, k)
+                })
+            }
+        };
+        DistinctExperts {
+            experts,
+            top_k: k,
+            inclusion,
+        }
+    }
+
+    pub fn at(&self, tokens: u64) -> f64 {
+        if self.experts == 0 || tokens == 0 {
+            return 0.0;
+        }
+        match &self.inclusion {
+            None => {
+                let n = self.experts as f64;
+                n * (1.0 - (1.0 - self.top_k as f64 / n).powf(tokens as f64))
+            }
+            Some(pi) if self.top_k >= pi.len() => pi.len() as f64,
+            Some(pi) => {
+                let t = tokens as f64;
+                pi.iter().map(|&p| 1.0 - (1.0 - p).powf(t)).sum()
+            }
+        }
+    }
+}
+
 /// The power-law exponent whose expected distinct experts best match a logged histogram
 /// (least squares over its rows, weighted by steps).
 fn fit_histogram(rows: &[(u64, f64, f64)], experts: usize, top_k: usize) -> f64 {
@@ -334,6 +386,16 @@ mod tests {
         // Uniform: 384 (1 − (1 − 8/384)^32) = 188.23 (the README's "about 188 of 384").
         let u = expected_distinct_experts(&Routing::Uniform, 32, 384, 8);
         assert!((u - 188.23).abs() < 0.01, "{u}");
+    }
+
+    #[test]
+    fn prepared_closed_form_equals_the_one_shot_one() {
+        for r in [Routing::Uniform, Routing::PowerLaw { alpha: 0.66 }] {
+            let d = DistinctExperts::new(&r, 384, 8);
+            for t in [0u64, 1, 7, 64, 1000] {
+                assert_eq!(d.at(t), expected_distinct_experts(&r, t, 384, 8), "{r} t={t}");
+            }
+        }
     }
 
     #[test]

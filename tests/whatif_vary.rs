@@ -119,7 +119,10 @@ fn context_and_kv_dtype_change_only_attention() {
 #[test]
 fn ep_replaces_moe_allreduces_with_all_to_alls() {
     let b = simulate(&base()).unwrap();
-    let e = with("ep", "8");
+    let mut r = base();
+    vary::set(&mut r, "ep", "8").unwrap();
+    vary::set(&mut r, "ep-comm", "all-to-all").unwrap();
+    let e = simulate(&r).unwrap();
     let count =
         |s: &Simulation, f: CostFamily| s.workload.ops.iter().filter(|o| o.family == f).count();
     let moe_layers = (0..4).filter(|&l| b.scenario.model.is_layer_moe(l)).count();
@@ -148,11 +151,8 @@ fn ep_replaces_moe_allreduces_with_all_to_alls() {
     assert_eq!(w13.rank_scale.len(), 8);
     let mean: f64 = w13.rank_scale.iter().sum::<f64>() / 8.0;
     assert!((mean - 1.0).abs() < 1e-9);
-    // Keeping the all-reduce: the same collectives as TP.
-    let mut r = base();
-    vary::set(&mut r, "ep", "8").unwrap();
-    vary::set(&mut r, "ep-comm", "allreduce").unwrap();
-    let ar = simulate(&r).unwrap();
+    // Keeping the all-reduce (the default, vLLM at data parallel 1): the same collectives as TP.
+    let ar = with("ep", "8");
     assert_eq!(count(&ar, CostFamily::AllToAll), 0);
     assert_eq!(
         count(&ar, CostFamily::AllReduce),

@@ -106,9 +106,9 @@ pub struct ScenarioArgs {
     /// experts; N must be 1 or the TP size (data parallel 1).
     #[arg(long, value_name = "N")]
     pub ep: Option<u32>,
-    /// How expert parallelism moves tokens: all-to-all dispatch/combine replacing the MoE
-    /// all-reduce, or the all-reduce kept (every rank runs its experts on the whole batch).
-    #[arg(long, value_name = "all-to-all|allreduce", value_parser = parse_ep_comm, default_value = "all-to-all")]
+    /// How expert parallelism moves tokens: the all-reduce kept (every rank runs its experts on
+    /// the whole batch; vLLM at data parallel 1), or all-to-all dispatch/combine replacing it.
+    #[arg(long, value_name = "allreduce|all-to-all", value_parser = parse_ep_comm, default_value = "allreduce")]
     pub ep_comm: crate::spec::scenario::EpComm,
     /// Decode context parallelism (vLLM's --decode-context-parallel-size): the KV cache is
     /// sharded across N ranks of the TP group; N must divide TP.

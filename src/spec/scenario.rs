@@ -111,11 +111,14 @@ pub struct CommKnobs {
 pub enum EpComm {
     /// Each rank dispatches its 1/N slice of the batch to the experts' owners and combines the
     /// results back (all-to-all), then an all-gather re-replicates the batch for TP attention;
-    /// this replaces the MoE all-reduce.
-    #[default]
+    /// this replaces the MoE all-reduce. vLLM's all2all backends work this way when the batch
+    /// is split across ranks (data-parallel attention); an assumption beyond that.
     AllToAll,
     /// Every rank runs its own experts on the whole (replicated) batch and the MoE all-reduce
-    /// sums the partial outputs, as with TP experts.
+    /// sums the partial outputs, as with TP experts. The default: with data parallel 1 the
+    /// tokens are already on every rank after the attention all-reduce, so vLLM's MoE layer
+    /// only reduces, as with TP experts (dispatch/combine is used across DP ranks).
+    #[default]
     AllReduce,
 }
 

@@ -162,6 +162,8 @@ struct Segment {
 #[derive(Debug, Clone)]
 struct Regime {
     ops: Vec<OpT>,
+    /// `ops[i].kind`, packed: the recursion walks this, not the (large) ops.
+    kinds: Vec<Kind>,
     segments: Vec<Segment>,
     /// Ops priced together per group, in program order: (op, kept). An op whose price reads
     /// its successor (a table entry that includes the next kernel, attention's split-KV
@@ -271,6 +273,8 @@ pub struct State {
     first_collective: bool,
     first_start: f64,
     step_overhead: f64,
+    /// Kernels the CPU's launch clock held back (eager launches).
+    cpu_binds: u64,
 }
 
 impl State {
@@ -283,6 +287,7 @@ impl State {
             first_collective: l.graphs,
             first_start: f64::NAN,
             step_overhead: l.step_overhead,
+            cpu_binds: 0,
         }
     }
     /// The step window: first kernel's start to the last kernel's end, plus the profile's
@@ -464,6 +469,9 @@ impl PassModel {
         let mut vars = Vec::new();
         for &(b, q, c) in probes {
             let mut ps = s.clone();
+            // Shapes are linear in the experts touched whatever the routing; uniform draws
+            // are the cheapest to sample (the probes' touched counts are read off each build).
+            ps.routing = crate::spec::routing::Routing::Uniform;
             ps.batch = b;
             ps.context = c.min(s.model.max_position_embeddings as u64);
             ws.push(build(&ps, q));
@@ -626,6 +634,7 @@ impl PassModel {
             .filter(|&i| ops[i].group == Group::Collective)
             .collect();
         Ok(Regime {
+            kinds: ops.iter().map(|o| o.kind).collect(),
             ops,
             segments,
             tokens_layout,
@@ -1102,65 +1111,93 @@ impl FastScenario {
 
 /// Plays one regime's segments `repeat` times (identical passes) with op durations `d`.
 fn play_regime(regime: &Regime, d: &[f64], st: &mut State, launch: &Launch, repeat: u32) {
-    // The whole pass may itself repeat (identical draft passes): treat it as a segment run.
-    let mut pass_prev: Option<(State, [f64; 3])> = None;
+    // The whole pass may itself repeat (identical draft passes): a run like a segment's.
+    let mut pass = Run::start(st, launch);
     for r in 0..repeat {
         for seg in &regime.segments {
-            let ops = &regime.ops[seg.start..seg.end];
+            let kinds = &regime.kinds[seg.start..seg.end];
             let ds = &d[seg.start..seg.end];
-            let mut prev: Option<[f64; 3]> = None;
-            let mut prev_main = 0.0;
-            let mut k = 0;
-            while k < seg.repeat {
-                for (op, &dur) in ops.iter().zip(ds) {
-                    step(st, op.kind, dur, launch);
+            let mut run = Run::start(st, launch);
+            for k in 0..seg.repeat {
+                for (&kind, &dur) in kinds.iter().zip(ds) {
+                    step(st, kind, dur, launch);
                 }
-                k += 1;
-                let rel = relative(st, launch);
-                if let Some(p) = prev {
-                    if (rel[0] - p[0]).abs() < 1e-9
-                        && (rel[1] - p[1]).abs() < 1e-9
-                        && rel[2] == p[2]
-                    {
-                        // Steady state: every further layer adds the same increment.
-                        let inc = (st.main - prev_main) * (seg.repeat - k) as f64;
-                        st.main += inc;
-                        st.aux += inc;
-                        st.cpu += inc;
-                        break;
-                    }
+                if run.steady(st, launch, seg.repeat - k - 1) {
+                    break;
                 }
-                prev = Some(rel);
-                prev_main = st.main;
             }
         }
-        let rel = relative(st, launch);
-        if let Some((ps, p)) = pass_prev {
-            if (rel[0] - p[0]).abs() < 1e-9 && (rel[1] - p[1]).abs() < 1e-9 && rel[2] == p[2] {
-                let inc = (st.main - ps.main) * (repeat - r - 1) as f64;
-                st.main += inc;
-                st.aux += inc;
-                st.cpu += inc;
-                return;
-            }
+        if pass.steady(st, launch, repeat - r - 1) {
+            return;
         }
-        pass_prev = Some((*st, rel));
+    }
+}
+
+/// Detects the steady state of a run of identical layers (or passes) and skips to its end.
+struct Run {
+    rel: [f64; 3],
+    main: f64,
+    cpu: f64,
+    binds: u64,
+}
+
+impl Run {
+    fn start(st: &State, l: &Launch) -> Self {
+        Run {
+            rel: relative(st, l, false),
+            main: st.main,
+            cpu: st.cpu,
+            binds: st.cpu_binds,
+        }
+    }
+
+    /// After one more layer: when the state relative to the compute stream is the one the
+    /// layer started from, every later layer repeats it (the recursion is shift-invariant), so
+    /// the `left` layers still to play are added as increments and true is returned.
+    fn steady(&mut self, st: &mut State, l: &Launch, left: u32) -> bool {
+        // Launching eagerly, a CPU that bound no kernel in this layer and gained on the GPU
+        // (launches no slower than the kernels run) stays ahead for every later layer.
+        let cpu_ahead = l.launch > 0.0
+            && st.cpu_binds == self.binds
+            && st.cpu - self.cpu <= st.main - self.main;
+        let rel = relative(st, l, cpu_ahead);
+        let same = (rel[0] - self.rel[0]).abs() < 1e-9
+            && (rel[1] - self.rel[1]).abs() < 1e-9
+            && rel[2] == self.rel[2];
+        if same {
+            // The streams advance by the compute stream's increment (an auxiliary stream
+            // behind it keeps its offset, which is all that matters of it); the CPU by its own
+            // (the compute stream's in the steady state, none under graphs, its launches when
+            // it runs ahead).
+            let n = left as f64;
+            let (dm, dc) = (st.main - self.main, st.cpu - self.cpu);
+            st.main += dm * n;
+            st.aux += dm * n;
+            st.cpu += dc * n;
+            return true;
+        }
+        *self = Run {
+            rel,
+            main: st.main,
+            cpu: st.cpu,
+            binds: st.cpu_binds,
+        };
+        false
     }
 }
 
 /// The state relative to the compute stream; once it repeats, so does every later layer.
-/// A stream behind the compute stream is left out (see below).
-/// Under CUDA graphs the CPU clock never advances, so once it is behind both streams it can
-/// never bind again and is left out.
+/// A stream behind the compute stream is left out: the auxiliary stream only matters through
+/// a fork or the step's end, both of which take the later of the two streams. Under CUDA
+/// graphs the CPU clock never advances, so once it is behind both streams it can never bind
+/// again and is left out; launching eagerly, so is a CPU that runs ahead (`cpu_ahead`).
 #[inline]
-fn relative(st: &State, l: &Launch) -> [f64; 3] {
-    let cpu = if l.launch == 0.0 && st.cpu <= st.main.min(st.aux) {
+fn relative(st: &State, l: &Launch, cpu_ahead: bool) -> [f64; 3] {
+    let cpu = if cpu_ahead || (l.launch == 0.0 && st.cpu <= st.main.min(st.aux)) {
         f64::MIN
     } else {
         st.cpu - st.main
     };
-    // The auxiliary stream only matters through a fork or the step's end, both of which take
-    // the later of the two streams: behind the compute stream, it is irrelevant.
     let aux = if st.aux <= st.main {
         f64::MIN
     } else {
@@ -1169,12 +1206,22 @@ fn relative(st: &State, l: &Launch) -> [f64; 3] {
     [aux, cpu, st.first_collective as u8 as f64]
 }
 
+/// The later of two times (no NaN handling: it sits on the recursion's critical path).
+#[inline(always)]
+fn later(a: f64, b: f64) -> f64 {
+    if a > b {
+        a
+    } else {
+        b
+    }
+}
+
 /// One op of the engine's recursion on a single rank with jitter off.
-#[inline]
+#[inline(always)]
 fn step(st: &mut State, kind: Kind, dur: f64, l: &Launch) {
     match kind {
-        Kind::Fork => st.aux = st.aux.max(st.main),
-        Kind::Join => st.main = st.main.max(st.aux),
+        Kind::Fork => st.aux = later(st.aux, st.main),
+        Kind::Join => st.main = later(st.main, st.aux),
         Kind::Collective => {
             st.cpu += l.launch;
             let extra = if st.first_collective {
@@ -1183,7 +1230,9 @@ fn step(st: &mut State, kind: Kind, dur: f64, l: &Launch) {
                 0.0
             };
             st.first_collective = false;
-            let a = (st.main + l.gap + extra).max(st.cpu);
+            let ready = st.main + l.gap + extra;
+            st.cpu_binds += (st.cpu > ready) as u64;
+            let a = later(ready, st.cpu);
             if st.first_start.is_nan() {
                 st.first_start = a;
             }
@@ -1192,7 +1241,9 @@ fn step(st: &mut State, kind: Kind, dur: f64, l: &Launch) {
         Kind::Kernel { aux } => {
             st.cpu += l.launch;
             let free = if aux { &mut st.aux } else { &mut st.main };
-            let s = (*free + l.gap).max(st.cpu);
+            let ready = *free + l.gap;
+            st.cpu_binds += (st.cpu > ready) as u64;
+            let s = later(ready, st.cpu);
             *free = s + dur;
             if st.first_start.is_nan() {
                 st.first_start = s;

@@ -1,5 +1,6 @@
 //! The aggregate fast path: scenarios per second per core for the default Kimi-K2.5 scenario
-//! (plain step, and a speculative step at k = 3), beside the full 8-rank timeline.
+//! (plain step amortised over a sweep and cold, and a speculative step at k = 3), beside the
+//! full 8-rank timeline.
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use decodesim::sim::ScenarioRequest;
@@ -19,6 +20,15 @@ fn bench(c: &mut Criterion) {
     g.bench_function("kimi-k2.5 plain step (scenario)", |b| {
         b.iter(|| {
             batch = batch % 256 + 1;
+            black_box(fast.step_us(black_box(batch), 4096, &launch, &coll))
+        })
+    });
+    // Cold: this thread's memo emptied before every scenario, so each op shape is priced by
+    // cost::price (what the first scenario of a sweep pays per distinct shape).
+    g.bench_function("kimi-k2.5 plain step, cold (scenario)", |b| {
+        b.iter(|| {
+            batch = batch % 256 + 1;
+            fast.clear_memo();
             black_box(fast.step_us(black_box(batch), 4096, &launch, &coll))
         })
     });

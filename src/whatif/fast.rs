@@ -477,6 +477,16 @@ impl PassModel {
             ws.push(build(&ps, q));
             vars.push((b, q, ps.context));
         }
+        if ws
+            .iter()
+            .flat_map(|w| &w.ops)
+            .any(|o| !o.rank_scale.is_empty())
+        {
+            // One rank's recursion stands for all only when every rank plays the same.
+            return Err(Error::Scenario(
+                "the sweep's fast path needs every rank to play the same step; expert parallelism loads ranks unevenly (simulate each scenario instead)".into(),
+            ));
+        }
         let all_segs: Vec<_> = ws.iter().map(segment).collect();
         let segs = &all_segs[0];
         for other in &all_segs[1..] {

@@ -69,6 +69,8 @@ mod tests {
             bytes,
             message_bytes: 0,
             measure: None,
+            group: 0,
+            rank_scale: Vec::new(),
         }
     }
 

@@ -568,7 +568,14 @@ fn moe_modules(
             s.comm.ep_size(),
         );
         let touched = gemm.shape.batch;
-        let tokens = s.tokens() as u64;
+        // The pass's tokens, not the batch: a verify pass carries k+1 per sequence, and its
+        // routed rows are tokens × top_k. Under expert parallelism the rows are a rank's slice,
+        // so the scenario's tokens stand (the table's rows are the whole batch's).
+        let tokens = if s.comm.ep_size() > 1 {
+            s.tokens() as u64
+        } else {
+            (gemm.shape.m / key.5.max(1)).max(1)
+        };
         let x = moe_tokens_for_lookup(dist, tokens, touched, key.2, key.5);
         let Some(tp) = t.moe(&key, x) else {
             missing = Some(key);

@@ -6,7 +6,7 @@ use crate::category::Category;
 use crate::sim::Simulation;
 use serde_json::{json, Value};
 
-fn scenario_json(sim: &Simulation) -> Value {
+pub fn scenario_json(sim: &Simulation) -> Value {
     let s = &sim.scenario;
     json!({
         "model": s.model.name,
@@ -30,7 +30,7 @@ fn scenario_json(sim: &Simulation) -> Value {
     })
 }
 
-fn calibration_json(sim: &Simulation) -> Value {
+pub fn calibration_json(sim: &Simulation) -> Value {
     let p = &sim.profile;
     json!({
         "name": p.profile.name,

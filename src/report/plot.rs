@@ -318,6 +318,40 @@ fn text_color(fill: RGBColor) -> RGBColor {
     }
 }
 
+/// A small label on a white box at pixel `at` + `offset`, anchored at `pos`, so lines behind it
+/// do not cross the letters.
+fn tag<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    at: (i32, i32),
+    offset: (i32, i32),
+    text: &str,
+    color: RGBColor,
+    pos: Pos,
+) -> Result<(), String> {
+    let e = |x: DrawingAreaErrorKind<DB::ErrorType>| x.to_string();
+    let style = font(12).color(&color).pos(pos);
+    let (w, h) = root.estimate_text_size(text, &style).map_err(e)?;
+    let (w, h) = (w as i32, h as i32);
+    let (x, y) = (at.0 + offset.0, at.1 + offset.1);
+    let x0 = match pos.h_pos {
+        HPos::Left => x,
+        HPos::Center => x - w / 2,
+        HPos::Right => x - w,
+    };
+    let y0 = match pos.v_pos {
+        VPos::Top => y,
+        VPos::Center => y - h / 2,
+        VPos::Bottom => y - h,
+    };
+    root.draw(&Rectangle::new(
+        [(x0 - 2, y0 - 1), (x0 + w + 2, y0 + h + 1)],
+        WHITE.mix(0.85).filled(),
+    ))
+    .map_err(e)?;
+    root.draw(&Text::new(text.to_string(), (x, y), style))
+        .map_err(e)
+}
+
 /// Thousands separators, no decimals.
 fn int(v: f64) -> String {
     crate::units::grouped(v, 0)
@@ -442,21 +476,59 @@ impl Chart for ComparisonChart<'_> {
                 below += us;
             }
         }
-        // Legend: one entry per segment name, in stacking order (top first).
-        let (lx, ly) = chart.backend_coord(&(2.6, ymax));
-        for (k, (name, color, _)) in pred.iter().rev().enumerate() {
-            let y = ly + 8 + k as i32 * 22;
+        // Legend with the values of every segment, predicted / measured, in stacking order
+        // (top first): the small ones carry no label inside their bars.
+        let (lx, ly) = chart.backend_coord(&(2.55, ymax));
+        let member_lines: i32 = pred
+            .iter()
+            .filter_map(|(n, _, _)| n.split_once(" (").map(|(_, r)| r))
+            .map(|r| super::table::wrap_text(r, 38).len() as i32 * 16 + 4)
+            .sum();
+        let (rx, _) = chart.backend_coord(&(4.2, ymax));
+        root.draw(&Rectangle::new(
+            [
+                (lx - 6, ly),
+                (rx - 2, ly + 32 + pred.len() as i32 * 22 + member_lines),
+            ],
+            WHITE.filled(),
+        ))
+        .map_err(e)?;
+        root.draw(&Text::new(
+            "µs per step: predicted / measured".to_string(),
+            (lx, ly + 4),
+            font(13).pos(Pos::new(HPos::Left, VPos::Top)),
+        ))
+        .map_err(e)?;
+        let mut y = ly + 28;
+        for ((name, color, p), (_, _, m)) in pred.iter().zip(meas.iter()).rev() {
             root.draw(&Rectangle::new(
                 [(lx, y), (lx + 14, y + 14)],
                 color.filled(),
             ))
             .map_err(e)?;
+            let (head, members) = match name.split_once(" (") {
+                Some((h, rest)) => (h, Some(rest.trim_end_matches(')'))),
+                None => (name.as_str(), None),
+            };
             root.draw(&Text::new(
-                name.clone(),
+                format!("{head}: {} / {}", int(*p), int(*m)),
                 (lx + 20, y + 7),
                 font(14).pos(Pos::new(HPos::Left, VPos::Center)),
             ))
             .map_err(e)?;
+            y += 22;
+            if let Some(list) = members {
+                for line in super::table::wrap_text(list, 38) {
+                    root.draw(&Text::new(
+                        line,
+                        (lx + 20, y + 4),
+                        font(12).pos(Pos::new(HPos::Left, VPos::Center)),
+                    ))
+                    .map_err(e)?;
+                    y += 16;
+                }
+                y += 4;
+            }
         }
         // Bar names under the axis, placed in pixels so they sit in the label area.
         for &(x0, label, total, _) in &bars {
@@ -597,18 +669,6 @@ impl Chart for CurveChart<'_> {
             chart
                 .draw_series(pts.iter().map(|&p| Circle::new(p, 3, color.filled())))
                 .map_err(e)?;
-            // The last point is the concurrency limit (KV cache or max_num_seqs).
-            if let Some(&(x, y)) = pts.last() {
-                chart
-                    .draw_series(std::iter::once(Text::new(
-                        format!("limit {}", int(x)),
-                        (x, y),
-                        font(12)
-                            .color(&color)
-                            .pos(Pos::new(HPos::Right, VPos::Bottom)),
-                    )))
-                    .map_err(e)?;
-            }
             for (mark, at) in [("knee", s.knee), ("plateau", s.plateau)] {
                 let Some(c) = at else { continue };
                 let Some(&(x, y)) = pts.iter().find(|p| p.0 == c as f64) else {
@@ -621,20 +681,28 @@ impl Chart for CurveChart<'_> {
                         color.filled(),
                     )))
                     .map_err(e)?;
-                chart
-                    .draw_series(std::iter::once(Text::new(
-                        format!("{mark} {c}"),
-                        (x, y),
-                        font(12).color(&color).pos(Pos::new(
-                            HPos::Left,
-                            if mark == "knee" {
-                                VPos::Bottom
-                            } else {
-                                VPos::Top
-                            },
-                        )),
-                    )))
-                    .map_err(e)?;
+                let px = chart.backend_coord(&(x, y));
+                let (off, pos) = match (mark, self.metric) {
+                    ("knee", CurveMetric::TokensPerS) => {
+                        ((-8, -6), Pos::new(HPos::Right, VPos::Bottom))
+                    }
+                    ("knee", CurveMetric::TpotMs) => ((8, 4), Pos::new(HPos::Left, VPos::Top)),
+                    (_, CurveMetric::TokensPerS) => ((4, 10), Pos::new(HPos::Left, VPos::Top)),
+                    _ => ((8, 6), Pos::new(HPos::Left, VPos::Top)),
+                };
+                tag(root, px, off, &format!("{mark} {c}"), color, pos)?;
+            }
+            // The last point is the concurrency limit (KV cache or max_num_seqs).
+            if let Some(&(x, y)) = pts.last() {
+                let px = chart.backend_coord(&(x, y));
+                tag(
+                    root,
+                    px,
+                    (-4, -10),
+                    &format!("limit {}", int(x)),
+                    color,
+                    Pos::new(HPos::Right, VPos::Bottom),
+                )?;
             }
         }
         let measured: Vec<(f64, f64)> = self
@@ -659,10 +727,9 @@ impl Chart for CurveChart<'_> {
         }
         chart
             .configure_series_labels()
-            .position(match self.metric {
-                CurveMetric::TokensPerS => SeriesLabelPosition::LowerRight,
-                CurveMetric::TpotMs => SeriesLabelPosition::UpperLeft,
-            })
+            // Lower right: throughput curves rise and TPOT curves of large systems stay low
+            // there, so the legend covers no data in either chart.
+            .position(SeriesLabelPosition::LowerRight)
             .background_style(WHITE.mix(0.9))
             .border_style(RGBColor(150, 150, 150))
             .label_font(("sans-serif", 14))
@@ -881,7 +948,6 @@ impl Chart for BreakdownChart<'_> {
             .margin(18)
             .x_label_area_size(50)
             .y_label_area_size(70)
-            .right_y_label_area_size(10)
             .build_cartesian_2d(-0.05f64..xmax + 0.05, 0f64..ymax.max(1e-9))
             .map_err(e)?;
         let batches = self.batches;
@@ -907,6 +973,7 @@ impl Chart for BreakdownChart<'_> {
             .map_err(e)?;
         let xs: Vec<f64> = (0..n).map(|i| i as f64).collect();
         let mut base = vec![0.0f64; n];
+        let mut spans: Vec<(String, f64, f64)> = Vec::new();
         for (name, color, vals) in &layers {
             let top: Vec<f64> = base.iter().zip(vals).map(|(b, v)| b + v).collect();
             let mut poly: Vec<(f64, f64)> = xs.iter().copied().zip(top.iter().copied()).collect();
@@ -917,26 +984,47 @@ impl Chart for BreakdownChart<'_> {
                 .map_err(e)?
                 .label(name.clone())
                 .legend(move |(x, y)| Rectangle::new([(x, y - 6), (x + 14, y + 6)], c.filled()));
+            spans.push((name.clone(), base[n - 1], top[n - 1]));
             base = top;
         }
-        // Step time and the leading category's share above each batch.
+        // Each area's share of the step at the largest batch, where the area is tall enough.
+        let last = totals.last().copied().unwrap_or(0.0) / 1e3;
+        for (name, lo, hi) in &spans {
+            let (_, py0) = chart.backend_coord(&(xmax, *lo));
+            let (px, py1) = chart.backend_coord(&(xmax, *hi));
+            if py0 - py1 >= 16 && last > 0.0 {
+                tag(
+                    root,
+                    (px, (py0 + py1) / 2),
+                    (-8, 0),
+                    &format!(
+                        "{} {:.0}%",
+                        name.split(' ').next().unwrap_or(name),
+                        (hi - lo) / last * 100.0
+                    ),
+                    BLACK,
+                    Pos::new(HPos::Right, VPos::Center),
+                )?;
+            }
+        }
+        // Step time above each batch.
         for (i, t) in totals.iter().enumerate() {
-            chart
-                .draw_series(std::iter::once(Text::new(
-                    format!("{:.1} ms", t / 1e3),
-                    (i as f64, t / 1e3),
-                    font(13).pos(Pos::new(
-                        if i == 0 {
-                            HPos::Left
-                        } else if i + 1 == n {
-                            HPos::Right
-                        } else {
-                            HPos::Center
-                        },
-                        VPos::Bottom,
-                    )),
-                )))
-                .map_err(e)?;
+            let px = chart.backend_coord(&(i as f64, t / 1e3));
+            let h = if i == 0 {
+                HPos::Left
+            } else if i + 1 == n {
+                HPos::Right
+            } else {
+                HPos::Center
+            };
+            tag(
+                root,
+                px,
+                (0, -6),
+                &format!("{:.1} ms", t / 1e3),
+                BLACK,
+                Pos::new(h, VPos::Bottom),
+            )?;
         }
         chart
             .configure_series_labels()

@@ -215,72 +215,7 @@ pub fn account(s: &Scenario, p: &CalibrationProfile, o: &MemoryOptions) -> Resul
             s.system.gpu.name, s.system.gpu.memory_gb
         ),
     };
-    let mut terms = Vec::new();
-
-    let formats = weight_formats(m);
-    terms.push(MemoryTerm {
-        component: "weights",
-        bytes: weight_bytes_per_rank(m, tp),
-        source: format!(
-            "workload::memory: every module at its stored size ({formats}, scales included), sharded /TP={tp}; replicated on every rank: MLA fused q_a/kv_a, router gate, norms (facts.md §1.1)"
-        ),
-    });
-    let t = o.max_num_batched_tokens as f64;
-    terms.push(MemoryTerm {
-        component: "activation_peak",
-        bytes: activation_peak_bytes(m, tp, t, o.max_num_seqs as f64),
-        source: format!(
-            "estimate: vLLM profile_run at max_num_batched_tokens = {} tokens and a sampler pass over max_num_seqs = {}: residual stream + the largest layer's transients (MoE: router logits, top-k, w13/act/w2 outputs) or FP32 logits + probabilities, whichever is larger (capacity::memory::activation_peak_bytes)",
-            o.max_num_batched_tokens, o.max_num_seqs
-        ),
-    });
-    let graphs = match (o.cuda_graph_bytes, s.cuda_graphs) {
-        (Some(b), _) => MemoryTerm {
-            component: "cuda_graphs",
-            bytes: b,
-            source: "--cuda-graph-mib (given)".into(),
-        },
-        (None, false) => MemoryTerm {
-            component: "cuda_graphs",
-            bytes: 0.0,
-            source: "--cuda-graphs off: nothing captured".into(),
-        },
-        (None, true) => {
-            let (bytes, sizes, nodes) = cuda_graph_bytes(s, o.max_num_seqs);
-            MemoryTerm {
-                component: "cuda_graphs",
-                bytes,
-                source: format!(
-                    "estimate (UNVERIFIED): FULL_AND_PIECEWISE captures {sizes} batch sizes twice (facts.md §3.4), {} kernel nodes × 8 KiB, plus the shared pool of the largest capture's activations; counted inside the budget (conservative)",
-                    crate::units::grouped(nodes, 0)
-                ),
-            }
-        }
-    };
-    terms.push(graphs);
-    let (nccl, channels, buffsize) = nccl_buffer_bytes(s, p);
-    terms.push(MemoryTerm {
-        component: "nccl_buffers",
-        bytes: nccl,
-        source: format!(
-            "estimate: 2 communicators (torch + pynccl) × {channels} channels × one ring connection × (Simple {} + LL 512 KiB + LL128 4,800 KiB); NCCL_BUFFSIZE 4 MiB default (facts.md §4.3), channels from the profile's [nccl]; AIC observes 392 MB of NCCL memory at TP8 (systems/*.yaml nccl_mem), which includes more than the buffers",
-            crate::units::bytes(buffsize)
-        ),
-    });
-    let custom = custom_ar_bytes(s);
-    terms.push(MemoryTerm {
-        component: "custom_allreduce",
-        bytes: custom,
-        source: if custom > 0.0 {
-            "vLLM custom all-reduce: 8 MiB IPC buffer + ~8 MiB signal buffer + 8 MiB rank_data (custom_all_reduce.py; max_size 8 MiB, facts.md §3.3)".into()
-        } else {
-            format!(
-                "none: vLLM runs no custom all-reduce at TP={} on the {} path (facts.md §3.3)",
-                s.tp,
-                s.comm_path().name()
-            )
-        },
-    });
+    let mut terms = fixed_terms(s, p, o);
     let non_kv: f64 = terms.iter().map(|t| t.bytes).sum();
     let kv_budget = requested - non_kv;
     if kv_budget <= 0.0 {
@@ -348,6 +283,80 @@ pub fn account(s: &Scenario, p: &CalibrationProfile, o: &MemoryOptions) -> Resul
         dcp: o.dcp,
         max_num_seqs: o.max_num_seqs,
     })
+}
+
+/// The terms vLLM counts before the KV cache: weights, activation peak, CUDA graphs, NCCL and
+/// custom all-reduce buffers.
+pub fn fixed_terms(s: &Scenario, p: &CalibrationProfile, o: &MemoryOptions) -> Vec<MemoryTerm> {
+    let m = &s.model;
+    let tp = s.tp as usize;
+    let mut terms = Vec::new();
+
+    let formats = weight_formats(m);
+    terms.push(MemoryTerm {
+        component: "weights",
+        bytes: weight_bytes_per_rank(m, tp),
+        source: format!(
+            "workload::memory: every module at its stored size ({formats}, scales included), sharded /TP={tp}; replicated on every rank: MLA fused q_a/kv_a, router gate, norms (facts.md §1.1)"
+        ),
+    });
+    let t = o.max_num_batched_tokens as f64;
+    terms.push(MemoryTerm {
+        component: "activation_peak",
+        bytes: activation_peak_bytes(m, tp, t, o.max_num_seqs as f64),
+        source: format!(
+            "estimate: vLLM profile_run at max_num_batched_tokens = {} tokens and a sampler pass over max_num_seqs = {}: residual stream + the largest layer's transients (MoE: router logits, top-k, w13/act/w2 outputs) or FP32 logits + probabilities, whichever is larger (capacity::memory::activation_peak_bytes)",
+            o.max_num_batched_tokens, o.max_num_seqs
+        ),
+    });
+    let graphs = match (o.cuda_graph_bytes, s.cuda_graphs) {
+        (Some(b), _) => MemoryTerm {
+            component: "cuda_graphs",
+            bytes: b,
+            source: "--cuda-graph-mib (given)".into(),
+        },
+        (None, false) => MemoryTerm {
+            component: "cuda_graphs",
+            bytes: 0.0,
+            source: "--cuda-graphs off: nothing captured".into(),
+        },
+        (None, true) => {
+            let (bytes, sizes, nodes) = cuda_graph_bytes(s, o.max_num_seqs);
+            MemoryTerm {
+                component: "cuda_graphs",
+                bytes,
+                source: format!(
+                    "estimate (UNVERIFIED): FULL_AND_PIECEWISE captures {sizes} batch sizes twice (facts.md §3.4), {} kernel nodes × 8 KiB, plus the shared pool of the largest capture's activations; counted inside the budget (conservative)",
+                    crate::units::grouped(nodes, 0)
+                ),
+            }
+        }
+    };
+    terms.push(graphs);
+    let (nccl, channels, buffsize) = nccl_buffer_bytes(s, p);
+    terms.push(MemoryTerm {
+        component: "nccl_buffers",
+        bytes: nccl,
+        source: format!(
+            "estimate: 2 communicators (torch + pynccl) × {channels} channels × one ring connection × (Simple {} + LL 512 KiB + LL128 4,800 KiB); NCCL_BUFFSIZE 4 MiB default (facts.md §4.3), channels from the profile's [nccl]; AIC observes 392 MB of NCCL memory at TP8 (systems/*.yaml nccl_mem), which includes more than the buffers",
+            crate::units::bytes(buffsize)
+        ),
+    });
+    let custom = custom_ar_bytes(s);
+    terms.push(MemoryTerm {
+        component: "custom_allreduce",
+        bytes: custom,
+        source: if custom > 0.0 {
+            "vLLM custom all-reduce: 8 MiB IPC buffer + ~8 MiB signal buffer + 8 MiB rank_data (custom_all_reduce.py; max_size 8 MiB, facts.md §3.3)".into()
+        } else {
+            format!(
+                "none: vLLM runs no custom all-reduce at TP={} on the {} path (facts.md §3.3)",
+                s.tp,
+                s.comm_path().name()
+            )
+        },
+    });
+    terms
 }
 
 /// The weight formats a model stores, e.g. "int4-g32 experts, bf16 rest".

@@ -168,6 +168,11 @@ pub fn capacity(req: &CapacityRequest) -> Result<Capacity> {
         ));
     }
     let pre = prefill(&s, &p, &demand, &req.memory)?;
+    if pre.is_some() && s.nccl.proto == crate::spec::Proto::Ll {
+        warnings.push(
+            "prefill's large all-reduces are priced with the forced NCCL_PROTO=LL (--nccl-proto LL, the default scenario's setting), which is slow for big messages; a deployment that leaves NCCL_PROTO unset gets Simple for them: compare --nccl-proto auto".into(),
+        );
+    }
     if let Some(pc) = &pre {
         if !pc.warnings.is_empty() {
             warnings.push(format!(
@@ -274,7 +279,22 @@ fn candidates(
                         });
                         shapes.push((dcp, c, note));
                     }
-                    Err(Error::Scenario(why)) => shapes.push((dcp, 0, Some(why))),
+                    Err(Error::Scenario(_)) => {
+                        let need: f64 = memory::fixed_terms(&s, &p, &o)
+                            .iter()
+                            .map(|t| t.bytes)
+                            .sum();
+                        let allowed = s.system.gpu.memory_total_bytes() * o.gpu_memory_utilization;
+                        shapes.push((
+                            dcp,
+                            0,
+                            Some(format!(
+                                "needs {} per GPU before any KV cache; {} allowed",
+                                crate::units::bytes(need),
+                                crate::units::bytes(allowed)
+                            )),
+                        ))
+                    }
                     Err(e) => return Err(e),
                 }
             }

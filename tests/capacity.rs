@@ -449,3 +449,64 @@ fn capacity_plan_that_cannot_be_met_says_which_limit_binds() {
     let j = decodesim::report::capacity::to_json(&capacity(&request()).unwrap());
     assert!(j["plan"].is_null());
 }
+
+fn cli(args: &[&str]) -> (bool, String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_decodesim"))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn cli_bad_input_gives_clear_messages() {
+    let dir = std::env::temp_dir().join(format!("decodesim-capcli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mix = dir.join("mix.csv");
+    std::fs::write(&mix, "input_len,output_len,weight\n100,-3,1\n").unwrap();
+    let mix = mix.to_str().unwrap();
+    for (args, needle) in [
+        (
+            vec!["capacity", "--gpu-memory-utilization", "1.5"],
+            "--gpu-memory-utilization 1.5",
+        ),
+        (
+            vec!["capacity", "--gpu-memory-utilization", "0"],
+            "above 0 and at most 1",
+        ),
+        (
+            vec!["capacity", "--context", "300000"],
+            "max_position_embeddings",
+        ),
+        (vec!["capacity", "--request-mix", mix], "line 2"),
+        (
+            vec!["capacity", "--gpu-hour-usd", "cheap"],
+            "--gpu-hour-usd",
+        ),
+        (vec!["capacity", "--max-tpot-ms=0"], "--max-tpot-ms"),
+        (vec!["capacity", "--tp", "4"], "does not fit"),
+        (vec!["capacity", "--dcp", "3"], "--dcp 3"),
+    ] {
+        let (ok, _, err) = cli(&args);
+        assert!(!ok, "{args:?} should fail");
+        assert!(err.contains(needle), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn cli_json_and_csv() {
+    let (ok, out, err) = cli(&["capacity", "--points", "4", "--format", "json"]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(v["kv_cache_tokens"].as_u64().unwrap() > 0);
+    assert_eq!(v["scenario"]["model"], "kimi-k2.5");
+    let (ok, out, err) = cli(&["capacity", "--points", "4", "--format", "csv"]);
+    assert!(ok, "{err}");
+    assert!(out.starts_with("concurrency,step_time_us,prefill_us,tpot_ms,tokens_per_s"));
+}

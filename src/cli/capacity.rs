@@ -320,7 +320,9 @@ pub fn run(a: CapacityArgs) -> Result<()> {
                 metric: CurveMetric::TpotMs,
                 series: &series,
                 measured: &measured,
-                limit: a.max_tpot_ms.map(|m| (m, format!("--max-tpot-ms {m}"))),
+                limit: a
+                    .max_tpot_ms
+                    .map(|m| (m, format!("TPOT limit {m} ms (--max-tpot-ms)"))),
             },
             p,
         )?;

@@ -430,6 +430,7 @@ impl Chart for ComparisonChart<'_> {
             .y_desc("µs per step")
             .y_label_formatter(&|v| int(*v))
             .label_style(("sans-serif", 14))
+            .light_line_style(TRANSPARENT)
             .draw()
             .map_err(e)?;
         let (pred, meas) = comparison_segments(cmp);
@@ -593,6 +594,22 @@ pub fn plot_curves(chart: &CurveChart, path: &Path) -> Result<(), PlotError> {
     render(chart, path, (WIDTH, HEIGHT))
 }
 
+/// The legend text of a series: its label, then knee (▲) and plateau (◆).
+fn series_label(s: &CurveSeries) -> String {
+    let mut marks = Vec::new();
+    if let Some(k) = s.knee {
+        marks.push(format!("knee ▲ {k}"));
+    }
+    if let Some(p) = s.plateau {
+        marks.push(format!("plateau ◆ {p}"));
+    }
+    if marks.is_empty() {
+        s.label.clone()
+    } else {
+        format!("{}; {}", s.label, marks.join(", "))
+    }
+}
+
 impl CurveChart<'_> {
     fn y(&self, p: &(f64, f64, f64)) -> f64 {
         match self.metric {
@@ -650,7 +667,7 @@ impl Chart for CurveChart<'_> {
             })
             .label_style(("sans-serif", 14))
             .axis_desc_style(("sans-serif", 15))
-            .light_line_style(RGBColor(235, 235, 235))
+            .light_line_style(TRANSPARENT)
             .draw()
             .map_err(e)?;
         for (k, s) in self.series.iter().enumerate() {
@@ -662,47 +679,36 @@ impl Chart for CurveChart<'_> {
                     stroke(color, 2),
                 )))
                 .map_err(e)?
-                .label(s.label.clone())
+                .label(series_label(s))
                 .legend(move |(x, y)| {
                     PathElement::new(vec![(x, y), (x + 22, y)], stroke(color, 2))
                 });
             chart
                 .draw_series(pts.iter().map(|&p| Circle::new(p, 3, color.filled())))
                 .map_err(e)?;
+            // Knee and plateau as markers (a triangle up, a diamond); the numbers are in the
+            // legend, where labels cannot collide with curves or each other.
             for (mark, at) in [("knee", s.knee), ("plateau", s.plateau)] {
                 let Some(c) = at else { continue };
                 let Some(&(x, y)) = pts.iter().find(|p| p.0 == c as f64) else {
                     continue;
                 };
-                chart
-                    .draw_series(std::iter::once(TriangleMarker::new(
-                        (x, y),
-                        7,
+                if mark == "knee" {
+                    chart
+                        .draw_series(std::iter::once(TriangleMarker::new(
+                            (x, y),
+                            8,
+                            color.filled(),
+                        )))
+                        .map_err(e)?;
+                } else {
+                    let (px, py) = chart.backend_coord(&(x, y));
+                    root.draw(&Polygon::new(
+                        vec![(px, py - 8), (px + 7, py), (px, py + 8), (px - 7, py)],
                         color.filled(),
-                    )))
+                    ))
                     .map_err(e)?;
-                let px = chart.backend_coord(&(x, y));
-                let (off, pos) = match (mark, self.metric) {
-                    ("knee", CurveMetric::TokensPerS) => {
-                        ((-8, -6), Pos::new(HPos::Right, VPos::Bottom))
-                    }
-                    ("knee", CurveMetric::TpotMs) => ((8, 4), Pos::new(HPos::Left, VPos::Top)),
-                    (_, CurveMetric::TokensPerS) => ((4, 10), Pos::new(HPos::Left, VPos::Top)),
-                    _ => ((8, 6), Pos::new(HPos::Left, VPos::Top)),
-                };
-                tag(root, px, off, &format!("{mark} {c}"), color, pos)?;
-            }
-            // The last point is the concurrency limit (KV cache or max_num_seqs).
-            if let Some(&(x, y)) = pts.last() {
-                let px = chart.backend_coord(&(x, y));
-                tag(
-                    root,
-                    px,
-                    (-4, -10),
-                    &format!("limit {}", int(x)),
-                    color,
-                    Pos::new(HPos::Right, VPos::Bottom),
-                )?;
+                }
             }
         }
         let measured: Vec<(f64, f64)> = self
@@ -820,7 +826,7 @@ impl Chart for MemoryChart<'_> {
             .x_label_formatter(&|v| format!("{v:.0}"))
             .label_style(("sans-serif", 14))
             .axis_desc_style(("sans-serif", 15))
-            .light_line_style(RGBColor(235, 235, 235))
+            .light_line_style(TRANSPARENT)
             .draw()
             .map_err(e)?;
         let per = self.series.len().max(1) as f64;
@@ -968,7 +974,7 @@ impl Chart for BreakdownChart<'_> {
             .y_label_formatter(&|v| format!("{v:.0}"))
             .label_style(("sans-serif", 14))
             .axis_desc_style(("sans-serif", 15))
-            .light_line_style(RGBColor(235, 235, 235))
+            .light_line_style(TRANSPARENT)
             .draw()
             .map_err(e)?;
         let xs: Vec<f64> = (0..n).map(|i| i as f64).collect();

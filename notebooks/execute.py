@@ -36,6 +36,8 @@ def execute(path: Path, inplace: bool) -> bool:
     client = NotebookClient(
         nb, timeout=CELL_TIMEOUT_S, kernel_name="python3",
         resources={"metadata": {"path": str(path.parent)}},
+        # The kernel is local and short-lived; its warning about TCP without encryption is noise.
+        extra_arguments=["--IPKernelApp.log_level=ERROR"],
     )
     start = time.monotonic()
     try:

@@ -133,7 +133,7 @@ fn throughput_and_tpot_curves_with_measured_points() {
         }
     }
     let svg = std::fs::read_to_string(d.join("tp.svg")).unwrap();
-    assert!(svg.contains("a TP=8") && svg.contains("measured") && svg.contains("knee 8"));
+    assert!(svg.contains("a TP=8") && svg.contains("measured") && svg.contains("knee ▲ 8"));
 }
 
 #[test]

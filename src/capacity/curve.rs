@@ -241,22 +241,19 @@ pub fn prefill_cost(
     chunk.batch = chunk_tokens.clamp(1, crate::spec::scenario::MAX_BATCH);
     // Decode attention is left out below; a one-token context keeps its pricing trivial.
     chunk.context = 1;
-    let w = crate::workload::build(&chunk);
+    // Only what a prefill token runs: the layers (without decode attention) and the
+    // embedding; the frame ops (lm_head, logits all-gather, sampling) run once per request.
+    let mut w = crate::workload::build(&chunk);
+    w.ops.retain(|op| {
+        let in_layer = op.layer >= 0
+            && !matches!(
+                op.family,
+                CostFamily::AttentionMlaDecode | CostFamily::AttentionGqaDecode
+            );
+        in_layer || op.family == CostFamily::Embedding
+    });
     let pricing = cost::price(&w, &chunk, p)?;
-    let kernels: f64 = w
-        .ops
-        .iter()
-        .zip(&pricing.base_us)
-        .filter(|(op, _)| {
-            let in_layer = op.layer >= 0
-                && !matches!(
-                    op.family,
-                    CostFamily::AttentionMlaDecode | CostFamily::AttentionGqaDecode
-                );
-            in_layer || op.family == CostFamily::Embedding
-        })
-        .map(|(_, us)| *us)
-        .sum();
+    let kernels: f64 = pricing.base_us.iter().sum();
     let m = &s.model;
     let heads = m.num_heads as f64 / s.tp as f64;
     let dims = match &m.mla {

@@ -228,8 +228,9 @@ pub fn plan(candidates: &[Candidate], t: &Target) -> Plan {
         Some(b) => (
             None,
             format!(
-                "cheapest: {} replicas of TP={}{} on {} ({} GPUs, {} system{}) at {} users each: {:.0} tokens/s, TPOT {:.1} ms{}",
+                "cheapest: {} replica{} of TP={}{} on {} ({} GPUs, {} system{}) at {} users each: {:.0} tokens/s, TPOT {:.1} ms{}",
                 b.replicas,
+                if b.replicas == 1 { "" } else { "s" },
                 b.tp,
                 if b.dcp > 1 { format!(" DCP={}", b.dcp) } else { String::new() },
                 b.system,

@@ -38,6 +38,8 @@ def execute(path: Path, inplace: bool) -> bool:
         resources={"metadata": {"path": str(path.parent)}},
         # The kernel is local and short-lived; its warning about TCP without encryption is noise.
         extra_arguments=["--IPKernelApp.log_level=ERROR"],
+        # No per-cell timestamps in the committed notebooks: re-running must not churn the diff.
+        record_timing=False,
     )
     start = time.monotonic()
     try:

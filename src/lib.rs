@@ -10,6 +10,7 @@ pub mod workload;
 
 pub use error::{Error, Result};
 pub mod calibrate;
+pub mod capacity;
 pub mod cli;
 pub mod cost;
 pub mod measurements;

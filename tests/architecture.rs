@@ -27,12 +27,16 @@ const ALLOWED: &[(&str, &[&str])] = &[
         &["spec", "workload", "measurements", "cost", "sim", "accounting", "trace"],
     ),
     (
+        "capacity",
+        &["spec", "workload", "measurements", "cost", "sim", "accounting"],
+    ),
+    (
         "validate",
         &["spec", "workload", "measurements", "cost", "sim", "accounting", "trace", "calibrate"],
     ),
     (
         "report",
-        &["spec", "workload", "measurements", "cost", "sim", "accounting", "trace", "calibrate", "validate"],
+        &["spec", "workload", "measurements", "cost", "sim", "accounting", "trace", "calibrate", "validate", "capacity"],
     ),
 ];
 

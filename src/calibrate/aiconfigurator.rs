@@ -130,10 +130,16 @@ pub fn from_aiconfigurator(req: &AicRequest) -> Result<AicResult> {
         system.gpu.display_name, base.profile.name
     );
     p.profile.created = collection_date(&manifest).unwrap_or_else(|| "unknown".into());
-    p.profile.method = format!(
-        "decodesim calibrate --from-aiconfigurator {} --system {} (tables referenced as '{rel}', read and interpolated at load time: cost::aic). Source: {source}",
+    // The whole command, so the profile can be rebuilt from its own header.
+    let command = format!(
+        "decodesim calibrate --from-aiconfigurator {} --system {} --fallback {} --name {}",
         req.dir.display(),
-        req.system
+        req.system,
+        base.profile.name,
+        p.profile.name
+    );
+    p.profile.method = format!(
+        "{command} (tables referenced as '{rel}', read and interpolated at load time: cost::aic). Source: {source}"
     );
     p.profile.provenance = format!(
         "measured (AIConfigurator {aic_system}): {}; from '{}' ({}): the rest",
@@ -150,9 +156,7 @@ pub fn from_aiconfigurator(req: &AicRequest) -> Result<AicResult> {
         toml::Value::String(format!("tables {rel}: {source}")),
     );
     let header = format!(
-        "# Written by `decodesim calibrate --from-aiconfigurator {} --system {}`.\n# {}\n# {}\n",
-        req.dir.display(),
-        req.system,
+        "# Written by `{command}`.\n# {}\n# {}\n",
         p.profile.method,
         p.profile.provenance
     );

@@ -210,7 +210,8 @@ impl Verdicts<'_> {
             q.notes
                 .push("poor law fit: measured shapes priced from the table".into());
             self.warnings.push(format!(
-                "{desc} (law fit poor; the measured shapes are priced from the table {t}, other shapes extrapolate with this law)"
+                "{desc} (law fit poor; the measured shapes are priced from the table {}, other shapes extrapolate with this law)",
+                crate::units::path(std::path::Path::new(t))
             ));
             return Verdict::Keep;
         }

@@ -1,6 +1,7 @@
 //! Command-line definitions and glue; each subcommand is a thin function over the library.
 
 pub mod calibrate;
+pub mod capacity;
 pub mod compare;
 pub mod list;
 mod scenario_args;
@@ -39,6 +40,9 @@ pub enum Command {
     Trace(trace::TraceArgs),
     /// Simulate a scenario and hold it against measured traces, category by category.
     Compare(compare::CompareArgs),
+    /// KV-cache capacity as vLLM accounts GPU memory, throughput and TPOT by concurrency up to
+    /// it, and the cheapest deployment for a target.
+    Capacity(capacity::CapacityArgs),
     /// Simulate every captured reference-step configuration and report the prediction error,
     /// then calibrate from one trace and predict the rest.
     Validate(validate::ValidateArgs),
@@ -58,6 +62,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Validate(a) => validate::run(a),
         Command::Whatif(a) => whatif::run(a),
         Command::Sweep(a) => sweep::run(a),
+        Command::Capacity(a) => capacity::run(a),
     }
 }
 

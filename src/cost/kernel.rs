@@ -41,6 +41,7 @@ mod tests {
             compute_capability: "9.0".into(),
             sms: 1,
             memory_gb: 1.0,
+            memory_total_mib: None,
             memory_bandwidth_gbps: 1000.0, // 1e6 bytes per us
             bf16_tflops: 100.0,            // 1e8 FLOP per us
             fp8_tflops: 200.0,

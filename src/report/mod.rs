@@ -1,6 +1,7 @@
 //! Every output format lives here; computation modules never print.
 
 pub mod calibration;
+pub mod capacity;
 pub mod chrome;
 pub mod comparison;
 pub mod plot;

@@ -6,7 +6,7 @@ use crate::category::Category;
 use crate::sim::Simulation;
 use serde_json::{json, Value};
 
-pub(crate) fn scenario_json(sim: &Simulation) -> Value {
+pub fn scenario_json(sim: &Simulation) -> Value {
     let s = &sim.scenario;
     json!({
         "model": s.model.name,
@@ -30,7 +30,7 @@ pub(crate) fn scenario_json(sim: &Simulation) -> Value {
     })
 }
 
-pub(crate) fn calibration_json(sim: &Simulation) -> Value {
+pub fn calibration_json(sim: &Simulation) -> Value {
     let p = &sim.profile;
     json!({
         "name": p.profile.name,

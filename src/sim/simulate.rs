@@ -133,7 +133,7 @@ pub struct Simulation {
 pub struct MemoryFit {
     /// Weights plus KV cache per GPU.
     pub needed_bytes: f64,
-    /// The GPU's memory (`memory_gb` × 10^9).
+    /// The GPU's memory as the driver reports it (`GpuSpec::memory_total_bytes`).
     pub capacity_bytes: f64,
     pub gpu_memory_utilization: f64,
 }
@@ -142,7 +142,7 @@ impl MemoryFit {
     pub fn new(memory: &MemoryFootprint, s: &Scenario) -> Self {
         MemoryFit {
             needed_bytes: memory.total(),
-            capacity_bytes: s.system.gpu.memory_gb * 1e9,
+            capacity_bytes: s.system.gpu.memory_total_bytes(),
             gpu_memory_utilization: s.gpu_memory_utilization,
         }
     }

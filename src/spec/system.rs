@@ -13,6 +13,10 @@ pub struct GpuSpec {
     pub compute_capability: String,
     pub sms: u32,
     pub memory_gb: f64,
+    /// Total memory as the driver reports it (cudaMemGetInfo / nvidia-smi), in MiB: what
+    /// vLLM's `gpu_memory_utilization` multiplies. `memory_gb` stays the marketing figure.
+    #[serde(default)]
+    pub memory_total_mib: Option<f64>,
     pub memory_bandwidth_gbps: f64,
     pub bf16_tflops: f64,
     pub fp8_tflops: f64,
@@ -77,6 +81,7 @@ pub struct SystemSpec {
 mod gpu_limits {
     use super::FloatRange;
     pub const MEMORY_GB: FloatRange = FloatRange::positive(4_096.0, "GB");
+    pub const MEMORY_MIB: FloatRange = FloatRange::positive(4_096.0 * 1_024.0, "MiB");
     pub const BANDWIDTH_GBPS: FloatRange = FloatRange::positive(100_000.0, "GB/s");
     pub const TFLOPS: FloatRange = FloatRange::positive(100_000.0, "TFLOP/s");
     pub const L2_MB: FloatRange = FloatRange::non_negative(4_096.0, "MB");
@@ -84,6 +89,15 @@ mod gpu_limits {
 }
 
 impl GpuSpec {
+    /// Bytes vLLM sees as the device total: `memory_total_mib` when the file gives it, else
+    /// `memory_gb` × 10^9.
+    pub fn memory_total_bytes(&self) -> f64 {
+        match self.memory_total_mib {
+            Some(mib) => mib * 1_048_576.0,
+            None => self.memory_gb * 1e9,
+        }
+    }
+
     pub fn from_file(path: &Path) -> Result<Self> {
         let g: GpuSpec = crate::error::read_toml(path, crate::files::InputKind::SystemToml)?;
         g.check(path)?;
@@ -95,6 +109,9 @@ impl GpuSpec {
         use gpu_limits::*;
         check::int_in(path, "sms", self.sms as u64, &SMS)?;
         check::float_in(path, "memory_gb", self.memory_gb, &MEMORY_GB)?;
+        if let Some(mib) = self.memory_total_mib {
+            check::float_in(path, "memory_total_mib", mib, &MEMORY_MIB)?;
+        }
         check::float_in(
             path,
             "memory_bandwidth_gbps",

@@ -87,3 +87,9 @@ pub fn footprint(
         kv_cache_bytes: per_token * batch as f64 * context as f64,
     }
 }
+
+/// KV-cache bytes one rank stores per token over all layers (MLA: the latent, replicated on
+/// every rank; GQA: the rank's KV heads).
+pub fn kv_bytes_per_token_per_rank(m: &ModelSpec, tp: usize, kv_bytes: f64) -> f64 {
+    m.kv_bytes_per_token_per_layer(tp, kv_bytes) * m.num_layers as f64
+}

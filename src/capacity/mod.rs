@@ -1,0 +1,341 @@
+//! Capacity planning: how many tokens of KV cache a deployment holds as vLLM accounts its
+//! memory (`memory`), what throughput and TPOT it gives at each concurrency up to that limit
+//! (`curve`), and the cheapest deployment over systems and parallelisms for a target (`plan`).
+
+pub mod curve;
+pub mod memory;
+pub mod plan;
+
+use crate::cost::CalibrationProfile;
+use crate::error::{Error, Result};
+use crate::sim::{ScenarioRequest, Simulation};
+use crate::spec::Scenario;
+use curve::{Curve, Demand, MixRow};
+use memory::{MemoryAccount, MemoryOptions};
+
+/// How the users' requests are described.
+#[derive(Debug, Clone, PartialEq)]
+pub enum DemandSpec {
+    /// Decode only, every sequence at this many KV tokens (`--context`).
+    Context(u64),
+    /// `--input-len` / `--output-len`.
+    Lengths { input_len: u64, output_len: u64 },
+    /// A request-mix CSV, already parsed.
+    Mix(Vec<MixRow>),
+}
+
+impl DemandSpec {
+    pub fn demand(&self) -> Demand {
+        match self {
+            DemandSpec::Context(c) => Demand::context(*c),
+            DemandSpec::Lengths {
+                input_len,
+                output_len,
+            } => Demand::lengths(*input_len, *output_len),
+            DemandSpec::Mix(rows) => Demand::mix(rows),
+        }
+    }
+}
+
+/// GPU-hour prices: one for every system, or one per system name.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub enum Prices {
+    #[default]
+    None,
+    All(f64),
+    PerSystem(Vec<(String, f64)>),
+}
+
+impl Prices {
+    pub fn of(&self, system: &str) -> Option<f64> {
+        match self {
+            Prices::None => None,
+            Prices::All(p) => Some(*p),
+            Prices::PerSystem(v) => v.iter().find(|(s, _)| s == system).map(|(_, p)| *p),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct CapacityRequest {
+    pub scenario: ScenarioRequest,
+    pub memory: MemoryOptions,
+    pub demand: DemandSpec,
+    /// About how many concurrencies the curve simulates.
+    pub points: usize,
+    pub max_tpot_ms: Option<f64>,
+    pub target_tokens_per_s: Option<f64>,
+    pub users: Option<u32>,
+    /// Systems the planner considers (empty: the scenario's system).
+    pub systems: Vec<String>,
+    pub max_systems: u32,
+    pub prices: Prices,
+}
+
+/// Everything `decodesim capacity` reports.
+#[derive(Debug, Clone)]
+pub struct Capacity {
+    pub demand: Demand,
+    pub memory: MemoryAccount,
+    /// Highest concurrency memory allows at this demand (KV limit capped by max_num_seqs).
+    pub max_concurrency: u64,
+    /// The KV limit alone.
+    pub kv_limit: u64,
+    pub curve: Curve,
+    /// The simulated step at the highest concurrency (its scenario and calibration go in the
+    /// report the way `simulate` writes them).
+    pub reference: Simulation,
+    pub plan: Option<plan::Plan>,
+    /// Planner candidates that were not considered, with why (TP not dividing the model, ...).
+    pub skipped: Vec<String>,
+    pub warnings: Vec<String>,
+}
+
+/// Loads the scenario of `req` at `tp` on `system`, checked against the demand.
+fn load(req: &ScenarioRequest, demand: &Demand) -> Result<(Scenario, CalibrationProfile)> {
+    let mut r = req.clone();
+    r.batch = 1;
+    r.context = 1;
+    let (mut s, p) = r.load()?;
+    demand.check(&s)?;
+    s.context = demand.decode_context;
+    s.validate()?;
+    Ok((s, p))
+}
+
+fn prefill(
+    s: &Scenario,
+    p: &CalibrationProfile,
+    d: &Demand,
+    o: &MemoryOptions,
+) -> Result<Option<curve::PrefillCost>> {
+    if d.prefill_per_output > 0.0 {
+        Ok(Some(curve::prefill_cost(
+            s,
+            p,
+            o.max_num_batched_tokens,
+            d.input_len,
+        )?))
+    } else {
+        Ok(None)
+    }
+}
+
+/// Runs the capacity analysis of `req`.
+pub fn capacity(req: &CapacityRequest) -> Result<Capacity> {
+    if let Some(t) = req.max_tpot_ms {
+        if !(t.is_finite() && t > 0.0) {
+            return Err(Error::Flag {
+                flag: "--max-tpot-ms",
+                value: t.to_string(),
+                expected: "a positive number of milliseconds".into(),
+            });
+        }
+    }
+    if let Some(t) = req.target_tokens_per_s {
+        if !(t.is_finite() && t > 0.0) {
+            return Err(Error::Flag {
+                flag: "--target-tokens-per-s",
+                value: t.to_string(),
+                expected: "a positive number of tokens per second".into(),
+            });
+        }
+    }
+    let demand = req.demand.demand();
+    let (mut s, p) = load(&req.scenario, &demand)?;
+    s.gpu_memory_utilization = req.memory.gpu_memory_utilization;
+    let mem = memory::account(&s, &p, &req.memory)?;
+    let kv_limit = mem.kv_limit(demand.tokens_per_request);
+    let max_c = mem
+        .max_concurrency(demand.tokens_per_request)
+        .min(crate::spec::scenario::MAX_BATCH as u64);
+    if max_c == 0 {
+        return Err(Error::Scenario(format!(
+            "memory binds: one request of {} KV tokens ({}) does not fit in the {} KV tokens per GPU that {} at TP={} leaves (GPU KV cache size: {} tokens); use a larger TP, --dcp, FP8 KV, or a shorter context",
+            demand.tokens_per_request.ceil(),
+            demand.described,
+            mem.kv_cache_tokens,
+            s.model.name,
+            s.tp,
+            mem.kv_cache_tokens
+        )));
+    }
+    let mut warnings = Vec::new();
+    if req.memory.dcp > 1 {
+        warnings.push(format!(
+            "--dcp {}: the KV cache is sharded over {} ranks in the memory account, but the decode step is simulated without DCP (its split attention and extra collectives are not modelled)",
+            req.memory.dcp, req.memory.dcp
+        ));
+    }
+    let pre = prefill(&s, &p, &demand, &req.memory)?;
+    if pre.is_some() && s.nccl.proto == crate::spec::Proto::Ll {
+        warnings.push(
+            "prefill's large all-reduces are priced with the forced NCCL_PROTO=LL (--nccl-proto LL, the default scenario's setting), which is slow for big messages; a deployment that leaves NCCL_PROTO unset gets Simple for them: compare --nccl-proto auto".into(),
+        );
+    }
+    if let Some(pc) = &pre {
+        if !pc.warnings.is_empty() {
+            warnings.push(format!(
+                "prefill priced at a {}-token chunk: {} pricing warning(s), e.g. {}",
+                pc.chunk_tokens,
+                pc.warnings.len(),
+                pc.warnings[0]
+            ));
+        }
+    }
+    let curve = curve::build(
+        &s,
+        &p,
+        &demand,
+        max_c as u32,
+        req.points,
+        req.max_tpot_ms,
+        pre,
+    )?;
+    let mut at_max = s.clone();
+    at_max.batch = max_c as u32;
+    let reference = crate::sim::simulate_loaded(at_max, p.clone())?;
+    warnings.extend(reference.warnings.iter().cloned());
+
+    let mut skipped = Vec::new();
+    let plan = if req.target_tokens_per_s.is_some() || req.users.is_some() {
+        let target = plan::Target {
+            tokens_per_s: req.target_tokens_per_s,
+            users: req.users,
+            max_tpot_ms: req.max_tpot_ms,
+            max_systems: req.max_systems.max(1),
+        };
+        let candidates = candidates(req, &demand, &mut skipped)?;
+        Some(plan::plan(&candidates, &target))
+    } else {
+        None
+    };
+    Ok(Capacity {
+        demand,
+        memory: mem,
+        max_concurrency: max_c,
+        kv_limit,
+        curve,
+        reference,
+        plan,
+        skipped,
+        warnings,
+    })
+}
+
+/// Every (system, TP, DCP) the planner considers, with its KV limit and curve.
+fn candidates(
+    req: &CapacityRequest,
+    demand: &Demand,
+    skipped: &mut Vec<String>,
+) -> Result<Vec<plan::Candidate>> {
+    let systems = if req.systems.is_empty() {
+        vec![req.scenario.system.clone()]
+    } else {
+        req.systems.clone()
+    };
+    let mut out = Vec::new();
+    for name in &systems {
+        let sys = crate::spec::SystemSpec::from_file(
+            &crate::spec::catalog::resolve_system(name)?,
+            &crate::spec::catalog::gpus_dir(),
+        )?;
+        for tp in (1..=sys.gpu_count).rev().filter(|t| sys.gpu_count % t == 0) {
+            let mut r = req.scenario.clone();
+            r.system = name.clone();
+            r.tp = Some(tp);
+            if *name != req.scenario.system {
+                r.calibration = None;
+            }
+            let (mut s, p) = match load(&r, demand) {
+                Ok(x) => x,
+                Err(Error::Scenario(why)) => {
+                    skipped.push(format!("{name} TP={tp}: {why}"));
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            s.gpu_memory_utilization = req.memory.gpu_memory_utilization;
+            let mut dcps = vec![1];
+            if req.memory.dcp > 1 && tp % req.memory.dcp == 0 && s.model.mla.is_some() {
+                dcps.push(req.memory.dcp);
+            }
+            let mut shapes = Vec::new();
+            for dcp in dcps {
+                let o = MemoryOptions {
+                    dcp,
+                    ..req.memory.clone()
+                };
+                match memory::account(&s, &p, &o) {
+                    Ok(m) => {
+                        let c = m
+                            .max_concurrency(demand.tokens_per_request)
+                            .min(crate::spec::scenario::MAX_BATCH as u64);
+                        let note = (c == 0).then(|| {
+                            format!(
+                                "one request of {:.0} KV tokens does not fit in {} KV tokens",
+                                demand.tokens_per_request, m.kv_cache_tokens
+                            )
+                        });
+                        shapes.push((dcp, c, note));
+                    }
+                    Err(Error::Scenario(_)) => {
+                        let need: f64 = memory::fixed_terms(&s, &p, &o)
+                            .iter()
+                            .map(|t| t.bytes)
+                            .sum();
+                        let allowed = s.system.gpu.memory_total_bytes() * o.gpu_memory_utilization;
+                        shapes.push((
+                            dcp,
+                            0,
+                            Some(format!(
+                                "needs {} per GPU before any KV cache; {} allowed",
+                                crate::units::bytes(need),
+                                crate::units::bytes(allowed)
+                            )),
+                        ))
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            let top = shapes.iter().map(|x| x.1).max().unwrap_or(0);
+            let points = if top > 0 {
+                let pre = prefill(&s, &p, demand, &req.memory)?;
+                let c = curve::build(&s, &p, demand, top as u32, req.points, req.max_tpot_ms, pre)?;
+                c.points
+            } else {
+                Vec::new()
+            };
+            for (dcp, c, note) in shapes {
+                out.push(plan::Candidate {
+                    system: name.clone(),
+                    gpus_per_system: sys.gpu_count,
+                    tp,
+                    dcp,
+                    max_concurrency: c,
+                    memory_note: note,
+                    curve: points.clone(),
+                    gpu_hour_usd: req.prices.of(name),
+                });
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The simulated step at each of `batches` (the category breakdown plot).
+pub fn breakdown_by_batch(
+    req: &ScenarioRequest,
+    context: u64,
+    batches: &[u32],
+) -> Result<Vec<Simulation>> {
+    batches
+        .iter()
+        .map(|&b| {
+            let mut r = req.clone();
+            r.batch = b;
+            r.context = context;
+            crate::sim::simulate(&r)
+        })
+        .collect()
+}

@@ -1,0 +1,399 @@
+//! `decodesim capacity`: KV capacity as vLLM accounts memory, the throughput–latency curve up
+//! to it, and (with a target) the cheapest deployment over systems and parallelisms.
+
+use super::{print, ScenarioArgs};
+use crate::capacity::curve::parse_mix;
+use crate::capacity::memory::{
+    MemoryOptions, DEFAULT_BLOCK_SIZE, DEFAULT_MAX_NUM_BATCHED_TOKENS, DEFAULT_MAX_NUM_SEQS,
+};
+use crate::capacity::{self, Capacity, CapacityRequest, DemandSpec, Prices};
+use crate::error::{Error, Result};
+use crate::files::InputKind;
+use crate::report::plot::{
+    self, BreakdownChart, CurveChart, CurveMetric, CurveSeries, MeasuredPoint, MemoryChart,
+    MemorySeries,
+};
+use crate::report::{self, units, Format};
+use crate::spec::scenario::DEFAULT_GPU_MEMORY_UTILIZATION;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, clap::Args)]
+pub struct CapacityArgs {
+    /// Scenario flags as `simulate` takes them; `--context` is the KV length of every request
+    /// (unless --input-len/--output-len or --request-mix is given) and `--batch` is not used.
+    #[command(flatten)]
+    pub scenario: ScenarioArgs,
+    /// Share of each GPU's memory vLLM may use (vLLM's --gpu-memory-utilization). Above 0, at
+    /// most 1.
+    #[arg(long, default_value_t = DEFAULT_GPU_MEMORY_UTILIZATION, value_name = "SHARE")]
+    pub gpu_memory_utilization: f64,
+    /// Tokens of vLLM's profiling pass (its --max-num-batched-tokens); sets the activation peak
+    /// and the prefill chunk.
+    #[arg(long, default_value_t = DEFAULT_MAX_NUM_BATCHED_TOKENS, value_name = "TOKENS")]
+    pub max_num_batched_tokens: u32,
+    /// vLLM's --max-num-seqs: caps the concurrency and sizes the sampler's profiling pass.
+    #[arg(long, default_value_t = DEFAULT_MAX_NUM_SEQS, value_name = "N")]
+    pub max_num_seqs: u32,
+    /// KV-cache block size in tokens (vLLM's --block-size).
+    #[arg(long, default_value_t = DEFAULT_BLOCK_SIZE, value_name = "TOKENS")]
+    pub block_size: u32,
+    /// Decode context parallelism (vLLM's --decode-context-parallel-size): shards the MLA
+    /// latent cache, which TP replicates, over N ranks of the TP group (memory only: the step
+    /// is simulated without DCP).
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub dcp: u32,
+    /// CUDA-graph memory per GPU in MiB, replacing the estimate (e.g. from vLLM's "Graph
+    /// capturing finished ..., took X GiB" line).
+    #[arg(long, value_name = "MIB")]
+    pub cuda_graph_mib: Option<f64>,
+    /// Prompt tokens per request (with --output-len): adds prefill's share to every step.
+    #[arg(long, value_name = "TOKENS", requires = "output_len")]
+    pub input_len: Option<u64>,
+    /// Generated tokens per request (with --input-len).
+    #[arg(long, value_name = "TOKENS", requires = "input_len")]
+    pub output_len: Option<u64>,
+    /// A request mix: CSV with a header input_len,output_len,weight.
+    #[arg(long, value_name = "CSV", conflicts_with_all = ["input_len", "output_len"])]
+    pub request_mix: Option<PathBuf>,
+    /// About how many concurrencies the curve simulates.
+    #[arg(long, default_value_t = 24, value_parser = clap::value_parser!(u32).range(3..=200))]
+    pub points: u32,
+    /// TPOT limit in ms: the highest concurrency that meets it (and the planner's limit).
+    #[arg(long, value_name = "MS")]
+    pub max_tpot_ms: Option<f64>,
+    /// Plan for this many output tokens per second in total.
+    #[arg(long, value_name = "N")]
+    pub target_tokens_per_s: Option<f64>,
+    /// Plan for this many concurrent users.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub users: Option<u32>,
+    /// Systems the planner considers (comma-separated names or files) [default: --system].
+    #[arg(long, value_delimiter = ',', value_name = "A,B,...")]
+    pub systems: Vec<String>,
+    /// Most systems (nodes) a plan may use.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub max_systems: u32,
+    /// GPU-hour price in USD: one number for every system, or SYSTEM=PRICE,... per system.
+    #[arg(long, value_name = "USD|A=USD,B=USD")]
+    pub gpu_hour_usd: Option<String>,
+    /// Output format (csv: the curve, one row per concurrency).
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+    /// Plot tokens/s against concurrency (.svg or .png); with --systems, one curve per system.
+    #[arg(long, value_name = "FILE")]
+    pub plot_throughput: Option<PathBuf>,
+    /// Plot TPOT against concurrency (.svg or .png).
+    #[arg(long, value_name = "FILE")]
+    pub plot_tpot: Option<PathBuf>,
+    /// Plot memory per GPU by component (.svg or .png).
+    #[arg(long, value_name = "FILE")]
+    pub plot_memory: Option<PathBuf>,
+    /// Plot the category breakdown of the step across --batches (stacked area, .svg or .png).
+    #[arg(long, value_name = "FILE")]
+    pub plot_breakdown: Option<PathBuf>,
+    /// Batch sizes of --plot-breakdown.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "1,8,32,128",
+        value_name = "B,B,..."
+    )]
+    pub batches: Vec<u32>,
+    /// Measured points overlaid on the curve plots: CSV concurrency,tokens_per_s[,tpot_ms].
+    #[arg(long, value_name = "CSV")]
+    pub measured: Option<PathBuf>,
+}
+
+/// `2.1` or `a=2.1,b=3.5`.
+pub fn parse_prices(s: &str) -> Result<Prices> {
+    let bad = |v: &str, why: &str| {
+        Error::Flag {
+        flag: "--gpu-hour-usd",
+        value: crate::spec::check::short(v),
+        expected: format!("{why}: one price in USD per GPU-hour (2.1) or SYSTEM=PRICE,... (rtx-pro-6000-8x-pcie=1.8,h200-8x-nvlink=3.5)"),
+    }
+    };
+    let price = |v: &str| -> Result<f64> {
+        match v.trim().parse::<f64>() {
+            Ok(p) if p.is_finite() && p >= 0.0 => Ok(p),
+            _ => Err(bad(v, "not a non-negative number")),
+        }
+    };
+    if !s.contains('=') {
+        return Ok(Prices::All(price(s)?));
+    }
+    let mut v = Vec::new();
+    for part in s.split(',') {
+        let (name, p) = part
+            .split_once('=')
+            .ok_or_else(|| bad(part, "a part without '='"))?;
+        v.push((name.trim().to_string(), price(p)?));
+    }
+    Ok(Prices::PerSystem(v))
+}
+
+/// Reads `concurrency,tokens_per_s[,tpot_ms]` rows (a header line is allowed).
+pub fn read_measured(path: &Path) -> Result<Vec<MeasuredPoint>> {
+    let text = crate::files::read_text(path, InputKind::MeasurementCsv)?;
+    let mut out = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let f: Vec<&str> = line.split(',').map(str::trim).collect();
+        if n == 0 && f.first().is_some_and(|x| x.parse::<f64>().is_err()) {
+            continue; // header
+        }
+        let num = |i: usize| {
+            f.get(i)
+                .and_then(|x| x.parse::<f64>().ok())
+                .filter(|v| v.is_finite() && *v >= 0.0)
+        };
+        let (Some(c), Some(t)) = (num(0), num(1)) else {
+            return Err(Error::field(
+                path,
+                format!("line {}", n + 1),
+                format!(
+                    "found '{}', expected concurrency,tokens_per_s[,tpot_ms] as non-negative numbers",
+                    crate::spec::check::short(line)
+                ),
+            ));
+        };
+        if f.len() > 3 || (f.len() == 3 && num(2).is_none()) {
+            return Err(Error::field(
+                path,
+                format!("line {}", n + 1),
+                format!(
+                    "found '{}', expected concurrency,tokens_per_s[,tpot_ms]",
+                    crate::spec::check::short(line)
+                ),
+            ));
+        }
+        out.push(MeasuredPoint {
+            concurrency: c,
+            tokens_per_s: t,
+            tpot_ms: num(2),
+        });
+    }
+    if out.is_empty() {
+        return Err(Error::field(path, "rows", "no measured points"));
+    }
+    Ok(out)
+}
+
+fn request(a: &CapacityArgs) -> Result<CapacityRequest> {
+    let demand = match (&a.request_mix, a.input_len, a.output_len) {
+        (Some(p), _, _) => {
+            let text = crate::files::read_text(p, InputKind::MeasurementCsv)?;
+            DemandSpec::Mix(parse_mix(&text, p)?)
+        }
+        (None, Some(i), Some(o)) => {
+            for (flag, v) in [("--input-len", i), ("--output-len", o)] {
+                if v == 0 || v > crate::spec::scenario::MAX_CONTEXT {
+                    return Err(Error::Flag {
+                        flag: if flag == "--input-len" {
+                            "--input-len"
+                        } else {
+                            "--output-len"
+                        },
+                        value: v.to_string(),
+                        expected: format!("1 to {} tokens", crate::spec::scenario::MAX_CONTEXT),
+                    });
+                }
+            }
+            DemandSpec::Lengths {
+                input_len: i,
+                output_len: o,
+            }
+        }
+        _ => DemandSpec::Context(a.scenario.context),
+    };
+    Ok(CapacityRequest {
+        scenario: a.scenario.request(),
+        memory: MemoryOptions {
+            gpu_memory_utilization: a.gpu_memory_utilization,
+            max_num_batched_tokens: a.max_num_batched_tokens,
+            max_num_seqs: a.max_num_seqs,
+            block_size: a.block_size,
+            dcp: a.dcp,
+            cuda_graph_bytes: a.cuda_graph_mib.map(|m| m * 1_048_576.0),
+        },
+        demand,
+        points: a.points as usize,
+        max_tpot_ms: a.max_tpot_ms,
+        target_tokens_per_s: a.target_tokens_per_s,
+        users: a.users,
+        systems: a.systems.clone(),
+        max_systems: a.max_systems,
+        prices: match &a.gpu_hour_usd {
+            Some(s) => parse_prices(s)?,
+            None => Prices::None,
+        },
+    })
+}
+
+fn series_of(label: String, c: &Capacity) -> CurveSeries {
+    CurveSeries {
+        label,
+        points: c
+            .curve
+            .points
+            .iter()
+            .map(|p| (p.concurrency as f64, p.tokens_per_s, p.tpot_ms))
+            .collect(),
+        knee: c.curve.knee,
+        plateau: c.curve.plateau,
+    }
+}
+
+fn label_of(c: &Capacity) -> String {
+    let s = &c.reference.scenario;
+    format!(
+        "{} TP={}{} (max {} users)",
+        s.system.name,
+        s.tp,
+        if c.memory.dcp > 1 {
+            format!(" DCP={}", c.memory.dcp)
+        } else {
+            String::new()
+        },
+        c.max_concurrency
+    )
+}
+
+pub fn run(a: CapacityArgs) -> Result<()> {
+    let req = request(&a)?;
+    for b in &a.batches {
+        if *b == 0 || *b > crate::spec::scenario::MAX_BATCH {
+            return Err(Error::Flag {
+                flag: "--batches",
+                value: b.to_string(),
+                expected: format!("batch sizes from 1 to {}", crate::spec::scenario::MAX_BATCH),
+            });
+        }
+    }
+    let measured = match &a.measured {
+        Some(p) => read_measured(p)?,
+        None => Vec::new(),
+    };
+    let cap = capacity::capacity(&req)?;
+    let mut written = Vec::new();
+
+    // Curves and memory of every --systems entry (each at all its GPUs), beside the main one.
+    let wants_multi =
+        a.plot_throughput.is_some() || a.plot_tpot.is_some() || a.plot_memory.is_some();
+    let mut others: Vec<Capacity> = Vec::new();
+    if wants_multi {
+        for name in a.systems.iter().filter(|s| **s != req.scenario.system) {
+            let mut r = req.clone();
+            r.scenario.system = name.clone();
+            r.scenario.tp = None;
+            r.scenario.calibration = None;
+            r.target_tokens_per_s = None;
+            r.users = None;
+            r.systems = Vec::new();
+            others.push(capacity::capacity(&r)?);
+        }
+    }
+    let all: Vec<&Capacity> = std::iter::once(&cap).chain(others.iter()).collect();
+    let model = &cap.reference.scenario.model.name;
+    let series: Vec<CurveSeries> = all.iter().map(|c| series_of(label_of(c), c)).collect();
+    let demand = &cap.demand.described;
+    if let Some(p) = &a.plot_throughput {
+        plot::plot_curves(
+            &CurveChart {
+                title: &format!("{model}: throughput vs concurrency ({demand})"),
+                metric: CurveMetric::TokensPerS,
+                series: &series,
+                measured: &measured,
+                limit: None,
+            },
+            p,
+        )?;
+        written.push(p.clone());
+    }
+    if let Some(p) = &a.plot_tpot {
+        plot::plot_curves(
+            &CurveChart {
+                title: &format!("{model}: TPOT vs concurrency ({demand})"),
+                metric: CurveMetric::TpotMs,
+                series: &series,
+                measured: &measured,
+                limit: a
+                    .max_tpot_ms
+                    .map(|m| (m, format!("TPOT limit {m} ms (--max-tpot-ms)"))),
+            },
+            p,
+        )?;
+        written.push(p.clone());
+    }
+    if let Some(p) = &a.plot_memory {
+        let mem: Vec<MemorySeries> = all
+            .iter()
+            .map(|c| MemorySeries {
+                label: label_of(c),
+                terms: c
+                    .memory
+                    .terms
+                    .iter()
+                    .map(|t| (t.component.to_string(), t.bytes))
+                    .collect(),
+                total_bytes: c.memory.total_bytes,
+            })
+            .collect();
+        let title = if all.len() == 1 {
+            format!(
+                "{model} on {}: memory per GPU ({} KV tokens)",
+                label_of(&cap),
+                units::grouped(cap.memory.kv_cache_tokens as f64, 0)
+            )
+        } else {
+            format!("{model}: memory per GPU as vLLM accounts it")
+        };
+        plot::plot_memory(
+            &MemoryChart {
+                title: &title,
+                series: &mem,
+            },
+            p,
+        )?;
+        written.push(p.clone());
+    }
+    if let Some(p) = &a.plot_breakdown {
+        let sims =
+            capacity::breakdown_by_batch(&req.scenario, cap.demand.decode_context, &a.batches)?;
+        let times: Vec<[f64; crate::category::Category::COUNT]> =
+            sims.iter().map(|s| s.mean.exclusive_us).collect();
+        let s = &cap.reference.scenario;
+        plot::plot_breakdown(
+            &BreakdownChart {
+                title: &format!(
+                    "{model} on {} TP={}: decode step by category (context {})",
+                    s.system.name, s.tp, cap.demand.decode_context
+                ),
+                batches: &a.batches,
+                times_us: &times,
+            },
+            p,
+        )?;
+        written.push(p.clone());
+    }
+
+    let text = match a.format {
+        Format::Table => report::capacity::render_table(&cap),
+        Format::Json => {
+            serde_json::to_string_pretty(&report::capacity::to_json(&cap))
+                .map_err(|e| Error::Other(format!("cannot serialize the report: {e}")))?
+                + "\n"
+        }
+        Format::Csv => report::capacity::to_csv(&cap),
+    };
+    print(&text)?;
+    if a.format == Format::Table {
+        for p in &written {
+            print(&format!("plot written to {}\n", units::path(p)))?;
+        }
+    }
+    Ok(())
+}

@@ -17,7 +17,7 @@ pub mod measurements;
 pub mod names;
 pub mod report;
 pub mod sim;
-pub mod units;
 pub mod trace;
+pub mod units;
 pub mod validate;
 pub mod whatif;

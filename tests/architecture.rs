@@ -6,7 +6,9 @@ use std::path::{Path, PathBuf};
 
 /// Modules every module may use: the error type, guarded file access, enum naming, categories,
 /// number formatting.
-const BASE: &[&str] = &["error", "Error", "Result", "files", "names", "category", "units"];
+const BASE: &[&str] = &[
+    "error", "Error", "Result", "files", "names", "category", "units",
+];
 
 /// (module, the other top-level modules it may import besides BASE).
 const ALLOWED: &[(&str, &[&str])] = &[
@@ -24,19 +26,66 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("sim", &["spec", "workload", "cost", "accounting"]),
     (
         "calibrate",
-        &["spec", "workload", "measurements", "cost", "sim", "accounting", "trace"],
+        &[
+            "spec",
+            "workload",
+            "measurements",
+            "cost",
+            "sim",
+            "accounting",
+            "trace",
+        ],
     ),
     (
         "capacity",
-        &["spec", "workload", "measurements", "cost", "sim", "accounting"],
+        &[
+            "spec",
+            "workload",
+            "measurements",
+            "cost",
+            "sim",
+            "accounting",
+        ],
+    ),
+    (
+        "whatif",
+        &[
+            "spec",
+            "workload",
+            "measurements",
+            "cost",
+            "sim",
+            "accounting",
+        ],
     ),
     (
         "validate",
-        &["spec", "workload", "measurements", "cost", "sim", "accounting", "trace", "calibrate"],
+        &[
+            "spec",
+            "workload",
+            "measurements",
+            "cost",
+            "sim",
+            "accounting",
+            "trace",
+            "calibrate",
+        ],
     ),
     (
         "report",
-        &["spec", "workload", "measurements", "cost", "sim", "accounting", "trace", "calibrate", "validate", "capacity"],
+        &[
+            "spec",
+            "workload",
+            "measurements",
+            "cost",
+            "sim",
+            "accounting",
+            "trace",
+            "calibrate",
+            "validate",
+            "capacity",
+            "whatif",
+        ],
     ),
 ];
 
@@ -54,7 +103,12 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
 /// The top-level module a file under src/ belongs to.
 fn module_of(src: &Path, file: &Path) -> String {
     let rel = file.strip_prefix(src).unwrap();
-    let first = rel.components().next().unwrap().as_os_str().to_string_lossy();
+    let first = rel
+        .components()
+        .next()
+        .unwrap()
+        .as_os_str()
+        .to_string_lossy();
     first.trim_end_matches(".rs").to_string()
 }
 

@@ -157,8 +157,7 @@ pub fn from_aiconfigurator(req: &AicRequest) -> Result<AicResult> {
     );
     let header = format!(
         "# Written by `{command}`.\n# {}\n# {}\n",
-        p.profile.method,
-        p.profile.provenance
+        p.profile.method, p.profile.provenance
     );
     write_profile(&req.out, &header, &p)?;
     // Read back as any user would: the references must resolve from where the profile is.

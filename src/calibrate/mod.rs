@@ -4,9 +4,9 @@
 
 pub mod aiconfigurator;
 pub mod anchor;
+pub mod collectives;
 pub mod from_burst;
 pub mod from_throughput;
-pub mod collectives;
 pub mod from_trace;
 pub mod kernels;
 pub mod launch;

@@ -161,7 +161,7 @@ pub fn capacity(req: &CapacityRequest) -> Result<Capacity> {
         )));
     }
     let mut warnings = Vec::new();
-    if req.memory.dcp > 1 {
+    if req.memory.dcp != s.comm.dcp.unwrap_or(1) {
         warnings.push(format!(
             "--dcp {}: the KV cache is sharded over {} ranks in the memory account, but the decode step is simulated without DCP (its split attention and extra collectives are not modelled)",
             req.memory.dcp, req.memory.dcp
@@ -298,15 +298,21 @@ fn candidates(
                     Err(e) => return Err(e),
                 }
             }
-            let top = shapes.iter().map(|x| x.1).max().unwrap_or(0);
-            let points = if top > 0 {
-                let pre = prefill(&s, &p, demand, &req.memory)?;
-                let c = curve::build(&s, &p, demand, top as u32, req.points, req.max_tpot_ms, pre)?;
-                c.points
-            } else {
-                Vec::new()
-            };
             for (dcp, c, note) in shapes {
+                // Each DCP shape is simulated with its own split attention and collectives.
+                let mut sd = s.clone();
+                sd.comm.dcp = (dcp > 1).then_some(dcp);
+                let points = if c > 0 {
+                    let o = MemoryOptions {
+                        dcp,
+                        ..req.memory.clone()
+                    };
+                    let pre = prefill(&sd, &p, demand, &o)?;
+                    curve::build(&sd, &p, demand, c as u32, req.points, req.max_tpot_ms, pre)?
+                        .points
+                } else {
+                    Vec::new()
+                };
                 out.push(plan::Candidate {
                     system: name.clone(),
                     gpus_per_system: sys.gpu_count,
@@ -314,7 +320,7 @@ fn candidates(
                     dcp,
                     max_concurrency: c,
                     memory_note: note,
-                    curve: points.clone(),
+                    curve: points,
                     gpu_hour_usd: req.prices.of(name),
                 });
             }

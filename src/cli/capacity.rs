@@ -37,11 +37,6 @@ pub struct CapacityArgs {
     /// KV-cache block size in tokens (vLLM's --block-size).
     #[arg(long, default_value_t = DEFAULT_BLOCK_SIZE, value_name = "TOKENS")]
     pub block_size: u32,
-    /// Decode context parallelism (vLLM's --decode-context-parallel-size): shards the MLA
-    /// latent cache, which TP replicates, over N ranks of the TP group (memory only: the step
-    /// is simulated without DCP).
-    #[arg(long, default_value_t = 1, value_name = "N")]
-    pub dcp: u32,
     /// CUDA-graph memory per GPU in MiB, replacing the estimate (e.g. from vLLM's "Graph
     /// capturing finished ..., took X GiB" line).
     #[arg(long, value_name = "MIB")]
@@ -216,7 +211,8 @@ fn request(a: &CapacityArgs) -> Result<CapacityRequest> {
             max_num_batched_tokens: a.max_num_batched_tokens,
             max_num_seqs: a.max_num_seqs,
             block_size: a.block_size,
-            dcp: a.dcp,
+            // --dcp is a scenario flag: it shards the KV cache here and the attention in the step.
+            dcp: a.scenario.dcp.unwrap_or(1),
             cuda_graph_bytes: a.cuda_graph_mib.map(|m| m * 1_048_576.0),
         },
         demand,

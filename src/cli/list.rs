@@ -3,8 +3,8 @@
 use super::print;
 use crate::error::Result;
 use crate::report::table::Table;
-use crate::units::grouped;
 use crate::spec::{catalog, ModelSpec, SystemSpec};
+use crate::units::grouped;
 
 /// Widths of the free-text columns, so every line stays within about 100 characters.
 const DESCRIPTION_WIDTH: usize = 25;

@@ -6,9 +6,9 @@ pub mod compare;
 pub mod list;
 mod scenario_args;
 pub mod simulate;
+pub mod sweep;
 pub mod trace;
 pub mod validate;
-pub mod sweep;
 pub mod whatif;
 
 pub use scenario_args::ScenarioArgs;

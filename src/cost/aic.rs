@@ -667,7 +667,11 @@ fn mla_attention(
         return;
     }
     // No attention op to price (a partial workload, e.g. the fast path's): skip the lookups.
-    if !w.ops.iter().any(|o| o.family == CostFamily::AttentionMlaDecode) {
+    if !w
+        .ops
+        .iter()
+        .any(|o| o.family == CostFamily::AttentionMlaDecode)
+    {
         return;
     }
     let kv = if s.kv_bytes == 1.0 { "fp8" } else { "bfloat16" };

@@ -7,7 +7,7 @@ pub mod timeline;
 
 pub use engine::{Engine, EngineConfig};
 pub use simulate::{
-    engine_config, simulate, simulate_loaded, simulate_with_memory_utilization,
-    simulate_workload, MemoryFit, ScenarioRequest, Simulation,
+    engine_config, simulate, simulate_loaded, simulate_with_memory_utilization, simulate_workload,
+    MemoryFit, ScenarioRequest, Simulation,
 };
 pub use timeline::{KernelRecord, Timeline};

@@ -195,10 +195,7 @@ impl Acceptance {
                     .join(",")
             ),
             Acceptance::Lengths { path, .. } => {
-                format!(
-                    "acceptance lengths from {}",
-                    crate::report::units::path(path)
-                )
+                format!("acceptance lengths from {}", crate::units::path(path))
             }
         }
     }

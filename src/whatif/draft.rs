@@ -132,7 +132,7 @@ impl Draft {
         };
         let source = match method {
             Method::Mtp => format!("{} MTP layer (num_nextn_predict_layers)", target.name),
-            _ => crate::report::units::path(&model.source),
+            _ => crate::units::path(&model.source),
         };
         Ok(Draft {
             method,

@@ -393,7 +393,11 @@ mod tests {
         for r in [Routing::Uniform, Routing::PowerLaw { alpha: 0.66 }] {
             let d = DistinctExperts::new(&r, 384, 8);
             for t in [0u64, 1, 7, 64, 1000] {
-                assert_eq!(d.at(t), expected_distinct_experts(&r, t, 384, 8), "{r} t={t}");
+                assert_eq!(
+                    d.at(t),
+                    expected_distinct_experts(&r, t, 384, 8),
+                    "{r} t={t}"
+                );
             }
         }
     }

@@ -59,9 +59,10 @@ pub struct SpecDecodeArgs {
     /// Draft model for --method draft-model: a bundled name or a config.json.
     #[arg(long, value_name = "NAME|PATH")]
     pub draft_model: Option<String>,
-    /// vLLM's draft acceptance rate (accepted / drafted tokens): mean length 1 + k x R.
-    #[arg(long, value_name = "R", conflicts_with_all = ["acceptance_per_position", "acceptance_lengths"])]
-    pub acceptance_rate: Option<f64>,
+    /// vLLM's draft acceptance rate (accepted / drafted tokens): mean length 1 + k x R. A list
+    /// (0.3,0.4,0.5) studies each rate (one table, JSON object or plot panel per rate).
+    #[arg(long, value_name = "R[,R...]", conflicts_with_all = ["acceptance_per_position", "acceptance_lengths"])]
+    pub acceptance_rate: Option<String>,
     /// vLLM's per-position acceptance rates a1,a2,... (non-increasing).
     #[arg(long, value_name = "A1,A2,...", conflicts_with = "acceptance_lengths")]
     pub acceptance_per_position: Option<String>,
@@ -89,6 +90,13 @@ pub struct SpecDecodeArgs {
     /// The k the --timeline shows [default: the best k].
     #[arg(long)]
     pub timeline_k: Option<u32>,
+    /// Chart the speedup against the --crossover-batches grid, one line per k and one panel
+    /// per acceptance rate (.png or .svg).
+    #[arg(long, value_name = "FILE.png|svg")]
+    pub plot: Option<PathBuf>,
+    /// The same speedups as a k x batch heatmap (.png or .svg).
+    #[arg(long, value_name = "FILE.png|svg")]
+    pub plot_heatmap: Option<PathBuf>,
 }
 
 pub fn run(a: WhatifArgs) -> Result<()> {
@@ -116,7 +124,9 @@ fn run_vary(a: VaryArgs) -> Result<()> {
     print(&text)
 }
 
-pub fn spec_decode_request(a: &SpecDecodeArgs) -> Result<SpecDecodeRequest> {
+/// The request, and every acceptance to study (more than one only for a list of rates; the
+/// request carries the first).
+pub fn spec_decode_request(a: &SpecDecodeArgs) -> Result<(SpecDecodeRequest, Vec<Acceptance>)> {
     let method: Method = a.method.parse()?;
     let draft = match method {
         Method::Eagle3 => {
@@ -138,10 +148,21 @@ pub fn spec_decode_request(a: &SpecDecodeArgs) -> Result<SpecDecodeRequest> {
             None
         }
     };
-    let acceptance = match (&a.acceptance_rate, &a.acceptance_per_position, &a.acceptance_lengths) {
-        (Some(r), _, _) => Acceptance::rate(*r)?,
-        (None, Some(list), _) => Acceptance::per_position(parse_f64_list("--acceptance-per-position", list)?)?,
-        (None, None, Some(path)) => Acceptance::lengths_file(path)?,
+    let acceptances = match (&a.acceptance_rate, &a.acceptance_per_position, &a.acceptance_lengths) {
+        (Some(r), _, _) => {
+            let rates = parse_f64_list("--acceptance-rate", r)?;
+            if rates.is_empty() {
+                return Err(Error::Scenario(format!(
+                    "--acceptance-rate '{r}': no values (expected a rate in [0, 1] or a list such as 0.3,0.4,0.5)"
+                )));
+            }
+            rates
+                .into_iter()
+                .map(Acceptance::rate)
+                .collect::<Result<Vec<_>>>()?
+        }
+        (None, Some(list), _) => vec![Acceptance::per_position(parse_f64_list("--acceptance-per-position", list)?)?],
+        (None, None, Some(path)) => vec![Acceptance::lengths_file(path)?],
         (None, None, None) => {
             return Err(Error::Scenario(
                 "give the acceptance: --acceptance-rate R, --acceptance-per-position a1,a2,... or --acceptance-lengths FILE.csv".into(),
@@ -169,41 +190,90 @@ pub fn spec_decode_request(a: &SpecDecodeArgs) -> Result<SpecDecodeRequest> {
             a.output_tokens
         )));
     }
-    Ok(SpecDecodeRequest {
+    if (a.plot.is_some() || a.plot_heatmap.is_some()) && crossover_batches.is_empty() {
+        return Err(Error::Scenario(
+            "--plot and --plot-heatmap draw the --crossover-batches grid: give batches (e.g. 1,2,4,...,256), not 'none'".into(),
+        ));
+    }
+    for p in a.plot.iter().chain(&a.plot_heatmap) {
+        let ext = p
+            .extension()
+            .and_then(|e| e.to_str())
+            .map(str::to_ascii_lowercase);
+        if !matches!(ext.as_deref(), Some("png" | "svg")) {
+            return Err(crate::report::plot::PlotError::Format { path: p.clone() }.into());
+        }
+    }
+    let req = SpecDecodeRequest {
         base: a.scenario.request(),
         method,
         draft,
-        acceptance,
+        acceptance: acceptances[0].clone(),
         draft_tokens: parse_u32_list("--draft-tokens", &a.draft_tokens, 1..=64)?,
         crossover_batches,
         mc_users: a.mc_users,
         output_tokens: a.output_tokens,
-    })
+    };
+    Ok((req, acceptances))
 }
 
 fn run_spec_decode(a: SpecDecodeArgs) -> Result<()> {
-    let req = spec_decode_request(&a)?;
-    let study = spec_decode::run(&req)?;
+    let (req, acceptances) = spec_decode_request(&a)?;
+    // The steps do not depend on the acceptance: simulate once, study each rate.
+    let costs = spec_decode::simulate_costs(&req)?;
+    let studies = acceptances
+        .iter()
+        .map(|acc| spec_decode::study(&req, &costs, acc))
+        .collect::<Result<Vec<_>>>()?;
     if let Some(path) = &a.timeline {
         let k = a
             .timeline_k
-            .or_else(|| study.best().map(|b| b.draft_tokens))
+            .or_else(|| studies[0].best().map(|b| b.draft_tokens))
             .unwrap_or(1);
         let sim = spec_decode::step_simulation(&req, k)?;
         crate::files::write_atomic(path, |w| report::chrome::write_chrome_trace(&sim, w))?;
     }
+    let mut written = Vec::new();
+    if let Some(path) = &a.plot {
+        report::whatif::plot_speedup(&studies, path, false)?;
+        written.push(path);
+    }
+    if let Some(path) = &a.plot_heatmap {
+        report::whatif::plot_speedup(&studies, path, true)?;
+        written.push(path);
+    }
     let text = match a.format {
-        Format::Table => report::whatif::spec_decode_table(&study),
+        Format::Table => studies
+            .iter()
+            .map(report::whatif::spec_decode_table)
+            .collect::<Vec<_>>()
+            .join("\n"),
         Format::Json => {
-            serde_json::to_string_pretty(&report::whatif::spec_decode_json(&study))
-                .expect("JSON value")
-                + "\n"
+            let v = if studies.len() == 1 {
+                report::whatif::spec_decode_json(&studies[0])
+            } else {
+                serde_json::Value::Array(
+                    studies
+                        .iter()
+                        .map(report::whatif::spec_decode_json)
+                        .collect(),
+                )
+            };
+            serde_json::to_string_pretty(&v).expect("JSON value") + "\n"
         }
-        Format::Csv => report::whatif::spec_decode_csv(&study),
+        Format::Csv => report::whatif::spec_decode_csv_many(&studies),
     };
     print(&text)?;
-    if let (Some(path), Format::Table) = (&a.timeline, a.format) {
-        print(&format!("\ntimeline written to {}\n", path.display()))?;
+    if a.format == Format::Table {
+        if let Some(path) = &a.timeline {
+            print(&format!(
+                "\ntimeline written to {}\n",
+                report::units::path(path)
+            ))?;
+        }
+        for path in written {
+            print(&format!("plot written to {}\n", report::units::path(path)))?;
+        }
     }
     Ok(())
 }

@@ -35,7 +35,14 @@ pub fn spec_decode_json(s: &SpecDecodeStudy) -> Value {
             json!({
                 "last_paying_batch": c.last_paying_batch,
                 "first_losing_batch": c.first_losing_batch,
-                "grid": c.grid.iter().map(|(b, k, sp)| json!({"batch": b, "best_draft_tokens": k, "speedup": sp})).collect::<Vec<_>>(),
+                "grid": c.grid.iter().zip(&c.speedups).map(|((b, k, sp), all)| json!({
+                    "batch": b,
+                    "best_draft_tokens": k,
+                    "speedup": sp,
+                    "speedup_by_draft_tokens": c.draft_tokens.iter().zip(all)
+                        .map(|(k, x)| json!({"draft_tokens": k, "speedup": x}))
+                        .collect::<Vec<_>>(),
+                })).collect::<Vec<_>>(),
             })
         })
         .unwrap_or(Value::Null);
@@ -50,6 +57,102 @@ pub fn spec_decode_json(s: &SpecDecodeStudy) -> Value {
         "scenario": super::simulation::scenario_json(&s.baseline),
         "calibration": super::simulation::calibration_json(&s.baseline),
     })
+}
+
+/// [`spec_decode_csv`] of one study; of several (a list of acceptance rates), the rows of each
+/// under one header with a leading `acceptance` column.
+pub fn spec_decode_csv_many(studies: &[SpecDecodeStudy]) -> String {
+    if studies.len() == 1 {
+        return spec_decode_csv(&studies[0]);
+    }
+    let mut out = String::new();
+    for (i, s) in studies.iter().enumerate() {
+        let label = s.acceptance.replace(',', ";");
+        for (j, line) in spec_decode_csv(s).lines().enumerate() {
+            match (i, j) {
+                (0, 0) => out.push_str(&format!("acceptance,{line}\n")),
+                (_, 0) => {}
+                _ => out.push_str(&format!("\"{label}\",{line}\n")),
+            }
+        }
+    }
+    out
+}
+
+/// Speedup against the crossover grid: lines per k (`heatmap` false) or a k × batch heatmap,
+/// one panel per study (acceptance). The steps were played on the full timeline.
+pub fn plot_speedup(
+    studies: &[SpecDecodeStudy],
+    path: &std::path::Path,
+    heatmap: bool,
+) -> Result<(), super::plot::PlotError> {
+    use super::plot::{PlotError, SpeedupChart, SpeedupPanel};
+    let empty = || PlotError::Empty {
+        path: path.to_path_buf(),
+        message: "no crossover grid (give --crossover-batches)".into(),
+    };
+    let first = studies.first().ok_or_else(empty)?;
+    let c0 = first.crossover.as_ref().ok_or_else(empty)?;
+    let batches: Vec<u32> = c0.grid.iter().map(|g| g.0).collect();
+    let mut panels = Vec::new();
+    for s in studies {
+        let c = s.crossover.as_ref().ok_or_else(empty)?;
+        // speedups are [batch][k]; the chart wants [k][batch].
+        let speedup = (0..c.draft_tokens.len())
+            .map(|ki| c.speedups.iter().map(|row| row[ki]).collect())
+            .collect();
+        let best = c.grid.iter().max_by(|a, b| a.2.total_cmp(&b.2));
+        let mut note = match best {
+            Some((b, k, sp)) if *sp > 1.0 => format!("best {sp:.2}x (k = {k}, batch {b})"),
+            _ => "pays at no batch".into(),
+        };
+        match (c.last_paying_batch, c.first_losing_batch) {
+            (Some(b), Some(l)) => note.push_str(&format!("; pays up to batch {b}, not at {l}")),
+            (Some(_), None) => note.push_str("; pays at every batch"),
+            _ => {}
+        }
+        let label = match s.acceptance.split_once(" (") {
+            Some((head, _)) => head.to_string(),
+            None => s.acceptance.clone(),
+        };
+        panels.push(SpeedupPanel {
+            label,
+            note,
+            speedup,
+        });
+    }
+    let sc = &first.baseline.scenario;
+    let title = format!(
+        "Speculative decoding ({}): {} on {}, TP={}",
+        first.method.name(),
+        sc.model.name,
+        sc.system.name,
+        sc.tp,
+    );
+    let subtitle = format!(
+        "{}x {} | context {} | CUDA graphs {} | NCCL {}/{} | calibration {}\nspeedup = tokens/s over the plain step at the same batch; every step played on the full {}-rank timeline (seed {})",
+        sc.system.gpu_count,
+        sc.system.gpu.display_name,
+        sc.context,
+        if sc.cuda_graphs { "on" } else { "off" },
+        sc.nccl.algo,
+        sc.nccl.proto,
+        first.baseline.profile.profile.name,
+        sc.tp,
+        sc.seed,
+    );
+    let chart = SpeedupChart {
+        title: &title,
+        subtitle: &subtitle,
+        batches: &batches,
+        draft_tokens: &c0.draft_tokens,
+        panels: &panels,
+    };
+    if heatmap {
+        super::plot::plot_speedup_heatmap(&chart, path)
+    } else {
+        super::plot::plot_speedup(&chart, path)
+    }
 }
 
 /// One row per k (and a `k = 0` row for the baseline).

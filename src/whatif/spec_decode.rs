@@ -61,6 +61,32 @@ pub struct Crossover {
     pub last_paying_batch: Option<u32>,
     /// The first grid batch above that where no k pays (None: it pays at every batch tried).
     pub first_losing_batch: Option<u32>,
+    /// The k of each column of `speedups` (the request's `draft_tokens`).
+    pub draft_tokens: Vec<u32>,
+    /// Speedup of every k at every grid batch: `speedups[batch index][k index]`.
+    pub speedups: Vec<Vec<f64>>,
+}
+
+/// Step times of one crossover batch, before acceptance is applied.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GridCost {
+    pub batch: u32,
+    /// The plain step.
+    pub base_step_us: f64,
+    /// The whole speculative step (draft + verify + host) per k, in `draft_tokens` order.
+    pub spec_step_us: Vec<f64>,
+}
+
+/// Everything `whatif spec-decode` simulates; acceptance only enters afterwards, so one set of
+/// costs serves every acceptance rate asked for.
+#[derive(Debug, Clone)]
+pub struct SpecDecodeCosts {
+    pub baseline: Simulation,
+    pub draft_source: String,
+    /// Per k of the request, at the scenario's batch.
+    pub steps: Vec<(u32, StepCost)>,
+    /// The crossover grid (empty when no crossover batches were asked for).
+    pub grid: Vec<GridCost>,
 }
 
 #[derive(Debug, Clone)]
@@ -91,6 +117,7 @@ impl SpecDecodeStudy {
 }
 
 /// The pieces of one speculative step at one k, before acceptance is applied.
+#[derive(Debug, Clone, PartialEq)]
 pub struct StepCost {
     pub draft_us: f64,
     pub verify_us: f64,
@@ -238,6 +265,13 @@ fn variant(
 }
 
 pub fn run(req: &SpecDecodeRequest) -> Result<SpecDecodeStudy> {
+    let costs = simulate_costs(req)?;
+    study(req, &costs, &req.acceptance)
+}
+
+/// Checks the request and simulates every step it needs: the plain step, each k at the
+/// scenario's batch, and each k and the plain step at every crossover batch.
+pub fn simulate_costs(req: &SpecDecodeRequest) -> Result<SpecDecodeCosts> {
     if req.draft_tokens.is_empty() {
         return Err(Error::Scenario(
             "--draft-tokens needs at least one value (e.g. 1..6 or 1,2,4)".into(),
@@ -261,44 +295,93 @@ pub fn run(req: &SpecDecodeRequest) -> Result<SpecDecodeStudy> {
     let baseline = sim::simulate_loaded(scenario.clone(), profile.clone())?;
     let mut engine = Engine::new();
     let mut tl = Timeline::default();
-    let mut variants = Vec::new();
+    let mut steps = Vec::new();
     for &k in &req.draft_tokens {
         let c = step_cost(&scenario, &draft, &profile, k, &mut engine, &mut tl)?;
-        variants.push(variant(
-            baseline.step_time_us(),
-            scenario.batch,
-            k,
-            &c,
-            &req.acceptance,
-            req,
-            scenario.seed,
-        ));
+        steps.push((k, c));
     }
+    let mut batches = req.crossover_batches.clone();
+    batches.sort_unstable();
+    batches.dedup();
+    let mut grid = Vec::new();
+    for b in batches {
+        let mut s = scenario.clone();
+        s.batch = b;
+        let base_step_us = play(&workload::build(&s), &s, &profile, &mut engine, &mut tl)?;
+        let mut spec_step_us = Vec::new();
+        for &k in &req.draft_tokens {
+            let c = step_cost(&s, &draft, &profile, k, &mut engine, &mut tl)?;
+            spec_step_us.push(c.draft_us + c.verify_us + c.host_us);
+        }
+        grid.push(GridCost {
+            batch: b,
+            base_step_us,
+            spec_step_us,
+        });
+    }
+    Ok(SpecDecodeCosts {
+        baseline,
+        draft_source: draft.source.clone(),
+        steps,
+        grid,
+    })
+}
 
-    let crossover = if req.crossover_batches.is_empty() {
+/// The study of `costs` (from [`simulate_costs`] of `req`) at one acceptance.
+pub fn study(
+    req: &SpecDecodeRequest,
+    costs: &SpecDecodeCosts,
+    acceptance: &Acceptance,
+) -> Result<SpecDecodeStudy> {
+    for &k in &req.draft_tokens {
+        acceptance.check_k(k)?;
+    }
+    let scenario = &costs.baseline.scenario;
+    let variants = costs
+        .steps
+        .iter()
+        .map(|(k, c)| {
+            variant(
+                costs.baseline.step_time_us(),
+                scenario.batch,
+                *k,
+                c,
+                acceptance,
+                req,
+                scenario.seed,
+            )
+        })
+        .collect();
+
+    let crossover = if costs.grid.is_empty() {
         None
     } else {
-        let mut grid = Vec::new();
-        let mut batches = req.crossover_batches.clone();
-        batches.sort_unstable();
-        batches.dedup();
-        for b in batches {
-            let mut s = scenario.clone();
-            s.batch = b;
-            let base = play(&workload::build(&s), &s, &profile, &mut engine, &mut tl)?;
-            let base_tps = b as f64 / base * 1e6;
-            let mut best = (0u32, f64::MIN);
-            for &k in &req.draft_tokens {
-                let c = step_cost(&s, &draft, &profile, k, &mut engine, &mut tl)?;
-                let step = c.draft_us + c.verify_us + c.host_us;
-                let tps = b as f64 * req.acceptance.mean_acceptance_length(k) / step * 1e6;
-                let speedup = tps / base_tps;
-                if speedup > best.1 {
-                    best = (k, speedup);
+        // Tokens per second at the same batch: the batch cancels in the ratio.
+        let speedups: Vec<Vec<f64>> = costs
+            .grid
+            .iter()
+            .map(|g| {
+                req.draft_tokens
+                    .iter()
+                    .zip(&g.spec_step_us)
+                    .map(|(&k, &step)| acceptance.mean_acceptance_length(k) * g.base_step_us / step)
+                    .collect()
+            })
+            .collect();
+        let grid: Vec<(u32, u32, f64)> = costs
+            .grid
+            .iter()
+            .zip(&speedups)
+            .map(|(g, sp)| {
+                let mut best = (0u32, f64::MIN);
+                for (&k, &x) in req.draft_tokens.iter().zip(sp) {
+                    if x > best.1 {
+                        best = (k, x);
+                    }
                 }
-            }
-            grid.push((b, best.0, best.1));
-        }
+                (g.batch, best.0, best.1)
+            })
+            .collect();
         let first_losing = grid.iter().position(|g| g.2 <= 1.0);
         let (last_paying_batch, first_losing_batch) = match first_losing {
             None => (grid.last().map(|g| g.0), None),
@@ -309,26 +392,28 @@ pub fn run(req: &SpecDecodeRequest) -> Result<SpecDecodeStudy> {
             grid,
             last_paying_batch,
             first_losing_batch,
+            draft_tokens: req.draft_tokens.clone(),
+            speedups,
         })
     };
 
-    let mut warnings = baseline.warnings.clone();
+    let mut warnings = costs.baseline.warnings.clone();
     if req.method == Method::Eagle3 && req.draft.is_none() {
         warnings.push(format!(
             "the default EAGLE-3 draft shape ({}) is an assumption (its upstream config was not read); pass --draft-config to use the real one",
-            draft.source
+            costs.draft_source
         ));
     }
-    if matches!(req.acceptance, Acceptance::Rate(_)) && req.draft_tokens.iter().any(|&k| k > 3) {
+    if matches!(acceptance, Acceptance::Rate(_)) && req.draft_tokens.iter().any(|&k| k > 3) {
         warnings.push(
             "a fixed --acceptance-rate makes the mean acceptance length grow linearly with k (vLLM's definition); measured rates fall with k, so prefer --acceptance-per-position or --acceptance-lengths for k > 3".into(),
         );
     }
     Ok(SpecDecodeStudy {
         method: req.method,
-        draft_source: draft.source.clone(),
-        acceptance: req.acceptance.describe(),
-        baseline,
+        draft_source: costs.draft_source.clone(),
+        acceptance: acceptance.describe(),
+        baseline: costs.baseline.clone(),
         variants,
         crossover,
         warnings,

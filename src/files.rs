@@ -27,6 +27,8 @@ pub enum InputKind {
     Manifest,
     /// A Kineto trace, plain or gzip.
     Trace,
+    /// A `decodesim sweep --grid` file.
+    SweepGrid,
 }
 
 impl InputKind {
@@ -35,7 +37,10 @@ impl InputKind {
     /// path cannot exhaust memory.
     pub fn max_bytes(self) -> u64 {
         match self {
-            InputKind::ModelConfig | InputKind::SystemToml | InputKind::Rules => 4 * MIB,
+            InputKind::ModelConfig
+            | InputKind::SystemToml
+            | InputKind::Rules
+            | InputKind::SweepGrid => 4 * MIB,
             InputKind::Profile => 16 * MIB,
             InputKind::Manifest => 4 * MIB,
             InputKind::MeasurementCsv => 64 * MIB,
@@ -52,6 +57,7 @@ impl InputKind {
             InputKind::MeasurementCsv => "measurement CSV",
             InputKind::Manifest => "manifest",
             InputKind::Trace => "trace",
+            InputKind::SweepGrid => "sweep grid TOML",
         }
     }
 }

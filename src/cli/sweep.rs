@@ -12,8 +12,32 @@ use crate::whatif::{parse_f64_list, parse_u32_list};
 use std::io::IsTerminal;
 use std::path::PathBuf;
 
-#[derive(Debug, clap::Args)]
+/// The grid flags, which `--grid` replaces (a grid file holds the same keys).
+const GRID_FLAGS: [&str; 15] = [
+    "model",
+    "system",
+    "tp",
+    "calibration",
+    "kv_cache_dtype",
+    "batch",
+    "context",
+    "nccl_proto",
+    "nccl_algo",
+    "cuda_graphs",
+    "draft_tokens",
+    "method",
+    "draft",
+    "acceptance_rate",
+    "acceptance_per_position",
+];
+
+#[derive(Debug, Clone, clap::Args)]
 pub struct SweepArgs {
+    /// The grid as a TOML file with the flags' own keys (batch = "1..=256",
+    /// context = [1024, 4096], nccl-proto = ["LL", "Simple"], cuda-graphs = "on,off", ...),
+    /// instead of the grid flags.
+    #[arg(long, value_name = "FILE.toml", conflicts_with_all = GRID_FLAGS)]
+    pub grid: Option<PathBuf>,
     /// Model: a bundled name or a config.json.
     #[arg(long, default_value = "kimi-k2.5")]
     pub model: String,
@@ -82,7 +106,191 @@ fn list<T>(flag: &str, text: &str, parse: impl Fn(&str) -> Result<T>) -> Result<
     Ok(v)
 }
 
+/// A grid file's keys: (key as written in the file, what it takes). Lists take a TOML array,
+/// a number or a string of the flag's own syntax (lists and ranges).
+const GRID_KEYS: [(&str, &str); 15] = [
+    (
+        "model",
+        "a bundled model name or a config.json path (string)",
+    ),
+    (
+        "system",
+        "a bundled system name or a system TOML path (string)",
+    ),
+    ("tp", "a whole number of GPUs"),
+    ("calibration", "a profile name or path (string)"),
+    ("kv-cache-dtype", "\"bf16\" or \"fp8\""),
+    ("batch", "batches: 32, [1, 2, 4] or \"1..=256\""),
+    (
+        "context",
+        "contexts in tokens: 4096, [1024, 4096] or \"1024,4096\"",
+    ),
+    (
+        "nccl-proto",
+        "\"LL\", [\"LL\", \"Simple\"] or \"LL,LL128,Simple,auto\"",
+    ),
+    (
+        "nccl-algo",
+        "\"Ring\", [\"Ring\", \"Tree\"] or \"Ring,Tree,auto\"",
+    ),
+    (
+        "cuda-graphs",
+        "\"on\", \"off\", \"on,off\", true, false or [true, false]",
+    ),
+    ("draft-tokens", "draft tokens: 0, [0, 3] or \"0..=5\""),
+    ("method", "\"eagle3\", \"mtp\" or \"draft-model\""),
+    (
+        "draft",
+        "an EAGLE-3 draft config.json or a draft model (string)",
+    ),
+    ("acceptance-rate", "a rate in [0, 1]"),
+    (
+        "acceptance-per-position",
+        "rates: [0.8, 0.6] or \"0.8,0.6\"",
+    ),
+];
+
+/// Truncated for error messages.
+fn short(v: &toml::Value) -> String {
+    let t = v.to_string();
+    if t.chars().count() > 80 {
+        format!("{}...", t.chars().take(80).collect::<String>())
+    } else {
+        t
+    }
+}
+
+/// One value in the flags' syntax: strings as written, numbers and booleans (on/off for
+/// cuda-graphs) as text, arrays joined with commas.
+fn flag_text(key: &str, v: &toml::Value) -> Option<String> {
+    use toml::Value as V;
+    match v {
+        V::String(s) => Some(s.clone()),
+        V::Integer(i) => Some(i.to_string()),
+        V::Float(f) => Some(f.to_string()),
+        V::Boolean(b) if key == "cuda-graphs" => Some(if *b { "on" } else { "off" }.into()),
+        V::Array(items) if !items.is_empty() => items
+            .iter()
+            .map(|i| match i {
+                V::Array(_) => None,
+                other => flag_text(key, other),
+            })
+            .collect::<Option<Vec<_>>>()
+            .map(|v| v.join(",")),
+        _ => None,
+    }
+}
+
+/// Sets the flag `key` of `a` from its text; false when the value has the wrong kind.
+fn set_flag(a: &mut SweepArgs, key: &str, v: &toml::Value) -> Result<bool> {
+    let list_key = matches!(
+        key,
+        "batch"
+            | "context"
+            | "nccl-proto"
+            | "nccl-algo"
+            | "cuda-graphs"
+            | "draft-tokens"
+            | "acceptance-per-position"
+    );
+    if !list_key && matches!(v, toml::Value::Array(_)) {
+        return Ok(false);
+    }
+    let Some(text) = flag_text(key, v) else {
+        return Ok(false);
+    };
+    let is_str = matches!(v, toml::Value::String(_));
+    match key {
+        "model" | "system" | "calibration" | "kv-cache-dtype" | "method" | "draft" if !is_str => {
+            return Ok(false)
+        }
+        "model" => a.model = text,
+        "system" => a.system = text,
+        "calibration" => a.calibration = Some(text),
+        "kv-cache-dtype" => {
+            if text != "bf16" && text != "fp8" {
+                return Ok(false);
+            }
+            a.kv_cache_dtype = text
+        }
+        "method" => a.method = text,
+        "draft" => a.draft = Some(text),
+        "tp" => match v {
+            toml::Value::Integer(i) if (1..=1024).contains(i) => a.tp = Some(*i as u32),
+            _ => return Ok(false),
+        },
+        "acceptance-rate" => match v {
+            toml::Value::Float(_) | toml::Value::Integer(_) => {
+                a.acceptance_rate = text.parse().ok()
+            }
+            _ => return Ok(false),
+        },
+        "batch" => a.batch = text,
+        "context" => a.context = text,
+        "nccl-proto" => a.nccl_proto = text,
+        "nccl-algo" => a.nccl_algo = text,
+        "cuda-graphs" => a.cuda_graphs = text,
+        "draft-tokens" => a.draft_tokens = text,
+        "acceptance-per-position" => a.acceptance_per_position = Some(text),
+        _ => unreachable!("keys are checked against GRID_KEYS first"),
+    }
+    Ok(true)
+}
+
+/// Reads a `--grid` file into the flags it stands for (every other flag at its default), each
+/// key checked on its own so that an error names the file, the key and what it takes.
+pub fn grid_args(path: &std::path::Path, defaults: &SweepArgs) -> Result<SweepArgs> {
+    let text = crate::files::read_text(path, crate::files::InputKind::SweepGrid)?;
+    let table: toml::Table = toml::from_str(&text).map_err(|e| Error::Syntax {
+        path: path.to_path_buf(),
+        format: "TOML",
+        message: e.to_string().trim_end().to_string(),
+    })?;
+    let allowed = || GRID_KEYS.iter().map(|k| k.0).collect::<Vec<_>>().join(", ");
+    let rate = |k: &str| table.contains_key(k) || table.contains_key(&k.replace('-', "_"));
+    if rate("acceptance-rate") && rate("acceptance-per-position") {
+        return Err(Error::field(
+            path,
+            "acceptance-per-position",
+            "give either acceptance-rate or acceptance-per-position, not both",
+        ));
+    }
+    let mut base = defaults.clone();
+    base.grid = None;
+    let mut a = base.clone();
+    for (raw, v) in &table {
+        // Flags' spelling, or the same with underscores.
+        let key = raw.replace('_', "-");
+        let Some(&(_, takes)) = GRID_KEYS.iter().find(|k| k.0 == key) else {
+            let what = if matches!(key.as_str(), "pareto" | "format" | "output" | "grid") {
+                "is an output option, given as a flag (--pareto, --format, --output)".to_string()
+            } else {
+                format!("unknown key; the grid keys are {}", allowed())
+            };
+            return Err(Error::field(
+                path,
+                raw.chars().take(80).collect::<String>(),
+                what,
+            ));
+        };
+        let bad = |why: String| Error::field(path, raw.clone(), format!("{} {why}", short(v)));
+        let mut one = base.clone();
+        if !set_flag(&mut one, &key, v)? {
+            return Err(bad(format!("is not allowed: expected {takes}")));
+        }
+        // The key alone through the flags' own checks (ranges, names, limits).
+        if let Err(e) = request(&one) {
+            return Err(bad(format!("is not allowed: {e}")));
+        }
+        set_flag(&mut a, &key, v)?;
+    }
+    Ok(a)
+}
+
 pub fn request(a: &SweepArgs) -> Result<SweepRequest> {
+    if let Some(path) = &a.grid {
+        return request(&grid_args(path, a)?);
+    }
     let base = ScenarioRequest {
         model: a.model.clone(),
         system: a.system.clone(),

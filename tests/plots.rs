@@ -5,7 +5,7 @@ use decodesim::accounting::{compare::compare, Breakdown};
 use decodesim::category::Category;
 use decodesim::report::plot::{
     self, BreakdownChart, CurveChart, CurveMetric, CurveSeries, MeasuredPoint, MemoryChart,
-    MemorySeries, PlotError,
+    MemorySeries, PlotError, SpeedupChart, SpeedupPanel,
 };
 use std::path::{Path, PathBuf};
 
@@ -219,4 +219,105 @@ fn bad_names_and_empty_data_are_errors() {
         ),
         Err(PlotError::Empty { .. })
     ));
+}
+
+fn speedup_panels(n: usize) -> Vec<SpeedupPanel> {
+    (0..n)
+        .map(|i| SpeedupPanel {
+            label: format!("acceptance rate 0.{}", i + 3),
+            note: "best 1.50x (k = 3, batch 1)".into(),
+            // Three k over five batches, falling below 1.0 with batch.
+            speedup: (1..=3)
+                .map(|k| {
+                    (0..5)
+                        .map(|b| 1.0 + 0.1 * k as f64 + 0.05 * i as f64 - 0.12 * b as f64)
+                        .collect()
+                })
+                .collect(),
+        })
+        .collect()
+}
+
+#[test]
+fn speedup_lines_and_heatmap_one_and_several_panels() {
+    let d = dir("speedup");
+    let batches = [1u32, 2, 4, 8, 256];
+    for n in [1usize, 4] {
+        let panels = speedup_panels(n);
+        let chart = SpeedupChart {
+            title: "Speculative decoding (eagle3): test",
+            subtitle: "line one\nline two",
+            batches: &batches,
+            draft_tokens: &[1, 2, 3],
+            panels: &panels,
+        };
+        for ext in ["svg", "png"] {
+            let lines = d.join(format!("lines-{n}.{ext}"));
+            plot::plot_speedup(&chart, &lines).unwrap();
+            check(&lines);
+            let heat = d.join(format!("heat-{n}.{ext}"));
+            plot::plot_speedup_heatmap(&chart, &heat).unwrap();
+            check(&heat);
+        }
+        let svg = std::fs::read_to_string(d.join(format!("lines-{n}.svg"))).unwrap();
+        assert!(svg.contains("k = 3") && svg.contains("256") && svg.contains("no speculation"));
+        assert!(svg.contains("acceptance rate 0.3") && svg.contains("line two"));
+        let heat = std::fs::read_to_string(d.join(format!("heat-{n}.svg"))).unwrap();
+        // Every cell carries its value.
+        assert!(heat.contains("1.30x") && heat.contains("0.62x"), "{n}");
+    }
+    // The README's chart stays small (palette PNG).
+    let png = std::fs::metadata(d.join("lines-4.png")).unwrap().len();
+    assert!(png < 100_000, "{png} bytes");
+}
+
+#[test]
+fn speedup_bad_names_and_shapes_are_errors() {
+    let d = dir("speedup-bad");
+    let panels = speedup_panels(1);
+    let chart = SpeedupChart {
+        title: "x",
+        subtitle: "y",
+        batches: &[1, 2, 4, 8, 16],
+        draft_tokens: &[1, 2, 3],
+        panels: &panels,
+    };
+    for name in ["x.jpg", "x", "x.PNG.txt"] {
+        assert!(matches!(
+            plot::plot_speedup(&chart, &d.join(name)),
+            Err(PlotError::Format { .. })
+        ));
+        assert!(matches!(
+            plot::plot_speedup_heatmap(&chart, &d.join(name)),
+            Err(PlotError::Format { .. })
+        ));
+    }
+    // One batch too few for the speedups, no panels, a NaN: nothing drawn, no panic.
+    let short = SpeedupChart {
+        batches: &[1, 2, 4, 8],
+        ..chart
+    };
+    assert!(matches!(
+        plot::plot_speedup(&short, &d.join("x.png")),
+        Err(PlotError::Empty { .. })
+    ));
+    let none = SpeedupChart {
+        panels: &[],
+        ..chart
+    };
+    assert!(matches!(
+        plot::plot_speedup_heatmap(&none, &d.join("x.svg")),
+        Err(PlotError::Empty { .. })
+    ));
+    let mut nan = speedup_panels(1);
+    nan[0].speedup[0][0] = f64::NAN;
+    let bad = SpeedupChart {
+        panels: &nan,
+        ..chart
+    };
+    assert!(matches!(
+        plot::plot_speedup(&bad, &d.join("x.svg")),
+        Err(PlotError::Empty { .. })
+    ));
+    assert!(!d.join("x.png").exists() && !d.join("x.svg").exists());
 }

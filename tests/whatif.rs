@@ -261,3 +261,103 @@ fn fast_path_matches_the_timeline() {
         worst * 100.0
     );
 }
+
+/// `whatif spec-decode --plot/--plot-heatmap` with a list of acceptance rates, end to end; bad
+/// names refused before any simulation.
+#[test]
+fn spec_decode_plots_from_the_command_line() {
+    let d = std::env::temp_dir().join(format!("decodesim-sd-plot-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "whatif",
+            "spec-decode",
+            "--layers",
+            "4",
+            "--draft-tokens",
+            "1..3",
+            "--crossover-batches",
+            "1,4,32",
+            "--mc-users",
+            "50",
+        ];
+        args.extend_from_slice(extra);
+        std::process::Command::new(env!("CARGO_BIN_EXE_decodesim"))
+            .args(&args)
+            .output()
+            .unwrap()
+    };
+    let (lines, heat) = (d.join("s.png"), d.join("h.svg"));
+    let out = run(&[
+        "--acceptance-rate",
+        "0.3,0.6",
+        "--plot",
+        lines.to_str().unwrap(),
+        "--plot-heatmap",
+        heat.to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // One study per rate, each with every k's speedup at every crossover batch.
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let studies = v.as_array().unwrap();
+    assert_eq!(studies.len(), 2);
+    for s in studies {
+        let grid = s["crossover"]["grid"].as_array().unwrap();
+        assert_eq!(grid.len(), 3);
+        assert_eq!(
+            grid[0]["speedup_by_draft_tokens"].as_array().unwrap().len(),
+            3
+        );
+    }
+    // A higher acceptance never lowers the speedup of any k at any batch.
+    for b in 0..3 {
+        for k in 0..3 {
+            let x = |i: usize| {
+                studies[i]["crossover"]["grid"][b]["speedup_by_draft_tokens"][k]["speedup"]
+                    .as_f64()
+                    .unwrap()
+            };
+            assert!(x(1) >= x(0));
+        }
+    }
+    let png = std::fs::read(&lines).unwrap();
+    assert!(png.starts_with(b"\x89PNG\r\n\x1a\n") && png.len() > 5_000);
+    let svg = std::fs::read_to_string(&heat).unwrap();
+    assert!(svg.starts_with("<svg") && svg.contains("acceptance rate 0.6"));
+
+    for (args, want) in [
+        (
+            vec!["--acceptance-rate", "0.3", "--plot", "x.jpg"],
+            "svg or .png",
+        ),
+        (
+            vec![
+                "--acceptance-rate",
+                "0.3",
+                "--plot",
+                "x.png",
+                "--crossover-batches",
+                "none",
+            ],
+            "crossover-batches",
+        ),
+        (
+            vec!["--plot-heatmap", "x.png", "--acceptance-rate", "0.3,1.2"],
+            "[0, 1]",
+        ),
+    ] {
+        let out = run(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains(want),
+            "{args:?}: {err}"
+        );
+    }
+    assert!(!std::path::Path::new("x.png").exists());
+}

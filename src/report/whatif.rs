@@ -6,7 +6,8 @@ use crate::whatif::spec_decode::SpecDecodeStudy;
 use serde_json::{json, Value};
 
 /// The JSON bars and notebooks read: `baseline`, `variants`, `best`, `scenario`,
-/// `calibration` (as `simulate` writes them), and `crossover`.
+/// `calibration` (as `simulate` writes them), `crossover`, and what was studied (`method`,
+/// `draft`, `acceptance`, `acceptance_rate`: null unless given as a rate).
 pub fn spec_decode_json(s: &SpecDecodeStudy) -> Value {
     let variants: Vec<Value> = s
         .variants
@@ -51,6 +52,10 @@ pub fn spec_decode_json(s: &SpecDecodeStudy) -> Value {
             "step_time_us": s.baseline_step_us(),
             "tokens_per_s": s.baseline_tokens_per_s(),
         },
+        "method": s.method.name(),
+        "draft": s.draft_source,
+        "acceptance": s.acceptance,
+        "acceptance_rate": s.acceptance_rate,
         "variants": variants,
         "best": best,
         "crossover": crossover,

@@ -94,6 +94,8 @@ pub struct SpecDecodeStudy {
     pub method: Method,
     pub draft_source: String,
     pub acceptance: String,
+    /// vLLM's acceptance rate when the study was given one (`--acceptance-rate`).
+    pub acceptance_rate: Option<f64>,
     /// The plain step of the same scenario (its JSON scenario/calibration are reported).
     pub baseline: Simulation,
     pub variants: Vec<Variant>,
@@ -413,6 +415,10 @@ pub fn study(
         method: req.method,
         draft_source: costs.draft_source.clone(),
         acceptance: acceptance.describe(),
+        acceptance_rate: match acceptance {
+            Acceptance::Rate(r) => Some(*r),
+            _ => None,
+        },
         baseline: costs.baseline.clone(),
         variants,
         crossover,

@@ -136,7 +136,7 @@ pub fn summary(s: &Sweep, wall_s: f64) -> String {
     front.sort_by(|a, b| b.tokens_per_s_per_user.total_cmp(&a.tokens_per_s_per_user));
     let _ = writeln!(
         out,
-        "pareto front (total vs per-user tokens/s): {} scenarios; every {}th shown",
+        "pareto front (total vs per-user tokens/s): {} scenarios; one in {} shown",
         front.len(),
         front.len().div_ceil(12).max(1)
     );

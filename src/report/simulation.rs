@@ -20,6 +20,8 @@ pub fn scenario_json(sim: &Simulation) -> Value {
         "batch": s.batch,
         "context": s.context,
         "cuda_graphs": s.cuda_graphs,
+        // Tokens the step's kernels run over after CUDA-graph padding (= batch when not padded).
+        "padded_tokens": s.padding(1, crate::spec::cudagraph::PadRule::Decode).padded,
         "nccl_proto": s.nccl.proto.name(),
         "nccl_algo": s.nccl.algo.name(),
         "p2p": s.nccl.p2p,
@@ -178,6 +180,15 @@ pub fn render_table(sim: &Simulation) -> String {
         s.comm_path().name(),
         s.seed
     ));
+    let pad = s.padding(1, crate::spec::cudagraph::PadRule::Decode);
+    if pad.padded > pad.tokens {
+        out.push_str(&format!(
+            "CUDA graph pads {} tokens to {} (the next captured size, {})\n",
+            pad.tokens,
+            pad.padded,
+            path(&s.cuda_graph_sizes.path)
+        ));
+    }
     out.push_str(&format!(
         "calibration: {} ({})\n",
         sim.profile.profile.name,

@@ -84,7 +84,11 @@ impl ScenarioRequest {
             .clone()
             .unwrap_or_else(|| system.default_calibration.clone());
         let profile = CalibrationProfile::from_file(&catalog::resolve_profile(&profile_arg)?)?;
+        let cuda_graph_sizes = std::sync::Arc::new(crate::spec::cudagraph::CaptureSizes::load(
+            &system.gpu.compute_capability,
+        )?);
         let scenario = Scenario {
+            cuda_graph_sizes,
             tp: self.tp.unwrap_or(system.gpu_count),
             model,
             system,
@@ -220,6 +224,15 @@ pub fn simulate_workload(
     );
     let memory_fit = MemoryFit::new(&memory, &scenario);
     let mut warnings = pricing.warnings.clone();
+    let pad = scenario.padding(1, crate::spec::cudagraph::PadRule::Decode);
+    if scenario.cuda_graphs && !pad.captured {
+        warnings.push(format!(
+            "CUDA graphs: {} tokens are above the largest captured size {} ({}): vLLM runs this step without a full CUDA graph and does not pad it; decodesim still prices its launches as graph replays (pass --cuda-graphs off for eager launches)",
+            pad.tokens,
+            scenario.cuda_graph_sizes.max,
+            crate::units::path(&scenario.cuda_graph_sizes.path)
+        ));
+    }
     if !memory_fit.fits() {
         warnings.insert(
             0,

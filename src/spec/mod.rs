@@ -2,6 +2,7 @@
 
 pub mod catalog;
 pub mod check;
+pub mod cudagraph;
 pub mod model;
 pub mod routing;
 pub mod scenario;

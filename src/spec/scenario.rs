@@ -164,6 +164,9 @@ pub struct Scenario {
     /// All-reduce implementation and NCCL knobs (`--allreduce`, `--nccl-max-nchannels`,
     /// `--nccl-buffsize`).
     pub comm: CommKnobs,
+    /// vLLM's CUDA-graph capture sizes for this GPU (`data/vllm/cudagraph.toml`): with
+    /// `cuda_graphs` on, a pass's tokens are padded up to one of them.
+    pub cuda_graph_sizes: std::sync::Arc<super::cudagraph::CaptureSizes>,
 }
 
 /// vLLM's default `gpu_memory_utilization` (vllm/config/cache.py `CacheConfig`).
@@ -330,5 +333,17 @@ impl Scenario {
     /// Tokens processed in this step (one per sequence in plain decode).
     pub fn tokens(&self) -> u32 {
         self.batch
+    }
+
+    /// The padding of a pass with `queries` tokens per sequence under `rule` (a plain step:
+    /// `padding(1, PadRule::Decode)`): with CUDA graphs on, up to the next captured size.
+    pub fn padding(
+        &self,
+        queries: u32,
+        rule: super::cudagraph::PadRule,
+    ) -> super::cudagraph::Padding {
+        let tokens = self.batch as u64 * queries.max(1) as u64;
+        self.cuda_graph_sizes
+            .padding(tokens, rule, self.cuda_graphs)
     }
 }

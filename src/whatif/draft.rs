@@ -171,7 +171,10 @@ impl Draft {
     /// rest over one token per sequence. Op names carry `draft<pass>.` so a timeline shows them.
     pub fn pass(&self, ds: &Scenario, queries: u32, pass: u32) -> Workload {
         let mut w = workload::build_pass(ds, queries);
-        let tokens = ds.batch as u64 * queries.max(1) as u64;
+        // The pass's rows, padded like a decode step of its own token count under graphs.
+        let tokens = ds
+            .padding(queries, crate::spec::cudagraph::PadRule::Decode)
+            .padded;
         let hidden = ds.model.hidden as u64;
         let mut extra = Builder::new();
         match self.method {

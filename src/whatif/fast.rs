@@ -42,7 +42,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 const NCAT: usize = Category::ALL.len();
 type Busy = [f64; NCAT];
 
-const NB: usize = 9;
+const NB: usize = 10;
 type Coef = [f64; NB];
 
 /// Basis columns that carry the context (directly or through the split-KV count).
@@ -56,6 +56,8 @@ struct Vars {
     context: f64,
     splits: f64,
     touched: f64,
+    /// Rows after CUDA-graph padding (`spec::cudagraph`; = tokens when not padded).
+    padded: f64,
 }
 
 impl Vars {
@@ -70,6 +72,7 @@ impl Vars {
             self.touched,
             self.context,
             self.splits,
+            self.padded,
         ]
     }
 }
@@ -191,6 +194,11 @@ struct PassModel {
     sms: u64,
     /// This pass's slot in the memo.
     slot: usize,
+    /// The pass is a verify pass (padded to the sizes adjusted for k+1 queries), else padded
+    /// like a decode step of its own token count.
+    verify: bool,
+    /// The scenario's capture sizes.
+    sizes: std::sync::Arc<crate::spec::cudagraph::CaptureSizes>,
 }
 
 /// Unique ids of fast scenarios and collective settings (the memo's keys).
@@ -334,6 +342,16 @@ const PROBES_HIGH: [(u32, u32, u64); 14] = [
     (88, 4, 600),
 ];
 
+/// The padding rule of a pass (as `workload::build_verify` / `build_pass` apply it).
+fn pad_rule(verify: bool, q: u32) -> crate::spec::cudagraph::PadRule {
+    use crate::spec::cudagraph::PadRule;
+    if verify {
+        PadRule::Uniform { q }
+    } else {
+        PadRule::Decode
+    }
+}
+
 /// TRITON_MLA's split count, as `StepShape::kv_splits`.
 fn splits(context: u64, sms: u64) -> u64 {
     (context / 512)
@@ -442,6 +460,7 @@ impl PassModel {
         s: &Scenario,
         build: &(dyn Fn(&Scenario, u32) -> Workload + Sync),
         slot: usize,
+        verify: bool,
     ) -> Result<Self> {
         let sms = s.system.gpu.sms as u64;
         let experts = s
@@ -450,8 +469,8 @@ impl PassModel {
             .as_ref()
             .map(|m| DistinctExperts::new(&s.routing, m.n_routed_experts, m.top_k));
         let (low, high) = rayon::join(
-            || Self::fit_regime(s, build, &PROBES_LOW, sms),
-            || Self::fit_regime(s, build, &PROBES_HIGH, sms),
+            || Self::fit_regime(s, build, &PROBES_LOW, sms, verify),
+            || Self::fit_regime(s, build, &PROBES_HIGH, sms, verify),
         );
         Ok(PassModel {
             low: low?,
@@ -460,6 +479,8 @@ impl PassModel {
             experts,
             sms,
             slot,
+            verify,
+            sizes: s.cuda_graph_sizes.clone(),
         })
     }
 
@@ -468,6 +489,7 @@ impl PassModel {
         build: &(dyn Fn(&Scenario, u32) -> Workload + Sync),
         probes: &[(u32, u32, u64)],
         sms: u64,
+        verify: bool,
     ) -> Result<Regime> {
         let mut ws = Vec::new();
         let mut vars = Vec::new();
@@ -478,8 +500,12 @@ impl PassModel {
             ps.routing = crate::spec::routing::Routing::Uniform;
             ps.batch = b;
             ps.context = c.min(s.model.max_position_embeddings as u64);
+            // Probed with CUDA graphs on, so that padded rows and real tokens part (the
+            // probes include batches that are not capture sizes).
+            ps.cuda_graphs = true;
             ws.push(build(&ps, q));
-            vars.push((b, q, ps.context));
+            let padded = ps.padding(q, pad_rule(verify, q)).padded;
+            vars.push((b, q, ps.context, padded));
         }
         if ws
             .iter()
@@ -511,7 +537,7 @@ impl PassModel {
             let rows: Vec<Coef> = ws
                 .iter()
                 .zip(&vars)
-                .map(|(w, &(b, q, c))| {
+                .map(|(w, &(b, q, c, padded))| {
                     let touched = if *layer >= 0 {
                         w.experts_touched.get(*layer as usize).copied().unwrap_or(0) as f64
                     } else {
@@ -523,6 +549,7 @@ impl PassModel {
                         context: c as f64,
                         splits: splits(c, sms) as f64,
                         touched,
+                        padded: padded as f64,
                     }
                     .basis()
                 })
@@ -675,8 +702,17 @@ impl PassModel {
         }
     }
 
-    fn vars(&self, batch: u32, queries: u32, context: u64, touched: f64) -> Vars {
+    /// Rows of a pass of `batch` × `queries` tokens after CUDA-graph padding.
+    fn padded(&self, batch: u32, queries: u32, graphs: bool) -> u64 {
+        let q = queries.max(1);
+        self.sizes
+            .padding(batch as u64 * q as u64, pad_rule(self.verify, q), graphs)
+            .padded
+    }
+
+    fn vars(&self, batch: u32, queries: u32, context: u64, touched: f64, padded: u64) -> Vars {
         Vars {
+            padded: padded as f64,
             tokens: batch as f64 * queries.max(1) as f64,
             seqs: batch as f64,
             context: context as f64,
@@ -685,8 +721,11 @@ impl PassModel {
         }
     }
 
-    fn touched(&self, tokens: u64) -> f64 {
-        self.experts.as_ref().map_or(0.0, |e| e.at(tokens))
+    /// Expected experts touched by `tokens` real tokens; padding rows add one more top-k
+    /// draw (they share one routing), as the workload's sampler draws them.
+    fn touched(&self, tokens: u64, padded: u64) -> f64 {
+        let draws = tokens + u64::from(padded > tokens);
+        self.experts.as_ref().map_or(0.0, |e| e.at(draws))
     }
 }
 
@@ -771,7 +810,8 @@ impl Hasher for KeyHasher {
     }
 }
 
-type EntryMap = HashMap<(u32, u32), Entry, BuildHasherDefault<KeyHasher>>;
+/// Keyed by (batch, queries, padded rows): graphs on and off pad differently.
+type EntryMap = HashMap<(u32, u32, u32), Entry, BuildHasherDefault<KeyHasher>>;
 
 /// One thread's priced shapes for one fast scenario.
 struct Memo {
@@ -857,14 +897,14 @@ impl FastScenario {
             let ((t, v), (f, r)) = rayon::join(
                 || {
                     rayon::join(
-                        || PassModel::fit(s, &build_target, 0),
-                        || PassModel::fit(s, &build_verify, 1),
+                        || PassModel::fit(s, &build_target, 0, false),
+                        || PassModel::fit(s, &build_verify, 1, true),
                     )
                 },
                 || {
                     rayon::join(
-                        || PassModel::fit(&ds, &build_first, 2),
-                        || PassModel::fit(&ds, &build_rest, 3),
+                        || PassModel::fit(&ds, &build_first, 2, false),
+                        || PassModel::fit(&ds, &build_rest, 3, false),
                     )
                 },
             );
@@ -873,7 +913,7 @@ impl FastScenario {
             draft_first = Some(f?);
             draft_rest = Some(r?);
         } else {
-            target = PassModel::fit(s, &build_target, 0)?;
+            target = PassModel::fit(s, &build_target, 0, false)?;
         }
         let fast = FastScenario {
             profile: p.clone(),
@@ -897,8 +937,11 @@ impl FastScenario {
         for pm in self.passes() {
             for (b, q) in [(1u32, 2u32), (257, 2)] {
                 s.batch = b;
-                let regime = pm.regime((b * q) as f64);
-                let x = pm.vars(b, q, s.context, pm.touched((b * q) as u64)).basis();
+                let (t, padded) = ((b * q) as u64, pm.padded(b, q, false));
+                let regime = pm.regime(padded as f64);
+                let x = pm
+                    .vars(b, q, s.context, pm.touched(t, padded), padded)
+                    .basis();
                 price_layout(regime, &regime.tokens_layout, &x, &s, &self.profile)?;
                 price_layout(regime, &regime.context_layout, &x, &s, &self.profile)?;
                 let k: Vec<(usize, bool)> =
@@ -962,7 +1005,9 @@ impl FastScenario {
     ) {
         let q = queries.max(1);
         let tokens = batch as u64 * q as u64;
-        let regime = pm.regime(tokens as f64);
+        let padded = pm.padded(batch, q, launch.graphs);
+        // vLLM picks the shared expert's stream by the rows the pass runs (padded).
+        let regime = pm.regime(padded as f64);
         let p = &self.profile;
         let Memo {
             s,
@@ -971,35 +1016,37 @@ impl FastScenario {
             d,
             ..
         } = m;
-        let e = passes[pm.slot].entry((batch, q)).or_insert_with(|| {
-            let touched = pm.touched(tokens);
-            s.batch = batch;
-            s.context = context;
-            let x = pm.vars(batch, q, context, touched).basis();
-            let us = keep_or_nan(
-                price_layout(regime, &regime.tokens_layout, &x, s, p),
-                regime.tokens_layout.iter().filter(|x| x.1).count(),
-            );
-            let mut tokens_us = vec![0.0; regime.ops.len()].into_boxed_slice();
-            let kept = regime.tokens_layout.iter().filter(|x| x.1).map(|x| x.0);
-            for (i, v) in kept.clone().zip(&us) {
-                tokens_us[i] = *v;
-            }
-            *stored += regime.ops.len();
-            Entry {
-                touched,
-                tokens_busy: busy_of(regime, kept, &us),
-                tokens_us,
-                context: Vec::new(),
-                collectives: Vec::new(),
-            }
-        });
+        let e = passes[pm.slot]
+            .entry((batch, q, padded as u32))
+            .or_insert_with(|| {
+                let touched = pm.touched(tokens, padded);
+                s.batch = batch;
+                s.context = context;
+                let x = pm.vars(batch, q, context, touched, padded).basis();
+                let us = keep_or_nan(
+                    price_layout(regime, &regime.tokens_layout, &x, s, p),
+                    regime.tokens_layout.iter().filter(|x| x.1).count(),
+                );
+                let mut tokens_us = vec![0.0; regime.ops.len()].into_boxed_slice();
+                let kept = regime.tokens_layout.iter().filter(|x| x.1).map(|x| x.0);
+                for (i, v) in kept.clone().zip(&us) {
+                    tokens_us[i] = *v;
+                }
+                *stored += regime.ops.len();
+                Entry {
+                    touched,
+                    tokens_busy: busy_of(regime, kept, &us),
+                    tokens_us,
+                    context: Vec::new(),
+                    collectives: Vec::new(),
+                }
+            });
         let ci = match e.context.iter().position(|c| c.0 == context) {
             Some(i) => i,
             None => {
                 s.batch = batch;
                 s.context = context;
-                let x = pm.vars(batch, q, context, e.touched).basis();
+                let x = pm.vars(batch, q, context, e.touched, padded).basis();
                 let n = regime.context_ops.len();
                 let us = keep_or_nan(price_layout(regime, &regime.context_layout, &x, s, p), n);
                 let busy = busy_of(regime, regime.context_ops.iter().copied(), &us);
@@ -1020,7 +1067,7 @@ impl FastScenario {
                 s.nccl = coll.nccl;
                 s.comm = coll.comm;
                 s.cuda_graphs = launch.graphs;
-                let x = pm.vars(batch, q, context, e.touched).basis();
+                let x = pm.vars(batch, q, context, e.touched, padded).basis();
                 let layout: Vec<(usize, bool)> =
                     regime.collective_ops.iter().map(|&i| (i, true)).collect();
                 let us = keep_or_nan(price_layout(regime, &layout, &x, s, p), layout.len());

@@ -148,9 +148,11 @@ fn play(
     Ok(tl.step_time_us())
 }
 
-/// The verify pass: the target at k+1 queries per sequence, then the rejection sampler.
+/// The verify pass: the target at k+1 queries per sequence (with CUDA graphs, padded to the
+/// capture sizes adjusted to multiples of k+1: `spec::cudagraph`), then the rejection sampler
+/// over the real rows (it runs outside the graph).
 pub fn verify_workload(s: &Scenario, k: u32) -> Workload {
-    let mut w = workload::build_pass(s, k + 1);
+    let mut w = workload::build_verify(s, k + 1);
     w.ops.extend(rejection_sampler(s.batch as u64, k as u64));
     w
 }
@@ -400,6 +402,26 @@ pub fn study(
     };
 
     let mut warnings = costs.baseline.warnings.clone();
+    if scenario.cuda_graphs {
+        use crate::spec::cudagraph::PadRule;
+        let above: Vec<String> = req
+            .draft_tokens
+            .iter()
+            .filter(|&&k| {
+                !scenario
+                    .padding(k + 1, PadRule::Uniform { q: k + 1 })
+                    .captured
+            })
+            .map(|k| k.to_string())
+            .collect();
+        if !above.is_empty() {
+            warnings.push(format!(
+                "CUDA graphs: the verify pass at k = {} is above the largest captured size {} (batch x (k+1) tokens): vLLM runs it without a full CUDA graph and does not pad it; decodesim still prices its launches as graph replays",
+                above.join(", "),
+                scenario.cuda_graph_sizes.max
+            ));
+        }
+    }
     if req.method == Method::Eagle3 && req.draft.is_none() {
         warnings.push(format!(
             "the default EAGLE-3 draft shape ({}) is an assumption (its upstream config was not read); pass --draft-config to use the real one",

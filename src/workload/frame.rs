@@ -38,10 +38,18 @@ pub fn embedding(b: &mut Builder, s: &StepShape) {
 
 pub fn head(b: &mut Builder, s: &StepShape) {
     let m = s.model;
-    let t = s.tokens;
     let h = m.hidden as u64;
     let vocab_shard = (m.vocab as u64).div_ceil(s.tp as u64);
-    b.norm("final_norm", "vllm::fused_add_rms_norm_kernel", t, h, true);
+    // The final norm is the model's last kernel (padded rows); logits are computed outside the
+    // graph for the real rows only.
+    b.norm(
+        "final_norm",
+        "vllm::fused_add_rms_norm_kernel",
+        s.tokens,
+        h,
+        true,
+    );
+    let t = s.real_tokens;
     b.gemm(
         "lm_head",
         "gemm (cuBLAS) lm_head",

@@ -40,14 +40,16 @@ pub fn attention_block(b: &mut Builder, s: &StepShape, layer: usize) {
         tokens * (heads + kv_heads) * hd,
         tokens * (heads + kv_heads) * hd,
     );
-    let kv_elems = tokens * 2 * kv_heads * hd;
+    // Padded rows have no KV slot (slot -1): the write covers the real tokens.
+    let real = s.real_tokens;
+    let kv_elems = real * 2 * kv_heads * hd;
     b.push(
         "kv_cache_write",
         "vllm::reshape_and_cache_flash_kernel",
         CostFamily::KvWrite,
         Category::Attention,
         Shape {
-            m: tokens,
+            m: real,
             n: 2 * kv_heads * hd,
             k: 0,
             batch: 1,

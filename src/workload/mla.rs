@@ -86,14 +86,16 @@ pub fn attention_block(b: &mut Builder, s: &StepShape, mla: &MlaDims, layer: usi
         tokens * (heads + 1) * rope,
     );
     b.measured(MeasureKey::new("rope", tokens, heads, rope));
-    let kv_write_elems = tokens * latent;
+    // Padded rows have no KV slot (slot -1): the write covers the real tokens.
+    let real = s.real_tokens;
+    let kv_write_elems = real * latent;
     b.push(
         "kv_cache_write",
         "vllm::concat_and_cache_mla_kernel",
         CostFamily::KvWrite,
         Category::Attention,
         Shape {
-            m: tokens,
+            m: real,
             n: latent,
             k: 0,
             batch: 1,
@@ -102,7 +104,7 @@ pub fn attention_block(b: &mut Builder, s: &StepShape, mla: &MlaDims, layer: usi
         0.0,
         2.0 * kv_write_elems as f64 * ACT_BYTES,
     );
-    b.measured(MeasureKey::new("kv_write", tokens, latent, 0));
+    b.measured(MeasureKey::new("kv_write", real, latent, 0));
     b.bmm(
         "W_UK_T",
         "gemm (cuBLAS) bmm W_UK_T",

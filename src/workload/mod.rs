@@ -14,6 +14,7 @@ pub mod routing;
 pub use op::{CostFamily, Op, Shape, Stream};
 pub use routing::{expected_distinct_experts, Routing, RoutingSample};
 
+use crate::spec::cudagraph::PadRule;
 use crate::spec::{Family, ModelSpec, Runtime, Scenario};
 
 /// vLLM runs the shared expert on an auxiliary stream when the step has at most this many
@@ -26,7 +27,15 @@ pub struct StepShape<'a> {
     pub tp: usize,
     pub batch: u32,
     pub context: u64,
+    /// Rows the pass's kernels run over: the real tokens padded up to the CUDA graph's captured
+    /// size (`spec::cudagraph`). GEMMs, norms, elementwise, router/MoE rows and collectives use
+    /// it; padded rows are dummy tokens with no KV.
     pub tokens: u64,
+    /// Real tokens (batch × queries): the KV-cache write, attention (over the real sequences
+    /// only: padded requests have no KV, so they add negligible attention work), lm_head, the
+    /// logits all-gather and sampling (vLLM computes logits for the real rows only: the
+    /// `logits_indices` gather runs outside the graph, in `gpu_model_runner.py`).
+    pub real_tokens: u64,
     /// Query tokens per sequence: 1 in plain decode, k+1 in a speculative verify pass (every
     /// GEMM's M, every activation collective and attention's queries scale with it).
     pub queries: u64,
@@ -71,7 +80,7 @@ pub struct Workload {
 
 /// Samples, for every MoE layer, which experts a step's tokens route to under the scenario's
 /// routing model (a seeded draw, so results repeat).
-fn sample_routing(s: &Scenario, tokens: u64) -> RoutingSample {
+fn sample_routing(s: &Scenario, tokens: u64, dummy_rows: u64) -> RoutingSample {
     let model = &s.model;
     let Some(moe) = &model.moe else {
         return RoutingSample {
@@ -88,12 +97,13 @@ fn sample_routing(s: &Scenario, tokens: u64) -> RoutingSample {
         moe.top_k,
         model.num_layers,
     );
-    routing::sample(
+    routing::sample_padded(
         &resolved,
         &moe_layers,
         moe.n_routed_experts,
         moe.top_k,
         tokens,
+        dummy_rows,
         s.seed,
     )
 }
@@ -104,17 +114,32 @@ pub fn build(s: &Scenario) -> Workload {
 
 /// One forward pass with `queries_per_seq` query tokens for each of the batch's sequences
 /// (speculative decoding's verify pass and a draft's first pass take k+1 per sequence).
+/// Padded like a decode step of its own token count (`PadRule::Decode`; draft passes too).
 pub fn build_pass(s: &Scenario, queries_per_seq: u32) -> Workload {
+    build_padded(s, queries_per_seq, PadRule::Decode)
+}
+
+/// Speculative decoding's verify pass: a uniform batch of `queries_per_seq` tokens per
+/// sequence, padded to the capture sizes adjusted for it (`PadRule::Uniform`).
+pub fn build_verify(s: &Scenario, queries_per_seq: u32) -> Workload {
+    let q = queries_per_seq.max(1);
+    build_padded(s, q, PadRule::Uniform { q })
+}
+
+/// One forward pass whose tokens are padded under `rule` when the scenario runs CUDA graphs.
+pub fn build_padded(s: &Scenario, queries_per_seq: u32, rule: PadRule) -> Workload {
     let model = &s.model;
     let queries = queries_per_seq.max(1) as u64;
-    let tokens = s.tokens() as u64 * queries;
-    let routing = sample_routing(s, tokens);
+    let pad = s.padding(queries_per_seq, rule);
+    let (real_tokens, tokens) = (pad.tokens, pad.padded);
+    let routing = sample_routing(s, real_tokens, tokens - real_tokens);
     let shape = StepShape {
         model,
         tp: s.tp as usize,
         batch: s.batch,
         context: s.context,
         tokens,
+        real_tokens,
         queries,
         kv_bytes: s.kv_bytes,
         sms: s.system.gpu.sms,
@@ -179,7 +204,7 @@ pub fn build_pass(s: &Scenario, queries_per_seq: u32) -> Workload {
         experts_touched: routing.experts_touched.clone(),
         routing,
     };
-    parallel::apply(s, tokens, &mut w);
+    parallel::apply(s, real_tokens, tokens, &mut w);
     w
 }
 

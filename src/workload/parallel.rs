@@ -37,15 +37,17 @@ use crate::category::Category;
 use crate::spec::scenario::EpComm;
 use crate::spec::Scenario;
 
-/// Applies `--ep` and `--dcp` to a step built for `tokens` tokens (batch × queries).
-pub fn apply(s: &Scenario, tokens: u64, w: &mut Workload) {
+/// Applies `--ep` and `--dcp` to a step built for `real` tokens (batch × queries) padded to
+/// `padded` rows (CUDA-graph padding: collectives move every row; the KV write and attention
+/// cover the real tokens).
+pub fn apply(s: &Scenario, real: u64, padded: u64, w: &mut Workload) {
     let ep = s.comm.ep_size();
     if ep > 1 && s.model.moe.is_some() {
-        expert_parallel(s, tokens, ep, w);
+        expert_parallel(s, padded, ep, w);
     }
     let dcp = s.comm.dcp_size();
     if dcp > 1 && s.model.mla.is_some() {
-        context_parallel(s, tokens, dcp, w);
+        context_parallel(s, real, padded, dcp, w);
     }
 }
 
@@ -261,7 +263,7 @@ fn expert_parallel(s: &Scenario, tokens: u64, ep: u32, w: &mut Workload) {
     w.ops = out;
 }
 
-fn context_parallel(s: &Scenario, tokens: u64, dcp: u32, w: &mut Workload) {
+fn context_parallel(s: &Scenario, real: u64, tokens: u64, dcp: u32, w: &mut Workload) {
     let mla = s.model.mla.as_ref().expect("checked");
     let d = dcp as u64;
     let heads = (s.model.num_heads / s.tp as usize) as u64;
@@ -274,7 +276,7 @@ fn context_parallel(s: &Scenario, tokens: u64, dcp: u32, w: &mut Workload) {
         .min(2 * s.system.gpu.sms as u64)
         .max(1);
     let seqs = s.batch as f64;
-    let q = (tokens as f64 / seqs.max(1.0)).max(1.0);
+    let q = (real as f64 / seqs.max(1.0)).max(1.0);
     let hd = (heads * d) as f64;
     let mut out = Vec::with_capacity(w.ops.len() + 3 * s.model.num_layers);
     for mut op in std::mem::take(&mut w.ops) {
@@ -282,7 +284,7 @@ fn context_parallel(s: &Scenario, tokens: u64, dcp: u32, w: &mut Workload) {
         match suffix(&op) {
             "kv_cache_write" => {
                 // Token-interleaved shards: each rank writes 1/D of the new tokens.
-                let m = tokens.div_ceil(d);
+                let m = real.div_ceil(d);
                 op.shape.m = m;
                 op.bytes = 2.0 * (m * latent) as f64 * ACT_BYTES;
                 if let Some(mk) = op.measure.as_mut() {

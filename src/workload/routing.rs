@@ -289,6 +289,21 @@ pub fn sample(
     tokens: u64,
     seed: u64,
 ) -> RoutingSample {
+    sample_padded(resolved, moe_layers, experts, top_k, tokens, 0, seed)
+}
+
+/// [`sample`] plus `dummy_rows` CUDA-graph padding rows: their hidden states are identical
+/// (zero input), so per layer they all route to ONE top-k set, drawn like one more token after
+/// the real ones (no draw at all when there is no padding, so unpadded steps sample as before).
+pub fn sample_padded(
+    resolved: &Resolved,
+    moe_layers: &[bool],
+    experts: usize,
+    top_k: usize,
+    tokens: u64,
+    dummy_rows: u64,
+    seed: u64,
+) -> RoutingSample {
     let layers = moe_layers.len();
     let mut out = RoutingSample {
         experts_touched: vec![0; layers],
@@ -332,7 +347,8 @@ pub fn sample(
                 *c = acc;
             }
         }
-        for _ in 0..tokens {
+        let draws = tokens + u64::from(dummy_rows > 0);
+        for token in 0..draws {
             picked.clear();
             while picked.len() < k {
                 let e = match weights {
@@ -346,8 +362,9 @@ pub fn sample(
                     picked.push(e);
                 }
             }
+            let rows = if token < tokens { 1 } else { dummy_rows as u32 };
             for &e in &picked {
-                counts[e] += 1;
+                counts[e] += rows;
             }
         }
         out.experts_touched[layer] = counts.iter().filter(|&&c| c > 0).count() as u32;

@@ -25,6 +25,7 @@ macro_rules! enum_names {
             /// Every choice's name, in declaration order.
             pub const NAMES: &'static [&'static str] = &[$([$($s),+][0]),+];
             /// What a value of this type is, in words (for error messages).
+            #[allow(dead_code)] // not every enum's errors need it
             pub const WHAT: &'static str = $what;
             pub fn name(self) -> &'static str {
                 match self { $( $v => [$($s),+][0], )+ }

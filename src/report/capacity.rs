@@ -85,14 +85,8 @@ pub fn render_table(c: &Capacity) -> String {
     let m = &c.memory;
     let mut out = String::new();
     out.push_str(&format!(
-        "decodesim capacity: {} ({}, {} layers) on {} ({}x {}), TP={}{}\n",
-        s.model.name,
-        s.model.family.name(),
-        s.model.num_layers,
-        s.system.name,
-        s.system.gpu_count,
-        s.system.gpu.display_name,
-        s.tp,
+        "decodesim capacity: {}{}\n",
+        super::simulation::headline(s),
         if m.dcp > 1 {
             format!(" DCP={}", m.dcp)
         } else {

@@ -155,12 +155,11 @@ pub fn to_csv(sim: &Simulation) -> String {
     }
 }
 
-pub fn render_table(sim: &Simulation) -> String {
-    let s = &sim.scenario;
-    let m = &sim.mean;
-    let mut out = String::new();
-    out.push_str(&format!(
-        "decodesim: {} ({}, {} layers) on {} ({}x {}), TP={}\n",
+/// "kimi-k2.5 (mla+moe, 61 layers) on SYSTEM (8x GPU), TP=8": the first line of every report
+/// about a simulated scenario.
+pub fn headline(s: &crate::spec::Scenario) -> String {
+    format!(
+        "{} ({}, {} layers) on {} ({}x {}), TP={}",
         s.model.name,
         s.model.family.name(),
         s.model.num_layers,
@@ -168,7 +167,14 @@ pub fn render_table(sim: &Simulation) -> String {
         s.system.gpu_count,
         s.system.gpu.display_name,
         s.tp
-    ));
+    )
+}
+
+pub fn render_table(sim: &Simulation) -> String {
+    let s = &sim.scenario;
+    let m = &sim.mean;
+    let mut out = String::new();
+    out.push_str(&format!("decodesim: {}\n", headline(s)));
     out.push_str(&format!(
         "batch {} x context {} | CUDA graphs {} | NCCL {}/{} | P2P {} ({} path) | seed {}\n",
         s.batch,

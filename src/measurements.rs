@@ -6,8 +6,9 @@
 
 use crate::error::{Error, Result};
 use crate::files::{open_input, InputKind};
-use crate::names::{enum_names, shorten};
+use crate::names::enum_names;
 use crate::spec::{Algo, Proto};
+use crate::units::echo;
 use crate::workload::CostFamily;
 use std::collections::HashMap;
 use std::io::Read;
@@ -235,7 +236,7 @@ fn csv_error(path: &Path, e: csv::Error) -> Error {
     Error::Syntax {
         path: path.to_path_buf(),
         format: "CSV",
-        message: shorten(&e.to_string()),
+        message: echo(&e.to_string()),
     }
 }
 
@@ -279,7 +280,7 @@ impl Table {
                     *r,
                     format!(
                         "required column missing (header: {})",
-                        shorten(&header.iter().collect::<Vec<_>>().join(","))
+                        echo(&header.iter().collect::<Vec<_>>().join(","))
                     ),
                 ));
             }
@@ -307,7 +308,7 @@ impl Table {
         Error::field(
             &self.path,
             self.field(i, col),
-            format!("found '{}', expected {expected}", shorten(self.str(i, col))),
+            format!("found '{}', expected {expected}", echo(self.str(i, col))),
         )
     }
 

@@ -38,7 +38,7 @@ macro_rules! enum_names {
                 $( if [$($s),+].iter().any(|n| n.to_ascii_lowercase() == l) { return Ok($v); } )+
                 Err($crate::error::Error::Unknown {
                     kind: $what,
-                    name: $crate::names::shorten(s),
+                    name: $crate::units::echo(s),
                     choices: Self::NAMES.iter().map(|n| n.to_string()).collect(),
                 })
             }
@@ -51,20 +51,6 @@ macro_rules! enum_names {
     };
 }
 pub(crate) use enum_names;
-
-/// A value echoed in an error, cut to 80 characters so a corrupt input cannot flood the terminal.
-pub fn shorten(s: &str) -> String {
-    const MAX: usize = 80;
-    if s.chars().count() <= MAX {
-        s.to_string()
-    } else {
-        format!(
-            "{}... ({} bytes)",
-            s.chars().take(MAX).collect::<String>(),
-            s.len()
-        )
-    }
-}
 
 /// `#[serde(with = "crate::names::by_name")]` for a field whose type has names from
 /// [`enum_names!`] but derives its own `Serialize` (the spec enums).

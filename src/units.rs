@@ -39,6 +39,32 @@ pub fn pct(share: f64) -> String {
     }
 }
 
+/// `s` cut to at most `n` characters, the cut marked with `…`, so no message echoes megabytes
+/// of input.
+pub fn clip(s: &str, n: usize) -> String {
+    if s.chars().count() <= n {
+        s.to_string()
+    } else {
+        let head: String = s.chars().take(n.saturating_sub(1)).collect();
+        format!("{head}…")
+    }
+}
+
+/// Longest input value echoed in an error: a field holding a huge array or a corrupt line must
+/// not flood the terminal.
+const MAX_ECHO: usize = 80;
+
+/// An input value as an error echoes it: at most [`MAX_ECHO`] characters, with its full length
+/// when cut.
+pub fn echo(s: &str) -> String {
+    let n = s.chars().count();
+    if n <= MAX_ECHO {
+        s.to_string()
+    } else {
+        format!("{} ({n} characters)", clip(s, MAX_ECHO))
+    }
+}
+
 /// Bytes as a person reads them (KiB, MiB, GiB).
 pub fn bytes(b: f64) -> String {
     crate::files::human_bytes(b)
@@ -72,5 +98,16 @@ mod tests {
         assert_eq!(us(-1234.5), "-1,234.5");
         assert_eq!(grouped(1_524.0, 0), "1,524");
         assert_eq!(us(f64::NAN), "-");
+    }
+
+    #[test]
+    fn long_values_are_cut_and_marked() {
+        assert_eq!(clip("abcdef", 6), "abcdef");
+        assert_eq!(clip("abcdef", 4), "abc…");
+        let e = echo(&"x".repeat(1000));
+        assert!(
+            e.chars().count() < 120 && e.ends_with("(1000 characters)"),
+            "{e}"
+        );
     }
 }

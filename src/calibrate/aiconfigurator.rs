@@ -149,7 +149,7 @@ pub fn from_aiconfigurator(req: &AicRequest) -> Result<AicResult> {
             .collect::<Vec<_>>()
             .join("; "),
         base.profile.name,
-        shorten(&base.profile.provenance, 400)
+        crate::units::clip(&base.profile.provenance, 400)
     );
     p.fit.insert(
         "aiconfigurator".into(),
@@ -188,14 +188,6 @@ fn check_device(manifest: &str, path: &Path, system: &SystemSpec) -> Result<()> 
             system.name, system.gpu.display_name
         ),
     ))
-}
-
-fn shorten(s: &str, n: usize) -> String {
-    if s.chars().count() <= n {
-        s.to_string()
-    } else {
-        format!("{}...", s.chars().take(n).collect::<String>())
-    }
 }
 
 /// What each table present prices.

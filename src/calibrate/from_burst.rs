@@ -37,7 +37,7 @@ fn parse_row(fields: &[&str], what: &dyn Fn(&str) -> String) -> Result<Burst> {
         Error::Other(format!(
             "{}: {name} '{}': expected {allowed}",
             what(name),
-            crate::names::shorten(v)
+            crate::units::echo(v)
         ))
     };
     if fields.len() != 3 {
@@ -77,7 +77,7 @@ pub fn parse_bursts(arg: &str) -> Result<(Vec<Burst>, String)> {
     if !path.exists() {
         let fields: Vec<&str> = arg.split(',').collect();
         let b = parse_row(&fields, &|_| {
-            format!("--from-burst {}", crate::names::shorten(arg))
+            format!("--from-burst {}", crate::units::echo(arg))
         })?;
         return Ok((vec![b], format!("--from-burst {arg}")));
     }
@@ -108,7 +108,7 @@ pub fn parse_bursts(arg: &str) -> Result<(Vec<Burst>, String)> {
             "header",
             format!(
                 "found '{}', expected the columns count,bytes,total_us",
-                crate::names::shorten(header)
+                crate::units::echo(header)
             ),
         ));
     };

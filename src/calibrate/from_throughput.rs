@@ -144,14 +144,6 @@ impl Point {
     }
 }
 
-fn clip(s: &str) -> String {
-    if s.chars().count() <= 40 {
-        s.to_string()
-    } else {
-        s.chars().take(40).collect::<String>() + "…"
-    }
-}
-
 /// Reads and checks a throughput CSV.
 pub fn read_points(path: &Path) -> Result<Vec<Point>> {
     let text = crate::files::read_text(path, InputKind::MeasurementCsv)?;
@@ -177,7 +169,7 @@ pub fn read_points(path: &Path) -> Result<Vec<Point>> {
             format!(
                 "missing column(s) {}; expected concurrency,context,tokens_per_s (optional kv_cache_dtype, nccl_proto, nccl_algo, p2p, allreduce); found '{}'",
                 missing.join(", "),
-                clip(&headers.iter().collect::<Vec<_>>().join(","))
+                crate::units::clip(&headers.iter().collect::<Vec<_>>().join(","), 40)
             ),
         ));
     }
@@ -200,7 +192,7 @@ pub fn read_points(path: &Path) -> Result<Vec<Point>> {
             Error::field(
                 path,
                 format!("line {line}, column {name}"),
-                format!("found '{}', expected {allowed}", clip(v)),
+                format!("found '{}', expected {allowed}", crate::units::clip(v, 40)),
             )
         };
         let get = |c: usize| rec.get(c).unwrap_or("");

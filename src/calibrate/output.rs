@@ -34,7 +34,7 @@ fn gpu(stem: &str) -> Result<GpuSpec> {
     if !path.is_file() {
         return Err(Error::Unknown {
             kind: "GPU",
-            name: crate::names::shorten(stem),
+            name: crate::units::echo(stem),
             choices: catalog::stems(&catalog::gpus_dir(), "toml"),
         });
     }

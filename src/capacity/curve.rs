@@ -156,7 +156,7 @@ pub fn parse_mix(text: &str, path: &std::path::Path) -> Result<Vec<MixRow>> {
             hn + 1,
             format!(
                 "found header '{}', expected input_len,output_len,weight",
-                crate::spec::check::short(header)
+                crate::units::echo(header)
             ),
         ));
     }
@@ -169,7 +169,7 @@ pub fn parse_mix(text: &str, path: &std::path::Path) -> Result<Vec<MixRow>> {
                 format!(
                     "found {} fields in '{}', expected 3: input_len,output_len,weight",
                     f.len(),
-                    crate::spec::check::short(line)
+                    crate::units::echo(line)
                 ),
             ));
         }
@@ -180,7 +180,7 @@ pub fn parse_mix(text: &str, path: &std::path::Path) -> Result<Vec<MixRow>> {
                     n + 1,
                     format!(
                         "{name} '{}' is not a token count: expected an integer from 1 to {}",
-                        crate::spec::check::short(f[i]),
+                        crate::units::echo(f[i]),
                         crate::spec::scenario::MAX_CONTEXT
                     ),
                 )),
@@ -195,7 +195,7 @@ pub fn parse_mix(text: &str, path: &std::path::Path) -> Result<Vec<MixRow>> {
                     n + 1,
                     format!(
                         "weight '{}' is not a positive number",
-                        crate::spec::check::short(f[2])
+                        crate::units::echo(f[2])
                     ),
                 ))
             }

@@ -104,7 +104,7 @@ pub fn parse_prices(s: &str) -> Result<Prices> {
     let bad = |v: &str, why: &str| {
         Error::Flag {
         flag: "--gpu-hour-usd",
-        value: crate::spec::check::short(v),
+        value: crate::units::echo(v),
         expected: format!("{why}: one price in USD per GPU-hour (2.1) or SYSTEM=PRICE,... (rtx-pro-6000-8x-pcie=1.8,h200-8x-nvlink=3.5)"),
     }
     };
@@ -151,7 +151,7 @@ pub fn read_measured(path: &Path) -> Result<Vec<MeasuredPoint>> {
                 format!("line {}", n + 1),
                 format!(
                     "found '{}', expected concurrency,tokens_per_s[,tpot_ms] as non-negative numbers",
-                    crate::spec::check::short(line)
+                    crate::units::echo(line)
                 ),
             ));
         };
@@ -161,7 +161,7 @@ pub fn read_measured(path: &Path) -> Result<Vec<MeasuredPoint>> {
                 format!("line {}", n + 1),
                 format!(
                     "found '{}', expected concurrency,tokens_per_s[,tpot_ms]",
-                    crate::spec::check::short(line)
+                    crate::units::echo(line)
                 ),
             ));
         }

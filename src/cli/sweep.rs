@@ -150,16 +150,6 @@ const GRID_KEYS: [(&str, &str); 15] = [
     ),
 ];
 
-/// Truncated for error messages.
-fn short(v: &toml::Value) -> String {
-    let t = v.to_string();
-    if t.chars().count() > 80 {
-        format!("{}...", t.chars().take(80).collect::<String>())
-    } else {
-        t
-    }
-}
-
 /// One value in the flags' syntax: strings as written, numbers and booleans (on/off for
 /// cuda-graphs) as text, arrays joined with commas.
 fn flag_text(key: &str, v: &toml::Value) -> Option<String> {
@@ -273,7 +263,13 @@ pub fn grid_args(path: &std::path::Path, defaults: &SweepArgs) -> Result<SweepAr
                 what,
             ));
         };
-        let bad = |why: String| Error::field(path, raw.clone(), format!("{} {why}", short(v)));
+        let bad = |why: String| {
+            Error::field(
+                path,
+                raw.clone(),
+                format!("{} {why}", crate::units::echo(&v.to_string())),
+            )
+        };
         let mut one = base.clone();
         if !set_flag(&mut one, &key, v)? {
             return Err(bad(format!("is not allowed: expected {takes}")));

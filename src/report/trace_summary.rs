@@ -177,10 +177,6 @@ pub fn to_csv(s: &TraceSummary) -> String {
     String::from_utf8_lossy(&bytes).into_owned()
 }
 
-fn short(s: &str, n: usize) -> String {
-    crate::trace::error::truncate(s, n)
-}
-
 fn file_name(r: &RankSummary) -> String {
     r.path
         .file_name()
@@ -223,8 +219,8 @@ fn rank_section(o: &mut String, s: &TraceSummary) {
             o,
             "{:<5} {:<44} {:<24} {:>7} {:>7} {:>11} {:>11} {:>11}",
             r.rank,
-            short(&file_name(r), 44),
-            short(r.device.as_deref().unwrap_or("-"), 24),
+            super::units::clip(&file_name(r), 44),
+            super::units::clip(r.device.as_deref().unwrap_or("-"), 24),
             r.steps.len(),
             format!(
                 "{} {}",
@@ -423,7 +419,7 @@ fn totals_section(o: &mut String, s: &TraceSummary) {
             "  {:>11} µs {:>6}×  {}",
             us(u.time_us),
             u.count,
-            short(&u.name, 110)
+            super::units::clip(&u.name, 110)
         );
     }
 }

@@ -244,7 +244,7 @@ fn wrong_type(path: &Path, field: &str, v: &Value, expected: &str) -> Error {
         field,
         format!(
             "found {}, expected {expected}",
-            check::short(&v.to_string())
+            crate::units::echo(&v.to_string())
         ),
     )
 }
@@ -382,7 +382,7 @@ impl ModelSpec {
                             f.name("scoring_func"),
                             format!(
                                 "found '{}', expected 'sigmoid' or 'softmax'",
-                                check::short(other)
+                                crate::units::echo(other)
                             ),
                         ))
                     }
@@ -610,7 +610,7 @@ fn parse_quantization(path: &Path, at: &str, q: &Value) -> Result<Quantization> 
                         wfield("num_bits"),
                         format!(
                             "supported: 4-bit int (W4A16) or 8-bit float; found {b}-bit {}",
-                            check::short(t.unwrap_or("?"))
+                            crate::units::echo(t.unwrap_or("?"))
                         ),
                     ))
                 }
@@ -624,7 +624,7 @@ fn parse_quantization(path: &Path, at: &str, q: &Value) -> Result<Quantization> 
                             Error::field(
                                 path,
                                 field("ignore"),
-                                format!("invalid regex '{}': {e}", check::short(r)),
+                                format!("invalid regex '{}': {e}", crate::units::echo(r)),
                             )
                         })?)
                     }
@@ -657,7 +657,7 @@ fn parse_quantization(path: &Path, at: &str, q: &Value) -> Result<Quantization> 
                         field("weight_block_size"),
                         format!(
                             "found {}, expected two integers {}",
-                            check::short(&v.to_string()),
+                            crate::units::echo(&v.to_string()),
                             check::int_range_text(&limits::QUANT_GROUP)
                         ),
                     ))
@@ -680,7 +680,7 @@ fn parse_quantization(path: &Path, at: &str, q: &Value) -> Result<Quantization> 
             field("quant_method"),
             format!(
                 "supported: 'compressed-tensors', 'fp8'; found '{}'",
-                check::short(other)
+                crate::units::echo(other)
             ),
         )),
     }

@@ -74,18 +74,11 @@ impl std::fmt::Display for Routing {
 }
 
 /// At most `n` characters of a user's value, for error messages.
-fn clip(s: &str, n: usize) -> String {
-    if s.chars().count() <= n {
-        s.to_string()
-    } else {
-        s.chars().take(n).collect::<String>() + "…"
-    }
-}
 
 fn bad(flag_value: &str, expected: &str) -> Error {
     Error::Flag {
         flag: "--routing",
-        value: clip(flag_value, 80),
+        value: crate::units::clip(flag_value, 80),
         expected: expected.into(),
     }
 }
@@ -173,7 +166,10 @@ impl Routing {
                 _ => Err(Error::field(
                     path,
                     format!("line {line}, column {field}"),
-                    format!("found '{}', expected a non-negative number", clip(v, 40)),
+                    format!(
+                        "found '{}', expected a non-negative number",
+                        crate::units::clip(v, 40)
+                    ),
                 )),
             }
         };
@@ -211,7 +207,7 @@ impl Routing {
                 "header",
                 format!(
                     "found '{}', expected columns {ROUTING_EXPECTED}",
-                    clip(header, 80)
+                    crate::units::clip(header, 80)
                 ),
             ));
         };

@@ -132,7 +132,7 @@ impl GpuSpec {
                 "compute_capability",
                 format!(
                     "found '{}', expected MAJOR.MINOR such as \"9.0\"",
-                    check::short(&self.compute_capability)
+                    crate::units::echo(&self.compute_capability)
                 ),
             ));
         }

@@ -96,14 +96,4 @@ pub enum TraceError {
     PartialRanks { path: PathBuf, problem: String },
 }
 
-/// `s` cut to about `n` characters, so an error never echoes megabytes of input.
-pub fn truncate(s: &str, n: usize) -> String {
-    if s.chars().count() <= n {
-        s.to_string()
-    } else {
-        let t: String = s.chars().take(n.saturating_sub(1)).collect();
-        format!("{t}…")
-    }
-}
-
 pub type Result<T> = std::result::Result<T, TraceError>;

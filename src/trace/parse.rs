@@ -150,7 +150,7 @@ fn check_durations(t: &ParsedTrace, path: &Path) -> Result<()> {
     }
     for o in &t.gpu_ops {
         let dur = o.end_us - o.start_us;
-        let name = || super::error::truncate(t.name(o.name), 80);
+        let name = || crate::units::clip(t.name(o.name), 80);
         if dur > MAX_DURATION_US || !o.end_us.is_finite() {
             return Err(TraceError::Duration {
                 path: path.to_path_buf(),
@@ -585,7 +585,7 @@ fn handle_event(
     };
     let dur = ev.dur.map(|d| d.0).unwrap_or(0.0);
     let bad = |field: &'static str, v: f64| EventError::Field {
-        event: super::error::truncate(&name.0, 80),
+        event: crate::units::clip(&name.0, 80),
         field,
         value: format!("{v}"),
         expected: "a time in µs must be finite and at least 0".into(),

@@ -56,7 +56,7 @@ pub fn parse_axes(args: &[String]) -> Result<Vec<(String, Vec<String>)>> {
         let Some((k, v)) = a.split_once('=') else {
             return Err(Error::Scenario(format!(
                 "--vary '{}': expected KEY=V1,V2,... (keys: {})",
-                crate::names::shorten(a),
+                crate::units::echo(a),
                 KEYS.join(", ")
             )));
         };
@@ -64,7 +64,7 @@ pub fn parse_axes(args: &[String]) -> Result<Vec<(String, Vec<String>)>> {
         if !KEYS.contains(&key.as_str()) {
             return Err(Error::Scenario(format!(
                 "--vary: unknown key '{}' (allowed: {})",
-                crate::names::shorten(k),
+                crate::units::echo(k),
                 KEYS.join(", ")
             )));
         }
@@ -95,7 +95,7 @@ pub fn parse_axes(args: &[String]) -> Result<Vec<(String, Vec<String>)>> {
 fn bad(key: &str, value: &str, allowed: &str) -> Error {
     Error::Scenario(format!(
         "--vary {key}={}: {allowed}",
-        crate::names::shorten(value)
+        crate::units::echo(value)
     ))
 }
 

@@ -130,6 +130,83 @@ pub fn read_text(path: &Path, kind: InputKind) -> Result<String> {
     Ok(text)
 }
 
+/// A small CSV a person writes by hand (a routing log, a burst, a request mix): blank and `#`
+/// lines skipped, fields trimmed, column names compared without case, and every row keeps its
+/// line number so an error can name it.
+#[derive(Debug, Clone)]
+pub struct HandCsv {
+    pub path: PathBuf,
+    /// The header line as written.
+    pub header: String,
+    /// Column names, lower-cased.
+    pub columns: Vec<String>,
+    /// (line number from 1, fields).
+    pub rows: Vec<(usize, Vec<String>)>,
+}
+
+impl HandCsv {
+    /// Reads a checked measurement-sized file; `expected` describes the header for the error
+    /// an empty file gets.
+    pub fn read(path: &Path, expected: &str) -> Result<Self> {
+        let text = read_text(path, InputKind::MeasurementCsv)?;
+        Self::parse(&text, path, expected)
+    }
+
+    pub fn parse(text: &str, path: &Path, expected: &str) -> Result<Self> {
+        let split =
+            |l: &str| -> Vec<String> { l.split(',').map(|f| f.trim().to_string()).collect() };
+        let mut lines = text
+            .lines()
+            .enumerate()
+            .map(|(i, l)| (i + 1, l.trim()))
+            .filter(|(_, l)| !l.is_empty() && !l.starts_with('#'));
+        let Some((_, header)) = lines.next() else {
+            return Err(Error::field(
+                path,
+                "header",
+                format!("empty file; expected {expected}"),
+            ));
+        };
+        Ok(HandCsv {
+            path: path.to_path_buf(),
+            header: header.to_string(),
+            columns: split(header)
+                .into_iter()
+                .map(|c| c.to_ascii_lowercase())
+                .collect(),
+            rows: lines.map(|(n, l)| (n, split(l))).collect(),
+        })
+    }
+
+    /// The index of a column, if the header has it.
+    pub fn col(&self, name: &str) -> Option<usize> {
+        self.columns.iter().position(|c| c == name)
+    }
+
+    /// The indices of `names`, or an error naming the header found and `expected`.
+    pub fn require(&self, names: &[&str], expected: &str) -> Result<Vec<usize>> {
+        names
+            .iter()
+            .map(|n| self.col(n))
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| {
+                Error::field(
+                    &self.path,
+                    "header",
+                    format!(
+                        "found '{}', expected {expected}",
+                        crate::units::echo(&self.header)
+                    ),
+                )
+            })
+    }
+}
+
+/// A row's field, empty when the row is short.
+pub fn field(row: &[String], i: usize) -> &str {
+    row.get(i).map(String::as_str).unwrap_or("")
+}
+
 static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 
 /// Writes a file atomically: the parent folder is created, the bytes go to a unique temporary

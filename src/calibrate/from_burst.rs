@@ -10,7 +10,7 @@ use super::regression::weighted_least_squares;
 use crate::cost::collective;
 use crate::cost::CalibrationProfile;
 use crate::error::{Error, Result};
-use crate::files::InputKind;
+use crate::files::{field, HandCsv};
 use crate::spec::Scenario;
 use crate::workload::CostFamily;
 use std::path::{Path, PathBuf};
@@ -81,42 +81,14 @@ pub fn parse_bursts(arg: &str) -> Result<(Vec<Burst>, String)> {
         })?;
         return Ok((vec![b], format!("--from-burst {arg}")));
     }
-    let text = crate::files::read_text(path, InputKind::MeasurementCsv)?;
-    let mut lines = text
-        .lines()
-        .enumerate()
-        .map(|(i, l)| (i + 1, l.trim()))
-        .filter(|(_, l)| !l.is_empty() && !l.starts_with('#'));
-    let Some((_, header)) = lines.next() else {
-        return Err(Error::field(
-            path,
-            "header",
-            format!("empty file; expected {EXPECTED}"),
-        ));
-    };
-    let cols: Vec<String> = header
-        .split(',')
-        .map(|c| c.trim().to_ascii_lowercase())
-        .collect();
-    let idx: Vec<Option<usize>> = ["count", "bytes", "total_us"]
-        .iter()
-        .map(|n| cols.iter().position(|c| c == n))
-        .collect();
-    let (Some(ci), Some(bi), Some(ti)) = (idx[0], idx[1], idx[2]) else {
-        return Err(Error::field(
-            path,
-            "header",
-            format!(
-                "found '{}', expected the columns count,bytes,total_us",
-                crate::units::echo(header)
-            ),
-        ));
-    };
+    let t = HandCsv::read(path, EXPECTED)?;
+    let idx = t.require(
+        &["count", "bytes", "total_us"],
+        "the columns count,bytes,total_us",
+    )?;
     let mut out = Vec::new();
-    for (line, l) in lines {
-        let f: Vec<&str> = l.split(',').collect();
-        let get = |i: usize| f.get(i).copied().unwrap_or("");
-        let row = [get(ci), get(bi), get(ti)];
+    for (line, f) in &t.rows {
+        let row = [field(f, idx[0]), field(f, idx[1]), field(f, idx[2])];
         let what = |name: &str| format!("{}: line {line}, column {name}", path.display());
         out.push(parse_row(&row, &what)?);
     }

@@ -30,6 +30,7 @@
 
 use crate::cost::{self, CalibrationProfile};
 use crate::error::{Error, Result};
+use crate::files::{field, HandCsv};
 use crate::spec::Scenario;
 use crate::workload::CostFamily;
 use serde::Serialize;
@@ -139,45 +140,33 @@ impl Demand {
 /// Reads a request mix CSV: a header `input_len,output_len,weight` and one row per request
 /// class; lengths are positive integers, weights positive numbers.
 pub fn parse_mix(text: &str, path: &std::path::Path) -> Result<Vec<MixRow>> {
+    const COLUMNS: &str = "input_len,output_len,weight";
     let bad = |line: usize, what: String| Error::field(path, format!("line {line}"), what);
-    let mut lines = text
-        .lines()
-        .enumerate()
-        .filter(|(_, l)| !l.trim().is_empty() && !l.trim_start().starts_with('#'));
-    let Some((hn, header)) = lines.next() else {
-        return Err(bad(
-            1,
-            "empty file: expected a header input_len,output_len,weight and at least one row".into(),
-        ));
-    };
-    let cols: Vec<&str> = header.split(',').map(str::trim).collect();
-    if cols != ["input_len", "output_len", "weight"] {
-        return Err(bad(
-            hn + 1,
-            format!(
-                "found header '{}', expected input_len,output_len,weight",
-                crate::units::echo(header)
-            ),
-        ));
-    }
+    let t = HandCsv::parse(
+        text,
+        path,
+        "a header input_len,output_len,weight and at least one row",
+    )?;
+    let idx = t.require(&["input_len", "output_len", "weight"], COLUMNS)?;
     let mut rows = Vec::new();
-    for (n, line) in lines {
-        let f: Vec<&str> = line.split(',').map(str::trim).collect();
-        if f.len() != 3 {
+    for (n, row) in &t.rows {
+        let n = *n;
+        if row.len() != 3 {
             return Err(bad(
-                n + 1,
+                n,
                 format!(
-                    "found {} fields in '{}', expected 3: input_len,output_len,weight",
-                    f.len(),
-                    crate::units::echo(line)
+                    "found {} fields in '{}', expected 3: {COLUMNS}",
+                    row.len(),
+                    crate::units::echo(&row.join(","))
                 ),
             ));
         }
+        let f: Vec<&str> = idx.iter().map(|&i| field(row, i)).collect();
         let len = |i: usize, name: &str| -> Result<u64> {
             match f[i].parse::<u64>() {
                 Ok(v) if (1..=crate::spec::scenario::MAX_CONTEXT).contains(&v) => Ok(v),
                 _ => Err(bad(
-                    n + 1,
+                    n,
                     format!(
                         "{name} '{}' is not a token count: expected an integer from 1 to {}",
                         crate::units::echo(f[i]),
@@ -192,7 +181,7 @@ pub fn parse_mix(text: &str, path: &std::path::Path) -> Result<Vec<MixRow>> {
             Ok(w) if w.is_finite() && w > 0.0 => w,
             _ => {
                 return Err(bad(
-                    n + 1,
+                    n,
                     format!(
                         "weight '{}' is not a positive number",
                         crate::units::echo(f[2])
@@ -207,13 +196,13 @@ pub fn parse_mix(text: &str, path: &std::path::Path) -> Result<Vec<MixRow>> {
         });
         if rows.len() > 100_000 {
             return Err(bad(
-                n + 1,
+                n,
                 "more than 100,000 rows: group them by length".into(),
             ));
         }
     }
     if rows.is_empty() {
-        return Err(bad(hn + 1, "no rows after the header".into()));
+        return Err(Error::field(path, "rows", "no rows after the header"));
     }
     Ok(rows)
 }

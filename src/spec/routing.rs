@@ -11,7 +11,7 @@
 //!   many distinct experts in a layer; the routing is the power law whose expected count fits it.
 
 use crate::error::{Error, Result};
-use crate::files::InputKind;
+use crate::files::{field, HandCsv, InputKind};
 use std::path::{Path, PathBuf};
 
 /// The default routing model (see `DEFAULT_POWER_LAW_ALPHA` for why it is not uniform).
@@ -141,26 +141,13 @@ impl Routing {
 
     /// Reads a routing CSV (formats in [`ROUTING_EXPECTED`]; `#` lines are comments).
     pub fn from_file(path: &Path) -> Result<Self> {
-        let text = crate::files::read_text(path, InputKind::MeasurementCsv)?;
-        let mut lines = text
-            .lines()
-            .enumerate()
-            .map(|(i, l)| (i + 1, l.trim()))
-            .filter(|(_, l)| !l.is_empty() && !l.starts_with('#'));
-        let Some((_, header)) = lines.next() else {
-            return Err(Error::field(
-                path,
-                "header",
-                "empty file: ".to_string() + ROUTING_EXPECTED,
-            ));
-        };
-        let cols: Vec<String> = header
-            .split(',')
-            .map(|c| c.trim().to_ascii_lowercase())
-            .collect();
-        let idx = |name: &str| cols.iter().position(|c| c == name);
-        let num = |line: usize, field: &str, v: Option<&str>| -> Result<f64> {
-            let v = v.unwrap_or("").trim();
+        let t = HandCsv::parse(
+            &crate::files::read_text(path, InputKind::MeasurementCsv)?,
+            path,
+            ROUTING_EXPECTED,
+        )?;
+        let idx = |name: &str| t.col(name);
+        let num = |line: usize, field: &str, v: &str| -> Result<f64> {
             match v.parse::<f64>() {
                 Ok(x) if x.is_finite() && x >= 0.0 => Ok(x),
                 _ => Err(Error::field(
@@ -177,11 +164,11 @@ impl Routing {
             (idx("tokens"), idx("experts_touched"), idx("steps"))
         {
             let mut rows = Vec::new();
-            for (line, l) in lines {
-                let f: Vec<&str> = l.split(',').collect();
-                let tokens = num(line, "tokens", f.get(ti).copied())?;
-                let touched = num(line, "experts_touched", f.get(ei).copied())?;
-                let steps = num(line, "steps", f.get(si).copied())?;
+            for (line, f) in &t.rows {
+                let line = *line;
+                let tokens = num(line, "tokens", field(f, ti))?;
+                let touched = num(line, "experts_touched", field(f, ei))?;
+                let steps = num(line, "steps", field(f, si))?;
                 if tokens < 1.0 || tokens.fract() != 0.0 {
                     return Err(Error::field(
                         path,
@@ -201,25 +188,20 @@ impl Routing {
                 rows,
             });
         }
-        let (Some(ei), Some(ci)) = (idx("expert"), idx("tokens")) else {
-            return Err(Error::field(
-                path,
-                "header",
-                format!(
-                    "found '{}', expected columns {ROUTING_EXPECTED}",
-                    crate::units::clip(header, 80)
-                ),
-            ));
-        };
+        let ei_ci = t.require(
+            &["expert", "tokens"],
+            &format!("columns {ROUTING_EXPECTED}"),
+        )?;
+        let (ei, ci) = (ei_ci[0], ei_ci[1]);
         let li = idx("layer");
         let mut layers: Vec<(Option<usize>, Vec<f64>)> = Vec::new();
-        for (line, l) in lines {
-            let f: Vec<&str> = l.split(',').collect();
+        for (line, f) in &t.rows {
+            let line = *line;
             let layer = match li {
-                Some(i) => Some(num(line, "layer", f.get(i).copied())? as usize),
+                Some(i) => Some(num(line, "layer", field(f, i))? as usize),
                 None => None,
             };
-            let e = num(line, "expert", f.get(ei).copied())?;
+            let e = num(line, "expert", field(f, ei))?;
             if e.fract() != 0.0 || e > 1e6 {
                 return Err(Error::field(
                     path,
@@ -227,7 +209,7 @@ impl Routing {
                     format!("found {e}, expected an expert index 0..experts-1"),
                 ));
             }
-            let count = num(line, "tokens", f.get(ci).copied())?;
+            let count = num(line, "tokens", field(f, ci))?;
             let pos = match layers.iter().position(|(l, _)| *l == layer) {
                 Some(p) => p,
                 None => {

@@ -795,3 +795,35 @@ pub fn read_aic_comm_csv(path: &Path) -> Result<Vec<AicCommRow>> {
     }
     Ok(out)
 }
+
+/// One row of `data/calibration/kv-dtype/mla_kv_dtype.csv` (harness/mla_kv_dtype.py): one split-KV
+/// MLA decode call (stage 1 + reduce) with a BF16 or an FP8 latent cache.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MlaKvDtypeRow {
+    /// `bf16`, `fp8` (dequantised in the kernel) or `fp8_direct`.
+    pub kv_dtype: String,
+    pub num_heads: u64,
+    pub batch: u64,
+    pub kv_len: u64,
+    pub median_us: f64,
+}
+
+/// The cache formats `harness/mla_kv_dtype.py` measures.
+pub const MLA_KV_DTYPE_VARIANTS: &[&str] = &["bf16", "fp8", "fp8_direct"];
+
+/// Reads the measured BF16-vs-FP8 MLA decode table.
+pub fn read_mla_kv_dtype_csv(path: &Path) -> Result<Vec<MlaKvDtypeRow>> {
+    let cols = ["kv_dtype", "num_heads", "batch", "kv_len", "median_us"];
+    let t = Table::read(path, &cols)?.non_empty()?;
+    let mut out = Vec::with_capacity(t.rows.len());
+    for i in 0..t.rows.len() {
+        out.push(MlaKvDtypeRow {
+            kv_dtype: t.one_of(i, "kv_dtype", MLA_KV_DTYPE_VARIANTS)?,
+            num_heads: t.count(i, "num_heads", 1.0)?,
+            batch: t.count(i, "batch", 1.0)?,
+            kv_len: t.count(i, "kv_len", 1.0)?,
+            median_us: t.time(i, "median_us")?,
+        });
+    }
+    Ok(out)
+}

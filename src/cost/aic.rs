@@ -679,6 +679,20 @@ fn mla_attention(
     let dcp = s.comm.dcp_size();
     let heads = (s.model.num_heads / s.tp as usize) as u64 * dcp as u64;
     let ctx = s.context.div_ceil(dcp as u64) as f64;
+    // An FP8 cache with BF16 rows only: the BF16 rows times the measured FP8/BF16 ratio.
+    let (kv, fp8_ratio) = if kv == "fp8" && t.mla_min_step(kv, heads).is_none() {
+        match super::kv_dtype::KvDtypeRatios::bundled() {
+            Ok(r) => ("bfloat16", Some((r.fp8_over_bf16(heads, s.batch as f64, ctx), r))),
+            Err(e) => {
+                o.warnings.insert(format!(
+                    "attention_mla_decode: FP8 KV not priced from the tables ({e}); priced by the law"
+                ));
+                return;
+            }
+        }
+    } else {
+        (kv, None)
+    };
     let Some(growth) = t.mla_attention_growth(kv, heads, s.batch as f64, ctx) else {
         o.warnings.insert(format!(
             "attention_mla_decode: no AIConfigurator MLA module rows for KV {kv} at {heads} heads per rank in {dir}: priced by the law"
@@ -699,9 +713,10 @@ fn mla_attention(
             .get(i + 1)
             .filter(|n| n.name.ends_with("mla_decode_reduce"))
             .map(|n| (i + 1, law_or_bytes(n, s, p, bw)));
-        let pair = (growth.us
+        let pair = ((growth.us
             + fixed(CostFamily::AttentionMlaDecode)
             + reduce.map_or(0.0, |_| fixed(CostFamily::Elementwise)))
+            * fp8_ratio.map_or(1.0, |r| r.0.value))
         .max(op.bytes / bw);
         let red = reduce.map_or(0.0, |r| r.1.min(0.5 * pair));
         o.us[i] = Some(pair - red);
@@ -717,6 +732,21 @@ fn mla_attention(
         "attention_mla_decode".into(),
         format!("measured: AIConfigurator mla_generation.csv ({dir}), MLA generation module at {heads} heads/rank: its growth from KV 2 to the scenario's KV length, plus the kernels' fixed costs (the module's GEMMs, norms and launches are priced as their own ops)"),
     ));
+    if let Some((r, table)) = fp8_ratio {
+        o.families.insert((
+            "attention_mla_decode (FP8 KV)".into(),
+            format!(
+                "the BF16 rows of mla_generation.csv ({dir}) times the {}",
+                table.source()
+            ),
+        ));
+        o.warnings.insert(format!(
+            "attention_mla_decode with an FP8 KV cache: {dir} has BF16 rows only; priced as BF16 x the FP8/BF16 ratio measured on an H200 (x{:.2} here), transferred to {}{}",
+            r.value,
+            s.system.gpu.name,
+            if r.extrapolated { "; outside the measured batch, KV length or head count: held at the nearest" } else { "" }
+        ));
+    }
     if growth.extrapolated {
         o.warnings.insert(format!(
             "attention_mla_decode: batch {} x KV {} lies outside the AIConfigurator MLA module rows: extrapolated",

@@ -5,6 +5,7 @@ pub mod aic;
 pub mod allreduce;
 pub mod collective;
 pub mod kernel;
+pub mod kv_dtype;
 pub mod link;
 pub mod profile;
 pub mod table;
@@ -55,6 +56,7 @@ pub fn price(w: &Workload, s: &Scenario, p: &CalibrationProfile) -> Result<Prici
     let aic = aic::overrides(w, s, p).unwrap_or_default();
     pr.warnings.extend(aic.warnings);
     pr.families.extend(aic.families);
+    let mut by_law = Vec::new();
     for (i, op) in w.ops.iter().enumerate() {
         let us = if op.family.is_sync() {
             0.0
@@ -65,9 +67,13 @@ pub fn price(w: &Workload, s: &Scenario, p: &CalibrationProfile) -> Result<Prici
         } else if let Some(us) = pr.from_table(op, w.ops.get(i + 1)) {
             us
         } else {
+            by_law.push(i);
             pr.by_law(op)?
         };
         base_us.push(us);
+    }
+    if s.kv_bytes != 2.0 {
+        pr.fp8_kv_attention(w, &aic.us, &by_law, &mut base_us)?;
     }
     let mut pricing = pr.finish(base_us);
     profile::apply_factors(&p.factors, w, s, &p.collectives, &mut pricing);
@@ -474,6 +480,74 @@ impl<'a> Pricer<'a> {
             }
         }
         Ok(kernel::kernel_us(op, k, &self.s.system.gpu))
+    }
+
+    /// Attention over an FP8 KV cache where the price came from BF16 data (a measured table, a
+    /// law whose efficiencies were fitted on BF16 runs): the BF16 price times the measured
+    /// FP8/BF16 ratio for MLA (`kv_dtype`), BF16 as the nearest measured dtype for the rest.
+    /// MLA calls the AIConfigurator tables priced carry the ratio already (`aic`).
+    fn fp8_kv_attention(
+        &mut self,
+        w: &Workload,
+        aic_us: &[Option<f64>],
+        by_law: &[usize],
+        base_us: &mut [f64],
+    ) -> Result<()> {
+        let s = self.s;
+        for (i, op) in w.ops.iter().enumerate() {
+            let mla = op.family == CostFamily::AttentionMlaDecode;
+            if !(mla || op.family == CostFamily::AttentionGqaDecode)
+                || aic_us.get(i).copied().flatten().is_some()
+            {
+                continue;
+            }
+            if by_law.contains(&i) {
+                // The law read the FP8 cache's bytes: price the BF16 cache's instead.
+                let q_out = match op.family {
+                    CostFamily::AttentionMlaDecode => {
+                        (op.shape.m * op.shape.batch * (op.shape.k + op.shape.n)) as f64 * 2.0
+                    }
+                    _ => 2.0 * (op.shape.m * op.shape.batch * op.shape.n) as f64 * 2.0,
+                };
+                let mut bf16 = op.clone();
+                bf16.bytes = q_out + (op.bytes - q_out).max(0.0) * 2.0 / s.kv_bytes;
+                base_us[i] = self.by_law(&bf16)?;
+            }
+            if !mla {
+                self.warnings.insert(format!(
+                    "{}: no FP8 KV measurement for this attention kind; priced as a BF16 cache (the nearest measured dtype)",
+                    op.family
+                ));
+                continue;
+            }
+            let t = kv_dtype::KvDtypeRatios::bundled()?;
+            let mk = op.measure.as_ref();
+            let ctx = mk.map_or(s.context, |m| m.context) as f64;
+            let r = t.fp8_over_bf16(op.shape.batch, s.batch as f64, ctx);
+            base_us[i] *= r.value;
+            if w
+                .ops
+                .get(i + 1)
+                .is_some_and(|n| n.name.ends_with("mla_decode_reduce"))
+            {
+                base_us[i + 1] *= r.value;
+            }
+            self.note_fp8_ratio(r, t);
+        }
+        Ok(())
+    }
+
+    fn note_fp8_ratio(&mut self, r: kv_dtype::Ratio, t: &kv_dtype::KvDtypeRatios) {
+        self.families.insert((
+            "attention_mla_decode (FP8 KV)".into(),
+            format!("the BF16 price times the {}", t.source()),
+        ));
+        self.warnings.insert(format!(
+            "attention_mla_decode with an FP8 KV cache: priced as BF16 x the FP8/BF16 ratio measured on an H200 (x{:.2} here), transferred to {}{}",
+            r.value,
+            self.s.system.gpu.name,
+            if r.extrapolated { "; outside the measured batch, KV length or head count: held at the nearest" } else { "" }
+        ));
     }
 
     fn finish(mut self, base_us: Vec<f64>) -> Pricing {

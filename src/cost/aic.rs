@@ -618,9 +618,17 @@ fn moe_modules(
         // The expert GEMMs' weight read: their bytes at the DRAM roofline, the floor no table
         // row may beat; the rest of their share is the per-token work.
         let gemm = |i: &&usize| is_moe_gemm(w.ops[**i].family);
-        let share: f64 = idx.iter().filter(gemm).map(|&i| o.us[i].unwrap_or(0.0)).sum();
+        let share: f64 = idx
+            .iter()
+            .filter(gemm)
+            .map(|&i| o.us[i].unwrap_or(0.0))
+            .sum();
         let read: f64 = idx.iter().filter(gemm).map(|&i| w.ops[i].bytes / bw).sum();
-        let f = if share > 0.0 { (read / share).min(1.0) } else { 0.0 };
+        let f = if share > 0.0 {
+            (read / share).min(1.0)
+        } else {
+            0.0
+        };
         for &i in idx.iter().filter(gemm) {
             o.split[i] = f * o.us[i].unwrap_or(0.0);
         }

@@ -134,7 +134,8 @@ impl<'a> Pricer<'a> {
             ));
         }
         let dispatch = custom_ar_dispatch(s, p, &mut warnings)?;
-        let (custom_ar, custom_pcie) = (dispatch != CustomAr::Off, dispatch == CustomAr::PciePatched);
+        let (custom_ar, custom_pcie) =
+            (dispatch != CustomAr::Off, dispatch == CustomAr::PciePatched);
         Ok(Pricer {
             s,
             p,
@@ -283,7 +284,10 @@ impl<'a> Pricer<'a> {
             proto: stage.into(),
             time_us: t,
             source: if self.custom_pcie {
-                format!("hypothetical patched vLLM build (PCIe custom all-reduce): {}", l.source)
+                format!(
+                    "hypothetical patched vLLM build (PCIe custom all-reduce): {}",
+                    l.source
+                )
             } else {
                 l.source.clone()
             },
@@ -324,7 +328,11 @@ impl<'a> Pricer<'a> {
                 rows.last().map_or(0.0, |r| r.0),
             ));
         }
-        let threshold = self.s.comm.nccl_ll_threshold.filter(|_| self.proto == Proto::Auto);
+        let threshold = self
+            .s
+            .comm
+            .nccl_ll_threshold
+            .filter(|_| self.proto == Proto::Auto);
         let proto = match (forced, curve.switch_bytes()) {
             (p, _) if threshold.is_some() => format!("threshold: {}", p.name()),
             (Proto::Auto, Some((ll, _))) if bytes <= ll => "auto: LL".to_string(),
@@ -454,7 +462,11 @@ impl<'a> Pricer<'a> {
                 ));
             }
         }
-        let threshold = self.s.comm.nccl_ll_threshold.filter(|_| self.proto == Proto::Auto);
+        let threshold = self
+            .s
+            .comm
+            .nccl_ll_threshold
+            .filter(|_| self.proto == Proto::Auto);
         Ok(CollectiveChoice {
             op: op.family.key(),
             bytes: op.message_bytes,

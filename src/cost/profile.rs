@@ -372,7 +372,10 @@ impl Factors {
     pub fn terms(&self, op: &crate::workload::Op) -> (f64, f64) {
         use CostFamily::*;
         match op.family {
-            f if f.is_collective() => (self.collective_latency_scale, 1.0 / self.collective_bw_scale),
+            f if f.is_collective() => (
+                self.collective_latency_scale,
+                1.0 / self.collective_bw_scale,
+            ),
             MoeGemmBf16 | MoeGemmInt4 | MoeGemmFp8 => (
                 self.moe_weight_scale / self.moe_efficiency,
                 self.moe_token_scale / self.moe_efficiency,
@@ -390,8 +393,14 @@ impl Factors {
         [
             ("factors.moe_efficiency", self.moe_efficiency),
             ("factors.collective_bw_scale", self.collective_bw_scale),
-            ("factors.collective_latency_scale", self.collective_latency_scale),
-            ("factors.attention_growth_scale", self.attention_growth_scale),
+            (
+                "factors.collective_latency_scale",
+                self.collective_latency_scale,
+            ),
+            (
+                "factors.attention_growth_scale",
+                self.attention_growth_scale,
+            ),
             ("factors.attention_fixed_scale", self.attention_fixed_scale),
             ("factors.moe_weight_scale", self.moe_weight_scale),
             ("factors.moe_token_scale", self.moe_token_scale),

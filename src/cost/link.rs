@@ -7,7 +7,8 @@
 //!   bandwidth, and `hop` (NCCL's per-step `hwLat`) moves by the change of the link latency;
 //! - a measured table (AIConfigurator's nccl-tests rows): its price at the message size is split
 //!   into the latency part (the rows' first segment extrapolated to zero bytes,
-//!   `CollectiveChoice::latency_us`) and the rest; the rest scales by old/new bandwidth, and steps × (new − old latency) is added.
+//!   `CollectiveChoice::latency_us`) and the rest; the rest scales by old/new bandwidth, and
+//!   steps × (new − old latency) is added.
 //!
 //! Both reduce to one rule applied to the priced time: `lat + steps·Δlat + (t − lat)·old/new`,
 //! with `lat` the latency part every source records (`Pricing::split_us`; custom all-reduce and
@@ -15,6 +16,7 @@
 //! machine was measured to do (its bytes term scales the same either way; its latency scale
 //! applies to the measured latency), and the what-if then replaces the link under it, adding
 //! the link's own latency change unscaled.
+//!
 //! The old link is the system's: NVLink `nvlink_gbps`; PCIe P2P the slowest P2P path the ring
 //! crosses (`p2p_gbps_cross_socket` on a multi-socket system, else `p2p_gbps_same_socket`);
 //! the host path the same PCIe figure (host-staged copies cross the same links) with

@@ -199,13 +199,18 @@ fn allreduce_dispatch_follows_vllm() {
         allreduce: AllreduceImpl::Custom,
         ..Default::default()
     };
-    // 8 PCIe GPUs: refused, naming vLLM's rule.
-    let e = simulate(&ScenarioRequest {
+    // 8 PCIe GPUs: mainline vLLM refuses; without a patched build's law in the profile
+    // ([custom_allreduce_pcie], tests/custom_allreduce_pcie.rs) the error names vLLM's rule.
+    let (s, mut p) = ScenarioRequest {
         comm: custom,
         ..Default::default()
-    })
-    .unwrap_err()
-    .to_string();
+    }
+    .load()
+    .unwrap();
+    p.custom_allreduce_pcie = None;
+    let e = decodesim::sim::simulate_loaded(s, p)
+        .unwrap_err()
+        .to_string();
     assert!(
         e.contains("not fully NVLink-connected") && e.contains("--allreduce"),
         "{e}"

@@ -105,6 +105,7 @@ fn synthetic_factors_are_recovered_within_their_intervals() {
             Factor::CollectiveLatency => 1.8,
             Factor::RoutingAlpha => 0.9,
             Factor::StepOverhead => 0.0,
+            other => panic!("{other:?} was not asked for"),
         };
         assert!(
             f.ci95[0] <= want && want <= f.ci95[1],

@@ -28,6 +28,11 @@ pub enum Factor {
     CollectiveLatency,
     RoutingAlpha,
     StepOverhead,
+    AttentionGrowth,
+    AttentionFixed,
+    MoeWeight,
+    MoeToken,
+    DenseGemm,
 }
 
 crate::names::enum_names!(Factor, "calibration factor",
@@ -35,7 +40,12 @@ crate::names::enum_names!(Factor, "calibration factor",
     Factor::CollectiveBw => ["collective_bw_scale", "bw"],
     Factor::CollectiveLatency => ["collective_latency_scale", "latency"],
     Factor::RoutingAlpha => ["routing_alpha", "routing"],
-    Factor::StepOverhead => ["step_overhead_us", "overhead"]);
+    Factor::StepOverhead => ["step_overhead_us", "overhead"],
+    Factor::AttentionGrowth => ["attention_growth_scale", "attention_growth"],
+    Factor::AttentionFixed => ["attention_fixed_scale", "attention_fixed"],
+    Factor::MoeWeight => ["moe_weight_scale", "moe_weight"],
+    Factor::MoeToken => ["moe_token_scale", "moe_token"],
+    Factor::DenseGemm => ["dense_gemm_scale", "dense_gemm"]);
 
 pub const ALL_FACTORS: [Factor; 5] = [
     Factor::MoeEfficiency,
@@ -45,13 +55,20 @@ pub const ALL_FACTORS: [Factor; 5] = [
     Factor::StepOverhead,
 ];
 
+/// The factors that bend the batch and context curves (`cost::profile::Factors`), fitted when
+/// named with `--factors`.
+pub const CURVE_FACTORS: [Factor; 5] = [
+    Factor::AttentionGrowth,
+    Factor::AttentionFixed,
+    Factor::MoeWeight,
+    Factor::MoeToken,
+    Factor::DenseGemm,
+];
+
 impl Factor {
     /// Scale factors are fitted as their logarithm (positive, symmetric in "×2" and "÷2").
     fn is_log(self) -> bool {
-        matches!(
-            self,
-            Factor::MoeEfficiency | Factor::CollectiveBw | Factor::CollectiveLatency
-        )
+        !matches!(self, Factor::RoutingAlpha | Factor::StepOverhead)
     }
     /// A typical change of the fitted parameter, for finite differences and for judging
     /// whether the points depend on it at all.
@@ -84,6 +101,11 @@ impl Factor {
             Factor::CollectiveLatency => f.collective_latency_scale.ln(),
             Factor::RoutingAlpha => alpha,
             Factor::StepOverhead => f.step_overhead_us,
+            Factor::AttentionGrowth => f.attention_growth_scale.ln(),
+            Factor::AttentionFixed => f.attention_fixed_scale.ln(),
+            Factor::MoeWeight => f.moe_weight_scale.ln(),
+            Factor::MoeToken => f.moe_token_scale.ln(),
+            Factor::DenseGemm => f.dense_gemm_scale.ln(),
         }
     }
     fn set(self, f: &mut Factors, v: f64) {
@@ -93,6 +115,11 @@ impl Factor {
             Factor::CollectiveLatency => f.collective_latency_scale = v.exp(),
             Factor::RoutingAlpha => f.routing_alpha = Some(v),
             Factor::StepOverhead => f.step_overhead_us = v,
+            Factor::AttentionGrowth => f.attention_growth_scale = v.exp(),
+            Factor::AttentionFixed => f.attention_fixed_scale = v.exp(),
+            Factor::MoeWeight => f.moe_weight_scale = v.exp(),
+            Factor::MoeToken => f.moe_token_scale = v.exp(),
+            Factor::DenseGemm => f.dense_gemm_scale = v.exp(),
         }
     }
 }

@@ -292,6 +292,7 @@ pub fn calibrate(
         factors: fallback.factors.clone(),
         aiconfigurator: None,
         custom_allreduce: fallback.custom_allreduce.clone(),
+        custom_allreduce_pcie: fallback.custom_allreduce_pcie.clone(),
         nccl: fallback.nccl.clone(),
         path: Default::default(),
         table: None,

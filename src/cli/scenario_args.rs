@@ -120,6 +120,10 @@ pub struct ScenarioArgs {
     /// Hypothetical link latency per hop (µs) for the collectives' path.
     #[arg(long, value_name = "US")]
     pub link_latency_us: Option<f64>,
+    /// What-if NCCL switch size under --nccl-proto auto: messages below BYTES priced as LL,
+    /// from BYTES on as Simple (the measured table's regime rows, or the profile's laws).
+    #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(u64).range(1..=(1u64 << 34)))]
+    pub nccl_ll_threshold: Option<u64>,
 }
 
 fn parse_ep_comm(s: &str) -> std::result::Result<crate::spec::scenario::EpComm, String> {
@@ -188,6 +192,7 @@ impl ScenarioArgs {
                 dcp: self.dcp,
                 link_gbps: self.link_gbps,
                 link_latency_us: self.link_latency_us,
+                nccl_ll_threshold: self.nccl_ll_threshold,
             },
         }
     }

@@ -132,6 +132,20 @@ pub fn comm_price(pts: &[(f64, f64)], bytes: f64) -> Option<TablePrice> {
     interp(pts, bytes)
 }
 
+/// The latency part of a collective's price read from `pts`: the rows' first segment
+/// extrapolated to zero bytes (within [0, the first row]). The bytes term is the rest, so a
+/// regime whose rows start at a large size (Simple from 1 MiB) still has one.
+pub fn comm_latency(pts: &[(f64, f64)]) -> f64 {
+    match pts {
+        [] => 0.0,
+        [a] => a.1,
+        [a, b, ..] => {
+            let slope = ((b.1 - a.1) / (b.0 - a.0)).max(0.0);
+            (a.1 - slope * a.0).clamp(0.0, a.1)
+        }
+    }
+}
+
 /// The AIConfigurator MoE distribution whose rows match a routing model: `balanced` for uniform
 /// routing, `power_law_X` where the routing is that table's decodesim equivalent
 /// (`spec::routing::AIC_EQUIVALENT_ALPHA`), else `balanced`, which the pricer reads at the
@@ -418,6 +432,9 @@ fn comm_curves(
 #[derive(Debug, Default)]
 pub struct Overrides {
     pub us: Vec<Option<f64>>,
+    /// The part of `us[i]` the profile's factors treat apart (`Pricing::split_us`): attention's
+    /// price at the table's smallest KV length, a routed-expert GEMM's weight read; 0 elsewhere.
+    pub split: Vec<f64>,
     pub families: BTreeSet<(String, String)>,
     pub warnings: BTreeSet<String>,
 }
@@ -434,6 +451,7 @@ pub fn overrides(w: &Workload, s: &Scenario, p: &CalibrationProfile) -> Option<O
     let (t, sec) = (p.aic.as_ref()?, p.aiconfigurator.as_ref()?);
     let mut o = Overrides {
         us: vec![None; w.ops.len()],
+        split: vec![0.0; w.ops.len()],
         ..Default::default()
     };
     // Bytes per µs: no table price may beat reading the op's bytes from DRAM (module doc).
@@ -442,9 +460,10 @@ pub fn overrides(w: &Workload, s: &Scenario, p: &CalibrationProfile) -> Option<O
     gemms(w, t, bw, &mut o, &dir);
     moe_modules(w, s, p, t, bw, &mut o, &dir);
     mla_attention(w, s, p, t, sec, bw, &mut o, &dir);
-    for (us, op) in o.us.iter_mut().zip(&w.ops) {
+    for ((us, split), op) in o.us.iter_mut().zip(&mut o.split).zip(&w.ops) {
         if let Some(v) = us {
             *v *= sec.scale(op.family.key());
+            *split *= sec.scale(op.family.key());
         }
     }
     Some(o)
@@ -504,7 +523,7 @@ pub fn is_moe_module_op(op: &Op) -> bool {
             || op.name.ends_with(".moe_permute"))
 }
 
-fn is_moe_gemm(f: CostFamily) -> bool {
+pub fn is_moe_gemm(f: CostFamily) -> bool {
     matches!(
         f,
         CostFamily::MoeGemmInt4 | CostFamily::MoeGemmBf16 | CostFamily::MoeGemmFp8
@@ -596,6 +615,23 @@ fn moe_modules(
         for (&i, l) in idx.iter().zip(&laws) {
             o.us[i] = Some(total * l / sum);
         }
+        // The expert GEMMs' weight read: their bytes at the DRAM roofline, the floor no table
+        // row may beat; the rest of their share is the per-token work.
+        let gemm = |i: &&usize| is_moe_gemm(w.ops[**i].family);
+        let share: f64 = idx
+            .iter()
+            .filter(gemm)
+            .map(|&i| o.us[i].unwrap_or(0.0))
+            .sum();
+        let read: f64 = idx.iter().filter(gemm).map(|&i| w.ops[i].bytes / bw).sum();
+        let f = if share > 0.0 {
+            (read / share).min(1.0)
+        } else {
+            0.0
+        };
+        for &i in idx.iter().filter(gemm) {
+            o.split[i] = f * o.us[i].unwrap_or(0.0);
+        }
     }
     if let Some(k) = missing {
         o.warnings.insert(format!(
@@ -604,10 +640,12 @@ fn moe_modules(
         ));
         for v in
             o.us.iter_mut()
+                .zip(&mut o.split)
                 .zip(&w.ops)
                 .filter(|(_, op)| is_moe_module_op(op))
         {
-            *v.0 = None;
+            *v.0 .0 = None;
+            *v.0 .1 = 0.0;
         }
         return;
     }
@@ -713,15 +751,19 @@ fn mla_attention(
             .get(i + 1)
             .filter(|n| n.name.ends_with("mla_decode_reduce"))
             .map(|n| (i + 1, law_or_bytes(n, s, p, bw)));
-        let pair = ((growth.us
-            + fixed(CostFamily::AttentionMlaDecode)
-            + reduce.map_or(0.0, |_| fixed(CostFamily::Elementwise)))
-            * fp8_ratio.map_or(1.0, |r| r.0.value))
-        .max(op.bytes / bw);
+        let fixed_sum = fixed(CostFamily::AttentionMlaDecode)
+            + reduce.map_or(0.0, |_| fixed(CostFamily::Elementwise));
+        let fp8 = fp8_ratio.map_or(1.0, |r| r.0.value);
+        let pair = ((growth.us + fixed_sum) * fp8).max(op.bytes / bw);
         let red = reduce.map_or(0.0, |r| r.1.min(0.5 * pair));
         o.us[i] = Some(pair - red);
+        // The pair's price at the smallest KV length (its fixed costs; a DRAM floor above them
+        // is KV read, i.e. growth) is shared by both kernels in proportion to their prices.
+        let fixed_part = (fixed_sum * fp8).min(pair) / pair.max(1e-12);
+        o.split[i] = (pair - red) * fixed_part;
         if let Some((j, _)) = reduce {
             o.us[j] = Some(red);
+            o.split[j] = red * fixed_part;
         }
         priced += 1;
     }

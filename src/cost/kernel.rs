@@ -6,6 +6,25 @@ use crate::spec::GpuSpec;
 use crate::workload::Op;
 
 pub fn kernel_us(op: &Op, k: &KernelParams, gpu: &GpuSpec) -> f64 {
+    kernel_parts(op, k, gpu).total()
+}
+
+/// The roofline's terms: the fixed cost, the compute time and the memory time (µs); the price
+/// is the fixed cost plus the larger of the other two.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Parts {
+    pub fixed: f64,
+    pub compute: f64,
+    pub memory: f64,
+}
+
+impl Parts {
+    pub fn total(&self) -> f64 {
+        self.fixed + self.compute.max(self.memory)
+    }
+}
+
+pub fn kernel_parts(op: &Op, k: &KernelParams, gpu: &GpuSpec) -> Parts {
     let tflops = if op.family.uses_fp8_peak() {
         gpu.fp8_tflops
     } else {
@@ -24,7 +43,11 @@ pub fn kernel_us(op: &Op, k: &KernelParams, gpu: &GpuSpec) -> f64 {
         0.0
     };
     let memory = op.bytes / (gpu.memory_bandwidth_gbps * 1e3 * k.mem_efficiency);
-    k.fixed_us + compute.max(memory)
+    Parts {
+        fixed: k.fixed_us,
+        compute,
+        memory,
+    }
 }
 
 #[cfg(test)]

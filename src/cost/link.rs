@@ -6,10 +6,17 @@
 //!   the link's bandwidth times a channel/efficiency factor, so `algbw` scales by new/old link
 //!   bandwidth, and `hop` (NCCL's per-step `hwLat`) moves by the change of the link latency;
 //! - a measured table (AIConfigurator's nccl-tests rows): its price at the message size is split
-//!   into the latency part (the price of the smallest row, `CollectiveChoice::latency_us`) and
-//!   the rest; the rest scales by old/new bandwidth, and steps × (new − old latency) is added.
+//!   into the latency part (the rows' first segment extrapolated to zero bytes,
+//!   `CollectiveChoice::latency_us`) and the rest; the rest scales by old/new bandwidth, and
+//!   steps × (new − old latency) is added.
 //!
-//! Both reduce to one rule applied to the priced time: `lat + steps·Δlat + (t − lat)·old/new`.
+//! Both reduce to one rule applied to the priced time: `lat + steps·Δlat + (t − lat)·old/new`,
+//! with `lat` the latency part every source records (`Pricing::split_us`; custom all-reduce and
+//! NCCL-knob prices included). It runs after the profile's factors: a factor corrects what the
+//! machine was measured to do (its bytes term scales the same either way; its latency scale
+//! applies to the measured latency), and the what-if then replaces the link under it, adding
+//! the link's own latency change unscaled.
+//!
 //! The old link is the system's: NVLink `nvlink_gbps`; PCIe P2P the slowest P2P path the ring
 //! crosses (`p2p_gbps_cross_socket` on a multi-socket system, else `p2p_gbps_same_socket`);
 //! the host path the same PCIe figure (host-staged copies cross the same links) with
@@ -52,22 +59,24 @@ pub fn apply(w: &Workload, s: &Scenario, pricing: &mut Pricing) {
         let lat = lat.clamp(0.0, t);
         (lat + steps * dlat).max(0.0) + (t - lat) * bw_ratio
     };
-    for (op, us) in w.ops.iter().zip(pricing.base_us.iter_mut()) {
+    let ops = w.ops.iter().zip(&mut pricing.base_us);
+    for ((op, us), lat) in ops.zip(&mut pricing.split_us) {
         if !op.family.is_collective() {
             continue;
         }
         let n = if op.group > 0 { op.group } else { s.tp };
-        let lat = pricing
-            .collectives
-            .iter()
-            .find(|c| c.op == op.family.key() && c.bytes == op.message_bytes)
-            .map_or(0.0, |c| c.latency_us);
-        *us = rescale(*us, lat, collective::steps(op.family, n));
+        let steps = collective::steps(op.family, n);
+        let old = lat.clamp(0.0, us.max(0.0));
+        *us = rescale(*us, old, steps);
+        *lat = (old + steps * dlat).clamp(0.0, *us);
     }
     for c in pricing.collectives.iter_mut() {
         let family = crate::workload::CostFamily::from_key(c.op)
             .unwrap_or(crate::workload::CostFamily::AllReduce);
-        c.time_us = rescale(c.time_us, c.latency_us, collective::steps(family, s.tp));
+        let steps = collective::steps(family, s.tp);
+        let lat = c.latency_us.clamp(0.0, c.time_us.max(0.0));
+        c.time_us = rescale(c.time_us, c.latency_us, steps);
+        c.latency_us = (lat + steps * dlat).clamp(0.0, c.time_us);
         c.source = format!(
             "{} (link overridden: {} GB/s, {} us per hop; cost::link)",
             c.source,

@@ -12,6 +12,7 @@ pub mod table;
 
 pub use profile::CalibrationProfile;
 
+use crate::category::Category;
 use crate::error::{Error, Result};
 use crate::spec::scenario::AllreduceImpl;
 use crate::spec::{Algo, CommPath, Proto, Scenario};
@@ -42,6 +43,11 @@ pub struct CollectiveChoice {
 #[derive(Debug, Clone)]
 pub struct Pricing {
     pub base_us: Vec<f64>,
+    /// Per op, the part of `base_us` that its family's factors treat apart from the rest, as the
+    /// source that priced the op split it (`profile::Factors`): a collective's latency (the rest
+    /// is its bytes term), attention's price at the smallest context (the rest grows with the KV
+    /// length), a routed-expert GEMM's weight read (the rest is per-token work); 0 elsewhere.
+    pub split_us: Vec<f64>,
     pub collectives: Vec<CollectiveChoice>,
     /// Cost-model families that priced at least one op, with their provenance.
     pub families: Vec<(String, String)>,
@@ -53,30 +59,34 @@ pub struct Pricing {
 pub fn price(w: &Workload, s: &Scenario, p: &CalibrationProfile) -> Result<Pricing> {
     let mut pr = Pricer::new(s, p)?;
     let mut base_us = Vec::with_capacity(w.ops.len());
+    let mut split_us = Vec::with_capacity(w.ops.len());
     let aic = aic::overrides(w, s, p).unwrap_or_default();
     pr.warnings.extend(aic.warnings);
     pr.families.extend(aic.families);
     let mut by_law = Vec::new();
     for (i, op) in w.ops.iter().enumerate() {
-        let us = if op.family.is_sync() {
-            0.0
+        let (us, split) = if op.family.is_sync() {
+            (0.0, 0.0)
         } else if op.family.is_collective() {
             pr.collective(op)?
         } else if let Some(us) = aic.us.get(i).copied().flatten() {
-            us
-        } else if let Some(us) = pr.from_table(op, w.ops.get(i + 1)) {
-            us
+            (us, aic.split[i])
+        } else if let Some(priced) = pr.from_table(op, w.ops.get(i + 1)) {
+            priced
         } else {
             by_law.push(i);
             pr.by_law(op)?
         };
         base_us.push(us);
+        split_us.push(split);
     }
     if s.kv_bytes != 2.0 {
-        pr.fp8_kv_attention(w, &aic.us, &by_law, &mut base_us)?;
+        pr.fp8_kv_attention(w, &aic.us, &by_law, &mut base_us, &mut split_us)?;
     }
-    let mut pricing = pr.finish(base_us);
-    profile::apply_factors(&p.factors, w, s, &p.collectives, &mut pricing);
+    let mut pricing = pr.finish(base_us, split_us);
+    // Factors first (they correct the machine's measured behaviour), then a hypothetical link
+    // (it replaces the link under the corrected machine): cost::link.
+    profile::apply_factors(&p.factors, w, &mut pricing);
     link::apply(w, s, &mut pricing);
     Ok(pricing)
 }
@@ -94,6 +104,8 @@ struct Pricer<'a> {
     from_table: usize,
     /// vLLM would run its custom all-reduce kernel for this scenario (`--allreduce`).
     custom_ar: bool,
+    /// ... and it is the hypothetical PCIe build mainline vLLM refuses (`[custom_allreduce_pcie]`).
+    custom_pcie: bool,
 }
 
 impl<'a> Pricer<'a> {
@@ -121,7 +133,15 @@ impl<'a> Pricer<'a> {
             ));
             proto = Proto::Auto;
         }
-        let custom_ar = custom_ar_dispatch(s, p, &mut warnings)?;
+        if let (Some(t), false) = (s.comm.nccl_ll_threshold, proto == Proto::Auto) {
+            warnings.insert(format!(
+                "--nccl-ll-threshold {t} changes nothing: NCCL_PROTO={} forces one protocol for every size",
+                proto
+            ));
+        }
+        let dispatch = custom_ar_dispatch(s, p, &mut warnings)?;
+        let (custom_ar, custom_pcie) =
+            (dispatch != CustomAr::Off, dispatch == CustomAr::PciePatched);
         Ok(Pricer {
             s,
             p,
@@ -132,6 +152,7 @@ impl<'a> Pricer<'a> {
             collectives: Vec::new(),
             from_table: 0,
             custom_ar,
+            custom_pcie,
         })
     }
 
@@ -145,9 +166,10 @@ impl<'a> Pricer<'a> {
         c
     }
 
-    /// Records a collective's choice (one row per op and size) and returns its time.
-    fn record(&mut self, op: &Op, c: CollectiveChoice) -> f64 {
-        let t = c.time_us;
+    /// Records a collective's choice (one row per op and size) and returns its time and the
+    /// latency part of it.
+    fn record(&mut self, op: &Op, c: CollectiveChoice) -> (f64, f64) {
+        let t = (c.time_us, c.latency_us.clamp(0.0, c.time_us.max(0.0)));
         match self
             .collectives
             .iter_mut()
@@ -168,7 +190,18 @@ impl<'a> Pricer<'a> {
         }
     }
 
-    fn collective(&mut self, op: &Op) -> Result<f64> {
+    /// The protocol this message is priced with: the forced one, or under `auto` with
+    /// `--nccl-ll-threshold` LL below the threshold and Simple from it (NCCL's own choice
+    /// without it).
+    fn proto_for(&self, bytes: u64) -> Proto {
+        match (self.proto, self.s.comm.nccl_ll_threshold) {
+            (Proto::Auto, Some(t)) if bytes < t => Proto::Ll,
+            (Proto::Auto, Some(_)) => Proto::Simple,
+            (p, _) => p,
+        }
+    }
+
+    fn collective(&mut self, op: &Op) -> Result<(f64, f64)> {
         if op.family == CostFamily::AllReduce && self.custom_ar && op.group == 0 {
             if let Some(c) = self.custom_allreduce(op) {
                 let c = self.table_scaled(c);
@@ -188,7 +221,11 @@ impl<'a> Pricer<'a> {
     /// vLLM would hand this call to NCCL (size or alignment rule).
     fn custom_allreduce(&mut self, op: &Op) -> Option<CollectiveChoice> {
         let (n, bytes) = (self.s.tp, op.message_bytes);
-        let law = self.p.custom_allreduce.as_ref()?;
+        let law = if self.custom_pcie {
+            self.p.custom_allreduce_pcie.as_ref()?
+        } else {
+            self.p.custom_allreduce.as_ref()?
+        };
         if let Err(why) = allreduce::custom_ar_call(bytes, law.max_size_bytes) {
             self.warnings.insert(format!(
                 "custom all-reduce: vLLM hands all_reduce of {bytes} bytes to NCCL ({why})"
@@ -202,7 +239,8 @@ impl<'a> Pricer<'a> {
             "2stage"
         };
         let table = self.p.aic.as_ref().zip(self.p.aiconfigurator.as_ref());
-        let ran_custom = |nvlink: bool| nvlink || n == 2;
+        // A patched PCIe build never ran on the collection machine: its law prices it.
+        let ran_custom = |nvlink: bool| !self.custom_pcie && (nvlink || n == 2);
         if let Some((t, sec)) = table.filter(|(_, sec)| ran_custom(sec.nvlink)) {
             if let Some(rows) = t.custom_curve(mode, n) {
                 let max = law.max_size_bytes as f64;
@@ -227,7 +265,7 @@ impl<'a> Pricer<'a> {
                             crate::units::path(&t.dir),
                             sec.system
                         ),
-                        latency_us: rows.first().map_or(0.0, |r| r.1).min(tp.us),
+                        latency_us: aic::comm_latency(&rows).min(tp.us),
                     });
                 }
             }
@@ -251,7 +289,14 @@ impl<'a> Pricer<'a> {
             algo: "vllm_custom".into(),
             proto: stage.into(),
             time_us: t,
-            source: l.source.clone(),
+            source: if self.custom_pcie {
+                format!(
+                    "hypothetical patched vLLM build (PCIe custom all-reduce): {}",
+                    l.source
+                )
+            } else {
+                l.source.clone()
+            },
             latency_us: lat,
         })
     }
@@ -264,7 +309,8 @@ impl<'a> Pricer<'a> {
         if sec.nccl_path != self.path || self.s.nccl.algo == Algo::Tree {
             return None;
         }
-        if self.proto != Proto::Auto && self.path != CommPath::PcieP2p {
+        let forced = self.proto_for(op.message_bytes);
+        if forced != Proto::Auto && self.path != CommPath::PcieP2p {
             return None;
         }
         let n = self.group_of(op);
@@ -274,7 +320,7 @@ impl<'a> Pricer<'a> {
             f => f.key(),
         };
         let curve = t.nccl_curve(key, n)?;
-        let rows = curve.regime(self.proto)?;
+        let rows = curve.regime(forced)?;
         let bytes = op.message_bytes as f64;
         let tp = aic::comm_price(rows, bytes)?;
         if tp.extrapolated {
@@ -282,13 +328,19 @@ impl<'a> Pricer<'a> {
                 "{} of {} bytes is outside the {} rows of {} at {n} ranks ({:.0}..{:.0} bytes): extrapolated",
                 op.family,
                 op.message_bytes,
-                self.proto,
+                forced,
                 crate::units::path(&t.dir.join("nccl_collectives.csv")),
                 rows.first().map_or(0.0, |r| r.0),
                 rows.last().map_or(0.0, |r| r.0),
             ));
         }
-        let proto = match (self.proto, curve.switch_bytes()) {
+        let threshold = self
+            .s
+            .comm
+            .nccl_ll_threshold
+            .filter(|_| self.proto == Proto::Auto);
+        let proto = match (forced, curve.switch_bytes()) {
+            (p, _) if threshold.is_some() => format!("threshold: {}", p.name()),
             (Proto::Auto, Some((ll, _))) if bytes <= ll => "auto: LL".to_string(),
             (Proto::Auto, Some((_, simple))) if bytes >= simple => "auto: Simple".to_string(),
             (Proto::Auto, Some(_)) => "auto: LL/Simple".to_string(),
@@ -306,15 +358,21 @@ impl<'a> Pricer<'a> {
             },
             proto,
             time_us: tp.us,
-            source: format!(
-                "measured: AIConfigurator nccl_collectives.csv ({}), {n} ranks, NCCL's tuner choice per size{}",
-                crate::units::path(&t.dir),
-                match curve.switch_bytes() {
-                    Some((a, b)) => format!(" (LL up to {a:.0} B, Simple from {b:.0} B)"),
-                    None => String::new(),
-                }
-            ),
-            latency_us: rows.first().map_or(0.0, |r| r.1).min(tp.us),
+            source: match threshold {
+                Some(th) => format!(
+                    "measured: AIConfigurator nccl_collectives.csv ({}), {n} ranks, the {forced} rows (--nccl-ll-threshold {th}: LL below it, Simple from it)",
+                    crate::units::path(&t.dir),
+                ),
+                None => format!(
+                    "measured: AIConfigurator nccl_collectives.csv ({}), {n} ranks, NCCL's tuner choice per size{}",
+                    crate::units::path(&t.dir),
+                    match curve.switch_bytes() {
+                        Some((a, b)) => format!(" (LL up to {a:.0} B, Simple from {b:.0} B)"),
+                        None => String::new(),
+                    }
+                ),
+            },
+            latency_us: aic::comm_latency(rows).min(tp.us),
         })
     }
 
@@ -365,13 +423,9 @@ impl<'a> Pricer<'a> {
 
     fn nccl_by_law(&mut self, op: &Op) -> Result<CollectiveChoice> {
         let (p, n, path) = (self.p, self.group_of(op), self.path);
-        let cands = collective::candidates(
-            &p.collectives,
-            op.family,
-            path,
-            self.s.nccl.algo,
-            self.proto,
-        );
+        let proto = self.proto_for(op.message_bytes);
+        let cands =
+            collective::candidates(&p.collectives, op.family, path, self.s.nccl.algo, proto);
         let Some((c, t)) = collective::choose(&cands, op.family, n, op.message_bytes) else {
             return Err(Error::field(
                 &p.path,
@@ -381,7 +435,7 @@ impl<'a> Pricer<'a> {
                     op.family,
                     path,
                     self.s.nccl.algo,
-                    self.proto,
+                    proto,
                     p.collectives
                         .iter()
                         .map(|c| format!("{}/{}/{}/{}", c.op, c.path, c.algo, c.proto))
@@ -414,21 +468,31 @@ impl<'a> Pricer<'a> {
                 ));
             }
         }
+        let threshold = self
+            .s
+            .comm
+            .nccl_ll_threshold
+            .filter(|_| self.proto == Proto::Auto);
         Ok(CollectiveChoice {
             op: op.family.key(),
             bytes: op.message_bytes,
             count: 1,
             path: path.name(),
             algo: c.algo.name().to_ascii_lowercase(),
-            proto: c.proto.name().to_string(),
+            proto: match threshold {
+                Some(_) => format!("threshold: {}", c.proto.name()),
+                None => c.proto.name().to_string(),
+            },
             time_us: t,
             source: c.source.clone(),
             latency_us: collective::time_us(c, op.family, n, 0),
         })
     }
 
-    /// The measured table's price of this op's shape, if the table holds it.
-    fn from_table(&mut self, op: &Op, next: Option<&Op>) -> Option<f64> {
+    /// The measured table's price of this op's shape, if the table holds it, and its split
+    /// (`Pricing::split_us`): attention's price at the table's smallest context, a routed-expert
+    /// GEMM's DRAM roofline of its bytes (the weight read).
+    fn from_table(&mut self, op: &Op, next: Option<&Op>) -> Option<(f64, f64)> {
         let (table, mk) = (self.p.table.as_ref()?, op.measure.as_ref()?);
         let tp = table.price(mk)?;
         let mut us = tp.us;
@@ -450,10 +514,25 @@ impl<'a> Pricer<'a> {
             ));
         }
         self.from_table += 1;
-        Some(us)
+        let split = if op.category == Category::Attention {
+            match table.min_context(mk) {
+                None => us,
+                Some(c) => table
+                    .price(&crate::workload::op::MeasureKey { context: c, ..*mk })
+                    .map_or(0.0, |lo| us * (lo.us / tp.us.max(1e-12)).min(1.0)),
+            }
+        } else if aic::is_moe_gemm(op.family) {
+            (op.bytes / (self.s.system.gpu.memory_bandwidth_gbps * 1e3)).min(us)
+        } else {
+            0.0
+        };
+        Some((us, split))
     }
 
-    fn by_law(&mut self, op: &Op) -> Result<f64> {
+    /// The roofline law's price and its split (`Pricing::split_us`): attention's fixed cost (all
+    /// of the KV write, which does not grow with the context), a routed-expert GEMM's memory
+    /// term (the weight read at the law's achieved bandwidth).
+    fn by_law(&mut self, op: &Op) -> Result<(f64, f64)> {
         let key = op.family;
         let k = self.p.kernel(key).ok_or_else(|| {
             Error::field(
@@ -479,7 +558,20 @@ impl<'a> Pricer<'a> {
                 ));
             }
         }
-        Ok(kernel::kernel_us(op, k, &self.s.system.gpu))
+        let parts = kernel::kernel_parts(op, k, &self.s.system.gpu);
+        let us = parts.total();
+        let split = if op.category == Category::Attention {
+            if op.family == CostFamily::KvWrite {
+                us
+            } else {
+                parts.fixed
+            }
+        } else if aic::is_moe_gemm(op.family) {
+            parts.memory
+        } else {
+            0.0
+        };
+        Ok((us, split.min(us)))
     }
 
     /// Attention over an FP8 KV cache where the price came from BF16 data (a measured table, a
@@ -492,6 +584,7 @@ impl<'a> Pricer<'a> {
         aic_us: &[Option<f64>],
         by_law: &[usize],
         base_us: &mut [f64],
+        split_us: &mut [f64],
     ) -> Result<()> {
         let s = self.s;
         for (i, op) in w.ops.iter().enumerate() {
@@ -511,7 +604,7 @@ impl<'a> Pricer<'a> {
                 };
                 let mut bf16 = op.clone();
                 bf16.bytes = q_out + (op.bytes - q_out).max(0.0) * 2.0 / s.kv_bytes;
-                base_us[i] = self.by_law(&bf16)?;
+                (base_us[i], split_us[i]) = self.by_law(&bf16)?;
             }
             if !mla {
                 self.warnings.insert(format!(
@@ -525,12 +618,14 @@ impl<'a> Pricer<'a> {
             let ctx = mk.map_or(s.context, |m| m.context) as f64;
             let r = t.fp8_over_bf16(op.shape.batch, s.batch as f64, ctx);
             base_us[i] *= r.value;
+            split_us[i] *= r.value;
             if w
                 .ops
                 .get(i + 1)
                 .is_some_and(|n| n.name.ends_with("mla_decode_reduce"))
             {
                 base_us[i + 1] *= r.value;
+                split_us[i + 1] *= r.value;
             }
             self.note_fp8_ratio(r, t);
         }
@@ -550,7 +645,7 @@ impl<'a> Pricer<'a> {
         ));
     }
 
-    fn finish(mut self, base_us: Vec<f64>) -> Pricing {
+    fn finish(mut self, base_us: Vec<f64>, split_us: Vec<f64>) -> Pricing {
         if let Some(t) = &self.p.table {
             self.families.insert((
                 "measured table".to_string(),
@@ -564,6 +659,7 @@ impl<'a> Pricer<'a> {
         }
         Pricing {
             base_us,
+            split_us,
             collectives: self.collectives,
             families: self.families.into_iter().collect(),
             warnings: self.warnings.into_iter().collect(),
@@ -571,27 +667,62 @@ impl<'a> Pricer<'a> {
     }
 }
 
+/// Which all-reduce carries the TP all-reduces (`--allreduce`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CustomAr {
+    /// NCCL for every all-reduce.
+    Off,
+    /// vLLM's custom kernel, where mainline vLLM runs it.
+    Mainline,
+    /// A custom kernel over more than two PCIe-only GPUs: a patched build (hypothetical).
+    PciePatched,
+}
+
+/// The note every report of a patched PCIe custom all-reduce carries.
+pub const PCIE_CUSTOM_AR_NOTE: &str = "mainline vLLM disables its custom all-reduce on more than 2 PCIe GPUs; this prices a patched build";
+
 /// Whether vLLM would run its custom all-reduce in this scenario (`--allreduce`): `nccl` never;
-/// `custom` where vLLM allows it, an error naming the rule where it refuses; `auto` as vLLM's
+/// `custom` where vLLM allows it, an error naming the rule where it refuses, except over more
+/// than two PCIe GPUs with P2P, which it prices as a patched build by the profile's
+/// `[custom_allreduce_pcie]` law (warning that mainline refuses); `auto` as mainline vLLM's
 /// dispatch does (cost::allreduce), with NCCL where the profile cannot price the custom kernel.
 fn custom_ar_dispatch(
     s: &Scenario,
     p: &CalibrationProfile,
     warnings: &mut BTreeSet<String>,
-) -> Result<bool> {
+) -> Result<CustomAr> {
     if s.runtime == crate::spec::Runtime::Reference {
         // The project's reference step reduces with torch.distributed, i.e. NCCL.
         return match s.comm.allreduce {
             AllreduceImpl::Custom => Err(Error::Scenario(
                 "--allreduce custom: the reference runtime reduces with torch.distributed (NCCL), not vLLM's custom kernel; use --runtime vllm".into(),
             )),
-            _ => Ok(false),
+            _ => Ok(CustomAr::Off),
         };
     }
     let full_nvlink = s.comm_path() == CommPath::Nvlink;
     let rule = allreduce::custom_ar_enabled(s.tp, full_nvlink);
     match (s.comm.allreduce, rule) {
-        (AllreduceImpl::Nccl, _) => Ok(false),
+        (AllreduceImpl::Nccl, _) => Ok(CustomAr::Off),
+        (AllreduceImpl::Custom, Err(why @ allreduce::Refusal::PcieOnly(_)))
+            if s.comm_path() == CommPath::PcieP2p =>
+        {
+            let Some(law) = &p.custom_allreduce_pcie else {
+                return Err(Error::field(
+                    &p.path,
+                    "custom_allreduce_pcie",
+                    format!(
+                        "missing: --allreduce custom on {} at TP={} prices a patched vLLM build ({why}), which needs a PCIe custom all-reduce law in this section (data/calibration/rtx-pro-6000/profile.toml has one fitted to published figures); or use --allreduce nccl or auto",
+                        s.system.name, s.tp
+                    ),
+                ));
+            };
+            warnings.insert(format!(
+                "--allreduce custom on {} at TP={}: {PCIE_CUSTOM_AR_NOTE} (priced by [custom_allreduce_pcie]: {})",
+                s.system.name, s.tp, law.source
+            ));
+            Ok(CustomAr::PciePatched)
+        }
         (AllreduceImpl::Custom, Err(why)) => Err(Error::Scenario(format!(
             "--allreduce custom: vLLM would not run its custom all-reduce on {} at TP={}: {why}; use --allreduce nccl or auto",
             s.system.name, s.tp
@@ -601,15 +732,15 @@ fn custom_ar_dispatch(
             "custom_allreduce",
             "missing: --allreduce custom needs the custom all-reduce cost (write one with `decodesim calibrate --from-aiconfigurator`)",
         )),
-        (AllreduceImpl::Custom, Ok(())) => Ok(true),
-        (AllreduceImpl::Auto, Err(_)) => Ok(false),
+        (AllreduceImpl::Custom, Ok(())) => Ok(CustomAr::Mainline),
+        (AllreduceImpl::Auto, Err(_)) => Ok(CustomAr::Off),
         (AllreduceImpl::Auto, Ok(())) if p.custom_allreduce.is_none() => {
             warnings.insert(format!(
                 "--allreduce auto: vLLM would run its custom all-reduce here, but profile '{}' cannot price it (no [custom_allreduce]); priced as NCCL",
                 p.profile.name
             ));
-            Ok(false)
+            Ok(CustomAr::Off)
         }
-        (AllreduceImpl::Auto, Ok(())) => Ok(true),
+        (AllreduceImpl::Auto, Ok(())) => Ok(CustomAr::Mainline),
     }
 }

@@ -194,6 +194,10 @@ pub struct CalibrationProfile {
     /// vLLM's custom all-reduce cost law (`--allreduce custom|auto`), where no table holds it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub custom_allreduce: Option<CustomAllreduce>,
+    /// A custom all-reduce over more than two PCIe-only GPUs, which mainline vLLM refuses:
+    /// `--allreduce custom` prices a patched build (community kernels, facts.md §3.3) by this law.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub custom_allreduce_pcie: Option<CustomAllreduce>,
     /// NCCL's defaults on the measured machine, against which `--nccl-max-nchannels` and
     /// `--nccl-buffsize` are priced.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -284,8 +288,19 @@ pub struct NcclDefaults {
 }
 
 /// Factors fitted to end-to-end measurements, applied on top of the bottom-up prices (after
-/// the table or law priced each op): the few things a throughput curve or a collective burst
-/// can tell apart. Each defaults to "no change".
+/// the table or law priced each op, whichever did): the few things a throughput curve, a context
+/// sweep or a collective benchmark can tell apart. Each defaults to "no change".
+///
+/// Every price carries its own split into two terms (`Pricing::split_us`, recorded by the source
+/// that priced it: law, kernel table, AIConfigurator table, custom all-reduce, NCCL knobs), and a
+/// family's factors act on those terms:
+/// - collectives: latency × `collective_latency_scale`, the rest (bytes) ÷ `collective_bw_scale`;
+/// - attention (the attention category: decode kernel, split-KV reduce, KV write): the price at
+///   the smallest context × `attention_fixed_scale`, the growth with KV length beyond it ×
+///   `attention_growth_scale`;
+/// - routed-expert GEMMs: the weight read × `moe_weight_scale`, the rest (per-token work and
+///   fixed cost) × `moe_token_scale`, both ÷ `moe_efficiency`;
+/// - dense GEMMs (every `gemm_*` op): × `dense_gemm_scale`.
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct Factors {
@@ -300,8 +315,30 @@ pub struct Factors {
     pub routing_alpha: Option<f64>,
     /// GPU idle added at the end of every step (host scheduling between graph replays, µs).
     pub step_overhead_us: f64,
+    /// The part of the attention price that grows with the KV length is multiplied by this.
+    #[serde(skip_serializing_if = "is_one")]
+    pub attention_growth_scale: f64,
+    /// The attention price at the smallest context (fixed costs, KV write) is multiplied by this.
+    #[serde(skip_serializing_if = "is_one")]
+    pub attention_fixed_scale: f64,
+    /// The weight-read part of a routed-expert GEMM (touched experts' bytes over the bandwidth
+    /// its source prices them at) is multiplied by this.
+    #[serde(skip_serializing_if = "is_one")]
+    pub moe_weight_scale: f64,
+    /// The rest of a routed-expert GEMM's price (its per-token slope and fixed cost) is
+    /// multiplied by this.
+    #[serde(skip_serializing_if = "is_one")]
+    pub moe_token_scale: f64,
+    /// Every dense GEMM's time (projections, shared expert, router gate, lm_head, the MLA batched
+    /// matmuls) is multiplied by this.
+    #[serde(skip_serializing_if = "is_one")]
+    pub dense_gemm_scale: f64,
     /// How the factors were obtained (command, data points).
     pub source: String,
+}
+
+fn is_one(v: &f64) -> bool {
+    *v == 1.0
 }
 
 impl Default for Factors {
@@ -312,6 +349,11 @@ impl Default for Factors {
             collective_latency_scale: 1.0,
             routing_alpha: None,
             step_overhead_us: 0.0,
+            attention_growth_scale: 1.0,
+            attention_fixed_scale: 1.0,
+            moe_weight_scale: 1.0,
+            moe_token_scale: 1.0,
+            dense_gemm_scale: 1.0,
             source: String::new(),
         }
     }
@@ -325,32 +367,50 @@ impl Factors {
         } == Factors::default()
     }
 
-    /// Multiplier of a compute op's priced time.
-    pub fn kernel_scale(&self, family: CostFamily) -> f64 {
-        match family {
-            CostFamily::MoeGemmBf16 | CostFamily::MoeGemmInt4 | CostFamily::MoeGemmFp8 => {
-                1.0 / self.moe_efficiency
+    /// Multipliers of an op's two price terms (`Pricing::split_us`, then the rest): which they
+    /// are depends on the op's family (see the type's doc).
+    pub fn terms(&self, op: &crate::workload::Op) -> (f64, f64) {
+        use CostFamily::*;
+        match op.family {
+            f if f.is_collective() => (
+                self.collective_latency_scale,
+                1.0 / self.collective_bw_scale,
+            ),
+            MoeGemmBf16 | MoeGemmInt4 | MoeGemmFp8 => (
+                self.moe_weight_scale / self.moe_efficiency,
+                self.moe_token_scale / self.moe_efficiency,
+            ),
+            GemmBf16 | GemmInt4 | GemmFp8 => (self.dense_gemm_scale, self.dense_gemm_scale),
+            _ if op.category == crate::category::Category::Attention => {
+                (self.attention_fixed_scale, self.attention_growth_scale)
             }
-            _ => 1.0,
+            _ => (1.0, 1.0),
         }
     }
 
-    /// A collective's time from its priced total and the latency part of it.
-    pub fn collective_us(&self, total_us: f64, latency_us: f64) -> f64 {
-        let lat = latency_us.clamp(0.0, total_us);
-        lat * self.collective_latency_scale + (total_us - lat) / self.collective_bw_scale
-    }
-
-    /// Scales within which a fitted factor stays physical enough to price anything.
-    fn check(&self, c: &Checker) -> Result<()> {
-        for (field, v) in [
+    /// The scale factors with their profile field names.
+    pub fn scales(&self) -> [(&'static str, f64); 8] {
+        [
             ("factors.moe_efficiency", self.moe_efficiency),
             ("factors.collective_bw_scale", self.collective_bw_scale),
             (
                 "factors.collective_latency_scale",
                 self.collective_latency_scale,
             ),
-        ] {
+            (
+                "factors.attention_growth_scale",
+                self.attention_growth_scale,
+            ),
+            ("factors.attention_fixed_scale", self.attention_fixed_scale),
+            ("factors.moe_weight_scale", self.moe_weight_scale),
+            ("factors.moe_token_scale", self.moe_token_scale),
+            ("factors.dense_gemm_scale", self.dense_gemm_scale),
+        ]
+    }
+
+    /// Scales within which a fitted factor stays physical enough to price anything.
+    fn check(&self, c: &Checker) -> Result<()> {
+        for (field, v) in self.scales() {
             if !(v.is_finite() && (0.01..=100.0).contains(&v)) {
                 return Err(c.fail(field, v, "a scale in [0.01, 100] (1 = no change)"));
             }
@@ -364,54 +424,28 @@ impl Factors {
     }
 }
 
-/// Applies a profile's factors to a workload's prices: compute ops by their family's scale,
-/// collectives split into the latency and bytes terms of the entry that priced them (an entry
-/// not found, e.g. another cost law, scales as latency: decode messages are latency-bound).
-pub fn apply_factors(
-    f: &Factors,
-    w: &crate::workload::Workload,
-    s: &crate::spec::Scenario,
-    entries: &[CollectiveParams],
-    pricing: &mut super::Pricing,
-) {
+/// Applies a profile's factors to a workload's prices: each op's price is its split term
+/// (`Pricing::split_us`) plus the rest, and the factors of its family multiply each (see
+/// `Factors`), whatever source priced it. The collective choices the report lists scale alike.
+/// Runs before a hypothetical link (`cost::link`): a factor corrects the machine's measured
+/// behaviour, a `--link-gbps` / `--link-latency-us` what-if then swaps the link under it.
+pub fn apply_factors(f: &Factors, w: &crate::workload::Workload, pricing: &mut super::Pricing) {
     if f.is_identity() {
         return;
     }
-    let path = s.comm_path();
-    let latency_of = |family: CostFamily, bytes: u64, t: f64| -> f64 {
-        let Some(choice) = pricing
-            .collectives
-            .iter()
-            .find(|c| c.op == family.key() && c.bytes == bytes)
-        else {
-            return t;
-        };
-        entries
-            .iter()
-            .find(|e| {
-                e.path == path
-                    && e.algo.name().eq_ignore_ascii_case(&choice.algo)
-                    && e.proto.name() == choice.proto
-                    && (e.op == CollectiveOp::of(family) || e.op == CollectiveOp::Any)
-            })
-            .map(|e| super::collective::time_us(e, family, s.tp, 0))
-            .unwrap_or(t)
-    };
-    let mut scaled = Vec::with_capacity(pricing.collectives.len());
-    for (op, us) in w.ops.iter().zip(pricing.base_us.iter_mut()) {
-        if op.family.is_collective() {
-            let lat = latency_of(op.family, op.message_bytes, *us);
-            *us = f.collective_us(*us, lat);
-        } else {
-            *us *= f.kernel_scale(op.family);
-        }
+    let ops = w.ops.iter();
+    for ((op, us), split) in ops.zip(&mut pricing.base_us).zip(&mut pricing.split_us) {
+        let (a, b) = f.terms(op);
+        let lo = split.clamp(0.0, us.max(0.0));
+        let rest = *us - lo;
+        *split = lo * a;
+        *us = lo * a + rest * b;
     }
-    for c in &pricing.collectives {
-        let family = CostFamily::from_key(c.op).unwrap_or(CostFamily::AllReduce);
-        scaled.push(f.collective_us(c.time_us, latency_of(family, c.bytes, c.time_us)));
-    }
-    for (c, t) in pricing.collectives.iter_mut().zip(scaled) {
-        c.time_us = t;
+    let (a, b) = (f.collective_latency_scale, 1.0 / f.collective_bw_scale);
+    for c in &mut pricing.collectives {
+        let lo = c.latency_us.clamp(0.0, c.time_us.max(0.0));
+        c.time_us = lo * a + (c.time_us - lo) * b;
+        c.latency_us = lo * a;
     }
 }
 
@@ -461,6 +495,35 @@ impl Checker<'_> {
             }
             _ => Ok(()),
         }
+    }
+
+    /// A custom all-reduce law: latencies in [0, 1 s], bandwidths positive and within the GPU's
+    /// memory bandwidth, `max_size` in [1, 2^40] bytes.
+    fn custom_allreduce(&self, name: &str, ca: &CustomAllreduce, bw: Option<f64>) -> Result<()> {
+        let laws = [("graph", Some(&ca.graph)), ("eager", ca.eager.as_ref())];
+        for (mode, law) in laws {
+            let Some(l) = law else { continue };
+            let f = |s: &str| format!("{name}.{mode}.{s}");
+            self.latency(&f("base_us"), l.base_us)?;
+            self.latency(&f("per_rank_us"), l.per_rank_us)?;
+            let max = bw.unwrap_or(f64::MAX);
+            if !(l.bw_gbps.is_finite() && l.bw_gbps > 0.0 && l.bw_gbps <= max) {
+                return Err(self.fail(
+                    &f("bw_gbps"),
+                    l.bw_gbps,
+                    "a bandwidth in GB/s, positive and within the GPU's memory bandwidth",
+                ));
+            }
+            self.range(&f("measured_bytes"), l.measured_bytes)?;
+        }
+        if ca.max_size_bytes == 0 || ca.max_size_bytes > 1 << 40 {
+            return Err(self.fail(
+                &format!("{name}.max_size_bytes"),
+                ca.max_size_bytes,
+                "bytes in [1, 2^40]",
+            ));
+        }
+        Ok(())
     }
 
     fn kernel(&self, family: CostFamily, k: &KernelParams) -> Result<()> {
@@ -616,29 +679,12 @@ impl CalibrationProfile {
                 }
             }
         }
-        if let Some(ca) = &self.custom_allreduce {
-            let laws = [("graph", Some(&ca.graph)), ("eager", ca.eager.as_ref())];
-            for (mode, law) in laws {
-                let Some(l) = law else { continue };
-                let f = |s: &str| format!("custom_allreduce.{mode}.{s}");
-                c.latency(&f("base_us"), l.base_us)?;
-                c.latency(&f("per_rank_us"), l.per_rank_us)?;
-                let max = bw.unwrap_or(f64::MAX);
-                if !(l.bw_gbps.is_finite() && l.bw_gbps > 0.0 && l.bw_gbps <= max) {
-                    return Err(c.fail(
-                        &f("bw_gbps"),
-                        l.bw_gbps,
-                        "a bandwidth in GB/s, positive and within the GPU's memory bandwidth",
-                    ));
-                }
-                c.range(&f("measured_bytes"), l.measured_bytes)?;
-            }
-            if ca.max_size_bytes == 0 || ca.max_size_bytes > 1 << 40 {
-                return Err(c.fail(
-                    "custom_allreduce.max_size_bytes",
-                    ca.max_size_bytes,
-                    "bytes in [1, 2^40]",
-                ));
+        for (name, ca) in [
+            ("custom_allreduce", &self.custom_allreduce),
+            ("custom_allreduce_pcie", &self.custom_allreduce_pcie),
+        ] {
+            if let Some(ca) = ca {
+                c.custom_allreduce(name, ca, bw)?;
             }
         }
         if let Some(n) = &self.nccl {

@@ -108,6 +108,21 @@ impl KernelTable {
     }
 }
 
+impl KernelTable {
+    /// The smallest context the table measured this key's shape at (None: no such group, or a
+    /// shape without a context axis).
+    pub fn min_context(&self, key: &MeasureKey) -> Option<u64> {
+        if key.context == 0 {
+            return None;
+        }
+        let family: KernelFamily = key.family.parse().ok()?;
+        let g = self
+            .groups
+            .get(&(family, key.n, key.k, batch_key(family, key.batch)))?;
+        g.first().map(|p| p.1 as u64)
+    }
+}
+
 /// Indices of the two points bracketing x in a sorted, deduplicated axis (the end pair when
 /// x lies outside).
 pub(crate) fn bracket(axis: &[f64], x: f64) -> Option<(usize, usize)> {

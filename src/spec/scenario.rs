@@ -104,6 +104,9 @@ pub struct CommKnobs {
     pub link_gbps: Option<f64>,
     /// Hypothetical link latency per hop, µs (`--link-latency-us`).
     pub link_latency_us: Option<f64>,
+    /// Message size (bytes) from which NCCL switches from LL to Simple under `--nccl-proto auto`
+    /// (`--nccl-ll-threshold`; None: NCCL's own tuner choice).
+    pub nccl_ll_threshold: Option<u64>,
 }
 
 /// How expert parallelism carries tokens to the experts and back (`workload::parallel`).
@@ -308,6 +311,13 @@ impl Scenario {
             if !(g.is_finite() && g > 0.0 && g <= 10_000.0) {
                 return Err(Error::Scenario(format!(
                     "--link-gbps {g} is out of range: expected a bandwidth per direction above 0 and at most 10000 GB/s"
+                )));
+            }
+        }
+        if let Some(t) = k.nccl_ll_threshold {
+            if !(1..=1u64 << 34).contains(&t) {
+                return Err(Error::Scenario(format!(
+                    "--nccl-ll-threshold {t} is out of range: expected a message size of 1 to 2^34 bytes"
                 )));
             }
         }

@@ -259,6 +259,11 @@ fn label_of(c: &Capacity) -> String {
 }
 
 pub fn run(a: CapacityArgs) -> Result<()> {
+    use super::output::check_output_flag;
+    check_output_flag("--plot-throughput", a.plot_throughput.as_deref())?;
+    check_output_flag("--plot-tpot", a.plot_tpot.as_deref())?;
+    check_output_flag("--plot-memory", a.plot_memory.as_deref())?;
+    check_output_flag("--plot-breakdown", a.plot_breakdown.as_deref())?;
     let req = request(&a)?;
     for b in &a.batches {
         if *b == 0 || *b > crate::spec::scenario::MAX_BATCH {

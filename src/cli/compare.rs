@@ -13,6 +13,7 @@ pub struct CompareArgs {
 }
 
 pub fn run(a: CompareArgs) -> Result<()> {
+    super::output::check_output_flag("--plot", a.measured.plot.as_deref())?;
     let sim = sim::simulate(&a.scenario.request())?;
     let title = format!(
         "{} on {}, TP={}, batch {}, context {}",
@@ -27,7 +28,7 @@ pub fn run(a: CompareArgs) -> Result<()> {
         Some(&sim.scenario),
         &a.measured,
         &title,
-        &mut std::io::stdout().lock(),
+        &mut super::output::Stdout,
     )
     .map(|_| ())
 }

@@ -328,7 +328,30 @@ pub fn request(a: &SweepArgs) -> Result<SweepRequest> {
     })
 }
 
+/// The format `--output FILE` names by its extension, for when `--format` is not given.
+pub fn format_for_output(path: &std::path::Path) -> Result<Format> {
+    let ext = path
+        .extension()
+        .and_then(|e| e.to_str())
+        .map(str::to_ascii_lowercase);
+    match ext.as_deref() {
+        Some("csv") => Ok(Format::Csv),
+        Some("json") => Ok(Format::Json),
+        _ => Err(Error::Flag {
+            flag: "--output",
+            value: crate::units::echo(&path.display().to_string()),
+            expected: "the extension names the format without --format: .csv or .json (or give --format csv|json|table)".into(),
+        }),
+    }
+}
+
 pub fn run(a: SweepArgs) -> Result<()> {
+    super::output::check_output_flag("--output", a.output.as_deref())?;
+    // Decided before the sweep runs, so a bad extension costs nothing.
+    let format = match (a.format, &a.output) {
+        (None, Some(path)) => Some(format_for_output(path)?),
+        (f, _) => f,
+    };
     let req = request(&a)?;
     let started = std::time::Instant::now();
     let bar = if std::io::stderr().is_terminal() {
@@ -352,7 +375,7 @@ pub fn run(a: SweepArgs) -> Result<()> {
     if let Some(b) = &bar {
         b.finish_and_clear();
     }
-    let text = match a.format {
+    let text = match format {
         None | Some(Format::Table) => {
             report::sweep::summary(&result, started.elapsed().as_secs_f64())
         }
@@ -362,7 +385,7 @@ pub fn run(a: SweepArgs) -> Result<()> {
                 + "\n"
         }
     };
-    match (&a.output, a.format) {
+    match (&a.output, format) {
         (Some(path), Some(_)) => crate::files::write_atomic_bytes(path, text.as_bytes()),
         _ => print(&text),
     }

@@ -218,6 +218,10 @@ pub fn spec_decode_request(a: &SpecDecodeArgs) -> Result<(SpecDecodeRequest, Vec
 }
 
 fn run_spec_decode(a: SpecDecodeArgs) -> Result<()> {
+    use super::output::check_output_flag;
+    check_output_flag("--timeline", a.timeline.as_deref())?;
+    check_output_flag("--plot", a.plot.as_deref())?;
+    check_output_flag("--plot-heatmap", a.plot_heatmap.as_deref())?;
     let (req, acceptances) = spec_decode_request(&a)?;
     // The steps do not depend on the acceptance: simulate once, study each rate.
     let costs = spec_decode::simulate_costs(&req)?;

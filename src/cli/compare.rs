@@ -14,6 +14,7 @@ pub struct CompareArgs {
 
 pub fn run(a: CompareArgs) -> Result<()> {
     super::output::check_output_flag("--plot", a.measured.plot.as_deref())?;
+    a.scenario.warn_noop_flags();
     let sim = sim::simulate(&a.scenario.request())?;
     let title = format!(
         "{} on {}, TP={}, batch {}, context {}",

@@ -143,12 +143,13 @@ fn parse_routing(s: &str) -> std::result::Result<crate::spec::routing::Routing, 
 
 impl ScenarioArgs {
     /// Warns (standard error) about scenario flags that change nothing as given: `--ep-comm`
-    /// without `--ep`, and `--nccl-proto LL128` where the collectives' path is not NVLink (the
+    /// without `--ep` (or with `--ep 1`), and `--nccl-proto LL128` where the collectives' path is not NVLink (the
     /// report also says so where it lists warnings).
     pub fn warn_noop_flags(&self) {
-        if let (Some(c), None) = (self.ep_comm, self.ep) {
+        // --ep 1 is no expert parallelism either: the experts stay split as with TP.
+        if let (Some(c), true) = (self.ep_comm, self.ep.unwrap_or(1) <= 1) {
             super::output::warn(&format!(
-                "--ep-comm {} does nothing without --ep N (expert parallelism); ignored",
+                "--ep-comm {} does nothing without --ep N (expert parallelism, N > 1); ignored",
                 match c {
                     crate::spec::scenario::EpComm::AllToAll => "all-to-all",
                     crate::spec::scenario::EpComm::AllReduce => "allreduce",

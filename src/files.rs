@@ -1,12 +1,14 @@
 //! Where files enter and leave: every input is checked to be a regular file of a sane size for
 //! its kind before a byte is read (so `/dev/zero`, a FIFO or a 4 GB CSV is refused, not read),
 //! and every output is written to a temporary name in its folder and renamed into place (so
-//! concurrent runs never leave a torn file, and a missing folder is created).
+//! concurrent runs never leave a torn file, and a missing folder is created); a FIFO or a
+//! character device (`/dev/null`) is written in place, never renamed over.
 
 use crate::error::{Error, Result};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard};
 
 const MIB: u64 = 1024 * 1024;
 
@@ -209,9 +211,116 @@ pub fn field(row: &[String], i: usize) -> &str {
 
 static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 
+/// The temporary files of atomic writes in progress, so that a signal ending the process can
+/// remove them ([`remove_temp_files`]). A file is created and registered under the lock, so
+/// none is created unregistered or after the removal.
+static TEMP_FILES: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+
+fn temp_files() -> MutexGuard<'static, Vec<PathBuf>> {
+    // A panic elsewhere while holding the lock leaves the list intact: keep using it.
+    TEMP_FILES.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Creates (never opens an existing) temporary file and registers it.
+fn create_temp(tmp: &Path) -> std::io::Result<std::fs::File> {
+    let mut temps = temp_files();
+    let file = std::fs::File::options()
+        .write(true)
+        .create_new(true)
+        .open(tmp)?;
+    temps.push(tmp.to_path_buf());
+    Ok(file)
+}
+
+fn forget_temp(tmp: &Path) {
+    temp_files().retain(|p| p != tmp);
+}
+
+/// Holds the temporary-file registry locked: while it lives no atomic write starts a new file.
+pub struct TempFilesRemoved(#[allow(dead_code)] MutexGuard<'static, Vec<PathBuf>>);
+
+/// Removes the temporary file of every atomic write in progress, leaving the files at their
+/// final names as they were, and keeps the registry locked so no new one appears. For a signal
+/// handler about to end the process.
+pub fn remove_temp_files() -> TempFilesRemoved {
+    let temps = temp_files();
+    for p in temps.iter() {
+        let _ = std::fs::remove_file(p);
+    }
+    TempFilesRemoved(temps)
+}
+
+/// How an output path is written.
+enum OutputTarget {
+    /// A new or regular file (a symbolic link is followed to it): temporary file + rename.
+    Atomic(PathBuf),
+    /// A FIFO or a character device (`/dev/null`, `/dev/stdout`, a terminal): opened and written
+    /// in place; renaming over it would replace the device node or pipe with a plain file.
+    InPlace,
+}
+
+#[cfg(unix)]
+fn special_kind(t: &std::fs::FileType) -> Option<std::result::Result<&'static str, &'static str>> {
+    use std::os::unix::fs::FileTypeExt;
+    if t.is_fifo() {
+        Some(Ok("FIFO"))
+    } else if t.is_char_device() {
+        Some(Ok("character device"))
+    } else if t.is_block_device() {
+        Some(Err("a block device (a disk)"))
+    } else if t.is_socket() {
+        Some(Err("a socket"))
+    } else {
+        None
+    }
+}
+
+#[cfg(not(unix))]
+fn special_kind(_: &std::fs::FileType) -> Option<std::result::Result<&'static str, &'static str>> {
+    None
+}
+
+/// Why `path` cannot be written as an output, if it cannot: a folder, a block device or a
+/// socket. Missing paths, regular files, FIFOs and character devices can.
+pub fn output_problem(path: &Path) -> Option<String> {
+    let meta = std::fs::metadata(path).ok()?;
+    if meta.is_dir() {
+        return Some("is a folder; expected a file to write".into());
+    }
+    match special_kind(&meta.file_type()) {
+        Some(Err(what)) => Some(format!(
+            "is {what}; expected a file, a FIFO or a character device such as /dev/null"
+        )),
+        _ => None,
+    }
+}
+
+fn output_target(path: &Path) -> Result<OutputTarget> {
+    if let Some(problem) = output_problem(path) {
+        return Err(Error::Input {
+            path: path.to_path_buf(),
+            problem,
+        });
+    }
+    match std::fs::metadata(path) {
+        Ok(meta) if special_kind(&meta.file_type()).is_some() => Ok(OutputTarget::InPlace),
+        Ok(_) => {
+            // A symbolic link to a file: replace the file it points to, not the link.
+            let is_link = std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink());
+            match is_link.then(|| std::fs::canonicalize(path)) {
+                Some(Ok(target)) => Ok(OutputTarget::Atomic(target)),
+                _ => Ok(OutputTarget::Atomic(path.to_path_buf())),
+            }
+        }
+        Err(_) => Ok(OutputTarget::Atomic(path.to_path_buf())),
+    }
+}
+
 /// Writes a file atomically: the parent folder is created, the bytes go to a unique temporary
 /// name beside the target, and the temporary file is renamed over the target. Readers see the
-/// old file or the new one, never a mix.
+/// old file or the new one, never a mix; a signal ending the process meanwhile removes the
+/// temporary file ([`remove_temp_files`]). A FIFO or character device at `path` (`/dev/null`)
+/// is written in place instead, never replaced; a folder, block device or socket is refused.
 pub fn write_atomic(
     path: &Path,
     fill: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
@@ -220,12 +329,24 @@ pub fn write_atomic(
         path: path.to_path_buf(),
         source,
     };
-    let dir = match path.parent() {
+    let target = match output_target(path)? {
+        OutputTarget::InPlace => {
+            let result = (|| {
+                let file = std::fs::File::options().write(true).open(path)?;
+                let mut w = std::io::BufWriter::new(file);
+                fill(&mut w)?;
+                w.flush()
+            })();
+            return result.map_err(werr);
+        }
+        OutputTarget::Atomic(target) => target,
+    };
+    let dir = match target.parent() {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
         _ => PathBuf::from("."),
     };
     std::fs::create_dir_all(&dir).map_err(werr)?;
-    let name = path
+    let name = target
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| "out".to_string());
@@ -235,16 +356,25 @@ pub fn write_atomic(
         TEMP_COUNTER.fetch_add(1, Ordering::Relaxed)
     ));
     let result = (|| {
-        let file = std::fs::File::create(&tmp)?;
+        let file = create_temp(&tmp)?;
         let mut w = std::io::BufWriter::new(file);
         fill(&mut w)?;
         let file = w.into_inner().map_err(|e| e.into_error())?;
         file.sync_all()?;
-        std::fs::rename(&tmp, path)
+        // The target may have become a folder or device while we wrote: never rename over it.
+        if let Ok(meta) = std::fs::metadata(&target) {
+            if !meta.is_file() {
+                return Err(std::io::Error::other(
+                    "it stopped being a regular file while being written; not replaced",
+                ));
+            }
+        }
+        std::fs::rename(&tmp, &target)
     })();
     if result.is_err() {
         let _ = std::fs::remove_file(&tmp);
     }
+    forget_temp(&tmp);
     result.map_err(werr)
 }
 

@@ -91,6 +91,7 @@ pub struct CalibrateArgs {
 }
 
 pub fn run(a: CalibrateArgs) -> Result<()> {
+    super::output::check_output_flag("--out", Some(&a.out))?;
     if let Some(file) = &a.from_throughput {
         return from_throughput(&a, file);
     }

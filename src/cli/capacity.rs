@@ -122,7 +122,14 @@ pub fn parse_prices(s: &str) -> Result<Prices> {
         let (name, p) = part
             .split_once('=')
             .ok_or_else(|| bad(part, "a part without '='"))?;
-        v.push((name.trim().to_string(), price(p)?));
+        let name = name.trim().to_string();
+        if v.iter().any(|(n, _)| *n == name) {
+            return Err(bad(
+                &name,
+                "a system priced twice (give each system one price)",
+            ));
+        }
+        v.push((name, price(p)?));
     }
     Ok(Prices::PerSystem(v))
 }
@@ -177,6 +184,41 @@ pub fn read_measured(path: &Path) -> Result<Vec<MeasuredPoint>> {
     Ok(out)
 }
 
+/// `--gpu-hour-usd` against what is planned: with no target there is no plan to price (a
+/// warning); a price for a system the planner does not consider (misspelt, or missing from
+/// --systems) is an error naming the planned ones.
+fn check_prices(a: &CapacityArgs, prices: &Prices) -> Result<()> {
+    if matches!(prices, Prices::None) {
+        return Ok(());
+    }
+    if a.target_tokens_per_s.is_none() && a.users.is_none() {
+        super::output::warn(
+            "--gpu-hour-usd prices the planner's deployments, and no plan is made without --target-tokens-per-s or --users; ignored",
+        );
+        return Ok(());
+    }
+    let planned = if a.systems.is_empty() {
+        vec![a.scenario.system.clone()]
+    } else {
+        a.systems.clone()
+    };
+    if let Prices::PerSystem(v) = prices {
+        for (name, _) in v {
+            if !planned.contains(name) {
+                return Err(Error::Flag {
+                    flag: "--gpu-hour-usd",
+                    value: crate::units::echo(name),
+                    expected: format!(
+                        "a price for a system that is not planned; the planned systems (--systems, else --system) are {}",
+                        planned.join(", ")
+                    ),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
 fn request(a: &CapacityArgs) -> Result<CapacityRequest> {
     let demand = match (&a.request_mix, a.input_len, a.output_len) {
         (Some(p), _, _) => {
@@ -222,9 +264,13 @@ fn request(a: &CapacityArgs) -> Result<CapacityRequest> {
         users: a.users,
         systems: a.systems.clone(),
         max_systems: a.max_systems,
-        prices: match &a.gpu_hour_usd {
-            Some(s) => parse_prices(s)?,
-            None => Prices::None,
+        prices: {
+            let prices = match &a.gpu_hour_usd {
+                Some(s) => parse_prices(s)?,
+                None => Prices::None,
+            };
+            check_prices(a, &prices)?;
+            prices
         },
     })
 }
@@ -259,6 +305,12 @@ fn label_of(c: &Capacity) -> String {
 }
 
 pub fn run(a: CapacityArgs) -> Result<()> {
+    use super::output::check_output_flag;
+    check_output_flag("--plot-throughput", a.plot_throughput.as_deref())?;
+    check_output_flag("--plot-tpot", a.plot_tpot.as_deref())?;
+    check_output_flag("--plot-memory", a.plot_memory.as_deref())?;
+    check_output_flag("--plot-breakdown", a.plot_breakdown.as_deref())?;
+    a.scenario.warn_noop_flags();
     let req = request(&a)?;
     for b in &a.batches {
         if *b == 0 || *b > crate::spec::scenario::MAX_BATCH {

@@ -13,6 +13,8 @@ pub struct CompareArgs {
 }
 
 pub fn run(a: CompareArgs) -> Result<()> {
+    super::output::check_output_flag("--plot", a.measured.plot.as_deref())?;
+    a.scenario.warn_noop_flags();
     let sim = sim::simulate(&a.scenario.request())?;
     let title = format!(
         "{} on {}, TP={}, batch {}, context {}",
@@ -27,7 +29,7 @@ pub fn run(a: CompareArgs) -> Result<()> {
         Some(&sim.scenario),
         &a.measured,
         &title,
-        &mut std::io::stdout().lock(),
+        &mut super::output::Stdout,
     )
     .map(|_| ())
 }

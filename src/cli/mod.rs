@@ -4,6 +4,7 @@ pub mod calibrate;
 pub mod capacity;
 pub mod compare;
 pub mod list;
+pub mod output;
 mod scenario_args;
 pub mod simulate;
 pub mod sweep;
@@ -15,7 +16,6 @@ pub use scenario_args::ScenarioArgs;
 
 use crate::error::Result;
 use clap::{Parser, Subcommand};
-use std::io::Write;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -52,12 +52,17 @@ pub enum Command {
     Sweep(sweep::SweepArgs),
 }
 
+/// Runs a command; standard output is flushed and its errors mapped by [`output::finish`].
 pub fn run(cli: Cli) -> Result<()> {
+    output::finish(dispatch(cli))
+}
+
+fn dispatch(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Simulate(a) => simulate::run(a),
         Command::List => list::run(),
         Command::Calibrate(a) => calibrate::run(a),
-        Command::Trace(a) => trace::run(&a, &mut std::io::stdout().lock()),
+        Command::Trace(a) => trace::run(&a, &mut output::Stdout),
         Command::Compare(a) => compare::run(a),
         Command::Validate(a) => validate::run(a),
         Command::Whatif(a) => whatif::run(a),
@@ -66,9 +71,7 @@ pub fn run(cli: Cli) -> Result<()> {
     }
 }
 
-/// Writes report text to stdout. A closed pipe (`| head`) is not an error worth reporting.
+/// Writes report text to stdout; a closed pipe ends the command quietly ([`output::finish`]).
 fn print(text: &str) -> Result<()> {
-    let mut out = std::io::stdout().lock();
-    let _ = out.write_all(text.as_bytes());
-    Ok(())
+    output::print(text)
 }

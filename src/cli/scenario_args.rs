@@ -107,9 +107,10 @@ pub struct ScenarioArgs {
     #[arg(long, value_name = "N")]
     pub ep: Option<u32>,
     /// How expert parallelism moves tokens: the all-reduce kept (every rank runs its experts on
-    /// the whole batch; vLLM at data parallel 1), or all-to-all dispatch/combine replacing it.
-    #[arg(long, value_name = "allreduce|all-to-all", value_parser = parse_ep_comm, default_value = "allreduce")]
-    pub ep_comm: crate::spec::scenario::EpComm,
+    /// the whole batch; vLLM at data parallel 1), or all-to-all dispatch/combine replacing it
+    /// [default: allreduce]. Only with --ep.
+    #[arg(long, value_name = "allreduce|all-to-all", value_parser = parse_ep_comm)]
+    pub ep_comm: Option<crate::spec::scenario::EpComm>,
     /// Decode context parallelism (vLLM's --decode-context-parallel-size): the KV cache is
     /// sharded across N ranks of the TP group; N must divide TP.
     #[arg(long, value_name = "N")]
@@ -145,6 +146,21 @@ fn parse_routing(s: &str) -> std::result::Result<crate::spec::routing::Routing, 
 }
 
 impl ScenarioArgs {
+    /// Warns (standard error) about scenario flags that change nothing as given: `--ep-comm`
+    /// without `--ep` (or with `--ep 1`), and `--nccl-proto LL128` where the collectives' path is not NVLink (the
+    /// report also says so where it lists warnings).
+    pub fn warn_noop_flags(&self) {
+        // --ep 1 is no expert parallelism either: the experts stay split as with TP.
+        if let (Some(c), true) = (self.ep_comm, self.ep.unwrap_or(1) <= 1) {
+            super::output::warn(&format!(
+                "--ep-comm {} does nothing without --ep N (expert parallelism, N > 1); ignored",
+                match c {
+                    crate::spec::scenario::EpComm::AllToAll => "all-to-all",
+                    crate::spec::scenario::EpComm::AllReduce => "allreduce",
+                }
+            ));
+        }
+    }
     pub fn request(&self) -> ScenarioRequest {
         ScenarioRequest {
             model: self.model.clone(),
@@ -188,7 +204,7 @@ impl ScenarioArgs {
                 nccl_max_nchannels: self.nccl_max_nchannels,
                 nccl_buffsize: self.nccl_buffsize,
                 ep: self.ep,
-                ep_comm: self.ep_comm,
+                ep_comm: self.ep_comm.unwrap_or_default(),
                 dcp: self.dcp,
                 link_gbps: self.link_gbps,
                 link_latency_us: self.link_latency_us,
@@ -196,4 +212,22 @@ impl ScenarioArgs {
             },
         }
     }
+}
+
+/// The warning for `--nccl-proto LL128` on a scenario whose collectives do not run over NVLink
+/// (NCCL enables LL128 only there; the cost model prices NCCL's fallback), for the commands
+/// whose report lists no per-scenario warnings (`sweep`, `whatif --vary`). None when the path
+/// is NVLink or the scenario does not load (the command then reports why).
+pub(super) fn ll128_warning(flag: &str, base: &ScenarioRequest) -> Option<String> {
+    let mut r = base.clone();
+    r.proto = Proto::Ll128;
+    let (s, _) = r.load().ok()?;
+    let path = s.comm_path();
+    (path != crate::spec::scenario::CommPath::Nvlink).then(|| {
+        format!(
+            "{flag} LL128 is not eligible on {} (the {} path): NCCL enables LL128 only over NVLink, so those collectives are priced as NCCL's fallback",
+            s.system.name,
+            path.name()
+        )
+    })
 }

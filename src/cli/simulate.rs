@@ -25,6 +25,8 @@ pub struct SimulateArgs {
 }
 
 pub fn run(a: SimulateArgs) -> Result<()> {
+    super::output::check_output_flag("--timeline", a.timeline.as_deref())?;
+    a.scenario.warn_noop_flags();
     let sim =
         sim::simulate_with_memory_utilization(&a.scenario.request(), a.gpu_memory_utilization)?;
     if let Some(path) = &a.timeline {

@@ -248,9 +248,19 @@ pub fn grid_args(path: &std::path::Path, defaults: &SweepArgs) -> Result<SweepAr
     let mut base = defaults.clone();
     base.grid = None;
     let mut a = base.clone();
+    let mut seen: Vec<(String, &str)> = Vec::new();
     for (raw, v) in &table {
         // Flags' spelling, or the same with underscores.
         let key = raw.replace('_', "-");
+        // Both spellings of one key: which value was meant is unknowable.
+        if let Some((_, first)) = seen.iter().find(|(k, _)| *k == key) {
+            return Err(Error::field(
+                path,
+                raw.clone(),
+                format!("the key '{first}' is given too; '{first}' and '{raw}' are the same key, give it once"),
+            ));
+        }
+        seen.push((key.clone(), raw.as_str()));
         let Some(&(_, takes)) = GRID_KEYS.iter().find(|k| k.0 == key) else {
             let what = if matches!(key.as_str(), "pareto" | "format" | "output" | "grid") {
                 "is an output option, given as a flag (--pareto, --format, --output)".to_string()
@@ -283,10 +293,45 @@ pub fn grid_args(path: &std::path::Path, defaults: &SweepArgs) -> Result<SweepAr
     Ok(a)
 }
 
-pub fn request(a: &SweepArgs) -> Result<SweepRequest> {
-    if let Some(path) = &a.grid {
-        return request(&grid_args(path, a)?);
+/// Keeps the first of each value, and says which were listed more than once (a duplicate
+/// would only repeat rows).
+fn dedup<T: PartialEq>(
+    flag: &str,
+    v: Vec<T>,
+    show: impl Fn(&T) -> String,
+    warnings: &mut Vec<String>,
+) -> Vec<T> {
+    let mut kept: Vec<T> = Vec::with_capacity(v.len());
+    let mut repeated: Vec<String> = Vec::new();
+    for x in v {
+        if kept.contains(&x) {
+            let s = show(&x);
+            if !repeated.contains(&s) {
+                repeated.push(s);
+            }
+        } else {
+            kept.push(x);
+        }
     }
+    if !repeated.is_empty() {
+        warnings.push(format!(
+            "{flag} lists {} more than once; each value is swept once",
+            repeated.join(", ")
+        ));
+    }
+    kept
+}
+
+pub fn request(a: &SweepArgs) -> Result<SweepRequest> {
+    request_with_warnings(a).map(|(r, _)| r)
+}
+
+/// The request, each list without repeated values, and the warnings saying which were repeated.
+pub fn request_with_warnings(a: &SweepArgs) -> Result<(SweepRequest, Vec<String>)> {
+    if let Some(path) = &a.grid {
+        return request_with_warnings(&grid_args(path, a)?);
+    }
+    let mut w = Vec::new();
     let base = ScenarioRequest {
         model: a.model.clone(),
         system: a.system.clone(),
@@ -303,33 +348,97 @@ pub fn request(a: &SweepArgs) -> Result<SweepRequest> {
         )?)?),
         _ => None,
     };
-    Ok(SweepRequest {
+    let num = |x: &u32| x.to_string();
+    let req = SweepRequest {
         base,
-        batch: parse_u32_list("--batch", &a.batch, 1..=crate::spec::scenario::MAX_BATCH)?,
-        context: parse_u32_list("--context", &a.context, 1..=10_000_000)?
-            .into_iter()
-            .map(u64::from)
-            .collect(),
-        proto: list("--nccl-proto", &a.nccl_proto, |s| s.parse::<Proto>())?,
-        algo: list("--nccl-algo", &a.nccl_algo, |s| s.parse::<Algo>())?,
-        cuda_graphs: list("--cuda-graphs", &a.cuda_graphs, |s| {
-            match s.to_ascii_lowercase().as_str() {
-                "on" => Ok(true),
-                "off" => Ok(false),
-                _ => Err(Error::Scenario(format!(
-                    "--cuda-graphs '{s}': expected on or off"
-                ))),
-            }
-        })?,
-        draft_tokens: parse_u32_list("--draft-tokens", &a.draft_tokens, 0..=64)?,
+        batch: dedup(
+            "--batch",
+            parse_u32_list("--batch", &a.batch, 1..=crate::spec::scenario::MAX_BATCH)?,
+            num,
+            &mut w,
+        ),
+        context: dedup(
+            "--context",
+            parse_u32_list("--context", &a.context, 1..=10_000_000)?,
+            num,
+            &mut w,
+        )
+        .into_iter()
+        .map(u64::from)
+        .collect(),
+        proto: dedup(
+            "--nccl-proto",
+            list("--nccl-proto", &a.nccl_proto, |s| s.parse::<Proto>())?,
+            |p| p.to_string(),
+            &mut w,
+        ),
+        algo: dedup(
+            "--nccl-algo",
+            list("--nccl-algo", &a.nccl_algo, |s| s.parse::<Algo>())?,
+            |x| x.to_string(),
+            &mut w,
+        ),
+        cuda_graphs: dedup(
+            "--cuda-graphs",
+            list("--cuda-graphs", &a.cuda_graphs, |s| {
+                match s.to_ascii_lowercase().as_str() {
+                    "on" => Ok(true),
+                    "off" => Ok(false),
+                    _ => Err(Error::Scenario(format!(
+                        "--cuda-graphs '{s}': expected on or off"
+                    ))),
+                }
+            })?,
+            |on| if *on { "on" } else { "off" }.to_string(),
+            &mut w,
+        ),
+        draft_tokens: dedup(
+            "--draft-tokens",
+            parse_u32_list("--draft-tokens", &a.draft_tokens, 0..=64)?,
+            num,
+            &mut w,
+        ),
         method: a.method.parse::<Method>()?,
         draft: a.draft.clone(),
         acceptance,
-    })
+    };
+    if req.proto.contains(&Proto::Ll128) {
+        w.extend(super::scenario_args::ll128_warning(
+            "--nccl-proto",
+            &req.base,
+        ));
+    }
+    Ok((req, w))
+}
+
+/// The format `--output FILE` names by its extension, for when `--format` is not given.
+pub fn format_for_output(path: &std::path::Path) -> Result<Format> {
+    let ext = path
+        .extension()
+        .and_then(|e| e.to_str())
+        .map(str::to_ascii_lowercase);
+    match ext.as_deref() {
+        Some("csv") => Ok(Format::Csv),
+        Some("json") => Ok(Format::Json),
+        _ => Err(Error::Flag {
+            flag: "--output",
+            value: crate::units::echo(&path.display().to_string()),
+            expected: "the extension names the format without --format: .csv or .json (or give --format csv|json|table)".into(),
+        }),
+    }
 }
 
 pub fn run(a: SweepArgs) -> Result<()> {
-    let req = request(&a)?;
+    super::output::check_output_flag("--output", a.output.as_deref())?;
+    // Decided before the sweep runs, so a bad extension costs nothing.
+    let format = match (a.format, &a.output) {
+        (None, Some(path)) => Some(format_for_output(path)?),
+        (f, _) => f,
+    };
+    let (req, warnings) = request_with_warnings(&a)?;
+    for w in &warnings {
+        super::output::warn(w);
+    }
     let started = std::time::Instant::now();
     let bar = if std::io::stderr().is_terminal() {
         let b = indicatif::ProgressBar::new(req.len() as u64);
@@ -352,7 +461,7 @@ pub fn run(a: SweepArgs) -> Result<()> {
     if let Some(b) = &bar {
         b.finish_and_clear();
     }
-    let text = match a.format {
+    let text = match format {
         None | Some(Format::Table) => {
             report::sweep::summary(&result, started.elapsed().as_secs_f64())
         }
@@ -362,7 +471,7 @@ pub fn run(a: SweepArgs) -> Result<()> {
                 + "\n"
         }
     };
-    match (&a.output, a.format) {
+    match (&a.output, format) {
         (Some(path), Some(_)) => crate::files::write_atomic_bytes(path, text.as_bytes()),
         _ => print(&text),
     }

@@ -108,11 +108,25 @@ pub fn run(a: WhatifArgs) -> Result<()> {
 
 fn run_vary(a: VaryArgs) -> Result<()> {
     use crate::whatif::vary;
+    a.scenario.warn_noop_flags();
     let req = vary::VaryRequest {
         base: a.scenario.request(),
         axes: vary::parse_axes(&a.vary)?,
         one_at_a_time: a.one_at_a_time,
     };
+    // LL128 in the base or among the varied protocols, on a base system without NVLink (when
+    // the system or P2P is varied too, some variants may have NVLink: nothing to say).
+    let path_varies = req.axes.iter().any(|(k, _)| k == "system" || k == "p2p");
+    let ll128 = req.base.proto == crate::spec::Proto::Ll128
+        || req
+            .axes
+            .iter()
+            .any(|(k, v)| k == "nccl-proto" && v.iter().any(|x| x.eq_ignore_ascii_case("ll128")));
+    if ll128 && !path_varies {
+        if let Some(w) = super::scenario_args::ll128_warning("--nccl-proto", &req.base) {
+            super::output::warn(&w);
+        }
+    }
     let study = vary::run(&req)?;
     let text = match a.format {
         Format::Table => vary::table(&study, a.top),
@@ -218,6 +232,16 @@ pub fn spec_decode_request(a: &SpecDecodeArgs) -> Result<(SpecDecodeRequest, Vec
 }
 
 fn run_spec_decode(a: SpecDecodeArgs) -> Result<()> {
+    use super::output::check_output_flag;
+    check_output_flag("--timeline", a.timeline.as_deref())?;
+    check_output_flag("--plot", a.plot.as_deref())?;
+    check_output_flag("--plot-heatmap", a.plot_heatmap.as_deref())?;
+    a.scenario.warn_noop_flags();
+    if let (Some(k), None) = (a.timeline_k, &a.timeline) {
+        super::output::warn(&format!(
+            "--timeline-k {k} does nothing without --timeline FILE.json; ignored"
+        ));
+    }
     let (req, acceptances) = spec_decode_request(&a)?;
     // The steps do not depend on the acceptance: simulate once, study each rate.
     let costs = spec_decode::simulate_costs(&req)?;

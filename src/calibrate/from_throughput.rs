@@ -1325,7 +1325,10 @@ pub fn fit_throughput(req: &ThroughputRequest) -> Result<ThroughputFit> {
     let r0 = model.residuals(&which, &theta0, &meas)?;
     let j0 = model.jacobian(&which, &theta0, &r0, &meas)?;
     let all = which.clone();
+    let fixed_refusals = refused.clone();
     let mut choices = choose(&which, &j0, if auto { n - 1 } else { which.len() });
+    // Auto: factors refused after a fit for their interval, with the row that says why.
+    let mut dropped: Vec<FactorChoice> = Vec::new();
     if auto {
         which = choices
             .iter()
@@ -1427,6 +1430,45 @@ pub fn fit_throughput(req: &ThroughputRequest) -> Result<ThroughputFit> {
             });
         }
         match wide {
+            Some((c, why)) if auto => {
+                // Choose again without it: another factor may take its place.
+                if let Some(row) = choices.iter().find(|r| r.factor == which[c]) {
+                    dropped.push(FactorChoice {
+                        chosen: false,
+                        why: why.clone(),
+                        ..row.clone()
+                    });
+                }
+                let cand: Vec<usize> = (0..all.len())
+                    .filter(|&i| !dropped.iter().any(|d| d.factor == all[i]))
+                    .collect();
+                let names: Vec<Factor> = cand.iter().map(|&i| all[i]).collect();
+                choices = choose(&names, &j0.select_columns(cand.iter()), n - 1);
+                choices.extend(dropped.iter().cloned());
+                for (f, why) in &fixed_refusals {
+                    choices.push(FactorChoice {
+                        factor: *f,
+                        sensitivity: 0.0,
+                        independent: 0.0,
+                        chosen: false,
+                        why: why.clone(),
+                    });
+                }
+                refused = choices
+                    .iter()
+                    .filter(|c| !c.chosen)
+                    .map(|c| (c.factor, c.why.clone()))
+                    .collect();
+                which = choices
+                    .iter()
+                    .filter(|c| c.chosen)
+                    .map(|c| c.factor)
+                    .collect();
+                keep_theta = which
+                    .iter()
+                    .map(|k| theta0[all.iter().position(|a| a == k).unwrap_or(0)])
+                    .collect();
+            }
             Some((c, why)) => {
                 if let Some(row) = choices.iter_mut().find(|r| r.factor == which[c]) {
                     row.chosen = false;

@@ -99,37 +99,37 @@ fn malformed_bench_results_are_refused_naming_file_and_key() {
         (
             "missing",
             GOOD.replace(r#""output_throughput": 120.5, "#, ""),
-            vec!["key 'output_throughput'", "missing"],
+            vec!["field 'output_throughput'", "missing"],
         ),
         (
             "type",
             GOOD.replace("120.5", r#""fast""#),
-            vec!["key 'output_throughput'", "\"fast\"", "expected a positive number"],
+            vec!["field 'output_throughput'", "\"fast\"", "expected a positive number"],
         ),
         (
             "zero",
             GOOD.replace("120.5", "0"),
-            vec!["key 'output_throughput'", "found 0"],
+            vec!["field 'output_throughput'", "found 0"],
         ),
         (
             "negative",
             GOOD.replace("120.5", "-3.5"),
-            vec!["key 'output_throughput'", "found -3.5"],
+            vec!["field 'output_throughput'", "found -3.5"],
         ),
         (
             "null-concurrency",
             GOOD.replace(r#""max_concurrency": 4"#, r#""max_concurrency": null"#),
-            vec!["key 'max_concurrency'", "--max-concurrency"],
+            vec!["field 'max_concurrency'", "--max-concurrency"],
         ),
         (
             "concurrency-type",
             GOOD.replace(r#""max_concurrency": 4"#, r#""max_concurrency": [4]"#),
-            vec!["key 'max_concurrency'", "[4]"],
+            vec!["field 'max_concurrency'", "[4]"],
         ),
         (
             "completed",
             GOOD.replace(r#""completed": 64"#, r#""completed": 0"#),
-            vec!["key 'completed'", "found 0"],
+            vec!["field 'completed'", "found 0"],
         ),
         (
             "acceptance",
@@ -137,7 +137,7 @@ fn malformed_bench_results_are_refused_naming_file_and_key() {
                 r#""failed": 0"#,
                 r#""failed": 0, "spec_method": "eagle3", "draft_tokens": "3", "acceptance_length": "5.5""#,
             ),
-            vec!["key 'acceptance_length'", "impossible at 3 draft tokens"],
+            vec!["field 'acceptance_length'", "impossible at 3 draft tokens"],
         ),
         ("syntax", "{\"max_concurrency\": 4,".to_string(), vec!["not valid JSON", "line 1"]),
     ];
@@ -158,7 +158,7 @@ fn malformed_bench_results_are_refused_naming_file_and_key() {
     let (code, err) = run(&["--from-throughput"], &[&f], &d.join("o.toml"));
     assert_eq!(code, 1);
     assert!(
-        err.contains("appended.jsonl") && err.contains("line 2, key 'output_throughput'"),
+        err.contains("appended.jsonl") && err.contains("field 'line 2, key output_throughput'"),
         "{err}"
     );
 }

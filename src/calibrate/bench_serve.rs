@@ -85,9 +85,9 @@ pub fn parse_bench(text: &str, path: &Path, opt: &BenchOptions) -> Result<Vec<Po
 fn point(v: &Value, line: usize, many: bool, path: &Path, opt: &BenchOptions) -> Result<Point> {
     let at = |key: &str| {
         if many {
-            format!("line {line}, key '{key}'")
+            format!("line {line}, key {key}")
         } else {
-            format!("key '{key}'")
+            key.to_string()
         }
     };
     let Some(obj) = v.as_object() else {

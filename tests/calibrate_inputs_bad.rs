@@ -261,3 +261,48 @@ fn points_that_identify_nothing_are_refused() {
     );
     assert!(!d.join("o.toml").exists());
 }
+
+#[test]
+fn a_fit_with_a_zero_width_interval_is_refused() {
+    use decodesim::calibrate::from_throughput::{
+        fit_throughput, predict, Factor, Point, ThroughputRequest,
+    };
+    use decodesim::sim::ScenarioRequest;
+    let base = ScenarioRequest {
+        layers: Some(4),
+        ..ScenarioRequest::default()
+    };
+    let src = PathBuf::from("exact.csv");
+    let mut points: Vec<Point> = [4u32, 32]
+        .iter()
+        .enumerate()
+        .map(|(i, &c)| Point {
+            line: i + 2,
+            concurrency: c,
+            context: 4096,
+            tokens_per_s: 1.0,
+            ..Default::default()
+        })
+        .collect();
+    // Measurements equal to the profile's own predictions: one factor fits them exactly, and
+    // the interval would have zero width.
+    for r in predict(&base, &points, &src).unwrap() {
+        points[r.point.line - 2].tokens_per_s = r.predicted;
+    }
+    let d = tmp("exact");
+    let e = fit_throughput(&ThroughputRequest {
+        base,
+        points,
+        source: src,
+        factors: vec![Factor::MoeEfficiency],
+        out: d.join("o.toml"),
+        name: None,
+    })
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("zero-width 95% interval") && e.contains("exact.csv"),
+        "{e}"
+    );
+    assert!(!d.join("o.toml").exists());
+}

@@ -297,7 +297,8 @@ fn the_cli_prints_the_choice_table_and_writes_profiles() {
     let d = tmp("cli");
     let bin = env!("CARGO_BIN_EXE_decodesim");
     let mut cmd = Command::new(bin);
-    cmd.args(["calibrate", "--from-throughput"])
+    // Four layers: the command's output is under test here, not the fit (fast).
+    cmd.args(["calibrate", "--layers", "4", "--from-throughput"])
         .args(bench_files())
         .args(["--out"])
         .arg(d.join("fit.toml"));

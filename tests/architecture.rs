@@ -34,6 +34,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "sim",
             "accounting",
             "trace",
+            "whatif", // a speculative-decoding benchmark point is priced as `whatif spec-decode` prices it
         ],
     ),
     (

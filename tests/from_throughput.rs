@@ -56,6 +56,7 @@ fn synthetic(truth: &Factors, protos: &[Proto], overhead_free: bool) -> Vec<Poin
                 proto: Some(proto),
                 algo: None,
                 p2p: None,
+                ..Default::default()
             });
             line += 1;
         }
@@ -105,7 +106,7 @@ fn synthetic_factors_are_recovered_within_their_intervals() {
             Factor::CollectiveLatency => 1.8,
             Factor::RoutingAlpha => 0.9,
             Factor::StepOverhead => 0.0,
-            other => panic!("{other:?} was not asked for"),
+            other => panic!("{other} was not asked for"),
         };
         assert!(
             f.ci95[0] <= want && want <= f.ci95[1],
@@ -208,6 +209,7 @@ fn h200_points() -> Vec<Point> {
             proto: Some(proto),
             algo: Some(algo),
             p2p: Some(p2p),
+            ..Default::default()
         });
     }
     out

@@ -1,141 +1,287 @@
-//! `calibrate --from-throughput FILE.csv`: a few end-to-end benchmark numbers (tokens/s at some
-//! concurrencies) fit a small named set of factors on top of the bottom-up profile, by
-//! non-linear least squares over the simulator itself (Levenberg–Marquardt, Jacobian by finite
-//! differences), with 95% confidence intervals. Factors the points cannot tell apart are
-//! refused by name before the fit, and again after it when their interval spans everything.
+//! `calibrate --from-throughput FILE...`: a few end-to-end benchmark numbers (tokens/s or TPOT at
+//! some concurrencies, from a CSV or `vllm bench serve --save-result` JSON files) fit a set of
+//! factors on top of the bottom-up profile, by non-linear least squares over the simulator itself
+//! (Levenberg–Marquardt, Jacobian by finite differences), with 95% confidence intervals.
 //!
-//! CSV: `concurrency,context,tokens_per_s` and optionally `kv_cache_dtype` (bf16|fp8),
-//! `nccl_proto` (LL|LL128|Simple|auto), `nccl_algo` (Ring|Tree|auto), `p2p` (on|off),
-//! `allreduce` (nccl only, for now); anything else comes from the scenario flags.
+//! Which factors: `--factors` names them; without it the fit chooses among every factor of
+//! [`FACTORS`] the ones these points identify (greedy pivoted QR on the Jacobian: largest
+//! sensitivity first, the others orthogonalised against the chosen ones), at most points − 1,
+//! and says for each factor why it was or was not chosen.
+//!
+//! Each point is simulated with its own scenario (context, KV dtype, DCP, NCCL settings); a
+//! speculative-decoding point is priced as `whatif spec-decode` prices it (draft + verify + host
+//! per step, mean acceptance length tokens per sequence per step).
+//!
+//! CSV: `concurrency,context` and `tokens_per_s` or `tpot_ms`; optional `kv_cache_dtype`
+//! (bf16|fp8), `nccl_proto` (LL|LL128|Simple|auto), `nccl_algo` (Ring|Tree|auto), `p2p` (on|off),
+//! `allreduce` (nccl only, for now), `dcp`, `spec_method` (eagle3|mtp), `draft_tokens`,
+//! `acceptance_rate` or `acceptance_length`; anything else comes from the scenario flags.
 
 use super::output::{table_reference, write_profile};
 use crate::cost::profile::Factors;
 use crate::cost::CalibrationProfile;
 use crate::error::{Error, Result};
 use crate::files::InputKind;
-use crate::sim::{simulate_loaded, ScenarioRequest};
+use crate::sim::{simulate_loaded, Engine, ScenarioRequest, Timeline};
 use crate::spec::routing::Routing;
 use crate::spec::{Algo, Proto, Scenario};
+use crate::whatif::acceptance::Acceptance;
+use crate::whatif::draft::{Draft, Method};
 use nalgebra::{DMatrix, DVector};
 use statrs::distribution::{ContinuousCDF, StudentsT};
 use std::path::{Path, PathBuf};
 
-/// The factors a throughput curve can speak to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Factor {
-    MoeEfficiency,
-    CollectiveBw,
-    CollectiveLatency,
-    RoutingAlpha,
-    StepOverhead,
-    AttentionGrowth,
-    AttentionFixed,
-    MoeWeight,
-    MoeToken,
-    DenseGemm,
+/// How a factor is fitted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FactorKind {
+    /// A positive multiplier, fitted as its logarithm (symmetric in "×2" and "÷2").
+    Scale,
+    /// The routing concentration exponent (`power-law:ALPHA`).
+    Routing,
+    /// GPU idle per step, µs.
+    Overhead,
 }
 
-crate::names::enum_names!(Factor, "calibration factor",
-    Factor::MoeEfficiency => ["moe_efficiency", "moe"],
-    Factor::CollectiveBw => ["collective_bw_scale", "bw"],
-    Factor::CollectiveLatency => ["collective_latency_scale", "latency"],
-    Factor::RoutingAlpha => ["routing_alpha", "routing"],
-    Factor::StepOverhead => ["step_overhead_us", "overhead"],
-    Factor::AttentionGrowth => ["attention_growth_scale", "attention_growth"],
-    Factor::AttentionFixed => ["attention_fixed_scale", "attention_fixed"],
-    Factor::MoeWeight => ["moe_weight_scale", "moe_weight"],
-    Factor::MoeToken => ["moe_token_scale", "moe_token"],
-    Factor::DenseGemm => ["dense_gemm_scale", "dense_gemm"]);
+/// One fittable member of [`Factors`]: its name, an alias, and how to read and write it.
+pub struct FactorSpec {
+    pub name: &'static str,
+    pub alias: &'static str,
+    pub kind: FactorKind,
+    get: fn(&Factors) -> Option<f64>,
+    set: fn(&mut Factors, f64),
+}
 
-pub const ALL_FACTORS: [Factor; 5] = [
-    Factor::MoeEfficiency,
-    Factor::CollectiveBw,
-    Factor::CollectiveLatency,
-    Factor::RoutingAlpha,
-    Factor::StepOverhead,
+const fn scale(
+    name: &'static str,
+    alias: &'static str,
+    get: fn(&Factors) -> Option<f64>,
+    set: fn(&mut Factors, f64),
+) -> FactorSpec {
+    FactorSpec {
+        name,
+        alias,
+        kind: FactorKind::Scale,
+        get,
+        set,
+    }
+}
+
+/// `scale_factor!(field, "alias")`: a scale member of [`Factors`] as a fittable factor.
+macro_rules! scale_factor {
+    ($field:ident, $alias:literal) => {
+        scale(
+            stringify!($field),
+            $alias,
+            |f| Some(f.$field),
+            |f, v| f.$field = v,
+        )
+    };
+}
+
+/// Every factor a throughput fit can speak to, in order of preference when two are equally
+/// sensitive. A new scale factor of [`Factors`] joins with one line here.
+pub static FACTORS: &[FactorSpec] = &[
+    scale_factor!(moe_efficiency, "moe"),
+    scale_factor!(collective_bw_scale, "bw"),
+    scale_factor!(collective_latency_scale, "latency"),
+    FactorSpec {
+        name: "routing_alpha",
+        alias: "routing",
+        kind: FactorKind::Routing,
+        get: |f| f.routing_alpha,
+        set: |f, v| f.routing_alpha = Some(v),
+    },
+    FactorSpec {
+        name: "step_overhead_us",
+        alias: "overhead",
+        kind: FactorKind::Overhead,
+        get: |f| Some(f.step_overhead_us),
+        set: |f, v| f.step_overhead_us = v,
+    },
+    // The curve factors (cost::profile::Factors): attention's growth with the KV length and its
+    // fixed cost, the routed experts' weight read and per-token work, the dense GEMMs.
+    scale_factor!(attention_growth_scale, "attention_growth"),
+    scale_factor!(attention_fixed_scale, "attention_fixed"),
+    scale_factor!(moe_weight_scale, "moe_weight"),
+    scale_factor!(moe_token_scale, "moe_token"),
+    scale_factor!(dense_gemm_scale, "dense_gemm"),
 ];
 
-/// The factors that bend the batch and context curves (`cost::profile::Factors`), fitted when
-/// named with `--factors`.
-pub const CURVE_FACTORS: [Factor; 5] = [
-    Factor::AttentionGrowth,
-    Factor::AttentionFixed,
-    Factor::MoeWeight,
-    Factor::MoeToken,
-    Factor::DenseGemm,
-];
+/// A factor: an index into [`FACTORS`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Factor(usize);
+
+#[allow(non_upper_case_globals)] // named like the enum variants they replace
+impl Factor {
+    pub const MoeEfficiency: Factor = Factor(0);
+    pub const CollectiveBw: Factor = Factor(1);
+    pub const CollectiveLatency: Factor = Factor(2);
+    pub const RoutingAlpha: Factor = Factor(3);
+    pub const StepOverhead: Factor = Factor(4);
+}
+
+/// Every factor of [`FACTORS`], in order.
+pub static ALL_FACTORS: std::sync::LazyLock<Vec<Factor>> =
+    std::sync::LazyLock::new(|| (0..FACTORS.len()).map(Factor).collect());
+
+impl std::str::FromStr for Factor {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        let l = s.trim();
+        FACTORS
+            .iter()
+            .position(|f| f.name.eq_ignore_ascii_case(l) || f.alias.eq_ignore_ascii_case(l))
+            .map(Factor)
+            .ok_or_else(|| Error::Unknown {
+                kind: "calibration factor",
+                name: crate::units::echo(s),
+                choices: FACTORS.iter().map(|f| f.name.to_string()).collect(),
+            })
+    }
+}
+
+impl std::fmt::Display for Factor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
 
 impl Factor {
-    /// Scale factors are fitted as their logarithm (positive, symmetric in "×2" and "÷2").
-    fn is_log(self) -> bool {
-        !matches!(self, Factor::RoutingAlpha | Factor::StepOverhead)
+    fn spec(self) -> &'static FactorSpec {
+        &FACTORS[self.0]
     }
-    /// A typical change of the fitted parameter, for finite differences and for judging
-    /// whether the points depend on it at all.
+    pub fn name(self) -> &'static str {
+        self.spec().name
+    }
+    pub fn kind(self) -> FactorKind {
+        self.spec().kind
+    }
+    /// Scale factors are fitted as their logarithm.
+    fn is_log(self) -> bool {
+        self.kind() == FactorKind::Scale
+    }
+    /// A typical change of the fitted parameter, for judging whether the points depend on it
+    /// and for the sensitivity the report prints.
     fn unit(self) -> f64 {
-        match self {
-            Factor::StepOverhead => 1000.0,
-            Factor::RoutingAlpha => 0.5,
-            _ => 0.5,
+        match self.kind() {
+            FactorKind::Overhead => 1000.0,
+            FactorKind::Routing | FactorKind::Scale => 0.5,
+        }
+    }
+    /// The typical change in words.
+    fn unit_text(self) -> &'static str {
+        match self.kind() {
+            FactorKind::Overhead => "+1 ms",
+            FactorKind::Routing => "+0.5",
+            FactorKind::Scale => "x1.65",
         }
     }
     fn step(self) -> f64 {
-        match self {
-            Factor::StepOverhead => 50.0,
-            Factor::RoutingAlpha => 0.15,
-            _ => 0.02,
+        match self.kind() {
+            FactorKind::Overhead => 50.0,
+            FactorKind::Routing => 0.15,
+            FactorKind::Scale => 0.02,
         }
     }
     /// Bounds of the fitted parameter (log for scales).
     fn bounds(self) -> (f64, f64) {
-        match self {
-            Factor::StepOverhead => (0.0, 1e6),
-            Factor::RoutingAlpha => (0.0, crate::spec::routing::MAX_ALPHA),
-            _ => (0.01f64.ln(), 100f64.ln()),
+        match self.kind() {
+            FactorKind::Overhead => (0.0, 1e6),
+            FactorKind::Routing => (0.0, crate::spec::routing::MAX_ALPHA),
+            FactorKind::Scale => (0.01f64.ln(), 100f64.ln()),
         }
     }
+    /// The fitted parameter's value in `f` (`alpha`: the routing exponent when `f` has none).
     fn get(self, f: &Factors, alpha: f64) -> f64 {
-        match self {
-            Factor::MoeEfficiency => f.moe_efficiency.ln(),
-            Factor::CollectiveBw => f.collective_bw_scale.ln(),
-            Factor::CollectiveLatency => f.collective_latency_scale.ln(),
-            Factor::RoutingAlpha => alpha,
-            Factor::StepOverhead => f.step_overhead_us,
-            Factor::AttentionGrowth => f.attention_growth_scale.ln(),
-            Factor::AttentionFixed => f.attention_fixed_scale.ln(),
-            Factor::MoeWeight => f.moe_weight_scale.ln(),
-            Factor::MoeToken => f.moe_token_scale.ln(),
-            Factor::DenseGemm => f.dense_gemm_scale.ln(),
+        let v = (self.spec().get)(f);
+        match self.kind() {
+            FactorKind::Scale => v.unwrap_or(1.0).ln(),
+            FactorKind::Routing => v.unwrap_or(alpha),
+            FactorKind::Overhead => v.unwrap_or(0.0),
         }
     }
     fn set(self, f: &mut Factors, v: f64) {
-        match self {
-            Factor::MoeEfficiency => f.moe_efficiency = v.exp(),
-            Factor::CollectiveBw => f.collective_bw_scale = v.exp(),
-            Factor::CollectiveLatency => f.collective_latency_scale = v.exp(),
-            Factor::RoutingAlpha => f.routing_alpha = Some(v),
-            Factor::StepOverhead => f.step_overhead_us = v,
-            Factor::AttentionGrowth => f.attention_growth_scale = v.exp(),
-            Factor::AttentionFixed => f.attention_fixed_scale = v.exp(),
-            Factor::MoeWeight => f.moe_weight_scale = v.exp(),
-            Factor::MoeToken => f.moe_token_scale = v.exp(),
-            Factor::DenseGemm => f.dense_gemm_scale = v.exp(),
-        }
+        (self.spec().set)(f, if self.is_log() { v.exp() } else { v })
+    }
+    /// Half-width of a 95% interval (fitted parameter units) that says nothing: a factor of
+    /// 10 for scales, half the exponent range, ±10 ms of overhead.
+    fn too_wide(self, half: f64) -> bool {
+        !half.is_finite()
+            || match self.kind() {
+                FactorKind::Routing => half > crate::spec::routing::MAX_ALPHA / 2.0,
+                FactorKind::Overhead => half > 1e4,
+                FactorKind::Scale => half > 10f64.ln() / 2.0,
+            }
     }
 }
 
-/// One measured benchmark point.
+/// How a point's acceptance was measured (vLLM's terms, facts.md §5).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum MeasuredAcceptance {
+    /// Draft acceptance rate: accepted / drafted tokens.
+    Rate(f64),
+    /// Mean acceptance length: 1 + accepted / drafts (bonus token included).
+    Length(f64),
+}
+
+/// Speculative decoding as a point ran it.
 #[derive(Debug, Clone, PartialEq)]
+pub struct SpecPoint {
+    pub method: Method,
+    pub draft_tokens: u32,
+    pub acceptance: MeasuredAcceptance,
+}
+
+impl SpecPoint {
+    /// vLLM's acceptance rate (a mean length L at k draft tokens is a rate (L − 1) / k).
+    pub fn acceptance(&self) -> std::result::Result<Acceptance, String> {
+        let k = self.draft_tokens as f64;
+        let r = match self.acceptance {
+            MeasuredAcceptance::Rate(r) => r,
+            MeasuredAcceptance::Length(l) => {
+                if !(l.is_finite() && (1.0..=k + 1.0).contains(&l)) {
+                    return Err(format!(
+                        "mean acceptance length {l} is impossible at {} draft tokens: expected 1..={} (1 + accepted / drafts)",
+                        self.draft_tokens,
+                        self.draft_tokens + 1
+                    ));
+                }
+                (l - 1.0) / k
+            }
+        };
+        Acceptance::rate(r).map_err(|e| e.to_string())
+    }
+}
+
+/// What the point's number is.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub enum Measured {
+    /// Output tokens/s over all sequences.
+    #[default]
+    TokensPerS,
+    /// Time per output token, ms (tokens/s = concurrency / TPOT).
+    TpotMs(f64),
+}
+
+/// One measured benchmark point.
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct Point {
-    /// Line in the CSV (header = 1).
+    /// The file it came from (empty: the request's `source`).
+    pub file: PathBuf,
+    /// Line in the file (CSV header = 1; a JSON object's first line).
     pub line: usize,
     pub concurrency: u32,
+    /// Mean KV length during decode, tokens.
     pub context: u64,
+    /// Measured output tokens/s (from TPOT when `measured` says so).
     pub tokens_per_s: f64,
+    pub measured: Measured,
     pub kv_bytes: Option<f64>,
     pub proto: Option<Proto>,
     pub algo: Option<Algo>,
     pub p2p: Option<bool>,
+    pub dcp: Option<u32>,
+    pub spec: Option<SpecPoint>,
 }
 
 impl Point {
@@ -144,6 +290,9 @@ impl Point {
             "c={} ctx={} {:.1} tok/s",
             self.concurrency, self.context, self.tokens_per_s
         );
+        if let Measured::TpotMs(t) = self.measured {
+            s += &format!(" (TPOT {t} ms)");
+        }
         if let Some(p) = self.proto {
             s += &format!(" proto={}", p.name());
         }
@@ -156,24 +305,82 @@ impl Point {
         if self.kv_bytes == Some(1.0) {
             s += " kv=fp8";
         }
+        if let Some(d) = self.dcp {
+            s += &format!(" dcp={d}");
+        }
+        if let Some(sp) = &self.spec {
+            s += &format!(
+                " spec={} k={} {}",
+                sp.method.name(),
+                sp.draft_tokens,
+                match sp.acceptance {
+                    MeasuredAcceptance::Rate(r) => format!("acceptance rate {r}"),
+                    MeasuredAcceptance::Length(l) => format!("acceptance length {l}"),
+                }
+            );
+        }
         s
     }
 
+    /// Where the point is: `file line N`.
+    pub fn origin(&self, fallback: &Path) -> String {
+        let f = if self.file.as_os_str().is_empty() {
+            fallback
+        } else {
+            &self.file
+        };
+        format!("{} line {}", crate::units::path(f), self.line)
+    }
+
     /// The same settings (everything but concurrency): the points of one curve.
-    fn curve(&self) -> (u64, Option<u64>, Option<Proto>, Option<Algo>, Option<bool>) {
-        (
+    fn curve(&self) -> String {
+        format!(
+            "{} {:?} {:?} {:?} {:?} {:?} {:?}",
             self.context,
             self.kv_bytes.map(|b| b as u64),
             self.proto,
             self.algo,
             self.p2p,
+            self.dcp.unwrap_or(1),
+            self.spec
         )
     }
+}
+
+/// Reads benchmark points from every file: `vllm bench serve --save-result` JSON (`.json`,
+/// `.jsonl`, or any file whose first character is `{`) or a throughput CSV. `tpot` takes the
+/// JSON files' median TPOT instead of their output throughput.
+pub fn read_inputs(
+    paths: &[PathBuf],
+    bench: &super::bench_serve::BenchOptions,
+) -> Result<Vec<Point>> {
+    let mut points = Vec::new();
+    for p in paths {
+        let text = crate::files::read_text(p, InputKind::MeasurementCsv)?;
+        let is_json = p
+            .extension()
+            .and_then(|e| e.to_str())
+            .is_some_and(|e| e.eq_ignore_ascii_case("json") || e.eq_ignore_ascii_case("jsonl"))
+            || text.trim_start().starts_with('{');
+        if is_json {
+            points.extend(super::bench_serve::parse_bench(&text, p, bench)?);
+        } else {
+            points.extend(parse_csv(&text, p)?);
+        }
+    }
+    check_points(&points)?;
+    Ok(points)
 }
 
 /// Reads and checks a throughput CSV.
 pub fn read_points(path: &Path) -> Result<Vec<Point>> {
     let text = crate::files::read_text(path, InputKind::MeasurementCsv)?;
+    let points = parse_csv(&text, path)?;
+    check_points(&points)?;
+    Ok(points)
+}
+
+fn parse_csv(text: &str, path: &Path) -> Result<Vec<Point>> {
     let mut rdr = csv::ReaderBuilder::new()
         .trim(csv::Trim::All)
         .comment(Some(b'#'))
@@ -183,32 +390,30 @@ pub fn read_points(path: &Path) -> Result<Vec<Point>> {
         .map_err(|e| Error::field(path, "header", format!("unreadable: {e}")))?
         .clone();
     let col = |name: &str| headers.iter().position(|h| h.eq_ignore_ascii_case(name));
-    let required = ["concurrency", "context", "tokens_per_s"];
-    let missing: Vec<&str> = required
+    let mut missing: Vec<&str> = ["concurrency", "context"]
         .iter()
         .copied()
         .filter(|c| col(c).is_none())
         .collect();
+    if col("tokens_per_s").is_none() && col("tpot_ms").is_none() {
+        missing.push("tokens_per_s (or tpot_ms)");
+    }
     if !missing.is_empty() {
         return Err(Error::field(
             path,
             "header",
             format!(
-                "missing column(s) {}; expected concurrency,context,tokens_per_s (optional kv_cache_dtype, nccl_proto, nccl_algo, p2p, allreduce); found '{}'",
+                "missing column(s) {}; expected concurrency,context,tokens_per_s or tpot_ms (optional kv_cache_dtype, nccl_proto, nccl_algo, p2p, allreduce, dcp, spec_method, draft_tokens, acceptance_rate, acceptance_length); found '{}'",
                 missing.join(", "),
                 crate::units::clip(&headers.iter().collect::<Vec<_>>().join(","), 40)
             ),
         ));
     }
-    let (ci, xi, ti) = (
-        col("concurrency").unwrap_or(0),
-        col("context").unwrap_or(0),
-        col("tokens_per_s").unwrap_or(0),
-    );
     let mut points = Vec::new();
     for (i, rec) in rdr.records().enumerate() {
-        let line = i + 2;
-        let rec = rec.map_err(|e| Error::field(path, format!("line {line}"), e.to_string()))?;
+        let rec = rec.map_err(|e| Error::field(path, format!("line {}", i + 2), e.to_string()))?;
+        // The record's own line (comments and blank lines skipped by the reader count).
+        let line = rec.position().map_or(i + 2, |p| p.line() as usize);
         let field = |name: &str| -> Option<String> {
             col(name)
                 .and_then(|c| rec.get(c))
@@ -222,35 +427,54 @@ pub fn read_points(path: &Path) -> Result<Vec<Point>> {
                 format!("found '{}', expected {allowed}", crate::units::clip(v, 40)),
             )
         };
-        let get = |c: usize| rec.get(c).unwrap_or("");
-        let concurrency: u32 = get(ci)
+        let raw = |name: &str| field(name).unwrap_or_default();
+        let concurrency: u32 = raw("concurrency")
             .parse()
             .ok()
             .filter(|&c| (1..=crate::spec::scenario::MAX_BATCH).contains(&c))
             .ok_or_else(|| {
                 fail(
                     "concurrency",
-                    get(ci),
+                    &raw("concurrency"),
                     &format!("a whole number 1..{}", crate::spec::scenario::MAX_BATCH),
                 )
             })?;
-        let context: u64 = get(xi)
+        let context: u64 = raw("context")
             .parse()
             .ok()
             .filter(|&c| c >= 1)
-            .ok_or_else(|| fail("context", get(xi), "a whole number of tokens, at least 1"))?;
-        let tokens_per_s: f64 = get(ti)
-            .parse()
-            .ok()
-            .filter(|t: &f64| t.is_finite() && *t > 0.0 && *t < 1e9)
-            .ok_or_else(|| fail("tokens_per_s", get(ti), "a positive rate below 1e9"))?;
-        let kv_bytes = match field("kv_cache_dtype").as_deref() {
-            None => None,
-            Some(v) if v.eq_ignore_ascii_case("bf16") || v.eq_ignore_ascii_case("auto") => {
-                Some(2.0)
+            .ok_or_else(|| {
+                fail(
+                    "context",
+                    &raw("context"),
+                    "a whole number of tokens, at least 1",
+                )
+            })?;
+        let rate = |name: &str, v: &str| {
+            v.parse::<f64>()
+                .ok()
+                .filter(|t| t.is_finite() && *t > 0.0 && *t < 1e9)
+                .ok_or_else(|| fail(name, v, "a positive number below 1e9"))
+        };
+        let (tokens_per_s, measured) = match (field("tokens_per_s"), field("tpot_ms")) {
+            (Some(t), _) => (rate("tokens_per_s", &t)?, Measured::TokensPerS),
+            (None, Some(t)) => {
+                let ms = rate("tpot_ms", &t)?;
+                (concurrency as f64 * 1e3 / ms, Measured::TpotMs(ms))
             }
-            Some(v) if v.to_ascii_lowercase().starts_with("fp8") => Some(1.0),
-            Some(v) => return Err(fail("kv_cache_dtype", v, "bf16 or fp8")),
+            (None, None) => {
+                return Err(fail(
+                    "tokens_per_s",
+                    "",
+                    "a positive rate (or a tpot_ms value)",
+                ))
+            }
+        };
+        let kv_bytes = match field("kv_cache_dtype") {
+            None => None,
+            Some(v) => {
+                Some(kv_dtype_bytes(&v).ok_or_else(|| fail("kv_cache_dtype", &v, "bf16 or fp8"))?)
+            }
         };
         let proto = match field("nccl_proto") {
             None => None,
@@ -281,29 +505,164 @@ pub fn read_points(path: &Path) -> Result<Vec<Point>> {
                 ));
             }
         }
+        let dcp = match field("dcp") {
+            None => None,
+            Some(v) => Some(
+                v.parse::<u32>()
+                    .ok()
+                    .filter(|d| (1..=1024).contains(d))
+                    .ok_or_else(|| {
+                        fail(
+                            "dcp",
+                            &v,
+                            "a whole number 1..1024 (the decode-context-parallel size)",
+                        )
+                    })?,
+            ),
+        };
+        let spec = spec_point(
+            field("spec_method"),
+            field("draft_tokens"),
+            field("acceptance_rate"),
+            field("acceptance_length"),
+        )
+        .map_err(|(name, v, allowed)| fail(name, &v, &allowed))?;
         points.push(Point {
+            file: path.to_path_buf(),
             line,
             concurrency,
             context,
             tokens_per_s,
+            measured,
             kv_bytes,
             proto,
             algo,
             p2p,
+            dcp,
+            spec,
         });
     }
     if points.is_empty() {
         return Err(Error::field(path, "rows", "no data rows"));
     }
-    check_curves(path, &points)?;
     Ok(points)
 }
 
-/// Refuses what no decode benchmark produces: the same point twice with different rates, total
-/// throughput collapsing as concurrency grows, or each sequence getting faster with more
-/// company. 25% of slack covers run-to-run noise and scheduler effects.
-fn check_curves(path: &Path, points: &[Point]) -> Result<()> {
+/// KV element size of a vLLM `--kv-cache-dtype` value.
+pub fn kv_dtype_bytes(v: &str) -> Option<f64> {
+    let l = v.trim().to_ascii_lowercase();
+    match l.as_str() {
+        "bf16" | "bfloat16" | "auto" | "fp16" | "float16" | "half" => Some(2.0),
+        _ if l.starts_with("fp8") => Some(1.0),
+        _ => None,
+    }
+}
+
+/// The speculative settings of a point from its four fields (all absent: none). On error:
+/// (field, value, what was expected).
+pub fn spec_point(
+    method: Option<String>,
+    k: Option<String>,
+    rate: Option<String>,
+    length: Option<String>,
+) -> std::result::Result<Option<SpecPoint>, (&'static str, String, String)> {
+    let Some(m) = method else {
+        for (name, v) in [
+            ("draft_tokens", &k),
+            ("acceptance_rate", &rate),
+            ("acceptance_length", &length),
+        ] {
+            if let Some(v) = v {
+                return Err((
+                    name,
+                    v.clone(),
+                    "no value without spec_method (eagle3 or mtp)".into(),
+                ));
+            }
+        }
+        return Ok(None);
+    };
+    if ["none", "off", "no", ""].contains(&m.to_ascii_lowercase().as_str()) {
+        return Ok(None);
+    }
+    let method: Method = m.parse().map_err(|_| {
+        (
+            "spec_method",
+            m.clone(),
+            "eagle3, mtp or draft-model".to_string(),
+        )
+    })?;
+    let kv = k.ok_or_else(|| {
+        (
+            "draft_tokens",
+            String::new(),
+            "the number of draft tokens (vLLM's num_speculative_tokens), 1..16".to_string(),
+        )
+    })?;
+    let draft_tokens = kv
+        .parse::<u32>()
+        .ok()
+        .filter(|k| (1..=16).contains(k))
+        .ok_or_else(|| {
+            (
+                "draft_tokens",
+                kv.clone(),
+                "a whole number 1..16".to_string(),
+            )
+        })?;
+    let num = |name: &'static str, v: &str| {
+        v.parse::<f64>()
+            .ok()
+            .filter(|x| x.is_finite())
+            .ok_or_else(|| (name, v.to_string(), "a number".to_string()))
+    };
+    let acceptance = match (rate, length) {
+        (Some(r), None) => MeasuredAcceptance::Rate(num("acceptance_rate", &r)?),
+        (None, Some(l)) => MeasuredAcceptance::Length(num("acceptance_length", &l)?),
+        (Some(r), Some(_)) => {
+            return Err(("acceptance_rate", r, "either acceptance_rate or acceptance_length, not both".into()))
+        }
+        (None, None) => {
+            return Err(("acceptance_rate", String::new(), "the measured acceptance: acceptance_rate (accepted / drafted tokens) or acceptance_length (1 + accepted / drafts)".into()))
+        }
+    };
+    let sp = SpecPoint {
+        method,
+        draft_tokens,
+        acceptance,
+    };
+    if let Err(why) = sp.acceptance() {
+        let (name, v) = match acceptance {
+            MeasuredAcceptance::Rate(r) => ("acceptance_rate", r.to_string()),
+            MeasuredAcceptance::Length(l) => ("acceptance_length", l.to_string()),
+        };
+        return Err((name, v, why));
+    }
+    Ok(Some(sp))
+}
+
+/// Refuses what no set of decode benchmarks produces: the same point twice with different
+/// rates (more than 25% apart: beyond run-to-run noise and scheduler effects), the very same
+/// measurement repeated (it would count as independent evidence and make the interval falsely
+/// narrow, down to zero width), total throughput collapsing as concurrency grows, or each
+/// sequence getting faster with more company.
+fn check_points(points: &[Point]) -> Result<()> {
     const SLACK: f64 = 1.25;
+    let pair_err = |a: &Point, b: &Point, why: String| {
+        if a.file == b.file {
+            Error::field(
+                &a.file,
+                format!("lines {} and {}", a.line.min(b.line), a.line.max(b.line)),
+                why,
+            )
+        } else {
+            Error::Other(format!(
+                "{} and {}: {why}",
+                a.origin(Path::new("")),
+                b.origin(Path::new(""))
+            ))
+        }
+    };
     for (i, a) in points.iter().enumerate() {
         for b in &points[i + 1..] {
             if a.curve() != b.curve() {
@@ -316,19 +675,26 @@ fn check_curves(path: &Path, points: &[Point]) -> Result<()> {
             };
             let why = if lo.concurrency == hi.concurrency {
                 let r = hi.tokens_per_s / lo.tokens_per_s;
-                (r > SLACK || r < 1.0 / SLACK).then(|| {
-                    "the same settings measured twice with rates more than 25% apart".to_string()
-                })
+                if r == 1.0 {
+                    Some("the same measurement repeated (same settings, same rate): a copy adds no information and would shrink the confidence interval to nothing; keep one".to_string())
+                } else if r > SLACK || r < 1.0 / SLACK {
+                    Some(format!(
+                        "contradictory: the same settings measured twice with rates {:.1} and {:.1} tok/s, more than 25% apart",
+                        lo.tokens_per_s, hi.tokens_per_s
+                    ))
+                } else {
+                    None
+                }
             } else if hi.tokens_per_s * SLACK < lo.tokens_per_s {
                 Some(format!(
-                    "total tokens/s falls from {:.1} to {:.1} as concurrency grows from {} to {} (a decode step with more sequences is never that much slower per step's work)",
+                    "not a decode throughput curve: total tokens/s falls from {:.1} to {:.1} as concurrency grows from {} to {} (a decode step with more sequences is never that much slower per step's work)",
                     lo.tokens_per_s, hi.tokens_per_s, lo.concurrency, hi.concurrency
                 ))
             } else if hi.tokens_per_s / hi.concurrency as f64
                 > SLACK * lo.tokens_per_s / lo.concurrency as f64
             {
                 Some(format!(
-                    "tokens/s per sequence rises from {:.2} to {:.2} as concurrency grows from {} to {} (sequences sharing a step cannot each run faster)",
+                    "not a decode throughput curve: tokens/s per sequence rises from {:.2} to {:.2} as concurrency grows from {} to {} (sequences sharing a step cannot each run faster)",
                     lo.tokens_per_s / lo.concurrency as f64,
                     hi.tokens_per_s / hi.concurrency as f64,
                     lo.concurrency,
@@ -338,11 +704,7 @@ fn check_curves(path: &Path, points: &[Point]) -> Result<()> {
                 None
             };
             if let Some(why) = why {
-                return Err(Error::field(
-                    path,
-                    format!("lines {} and {}", lo.line, hi.line),
-                    format!("not a decode throughput curve: {why}"),
-                ));
+                return Err(pair_err(lo, hi, why));
             }
         }
     }
@@ -356,8 +718,10 @@ pub struct ThroughputRequest {
     /// points).
     pub base: ScenarioRequest,
     pub points: Vec<Point>,
+    /// The input named in messages for points that carry no file of their own.
     pub source: PathBuf,
-    /// Factors to try (refused ones are reported, not fitted).
+    /// Factors to fit (`--factors`; refused ones are reported, not fitted). Empty: choose among
+    /// every factor the ones these points identify, at most points − 1.
     pub factors: Vec<Factor>,
     pub out: PathBuf,
     pub name: Option<String>,
@@ -379,6 +743,22 @@ pub struct Residual {
     pub rel_err: f64,
 }
 
+/// One row of the "what was chosen and why" table.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FactorChoice {
+    pub factor: Factor,
+    /// RMS relative change of the predicted tokens/s over the points for a typical change of
+    /// the factor (×1.65 for a scale, +0.5 routing exponent, +1 ms overhead), where the fit
+    /// starts.
+    pub sensitivity: f64,
+    /// What remains of that once the factors chosen before it are fitted (same units).
+    pub independent: f64,
+    /// True when it was chosen to fit (it may still be refused after the fit for its interval).
+    pub chosen: bool,
+    /// "chosen: ..." or why not.
+    pub why: String,
+}
+
 #[derive(Debug, Clone)]
 pub struct ThroughputFit {
     pub profile: CalibrationProfile,
@@ -386,6 +766,8 @@ pub struct ThroughputFit {
     pub fitted: Vec<FittedFactor>,
     /// Factors not fitted, each with why.
     pub refused: Vec<(Factor, String)>,
+    /// Every candidate factor with its sensitivity and why it was or was not chosen.
+    pub choices: Vec<FactorChoice>,
     pub before: Vec<Residual>,
     pub residuals: Vec<Residual>,
     pub iterations: usize,
@@ -398,9 +780,16 @@ impl ThroughputFit {
     }
 }
 
+/// A point ready to price: its scenario and, for a speculative point, the drafter, k and the
+/// acceptance.
+struct Priced {
+    scenario: Scenario,
+    spec: Option<(Draft, u32, Acceptance)>,
+}
+
 /// The loaded scenarios of the points, priced under trial factors.
 struct Model {
-    scenarios: Vec<Scenario>,
+    points: Vec<Priced>,
     profile: CalibrationProfile,
     /// The user passed --routing: the routing factor cannot apply.
     routing_fixed: bool,
@@ -409,7 +798,7 @@ struct Model {
 
 impl Model {
     fn new(req: &ThroughputRequest) -> Result<Self> {
-        let mut scenarios = Vec::new();
+        let mut points = Vec::new();
         let mut profile = None;
         for p in &req.points {
             let mut r = req.base.clone();
@@ -427,23 +816,43 @@ impl Model {
             if let Some(x) = p.p2p {
                 r.p2p = x;
             }
-            let (s, prof) = r.load().map_err(|e| {
+            if let Some(x) = p.dcp {
+                r.comm.dcp = Some(x);
+            }
+            let invalid = |e: Error| {
                 Error::Other(format!(
-                    "{} line {}: the scenario of this point is invalid: {e}",
-                    crate::units::path(&req.source),
-                    p.line
+                    "{}: the scenario of this point is invalid: {e}",
+                    p.origin(&req.source)
                 ))
-            })?;
-            scenarios.push(s);
+            };
+            let (s, prof) = r.load().map_err(invalid)?;
+            let spec = match &p.spec {
+                None => None,
+                Some(sp) => {
+                    let draft = Draft::load(sp.method, None, &s.model).map_err(invalid)?;
+                    draft.check_k(sp.draft_tokens).map_err(invalid)?;
+                    draft.scenario(&s).map_err(invalid)?;
+                    let acc = sp.acceptance().map_err(|e| invalid(Error::Other(e)))?;
+                    if prof.spec_decode.is_none() {
+                        return Err(invalid(Error::field(
+                            &prof.path,
+                            "spec_decode",
+                            "missing: a speculative-decoding point needs the profile's [spec_decode] exposed_host_us and pass_gap_us",
+                        )));
+                    }
+                    Some((draft, sp.draft_tokens, acc))
+                }
+            };
+            points.push(Priced { scenario: s, spec });
             profile = Some(prof);
         }
         let profile = profile.ok_or_else(|| Error::Other("no points".into()))?;
-        let start_alpha = match &scenarios[0].routing {
+        let start_alpha = match &points[0].scenario.routing {
             Routing::PowerLaw { alpha } => *alpha,
             _ => 0.0,
         };
         Ok(Model {
-            scenarios,
+            points,
             routing_fixed: req.base.routing.is_some(),
             start_alpha,
             profile,
@@ -462,13 +871,32 @@ impl Model {
     fn predict(&self, f: &Factors) -> Result<Vec<f64>> {
         let mut profile = self.profile.clone();
         profile.factors = f.clone();
-        let mut out = Vec::with_capacity(self.scenarios.len());
-        for s in &self.scenarios {
-            let mut s = s.clone();
+        let mut out = Vec::with_capacity(self.points.len());
+        let mut engine = Engine::new();
+        let mut tl = Timeline::default();
+        for p in &self.points {
+            let mut s = p.scenario.clone();
             if let (Some(a), false) = (f.routing_alpha, self.routing_fixed) {
                 s.routing = Routing::power_law(a)?;
             }
-            out.push(simulate_loaded(s, profile.clone())?.tokens_per_s());
+            let tps = match &p.spec {
+                None => simulate_loaded(s, profile.clone())?.tokens_per_s(),
+                Some((draft, k, acc)) => {
+                    // As `whatif spec-decode` prices it: draft + verify + host per step, the
+                    // mean acceptance length tokens per sequence per step.
+                    let c = crate::whatif::spec_decode::step_cost(
+                        &s,
+                        draft,
+                        &profile,
+                        *k,
+                        &mut engine,
+                        &mut tl,
+                    )?;
+                    let step = c.draft_us + c.verify_us + c.host_us;
+                    s.batch as f64 * acc.mean_acceptance_length(*k) / step * 1e6
+                }
+            };
+            out.push(tps);
         }
         Ok(out)
     }
@@ -504,6 +932,135 @@ impl Model {
     }
 }
 
+/// Below this rms change of the predictions for a typical change of the factor (0.1%), no
+/// point depends on it.
+const MIN_SENSITIVITY: f64 = 1e-3;
+/// A factor whose effect, once the chosen ones are fitted, keeps less than this share of its
+/// own size is collinear with them (|cosine| above 0.995: a variance inflation of 100).
+const MIN_INDEPENDENT_SHARE: f64 = 0.1;
+/// ... or less than this share of the strongest factor's effect: too weak to pin down beside it.
+const MIN_SHARE_OF_FIRST: f64 = 0.01;
+
+/// Greedy pivoted QR on the Jacobian's columns (each scaled to a typical change of its
+/// factor): take the most sensitive column, orthogonalise the others against it, take the
+/// largest remainder, and so on, while what remains is independent enough and at most `max`
+/// factors. Returns every candidate's row; `chosen` rows in the order picked.
+fn choose(which: &[Factor], j: &DMatrix<f64>, max: usize) -> Vec<FactorChoice> {
+    let n = j.nrows();
+    let rms = |v: &DVector<f64>| v.norm() / (n as f64).sqrt();
+    let scaled: Vec<DVector<f64>> = which
+        .iter()
+        .enumerate()
+        .map(|(c, k)| j.column(c).into_owned() * k.unit())
+        .collect();
+    let sens: Vec<f64> = scaled.iter().map(rms).collect();
+    let mut rows: Vec<FactorChoice> = which
+        .iter()
+        .zip(&sens)
+        .map(|(k, s)| FactorChoice {
+            factor: *k,
+            sensitivity: *s,
+            independent: *s,
+            chosen: false,
+            why: String::new(),
+        })
+        .collect();
+    let mut rest: Vec<DVector<f64>> = scaled.clone();
+    let mut picked: Vec<usize> = Vec::new();
+    let mut first = 0.0;
+    for (c, r) in rows.iter_mut().enumerate() {
+        if sens[c] < MIN_SENSITIVITY {
+            r.why = format!(
+                "not identifiable: no point depends on it ({} moves the predictions by {:.3}% rms)",
+                which[c].unit_text(),
+                100.0 * sens[c]
+            );
+        }
+    }
+    loop {
+        let open: Vec<usize> = (0..which.len())
+            .filter(|&c| rows[c].why.is_empty())
+            .collect();
+        // The largest remainder; ties go to the factor listed first.
+        let Some(&best) = open
+            .iter()
+            .max_by(|&&a, &&b| rms(&rest[a]).total_cmp(&rms(&rest[b])).then(b.cmp(&a)))
+        else {
+            break;
+        };
+        let left = rms(&rest[best]);
+        if picked.is_empty() {
+            first = left;
+        }
+        // The chosen factor this one looks most like (largest |cosine| of the scaled columns).
+        let twin = |c: usize| {
+            picked
+                .iter()
+                .map(|&p| {
+                    let cos = scaled[c].dot(&scaled[p]) / (scaled[c].norm() * scaled[p].norm());
+                    (p, cos.abs())
+                })
+                .max_by(|a, b| a.1.total_cmp(&b.1))
+        };
+        if !picked.is_empty()
+            && (left < MIN_INDEPENDENT_SHARE * sens[best] || left < MIN_SHARE_OF_FIRST * first)
+        {
+            // Nothing left is independent enough: say so for every open factor.
+            for &c in &open {
+                let l = rms(&rest[c]);
+                rows[c].independent = l;
+                rows[c].why = match twin(c) {
+                    Some((p, cos)) if l < MIN_INDEPENDENT_SHARE * sens[c] => format!(
+                        "not identifiable: collinear with {} (|cosine| {cos:.4}; only {:.1}% of its effect is its own)",
+                        which[p],
+                        100.0 * l / sens[c]
+                    ),
+                    _ => format!(
+                        "not identifiable: once {} {} fitted, what is left of its effect ({:.3}% rms) is below 1% of the strongest factor's",
+                        picked.iter().map(|&p| which[p].name()).collect::<Vec<_>>().join(", "),
+                        if picked.len() == 1 { "is" } else { "are" },
+                        100.0 * l
+                    ),
+                };
+            }
+            break;
+        }
+        if picked.len() >= max {
+            for &c in &open {
+                rows[c].independent = rms(&rest[c]);
+                rows[c].why = format!(
+                    "not fitted: {n} point(s) identify at most {max} factor(s) with an interval; ranked below {} (give more points, or name the factors with --factors)",
+                    picked.iter().map(|&p| which[p].name()).collect::<Vec<_>>().join(", ")
+                );
+            }
+            break;
+        }
+        rows[best].independent = left;
+        rows[best].chosen = true;
+        rows[best].why = if picked.is_empty() {
+            "chosen: the most sensitive".to_string()
+        } else {
+            format!(
+                "chosen: {:.0}% of its effect is independent of {}",
+                100.0 * left / sens[best],
+                picked
+                    .iter()
+                    .map(|&p| which[p].name())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        };
+        let q = &rest[best] / rest[best].norm();
+        picked.push(best);
+        for r in rest.iter_mut() {
+            let d = r.dot(&q);
+            *r -= &q * d;
+        }
+    }
+    let mut out: Vec<FactorChoice> = picked.iter().map(|&c| rows[c].clone()).collect();
+    out.extend(rows.into_iter().filter(|r| !r.chosen));
+    out
+}
 /// Drops the factors the points do not depend on, then, while the columns are nearly
 /// collinear, the one most explained by the others (largest variance inflation).
 fn identifiable(which: &mut Vec<Factor>, j: &DMatrix<f64>, refused: &mut Vec<(Factor, String)>) {
@@ -688,24 +1245,55 @@ fn residual_rows(points: &[Point], pred: &[f64]) -> Vec<Residual> {
         .collect()
 }
 
+/// The inputs named in messages and provenance: the points' files, else the request's source.
+fn sources_text(req: &ThroughputRequest) -> String {
+    let mut files: Vec<&Path> = Vec::new();
+    for p in &req.points {
+        let f: &Path = if p.file.as_os_str().is_empty() {
+            &req.source
+        } else {
+            &p.file
+        };
+        if !files.contains(&f) {
+            files.push(f);
+        }
+    }
+    if files.is_empty() {
+        files.push(&req.source);
+    }
+    files
+        .iter()
+        .map(|f| crate::units::path(f))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 /// Fits the factors and writes the profile.
 pub fn fit_throughput(req: &ThroughputRequest) -> Result<ThroughputFit> {
     let n = req.points.len();
+    let auto = req.factors.is_empty();
     let mut which: Vec<Factor> = Vec::new();
-    for f in &req.factors {
+    for f in if auto {
+        &ALL_FACTORS[..]
+    } else {
+        &req.factors[..]
+    } {
         if !which.contains(f) {
             which.push(*f);
         }
     }
-    if which.is_empty() {
-        return Err(Error::Other("--factors: no factor to fit".into()));
+    let src = sources_text(req);
+    if auto && n < 2 {
+        return Err(Error::Other(format!(
+            "{src}: {n} point(s) cannot fit any factor with a confidence interval: give at least 2 points (a concurrency or context sweep)"
+        )));
     }
-    if n < which.len() + 1 {
+    if !auto && n < which.len() + 1 {
         return Err(Error::field(
             &req.source,
             "rows",
             format!(
-                "{n} point(s) cannot fit {} factor(s) ({}) with a confidence interval: give at least {} points, or fewer factors with --factors",
+                "{n} point(s) cannot fit {} factor(s) ({}) with a confidence interval: give at least {} points, or fewer factors with --factors (or leave --factors out to let the fit choose)",
                 which.len(),
                 which.iter().map(|f| f.name()).collect::<Vec<_>>().join(", "),
                 which.len() + 1
@@ -744,7 +1332,44 @@ pub fn fit_throughput(req: &ThroughputRequest) -> Result<ThroughputFit> {
     let r0 = model.residuals(&which, &theta0, &meas)?;
     let j0 = model.jacobian(&which, &theta0, &r0, &meas)?;
     let all = which.clone();
-    identifiable(&mut which, &j0, &mut refused);
+    let fixed_refusals = refused.clone();
+    let mut choices = choose(&which, &j0, if auto { n - 1 } else { which.len() });
+    // Auto: factors refused after a fit for their interval, with the row that says why.
+    let mut dropped: Vec<FactorChoice> = Vec::new();
+    if auto {
+        which = choices
+            .iter()
+            .filter(|c| c.chosen)
+            .map(|c| c.factor)
+            .collect();
+        refused.extend(
+            choices
+                .iter()
+                .filter(|c| !c.chosen)
+                .map(|c| (c.factor, c.why.clone())),
+        );
+    } else {
+        identifiable(&mut which, &j0, &mut refused);
+        for c in choices.iter_mut() {
+            c.chosen = which.contains(&c.factor);
+            c.why = match refused.iter().find(|(f, _)| *f == c.factor) {
+                Some((_, why)) => why.clone(),
+                None => "chosen: named by --factors".to_string(),
+            };
+        }
+    }
+    if let Some((f, why)) = refused
+        .iter()
+        .find(|(f, _)| *f == Factor::RoutingAlpha && model.routing_fixed)
+    {
+        choices.push(FactorChoice {
+            factor: *f,
+            sensitivity: 0.0,
+            independent: 0.0,
+            chosen: false,
+            why: why.clone(),
+        });
+    }
     let mut keep_theta: Vec<f64> = which
         .iter()
         .map(|k| theta0[all.iter().position(|a| a == k).unwrap_or(0)])
@@ -755,8 +1380,7 @@ pub fn fit_throughput(req: &ThroughputRequest) -> Result<ThroughputFit> {
     loop {
         if which.is_empty() {
             return Err(Error::Other(format!(
-                "calibration refused: no factor can be identified from {n} point(s) of {}:\n  {}",
-                crate::units::path(&req.source),
+                "calibration refused: no factor can be identified from {n} point(s) of {src}:\n  {}",
                 refused
                     .iter()
                     .map(|(f, why)| format!("{}: {why}", f.name()))
@@ -790,12 +1414,13 @@ pub fn fit_throughput(req: &ThroughputRequest) -> Result<ThroughputFit> {
             };
             // An interval spanning a factor of 10 (scales), the whole exponent range, or
             // more than ±10 ms of overhead says the points do not pin the factor down.
-            let too_wide = !half.is_finite()
-                || match k {
-                    Factor::RoutingAlpha => half > crate::spec::routing::MAX_ALPHA / 2.0,
-                    Factor::StepOverhead => half > 1e4,
-                    _ => half > 10f64.ln() / 2.0,
-                };
+            let too_wide = k.too_wide(half);
+            if half.is_finite() && half <= 1e-12 * v.abs().max(1.0) {
+                return Err(Error::Other(format!(
+                    "calibration refused: {} = {value:.4} with a zero-width 95% interval: the {n} point(s) of {src} are fitted exactly ({n} point(s) for {p} factor(s) leave no scatter to measure), so the interval would claim a certainty the data does not have; add a distinct point (another concurrency or context), or repeat a measurement with its own run-to-run scatter",
+                    k.name()
+                )));
+            }
             if too_wide && wide.is_none() {
                 wide = Some((
                     c,
@@ -812,7 +1437,50 @@ pub fn fit_throughput(req: &ThroughputRequest) -> Result<ThroughputFit> {
             });
         }
         match wide {
+            Some((c, why)) if auto => {
+                // Choose again without it: another factor may take its place.
+                if let Some(row) = choices.iter().find(|r| r.factor == which[c]) {
+                    dropped.push(FactorChoice {
+                        chosen: false,
+                        why: why.clone(),
+                        ..row.clone()
+                    });
+                }
+                let cand: Vec<usize> = (0..all.len())
+                    .filter(|&i| !dropped.iter().any(|d| d.factor == all[i]))
+                    .collect();
+                let names: Vec<Factor> = cand.iter().map(|&i| all[i]).collect();
+                choices = choose(&names, &j0.select_columns(cand.iter()), n - 1);
+                choices.extend(dropped.iter().cloned());
+                for (f, why) in &fixed_refusals {
+                    choices.push(FactorChoice {
+                        factor: *f,
+                        sensitivity: 0.0,
+                        independent: 0.0,
+                        chosen: false,
+                        why: why.clone(),
+                    });
+                }
+                refused = choices
+                    .iter()
+                    .filter(|c| !c.chosen)
+                    .map(|c| (c.factor, c.why.clone()))
+                    .collect();
+                which = choices
+                    .iter()
+                    .filter(|c| c.chosen)
+                    .map(|c| c.factor)
+                    .collect();
+                keep_theta = which
+                    .iter()
+                    .map(|k| theta0[all.iter().position(|a| a == k).unwrap_or(0)])
+                    .collect();
+            }
             Some((c, why)) => {
+                if let Some(row) = choices.iter_mut().find(|r| r.factor == which[c]) {
+                    row.chosen = false;
+                    row.why = why.clone();
+                }
                 refused.push((which[c], why));
                 which.remove(c);
                 keep_theta = theta
@@ -849,6 +1517,7 @@ pub fn fit_throughput(req: &ThroughputRequest) -> Result<ThroughputFit> {
         base: model.profile.profile.name.clone(),
         fitted,
         refused,
+        choices,
         before,
         residuals,
         iterations,
@@ -864,11 +1533,11 @@ fn write_fitted(
     refused: &[(Factor, String)],
     residuals: &[Residual],
 ) -> Result<CalibrationProfile> {
-    let src = crate::units::path(&req.source);
+    let src = sources_text(req);
     let points: Vec<String> = req
         .points
         .iter()
-        .map(|p| format!("{} (line {})", p.label(), p.line))
+        .map(|p| format!("{} ({})", p.label(), p.origin(&req.source)))
         .collect();
     let fitted_text: Vec<String> = fitted
         .iter()

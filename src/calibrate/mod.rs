@@ -3,6 +3,7 @@
 //! anyway, which marks the profile).
 
 pub mod aiconfigurator;
+pub mod bench_serve;
 pub mod anchor;
 pub mod collectives;
 pub mod from_burst;
@@ -10,6 +11,7 @@ pub mod from_throughput;
 pub mod from_trace;
 pub mod kernels;
 pub mod launch;
+pub mod nccl_tests;
 pub mod output;
 pub mod regression;
 pub mod transfer;

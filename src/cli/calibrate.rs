@@ -11,8 +11,8 @@ pub struct CalibrateArgs {
     #[arg(
         long,
         value_name = "DIR",
-        required_unless_present_any = ["from_trace", "from_aiconfigurator", "from_throughput", "from_burst"],
-        conflicts_with_all = ["from_trace", "from_aiconfigurator", "from_throughput", "from_burst"]
+        required_unless_present_any = ["from_trace", "from_aiconfigurator", "from_throughput", "from_burst", "from_nccl_tests"],
+        conflicts_with_all = ["from_trace", "from_aiconfigurator", "from_throughput", "from_burst", "from_nccl_tests"]
     )]
     pub measurements: Option<PathBuf>,
     /// Instead: a profile that prices from AIConfigurator's measured tables, converted by
@@ -68,18 +68,38 @@ pub struct CalibrateArgs {
     /// the fallback's entries for the paths the target has, plus the measured host path.
     #[arg(long, value_name = "GPU")]
     pub transfer_to: Option<String>,
-    /// Instead: fit end-to-end factors on top of the scenario's profile to benchmark points, a
-    /// CSV `concurrency,context,tokens_per_s` (optional kv_cache_dtype, nccl_proto, nccl_algo,
-    /// p2p, allreduce); the scenario flags give everything else.
-    #[arg(long, value_name = "FILE.csv", conflicts_with_all = ["from_trace", "from_burst"])]
-    pub from_throughput: Option<PathBuf>,
-    /// With --from-throughput: the factors to try (refused ones are named in the report).
+    /// Instead: fit end-to-end factors on top of the scenario's profile to benchmark points:
+    /// CSVs `concurrency,context,tokens_per_s|tpot_ms` (optional kv_cache_dtype, nccl_proto,
+    /// nccl_algo, p2p, allreduce, dcp, spec_method, draft_tokens, acceptance_rate|acceptance_length)
+    /// and/or `vllm bench serve --save-result` JSON files; the scenario flags give everything else.
+    #[arg(long, value_name = "FILE", num_args = 1.., conflicts_with_all = ["from_trace", "from_burst", "from_nccl_tests"])]
+    pub from_throughput: Vec<PathBuf>,
+    /// With --from-throughput: the factors to fit (refused ones are named in the report)
+    /// [default: the fit chooses the ones the points identify, at most points - 1].
+    #[arg(long, value_delimiter = ',')]
+    pub factors: Vec<crate::calibrate::from_throughput::Factor>,
+    /// With --from-throughput: the number of a `vllm bench serve` result that is the point's
+    /// measurement: output-throughput (tokens/s over the run, prefill included), median-tpot or
+    /// mean-tpot (tokens/s = concurrency / TPOT: decode only).
+    #[arg(long, default_value = "output-throughput")]
+    pub bench_metric: crate::calibrate::bench_serve::BenchMetric,
+    /// Instead: price NCCL collectives from nccl-tests output of this machine
+    /// (all_reduce_perf, all_gather_perf, ...): writes a tables/ folder beside --out and a profile
+    /// (--profile, else the scenario's) that prices from it.
+    #[arg(long, value_name = "FILE", num_args = 1.., conflicts_with_all = ["from_trace", "from_burst", "from_aiconfigurator"])]
+    pub from_nccl_tests: Vec<PathBuf>,
+    /// With --from-nccl-tests: the time column to price from (vLLM's NCCL all-reduce is
+    /// out-of-place).
     #[arg(
         long,
-        value_delimiter = ',',
-        default_value = "moe_efficiency,collective_bw_scale,collective_latency_scale,routing_alpha,step_overhead_us"
+        default_value = "out-of-place",
+        value_name = "out-of-place|in-place|min"
     )]
-    pub factors: Vec<crate::calibrate::from_throughput::Factor>,
+    pub nccl_tests_column: crate::calibrate::nccl_tests::Column,
+    /// With --from-nccl-tests: the base profile (name or path) [default: --calibration, else the
+    /// system's own].
+    #[arg(long, value_name = "BASE")]
+    pub profile: Option<String>,
     /// Instead: fit the collective latency/bandwidth scales of the scenario's profile to an
     /// allreduce burst: COUNT,BYTES,TOTAL_US (e.g. 122,14336,6810) or a CSV count,bytes,total_us.
     #[arg(
@@ -92,8 +112,11 @@ pub struct CalibrateArgs {
 
 pub fn run(a: CalibrateArgs) -> Result<()> {
     super::output::check_output_flag("--out", Some(&a.out))?;
-    if let Some(file) = &a.from_throughput {
-        return from_throughput(&a, file);
+    if !a.from_throughput.is_empty() {
+        return from_throughput(&a);
+    }
+    if !a.from_nccl_tests.is_empty() {
+        return from_nccl_tests(&a);
     }
     if let Some(spec) = &a.from_burst {
         return from_burst(&a, spec);
@@ -190,28 +213,51 @@ fn from_aiconfigurator(a: &CalibrateArgs, dir: &std::path::Path) -> Result<()> {
     print(&s)
 }
 
-fn from_throughput(a: &CalibrateArgs, file: &std::path::Path) -> Result<()> {
+fn from_throughput(a: &CalibrateArgs) -> Result<()> {
     use crate::calibrate::from_throughput::{
-        fit_throughput, read_points, ThroughputFit, ThroughputRequest,
+        fit_throughput, read_inputs, ThroughputFit, ThroughputRequest,
     };
-    let points = read_points(file)?;
+    let files = &a.from_throughput;
+    let points = read_inputs(
+        files,
+        &crate::calibrate::bench_serve::BenchOptions {
+            metric: a.bench_metric,
+        },
+    )?;
     let r = fit_throughput(&ThroughputRequest {
         base: a.scenario.request(),
         points,
-        source: file.to_path_buf(),
+        source: files[0].clone(),
         factors: a.factors.clone(),
         out: a.out.clone(),
         name: a.name.clone(),
     })?;
+    let names = files
+        .iter()
+        .map(|f| crate::units::path(f))
+        .collect::<Vec<_>>()
+        .join(" ");
     let mut s = format!(
-        "wrote {} (profile '{}' = '{}' + factors fitted to {} point(s) of {}, {} iteration(s))\n\nfactor                     value   95% interval\n",
+        "wrote {} (profile '{}' = '{}' + factors fitted to {} point(s) of {names}, {} iteration(s))\n\n",
         crate::units::path(&r.out),
         r.profile.profile.name,
         r.base,
         r.residuals.len(),
-        crate::units::path(file),
         r.iterations
     );
+    s.push_str(&format!(
+        "{:<26} {:>11}  {}\n",
+        "factor", "sensitivity", "choice"
+    ));
+    for c in &r.choices {
+        s.push_str(&format!(
+            "{:<26} {:>10.2}%  {}\n",
+            c.factor.name(),
+            100.0 * c.sensitivity,
+            c.why
+        ));
+    }
+    s.push_str("(sensitivity: rms change of the predicted tokens/s for x1.65 of a scale, +0.5 of routing_alpha, +1 ms of step_overhead_us)\n\nfactor                     value   95% interval\n");
     for f in &r.fitted {
         s.push_str(&format!(
             "{:<24} {:>8.4}   [{:.4}, {:.4}]\n",
@@ -222,17 +268,34 @@ fn from_throughput(a: &CalibrateArgs, file: &std::path::Path) -> Result<()> {
         ));
     }
     for (f, why) in &r.refused {
-        s.push_str(&format!("{:<24} refused: {why}\n", f.name()));
+        if !r.choices.iter().any(|c| c.factor == *f) {
+            s.push_str(&format!("{:<24} refused: {why}\n", f.name()));
+        }
     }
     s.push_str(
         "\npoint                                   measured   before    error   after    error\n",
     );
     for (b, x) in r.before.iter().zip(&r.residuals) {
+        let file = if files.len() > 1 {
+            format!(
+                "{} ",
+                x.point
+                    .file
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default()
+            )
+        } else {
+            String::new()
+        };
         s.push_str(&format!(
             "{:<38} {:>9.1} {:>8.1} {:>+7.1}% {:>8.1} {:>+7.1}%\n",
             format!(
-                "line {}: c={} ctx={}",
-                x.point.line, x.point.concurrency, x.point.context
+                "{file}line {}: c={} ctx={}{}",
+                x.point.line,
+                x.point.concurrency,
+                x.point.context,
+                if x.point.spec.is_some() { " spec" } else { "" }
             ),
             x.point.tokens_per_s,
             b.predicted,
@@ -246,6 +309,76 @@ fn from_throughput(a: &CalibrateArgs, file: &std::path::Path) -> Result<()> {
         100.0 * ThroughputFit::rms_rel_err(&r.before),
         100.0 * ThroughputFit::rms_rel_err(&r.residuals)
     ));
+    print(&s)
+}
+
+fn from_nccl_tests(a: &CalibrateArgs) -> Result<()> {
+    let mut req = a.scenario.request();
+    if let Some(p) = &a.profile {
+        req.calibration = Some(p.clone());
+    }
+    let (scenario, base) = req.load()?;
+    let r = crate::calibrate::nccl_tests::from_nccl_tests(
+        &crate::calibrate::nccl_tests::NcclTestsRequest {
+            files: a.from_nccl_tests.clone(),
+            column: a.nccl_tests_column,
+            base,
+            system: scenario.system.clone(),
+            out: a.out.clone(),
+            name: a.name.clone(),
+        },
+    )?;
+    let mut s = format!(
+        "wrote {} (profile '{}': collectives from nccl-tests, {} column, tables in {})\n",
+        crate::units::path(&a.out),
+        r.profile.profile.name,
+        a.nccl_tests_column,
+        crate::units::path(&r.tables_dir)
+    );
+    for f in &r.files {
+        s.push_str(&format!(
+            "  {}: {} at {} ranks{}, {} rows{}\n",
+            crate::units::path(&f.path),
+            f.op,
+            f.nranks,
+            if f.gpus.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", f.gpus.join(" / "))
+            },
+            f.rows.len(),
+            if f.versions.is_empty() {
+                String::new()
+            } else {
+                format!("; {}", f.versions.join("; "))
+            }
+        ));
+    }
+    s.push_str("\ncollective   ranks  rows  sizes (B)             measured us          previous table us   LL->Simple\n");
+    for c in &r.curves {
+        s.push_str(&format!(
+            "{:<12} {:>5} {:>5}  {:>9.0}..{:<10.0} {:>8.2}..{:<10.2} {:<19} {}\n",
+            c.op,
+            c.nranks,
+            c.rows,
+            c.bytes[0],
+            c.bytes[1],
+            c.us[0],
+            c.us[1],
+            c.base_us
+                .map(|b| format!("{:.2}..{:.2}", b[0], b[1]))
+                .unwrap_or_else(|| "none".into()),
+            c.switch_bytes
+                .map(|(a, b)| format!("between {a:.0} and {b:.0} B"))
+                .unwrap_or_else(|| "not seen".into())
+        ));
+    }
+    if !r.copied.is_empty() {
+        s.push_str(&format!(
+            "other tables copied from the base profile: {}\n",
+            r.copied.join(", ")
+        ));
+    }
     print(&s)
 }
 

@@ -1,0 +1,638 @@
+//! `calibrate --from-nccl-tests FILE...`: nccl-tests output (`all_reduce_perf`,
+//! `all_gather_perf`, ...; format in /work/shared/reference/facts.md §7.1) becomes the measured
+//! collective table of the user's machine.
+//!
+//! The measured times go, row for row, into an AIConfigurator-format `nccl_collectives.csv`
+//! (op, nranks, bytes, µs) in a `tables/` folder beside the written profile, and the profile's
+//! `[aiconfigurator]` section points there: collectives are then priced by the same path as
+//! AIConfigurator's NCCL rows (`cost::aic::CommCurve` / `comm_price`: log-log interpolation
+//! between the measured sizes, linear beyond them, NCCL's own protocol choice per size, the
+//! LL→Simple switch found in the curve for a forced protocol). A measured curve prices better
+//! than a latency + bytes / bandwidth law fitted to it (the law cannot follow the protocol
+//! switch or the channel ramp), and it is the path the tool already has. The base profile's
+//! other AIConfigurator tables, if any, are copied along; its NCCL rows are replaced, not
+//! merged (they were measured on another machine): an op or rank count the files do not hold
+//! falls back to the profile's collective laws.
+
+use super::aiconfigurator::relative_to;
+use super::output::write_profile;
+use crate::cost::aic::{comm_price, AicTables};
+use crate::cost::profile::AicSection;
+use crate::cost::CalibrationProfile;
+use crate::error::{Error, Result};
+use crate::files::InputKind;
+use crate::spec::system::LinkKind;
+use crate::spec::CommPath;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// Which time column of the nccl-tests table is the collective's price.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Column {
+    /// Separate send and receive buffers: what vLLM's NCCL all-reduce does (it writes into a
+    /// new output tensor).
+    #[default]
+    OutOfPlace,
+    InPlace,
+    /// The faster of the two per size.
+    Min,
+}
+
+crate::names::enum_names!(Column, "nccl-tests column",
+    Column::OutOfPlace => ["out-of-place", "out_of_place", "oop"],
+    Column::InPlace => ["in-place", "in_place", "ip"],
+    Column::Min => ["min"]);
+
+/// One data row: the message size and both times.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Row {
+    pub line: usize,
+    pub bytes: u64,
+    pub count: u64,
+    pub dtype: String,
+    pub out_of_place_us: f64,
+    pub in_place_us: f64,
+}
+
+impl Row {
+    pub fn us(&self, c: Column) -> f64 {
+        match c {
+            Column::OutOfPlace => self.out_of_place_us,
+            Column::InPlace => self.in_place_us,
+            Column::Min => self.out_of_place_us.min(self.in_place_us),
+        }
+    }
+}
+
+/// One nccl-tests output file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NcclTestsFile {
+    pub path: PathBuf,
+    /// The collective, as the AIConfigurator table spells it (`all_reduce`, `all_gather`, ...).
+    pub op: String,
+    /// Ranks in the job: the `# Rank` lines, else nThread × nGpus.
+    pub nranks: u32,
+    /// The header's nThread / nGpus line, verbatim.
+    pub threads_line: String,
+    /// The version lines (`# nccl-tests version ...`, `NCCL version ...`).
+    pub versions: Vec<String>,
+    /// The GPU names of the `# Rank` lines, distinct.
+    pub gpus: Vec<String>,
+    pub rows: Vec<Row>,
+}
+
+/// The collectives the pricer can take from a table (the AIConfigurator spellings).
+const OPS: [(&str, &str); 4] = [
+    ("all_reduce", "all_reduce"),
+    ("all_gather", "all_gather"),
+    ("reduce_scatter", "reduce_scatter"),
+    ("alltoall", "alltoall"),
+];
+
+/// nccl-tests type names → the table's dtype and its size in bytes.
+const TYPES: [(&str, &str, u64); 10] = [
+    ("float", "float32", 4),
+    ("float32", "float32", 4),
+    ("half", "half", 2),
+    ("float16", "half", 2),
+    ("bfloat16", "bfloat16", 2),
+    ("int8", "int8", 1),
+    ("uint8", "int8", 1),
+    ("f8e4m3", "fp8", 1),
+    ("f8e5m2", "fp8", 1),
+    ("fp8", "fp8", 1),
+];
+
+fn re(s: &str) -> regex::Regex {
+    regex::Regex::new(s).expect("valid regex")
+}
+
+/// Reads one nccl-tests output file.
+pub fn read(path: &Path) -> Result<NcclTestsFile> {
+    let text = crate::files::read_text(path, InputKind::MeasurementCsv)?;
+    parse(&text, path)
+}
+
+pub fn parse(text: &str, path: &Path) -> Result<NcclTestsFile> {
+    let mpi = re(r"^\[\d+,\d+\]<std(out|err)>:");
+    let threads = re(r"nThread\s+(\d+)\s+nGpus\s+(\d+)");
+    let rank = re(r"^#\s*Rank\s+\d+\b.*\bdevice\s+\d+\s+\[[^\]]*\]\s+(.+?)\s*$");
+    let test = re(
+        r"\b(all_reduce|all_gather|reduce_scatter|alltoall|broadcast|reduce|sendrecv|gather|scatter|hypercube)_perf\b",
+    );
+    let (mut nt, mut threads_line, mut versions, mut gpus) =
+        (None, String::new(), Vec::new(), Vec::new());
+    let (mut ranks, mut op_named) = (0u32, None::<String>);
+    let mut rows = Vec::new();
+    let bad = |line: usize, what: String| Error::field(path, format!("line {line}"), what);
+    for (i, raw) in text.lines().enumerate() {
+        let line = i + 1;
+        let l = mpi.replace(raw, "");
+        let l = l.trim();
+        if l.starts_with('#') {
+            if let Some(c) = threads.captures(l) {
+                let (t, g) = (c[1].parse::<u32>(), c[2].parse::<u32>());
+                match (t, g) {
+                    (Ok(t), Ok(g)) if t >= 1 && g >= 1 && (t as u64 * g as u64) <= 4096 => {
+                        nt = Some(t * g)
+                    }
+                    _ => {
+                        return Err(bad(
+                            line,
+                            format!(
+                                "nThread/nGpus '{}': expected positive whole numbers",
+                                crate::units::clip(l, 60)
+                            ),
+                        ))
+                    }
+                }
+                threads_line = l.trim_start_matches('#').trim().to_string();
+            }
+            if let Some(c) = rank.captures(l) {
+                ranks += 1;
+                let g = c[1].to_string();
+                if !gpus.contains(&g) {
+                    gpus.push(g);
+                }
+            }
+            if op_named.is_none() {
+                if let Some(c) = test.captures(l) {
+                    op_named = Some(c[1].to_string());
+                }
+            }
+        }
+        if l.contains("nccl-tests version") || l.contains("NCCL version") {
+            let v = l.trim_start_matches('#').trim().to_string();
+            if !versions.contains(&v) && versions.len() < 8 {
+                versions.push(crate::units::clip(&v, 120));
+            }
+        }
+        if l.starts_with('#') || l.is_empty() {
+            continue;
+        }
+        let f: Vec<&str> = l.split_whitespace().collect();
+        // A data row starts with the size in bytes; anything else (NCCL INFO lines, host
+        // names) is log text.
+        if f[0].parse::<u64>().is_err() {
+            continue;
+        }
+        let root = match f.len() {
+            13 => 1,
+            12 => 0,
+            n => {
+                return Err(bad(line, format!(
+                    "{n} columns, expected 13 (size count type redop root time algbw busbw #wrong time algbw busbw #wrong) or 12 (the same without root)"
+                )))
+            }
+        };
+        let int = |k: usize, name: &str| -> Result<u64> {
+            f[k].parse::<u64>().map_err(|_| {
+                bad(
+                    line,
+                    format!(
+                        "column {name}: found '{}', expected a whole number",
+                        crate::units::clip(f[k], 20)
+                    ),
+                )
+            })
+        };
+        let time = |k: usize, name: &str| -> Result<f64> {
+            f[k].parse::<f64>()
+                .ok()
+                .filter(|t| t.is_finite() && *t > 0.0 && *t < 1e9)
+                .ok_or_else(|| {
+                    bad(
+                        line,
+                        format!(
+                            "column {name}: found '{}', expected a positive time in µs",
+                            crate::units::clip(f[k], 20)
+                        ),
+                    )
+                })
+        };
+        let wrong = |k: usize, name: &str| -> Result<()> {
+            match f[k] {
+                "N/A" => Ok(()),
+                w => match w.parse::<u64>() {
+                    Ok(0) => Ok(()),
+                    Ok(n) => Err(bad(line, format!("column {name}: {n} wrong result(s): the collective produced wrong data, so its time is not a measurement to price from (fix the setup and rerun)"))),
+                    Err(_) => Err(bad(line, format!("column {name}: found '{}', expected 0 or N/A", crate::units::clip(w, 20)))),
+                },
+            }
+        };
+        let bytes = int(0, "size")?;
+        let count = int(1, "count")?;
+        let t = 4 + root;
+        let oop = time(t, "out-of-place time")?;
+        for k in [t + 1, t + 2, t + 5, t + 6] {
+            f[k].parse::<f64>().map_err(|_| {
+                bad(
+                    line,
+                    format!(
+                        "column {}: found '{}', expected a bandwidth in GB/s",
+                        if k < t + 4 {
+                            "out-of-place algbw/busbw"
+                        } else {
+                            "in-place algbw/busbw"
+                        },
+                        crate::units::clip(f[k], 20)
+                    ),
+                )
+            })?;
+        }
+        wrong(t + 3, "out-of-place #wrong")?;
+        let ip = time(t + 4, "in-place time")?;
+        wrong(t + 7, "in-place #wrong")?;
+        if bytes == 0 {
+            continue; // a size-0 row times nothing
+        }
+        let Some(&(_, dtype, size)) = TYPES.iter().find(|(n, _, _)| n.eq_ignore_ascii_case(f[2]))
+        else {
+            return Err(bad(
+                line,
+                format!(
+                    "column type: found '{}', expected one of {}",
+                    crate::units::clip(f[2], 20),
+                    TYPES.iter().map(|t| t.0).collect::<Vec<_>>().join(", ")
+                ),
+            ));
+        };
+        if bytes % size != 0 {
+            return Err(bad(
+                line,
+                format!("size {bytes} B is not a whole number of {} elements", f[2]),
+            ));
+        }
+        rows.push(Row {
+            line,
+            bytes,
+            count,
+            dtype: dtype.to_string(),
+            out_of_place_us: oop,
+            in_place_us: ip,
+        });
+    }
+    let Some(nt) = nt else {
+        return Err(Error::field(
+            path,
+            "header",
+            "no '# nThread N nGpus G ...' line: cannot tell how many GPUs took part (keep the header nccl-tests prints)",
+        ));
+    };
+    if rows.is_empty() {
+        return Err(Error::field(
+            path,
+            "table",
+            "no data rows: expected the nccl-tests table (size count type redop root time algbw busbw #wrong time algbw busbw #wrong)",
+        ));
+    }
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let op = op_named
+        .or_else(|| test.captures(&name).map(|c| c[1].to_string()))
+        .or_else(|| {
+            OPS.iter()
+                .find(|(o, _)| name.contains(o))
+                .map(|(o, _)| o.to_string())
+        });
+    let Some(op) = op else {
+        return Err(Error::field(
+            path,
+            "collective",
+            "cannot tell which test this is: keep the '# Collective test starting: all_reduce_perf' line, or name the file after the test (all_reduce_perf.txt)",
+        ));
+    };
+    let Some(&(_, key)) = OPS.iter().find(|(o, _)| *o == op) else {
+        return Err(Error::field(
+            path,
+            "collective",
+            format!("{op}_perf: decodesim prices all_reduce, all_gather, reduce_scatter and alltoall from tables, not {op}"),
+        ));
+    };
+    let nranks = if ranks > 0 { ranks } else { nt };
+    if nranks < 2 {
+        return Err(Error::field(
+            path,
+            "header",
+            format!(
+                "{nranks} GPU: a collective over one GPU moves nothing; run with -g N or under MPI"
+            ),
+        ));
+    }
+    Ok(NcclTestsFile {
+        path: path.to_path_buf(),
+        op: key.to_string(),
+        nranks,
+        threads_line,
+        versions,
+        gpus,
+        rows,
+    })
+}
+
+/// What to read and where to write.
+#[derive(Debug, Clone)]
+pub struct NcclTestsRequest {
+    pub files: Vec<PathBuf>,
+    pub column: Column,
+    /// The base profile (its laws price what the files do not hold).
+    pub base: CalibrationProfile,
+    /// The machine the files were measured on (its GPU link is the table's path).
+    pub system: crate::spec::SystemSpec,
+    pub out: PathBuf,
+    pub name: Option<String>,
+}
+
+/// One (op, ranks) curve written.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Curve {
+    pub op: String,
+    pub nranks: u32,
+    pub rows: usize,
+    pub bytes: [f64; 2],
+    /// Measured µs at the smallest and largest size.
+    pub us: [f64; 2],
+    /// The base profile's table price at those sizes (None: it had no such curve).
+    pub base_us: Option<[f64; 2]>,
+    /// Where NCCL switched LL → Simple in this curve (last LL size, first Simple size).
+    pub switch_bytes: Option<(f64, f64)>,
+}
+
+#[derive(Debug, Clone)]
+pub struct NcclTestsResult {
+    pub profile: CalibrationProfile,
+    pub tables_dir: PathBuf,
+    pub files: Vec<NcclTestsFile>,
+    pub curves: Vec<Curve>,
+    pub copied: Vec<String>,
+}
+
+/// Today's date (UTC), for the provenance.
+fn today() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs()) as i64;
+    // Civil date from days since 1970-01-01 (H. Hinnant's algorithm).
+    let z = secs.div_euclid(86_400) + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02}")
+}
+
+/// Reads the files, writes `tables/` and the profile.
+pub fn from_nccl_tests(req: &NcclTestsRequest) -> Result<NcclTestsResult> {
+    if req.files.is_empty() {
+        return Err(Error::Other("--from-nccl-tests: no file given".into()));
+    }
+    let files: Vec<NcclTestsFile> = req.files.iter().map(|f| read(f)).collect::<Result<_>>()?;
+    // (op, nranks, dtype, bytes) → (µs, file, line): one measurement per size.
+    let mut table: BTreeMap<(String, u32, String, u64), (f64, u64, &Path, usize)> = BTreeMap::new();
+    for f in &files {
+        for r in &f.rows {
+            let key = (f.op.clone(), f.nranks, r.dtype.clone(), r.bytes);
+            if let Some((_, _, p, l)) = table.get(&key) {
+                return Err(Error::Other(format!(
+                    "{} line {} and {} line {}: {} of {} B at {} ranks measured twice; keep one run per test and rank count",
+                    crate::units::path(p), l, crate::units::path(&f.path), r.line, f.op, r.bytes, f.nranks
+                )));
+            }
+            table.insert(
+                key,
+                (
+                    r.us(req.column),
+                    r.bytes / dtype_size(&r.dtype),
+                    &f.path,
+                    r.line,
+                ),
+            );
+        }
+    }
+    let out_dir = req
+        .out
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
+        .to_path_buf();
+    let tables_dir = out_dir.join("tables");
+    std::fs::create_dir_all(&tables_dir).map_err(|e| Error::Write {
+        path: tables_dir.clone(),
+        source: e,
+    })?;
+    let mut csv = String::from("op,impl,mode,dtype,nranks,elements,bytes,latency_us\n");
+    for ((op, n, dtype, bytes), (us, elements, _, _)) in &table {
+        csv.push_str(&format!(
+            "{op},nccl,unspecified,{dtype},{n},{elements},{bytes},{us:.3}\n"
+        ));
+    }
+    crate::files::write_atomic_bytes(&tables_dir.join("nccl_collectives.csv"), csv.as_bytes())?;
+    // The base's other tables come along (the section names one folder).
+    let mut copied = Vec::new();
+    let base_tables = req.base.aic.as_ref().map(|t| t.dir.clone());
+    let mut base_manifest = String::new();
+    if let Some(dir) = &base_tables {
+        for name in [
+            "moe.csv",
+            "gemm.csv",
+            "gemm_shapes.csv",
+            "mla_generation.csv",
+            "custom_allreduce.csv",
+            "LICENSE",
+            "NOTICE",
+        ] {
+            let src = dir.join(name);
+            if src.is_file() {
+                let bytes = std::fs::read(&src).map_err(|e| Error::Read {
+                    path: src.clone(),
+                    source: e,
+                })?;
+                crate::files::write_atomic_bytes(&tables_dir.join(name), &bytes)?;
+                copied.push(name.to_string());
+            }
+        }
+        base_manifest = std::fs::read_to_string(dir.join("MANIFEST.txt")).unwrap_or_default();
+    }
+    let date = today();
+    let column = req.column.name();
+    let describe = |f: &NcclTestsFile| {
+        format!(
+            "{} ({}_perf, {} ranks{}, {} rows, {}{})",
+            crate::units::path(&f.path),
+            f.op,
+            f.nranks,
+            if f.gpus.is_empty() {
+                String::new()
+            } else {
+                format!(" of {}", f.gpus.join(" / "))
+            },
+            f.rows.len(),
+            f.threads_line,
+            if f.versions.is_empty() {
+                String::new()
+            } else {
+                format!("; {}", f.versions.join("; "))
+            }
+        )
+    };
+    let sources: Vec<String> = files.iter().map(describe).collect();
+    let mut manifest = format!(
+        "{}: collective table from nccl-tests, written by decodesim calibrate --from-nccl-tests on {date}\n\nnccl_collectives.csv: the {column} time of every row of\n",
+        crate::units::path(&tables_dir)
+    );
+    for s in &sources {
+        manifest.push_str(&format!("  {s}\n"));
+    }
+    manifest.push_str("  size = the nccl-tests size column (bytes of the whole buffer), elements = size / dtype size; latency_us = the time column (µs per operation)\n");
+    if let Some(dir) = &base_tables {
+        manifest.push_str(&format!(
+            "\nCopied unchanged from {} ({}); its NCCL rows are replaced by the measurements above. Its manifest follows.\n\n{base_manifest}",
+            crate::units::path(dir),
+            if copied.is_empty() { "nothing".to_string() } else { copied.join(", ") }
+        ));
+    }
+    crate::files::write_atomic_bytes(&tables_dir.join("MANIFEST.txt"), manifest.as_bytes())?;
+
+    let aic = AicTables::read(&tables_dir)?;
+    let nvlink = req.system.interconnect.kind == LinkKind::Nvlink;
+    let mut p = req.base.clone();
+    super::from_throughput::relocate(&mut p, &req.base, &req.out);
+    let mut sec = p.aiconfigurator.clone().unwrap_or(AicSection {
+        tables: String::new(),
+        system: "nccl-tests".into(),
+        source: String::new(),
+        nccl_path: CommPath::PcieP2p,
+        nvlink,
+        mla_dims: None,
+        scales: Default::default(),
+    });
+    sec.tables = relative_to(&tables_dir, &out_dir);
+    sec.nccl_path = if nvlink {
+        CommPath::Nvlink
+    } else {
+        CommPath::PcieP2p
+    };
+    // An earlier anchoring scale of the old table does not apply to the new measurements.
+    sec.scales.remove("collectives");
+    let what = format!(
+        "nccl_collectives.csv from nccl-tests ({column} column) of {}, written {date}",
+        sources.join("; ")
+    );
+    sec.source = if sec.source.is_empty() {
+        what.clone()
+    } else {
+        format!("{what}; other tables: {}", sec.source)
+    };
+    p.aiconfigurator = Some(sec);
+    let base_aic = req.base.aic.clone();
+    p.aic = Some(std::sync::Arc::new(aic));
+    p.profile.name = req.name.clone().unwrap_or_else(|| {
+        out_dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "nccl-tests".into())
+    });
+    p.profile.description = format!(
+        "profile '{}' with collectives priced from nccl-tests measurements of this machine",
+        req.base.profile.name
+    );
+    p.profile.method = format!(
+        "NCCL collectives: measured nccl-tests curves, interpolated per size as AIConfigurator's (cost::aic); {}",
+        req.base.profile.method
+    );
+    p.profile.provenance = format!(
+        "collectives measured with nccl-tests: {}; {}",
+        sources.join("; "),
+        req.base.profile.provenance
+    );
+    let mut t = toml::map::Map::new();
+    let s = |x: &str| toml::Value::String(x.to_string());
+    t.insert(
+        "files".into(),
+        toml::Value::Array(
+            files
+                .iter()
+                .map(|f| s(&crate::units::path(&f.path)))
+                .collect(),
+        ),
+    );
+    t.insert(
+        "versions".into(),
+        toml::Value::Array(
+            files
+                .iter()
+                .flat_map(|f| f.versions.iter().map(|v| s(v)))
+                .collect(),
+        ),
+    );
+    t.insert(
+        "headers".into(),
+        toml::Value::Array(files.iter().map(|f| s(&f.threads_line)).collect()),
+    );
+    t.insert(
+        "gpus".into(),
+        toml::Value::Array(
+            files
+                .iter()
+                .map(|f| toml::Value::Integer(f.nranks as i64))
+                .collect(),
+        ),
+    );
+    t.insert("column".into(), s(column));
+    t.insert("written".into(), s(&date));
+    p.fit.insert("nccl_tests".into(), toml::Value::Table(t));
+
+    let mut curves = Vec::new();
+    let mut keys: Vec<(String, u32)> = files.iter().map(|f| (f.op.clone(), f.nranks)).collect();
+    keys.sort();
+    keys.dedup();
+    let aic = p.aic.clone();
+    for (op, n) in keys {
+        let Some(c) = aic.as_ref().and_then(|a| a.nccl_curve(&op, n)) else {
+            continue;
+        };
+        let (first, last) = (c.pts[0], c.pts[c.pts.len() - 1]);
+        let base_us = base_aic
+            .as_ref()
+            .and_then(|b| b.nccl_curve(&op, n))
+            .and_then(|bc| {
+                Some([
+                    comm_price(&bc.pts, first.0)?.us,
+                    comm_price(&bc.pts, last.0)?.us,
+                ])
+            });
+        curves.push(Curve {
+            op,
+            nranks: n,
+            rows: c.pts.len(),
+            bytes: [first.0, last.0],
+            us: [first.1, last.1],
+            base_us,
+            switch_bytes: c.switch_bytes(),
+        });
+    }
+    let header = format!(
+        "# Written by `decodesim calibrate --from-nccl-tests {}` from profile '{}' on {date}.\n# Collectives: {}",
+        files.iter().map(|f| crate::units::path(&f.path)).collect::<Vec<_>>().join(" "),
+        req.base.profile.name,
+        what
+    );
+    write_profile(&req.out, &header, &p)?;
+    Ok(NcclTestsResult {
+        profile: p,
+        tables_dir,
+        files,
+        curves,
+        copied,
+    })
+}
+
+fn dtype_size(dtype: &str) -> u64 {
+    TYPES.iter().find(|t| t.1 == dtype).map_or(1, |t| t.2)
+}

@@ -47,6 +47,10 @@ pub struct FactorSpec {
     pub name: &'static str,
     pub alias: &'static str,
     pub kind: FactorKind,
+    /// A finer split of a coarse factor's family (one term of its price): the automatic choice
+    /// takes these only once every coarse factor is chosen or refused, so a few points pin down
+    /// the coarse picture before the curve's shape.
+    pub fine: bool,
     get: fn(&Factors) -> Option<f64>,
     set: fn(&mut Factors, f64),
 }
@@ -61,6 +65,7 @@ const fn scale(
         name,
         alias,
         kind: FactorKind::Scale,
+        fine: false,
         get,
         set,
     }
@@ -76,6 +81,12 @@ macro_rules! scale_factor {
             |f, v| f.$field = v,
         )
     };
+    ($field:ident, $alias:literal, fine) => {
+        FactorSpec {
+            fine: true,
+            ..scale_factor!($field, $alias)
+        }
+    };
 }
 
 /// Every factor a throughput fit can speak to, in order of preference when two are equally
@@ -88,6 +99,7 @@ pub static FACTORS: &[FactorSpec] = &[
         name: "routing_alpha",
         alias: "routing",
         kind: FactorKind::Routing,
+        fine: false,
         get: |f| f.routing_alpha,
         set: |f, v| f.routing_alpha = Some(v),
     },
@@ -95,16 +107,17 @@ pub static FACTORS: &[FactorSpec] = &[
         name: "step_overhead_us",
         alias: "overhead",
         kind: FactorKind::Overhead,
+        fine: false,
         get: |f| Some(f.step_overhead_us),
         set: |f, v| f.step_overhead_us = v,
     },
     // The curve factors (cost::profile::Factors): attention's growth with the KV length and its
     // fixed cost, the routed experts' weight read and per-token work, the dense GEMMs.
-    scale_factor!(attention_growth_scale, "attention_growth"),
-    scale_factor!(attention_fixed_scale, "attention_fixed"),
-    scale_factor!(moe_weight_scale, "moe_weight"),
-    scale_factor!(moe_token_scale, "moe_token"),
-    scale_factor!(dense_gemm_scale, "dense_gemm"),
+    scale_factor!(attention_growth_scale, "attention_growth", fine),
+    scale_factor!(attention_fixed_scale, "attention_fixed", fine),
+    scale_factor!(moe_weight_scale, "moe_weight", fine),
+    scale_factor!(moe_token_scale, "moe_token", fine),
+    scale_factor!(dense_gemm_scale, "dense_gemm", fine),
 ];
 
 /// A factor: an index into [`FACTORS`].
@@ -978,8 +991,15 @@ fn choose(which: &[Factor], j: &DMatrix<f64>, max: usize) -> Vec<FactorChoice> {
         }
     }
     loop {
-        let open: Vec<usize> = (0..which.len())
+        let open_all: Vec<usize> = (0..which.len())
             .filter(|&c| rows[c].why.is_empty())
+            .collect();
+        // Coarse factors first; the fine splits once no coarse one is open.
+        let coarse_open = open_all.iter().any(|&c| !which[c].spec().fine);
+        let open: Vec<usize> = open_all
+            .iter()
+            .copied()
+            .filter(|&c| !coarse_open || !which[c].spec().fine)
             .collect();
         // The largest remainder; ties go to the factor listed first.
         let Some(&best) = open
@@ -1023,10 +1043,13 @@ fn choose(which: &[Factor], j: &DMatrix<f64>, max: usize) -> Vec<FactorChoice> {
                     ),
                 };
             }
+            if coarse_open {
+                continue;
+            }
             break;
         }
         if picked.len() >= max {
-            for &c in &open {
+            for &c in &open_all {
                 rows[c].independent = rms(&rest[c]);
                 rows[c].why = format!(
                     "not fitted: {n} point(s) identify at most {max} factor(s) with an interval; ranked below {} (give more points, or name the factors with --factors)",
@@ -1333,7 +1356,8 @@ pub fn fit_throughput(req: &ThroughputRequest) -> Result<ThroughputFit> {
     let j0 = model.jacobian(&which, &theta0, &r0, &meas)?;
     let all = which.clone();
     let fixed_refusals = refused.clone();
-    let mut choices = choose(&which, &j0, if auto { n - 1 } else { which.len() });
+    let mut cap = if auto { n - 1 } else { which.len() };
+    let mut choices = choose(&which, &j0, cap);
     // Auto: factors refused after a fit for their interval, with the row that says why.
     let mut dropped: Vec<FactorChoice> = Vec::new();
     if auto {
@@ -1436,21 +1460,46 @@ pub fn fit_throughput(req: &ThroughputRequest) -> Result<ThroughputFit> {
                 ci95,
             });
         }
+        // A fit that leaves the error where it was (a factor whose effect is steps, e.g. the
+        // seeded routing draw, or one the solver cannot move) identifies nothing either.
+        let sumsq = |v: &[f64]| v.iter().map(|x| x * x).sum::<f64>();
+        let r_before: Vec<f64> = before_pred.iter().zip(&meas).map(|(p, m)| (p / m).ln()).collect();
+        let mut stuck = false;
+        if auto && wide.is_none() && sumsq(&final_r) >= sumsq(&r_before) * (1.0 - 1e-6) {
+            stuck = true;
+            let c = which.len() - 1;
+            wide = Some((
+                c,
+                format!(
+                    "not identifiable: fitting it does not reduce the error ({:.2}% rms)",
+                    100.0 * (sumsq(&r_before) / n as f64).sqrt()
+                ),
+            ));
+        }
         match wide {
             Some((c, why)) if auto => {
-                // Choose again without it: another factor may take its place.
-                if let Some(row) = choices.iter().find(|r| r.factor == which[c]) {
+                // Fewer factors first (each one fewer leaves a degree of freedom to the
+                // interval); a factor still too loose alone is dropped, and another may take
+                // its place.
+                // A factor the fit cannot move is dropped at once, and the others get back
+                // the room it took.
+                if which.len() > 1 && !stuck {
+                    cap = which.len() - 1;
+                } else if let Some(row) = choices.iter().find(|r| r.factor == which[c]) {
                     dropped.push(FactorChoice {
                         chosen: false,
                         why: why.clone(),
                         ..row.clone()
                     });
+                    if stuck {
+                        cap = n - 1;
+                    }
                 }
                 let cand: Vec<usize> = (0..all.len())
                     .filter(|&i| !dropped.iter().any(|d| d.factor == all[i]))
                     .collect();
                 let names: Vec<Factor> = cand.iter().map(|&i| all[i]).collect();
-                choices = choose(&names, &j0.select_columns(cand.iter()), n - 1);
+                choices = choose(&names, &j0.select_columns(cand.iter()), cap);
                 choices.extend(dropped.iter().cloned());
                 for (f, why) in &fixed_refusals {
                     choices.push(FactorChoice {

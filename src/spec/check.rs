@@ -57,6 +57,15 @@ impl FloatRange {
             unit,
         }
     }
+    /// From `min` to `max`, both included: a physical floor, not only "above 0".
+    pub const fn between(min: f64, max: f64, unit: &'static str) -> Self {
+        FloatRange {
+            min,
+            min_exclusive: false,
+            max,
+            unit,
+        }
+    }
     /// Zero or more, at most `max`.
     pub const fn non_negative(max: f64, unit: &'static str) -> Self {
         FloatRange {

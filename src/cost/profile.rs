@@ -446,7 +446,7 @@ impl Checker<'_> {
         } else {
             Err(self.fail(
                 field,
-                v,
+                crate::spec::check::show(v),
                 &format!(
                     "a fraction of the GPU's peak in [{}, {}] (above 1 would beat the hardware)",
                     r.min, r.max
@@ -510,7 +510,7 @@ impl Checker<'_> {
         if !(c.bus_bw_gbps.is_finite() && c.bus_bw_gbps >= min && c.bus_bw_gbps <= max) {
             return Err(self.fail(
                 &f("bus_bw_gbps"),
-                c.bus_bw_gbps,
+                crate::spec::check::show(c.bus_bw_gbps),
                 &match bw_limit {
                     Some(m) => format!(
                         "a bandwidth in [{min}, {m}] GB/s (the slowest GPU link; the GPU's memory bandwidth bounds any transfer)"
@@ -665,7 +665,7 @@ impl CalibrationProfile {
                 if !(l.bw_gbps.is_finite() && l.bw_gbps >= min && l.bw_gbps <= max) {
                     return Err(c.fail(
                         &f("bw_gbps"),
-                        l.bw_gbps,
+                        crate::spec::check::show(l.bw_gbps),
                         &format!("a bandwidth in [{min}, {max}] GB/s (the slowest GPU link; the GPU's memory bandwidth bounds any transfer)"),
                     ));
                 }

@@ -80,7 +80,7 @@ pub fn flag_in(flag: &'static str, v: f64, range: &FloatRange) -> Result<f64> {
     } else {
         Err(Error::Flag {
             flag,
-            value: v.to_string(),
+            value: super::check::show(v),
             expected: format!("out of range: expected {}", range.describe()),
         })
     }

@@ -227,7 +227,8 @@ impl Interconnect {
                     path,
                     f(key),
                     format!(
-                        "found {v}, expected 0 (no such link) or at least {floor} GB/s per direction"
+                        "found {}, expected 0 (no such link) or at least {floor} GB/s per direction",
+                        check::show(v)
                     ),
                 ));
             }

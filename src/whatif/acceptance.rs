@@ -104,7 +104,8 @@ impl Acceptance {
                     path,
                     format!("row {} column count", row + 2),
                     format!(
-                        "found {count}, expected {}",
+                        "found {}, expected {}",
+                        crate::spec::check::show(count),
                         crate::spec::limits::LOG_COUNT.describe()
                     ),
                 ));

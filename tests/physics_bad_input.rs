@@ -412,3 +412,39 @@ fn a_target_no_configuration_meets_exits_non_zero_after_the_report() {
     assert!(ok, "{err}");
     assert!(out.contains("cheapest:"), "{out}");
 }
+
+#[test]
+fn nccl_knobs_are_held_to_nccls_own_ranges() {
+    // The flags' parser refuses them by name and range...
+    fails_with(
+        &["simulate", "--nccl-max-nchannels", "0"],
+        &["--nccl-max-nchannels", "1..=64"],
+    );
+    // ...and the scenario itself, for paths that do not pass the parser (`--vary`, grids).
+    use decodesim::spec::scenario::CommKnobs;
+    let load = |comm: CommKnobs| {
+        decodesim::sim::ScenarioRequest {
+            comm,
+            ..Default::default()
+        }
+        .load()
+        .unwrap_err()
+        .to_string()
+    };
+    let e = load(CommKnobs {
+        nccl_max_nchannels: Some(65),
+        ..Default::default()
+    });
+    assert!(
+        e.contains("--nccl-max-nchannels 65") && e.contains("from 1 to 64"),
+        "{e}"
+    );
+    let e = load(CommKnobs {
+        nccl_buffsize: Some(1),
+        ..Default::default()
+    });
+    assert!(
+        e.contains("--nccl-buffsize 1") && e.contains("from 1,024 to 17,179,869,184"),
+        "{e}"
+    );
+}

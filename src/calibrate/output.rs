@@ -124,7 +124,11 @@ pub fn write_profile(path: &Path, header: &str, p: &CalibrationProfile) -> Resul
     p.validate(path)?;
     let mut p = super::aiconfigurator::rebase_tables(p, path);
     // A measurement table named by an absolute path is written relative to the profile.
-    if let Some(m) = p.measurements.as_mut().filter(|m| Path::new(m.as_str()).is_absolute()) {
+    if let Some(m) = p
+        .measurements
+        .as_mut()
+        .filter(|m| Path::new(m.as_str()).is_absolute())
+    {
         *m = table_reference(Path::new(m.as_str()), path);
     }
     let p = &p;

@@ -28,6 +28,17 @@ pub const P2P_FLOOR_GBPS: f64 = 0.1;
 /// direction per link; a GPU with NVLink has at least one).
 pub const NVLINK_FLOOR_GBPS: f64 = 10.0;
 
+/// `--nccl-max-nchannels`: 1 to 64, NCCL's MAXCHANNELS (facts.md §4.3; the profile's
+/// `[nccl] default_nchannels` is held to the same).
+pub const NCCL_CHANNELS: std::ops::RangeInclusive<u64> = 1..=64;
+/// `--nccl-buffsize`: 1 KiB to 16 GiB around NCCL's default 4 MiB (facts.md §4.3), as the
+/// flag's parser takes it (the library checks it again for `--vary` and sweep grids). NCCL
+/// pipelines a buffer in steps (NCCL_STEPS = 8 in NCCL's device.h, not in facts.md): below 1 KiB
+/// a step is smaller than one 128-byte LL128 line. Above 16 GiB, one channel's buffers to its
+/// two ring peers alone take 32 GiB, and 64 channels 2 TiB: more than any GPU has (facts.md §2:
+/// at most 180 GiB).
+pub const NCCL_BUFFSIZE: std::ops::RangeInclusive<u64> = 1_024..=(1 << 34);
+
 /// GPU memory: 1 GB to 4,096 GB. Every CUDA GPU one would serve an LLM on has more than 1 GB
 /// (the smallest in facts.md §2 has 48 GB); the ceiling is an order of magnitude above the
 /// largest (B200: 180 GiB).

@@ -324,6 +324,16 @@ impl Scenario {
                 )));
             }
         }
+        if let Some(n) = k.nccl_max_nchannels {
+            super::limits::flag_int_in(
+                "--nccl-max-nchannels",
+                n as u64,
+                &super::limits::NCCL_CHANNELS,
+            )?;
+        }
+        if let Some(b) = k.nccl_buffsize {
+            super::limits::flag_int_in("--nccl-buffsize", b, &super::limits::NCCL_BUFFSIZE)?;
+        }
         if let Some(g) = k.link_gbps {
             super::limits::flag_in("--link-gbps", g, &super::limits::LINK_GBPS)?;
         }

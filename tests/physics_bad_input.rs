@@ -231,13 +231,14 @@ fn a_routing_file_with_one_dominant_expert_ends() {
 
 #[test]
 fn a_histogram_that_cannot_tell_the_concentration_warns_with_its_interval() {
-    // Kimi: 384 experts, top-8. Every expert touched at 64 and 128 tokens per step (more than
-    // uniform routing's 284 and 366): no concentration can be read from it.
+    // Kimi: 384 experts, top-8. Every expert touched at 1,024 and 4,096 tokens per step: uniform
+    // routing does that (384 (1 - (1 - 8/384)^1024) = 384.0), and so does a power law up to
+    // about 0.9, so the log cannot tell them apart.
     let d = scratch("physics-saturated");
     let p = write(
         &d,
         "all.csv",
-        "tokens,experts_touched,steps\n64,384,100\n128,384,100\n",
+        "tokens,experts_touched,steps\n1024,384,100\n4096,384,100\n",
     );
     let (ok, out, err) = decodesim_bin(&["simulate", "--routing", p.to_str().unwrap()]);
     assert!(ok, "{err}");
@@ -253,7 +254,7 @@ fn a_histogram_that_cannot_tell_the_concentration_warns_with_its_interval() {
     let f = decodesim::workload::routing::histogram_fit(&r, 384, 8).unwrap();
     assert!(f.saturated && f.undetermined(), "{f:?}");
     assert_eq!(f.alpha, 0.0);
-    assert!(f.interval[0] == 0.0 && f.interval[1] >= 0.05, "{f:?}");
+    assert!(f.interval[0] == 0.0 && f.interval[1] >= 0.5, "{f:?}");
     // A histogram that does tell (uniform routing's own expectation) gives no warning.
     let p = write(
         &d,

@@ -39,10 +39,14 @@ pub fn resolve(r: &Routing, experts: usize, top_k: usize, num_layers: usize) -> 
             default: zipf(experts, *alpha),
             place: true,
         },
-        Routing::Histogram { rows, .. } => match fit_histogram(rows, experts, top_k) {
-            a if a > 0.0 => resolve(&Routing::PowerLaw { alpha: a }, experts, top_k, num_layers),
-            _ => Resolved::Uniform,
-        },
+        Routing::Histogram { .. } => {
+            match histogram_fit(r, experts, top_k).map_or(0.0, |f| f.alpha) {
+                a if a > 0.0 => {
+                    resolve(&Routing::PowerLaw { alpha: a }, experts, top_k, num_layers)
+                }
+                _ => Resolved::Uniform,
+            }
+        }
         Routing::Popularity { layers, .. } => {
             let mut per_layer = vec![None; num_layers];
             let mut mean = vec![0.0; experts];
@@ -67,7 +71,7 @@ pub fn resolve(r: &Routing, experts: usize, top_k: usize, num_layers: usize) -> 
 /// The power-law exponent of a histogram's routing (0: uniform), for reports.
 pub fn histogram_alpha(r: &Routing, experts: usize, top_k: usize) -> Option<f64> {
     match r {
-        Routing::Histogram { rows, .. } => Some(fit_histogram(rows, experts, top_k)),
+        Routing::Histogram { .. } => histogram_fit(r, experts, top_k).map(|f| f.alpha),
         _ => None,
     }
 }
@@ -320,6 +324,39 @@ pub fn histogram_fit(r: &Routing, experts: usize, top_k: usize) -> Option<Histog
         return None;
     };
     let k = top_k.min(experts);
+    // Every workload build resolves the routing, and a capacity curve or a sweep builds many:
+    // the fit (about 180 evaluations of the closed form) is done once per histogram and model.
+    type Key = (std::path::PathBuf, Vec<[u64; 3]>, usize, usize);
+    static MEMO: std::sync::Mutex<Vec<(Key, HistogramFit)>> = std::sync::Mutex::new(Vec::new());
+    let key: Key = (
+        source.clone(),
+        rows.iter()
+            .map(|&(t, touched, w)| [t, touched.to_bits(), w.to_bits()])
+            .collect(),
+        experts,
+        k,
+    );
+    if let Ok(memo) = MEMO.lock() {
+        if let Some((_, f)) = memo.iter().find(|(k, _)| *k == key) {
+            return Some(f.clone());
+        }
+    }
+    let fit = fit_histogram_interval(source, rows, experts, k);
+    if let Ok(mut memo) = MEMO.lock() {
+        if memo.len() >= 16 {
+            memo.remove(0);
+        }
+        memo.push((key, fit.clone()));
+    }
+    Some(fit)
+}
+
+fn fit_histogram_interval(
+    source: &std::path::Path,
+    rows: &[(u64, f64, f64)],
+    experts: usize,
+    k: usize,
+) -> HistogramFit {
     let alpha = fit_histogram(rows, experts, k);
     let steps: f64 = rows.iter().map(|r| r.2).sum::<f64>().max(f64::MIN_POSITIVE);
     let rms = |a: f64| (histogram_sse(rows, experts, k, a) / steps).sqrt();
@@ -334,12 +371,12 @@ pub fn histogram_fit(r: &Routing, experts: usize, top_k: usize) -> Option<Histog
     let saturated = rows
         .iter()
         .all(|&(t, touched, _)| touched >= (t as f64 * k as f64).min(experts as f64) - 0.5);
-    Some(HistogramFit {
-        source: source.clone(),
+    HistogramFit {
+        source: source.to_path_buf(),
         alpha,
         interval: [lo, hi],
         saturated,
-    })
+    }
 }
 
 /// Rejected draws of one token's top-k before the exact draw takes over (see `sample_padded`).

@@ -280,7 +280,11 @@ fn bad_gpu_figures_are_refused() {
             "flops-zero",
             "bf16_tflops = 989.0",
             "bf16_tflops = 0.0",
-            vec!["bf16_tflops", "found 0", "above 0"],
+            vec![
+                "bf16_tflops",
+                "found 0",
+                "at least 1 and at most 100,000 TFLOP/s",
+            ],
         ),
         (
             "flops-unit",

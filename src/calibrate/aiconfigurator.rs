@@ -352,25 +352,15 @@ fn custom_allreduce(
 }
 
 /// `to` relative to the folder `from` ("../aiconfigurator/x"), so a profile and the tables it
-/// references move together; the absolute path when they share no root.
+/// references move together. Always relative, never absolute (a profile written with an
+/// absolute path breaks on every other machine and checkout): when the two share only the root,
+/// the path climbs to it. Folders not created yet are resolved through their nearest existing
+/// ancestor.
 pub fn relative_to(to: &Path, from: &Path) -> String {
-    let abs = |p: &Path| {
-        let p = if p.as_os_str().is_empty() {
-            Path::new(".")
-        } else {
-            p
-        };
-        p.canonicalize().unwrap_or(p.to_path_buf())
-    };
-    let (to, from) = (abs(to), abs(from));
+    let (to, from) = (absolute(to), absolute(from));
     let a: Vec<Component> = to.components().collect();
     let b: Vec<Component> = from.components().collect();
     let common = a.iter().zip(&b).take_while(|(x, y)| x == y).count();
-    // Sharing only the root is sharing nothing: a path up to `/` and down again is longer and
-    // breaks when either moves.
-    if common <= 1 {
-        return to.display().to_string();
-    }
     let mut rel = PathBuf::new();
     for _ in common..b.len() {
         rel.push("..");
@@ -385,6 +375,35 @@ pub fn relative_to(to: &Path, from: &Path) -> String {
     }
 }
 
+/// `p` made absolute and canonical as far as it exists (symbolic links and `..` resolved), the
+/// part that does not exist yet appended as written.
+fn absolute(p: &Path) -> PathBuf {
+    let p = if p.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        p
+    };
+    let p = std::path::absolute(p).unwrap_or(p.to_path_buf());
+    let mut rest = Vec::new();
+    let mut cur = p.as_path();
+    loop {
+        if let Ok(c) = cur.canonicalize() {
+            let mut out = c;
+            for part in rest.iter().rev() {
+                out.push(part);
+            }
+            return out;
+        }
+        match (cur.parent(), cur.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name.to_os_string());
+                cur = parent;
+            }
+            _ => return p.clone(),
+        }
+    }
+}
+
 /// The profile with its AIConfigurator folder referenced from where it is about to be written
 /// (`out`): every writer (anchoring, throughput fits) keeps the tables reachable.
 pub fn rebase_tables(p: &CalibrationProfile, out: &Path) -> CalibrationProfile {
@@ -394,11 +413,7 @@ pub fn rebase_tables(p: &CalibrationProfile, out: &Path) -> CalibrationProfile {
             .parent()
             .filter(|d| !d.as_os_str().is_empty())
             .unwrap_or(Path::new("."));
-        if out_dir.is_dir() {
-            sec.tables = relative_to(&t.dir, out_dir);
-        } else {
-            sec.tables = t.dir.display().to_string();
-        }
+        sec.tables = relative_to(&t.dir, out_dir);
     }
     p
 }

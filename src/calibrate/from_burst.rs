@@ -73,13 +73,21 @@ fn parse_row(fields: &[&str], what: &dyn Fn(&str) -> String) -> Result<Burst> {
 
 /// Parses `COUNT,BYTES,TOTAL_US` or reads a CSV of such rows (header `count,bytes,total_us`).
 pub fn parse_bursts(arg: &str) -> Result<(Vec<Burst>, String)> {
+    let (bursts, source, _) = parse_bursts_at(arg)?;
+    Ok((bursts, source))
+}
+
+/// [`parse_bursts`] with where each burst came from ("FILE: line N", or the flag and its
+/// value), for errors and warnings about one burst ([`fit_bursts_at`]).
+pub fn parse_bursts_at(arg: &str) -> Result<(Vec<Burst>, String, Vec<String>)> {
     let path = Path::new(arg);
     if !path.exists() {
         let fields: Vec<&str> = arg.split(',').collect();
         let b = parse_row(&fields, &|_| {
             format!("--from-burst {}", crate::units::echo(arg))
         })?;
-        return Ok((vec![b], format!("--from-burst {arg}")));
+        let at = format!("--from-burst {}", crate::units::echo(arg));
+        return Ok((vec![b], format!("--from-burst {arg}"), vec![at]));
     }
     let t = HandCsv::read(path, EXPECTED)?;
     let idx = t.require(
@@ -87,15 +95,123 @@ pub fn parse_bursts(arg: &str) -> Result<(Vec<Burst>, String)> {
         "the columns count,bytes,total_us",
     )?;
     let mut out = Vec::new();
+    let mut at = Vec::new();
     for (line, f) in &t.rows {
         let row = [field(f, idx[0]), field(f, idx[1]), field(f, idx[2])];
         let what = |name: &str| format!("{}: line {line}, column {name}", path.display());
         out.push(parse_row(&row, &what)?);
+        at.push(format!("{}: line {line}", path.display()));
     }
     if out.is_empty() {
         return Err(Error::field(path, "rows", "no data rows"));
     }
-    Ok((out, crate::units::path(path)))
+    Ok((out, crate::units::path(path), at))
+}
+
+/// The fastest one allreduce of `bytes` can physically be on this scenario's link, µs: one hop
+/// of the link's latency plus the bytes every rank must receive, (n − 1)/n × bytes (each rank
+/// needs every other rank's contribution to each element; ring and tree move twice that, an
+/// in-switch reduction about as much), at the link's full bandwidth. The link is the
+/// scenario's `--link-gbps` / `--link-latency-us` when given, else the system's: NVLink's
+/// `nvlink_gbps`, PCIe P2P's fastest of the P2P figures and the PCIe signalling rate (a floor
+/// must not be above any real path), the host path's PCIe signalling rate.
+pub fn latency_floor_us(s: &Scenario, bytes: u64) -> f64 {
+    let ic = &s.system.interconnect;
+    let pcie = pcie_signalling_gbps(ic.pcie_gen, ic.pcie_lanes);
+    let (bw, lat) = match s.comm_path() {
+        crate::spec::CommPath::Nvlink => (ic.nvlink_gbps, ic.p2p_latency_us),
+        crate::spec::CommPath::PcieP2p => (
+            ic.p2p_gbps_same_socket
+                .max(ic.p2p_gbps_cross_socket)
+                .max(pcie),
+            ic.p2p_latency_us,
+        ),
+        crate::spec::CommPath::Host => (pcie, ic.host_latency_us.min(ic.p2p_latency_us)),
+    };
+    let bw = s.comm.link_gbps.unwrap_or(bw);
+    let lat = s.comm.link_latency_us.unwrap_or(lat);
+    let n = s.tp.max(1) as f64;
+    lat + (n - 1.0) / n * bytes as f64 / (bw.max(f64::MIN_POSITIVE) * 1e3)
+}
+
+/// PCIe per-direction signalling rate in GB/s (GT/s per lane × lanes / 8), the most any PCIe
+/// transfer can reach; 0 for an unknown generation (the system file refuses those).
+fn pcie_signalling_gbps(gen: u32, lanes: u32) -> f64 {
+    let gts = match gen {
+        1 => 2.5,
+        2 => 5.0,
+        3 => 8.0,
+        4 => 16.0,
+        5 => 32.0,
+        6 => 64.0,
+        7 => 128.0,
+        _ => 0.0,
+    };
+    gts * lanes as f64 / 8.0
+}
+
+/// Refuses a burst faster than the link allows ([`latency_floor_us`]) and warns of bursts of one
+/// size whose times differ by more than 2x (contradictory: one of them measured something
+/// else). `at[i]` says where burst i came from (may be empty).
+pub fn check_bursts(
+    s: &Scenario,
+    bursts: &[Burst],
+    at: &[String],
+    source: &str,
+) -> Result<Vec<String>> {
+    let where_ = |i: usize| {
+        at.get(i)
+            .cloned()
+            .unwrap_or_else(|| format!("{source}, burst {}", i + 1))
+    };
+    for (i, b) in bursts.iter().enumerate() {
+        let floor = latency_floor_us(s, b.bytes);
+        if b.per_collective_us() < floor {
+            return Err(Error::Other(format!(
+                "{}: {} allreduces of {} B in {} us = {:.3} us each is faster than the link allows: at least {:.3} us each on the {} path at TP={} (one hop's latency + (n-1)/n of the bytes at the link's bandwidth, from {}{}); check the columns' units (total_us is microseconds for all {} together)",
+                where_(i),
+                b.count,
+                b.bytes,
+                b.total_us,
+                b.per_collective_us(),
+                floor,
+                s.comm_path(),
+                s.tp,
+                crate::units::path(&s.system.source),
+                if s.comm.link_gbps.is_some() || s.comm.link_latency_us.is_some() {
+                    " with --link-gbps/--link-latency-us"
+                } else {
+                    ""
+                },
+                b.count
+            )));
+        }
+    }
+    let mut warnings = Vec::new();
+    let sizes: std::collections::BTreeSet<u64> = bursts.iter().map(|b| b.bytes).collect();
+    for size in sizes {
+        let same: Vec<usize> = (0..bursts.len())
+            .filter(|&i| bursts[i].bytes == size)
+            .collect();
+        let t = |i: usize| bursts[i].per_collective_us();
+        let (Some(&lo), Some(&hi)) = (
+            same.iter().min_by(|&&a, &&b| t(a).total_cmp(&t(b))),
+            same.iter().max_by(|&&a, &&b| t(a).total_cmp(&t(b))),
+        ) else {
+            continue;
+        };
+        if t(hi) > 2.0 * t(lo) {
+            warnings.push(format!(
+                "contradictory bursts of {size} B: {} gives {:.2} us each and {} gives {:.2} us each ({:.1}x apart, more than 2x): they cannot both time this allreduce; their mean is fitted",
+                where_(lo),
+                t(lo),
+                where_(hi),
+                t(hi),
+                t(hi) / t(lo)
+            ));
+        }
+    }
+    Ok(warnings)
 }
 
 #[derive(Debug, Clone)]
@@ -110,6 +226,8 @@ pub struct BurstFit {
     pub bw_scale: f64,
     pub bw_ci95: Option<[f64; 2]>,
     pub notes: Vec<String>,
+    /// Contradictory bursts ([`check_bursts`]).
+    pub warnings: Vec<String>,
     /// Which entry priced the allreduce.
     pub entry: String,
     pub out: PathBuf,
@@ -160,11 +278,25 @@ pub fn fit_bursts(
     out: &Path,
     name: Option<&str>,
 ) -> Result<BurstFit> {
+    fit_bursts_at(s, base, bursts, &[], source, out, name)
+}
+
+/// [`fit_bursts`] with where each burst came from (`parse_bursts_at`), for its messages.
+pub fn fit_bursts_at(
+    s: &Scenario,
+    base: &CalibrationProfile,
+    bursts: &[Burst],
+    at: &[String],
+    source: &str,
+    out: &Path,
+    name: Option<&str>,
+) -> Result<BurstFit> {
     if s.tp < 2 {
         return Err(Error::Other(
             "--from-burst: the scenario has one rank (--tp 1): no allreduce to fit".into(),
         ));
     }
+    let warnings = check_bursts(s, bursts, at, source)?;
     let f0 = &base.factors;
     let mut rows = Vec::new();
     let mut entry = String::new();
@@ -293,6 +425,7 @@ pub fn fit_bursts(
         bw_scale: bw,
         bw_ci95: bw_ci,
         notes,
+        warnings,
         entry,
         out: out.to_path_buf(),
     })

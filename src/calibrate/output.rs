@@ -107,25 +107,31 @@ pub fn calibrate_dir(req: &DirRequest) -> Result<CalibrationResult> {
     Ok(result)
 }
 
-/// How a profile written to `out` refers to a measurement table: by file name when both sit in
-/// one folder (profile and data move together), else by absolute path.
+/// How a profile written to `out` refers to a measurement table: a path relative to the
+/// profile's folder (the file name when both sit in one folder), so profile and data move
+/// together and no profile carries an absolute path.
 pub fn table_reference(table: &Path, out: &Path) -> String {
-    let table = table.canonicalize().unwrap_or(table.to_path_buf());
     let out_dir = out
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
-    let out_dir = out_dir.canonicalize().unwrap_or(out_dir.to_path_buf());
-    match (table.parent(), table.file_name()) {
-        (Some(dir), Some(name)) if dir == out_dir => name.to_string_lossy().into_owned(),
-        _ => table.display().to_string(),
-    }
+    // Relative to the profile's folder, never absolute (`aiconfigurator::relative_to`).
+    super::aiconfigurator::relative_to(table, out_dir)
 }
 
 /// Checks the profile as a reader would, then writes it atomically under a comment header.
 pub fn write_profile(path: &Path, header: &str, p: &CalibrationProfile) -> Result<()> {
     p.validate(path)?;
-    let p = &super::aiconfigurator::rebase_tables(p, path);
+    let mut p = super::aiconfigurator::rebase_tables(p, path);
+    // A measurement table named by an absolute path is written relative to the profile.
+    if let Some(m) = p
+        .measurements
+        .as_mut()
+        .filter(|m| Path::new(m.as_str()).is_absolute())
+    {
+        *m = table_reference(Path::new(m.as_str()), path);
+    }
+    let p = &p;
     let body = toml::to_string_pretty(p)
         .map_err(|e| Error::Other(format!("cannot serialize the profile: {e}")))?;
     crate::files::write_atomic(path, |w| {

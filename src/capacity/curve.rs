@@ -177,14 +177,16 @@ pub fn parse_mix(text: &str, path: &std::path::Path) -> Result<Vec<MixRow>> {
         };
         let input_len = len(0, "input_len")?;
         let output_len = len(1, "output_len")?;
+        // Bounded (`spec::limits::LOG_COUNT`), so the weights' sum cannot overflow to infinity.
         let weight = match f[2].parse::<f64>() {
-            Ok(w) if w.is_finite() && w > 0.0 => w,
+            Ok(w) if w > 0.0 && crate::spec::limits::LOG_COUNT.contains(w) => w,
             _ => {
                 return Err(bad(
                     n,
                     format!(
-                        "weight '{}' is not a positive number",
-                        crate::units::echo(f[2])
+                        "weight '{}' is not a positive number of at most {}",
+                        crate::units::echo(f[2]),
+                        crate::units::grouped(crate::spec::limits::LOG_COUNT.max, 0)
                     ),
                 ))
             }

@@ -361,11 +361,8 @@ pub fn fixed_terms(s: &Scenario, p: &CalibrationProfile, o: &MemoryOptions) -> V
 
 /// The weight formats a model stores, e.g. "int4-g32 experts, bf16 rest".
 fn weight_formats(m: &ModelSpec) -> String {
-    let layer = m
-        .moe
-        .as_ref()
-        .map(|moe| moe.first_k_dense.min(m.num_layers.saturating_sub(1)))
-        .unwrap_or(0);
+    // The first MoE layer (vLLM's rules, `ModelSpec::is_layer_moe`).
+    let layer = (0..m.num_layers).find(|&l| m.is_layer_moe(l)).unwrap_or(0);
     let experts = m
         .weight_format(&format!("model.layers.{layer}.mlp.experts.0.gate_proj"))
         .name();

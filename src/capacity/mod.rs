@@ -123,24 +123,7 @@ fn prefill(
 
 /// Runs the capacity analysis of `req`.
 pub fn capacity(req: &CapacityRequest) -> Result<Capacity> {
-    if let Some(t) = req.max_tpot_ms {
-        if !(t.is_finite() && t > 0.0) {
-            return Err(Error::Flag {
-                flag: "--max-tpot-ms",
-                value: t.to_string(),
-                expected: "a positive number of milliseconds".into(),
-            });
-        }
-    }
-    if let Some(t) = req.target_tokens_per_s {
-        if !(t.is_finite() && t > 0.0) {
-            return Err(Error::Flag {
-                flag: "--target-tokens-per-s",
-                value: t.to_string(),
-                expected: "a positive number of tokens per second".into(),
-            });
-        }
-    }
+    plan::check_target(req.target_tokens_per_s, req.users, req.max_tpot_ms)?;
     let demand = req.demand.demand();
     let (mut s, p) = load(&req.scenario, &demand)?;
     s.gpu_memory_utilization = req.memory.gpu_memory_utilization;

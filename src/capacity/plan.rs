@@ -14,6 +14,8 @@
 //! This module is pure arithmetic over the curves, so its rules are tested on hand-made curves.
 
 use super::curve::CurvePoint;
+use crate::error::{Error, Result};
+use crate::spec::limits;
 use serde::Serialize;
 
 /// What a candidate fails on, or what binds when no candidate meets the target.
@@ -44,6 +46,41 @@ pub struct Target {
     pub users: Option<u32>,
     pub max_tpot_ms: Option<f64>,
     pub max_systems: u32,
+}
+
+/// Checks a plan's target flags against their physical ranges (`spec::limits`): a target of
+/// 1e30 tokens/s or 4e9 users is refused by flag, value and range, not planned into replica
+/// counts that wrap.
+pub fn check_target(
+    tokens_per_s: Option<f64>,
+    users: Option<u32>,
+    max_tpot_ms: Option<f64>,
+) -> Result<()> {
+    if let Some(t) = max_tpot_ms {
+        limits::flag_in("--max-tpot-ms", t, &limits::MAX_TPOT_MS)?;
+    }
+    if let Some(t) = tokens_per_s {
+        limits::flag_in("--target-tokens-per-s", t, &limits::TARGET_TOKENS_PER_S)?;
+    }
+    if let Some(u) = users {
+        limits::flag_int_in("--users", u as u64, &limits::USERS)?;
+    }
+    Ok(())
+}
+
+/// The error a plan that no candidate meets ends with (after its report is written): the
+/// binding limit and the planner's message, so the command exits non-zero.
+pub fn unmet(plan: &Plan) -> Option<Error> {
+    if plan.best.is_some() {
+        return None;
+    }
+    Some(Error::Other(format!(
+        "capacity: {}",
+        plan.message
+            .lines()
+            .next()
+            .unwrap_or("no configuration meets the target")
+    )))
 }
 
 /// One replica shape and what the simulator says of it.

@@ -383,12 +383,13 @@ fn from_nccl_tests(a: &CalibrateArgs) -> Result<()> {
 }
 
 fn from_burst(a: &CalibrateArgs, spec: &str) -> Result<()> {
-    let (bursts, source) = crate::calibrate::from_burst::parse_bursts(spec)?;
+    let (bursts, source, at) = crate::calibrate::from_burst::parse_bursts_at(spec)?;
     let (scenario, profile) = a.scenario.request().load()?;
-    let r = crate::calibrate::from_burst::fit_bursts(
+    let r = crate::calibrate::from_burst::fit_bursts_at(
         &scenario,
         &profile,
         &bursts,
+        &at,
         &source,
         &a.out,
         a.name.as_deref(),
@@ -424,6 +425,9 @@ fn from_burst(a: &CalibrateArgs, spec: &str) -> Result<()> {
     }
     for n in &r.notes {
         s.push_str(&format!("note: {n}\n"));
+    }
+    for w in &r.warnings {
+        s.push_str(&format!("warning: {w}\n"));
     }
     print(&s)
 }

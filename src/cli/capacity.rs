@@ -109,9 +109,10 @@ pub fn parse_prices(s: &str) -> Result<Prices> {
     }
     };
     let price = |v: &str| -> Result<f64> {
+        let r = crate::spec::limits::GPU_HOUR_USD;
         match v.trim().parse::<f64>() {
-            Ok(p) if p.is_finite() && p >= 0.0 => Ok(p),
-            _ => Err(bad(v, "not a non-negative number")),
+            Ok(p) if r.contains(p) => Ok(p),
+            _ => Err(bad(v, &format!("not {}", r.describe()))),
         }
     };
     if !s.contains('=') {
@@ -442,6 +443,10 @@ pub fn run(a: CapacityArgs) -> Result<()> {
         for p in &written {
             print(&format!("plot written to {}\n", units::path(p)))?;
         }
+    }
+    // A target no configuration meets is an error (exit 1) after the report that says why.
+    if let Some(e) = cap.plan.as_ref().and_then(capacity::plan::unmet) {
+        return Err(e);
     }
     Ok(())
 }

@@ -31,6 +31,9 @@ pub type MoeKey = (String, String, u64, u64, u64, u64, u32, u32);
 #[derive(Debug, Clone, Default)]
 pub struct AicTables {
     pub dir: PathBuf,
+    /// The GPU the tables were measured on, as MANIFEST.txt names it (`device 'NVIDIA H200'`);
+    /// None when the folder has no manifest or it names no device.
+    pub device: Option<String>,
     /// File name → data rows, for provenance.
     pub files: BTreeMap<String, usize>,
     moe: HashMap<MoeKey, Vec<(f64, f64)>>,
@@ -203,6 +206,18 @@ impl AicTables {
         if let Some(p) = present("moe.csv") {
             let rows = read_aic_moe_csv(&p)?;
             t.files.insert("moe.csv".into(), rows.len());
+            no_conflicts(
+                &p,
+                rows.iter().map(|r| {
+                    Some((
+                        format!(
+                            "{} {} experts={} hidden={} inter={} topk={} moe_tp={} moe_ep={} num_tokens={}",
+                            r.distribution, r.quant, r.experts, r.hidden, r.inter, r.topk, r.moe_tp, r.moe_ep, r.tokens
+                        ),
+                        r.latency_us,
+                    ))
+                }),
+            )?;
             for r in rows {
                 let key = (
                     r.distribution,
@@ -226,6 +241,15 @@ impl AicTables {
         if let Some(p) = present("gemm.csv") {
             let rows = read_aic_gemm_csv(&p)?;
             t.files.insert("gemm.csv".into(), rows.len());
+            no_conflicts(
+                &p,
+                rows.iter().map(|r| {
+                    Some((
+                        format!("{} m={} n={} k={}", r.dtype, r.m, r.n, r.k),
+                        r.latency_us,
+                    ))
+                }),
+            )?;
             for r in rows {
                 t.gemm
                     .entry(r.dtype)
@@ -241,6 +265,22 @@ impl AicTables {
         if let Some(p) = present("mla_generation.csv") {
             let rows = read_aic_mla_csv(&p)?;
             t.files.insert("mla_generation.csv".into(), rows.len());
+            // The lookup keys on (kv dtype, heads, batch, step) among the BF16-GEMM rows; rows
+            // of other GEMM dtypes are not read and cannot conflict.
+            no_conflicts(
+                &p,
+                rows.iter().map(|r| {
+                    (r.gemm_dtype == "bfloat16").then(|| {
+                        (
+                            format!(
+                                "kv_dtype={} num_heads={} batch={} step={}",
+                                r.kv_dtype, r.num_heads, r.batch, r.step
+                            ),
+                            r.latency_us,
+                        )
+                    })
+                }),
+            )?;
             for r in rows.into_iter().filter(|r| r.gemm_dtype == "bfloat16") {
                 t.mla.entry((r.kv_dtype, r.num_heads)).or_default().push((
                     r.batch as f64,
@@ -255,7 +295,7 @@ impl AicTables {
         if let Some(p) = present("nccl_collectives.csv") {
             let rows = read_aic_comm_csv(&p)?;
             t.files.insert("nccl_collectives.csv".into(), rows.len());
-            t.nccl = comm_curves(&rows, |r| r.op.clone())
+            t.nccl = comm_curves(&p, &rows, |r| r.op.clone())?
                 .into_iter()
                 .map(|(k, v)| (k, CommCurve::new(v)))
                 .collect();
@@ -263,11 +303,16 @@ impl AicTables {
         if let Some(p) = present("custom_allreduce.csv") {
             let rows = read_aic_comm_csv(&p)?;
             t.files.insert("custom_allreduce.csv".into(), rows.len());
-            t.custom = comm_curves(&rows, |r| r.mode.clone());
+            t.custom = comm_curves(&p, &rows, |r| r.mode.clone())?;
             for v in t.custom.values_mut() {
                 v.sort_by(|a, b| a.0.total_cmp(&b.0));
                 v.dedup_by(|a, b| a.0 == b.0);
             }
+        }
+        let manifest = dir.join("MANIFEST.txt");
+        if manifest.is_file() {
+            let text = crate::files::read_text(&manifest, crate::files::InputKind::Manifest)?;
+            t.device = manifest_device(&text);
         }
         if t.files.is_empty() {
             return Err(Error::Other(format!(
@@ -402,28 +447,79 @@ fn axis_interp(axis: &[f64], x: f64, f: impl Fn(f64) -> Option<TablePrice>) -> O
     })
 }
 
+/// The device a converted folder's MANIFEST.txt names (`device 'NVIDIA H200'`), as
+/// harness/aiconfigurator_tables.py writes it.
+pub fn manifest_device(manifest: &str) -> Option<String> {
+    let re = regex::Regex::new(r"device '([^']{1,120})'").expect("valid regex");
+    re.captures(manifest).map(|c| c[1].to_string())
+}
+
+/// Whether tables measured on `device` describe a GPU of this display name (the display name
+/// starts with it: 'NVIDIA H200' describes 'NVIDIA H200 SXM').
+pub fn device_matches(device: &str, gpu_display_name: &str) -> bool {
+    gpu_display_name.starts_with(device)
+}
+
 /// Groups collective rows by (key, nranks), keeping per group the element type of 2 bytes when
 /// present (BF16 activations are what a decode step reduces), else whatever the group has.
+/// Two rows at the same message size with different latencies are an error (see
+/// [`no_conflicts`]).
 fn comm_curves(
+    path: &Path,
     rows: &[AicCommRow],
     key: impl Fn(&AicCommRow) -> String,
-) -> HashMap<(String, u32), Vec<(f64, f64)>> {
+) -> Result<HashMap<(String, u32), Vec<(f64, f64)>>> {
     let mut two_byte: HashMap<(String, u32), bool> = HashMap::new();
     for r in rows {
         let e = two_byte.entry((key(r), r.nranks)).or_default();
         *e |= r.bytes == 2 * r.elements;
     }
+    let kept = |r: &AicCommRow| !(two_byte[&(key(r), r.nranks)] && r.bytes != 2 * r.elements);
+    no_conflicts(
+        path,
+        rows.iter().map(|r| {
+            kept(r).then(|| {
+                (
+                    format!("{} nranks={} bytes={}", key(r), r.nranks, r.bytes),
+                    r.latency_us,
+                )
+            })
+        }),
+    )?;
     let mut out: HashMap<(String, u32), Vec<(f64, f64)>> = HashMap::new();
-    for r in rows {
-        let k = (key(r), r.nranks);
-        if two_byte[&k] && r.bytes != 2 * r.elements {
-            continue;
-        }
-        out.entry(k)
+    for r in rows.iter().filter(|r| kept(r)) {
+        out.entry((key(r), r.nranks))
             .or_default()
             .push((r.bytes as f64, r.latency_us));
     }
-    out
+    Ok(out)
+}
+
+/// Refuses two rows of one table with the same lookup key and different latencies: the reader
+/// would keep one of them silently. Identical repeats are accepted (they price the same).
+/// `rows` yields, per data row in file order, its key and latency, or None for a row the lookup
+/// does not read; data row i is line i + 2 of the file (line 1 is the header).
+fn no_conflicts(path: &Path, rows: impl Iterator<Item = Option<(String, f64)>>) -> Result<()> {
+    let mut seen: HashMap<String, (usize, f64)> = HashMap::new();
+    for (i, row) in rows.enumerate() {
+        let Some((key, us)) = row else { continue };
+        let line = i + 2;
+        match seen.get(&key) {
+            Some(&(first, v)) if v != us => {
+                return Err(Error::Input {
+                    path: path.to_path_buf(),
+                    problem: format!(
+                        "lines {first} and {line} give the same row ({key}) different latencies ({v} and {us} us): a duplicate that conflicts (remove one; identical repeats are accepted)"
+                    ),
+                })
+            }
+            Some(_) => {}
+            None => {
+                seen.insert(key, (line, us));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Prices the scenario's ops that AIConfigurator tables hold, before the roofline law: the

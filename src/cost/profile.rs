@@ -471,15 +471,20 @@ impl Checker<'_> {
         }
     }
 
-    /// A fraction of a peak: 0 < v ≤ 1 (nothing runs faster than the hardware's peak).
+    /// A fraction of a peak: 0.001 ≤ v ≤ 1 (nothing runs faster than the hardware's peak, and a
+    /// kernel 1,000x below it is a unit mistake: `spec::limits::EFFICIENCY`).
     fn efficiency(&self, field: &str, v: f64) -> Result<()> {
-        if v.is_finite() && v > 0.0 && v <= 1.0 {
+        let r = crate::spec::limits::EFFICIENCY;
+        if r.contains(v) {
             Ok(())
         } else {
             Err(self.fail(
                 field,
-                v,
-                "a fraction of the GPU's peak in (0, 1] (above 1 would beat the hardware)",
+                crate::spec::check::show(v),
+                &format!(
+                    "a fraction of the GPU's peak in [{}, {}] (above 1 would beat the hardware)",
+                    r.min, r.max
+                ),
             ))
         }
     }
@@ -506,12 +511,13 @@ impl Checker<'_> {
             let f = |s: &str| format!("{name}.{mode}.{s}");
             self.latency(&f("base_us"), l.base_us)?;
             self.latency(&f("per_rank_us"), l.per_rank_us)?;
-            let max = bw.unwrap_or(f64::MAX);
-            if !(l.bw_gbps.is_finite() && l.bw_gbps > 0.0 && l.bw_gbps <= max) {
+            let max = bw.unwrap_or(crate::spec::limits::LINK_GBPS.max);
+            let min = crate::spec::limits::BUS_BW_FLOOR_GBPS;
+            if !(l.bw_gbps.is_finite() && l.bw_gbps >= min && l.bw_gbps <= max) {
                 return Err(self.fail(
                     &f("bw_gbps"),
-                    l.bw_gbps,
-                    "a bandwidth in GB/s, positive and within the GPU's memory bandwidth",
+                    crate::spec::check::show(l.bw_gbps),
+                    &format!("a bandwidth in [{min}, {max}] GB/s (the slowest GPU link; the GPU's memory bandwidth bounds any transfer)"),
                 ));
             }
             self.range(&f("measured_bytes"), l.measured_bytes)?;
@@ -563,16 +569,19 @@ impl Checker<'_> {
         }
         self.latency(&f("base_us"), c.base_us)?;
         self.latency(&f("hop_us"), c.hop_us)?;
-        let max = bw_limit.unwrap_or(f64::MAX);
-        if !(c.bus_bw_gbps.is_finite() && c.bus_bw_gbps > 0.0 && c.bus_bw_gbps <= max) {
+        let max = bw_limit.unwrap_or(crate::spec::limits::LINK_GBPS.max);
+        let min = crate::spec::limits::BUS_BW_FLOOR_GBPS;
+        if !(c.bus_bw_gbps.is_finite() && c.bus_bw_gbps >= min && c.bus_bw_gbps <= max) {
             return Err(self.fail(
                 &f("bus_bw_gbps"),
-                c.bus_bw_gbps,
+                crate::spec::check::show(c.bus_bw_gbps),
                 &match bw_limit {
                     Some(m) => format!(
-                        "a bandwidth in (0, {m}] GB/s (the GPU's memory bandwidth bounds any transfer)"
+                        "a bandwidth in [{min}, {m}] GB/s (the slowest GPU link; the GPU's memory bandwidth bounds any transfer)"
                     ),
-                    None => "a positive bandwidth in GB/s".into(),
+                    None => format!(
+                        "a bandwidth in [{min}, {max}] GB/s (spec::limits::LINK_GBPS)"
+                    ),
                 },
             ));
         }
@@ -595,11 +604,40 @@ impl CalibrationProfile {
             p.table = Some(std::sync::Arc::new(table));
         }
         if let Some(a) = &p.aiconfigurator {
+            // Relative to the profile's own folder, wherever decodesim runs from.
             let dir = path.parent().unwrap_or(Path::new("."));
             let tables = super::aic::AicTables::read(&dir.join(&a.tables))?;
+            p.check_tables_device(path, &tables)?;
             p.aic = Some(std::sync::Arc::new(tables));
         }
         Ok(p)
+    }
+
+    /// Tables measured on another GPU than the profile's price nothing right: refused at load,
+    /// as `calibrate --from-aiconfigurator` refuses them for the system's GPU.
+    fn check_tables_device(&self, path: &Path, tables: &super::aic::AicTables) -> Result<()> {
+        let Some(device) = &tables.device else {
+            return Ok(());
+        };
+        let file = crate::spec::catalog::gpus_dir().join(format!("{}.toml", self.profile.gpu));
+        if !file.is_file() {
+            return Ok(());
+        }
+        let gpu = crate::spec::GpuSpec::from_file(&file)?;
+        if super::aic::device_matches(device, &gpu.display_name) {
+            return Ok(());
+        }
+        Err(Error::field(
+            path,
+            "aiconfigurator.tables",
+            format!(
+                "the tables in {} were measured on '{device}' (their MANIFEST.txt) but the profile is for GPU '{}' ({}): they would price another GPU's kernels; point `tables` at a folder measured on {}, or set [profile] gpu to the tables' GPU",
+                crate::units::path(&tables.dir),
+                self.profile.gpu,
+                gpu.display_name,
+                gpu.display_name
+            ),
+        ))
     }
 
     /// The GPU's spec memory bandwidth when the profile names a GPU of the catalog.

@@ -233,6 +233,15 @@ pub fn simulate_workload(
             crate::units::path(&scenario.cuda_graph_sizes.path)
         ));
     }
+    // A routing histogram that cannot tell the concentration says so, with its interval.
+    if let Some(moe) = &scenario.model.moe {
+        if let Some(w) =
+            workload::routing::histogram_fit(&scenario.routing, moe.n_routed_experts, moe.top_k)
+                .and_then(|f| f.warning())
+        {
+            warnings.push(w);
+        }
+    }
     if !memory_fit.fits() {
         warnings.insert(
             0,

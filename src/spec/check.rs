@@ -57,6 +57,15 @@ impl FloatRange {
             unit,
         }
     }
+    /// From `min` to `max`, both included: a physical floor, not only "above 0".
+    pub const fn between(min: f64, max: f64, unit: &'static str) -> Self {
+        FloatRange {
+            min,
+            min_exclusive: false,
+            max,
+            unit,
+        }
+    }
     /// Zero or more, at most `max`.
     pub const fn non_negative(max: f64, unit: &'static str) -> Self {
         FloatRange {
@@ -97,6 +106,17 @@ fn grouped_float(v: f64) -> String {
     }
 }
 
+/// A float as a person typed it: `1e-300` and `1e308`, not 300 zeros (Rust's `{}` prints
+/// every digit); ordinary magnitudes as usual (`0.5`, `450`).
+pub fn show(v: f64) -> String {
+    let a = v.abs();
+    if v == 0.0 || !v.is_finite() || (1e-4..1e16).contains(&a) {
+        v.to_string()
+    } else {
+        format!("{v:e}")
+    }
+}
+
 /// Checks a float against `range`, naming file, field and value when it is outside.
 pub fn float_in(path: &Path, field: &str, v: f64, range: &FloatRange) -> Result<f64> {
     if range.contains(v) {
@@ -105,7 +125,7 @@ pub fn float_in(path: &Path, field: &str, v: f64, range: &FloatRange) -> Result<
         Err(Error::field(
             path,
             field,
-            format!("found {v}, expected {}", range.describe()),
+            format!("found {}, expected {}", show(v), range.describe()),
         ))
     }
 }

@@ -57,11 +57,36 @@ pub struct MoeDims {
     pub n_shared_experts: usize,
     /// Intermediate size of the shared expert block (n_shared × moe_intermediate for DeepSeek).
     pub shared_intermediate: usize,
-    /// Layers before this index are dense.
+    /// Layers before this index are dense (DeepSeek-V3 / Kimi `first_k_dense_replace`).
     pub first_k_dense: usize,
+    /// Every this many layers from 0 is MoE (DeepSeek `moe_layer_freq`, default 1).
+    pub moe_layer_freq: usize,
+    /// Layer i is MoE only when (i + 1) is a multiple of this (Qwen-MoE `decoder_sparse_step`,
+    /// default 1).
+    pub decoder_sparse_step: usize,
+    /// Layers that keep a dense MLP whatever the rules above say (Qwen-MoE `mlp_only_layers`).
+    pub mlp_only_layers: Vec<usize>,
     pub n_group: usize,
     pub topk_group: usize,
     pub scoring: Scoring,
+}
+
+impl MoeDims {
+    /// vLLM's rule for which layers are MoE (see [`ModelSpec::is_layer_moe`]).
+    pub fn is_layer_moe(&self, layer: usize) -> bool {
+        layer >= self.first_k_dense
+            && layer % self.moe_layer_freq.max(1) == 0
+            && (layer + 1) % self.decoder_sparse_step.max(1) == 0
+            && !self.mlp_only_layers.contains(&layer)
+    }
+
+    /// Every layer MoE (a one-layer MTP module built from the target's shape).
+    pub fn all_layers_moe(&mut self) {
+        self.first_k_dense = 0;
+        self.moe_layer_freq = 1;
+        self.decoder_sparse_step = 1;
+        self.mlp_only_layers.clear();
+    }
 }
 
 /// How a weight matrix is stored.
@@ -221,6 +246,32 @@ impl Fields<'_> {
             }
         }
         Ok(None)
+    }
+    /// An optional list of layer indices below `layers` (`mlp_only_layers`); absent is empty.
+    fn int_list(&self, key: &str, layers: usize) -> Result<Vec<usize>> {
+        let range = 0..=(layers as u64).saturating_sub(1);
+        match self.get(key) {
+            None => Ok(Vec::new()),
+            Some(Value::Array(items)) => items
+                .iter()
+                .enumerate()
+                .map(|(i, v)| match v.as_u64() {
+                    Some(n) if range.contains(&n) => Ok(n as usize),
+                    _ => Err(check::int_error(
+                        self.path,
+                        &format!("{}[{i}]", self.name(key)),
+                        &v.to_string(),
+                        &range,
+                    )),
+                })
+                .collect(),
+            Some(v) => Err(wrong_type(
+                self.path,
+                &self.name(key),
+                v,
+                "a list of layer indices",
+            )),
+        }
     }
     fn str(&self, key: &str) -> Result<Option<&str>> {
         match self.get(key) {
@@ -389,7 +440,8 @@ impl ModelSpec {
                 };
                 let n_group = f.int("n_group", 1..=n as u64)?.unwrap_or(1);
                 let topk_group = f.int("topk_group", 1..=n_group as u64)?.unwrap_or(1);
-                Some(MoeDims {
+                let mlp_only_layers = f.int_list("mlp_only_layers", num_layers)?;
+                let dims = MoeDims {
                     n_routed_experts: n,
                     top_k,
                     moe_intermediate,
@@ -398,10 +450,16 @@ impl ModelSpec {
                     first_k_dense: f
                         .int("first_k_dense_replace", 0..=num_layers as u64)?
                         .unwrap_or(0),
+                    moe_layer_freq: f.int("moe_layer_freq", 1..=num_layers as u64)?.unwrap_or(1),
+                    decoder_sparse_step: f
+                        .int("decoder_sparse_step", 1..=num_layers as u64)?
+                        .unwrap_or(1),
+                    mlp_only_layers,
                     n_group,
                     topk_group,
                     scoring,
-                })
+                };
+                Some(dims)
             }
             _ => None,
         };
@@ -421,7 +479,7 @@ impl ModelSpec {
 
         let needs_dense = match &moe {
             None => true,
-            Some(m) => m.first_k_dense > 0,
+            Some(m) => (0..num_layers).any(|l| !m.is_layer_moe(l)),
         };
         let dense_intermediate = if needs_dense {
             f.required("intermediate_size", limits::INTERMEDIATE)?
@@ -491,8 +549,21 @@ impl ModelSpec {
         }
     }
 
+    /// Whether decoder layer `layer` runs the routed experts, as vLLM builds it:
+    /// DeepSeek-V2/V3 and Kimi (`deepseek_v2.py`): `n_routed_experts > 0`, `layer >=
+    /// first_k_dense_replace` and `layer % moe_layer_freq == 0`; Qwen2/3-MoE (`qwen3_moe.py`):
+    /// `layer not in mlp_only_layers`, `num_experts > 0` and `(layer + 1) % decoder_sparse_step
+    /// == 0`. A config states the rules of its family; the others keep their defaults (0, 1, 1,
+    /// none), which pass every layer.
     pub fn is_layer_moe(&self, layer: usize) -> bool {
-        self.moe.as_ref().is_some_and(|m| layer >= m.first_k_dense)
+        self.moe.as_ref().is_some_and(|m| m.is_layer_moe(layer))
+    }
+
+    /// How many decoder layers run the routed experts.
+    pub fn moe_layer_count(&self) -> usize {
+        (0..self.num_layers)
+            .filter(|&l| self.is_layer_moe(l))
+            .count()
     }
 
     /// KV-cache bytes per token per layer, as one rank stores them for `tp` ranks.

@@ -10,6 +10,8 @@
 //! - histogram: `tokens,experts_touched,steps`: how many steps of `tokens` tokens touched that
 //!   many distinct experts in a layer; the routing is the power law whose expected count fits it.
 
+use super::check::FloatRange;
+use super::limits;
 use crate::error::{Error, Result};
 use crate::files::{field, HandCsv, InputKind};
 use std::path::{Path, PathBuf};
@@ -73,7 +75,27 @@ impl std::fmt::Display for Routing {
     }
 }
 
-/// At most `n` characters of a user's value, for error messages.
+/// Indices a routing file may name: experts 0..4,095 and layers 0..511 (the ceilings of
+/// `spec::model::limits::EXPERTS` and `LAYERS`); the model's own counts are checked later.
+const EXPERT_INDEX: FloatRange = FloatRange::non_negative(4_095.0, "");
+const LAYER_INDEX: FloatRange = FloatRange::non_negative(511.0, "");
+/// Distinct experts touched in one step: at most the largest expert count accepted.
+const TOUCHED: FloatRange = FloatRange::non_negative(4_096.0, "experts");
+
+/// Refuses a column whose sum is not finite (each value is bounded, so this holds by
+/// construction; checked anyway, since an infinite total turns every share into NaN).
+fn finite_sum(path: &Path, column: &str, v: impl Iterator<Item = f64>) -> Result<()> {
+    let total: f64 = v.sum();
+    if total.is_finite() {
+        Ok(())
+    } else {
+        Err(Error::field(
+            path,
+            format!("column {column}"),
+            format!("the counts sum to {total}, expected a finite total"),
+        ))
+    }
+}
 
 fn bad(flag_value: &str, expected: &str) -> Error {
     Error::Flag {
@@ -147,18 +169,33 @@ impl Routing {
             ROUTING_EXPECTED,
         )?;
         let idx = |name: &str| t.col(name);
-        let num = |line: usize, field: &str, v: &str| -> Result<f64> {
+        // Every number within a physical range (`spec::limits`), so no sum overflows to
+        // infinity and no index saturates: the error names the file, line and column.
+        let in_range = |line: usize, field: &str, v: &str, r: &FloatRange| -> Result<f64> {
             match v.parse::<f64>() {
-                Ok(x) if x.is_finite() && x >= 0.0 => Ok(x),
+                Ok(x) if r.contains(x) => Ok(x),
                 _ => Err(Error::field(
                     path,
                     format!("line {line}, column {field}"),
                     format!(
-                        "found '{}', expected a non-negative number",
-                        crate::units::clip(v, 40)
+                        "found '{}', expected {}",
+                        crate::units::clip(v, 40),
+                        r.describe()
                     ),
                 )),
             }
+        };
+        let num = |line: usize, field: &str, v: &str| in_range(line, field, v, &limits::LOG_COUNT);
+        let index = |line: usize, field: &str, v: &str, r: &FloatRange| -> Result<usize> {
+            let x = in_range(line, field, v, r)?;
+            if x.fract() != 0.0 {
+                return Err(Error::field(
+                    path,
+                    format!("line {line}, column {field}"),
+                    format!("found {x}, expected a whole-number index"),
+                ));
+            }
+            Ok(x as usize)
         };
         if let (Some(ti), Some(ei), Some(si)) =
             (idx("tokens"), idx("experts_touched"), idx("steps"))
@@ -166,8 +203,8 @@ impl Routing {
             let mut rows = Vec::new();
             for (line, f) in &t.rows {
                 let line = *line;
-                let tokens = num(line, "tokens", field(f, ti))?;
-                let touched = num(line, "experts_touched", field(f, ei))?;
+                let tokens = in_range(line, "tokens", field(f, ti), &limits::STEP_TOKENS)?;
+                let touched = in_range(line, "experts_touched", field(f, ei), &TOUCHED)?;
                 let steps = num(line, "steps", field(f, si))?;
                 if tokens < 1.0 || tokens.fract() != 0.0 {
                     return Err(Error::field(
@@ -183,6 +220,7 @@ impl Routing {
             if rows.is_empty() {
                 return Err(Error::field(path, "rows", "no row with steps > 0"));
             }
+            finite_sum(path, "steps", rows.iter().map(|r| r.2))?;
             return Ok(Routing::Histogram {
                 source: path.to_path_buf(),
                 rows,
@@ -198,17 +236,10 @@ impl Routing {
         for (line, f) in &t.rows {
             let line = *line;
             let layer = match li {
-                Some(i) => Some(num(line, "layer", field(f, i))? as usize),
+                Some(i) => Some(index(line, "layer", field(f, i), &LAYER_INDEX)?),
                 None => None,
             };
-            let e = num(line, "expert", field(f, ei))?;
-            if e.fract() != 0.0 || e > 1e6 {
-                return Err(Error::field(
-                    path,
-                    format!("line {line}, column expert"),
-                    format!("found {e}, expected an expert index 0..experts-1"),
-                ));
-            }
+            let e = index(line, "expert", field(f, ei), &EXPERT_INDEX)?;
             let count = num(line, "tokens", field(f, ci))?;
             let pos = match layers.iter().position(|(l, _)| *l == layer) {
                 Some(p) => p,
@@ -218,7 +249,6 @@ impl Routing {
                 }
             };
             let v = &mut layers[pos].1;
-            let e = e as usize;
             if v.len() <= e {
                 v.resize(e + 1, 0.0);
             }
@@ -226,6 +256,9 @@ impl Routing {
         }
         if layers.is_empty() {
             return Err(Error::field(path, "rows", "no expert rows"));
+        }
+        for (_, v) in &layers {
+            finite_sum(path, "tokens", v.iter().copied())?;
         }
         Ok(Routing::Popularity {
             source: path.to_path_buf(),

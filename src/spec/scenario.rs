@@ -196,6 +196,26 @@ impl Scenario {
                 m.num_heads, m.name, m.num_heads
             )));
         }
+        // vLLM's rule for the KV heads (QKVParallelLinear): with TP at least the KV heads, each
+        // rank holds one head, replicated TP / heads times, so TP must be a multiple of them;
+        // below, the heads are split, so TP must divide them. MLA keeps one latent per rank.
+        let kv = m.num_kv_heads;
+        if m.mla.is_none() {
+            if t >= kv && !t.is_multiple_of(kv) {
+                return Err(Error::Scenario(format!(
+                    "--tp {tp} is not a multiple of the {kv} KV heads of {} ({}: num_key_value_heads): with TP at or above the KV heads vLLM replicates each head over TP / {kv} ranks, so TP must be a multiple of {kv}",
+                    m.name,
+                    crate::units::path(&m.source)
+                )));
+            }
+            if t < kv && !kv.is_multiple_of(t) {
+                return Err(Error::Scenario(format!(
+                    "--tp {tp} does not divide the {kv} KV heads of {} ({}: num_key_value_heads): below the KV heads vLLM splits them over the ranks, so TP must divide {kv}",
+                    m.name,
+                    crate::units::path(&m.source)
+                )));
+            }
+        }
         if let Some(moe) = &m.moe {
             if moe.moe_intermediate % t != 0 {
                 return Err(Error::Scenario(format!(
@@ -307,12 +327,18 @@ impl Scenario {
                 )));
             }
         }
+        if let Some(n) = k.nccl_max_nchannels {
+            super::limits::flag_int_in(
+                "--nccl-max-nchannels",
+                n as u64,
+                &super::limits::NCCL_CHANNELS,
+            )?;
+        }
+        if let Some(b) = k.nccl_buffsize {
+            super::limits::flag_int_in("--nccl-buffsize", b, &super::limits::NCCL_BUFFSIZE)?;
+        }
         if let Some(g) = k.link_gbps {
-            if !(g.is_finite() && g > 0.0 && g <= 10_000.0) {
-                return Err(Error::Scenario(format!(
-                    "--link-gbps {g} is out of range: expected a bandwidth per direction above 0 and at most 10000 GB/s"
-                )));
-            }
+            super::limits::flag_in("--link-gbps", g, &super::limits::LINK_GBPS)?;
         }
         if let Some(t) = k.nccl_ll_threshold {
             if !(1..=1u64 << 34).contains(&t) {
@@ -322,11 +348,7 @@ impl Scenario {
             }
         }
         if let Some(l) = k.link_latency_us {
-            if !(l.is_finite() && (0.0..=1_000.0).contains(&l)) {
-                return Err(Error::Scenario(format!(
-                    "--link-latency-us {l} is out of range: expected 0 to 1000 us per hop"
-                )));
-            }
+            super::limits::flag_in("--link-latency-us", l, &super::limits::LINK_LATENCY_US)?;
         }
         Ok(())
     }

@@ -75,16 +75,13 @@ pub struct SystemSpec {
     pub interconnect: Interconnect,
 }
 
-/// Sanity ceilings on GPU figures: an order of magnitude above the fastest GPU in facts.md §2
-/// (B200: 7,700 GB/s, 4,500 dense FP8 TFLOP/s, 180 GiB). A larger value is a unit mistake
-/// (MB/s for GB/s, FLOP/s for TFLOP/s), not a faster GPU.
+/// Floors and ceilings of GPU figures (`spec::limits`, where each is argued): a value outside
+/// is a unit mistake (MB/s for GB/s, FLOP/s for TFLOP/s), not a faster or slower GPU.
 mod gpu_limits {
-    use super::FloatRange;
-    pub const MEMORY_GB: FloatRange = FloatRange::positive(4_096.0, "GB");
-    pub const MEMORY_MIB: FloatRange = FloatRange::positive(4_096.0 * 1_024.0, "MiB");
-    pub const BANDWIDTH_GBPS: FloatRange = FloatRange::positive(100_000.0, "GB/s");
-    pub const TFLOPS: FloatRange = FloatRange::positive(100_000.0, "TFLOP/s");
-    pub const L2_MB: FloatRange = FloatRange::non_negative(4_096.0, "MB");
+    pub use crate::spec::limits::{
+        GPU_BANDWIDTH_GBPS as BANDWIDTH_GBPS, GPU_L2_MB as L2_MB, GPU_MEMORY_GB as MEMORY_GB,
+        GPU_MEMORY_MIB as MEMORY_MIB, GPU_TFLOPS as TFLOPS,
+    };
     pub const SMS: std::ops::RangeInclusive<u64> = 1..=1_024;
 }
 
@@ -163,7 +160,7 @@ fn pcie_gts(gen: u32) -> Option<f64> {
 /// Most GPUs one system file describes (one NVLink domain such as GB200 NVL72 fits well).
 const MAX_GPUS: u64 = 1_024;
 /// A latency above a millisecond is a unit mistake (facts.md §2.1: PCIe host path ~14 µs).
-const LATENCY_US: FloatRange = FloatRange::non_negative(1_000.0, "us");
+const LATENCY_US: FloatRange = super::limits::LINK_LATENCY_US;
 
 impl Interconnect {
     fn check(&self, path: &Path, gpu_count: u32, gpu: &GpuSpec) -> Result<()> {
@@ -206,6 +203,36 @@ impl Interconnect {
             self.host_latency_us,
             &LATENCY_US,
         )?;
+        // A link that is there is at least as fast as the slowest of its kind (`spec::limits`):
+        // 1e-300 GB/s is positive, and would price a collective at 1e305 µs.
+        for (key, v, floor) in [
+            (
+                "nvlink_gbps",
+                self.nvlink_gbps,
+                super::limits::NVLINK_FLOOR_GBPS,
+            ),
+            (
+                "p2p_gbps_same_socket",
+                self.p2p_gbps_same_socket,
+                super::limits::P2P_FLOOR_GBPS,
+            ),
+            (
+                "p2p_gbps_cross_socket",
+                self.p2p_gbps_cross_socket,
+                super::limits::P2P_FLOOR_GBPS,
+            ),
+        ] {
+            if v > 0.0 && v < floor {
+                return Err(Error::field(
+                    path,
+                    f(key),
+                    format!(
+                        "found {}, expected 0 (no such link) or at least {floor} GB/s per direction",
+                        check::show(v)
+                    ),
+                ));
+            }
+        }
         match self.kind {
             LinkKind::Nvlink if self.nvlink_gbps <= 0.0 => {
                 return Err(Error::field(

@@ -98,6 +98,18 @@ impl Acceptance {
             };
             let len = field(li, "acceptance_length")?;
             let count = field(ci, "count")?;
+            // Bounded (`spec::limits::LOG_COUNT`), so the counts' sum cannot overflow.
+            if !crate::spec::limits::LOG_COUNT.contains(count) {
+                return Err(Error::field(
+                    path,
+                    format!("row {} column count", row + 2),
+                    format!(
+                        "found {}, expected {}",
+                        crate::spec::check::show(count),
+                        crate::spec::limits::LOG_COUNT.describe()
+                    ),
+                ));
+            }
             if len < 1.0 || len.fract() != 0.0 || len > 64.0 {
                 return Err(Error::field(
                     path,

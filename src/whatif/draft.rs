@@ -155,10 +155,18 @@ impl Draft {
         Ok(())
     }
 
-    /// The draft's scenario: the target's system, TP, batch, context and settings.
+    /// The draft's scenario: the target's system, TP, batch, context and settings. Expert
+    /// parallelism (`--ep`) spreads the target's routed experts; a drafter without routed
+    /// experts (an EAGLE-3 head, a dense draft model) has none to spread, so its passes run
+    /// without it (vLLM builds the dense drafter with plain TP linears). The MTP layer is a MoE
+    /// layer of the target's own shape and keeps it.
     pub fn scenario(&self, target: &Scenario) -> Result<Scenario> {
         let mut s = target.clone();
         s.model = self.model.clone();
+        if s.model.moe.is_none() {
+            s.comm.ep = None;
+            s.comm.ep_comm = Default::default();
+        }
         s.validate().map_err(|e| match e {
             Error::Scenario(m) => Error::Scenario(format!("draft {}: {m}", self.model.name)),
             other => other,
@@ -343,7 +351,7 @@ fn mtp_model(target: &ModelSpec) -> Result<ModelSpec> {
     m.name = format!("{}-mtp", target.name);
     m.num_layers = 1;
     if let Some(moe) = &mut m.moe {
-        moe.first_k_dense = 0;
+        moe.all_layers_moe();
     }
     Ok(m)
 }

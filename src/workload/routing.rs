@@ -39,10 +39,14 @@ pub fn resolve(r: &Routing, experts: usize, top_k: usize, num_layers: usize) -> 
             default: zipf(experts, *alpha),
             place: true,
         },
-        Routing::Histogram { rows, .. } => match fit_histogram(rows, experts, top_k) {
-            a if a > 0.0 => resolve(&Routing::PowerLaw { alpha: a }, experts, top_k, num_layers),
-            _ => Resolved::Uniform,
-        },
+        Routing::Histogram { .. } => {
+            match histogram_fit(r, experts, top_k).map_or(0.0, |f| f.alpha) {
+                a if a > 0.0 => {
+                    resolve(&Routing::PowerLaw { alpha: a }, experts, top_k, num_layers)
+                }
+                _ => Resolved::Uniform,
+            }
+        }
         Routing::Popularity { layers, .. } => {
             let mut per_layer = vec![None; num_layers];
             let mut mean = vec![0.0; experts];
@@ -67,7 +71,7 @@ pub fn resolve(r: &Routing, experts: usize, top_k: usize, num_layers: usize) -> 
 /// The power-law exponent of a histogram's routing (0: uniform), for reports.
 pub fn histogram_alpha(r: &Routing, experts: usize, top_k: usize) -> Option<f64> {
     match r {
-        Routing::Histogram { rows, .. } => Some(fit_histogram(rows, experts, top_k)),
+        Routing::Histogram { .. } => histogram_fit(r, experts, top_k).map(|f| f.alpha),
         _ => None,
     }
 }
@@ -107,8 +111,15 @@ fn inclusion(p: &[f64], top_k: usize) -> Vec<f64> {
         return vec![1.0; p.len()];
     }
     let sum = |lam: f64| p.iter().map(|&x| 1.0 - (-lam * x).exp()).sum::<f64>();
+    // Doubling brackets λ within a factor 2 (bounded: 1,100 doublings pass f64::MAX, and a
+    // non-finite sum stops it), then bisection narrows the bracket.
     let (mut lo, mut hi) = (0.0, 1.0);
-    while sum(hi) < k && hi < 1e12 {
+    for _ in 0..1_100 {
+        let v = sum(hi);
+        if !(v < k) || !hi.is_finite() {
+            break;
+        }
+        lo = hi;
         hi *= 2.0;
     }
     for _ in 0..100 {
@@ -214,22 +225,27 @@ impl DistinctExperts {
     }
 }
 
+/// Weighted squared error of a power law against a histogram's rows (one inclusion vector per
+/// exponent, evaluated at every row's token count).
+fn histogram_sse(rows: &[(u64, f64, f64)], experts: usize, top_k: usize, alpha: f64) -> f64 {
+    let r = if alpha == 0.0 {
+        Routing::Uniform
+    } else {
+        Routing::PowerLaw { alpha }
+    };
+    let d = DistinctExperts::new(&r, experts, top_k);
+    rows.iter()
+        .map(|&(t, touched, w)| {
+            let e = d.at(t) - touched;
+            w * e * e
+        })
+        .sum()
+}
+
 /// The power-law exponent whose expected distinct experts best match a logged histogram
 /// (least squares over its rows, weighted by steps).
 fn fit_histogram(rows: &[(u64, f64, f64)], experts: usize, top_k: usize) -> f64 {
-    let sse = |alpha: f64| -> f64 {
-        let r = if alpha == 0.0 {
-            Routing::Uniform
-        } else {
-            Routing::PowerLaw { alpha }
-        };
-        rows.iter()
-            .map(|&(t, touched, w)| {
-                let d = expected_distinct_experts(&r, t, experts, top_k) - touched;
-                w * d * d
-            })
-            .sum()
-    };
+    let sse = |alpha: f64| histogram_sse(rows, experts, top_k, alpha);
     // Golden-section search over [0, MAX_ALPHA]: the expected count falls monotonically with
     // alpha, so the squared error has one minimum.
     let (mut a, mut b) = (0.0, MAX_ALPHA);
@@ -250,6 +266,144 @@ fn fit_histogram(rows: &[(u64, f64, f64)], experts: usize, top_k: usize) -> f64 
     } else {
         alpha
     }
+}
+
+/// A histogram's fitted concentration and how well the log determines it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HistogramFit {
+    pub source: std::path::PathBuf,
+    /// The exponent used (least squares).
+    pub alpha: f64,
+    /// The exponents that fit as well: weighted RMS error within half an expert of the best
+    /// one's (counts of experts are whole numbers, so a law within half an expert of the best
+    /// cannot be told from it), on a grid of 0.05 over [0, MAX_ALPHA].
+    pub interval: [f64; 2],
+    /// Every row touched every expert it could (min(tokens × top-k, experts)): such a log shows
+    /// no concentration at all.
+    pub saturated: bool,
+}
+
+impl HistogramFit {
+    /// Whether the log cannot tell the concentration: every expert touched, or the exponent at
+    /// an edge of [0, MAX_ALPHA] with a wide interval (half a unit or more) against it.
+    pub fn undetermined(&self) -> bool {
+        let [lo, hi] = self.interval;
+        let at_edge = self.alpha <= 1e-3 || self.alpha >= MAX_ALPHA - 1e-3;
+        self.saturated || (at_edge && hi - lo >= 0.5)
+    }
+
+    /// The warning a report gives when [`undetermined`](Self::undetermined).
+    pub fn warning(&self) -> Option<String> {
+        if !self.undetermined() {
+            return None;
+        }
+        let [lo, hi] = self.interval;
+        let why = if self.saturated {
+            "every expert touched in every row, so the concentration cannot be told".to_string()
+        } else if self.alpha <= 1e-3 {
+            "the fit sits at the lower edge of its range (uniform)".to_string()
+        } else {
+            format!("the fit sits at the upper edge of its range ({MAX_ALPHA})")
+        };
+        let using = if self.alpha == 0.0 {
+            "uniform".to_string()
+        } else {
+            format!("power-law:{:.2}", self.alpha)
+        };
+        Some(format!(
+            "routing file {}: {why}; concentration alpha in [{lo:.2}, {hi:.2}] fits it as well, using {using} (log steps with fewer tokens, or give --routing power-law:ALPHA)",
+            crate::units::path(&self.source)
+        ))
+    }
+}
+
+/// The fit of a histogram routing for a model of `experts` routed experts and `top_k` (None for
+/// other routings).
+pub fn histogram_fit(r: &Routing, experts: usize, top_k: usize) -> Option<HistogramFit> {
+    let Routing::Histogram { source, rows } = r else {
+        return None;
+    };
+    let k = top_k.min(experts);
+    // Every workload build resolves the routing, and a capacity curve or a sweep builds many:
+    // the fit (about 180 evaluations of the closed form) is done once per histogram and model.
+    type Key = (std::path::PathBuf, Vec<[u64; 3]>, usize, usize);
+    static MEMO: std::sync::Mutex<Vec<(Key, HistogramFit)>> = std::sync::Mutex::new(Vec::new());
+    let key: Key = (
+        source.clone(),
+        rows.iter()
+            .map(|&(t, touched, w)| [t, touched.to_bits(), w.to_bits()])
+            .collect(),
+        experts,
+        k,
+    );
+    if let Ok(memo) = MEMO.lock() {
+        if let Some((_, f)) = memo.iter().find(|(k, _)| *k == key) {
+            return Some(f.clone());
+        }
+    }
+    let fit = fit_histogram_interval(source, rows, experts, k);
+    if let Ok(mut memo) = MEMO.lock() {
+        if memo.len() >= 16 {
+            memo.remove(0);
+        }
+        memo.push((key, fit.clone()));
+    }
+    Some(fit)
+}
+
+fn fit_histogram_interval(
+    source: &std::path::Path,
+    rows: &[(u64, f64, f64)],
+    experts: usize,
+    k: usize,
+) -> HistogramFit {
+    let alpha = fit_histogram(rows, experts, k);
+    let steps: f64 = rows.iter().map(|r| r.2).sum::<f64>().max(f64::MIN_POSITIVE);
+    let rms = |a: f64| (histogram_sse(rows, experts, k, a) / steps).sqrt();
+    let best = rms(alpha);
+    let grid = (0..=(MAX_ALPHA / 0.05).round() as usize).map(|i| i as f64 * 0.05);
+    let fits: Vec<f64> = grid
+        .chain([alpha])
+        .filter(|&a| rms(a) <= best + 0.5)
+        .collect();
+    let lo = fits.iter().copied().fold(alpha, f64::min);
+    let hi = fits.iter().copied().fold(alpha, f64::max);
+    let saturated = rows
+        .iter()
+        .all(|&(t, touched, _)| touched >= (t as f64 * k as f64).min(experts as f64) - 0.5);
+    HistogramFit {
+        source: source.to_path_buf(),
+        alpha,
+        interval: [lo, hi],
+        saturated,
+    }
+}
+
+/// Rejected draws of one token's top-k before the exact draw takes over (see `sample_padded`).
+/// With a popularity law of at most MAX_ALPHA over 8+ experts a rejection takes well under 1
+/// in 2 draws, so 64 in a row almost never happen and the seeded draws are as before.
+const MAX_REJECTIONS: u32 = 64;
+
+/// One weighted draw among the experts not in `picked`, the weights being the steps of `cdf`.
+fn draw_unpicked(cdf: &[f64], picked: &[usize], rng: &mut SmallRng) -> usize {
+    let weight = |e: usize| cdf[e] - if e == 0 { 0.0 } else { cdf[e - 1] };
+    let free = |e: &usize| !picked.contains(e);
+    let total: f64 = (0..cdf.len()).filter(free).map(weight).sum();
+    let first_free = (0..cdf.len()).find(free).unwrap_or(0);
+    if !(total > 0.0 && total.is_finite()) {
+        return first_free;
+    }
+    let u = rng.random::<f64>() * total;
+    let mut acc = 0.0;
+    let mut last = first_free;
+    for e in (0..cdf.len()).filter(free) {
+        acc += weight(e);
+        last = e;
+        if u < acc {
+            return e;
+        }
+    }
+    last
 }
 
 /// One step's routing as sampled, per layer.
@@ -350,9 +504,15 @@ pub fn sample_padded(
         let draws = tokens + u64::from(dummy_rows > 0);
         for token in 0..draws {
             picked.clear();
+            let mut rejected = 0u32;
             while picked.len() < k {
                 let e = match weights {
                     None => rng.random_range(0..experts),
+                    // Successive weighted draws by rejection, as always; when a few experts
+                    // hold nearly all the mass, rejection could take ~1/(mass left) draws (a
+                    // logged count of 1e15 against 0.5: forever), so after MAX_REJECTIONS the
+                    // next expert is drawn exactly from those not yet picked (the same law).
+                    Some(_) if rejected >= MAX_REJECTIONS => draw_unpicked(&cdf, &picked, &mut rng),
                     Some(_) => {
                         let u = rng.random::<f64>() * cdf[experts - 1];
                         cdf.partition_point(|&c| c <= u).min(experts - 1)
@@ -360,6 +520,8 @@ pub fn sample_padded(
                 };
                 if !picked.contains(&e) {
                     picked.push(e);
+                } else {
+                    rejected += 1;
                 }
             }
             let rows = if token < tokens { 1 } else { dummy_rows as u32 };

@@ -290,6 +290,8 @@ pub struct State {
     /// Spread across ranks of the compute and auxiliary streams (the straggler wait).
     main_sp: Spread,
     aux_sp: Spread,
+    /// Straggler waits not added to the streams (CUDA graphs: see `step`), µs.
+    waited: f64,
 }
 
 impl State {
@@ -305,12 +307,13 @@ impl State {
             cpu_binds: 0,
             main_sp: Spread::LAUNCH,
             aux_sp: Spread::LAUNCH,
+            waited: 0.0,
         }
     }
     /// The step window: first kernel's start to the last kernel's end, plus the profile's
     /// idle at the end of the step (as the engine adds it).
     pub fn window_us(&self) -> f64 {
-        self.main.max(self.aux) + self.step_overhead - self.first_start
+        self.main.max(self.aux) + self.step_overhead - self.first_start + self.waited
     }
 }
 
@@ -1217,6 +1220,7 @@ struct Run {
     binds: u64,
     /// The streams' spreads (a layer repeats only if the paths into its collectives do).
     spreads: [Spread; 2],
+    waited: f64,
 }
 
 impl Run {
@@ -1227,6 +1231,7 @@ impl Run {
             cpu: st.cpu,
             binds: st.cpu_binds,
             spreads: spreads(st),
+            waited: st.waited,
         }
     }
 
@@ -1254,6 +1259,7 @@ impl Run {
             st.main += dm * n;
             st.aux += dm * n;
             st.cpu += dc * n;
+            st.waited += (st.waited - self.waited) * n;
             return true;
         }
         *self = Run {
@@ -1262,6 +1268,7 @@ impl Run {
             cpu: st.cpu,
             binds: st.cpu_binds,
             spreads: spreads(st),
+            waited: st.waited,
         };
         false
     }
@@ -1340,9 +1347,29 @@ fn step(st: &mut State, kind: Kind, dur: f64, l: &Launch, sg: &Straggler) {
             if st.first_start.is_nan() {
                 st.first_start = a;
             }
-            // The ranks leave together when the last one arrives.
-            let wait = sg.wait(if bound { &Spread::LAUNCH } else { &st.main_sp });
-            st.main = a + wait + dur;
+            // The ranks leave together when the last one arrives: `wait` after the mean one.
+            let wait = if bound {
+                sg.launch_wait
+            } else {
+                sg.wait(&st.main_sp)
+            };
+            if l.launch == 0.0 {
+                // Under CUDA graphs the CPU clock never advances, so it binds no later kernel
+                // whatever the wait, and an auxiliary stream behind the compute stream is
+                // taken over at the next fork either way: shifting everything after this
+                // collective by the wait decides every later max as the shifted timeline
+                // would. The wait is therefore kept aside and added to the step's window,
+                // off the recursion's critical path (its square root and division would
+                // stall every later op). An auxiliary stream still ahead is not delayed by
+                // the collective, so it moves back by the wait relative to the shift.
+                st.main = a + dur;
+                if st.aux > st.main {
+                    st.aux -= wait;
+                }
+                st.waited += wait;
+            } else {
+                st.main = a + wait + dur;
+            }
             st.main_sp = Spread::MET;
         }
         Kind::Kernel { aux } => {
@@ -1357,12 +1384,13 @@ fn step(st: &mut State, kind: Kind, dur: f64, l: &Launch, sg: &Straggler) {
                 st.first_start = s;
             }
             if sg.on {
+                // A kernel the CPU's launch bound starts its path afresh (branch-free: eager
+                // launches bind kernels irregularly).
                 let sp = if aux { &mut st.aux_sp } else { &mut st.main_sp };
-                if bound {
-                    *sp = Spread::LAUNCH;
-                }
-                sp.sum += dur;
-                sp.sq += dur * dur;
+                let keep = (!bound) as u8 as f64;
+                sp.sum = sp.sum * keep + dur;
+                sp.sq = sp.sq * keep + dur * dur;
+                sp.launch |= bound;
             }
         }
     }
@@ -1437,6 +1465,9 @@ struct Straggler {
     /// Any wait at all (else the spreads are not tracked: a step with no collective, TP=1,
     /// still reaches its steady state).
     on: bool,
+    /// The wait of a collective the CPU's launch bound (the launch skew alone), precomputed:
+    /// eager steps meet it at most collectives.
+    launch_wait: f64,
 }
 
 impl Straggler {
@@ -1445,7 +1476,7 @@ impl Straggler {
         let kernel_var = v.kernel_cv * v.kernel_cv;
         let launch_var = v.launch_skew_us * v.launch_skew_us / 12.0;
         let on = ranks > 1 && (skew > 0.0 || kernel_var > 0.0 || launch_var > 0.0);
-        Straggler {
+        let mut sg = Straggler {
             on,
             skew,
             kernel_var,
@@ -1455,7 +1486,10 @@ impl Straggler {
             } else {
                 std::sync::Arc::from(Vec::new())
             },
-        }
+            launch_wait: 0.0,
+        };
+        sg.launch_wait = sg.wait(&Spread::LAUNCH);
+        sg
     }
 
     /// Expected wait of a collective whose arriving path has spread `sp`, µs.

@@ -17,8 +17,12 @@
 //! batch, queries, context), collectives per (pass, batch, queries, NCCL setting, graph mode).
 //! A sweep therefore prices each distinct shape once and plays the recursion for every row.
 //!
+//! With jitter on, the timeline's collectives also wait for the slowest rank; the fast path adds
+//! that wait's expectation at every collective (the straggler section at the end of this file),
+//! so that it gives the mean of the timeline over seeds (tests/fast_vs_seeds.rs).
+//!
 //! Experts touched per MoE layer take their closed-form expectation under the scenario's routing
-//! where the timeline draws them per layer (seeded): the one difference between the two. It
+//! where the timeline draws them per layer (seeded): with jitter off, the one difference. It
 //! shows where the MoE table price and the DRAM floor of the touched experts' weights are close
 //! (max(table, floor) of a spread-out count averages above its value at the mean: up to ~0.3%
 //! low near 140 tokens), and as one seed's draws against their expectation (up to ~0.45% either

@@ -112,9 +112,10 @@ pub const WORK_FAST_SCENARIO: f64 = 1.0;
 /// One full-timeline simulation of a step, workload build and pricing included (benches
 /// `simulate`: 1.7 ms for the default Kimi-K2.5 scenario; rounded up for larger systems).
 pub const WORK_TIMELINE_STEP: f64 = 2_500.0;
-/// One Monte Carlo draw of an accepted length (`whatif spec-decode`'s TPOT percentiles: a
-/// random number and a search over at most k + 1 probabilities; ~20 ns measured).
-pub const WORK_MC_DRAW: f64 = 0.02;
+/// One output token of a Monte Carlo user (`whatif spec-decode`'s TPOT percentiles: at most one
+/// draw of an accepted length per token; 1.2e8 tokens took 0.57 s of CPU at k = 1..6, R = 0.5,
+/// so ~5 ns; counted at twice that).
+pub const WORK_MC_DRAW: f64 = 0.01;
 
 /// Refuses a job of `units` work units above `limit`, before any of it runs. `what` says what
 /// was counted ("4,294,967,296 scenarios"), `hint` how to make it smaller. `units` may be

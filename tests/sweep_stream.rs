@@ -267,3 +267,41 @@ fn output_file_is_written_whole() {
     assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn the_planner_marks_fit_and_never_names_what_does_not_fit() {
+    use decodesim::capacity::curve::{CurvePoint, Demand};
+    use decodesim::capacity::plan::{self, Candidate, Target};
+    let d = Demand::context(4096);
+    let curve = |us_at_1: f64| -> Vec<CurvePoint> {
+        [1u32, 8, 32]
+            .iter()
+            .map(|&c| CurvePoint::new(c, us_at_1 * (1.0 + c as f64 / 64.0), 0.0, &d))
+            .collect()
+    };
+    let cand = |system: &str, tp: u32, max: u64, us: f64| Candidate {
+        system: system.into(),
+        gpus_per_system: 8,
+        tp,
+        dcp: 1,
+        max_concurrency: max,
+        memory_note: (max == 0).then(|| "weights above the budget".into()),
+        curve: curve(us),
+        gpu_hour_usd: Some(2.0),
+    };
+    // TP=4 would be twice as fast for half the GPUs, but its weights do not fit.
+    let cands = [cand("s", 8, 32, 10_000.0), cand("s", 4, 0, 5_000.0)];
+    let t = Target {
+        tokens_per_s: Some(500.0),
+        users: None,
+        max_tpot_ms: None,
+        max_systems: 4,
+    };
+    let p = plan::plan(&cands, &t);
+    let best = p.best.clone().expect("TP=8 fits and meets");
+    assert_eq!((best.tp, best.fits), (8, true));
+    let tp4 = p.rows.iter().find(|r| r.tp == 4).unwrap();
+    assert_eq!((tp4.fits, tp4.meets), (false, false));
+    let v = serde_json::to_value(&p).unwrap();
+    assert_eq!(v["rows"][1]["fits"], false);
+}

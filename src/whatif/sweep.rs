@@ -138,6 +138,11 @@ impl SweepRequest {
         .fold(1u128, |n, &l| n.saturating_mul(l as u128))
     }
 
+    /// [`SweepRequest::count`] as a usize (saturating).
+    pub fn len(&self) -> usize {
+        self.count().min(usize::MAX as u128) as usize
+    }
+
     pub fn is_empty(&self) -> bool {
         self.count() == 0
     }
@@ -415,12 +420,15 @@ pub fn pareto_insert(front: &mut Vec<Row>, r: &Row) {
     if p > 0 && front[p - 1].tokens_per_s >= t {
         return;
     }
-    // Members after p have less per-user rate; those with no more total than r follow it.
+    // r joins after the members with more per-user rate and replaces those it dominates: a
+    // member with the same per-user rate (less total, else r was refused), then the following
+    // members with no more total than r.
+    let q = front.partition_point(|m| m.tokens_per_s_per_user > u);
     let mut end = p;
     while end < front.len() && front[end].tokens_per_s <= t {
         end += 1;
     }
-    front.splice(p..end, std::iter::once(*r));
+    front.splice(q..end, std::iter::once(*r));
 }
 
 #[cfg(test)]

@@ -61,6 +61,16 @@ pub enum Error {
     Scenario(String),
     #[error("{0}")]
     Other(String),
+    /// A job estimated above `--max-work` before any of it runs (`error::check_work`).
+    #[error("{command}: {what} is about {units} work units, above --max-work {limit} (one unit is about 1 µs of CPU on a 2-core machine; {hint}); raise --max-work to at least {units_ceil} to run it anyway")]
+    TooMuchWork {
+        command: &'static str,
+        what: String,
+        units: String,
+        units_ceil: u64,
+        limit: u64,
+        hint: String,
+    },
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
@@ -87,5 +97,54 @@ pub fn read_toml<T: serde::de::DeserializeOwned>(path: &Path, kind: InputKind) -
         path: path.to_path_buf(),
         format: "TOML",
         message: e.to_string().trim_end().to_string(),
+    })
+}
+
+/// The default `--max-work` of every command whose work grows with its lists (sweeps,
+/// `whatif --vary`, `whatif spec-decode`, `capacity`): 10^7 units, about 10 s of CPU on the
+/// 2-core machine the units were measured on, a few seconds of wall time.
+pub const DEFAULT_MAX_WORK: u64 = 10_000_000;
+
+/// Work units (≈ µs of CPU, measured on the 2-core development machine, release build) of the
+/// items the bounded commands count. A sweep scenario on the fast path (benches/sweep_cpu.sh:
+/// under 1 µs each end to end, CSV written).
+pub const WORK_FAST_SCENARIO: f64 = 1.0;
+/// One full-timeline simulation of a step, workload build and pricing included (benches
+/// `simulate`: 1.7 ms for the default Kimi-K2.5 scenario; rounded up for larger systems).
+pub const WORK_TIMELINE_STEP: f64 = 2_500.0;
+/// One output token of a Monte Carlo user (`whatif spec-decode`'s TPOT percentiles: at most one
+/// draw of an accepted length per token; 1.2e8 tokens took 0.57 s of CPU at k = 1..6, R = 0.5,
+/// so ~5 ns; counted at twice that).
+pub const WORK_MC_DRAW: f64 = 0.01;
+
+/// Refuses a job of `units` work units above `limit`, before any of it runs. `what` says what
+/// was counted ("4,294,967,296 scenarios"), `hint` how to make it smaller. `units` may be
+/// astronomically large (it is computed in f64 from the lists' lengths, so it cannot wrap).
+pub fn check_work(
+    command: &'static str,
+    what: impl Into<String>,
+    units: f64,
+    limit: u64,
+    hint: impl Into<String>,
+) -> Result<()> {
+    if units <= limit as f64 {
+        return Ok(());
+    }
+    let shown = if units < 1e15 {
+        crate::units::grouped(units.ceil(), 0)
+    } else {
+        format!("{units:.2e}")
+    };
+    Err(Error::TooMuchWork {
+        command,
+        what: what.into(),
+        units: shown,
+        units_ceil: if units >= u64::MAX as f64 {
+            u64::MAX
+        } else {
+            units.ceil() as u64
+        },
+        limit,
+        hint: hint.into(),
     })
 }

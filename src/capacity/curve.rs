@@ -356,6 +356,40 @@ pub fn decode_steps(
         .collect()
 }
 
+/// Full timelines one curve of about `points` concurrencies may take: the grid (the points plus
+/// powers of two up to the largest batch) and, with a TPOT limit, the bisection between two grid
+/// points (at most one step per power of two).
+pub fn simulations_per_curve(points: usize, max_tpot: bool) -> f64 {
+    let powers = (crate::spec::scenario::MAX_BATCH as f64).log2().ceil() + 1.0;
+    points as f64 + powers + if max_tpot { powers } else { 0.0 }
+}
+
+/// Refuses a capacity study above `max_work` before anything is simulated: `curves` curves of
+/// `points` concurrencies and `extra` single steps (the reference step, breakdown batches), each
+/// a full timeline.
+pub fn check_work(
+    points: usize,
+    max_tpot: bool,
+    curves: f64,
+    extra: f64,
+    max_work: u64,
+) -> Result<()> {
+    let sims = curves * simulations_per_curve(points, max_tpot) + extra;
+    crate::error::check_work(
+        "capacity",
+        format!(
+            "up to {} full timelines ({} curves of about {points} concurrencies{}, and {} single steps)",
+            crate::units::grouped(sims.min(1e15), 0),
+            crate::units::grouped(curves.min(1e15), 0),
+            if max_tpot { " with a TPOT bisection" } else { "" },
+            crate::units::grouped(extra.min(1e15), 0)
+        ),
+        sims * crate::error::WORK_TIMELINE_STEP,
+        max_work,
+        "fewer --points, --systems or --batches",
+    )
+}
+
 /// The curve with its knee, plateau and TPOT limit.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Curve {

@@ -104,6 +104,10 @@ pub struct PlanRow {
     pub system: String,
     pub tp: u32,
     pub dcp: u32,
+    /// Weights, buffers and at least one request's KV cache fit in the memory vLLM may use
+    /// (`--gpu-memory-utilization`); a row that does not fit never meets the target, so the
+    /// planner never names it.
+    pub fits: bool,
     pub meets: bool,
     /// What stopped it (None when it meets the target).
     pub limit: Option<Limit>,
@@ -138,6 +142,7 @@ fn failed(c: &Candidate, limit: Limit, note: String) -> PlanRow {
         system: c.system.clone(),
         tp: c.tp,
         dcp: c.dcp,
+        fits: c.max_concurrency > 0,
         meets: false,
         limit: Some(limit),
         note,
@@ -210,6 +215,7 @@ pub fn evaluate(c: &Candidate, t: &Target) -> PlanRow {
         system: c.system.clone(),
         tp: c.tp,
         dcp: c.dcp,
+        fits: true,
         meets: true,
         limit: None,
         note: String::new(),

@@ -97,6 +97,10 @@ pub struct CapacityArgs {
     /// Measured points overlaid on the curve plots: CSV concurrency,tokens_per_s[,tpot_ms].
     #[arg(long, value_name = "CSV")]
     pub measured: Option<PathBuf>,
+    /// Most work the study may take, in units of about 1 µs of CPU (a full timeline is about
+    /// 2,500); more is refused before anything is simulated.
+    #[arg(long, default_value_t = crate::error::DEFAULT_MAX_WORK, value_name = "UNITS")]
+    pub max_work: u64,
 }
 
 /// `2.1` or `a=2.1,b=3.5`.
@@ -322,6 +326,27 @@ pub fn run(a: CapacityArgs) -> Result<()> {
             });
         }
     }
+    // Bounded before anything is simulated: the main curve, every planner candidate (each
+    // system at up to 4 TP sizes, twice with --dcp) and each plotted system's curve.
+    let planning = req.target_tokens_per_s.is_some() || req.users.is_some();
+    let plots = a.plot_throughput.is_some() || a.plot_tpot.is_some() || a.plot_memory.is_some();
+    let systems = a.systems.len().max(1) as f64;
+    let dcps = if req.memory.dcp > 1 { 2.0 } else { 1.0 };
+    let curves =
+        1.0 + if planning { systems * 4.0 * dcps } else { 0.0 } + if plots { systems } else { 0.0 };
+    let extra = 1.0
+        + if a.plot_breakdown.is_some() {
+            a.batches.len() as f64
+        } else {
+            0.0
+        };
+    crate::capacity::curve::check_work(
+        req.points,
+        req.max_tpot_ms.is_some(),
+        curves,
+        extra,
+        a.max_work,
+    )?;
     let measured = match &a.measured {
         Some(p) => read_measured(p)?,
         None => Vec::new(),

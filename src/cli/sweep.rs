@@ -1,13 +1,13 @@
 //! `decodesim sweep`: a Cartesian grid of scenarios priced by the aggregate fast path.
 
-use super::print;
 use crate::error::{Error, Result};
-use crate::report::{self, Format};
+use crate::report::sweep::{Kind, Writer};
+use crate::report::Format;
 use crate::sim::ScenarioRequest;
 use crate::spec::{Algo, Proto};
 use crate::whatif::acceptance::Acceptance;
 use crate::whatif::draft::Method;
-use crate::whatif::sweep::{self, SweepRequest};
+use crate::whatif::sweep::{self, KvBudget, SweepRequest};
 use crate::whatif::{parse_f64_list, parse_u32_list};
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -92,6 +92,17 @@ pub struct SweepArgs {
     /// Write the rows to this file instead of standard output.
     #[arg(long, value_name = "FILE")]
     pub output: Option<PathBuf>,
+    /// Share of each GPU's memory vLLM may use: a scenario fits when weights, activations,
+    /// CUDA graphs, buffers and its KV cache do (the `fits` column; `capacity`'s accounting).
+    #[arg(long, default_value_t = crate::spec::scenario::DEFAULT_GPU_MEMORY_UTILIZATION, value_name = "SHARE")]
+    pub gpu_memory_utilization: f64,
+    /// Rank scenarios that do not fit in memory too (best rows and the Pareto front).
+    #[arg(long)]
+    pub include_infeasible: bool,
+    /// Most work the sweep may take, in units of about 1 µs of CPU (one per scenario); a larger
+    /// grid is refused before it starts.
+    #[arg(long, default_value_t = crate::error::DEFAULT_MAX_WORK, value_name = "UNITS")]
+    pub max_work: u64,
 }
 
 fn list<T>(flag: &str, text: &str, parse: impl Fn(&str) -> Result<T>) -> Result<Vec<T>> {
@@ -401,6 +412,8 @@ pub fn request_with_warnings(a: &SweepArgs) -> Result<(SweepRequest, Vec<String>
         method: a.method.parse::<Method>()?,
         draft: a.draft.clone(),
         acceptance,
+        max_work: a.max_work,
+        include_infeasible: a.include_infeasible,
     };
     if req.proto.contains(&Proto::Ll128) {
         w.extend(super::scenario_args::ll128_warning(
@@ -428,6 +441,48 @@ pub fn format_for_output(path: &std::path::Path) -> Result<Format> {
     }
 }
 
+/// The memory of one CUDA-graph setting as `capacity` accounts it: the KV blocks left after
+/// weights, activations, graphs and buffers (none when they alone do not fit).
+fn kv_budget(
+    s: &crate::spec::Scenario,
+    p: &crate::cost::CalibrationProfile,
+    graphs: bool,
+    utilization: f64,
+) -> Result<KvBudget> {
+    use crate::capacity::memory::{account, MemoryOptions};
+    let mut s = s.clone();
+    s.cuda_graphs = graphs;
+    s.gpu_memory_utilization = utilization;
+    let o = MemoryOptions {
+        gpu_memory_utilization: utilization,
+        ..MemoryOptions::default()
+    };
+    let tokens_per_block = o.block_size as u64 * o.dcp as u64;
+    match account(&s, p, &o) {
+        Ok(m) => Ok(KvBudget {
+            num_blocks: m.num_blocks,
+            tokens_per_block,
+            max_num_seqs: o.max_num_seqs,
+        }),
+        // Weights and buffers alone are above the budget: no scenario fits.
+        Err(Error::Scenario(_)) => Ok(KvBudget {
+            num_blocks: 0,
+            tokens_per_block,
+            max_num_seqs: o.max_num_seqs,
+        }),
+        Err(e) => Err(e),
+    }
+}
+
+/// The output's format: `--format` (or `--output`'s extension), else the short summary.
+fn output_kind(format: Option<Format>) -> Kind {
+    match format {
+        None | Some(Format::Table) => Kind::Summary,
+        Some(Format::Csv) => Kind::Csv,
+        Some(Format::Json) => Kind::Json,
+    }
+}
+
 pub fn run(a: SweepArgs) -> Result<()> {
     super::output::check_output_flag("--output", a.output.as_deref())?;
     // Decided before the sweep runs, so a bad extension costs nothing.
@@ -435,13 +490,26 @@ pub fn run(a: SweepArgs) -> Result<()> {
         (None, Some(path)) => Some(format_for_output(path)?),
         (f, _) => f,
     };
+    let u = a.gpu_memory_utilization;
+    if !(u.is_finite() && u > 0.0 && u <= 1.0) {
+        return Err(Error::Flag {
+            flag: "--gpu-memory-utilization",
+            value: u.to_string(),
+            expected: "a share above 0 and at most 1 (vLLM's default is 0.9)".into(),
+        });
+    }
     let (req, warnings) = request_with_warnings(&a)?;
+    // Bounded before anything is loaded: a grid of billions is refused at once.
+    req.check_work()?;
     for w in &warnings {
         super::output::warn(w);
     }
-    let started = std::time::Instant::now();
+    let budget = |s: &crate::spec::Scenario, p: &crate::cost::CalibrationProfile, g: bool| {
+        kv_budget(s, p, g, u)
+    };
+    let prepared = sweep::prepare(&req, &budget)?;
     let bar = if std::io::stderr().is_terminal() {
-        let b = indicatif::ProgressBar::new(req.len() as u64);
+        let b = indicatif::ProgressBar::new(prepared.meta.scenarios);
         b.set_style(
             indicatif::ProgressStyle::with_template(
                 "{bar:40} {pos}/{len} scenarios ({per_sec}, {eta})",
@@ -452,27 +520,53 @@ pub fn run(a: SweepArgs) -> Result<()> {
     } else {
         None
     };
+    // Called once per chunk of rows, not per row.
     let progress = |n: u64| {
         if let Some(b) = &bar {
             b.inc(n);
         }
     };
-    let result = sweep::run(&req, &progress)?;
-    if let Some(b) = &bar {
-        b.finish_and_clear();
-    }
-    let text = match format {
-        None | Some(Format::Table) => {
-            report::sweep::summary(&result, started.elapsed().as_secs_f64())
-        }
-        Some(Format::Csv) => report::sweep::to_csv(&result, a.pareto),
-        Some(Format::Json) => {
-            serde_json::to_string(&report::sweep::to_json(&result, a.pareto)).expect("JSON value")
-                + "\n"
-        }
-    };
+    let kind = output_kind(format);
     match (&a.output, format) {
-        (Some(path), Some(_)) => crate::files::write_atomic_bytes(path, text.as_bytes()),
-        _ => print(&text),
+        (Some(path), Some(_)) => {
+            let mut failed = None;
+            let written = crate::files::write_atomic(path, |w| {
+                let mut out = Writer::new(w, kind, a.pareto, Error::Output);
+                prepared
+                    .stream(&mut out, &progress)
+                    .map(|_| ())
+                    .map_err(|e| {
+                        let io = std::io::Error::other(e.to_string());
+                        failed = Some(e);
+                        io
+                    })
+            });
+            if let Some(b) = &bar {
+                b.finish_and_clear();
+            }
+            match failed {
+                Some(Error::Output(io)) => Err(Error::Write {
+                    path: path.clone(),
+                    source: io,
+                }),
+                Some(e) => Err(e),
+                None => written,
+            }
+        }
+        _ => {
+            let stdout = std::io::stdout();
+            let w = std::io::BufWriter::with_capacity(1 << 20, stdout.lock());
+            let mut out = Writer::new(w, kind, a.pareto, Error::Output);
+            let r = prepared.stream(&mut out, &progress);
+            if let Some(b) = &bar {
+                b.finish_and_clear();
+            }
+            match r {
+                // A closed pipe (`| head`) ends the sweep quietly.
+                Err(Error::Output(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+                Err(e) => Err(e),
+                Ok(_) => Ok(()),
+            }
+        }
     }
 }

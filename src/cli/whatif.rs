@@ -38,6 +38,10 @@ pub struct VaryArgs {
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub format: Format,
+    /// Most work the what-if may take, in units of about 1 µs of CPU (a full timeline is
+    /// about 2,500); more is refused before anything is simulated.
+    #[arg(long, default_value_t = crate::error::DEFAULT_MAX_WORK, value_name = "UNITS")]
+    pub max_work: u64,
 }
 
 #[derive(Debug, clap::Subcommand)]
@@ -97,6 +101,10 @@ pub struct SpecDecodeArgs {
     /// The same speedups as a k x batch heatmap (.png or .svg).
     #[arg(long, value_name = "FILE.png|svg")]
     pub plot_heatmap: Option<PathBuf>,
+    /// Most work the study may take, in units of about 1 µs of CPU (a full timeline is about
+    /// 2,500, a Monte Carlo output token 0.01); more is refused before anything is simulated.
+    #[arg(long, default_value_t = crate::error::DEFAULT_MAX_WORK, value_name = "UNITS")]
+    pub max_work: u64,
 }
 
 pub fn run(a: WhatifArgs) -> Result<()> {
@@ -127,7 +135,7 @@ fn run_vary(a: VaryArgs) -> Result<()> {
             super::output::warn(&w);
         }
     }
-    let study = vary::run(&req)?;
+    let study = vary::run_bounded(&req, a.max_work)?;
     let text = match a.format {
         Format::Table => vary::table(&study, a.top),
         Format::Json => {
@@ -228,6 +236,7 @@ pub fn spec_decode_request(a: &SpecDecodeArgs) -> Result<(SpecDecodeRequest, Vec
         mc_users: a.mc_users,
         output_tokens: a.output_tokens,
     };
+    spec_decode::check_work(&req, acceptances.len(), a.max_work)?;
     Ok((req, acceptances))
 }
 

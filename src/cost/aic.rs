@@ -360,11 +360,20 @@ impl AicTables {
     /// The MLA generation module (all its kernels) at `heads` heads per rank.
     pub fn mla_module(&self, kv: &str, heads: u64, batch: f64, step: f64) -> Option<TablePrice> {
         let g = self.mla.get(&(kv.to_string(), heads))?;
-        let mut steps: Vec<f64> = g.iter().map(|p| p.1).collect();
-        steps.dedup();
+        // Rows are sorted by (step, batch) at load: each step's rows are one run, found by
+        // binary search rather than by scanning the table (this runs once per priced shape, a
+        // sweep's hot path).
+        let mut steps: Vec<f64> = Vec::new();
+        let mut i = 0;
+        while i < g.len() {
+            let st = g[i].1;
+            steps.push(st);
+            i += g[i..].partition_point(|p| p.1 <= st);
+        }
         let at = |st: f64| {
-            let line: Vec<(f64, f64)> =
-                g.iter().filter(|p| p.1 == st).map(|p| (p.0, p.2)).collect();
+            let lo = g.partition_point(|p| p.1 < st);
+            let hi = g.partition_point(|p| p.1 <= st);
+            let line: Vec<(f64, f64)> = g[lo..hi].iter().map(|p| (p.0, p.2)).collect();
             interp(&line, batch)
         };
         let (lo, hi) = bracket(&steps, step)?;
@@ -543,6 +552,26 @@ struct Tally {
     priced: usize,
 }
 
+/// `units::path(dir)`, remembered per thread for the last folder asked: it reads the working
+/// folder (a system call), and pricing runs once per shape, a sweep's hot path.
+fn shown_dir(dir: &std::path::Path) -> String {
+    thread_local! {
+        static LAST: std::cell::RefCell<Option<(std::path::PathBuf, String)>> =
+            const { std::cell::RefCell::new(None) };
+    }
+    LAST.with(|c| {
+        let mut c = c.borrow_mut();
+        match c.as_ref() {
+            Some((p, shown)) if p == dir => shown.clone(),
+            _ => {
+                let shown = crate::units::path(dir);
+                *c = Some((dir.to_path_buf(), shown.clone()));
+                shown
+            }
+        }
+    })
+}
+
 pub fn overrides(w: &Workload, s: &Scenario, p: &CalibrationProfile) -> Option<Overrides> {
     let (t, sec) = (p.aic.as_ref()?, p.aiconfigurator.as_ref()?);
     let mut o = Overrides {
@@ -552,7 +581,7 @@ pub fn overrides(w: &Workload, s: &Scenario, p: &CalibrationProfile) -> Option<O
     };
     // Bytes per µs: no table price may beat reading the op's bytes from DRAM (module doc).
     let bw = s.system.gpu.memory_bandwidth_gbps * 1e3;
-    let dir = crate::units::path(&t.dir);
+    let dir = shown_dir(&t.dir);
     gemms(w, t, bw, &mut o, &dir);
     moe_modules(w, s, p, t, bw, &mut o, &dir);
     mla_attention(w, s, p, t, sec, bw, &mut o, &dir);

@@ -1,89 +1,304 @@
-//! Reports of `decodesim sweep`: one CSV row per scenario, JSON, or a short summary.
+//! Reports of `decodesim sweep`, streamed: one CSV row per scenario, a JSON object whose rows
+//! are written element by element (the best rows and the Pareto front after them), or a short
+//! summary. Rows are formatted into byte buffers with integer and fixed-point writers (no
+//! `format!` per field): at a million scenarios, formatting is a large share of the work.
 
 use super::units::{grouped, us};
 use crate::category::Category;
-use crate::whatif::sweep::{Row, Sweep};
-use rayon::prelude::*;
-use std::fmt::Write;
+use crate::error::{Error, Result};
+use crate::whatif::sweep::{Meta, Output, Row, RowFormat, Summary};
+use std::io::Write;
+
+/// What the output holds besides its format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Csv,
+    Json,
+    /// A short summary at the end (no rows).
+    Summary,
+}
 
 pub fn csv_header() -> String {
-    let mut h = String::from("model,system,calibration,batch,context,nccl_proto,nccl_algo,cuda_graphs,draft_tokens,mean_acceptance_length,step_time_us,tokens_per_s,tokens_per_s_per_user,pareto");
+    let mut h = String::from("model,system,calibration,batch,context,nccl_proto,nccl_algo,cuda_graphs,draft_tokens,mean_acceptance_length,step_time_us,tokens_per_s,tokens_per_s_per_user,fits");
     for c in Category::ALL {
-        let _ = write!(h, ",{}_busy_us", c.name());
+        h.push(',');
+        h.push_str(c.name());
+        h.push_str("_busy_us");
     }
     h.push('\n');
     h
 }
 
-fn csv_row(out: &mut String, s: &Sweep, r: &Row) {
-    let _ = write!(
-        out,
-        "{},{},{},{},{},{},{},{},{},{:.4},{:.3},{:.3},{:.4},{}",
-        s.model,
-        s.system,
-        s.calibration,
-        r.batch,
-        r.context,
-        r.proto.name(),
-        r.algo.name(),
-        if r.cuda_graphs { "on" } else { "off" },
-        r.draft_tokens,
-        r.mean_acceptance_length,
-        r.step_time_us,
-        r.tokens_per_s,
-        r.tokens_per_s_per_user,
-        r.pareto
-    );
+/// Writes an unsigned integer.
+#[inline]
+fn push_u64(out: &mut Vec<u8>, v: u64) {
+    out.extend_from_slice(itoa::Buffer::new().format(v).as_bytes());
+}
+
+/// Writes `v` with `decimals` digits after the point, as `format!("{v:.decimals$}")` does
+/// (non-finite values as `NaN`, `inf`, `-inf`), byte for byte. Values below 2^53 / 10^decimals go
+/// through one integer, round(|v| × 10^decimals); a product within its rounding error of a half
+/// (and anything larger) is left to `format!`.
+#[inline]
+fn push_fixed(out: &mut Vec<u8>, v: f64, decimals: u32) {
+    const POW: [f64; 7] = [1.0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6];
+    let scale = POW[(decimals as usize).min(POW.len() - 1)];
+    let y = v.abs() * scale;
+    let m = y.round();
+    // Within the product's rounding error of a half, only `format!`'s exact decimal expansion
+    // knows the way: let it decide (rare), so the output is always what `format!` writes.
+    let near_half = ((y - y.floor()) - 0.5).abs() <= y * 4e-16 + 1e-12;
+    if !(m < 9.007e15) || near_half || decimals as usize >= POW.len() {
+        let _ = write!(out, "{v:.*}", decimals as usize);
+        return;
+    }
+    if v.is_sign_negative() {
+        out.push(b'-');
+    }
+    let m = m as u64;
+    let p = scale as u64;
+    push_u64(out, m / p);
+    if decimals > 0 {
+        out.push(b'.');
+        let frac = m % p;
+        let mut buf = itoa::Buffer::new();
+        let digits = buf.format(frac).as_bytes();
+        for _ in digits.len()..decimals as usize {
+            out.push(b'0');
+        }
+        out.extend_from_slice(digits);
+    }
+}
+
+/// A JSON number: shortest round-trip text (`ryu`), `null` for a non-finite value.
+#[inline]
+fn push_json_f64(out: &mut Vec<u8>, v: f64) {
+    if v.is_finite() {
+        out.extend_from_slice(ryu::Buffer::new().format_finite(v).as_bytes());
+    } else {
+        out.extend_from_slice(b"null");
+    }
+}
+
+fn onoff(b: bool) -> &'static str {
+    if b {
+        "on"
+    } else {
+        "off"
+    }
+}
+
+/// One CSV row; `prefix` is `model,system,calibration,`.
+pub fn csv_row(out: &mut Vec<u8>, prefix: &[u8], r: &Row) {
+    out.extend_from_slice(prefix);
+    push_u64(out, r.batch as u64);
+    out.push(b',');
+    push_u64(out, r.context);
+    out.push(b',');
+    out.extend_from_slice(r.proto.name().as_bytes());
+    out.push(b',');
+    out.extend_from_slice(r.algo.name().as_bytes());
+    out.push(b',');
+    out.extend_from_slice(onoff(r.cuda_graphs).as_bytes());
+    out.push(b',');
+    push_u64(out, r.draft_tokens as u64);
+    out.push(b',');
+    push_fixed(out, r.mean_acceptance_length, 4);
+    out.push(b',');
+    push_fixed(out, r.step_time_us, 3);
+    out.push(b',');
+    push_fixed(out, r.tokens_per_s, 3);
+    out.push(b',');
+    push_fixed(out, r.tokens_per_s_per_user, 4);
+    out.push(b',');
+    out.extend_from_slice(if r.fits { b"true" } else { b"false" });
     for b in r.busy_us {
-        let _ = write!(out, ",{b:.3}");
+        out.push(b',');
+        push_fixed(out, b, 3);
     }
-    out.push('\n');
+    out.push(b'\n');
 }
 
-/// The CSV, built in parallel chunks.
-pub fn to_csv(s: &Sweep, pareto_only: bool) -> String {
-    let parts: Vec<String> = s
-        .rows
-        .par_chunks(1024)
-        .map(|chunk| {
-            let mut out = String::with_capacity(chunk.len() * 220);
-            for r in chunk.iter().filter(|r| !pareto_only || r.pareto) {
-                csv_row(&mut out, s, r);
-            }
-            out
-        })
-        .collect();
-    let mut out = csv_header();
-    out.reserve(parts.iter().map(String::len).sum());
-    for p in parts {
-        out.push_str(&p);
+/// One row as a JSON object (no model/system: they are the document's).
+pub fn json_row(out: &mut Vec<u8>, r: &Row) {
+    out.extend_from_slice(b"{\"batch\":");
+    push_u64(out, r.batch as u64);
+    out.extend_from_slice(b",\"context\":");
+    push_u64(out, r.context);
+    out.extend_from_slice(b",\"nccl_proto\":\"");
+    out.extend_from_slice(r.proto.name().as_bytes());
+    out.extend_from_slice(b"\",\"nccl_algo\":\"");
+    out.extend_from_slice(r.algo.name().as_bytes());
+    out.extend_from_slice(b"\",\"cuda_graphs\":");
+    out.extend_from_slice(if r.cuda_graphs { b"true" } else { b"false" });
+    out.extend_from_slice(b",\"draft_tokens\":");
+    push_u64(out, r.draft_tokens as u64);
+    out.extend_from_slice(b",\"mean_acceptance_length\":");
+    push_json_f64(out, r.mean_acceptance_length);
+    out.extend_from_slice(b",\"step_time_us\":");
+    push_json_f64(out, r.step_time_us);
+    out.extend_from_slice(b",\"tokens_per_s\":");
+    push_json_f64(out, r.tokens_per_s);
+    out.extend_from_slice(b",\"tokens_per_s_per_user\":");
+    push_json_f64(out, r.tokens_per_s_per_user);
+    out.extend_from_slice(b",\"fits\":");
+    out.extend_from_slice(if r.fits { b"true" } else { b"false" });
+    out.extend_from_slice(b",\"busy_us\":{");
+    for (i, c) in Category::ALL.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.push(b'"');
+        out.extend_from_slice(c.name().as_bytes());
+        out.extend_from_slice(b"\":");
+        push_json_f64(out, r.busy_us[i]);
     }
-    out
+    out.extend_from_slice(b"}}");
 }
 
-pub fn to_json(s: &Sweep, pareto_only: bool) -> serde_json::Value {
-    let rows: Vec<serde_json::Value> = s
-        .rows
-        .iter()
-        .filter(|r| !pareto_only || r.pareto)
-        .map(|r| {
-            let mut busy = serde_json::Map::new();
-            for c in Category::ALL {
-                busy.insert(c.name().into(), r.busy_us[c.index()].into());
+fn json_string(s: &str) -> String {
+    serde_json::to_string(s).expect("a string serialises")
+}
+
+/// A sweep's output written to `w` as the rows come: CSV, JSON or the summary.
+pub struct Writer<W: Write> {
+    pub w: W,
+    pub kind: Kind,
+    /// Only the Pareto front (written at the end), not every row.
+    pub pareto_only: bool,
+    /// Wall-clock start, for the summary's rate.
+    pub started: std::time::Instant,
+    prefix: Vec<u8>,
+    /// Rows written so far (the JSON array's separators).
+    written: u64,
+    io: fn(std::io::Error) -> Error,
+}
+
+impl<W: Write> Writer<W> {
+    /// `io` turns a write error into the command's error (naming the file, or standard output).
+    pub fn new(w: W, kind: Kind, pareto_only: bool, io: fn(std::io::Error) -> Error) -> Self {
+        Writer {
+            w,
+            kind,
+            pareto_only,
+            started: std::time::Instant::now(),
+            prefix: Vec::new(),
+            written: 0,
+            io,
+        }
+    }
+
+    fn put(&mut self, bytes: &[u8]) -> Result<()> {
+        self.w.write_all(bytes).map_err(self.io)
+    }
+
+    fn rows_now(&self) -> bool {
+        self.kind != Kind::Summary && !self.pareto_only
+    }
+}
+
+impl<W: Write> Output for Writer<W> {
+    fn begin(&mut self, meta: &Meta) -> Result<()> {
+        self.started = std::time::Instant::now();
+        self.prefix = format!("{},{},{},", meta.model, meta.system, meta.calibration).into_bytes();
+        match self.kind {
+            Kind::Csv => self.put(csv_header().as_bytes()),
+            Kind::Json => {
+                let head = format!(
+                    "{{\"model\":{},\"system\":{},\"calibration\":{},\"scenarios\":{},\"include_infeasible\":{},\"rows\":[",
+                    json_string(&meta.model),
+                    json_string(&meta.system),
+                    json_string(&meta.calibration),
+                    meta.scenarios,
+                    meta.include_infeasible
+                );
+                self.put(head.as_bytes())
             }
-            serde_json::json!({
-                "batch": r.batch, "context": r.context, "nccl_proto": r.proto.name(),
-                "nccl_algo": r.algo.name(), "cuda_graphs": r.cuda_graphs,
-                "draft_tokens": r.draft_tokens, "mean_acceptance_length": r.mean_acceptance_length,
-                "step_time_us": r.step_time_us, "tokens_per_s": r.tokens_per_s,
-                "tokens_per_s_per_user": r.tokens_per_s_per_user, "pareto": r.pareto,
-                "busy_us": busy,
-            })
+            Kind::Summary => Ok(()),
+        }
+    }
+
+    fn formatter(&self) -> RowFormat<'static> {
+        let (kind, now, prefix) = (self.kind, self.rows_now(), self.prefix.clone());
+        Box::new(move |rows: &[Row], out: &mut Vec<u8>| {
+            if !now {
+                return;
+            }
+            for r in rows {
+                match kind {
+                    Kind::Csv => csv_row(out, &prefix, r),
+                    _ => {
+                        // Every row is preceded by a separator; `write` drops the document's
+                        // first.
+                        out.extend_from_slice(b",\n");
+                        json_row(out, r);
+                    }
+                }
+            }
         })
-        .collect();
-    serde_json::json!({
-        "model": s.model, "system": s.system, "calibration": s.calibration, "rows": rows,
-    })
+    }
+
+    fn write(&mut self, bytes: &[u8]) -> Result<()> {
+        if bytes.is_empty() {
+            return Ok(());
+        }
+        let skip = if self.kind == Kind::Json && self.written == 0 {
+            1 // the first row's leading comma; its newline stays
+        } else {
+            0
+        };
+        self.written += 1;
+        self.put(&bytes[skip..])
+    }
+
+    fn finish(&mut self, meta: &Meta, s: &Summary) -> Result<()> {
+        match self.kind {
+            Kind::Csv => {
+                if self.pareto_only {
+                    let mut out = Vec::new();
+                    for r in &s.front {
+                        csv_row(&mut out, &self.prefix, r);
+                    }
+                    self.put(&out)?;
+                }
+            }
+            Kind::Json => {
+                let mut out = Vec::new();
+                let rows = |out: &mut Vec<u8>, rows: &[Row]| {
+                    for (i, r) in rows.iter().enumerate() {
+                        out.extend_from_slice(if i == 0 { b"\n" } else { b",\n" });
+                        json_row(out, r);
+                    }
+                };
+                if self.pareto_only {
+                    rows(&mut out, &s.front);
+                }
+                out.extend_from_slice(b"\n],\"fitting\":");
+                push_u64(&mut out, s.fitting);
+                out.extend_from_slice(b",\"unpriced\":");
+                push_u64(&mut out, s.unpriced);
+                out.extend_from_slice(b",\"best\":{\"tokens_per_s\":");
+                for (i, b) in [s.best_total, s.best_per_user].iter().enumerate() {
+                    if i == 1 {
+                        out.extend_from_slice(b",\"tokens_per_s_per_user\":");
+                    }
+                    match b {
+                        Some(r) => json_row(&mut out, r),
+                        None => out.extend_from_slice(b"null"),
+                    }
+                }
+                out.extend_from_slice(b"},\"pareto\":[");
+                rows(&mut out, &s.front);
+                out.extend_from_slice(b"\n]}\n");
+                self.put(&out)?;
+            }
+            Kind::Summary => {
+                let text = summary(meta, s, self.started.elapsed().as_secs_f64());
+                self.put(text.as_bytes())?;
+            }
+        }
+        self.w.flush().map_err(self.io)
+    }
 }
 
 fn describe(r: &Row) -> String {
@@ -93,67 +308,137 @@ fn describe(r: &Row) -> String {
         r.context,
         r.proto.name(),
         r.algo.name(),
-        if r.cuda_graphs { "on" } else { "off" },
+        onoff(r.cuda_graphs),
         r.draft_tokens
     )
 }
 
 /// A short summary instead of one line per scenario.
-pub fn summary(s: &Sweep, wall_s: f64) -> String {
-    let n = s.rows.len();
+pub fn summary(meta: &Meta, s: &Summary, wall_s: f64) -> String {
+    use std::fmt::Write;
+    let n = s.scenarios;
     let mut out = format!(
         "sweep: {} scenarios of {} on {} (calibration {}) in {:.3} s ({} scenarios/s)\n",
         grouped(n as f64, 0),
-        s.model,
-        s.system,
-        s.calibration,
+        meta.model,
+        meta.system,
+        meta.calibration,
         wall_s,
         grouped(n as f64 / wall_s.max(1e-9), 0)
     );
-    let best =
-        |f: &dyn Fn(&Row) -> f64| s.rows.iter().max_by(|a, b| f(a).total_cmp(&f(b))).copied();
-    if let Some(r) = best(&|r| r.tokens_per_s) {
+    let _ = writeln!(
+        out,
+        "memory: {} of {} scenarios fit (--gpu-memory-utilization; vLLM's KV accounting){}",
+        grouped(s.fitting as f64, 0),
+        grouped(n as f64, 0),
+        if meta.include_infeasible {
+            "; --include-infeasible: scenarios that do not fit are ranked too"
+        } else {
+            "; only those are ranked"
+        }
+    );
+    if s.unpriced > 0 {
         let _ = writeln!(
             out,
-            "most tokens/s in total:  {} tok/s ({} per user), step {} us: {}",
-            grouped(r.tokens_per_s, 1),
-            grouped(r.tokens_per_s_per_user, 1),
-            us(r.step_time_us),
-            describe(&r)
+            "warning: {} scenarios could not be priced (step time NaN in the rows)",
+            grouped(s.unpriced as f64, 0)
         );
     }
-    if let Some(r) = best(&|r| r.tokens_per_s_per_user) {
+    let fit_note = |r: &Row| {
+        if r.fits {
+            ""
+        } else {
+            " (does NOT fit in memory)"
+        }
+    };
+    match s.best_total {
+        Some(r) => {
+            let _ = writeln!(
+                out,
+                "most tokens/s in total:  {} tok/s ({} per user), step {} us: {}{}",
+                grouped(r.tokens_per_s, 1),
+                grouped(r.tokens_per_s_per_user, 1),
+                us(r.step_time_us),
+                describe(&r),
+                fit_note(&r)
+            );
+        }
+        None => out.push_str(
+            "no scenario fits in memory: nothing to rank (a larger --gpu-memory-utilization, smaller batches or contexts, FP8 KV; --include-infeasible ranks them anyway)\n",
+        ),
+    }
+    if let Some(r) = s.best_per_user {
         let _ = writeln!(
             out,
-            "most tokens/s per user:  {} tok/s per user ({} in total), step {} us: {}",
+            "most tokens/s per user:  {} tok/s per user ({} in total), step {} us: {}{}",
             grouped(r.tokens_per_s_per_user, 1),
             grouped(r.tokens_per_s, 1),
             us(r.step_time_us),
-            describe(&r)
+            describe(&r),
+            fit_note(&r)
         );
     }
-    let mut front: Vec<&Row> = s.rows.iter().filter(|r| r.pareto).collect();
-    front.sort_by(|a, b| b.tokens_per_s_per_user.total_cmp(&a.tokens_per_s_per_user));
+    let front = &s.front;
+    let every = front.len().div_ceil(12).max(1);
     let _ = writeln!(
         out,
         "pareto front (total vs per-user tokens/s): {} scenarios; one in {} shown",
         front.len(),
-        front.len().div_ceil(12).max(1)
+        every
     );
     let _ = writeln!(
         out,
         "  {:>12}  {:>12}  scenario",
         "tok/s/user", "tok/s total"
     );
-    for r in front.iter().step_by(front.len().div_ceil(12).max(1)) {
+    for r in front.iter().step_by(every) {
         let _ = writeln!(
             out,
-            "  {:>12}  {:>12}  {}",
+            "  {:>12}  {:>12}  {}{}",
             grouped(r.tokens_per_s_per_user, 1),
             grouped(r.tokens_per_s, 1),
-            describe(r)
+            describe(r),
+            fit_note(r)
         );
     }
     out.push_str("(--format csv|json for every row, --pareto for the front only)\n");
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fixed_point_matches_format() {
+        for v in [
+            0.0,
+            1.0,
+            0.5,
+            1234.5678,
+            0.0004,
+            0.0005,
+            0.00051,
+            99.9996,
+            1e9 + 0.123,
+            -3.25,
+            -0.0001,
+            7.0e-7,
+            123456789.987654,
+        ] {
+            for d in [0u32, 3, 4] {
+                let mut out = Vec::new();
+                push_fixed(&mut out, v, d);
+                let got = String::from_utf8(out).unwrap();
+                let want = format!("{v:.*}", d as usize);
+                // 0.0005 and 0.5 are (near) ties: decided as format! does.
+                assert_eq!(got, want, "{v} at {d} decimals");
+            }
+        }
+        for v in [f64::NAN, f64::INFINITY, f64::NEG_INFINITY, 1e300] {
+            let mut out = Vec::new();
+            push_fixed(&mut out, v, 3);
+            assert_eq!(String::from_utf8(out).unwrap(), format!("{v:.3}"));
+        }
+    }
 }

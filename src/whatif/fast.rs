@@ -839,6 +839,9 @@ struct Memo {
 
 /// Beyond this many stored prices (~64 MB) a thread's memo starts over.
 const MEMO_MAX_VALUES: usize = 8 << 20;
+/// Contexts priced and kept per (pass, batch, queries) entry (sweep helper: bounds the memo of
+/// a sweep over many contexts; see `play`).
+const CONTEXTS_PER_ENTRY: usize = 16;
 
 thread_local! {
     static MEMO: RefCell<Option<Box<Memo>>> = const { RefCell::new(None) };
@@ -1056,7 +1059,10 @@ impl FastScenario {
                     collectives: Vec::new(),
                 }
             });
-        let ci = match e.context.iter().position(|c| c.0 == context) {
+        // Most recent context first (a sweep plays each context's rows together); at most
+        // CONTEXTS_PER_ENTRY kept per entry, the oldest dropped, so that a sweep over thousands
+        // of contexts neither scans nor holds them all.
+        let ci = match e.context.iter().rposition(|c| c.0 == context) {
             Some(i) => i,
             None => {
                 s.batch = batch;
@@ -1065,7 +1071,11 @@ impl FastScenario {
                 let n = regime.context_ops.len();
                 let us = keep_or_nan(price_layout(regime, &regime.context_layout, &x, s, p), n);
                 let busy = busy_of(regime, regime.context_ops.iter().copied(), &us);
-                *stored += n;
+                if e.context.len() >= CONTEXTS_PER_ENTRY {
+                    e.context.remove(0);
+                } else {
+                    *stored += n;
+                }
                 e.context.push((context, us.into_boxed_slice(), busy));
                 e.context.len() - 1
             }

@@ -268,6 +268,43 @@ fn variant(
     }
 }
 
+/// Refuses a study above `max_work` before anything is simulated: full timelines (the plain
+/// step, then per k a verify and a draft side, at the scenario's batch and at each crossover
+/// batch) and Monte Carlo draws (at most users × output tokens per k and per acceptance rate:
+/// each step yields at least one token).
+pub fn check_work(req: &SpecDecodeRequest, rates: usize, max_work: u64) -> Result<()> {
+    use crate::error::{check_work, WORK_MC_DRAW, WORK_TIMELINE_STEP};
+    let ks = req.draft_tokens.len() as f64;
+    let mut batches = req.crossover_batches.clone();
+    batches.sort_unstable();
+    batches.dedup();
+    let sims = 1.0 + 2.0 * ks + batches.len() as f64 * (1.0 + 2.0 * ks);
+    let draws = rates as f64 * ks * req.mc_users as f64 * req.output_tokens as f64;
+    let big = |v: f64| {
+        if v < 1e15 {
+            crate::units::grouped(v, 0)
+        } else {
+            format!("{v:.2e}")
+        }
+    };
+    check_work(
+        "whatif spec-decode",
+        format!(
+            "{} full timelines ({} draft-token counts, {} crossover batches) and up to {} Monte Carlo draws ({rates} acceptance rates × {} k × --mc-users {} × --output-tokens {})",
+            big(sims),
+            req.draft_tokens.len(),
+            batches.len(),
+            big(draws),
+            req.draft_tokens.len(),
+            req.mc_users,
+            req.output_tokens
+        ),
+        sims * WORK_TIMELINE_STEP + draws * WORK_MC_DRAW,
+        max_work,
+        "fewer --draft-tokens, --crossover-batches, acceptance rates, --mc-users or --output-tokens",
+    )
+}
+
 pub fn run(req: &SpecDecodeRequest) -> Result<SpecDecodeStudy> {
     let costs = simulate_costs(req)?;
     study(req, &costs, &req.acceptance)

@@ -1,13 +1,27 @@
 //! `decodesim sweep`: a Cartesian grid of scenarios priced by the fast path on every core.
+//!
+//! The grid is bounded before it starts ([`SweepRequest::check_work`]: its size is the product
+//! of the lists' lengths, computed without overflow) and streamed: scenarios are priced in
+//! chunks of [`CHUNK`] in parallel, each chunk formatted in parallel and written in grid order,
+//! so memory is bounded by one chunk whatever the grid's size. The best rows and the Pareto
+//! front are tracked as the rows go by (the front as a small sorted set), among the scenarios
+//! whose memory fits unless infeasible ones are asked for.
 
 use super::acceptance::Acceptance;
 use super::draft::{Draft, Method};
 use super::fast::{Collectives, FastScenario, Launch};
 use crate::category::Category;
+use crate::cost::CalibrationProfile;
 use crate::error::{Error, Result};
 use crate::sim::ScenarioRequest;
-use crate::spec::{Algo, Proto};
+use crate::spec::{Algo, Proto, Scenario};
 use rayon::prelude::*;
+
+/// Scenarios priced (and formatted) per chunk before the chunk is written: the memory a sweep
+/// holds is about this many rows and their text (~30 MB for CSV), whatever the grid's size.
+pub const CHUNK: usize = 1 << 16;
+/// Scenarios per parallel task within a chunk (one memo warm-up per task stays negligible).
+const TASK: usize = 1024;
 
 /// The grid: the base scenario's model, system and profile with lists of knobs.
 #[derive(Debug, Clone)]
@@ -23,6 +37,10 @@ pub struct SweepRequest {
     pub draft: Option<String>,
     /// Needed when any draft-token count is above 0.
     pub acceptance: Option<Acceptance>,
+    /// Most work units the sweep may take (`--max-work`; one scenario is one unit).
+    pub max_work: u64,
+    /// Name scenarios whose memory does not fit as best or on the Pareto front too.
+    pub include_infeasible: bool,
 }
 
 /// One scenario's inputs and outputs.
@@ -40,36 +58,147 @@ pub struct Row {
     pub mean_acceptance_length: f64,
     /// Busy time per category on one rank (every stream; categories in `Category::ALL` order).
     pub busy_us: [f64; Category::ALL.len()],
-    pub pareto: bool,
+    /// Weights, buffers and the KV cache of `batch` sequences of `context + draft_tokens`
+    /// tokens fit in the memory vLLM may use (`--gpu-memory-utilization`).
+    pub fits: bool,
 }
 
-#[derive(Debug, Clone)]
-pub struct Sweep {
-    pub rows: Vec<Row>,
+/// The KV cache one rank holds, as vLLM sizes it (`capacity::memory::account`), for one
+/// CUDA-graph setting (the graphs' pool is counted before the KV cache).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct KvBudget {
+    /// KV blocks left after weights, activations, graphs and buffers (0: nothing fits).
+    pub num_blocks: u64,
+    /// Tokens of one sequence a block holds (block size × DCP).
+    pub tokens_per_block: u64,
+    /// vLLM's `max_num_seqs`: more sequences than this never run at once.
+    pub max_num_seqs: u32,
+}
+
+impl KvBudget {
+    /// `batch` sequences of `tokens` KV tokens each fit, counting whole blocks per sequence as
+    /// vLLM allocates them.
+    pub fn fits(&self, batch: u32, tokens: u64) -> bool {
+        let blocks = tokens.max(1).div_ceil(self.tokens_per_block.max(1)) as u128;
+        batch <= self.max_num_seqs && batch as u128 * blocks <= self.num_blocks as u128
+    }
+}
+
+/// What the output needs to know before the first row.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Meta {
     pub model: String,
     pub system: String,
     pub calibration: String,
+    pub scenarios: u64,
+    pub include_infeasible: bool,
+}
+
+/// What is tracked as the rows go by.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Summary {
+    pub scenarios: u64,
+    /// Scenarios whose memory fits.
+    pub fitting: u64,
+    /// Scenarios the fast path could not price (NaN step; never best nor on the front).
+    pub unpriced: u64,
+    /// Most tokens/s in total, and per user, among the candidates (fitting ones unless
+    /// `include_infeasible`); the first in grid order on a tie.
+    pub best_total: Option<Row>,
+    pub best_per_user: Option<Row>,
+    /// Candidates no other candidate beats on both total and per-user tokens/s, most per-user
+    /// tokens/s first.
+    pub front: Vec<Row>,
+}
+
+/// Formats consecutive rows into bytes (called from any thread).
+pub type RowFormat<'a> = Box<dyn Fn(&[Row], &mut Vec<u8>) + Send + Sync + 'a>;
+
+/// Where the rows go: the formatter runs on every core, `write` on the caller's thread with the
+/// formatted chunks in grid order.
+pub trait Output {
+    fn begin(&mut self, meta: &Meta) -> Result<()>;
+    fn formatter(&self) -> RowFormat<'static>;
+    fn write(&mut self, bytes: &[u8]) -> Result<()>;
+    fn finish(&mut self, meta: &Meta, summary: &Summary) -> Result<()>;
 }
 
 impl SweepRequest {
-    pub fn len(&self) -> usize {
-        self.batch.len()
-            * self.context.len()
-            * self.proto.len()
-            * self.algo.len()
-            * self.cuda_graphs.len()
-            * self.draft_tokens.len()
+    /// Scenarios in the grid, without overflow (a product of six list lengths).
+    pub fn count(&self) -> u128 {
+        [
+            self.batch.len(),
+            self.context.len(),
+            self.proto.len(),
+            self.algo.len(),
+            self.cuda_graphs.len(),
+            self.draft_tokens.len(),
+        ]
+        .iter()
+        .fold(1u128, |n, &l| n.saturating_mul(l as u128))
     }
+
+    /// [`SweepRequest::count`] as a usize (saturating).
+    pub fn len(&self) -> usize {
+        self.count().min(usize::MAX as u128) as usize
+    }
+
     pub fn is_empty(&self) -> bool {
-        self.len() == 0
+        self.count() == 0
+    }
+
+    /// Refuses a grid above `--max-work` before anything is loaded or priced.
+    pub fn check_work(&self) -> Result<()> {
+        let n = self.count();
+        let lists = format!(
+            "{} batches × {} contexts × {} protocols × {} algorithms × {} graph settings × {} draft-token counts",
+            self.batch.len(),
+            self.context.len(),
+            self.proto.len(),
+            self.algo.len(),
+            self.cuda_graphs.len(),
+            self.draft_tokens.len()
+        );
+        crate::error::check_work(
+            "sweep",
+            format!("the grid of {} scenarios ({lists})", scenarios_text(n)),
+            n as f64 * crate::error::WORK_FAST_SCENARIO,
+            self.max_work,
+            "shorten the lists",
+        )
     }
 }
 
-/// Runs the grid; `progress(n)` is called as rows finish (from any thread).
-pub fn run(req: &SweepRequest, progress: &(dyn Fn(u64) + Sync)) -> Result<Sweep> {
+fn scenarios_text(n: u128) -> String {
+    if n < 1_000_000_000_000_000 {
+        crate::units::grouped(n as f64, 0)
+    } else {
+        format!("{:.2e}", n as f64)
+    }
+}
+
+/// A sweep loaded and checked, ready to stream.
+pub struct Prepared<'a> {
+    req: &'a SweepRequest,
+    fast: FastScenario,
+    colls: Vec<(Proto, Algo, Collectives)>,
+    /// Per CUDA-graph setting: the setting, its launch parameters and its KV budget.
+    launches: Vec<(bool, Launch, KvBudget)>,
+    mean_len: Vec<f64>,
+    pub meta: Meta,
+}
+
+/// Loads and checks everything a sweep needs, before any row is priced or written: the work
+/// bound, every grid value, the drafter, the NCCL settings and the memory of each graph
+/// setting (`budget(scenario, profile, cuda_graphs)`, from `capacity::memory` in the CLI).
+pub fn prepare<'a>(
+    req: &'a SweepRequest,
+    budget: &dyn Fn(&Scenario, &CalibrationProfile, bool) -> Result<KvBudget>,
+) -> Result<Prepared<'a>> {
     if req.is_empty() {
         return Err(Error::Scenario("the sweep grid is empty".into()));
     }
+    req.check_work()?;
     let (scenario, profile) = req.base.load()?;
     let speculative = req.draft_tokens.iter().any(|&k| k > 0);
     let draft = if speculative {
@@ -87,14 +216,17 @@ pub fn run(req: &SweepRequest, progress: &(dyn Fn(u64) + Sync)) -> Result<Sweep>
     } else {
         None
     };
-    // Every grid value is checked before any work starts.
+    // Every grid value is checked before any work starts (the checks of batch and of context
+    // are independent, so the lists are checked each against the base, not as a product).
     for &b in &req.batch {
-        for &c in &req.context {
-            let mut s = scenario.clone();
-            s.batch = b;
-            s.context = c;
-            s.validate()?;
-        }
+        let mut s = scenario.clone();
+        s.batch = b;
+        s.validate()?;
+    }
+    for &c in &req.context {
+        let mut s = scenario.clone();
+        s.context = c;
+        s.validate()?;
     }
     let fast = FastScenario::new(&scenario, &profile, draft.as_ref())?;
     let mut colls = Vec::new();
@@ -106,11 +238,10 @@ pub fn run(req: &SweepRequest, progress: &(dyn Fn(u64) + Sync)) -> Result<Sweep>
             colls.push((proto, algo, Collectives::new(&s, &profile)?));
         }
     }
-    let launches: Vec<(bool, Launch)> = req
-        .cuda_graphs
-        .iter()
-        .map(|&g| (g, Launch::new(&profile, g)))
-        .collect();
+    let mut launches = Vec::new();
+    for &g in &req.cuda_graphs {
+        launches.push((g, Launch::new(&profile, g), budget(&scenario, &profile, g)?));
+    }
     let mean_len: Vec<f64> = req
         .draft_tokens
         .iter()
@@ -119,84 +250,277 @@ pub fn run(req: &SweepRequest, progress: &(dyn Fn(u64) + Sync)) -> Result<Sweep>
             _ => 1.0,
         })
         .collect();
-
-    // Row i in the grid's nested order: batch, context, proto × algo, graphs, draft tokens.
-    let (nc, nk, nl, nd) = (
-        req.context.len(),
-        colls.len(),
-        launches.len(),
-        req.draft_tokens.len(),
-    );
-    let n = req.len();
-    let chunk = 256usize;
-    let mut rows: Vec<Row> = (0..n.div_ceil(chunk))
-        .into_par_iter()
-        .flat_map_iter(|ci| {
-            let lo = ci * chunk;
-            let hi = (lo + chunk).min(n);
-            let out: Vec<Row> = (lo..hi)
-                .map(|i| {
-                    let di = i % nd;
-                    let li = (i / nd) % nl;
-                    let ki = (i / (nd * nl)) % nk;
-                    let xi = (i / (nd * nl * nk)) % nc;
-                    let bi = i / (nd * nl * nk * nc);
-                    let (batch, context) = (req.batch[bi], req.context[xi]);
-                    let (proto, algo, coll) = &colls[ki];
-                    let (graphs, launch) = &launches[li];
-                    let k = req.draft_tokens[di];
-                    let (step, busy) = if k == 0 {
-                        fast.step_us_busy(batch, context, launch, coll)
-                    } else {
-                        let (s, b) = fast
-                            .spec_step_us_busy(batch, context, k, launch, coll)
-                            .expect("drafter fitted when k > 0");
-                        (s.2, b)
-                    };
-                    let per_user = mean_len[di] / step * 1e6;
-                    Row {
-                        batch,
-                        context,
-                        proto: *proto,
-                        algo: *algo,
-                        cuda_graphs: *graphs,
-                        draft_tokens: k,
-                        step_time_us: step,
-                        tokens_per_s: per_user * batch as f64,
-                        tokens_per_s_per_user: per_user,
-                        mean_acceptance_length: mean_len[di],
-                        busy_us: busy,
-                        pareto: false,
-                    }
-                })
-                .collect();
-            progress(out.len() as u64);
-            out.into_iter()
-        })
-        .collect();
-    mark_pareto(&mut rows);
-    Ok(Sweep {
-        rows,
+    let meta = Meta {
         model: scenario.model.name.clone(),
         system: scenario.system.name.clone(),
         calibration: profile.profile.name.clone(),
+        scenarios: req.count() as u64,
+        include_infeasible: req.include_infeasible,
+    };
+    Ok(Prepared {
+        req,
+        fast,
+        colls,
+        launches,
+        mean_len,
+        meta,
     })
 }
 
-/// Marks the rows no other row beats on both total and per-user tokens/s.
-pub fn mark_pareto(rows: &mut [Row]) {
-    let mut order: Vec<usize> = (0..rows.len()).collect();
-    order.sort_by(|&a, &b| {
-        rows[b]
-            .tokens_per_s_per_user
-            .total_cmp(&rows[a].tokens_per_s_per_user)
-            .then(rows[b].tokens_per_s.total_cmp(&rows[a].tokens_per_s))
-    });
-    let mut best_total = f64::NEG_INFINITY;
-    for i in order {
-        if rows[i].tokens_per_s > best_total {
-            rows[i].pareto = true;
-            best_total = rows[i].tokens_per_s;
+impl Prepared<'_> {
+    /// Row `i` in the grid's nested order: batch, context, proto × algo, graphs, draft tokens.
+    fn row(&self, i: usize) -> Row {
+        let req = self.req;
+        let (nc, nk, nl, nd) = (
+            req.context.len(),
+            self.colls.len(),
+            self.launches.len(),
+            req.draft_tokens.len(),
+        );
+        let di = i % nd;
+        let li = (i / nd) % nl;
+        let ki = (i / (nd * nl)) % nk;
+        let xi = (i / (nd * nl * nk)) % nc;
+        let bi = i / (nd * nl * nk * nc);
+        let (batch, context) = (req.batch[bi], req.context[xi]);
+        let (proto, algo, coll) = &self.colls[ki];
+        let (graphs, launch, kv) = &self.launches[li];
+        let k = req.draft_tokens[di];
+        let (step, busy) = if k == 0 {
+            self.fast.step_us_busy(batch, context, launch, coll)
+        } else {
+            match self.fast.spec_step_us_busy(batch, context, k, launch, coll) {
+                Some((s, b)) => (s.2, b),
+                // Not reached: the drafter is fitted whenever a k above 0 is in the grid.
+                None => (f64::NAN, [f64::NAN; Category::ALL.len()]),
+            }
+        };
+        let per_user = self.mean_len[di] / step * 1e6;
+        Row {
+            batch,
+            context,
+            proto: *proto,
+            algo: *algo,
+            cuda_graphs: *graphs,
+            draft_tokens: k,
+            step_time_us: step,
+            tokens_per_s: per_user * batch as f64,
+            tokens_per_s_per_user: per_user,
+            mean_acceptance_length: self.mean_len[di],
+            busy_us: busy,
+            // vLLM reserves k lookahead slots per sequence for the draft tokens.
+            fits: kv.fits(batch, context + k as u64),
         }
+    }
+
+    /// Prices every scenario, streaming the rows to `out` chunk by chunk; `progress(n)` after
+    /// each chunk.
+    pub fn stream(&self, out: &mut dyn Output, progress: &dyn Fn(u64)) -> Result<Summary> {
+        let n = self.req.count() as usize;
+        let mut track = Tracker::new(self.req.include_infeasible);
+        out.begin(&self.meta)?;
+        let mut lo = 0usize;
+        while lo < n {
+            let hi = (lo + CHUNK).min(n);
+            let parts: Vec<(Vec<Row>, Vec<u8>)> = {
+                let fmt = out.formatter();
+                (lo..hi)
+                    .step_by(TASK)
+                    .collect::<Vec<_>>()
+                    .into_par_iter()
+                    .map(|a| {
+                        let b = (a + TASK).min(hi);
+                        let rows: Vec<Row> = (a..b).map(|i| self.row(i)).collect();
+                        let mut text = Vec::with_capacity(rows.len() * 256);
+                        fmt(&rows, &mut text);
+                        (rows, text)
+                    })
+                    .collect()
+            };
+            for (rows, text) in &parts {
+                for r in rows {
+                    track.add(r);
+                }
+                out.write(text)?;
+            }
+            progress((hi - lo) as u64);
+            lo = hi;
+        }
+        let summary = track.finish(n as u64);
+        out.finish(&self.meta, &summary)?;
+        Ok(summary)
+    }
+}
+
+/// Loads, checks and streams a sweep (see [`prepare`] and [`Prepared::stream`]).
+pub fn run(
+    req: &SweepRequest,
+    budget: &dyn Fn(&Scenario, &CalibrationProfile, bool) -> Result<KvBudget>,
+    out: &mut dyn Output,
+    progress: &dyn Fn(u64),
+) -> Result<Summary> {
+    prepare(req, budget)?.stream(out, progress)
+}
+
+/// Best rows and the Pareto front, updated row by row in grid order.
+#[derive(Debug, Clone)]
+pub struct Tracker {
+    include_infeasible: bool,
+    s: Summary,
+}
+
+impl Tracker {
+    pub fn new(include_infeasible: bool) -> Self {
+        Tracker {
+            include_infeasible,
+            s: Summary::default(),
+        }
+    }
+
+    pub fn add(&mut self, r: &Row) {
+        self.s.scenarios += 1;
+        self.s.fitting += r.fits as u64;
+        if !(r.tokens_per_s.is_finite() && r.tokens_per_s_per_user.is_finite()) {
+            self.s.unpriced += 1;
+            return;
+        }
+        if !(r.fits || self.include_infeasible) {
+            return;
+        }
+        if self
+            .s
+            .best_total
+            .is_none_or(|b| r.tokens_per_s > b.tokens_per_s)
+        {
+            self.s.best_total = Some(*r);
+        }
+        if self
+            .s
+            .best_per_user
+            .is_none_or(|b| r.tokens_per_s_per_user > b.tokens_per_s_per_user)
+        {
+            self.s.best_per_user = Some(*r);
+        }
+        pareto_insert(&mut self.s.front, r);
+    }
+
+    pub fn finish(mut self, scenarios: u64) -> Summary {
+        self.s.scenarios = scenarios;
+        self.s
+    }
+}
+
+/// Adds `r` to a front kept sorted by per-user tokens/s, most first (so total tokens/s rises
+/// along it): `r` joins unless a member has at least its per-user and its total tokens/s (an
+/// earlier row wins a tie), and then drops the members it has at least as much as on both.
+pub fn pareto_insert(front: &mut Vec<Row>, r: &Row) {
+    let (u, t) = (r.tokens_per_s_per_user, r.tokens_per_s);
+    // Members with at least r's per-user rate form a prefix; the last has the most total.
+    let p = front.partition_point(|m| m.tokens_per_s_per_user >= u);
+    if p > 0 && front[p - 1].tokens_per_s >= t {
+        return;
+    }
+    // r joins after the members with more per-user rate and replaces those it dominates: a
+    // member with the same per-user rate (less total, else r was refused), then the following
+    // members with no more total than r.
+    let q = front.partition_point(|m| m.tokens_per_s_per_user > u);
+    let mut end = p;
+    while end < front.len() && front[end].tokens_per_s <= t {
+        end += 1;
+    }
+    front.splice(q..end, std::iter::once(*r));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(per_user: f64, total: f64, fits: bool) -> Row {
+        Row {
+            batch: 1,
+            context: 1,
+            proto: Proto::Ll,
+            algo: Algo::Ring,
+            cuda_graphs: true,
+            draft_tokens: 0,
+            step_time_us: 1.0,
+            tokens_per_s: total,
+            tokens_per_s_per_user: per_user,
+            mean_acceptance_length: 1.0,
+            busy_us: [0.0; Category::ALL.len()],
+            fits,
+        }
+    }
+
+    /// The front by brute force: rows no earlier-or-better row dominates.
+    fn brute(rows: &[Row]) -> Vec<(f64, f64)> {
+        let mut out: Vec<(f64, f64)> = rows
+            .iter()
+            .enumerate()
+            .filter(|(i, r)| {
+                !rows.iter().enumerate().any(|(j, o)| {
+                    let ge = o.tokens_per_s_per_user >= r.tokens_per_s_per_user
+                        && o.tokens_per_s >= r.tokens_per_s;
+                    let same = o.tokens_per_s_per_user == r.tokens_per_s_per_user
+                        && o.tokens_per_s == r.tokens_per_s;
+                    ge && (!same || j < *i)
+                })
+            })
+            .map(|(_, r)| (r.tokens_per_s_per_user, r.tokens_per_s))
+            .collect();
+        out.sort_by(|a, b| b.0.total_cmp(&a.0));
+        out
+    }
+
+    #[test]
+    fn incremental_front_matches_brute_force() {
+        // A deterministic spread with ties on either axis.
+        let mut x = 12345u64;
+        let mut rows = Vec::new();
+        for _ in 0..400 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let u = ((x >> 33) % 50) as f64;
+            let t = ((x >> 13) % 50) as f64;
+            rows.push(row(u, t, true));
+        }
+        let mut front = Vec::new();
+        for r in &rows {
+            pareto_insert(&mut front, r);
+        }
+        let got: Vec<(f64, f64)> = front
+            .iter()
+            .map(|r| (r.tokens_per_s_per_user, r.tokens_per_s))
+            .collect();
+        assert_eq!(got, brute(&rows));
+    }
+
+    #[test]
+    fn infeasible_rows_are_never_best_unless_asked() {
+        let rows = [row(10.0, 100.0, true), row(50.0, 500.0, false)];
+        let mut t = Tracker::new(false);
+        rows.iter().for_each(|r| t.add(r));
+        let s = t.finish(2);
+        assert_eq!(s.best_total.unwrap().tokens_per_s, 100.0);
+        assert_eq!(s.front.len(), 1);
+        assert_eq!(s.fitting, 1);
+        let mut t = Tracker::new(true);
+        rows.iter().for_each(|r| t.add(r));
+        let s = t.finish(2);
+        assert_eq!(s.best_total.unwrap().tokens_per_s, 500.0);
+        assert_eq!(s.best_per_user.unwrap().tokens_per_s_per_user, 50.0);
+    }
+
+    #[test]
+    fn kv_budget_counts_whole_blocks() {
+        let kv = KvBudget {
+            num_blocks: 10,
+            tokens_per_block: 16,
+            max_num_seqs: 4,
+        };
+        assert!(kv.fits(2, 80)); // 2 × 5 blocks
+        assert!(!kv.fits(2, 81)); // 2 × 6 blocks
+        assert!(!kv.fits(5, 1)); // above max_num_seqs
     }
 }

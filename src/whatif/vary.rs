@@ -16,9 +16,6 @@ use serde_json::json;
 use std::collections::BTreeMap;
 use std::str::FromStr;
 
-/// Most variants one command simulates (each is a full timeline).
-pub const MAX_VARIANTS: usize = 512;
-
 /// The keys `--vary` accepts, as the user spells them.
 pub const KEYS: &[&str] = &[
     "batch",
@@ -249,15 +246,46 @@ fn compare(base: &Simulation, v: &Simulation, settings: Vec<(String, String)>) -
     }
 }
 
-/// Checks every variant, then simulates the base and each variant.
-pub fn run(req: &VaryRequest) -> Result<VaryStudy> {
-    let combos = combinations(&req.axes, req.one_at_a_time);
-    if combos.len() > MAX_VARIANTS {
-        return Err(Error::Scenario(format!(
-            "--vary: {} variants (the product of the lists) is above {MAX_VARIANTS}; shorten the lists or use --one-at-a-time",
-            combos.len()
-        )));
+/// Variants the lists make (their product, or their sum one at a time), counted in f64 without
+/// building them, so that a product of long lists cannot wrap or fill memory.
+pub fn variant_count(axes: &[(String, Vec<String>)], one_at_a_time: bool) -> f64 {
+    let lens = axes.iter().map(|(_, v)| v.len() as f64);
+    if one_at_a_time {
+        lens.sum()
+    } else {
+        lens.product()
     }
+}
+
+/// [`run_bounded`] at the default `--max-work`.
+pub fn run(req: &VaryRequest) -> Result<VaryStudy> {
+    run_bounded(req, crate::error::DEFAULT_MAX_WORK)
+}
+
+/// Checks the work (each variant and the base is a full timeline) against `max_work` and every
+/// variant, then simulates the base and each variant.
+pub fn run_bounded(req: &VaryRequest, max_work: u64) -> Result<VaryStudy> {
+    let n = variant_count(&req.axes, req.one_at_a_time);
+    crate::error::check_work(
+        "whatif --vary",
+        format!(
+            "{} variants and the base, each a full timeline ({})",
+            if n < 1e15 {
+                crate::units::grouped(n, 0)
+            } else {
+                format!("{n:.2e}")
+            },
+            if req.one_at_a_time {
+                "the sum of the lists, --one-at-a-time"
+            } else {
+                "the product of the lists"
+            }
+        ),
+        (n + 1.0) * crate::error::WORK_TIMELINE_STEP,
+        max_work,
+        "shorten the lists or use --one-at-a-time",
+    )?;
+    let combos = combinations(&req.axes, req.one_at_a_time);
     req.base.load()?;
     let mut reqs = Vec::with_capacity(combos.len());
     for settings in combos {

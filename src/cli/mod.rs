@@ -3,6 +3,7 @@
 pub mod calibrate;
 pub mod capacity;
 pub mod compare;
+pub mod intervals;
 pub mod list;
 mod scenario_args;
 pub mod simulate;

@@ -566,7 +566,7 @@ pub fn speedup_interval(point: f64, base_ratios: &[f64], variant_ratios: &[f64])
 }
 
 /// The step-time and tokens/s intervals of one scenario at its own batch and context around
-/// a point estimate (from the timeline), with `n` draws (0: the point).
+/// a point estimate (from the timeline), with `n` draws (0: the point), and what was drawn.
 pub fn scenario_intervals(
     s: &Scenario,
     p: &CalibrationProfile,
@@ -574,16 +574,16 @@ pub fn scenario_intervals(
     tokens_per_s: f64,
     n: usize,
     seed: u64,
-) -> Result<Intervals> {
+) -> Result<(Intervals, Uncertainty)> {
     if n == 0 {
-        return Ok(Intervals::from_ratios(&[], step_us, tokens_per_s));
+        return Ok((
+            Intervals::from_ratios(&[], step_us, tokens_per_s),
+            Uncertainty::default(),
+        ));
     }
     let d = Drawn::new(s, p, None, n, seed)?;
-    Ok(Intervals::from_ratios(
-        &d.step_ratios(s.batch, s.context),
-        step_us,
-        tokens_per_s,
-    ))
+    let iv = Intervals::from_ratios(&d.step_ratios(s.batch, s.context), step_us, tokens_per_s);
+    Ok((iv, d.uncertainty))
 }
 
 #[cfg(test)]
@@ -623,4 +623,101 @@ mod tests {
         assert_ne!(normal(7, 3, "x"), normal(7, 3, "y"));
         assert_ne!(normal(7, 3, "x"), normal(8, 3, "x"));
     }
+}
+
+/// One what-if arm's intervals and its speedup against the base from paired draws.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ArmIntervals {
+    pub intervals: Intervals,
+    pub speedup: Interval,
+}
+
+impl ArmIntervals {
+    pub fn verdict(&self) -> Verdict {
+        Verdict::of(&self.speedup)
+    }
+
+    /// `{"step_time_us": {p5,p50,p95}, "tokens_per_s": {..}, "speedup": {..}, "verdict": ..}`.
+    pub fn json(&self) -> serde_json::Value {
+        let mut v = self.intervals.json();
+        v["speedup"] = self.speedup.json();
+        v["verdict"] = serde_json::json!(self.verdict().name());
+        v
+    }
+}
+
+/// Intervals of `whatif --vary`: the base's, then each variant's (in `study.variants` order)
+/// with its speedup over the base, paired draws.
+pub fn vary_intervals(
+    req: &super::vary::VaryRequest,
+    study: &super::vary::VaryStudy,
+    n: usize,
+    seed: u64,
+) -> Result<(Intervals, Vec<ArmIntervals>)> {
+    let b = &study.base;
+    let (bs, bt) = (b.step_time_us(), b.tokens_per_s());
+    if n == 0 {
+        let base = Intervals::from_ratios(&[], bs, bt);
+        let arms = study
+            .variants
+            .iter()
+            .map(|v| ArmIntervals {
+                intervals: Intervals::from_ratios(&[], v.step_time_us, v.tokens_per_s),
+                speedup: Interval::point(v.tokens_per_s / bt),
+            })
+            .collect();
+        return Ok((base, arms));
+    }
+    let base_ratios = Drawn::new(&b.scenario, &b.profile, None, n, seed)?
+        .step_ratios(b.scenario.batch, b.scenario.context);
+    let mut arms = Vec::with_capacity(study.variants.len());
+    for v in &study.variants {
+        let mut r = req.base.clone();
+        for (k, x) in &v.settings {
+            super::vary::set(&mut r, k, x)?;
+        }
+        let (s, p) = r.load()?;
+        let ratios = Drawn::new(&s, &p, None, n, seed)?.step_ratios(s.batch, s.context);
+        let (vs, vt) = (v.step_time_us, v.tokens_per_s);
+        // tokens/s per draw ∝ tokens per step / step time: speedup_i = point × base_i / var_i.
+        arms.push(ArmIntervals {
+            intervals: Intervals::from_ratios(&ratios, vs, vt),
+            speedup: speedup_interval(vt / bt, &base_ratios, &ratios),
+        });
+    }
+    Ok((Intervals::from_ratios(&base_ratios, bs, bt), arms))
+}
+
+/// Intervals of `whatif spec-decode` per k (in `study.variants` order) at the scenario's batch:
+/// the speculative step's, and its speedup over the plain step under the same draws.
+pub fn spec_decode_intervals(
+    req: &super::spec_decode::SpecDecodeRequest,
+    study: &super::spec_decode::SpecDecodeStudy,
+    n: usize,
+    seed: u64,
+) -> Result<Vec<ArmIntervals>> {
+    let point = |v: &super::spec_decode::Variant| ArmIntervals {
+        intervals: Intervals::from_ratios(&[], v.step_time_us, v.tokens_per_s),
+        speedup: Interval::point(v.speedup),
+    };
+    if n == 0 {
+        return Ok(study.variants.iter().map(point).collect());
+    }
+    let s = &study.baseline.scenario;
+    let p = &study.baseline.profile;
+    let draft = super::draft::Draft::load(req.method, req.draft.as_deref(), &s.model)?;
+    let d = Drawn::new(s, p, Some(&draft), n, seed)?;
+    let base = d.step_ratios(s.batch, s.context);
+    let mut out = Vec::with_capacity(study.variants.len());
+    for v in &study.variants {
+        let Some(ratios) = d.spec_step_ratios(s.batch, s.context, v.draft_tokens) else {
+            out.push(point(v));
+            continue;
+        };
+        out.push(ArmIntervals {
+            intervals: Intervals::from_ratios(&ratios, v.step_time_us, v.tokens_per_s),
+            speedup: speedup_interval(v.speedup, &base, &ratios),
+        });
+    }
+    Ok(out)
 }

@@ -92,6 +92,12 @@ pub struct SweepArgs {
     /// Write the rows to this file instead of standard output.
     #[arg(long, value_name = "FILE")]
     pub output: Option<PathBuf>,
+    /// Add p5/p95 of tokens/s to every row (CSV columns tokens_per_s_p5, tokens_per_s_p95;
+    /// JSON `tokens_per_s_interval`): Monte Carlo draws of the uncertain prices (`--draws`).
+    #[arg(long)]
+    pub intervals: bool,
+    #[command(flatten)]
+    pub interval_args: super::intervals::IntervalArgs,
 }
 
 fn list<T>(flag: &str, text: &str, parse: impl Fn(&str) -> Result<T>) -> Result<Vec<T>> {
@@ -348,18 +354,40 @@ pub fn run(a: SweepArgs) -> Result<()> {
             b.inc(n);
         }
     };
+    let draws = a.interval_args.draws()?;
     let result = sweep::run(&req, &progress)?;
     if let Some(b) = &bar {
         b.finish_and_clear();
     }
+    let iv = match a.intervals {
+        true => Some(crate::whatif::uncertainty::sweep_intervals(
+            &req,
+            &result.rows,
+            draws,
+            a.interval_args.interval_seed,
+        )?),
+        false => None,
+    };
+    let keep = |r: &sweep::Row| !a.pareto || r.pareto;
     let text = match a.format {
         None | Some(Format::Table) => {
             report::sweep::summary(&result, started.elapsed().as_secs_f64())
         }
-        Some(Format::Csv) => report::sweep::to_csv(&result, a.pareto),
+        Some(Format::Csv) => match &iv {
+            Some(iv) => report::intervals::sweep_csv_columns(
+                &report::sweep::to_csv(&result, a.pareto),
+                &result.rows,
+                iv,
+                keep,
+            ),
+            None => report::sweep::to_csv(&result, a.pareto),
+        },
         Some(Format::Json) => {
-            serde_json::to_string(&report::sweep::to_json(&result, a.pareto)).expect("JSON value")
-                + "\n"
+            let mut v = report::sweep::to_json(&result, a.pareto);
+            if let Some(iv) = &iv {
+                report::intervals::sweep_json_columns(&mut v, &result.rows, iv, keep);
+            }
+            serde_json::to_string(&v).expect("JSON value") + "\n"
         }
     };
     match (&a.output, a.format) {

@@ -57,3 +57,40 @@ pub fn arms_table(title: &str, labels: &[String], arms: &[ArmIntervals], draws: 
     }
     o
 }
+
+/// A sweep CSV with `tokens_per_s_p5,tokens_per_s_p95` appended to the header and to each row
+/// (`iv` in the sweep's row order; the rows printed are those kept by `keep`).
+pub fn sweep_csv_columns(
+    csv: &str,
+    rows: &[crate::whatif::sweep::Row],
+    iv: &[crate::whatif::uncertainty::Interval],
+    keep: impl Fn(&crate::whatif::sweep::Row) -> bool,
+) -> String {
+    let mut kept = rows.iter().zip(iv).filter(|(r, _)| keep(r)).map(|(_, i)| i);
+    let mut out = String::with_capacity(csv.len() + rows.len() * 24);
+    for (n, line) in csv.lines().enumerate() {
+        out.push_str(line);
+        if n == 0 {
+            out.push_str(",tokens_per_s_p5,tokens_per_s_p95");
+        } else if let Some(i) = kept.next() {
+            out.push_str(&format!(",{:.3},{:.3}", i.p5, i.p95));
+        }
+        out.push('\n');
+    }
+    out
+}
+
+/// Sweep JSON rows with `"tokens_per_s_interval": {p5, p50, p95}` (rows as `sweep_csv_columns`).
+pub fn sweep_json_columns(
+    v: &mut serde_json::Value,
+    rows: &[crate::whatif::sweep::Row],
+    iv: &[crate::whatif::uncertainty::Interval],
+    keep: impl Fn(&crate::whatif::sweep::Row) -> bool,
+) {
+    let kept = rows.iter().zip(iv).filter(|(r, _)| keep(r)).map(|(_, i)| i);
+    if let Some(out) = v["rows"].as_array_mut() {
+        for (x, i) in out.iter_mut().zip(kept) {
+            x["tokens_per_s_interval"] = i.json();
+        }
+    }
+}

@@ -501,6 +501,24 @@ impl Drawn {
             .collect()
     }
 
+    /// [`Drawn::step_ratios`] for a scenario that differs from the fitted one only in what the
+    /// fast path takes per call (batch, context, NCCL protocol and algorithm, CUDA graphs), as
+    /// a sweep prices its grid: no second fit.
+    pub fn step_ratios_of(&self, s: &Scenario, p: &CalibrationProfile) -> Result<Vec<f64>> {
+        let launch = Launch::new(p, s.cuda_graphs);
+        let coll = Collectives::new(s, p)?;
+        let base = self.fast.step_us(s.batch, s.context, &launch, &coll);
+        Ok(self
+            .draws
+            .iter()
+            .map(|d| {
+                self.fast
+                    .step_us_drawn(s.batch, s.context, &launch, &coll, d)
+                    / base
+            })
+            .collect())
+    }
+
     /// Per draw, the speculative step's drawn time over its undrawn time (k draft tokens);
     /// None without a drafter.
     pub fn spec_step_ratios(&self, batch: u32, context: u64, k: u32) -> Option<Vec<f64>> {
@@ -668,8 +686,22 @@ pub fn vary_intervals(
             .collect();
         return Ok((base, arms));
     }
-    let base_ratios = Drawn::new(&b.scenario, &b.profile, None, n, seed)?
-        .step_ratios(b.scenario.batch, b.scenario.context);
+    // One fast path per distinct scenario up to the knobs it takes per call (batch, context,
+    // NCCL protocol and algorithm, CUDA graphs): `--vary batch=...` fits once.
+    let fit_key = |r: &crate::sim::ScenarioRequest| {
+        let mut k = r.clone();
+        k.batch = req.base.batch;
+        k.context = req.base.context;
+        k.proto = req.base.proto;
+        k.algo = req.base.algo;
+        k.cuda_graphs = req.base.cuda_graphs;
+        k
+    };
+    let mut fits: Vec<(crate::sim::ScenarioRequest, Drawn)> = vec![(
+        fit_key(&req.base),
+        Drawn::new(&b.scenario, &b.profile, None, n, seed)?,
+    )];
+    let base_ratios = fits[0].1.step_ratios(b.scenario.batch, b.scenario.context);
     let mut arms = Vec::with_capacity(study.variants.len());
     for v in &study.variants {
         let mut r = req.base.clone();
@@ -677,7 +709,15 @@ pub fn vary_intervals(
             super::vary::set(&mut r, k, x)?;
         }
         let (s, p) = r.load()?;
-        let ratios = Drawn::new(&s, &p, None, n, seed)?.step_ratios(s.batch, s.context);
+        let key = fit_key(&r);
+        let i = match fits.iter().position(|f| f.0 == key) {
+            Some(i) => i,
+            None => {
+                fits.push((key, Drawn::new(&s, &p, None, n, seed)?));
+                fits.len() - 1
+            }
+        };
+        let ratios = fits[i].1.step_ratios_of(&s, &p)?;
         let (vs, vt) = (v.step_time_us, v.tokens_per_s);
         // tokens/s per draw ∝ tokens per step / step time: speedup_i = point × base_i / var_i.
         arms.push(ArmIntervals {
@@ -720,4 +760,83 @@ pub fn spec_decode_intervals(
         });
     }
     Ok(out)
+}
+
+/// Tokens/s intervals of every sweep row (in `rows` order), one fast path fitted for the grid
+/// as the sweep fits it, each row's draws replayed on its memo (`sweep --intervals`).
+pub fn sweep_intervals(
+    req: &super::sweep::SweepRequest,
+    rows: &[super::sweep::Row],
+    n: usize,
+    seed: u64,
+) -> Result<Vec<Interval>> {
+    use rayon::prelude::*;
+    if n == 0 {
+        return Ok(rows
+            .iter()
+            .map(|r| Interval::point(r.tokens_per_s))
+            .collect());
+    }
+    let (scenario, profile) = req.base.load()?;
+    let draft = if rows.iter().any(|r| r.draft_tokens > 0) {
+        Some(super::draft::Draft::load(
+            req.method,
+            req.draft.as_deref(),
+            &scenario.model,
+        )?)
+    } else {
+        None
+    };
+    let d = Drawn::new(&scenario, &profile, draft.as_ref(), n, seed)?;
+    let mut settings: Vec<(
+        crate::spec::Proto,
+        crate::spec::Algo,
+        bool,
+        Launch,
+        Collectives,
+    )> = Vec::new();
+    for r in rows {
+        if !settings
+            .iter()
+            .any(|x| (x.0, x.1, x.2) == (r.proto, r.algo, r.cuda_graphs))
+        {
+            let mut s = scenario.clone();
+            s.nccl.proto = r.proto;
+            s.nccl.algo = r.algo;
+            s.cuda_graphs = r.cuda_graphs;
+            let c = Collectives::new(&s, &profile)?;
+            let l = Launch::new(&profile, r.cuda_graphs);
+            settings.push((r.proto, r.algo, r.cuda_graphs, l, c));
+        }
+    }
+    Ok(rows
+        .par_iter()
+        .map(|r| {
+            let Some((_, _, _, l, c)) = settings
+                .iter()
+                .find(|x| (x.0, x.1, x.2) == (r.proto, r.algo, r.cuda_graphs))
+            else {
+                return Interval::point(f64::NAN);
+            };
+            let f = &d.fast;
+            let tps: Vec<f64> = if r.draft_tokens == 0 {
+                let base = f.step_us(r.batch, r.context, l, c);
+                d.draws
+                    .iter()
+                    .map(|dr| r.tokens_per_s * base / f.step_us_drawn(r.batch, r.context, l, c, dr))
+                    .collect()
+            } else {
+                let k = r.draft_tokens;
+                let Some(base) = f.spec_step_us(r.batch, r.context, k, l, c) else {
+                    return Interval::point(r.tokens_per_s);
+                };
+                d.draws
+                    .iter()
+                    .filter_map(|dr| f.spec_step_us_drawn(r.batch, r.context, k, l, c, dr))
+                    .map(|x| r.tokens_per_s * base.2 / x.2)
+                    .collect()
+            };
+            Interval::of(&tps)
+        })
+        .collect())
 }

@@ -840,3 +840,33 @@ pub fn sweep_intervals(
         })
         .collect())
 }
+
+/// Tokens/s interval of `concurrency` users at `context` whose time per output token is the
+/// decode step (`step_us`, drawn) plus `extra_us` not drawn (e.g. prefill's share): the
+/// throughput at the point `capacity` chooses.
+#[allow(clippy::too_many_arguments)]
+pub fn throughput_interval(
+    s: &Scenario,
+    p: &CalibrationProfile,
+    concurrency: u32,
+    context: u64,
+    step_us: f64,
+    extra_us: f64,
+    n: usize,
+    seed: u64,
+) -> Result<Interval> {
+    let tps = |step: f64| concurrency as f64 / (step + extra_us) * 1e6;
+    if n == 0 {
+        return Ok(Interval::point(tps(step_us)));
+    }
+    let mut s = s.clone();
+    s.batch = concurrency;
+    s.context = context;
+    let d = Drawn::new(&s, p, None, n, seed)?;
+    let v: Vec<f64> = d
+        .step_ratios(concurrency, context)
+        .iter()
+        .map(|r| tps(step_us * r))
+        .collect();
+    Ok(Interval::of(&v))
+}

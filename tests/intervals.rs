@@ -299,3 +299,52 @@ fn json_reports_carry_p5_p50_p95_and_verdicts() {
     assert!(!ok);
     assert!(err.contains("--draws 1000001"), "{err}");
 }
+
+#[test]
+fn sweep_and_capacity_carry_intervals_when_asked() {
+    let (ok, out, err) = decodesim_bin(&[
+        "sweep",
+        "--batch",
+        "1,64",
+        "--format",
+        "csv",
+        "--intervals",
+        "--draws",
+        "50",
+    ]);
+    assert!(ok, "{err}");
+    let mut lines = out.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let (p5, p95, tps) = (
+        header.iter().position(|h| *h == "tokens_per_s_p5").unwrap(),
+        header
+            .iter()
+            .position(|h| *h == "tokens_per_s_p95")
+            .unwrap(),
+        header.iter().position(|h| *h == "tokens_per_s").unwrap(),
+    );
+    let rows: Vec<Vec<f64>> = lines
+        .map(|l| {
+            l.split(',')
+                .map(|x| x.parse().unwrap_or(f64::NAN))
+                .collect()
+        })
+        .collect();
+    assert_eq!(rows.len(), 2);
+    for r in &rows {
+        assert!(r[p5] < r[tps] && r[tps] < r[p95], "{r:?}");
+    }
+    // Without the flag the sweep's columns are as before.
+    let (ok, out, _) = decodesim_bin(&["sweep", "--batch", "1", "--format", "csv"]);
+    assert!(ok && !out.contains("tokens_per_s_p5"));
+
+    let (ok, out, err) = decodesim_bin(&[
+        "capacity", "--layers", "4", "--points", "6", "--draws", "50", "--format", "json",
+    ]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let t = &v["throughput_interval"];
+    let q = |k: &str| t["tokens_per_s"][k].as_f64().unwrap();
+    assert!(q("p5") < q("p50") && q("p50") < q("p95"), "{t}");
+    assert!(t["concurrency"].as_u64().unwrap() >= 1);
+}

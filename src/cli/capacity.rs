@@ -419,8 +419,8 @@ pub fn run(a: CapacityArgs) -> Result<()> {
             let mut t = report::capacity::render_table(&cap);
             if let Some((c, why, iv)) = &interval {
                 t += &format!(
-                    "throughput at concurrency {c} ({why}): {:.1} tokens/s, p5 / p95 {:.1} / {:.1} over {draws} draws\n",
-                    iv.p50, iv.p5, iv.p95
+                    "throughput at concurrency {c} ({why}), p5 / p50 / p95 over {draws} draws: {:.1} / {:.1} / {:.1} tokens/s\n",
+                    iv.p5, iv.p50, iv.p95
                 );
             }
             t

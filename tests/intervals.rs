@@ -56,6 +56,7 @@ fn without_intervals_or_tables_the_interval_is_the_point() {
         1,
     )
     .unwrap();
+    let iv = iv.unwrap();
     for q in [iv.step_time_us.p5, iv.step_time_us.p50, iv.step_time_us.p95] {
         assert!(
             rel(q, sim.step_time_us()) < 1e-9,
@@ -104,6 +105,7 @@ fn a_wide_bandwidth_interval_widens_an_allreduce_bound_step_around_its_point() {
         3,
     )
     .unwrap();
+    let iv = iv.unwrap();
     let s = iv.step_time_us;
     assert!(s.p5 < point && point < s.p95, "{s:?} vs {point}");
     assert!((s.p95 - s.p5) / point > 0.15, "{s:?} vs {point}");
@@ -125,6 +127,7 @@ fn a_wide_bandwidth_interval_widens_an_allreduce_bound_step_around_its_point() {
         3,
     )
     .unwrap();
+    let iv2 = iv2.unwrap();
     let w2 = iv2.step_time_us.p95 - iv2.step_time_us.p5;
     assert!(w2 > 0.0 && w2 < (s.p95 - s.p5) / 5.0, "{w2} vs {s:?}");
 }
@@ -184,6 +187,7 @@ fn seeds_make_intervals_reproducible() {
         )
         .unwrap()
         .0
+        .unwrap()
     };
     assert_eq!(run(5), run(5));
     assert_ne!(run(5), run(6));

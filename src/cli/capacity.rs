@@ -417,7 +417,10 @@ pub fn run(a: CapacityArgs) -> Result<()> {
     let text = match a.format {
         Format::Table => {
             let mut t = report::capacity::render_table(&cap);
-            if let Some((c, why, iv)) = &interval {
+            if let Some((_, _, Err(no))) = &interval {
+                t += &format!("throughput interval: {no}\n");
+            }
+            if let Some((c, why, Ok(iv))) = &interval {
                 t += &format!(
                     "throughput at concurrency {c} ({why}), p5 / p50 / p95 over {draws} draws: {:.1} / {:.1} / {:.1} tokens/s\n",
                     iv.p5, iv.p50, iv.p95
@@ -427,7 +430,10 @@ pub fn run(a: CapacityArgs) -> Result<()> {
         }
         Format::Json => {
             let mut v = report::capacity::to_json(&cap);
-            if let Some((c, why, iv)) = &interval {
+            if let Some((_, _, Err(no))) = &interval {
+                v["throughput_interval"] = serde_json::json!({ "unavailable": no });
+            }
+            if let Some((c, why, Ok(iv))) = &interval {
                 v["throughput_interval"] = serde_json::json!({
                     "concurrency": c, "chosen_as": why, "draws": draws,
                     "tokens_per_s": iv.json(),

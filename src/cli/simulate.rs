@@ -44,12 +44,18 @@ pub fn run(a: SimulateArgs) -> Result<()> {
     let text = match a.format {
         Format::Table if draws > 0 => {
             report::simulation::render_table(&sim)
-                + &report::intervals::simulate_lines(&iv, draws, &unc)
+                + &match &iv {
+                    Ok(iv) => report::intervals::simulate_lines(iv, draws, &unc),
+                    Err(why) => format!("interval: {why}\n"),
+                }
         }
         Format::Table => report::simulation::render_table(&sim),
         Format::Json => {
             let mut v = report::simulation::to_json(&sim);
-            if draws > 0 {
+            if let (true, Err(why)) = (draws > 0, &iv) {
+                v["intervals"] = serde_json::json!({ "unavailable": why });
+            }
+            if let (true, Ok(iv)) = (draws > 0, &iv) {
                 let mut j = iv.json();
                 j["draws"] = draws.into();
                 j["seed"] = a.intervals.interval_seed.into();

@@ -585,6 +585,8 @@ pub fn speedup_interval(point: f64, base_ratios: &[f64], variant_ratios: &[f64])
 
 /// The step-time and tokens/s intervals of one scenario at its own batch and context around
 /// a point estimate (from the timeline), with `n` draws (0: the point), and what was drawn.
+/// The inner error says why the fast path cannot draw this scenario (expert parallelism): the
+/// caller reports the point without an interval, and why.
 pub fn scenario_intervals(
     s: &Scenario,
     p: &CalibrationProfile,
@@ -592,16 +594,46 @@ pub fn scenario_intervals(
     tokens_per_s: f64,
     n: usize,
     seed: u64,
-) -> Result<(Intervals, Uncertainty)> {
+) -> Result<(std::result::Result<Intervals, String>, Uncertainty)> {
+    let point = Intervals::from_ratios(&[], step_us, tokens_per_s);
     if n == 0 {
-        return Ok((
-            Intervals::from_ratios(&[], step_us, tokens_per_s),
-            Uncertainty::default(),
-        ));
+        return Ok((Ok(point), Uncertainty::default()));
     }
-    let d = Drawn::new(s, p, None, n, seed)?;
-    let iv = Intervals::from_ratios(&d.step_ratios(s.batch, s.context), step_us, tokens_per_s);
-    Ok((iv, d.uncertainty))
+    let u = Uncertainty::from_profile(p, s)?;
+    if u.is_empty() {
+        return Ok((Ok(point), u));
+    }
+    match Drawn::new(s, p, None, n, seed) {
+        Ok(d) => {
+            let iv =
+                Intervals::from_ratios(&d.step_ratios(s.batch, s.context), step_us, tokens_per_s);
+            Ok((Ok(iv), d.uncertainty))
+        }
+        Err(e) => Ok((Err(unavailable(&e)), u)),
+    }
+}
+
+/// Why a scenario has no interval: the fast path's refusal.
+fn unavailable(e: &Error) -> String {
+    format!("no interval: the fast path the draws run on cannot price this scenario ({e})")
+}
+
+/// [`Drawn::new`] for a what-if, whose intervals are refused with the way out.
+fn drawn_or_hint(
+    s: &Scenario,
+    p: &CalibrationProfile,
+    draft: Option<&super::draft::Draft>,
+    n: usize,
+    seed: u64,
+) -> Result<Drawn> {
+    // A malformed interval in the profile is its own error, by file and field.
+    Uncertainty::from_profile(p, s)?;
+    Drawn::new(s, p, draft, n, seed).map_err(|e| {
+        Error::Scenario(format!(
+            "{}; pass --draws 0 for the answer without intervals",
+            unavailable(&e)
+        ))
+    })
 }
 
 #[cfg(test)]
@@ -699,7 +731,7 @@ pub fn vary_intervals(
     };
     let mut fits: Vec<(crate::sim::ScenarioRequest, Drawn)> = vec![(
         fit_key(&req.base),
-        Drawn::new(&b.scenario, &b.profile, None, n, seed)?,
+        drawn_or_hint(&b.scenario, &b.profile, None, n, seed)?,
     )];
     let base_ratios = fits[0].1.step_ratios(b.scenario.batch, b.scenario.context);
     let mut arms = Vec::with_capacity(study.variants.len());
@@ -713,7 +745,7 @@ pub fn vary_intervals(
         let i = match fits.iter().position(|f| f.0 == key) {
             Some(i) => i,
             None => {
-                fits.push((key, Drawn::new(&s, &p, None, n, seed)?));
+                fits.push((key, drawn_or_hint(&s, &p, None, n, seed)?));
                 fits.len() - 1
             }
         };
@@ -746,7 +778,7 @@ pub fn spec_decode_intervals(
     let s = &study.baseline.scenario;
     let p = &study.baseline.profile;
     let draft = super::draft::Draft::load(req.method, req.draft.as_deref(), &s.model)?;
-    let d = Drawn::new(s, p, Some(&draft), n, seed)?;
+    let d = drawn_or_hint(s, p, Some(&draft), n, seed)?;
     let base = d.step_ratios(s.batch, s.context);
     let mut out = Vec::with_capacity(study.variants.len());
     for v in &study.variants {
@@ -787,7 +819,7 @@ pub fn sweep_intervals(
     } else {
         None
     };
-    let d = Drawn::new(&scenario, &profile, draft.as_ref(), n, seed)?;
+    let d = drawn_or_hint(&scenario, &profile, draft.as_ref(), n, seed)?;
     let mut settings: Vec<(
         crate::spec::Proto,
         crate::spec::Algo,
@@ -843,7 +875,7 @@ pub fn sweep_intervals(
 
 /// Tokens/s interval of `concurrency` users at `context` whose time per output token is the
 /// decode step (`step_us`, drawn) plus `extra_us` not drawn (e.g. prefill's share): the
-/// throughput at the point `capacity` chooses.
+/// throughput at the point `capacity` chooses. Inner error as in [`scenario_intervals`].
 #[allow(clippy::too_many_arguments)]
 pub fn throughput_interval(
     s: &Scenario,
@@ -854,19 +886,24 @@ pub fn throughput_interval(
     extra_us: f64,
     n: usize,
     seed: u64,
-) -> Result<Interval> {
-    let tps = |step: f64| concurrency as f64 / (step + extra_us) * 1e6;
-    if n == 0 {
-        return Ok(Interval::point(tps(step_us)));
-    }
+) -> Result<std::result::Result<Interval, String>> {
     let mut s = s.clone();
     s.batch = concurrency;
     s.context = context;
-    let d = Drawn::new(&s, p, None, n, seed)?;
-    let v: Vec<f64> = d
-        .step_ratios(concurrency, context)
-        .iter()
-        .map(|r| tps(step_us * r))
-        .collect();
-    Ok(Interval::of(&v))
+    let tps = concurrency as f64 / (step_us + extra_us) * 1e6;
+    let (iv, _) = scenario_intervals(&s, p, step_us, tps, n, seed)?;
+    let iv = match iv {
+        Ok(iv) => iv,
+        Err(why) => return Ok(Err(why)),
+    };
+    if extra_us == 0.0 {
+        return Ok(Ok(iv.tokens_per_s));
+    }
+    // tokens/s = users / (step + extra): from the step's quantiles (monotone in the step).
+    let t = |step: f64| concurrency as f64 / (step + extra_us) * 1e6;
+    Ok(Ok(Interval {
+        p5: t(iv.step_time_us.p95),
+        p50: t(iv.step_time_us.p50),
+        p95: t(iv.step_time_us.p5),
+    }))
 }

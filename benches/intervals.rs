@@ -40,6 +40,17 @@ fn bench(c: &mut Criterion) {
             black_box(speedup_interval(1.2, &base, &spec))
         })
     });
+    // Yardstick: the fast path's warm plain step (324 ns on an idle core of this machine,
+    // README Performance): the ratio says how loaded the machine was during this run.
+    let launch = decodesim::whatif::fast::Launch::new(&p, true);
+    let coll = decodesim::whatif::fast::Collectives::new(&s, &p).expect("collectives");
+    let mut batch = 0u32;
+    g.bench_function("yardstick: fast path plain step, warm", |b| {
+        b.iter(|| {
+            batch = batch % 256 + 1;
+            black_box(d.fast.step_us(black_box(batch), 4096, &launch, &coll))
+        })
+    });
     g.finish();
 }
 

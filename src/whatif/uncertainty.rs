@@ -729,12 +729,9 @@ pub fn vary_intervals(
         k.cuda_graphs = req.base.cuda_graphs;
         k
     };
-    let mut fits: Vec<(crate::sim::ScenarioRequest, Drawn)> = vec![(
-        fit_key(&req.base),
-        drawn_or_hint(&b.scenario, &b.profile, None, n, seed)?,
-    )];
-    let base_ratios = fits[0].1.step_ratios(b.scenario.batch, b.scenario.context);
-    let mut arms = Vec::with_capacity(study.variants.len());
+    let mut arms_in = Vec::with_capacity(study.variants.len());
+    let mut keys = vec![fit_key(&req.base)];
+    let mut loaded = vec![(b.scenario.clone(), b.profile.clone())];
     for v in &study.variants {
         let mut r = req.base.clone();
         for (k, x) in &v.settings {
@@ -742,15 +739,26 @@ pub fn vary_intervals(
         }
         let (s, p) = r.load()?;
         let key = fit_key(&r);
-        let i = match fits.iter().position(|f| f.0 == key) {
+        let i = match keys.iter().position(|k| *k == key) {
             Some(i) => i,
             None => {
-                fits.push((key, drawn_or_hint(&s, &p, None, n, seed)?));
-                fits.len() - 1
+                keys.push(key);
+                loaded.push((s.clone(), p.clone()));
+                keys.len() - 1
             }
         };
-        let ratios = fits[i].1.step_ratios_of(&s, &p)?;
-        let (vs, vt) = (v.step_time_us, v.tokens_per_s);
+        arms_in.push((i, s, p, v.step_time_us, v.tokens_per_s));
+    }
+    // The fits are independent: one per core.
+    use rayon::prelude::*;
+    let fits = loaded
+        .par_iter()
+        .map(|(s, p)| drawn_or_hint(s, p, None, n, seed))
+        .collect::<Result<Vec<_>>>()?;
+    let base_ratios = fits[0].step_ratios(b.scenario.batch, b.scenario.context);
+    let mut arms = Vec::with_capacity(arms_in.len());
+    for (i, s, p, vs, vt) in arms_in {
+        let ratios = fits[i].step_ratios_of(&s, &p)?;
         // tokens/s per draw ∝ tokens per step / step time: speedup_i = point × base_i / var_i.
         arms.push(ArmIntervals {
             intervals: Intervals::from_ratios(&ratios, vs, vt),

@@ -293,7 +293,7 @@ pub fn run(a: CapacityArgs) -> Result<()> {
                 .points
                 .iter()
                 .find(|p| p.concurrency == c)
-                .map(|p| (p.clone(), why))
+                .map(|p| (*p, why))
         });
     let interval = match (&chosen, draws) {
         (Some((pt, why)), n) if n > 0 => Some((

@@ -725,61 +725,6 @@ fn mla_attention(
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn switch_found_at_the_drop_and_at_the_kink() {
-        // 8 ranks: the 1 MiB row is cheaper than the 512 KiB row (NCCL moved to Simple).
-        let c = CommCurve::new(vec![
-            (65_536.0, 34.2),
-            (131_072.0, 47.8),
-            (262_144.0, 84.8),
-            (524_288.0, 156.1),
-            (1_048_576.0, 131.5),
-            (2_097_152.0, 221.2),
-        ]);
-        assert_eq!(c.switch, Some(4));
-        assert_eq!(c.regime(Proto::Ll).unwrap().len(), 4);
-        assert_eq!(c.regime(Proto::Simple).unwrap()[0].0, 1_048_576.0);
-        // 4 ranks: no drop, but the cost per byte falls to a tenth.
-        let c = CommCurve::new(vec![
-            (131_072.0, 24.9),
-            (262_144.0, 41.0),
-            (524_288.0, 78.1),
-            (1_048_576.0, 86.1),
-            (2_097_152.0, 141.7),
-        ]);
-        assert_eq!(c.switch_bytes(), Some((524_288.0, 1_048_576.0)));
-    }
-
-    #[test]
-    fn comm_price_extrapolates_linearly() {
-        let pts = [(100.0, 10.0), (200.0, 20.0), (400.0, 30.0)];
-        let p = comm_price(&pts, 800.0).unwrap();
-        assert!(p.extrapolated && (p.us - 50.0).abs() < 1e-9, "{p:?}");
-        let p = comm_price(&pts, 200.0).unwrap();
-        assert!(!p.extrapolated && (p.us - 20.0).abs() < 1e-9);
-    }
-
-    #[test]
-    fn balanced_rows_read_at_the_tokens_that_touch_as_many_experts() {
-        assert_eq!(moe_tokens_for_lookup("balanced", 32, 188, 384, 8), 23.5);
-        assert_eq!(moe_tokens_for_lookup("balanced", 128, 384, 384, 8), 128.0);
-        assert_eq!(
-            moe_tokens_for_lookup("power_law_1.01", 32, 100, 384, 8),
-            32.0
-        );
-        assert_eq!(moe_table_distribution(&Routing::Uniform), "balanced");
-        let eq = AIC_EQUIVALENT_ALPHA[1];
-        assert_eq!(
-            moe_table_distribution(&Routing::PowerLaw { alpha: eq.1 }),
-            eq.0
-        );
-    }
-}
-
 /// Leave-one-out error of the tables' log-log interpolation, per table family (`moe`, `gemm`,
 /// `mla`, `nccl`): each interior row predicted from its two neighbours on its line (log-log
 /// between them, as the lookups interpolate), the rms of ln(row / prediction). What a price read
@@ -832,5 +777,60 @@ impl AicTables {
             }
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn switch_found_at_the_drop_and_at_the_kink() {
+        // 8 ranks: the 1 MiB row is cheaper than the 512 KiB row (NCCL moved to Simple).
+        let c = CommCurve::new(vec![
+            (65_536.0, 34.2),
+            (131_072.0, 47.8),
+            (262_144.0, 84.8),
+            (524_288.0, 156.1),
+            (1_048_576.0, 131.5),
+            (2_097_152.0, 221.2),
+        ]);
+        assert_eq!(c.switch, Some(4));
+        assert_eq!(c.regime(Proto::Ll).unwrap().len(), 4);
+        assert_eq!(c.regime(Proto::Simple).unwrap()[0].0, 1_048_576.0);
+        // 4 ranks: no drop, but the cost per byte falls to a tenth.
+        let c = CommCurve::new(vec![
+            (131_072.0, 24.9),
+            (262_144.0, 41.0),
+            (524_288.0, 78.1),
+            (1_048_576.0, 86.1),
+            (2_097_152.0, 141.7),
+        ]);
+        assert_eq!(c.switch_bytes(), Some((524_288.0, 1_048_576.0)));
+    }
+
+    #[test]
+    fn comm_price_extrapolates_linearly() {
+        let pts = [(100.0, 10.0), (200.0, 20.0), (400.0, 30.0)];
+        let p = comm_price(&pts, 800.0).unwrap();
+        assert!(p.extrapolated && (p.us - 50.0).abs() < 1e-9, "{p:?}");
+        let p = comm_price(&pts, 200.0).unwrap();
+        assert!(!p.extrapolated && (p.us - 20.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn balanced_rows_read_at_the_tokens_that_touch_as_many_experts() {
+        assert_eq!(moe_tokens_for_lookup("balanced", 32, 188, 384, 8), 23.5);
+        assert_eq!(moe_tokens_for_lookup("balanced", 128, 384, 384, 8), 128.0);
+        assert_eq!(
+            moe_tokens_for_lookup("power_law_1.01", 32, 100, 384, 8),
+            32.0
+        );
+        assert_eq!(moe_table_distribution(&Routing::Uniform), "balanced");
+        let eq = AIC_EQUIVALENT_ALPHA[1];
+        assert_eq!(
+            moe_table_distribution(&Routing::PowerLaw { alpha: eq.1 }),
+            eq.0
+        );
     }
 }

@@ -828,8 +828,11 @@ struct Memo {
     /// Latency part of each collective of a (pass, batch, queries, padded, collectives id,
     /// graphs), as a fraction of its price: only drawn steps that scale latency and bandwidth
     /// apart read it.
-    latency: HashMap<(usize, u32, u32, u32, u64, bool), Box<[f64]>>,
+    latency: HashMap<LatencyKey, Box<[f64]>>,
 }
+
+/// (pass slot, batch, queries, padded rows, collectives id, graphs).
+type LatencyKey = (usize, u32, u32, u32, u64, bool);
 
 /// Beyond this many stored prices (~64 MB) a thread's memo starts over.
 const MEMO_MAX_VALUES: usize = 8 << 20;

@@ -74,6 +74,8 @@ pub struct CapacityArgs {
     /// Output format (csv: the curve, one row per concurrency).
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub format: Format,
+    #[command(flatten)]
+    pub intervals: super::intervals::IntervalArgs,
     /// Plot tokens/s against concurrency (.svg or .png); with --systems, one curve per system.
     #[arg(long, value_name = "FILE")]
     pub plot_throughput: Option<PathBuf>,
@@ -351,7 +353,43 @@ pub fn run(a: CapacityArgs) -> Result<()> {
         Some(p) => read_measured(p)?,
         None => Vec::new(),
     };
+    let draws = a.intervals.draws()?;
     let cap = capacity::capacity(&req)?;
+    // The chosen point: the most users within the TPOT limit, else the knee, else the last.
+    let chosen = cap
+        .curve
+        .max_concurrency_at_tpot
+        .map(|c| (c, "most users within --max-tpot-ms"))
+        .or(cap.curve.knee.map(|c| (c, "knee")))
+        .or(cap
+            .curve
+            .points
+            .last()
+            .map(|p| (p.concurrency, "largest concurrency")))
+        .and_then(|(c, why)| {
+            cap.curve
+                .points
+                .iter()
+                .find(|p| p.concurrency == c)
+                .map(|p| (*p, why))
+        });
+    let interval = match (&chosen, draws) {
+        (Some((pt, why)), n) if n > 0 => Some((
+            pt.concurrency,
+            *why,
+            crate::whatif::uncertainty::throughput_interval(
+                &cap.reference.scenario,
+                &cap.reference.profile,
+                pt.concurrency,
+                cap.demand.decode_context,
+                pt.step_time_us,
+                pt.prefill_us,
+                n,
+                a.intervals.interval_seed,
+            )?,
+        )),
+        _ => None,
+    };
     let mut written = Vec::new();
 
     // Curves and memory of every --systems entry (each at all its GPUs), beside the main one.
@@ -455,9 +493,31 @@ pub fn run(a: CapacityArgs) -> Result<()> {
     }
 
     let text = match a.format {
-        Format::Table => report::capacity::render_table(&cap),
+        Format::Table => {
+            let mut t = report::capacity::render_table(&cap);
+            if let Some((_, _, Err(no))) = &interval {
+                t += &format!("throughput interval: {no}\n");
+            }
+            if let Some((c, why, Ok(iv))) = &interval {
+                t += &format!(
+                    "throughput at concurrency {c} ({why}), p5 / p50 / p95 over {draws} draws: {:.1} / {:.1} / {:.1} tokens/s\n",
+                    iv.p5, iv.p50, iv.p95
+                );
+            }
+            t
+        }
         Format::Json => {
-            serde_json::to_string_pretty(&report::capacity::to_json(&cap))
+            let mut v = report::capacity::to_json(&cap);
+            if let Some((_, _, Err(no))) = &interval {
+                v["throughput_interval"] = serde_json::json!({ "unavailable": no });
+            }
+            if let Some((c, why, Ok(iv))) = &interval {
+                v["throughput_interval"] = serde_json::json!({
+                    "concurrency": c, "chosen_as": why, "draws": draws,
+                    "tokens_per_s": iv.json(),
+                });
+            }
+            serde_json::to_string_pretty(&v)
                 .map_err(|e| Error::Other(format!("cannot serialize the report: {e}")))?
                 + "\n"
         }

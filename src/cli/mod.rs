@@ -3,6 +3,7 @@
 pub mod calibrate;
 pub mod capacity;
 pub mod compare;
+pub mod intervals;
 pub mod list;
 pub mod output;
 mod scenario_args;

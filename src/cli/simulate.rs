@@ -22,20 +22,58 @@ pub struct SimulateArgs {
     /// temporary file and renamed, so concurrent runs never leave a torn file.
     #[arg(long, value_name = "FILE.json")]
     pub timeline: Option<PathBuf>,
+    #[command(flatten)]
+    pub intervals: super::intervals::IntervalArgs,
 }
 
 pub fn run(a: SimulateArgs) -> Result<()> {
     super::output::check_output_flag("--timeline", a.timeline.as_deref())?;
     a.scenario.warn_noop_flags();
+    let draws = a.intervals.draws()?;
     let sim =
         sim::simulate_with_memory_utilization(&a.scenario.request(), a.gpu_memory_utilization)?;
+    let (iv, unc) = crate::whatif::uncertainty::scenario_intervals(
+        &sim.scenario,
+        &sim.profile,
+        sim.step_time_us(),
+        sim.tokens_per_s(),
+        draws,
+        a.intervals.interval_seed,
+    )?;
     if let Some(path) = &a.timeline {
         crate::files::write_atomic(path, |w| report::chrome::write_chrome_trace(&sim, w))?;
     }
     let text = match a.format {
+        Format::Table if draws > 0 => {
+            report::simulation::render_table(&sim)
+                + &match &iv {
+                    Ok(iv) => report::intervals::simulate_lines(iv, draws, &unc),
+                    Err(why) => format!("interval: {why}\n"),
+                }
+        }
         Format::Table => report::simulation::render_table(&sim),
         Format::Json => {
-            serde_json::to_string_pretty(&report::simulation::to_json(&sim))
+            let mut v = report::simulation::to_json(&sim);
+            if let (true, Err(why)) = (draws > 0, &iv) {
+                v["intervals"] = serde_json::json!({ "unavailable": why });
+            }
+            if let (true, Ok(iv)) = (draws > 0, &iv) {
+                let mut j = iv.json();
+                j["draws"] = draws.into();
+                j["seed"] = a.intervals.interval_seed.into();
+                j["sources"] = unc
+                    .sources
+                    .iter()
+                    .map(|s| {
+                        serde_json::json!({
+                            "name": s.name, "sigma": s.sigma, "provenance": s.provenance,
+                        })
+                    })
+                    .collect::<Vec<_>>()
+                    .into();
+                v["intervals"] = j;
+            }
+            serde_json::to_string_pretty(&v)
                 .map_err(|e| Error::Other(format!("cannot serialize the report: {e}")))?
                 + "\n"
         }

@@ -103,6 +103,12 @@ pub struct SweepArgs {
     /// grid is refused before it starts.
     #[arg(long, default_value_t = crate::error::DEFAULT_MAX_WORK, value_name = "UNITS")]
     pub max_work: u64,
+    /// Add p5/p95 of tokens/s to every row (CSV columns tokens_per_s_p5, tokens_per_s_p95;
+    /// JSON `tokens_per_s_interval`): Monte Carlo draws of the uncertain prices (`--draws`).
+    #[arg(long)]
+    pub intervals: bool,
+    #[command(flatten)]
+    pub interval_args: super::intervals::IntervalArgs,
 }
 
 fn list<T>(flag: &str, text: &str, parse: impl Fn(&str) -> Result<T>) -> Result<Vec<T>> {
@@ -527,11 +533,13 @@ pub fn run(a: SweepArgs) -> Result<()> {
         }
     };
     let kind = output_kind(format);
+    let intervals = decision_intervals(&a, &req, kind)?;
     match (&a.output, format) {
         (Some(path), Some(_)) => {
             let mut failed = None;
             let written = crate::files::write_atomic(path, |w| {
                 let mut out = Writer::new(w, kind, a.pareto, Error::Output);
+                out.intervals = intervals;
                 prepared
                     .stream(&mut out, &progress)
                     .map(|_| ())
@@ -557,6 +565,7 @@ pub fn run(a: SweepArgs) -> Result<()> {
             let stdout = std::io::stdout();
             let w = std::io::BufWriter::with_capacity(1 << 20, stdout.lock());
             let mut out = Writer::new(w, kind, a.pareto, Error::Output);
+            out.intervals = intervals;
             let r = prepared.stream(&mut out, &progress);
             if let Some(b) = &bar {
                 b.finish_and_clear();
@@ -569,4 +578,30 @@ pub fn run(a: SweepArgs) -> Result<()> {
             }
         }
     }
+}
+
+/// `--intervals`: p5/p50/p95 of tokens/s on the rows a decision is made on (the best rows and
+/// the Pareto front), priced once the stream has chosen them. Every row of a million-row CSV
+/// would cost a Monte Carlo each; the decisions cost a few.
+fn decision_intervals(
+    a: &SweepArgs,
+    req: &sweep::SweepRequest,
+    kind: Kind,
+) -> Result<Option<crate::report::sweep::DecisionIntervals>> {
+    if !a.intervals {
+        return Ok(None);
+    }
+    if kind == Kind::Csv && !a.pareto {
+        return Err(Error::Flag {
+            flag: "--intervals",
+            value: "with --format csv".into(),
+            expected: "intervals on the decisions: the summary, --format json (best rows and front), or --format csv --pareto (the front with tokens_per_s_p5/p95 columns)".into(),
+        });
+    }
+    let draws = a.interval_args.draws()?;
+    let seed = a.interval_args.interval_seed;
+    let req = req.clone();
+    Ok(Some(Box::new(move |rows: &[sweep::Row]| {
+        crate::whatif::uncertainty::sweep_intervals(&req, rows, draws, seed)
+    })))
 }

@@ -42,6 +42,8 @@ pub struct VaryArgs {
     /// about 2,500); more is refused before anything is simulated.
     #[arg(long, default_value_t = crate::error::DEFAULT_MAX_WORK, value_name = "UNITS")]
     pub max_work: u64,
+    #[command(flatten)]
+    pub intervals: super::intervals::IntervalArgs,
 }
 
 #[derive(Debug, clap::Subcommand)]
@@ -105,6 +107,8 @@ pub struct SpecDecodeArgs {
     /// 2,500, a Monte Carlo output token 0.01); more is refused before anything is simulated.
     #[arg(long, default_value_t = crate::error::DEFAULT_MAX_WORK, value_name = "UNITS")]
     pub max_work: u64,
+    #[command(flatten)]
+    pub intervals: super::intervals::IntervalArgs,
 }
 
 pub fn run(a: WhatifArgs) -> Result<()> {
@@ -135,11 +139,30 @@ fn run_vary(a: VaryArgs) -> Result<()> {
             super::output::warn(&w);
         }
     }
+    let draws = a.intervals.draws()?;
     let study = vary::run_bounded(&req, a.max_work)?;
+    let (base_iv, arms) =
+        crate::whatif::uncertainty::vary_intervals(&req, &study, draws, a.intervals.interval_seed)?;
     let text = match a.format {
+        Format::Table if draws > 0 => {
+            let labels: Vec<String> = study.variants.iter().map(|v| v.label()).collect();
+            vary::table(&study, a.top)
+                + &report::intervals::arms_table("intervals", &labels, &arms, draws)
+        }
         Format::Table => vary::table(&study, a.top),
         Format::Json => {
-            serde_json::to_string_pretty(&vary::json(&study)).expect("JSON value") + "\n"
+            let mut v = vary::json(&study);
+            if draws > 0 {
+                v["base"]["intervals"] = base_iv.json();
+                v["draws"] = draws.into();
+                if let Some(vs) = v["variants"].as_array_mut() {
+                    for (x, arm) in vs.iter_mut().zip(&arms) {
+                        x["intervals"] = arm.json();
+                        x["verdict"] = arm.verdict().name().into();
+                    }
+                }
+            }
+            serde_json::to_string_pretty(&v).expect("JSON value") + "\n"
         }
         Format::Csv => vary::csv(&study, a.top),
     };
@@ -251,6 +274,7 @@ fn run_spec_decode(a: SpecDecodeArgs) -> Result<()> {
             "--timeline-k {k} does nothing without --timeline FILE.json; ignored"
         ));
     }
+    let draws = a.intervals.draws()?;
     let (req, acceptances) = spec_decode_request(&a)?;
     // The steps do not depend on the acceptance: simulate once, study each rate.
     let costs = spec_decode::simulate_costs(&req)?;
@@ -275,20 +299,63 @@ fn run_spec_decode(a: SpecDecodeArgs) -> Result<()> {
         report::whatif::plot_speedup(&studies, path, true)?;
         written.push(path);
     }
+    let arms = studies
+        .iter()
+        .map(|st| {
+            crate::whatif::uncertainty::spec_decode_intervals(
+                &req,
+                st,
+                draws,
+                a.intervals.interval_seed,
+            )
+        })
+        .collect::<Result<Vec<_>>>()?;
     let text = match a.format {
         Format::Table => studies
             .iter()
-            .map(report::whatif::spec_decode_table)
+            .zip(&arms)
+            .map(|(st, arms)| {
+                let mut t = report::whatif::spec_decode_table(st);
+                if draws > 0 {
+                    let labels: Vec<String> = st
+                        .variants
+                        .iter()
+                        .map(|v| format!("k={}", v.draft_tokens))
+                        .collect();
+                    t += &report::intervals::arms_table(
+                        &format!("speedup intervals at batch {}", st.baseline.scenario.batch),
+                        &labels,
+                        arms,
+                        draws,
+                    );
+                }
+                t
+            })
             .collect::<Vec<_>>()
             .join("\n"),
         Format::Json => {
+            let with = |st: &spec_decode::SpecDecodeStudy,
+                        arms: &[crate::whatif::uncertainty::ArmIntervals]| {
+                let mut v = report::whatif::spec_decode_json(st);
+                if draws > 0 {
+                    v["draws"] = draws.into();
+                    if let Some(vs) = v["variants"].as_array_mut() {
+                        for (x, arm) in vs.iter_mut().zip(arms) {
+                            x["intervals"] = arm.json();
+                            x["verdict"] = arm.verdict().name().into();
+                        }
+                    }
+                }
+                v
+            };
             let v = if studies.len() == 1 {
-                report::whatif::spec_decode_json(&studies[0])
+                with(&studies[0], &arms[0])
             } else {
                 serde_json::Value::Array(
                     studies
                         .iter()
-                        .map(report::whatif::spec_decode_json)
+                        .zip(&arms)
+                        .map(|(st, a)| with(st, a))
                         .collect(),
                 )
             };

@@ -4,6 +4,7 @@ pub mod calibration;
 pub mod capacity;
 pub mod chrome;
 pub mod comparison;
+pub mod intervals;
 pub mod plot;
 pub mod simulation;
 pub mod sweep;

@@ -7,7 +7,11 @@ use super::units::{grouped, us};
 use crate::category::Category;
 use crate::error::{Error, Result};
 use crate::whatif::sweep::{Meta, Output, Row, RowFormat, Summary};
+use crate::whatif::uncertainty::Interval;
 use std::io::Write;
+
+/// Prices the p5/p50/p95 of tokens/s of the rows a sweep decides on (`sweep --intervals`).
+pub type DecisionIntervals = Box<dyn Fn(&[Row]) -> Result<Vec<Interval>>>;
 
 /// What the output holds besides its format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -172,6 +176,9 @@ pub struct Writer<W: Write> {
     /// Rows written so far (the JSON array's separators).
     written: u64,
     io: fn(std::io::Error) -> Error,
+    /// Intervals on the best rows and the Pareto front (`--intervals`): the rows a decision
+    /// is made on, priced once the stream has chosen them.
+    pub intervals: Option<DecisionIntervals>,
 }
 
 impl<W: Write> Writer<W> {
@@ -185,6 +192,7 @@ impl<W: Write> Writer<W> {
             prefix: Vec::new(),
             written: 0,
             io,
+            intervals: None,
         }
     }
 
@@ -202,6 +210,9 @@ impl<W: Write> Output for Writer<W> {
         self.started = std::time::Instant::now();
         self.prefix = format!("{},{},{},", meta.model, meta.system, meta.calibration).into_bytes();
         match self.kind {
+            Kind::Csv if self.pareto_only && self.intervals.is_some() => {
+                self.put(csv_header_with_intervals().as_bytes())
+            }
             Kind::Csv => self.put(csv_header().as_bytes()),
             Kind::Json => {
                 let head = format!(
@@ -252,22 +263,58 @@ impl<W: Write> Output for Writer<W> {
     }
 
     fn finish(&mut self, meta: &Meta, s: &Summary) -> Result<()> {
+        // The decisions' intervals: best by total, best per user, then the front.
+        let decided: Vec<Row> = [s.best_total, s.best_per_user]
+            .into_iter()
+            .flatten()
+            .chain(s.front.iter().copied())
+            .collect();
+        let iv = match &self.intervals {
+            Some(f) => Some(f(&decided)?),
+            None => None,
+        };
+        let interval_of = |r: &Row| -> Option<Interval> {
+            let iv = iv.as_ref()?;
+            decided.iter().position(|d| d == r).map(|i| iv[i])
+        };
         match self.kind {
             Kind::Csv => {
                 if self.pareto_only {
                     let mut out = Vec::new();
                     for r in &s.front {
                         csv_row(&mut out, &self.prefix, r);
+                        if let Some(i) = interval_of(r) {
+                            // The header named two more columns (`csv_header_with_intervals`).
+                            out.pop();
+                            out.push(b',');
+                            push_fixed(&mut out, i.p5, 3);
+                            out.push(b',');
+                            push_fixed(&mut out, i.p95, 3);
+                            out.push(b'\n');
+                        }
                     }
                     self.put(&out)?;
                 }
             }
             Kind::Json => {
                 let mut out = Vec::new();
+                let row = |out: &mut Vec<u8>, r: &Row| {
+                    json_row(out, r);
+                    if let Some(i) = interval_of(r) {
+                        out.pop();
+                        out.extend_from_slice(b",\"tokens_per_s_interval\":{\"p5\":");
+                        push_json_f64(out, i.p5);
+                        out.extend_from_slice(b",\"p50\":");
+                        push_json_f64(out, i.p50);
+                        out.extend_from_slice(b",\"p95\":");
+                        push_json_f64(out, i.p95);
+                        out.extend_from_slice(b"}}");
+                    }
+                };
                 let rows = |out: &mut Vec<u8>, rows: &[Row]| {
                     for (i, r) in rows.iter().enumerate() {
                         out.extend_from_slice(if i == 0 { b"\n" } else { b",\n" });
-                        json_row(out, r);
+                        row(out, r);
                     }
                 };
                 if self.pareto_only {
@@ -283,7 +330,7 @@ impl<W: Write> Output for Writer<W> {
                         out.extend_from_slice(b",\"tokens_per_s_per_user\":");
                     }
                     match b {
-                        Some(r) => json_row(&mut out, r),
+                        Some(r) => row(&mut out, r),
                         None => out.extend_from_slice(b"null"),
                     }
                 }
@@ -293,12 +340,51 @@ impl<W: Write> Output for Writer<W> {
                 self.put(&out)?;
             }
             Kind::Summary => {
-                let text = summary(meta, s, self.started.elapsed().as_secs_f64());
+                let mut text = summary(meta, s, self.started.elapsed().as_secs_f64());
+                if iv.is_some() {
+                    text.push_str(&summary_intervals(s, &interval_of));
+                }
                 self.put(text.as_bytes())?;
             }
         }
         self.w.flush().map_err(self.io)
     }
+}
+
+/// The CSV header of `--pareto --intervals`: the rows' columns, then tokens/s p5 and p95.
+pub fn csv_header_with_intervals() -> String {
+    let mut h = csv_header();
+    h.pop();
+    h.push_str(",tokens_per_s_p5,tokens_per_s_p95\n");
+    h
+}
+
+/// The decisions' intervals under the summary: tokens/s p5–p95 of the best rows and the front.
+fn summary_intervals(s: &Summary, interval_of: &dyn Fn(&Row) -> Option<Interval>) -> String {
+    use std::fmt::Write;
+    let mut out = String::from("tokens/s p5 .. p95 (Monte Carlo over the calibration's uncertainty):\n");
+    let mut line = |label: &str, r: &Row| {
+        if let Some(i) = interval_of(r) {
+            let _ = writeln!(
+                out,
+                "  {label:<22} {} .. {} tok/s (p50 {}): {}",
+                grouped(i.p5, 1),
+                grouped(i.p95, 1),
+                grouped(i.p50, 1),
+                describe(r)
+            );
+        }
+    };
+    if let Some(r) = &s.best_total {
+        line("most tokens/s in total", r);
+    }
+    if let Some(r) = &s.best_per_user {
+        line("most tokens/s per user", r);
+    }
+    for r in &s.front {
+        line("pareto front", r);
+    }
+    out
 }
 
 fn describe(r: &Row) -> String {

@@ -835,7 +835,16 @@ struct Memo {
     stored: usize,
     /// Scratch: one pass's op durations.
     d: Vec<f64>,
+    /// The Monte Carlo draw applied after the memoised prices (`whatif::uncertainty`), if any.
+    draw: Option<Draw>,
+    /// Latency part of each collective of a (pass, batch, queries, padded, collectives id,
+    /// graphs), as a fraction of its price: only drawn steps that scale latency and bandwidth
+    /// apart read it.
+    latency: HashMap<LatencyKey, Box<[f64]>>,
 }
+
+/// (pass slot, batch, queries, padded rows, collectives id, graphs).
+type LatencyKey = (usize, u32, u32, u32, u64, bool);
 
 /// Beyond this many stored prices (~64 MB) a thread's memo starts over.
 const MEMO_MAX_VALUES: usize = 8 << 20;
@@ -1001,6 +1010,8 @@ impl FastScenario {
                     passes: Default::default(),
                     stored: 0,
                     d: Vec::new(),
+                    draw: None,
+                    latency: HashMap::new(),
                 }));
             }
             f(slot.as_mut().expect("memo set above"))
@@ -1032,6 +1043,8 @@ impl FastScenario {
             passes,
             stored,
             d,
+            draw,
+            latency,
             ..
         } = m;
         let e = passes[pm.slot]
@@ -1116,6 +1129,24 @@ impl FastScenario {
         for c in 0..NCAT {
             st.busy[c] += (e.tokens_busy[c] + cbusy[c] + kbusy[c]) * repeat as f64;
         }
+        if let Some(dr) = draw {
+            let lat = if dr.splits_collectives() && !regime.collective_ops.is_empty() {
+                let key = (pm.slot, batch, q, padded as u32, coll.id, launch.graphs);
+                let e_touched = e.touched;
+                &**latency.entry(key).or_insert_with(|| {
+                    s.batch = batch;
+                    s.context = context;
+                    s.nccl = coll.nccl;
+                    s.comm = coll.comm;
+                    s.cuda_graphs = launch.graphs;
+                    let x = pm.vars(batch, q, context, e_touched, padded).basis();
+                    latency_fractions(regime, &x, s, p).into_boxed_slice()
+                })
+            } else {
+                &[][..]
+            };
+            dr.apply(regime, d, lat);
+        }
         play_regime(regime, d, st, launch, repeat, &self.straggler);
     }
 
@@ -1193,6 +1224,147 @@ impl FastScenario {
     pub fn clear_memo(&self) {
         MEMO.with(|cell| *cell.borrow_mut() = None);
     }
+
+    /// [`FastScenario::step_us`] under a Monte Carlo draw: the memoised prices times the
+    /// draw's multipliers, replayed through the recursion (the memo stays warm across draws).
+    pub fn step_us_drawn(
+        &self,
+        batch: u32,
+        context: u64,
+        launch: &Launch,
+        coll: &Collectives,
+        draw: &Draw,
+    ) -> f64 {
+        self.with_memo(|m| {
+            m.draw = Some(*draw);
+            let mut st = State::new(launch);
+            st.step_overhead += draw.step_overhead_us;
+            self.play(m, &self.target, &mut st, batch, 1, context, launch, coll, 1);
+            m.draw = None;
+            st.window_us()
+        })
+    }
+
+    /// [`FastScenario::spec_step_us`] under a Monte Carlo draw (see `step_us_drawn`).
+    pub fn spec_step_us_drawn(
+        &self,
+        batch: u32,
+        context: u64,
+        k: u32,
+        launch: &Launch,
+        coll: &Collectives,
+        draw: &Draw,
+    ) -> Option<(f64, f64, f64)> {
+        let (verify, first, rest) = (
+            self.verify.as_ref()?,
+            self.draft_first.as_ref()?,
+            self.draft_rest.as_ref()?,
+        );
+        Some(self.with_memo(|m| {
+            m.draw = Some(*draw);
+            let mut st = State::new(launch);
+            st.step_overhead += draw.step_overhead_us;
+            self.play(m, verify, &mut st, batch, k + 1, context, launch, coll, 1);
+            let verify_us = st.window_us();
+            let mut st = State::new(launch);
+            st.step_overhead += draw.step_overhead_us;
+            self.play(m, first, &mut st, batch, k + 1, context, launch, coll, 1);
+            if k > 1 {
+                self.play(m, rest, &mut st, batch, 1, context, launch, coll, k - 1);
+            }
+            m.draw = None;
+            let draft_us = st.window_us() + k as f64 * self.pass_gap_us;
+            (draft_us, verify_us, draft_us + verify_us + self.host_us)
+        }))
+    }
+
+    /// The scenario the fast path prices under.
+    pub fn scenario(&self) -> &Scenario {
+        &self.scenario
+    }
+}
+
+/// One Monte Carlo draw of what is uncertain in the prices (`whatif::uncertainty`), applied
+/// after the memoised prices, per op family: the memo key need not include it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Draw {
+    /// Multiplier of each op's price by its cost family (`CostFamily as usize`); for a
+    /// collective, of its bandwidth (bytes) term.
+    pub family: [f64; CostFamily::ALL.len()],
+    /// Multiplier of every collective's latency term (base + steps × hop).
+    pub collective_latency: f64,
+    /// µs added to the idle at the end of every pass window (may be negative down to the
+    /// profile's own overhead: the draw of a fitted `step_overhead_us`).
+    pub step_overhead_us: f64,
+}
+
+impl Default for Draw {
+    fn default() -> Self {
+        Draw {
+            family: [1.0; CostFamily::ALL.len()],
+            collective_latency: 1.0,
+            step_overhead_us: 0.0,
+        }
+    }
+}
+
+impl Draw {
+    /// Whether some collective's latency and bandwidth terms are scaled apart.
+    fn splits_collectives(&self) -> bool {
+        CostFamily::ALL
+            .iter()
+            .filter(|f| f.is_collective())
+            .any(|&f| self.family[f as usize] != self.collective_latency)
+    }
+
+    /// Scales one pass's durations `d` (`lat`: the latency fractions of the regime's
+    /// collectives, in `collective_ops` order; empty when not split).
+    fn apply(&self, regime: &Regime, d: &mut [f64], lat: &[f64]) {
+        for (op, v) in regime.ops.iter().zip(d.iter_mut()) {
+            let f = op.template.family;
+            if !f.is_collective() {
+                *v *= self.family[f as usize];
+            }
+        }
+        for (j, &i) in regime.collective_ops.iter().enumerate() {
+            let f = regime.ops[i].template.family;
+            let l = lat.get(j).copied().unwrap_or(1.0);
+            d[i] *= l * self.collective_latency + (1.0 - l) * self.family[f as usize];
+        }
+    }
+}
+
+/// The latency part of each of `regime`'s collectives at basis `x` as a fraction of its price
+/// (`cost::price`'s latency term of the chosen protocol, times the profile's latency factor);
+/// 1 (all latency: decode messages are latency-bound) where the pricing names none.
+fn latency_fractions(regime: &Regime, x: &Coef, s: &Scenario, p: &CalibrationProfile) -> Vec<f64> {
+    let ops: Vec<Op> = regime
+        .collective_ops
+        .iter()
+        .map(|&i| regime.ops[i].instantiate(x))
+        .collect();
+    let w = Workload {
+        ops,
+        experts_touched: Vec::new(),
+        routing: Default::default(),
+    };
+    let Ok(pricing) = cost::price(&w, s, p) else {
+        return vec![1.0; w.ops.len()];
+    };
+    w.ops
+        .iter()
+        .zip(&pricing.base_us)
+        .map(|(op, &us)| {
+            pricing
+                .collectives
+                .iter()
+                .find(|c| c.op == op.family.key() && c.bytes == op.message_bytes)
+                .filter(|_| us > 0.0)
+                .map_or(1.0, |c| {
+                    (c.latency_us * p.factors.collective_latency_scale / us).clamp(0.0, 1.0)
+                })
+        })
+        .collect()
 }
 
 /// Plays one regime's segments `repeat` times (identical passes) with op durations `d`.

@@ -6,6 +6,7 @@ pub mod draft;
 pub mod fast;
 pub mod spec_decode;
 pub mod sweep;
+pub mod uncertainty;
 pub mod vary;
 
 use crate::error::{Error, Result};

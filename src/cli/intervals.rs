@@ -1,0 +1,31 @@
+//! `--draws` and `--interval-seed`: the Monte Carlo intervals the answering commands add.
+
+use crate::error::{Error, Result};
+use crate::whatif::uncertainty::{DEFAULT_DRAWS, DEFAULT_SEED};
+
+/// Most draws one interval may take (p5 and p95 are steady well before).
+const MAX_DRAWS: usize = 100_000;
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct IntervalArgs {
+    /// Monte Carlo draws behind the p5/p50/p95 intervals (fitted factors' intervals, table
+    /// interpolation error, routing); 0 turns intervals off.
+    #[arg(long, default_value_t = DEFAULT_DRAWS, value_name = "N")]
+    pub draws: usize,
+    /// Seed of the interval draws (same seed, same intervals).
+    #[arg(long, default_value_t = DEFAULT_SEED, value_name = "SEED")]
+    pub interval_seed: u64,
+}
+
+impl IntervalArgs {
+    /// The draw count, checked.
+    pub fn draws(&self) -> Result<usize> {
+        if self.draws > MAX_DRAWS {
+            return Err(Error::Scenario(format!(
+                "--draws {} is out of range: expected 0 (no intervals) to {MAX_DRAWS}",
+                self.draws
+            )));
+        }
+        Ok(self.draws)
+    }
+}

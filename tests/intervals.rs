@@ -1,0 +1,371 @@
+//! Intervals on every answer: Monte Carlo draws of the uncertain prices over the fast path.
+
+mod common;
+
+use common::{decodesim_bin, scratch};
+use decodesim::sim::{simulate, ScenarioRequest};
+use decodesim::spec::routing::Routing;
+use decodesim::spec::Proto;
+use decodesim::whatif::uncertainty::{
+    scenario_intervals, vary_intervals, Target, Uncertainty, Verdict,
+};
+use decodesim::whatif::vary::{self, VaryRequest};
+use std::path::{Path, PathBuf};
+
+const ESTIMATE: &str = "data/calibration/rtx-pro-6000-estimate/profile.toml";
+
+fn root(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
+}
+
+/// The law-priced profile (no AIConfigurator tables, identity factors) under a scenario that
+/// states its routing: nothing is uncertain.
+fn plain_request() -> ScenarioRequest {
+    ScenarioRequest {
+        layers: Some(4),
+        calibration: Some(root(ESTIMATE).display().to_string()),
+        routing: Some(Routing::Uniform),
+        ..ScenarioRequest::default()
+    }
+}
+
+/// The estimate profile with `extra` TOML appended, written under a scratch folder.
+fn profile_with(name: &str, extra: &str) -> PathBuf {
+    let dir = scratch(name);
+    let text = std::fs::read_to_string(root(ESTIMATE)).unwrap();
+    let path = dir.join("profile.toml");
+    std::fs::write(&path, format!("{text}\n{extra}\n")).unwrap();
+    path
+}
+
+fn rel(a: f64, b: f64) -> f64 {
+    (a - b).abs() / b.abs()
+}
+
+#[test]
+fn without_intervals_or_tables_the_interval_is_the_point() {
+    let sim = simulate(&plain_request()).unwrap();
+    let u = Uncertainty::from_profile(&sim.profile, &sim.scenario).unwrap();
+    assert!(u.is_empty(), "{u:?}");
+    let (iv, _) = scenario_intervals(
+        &sim.scenario,
+        &sim.profile,
+        sim.step_time_us(),
+        sim.tokens_per_s(),
+        200,
+        1,
+    )
+    .unwrap();
+    let iv = iv.unwrap();
+    for q in [iv.step_time_us.p5, iv.step_time_us.p50, iv.step_time_us.p95] {
+        assert!(
+            rel(q, sim.step_time_us()) < 1e-9,
+            "{q} vs {}",
+            sim.step_time_us()
+        );
+    }
+    for q in [iv.tokens_per_s.p5, iv.tokens_per_s.p50, iv.tokens_per_s.p95] {
+        assert!(
+            rel(q, sim.tokens_per_s()) < 1e-9,
+            "{q} vs {}",
+            sim.tokens_per_s()
+        );
+    }
+}
+
+/// A PCIe all-reduce-bound step (Simple protocol, batch 256: megabyte messages over PCIe).
+fn allreduce_bound(profile: &Path) -> ScenarioRequest {
+    ScenarioRequest {
+        batch: 256,
+        proto: Proto::Simple,
+        calibration: Some(profile.display().to_string()),
+        ..plain_request()
+    }
+}
+
+#[test]
+fn a_wide_bandwidth_interval_widens_an_allreduce_bound_step_around_its_point() {
+    let p = profile_with(
+        "intervals_wide_bw",
+        "[fit.from_throughput]\ncollective_bw_scale_ci95 = [0.5, 2.0]",
+    );
+    let sim = simulate(&allreduce_bound(&p)).unwrap();
+    let u = Uncertainty::from_profile(&sim.profile, &sim.scenario).unwrap();
+    assert_eq!(u.sources.len(), 1, "{u:?}");
+    assert_eq!(u.sources[0].target, Target::CollectiveBandwidth);
+    // ln 2 / 1.96: the stated interval is the draw's 95% interval.
+    assert!((u.sources[0].sigma - 2f64.ln() / 1.959964).abs() < 1e-6);
+    let point = sim.step_time_us();
+    let (iv, _) = scenario_intervals(
+        &sim.scenario,
+        &sim.profile,
+        point,
+        sim.tokens_per_s(),
+        400,
+        3,
+    )
+    .unwrap();
+    let iv = iv.unwrap();
+    let s = iv.step_time_us;
+    assert!(s.p5 < point && point < s.p95, "{s:?} vs {point}");
+    assert!((s.p95 - s.p5) / point > 0.15, "{s:?} vs {point}");
+    // Tokens/s moves the other way.
+    assert!(iv.tokens_per_s.p5 < sim.tokens_per_s() && sim.tokens_per_s() < iv.tokens_per_s.p95);
+    // The same interval on a law with no bytes (latency only) would not move it: the draw
+    // reaches the bytes term only. A narrow one narrows the step accordingly.
+    let narrow = profile_with(
+        "intervals_narrow_bw",
+        "[fit.from_throughput]\ncollective_bw_scale_ci95 = [0.95, 1.0526]",
+    );
+    let sim2 = simulate(&allreduce_bound(&narrow)).unwrap();
+    let (iv2, _) = scenario_intervals(
+        &sim2.scenario,
+        &sim2.profile,
+        sim2.step_time_us(),
+        sim2.tokens_per_s(),
+        400,
+        3,
+    )
+    .unwrap();
+    let iv2 = iv2.unwrap();
+    let w2 = iv2.step_time_us.p95 - iv2.step_time_us.p5;
+    assert!(w2 > 0.0 && w2 < (s.p95 - s.p5) / 5.0, "{w2} vs {s:?}");
+}
+
+#[test]
+fn paired_draws_give_identical_arms_a_speedup_of_exactly_one() {
+    // The default profile: tables, default routing (every source drawn).
+    let req = VaryRequest {
+        base: ScenarioRequest {
+            layers: Some(4),
+            ..ScenarioRequest::default()
+        },
+        axes: vary::parse_axes(&["nccl-proto=LL".into(), "batch=32,128".into()]).unwrap(),
+        one_at_a_time: false,
+    };
+    let study = vary::run(&req).unwrap();
+    let (base, arms) = vary_intervals(&req, &study, 200, 11).unwrap();
+    assert!(
+        base.tokens_per_s.p95 > base.tokens_per_s.p5 * 1.02,
+        "{base:?}"
+    );
+    let mut seen = (false, false);
+    for (v, a) in study.variants.iter().zip(&arms) {
+        if v.label() == "nccl-proto=LL batch=32" {
+            for q in [a.speedup.p5, a.speedup.p50, a.speedup.p95] {
+                assert_eq!(q, 1.0, "{a:?}");
+            }
+            assert_eq!(a.verdict(), Verdict::CannotTell);
+            assert_eq!(a.verdict().name(), "cannot tell");
+            seen.0 = true;
+        } else {
+            // 4x the batch (weights read once for 4x the tokens): ~1.32x, in every draw.
+            assert!(a.speedup.p5 > 1.2, "{a:?}");
+            assert_eq!(a.verdict().name(), "helps");
+            assert!(a.speedup.p5 <= a.speedup.p50 && a.speedup.p50 <= a.speedup.p95);
+            seen.1 = true;
+        }
+    }
+    assert!(seen.0 && seen.1);
+}
+
+#[test]
+fn seeds_make_intervals_reproducible() {
+    let sim = simulate(&ScenarioRequest {
+        layers: Some(4),
+        ..ScenarioRequest::default()
+    })
+    .unwrap();
+    let run = |seed| {
+        scenario_intervals(
+            &sim.scenario,
+            &sim.profile,
+            sim.step_time_us(),
+            sim.tokens_per_s(),
+            100,
+            seed,
+        )
+        .unwrap()
+        .0
+        .unwrap()
+    };
+    assert_eq!(run(5), run(5));
+    assert_ne!(run(5), run(6));
+}
+
+#[test]
+fn a_malformed_interval_names_the_file_and_field() {
+    let p = profile_with(
+        "intervals_bad_ci",
+        "[fit.from_throughput]\nmoe_efficiency_ci95 = [1.2, 0.9]",
+    );
+    let (ok, _, err) = decodesim_bin(&[
+        "simulate",
+        "--layers",
+        "4",
+        "--calibration",
+        p.to_str().unwrap(),
+    ]);
+    assert!(!ok);
+    assert!(err.contains("profile.toml"), "{err}");
+    assert!(
+        err.contains("fit.from_throughput.moe_efficiency_ci95"),
+        "{err}"
+    );
+    assert!(err.contains("low <= high"), "{err}");
+}
+
+#[test]
+fn json_reports_carry_p5_p50_p95_and_verdicts() {
+    let (ok, out, err) = decodesim_bin(&["simulate", "--layers", "4", "--format", "json"]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let iv = &v["intervals"];
+    for k in ["step_time_us", "tokens_per_s"] {
+        for q in ["p5", "p50", "p95"] {
+            assert!(iv[k][q].as_f64().unwrap() > 0.0, "{k}.{q}: {iv}");
+        }
+    }
+    assert_eq!(iv["draws"], 200);
+    assert!(iv["sources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|s| s["name"] == "routing"));
+
+    let (ok, out, err) = decodesim_bin(&[
+        "whatif",
+        "--layers",
+        "4",
+        "--vary",
+        "nccl-proto=LL,Simple",
+        "--draws",
+        "50",
+        "--format",
+        "json",
+    ]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    for x in v["variants"].as_array().unwrap() {
+        let verdict = x["verdict"].as_str().unwrap();
+        assert!(["helps", "hurts", "cannot tell"].contains(&verdict), "{x}");
+        for q in ["p5", "p50", "p95"] {
+            assert!(x["intervals"]["speedup"][q].as_f64().unwrap() > 0.0, "{x}");
+        }
+    }
+
+    let (ok, out, err) = decodesim_bin(&[
+        "whatif",
+        "spec-decode",
+        "--layers",
+        "4",
+        "--acceptance-rate",
+        "0.7",
+        "--draft-tokens",
+        "1,3",
+        "--crossover-batches",
+        "none",
+        "--draws",
+        "50",
+        "--format",
+        "json",
+    ]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let vs = v["variants"].as_array().unwrap();
+    assert_eq!(vs.len(), 2);
+    for x in vs {
+        let s = &x["intervals"]["speedup"];
+        let (p5, p50, p95) = (
+            s["p5"].as_f64().unwrap(),
+            s["p50"].as_f64().unwrap(),
+            s["p95"].as_f64().unwrap(),
+        );
+        assert!(p5 <= p50 && p50 <= p95, "{x}");
+        let want = if p5 > 1.0 {
+            "helps"
+        } else if p95 < 1.0 {
+            "hurts"
+        } else {
+            "cannot tell"
+        };
+        assert_eq!(x["verdict"], want, "{x}");
+    }
+
+    // --draws 0 turns intervals off; too many draws is refused by name.
+    let (ok, out, _) = decodesim_bin(&[
+        "simulate", "--layers", "4", "--format", "json", "--draws", "0",
+    ]);
+    assert!(ok);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(v.get("intervals").is_none());
+    let (ok, _, err) = decodesim_bin(&["simulate", "--layers", "4", "--draws", "1000001"]);
+    assert!(!ok);
+    assert!(err.contains("--draws 1000001"), "{err}");
+}
+
+#[test]
+fn sweep_and_capacity_carry_intervals_when_asked() {
+    let (ok, out, err) = decodesim_bin(&[
+        "sweep",
+        "--batch",
+        "1,64",
+        "--format",
+        "csv",
+        "--pareto",
+        "--intervals",
+        "--draws",
+        "50",
+    ]);
+    assert!(ok, "{err}");
+    let mut lines = out.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let (p5, p95, tps) = (
+        header.iter().position(|h| *h == "tokens_per_s_p5").unwrap(),
+        header
+            .iter()
+            .position(|h| *h == "tokens_per_s_p95")
+            .unwrap(),
+        header.iter().position(|h| *h == "tokens_per_s").unwrap(),
+    );
+    let rows: Vec<Vec<f64>> = lines
+        .map(|l| {
+            l.split(',')
+                .map(|x| x.parse().unwrap_or(f64::NAN))
+                .collect()
+        })
+        .collect();
+    assert_eq!(rows.len(), 2);
+    for r in &rows {
+        assert!(r[p5] < r[tps] && r[tps] < r[p95], "{r:?}");
+    }
+    // The best rows of a JSON sweep carry their interval.
+    let (ok, out, err) = decodesim_bin(&[
+        "sweep", "--batch", "1,64", "--format", "json", "--intervals", "--draws", "50",
+    ]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let best = &v["best"]["tokens_per_s"];
+    let i = &best["tokens_per_s_interval"];
+    let tps = best["tokens_per_s"].as_f64().unwrap();
+    assert!(
+        i["p5"].as_f64().unwrap() < tps && tps < i["p95"].as_f64().unwrap(),
+        "{best}"
+    );
+    // Every row of a CSV would be a Monte Carlo each: refused, naming the flag.
+    let (ok, _, err) = decodesim_bin(&["sweep", "--batch", "1,64", "--format", "csv", "--intervals"]);
+    assert!(!ok && err.contains("--intervals") && err.contains("--pareto"), "{err}");
+    // Without the flag the sweep's columns are as before.
+    let (ok, out, _) = decodesim_bin(&["sweep", "--batch", "1", "--format", "csv"]);
+    assert!(ok && !out.contains("tokens_per_s_p5"));
+
+    let (ok, out, err) = decodesim_bin(&[
+        "capacity", "--layers", "4", "--points", "6", "--draws", "50", "--format", "json",
+    ]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let t = &v["throughput_interval"];
+    let q = |k: &str| t["tokens_per_s"][k].as_f64().unwrap();
+    assert!(q("p5") < q("p50") && q("p50") < q("p95"), "{t}");
+    assert!(t["concurrency"].as_u64().unwrap() >= 1);
+}

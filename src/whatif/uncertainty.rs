@@ -188,6 +188,13 @@ const FACTOR_EFFECTS: &[(&str, Effect)] = &[
     ("collective_latency_scale", Effect::CollectiveLatency),
     ("step_overhead_us", Effect::StepOverhead),
     ("routing_alpha", Effect::Routing),
+    // The curve factors scale one term of their family's price (cost::profile::Factors); drawn
+    // here on the whole family, an upper bound on their spread.
+    ("moe_weight_scale", Effect::Families(MOE, 1.0)),
+    ("moe_token_scale", Effect::Families(MOE, 1.0)),
+    ("dense_gemm_scale", Effect::Families(GEMM, 1.0)),
+    ("attention_growth_scale", Effect::Families(MLA, 1.0)),
+    ("attention_fixed_scale", Effect::Families(MLA, 1.0)),
 ];
 
 /// What is uncertain in one scenario's prices under one profile.

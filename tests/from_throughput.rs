@@ -418,3 +418,57 @@ fn seed_burst_fits_the_latency_scale_and_says_bandwidth_is_not_identified() {
     .to_string();
     assert!(e.contains("count,bytes,total_us"), "{e}");
 }
+
+/// A few reference steps spread over batch and context, the factors chosen automatically (no
+/// --factors): the rest of the 54 measured steps predicted from the fitted profile.
+#[test]
+fn h200_a_few_reference_steps_with_automatic_factors_predict_the_rest() {
+    let all = h200_points();
+    let few = |p: &Point| {
+        [1, 16, 128].contains(&p.concurrency)
+            && [1024, 32768].contains(&p.context)
+            && p.p2p == Some(true)
+            && p.proto == Some(Proto::Auto)
+    };
+    let (fit_on, held_out): (Vec<Point>, Vec<Point>) = all.into_iter().partition(few);
+    assert_eq!((fit_on.len(), held_out.len()), (6, 48));
+    let out = tmp("h200-auto").join("h200-auto.toml");
+    let fit = fit_throughput(&ThroughputRequest {
+        base: h200_base(),
+        points: fit_on,
+        source: PathBuf::from("reference_steps.csv"),
+        factors: Vec::new(),
+        out: out.clone(),
+        name: None,
+    })
+    .unwrap();
+    assert!(!fit.fitted.is_empty() && fit.fitted.len() <= 5, "{:?}", fit.choices);
+    let before = predict(&h200_base(), &held_out, Path::new("reference_steps.csv")).unwrap();
+    let after = predict(
+        &ScenarioRequest {
+            calibration: Some(out.display().to_string()),
+            ..h200_base()
+        },
+        &held_out,
+        Path::new("reference_steps.csv"),
+    )
+    .unwrap();
+    let (rb, ra) = (
+        ThroughputFit::rms_rel_err(&before),
+        ThroughputFit::rms_rel_err(&after),
+    );
+    let worst = after.iter().map(|r| r.rel_err.abs()).fold(0.0, f64::max);
+    println!(
+        "H200, 6 steps fitted (automatic choice), 48 held out: rms error {:.2}% before, {:.2}% after (worst {:.2}%); fitted: {:?}",
+        100.0 * rb,
+        100.0 * ra,
+        100.0 * worst,
+        fit.fitted
+            .iter()
+            .map(|f| format!("{} = {:.3} [{:.3}, {:.3}]", f.factor, f.value, f.ci95[0], f.ci95[1]))
+            .collect::<Vec<_>>()
+    );
+    assert!(ra <= rb, "the fit made held-out predictions worse: {ra} vs {rb}");
+    assert!(ra < 0.03, "held-out rms error {ra}");
+}
+

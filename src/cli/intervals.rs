@@ -28,4 +28,18 @@ impl IntervalArgs {
         }
         Ok(self.draws)
     }
+
+    /// The draws of a what-if: none where expert parallelism makes ranks play differently (the
+    /// fast path the draws run on needs every rank alike), with a warning saying so; the answer
+    /// is then the point, as `simulate` gives it.
+    pub fn draws_for_whatif(&self, ep: Option<u32>, ep_varied: bool) -> Result<usize> {
+        let n = self.draws()?;
+        if n > 0 && (ep.is_some_and(|e| e > 1) || ep_varied) {
+            super::output::warn(
+                "no intervals: expert parallelism loads ranks unevenly, and the fast path the Monte Carlo draws run on needs every rank alike; the answers below are points",
+            );
+            return Ok(0);
+        }
+        Ok(n)
+    }
 }

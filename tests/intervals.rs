@@ -309,7 +309,7 @@ fn sweep_and_capacity_carry_intervals_when_asked() {
     let (ok, out, err) = decodesim_bin(&[
         "sweep",
         "--batch",
-        "1,64",
+        "1,16",
         "--format",
         "csv",
         "--pareto",
@@ -341,7 +341,7 @@ fn sweep_and_capacity_carry_intervals_when_asked() {
     }
     // The best rows of a JSON sweep carry their interval.
     let (ok, out, err) = decodesim_bin(&[
-        "sweep", "--batch", "1,64", "--format", "json", "--intervals", "--draws", "50",
+        "sweep", "--batch", "1,16", "--format", "json", "--intervals", "--draws", "50",
     ]);
     assert!(ok, "{err}");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
@@ -353,7 +353,7 @@ fn sweep_and_capacity_carry_intervals_when_asked() {
         "{best}"
     );
     // Every row of a CSV would be a Monte Carlo each: refused, naming the flag.
-    let (ok, _, err) = decodesim_bin(&["sweep", "--batch", "1,64", "--format", "csv", "--intervals"]);
+    let (ok, _, err) = decodesim_bin(&["sweep", "--batch", "1,16", "--format", "csv", "--intervals"]);
     assert!(!ok && err.contains("--intervals") && err.contains("--pareto"), "{err}");
     // Without the flag the sweep's columns are as before.
     let (ok, out, _) = decodesim_bin(&["sweep", "--batch", "1", "--format", "csv"]);

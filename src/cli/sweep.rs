@@ -318,15 +318,20 @@ fn dedup<T: PartialEq>(
     show: impl Fn(&T) -> String,
     warnings: &mut Vec<String>,
 ) -> Vec<T> {
+    // By the values' shown names (one per value), in a hash set: a range of a million values
+    // is deduplicated in linear time.
+    let mut seen: std::collections::HashSet<String> =
+        std::collections::HashSet::with_capacity(v.len());
     let mut kept: Vec<T> = Vec::with_capacity(v.len());
     let mut repeated: Vec<String> = Vec::new();
     for x in v {
-        if kept.contains(&x) {
-            let s = show(&x);
+        let s = show(&x);
+        if seen.contains(&s) {
             if !repeated.contains(&s) {
                 repeated.push(s);
             }
         } else {
+            seen.insert(s);
             kept.push(x);
         }
     }

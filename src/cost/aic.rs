@@ -542,6 +542,8 @@ pub struct Overrides {
     pub split: Vec<f64>,
     pub families: BTreeSet<(String, String)>,
     pub warnings: BTreeSet<String>,
+    /// `cost::price_quiet`: `families` and `warnings` stay empty, nothing is formatted.
+    pub quiet: bool,
 }
 
 /// Counts of what the lookups did, folded into one warning each.
@@ -573,15 +575,30 @@ fn shown_dir(dir: &std::path::Path) -> String {
 }
 
 pub fn overrides(w: &Workload, s: &Scenario, p: &CalibrationProfile) -> Option<Overrides> {
+    overrides_with(w, s, p, false)
+}
+
+/// `overrides`, with `quiet` as `cost::price_quiet` asks: the same prices, no text.
+pub fn overrides_with(
+    w: &Workload,
+    s: &Scenario,
+    p: &CalibrationProfile,
+    quiet: bool,
+) -> Option<Overrides> {
     let (t, sec) = (p.aic.as_ref()?, p.aiconfigurator.as_ref()?);
     let mut o = Overrides {
         us: vec![None; w.ops.len()],
         split: vec![0.0; w.ops.len()],
+        quiet,
         ..Default::default()
     };
     // Bytes per µs: no table price may beat reading the op's bytes from DRAM (module doc).
     let bw = s.system.gpu.memory_bandwidth_gbps * 1e3;
-    let dir = shown_dir(&t.dir);
+    let dir = if quiet {
+        String::new()
+    } else {
+        shown_dir(&t.dir)
+    };
     gemms(w, t, bw, &mut o, &dir);
     moe_modules(w, s, p, t, bw, &mut o, &dir);
     mla_attention(w, s, p, t, sec, bw, &mut o, &dir);
@@ -615,18 +632,18 @@ fn gemms(w: &Workload, t: &AicTables, bw: f64, o: &mut Overrides, dir: &str) {
     if n.priced == 0 {
         return;
     }
-    o.families.insert((
+    note!(o.quiet, o.families, (
         "gemm_bf16".into(),
         format!("measured: AIConfigurator gemm.csv ({dir}), {} GEMMs interpolated in m, n, k (batched matmuls by the law)", n.priced),
     ));
     if n.extrapolated > 0 {
-        o.warnings.insert(format!(
+        note!(o.quiet, o.warnings, format!(
             "gemm_bf16: {} of {} table-priced GEMMs lie outside the AIConfigurator grid (m, n or k): extrapolated in proportion to n·k or along m",
             n.extrapolated, n.priced
         ));
     }
     if n.floored > 0 {
-        o.warnings.insert(format!(
+        note!(o.quiet, o.warnings, format!(
             "gemm_bf16: {} GEMM table prices were below the DRAM roofline of their weights (L2-resident in the collector's repeated calls) and were raised to it",
             n.floored
         ));
@@ -759,7 +776,7 @@ fn moe_modules(
         }
     }
     if let Some(k) = missing {
-        o.warnings.insert(format!(
+        note!(o.quiet, o.warnings, format!(
             "moe: no AIConfigurator MoE rows for distribution {}, {} {} experts, hidden {}, inter {}, top-{}, moe_tp {}, moe_ep {} in {dir}: routed experts priced by the law",
             k.0, k.1, k.2, k.3, k.4, k.5, k.6, k.7
         ));
@@ -782,22 +799,29 @@ fn moe_modules(
     } else {
         "rows of the routing's matching distribution"
     };
+    if o.quiet {
+        return;
+    }
     let src = format!(
         "measured: AIConfigurator moe.csv ({dir}), the whole routed-expert call per layer ({how}); its kernels share it in proportion to their laws"
     );
     for (i, op) in w.ops.iter().enumerate() {
         if o.us[i].is_some() && is_moe_module_op(op) {
-            o.families.insert((op.family.to_string(), src.clone()));
+            note!(o.quiet, o.families, (op.family.to_string(), src.clone()));
         }
     }
     if n.extrapolated > 0 {
-        o.warnings.insert(format!(
+        note!(
+            o.quiet,
+            o.warnings,
+            format!(
             "moe: {} layers' token counts lie outside the AIConfigurator MoE rows: extrapolated",
             n.extrapolated
-        ));
+        )
+        );
     }
     if n.floored > 0 {
-        o.warnings.insert(format!(
+        note!(o.quiet, o.warnings, format!(
             "moe: {} layers' table price was below the DRAM roofline of the touched experts' weights (L2-resident in the collector's repeated calls, at 4 tokens or fewer) and was raised to it",
             n.floored
         ));
@@ -845,9 +869,12 @@ fn mla_attention(
     // An FP8 cache with BF16 rows only: the BF16 rows times the measured FP8/BF16 ratio.
     let (kv, fp8_ratio) = if kv == "fp8" && t.mla_min_step(kv, heads).is_none() {
         match super::kv_dtype::KvDtypeRatios::bundled() {
-            Ok(r) => ("bfloat16", Some((r.fp8_over_bf16(heads, s.batch as f64, ctx), r))),
+            Ok(r) => (
+                "bfloat16",
+                Some((r.fp8_over_bf16(heads, s.batch as f64, ctx), r)),
+            ),
             Err(e) => {
-                o.warnings.insert(format!(
+                note!(o.quiet, o.warnings, format!(
                     "attention_mla_decode: FP8 KV not priced from the tables ({e}); priced by the law"
                 ));
                 return;
@@ -857,7 +884,7 @@ fn mla_attention(
         (kv, None)
     };
     let Some(growth) = t.mla_attention_growth(kv, heads, s.batch as f64, ctx) else {
-        o.warnings.insert(format!(
+        note!(o.quiet, o.warnings, format!(
             "attention_mla_decode: no AIConfigurator MLA module rows for KV {kv} at {heads} heads per rank in {dir}: priced by the law"
         ));
         return;
@@ -895,19 +922,23 @@ fn mla_attention(
     if priced == 0 {
         return;
     }
-    o.families.insert((
+    note!(o.quiet, o.families, (
         "attention_mla_decode".into(),
         format!("measured: AIConfigurator mla_generation.csv ({dir}), MLA generation module at {heads} heads/rank: its growth from KV 2 to the scenario's KV length, plus the kernels' fixed costs (the module's GEMMs, norms and launches are priced as their own ops)"),
     ));
     if let Some((r, table)) = fp8_ratio {
-        o.families.insert((
-            "attention_mla_decode (FP8 KV)".into(),
-            format!(
-                "the BF16 rows of mla_generation.csv ({dir}) times the {}",
-                table.source()
-            ),
-        ));
-        o.warnings.insert(format!(
+        note!(
+            o.quiet,
+            o.families,
+            (
+                "attention_mla_decode (FP8 KV)".into(),
+                format!(
+                    "the BF16 rows of mla_generation.csv ({dir}) times the {}",
+                    table.source()
+                ),
+            )
+        );
+        note!(o.quiet, o.warnings, format!(
             "attention_mla_decode with an FP8 KV cache: {dir} has BF16 rows only; priced as BF16 x the FP8/BF16 ratio measured on an H200 (x{:.2} here), transferred to {}{}",
             r.value,
             s.system.gpu.name,
@@ -915,7 +946,7 @@ fn mla_attention(
         ));
     }
     if growth.extrapolated {
-        o.warnings.insert(format!(
+        note!(o.quiet, o.warnings, format!(
             "attention_mla_decode: batch {} x KV {} lies outside the AIConfigurator MLA module rows: extrapolated",
             s.batch, s.context
         ));

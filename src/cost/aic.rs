@@ -41,10 +41,39 @@ pub struct AicTables {
     gemm: HashMap<String, BTreeMap<(u64, u64), Vec<(f64, f64)>>>,
     /// (kv dtype, heads per rank) → (batch, step, µs) sorted by step then batch.
     mla: HashMap<(String, u64), Vec<(f64, f64, f64)>>,
+    /// The same rows as lines of one KV length each, per (kv dtype, heads), built at load: a
+    /// lookup is then two binary searches with no allocation (`mla_module` runs per priced
+    /// shape, a sweep's hot path). Few keys, so a scan finds one without building a String.
+    mla_grid: Vec<(String, u64, MlaGrid)>,
     /// (op, nranks) → NCCL curve.
     nccl: HashMap<(String, u32), CommCurve>,
     /// (mode, nranks) → vLLM custom all-reduce curve (as timed: may be NCCL's fallback).
     custom: HashMap<(String, u32), Vec<(f64, f64)>>,
+}
+
+/// One (kv dtype, heads) of the MLA module rows: the KV lengths (sorted) and, per KV length,
+/// its (batch, µs) line sorted by batch.
+#[derive(Debug, Clone, Default)]
+struct MlaGrid {
+    steps: Vec<f64>,
+    lines: Vec<Vec<(f64, f64)>>,
+}
+
+impl MlaGrid {
+    /// From rows sorted by (step, batch): one line per run of equal steps.
+    fn new(g: &[(f64, f64, f64)]) -> Self {
+        let mut grid = MlaGrid::default();
+        let mut i = 0;
+        while i < g.len() {
+            let st = g[i].1;
+            let end = i + g[i..].partition_point(|p| p.1 <= st);
+            grid.steps.push(st);
+            grid.lines
+                .push(g[i..end].iter().map(|p| (p.0, p.2)).collect());
+            i = end;
+        }
+        grid
+    }
 }
 
 impl PartialEq for AicTables {
@@ -291,6 +320,11 @@ impl AicTables {
             for v in t.mla.values_mut() {
                 v.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.total_cmp(&b.0)));
             }
+            t.mla_grid = t
+                .mla
+                .iter()
+                .map(|((kv, heads), g)| (kv.clone(), *heads, MlaGrid::new(g)))
+                .collect();
         }
         if let Some(p) = present("nccl_collectives.csv") {
             let rows = read_aic_comm_csv(&p)?;
@@ -357,27 +391,20 @@ impl AicTables {
         axis_interp(&ns, n as f64, at_n)
     }
 
-    /// The MLA generation module (all its kernels) at `heads` heads per rank.
+    fn mla_grid(&self, kv: &str, heads: u64) -> Option<&MlaGrid> {
+        self.mla_grid
+            .iter()
+            .find(|(k, h, _)| *h == heads && k == kv)
+            .map(|g| &g.2)
+    }
+
+    /// The MLA generation module (all its kernels) at `heads` heads per rank: log-log between
+    /// the bracketing KV lengths of the batch's price on each (`MlaGrid`).
     pub fn mla_module(&self, kv: &str, heads: u64, batch: f64, step: f64) -> Option<TablePrice> {
-        let g = self.mla.get(&(kv.to_string(), heads))?;
-        // Rows are sorted by (step, batch) at load: each step's rows are one run, found by
-        // binary search rather than by scanning the table (this runs once per priced shape, a
-        // sweep's hot path).
-        let mut steps: Vec<f64> = Vec::new();
-        let mut i = 0;
-        while i < g.len() {
-            let st = g[i].1;
-            steps.push(st);
-            i += g[i..].partition_point(|p| p.1 <= st);
-        }
-        let at = |st: f64| {
-            let lo = g.partition_point(|p| p.1 < st);
-            let hi = g.partition_point(|p| p.1 <= st);
-            let line: Vec<(f64, f64)> = g[lo..hi].iter().map(|p| (p.0, p.2)).collect();
-            interp(&line, batch)
-        };
-        let (lo, hi) = bracket(&steps, step)?;
-        let (a, b) = (at(steps[lo])?, at(steps[hi])?);
+        let g = self.mla_grid(kv, heads)?;
+        let steps = &g.steps;
+        let (lo, hi) = bracket(steps, step)?;
+        let (a, b) = (interp(&g.lines[lo], batch)?, interp(&g.lines[hi], batch)?);
         Some(TablePrice {
             us: log_lerp(steps[lo], a.us, steps[hi], b.us, step),
             extrapolated: a.extrapolated
@@ -389,7 +416,7 @@ impl AicTables {
 
     /// The smallest KV length of the module rows (the module with next to no attention work).
     pub fn mla_min_step(&self, kv: &str, heads: u64) -> Option<f64> {
-        self.mla.get(&(kv.to_string(), heads))?.first().map(|p| p.1)
+        self.mla_grid(kv, heads)?.steps.first().copied()
     }
 
     /// The attention kernel's share of the module: the module at KV length `step` minus the

@@ -41,10 +41,39 @@ pub struct AicTables {
     gemm: HashMap<String, BTreeMap<(u64, u64), Vec<(f64, f64)>>>,
     /// (kv dtype, heads per rank) → (batch, step, µs) sorted by step then batch.
     mla: HashMap<(String, u64), Vec<(f64, f64, f64)>>,
+    /// The same rows as lines of one KV length each, per (kv dtype, heads), built at load: a
+    /// lookup is then two binary searches with no allocation (`mla_module` runs per priced
+    /// shape, a sweep's hot path). Few keys, so a scan finds one without building a String.
+    mla_grid: Vec<(String, u64, MlaGrid)>,
     /// (op, nranks) → NCCL curve.
     nccl: HashMap<(String, u32), CommCurve>,
     /// (mode, nranks) → vLLM custom all-reduce curve (as timed: may be NCCL's fallback).
     custom: HashMap<(String, u32), Vec<(f64, f64)>>,
+}
+
+/// One (kv dtype, heads) of the MLA module rows: the KV lengths (sorted) and, per KV length,
+/// its (batch, µs) line sorted by batch.
+#[derive(Debug, Clone, Default)]
+struct MlaGrid {
+    steps: Vec<f64>,
+    lines: Vec<Vec<(f64, f64)>>,
+}
+
+impl MlaGrid {
+    /// From rows sorted by (step, batch): one line per run of equal steps.
+    fn new(g: &[(f64, f64, f64)]) -> Self {
+        let mut grid = MlaGrid::default();
+        let mut i = 0;
+        while i < g.len() {
+            let st = g[i].1;
+            let end = i + g[i..].partition_point(|p| p.1 <= st);
+            grid.steps.push(st);
+            grid.lines
+                .push(g[i..end].iter().map(|p| (p.0, p.2)).collect());
+            i = end;
+        }
+        grid
+    }
 }
 
 impl PartialEq for AicTables {
@@ -291,6 +320,11 @@ impl AicTables {
             for v in t.mla.values_mut() {
                 v.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.total_cmp(&b.0)));
             }
+            t.mla_grid = t
+                .mla
+                .iter()
+                .map(|((kv, heads), g)| (kv.clone(), *heads, MlaGrid::new(g)))
+                .collect();
         }
         if let Some(p) = present("nccl_collectives.csv") {
             let rows = read_aic_comm_csv(&p)?;
@@ -357,27 +391,20 @@ impl AicTables {
         axis_interp(&ns, n as f64, at_n)
     }
 
-    /// The MLA generation module (all its kernels) at `heads` heads per rank.
+    fn mla_grid(&self, kv: &str, heads: u64) -> Option<&MlaGrid> {
+        self.mla_grid
+            .iter()
+            .find(|(k, h, _)| *h == heads && k == kv)
+            .map(|g| &g.2)
+    }
+
+    /// The MLA generation module (all its kernels) at `heads` heads per rank: log-log between
+    /// the bracketing KV lengths of the batch's price on each (`MlaGrid`).
     pub fn mla_module(&self, kv: &str, heads: u64, batch: f64, step: f64) -> Option<TablePrice> {
-        let g = self.mla.get(&(kv.to_string(), heads))?;
-        // Rows are sorted by (step, batch) at load: each step's rows are one run, found by
-        // binary search rather than by scanning the table (this runs once per priced shape, a
-        // sweep's hot path).
-        let mut steps: Vec<f64> = Vec::new();
-        let mut i = 0;
-        while i < g.len() {
-            let st = g[i].1;
-            steps.push(st);
-            i += g[i..].partition_point(|p| p.1 <= st);
-        }
-        let at = |st: f64| {
-            let lo = g.partition_point(|p| p.1 < st);
-            let hi = g.partition_point(|p| p.1 <= st);
-            let line: Vec<(f64, f64)> = g[lo..hi].iter().map(|p| (p.0, p.2)).collect();
-            interp(&line, batch)
-        };
-        let (lo, hi) = bracket(&steps, step)?;
-        let (a, b) = (at(steps[lo])?, at(steps[hi])?);
+        let g = self.mla_grid(kv, heads)?;
+        let steps = &g.steps;
+        let (lo, hi) = bracket(steps, step)?;
+        let (a, b) = (interp(&g.lines[lo], batch)?, interp(&g.lines[hi], batch)?);
         Some(TablePrice {
             us: log_lerp(steps[lo], a.us, steps[hi], b.us, step),
             extrapolated: a.extrapolated
@@ -389,7 +416,7 @@ impl AicTables {
 
     /// The smallest KV length of the module rows (the module with next to no attention work).
     pub fn mla_min_step(&self, kv: &str, heads: u64) -> Option<f64> {
-        self.mla.get(&(kv.to_string(), heads))?.first().map(|p| p.1)
+        self.mla_grid(kv, heads)?.steps.first().copied()
     }
 
     /// The attention kernel's share of the module: the module at KV length `step` minus the
@@ -542,6 +569,8 @@ pub struct Overrides {
     pub split: Vec<f64>,
     pub families: BTreeSet<(String, String)>,
     pub warnings: BTreeSet<String>,
+    /// `cost::price_quiet`: `families` and `warnings` stay empty, nothing is formatted.
+    pub quiet: bool,
 }
 
 /// Counts of what the lookups did, folded into one warning each.
@@ -573,15 +602,30 @@ fn shown_dir(dir: &std::path::Path) -> String {
 }
 
 pub fn overrides(w: &Workload, s: &Scenario, p: &CalibrationProfile) -> Option<Overrides> {
+    overrides_with(w, s, p, false)
+}
+
+/// `overrides`, with `quiet` as `cost::price_quiet` asks: the same prices, no text.
+pub fn overrides_with(
+    w: &Workload,
+    s: &Scenario,
+    p: &CalibrationProfile,
+    quiet: bool,
+) -> Option<Overrides> {
     let (t, sec) = (p.aic.as_ref()?, p.aiconfigurator.as_ref()?);
     let mut o = Overrides {
         us: vec![None; w.ops.len()],
         split: vec![0.0; w.ops.len()],
+        quiet,
         ..Default::default()
     };
     // Bytes per µs: no table price may beat reading the op's bytes from DRAM (module doc).
     let bw = s.system.gpu.memory_bandwidth_gbps * 1e3;
-    let dir = shown_dir(&t.dir);
+    let dir = if quiet {
+        String::new()
+    } else {
+        shown_dir(&t.dir)
+    };
     gemms(w, t, bw, &mut o, &dir);
     moe_modules(w, s, p, t, bw, &mut o, &dir);
     mla_attention(w, s, p, t, sec, bw, &mut o, &dir);
@@ -615,18 +659,18 @@ fn gemms(w: &Workload, t: &AicTables, bw: f64, o: &mut Overrides, dir: &str) {
     if n.priced == 0 {
         return;
     }
-    o.families.insert((
+    note!(o.quiet, o.families, (
         "gemm_bf16".into(),
         format!("measured: AIConfigurator gemm.csv ({dir}), {} GEMMs interpolated in m, n, k (batched matmuls by the law)", n.priced),
     ));
     if n.extrapolated > 0 {
-        o.warnings.insert(format!(
+        note!(o.quiet, o.warnings, format!(
             "gemm_bf16: {} of {} table-priced GEMMs lie outside the AIConfigurator grid (m, n or k): extrapolated in proportion to n·k or along m",
             n.extrapolated, n.priced
         ));
     }
     if n.floored > 0 {
-        o.warnings.insert(format!(
+        note!(o.quiet, o.warnings, format!(
             "gemm_bf16: {} GEMM table prices were below the DRAM roofline of their weights (L2-resident in the collector's repeated calls) and were raised to it",
             n.floored
         ));
@@ -759,7 +803,7 @@ fn moe_modules(
         }
     }
     if let Some(k) = missing {
-        o.warnings.insert(format!(
+        note!(o.quiet, o.warnings, format!(
             "moe: no AIConfigurator MoE rows for distribution {}, {} {} experts, hidden {}, inter {}, top-{}, moe_tp {}, moe_ep {} in {dir}: routed experts priced by the law",
             k.0, k.1, k.2, k.3, k.4, k.5, k.6, k.7
         ));
@@ -782,22 +826,29 @@ fn moe_modules(
     } else {
         "rows of the routing's matching distribution"
     };
+    if o.quiet {
+        return;
+    }
     let src = format!(
         "measured: AIConfigurator moe.csv ({dir}), the whole routed-expert call per layer ({how}); its kernels share it in proportion to their laws"
     );
     for (i, op) in w.ops.iter().enumerate() {
         if o.us[i].is_some() && is_moe_module_op(op) {
-            o.families.insert((op.family.to_string(), src.clone()));
+            note!(o.quiet, o.families, (op.family.to_string(), src.clone()));
         }
     }
     if n.extrapolated > 0 {
-        o.warnings.insert(format!(
+        note!(
+            o.quiet,
+            o.warnings,
+            format!(
             "moe: {} layers' token counts lie outside the AIConfigurator MoE rows: extrapolated",
             n.extrapolated
-        ));
+        )
+        );
     }
     if n.floored > 0 {
-        o.warnings.insert(format!(
+        note!(o.quiet, o.warnings, format!(
             "moe: {} layers' table price was below the DRAM roofline of the touched experts' weights (L2-resident in the collector's repeated calls, at 4 tokens or fewer) and was raised to it",
             n.floored
         ));
@@ -845,9 +896,12 @@ fn mla_attention(
     // An FP8 cache with BF16 rows only: the BF16 rows times the measured FP8/BF16 ratio.
     let (kv, fp8_ratio) = if kv == "fp8" && t.mla_min_step(kv, heads).is_none() {
         match super::kv_dtype::KvDtypeRatios::bundled() {
-            Ok(r) => ("bfloat16", Some((r.fp8_over_bf16(heads, s.batch as f64, ctx), r))),
+            Ok(r) => (
+                "bfloat16",
+                Some((r.fp8_over_bf16(heads, s.batch as f64, ctx), r)),
+            ),
             Err(e) => {
-                o.warnings.insert(format!(
+                note!(o.quiet, o.warnings, format!(
                     "attention_mla_decode: FP8 KV not priced from the tables ({e}); priced by the law"
                 ));
                 return;
@@ -857,7 +911,7 @@ fn mla_attention(
         (kv, None)
     };
     let Some(growth) = t.mla_attention_growth(kv, heads, s.batch as f64, ctx) else {
-        o.warnings.insert(format!(
+        note!(o.quiet, o.warnings, format!(
             "attention_mla_decode: no AIConfigurator MLA module rows for KV {kv} at {heads} heads per rank in {dir}: priced by the law"
         ));
         return;
@@ -895,19 +949,23 @@ fn mla_attention(
     if priced == 0 {
         return;
     }
-    o.families.insert((
+    note!(o.quiet, o.families, (
         "attention_mla_decode".into(),
         format!("measured: AIConfigurator mla_generation.csv ({dir}), MLA generation module at {heads} heads/rank: its growth from KV 2 to the scenario's KV length, plus the kernels' fixed costs (the module's GEMMs, norms and launches are priced as their own ops)"),
     ));
     if let Some((r, table)) = fp8_ratio {
-        o.families.insert((
-            "attention_mla_decode (FP8 KV)".into(),
-            format!(
-                "the BF16 rows of mla_generation.csv ({dir}) times the {}",
-                table.source()
-            ),
-        ));
-        o.warnings.insert(format!(
+        note!(
+            o.quiet,
+            o.families,
+            (
+                "attention_mla_decode (FP8 KV)".into(),
+                format!(
+                    "the BF16 rows of mla_generation.csv ({dir}) times the {}",
+                    table.source()
+                ),
+            )
+        );
+        note!(o.quiet, o.warnings, format!(
             "attention_mla_decode with an FP8 KV cache: {dir} has BF16 rows only; priced as BF16 x the FP8/BF16 ratio measured on an H200 (x{:.2} here), transferred to {}{}",
             r.value,
             s.system.gpu.name,
@@ -915,7 +973,7 @@ fn mla_attention(
         ));
     }
     if growth.extrapolated {
-        o.warnings.insert(format!(
+        note!(o.quiet, o.warnings, format!(
             "attention_mla_decode: batch {} x KV {} lies outside the AIConfigurator MLA module rows: extrapolated",
             s.batch, s.context
         ));

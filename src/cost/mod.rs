@@ -1,6 +1,17 @@
 //! Prices every op of a workload from a calibration profile. Every parameter comes from the
 //! profile file; this module holds the laws, not the numbers.
 
+/// Inserts a provenance line or warning into `$set` unless pricing is quiet (`price_quiet`): the
+/// line is only formatted when it is kept, since a sweep prices once per shape and never reports
+/// these per scenario.
+macro_rules! note {
+    ($quiet:expr, $set:expr, $e:expr $(,)?) => {
+        if !$quiet {
+            $set.insert($e);
+        }
+    };
+}
+
 pub mod aic;
 pub mod allreduce;
 pub mod collective;
@@ -57,10 +68,22 @@ pub struct Pricing {
 /// Prices every op: collectives by the NCCL law of the cheapest eligible profile entry, kernels
 /// from the measurement table where it holds the shape, else by the roofline law.
 pub fn price(w: &Workload, s: &Scenario, p: &CalibrationProfile) -> Result<Pricing> {
-    let mut pr = Pricer::new(s, p)?;
+    price_with(w, s, p, false)
+}
+
+/// `price` without the report's text: the same durations, splits and collective choices
+/// (bit for bit), but `families` and `warnings` left empty, so that nothing is formatted. For
+/// callers that price many shapes and report the text of one normal `price` call only (the
+/// sweep's fast path).
+pub fn price_quiet(w: &Workload, s: &Scenario, p: &CalibrationProfile) -> Result<Pricing> {
+    price_with(w, s, p, true)
+}
+
+fn price_with(w: &Workload, s: &Scenario, p: &CalibrationProfile, quiet: bool) -> Result<Pricing> {
+    let mut pr = Pricer::new(s, p, quiet)?;
     let mut base_us = Vec::with_capacity(w.ops.len());
     let mut split_us = Vec::with_capacity(w.ops.len());
-    let aic = aic::overrides(w, s, p).unwrap_or_default();
+    let aic = aic::overrides_with(w, s, p, quiet).unwrap_or_default();
     pr.warnings.extend(aic.warnings);
     pr.families.extend(aic.families);
     let mut by_law = Vec::new();
@@ -106,40 +129,42 @@ struct Pricer<'a> {
     custom_ar: bool,
     /// ... and it is the hypothetical PCIe build mainline vLLM refuses (`[custom_allreduce_pcie]`).
     custom_pcie: bool,
+    /// `price_quiet`: no warnings or provenance are formatted.
+    quiet: bool,
 }
 
 impl<'a> Pricer<'a> {
-    fn new(s: &'a Scenario, p: &'a CalibrationProfile) -> Result<Self> {
+    fn new(s: &'a Scenario, p: &'a CalibrationProfile, quiet: bool) -> Result<Self> {
         let gpu = &s.system.gpu;
         let path = s.comm_path();
         let mut warnings = BTreeSet::new();
         if p.profile.gpu != gpu.name {
-            warnings.insert(format!(
+            note!(quiet, warnings, format!(
                 "calibration profile '{}' describes GPU '{}' but the system has '{}': kernel efficiencies are transferred",
                 p.profile.name, p.profile.gpu, gpu.name
             ));
         }
         for mark in p.poor_fit_marks() {
-            warnings.insert(format!(
+            note!(quiet, warnings, format!(
                 "calibration profile '{}' was written despite a poor fit (--allow-poor-fit): {mark}",
                 p.profile.name
             ));
         }
         let mut proto = s.nccl.proto;
         if proto == Proto::Ll128 && path != CommPath::Nvlink {
-            warnings.insert(format!(
+            note!(quiet, warnings, format!(
                 "NCCL_PROTO=LL128 is not eligible on the {} path (NCCL enables LL128 only over NVLink); priced as NCCL's fallback",
                 path.name()
             ));
             proto = Proto::Auto;
         }
         if let (Some(t), false) = (s.comm.nccl_ll_threshold, proto == Proto::Auto) {
-            warnings.insert(format!(
+            note!(quiet, warnings, format!(
                 "--nccl-ll-threshold {t} changes nothing: NCCL_PROTO={} forces one protocol for every size",
                 proto
             ));
         }
-        let dispatch = custom_ar_dispatch(s, p, &mut warnings)?;
+        let dispatch = custom_ar_dispatch(s, p, quiet, &mut warnings)?;
         let (custom_ar, custom_pcie) =
             (dispatch != CustomAr::Off, dispatch == CustomAr::PciePatched);
         Ok(Pricer {
@@ -153,6 +178,7 @@ impl<'a> Pricer<'a> {
             from_table: 0,
             custom_ar,
             custom_pcie,
+            quiet,
         })
     }
 
@@ -227,9 +253,13 @@ impl<'a> Pricer<'a> {
             self.p.custom_allreduce.as_ref()?
         };
         if let Err(why) = allreduce::custom_ar_call(bytes, law.max_size_bytes) {
-            self.warnings.insert(format!(
-                "custom all-reduce: vLLM hands all_reduce of {bytes} bytes to NCCL ({why})"
-            ));
+            note!(
+                self.quiet,
+                self.warnings,
+                format!(
+                    "custom all-reduce: vLLM hands all_reduce of {bytes} bytes to NCCL ({why})"
+                )
+            );
             return None;
         }
         let mode = if self.s.cuda_graphs { "graph" } else { "eager" };
@@ -247,7 +277,7 @@ impl<'a> Pricer<'a> {
                 let rows: Vec<(f64, f64)> = rows.iter().copied().filter(|r| r.0 < max).collect();
                 if let Some(tp) = aic::comm_price(&rows, bytes as f64) {
                     if tp.extrapolated {
-                        self.warnings.insert(format!(
+                        note!(self.quiet, self.warnings, format!(
                             "custom all-reduce of {bytes} bytes is outside the measured rows of {} ({mode}, {n} ranks): extrapolated",
                             crate::units::path(&t.dir.join("custom_allreduce.csv"))
                         ));
@@ -275,10 +305,14 @@ impl<'a> Pricer<'a> {
             _ => &law.graph,
         };
         if !l.measured_nranks.is_empty() && !l.measured_nranks.contains(&n) {
-            self.warnings.insert(format!(
-                "custom all-reduce law: measured at {:?} ranks, extrapolated to {n}",
-                l.measured_nranks
-            ));
+            note!(
+                self.quiet,
+                self.warnings,
+                format!(
+                    "custom all-reduce law: measured at {:?} ranks, extrapolated to {n}",
+                    l.measured_nranks
+                )
+            );
         }
         let (t, lat) = allreduce::custom_law_us(l, n, bytes);
         Some(CollectiveChoice {
@@ -324,7 +358,7 @@ impl<'a> Pricer<'a> {
         let bytes = op.message_bytes as f64;
         let tp = aic::comm_price(rows, bytes)?;
         if tp.extrapolated {
-            self.warnings.insert(format!(
+            note!(self.quiet, self.warnings, format!(
                 "{} of {} bytes is outside the {} rows of {} at {n} ranks ({:.0}..{:.0} bytes): extrapolated",
                 op.family,
                 op.message_bytes,
@@ -384,7 +418,7 @@ impl<'a> Pricer<'a> {
             return c;
         }
         let Some(d) = &self.p.nccl else {
-            self.warnings.insert(format!(
+            note!(self.quiet, self.warnings, format!(
                 "NCCL_MAX_NCHANNELS / NCCL_BUFFSIZE not priced: profile '{}' has no [nccl] section stating the channels and buffer it was measured with",
                 self.p.profile.name
             ));
@@ -405,13 +439,13 @@ impl<'a> Pricer<'a> {
             0.0
         };
         if k.nccl_max_nchannels.is_some() && f == 1.0 {
-            self.warnings.insert(format!(
+            note!(self.quiet, self.warnings, format!(
                 "NCCL_MAX_NCHANNELS changes nothing here: it only caps channels, and the profile was measured with {} (at or below the cap)",
                 d.default_nchannels
             ));
         }
         if k.nccl_buffsize.is_some() && extra == 0.0 {
-            self.warnings.insert(
+            note!(self.quiet, self.warnings,
                 "NCCL_BUFFSIZE changes nothing for some collectives here: it sizes the Simple protocol's buffer only (LL/LL128 use their own), and a message that fits in one ring loop needs no more".into(),
             );
         }
@@ -446,7 +480,7 @@ impl<'a> Pricer<'a> {
         };
         // Profiles state all_reduce / all_gather / any entries only.
         if matches!(op.family, CostFamily::AllToAll | CostFamily::ReduceScatter) {
-            self.warnings.insert(format!(
+            note!(self.quiet, self.warnings, format!(
                 "profile '{}' has no {} entry for path '{path}': priced by the {} entry's law with n−1 steps",
                 p.profile.name,
                 op.family,
@@ -454,15 +488,19 @@ impl<'a> Pricer<'a> {
             ));
         }
         if !c.measured_nranks.is_empty() && !c.measured_nranks.contains(&n) {
-            self.warnings.insert(format!(
-                "collective {}/{}/{}: measured at {:?} ranks, extrapolated to {n}",
-                c.path, c.algo, c.proto, c.measured_nranks
-            ));
+            note!(
+                self.quiet,
+                self.warnings,
+                format!(
+                    "collective {}/{}/{}: measured at {:?} ranks, extrapolated to {n}",
+                    c.path, c.algo, c.proto, c.measured_nranks
+                )
+            );
         }
         if let Some([lo, hi]) = c.measured_bytes {
             let b = op.message_bytes as f64;
             if b < lo || b > hi {
-                self.warnings.insert(format!(
+                note!(self.quiet, self.warnings, format!(
                     "{} of {} bytes is outside the measured range {lo:.0}..{hi:.0} bytes of {}/{}/{}",
                     op.family, op.message_bytes, c.path, c.algo, c.proto
                 ));
@@ -505,13 +543,17 @@ impl<'a> Pricer<'a> {
             }
         }
         if tp.extrapolated {
-            self.warnings.insert(format!(
-                "{}: shape outside the measured table {} (m = {}, context = {}); extrapolated",
-                mk.family,
-                table.path.display(),
-                mk.m,
-                mk.context
-            ));
+            note!(
+                self.quiet,
+                self.warnings,
+                format!(
+                    "{}: shape outside the measured table {} (m = {}, context = {}); extrapolated",
+                    mk.family,
+                    table.path.display(),
+                    mk.m,
+                    mk.context
+                )
+            );
         }
         self.from_table += 1;
         let split = if op.category == Category::Attention {
@@ -541,21 +583,31 @@ impl<'a> Pricer<'a> {
                 format!("missing: op '{}' needs this kernel family", op.name),
             )
         })?;
-        self.families.insert((key.to_string(), k.source.clone()));
+        note!(
+            self.quiet,
+            self.families,
+            (key.to_string(), k.source.clone())
+        );
         if let Some([lo, hi]) = k.measured_m {
             let m = op.shape.m as f64;
             if m < lo || m > hi {
-                self.warnings.insert(format!(
-                    "{key}: M = {m} is outside the measured range {lo}..{hi}"
-                ));
+                note!(
+                    self.quiet,
+                    self.warnings,
+                    format!("{key}: M = {m} is outside the measured range {lo}..{hi}")
+                );
             }
         }
         if let Some([lo, hi]) = k.measured_bytes {
             if op.bytes < lo * 0.5 || op.bytes > hi * 2.0 {
-                self.warnings.insert(format!(
-                    "{key}: {:.3e} bytes is outside the measured range {lo:.3e}..{hi:.3e}",
-                    op.bytes
-                ));
+                note!(
+                    self.quiet,
+                    self.warnings,
+                    format!(
+                        "{key}: {:.3e} bytes is outside the measured range {lo:.3e}..{hi:.3e}",
+                        op.bytes
+                    )
+                );
             }
         }
         let parts = kernel::kernel_parts(op, k, &self.s.system.gpu);
@@ -607,7 +659,7 @@ impl<'a> Pricer<'a> {
                 (base_us[i], split_us[i]) = self.by_law(&bf16)?;
             }
             if !mla {
-                self.warnings.insert(format!(
+                note!(self.quiet, self.warnings, format!(
                     "{}: no FP8 KV measurement for this attention kind; priced as a BF16 cache (the nearest measured dtype)",
                     op.family
                 ));
@@ -619,8 +671,7 @@ impl<'a> Pricer<'a> {
             let r = t.fp8_over_bf16(op.shape.batch, s.batch as f64, ctx);
             base_us[i] *= r.value;
             split_us[i] *= r.value;
-            if w
-                .ops
+            if w.ops
                 .get(i + 1)
                 .is_some_and(|n| n.name.ends_with("mla_decode_reduce"))
             {
@@ -633,11 +684,15 @@ impl<'a> Pricer<'a> {
     }
 
     fn note_fp8_ratio(&mut self, r: kv_dtype::Ratio, t: &kv_dtype::KvDtypeRatios) {
-        self.families.insert((
-            "attention_mla_decode (FP8 KV)".into(),
-            format!("the BF16 price times the {}", t.source()),
-        ));
-        self.warnings.insert(format!(
+        note!(
+            self.quiet,
+            self.families,
+            (
+                "attention_mla_decode (FP8 KV)".into(),
+                format!("the BF16 price times the {}", t.source()),
+            )
+        );
+        note!(self.quiet, self.warnings, format!(
             "attention_mla_decode with an FP8 KV cache: priced as BF16 x the FP8/BF16 ratio measured on an H200 (x{:.2} here), transferred to {}{}",
             r.value,
             self.s.system.gpu.name,
@@ -646,7 +701,7 @@ impl<'a> Pricer<'a> {
     }
 
     fn finish(mut self, base_us: Vec<f64>, split_us: Vec<f64>) -> Pricing {
-        if let Some(t) = &self.p.table {
+        if let (Some(t), false) = (&self.p.table, self.quiet) {
             self.families.insert((
                 "measured table".to_string(),
                 format!(
@@ -689,6 +744,7 @@ pub const PCIE_CUSTOM_AR_NOTE: &str = "mainline vLLM disables its custom all-red
 fn custom_ar_dispatch(
     s: &Scenario,
     p: &CalibrationProfile,
+    quiet: bool,
     warnings: &mut BTreeSet<String>,
 ) -> Result<CustomAr> {
     if s.runtime == crate::spec::Runtime::Reference {
@@ -717,7 +773,7 @@ fn custom_ar_dispatch(
                     ),
                 ));
             };
-            warnings.insert(format!(
+            note!(quiet, warnings, format!(
                 "--allreduce custom on {} at TP={}: {PCIE_CUSTOM_AR_NOTE} (priced by [custom_allreduce_pcie]: {})",
                 s.system.name, s.tp, law.source
             ));
@@ -735,7 +791,7 @@ fn custom_ar_dispatch(
         (AllreduceImpl::Custom, Ok(())) => Ok(CustomAr::Mainline),
         (AllreduceImpl::Auto, Err(_)) => Ok(CustomAr::Off),
         (AllreduceImpl::Auto, Ok(())) if p.custom_allreduce.is_none() => {
-            warnings.insert(format!(
+            note!(quiet, warnings, format!(
                 "--allreduce auto: vLLM would run its custom all-reduce here, but profile '{}' cannot price it (no [custom_allreduce]); priced as NCCL",
                 p.profile.name
             ));

@@ -150,12 +150,21 @@ pub(crate) fn log_lerp(x0: f64, y0: f64, x1: f64, y1: f64, x: f64) -> f64 {
 }
 
 pub(crate) fn interp(line: &[(f64, f64)], x: f64) -> Option<TablePrice> {
-    let xs: Vec<f64> = line.iter().map(|p| p.0).collect();
-    let (lo, hi) = bracket(&xs, x)?;
+    // `bracket` over the points' x, read in place: no axis is collected (this runs per priced
+    // shape, a sweep's hot path).
+    let n = line.len();
+    let (lo, hi) = match n {
+        0 => return None,
+        1 => (0, 0),
+        _ => {
+            let hi = line.partition_point(|p| p.0 <= x).clamp(1, n - 1);
+            (hi - 1, hi)
+        }
+    };
     let us = log_lerp(line[lo].0, line[lo].1, line[hi].0, line[hi].1, x);
     Some(TablePrice {
         us,
-        extrapolated: x < xs[0] || x > xs[xs.len() - 1],
+        extrapolated: x < line[0].0 || x > line[n - 1].0,
     })
 }
 

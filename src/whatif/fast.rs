@@ -758,7 +758,8 @@ fn price_layout(
         experts_touched: Vec::new(),
         routing: Default::default(),
     };
-    let pricing = cost::price(&w, s, p)?;
+    // Quiet: the report's warnings come from the scenario's own full pricing, never from here.
+    let pricing = cost::price_quiet(&w, s, p)?;
     Ok(layout
         .iter()
         .zip(pricing.base_us)
@@ -1348,7 +1349,7 @@ fn latency_fractions(regime: &Regime, x: &Coef, s: &Scenario, p: &CalibrationPro
         experts_touched: Vec::new(),
         routing: Default::default(),
     };
-    let Ok(pricing) = cost::price(&w, s, p) else {
+    let Ok(pricing) = cost::price_quiet(&w, s, p) else {
         return vec![1.0; w.ops.len()];
     };
     w.ops

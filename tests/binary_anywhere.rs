@@ -5,22 +5,40 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::sync::OnceLock;
 
 struct Installed {
     dir: PathBuf,
     bin: PathBuf,
 }
 
+/// The built binary copied once to a folder of its own. Once, before any test spawns a process:
+/// a child forked while the copy is open for writing would hold it, and running the copy would
+/// then fail with "text file busy".
+fn copied_binary() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let dir =
+            std::env::temp_dir().join(format!("decodesim-anywhere-bin-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let bin = dir.join("decodesim");
+        std::fs::copy(env!("CARGO_BIN_EXE_decodesim"), &bin).unwrap();
+        bin
+    })
+}
+
 impl Installed {
-    /// The built binary copied to a fresh folder of its own, with an empty cache folder.
+    /// The copied binary with an empty cache folder of its own.
     fn new(tag: &str) -> Self {
         let dir =
             std::env::temp_dir().join(format!("decodesim-anywhere-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(dir.join("cache")).unwrap();
-        let bin = dir.join("decodesim");
-        std::fs::copy(env!("CARGO_BIN_EXE_decodesim"), &bin).unwrap();
-        Installed { dir, bin }
+        Installed {
+            dir,
+            bin: copied_binary().to_path_buf(),
+        }
     }
 
     fn run(&self, args: &[&str]) -> Output {

@@ -18,9 +18,18 @@ struct Installed {
 fn copied_binary() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
-        let dir =
-            std::env::temp_dir().join(format!("decodesim-anywhere-bin-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
+        // Under target/tmp; copies left by earlier runs (one per run, the size of the binary)
+        // are removed first.
+        let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
+        for e in std::fs::read_dir(tmp).into_iter().flatten().flatten() {
+            if e.file_name()
+                .to_string_lossy()
+                .starts_with("decodesim-anywhere-bin-")
+            {
+                let _ = std::fs::remove_dir_all(e.path());
+            }
+        }
+        let dir = tmp.join(format!("decodesim-anywhere-bin-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let bin = dir.join("decodesim");
         std::fs::copy(env!("CARGO_BIN_EXE_decodesim"), &bin).unwrap();

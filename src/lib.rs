@@ -2,6 +2,7 @@
 //! predictions against real profiler traces. See ARCHITECTURE.md for the map.
 
 pub mod accounting;
+pub mod bundle;
 pub mod category;
 pub mod error;
 pub mod files;

@@ -70,20 +70,10 @@ pub fn bytes(b: f64) -> String {
     crate::files::human_bytes(b)
 }
 
-/// `path` relative to the current folder when it lies below it, else as given.
+/// `path` relative to the data root for bundled files (`models/kimi-k2.5.json`), else
+/// relative to the current folder when it lies below it, else as given.
 pub fn path(p: &Path) -> String {
-    let rel = std::env::current_dir().ok().and_then(|cwd| {
-        let abs = if p.is_absolute() {
-            p.to_path_buf()
-        } else {
-            cwd.join(p)
-        };
-        abs.strip_prefix(&cwd).ok().map(|r| r.to_path_buf())
-    });
-    match rel {
-        Some(r) if !r.as_os_str().is_empty() => r.display().to_string(),
-        _ => p.display().to_string(),
-    }
+    crate::bundle::display(p)
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 /// Modules every module may use: the error type, guarded file access, enum naming, categories,
 /// number formatting.
 const BASE: &[&str] = &[
-    "error", "Error", "Result", "files", "names", "category", "units",
+    "error", "Error", "Result", "files", "names", "category", "units", "bundle",
 ];
 
 /// (module, the other top-level modules it may import besides BASE).
@@ -15,6 +15,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("error", &["trace", "report"]), // wraps their error types, nothing more
     ("files", &[]),
     ("units", &[]),
+    ("bundle", &[]),
     ("names", &[]),
     ("category", &["accounting"]), // doc links only
     ("spec", &[]),

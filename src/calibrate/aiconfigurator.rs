@@ -129,7 +129,10 @@ pub fn from_aiconfigurator(req: &AicRequest) -> Result<AicResult> {
         "{}: measured AIConfigurator tables ({aic_system}) where they apply, the rest from '{}'",
         system.gpu.display_name, base.profile.name
     );
-    p.profile.created = collection_date(&manifest).unwrap_or_else(|| "unknown".into());
+    // `created` is set when the profile is written; the tables' date goes in the provenance.
+    let collected = collection_date(&manifest)
+        .map(|d| format!("; tables collected {d}"))
+        .unwrap_or_default();
     // The whole command, so the profile can be rebuilt from its own header.
     let command = format!(
         "decodesim calibrate --from-aiconfigurator {} --system {} --fallback {} --name {}",
@@ -142,7 +145,7 @@ pub fn from_aiconfigurator(req: &AicRequest) -> Result<AicResult> {
         "{command} (tables referenced as '{rel}', read and interpolated at load time: cost::aic). Source: {source}"
     );
     p.profile.provenance = format!(
-        "measured (AIConfigurator {aic_system}): {}; from '{}' ({}): the rest",
+        "measured (AIConfigurator {aic_system}): {}; from '{}' ({}): the rest{collected}",
         priced
             .iter()
             .map(|t| format!("{} ({} rows, {})", t.0, t.1, t.2))

@@ -406,7 +406,7 @@ fn meta(
         name: name.to_string(),
         gpu: gpu.name.clone(),
         description: format!("fitted by `decodesim calibrate` from {}", m.dir.display()),
-        created: manifest_date(&m.manifest).unwrap_or_else(|| "unknown".into()),
+        created: output::today(),
         method: format!(
             "least squares (nalgebra) on {} kernel and {} collective measurements from {}; 95% CIs from Student's t (statrs); efficiencies held to at most 1. Data: {}",
             m.kernels.len(),
@@ -419,7 +419,7 @@ fn meta(
             }
         ),
         provenance: format!(
-            "fitted: kernels {}; collectives fitted where measured; from fallback '{}': kernels {}",
+            "fitted: kernels {}; collectives fitted where measured; from fallback '{}': kernels {}{}",
             fitted.iter().map(|f| f.name()).collect::<Vec<_>>().join(", "),
             fallback.profile.name,
             if not_fitted.is_empty() {
@@ -427,6 +427,10 @@ fn meta(
             } else {
                 not_fitted.join(", ")
             },
+            // When the measurements were taken (MANIFEST.txt); `created` is when the profile was.
+            manifest_date(&m.manifest)
+                .map(|d| format!("; measurements dated {d}"))
+                .unwrap_or_default(),
         ),
         poor_fit,
     }

@@ -15,7 +15,7 @@
 //! falls back to the profile's collective laws.
 
 use super::aiconfigurator::relative_to;
-use super::output::write_profile;
+use super::output::{today, write_profile};
 use crate::cost::aic::{comm_price, AicTables};
 use crate::cost::profile::AicSection;
 use crate::cost::CalibrationProfile;
@@ -367,24 +367,6 @@ pub struct NcclTestsResult {
     pub files: Vec<NcclTestsFile>,
     pub curves: Vec<Curve>,
     pub copied: Vec<String>,
-}
-
-/// Today's date (UTC), for the provenance.
-fn today() -> String {
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs()) as i64;
-    // Civil date from days since 1970-01-01 (H. Hinnant's algorithm).
-    let z = secs.div_euclid(86_400) + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}-{m:02}-{d:02}")
 }
 
 /// Reads the files, writes `tables/` and the profile.

@@ -131,6 +131,9 @@ pub fn write_profile(path: &Path, header: &str, p: &CalibrationProfile) -> Resul
     {
         *m = table_reference(Path::new(m.as_str()), path);
     }
+    // `created` is when this profile was written; the dates of the data it was made from stay
+    // in its method and provenance.
+    p.profile.created = today();
     let p = &p;
     let body = toml::to_string_pretty(p)
         .map_err(|e| Error::Other(format!("cannot serialize the profile: {e}")))?;
@@ -139,4 +142,22 @@ pub fn write_profile(path: &Path, header: &str, p: &CalibrationProfile) -> Resul
         w.write_all(b"\n")?;
         w.write_all(body.as_bytes())
     })
+}
+
+/// Today's date (UTC): a written profile's `created`.
+pub fn today() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs()) as i64;
+    // Civil date from days since 1970-01-01 (H. Hinnant's algorithm).
+    let z = secs.div_euclid(86_400) + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02}")
 }

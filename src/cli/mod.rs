@@ -27,6 +27,10 @@ use clap::{Parser, Subcommand};
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
+    /// Read models, systems and profiles from DIR (holding models/ and data/) instead of the
+    /// bundled copy; the DECODESIM_HOME variable does the same.
+    #[arg(long, global = true, value_name = "DIR")]
+    pub data_dir: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -59,6 +63,18 @@ pub fn run(cli: Cli) -> Result<()> {
 }
 
 fn dispatch(cli: Cli) -> Result<()> {
+    if let Some(dir) = cli.data_dir {
+        if !dir.join("models").is_dir() && !dir.join("data").is_dir() {
+            return Err(crate::error::Error::Read {
+                path: dir,
+                source: std::io::Error::new(
+                    std::io::ErrorKind::NotFound,
+                    "--data-dir expects a folder holding models/ and data/",
+                ),
+            });
+        }
+        crate::bundle::set_data_dir(dir);
+    }
     match cli.command {
         Command::Simulate(a) => simulate::run(a),
         Command::List => list::run(),

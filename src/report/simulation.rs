@@ -10,7 +10,7 @@ pub fn scenario_json(sim: &Simulation) -> Value {
     let s = &sim.scenario;
     json!({
         "model": s.model.name,
-        "model_file": s.model.source.display().to_string(),
+        "model_file": crate::units::path(&s.model.source),
         "family": s.model.family.name(),
         "layers": s.model.num_layers,
         "system": s.system.name,
@@ -36,7 +36,7 @@ pub fn calibration_json(sim: &Simulation) -> Value {
     let p = &sim.profile;
     json!({
         "name": p.profile.name,
-        "path": p.path.display().to_string(),
+        "path": crate::units::path(&p.path),
         "gpu": p.profile.gpu,
         "created": p.profile.created,
         "method": p.profile.method,

@@ -1,15 +1,25 @@
 //! Where the bundled data lives and how names resolve to files.
 //!
-//! The data root is `$DECODESIM_HOME` when set, else the source tree this binary was built
-//! from, so `cargo run` and `cargo test` work from a fresh clone.
+//! The data root (`--data-dir`, `$DECODESIM_HOME`, the source tree, else the files embedded
+//! in the binary) is chosen by [`crate::bundle::data_root`].
 
 use crate::error::{Error, Result};
 use std::path::{Path, PathBuf};
 
 pub fn data_root() -> PathBuf {
-    match std::env::var_os("DECODESIM_HOME") {
-        Some(p) if !p.is_empty() => PathBuf::from(p),
-        _ => PathBuf::from(env!("CARGO_MANIFEST_DIR")),
+    crate::bundle::data_root()
+}
+
+/// An unknown NAME; when the bundled data could not be extracted, that is the error instead
+/// (the choices would be empty).
+fn unknown(kind: &'static str, name: &str, choices: Vec<String>) -> Error {
+    match crate::bundle::extract_problem() {
+        Some(why) if choices.is_empty() => Error::Other(why),
+        _ => Error::Unknown {
+            kind,
+            name: name.to_string(),
+            choices,
+        },
     }
 }
 
@@ -70,11 +80,7 @@ fn resolve(kind: &'static str, arg: &str, dir: &Path, ext: &str) -> Result<PathB
     if p.is_file() {
         Ok(p)
     } else {
-        Err(Error::Unknown {
-            kind,
-            name: arg.to_string(),
-            choices: stems(dir, ext),
-        })
+        Err(unknown(kind, arg, stems(dir, ext)))
     }
 }
 
@@ -105,10 +111,6 @@ pub fn resolve_profile(arg: &str) -> Result<PathBuf> {
     if p.is_file() {
         Ok(p)
     } else {
-        Err(Error::Unknown {
-            kind: "calibration profile",
-            name: arg.to_string(),
-            choices: profile_names(),
-        })
+        Err(unknown("calibration profile", arg, profile_names()))
     }
 }

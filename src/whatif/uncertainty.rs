@@ -397,7 +397,7 @@ impl Uncertainty {
                     name: format!("table_{family}"),
                     provenance: format!(
                         "AIConfigurator {family} table ({}): leave-one-out rms log error of its interpolation {sigma:.4}",
-                        p.aic.as_ref().map_or(String::new(), |t| t.dir.display().to_string())
+                        p.aic.as_ref().map_or(String::new(), |t| crate::units::path(&t.dir))
                     ),
                     target: Target::Families(fams.to_vec()),
                     mu: 0.0,

@@ -443,7 +443,11 @@ fn h200_a_few_reference_steps_with_automatic_factors_predict_the_rest() {
         name: None,
     })
     .unwrap();
-    assert!(!fit.fitted.is_empty() && fit.fitted.len() <= 5, "{:?}", fit.choices);
+    assert!(
+        !fit.fitted.is_empty() && fit.fitted.len() <= 5,
+        "{:?}",
+        fit.choices
+    );
     let before = predict(&h200_base(), &held_out, Path::new("reference_steps.csv")).unwrap();
     let after = predict(
         &ScenarioRequest {
@@ -469,7 +473,9 @@ fn h200_a_few_reference_steps_with_automatic_factors_predict_the_rest() {
             .map(|f| format!("{} = {:.3} [{:.3}, {:.3}]", f.factor, f.value, f.ci95[0], f.ci95[1]))
             .collect::<Vec<_>>()
     );
-    assert!(ra <= rb, "the fit made held-out predictions worse: {ra} vs {rb}");
+    assert!(
+        ra <= rb,
+        "the fit made held-out predictions worse: {ra} vs {rb}"
+    );
     assert!(ra < 0.03, "held-out rms error {ra}");
 }
-

@@ -341,7 +341,14 @@ fn sweep_and_capacity_carry_intervals_when_asked() {
     }
     // The best rows of a JSON sweep carry their interval.
     let (ok, out, err) = decodesim_bin(&[
-        "sweep", "--batch", "1,16", "--format", "json", "--intervals", "--draws", "50",
+        "sweep",
+        "--batch",
+        "1,16",
+        "--format",
+        "json",
+        "--intervals",
+        "--draws",
+        "50",
     ]);
     assert!(ok, "{err}");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
@@ -353,8 +360,12 @@ fn sweep_and_capacity_carry_intervals_when_asked() {
         "{best}"
     );
     // Every row of a CSV would be a Monte Carlo each: refused, naming the flag.
-    let (ok, _, err) = decodesim_bin(&["sweep", "--batch", "1,16", "--format", "csv", "--intervals"]);
-    assert!(!ok && err.contains("--intervals") && err.contains("--pareto"), "{err}");
+    let (ok, _, err) =
+        decodesim_bin(&["sweep", "--batch", "1,16", "--format", "csv", "--intervals"]);
+    assert!(
+        !ok && err.contains("--intervals") && err.contains("--pareto"),
+        "{err}"
+    );
     // Without the flag the sweep's columns are as before.
     let (ok, out, _) = decodesim_bin(&["sweep", "--batch", "1", "--format", "csv"]);
     assert!(ok && !out.contains("tokens_per_s_p5"));

@@ -1463,7 +1463,11 @@ pub fn fit_throughput(req: &ThroughputRequest) -> Result<ThroughputFit> {
         // A fit that leaves the error where it was (a factor whose effect is steps, e.g. the
         // seeded routing draw, or one the solver cannot move) identifies nothing either.
         let sumsq = |v: &[f64]| v.iter().map(|x| x * x).sum::<f64>();
-        let r_before: Vec<f64> = before_pred.iter().zip(&meas).map(|(p, m)| (p / m).ln()).collect();
+        let r_before: Vec<f64> = before_pred
+            .iter()
+            .zip(&meas)
+            .map(|(p, m)| (p / m).ln())
+            .collect();
         let mut stuck = false;
         if auto && wide.is_none() && sumsq(&final_r) >= sumsq(&r_before) * (1.0 - 1e-6) {
             stuck = true;

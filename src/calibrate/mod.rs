@@ -3,8 +3,8 @@
 //! anyway, which marks the profile).
 
 pub mod aiconfigurator;
-pub mod bench_serve;
 pub mod anchor;
+pub mod bench_serve;
 pub mod collectives;
 pub mod from_burst;
 pub mod from_throughput;

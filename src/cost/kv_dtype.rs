@@ -206,7 +206,12 @@ mod tests {
 
     fn table() -> KvDtypeRatios {
         let mut rows = Vec::new();
-        for (b, l, r) in [(1, 1024, 1.2), (1, 4096, 1.6), (4, 1024, 1.4), (4, 4096, 2.0)] {
+        for (b, l, r) in [
+            (1, 1024, 1.2),
+            (1, 4096, 1.6),
+            (4, 1024, 1.4),
+            (4, 4096, 2.0),
+        ] {
             rows.push(row("bf16", 8, b, l, 10.0));
             rows.push(row("fp8", 8, b, l, 10.0 * r));
             rows.push(row("fp8_direct", 8, b, l, 99.0));

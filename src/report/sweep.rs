@@ -362,7 +362,8 @@ pub fn csv_header_with_intervals() -> String {
 /// The decisions' intervals under the summary: tokens/s p5–p95 of the best rows and the front.
 fn summary_intervals(s: &Summary, interval_of: &dyn Fn(&Row) -> Option<Interval>) -> String {
     use std::fmt::Write;
-    let mut out = String::from("tokens/s p5 .. p95 (Monte Carlo over the calibration's uncertainty):\n");
+    let mut out =
+        String::from("tokens/s p5 .. p95 (Monte Carlo over the calibration's uncertainty):\n");
     let mut line = |label: &str, r: &Row| {
         if let Some(i) = interval_of(r) {
             let _ = writeln!(

@@ -227,6 +227,28 @@ fn h200_base() -> ScenarioRequest {
     }
 }
 
+/// rms relative error of the held-out points before and after the fit (profile `fitted`), and
+/// the worst after.
+fn held_out_errors(fitted: &Path, held_out: &[Point]) -> (f64, f64, f64) {
+    let source = Path::new("reference_steps.csv");
+    let before = predict(&h200_base(), held_out, source).unwrap();
+    let after = predict(
+        &ScenarioRequest {
+            calibration: Some(fitted.display().to_string()),
+            ..h200_base()
+        },
+        held_out,
+        source,
+    )
+    .unwrap();
+    let worst = after.iter().map(|r| r.rel_err.abs()).fold(0.0, f64::max);
+    (
+        ThroughputFit::rms_rel_err(&before),
+        ThroughputFit::rms_rel_err(&after),
+        worst,
+    )
+}
+
 #[test]
 fn h200_reference_steps_fitted_on_half_predict_the_other_half() {
     let all = h200_points();
@@ -254,21 +276,7 @@ fn h200_reference_steps_fitted_on_half_predict_the_other_half() {
         "{:?}",
         fit.refused
     );
-    let before = predict(&h200_base(), &held_out, Path::new("reference_steps.csv")).unwrap();
-    let after = predict(
-        &ScenarioRequest {
-            calibration: Some(out.display().to_string()),
-            ..h200_base()
-        },
-        &held_out,
-        Path::new("reference_steps.csv"),
-    )
-    .unwrap();
-    let (rb, ra) = (
-        ThroughputFit::rms_rel_err(&before),
-        ThroughputFit::rms_rel_err(&after),
-    );
-    let worst = after.iter().map(|r| r.rel_err.abs()).fold(0.0, f64::max);
+    let (rb, ra, worst) = held_out_errors(&out, &held_out);
     println!(
         "H200 held-out points: rms error {:.2}% before, {:.2}% after the fit (worst {:.2}%); fitted: {:?}",
         100.0 * rb,
@@ -448,21 +456,7 @@ fn h200_a_few_reference_steps_with_automatic_factors_predict_the_rest() {
         "{:?}",
         fit.choices
     );
-    let before = predict(&h200_base(), &held_out, Path::new("reference_steps.csv")).unwrap();
-    let after = predict(
-        &ScenarioRequest {
-            calibration: Some(out.display().to_string()),
-            ..h200_base()
-        },
-        &held_out,
-        Path::new("reference_steps.csv"),
-    )
-    .unwrap();
-    let (rb, ra) = (
-        ThroughputFit::rms_rel_err(&before),
-        ThroughputFit::rms_rel_err(&after),
-    );
-    let worst = after.iter().map(|r| r.rel_err.abs()).fold(0.0, f64::max);
+    let (rb, ra, worst) = held_out_errors(&out, &held_out);
     println!(
         "H200, 6 steps fitted (automatic choice), 48 held out: rms error {:.2}% before, {:.2}% after (worst {:.2}%); fitted: {:?}",
         100.0 * rb,

@@ -175,12 +175,6 @@ pub fn fixture(rel: &str) -> PathBuf {
     p
 }
 
-/// Whether the environment demands the ../shared folder (CI, or DECODESIM_REQUIRE_SHARED=1).
-pub fn shared_required() -> bool {
-    std::env::var_os("CI").is_some_and(|v| !v.is_empty() && v != "0" && v != "false")
-        || std::env::var("DECODESIM_REQUIRE_SHARED").is_ok_and(|v| v == "1")
-}
-
 /// `../shared/<rel>` beside the checkout. Tests that need it are `#[ignore]`d (run them with
 /// `--include-ignored`), and fail here with a clear message when it is absent.
 pub fn shared(rel: &str) -> PathBuf {
@@ -193,13 +187,6 @@ pub fn shared(rel: &str) -> PathBuf {
         p.display()
     );
     p
-}
-
-/// Fails when CI (or DECODESIM_REQUIRE_SHARED=1) requires `../shared/<rel>` and it is absent.
-pub fn check_shared_when_required(rel: &str) {
-    if shared_required() {
-        shared(rel);
-    }
 }
 
 /// Runs the decodesim binary; (success, stdout, stderr).

@@ -14,8 +14,8 @@ fn request(batch: Vec<u32>, context: Vec<u64>) -> SweepRequest {
         base: ScenarioRequest::default(),
         batch,
         context,
-        proto: vec![decodesim::spec::Proto::Ll],
-        algo: vec![decodesim::spec::Algo::Ring],
+        proto: vec![decodesim::scenario::Proto::Ll],
+        algo: vec![decodesim::scenario::Algo::Ring],
         cuda_graphs: vec![true],
         draft_tokens: vec![0],
         method: Method::Eagle3,
@@ -27,7 +27,7 @@ fn request(batch: Vec<u32>, context: Vec<u64>) -> SweepRequest {
 }
 
 fn bench(c: &mut Criterion) {
-    let budget = |_: &decodesim::spec::Scenario, _: &decodesim::cost::CalibrationProfile, _| {
+    let budget = |_: &decodesim::scenario::Scenario, _: &decodesim::cost::CalibrationProfile, _| {
         Ok(KvBudget {
             num_blocks: 1 << 20,
             tokens_per_block: 16,

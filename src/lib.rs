@@ -6,7 +6,7 @@ pub mod bundle;
 pub mod category;
 pub mod error;
 pub mod files;
-pub mod spec;
+pub mod scenario;
 pub mod workload;
 
 pub use error::{Error, Result};

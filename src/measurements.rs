@@ -7,7 +7,7 @@
 use crate::error::{Error, Result};
 use crate::files::{open_input, InputKind};
 use crate::names::enum_names;
-use crate::spec::{Algo, Proto};
+use crate::scenario::{Algo, Proto};
 use crate::units::echo;
 use crate::workload::CostFamily;
 use std::collections::HashMap;

@@ -4,9 +4,9 @@
 use decodesim::calibrate::aiconfigurator::{from_aiconfigurator, AicRequest};
 use decodesim::cost::aic::{comm_price, AicTables, MoeKey};
 use decodesim::sim::{simulate, ScenarioRequest};
-use decodesim::spec::routing::Routing;
-use decodesim::spec::scenario::{AllreduceImpl, CommKnobs};
-use decodesim::spec::Proto;
+use decodesim::scenario::routing::Routing;
+use decodesim::scenario::deployment::{AllreduceImpl, CommKnobs};
+use decodesim::scenario::Proto;
 use std::path::{Path, PathBuf};
 
 const RTX: &str = "data/calibration/aiconfigurator/rtx_pro_6000_server";
@@ -253,7 +253,7 @@ fn allreduce_dispatch_follows_vllm() {
     assert!(ar.time_us < n.time_us, "{} vs {}", ar.time_us, n.time_us);
     // The reference runtime reduces with torch.distributed: custom is refused there.
     let e = simulate(&ScenarioRequest {
-        runtime: decodesim::spec::Runtime::Reference,
+        runtime: decodesim::scenario::Runtime::Reference,
         comm: custom,
         ..Default::default()
     })

@@ -18,17 +18,17 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("bundle", &[]),
     ("names", &[]),
     ("category", &["accounting"]), // doc links only
-    ("spec", &[]),
-    ("workload", &["spec"]),
-    ("measurements", &["spec", "workload"]),
-    ("cost", &["spec", "workload", "measurements"]),
+    ("scenario", &[]),
+    ("workload", &["scenario"]),
+    ("measurements", &["scenario", "workload"]),
+    ("cost", &["scenario", "workload", "measurements"]),
     ("trace", &[]),
-    ("accounting", &["trace", "spec"]), // spec: a scenario checked against what a trace shows
-    ("sim", &["spec", "workload", "cost", "accounting"]),
+    ("accounting", &["trace", "scenario"]), // scenario: one checked against what a trace shows
+    ("sim", &["scenario", "workload", "cost", "accounting"]),
     (
         "calibrate",
         &[
-            "spec",
+            "scenario",
             "workload",
             "measurements",
             "cost",
@@ -41,7 +41,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
     (
         "capacity",
         &[
-            "spec",
+            "scenario",
             "workload",
             "measurements",
             "cost",
@@ -52,7 +52,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
     (
         "whatif",
         &[
-            "spec",
+            "scenario",
             "workload",
             "measurements",
             "cost",
@@ -63,7 +63,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
     (
         "validate",
         &[
-            "spec",
+            "scenario",
             "workload",
             "measurements",
             "cost",
@@ -76,7 +76,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
     (
         "report",
         &[
-            "spec",
+            "scenario",
             "workload",
             "measurements",
             "cost",

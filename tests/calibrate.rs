@@ -3,7 +3,7 @@
 use decodesim::calibrate::{calibrate, FitOptions};
 use decodesim::cost::CalibrationProfile;
 use decodesim::measurements::Measurements;
-use decodesim::spec::{CommPath, GpuSpec, Proto};
+use decodesim::scenario::{CommPath, GpuSpec, Proto};
 use decodesim::workload::CostFamily;
 use std::fmt::Write;
 use std::path::PathBuf;

@@ -7,7 +7,7 @@ use decodesim::category::Category;
 use decodesim::cost::CalibrationProfile;
 use decodesim::measurements::Measurements;
 use decodesim::sim::{simulate_loaded, ScenarioRequest};
-use decodesim::spec::GpuSpec;
+use decodesim::scenario::GpuSpec;
 use decodesim::workload::CostFamily;
 use std::fmt::Write;
 use std::path::{Path, PathBuf};

@@ -10,7 +10,7 @@ use common::{decodesim_bin, scratch};
 use decodesim::cost::aic::AicTables;
 use decodesim::cost::CalibrationProfile;
 use decodesim::sim::ScenarioRequest;
-use decodesim::spec::ModelSpec;
+use decodesim::scenario::ModelSpec;
 use std::path::{Path, PathBuf};
 
 fn root() -> PathBuf {
@@ -282,7 +282,7 @@ fn the_workload_and_memory_follow_the_moe_layers() {
     assert!(!experts_in(0) && experts_in(1) && !experts_in(2) && experts_in(3));
     let all = root().join("models/qwen3-235b-a22b.json");
     let (s_all, _) = req(&all).load().unwrap();
-    let fp = |s: &decodesim::spec::Scenario| {
+    let fp = |s: &decodesim::scenario::Scenario| {
         decodesim::workload::memory::footprint(&s.model, 8, 1, 1, 2.0).weights_bytes
     };
     // Two dense MLP layers replace two MoE layers: far fewer weight bytes.
@@ -350,7 +350,7 @@ fn kv_heads_against_tp_follow_vllms_rule() {
 fn spec_decode_ep_applies_to_the_target_not_the_dense_draft() {
     use decodesim::whatif::draft::{Draft, Method};
     let req = ScenarioRequest {
-        comm: decodesim::spec::scenario::CommKnobs {
+        comm: decodesim::scenario::deployment::CommKnobs {
             ep: Some(8),
             ..Default::default()
         },

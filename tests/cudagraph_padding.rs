@@ -3,7 +3,7 @@
 //! the padded count; attention, the KV write and the logits use the real tokens).
 
 use decodesim::sim::ScenarioRequest;
-use decodesim::spec::Scenario;
+use decodesim::scenario::Scenario;
 use decodesim::whatif::spec_decode;
 use decodesim::workload::{self, CostFamily, Workload};
 
@@ -63,7 +63,7 @@ fn batch_33_pads_to_40_with_graphs_only() {
         assert_eq!(op(&w, "kv_cache_write").shape.m, 33);
         assert_eq!(op(&w, "lm_head").shape.m, 33);
         assert_eq!(
-            s.padding(1, decodesim::spec::cudagraph::PadRule::Decode)
+            s.padding(1, decodesim::scenario::cudagraph::PadRule::Decode)
                 .padded,
             rows
         );

@@ -4,8 +4,8 @@
 
 use decodesim::cost::CollectiveChoice;
 use decodesim::sim::{simulate, simulate_loaded, ScenarioRequest, Simulation};
-use decodesim::spec::scenario::{AllreduceImpl, CommKnobs};
-use decodesim::spec::Proto;
+use decodesim::scenario::deployment::{AllreduceImpl, CommKnobs};
+use decodesim::scenario::Proto;
 use std::process::Command;
 
 const NOTE: &str = "mainline vLLM disables its custom all-reduce on more than 2 PCIe GPUs; this prices a patched build";
@@ -183,8 +183,8 @@ fn ll_threshold_picks_the_law_by_size() {
         .find(|e| {
             // The shipped profile's PCIe entries price any collective.
             e.op == decodesim::cost::profile::CollectiveOp::Any
-                && e.algo == decodesim::spec::Algo::Ring
-                && e.path == decodesim::spec::CommPath::PcieP2p
+                && e.algo == decodesim::scenario::Algo::Ring
+                && e.path == decodesim::scenario::CommPath::PcieP2p
                 && e.proto == Proto::Ll
         })
         .unwrap();

@@ -8,8 +8,8 @@ use decodesim::category::Category;
 use decodesim::cost::profile::Factors;
 use decodesim::cost::CalibrationProfile;
 use decodesim::sim::{simulate_loaded, ScenarioRequest, Simulation};
-use decodesim::spec::scenario::{AllreduceImpl, CommKnobs};
-use decodesim::spec::{Proto, Scenario};
+use decodesim::scenario::deployment::{AllreduceImpl, CommKnobs};
+use decodesim::scenario::{Proto, Scenario};
 use decodesim::whatif::fast::{Collectives, FastScenario, Launch};
 use decodesim::workload::{CostFamily, Op};
 use std::path::PathBuf;
@@ -361,7 +361,7 @@ fn law_collective_split_is_the_entry_latency() {
         .find(|e| {
             // The shipped profile's PCIe entries price any collective.
             e.op == decodesim::cost::profile::CollectiveOp::Any
-                && e.algo == decodesim::spec::Algo::Ring
+                && e.algo == decodesim::scenario::Algo::Ring
                 && e.path == s.comm_path()
                 && e.proto == Proto::Ll
         })

@@ -7,7 +7,7 @@
 
 use decodesim::cost::{self, CalibrationProfile};
 use decodesim::sim::{engine_config, Engine, ScenarioRequest, Timeline};
-use decodesim::spec::{Proto, Scenario};
+use decodesim::scenario::{Proto, Scenario};
 use decodesim::whatif::draft::{Draft, Method};
 use decodesim::whatif::fast::{Collectives, FastScenario, Launch};
 use decodesim::whatif::spec_decode;

@@ -8,8 +8,8 @@ use decodesim::calibrate::from_throughput::{
 };
 use decodesim::cost::profile::Factors;
 use decodesim::sim::{simulate_loaded, ScenarioRequest};
-use decodesim::spec::routing::Routing;
-use decodesim::spec::Proto;
+use decodesim::scenario::routing::Routing;
+use decodesim::scenario::Proto;
 use std::path::{Path, PathBuf};
 
 fn tmp(name: &str) -> PathBuf {
@@ -196,9 +196,9 @@ fn h200_points() -> Vec<Point> {
         }
         let batch: u32 = f[3].parse().unwrap();
         let (proto, algo, p2p) = match f[5] {
-            "ll_ring" => (Proto::Ll, decodesim::spec::Algo::Ring, true),
-            "p2p_off" => (Proto::Auto, decodesim::spec::Algo::Auto, false),
-            _ => (Proto::Auto, decodesim::spec::Algo::Auto, true),
+            "ll_ring" => (Proto::Ll, decodesim::scenario::Algo::Ring, true),
+            "p2p_off" => (Proto::Auto, decodesim::scenario::Algo::Auto, false),
+            _ => (Proto::Auto, decodesim::scenario::Algo::Auto, true),
         };
         out.push(Point {
             line: i + 1,
@@ -221,7 +221,7 @@ fn h200_base() -> ScenarioRequest {
         system: "h200-2x-nvlink".into(),
         tp: Some(2),
         layers: Some(4),
-        runtime: decodesim::spec::Runtime::Reference,
+        runtime: decodesim::scenario::Runtime::Reference,
         calibration: Some("h200".into()),
         ..ScenarioRequest::default()
     }

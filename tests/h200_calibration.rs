@@ -5,7 +5,7 @@ use decodesim::calibrate::{calibrate, FitOptions};
 use decodesim::cost::profile::CollectiveOp;
 use decodesim::cost::CalibrationProfile;
 use decodesim::measurements::Measurements;
-use decodesim::spec::{Algo, CommPath, GpuSpec, Proto};
+use decodesim::scenario::{Algo, CommPath, GpuSpec, Proto};
 use decodesim::trace::classify::Classifier;
 use decodesim::validate::{validate, ValidateOptions};
 use decodesim::workload::CostFamily;

@@ -4,8 +4,8 @@ mod common;
 
 use common::{decodesim_bin, scratch};
 use decodesim::sim::{simulate, ScenarioRequest};
-use decodesim::spec::routing::Routing;
-use decodesim::spec::Proto;
+use decodesim::scenario::routing::Routing;
+use decodesim::scenario::Proto;
 use decodesim::whatif::uncertainty::{
     scenario_intervals, vary_intervals, Target, Uncertainty, Verdict,
 };

@@ -100,7 +100,7 @@ fn system_and_gpu_files_are_held_to_physics() {
     );
     assert_ne!(bad, gpu);
     let p = write(&d, "gpu.toml", &bad);
-    let e = decodesim::spec::GpuSpec::from_file(&p)
+    let e = decodesim::scenario::GpuSpec::from_file(&p)
         .unwrap_err()
         .to_string();
     assert!(
@@ -219,7 +219,7 @@ fn a_routing_file_with_one_dominant_expert_ends() {
     assert!(ok, "{err}");
     assert!(out.contains("step_time_us"), "{out}");
     // The sampler itself: every token still gets 8 distinct experts.
-    let r = decodesim::spec::routing::Routing::parse(p.to_str().unwrap()).unwrap();
+    let r = decodesim::scenario::routing::Routing::parse(p.to_str().unwrap()).unwrap();
     let res = decodesim::workload::routing::resolve(&r, 384, 8, 2);
     let s = decodesim::workload::routing::sample(&res, &[true, true], 384, 8, 64, 1);
     assert_eq!(s.expert_tokens[1].iter().sum::<u32>(), 64 * 8);
@@ -250,7 +250,7 @@ fn a_histogram_that_cannot_tell_the_concentration_warns_with_its_interval() {
             && out.contains("using uniform"),
         "{out}"
     );
-    let r = decodesim::spec::routing::Routing::parse(p.to_str().unwrap()).unwrap();
+    let r = decodesim::scenario::routing::Routing::parse(p.to_str().unwrap()).unwrap();
     let f = decodesim::workload::routing::histogram_fit(&r, 384, 8).unwrap();
     assert!(f.saturated && f.undetermined(), "{f:?}");
     assert_eq!(f.alpha, 0.0);
@@ -261,7 +261,7 @@ fn a_histogram_that_cannot_tell_the_concentration_warns_with_its_interval() {
         "uniform.csv",
         "tokens,experts_touched,steps\n8,60.3,100\n32,188.2,100\n",
     );
-    let r = decodesim::spec::routing::Routing::parse(p.to_str().unwrap()).unwrap();
+    let r = decodesim::scenario::routing::Routing::parse(p.to_str().unwrap()).unwrap();
     let f = decodesim::workload::routing::histogram_fit(&r, 384, 8).unwrap();
     assert!(!f.saturated, "{f:?}");
     assert!(f.interval[1] - f.interval[0] < 0.5, "{f:?}");
@@ -422,7 +422,7 @@ fn nccl_knobs_are_held_to_nccls_own_ranges() {
         &["--nccl-max-nchannels", "1..=64"],
     );
     // ...and the scenario itself, for paths that do not pass the parser (`--vary`, grids).
-    use decodesim::spec::scenario::CommKnobs;
+    use decodesim::scenario::deployment::CommKnobs;
     let load = |comm: CommKnobs| {
         decodesim::sim::ScenarioRequest {
             comm,

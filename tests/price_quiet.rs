@@ -5,7 +5,7 @@
 
 use decodesim::cost;
 use decodesim::sim::ScenarioRequest;
-use decodesim::spec::Proto;
+use decodesim::scenario::Proto;
 use decodesim::workload;
 
 #[test]

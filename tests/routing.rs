@@ -2,7 +2,7 @@
 //! and the power-law exponents equivalent to AIConfigurator's MoE table distributions.
 
 use decodesim::sim::{simulate, ScenarioRequest};
-use decodesim::spec::routing::{Routing, DEFAULT_ROUTING};
+use decodesim::scenario::routing::{Routing, DEFAULT_ROUTING};
 use decodesim::workload::routing::{
     expected_distinct_experts, resolve, sample, AIC_EQUIVALENT_ALPHA,
 };
@@ -71,7 +71,7 @@ fn default_routing_is_the_aiconfigurator_default_equivalent_and_uniform_is_uncha
     assert_eq!(s.routing, default);
     // The reference runtime routes random tokens through random weights: uniform.
     let (s, _) = ScenarioRequest {
-        runtime: decodesim::spec::Runtime::Reference,
+        runtime: decodesim::scenario::Runtime::Reference,
         ..ScenarioRequest::default()
     }
     .load()

@@ -1,7 +1,7 @@
 //! One test per class of bad model, system or GPU input: each is refused with an error naming
 //! the file, the field (as a JSON/TOML path) and the value found.
 
-use decodesim::spec::{GpuSpec, ModelSpec, SystemSpec};
+use decodesim::scenario::{GpuSpec, ModelSpec, SystemSpec};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 

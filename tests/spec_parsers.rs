@@ -2,8 +2,8 @@
 //! `text_config` nesting and compressed-tensors INT4 with its `ignore` list, DeepSeek-V3's FP8
 //! blocks, a GQA dense model, and the system and GPU files.
 
-use decodesim::spec::model::Scoring;
-use decodesim::spec::{Family, ModelSpec, SystemSpec, WeightFormat};
+use decodesim::scenario::model::Scoring;
+use decodesim::scenario::{Family, ModelSpec, SystemSpec, WeightFormat};
 use std::path::{Path, PathBuf};
 
 fn root(p: &str) -> PathBuf {

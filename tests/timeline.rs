@@ -180,7 +180,7 @@ fn other_families_simulate() {
             model: model.into(),
             system: system.into(),
             tp: Some(tp),
-            proto: decodesim::spec::Proto::Auto,
+            proto: decodesim::scenario::Proto::Auto,
             ..Default::default()
         });
         assert!(sim.step_time_us() > 0.0, "{model}");

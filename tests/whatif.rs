@@ -1,7 +1,7 @@
 //! `whatif`: speculative decoding built from real draft and verify workloads.
 
 use decodesim::sim::ScenarioRequest;
-use decodesim::spec::Scenario;
+use decodesim::scenario::Scenario;
 use decodesim::whatif::acceptance::Acceptance;
 use decodesim::whatif::draft::{Draft, Method};
 use decodesim::whatif::spec_decode::{self, SpecDecodeRequest};
@@ -222,9 +222,9 @@ fn fast_path_matches_the_timeline() {
         s.context = contexts[rng.random_range(0..contexts.len())];
         s.cuda_graphs = rng.random_bool(0.5);
         s.nccl.proto = if rng.random_bool(0.5) {
-            decodesim::spec::Proto::Ll
+            decodesim::scenario::Proto::Ll
         } else {
-            decodesim::spec::Proto::Simple
+            decodesim::scenario::Proto::Simple
         };
         s.seed = i;
         // One in three is a speculative step.

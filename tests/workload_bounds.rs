@@ -3,7 +3,7 @@
 //! byte counts (debug builds panic on u64 overflow, so a wrap would fail this test).
 
 use decodesim::sim::{simulate, ScenarioRequest};
-use decodesim::spec::model::limits;
+use decodesim::scenario::model::limits;
 use serde_json::json;
 
 #[test]
@@ -33,13 +33,13 @@ fn a_model_at_every_limit_simulates_without_overflow() {
     std::fs::create_dir_all(&dir).unwrap();
     let p = dir.join("edge.json");
     std::fs::write(&p, cfg.to_string()).unwrap();
-    let batch = decodesim::spec::scenario::MAX_BATCH;
+    let batch = decodesim::scenario::deployment::MAX_BATCH;
     let sim = simulate(&ScenarioRequest {
         model: p.display().to_string(),
         system: "h200-2x-nvlink".into(),
         tp: Some(2),
         batch,
-        context: decodesim::spec::scenario::MAX_CONTEXT,
+        context: decodesim::scenario::deployment::MAX_CONTEXT,
         calibration: Some("h200-estimate".into()),
         ..Default::default()
     })

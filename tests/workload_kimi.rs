@@ -7,7 +7,7 @@ use decodesim::category::Category;
 use decodesim::sim::ScenarioRequest;
 use decodesim::workload::{self, CostFamily};
 
-fn scenario(batch: u32) -> decodesim::spec::Scenario {
+fn scenario(batch: u32) -> decodesim::scenario::Scenario {
     let req = ScenarioRequest {
         batch,
         ..ScenarioRequest::default()
@@ -143,7 +143,7 @@ fn gemm_bytes_match_hand_arithmetic() {
             // touch 384·(1 − (376/384)^64) ≈ 284): the closed form's count, within 5%.
             let mean = touched / 60.0;
             let expected = decodesim::workload::expected_distinct_experts(
-                &decodesim::spec::routing::Routing::default(),
+                &decodesim::scenario::routing::Routing::default(),
                 64,
                 384,
                 8,

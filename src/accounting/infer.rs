@@ -14,11 +14,11 @@
 //! - context: vLLM's `generation_{B}(sq{Q}sk{K}...)`, where K is the summed KV length of the
 //!   batch including the token being decoded: context = K / B − 1 (a mean over the batch).
 //!
-//! Imports `trace`, `accounting` and the plain `spec::Scenario` it is held against.
+//! Imports `trace`, `accounting` and the plain `scenario::Scenario` it is held against.
 
 use super::TraceSummary;
 use crate::error::{Error, Result};
-use crate::spec::Scenario;
+use crate::scenario::Scenario;
 use crate::trace::steps::StepKind;
 use regex::Regex;
 use serde::Serialize;

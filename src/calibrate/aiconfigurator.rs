@@ -14,8 +14,8 @@ use crate::cost::profile::{AicSection, CustomAllreduce, CustomArLaw, NcclDefault
 use crate::cost::CalibrationProfile;
 use crate::error::{Error, Result};
 use crate::files::InputKind;
-use crate::spec::system::LinkKind;
-use crate::spec::{catalog, CommPath, ModelSpec, SystemSpec};
+use crate::scenario::system::LinkKind;
+use crate::scenario::{catalog, CommPath, ModelSpec, SystemSpec};
 use std::path::{Component, Path, PathBuf};
 
 /// vLLM's default `max_size` of its custom all-reduce (facts.md §3.3: 8 MiB).

@@ -15,7 +15,7 @@ use crate::category::Category;
 use crate::cost::CalibrationProfile;
 use crate::error::Result;
 use crate::sim::{simulate_loaded, Simulation};
-use crate::spec::Scenario;
+use crate::scenario::Scenario;
 use crate::workload::CostFamily;
 use std::collections::BTreeMap;
 

@@ -146,7 +146,7 @@ fn point(v: &Value, line: usize, many: bool, path: &Path, opt: &BenchOptions) ->
             ))
         }
     };
-    let max_b = crate::spec::scenario::MAX_BATCH as f64;
+    let max_b = crate::scenario::deployment::MAX_BATCH as f64;
     let concurrency = match obj.get("max_concurrency") {
         Some(Value::Null) => {
             return Err(Error::field(

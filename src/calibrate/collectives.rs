@@ -7,7 +7,7 @@ use super::FitQuality;
 use crate::cost::collective::{steps, time_us};
 use crate::cost::profile::{CollectiveOp, CollectiveParams};
 use crate::measurements::{CollectivePoint, LaunchMode};
-use crate::spec::{Algo, CommPath, Proto};
+use crate::scenario::{Algo, CommPath, Proto};
 use crate::workload::CostFamily;
 use std::collections::{BTreeMap, BTreeSet};
 

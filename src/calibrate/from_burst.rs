@@ -11,7 +11,7 @@ use crate::cost::collective;
 use crate::cost::CalibrationProfile;
 use crate::error::{Error, Result};
 use crate::files::{field, HandCsv};
-use crate::spec::Scenario;
+use crate::scenario::Scenario;
 use crate::workload::CostFamily;
 use std::path::{Path, PathBuf};
 
@@ -119,14 +119,14 @@ pub fn latency_floor_us(s: &Scenario, bytes: u64) -> f64 {
     let ic = &s.system.interconnect;
     let pcie = pcie_signalling_gbps(ic.pcie_gen, ic.pcie_lanes);
     let (bw, lat) = match s.comm_path() {
-        crate::spec::CommPath::Nvlink => (ic.nvlink_gbps, ic.p2p_latency_us),
-        crate::spec::CommPath::PcieP2p => (
+        crate::scenario::CommPath::Nvlink => (ic.nvlink_gbps, ic.p2p_latency_us),
+        crate::scenario::CommPath::PcieP2p => (
             ic.p2p_gbps_same_socket
                 .max(ic.p2p_gbps_cross_socket)
                 .max(pcie),
             ic.p2p_latency_us,
         ),
-        crate::spec::CommPath::Host => (pcie, ic.host_latency_us.min(ic.p2p_latency_us)),
+        crate::scenario::CommPath::Host => (pcie, ic.host_latency_us.min(ic.p2p_latency_us)),
     };
     let bw = s.comm.link_gbps.unwrap_or(bw);
     let lat = s.comm.link_latency_us.unwrap_or(lat);

@@ -23,8 +23,8 @@ use crate::cost::CalibrationProfile;
 use crate::error::{Error, Result};
 use crate::files::InputKind;
 use crate::sim::{simulate_loaded, Engine, ScenarioRequest, Timeline};
-use crate::spec::routing::Routing;
-use crate::spec::{Algo, Proto, Scenario};
+use crate::scenario::routing::Routing;
+use crate::scenario::{Algo, Proto, Scenario};
 use crate::whatif::acceptance::Acceptance;
 use crate::whatif::draft::{Draft, Method};
 use nalgebra::{DMatrix, DVector};
@@ -200,7 +200,7 @@ impl Factor {
     fn bounds(self) -> (f64, f64) {
         match self.kind() {
             FactorKind::Overhead => (0.0, 1e6),
-            FactorKind::Routing => (0.0, crate::spec::routing::MAX_ALPHA),
+            FactorKind::Routing => (0.0, crate::scenario::routing::MAX_ALPHA),
             FactorKind::Scale => (0.01f64.ln(), 100f64.ln()),
         }
     }
@@ -221,7 +221,7 @@ impl Factor {
     fn too_wide(self, half: f64) -> bool {
         !half.is_finite()
             || match self.kind() {
-                FactorKind::Routing => half > crate::spec::routing::MAX_ALPHA / 2.0,
+                FactorKind::Routing => half > crate::scenario::routing::MAX_ALPHA / 2.0,
                 FactorKind::Overhead => half > 1e4,
                 FactorKind::Scale => half > 10f64.ln() / 2.0,
             }
@@ -444,12 +444,12 @@ fn parse_csv(text: &str, path: &Path) -> Result<Vec<Point>> {
         let concurrency: u32 = raw("concurrency")
             .parse()
             .ok()
-            .filter(|&c| (1..=crate::spec::scenario::MAX_BATCH).contains(&c))
+            .filter(|&c| (1..=crate::scenario::deployment::MAX_BATCH).contains(&c))
             .ok_or_else(|| {
                 fail(
                     "concurrency",
                     &raw("concurrency"),
-                    &format!("a whole number 1..{}", crate::spec::scenario::MAX_BATCH),
+                    &format!("a whole number 1..{}", crate::scenario::deployment::MAX_BATCH),
                 )
             })?;
         let context: u64 = raw("context")

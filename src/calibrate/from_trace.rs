@@ -7,7 +7,7 @@ use super::output::{table_reference, write_profile};
 use crate::accounting::{compare, Breakdown, Comparison};
 use crate::cost::CalibrationProfile;
 use crate::error::{Error, Result};
-use crate::spec::Scenario;
+use crate::scenario::Scenario;
 use std::path::{Path, PathBuf};
 
 /// Default `--max-step-error`: the single-anchor fit reproduces its anchor within a few percent

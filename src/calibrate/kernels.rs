@@ -5,7 +5,7 @@ use super::regression::{median, r_squared, weighted_least_squares};
 use super::FitQuality;
 use crate::cost::profile::KernelParams;
 use crate::measurements::KernelPoint;
-use crate::spec::GpuSpec;
+use crate::scenario::GpuSpec;
 use crate::workload::CostFamily;
 use std::collections::BTreeSet;
 

@@ -22,7 +22,7 @@ pub use transfer::transfer;
 use crate::cost::profile::{CalibrationProfile, CollectiveParams, KernelParams, ProfileMeta};
 use crate::error::{Error, Result};
 use crate::measurements::{KernelPoint, Measurements};
-use crate::spec::GpuSpec;
+use crate::scenario::GpuSpec;
 use crate::workload::CostFamily;
 use serde::Serialize;
 use std::collections::BTreeMap;

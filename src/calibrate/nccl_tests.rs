@@ -21,8 +21,8 @@ use crate::cost::profile::AicSection;
 use crate::cost::CalibrationProfile;
 use crate::error::{Error, Result};
 use crate::files::InputKind;
-use crate::spec::system::LinkKind;
-use crate::spec::CommPath;
+use crate::scenario::system::LinkKind;
+use crate::scenario::CommPath;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -340,7 +340,7 @@ pub struct NcclTestsRequest {
     /// The base profile (its laws price what the files do not hold).
     pub base: CalibrationProfile,
     /// The machine the files were measured on (its GPU link is the table's path).
-    pub system: crate::spec::SystemSpec,
+    pub system: crate::scenario::SystemSpec,
     pub out: PathBuf,
     pub name: Option<String>,
 }

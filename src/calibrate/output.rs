@@ -5,7 +5,7 @@ use super::{calibrate, transfer, CalibrationResult, FitOptions};
 use crate::cost::CalibrationProfile;
 use crate::error::{Error, Result};
 use crate::measurements::Measurements;
-use crate::spec::{catalog, GpuSpec};
+use crate::scenario::{catalog, GpuSpec};
 use std::path::{Path, PathBuf};
 
 /// Everything `calibrate --measurements` is asked.

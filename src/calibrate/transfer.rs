@@ -2,7 +2,7 @@
 //! GPU's own peak, so they transfer; the measured table and ranges do not.
 
 use crate::cost::profile::{CalibrationProfile, CollectiveParams};
-use crate::spec::{CommPath, GpuSpec};
+use crate::scenario::{CommPath, GpuSpec};
 
 /// Turns a profile fitted on `measured` into one for `target`: fitted kernel sections become
 /// "transferred" (efficiencies are fractions of each GPU's own peak), estimate sections and the

@@ -31,7 +31,7 @@
 use crate::cost::{self, CalibrationProfile};
 use crate::error::{Error, Result};
 use crate::files::{field, HandCsv};
-use crate::spec::Scenario;
+use crate::scenario::Scenario;
 use crate::workload::CostFamily;
 use serde::Serialize;
 
@@ -164,29 +164,29 @@ pub fn parse_mix(text: &str, path: &std::path::Path) -> Result<Vec<MixRow>> {
         let f: Vec<&str> = idx.iter().map(|&i| field(row, i)).collect();
         let len = |i: usize, name: &str| -> Result<u64> {
             match f[i].parse::<u64>() {
-                Ok(v) if (1..=crate::spec::scenario::MAX_CONTEXT).contains(&v) => Ok(v),
+                Ok(v) if (1..=crate::scenario::deployment::MAX_CONTEXT).contains(&v) => Ok(v),
                 _ => Err(bad(
                     n,
                     format!(
                         "{name} '{}' is not a token count: expected an integer from 1 to {}",
                         crate::units::echo(f[i]),
-                        crate::spec::scenario::MAX_CONTEXT
+                        crate::scenario::deployment::MAX_CONTEXT
                     ),
                 )),
             }
         };
         let input_len = len(0, "input_len")?;
         let output_len = len(1, "output_len")?;
-        // Bounded (`spec::limits::LOG_COUNT`), so the weights' sum cannot overflow to infinity.
+        // Bounded (`scenario::limits::LOG_COUNT`), so the weights' sum cannot overflow to infinity.
         let weight = match f[2].parse::<f64>() {
-            Ok(w) if w > 0.0 && crate::spec::limits::LOG_COUNT.contains(w) => w,
+            Ok(w) if w > 0.0 && crate::scenario::limits::LOG_COUNT.contains(w) => w,
             _ => {
                 return Err(bad(
                     n,
                     format!(
                         "weight '{}' is not a positive number of at most {}",
                         crate::units::echo(f[2]),
-                        crate::units::grouped(crate::spec::limits::LOG_COUNT.max, 0)
+                        crate::units::grouped(crate::scenario::limits::LOG_COUNT.max, 0)
                     ),
                 ))
             }
@@ -229,7 +229,7 @@ pub fn prefill_cost(
     input_len: f64,
 ) -> Result<PrefillCost> {
     let mut chunk = s.clone();
-    chunk.batch = chunk_tokens.clamp(1, crate::spec::scenario::MAX_BATCH);
+    chunk.batch = chunk_tokens.clamp(1, crate::scenario::deployment::MAX_BATCH);
     // Decode attention is left out below; a one-token context keeps its pricing trivial.
     chunk.context = 1;
     // Only what a prefill token runs: the layers (without decode attention) and the
@@ -360,7 +360,7 @@ pub fn decode_steps(
 /// powers of two up to the largest batch) and, with a TPOT limit, the bisection between two grid
 /// points (at most one step per power of two).
 pub fn simulations_per_curve(points: usize, max_tpot: bool) -> f64 {
-    let powers = (crate::spec::scenario::MAX_BATCH as f64).log2().ceil() + 1.0;
+    let powers = (crate::scenario::deployment::MAX_BATCH as f64).log2().ceil() + 1.0;
     points as f64 + powers + if max_tpot { powers } else { 0.0 }
 }
 

@@ -16,7 +16,7 @@
 
 use crate::cost::CalibrationProfile;
 use crate::error::{Error, Result};
-use crate::spec::{CommPath, ModelSpec, Scenario};
+use crate::scenario::{CommPath, ModelSpec, Scenario};
 use crate::workload::memory::{kv_bytes_per_token_per_rank, weight_bytes_per_rank};
 use serde::Serialize;
 
@@ -66,7 +66,7 @@ pub struct MemoryOptions {
 impl Default for MemoryOptions {
     fn default() -> Self {
         MemoryOptions {
-            gpu_memory_utilization: crate::spec::scenario::DEFAULT_GPU_MEMORY_UTILIZATION,
+            gpu_memory_utilization: crate::scenario::deployment::DEFAULT_GPU_MEMORY_UTILIZATION,
             max_num_batched_tokens: DEFAULT_MAX_NUM_BATCHED_TOKENS,
             max_num_seqs: DEFAULT_MAX_NUM_SEQS,
             block_size: DEFAULT_BLOCK_SIZE,
@@ -494,11 +494,11 @@ pub fn nccl_buffer_bytes(s: &Scenario, p: &CalibrationProfile) -> (f64, u32, f64
 
 /// vLLM's custom all-reduce buffers, where vLLM enables it (facts.md §3.3).
 pub fn custom_ar_bytes(s: &Scenario) -> f64 {
-    use crate::spec::scenario::AllreduceImpl;
+    use crate::scenario::deployment::AllreduceImpl;
     let enabled =
         crate::cost::allreduce::custom_ar_enabled(s.tp, s.comm_path() == CommPath::Nvlink).is_ok()
             && s.comm.allreduce != AllreduceImpl::Nccl
-            && s.runtime == crate::spec::Runtime::Vllm;
+            && s.runtime == crate::scenario::Runtime::Vllm;
     if enabled {
         CUSTOM_AR_BYTES
     } else {

@@ -9,7 +9,7 @@ pub mod plan;
 use crate::cost::CalibrationProfile;
 use crate::error::{Error, Result};
 use crate::sim::{ScenarioRequest, Simulation};
-use crate::spec::Scenario;
+use crate::scenario::Scenario;
 use curve::{Curve, Demand, MixRow};
 use memory::{MemoryAccount, MemoryOptions};
 
@@ -131,7 +131,7 @@ pub fn capacity(req: &CapacityRequest) -> Result<Capacity> {
     let kv_limit = mem.kv_limit(demand.tokens_per_request);
     let max_c = mem
         .max_concurrency(demand.tokens_per_request)
-        .min(crate::spec::scenario::MAX_BATCH as u64);
+        .min(crate::scenario::deployment::MAX_BATCH as u64);
     if max_c == 0 {
         return Err(Error::Scenario(format!(
             "memory binds: one request of {} KV tokens ({}) does not fit in the {} KV tokens per GPU that {} at TP={} leaves (GPU KV cache size: {} tokens); use a larger TP, --dcp, FP8 KV, or a shorter context",
@@ -151,7 +151,7 @@ pub fn capacity(req: &CapacityRequest) -> Result<Capacity> {
         ));
     }
     let pre = prefill(&s, &p, &demand, &req.memory)?;
-    if pre.is_some() && s.nccl.proto == crate::spec::Proto::Ll {
+    if pre.is_some() && s.nccl.proto == crate::scenario::Proto::Ll {
         warnings.push(
             "prefill's large all-reduces are priced with the forced NCCL_PROTO=LL (--nccl-proto LL, the default scenario's setting), which is slow for big messages; a deployment that leaves NCCL_PROTO unset gets Simple for them: compare --nccl-proto auto".into(),
         );
@@ -219,9 +219,9 @@ fn candidates(
     };
     let mut out = Vec::new();
     for name in &systems {
-        let sys = crate::spec::SystemSpec::from_file(
-            &crate::spec::catalog::resolve_system(name)?,
-            &crate::spec::catalog::gpus_dir(),
+        let sys = crate::scenario::SystemSpec::from_file(
+            &crate::scenario::catalog::resolve_system(name)?,
+            &crate::scenario::catalog::gpus_dir(),
         )?;
         for tp in (1..=sys.gpu_count).rev().filter(|t| sys.gpu_count % t == 0) {
             let mut r = req.scenario.clone();
@@ -253,7 +253,7 @@ fn candidates(
                     Ok(m) => {
                         let c = m
                             .max_concurrency(demand.tokens_per_request)
-                            .min(crate::spec::scenario::MAX_BATCH as u64);
+                            .min(crate::scenario::deployment::MAX_BATCH as u64);
                         let note = (c == 0).then(|| {
                             format!(
                                 "one request of {:.0} KV tokens does not fit in {} KV tokens",

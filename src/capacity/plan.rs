@@ -15,7 +15,7 @@
 
 use super::curve::CurvePoint;
 use crate::error::{Error, Result};
-use crate::spec::limits;
+use crate::scenario::limits;
 use serde::Serialize;
 
 /// What a candidate fails on, or what binds when no candidate meets the target.
@@ -48,7 +48,7 @@ pub struct Target {
     pub max_systems: u32,
 }
 
-/// Checks a plan's target flags against their physical ranges (`spec::limits`): a target of
+/// Checks a plan's target flags against their physical ranges (`scenario::limits`): a target of
 /// 1e30 tokens/s or 4e9 users is refused by flag, value and range, not planned into replica
 /// counts that wrap.
 pub fn check_target(

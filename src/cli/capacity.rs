@@ -14,7 +14,7 @@ use crate::report::plot::{
     MemorySeries,
 };
 use crate::report::{self, units, Format};
-use crate::spec::scenario::DEFAULT_GPU_MEMORY_UTILIZATION;
+use crate::scenario::deployment::DEFAULT_GPU_MEMORY_UTILIZATION;
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, clap::Args)]
@@ -115,7 +115,7 @@ pub fn parse_prices(s: &str) -> Result<Prices> {
     }
     };
     let price = |v: &str| -> Result<f64> {
-        let r = crate::spec::limits::GPU_HOUR_USD;
+        let r = crate::scenario::limits::GPU_HOUR_USD;
         match v.trim().parse::<f64>() {
             Ok(p) if r.contains(p) => Ok(p),
             _ => Err(bad(v, &format!("not {}", r.describe()))),
@@ -234,7 +234,7 @@ fn request(a: &CapacityArgs) -> Result<CapacityRequest> {
         }
         (None, Some(i), Some(o)) => {
             for (flag, v) in [("--input-len", i), ("--output-len", o)] {
-                if v == 0 || v > crate::spec::scenario::MAX_CONTEXT {
+                if v == 0 || v > crate::scenario::deployment::MAX_CONTEXT {
                     return Err(Error::Flag {
                         flag: if flag == "--input-len" {
                             "--input-len"
@@ -242,7 +242,7 @@ fn request(a: &CapacityArgs) -> Result<CapacityRequest> {
                             "--output-len"
                         },
                         value: v.to_string(),
-                        expected: format!("1 to {} tokens", crate::spec::scenario::MAX_CONTEXT),
+                        expected: format!("1 to {} tokens", crate::scenario::deployment::MAX_CONTEXT),
                     });
                 }
             }
@@ -320,11 +320,11 @@ pub fn run(a: CapacityArgs) -> Result<()> {
     a.scenario.warn_noop_flags();
     let req = request(&a)?;
     for b in &a.batches {
-        if *b == 0 || *b > crate::spec::scenario::MAX_BATCH {
+        if *b == 0 || *b > crate::scenario::deployment::MAX_BATCH {
             return Err(Error::Flag {
                 flag: "--batches",
                 value: b.to_string(),
-                expected: format!("batch sizes from 1 to {}", crate::spec::scenario::MAX_BATCH),
+                expected: format!("batch sizes from 1 to {}", crate::scenario::deployment::MAX_BATCH),
             });
         }
     }

@@ -3,7 +3,7 @@
 use super::print;
 use crate::error::Result;
 use crate::report::table::Table;
-use crate::spec::{catalog, ModelSpec, SystemSpec};
+use crate::scenario::{catalog, ModelSpec, SystemSpec};
 use crate::units::grouped;
 
 /// Widths of the free-text columns, so every line stays within about 100 characters.

@@ -1,7 +1,7 @@
 //! The scenario flags shared by `simulate`, `compare` and `calibrate --from-trace`.
 
 use crate::sim::ScenarioRequest;
-use crate::spec::{Algo, Proto};
+use crate::scenario::{Algo, Proto};
 use clap::{Args, ValueEnum};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -89,7 +89,7 @@ pub struct ScenarioArgs {
     /// `tokens,experts_touched,steps`) [default: the profile's fitted routing, else
     /// power-law:ALPHA of workload::routing::DEFAULT_ROUTING; uniform for --runtime reference].
     #[arg(long, value_name = "uniform|power-law:ALPHA|FILE", value_parser = parse_routing)]
-    pub routing: Option<crate::spec::routing::Routing>,
+    pub routing: Option<crate::scenario::routing::Routing>,
     /// Tensor-parallel all-reduce: NCCL, vLLM's custom kernel (an error where vLLM refuses it),
     /// or vLLM's own dispatch for the GPU and topology (8x PCIe: NCCL).
     #[arg(long, value_enum, default_value_t = AllreduceArg::Auto)]
@@ -110,7 +110,7 @@ pub struct ScenarioArgs {
     /// the whole batch; vLLM at data parallel 1), or all-to-all dispatch/combine replacing it
     /// [default: allreduce]. Only with --ep.
     #[arg(long, value_name = "allreduce|all-to-all", value_parser = parse_ep_comm)]
-    pub ep_comm: Option<crate::spec::scenario::EpComm>,
+    pub ep_comm: Option<crate::scenario::deployment::EpComm>,
     /// Decode context parallelism (vLLM's --decode-context-parallel-size): the KV cache is
     /// sharded across N ranks of the TP group; N must divide TP.
     #[arg(long, value_name = "N")]
@@ -127,7 +127,7 @@ pub struct ScenarioArgs {
     pub nccl_ll_threshold: Option<u64>,
 }
 
-fn parse_ep_comm(s: &str) -> std::result::Result<crate::spec::scenario::EpComm, String> {
+fn parse_ep_comm(s: &str) -> std::result::Result<crate::scenario::deployment::EpComm, String> {
     s.parse().map_err(|e: crate::Error| e.to_string())
 }
 
@@ -141,8 +141,8 @@ pub enum AllreduceArg {
     Auto,
 }
 
-fn parse_routing(s: &str) -> std::result::Result<crate::spec::routing::Routing, String> {
-    crate::spec::routing::Routing::parse(s).map_err(|e| e.to_string())
+fn parse_routing(s: &str) -> std::result::Result<crate::scenario::routing::Routing, String> {
+    crate::scenario::routing::Routing::parse(s).map_err(|e| e.to_string())
 }
 
 impl ScenarioArgs {
@@ -155,8 +155,8 @@ impl ScenarioArgs {
             super::output::warn(&format!(
                 "--ep-comm {} does nothing without --ep N (expert parallelism, N > 1); ignored",
                 match c {
-                    crate::spec::scenario::EpComm::AllToAll => "all-to-all",
-                    crate::spec::scenario::EpComm::AllReduce => "allreduce",
+                    crate::scenario::deployment::EpComm::AllToAll => "all-to-all",
+                    crate::scenario::deployment::EpComm::AllReduce => "allreduce",
                 }
             ));
         }
@@ -189,17 +189,17 @@ impl ScenarioArgs {
                 2.0
             },
             runtime: if self.runtime == "reference" {
-                crate::spec::Runtime::Reference
+                crate::scenario::Runtime::Reference
             } else {
-                crate::spec::Runtime::Vllm
+                crate::scenario::Runtime::Vllm
             },
             layers: self.layers,
             routing: self.routing.clone(),
-            comm: crate::spec::scenario::CommKnobs {
+            comm: crate::scenario::deployment::CommKnobs {
                 allreduce: match self.allreduce {
-                    AllreduceArg::Nccl => crate::spec::scenario::AllreduceImpl::Nccl,
-                    AllreduceArg::Custom => crate::spec::scenario::AllreduceImpl::Custom,
-                    AllreduceArg::Auto => crate::spec::scenario::AllreduceImpl::Auto,
+                    AllreduceArg::Nccl => crate::scenario::deployment::AllreduceImpl::Nccl,
+                    AllreduceArg::Custom => crate::scenario::deployment::AllreduceImpl::Custom,
+                    AllreduceArg::Auto => crate::scenario::deployment::AllreduceImpl::Auto,
                 },
                 nccl_max_nchannels: self.nccl_max_nchannels,
                 nccl_buffsize: self.nccl_buffsize,
@@ -223,7 +223,7 @@ pub(super) fn ll128_warning(flag: &str, base: &ScenarioRequest) -> Option<String
     r.proto = Proto::Ll128;
     let (s, _) = r.load().ok()?;
     let path = s.comm_path();
-    (path != crate::spec::scenario::CommPath::Nvlink).then(|| {
+    (path != crate::scenario::deployment::CommPath::Nvlink).then(|| {
         format!(
             "{flag} LL128 is not eligible on {} (the {} path): NCCL enables LL128 only over NVLink, so those collectives are priced as NCCL's fallback",
             s.system.name,

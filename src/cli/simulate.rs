@@ -4,7 +4,7 @@ use super::{print, ScenarioArgs};
 use crate::error::{Error, Result};
 use crate::report::{self, units, Format};
 use crate::sim;
-use crate::spec::scenario::DEFAULT_GPU_MEMORY_UTILIZATION;
+use crate::scenario::deployment::DEFAULT_GPU_MEMORY_UTILIZATION;
 use std::path::PathBuf;
 
 #[derive(Debug, clap::Args)]

@@ -4,7 +4,7 @@ use crate::error::{Error, Result};
 use crate::report::sweep::{Kind, Writer};
 use crate::report::Format;
 use crate::sim::ScenarioRequest;
-use crate::spec::{Algo, Proto};
+use crate::scenario::{Algo, Proto};
 use crate::whatif::acceptance::Acceptance;
 use crate::whatif::draft::Method;
 use crate::whatif::sweep::{self, KvBudget, SweepRequest};
@@ -94,7 +94,7 @@ pub struct SweepArgs {
     pub output: Option<PathBuf>,
     /// Share of each GPU's memory vLLM may use: a scenario fits when weights, activations,
     /// CUDA graphs, buffers and its KV cache do (the `fits` column; `capacity`'s accounting).
-    #[arg(long, default_value_t = crate::spec::scenario::DEFAULT_GPU_MEMORY_UTILIZATION, value_name = "SHARE")]
+    #[arg(long, default_value_t = crate::scenario::deployment::DEFAULT_GPU_MEMORY_UTILIZATION, value_name = "SHARE")]
     pub gpu_memory_utilization: f64,
     /// Rank scenarios that do not fit in memory too (best rows and the Pareto front).
     #[arg(long)]
@@ -375,7 +375,7 @@ pub fn request_with_warnings(a: &SweepArgs) -> Result<(SweepRequest, Vec<String>
         base,
         batch: dedup(
             "--batch",
-            parse_u32_list("--batch", &a.batch, 1..=crate::spec::scenario::MAX_BATCH)?,
+            parse_u32_list("--batch", &a.batch, 1..=crate::scenario::deployment::MAX_BATCH)?,
             num,
             &mut w,
         ),
@@ -455,7 +455,7 @@ pub fn format_for_output(path: &std::path::Path) -> Result<Format> {
 /// The memory of one CUDA-graph setting as `capacity` accounts it: the KV blocks left after
 /// weights, activations, graphs and buffers (none when they alone do not fit).
 fn kv_budget(
-    s: &crate::spec::Scenario,
+    s: &crate::scenario::Scenario,
     p: &crate::cost::CalibrationProfile,
     graphs: bool,
     utilization: f64,
@@ -515,7 +515,7 @@ pub fn run(a: SweepArgs) -> Result<()> {
     for w in &warnings {
         super::output::warn(w);
     }
-    let budget = |s: &crate::spec::Scenario, p: &crate::cost::CalibrationProfile, g: bool| {
+    let budget = |s: &crate::scenario::Scenario, p: &crate::cost::CalibrationProfile, g: bool| {
         kv_budget(s, p, g, u)
     };
     let prepared = sweep::prepare(&req, &budget)?;

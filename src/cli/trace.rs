@@ -9,7 +9,7 @@ use crate::error::{Error, Result};
 use crate::report::plot::plot_comparison;
 pub use crate::report::Format;
 use crate::report::{comparison as cmp_report, trace_summary};
-use crate::spec::Scenario;
+use crate::scenario::Scenario;
 use crate::trace::classify::Classifier;
 use crate::trace::rank::RankPolicy;
 use crate::trace::TraceError;

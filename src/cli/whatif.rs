@@ -129,7 +129,7 @@ fn run_vary(a: VaryArgs) -> Result<()> {
     // LL128 in the base or among the varied protocols, on a base system without NVLink (when
     // the system or P2P is varied too, some variants may have NVLink: nothing to say).
     let path_varies = req.axes.iter().any(|(k, _)| k == "system" || k == "p2p");
-    let ll128 = req.base.proto == crate::spec::Proto::Ll128
+    let ll128 = req.base.proto == crate::scenario::Proto::Ll128
         || req
             .axes
             .iter()
@@ -221,7 +221,7 @@ pub fn spec_decode_request(a: &SpecDecodeArgs) -> Result<(SpecDecodeRequest, Vec
         parse_u32_list(
             "--crossover-batches",
             &a.crossover_batches,
-            1..=crate::spec::scenario::MAX_BATCH,
+            1..=crate::scenario::deployment::MAX_BATCH,
         )?
     };
     if a.mc_users == 0 || a.mc_users > 1_000_000 {

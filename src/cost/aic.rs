@@ -17,8 +17,8 @@ use crate::error::{Error, Result};
 use crate::measurements::{
     read_aic_comm_csv, read_aic_gemm_csv, read_aic_mla_csv, read_aic_moe_csv, AicCommRow,
 };
-use crate::spec::routing::{Routing, AIC_EQUIVALENT_ALPHA};
-use crate::spec::{Proto, Scenario};
+use crate::scenario::routing::{Routing, AIC_EQUIVALENT_ALPHA};
+use crate::scenario::{Proto, Scenario};
 use crate::workload::op::Stream;
 use crate::workload::{CostFamily, Op, Workload};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -180,7 +180,7 @@ pub fn comm_latency(pts: &[(f64, f64)]) -> f64 {
 
 /// The AIConfigurator MoE distribution whose rows match a routing model: `balanced` for uniform
 /// routing, `power_law_X` where the routing is that table's decodesim equivalent
-/// (`spec::routing::AIC_EQUIVALENT_ALPHA`), else `balanced`, which the pricer reads at the
+/// (`scenario::routing::AIC_EQUIVALENT_ALPHA`), else `balanced`, which the pricer reads at the
 /// token count that touches as many experts as the routing does (see `moe_tokens_for_lookup`).
 pub fn moe_table_distribution(routing: &Routing) -> &'static str {
     if let Routing::PowerLaw { alpha } = routing {

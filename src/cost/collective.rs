@@ -2,7 +2,7 @@
 //! plus the message over the algorithm bandwidth derived from the bus bandwidth.
 
 use super::profile::{CollectiveOp, CollectiveParams};
-use crate::spec::{Algo, CommPath, Proto};
+use crate::scenario::{Algo, CommPath, Proto};
 use crate::workload::CostFamily;
 
 /// Ring steps of a collective over `n` ranks: 2(n−1) for all-reduce, n−1 for all-gather,

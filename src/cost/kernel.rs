@@ -2,7 +2,7 @@
 //! memory time, each at a calibrated fraction of the GPU's peak.
 
 use super::profile::KernelParams;
-use crate::spec::GpuSpec;
+use crate::scenario::GpuSpec;
 use crate::workload::Op;
 
 pub fn kernel_us(op: &Op, k: &KernelParams, gpu: &GpuSpec) -> f64 {

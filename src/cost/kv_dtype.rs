@@ -13,7 +13,7 @@
 
 use crate::error::{Error, Result};
 use crate::measurements::{read_mla_kv_dtype_csv, MlaKvDtypeRow};
-use crate::spec::catalog;
+use crate::scenario::catalog;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;

@@ -24,7 +24,7 @@
 
 use super::collective;
 use super::Pricing;
-use crate::spec::{CommPath, Scenario};
+use crate::scenario::{CommPath, Scenario};
 use crate::workload::Workload;
 
 /// The system's own link for the scenario's path: (GB/s per direction, µs per hop).

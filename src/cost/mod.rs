@@ -25,8 +25,8 @@ pub use profile::CalibrationProfile;
 
 use crate::category::Category;
 use crate::error::{Error, Result};
-use crate::spec::scenario::AllreduceImpl;
-use crate::spec::{Algo, CommPath, Proto, Scenario};
+use crate::scenario::deployment::AllreduceImpl;
+use crate::scenario::{Algo, CommPath, Proto, Scenario};
 use crate::workload::{CostFamily, Op, Workload};
 use serde::Serialize;
 use std::collections::BTreeSet;
@@ -747,7 +747,7 @@ fn custom_ar_dispatch(
     quiet: bool,
     warnings: &mut BTreeSet<String>,
 ) -> Result<CustomAr> {
-    if s.runtime == crate::spec::Runtime::Reference {
+    if s.runtime == crate::scenario::Runtime::Reference {
         // The project's reference step reduces with torch.distributed, i.e. NCCL.
         return match s.comm.allreduce {
             AllreduceImpl::Custom => Err(Error::Scenario(

@@ -2,7 +2,7 @@
 
 use crate::error::{Error, Result};
 use crate::names::enum_names;
-use crate::spec::{Algo, CommPath, Proto};
+use crate::scenario::{Algo, CommPath, Proto};
 use crate::workload::CostFamily;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -65,7 +65,7 @@ impl CollectiveOp {
 
 /// Profiles spell algorithms in lower case (`ring`, `tree`); reading accepts any case.
 mod algo_lower {
-    use crate::spec::Algo;
+    use crate::scenario::Algo;
     pub fn serialize<S: serde::Serializer>(a: &Algo, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_str(&a.name().to_ascii_lowercase())
     }
@@ -472,15 +472,15 @@ impl Checker<'_> {
     }
 
     /// A fraction of a peak: 0.001 ≤ v ≤ 1 (nothing runs faster than the hardware's peak, and a
-    /// kernel 1,000x below it is a unit mistake: `spec::limits::EFFICIENCY`).
+    /// kernel 1,000x below it is a unit mistake: `scenario::limits::EFFICIENCY`).
     fn efficiency(&self, field: &str, v: f64) -> Result<()> {
-        let r = crate::spec::limits::EFFICIENCY;
+        let r = crate::scenario::limits::EFFICIENCY;
         if r.contains(v) {
             Ok(())
         } else {
             Err(self.fail(
                 field,
-                crate::spec::check::show(v),
+                crate::scenario::check::show(v),
                 &format!(
                     "a fraction of the GPU's peak in [{}, {}] (above 1 would beat the hardware)",
                     r.min, r.max
@@ -511,12 +511,12 @@ impl Checker<'_> {
             let f = |s: &str| format!("{name}.{mode}.{s}");
             self.latency(&f("base_us"), l.base_us)?;
             self.latency(&f("per_rank_us"), l.per_rank_us)?;
-            let max = bw.unwrap_or(crate::spec::limits::LINK_GBPS.max);
-            let min = crate::spec::limits::BUS_BW_FLOOR_GBPS;
+            let max = bw.unwrap_or(crate::scenario::limits::LINK_GBPS.max);
+            let min = crate::scenario::limits::BUS_BW_FLOOR_GBPS;
             if !(l.bw_gbps.is_finite() && l.bw_gbps >= min && l.bw_gbps <= max) {
                 return Err(self.fail(
                     &f("bw_gbps"),
-                    crate::spec::check::show(l.bw_gbps),
+                    crate::scenario::check::show(l.bw_gbps),
                     &format!("a bandwidth in [{min}, {max}] GB/s (the slowest GPU link; the GPU's memory bandwidth bounds any transfer)"),
                 ));
             }
@@ -569,18 +569,18 @@ impl Checker<'_> {
         }
         self.latency(&f("base_us"), c.base_us)?;
         self.latency(&f("hop_us"), c.hop_us)?;
-        let max = bw_limit.unwrap_or(crate::spec::limits::LINK_GBPS.max);
-        let min = crate::spec::limits::BUS_BW_FLOOR_GBPS;
+        let max = bw_limit.unwrap_or(crate::scenario::limits::LINK_GBPS.max);
+        let min = crate::scenario::limits::BUS_BW_FLOOR_GBPS;
         if !(c.bus_bw_gbps.is_finite() && c.bus_bw_gbps >= min && c.bus_bw_gbps <= max) {
             return Err(self.fail(
                 &f("bus_bw_gbps"),
-                crate::spec::check::show(c.bus_bw_gbps),
+                crate::scenario::check::show(c.bus_bw_gbps),
                 &match bw_limit {
                     Some(m) => format!(
                         "a bandwidth in [{min}, {m}] GB/s (the slowest GPU link; the GPU's memory bandwidth bounds any transfer)"
                     ),
                     None => format!(
-                        "a bandwidth in [{min}, {max}] GB/s (spec::limits::LINK_GBPS)"
+                        "a bandwidth in [{min}, {max}] GB/s (scenario::limits::LINK_GBPS)"
                     ),
                 },
             ));
@@ -619,11 +619,11 @@ impl CalibrationProfile {
         let Some(device) = &tables.device else {
             return Ok(());
         };
-        let file = crate::spec::catalog::gpus_dir().join(format!("{}.toml", self.profile.gpu));
+        let file = crate::scenario::catalog::gpus_dir().join(format!("{}.toml", self.profile.gpu));
         if !file.is_file() {
             return Ok(());
         }
-        let gpu = crate::spec::GpuSpec::from_file(&file)?;
+        let gpu = crate::scenario::GpuSpec::from_file(&file)?;
         if super::aic::device_matches(device, &gpu.display_name) {
             return Ok(());
         }
@@ -642,12 +642,12 @@ impl CalibrationProfile {
 
     /// The GPU's spec memory bandwidth when the profile names a GPU of the catalog.
     fn gpu_bandwidth(&self) -> Result<Option<f64>> {
-        let file = crate::spec::catalog::gpus_dir().join(format!("{}.toml", self.profile.gpu));
+        let file = crate::scenario::catalog::gpus_dir().join(format!("{}.toml", self.profile.gpu));
         if !file.is_file() {
             return Ok(None);
         }
         Ok(Some(
-            crate::spec::GpuSpec::from_file(&file)?.memory_bandwidth_gbps,
+            crate::scenario::GpuSpec::from_file(&file)?.memory_bandwidth_gbps,
         ))
     }
 

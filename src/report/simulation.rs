@@ -21,7 +21,7 @@ pub fn scenario_json(sim: &Simulation) -> Value {
         "context": s.context,
         "cuda_graphs": s.cuda_graphs,
         // Tokens the step's kernels run over after CUDA-graph padding (= batch when not padded).
-        "padded_tokens": s.padding(1, crate::spec::cudagraph::PadRule::Decode).padded,
+        "padded_tokens": s.padding(1, crate::scenario::cudagraph::PadRule::Decode).padded,
         "nccl_proto": s.nccl.proto.name(),
         "nccl_algo": s.nccl.algo.name(),
         "p2p": s.nccl.p2p,
@@ -157,7 +157,7 @@ pub fn to_csv(sim: &Simulation) -> String {
 
 /// "kimi-k2.5 (mla+moe, 61 layers) on SYSTEM (8x GPU), TP=8": the first line of every report
 /// about a simulated scenario.
-pub fn headline(s: &crate::spec::Scenario) -> String {
+pub fn headline(s: &crate::scenario::Scenario) -> String {
     format!(
         "{} ({}, {} layers) on {} ({}x {}), TP={}",
         s.model.name,
@@ -186,7 +186,7 @@ pub fn render_table(sim: &Simulation) -> String {
         s.comm_path().name(),
         s.seed
     ));
-    let pad = s.padding(1, crate::spec::cudagraph::PadRule::Decode);
+    let pad = s.padding(1, crate::scenario::cudagraph::PadRule::Decode);
     if pad.padded > pad.tokens {
         out.push_str(&format!(
             "CUDA graph pads {} tokens to {} (the next captured size, {})\n",

@@ -5,9 +5,9 @@ use super::{Engine, EngineConfig, Timeline};
 use crate::accounting::Breakdown;
 use crate::cost::{self, CalibrationProfile, Pricing};
 use crate::error::Result;
-use crate::spec::catalog;
-use crate::spec::scenario::DEFAULT_GPU_MEMORY_UTILIZATION;
-use crate::spec::{Algo, ModelSpec, NcclSettings, Proto, Runtime, Scenario, SystemSpec};
+use crate::scenario::catalog;
+use crate::scenario::deployment::DEFAULT_GPU_MEMORY_UTILIZATION;
+use crate::scenario::{Algo, ModelSpec, NcclSettings, Proto, Runtime, Scenario, SystemSpec};
 use crate::workload::memory::{footprint, MemoryFootprint};
 use crate::workload::{self, Workload};
 
@@ -34,9 +34,9 @@ pub struct ScenarioRequest {
     /// Overrides the model's number of decoder layers (the reference step runs a few).
     pub layers: Option<usize>,
     /// `--routing`; None: the profile's fitted routing factor, else the runtime's default.
-    pub routing: Option<crate::spec::routing::Routing>,
+    pub routing: Option<crate::scenario::routing::Routing>,
     /// `--allreduce` and the NCCL knobs.
-    pub comm: crate::spec::scenario::CommKnobs,
+    pub comm: crate::scenario::deployment::CommKnobs,
 }
 
 impl Default for ScenarioRequest {
@@ -66,11 +66,11 @@ impl ScenarioRequest {
     pub fn load(&self) -> Result<(Scenario, CalibrationProfile)> {
         let mut model = ModelSpec::from_file(&catalog::resolve_model(&self.model)?)?;
         if let Some(layers) = self.layers {
-            let range = crate::spec::model::limits::LAYERS;
+            let range = crate::scenario::model::limits::LAYERS;
             if !range.contains(&(layers as u64)) {
                 return Err(crate::Error::Scenario(format!(
                     "--layers {layers} is out of range: expected {} layers",
-                    crate::spec::check::int_range_text(&range)
+                    crate::scenario::check::int_range_text(&range)
                 )));
             }
             model.num_layers = layers;
@@ -84,7 +84,7 @@ impl ScenarioRequest {
             .clone()
             .unwrap_or_else(|| system.default_calibration.clone());
         let profile = CalibrationProfile::from_file(&catalog::resolve_profile(&profile_arg)?)?;
-        let cuda_graph_sizes = std::sync::Arc::new(crate::spec::cudagraph::CaptureSizes::load(
+        let cuda_graph_sizes = std::sync::Arc::new(crate::scenario::cudagraph::CaptureSizes::load(
             &system.gpu.compute_capability,
         )?);
         let scenario = Scenario {
@@ -104,7 +104,7 @@ impl ScenarioRequest {
             runtime: self.runtime,
             seed: self.seed,
             gpu_memory_utilization: DEFAULT_GPU_MEMORY_UTILIZATION,
-            routing: crate::spec::routing::Routing::for_request(
+            routing: crate::scenario::routing::Routing::for_request(
                 self.routing.as_ref(),
                 profile.factors.routing_alpha,
                 self.runtime,
@@ -224,7 +224,7 @@ pub fn simulate_workload(
     );
     let memory_fit = MemoryFit::new(&memory, &scenario);
     let mut warnings = pricing.warnings.clone();
-    let pad = scenario.padding(1, crate::spec::cudagraph::PadRule::Decode);
+    let pad = scenario.padding(1, crate::scenario::cudagraph::PadRule::Decode);
     if scenario.cuda_graphs && !pad.captured {
         warnings.push(format!(
             "CUDA graphs: {} tokens are above the largest captured size {} ({}): vLLM runs this step without a full CUDA graph and does not pad it; decodesim still prices its launches as graph replays (pass --cuda-graphs off for eager launches)",

@@ -10,7 +10,7 @@ use crate::category::Category;
 use crate::cost::CalibrationProfile;
 use crate::error::{Error, Result};
 use crate::sim::{simulate_loaded, ScenarioRequest};
-use crate::spec::{Algo, Proto, Runtime};
+use crate::scenario::{Algo, Proto, Runtime};
 use crate::trace::classify::Classifier;
 use regex::Regex;
 use serde::Serialize;
@@ -249,7 +249,7 @@ pub fn validate_with(
     checks: ValidateChecks,
 ) -> Result<Validation> {
     let cases = discover(dir)?;
-    let profile_path = crate::spec::catalog::resolve_profile(&o.calibration)?;
+    let profile_path = crate::scenario::catalog::resolve_profile(&o.calibration)?;
     let profile = CalibrationProfile::from_file(&profile_path)?;
     let sopts = SummaryOptions {
         classifier: o.classifier,

@@ -98,15 +98,15 @@ impl Acceptance {
             };
             let len = field(li, "acceptance_length")?;
             let count = field(ci, "count")?;
-            // Bounded (`spec::limits::LOG_COUNT`), so the counts' sum cannot overflow.
-            if !crate::spec::limits::LOG_COUNT.contains(count) {
+            // Bounded (`scenario::limits::LOG_COUNT`), so the counts' sum cannot overflow.
+            if !crate::scenario::limits::LOG_COUNT.contains(count) {
                 return Err(Error::field(
                     path,
                     format!("row {} column count", row + 2),
                     format!(
                         "found {}, expected {}",
-                        crate::spec::check::show(count),
-                        crate::spec::limits::LOG_COUNT.describe()
+                        crate::scenario::check::show(count),
+                        crate::scenario::limits::LOG_COUNT.describe()
                     ),
                 ));
             }

@@ -3,8 +3,8 @@
 
 use crate::category::Category;
 use crate::error::{Error, Result};
-use crate::spec::model::MlaDims;
-use crate::spec::{catalog, Family, ModelSpec, Scenario};
+use crate::scenario::model::MlaDims;
+use crate::scenario::{catalog, Family, ModelSpec, Scenario};
 use crate::workload::builder::Builder;
 use crate::workload::{self, CostFamily, Workload};
 use serde::Deserialize;
@@ -181,7 +181,7 @@ impl Draft {
         let mut w = workload::build_pass(ds, queries);
         // The pass's rows, padded like a decode step of its own token count under graphs.
         let tokens = ds
-            .padding(queries, crate::spec::cudagraph::PadRule::Decode)
+            .padding(queries, crate::scenario::cudagraph::PadRule::Decode)
             .padded;
         let hidden = ds.model.hidden as u64;
         let mut extra = Builder::new();
@@ -197,7 +197,7 @@ impl Draft {
                     tokens,
                     hidden,
                     aux * hidden,
-                    crate::spec::WeightFormat::Bf16,
+                    crate::scenario::WeightFormat::Bf16,
                 );
             }
             // DeepSeek's MTP module normalises the embedding and the previous hidden state and

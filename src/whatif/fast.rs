@@ -31,8 +31,8 @@
 use crate::category::Category;
 use crate::cost::{self, CalibrationProfile};
 use crate::error::{Error, Result};
-use crate::spec::scenario::CommKnobs;
-use crate::spec::{NcclSettings, Scenario};
+use crate::scenario::deployment::CommKnobs;
+use crate::scenario::{NcclSettings, Scenario};
 use crate::workload::routing::DistinctExperts;
 use crate::workload::{
     CostFamily, Op, Shape, Stream, Workload, SHARED_EXPERT_STREAM_TOKEN_THRESHOLD,
@@ -60,7 +60,7 @@ struct Vars {
     context: f64,
     splits: f64,
     touched: f64,
-    /// Rows after CUDA-graph padding (`spec::cudagraph`; = tokens when not padded).
+    /// Rows after CUDA-graph padding (`scenario::cudagraph`; = tokens when not padded).
     padded: f64,
 }
 
@@ -202,7 +202,7 @@ struct PassModel {
     /// like a decode step of its own token count.
     verify: bool,
     /// The scenario's capture sizes.
-    sizes: std::sync::Arc<crate::spec::cudagraph::CaptureSizes>,
+    sizes: std::sync::Arc<crate::scenario::cudagraph::CaptureSizes>,
 }
 
 /// Unique ids of fast scenarios and collective settings (the memo's keys).
@@ -355,8 +355,8 @@ const PROBES_HIGH: [(u32, u32, u64); 14] = [
 ];
 
 /// The padding rule of a pass (as `workload::build_verify` / `build_pass` apply it).
-fn pad_rule(verify: bool, q: u32) -> crate::spec::cudagraph::PadRule {
-    use crate::spec::cudagraph::PadRule;
+fn pad_rule(verify: bool, q: u32) -> crate::scenario::cudagraph::PadRule {
+    use crate::scenario::cudagraph::PadRule;
     if verify {
         PadRule::Uniform { q }
     } else {
@@ -509,7 +509,7 @@ impl PassModel {
             let mut ps = s.clone();
             // Shapes are linear in the experts touched whatever the routing; uniform draws
             // are the cheapest to sample (the probes' touched counts are read off each build).
-            ps.routing = crate::spec::routing::Routing::Uniform;
+            ps.routing = crate::scenario::routing::Routing::Uniform;
             ps.batch = b;
             ps.context = c.min(s.model.max_position_embeddings as u64);
             // Probed with CUDA graphs on, so that padded rows and real tokens part (the

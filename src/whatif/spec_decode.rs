@@ -14,7 +14,7 @@ use crate::cost::profile::SpecDecodeParams;
 use crate::cost::{self, CalibrationProfile};
 use crate::error::{Error, Result};
 use crate::sim::{self, engine_config, Engine, ScenarioRequest, Simulation, Timeline};
-use crate::spec::Scenario;
+use crate::scenario::Scenario;
 use crate::workload::{self, Workload};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -149,7 +149,7 @@ fn play(
 }
 
 /// The verify pass: the target at k+1 queries per sequence (with CUDA graphs, padded to the
-/// capture sizes adjusted to multiples of k+1: `spec::cudagraph`), then the rejection sampler
+/// capture sizes adjusted to multiples of k+1: `scenario::cudagraph`), then the rejection sampler
 /// over the real rows (it runs outside the graph).
 pub fn verify_workload(s: &Scenario, k: u32) -> Workload {
     let mut w = workload::build_verify(s, k + 1);
@@ -440,7 +440,7 @@ pub fn study(
 
     let mut warnings = costs.baseline.warnings.clone();
     if scenario.cuda_graphs {
-        use crate::spec::cudagraph::PadRule;
+        use crate::scenario::cudagraph::PadRule;
         let above: Vec<String> = req
             .draft_tokens
             .iter()

@@ -14,7 +14,7 @@ use crate::category::Category;
 use crate::cost::CalibrationProfile;
 use crate::error::{Error, Result};
 use crate::sim::ScenarioRequest;
-use crate::spec::{Algo, Proto, Scenario};
+use crate::scenario::{Algo, Proto, Scenario};
 use rayon::prelude::*;
 
 /// Scenarios priced (and formatted) per chunk before the chunk is written: the memory a sweep

@@ -21,8 +21,8 @@
 use super::fast::{Collectives, Draw, FastScenario, Launch};
 use crate::cost::CalibrationProfile;
 use crate::error::{Error, Result};
-use crate::spec::routing::Routing;
-use crate::spec::Scenario;
+use crate::scenario::routing::Routing;
+use crate::scenario::Scenario;
 use crate::workload::routing::DistinctExperts;
 use crate::workload::CostFamily;
 use rand::rngs::SmallRng;
@@ -42,7 +42,7 @@ const Z975: f64 = 1.959_963_984_540_054;
 
 /// The MoE price's rms log error under the default routing `power-law:0.66` against
 /// AIConfigurator's `power_law_1.01` rows (16–512 tokens, moe_tp 8), as fitted in
-/// `spec::routing` (README "Routing").
+/// `scenario::routing` (README "Routing").
 pub const DEFAULT_ROUTING_RMS_LOG_ERROR: f64 = 0.112;
 
 /// p5, p50, p95 of a quantity over the draws.
@@ -346,7 +346,7 @@ impl Uncertainty {
                     // changes by e per unit of alpha at this step's tokens.
                     let tokens = (s.batch as u64).max(1);
                     let at = |a: f64| {
-                        Routing::power_law(a.clamp(0.0, crate::spec::routing::MAX_ALPHA))
+                        Routing::power_law(a.clamp(0.0, crate::scenario::routing::MAX_ALPHA))
                             .map(|r| {
                                 DistinctExperts::new(&r, moe.n_routed_experts, moe.top_k).at(tokens)
                             })
@@ -836,8 +836,8 @@ pub fn sweep_intervals(
     };
     let d = drawn_or_hint(&scenario, &profile, draft.as_ref(), n, seed)?;
     let mut settings: Vec<(
-        crate::spec::Proto,
-        crate::spec::Algo,
+        crate::scenario::Proto,
+        crate::scenario::Algo,
         bool,
         Launch,
         Collectives,

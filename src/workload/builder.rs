@@ -2,7 +2,7 @@
 
 use super::op::{CostFamily, MeasureKey, Op, Shape, Stream};
 use crate::category::Category;
-use crate::spec::WeightFormat;
+use crate::scenario::WeightFormat;
 
 /// Activations are BF16 throughout the decode step.
 pub const ACT_BYTES: f64 = 2.0;

@@ -5,7 +5,7 @@ use super::builder::{Builder, ACT_BYTES};
 use super::op::{CostFamily, MeasureKey, Shape};
 use super::StepShape;
 use crate::category::Category;
-use crate::spec::Runtime;
+use crate::scenario::Runtime;
 
 pub fn embedding(b: &mut Builder, s: &StepShape) {
     let t = s.tokens;

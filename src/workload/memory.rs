@@ -1,6 +1,6 @@
 //! Per-GPU memory: weights as vLLM shards and replicates them, and the KV cache.
 
-use crate::spec::{Family, ModelSpec};
+use crate::scenario::{Family, ModelSpec};
 use serde::Serialize;
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]

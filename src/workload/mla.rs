@@ -5,7 +5,7 @@ use super::builder::{Builder, ACT_BYTES};
 use super::op::{CostFamily, MeasureKey, Shape};
 use super::StepShape;
 use crate::category::Category;
-use crate::spec::model::MlaDims;
+use crate::scenario::model::MlaDims;
 
 pub fn attention_block(b: &mut Builder, s: &StepShape, mla: &MlaDims, layer: usize) {
     let m = s.model;

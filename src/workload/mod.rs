@@ -14,8 +14,8 @@ pub mod routing;
 pub use op::{CostFamily, Op, Shape, Stream};
 pub use routing::{expected_distinct_experts, Routing, RoutingSample};
 
-use crate::spec::cudagraph::PadRule;
-use crate::spec::{Family, ModelSpec, Runtime, Scenario};
+use crate::scenario::cudagraph::PadRule;
+use crate::scenario::{Family, ModelSpec, Runtime, Scenario};
 
 /// vLLM runs the shared expert on an auxiliary stream when the step has at most this many
 /// tokens (`VLLM_SHARED_EXPERTS_STREAM_TOKEN_THRESHOLD`, default 256; facts.md §3.1).
@@ -28,7 +28,7 @@ pub struct StepShape<'a> {
     pub batch: u32,
     pub context: u64,
     /// Rows the pass's kernels run over: the real tokens padded up to the CUDA graph's captured
-    /// size (`spec::cudagraph`). GEMMs, norms, elementwise, router/MoE rows and collectives use
+    /// size (`scenario::cudagraph`). GEMMs, norms, elementwise, router/MoE rows and collectives use
     /// it; padded rows are dummy tokens with no KV.
     pub tokens: u64,
     /// Real tokens (batch × queries): the KV-cache write, attention (over the real sequences

@@ -5,8 +5,8 @@ use super::builder::{Builder, ACT_BYTES};
 use super::op::{CostFamily, MeasureKey, Shape};
 use super::StepShape;
 use crate::category::Category;
-use crate::spec::model::{MoeDims, Scoring};
-use crate::spec::{Runtime, WeightFormat};
+use crate::scenario::model::{MoeDims, Scoring};
+use crate::scenario::{Runtime, WeightFormat};
 
 fn moe_kernel(w: WeightFormat) -> &'static str {
     match w {

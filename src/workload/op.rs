@@ -1,7 +1,7 @@
 //! One kernel of a decode step, with the shapes and byte counts its cost is computed from.
 
 use crate::category::Category;
-use crate::spec::WeightFormat;
+use crate::scenario::WeightFormat;
 use serde::Serialize;
 
 /// The stream a kernel runs on. Collectives run in program order with compute, as vLLM's

@@ -34,8 +34,8 @@ use super::builder::ACT_BYTES;
 use super::op::{CostFamily, Op, Shape, Stream};
 use super::Workload;
 use crate::category::Category;
-use crate::spec::scenario::EpComm;
-use crate::spec::Scenario;
+use crate::scenario::deployment::EpComm;
+use crate::scenario::Scenario;
 
 /// Applies `--ep` and `--dcp` to a step built for `real` tokens (batch × queries) padded to
 /// `padded` rows (CUDA-graph padding: collectives move every row; the KV write and attention

@@ -11,7 +11,7 @@
 //! weighted draws (Plackett–Luce), which is what a softmax/sigmoid top-k over noisy logits with
 //! these mean shares does.
 
-pub use crate::spec::routing::{Routing, AIC_EQUIVALENT_ALPHA, DEFAULT_ROUTING, MAX_ALPHA};
+pub use crate::scenario::routing::{Routing, AIC_EQUIVALENT_ALPHA, DEFAULT_ROUTING, MAX_ALPHA};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 

@@ -75,10 +75,10 @@ pub struct SystemSpec {
     pub interconnect: Interconnect,
 }
 
-/// Floors and ceilings of GPU figures (`spec::limits`, where each is argued): a value outside
+/// Floors and ceilings of GPU figures (`scenario::limits`, where each is argued): a value outside
 /// is a unit mistake (MB/s for GB/s, FLOP/s for TFLOP/s), not a faster or slower GPU.
 mod gpu_limits {
-    pub use crate::spec::limits::{
+    pub use crate::scenario::limits::{
         GPU_BANDWIDTH_GBPS as BANDWIDTH_GBPS, GPU_L2_MB as L2_MB, GPU_MEMORY_GB as MEMORY_GB,
         GPU_MEMORY_MIB as MEMORY_MIB, GPU_TFLOPS as TFLOPS,
     };
@@ -203,7 +203,7 @@ impl Interconnect {
             self.host_latency_us,
             &LATENCY_US,
         )?;
-        // A link that is there is at least as fast as the slowest of its kind (`spec::limits`):
+        // A link that is there is at least as fast as the slowest of its kind (`scenario::limits`):
         // 1e-300 GB/s is positive, and would price a collective at 1e305 µs.
         for (key, v, floor) in [
             (

@@ -76,7 +76,7 @@ impl std::fmt::Display for Routing {
 }
 
 /// Indices a routing file may name: experts 0..4,095 and layers 0..511 (the ceilings of
-/// `spec::model::limits::EXPERTS` and `LAYERS`); the model's own counts are checked later.
+/// `scenario::model::limits::EXPERTS` and `LAYERS`); the model's own counts are checked later.
 const EXPERT_INDEX: FloatRange = FloatRange::non_negative(4_095.0, "");
 const LAYER_INDEX: FloatRange = FloatRange::non_negative(511.0, "");
 /// Distinct experts touched in one step: at most the largest expert count accepted.
@@ -169,7 +169,7 @@ impl Routing {
             ROUTING_EXPECTED,
         )?;
         let idx = |name: &str| t.col(name);
-        // Every number within a physical range (`spec::limits`), so no sum overflows to
+        // Every number within a physical range (`scenario::limits`), so no sum overflows to
         // infinity and no index saturates: the error names the file, line and column.
         let in_range = |line: usize, field: &str, v: &str, r: &FloatRange| -> Result<f64> {
             match v.parse::<f64>() {

@@ -6,9 +6,9 @@ pub mod cudagraph;
 pub mod limits;
 pub mod model;
 pub mod routing;
-pub mod scenario;
+pub mod deployment;
 pub mod system;
 
 pub use model::{Family, ModelSpec, WeightFormat};
-pub use scenario::{Algo, CommPath, NcclSettings, Proto, Runtime, Scenario};
+pub use deployment::{Algo, CommPath, NcclSettings, Proto, Runtime, Scenario};
 pub use system::{GpuSpec, SystemSpec};

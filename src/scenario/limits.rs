@@ -5,7 +5,7 @@
 //! unit mistake or a typo, and the error names the flag (or field), the value and the range.
 //!
 //! Ranges that belong to one file format stay beside it when they are that format's own
-//! (`spec::model::limits` for config.json dimensions); this module holds the physical ones
+//! (`scenario::model::limits` for config.json dimensions); this module holds the physical ones
 //! shared by flags, system files, profiles and logs.
 
 use super::check::FloatRange;

@@ -3,6 +3,7 @@
 pub mod catalog;
 pub mod check;
 pub mod cudagraph;
+pub mod knobs;
 pub mod limits;
 pub mod model;
 pub mod routing;

@@ -7,60 +7,13 @@ use crate::cost::{self, CalibrationProfile, Pricing};
 use crate::error::Result;
 use crate::scenario::catalog;
 use crate::scenario::deployment::DEFAULT_GPU_MEMORY_UTILIZATION;
-use crate::scenario::{Algo, ModelSpec, NcclSettings, Proto, Runtime, Scenario, SystemSpec};
+use crate::scenario::{ModelSpec, NcclSettings, Scenario, SystemSpec};
 use crate::workload::memory::{footprint, MemoryFootprint};
 use crate::workload::{self, Workload};
 
-/// What a user asks for. `Default` is the bundled default scenario: Kimi-K2.5 on 8x RTX PRO
-/// 6000 over PCIe, TP=8, CUDA graphs, NCCL Ring/LL with P2P, batch 32, context 4096.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ScenarioRequest {
-    pub model: String,
-    pub system: String,
-    /// Defaults to every GPU of the system.
-    pub tp: Option<u32>,
-    pub batch: u32,
-    pub context: u64,
-    pub cuda_graphs: bool,
-    pub proto: Proto,
-    pub algo: Algo,
-    pub p2p: bool,
-    pub seed: u64,
-    /// Profile name or path; defaults to the system's own.
-    pub calibration: Option<String>,
-    /// KV-cache element size in bytes.
-    pub kv_bytes: f64,
-    pub runtime: Runtime,
-    /// Overrides the model's number of decoder layers (the reference step runs a few).
-    pub layers: Option<usize>,
-    /// `--routing`; None: the profile's fitted routing factor, else the runtime's default.
-    pub routing: Option<crate::scenario::routing::Routing>,
-    /// `--allreduce` and the NCCL knobs.
-    pub comm: crate::scenario::deployment::CommKnobs,
-}
-
-impl Default for ScenarioRequest {
-    fn default() -> Self {
-        ScenarioRequest {
-            model: "kimi-k2.5".into(),
-            system: "rtx-pro-6000-8x-pcie".into(),
-            tp: None,
-            batch: 32,
-            context: 4096,
-            cuda_graphs: true,
-            proto: Proto::Ll,
-            algo: Algo::Ring,
-            p2p: true,
-            seed: 0,
-            calibration: None,
-            kv_bytes: 2.0,
-            runtime: Runtime::Vllm,
-            layers: None,
-            routing: None,
-            comm: Default::default(),
-        }
-    }
-}
+/// What a user asks for: the settings of [`crate::scenario::knobs`] (defined there, with the
+/// table that parses, shows and applies each of them).
+pub use crate::scenario::knobs::ScenarioRequest;
 
 impl ScenarioRequest {
     pub fn load(&self) -> Result<(Scenario, CalibrationProfile)> {

@@ -185,7 +185,7 @@ fn from_aiconfigurator(a: &CalibrateArgs, dir: &std::path::Path) -> Result<()> {
     let r = crate::calibrate::aiconfigurator::from_aiconfigurator(
         &crate::calibrate::aiconfigurator::AicRequest {
             dir: dir.to_path_buf(),
-            system: a.scenario.system.clone(),
+            system: a.scenario.request().system,
             base,
             out: a.out.clone(),
             name: a.name.clone(),

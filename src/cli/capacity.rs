@@ -205,7 +205,7 @@ fn check_prices(a: &CapacityArgs, prices: &Prices) -> Result<()> {
         return Ok(());
     }
     let planned = if a.systems.is_empty() {
-        vec![a.scenario.system.clone()]
+        vec![a.scenario.request().system]
     } else {
         a.systems.clone()
     };
@@ -251,7 +251,7 @@ fn request(a: &CapacityArgs) -> Result<CapacityRequest> {
                 output_len: o,
             }
         }
-        _ => DemandSpec::Context(a.scenario.context),
+        _ => DemandSpec::Context(a.scenario.request().context),
     };
     Ok(CapacityRequest {
         scenario: a.scenario.request(),
@@ -261,7 +261,7 @@ fn request(a: &CapacityArgs) -> Result<CapacityRequest> {
             max_num_seqs: a.max_num_seqs,
             block_size: a.block_size,
             // --dcp is a scenario flag: it shards the KV cache here and the attention in the step.
-            dcp: a.scenario.dcp.unwrap_or(1),
+            dcp: a.scenario.request().comm.dcp.unwrap_or(1),
             cuda_graph_bytes: a.cuda_graph_mib.map(|m| m * 1_048_576.0),
         },
         demand,

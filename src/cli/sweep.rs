@@ -4,7 +4,8 @@ use crate::error::{Error, Result};
 use crate::report::sweep::{Kind, Writer};
 use crate::report::Format;
 use crate::sim::ScenarioRequest;
-use crate::scenario::{Algo, Proto};
+use crate::scenario::knobs::{knob, Sweep, KNOBS};
+use crate::scenario::Proto;
 use crate::whatif::acceptance::Acceptance;
 use crate::whatif::draft::Method;
 use crate::whatif::sweep::{self, KvBudget, SweepRequest};
@@ -38,35 +39,25 @@ pub struct SweepArgs {
     /// instead of the grid flags.
     #[arg(long, value_name = "FILE.toml", conflicts_with_all = GRID_FLAGS)]
     pub grid: Option<PathBuf>,
-    /// Model: a bundled name or a config.json.
-    #[arg(long, default_value = "kimi-k2.5")]
+    #[arg(long, default_value_t = knob("model").default_text(), hide_default_value = true, help = knob("model").help_text())]
     pub model: String,
-    /// System: a bundled name or a system TOML.
-    #[arg(long, default_value = "rtx-pro-6000-8x-pcie")]
+    #[arg(long, default_value_t = knob("system").default_text(), hide_default_value = true, help = knob("system").help_text())]
     pub system: String,
-    /// Tensor-parallel size [default: every GPU of the system].
-    #[arg(long)]
+    #[arg(long, help = knob("tp").help_text())]
     pub tp: Option<u32>,
-    /// Calibration profile [default: the system's own].
-    #[arg(long)]
+    #[arg(long, help = knob("calibration").help_text())]
     pub calibration: Option<String>,
-    /// KV-cache element: bf16 or fp8.
-    #[arg(long, default_value = "bf16", value_parser = ["bf16", "fp8"])]
+    #[arg(long, default_value_t = knob("kv-cache-dtype").default_text(), hide_default_value = true, help = knob("kv-cache-dtype").help_text())]
     pub kv_cache_dtype: String,
-    /// Batches: a list and/or ranges (1..=256, both ends included).
-    #[arg(long, default_value = "32")]
+    #[arg(long, default_value_t = knob("batch").default_text(), hide_default_value = true, help = list_help("batch", "A list and/or ranges (1..=256, both ends included)."))]
     pub batch: String,
-    /// Contexts (tokens): a list and/or ranges.
-    #[arg(long, default_value = "4096")]
+    #[arg(long, default_value_t = knob("context").default_text(), hide_default_value = true, help = list_help("context", "A list and/or ranges."))]
     pub context: String,
-    /// NCCL protocols: a list of LL, LL128, Simple, auto.
-    #[arg(long, default_value = "LL")]
+    #[arg(long, default_value_t = knob("nccl-proto").default_text(), hide_default_value = true, help = list_help("nccl-proto", "A list of LL, LL128, Simple, auto."))]
     pub nccl_proto: String,
-    /// NCCL algorithms: a list of Ring, Tree, auto.
-    #[arg(long, default_value = "Ring")]
+    #[arg(long, default_value_t = knob("nccl-algo").default_text(), hide_default_value = true, help = list_help("nccl-algo", "A list of Ring, Tree, auto."))]
     pub nccl_algo: String,
-    /// CUDA graphs: on, off or on,off.
-    #[arg(long, default_value = "on")]
+    #[arg(long, default_value_t = knob("cuda-graphs").default_text(), hide_default_value = true, help = list_help("cuda-graphs", "on, off or on,off."))]
     pub cuda_graphs: String,
     /// Draft tokens per step (0 = no speculation): a list and/or ranges.
     #[arg(long, default_value = "0")]
@@ -111,6 +102,23 @@ pub struct SweepArgs {
     pub interval_args: super::intervals::IntervalArgs,
 }
 
+/// A sweep axis's help: the knob's, how to list values, and its default as a value.
+fn list_help(name: &str, how: &str) -> String {
+    let k = knob(name);
+    format!("{} {how} [default: {}]", k.help, k.default_text())
+}
+
+/// A list of one knob's values, each read by the knob's own parser and applied to a request,
+/// then taken back out by `read`.
+fn axis<T>(name: &str, text: &str, read: fn(&ScenarioRequest) -> T) -> Result<Vec<T>> {
+    let k = knob(name);
+    list(k.flag, text, |s| {
+        let mut r = ScenarioRequest::default();
+        k.set(&mut r, s)?;
+        Ok(read(&r))
+    })
+}
+
 fn list<T>(flag: &str, text: &str, parse: impl Fn(&str) -> Result<T>) -> Result<Vec<T>> {
     let v: Vec<T> = text
         .split(',')
@@ -123,37 +131,9 @@ fn list<T>(flag: &str, text: &str, parse: impl Fn(&str) -> Result<T>) -> Result<
     Ok(v)
 }
 
-/// A grid file's keys: (key as written in the file, what it takes). Lists take a TOML array,
-/// a number or a string of the flag's own syntax (lists and ranges).
-const GRID_KEYS: [(&str, &str); 15] = [
-    (
-        "model",
-        "a bundled model name or a config.json path (string)",
-    ),
-    (
-        "system",
-        "a bundled system name or a system TOML path (string)",
-    ),
-    ("tp", "a whole number of GPUs"),
-    ("calibration", "a profile name or path (string)"),
-    ("kv-cache-dtype", "\"bf16\" or \"fp8\""),
-    ("batch", "batches: 32, [1, 2, 4] or \"1..=256\""),
-    (
-        "context",
-        "contexts in tokens: 4096, [1024, 4096] or \"1024,4096\"",
-    ),
-    (
-        "nccl-proto",
-        "\"LL\", [\"LL\", \"Simple\"] or \"LL,LL128,Simple,auto\"",
-    ),
-    (
-        "nccl-algo",
-        "\"Ring\", [\"Ring\", \"Tree\"] or \"Ring,Tree,auto\"",
-    ),
-    (
-        "cuda-graphs",
-        "\"on\", \"off\", \"on,off\", true, false or [true, false]",
-    ),
+/// The grid keys of `sweep` itself (speculative decoding): (key, what it takes). The scenario's
+/// own keys come from the knob table ([`grid_keys`]).
+const SPEC_GRID_KEYS: [(&str, &str); 5] = [
     ("draft-tokens", "draft tokens: 0, [0, 3] or \"0..=5\""),
     ("method", "\"eagle3\", \"mtp\" or \"draft-model\""),
     (
@@ -166,6 +146,29 @@ const GRID_KEYS: [(&str, &str); 15] = [
         "rates: [0.8, 0.6] or \"0.8,0.6\"",
     ),
 ];
+
+/// A grid file's keys: (key as written in the file, what it takes). Lists take a TOML array,
+/// a number or a string of the flag's own syntax (lists and ranges).
+fn grid_keys() -> Vec<(&'static str, String)> {
+    let scenario = KNOBS.iter().filter_map(|k| {
+        let takes = match (k.sweep, k.name()) {
+            (Sweep::No, _) => return None,
+            (Sweep::List, "batch" | "context") => {
+                format!("{}: 32, [1, 2, 4] or \"1..=256\"", k.expected)
+            }
+            (Sweep::List, "cuda-graphs") => {
+                "\"on\", \"off\", \"on,off\", true, false or [true, false]".to_string()
+            }
+            (Sweep::List, _) => format!("{}: one, a list [\"a\", \"b\"] or \"a,b\"", k.expected),
+            (Sweep::One, "tp") => k.expected.to_string(),
+            (Sweep::One, _) => format!("{} (string)", k.expected),
+        };
+        Some((k.name(), takes))
+    });
+    scenario
+        .chain(SPEC_GRID_KEYS.iter().map(|(k, t)| (*k, t.to_string())))
+        .collect()
+}
 
 /// One value in the flags' syntax: strings as written, numbers and booleans (on/off for
 /// cuda-graphs) as text, arrays joined with commas.
@@ -188,18 +191,15 @@ fn flag_text(key: &str, v: &toml::Value) -> Option<String> {
     }
 }
 
+/// How a knob is swept (None: `key` is not a knob).
+fn knob_sweep(key: &str) -> Option<Sweep> {
+    crate::scenario::knobs::find(key).map(|k| k.sweep)
+}
+
 /// Sets the flag `key` of `a` from its text; false when the value has the wrong kind.
 fn set_flag(a: &mut SweepArgs, key: &str, v: &toml::Value) -> Result<bool> {
-    let list_key = matches!(
-        key,
-        "batch"
-            | "context"
-            | "nccl-proto"
-            | "nccl-algo"
-            | "cuda-graphs"
-            | "draft-tokens"
-            | "acceptance-per-position"
-    );
+    let list_key = matches!(key, "draft-tokens" | "acceptance-per-position")
+        || knob_sweep(key) == Some(Sweep::List);
     if !list_key && matches!(v, toml::Value::Array(_)) {
         return Ok(false);
     }
@@ -215,7 +215,7 @@ fn set_flag(a: &mut SweepArgs, key: &str, v: &toml::Value) -> Result<bool> {
         "system" => a.system = text,
         "calibration" => a.calibration = Some(text),
         "kv-cache-dtype" => {
-            if text != "bf16" && text != "fp8" {
+            if knob(key).parse_value(&text).is_err() {
                 return Ok(false);
             }
             a.kv_cache_dtype = text
@@ -239,7 +239,7 @@ fn set_flag(a: &mut SweepArgs, key: &str, v: &toml::Value) -> Result<bool> {
         "cuda-graphs" => a.cuda_graphs = text,
         "draft-tokens" => a.draft_tokens = text,
         "acceptance-per-position" => a.acceptance_per_position = Some(text),
-        _ => unreachable!("keys are checked against GRID_KEYS first"),
+        _ => unreachable!("keys are checked against grid_keys() first"),
     }
     Ok(true)
 }
@@ -253,7 +253,8 @@ pub fn grid_args(path: &std::path::Path, defaults: &SweepArgs) -> Result<SweepAr
         format: "TOML",
         message: e.to_string().trim_end().to_string(),
     })?;
-    let allowed = || GRID_KEYS.iter().map(|k| k.0).collect::<Vec<_>>().join(", ");
+    let keys = grid_keys();
+    let allowed = || keys.iter().map(|k| k.0).collect::<Vec<_>>().join(", ");
     let rate = |k: &str| table.contains_key(k) || table.contains_key(&k.replace('-', "_"));
     if rate("acceptance-rate") && rate("acceptance-per-position") {
         return Err(Error::field(
@@ -278,7 +279,7 @@ pub fn grid_args(path: &std::path::Path, defaults: &SweepArgs) -> Result<SweepAr
             ));
         }
         seen.push((key.clone(), raw.as_str()));
-        let Some(&(_, takes)) = GRID_KEYS.iter().find(|k| k.0 == key) else {
+        let Some((_, takes)) = keys.iter().find(|k| k.0 == key) else {
             let what = if matches!(key.as_str(), "pareto" | "format" | "output" | "grid") {
                 "is an output option, given as a flag (--pareto, --format, --output)".to_string()
             } else {
@@ -354,14 +355,12 @@ pub fn request_with_warnings(a: &SweepArgs) -> Result<(SweepRequest, Vec<String>
         return request_with_warnings(&grid_args(path, a)?);
     }
     let mut w = Vec::new();
-    let base = ScenarioRequest {
-        model: a.model.clone(),
-        system: a.system.clone(),
-        tp: a.tp,
-        calibration: a.calibration.clone(),
-        kv_bytes: if a.kv_cache_dtype == "fp8" { 1.0 } else { 2.0 },
-        ..ScenarioRequest::default()
-    };
+    let mut base = ScenarioRequest::default();
+    knob("model").set(&mut base, &a.model)?;
+    knob("system").set(&mut base, &a.system)?;
+    knob("kv-cache-dtype").set(&mut base, &a.kv_cache_dtype)?;
+    base.tp = a.tp;
+    base.calibration = a.calibration.clone();
     let acceptance = match (a.acceptance_rate, &a.acceptance_per_position) {
         (Some(r), _) => Some(Acceptance::rate(r)?),
         (None, Some(l)) => Some(Acceptance::per_position(parse_f64_list(
@@ -390,27 +389,19 @@ pub fn request_with_warnings(a: &SweepArgs) -> Result<(SweepRequest, Vec<String>
         .collect(),
         proto: dedup(
             "--nccl-proto",
-            list("--nccl-proto", &a.nccl_proto, |s| s.parse::<Proto>())?,
+            axis("nccl-proto", &a.nccl_proto, |r| r.proto)?,
             |p| p.to_string(),
             &mut w,
         ),
         algo: dedup(
             "--nccl-algo",
-            list("--nccl-algo", &a.nccl_algo, |s| s.parse::<Algo>())?,
+            axis("nccl-algo", &a.nccl_algo, |r| r.algo)?,
             |x| x.to_string(),
             &mut w,
         ),
         cuda_graphs: dedup(
             "--cuda-graphs",
-            list("--cuda-graphs", &a.cuda_graphs, |s| {
-                match s.to_ascii_lowercase().as_str() {
-                    "on" => Ok(true),
-                    "off" => Ok(false),
-                    _ => Err(Error::Scenario(format!(
-                        "--cuda-graphs '{s}': expected on or off"
-                    ))),
-                }
-            })?,
+            axis("cuda-graphs", &a.cuda_graphs, |r| r.cuda_graphs)?,
             |on| if *on { "on" } else { "off" }.to_string(),
             &mut w,
         ),

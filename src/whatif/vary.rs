@@ -9,33 +9,15 @@
 use crate::category::Category;
 use crate::error::{Error, Result};
 use crate::sim::{simulate, ScenarioRequest, Simulation};
-use crate::scenario::deployment::{AllreduceImpl, EpComm};
-use crate::scenario::{Algo, Proto};
+use crate::scenario::knobs;
 use crate::workload::CostFamily;
 use serde_json::json;
 use std::collections::BTreeMap;
-use std::str::FromStr;
 
-/// The keys `--vary` accepts, as the user spells them.
-pub const KEYS: &[&str] = &[
-    "batch",
-    "context",
-    "tp",
-    "nccl-proto",
-    "nccl-algo",
-    "p2p",
-    "cuda-graphs",
-    "kv-cache-dtype",
-    "system",
-    "calibration",
-    "routing",
-    "allreduce",
-    "ep",
-    "ep-comm",
-    "dcp",
-    "link-gbps",
-    "link-latency-us",
-];
+/// The keys `--vary` accepts: every knob of the scenario table, by its name.
+pub fn keys() -> String {
+    knobs::names()
+}
 
 #[derive(Debug, Clone)]
 pub struct VaryRequest {
@@ -54,17 +36,10 @@ pub fn parse_axes(args: &[String]) -> Result<Vec<(String, Vec<String>)>> {
             return Err(Error::Scenario(format!(
                 "--vary '{}': expected KEY=V1,V2,... (keys: {})",
                 crate::units::echo(a),
-                KEYS.join(", ")
+                keys()
             )));
         };
-        let key = k.trim().to_ascii_lowercase().replace('_', "-");
-        if !KEYS.contains(&key.as_str()) {
-            return Err(Error::Scenario(format!(
-                "--vary: unknown key '{}' (allowed: {})",
-                crate::units::echo(k),
-                KEYS.join(", ")
-            )));
-        }
+        let key = knobs::lookup(k.trim(), "--vary")?.name().to_string();
         if out.iter().any(|(x, _)| *x == key) {
             return Err(Error::Scenario(format!(
                 "--vary: key '{key}' is given twice; list all its values once ({key}=V1,V2,...)"
@@ -83,65 +58,23 @@ pub fn parse_axes(args: &[String]) -> Result<Vec<(String, Vec<String>)>> {
     if out.is_empty() {
         return Err(Error::Scenario(format!(
             "whatif: give at least one --vary KEY=V1,V2,... (keys: {})",
-            KEYS.join(", ")
+            keys()
         )));
     }
     Ok(out)
 }
 
-fn bad(key: &str, value: &str, allowed: &str) -> Error {
-    Error::Scenario(format!(
-        "--vary {key}={}: {allowed}",
-        crate::units::echo(value)
-    ))
-}
-
-fn num<T: FromStr>(key: &str, v: &str, allowed: &str) -> Result<T> {
-    v.parse::<T>().map_err(|_| bad(key, v, allowed))
-}
-
-fn on_off(key: &str, v: &str) -> Result<bool> {
-    match v.to_ascii_lowercase().as_str() {
-        "on" | "true" | "1" => Ok(true),
-        "off" | "false" | "0" => Ok(false),
-        _ => Err(bad(key, v, "expected on or off")),
-    }
-}
-
 /// Sets one key of a request; the scenario check (`ScenarioRequest::load`) then holds the whole.
 pub fn set(req: &mut ScenarioRequest, key: &str, v: &str) -> Result<()> {
-    let named = |e: Error| bad(key, v, &e.to_string());
-    match key {
-        "batch" => req.batch = num(key, v, "expected a whole number of sequences")?,
-        "context" => req.context = num(key, v, "expected a whole number of tokens")?,
-        "tp" => req.tp = Some(num(key, v, "expected a whole number of GPUs")?),
-        "nccl-proto" => req.proto = Proto::from_str(v).map_err(named)?,
-        "nccl-algo" => req.algo = Algo::from_str(v).map_err(named)?,
-        "p2p" => req.p2p = on_off(key, v)?,
-        "cuda-graphs" => req.cuda_graphs = on_off(key, v)?,
-        "kv-cache-dtype" => {
-            req.kv_bytes = match v.to_ascii_lowercase().as_str() {
-                "bf16" => 2.0,
-                "fp8" => 1.0,
-                _ => return Err(bad(key, v, "expected bf16 or fp8")),
-            }
-        }
-        "system" => req.system = v.to_string(),
-        "calibration" => req.calibration = Some(v.to_string()),
-        "routing" => req.routing = Some(crate::scenario::routing::Routing::parse(v).map_err(named)?),
-        "allreduce" => req.comm.allreduce = AllreduceImpl::from_str(v).map_err(named)?,
-        "ep" => req.comm.ep = Some(num(key, v, "expected 1 or the TP size")?),
-        "ep-comm" => req.comm.ep_comm = EpComm::from_str(v).map_err(named)?,
-        "dcp" => req.comm.dcp = Some(num(key, v, "expected a divisor of the TP size")?),
-        "link-gbps" => req.comm.link_gbps = Some(num(key, v, "expected GB/s per direction")?),
-        "link-latency-us" => req.comm.link_latency_us = Some(num(key, v, "expected µs per hop")?),
-        _ => {
-            return Err(Error::Scenario(format!(
-                "--vary: unknown key '{key}' (allowed: {})",
-                KEYS.join(", ")
-            )))
-        }
-    }
+    let k = knobs::lookup(key, "--vary")?;
+    let value = k.parse_value(v).map_err(|why| {
+        Error::Scenario(format!(
+            "--vary {}={}: {why}",
+            k.name(),
+            crate::units::echo(v)
+        ))
+    })?;
+    k.apply(req, value);
     Ok(())
 }
 

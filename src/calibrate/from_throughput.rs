@@ -23,6 +23,7 @@ use crate::cost::CalibrationProfile;
 use crate::error::{Error, Result};
 use crate::files::InputKind;
 use crate::sim::{simulate_loaded, Engine, ScenarioRequest, Timeline};
+use crate::scenario::knobs;
 use crate::scenario::routing::Routing;
 use crate::scenario::{Algo, Proto, Scenario};
 use crate::whatif::acceptance::Acceptance;
@@ -345,6 +346,32 @@ impl Point {
         format!("{} line {}", crate::units::path(f), self.line)
     }
 
+    /// The point's scenario settings as knobs of the table: batch (the concurrency), context,
+    /// and the optional columns it gives.
+    pub fn settings(&self) -> Vec<(&'static knobs::Knob, knobs::Value)> {
+        use knobs::{knob, KvDtype, Value};
+        let mut out = vec![
+            (knob("batch"), Value::Whole(self.concurrency.into())),
+            (knob("context"), Value::Whole(self.context)),
+        ];
+        if let Some(d) = self.kv_bytes.and_then(KvDtype::of_bytes) {
+            out.push((knob("kv-cache-dtype"), Value::KvDtype(d)));
+        }
+        if let Some(x) = self.proto {
+            out.push((knob("nccl-proto"), Value::Proto(x)));
+        }
+        if let Some(x) = self.algo {
+            out.push((knob("nccl-algo"), Value::Algo(x)));
+        }
+        if let Some(x) = self.p2p {
+            out.push((knob("p2p"), Value::Switch(x)));
+        }
+        if let Some(x) = self.dcp {
+            out.push((knob("dcp"), Value::Whole(x.into())));
+        }
+        out
+    }
+
     /// The same settings (everything but concurrency): the points of one curve.
     fn curve(&self) -> String {
         format!(
@@ -483,32 +510,30 @@ fn parse_csv(text: &str, path: &Path) -> Result<Vec<Point>> {
                 ))
             }
         };
-        let kv_bytes = match field("kv_cache_dtype") {
-            None => None,
-            Some(v) => {
-                Some(kv_dtype_bytes(&v).ok_or_else(|| fail("kv_cache_dtype", &v, "bf16 or fp8"))?)
-            }
+        // The scenario columns: each a knob of the table (`nccl_proto` or `nccl-proto`), read by
+        // the knob's parser and applied to a scratch request, from which the point takes it.
+        let mut r = ScenarioRequest::default();
+        let mut setting = |name: &str| -> Result<bool> {
+            let k = knobs::knob(name);
+            let Some(v) = field(&k.column()).or_else(|| field(k.name())) else {
+                return Ok(false);
+            };
+            let value = k
+                .parse_value(&v)
+                .map_err(|_| fail(&k.column(), &v, k.expected))?;
+            k.apply(&mut r, value);
+            Ok(true)
         };
-        let proto = match field("nccl_proto") {
-            None => None,
-            Some(v) => Some(
-                v.parse::<Proto>()
-                    .map_err(|_| fail("nccl_proto", &v, "LL, LL128, Simple or auto"))?,
-            ),
-        };
-        let algo = match field("nccl_algo") {
-            None => None,
-            Some(v) => Some(
-                v.parse::<Algo>()
-                    .map_err(|_| fail("nccl_algo", &v, "Ring, Tree or auto"))?,
-            ),
-        };
-        let p2p = match field("p2p").map(|v| v.to_ascii_lowercase()).as_deref() {
-            None => None,
-            Some("on") | Some("1") | Some("true") => Some(true),
-            Some("off") | Some("0") | Some("false") => Some(false),
-            Some(v) => return Err(fail("p2p", v, "on or off")),
-        };
+        let kv = setting("kv-cache-dtype")?;
+        let proto = setting("nccl-proto")?;
+        let algo = setting("nccl-algo")?;
+        let p2p = setting("p2p")?;
+        let (kv_bytes, proto, algo, p2p) = (
+            kv.then_some(r.kv_bytes),
+            proto.then_some(r.proto),
+            algo.then_some(r.algo),
+            p2p.then_some(r.p2p),
+        );
         if let Some(v) = field("allreduce") {
             if !v.eq_ignore_ascii_case("nccl") {
                 return Err(fail(
@@ -561,14 +586,9 @@ fn parse_csv(text: &str, path: &Path) -> Result<Vec<Point>> {
     Ok(points)
 }
 
-/// KV element size of a vLLM `--kv-cache-dtype` value.
+/// KV element size of a vLLM `--kv-cache-dtype` value (the knob's parser).
 pub fn kv_dtype_bytes(v: &str) -> Option<f64> {
-    let l = v.trim().to_ascii_lowercase();
-    match l.as_str() {
-        "bf16" | "bfloat16" | "auto" | "fp16" | "float16" | "half" => Some(2.0),
-        _ if l.starts_with("fp8") => Some(1.0),
-        _ => None,
-    }
+    crate::scenario::knobs::KvDtype::parse(v).map(|d| d.bytes())
 }
 
 /// The speculative settings of a point from its four fields (all absent: none). On error:
@@ -815,22 +835,8 @@ impl Model {
         let mut profile = None;
         for p in &req.points {
             let mut r = req.base.clone();
-            r.batch = p.concurrency;
-            r.context = p.context;
-            if let Some(b) = p.kv_bytes {
-                r.kv_bytes = b;
-            }
-            if let Some(x) = p.proto {
-                r.proto = x;
-            }
-            if let Some(x) = p.algo {
-                r.algo = x;
-            }
-            if let Some(x) = p.p2p {
-                r.p2p = x;
-            }
-            if let Some(x) = p.dcp {
-                r.comm.dcp = Some(x);
+            for (k, v) in p.settings() {
+                k.apply(&mut r, v);
             }
             let invalid = |e: Error| {
                 Error::Other(format!(

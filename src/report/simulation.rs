@@ -6,30 +6,31 @@ use crate::category::Category;
 use crate::sim::Simulation;
 use serde_json::{json, Value};
 
+/// The scenario echo: every knob of the table as the loaded scenario runs it (its name with
+/// underscores as the key; null where unset), and what loading derived.
 pub fn scenario_json(sim: &Simulation) -> Value {
     let s = &sim.scenario;
-    json!({
-        "model": s.model.name,
+    let mut out = serde_json::Map::new();
+    for k in crate::scenario::knobs::KNOBS {
+        if let Some(v) = k.loaded(s) {
+            out.insert(k.column(), v.map_or(Value::Null, |v| v.json()));
+        }
+    }
+    let derived = json!({
         "model_file": crate::units::path(&s.model.source),
         "family": s.model.family.name(),
-        "layers": s.model.num_layers,
-        "system": s.system.name,
         "gpu": s.system.gpu.display_name,
         "gpus": s.system.gpu_count,
-        "tp": s.tp,
-        "batch": s.batch,
-        "context": s.context,
-        "cuda_graphs": s.cuda_graphs,
         // Tokens the step's kernels run over after CUDA-graph padding (= batch when not padded).
         "padded_tokens": s.padding(1, crate::scenario::cudagraph::PadRule::Decode).padded,
-        "nccl_proto": s.nccl.proto.name(),
-        "nccl_algo": s.nccl.algo.name(),
-        "p2p": s.nccl.p2p,
         "comm_path": s.comm_path().name(),
         "kv_cache_bytes_per_elem": s.kv_bytes,
-        "seed": s.seed,
         "gpu_memory_utilization": s.gpu_memory_utilization,
-    })
+    });
+    if let Value::Object(d) = derived {
+        out.extend(d);
+    }
+    Value::Object(out)
 }
 
 pub fn calibration_json(sim: &Simulation) -> Value {

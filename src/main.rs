@@ -1,4 +1,3 @@
-use clap::Parser;
 use std::io::Write;
 use std::process::ExitCode;
 
@@ -23,7 +22,7 @@ fn remove_temp_files_on_signals() {
 
 fn main() -> ExitCode {
     remove_temp_files_on_signals();
-    let cli = decodesim::cli::Cli::parse();
+    let cli = decodesim::cli::parse();
     match decodesim::cli::run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -51,10 +51,105 @@ pub enum Command {
     /// Simulate every captured reference-step configuration and report the prediction error,
     /// then calibrate from one trace and predict the rest.
     Validate(validate::ValidateArgs),
-    /// What a change would buy: speculative decoding (`whatif spec-decode`).
+    /// What a change would buy: variants of the scenario flags (`whatif --vary KEY=V1,V2,...`)
+    /// or speculative decoding (`whatif spec-decode`).
     Whatif(whatif::WhatifArgs),
     /// A grid of scenarios (lists and ranges of knobs) priced by the aggregate fast path.
     Sweep(sweep::SweepArgs),
+}
+
+/// The width every line of `--help` fits in.
+pub const HELP_WIDTH: usize = 100;
+
+/// Columns a flag's help is indented by when it sits below the flag (clap's layout).
+const HELP_INDENT: usize = 10;
+
+/// The command line, its help wrapped to [`HELP_WIDTH`] columns (clap prints help as written
+/// unless built with its `wrap_help` feature), each flag's help on the line below the flag.
+pub fn command() -> clap::Command {
+    use clap::CommandFactory;
+    wrap_help(Cli::command())
+}
+
+/// Parses the process's arguments through [`command`] (clap's own errors and help exit).
+pub fn parse() -> Cli {
+    use clap::FromArgMatches;
+    let m = command().get_matches();
+    Cli::from_arg_matches(&m).unwrap_or_else(|e| e.exit())
+}
+
+fn wrap_help(cmd: clap::Command) -> clap::Command {
+    let width = HELP_WIDTH - HELP_INDENT;
+    let about = cmd.get_about().map(|a| wrap(&a.to_string(), width));
+    let long_about = cmd.get_long_about().map(|a| wrap(&a.to_string(), width));
+    let mut cmd = cmd
+        .next_line_help(true)
+        .mut_args(|a| wrap_arg(a, width))
+        .mut_subcommands(wrap_help);
+    if let Some(a) = about {
+        cmd = cmd.about(a);
+    }
+    if let Some(a) = long_about {
+        cmd = cmd.long_about(a);
+    }
+    cmd
+}
+
+/// An argument's help wrapped to `width`, with its default and choices written into it before
+/// (clap would append them after, unwrapped).
+fn wrap_arg(a: clap::Arg, width: usize) -> clap::Arg {
+    let mut extra = String::new();
+    let takes_values = a.get_action().takes_values();
+    if takes_values && !a.is_hide_default_value_set() && !a.get_default_values().is_empty() {
+        let d: Vec<String> = a
+            .get_default_values()
+            .iter()
+            .map(|v| v.to_string_lossy().into_owned())
+            .collect();
+        extra += &format!(" [default: {}]", d.join(","));
+    }
+    let choices: Vec<String> = a
+        .get_possible_values()
+        .iter()
+        .filter(|p| !p.is_hide_set())
+        .map(|p| p.get_name().to_string())
+        .collect();
+    if takes_values && !a.is_hide_possible_values_set() && !choices.is_empty() {
+        extra += &format!(" [possible values: {}]", choices.join(", "));
+    }
+    let help = a.get_help().map(|h| wrap(&format!("{h}{extra}"), width));
+    let long = a.get_long_help().map(|h| wrap(&format!("{h}{extra}"), width));
+    let mut a = a;
+    if takes_values {
+        a = a.hide_default_value(true).hide_possible_values(true);
+    }
+    if let Some(h) = help {
+        a = a.help(h);
+    }
+    if let Some(h) = long {
+        a = a.long_help(h);
+    }
+    a
+}
+
+/// Greedy word wrap of each line of `text` to `width` characters.
+fn wrap(text: &str, width: usize) -> String {
+    let mut out: Vec<String> = Vec::new();
+    for line in text.lines() {
+        let mut cur = String::new();
+        for word in line.split(' ').filter(|w| !w.is_empty()) {
+            let n = cur.chars().count();
+            if n > 0 && n + 1 + word.chars().count() > width {
+                out.push(std::mem::take(&mut cur));
+            }
+            if !cur.is_empty() {
+                cur.push(' ');
+            }
+            cur.push_str(word);
+        }
+        out.push(cur);
+    }
+    out.join("\n")
 }
 
 /// Runs a command; standard output is flushed and its errors mapped by [`output::finish`].

@@ -1,5 +1,5 @@
-//! `decodesim whatif`: what a change would buy. `whatif spec-decode` studies speculative
-//! decoding for a scenario.
+//! `decodesim whatif`: what a change would buy. `whatif --vary` simulates variants of the
+//! scenario flags; `whatif spec-decode` studies speculative decoding for a scenario.
 
 use super::{print, ScenarioArgs};
 use crate::error::{Error, Result};
@@ -24,10 +24,8 @@ pub struct WhatifArgs {
 pub struct VaryArgs {
     #[command(flatten)]
     pub scenario: ScenarioArgs,
-    /// KEY=V1,V2,... (repeatable; keys: batch, context, tp, nccl-proto, nccl-algo, p2p,
-    /// cuda-graphs, kv-cache-dtype, system, calibration, routing, allreduce, ep, ep-comm, dcp,
-    /// link-gbps, link-latency-us). Several keys combine as their Cartesian product.
-    #[arg(long, value_name = "KEY=V1,V2,...")]
+    // Help: `vary_help`, which lists the knob table's keys.
+    #[arg(long, value_name = "KEY=V1,V2,...", help = vary_help())]
     pub vary: Vec<String>,
     /// Vary each key alone (the others at the base) instead of every combination.
     #[arg(long)]
@@ -44,6 +42,15 @@ pub struct VaryArgs {
     pub max_work: u64,
     #[command(flatten)]
     pub intervals: super::intervals::IntervalArgs,
+}
+
+/// `--vary`'s help, listing the keys of the knob table.
+fn vary_help() -> String {
+    format!(
+        "KEY=V1,V2,... (repeatable): KEY is a scenario flag without its dashes ({}). Several keys \
+         combine as their Cartesian product.",
+        crate::whatif::vary::keys()
+    )
 }
 
 #[derive(Debug, clap::Subcommand)]

@@ -118,7 +118,9 @@ fn wrap_arg(a: clap::Arg, width: usize) -> clap::Arg {
         extra += &format!(" [possible values: {}]", choices.join(", "));
     }
     let help = a.get_help().map(|h| wrap(&format!("{h}{extra}"), width));
-    let long = a.get_long_help().map(|h| wrap(&format!("{h}{extra}"), width));
+    let long = a
+        .get_long_help()
+        .map(|h| wrap(&format!("{h}{extra}"), width));
     let mut a = a;
     if takes_values {
         a = a.hide_default_value(true).hide_possible_values(true);

@@ -147,7 +147,9 @@ fn run_vary(a: VaryArgs) -> Result<()> {
         }
     }
     let ep_varied = req.axes.iter().any(|(k, _)| k == "ep");
-    let draws = a.intervals.draws_for_whatif(a.scenario.request().comm.ep, ep_varied)?;
+    let draws = a
+        .intervals
+        .draws_for_whatif(a.scenario.request().comm.ep, ep_varied)?;
     let study = vary::run_bounded(&req, a.max_work)?;
     let (base_iv, arms) =
         crate::whatif::uncertainty::vary_intervals(&req, &study, draws, a.intervals.interval_seed)?;
@@ -282,7 +284,9 @@ fn run_spec_decode(a: SpecDecodeArgs) -> Result<()> {
             "--timeline-k {k} does nothing without --timeline FILE.json; ignored"
         ));
     }
-    let draws = a.intervals.draws_for_whatif(a.scenario.request().comm.ep, false)?;
+    let draws = a
+        .intervals
+        .draws_for_whatif(a.scenario.request().comm.ep, false)?;
     let (req, acceptances) = spec_decode_request(&a)?;
     // The steps do not depend on the acceptance: simulate once, study each rate.
     let costs = spec_decode::simulate_costs(&req)?;

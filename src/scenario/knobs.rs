@@ -267,7 +267,11 @@ pub fn knob(name: &str) -> &'static Knob {
 
 /// Every knob's name, in table order, comma-separated (for "unknown key" errors).
 pub fn names() -> String {
-    KNOBS.iter().map(|k| k.name()).collect::<Vec<_>>().join(", ")
+    KNOBS
+        .iter()
+        .map(|k| k.name())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// The knob of `key`, or an error naming where the key was read and listing the real keys.
@@ -348,7 +352,8 @@ pub static KNOBS: &[Knob] = &[
     Knob {
         flag: "--model",
         value_name: "NAME|PATH",
-        help: "Model: a bundled name (see `decodesim list`) or a path to a Hugging Face config.json.",
+        help:
+            "Model: a bundled name (see `decodesim list`) or a path to a Hugging Face config.json.",
         expected: "a bundled model name or a config.json path",
         sweep: Sweep::One,
         unset: None,
@@ -400,7 +405,13 @@ pub static KNOBS: &[Knob] = &[
         expected: "a whole number of tokens",
         sweep: Sweep::List,
         unset: None,
-        parse: |t| Ok(Value::Whole(whole(t, u64::MAX, "a whole number of tokens")?)),
+        parse: |t| {
+            Ok(Value::Whole(whole(
+                t,
+                u64::MAX,
+                "a whole number of tokens",
+            )?))
+        },
         set: |r, v| r.context = take!(v, Value::Whole(n) => n),
         get: |r| Some(Value::Whole(r.context)),
         loaded: Some(|s| Some(Value::Whole(s.context))),
@@ -408,7 +419,8 @@ pub static KNOBS: &[Knob] = &[
     Knob {
         flag: "--cuda-graphs",
         value_name: "on|off",
-        help: "Replay the step as one CUDA graph (vLLM FULL graphs) or launch every kernel eagerly.",
+        help:
+            "Replay the step as one CUDA graph (vLLM FULL graphs) or launch every kernel eagerly.",
         expected: "on or off",
         sweep: Sweep::List,
         unset: None,
@@ -544,7 +556,8 @@ pub static KNOBS: &[Knob] = &[
     Knob {
         flag: "--allreduce",
         value_name: "nccl|custom|auto",
-        help: "Tensor-parallel all-reduce: NCCL, vLLM's custom kernel (an error where vLLM refuses \
+        help:
+            "Tensor-parallel all-reduce: NCCL, vLLM's custom kernel (an error where vLLM refuses \
                it), or vLLM's own dispatch for the GPU and topology (8x PCIe: NCCL).",
         expected: "nccl, custom or auto",
         sweep: Sweep::No,
@@ -713,12 +726,27 @@ mod tests {
     fn errors_name_the_flag_and_the_choices() {
         let e = knob("nccl-proto").parse("LL9").unwrap_err().to_string();
         assert!(e.contains("--nccl-proto LL9") && e.contains("LL128"), "{e}");
-        let e = knob("nccl-max-nchannels").parse("65").unwrap_err().to_string();
+        let e = knob("nccl-max-nchannels")
+            .parse("65")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("65 is not in 1..=64"), "{e}");
-        let e = knob("kv-cache-dtype").parse("int4").unwrap_err().to_string();
-        assert!(e.contains("--kv-cache-dtype int4: expected bf16 or fp8"), "{e}");
-        assert_eq!(knob("routing").default_text().contains(DEFAULT_ROUTING), true);
-        assert_eq!(knob("nccl-proto").help_text().ends_with("[default: LL]"), true);
+        let e = knob("kv-cache-dtype")
+            .parse("int4")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("--kv-cache-dtype int4: expected bf16 or fp8"),
+            "{e}"
+        );
+        assert_eq!(
+            knob("routing").default_text().contains(DEFAULT_ROUTING),
+            true
+        );
+        assert_eq!(
+            knob("nccl-proto").help_text().ends_with("[default: LL]"),
+            true
+        );
         assert_eq!(
             knob("kv-cache-dtype").parse("fp8_e4m3").unwrap(),
             Value::KvDtype(KvDtype::Fp8)

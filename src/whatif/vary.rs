@@ -8,8 +8,8 @@
 
 use crate::category::Category;
 use crate::error::{Error, Result};
-use crate::sim::{simulate, ScenarioRequest, Simulation};
 use crate::scenario::knobs;
+use crate::sim::{simulate, ScenarioRequest, Simulation};
 use crate::workload::CostFamily;
 use serde_json::json;
 use std::collections::BTreeMap;

@@ -739,14 +739,8 @@ mod tests {
             e.contains("--kv-cache-dtype int4: expected bf16 or fp8"),
             "{e}"
         );
-        assert_eq!(
-            knob("routing").default_text().contains(DEFAULT_ROUTING),
-            true
-        );
-        assert_eq!(
-            knob("nccl-proto").help_text().ends_with("[default: LL]"),
-            true
-        );
+        assert!(knob("routing").default_text().contains(DEFAULT_ROUTING));
+        assert!(knob("nccl-proto").help_text().ends_with("[default: LL]"));
         assert_eq!(
             knob("kv-cache-dtype").parse("fp8_e4m3").unwrap(),
             Value::KvDtype(KvDtype::Fp8)

@@ -256,10 +256,6 @@ fn timeline_and_fast_path_agree_for_every_method() {
                     ("step", whole, fs),
                 ] {
                     let err = (f - t).abs() / t;
-                    eprintln!(
-                        "DBG {method:?} {batch} {context} {graphs} {k} {what} {:.3}%",
-                        err * 100.0
-                    );
                     assert!(
                         err < 0.005,
                         "{method:?} batch {batch} context {context} graphs {graphs} k {k} {what}: fast {f:.1} vs timeline {t:.1} ({:.3}%)",

@@ -15,7 +15,7 @@ use crate::cost::{self, CalibrationProfile};
 use crate::error::{Error, Result};
 use crate::scenario::Scenario;
 use crate::sim::{self, engine_config, Engine, ScenarioRequest, Simulation, Timeline};
-use crate::workload::spec_step::{Side, SpecStep};
+use crate::workload::spec_step::{PassKind, Side, SpecStep};
 use crate::workload::{self, Workload};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -149,8 +149,8 @@ fn play(
     Ok(tl.step_time_us())
 }
 
-/// The verify window of the step at `k` (the target at k+1 queries per sequence, then the
-/// rejection sampler): [`SpecStep`]'s, as every engine plays it.
+/// The verify pass of the step at `k`: `PassKind::Verify`'s workload (the target at k+1 queries
+/// per sequence, then the rejection sampler), as both engines play it.
 pub fn verify_workload(s: &Scenario, k: u32) -> Workload {
     crate::workload::spec_step::verify_pass(s, k + 1)
 }
@@ -440,14 +440,21 @@ pub fn study(
 
     let mut warnings = costs.baseline.warnings.clone();
     if scenario.cuda_graphs {
-        use crate::scenario::cudagraph::PadRule;
+        // The step's verify passes, at their query tokens and padding rule.
         let above: Vec<String> = req
             .draft_tokens
             .iter()
             .filter(|&&k| {
-                !scenario
-                    .padding(k + 1, PadRule::Uniform { q: k + 1 })
-                    .captured
+                let step = SpecStep::new(req.method, k);
+                step.windows
+                    .iter()
+                    .flat_map(|w| &w.passes)
+                    .filter(|r| r.kind == PassKind::Verify)
+                    .any(|r| {
+                        !scenario
+                            .padding(r.queries, r.kind.pad_rule(r.queries))
+                            .captured
+                    })
             })
             .map(|k| k.to_string())
             .collect();

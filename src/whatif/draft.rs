@@ -1,59 +1,20 @@
-//! The drafter of a speculative step and the kernels of its passes: an EAGLE-3 head, DeepSeek's
-//! MTP module, or a separate draft model, each run at the target's TP on the same GPUs.
+//! Loading the drafter of a speculative step: an EAGLE-3 head, DeepSeek's MTP module, or a
+//! separate draft model, each run at the target's TP on the same GPUs. What its passes run is
+//! `workload::spec_step`; here are the files (draft configs, `data/spec_decode/methods.toml`)
+//! and the checks that pair a draft with its target.
 
-use crate::category::Category;
 use crate::error::{Error, Result};
 use crate::scenario::model::MlaDims;
-use crate::scenario::{catalog, Family, ModelSpec, Scenario};
-use crate::workload::builder::Builder;
-use crate::workload::{self, CostFamily, Workload};
+use crate::scenario::{catalog, Family, ModelSpec};
+use crate::workload::spec_step::Drafter;
 use serde::Deserialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::str::FromStr;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Method {
-    Eagle3,
-    Mtp,
-    DraftModel,
-}
-
-impl Method {
-    pub const NAMES: [&'static str; 3] = ["eagle3", "mtp", "draft-model"];
-    pub fn name(self) -> &'static str {
-        match self {
-            Method::Eagle3 => "eagle3",
-            Method::Mtp => "mtp",
-            Method::DraftModel => "draft-model",
-        }
-    }
-    /// The section of `data/spec_decode/methods.toml`.
-    fn key(self) -> &'static str {
-        match self {
-            Method::Eagle3 => "eagle3",
-            Method::Mtp => "mtp",
-            Method::DraftModel => "draft_model",
-        }
-    }
-}
-
-impl FromStr for Method {
-    type Err = Error;
-    fn from_str(s: &str) -> Result<Self> {
-        match s.to_ascii_lowercase().as_str() {
-            "eagle3" | "eagle-3" => Ok(Method::Eagle3),
-            "mtp" | "deepseek_mtp" => Ok(Method::Mtp),
-            "draft-model" | "draft_model" => Ok(Method::DraftModel),
-            _ => Err(Error::Unknown {
-                kind: "--method",
-                name: s.to_string(),
-                choices: Method::NAMES.iter().map(|s| s.to_string()).collect(),
-            }),
-        }
-    }
-}
+/// The method enum lives with the step's structure (`workload::spec_step`); this name stays for
+/// the flags and the library's callers.
+pub use crate::workload::spec_step::SpecMethod as Method;
 
 /// One method's limits, from `data/spec_decode/methods.toml`.
 #[derive(Debug, Clone, Deserialize)]
@@ -79,15 +40,22 @@ pub fn method_limits(method: Method) -> Result<MethodLimits> {
         .ok_or_else(|| Error::field(&path, method.key(), "missing section for this method"))
 }
 
-/// A drafter ready to build passes: the model one draft pass runs, and what surrounds it.
+/// A drafter loaded and checked against its target: what its passes run
+/// ([`Drafter`], whose methods a `Draft` offers through `Deref`), where it came from, and the
+/// method's limits.
 #[derive(Debug, Clone)]
 pub struct Draft {
-    pub method: Method,
-    /// What one draft pass runs: the EAGLE-3 layer, the MTP layer, or the whole draft model.
-    pub model: ModelSpec,
+    pub drafter: Drafter,
     /// Where the draft came from (a config file or the target's own MTP layers).
     pub source: String,
     pub limits: MethodLimits,
+}
+
+impl std::ops::Deref for Draft {
+    type Target = Drafter;
+    fn deref(&self) -> &Drafter {
+        &self.drafter
+    }
 }
 
 impl Draft {
@@ -135,8 +103,11 @@ impl Draft {
             _ => crate::units::path(&model.source),
         };
         Ok(Draft {
-            method,
-            model,
+            drafter: Drafter {
+                method,
+                model,
+                aux_hidden_states: limits.aux_hidden_states,
+            },
             source,
             limits,
         })
@@ -153,81 +124,6 @@ impl Draft {
             )));
         }
         Ok(())
-    }
-
-    /// The draft's scenario: the target's system, TP, batch, context and settings. Expert
-    /// parallelism (`--ep`) spreads the target's routed experts; a drafter without routed
-    /// experts (an EAGLE-3 head, a dense draft model) has none to spread, so its passes run
-    /// without it (vLLM builds the dense drafter with plain TP linears). The MTP layer is a MoE
-    /// layer of the target's own shape and keeps it.
-    pub fn scenario(&self, target: &Scenario) -> Result<Scenario> {
-        let mut s = target.clone();
-        s.model = self.model.clone();
-        if s.model.moe.is_none() {
-            s.comm.ep = None;
-            s.comm.ep_comm = Default::default();
-        }
-        s.validate().map_err(|e| match e {
-            Error::Scenario(m) => Error::Scenario(format!("draft {}: {m}", self.model.name)),
-            other => other,
-        })?;
-        Ok(s)
-    }
-
-    /// One draft pass with `queries` tokens per sequence. The first pass of a step runs over
-    /// every position the verify pass kept (k+1 per sequence, as vLLM's proposer does); the
-    /// rest over one token per sequence. Op names carry `draft<pass>.` so a timeline shows them.
-    pub fn pass(&self, ds: &Scenario, queries: u32, pass: u32) -> Workload {
-        let mut w = workload::build_pass(ds, queries);
-        // The pass's rows, padded like a decode step of its own token count under graphs.
-        let tokens = ds
-            .padding(queries, crate::scenario::cudagraph::PadRule::Decode)
-            .padded;
-        let hidden = ds.model.hidden as u64;
-        let mut extra = Builder::new();
-        match self.method {
-            // EAGLE-3's first pass fuses the target's aux hidden states into one hidden row
-            // (fc: aux × hidden → hidden); later passes feed the draft's own hidden state.
-            Method::Eagle3 if pass == 0 => {
-                let aux = self.limits.aux_hidden_states.max(1) as u64;
-                extra.gemm(
-                    "eagle3_fc",
-                    "gemm (cuBLAS) eagle fc",
-                    Category::Gemm,
-                    tokens,
-                    hidden,
-                    aux * hidden,
-                    crate::scenario::WeightFormat::Bf16,
-                );
-            }
-            // DeepSeek's MTP module normalises the embedding and the previous hidden state and
-            // projects their concatenation (eh_proj: 2 × hidden → hidden) before its layer.
-            Method::Mtp => {
-                extra.norm("mtp_enorm", "vllm::rms_norm_kernel", tokens, hidden, false);
-                extra.norm("mtp_hnorm", "vllm::rms_norm_kernel", tokens, hidden, false);
-                extra.gemm(
-                    "mtp_eh_proj",
-                    "gemm (cuBLAS) eh_proj",
-                    Category::Gemm,
-                    tokens,
-                    hidden,
-                    2 * hidden,
-                    ds.model.weight_format("model.layers.0.eh_proj"),
-                );
-            }
-            _ => {}
-        }
-        // After the embedding and its allreduce, before the first layer.
-        let at = w
-            .ops
-            .iter()
-            .position(|o| o.layer >= 0)
-            .unwrap_or(w.ops.len());
-        w.ops.splice(at..at, extra.ops);
-        for op in &mut w.ops {
-            op.name = format!("draft{pass}.{}", op.name);
-        }
-        w
     }
 }
 
@@ -354,61 +250,4 @@ fn mtp_model(target: &ModelSpec) -> Result<ModelSpec> {
         moe.all_layers_moe();
     }
     Ok(m)
-}
-
-/// Kernels vLLM adds to a speculative step outside the forward passes, as ops priced by their
-/// families: the greedy rejection sampler after the verify pass, and the proposer's input
-/// preparation (plus EAGLE-3's gather of the target's aux hidden states) before the drafts.
-pub fn rejection_sampler(batch: u64, k: u64) -> Vec<crate::workload::Op> {
-    let mut b = Builder::new();
-    let rows = batch * (k + 1);
-    // Compares each draft token id with the target's argmax and writes the accepted ids and
-    // counts: int64 ids in and out.
-    b.push(
-        "rejection_greedy_sample",
-        "rejection_greedy_sample_kernel",
-        CostFamily::Elementwise,
-        Category::Sampling,
-        crate::workload::Shape {
-            m: rows,
-            n: 1,
-            k: 0,
-            batch: 1,
-        },
-        "-",
-        rows as f64,
-        rows as f64 * 8.0 * 3.0,
-    );
-    b.ops
-}
-
-pub fn proposer_bookkeeping(batch: u64, k: u64, hidden: u64, aux: u64) -> Vec<crate::workload::Op> {
-    let mut b = Builder::new();
-    let rows = batch * (k + 1);
-    // Next-token ids, positions and slot mappings for the first draft pass (int64 each).
-    b.push(
-        "prepare_next_token_inputs",
-        "eagle_prepare_next_token_padded_kernel",
-        CostFamily::Elementwise,
-        Category::Elementwise,
-        crate::workload::Shape {
-            m: rows,
-            n: 3,
-            k: 0,
-            batch: 1,
-        },
-        "-",
-        rows as f64,
-        rows as f64 * 8.0 * 6.0,
-    );
-    if aux > 0 {
-        b.elementwise(
-            "gather_aux_hidden_states",
-            "at::native::CatArrayBatchedCopy (aux hidden states)",
-            Category::Elementwise,
-            rows * aux * hidden,
-            rows * aux * hidden,
-        );
-    }
-    b.ops
 }

@@ -34,6 +34,7 @@ use crate::error::{Error, Result};
 use crate::scenario::deployment::CommKnobs;
 use crate::scenario::{NcclSettings, Scenario};
 use crate::workload::routing::DistinctExperts;
+use crate::workload::spec_step::{PassKind, Side, SpecStep};
 use crate::workload::{
     CostFamily, Op, Shape, Stream, Workload, SHARED_EXPERT_STREAM_TOKEN_THRESHOLD,
 };
@@ -831,7 +832,7 @@ struct Memo {
     owner: u64,
     /// The pricing scenario, its batch, context and NCCL settings set before each pricing.
     s: Scenario,
-    passes: [EntryMap; 4],
+    passes: [EntryMap; 1 + PassKind::ALL.len()],
     /// Prices stored, to bound the memory a long-lived thread keeps.
     stored: usize,
     /// Scratch: one pass's op durations.
@@ -866,13 +867,32 @@ pub struct FastScenario {
     scenario: Scenario,
     id: u64,
     target: PassModel,
-    verify: Option<PassModel>,
-    draft_first: Option<PassModel>,
-    draft_rest: Option<PassModel>,
-    host_us: f64,
-    pass_gap_us: f64,
+    /// The speculative step's passes (fitted when a drafter was given).
+    spec: Option<SpecFit>,
     /// The expected wait of each collective for the slowest rank (jitter on).
     straggler: Straggler,
+}
+
+/// A drafter's passes in closed form: one model per `PassKind` (memo slot 1 + its index), and
+/// the `SpecStep` they are played in.
+#[derive(Debug, Clone)]
+struct SpecFit {
+    method: crate::workload::spec_step::SpecMethod,
+    /// In `PassKind::ALL` order.
+    passes: Vec<PassModel>,
+    /// The step at k = 1, 2, ... up to the method's limit, built once (a sweep plays it per row).
+    steps: Vec<SpecStep>,
+    host_us: f64,
+    pass_gap_us: f64,
+}
+
+impl SpecFit {
+    fn step(&self, k: u32) -> std::borrow::Cow<'_, SpecStep> {
+        match self.steps.get((k as usize).wrapping_sub(1)) {
+            Some(s) => std::borrow::Cow::Borrowed(s),
+            None => std::borrow::Cow::Owned(SpecStep::new(self.method, k)),
+        }
+    }
 }
 
 impl FastScenario {
@@ -883,9 +903,8 @@ impl FastScenario {
         draft: Option<&super::draft::Draft>,
     ) -> Result<Self> {
         let build_target = |ps: &Scenario, q: u32| crate::workload::build_pass(ps, q);
-        let (mut verify, mut draft_first, mut draft_rest) = (None, None, None);
-        let (mut host_us, mut pass_gap_us) = (0.0, 0.0);
         let target;
+        let mut spec = None;
         if let Some(d) = draft {
             let sd = p.spec_decode.as_ref().ok_or_else(|| {
                 Error::field(
@@ -894,51 +913,34 @@ impl FastScenario {
                     "missing: needed for draft tokens > 0",
                 )
             })?;
-            host_us = sd.exposed_host_us;
-            pass_gap_us = sd.pass_gap_us;
             let ds = d.scenario(s)?;
-            let aux = match d.method {
-                super::draft::Method::Eagle3 => d.limits.aux_hidden_states as u64,
-                _ => 0,
+            // Each kind of pass the step runs, fitted on the scenario it is built on.
+            let fit = |(i, kind): (usize, &PassKind)| {
+                let build = |ps: &Scenario, q: u32| kind.build(d, ps, q, kind.first_index());
+                let on = if kind.on_draft() { &ds } else { s };
+                PassModel::fit(on, &build, 1 + i, *kind == PassKind::Verify)
             };
-            let build_verify =
-                |ps: &Scenario, q: u32| super::spec_decode::verify_workload(ps, q.max(1) - 1);
-            let build_first = |ps: &Scenario, q: u32| {
-                let mut w = Workload {
-                    ops: super::draft::proposer_bookkeeping(
-                        ps.batch as u64,
-                        q.max(1) as u64 - 1,
-                        ps.model.hidden as u64,
-                        aux,
-                    ),
-                    experts_touched: Vec::new(),
-                    routing: Default::default(),
-                };
-                let pass = d.pass(ps, q, 0);
-                w.ops.extend(pass.ops);
-                w.experts_touched = pass.experts_touched;
-                w.routing = pass.routing;
-                w
-            };
-            let build_rest = |ps: &Scenario, q: u32| d.pass(ps, q, 1);
-            let ((t, v), (f, r)) = rayon::join(
+            let (t, passes) = rayon::join(
+                || PassModel::fit(s, &build_target, 0, false),
                 || {
-                    rayon::join(
-                        || PassModel::fit(s, &build_target, 0, false),
-                        || PassModel::fit(s, &build_verify, 1, true),
-                    )
-                },
-                || {
-                    rayon::join(
-                        || PassModel::fit(&ds, &build_first, 2, false),
-                        || PassModel::fit(&ds, &build_rest, 3, false),
-                    )
+                    use rayon::prelude::*;
+                    PassKind::ALL
+                        .par_iter()
+                        .enumerate()
+                        .map(fit)
+                        .collect::<Result<Vec<_>>>()
                 },
             );
             target = t?;
-            verify = Some(v?);
-            draft_first = Some(f?);
-            draft_rest = Some(r?);
+            spec = Some(SpecFit {
+                method: d.method,
+                passes: passes?,
+                steps: (1..=d.limits.max_draft_tokens)
+                    .map(|k| SpecStep::new(d.method, k))
+                    .collect(),
+                host_us: sd.exposed_host_us,
+                pass_gap_us: sd.pass_gap_us,
+            });
         } else {
             target = PassModel::fit(s, &build_target, 0, false)?;
         }
@@ -947,11 +949,7 @@ impl FastScenario {
             scenario: s.clone(),
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             target,
-            verify,
-            draft_first,
-            draft_rest,
-            host_us,
-            pass_gap_us,
+            spec,
             straggler: Straggler::new(&p.variability, s.tp),
         };
         fast.check()?;
@@ -981,14 +979,7 @@ impl FastScenario {
     }
 
     fn passes(&self) -> impl Iterator<Item = &PassModel> {
-        [
-            Some(&self.target),
-            self.verify.as_ref(),
-            self.draft_first.as_ref(),
-            self.draft_rest.as_ref(),
-        ]
-        .into_iter()
-        .flatten()
+        std::iter::once(&self.target).chain(self.spec.iter().flat_map(|f| &f.passes))
     }
 
     /// Segment shapes (ops, repeat) of the target, verify, first and later draft passes.
@@ -1171,6 +1162,51 @@ impl FastScenario {
         })
     }
 
+    /// Plays the windows of the step at `k` (each window's passes on one state, `overhead` µs
+    /// added to each window's end-of-step idle): (draft µs, verify µs, busy of both sides).
+    #[allow(clippy::too_many_arguments)]
+    fn play_spec(
+        &self,
+        m: &mut Memo,
+        spec: &SpecFit,
+        batch: u32,
+        context: u64,
+        k: u32,
+        launch: &Launch,
+        coll: &Collectives,
+        overhead: f64,
+    ) -> (f64, f64, Busy) {
+        let step = spec.step(k);
+        let (mut draft_us, mut verify_us, mut busy) = (0.0, 0.0, [0.0; NCAT]);
+        for win in &step.windows {
+            let mut st = State::new(launch);
+            st.step_overhead += overhead;
+            for run in &win.passes {
+                let pm = &spec.passes[run.kind as usize];
+                self.play(
+                    m,
+                    pm,
+                    &mut st,
+                    batch,
+                    run.queries,
+                    context,
+                    launch,
+                    coll,
+                    run.repeat,
+                );
+            }
+            let us = st.window_us() + win.pass_gaps as f64 * spec.pass_gap_us;
+            match win.side {
+                Side::Verify => verify_us += us,
+                Side::Draft => draft_us += us,
+            }
+            for (b, d) in busy.iter_mut().zip(st.busy) {
+                *b += d;
+            }
+        }
+        (draft_us, verify_us, busy)
+    }
+
     /// [`FastScenario::spec_step_us`] with the busy time per category of both sides.
     pub fn spec_step_us_busy(
         &self,
@@ -1180,27 +1216,12 @@ impl FastScenario {
         launch: &Launch,
         coll: &Collectives,
     ) -> Option<((f64, f64, f64), Busy)> {
-        let (verify, first, rest) = (
-            self.verify.as_ref()?,
-            self.draft_first.as_ref()?,
-            self.draft_rest.as_ref()?,
-        );
+        let spec = self.spec.as_ref()?;
         Some(self.with_memo(|m| {
-            let mut st = State::new(launch);
-            self.play(m, verify, &mut st, batch, k + 1, context, launch, coll, 1);
-            let verify_us = st.window_us();
-            let mut busy = st.busy;
-            let mut st = State::new(launch);
-            self.play(m, first, &mut st, batch, k + 1, context, launch, coll, 1);
-            if k > 1 {
-                self.play(m, rest, &mut st, batch, 1, context, launch, coll, k - 1);
-            }
-            for (b, d) in busy.iter_mut().zip(st.busy) {
-                *b += d;
-            }
-            let draft_us = st.window_us() + k as f64 * self.pass_gap_us;
+            let (draft_us, verify_us, busy) =
+                self.play_spec(m, spec, batch, context, k, launch, coll, 0.0);
             (
-                (draft_us, verify_us, draft_us + verify_us + self.host_us),
+                (draft_us, verify_us, draft_us + verify_us + spec.host_us),
                 busy,
             )
         }))
@@ -1256,26 +1277,21 @@ impl FastScenario {
         coll: &Collectives,
         draw: &Draw,
     ) -> Option<(f64, f64, f64)> {
-        let (verify, first, rest) = (
-            self.verify.as_ref()?,
-            self.draft_first.as_ref()?,
-            self.draft_rest.as_ref()?,
-        );
+        let spec = self.spec.as_ref()?;
         Some(self.with_memo(|m| {
             m.draw = Some(*draw);
-            let mut st = State::new(launch);
-            st.step_overhead += draw.step_overhead_us;
-            self.play(m, verify, &mut st, batch, k + 1, context, launch, coll, 1);
-            let verify_us = st.window_us();
-            let mut st = State::new(launch);
-            st.step_overhead += draw.step_overhead_us;
-            self.play(m, first, &mut st, batch, k + 1, context, launch, coll, 1);
-            if k > 1 {
-                self.play(m, rest, &mut st, batch, 1, context, launch, coll, k - 1);
-            }
+            let (draft_us, verify_us, _) = self.play_spec(
+                m,
+                spec,
+                batch,
+                context,
+                k,
+                launch,
+                coll,
+                draw.step_overhead_us,
+            );
             m.draw = None;
-            let draft_us = st.window_us() + k as f64 * self.pass_gap_us;
-            (draft_us, verify_us, draft_us + verify_us + self.host_us)
+            (draft_us, verify_us, draft_us + verify_us + spec.host_us)
         }))
     }
 

@@ -9,12 +9,13 @@
 //! Carlo over the acceptance distribution gives the spread of time per output token.
 
 use super::acceptance::Acceptance;
-use super::draft::{proposer_bookkeeping, rejection_sampler, Draft, Method};
+use super::draft::{Draft, Method};
 use crate::cost::profile::SpecDecodeParams;
 use crate::cost::{self, CalibrationProfile};
 use crate::error::{Error, Result};
-use crate::sim::{self, engine_config, Engine, ScenarioRequest, Simulation, Timeline};
 use crate::scenario::Scenario;
+use crate::sim::{self, engine_config, Engine, ScenarioRequest, Simulation, Timeline};
+use crate::workload::spec_step::{PassKind, Side, SpecStep};
 use crate::workload::{self, Workload};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -148,41 +149,30 @@ fn play(
     Ok(tl.step_time_us())
 }
 
-/// The verify pass: the target at k+1 queries per sequence (with CUDA graphs, padded to the
-/// capture sizes adjusted to multiples of k+1: `scenario::cudagraph`), then the rejection sampler
-/// over the real rows (it runs outside the graph).
+/// The verify pass of the step at `k`: `PassKind::Verify`'s workload (the target at k+1 queries
+/// per sequence, then the rejection sampler), as both engines play it.
 pub fn verify_workload(s: &Scenario, k: u32) -> Workload {
-    let mut w = workload::build_verify(s, k + 1);
-    w.ops.extend(rejection_sampler(s.batch as u64, k as u64));
-    w
+    crate::workload::spec_step::verify_pass(s, k + 1)
 }
 
-/// The draft side: bookkeeping, then k passes (the first over k+1 positions per sequence).
+/// The draft window of `draft`'s step at `k` on its scenario `ds`: bookkeeping, then k passes
+/// (the first over k+1 positions per sequence).
 pub fn draft_workload(draft: &Draft, ds: &Scenario, k: u32) -> Workload {
-    let aux = match draft.method {
-        Method::Eagle3 => draft.limits.aux_hidden_states as u64,
-        _ => 0,
-    };
+    let step = SpecStep::new(draft.method, k);
     let mut w = Workload {
-        ops: proposer_bookkeeping(ds.batch as u64, k as u64, ds.model.hidden as u64, aux),
+        ops: Vec::new(),
         experts_touched: Vec::new(),
         routing: Default::default(),
     };
-    let first = draft.pass(ds, k + 1, 0);
-    w.ops.extend(first.ops);
-    if k > 1 {
-        // Passes after the first have one shape; build it once and replay it.
-        let rest = draft.pass(ds, 1, 1);
-        for pass in 1..k {
-            w.ops.extend(rest.ops.iter().cloned().map(|mut o| {
-                o.name = o.name.replacen("draft1.", &format!("draft{pass}."), 1);
-                o
-            }));
-        }
+    for win in step.windows.iter().filter(|w| w.side == Side::Draft) {
+        w.ops.extend(step.window_workload(win, draft, ds, ds).ops);
     }
     w
 }
 
+/// The step at `k` on the timeline engine: each window of its [`SpecStep`] played as one
+/// workload (passes built on the target's or the draft's scenario, all priced under the
+/// target's), plus its pass gaps; the profile's exposed host time once.
 pub fn step_cost(
     s: &Scenario,
     draft: &Draft,
@@ -193,15 +183,21 @@ pub fn step_cost(
 ) -> Result<StepCost> {
     let sd = spec_params(p)?;
     let ds = draft.scenario(s)?;
-    let verify_us = play(&verify_workload(s, k), s, p, engine, tl)?;
-    let draft_us = play(&draft_workload(draft, &ds, k), s, p, engine, tl)?
-        // Each draft pass is one more replay (or eager forward) after the previous pass.
-        + k as f64 * sd.pass_gap_us;
-    Ok(StepCost {
-        draft_us,
-        verify_us,
+    let step = SpecStep::new(draft.method, k);
+    let mut c = StepCost {
+        draft_us: 0.0,
+        verify_us: 0.0,
         host_us: sd.exposed_host_us,
-    })
+    };
+    for win in &step.windows {
+        let w = step.window_workload(win, draft, s, &ds);
+        let us = play(&w, s, p, engine, tl)? + win.pass_gaps as f64 * sd.pass_gap_us;
+        match win.side {
+            Side::Verify => c.verify_us += us,
+            Side::Draft => c.draft_us += us,
+        }
+    }
+    Ok(c)
 }
 
 /// Seeded Monte Carlo: each user decodes `output_tokens` tokens, one step at a time, taking
@@ -250,7 +246,7 @@ fn variant(
     seed: u64,
 ) -> Variant {
     let step = c.draft_us + c.verify_us + c.host_us;
-    let mean = acc.mean_acceptance_length(k);
+    let mean = SpecStep::new(req.method, k).expected_tokens(&acc.survival(k));
     let per_user = mean / step * 1e6;
     let tokens_per_s = per_user * batch as f64;
     let base_tps = batch as f64 / base_step_us * 1e6;
@@ -405,7 +401,11 @@ pub fn study(
                 req.draft_tokens
                     .iter()
                     .zip(&g.spec_step_us)
-                    .map(|(&k, &step)| acceptance.mean_acceptance_length(k) * g.base_step_us / step)
+                    .map(|(&k, &step)| {
+                        let tokens =
+                            SpecStep::new(req.method, k).expected_tokens(&acceptance.survival(k));
+                        tokens * g.base_step_us / step
+                    })
                     .collect()
             })
             .collect();
@@ -440,14 +440,21 @@ pub fn study(
 
     let mut warnings = costs.baseline.warnings.clone();
     if scenario.cuda_graphs {
-        use crate::scenario::cudagraph::PadRule;
+        // The step's verify passes, at their query tokens and padding rule.
         let above: Vec<String> = req
             .draft_tokens
             .iter()
             .filter(|&&k| {
-                !scenario
-                    .padding(k + 1, PadRule::Uniform { q: k + 1 })
-                    .captured
+                let step = SpecStep::new(req.method, k);
+                step.windows
+                    .iter()
+                    .flat_map(|w| &w.passes)
+                    .filter(|r| r.kind == PassKind::Verify)
+                    .any(|r| {
+                        !scenario
+                            .padding(r.queries, r.kind.pad_rule(r.queries))
+                            .captured
+                    })
             })
             .map(|k| k.to_string())
             .collect();
@@ -492,7 +499,6 @@ pub fn step_simulation(req: &SpecDecodeRequest, k: u32) -> Result<Simulation> {
     let draft = Draft::load(req.method, req.draft.as_deref(), &scenario.model)?;
     draft.check_k(k)?;
     let ds = draft.scenario(&scenario)?;
-    let mut w = verify_workload(&scenario, k);
-    w.ops.extend(draft_workload(&draft, &ds, k).ops);
+    let w = SpecStep::new(draft.method, k).workload(&draft, &scenario, &ds);
     sim::simulate_workload(scenario, profile, w)
 }

@@ -10,6 +10,7 @@ mod moe;
 pub mod op;
 pub mod parallel;
 pub mod routing;
+pub mod spec_step;
 
 pub use op::{CostFamily, Op, Shape, Stream};
 pub use routing::{expected_distinct_experts, Routing, RoutingSample};

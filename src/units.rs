@@ -70,6 +70,85 @@ pub fn bytes(b: f64) -> String {
     crate::files::human_bytes(b)
 }
 
+/// A message on one line: every run of whitespace (line breaks included) becomes one space, so
+/// a warning never spills onto lines a reader (or `grep`) would take for another message.
+pub fn one_line(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// Provenance as one line: the head of each top-level clause (`measured (AIConfigurator X)`,
+/// `from 'fallback'`, `estimated`), without the long lists that follow each head's colon, so
+/// the report's top says where the numbers come from in one line; the full text is kept for
+/// `--verbose` and the JSON output.
+pub fn provenance_summary(provenance: &str) -> String {
+    let mut heads: Vec<String> = Vec::new();
+    let mut depth = 0i32;
+    let mut clause = String::new();
+    let mut clauses = Vec::new();
+    for ch in provenance.chars() {
+        match ch {
+            '(' => depth += 1,
+            ')' => depth -= 1,
+            ';' if depth == 0 => {
+                clauses.push(std::mem::take(&mut clause));
+                continue;
+            }
+            _ => {}
+        }
+        clause.push(ch);
+    }
+    clauses.push(clause);
+    for c in &clauses {
+        // The head: the text before the clause's first top-level ": ".
+        let (mut depth, mut head) = (0i32, None);
+        let bytes: Vec<char> = c.chars().collect();
+        for (i, &ch) in bytes.iter().enumerate() {
+            match ch {
+                '(' => depth += 1,
+                ')' => depth -= 1,
+                ':' if depth == 0 && bytes.get(i + 1) == Some(&' ') => {
+                    head = Some(bytes[..i].iter().collect::<String>());
+                    break;
+                }
+                _ => {}
+            }
+        }
+        let Some(head) = head else { continue };
+        // Long parenthesised asides (a fallback's own provenance) stay for --verbose.
+        let mut short = String::new();
+        let (mut depth, mut aside) = (0i32, String::new());
+        for ch in head.trim().chars() {
+            match ch {
+                '(' => {
+                    depth += 1;
+                    aside.push(ch);
+                }
+                ')' if depth > 0 => {
+                    depth -= 1;
+                    aside.push(ch);
+                    if depth == 0 {
+                        if aside.chars().count() <= 40 {
+                            short.push_str(&aside);
+                        }
+                        aside.clear();
+                    }
+                }
+                _ if depth > 0 => aside.push(ch),
+                _ => short.push(ch),
+            }
+        }
+        let short = one_line(&short);
+        if !short.is_empty() && !heads.contains(&short) {
+            heads.push(short);
+        }
+    }
+    if heads.is_empty() {
+        clip(&one_line(provenance), 100)
+    } else {
+        heads.join("; ")
+    }
+}
+
 /// `path` relative to the data root for bundled files (`models/kimi-k2.5.json`), else
 /// relative to the current folder when it lies below it, else as given.
 pub fn path(p: &Path) -> String {
@@ -79,6 +158,23 @@ pub fn path(p: &Path) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn provenance_summary_keeps_the_heads() {
+        let p = "measured (AIConfigurator rtx_pro_6000_server): gemm.csv (2294 rows, BF16 GEMMs); \
+                 moe.csv (1053 rows); from 'rtx-pro-6000-transfer' (transferred from h200-sxm \
+                 measurements: kernel efficiencies; launch costs): the rest; tables collected 2026-07-25";
+        assert_eq!(
+            provenance_summary(p),
+            "measured (AIConfigurator rtx_pro_6000_server); from 'rtx-pro-6000-transfer'"
+        );
+        assert_eq!(
+            provenance_summary("measured (published): a; b; estimated: everything else"),
+            "measured (published); estimated"
+        );
+        assert_eq!(provenance_summary("hand-written"), "hand-written");
+        assert_eq!(one_line("a\n  b\tc "), "a b c");
+    }
 
     #[test]
     fn thousands_are_separated() {

@@ -70,7 +70,7 @@ fn messages_from_the_cutoff_go_to_nccl() {
     assert!(
         sim.warnings
             .iter()
-            .any(|w| w.contains("vLLM hands all_reduce of 57344 bytes to NCCL")),
+            .any(|w| w.contains("vLLM hands all_reduce of 56.0 KiB to NCCL (56.0 KiB is not below max_size 56.0 KiB")),
         "{:?}",
         sim.warnings
     );

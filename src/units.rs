@@ -81,72 +81,91 @@ pub fn one_line(s: &str) -> String {
 /// the report's top says where the numbers come from in one line; the full text is kept for
 /// `--verbose` and the JSON output.
 pub fn provenance_summary(provenance: &str) -> String {
-    let mut heads: Vec<String> = Vec::new();
-    let mut depth = 0i32;
-    let mut clause = String::new();
-    let mut clauses = Vec::new();
-    for ch in provenance.chars() {
-        match ch {
-            '(' => depth += 1,
-            ')' => depth -= 1,
-            ';' if depth == 0 => {
-                clauses.push(std::mem::take(&mut clause));
-                continue;
+    let chars: Vec<char> = provenance.chars().collect();
+    // Only matched parentheses nest: a provenance clipped inside an aside leaves one open, and
+    // the text from an unmatched `(` on is dropped from its head.
+    let mut matched = vec![false; chars.len()];
+    let mut open = Vec::new();
+    for (i, &c) in chars.iter().enumerate() {
+        match c {
+            '(' => open.push(i),
+            ')' => {
+                if let Some(o) = open.pop() {
+                    matched[o] = true;
+                    matched[i] = true;
+                }
             }
             _ => {}
         }
-        clause.push(ch);
     }
-    clauses.push(clause);
-    for c in &clauses {
-        // The head: the text before the clause's first top-level ": ".
-        let (mut depth, mut head) = (0i32, None);
-        let bytes: Vec<char> = c.chars().collect();
-        for (i, &ch) in bytes.iter().enumerate() {
-            match ch {
-                '(' => depth += 1,
-                ')' => depth -= 1,
-                ':' if depth == 0 && bytes.get(i + 1) == Some(&' ') => {
-                    head = Some(bytes[..i].iter().collect::<String>());
-                    break;
-                }
-                _ => {}
-            }
-        }
-        let Some(head) = head else { continue };
-        // Long parenthesised asides (a fallback's own provenance) stay for --verbose.
+    let mut heads: Vec<String> = Vec::new();
+    let (mut depth, mut start) = (0i32, 0usize);
+    let mut head_end: Option<usize> = None;
+    let push_head = |from: usize, to: usize, heads: &mut Vec<String>| {
         let mut short = String::new();
         let (mut depth, mut aside) = (0i32, String::new());
-        for ch in head.trim().chars() {
-            match ch {
-                '(' => {
-                    depth += 1;
-                    aside.push(ch);
-                }
-                ')' if depth > 0 => {
-                    depth -= 1;
-                    aside.push(ch);
-                    if depth == 0 {
-                        if aside.chars().count() <= 40 {
-                            short.push_str(&aside);
-                        }
-                        aside.clear();
+        for i in from..to {
+            let c = chars[i];
+            if c == '(' && !matched[i] {
+                break;
+            }
+            if c == '(' {
+                depth += 1;
+            }
+            if depth > 0 {
+                aside.push(c);
+            } else {
+                short.push(c);
+            }
+            if c == ')' && matched[i] {
+                depth -= 1;
+                if depth == 0 {
+                    // Long asides (a fallback's own provenance) stay for --verbose.
+                    if aside.chars().count() <= 40 {
+                        short.push_str(&aside);
                     }
+                    aside.clear();
                 }
-                _ if depth > 0 => aside.push(ch),
-                _ => short.push(ch),
             }
         }
         let short = one_line(&short);
         if !short.is_empty() && !heads.contains(&short) {
             heads.push(short);
         }
+    };
+    for i in 0..=chars.len() {
+        let c = chars.get(i).copied();
+        match c {
+            Some('(') if matched[i] => depth += 1,
+            Some(')') if matched[i] => depth -= 1,
+            Some(':') if depth == 0 && head_end.is_none() && chars.get(i + 1) == Some(&' ') => {
+                head_end = Some(i)
+            }
+            Some(';') | None if depth == 0 || c.is_none() => {
+                if let Some(e) = head_end.take() {
+                    push_head(start, e, &mut heads);
+                }
+                start = i + 1;
+            }
+            _ => {}
+        }
     }
     if heads.is_empty() {
-        clip(&one_line(provenance), 100)
-    } else {
-        heads.join("; ")
+        return clip(&one_line(provenance), 100);
     }
+    // One line: as many heads as fit in about 100 columns.
+    let mut out = String::new();
+    for h in &heads {
+        if !out.is_empty() && out.chars().count() + h.chars().count() > 100 {
+            out.push_str("; …");
+            break;
+        }
+        if !out.is_empty() {
+            out.push_str("; ");
+        }
+        out.push_str(h);
+    }
+    out
 }
 
 /// `path` relative to the data root for bundled files (`models/kimi-k2.5.json`), else
@@ -173,6 +192,11 @@ mod tests {
             "measured (published); estimated"
         );
         assert_eq!(provenance_summary("hand-written"), "hand-written");
+        // Clipped inside an aside: the unmatched parenthesis does not swallow the rest.
+        assert_eq!(
+            provenance_summary("measured (X): a; from 'b' (transferred: c; from 'd' (e): f"),
+            "measured (X); from 'b'; from 'd' (e)"
+        );
         assert_eq!(one_line("a\n  b\tc "), "a b c");
     }
 

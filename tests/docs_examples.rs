@@ -73,7 +73,10 @@ fn parse(page: &str, lines: &[&str]) -> Result<Vec<Example>, String> {
         let mut current: Option<Example> = None;
         loop {
             let Some(l) = lines.get(i) else {
-                return Err(format!("{page}:{}: ```console block never closed", open + 1));
+                return Err(format!(
+                    "{page}:{}: ```console block never closed",
+                    open + 1
+                ));
             };
             if l.trim_end() == "```" {
                 break;
@@ -259,10 +262,7 @@ fn diff(expected: &[String], actual: &[String]) -> String {
 
 fn scratch(page: &Path) -> PathBuf {
     let name = page.file_stem().unwrap().to_string_lossy().to_string();
-    let dir = std::env::temp_dir().join(format!(
-        "decodesim-docs-{}-{name}",
-        std::process::id()
-    ));
+    let dir = std::env::temp_dir().join(format!("decodesim-docs-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     for l in LINKED {
@@ -425,8 +425,14 @@ fn every_image_is_referenced_with_the_command_that_made_it() {
 #[test]
 fn the_guide_speaks_of_the_tool_only() {
     let words = [
-        "issue ", "issues", "session", "helper", "lent ", "the project's machine",
-        "development machine", "bars ",
+        "issue ",
+        "issues",
+        "session",
+        "helper",
+        "lent ",
+        "the project's machine",
+        "development machine",
+        "bars ",
     ];
     let mut found = Vec::new();
     for p in pages() {
@@ -462,8 +468,18 @@ fn the_matcher_reads_the_convention() {
         ),
         v(&["head [..]", "...", "tail 2", "end"])
     );
-    assert_eq!(bless(&v(&["old"]), &v(&["new", "lines"])), v(&["new", "lines"]));
-    let lines = ["```console", "$ decodesim list", "out", "```", "```console", "no"];
+    assert_eq!(
+        bless(&v(&["old"]), &v(&["new", "lines"])),
+        v(&["new", "lines"])
+    );
+    let lines = [
+        "```console",
+        "$ decodesim list",
+        "out",
+        "```",
+        "```console",
+        "no",
+    ];
     let p = parse("x.md", &lines[..4]).unwrap();
     assert_eq!((p.len(), p[0].line, p[0].expected.clone()), (1, 2, 2..3));
     assert!(parse("x.md", &lines).unwrap_err().contains("x.md:6"));

@@ -360,15 +360,19 @@ impl<'a> Pricer<'a> {
         let bytes = op.message_bytes as f64;
         let tp = aic::comm_price(rows, bytes)?;
         if tp.extrapolated {
-            note!(self.quiet, self.warnings, format!(
-                "{} of {} is outside the {} rows of {} at {n} ranks ({}..{}): extrapolated",
-                op.family,
-                crate::units::bytes(op.message_bytes as f64),
-                forced,
-                crate::units::path(&t.dir.join("nccl_collectives.csv")),
-                crate::units::bytes(rows.first().map_or(0.0, |r| r.0)),
-                crate::units::bytes(rows.last().map_or(0.0, |r| r.0)),
-            ));
+            note!(
+                self.quiet,
+                self.warnings,
+                format!(
+                    "{} of {} is outside the {} rows of {} at {n} ranks ({}..{}): extrapolated",
+                    op.family,
+                    crate::units::bytes(op.message_bytes as f64),
+                    forced,
+                    crate::units::path(&t.dir.join("nccl_collectives.csv")),
+                    crate::units::bytes(rows.first().map_or(0.0, |r| r.0)),
+                    crate::units::bytes(rows.last().map_or(0.0, |r| r.0)),
+                )
+            );
         }
         let threshold = self
             .s
@@ -502,16 +506,20 @@ impl<'a> Pricer<'a> {
         if let Some([lo, hi]) = c.measured_bytes {
             let b = op.message_bytes as f64;
             if b < lo || b > hi {
-                note!(self.quiet, self.warnings, format!(
-                    "{} of {} is outside the measured range {}..{} of {}/{}/{}",
-                    op.family,
-                    crate::units::bytes(op.message_bytes as f64),
-                    crate::units::bytes(lo),
-                    crate::units::bytes(hi),
-                    c.path,
-                    c.algo,
-                    c.proto
-                ));
+                note!(
+                    self.quiet,
+                    self.warnings,
+                    format!(
+                        "{} of {} is outside the measured range {}..{} of {}/{}/{}",
+                        op.family,
+                        crate::units::bytes(op.message_bytes as f64),
+                        crate::units::bytes(lo),
+                        crate::units::bytes(hi),
+                        c.path,
+                        c.algo,
+                        c.proto
+                    )
+                );
             }
         }
         let threshold = self

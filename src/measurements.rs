@@ -343,7 +343,7 @@ impl Table {
             self.bad(
                 i,
                 col,
-                format!("a time in (0, {MAX_CALL_US:e}] us (no single call in a decode step takes a second)"),
+                format!("a time in (0, {MAX_CALL_US:e}] µs (no single call in a decode step takes a second)"),
             )
         })
     }
@@ -467,7 +467,7 @@ pub fn read_kernels_csv(path: &Path) -> Result<Vec<KernelPoint>> {
                 path,
                 format!("row {}", i + 2),
                 format!(
-                    "percentiles out of order: p10 {} us, median {} us, p90 {} us (expected p10 <= median <= p90)",
+                    "percentiles out of order: p10 {} µs, median {} µs, p90 {} µs (expected p10 <= median <= p90)",
                     p.p10_us, p.median_us, p.p90_us
                 ),
             ));

@@ -70,6 +70,104 @@ pub fn bytes(b: f64) -> String {
     crate::files::human_bytes(b)
 }
 
+/// A message on one line: every run of whitespace (line breaks included) becomes one space, so
+/// a warning never spills onto lines a reader (or `grep`) would take for another message.
+pub fn one_line(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// Provenance as one line: the head of each top-level clause (`measured (AIConfigurator X)`,
+/// `from 'fallback'`, `estimated`), without the long lists that follow each head's colon, so
+/// the report's top says where the numbers come from in one line; the full text is kept for
+/// `--verbose` and the JSON output.
+pub fn provenance_summary(provenance: &str) -> String {
+    let chars: Vec<char> = provenance.chars().collect();
+    // Only matched parentheses nest: a provenance clipped inside an aside leaves one open, and
+    // the text from an unmatched `(` on is dropped from its head.
+    let mut matched = vec![false; chars.len()];
+    let mut open = Vec::new();
+    for (i, &c) in chars.iter().enumerate() {
+        match c {
+            '(' => open.push(i),
+            ')' => {
+                if let Some(o) = open.pop() {
+                    matched[o] = true;
+                    matched[i] = true;
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut heads: Vec<String> = Vec::new();
+    let (mut depth, mut start) = (0i32, 0usize);
+    let mut head_end: Option<usize> = None;
+    let push_head = |from: usize, to: usize, heads: &mut Vec<String>| {
+        let mut short = String::new();
+        let (mut depth, mut aside) = (0i32, String::new());
+        for i in from..to {
+            let c = chars[i];
+            if c == '(' && !matched[i] {
+                break;
+            }
+            if c == '(' {
+                depth += 1;
+            }
+            if depth > 0 {
+                aside.push(c);
+            } else {
+                short.push(c);
+            }
+            if c == ')' && matched[i] {
+                depth -= 1;
+                if depth == 0 {
+                    // Long asides (a fallback's own provenance) stay for --verbose.
+                    if aside.chars().count() <= 40 {
+                        short.push_str(&aside);
+                    }
+                    aside.clear();
+                }
+            }
+        }
+        let short = one_line(&short);
+        if !short.is_empty() && !heads.contains(&short) {
+            heads.push(short);
+        }
+    };
+    for i in 0..=chars.len() {
+        let c = chars.get(i).copied();
+        match c {
+            Some('(') if matched[i] => depth += 1,
+            Some(')') if matched[i] => depth -= 1,
+            Some(':') if depth == 0 && head_end.is_none() && chars.get(i + 1) == Some(&' ') => {
+                head_end = Some(i)
+            }
+            Some(';') | None if depth == 0 || c.is_none() => {
+                if let Some(e) = head_end.take() {
+                    push_head(start, e, &mut heads);
+                }
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    if heads.is_empty() {
+        return clip(&one_line(provenance), 100);
+    }
+    // One line: as many heads as fit in about 100 columns.
+    let mut out = String::new();
+    for h in &heads {
+        if !out.is_empty() && out.chars().count() + h.chars().count() > 100 {
+            out.push_str("; …");
+            break;
+        }
+        if !out.is_empty() {
+            out.push_str("; ");
+        }
+        out.push_str(h);
+    }
+    out
+}
+
 /// `path` relative to the data root for bundled files (`models/kimi-k2.5.json`), else
 /// relative to the current folder when it lies below it, else as given.
 pub fn path(p: &Path) -> String {
@@ -79,6 +177,28 @@ pub fn path(p: &Path) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn provenance_summary_keeps_the_heads() {
+        let p = "measured (AIConfigurator rtx_pro_6000_server): gemm.csv (2294 rows, BF16 GEMMs); \
+                 moe.csv (1053 rows); from 'rtx-pro-6000-transfer' (transferred from h200-sxm \
+                 measurements: kernel efficiencies; launch costs): the rest; tables collected 2026-07-25";
+        assert_eq!(
+            provenance_summary(p),
+            "measured (AIConfigurator rtx_pro_6000_server); from 'rtx-pro-6000-transfer'"
+        );
+        assert_eq!(
+            provenance_summary("measured (published): a; b; estimated: everything else"),
+            "measured (published); estimated"
+        );
+        assert_eq!(provenance_summary("hand-written"), "hand-written");
+        // Clipped inside an aside: the unmatched parenthesis does not swallow the rest.
+        assert_eq!(
+            provenance_summary("measured (X): a; from 'b' (transferred: c; from 'd' (e): f"),
+            "measured (X); from 'b'; from 'd' (e)"
+        );
+        assert_eq!(one_line("a\n  b\tc "), "a b c");
+    }
 
     #[test]
     fn thousands_are_separated() {

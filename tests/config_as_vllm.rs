@@ -82,7 +82,7 @@ fn conflicting_duplicate_table_rows_are_an_error_naming_file_and_lines() {
         e.contains("gemm.csv")
             && e.contains("lines 2 and 4")
             && e.contains("bfloat16 m=1 n=4096 k=4096")
-            && e.contains("10 and 25 us"),
+            && e.contains("10 and 25 µs"),
         "{e}"
     );
     // Identical repeats price the same and are accepted.

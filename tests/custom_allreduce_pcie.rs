@@ -3,9 +3,9 @@
 //! size as a what-if (`--nccl-ll-threshold`).
 
 use decodesim::cost::CollectiveChoice;
-use decodesim::sim::{simulate, simulate_loaded, ScenarioRequest, Simulation};
 use decodesim::scenario::deployment::{AllreduceImpl, CommKnobs};
 use decodesim::scenario::Proto;
+use decodesim::sim::{simulate, simulate_loaded, ScenarioRequest, Simulation};
 use std::process::Command;
 
 const NOTE: &str = "mainline vLLM disables its custom all-reduce on more than 2 PCIe GPUs; this prices a patched build";
@@ -68,9 +68,9 @@ fn messages_from_the_cutoff_go_to_nccl() {
     let c = all_reduce(&sim, 57_344);
     assert_ne!(c.algo, "vllm_custom");
     assert!(
-        sim.warnings
-            .iter()
-            .any(|w| w.contains("vLLM hands all_reduce of 57344 bytes to NCCL")),
+        sim.warnings.iter().any(|w| w.contains(
+            "vLLM hands all_reduce of 56.0 KiB to NCCL (56.0 KiB is not below max_size 56.0 KiB"
+        )),
         "{:?}",
         sim.warnings
     );

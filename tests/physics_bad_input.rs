@@ -68,7 +68,7 @@ fn link_flags_have_a_physical_floor_and_ceiling() {
     }
     fails_with(
         &["simulate", "--link-latency-us", "2000"],
-        &["--link-latency-us 2000", "at most 1,000 us per hop"],
+        &["--link-latency-us 2000", "at most 1,000 µs per hop"],
     );
     // The floor itself is a link (slower than 1 Gigabit Ethernet, but priced).
     let (ok, out, err) = decodesim_bin(&["simulate", "--link-gbps", "0.1", "--format", "json"]);

@@ -259,7 +259,7 @@ fn pcie_nccl_defaults() -> NcclDefaults {
         buffsize_bytes: 4 << 20,
         steps_per_buffer: 8,
         simple_hop_us: 5.7,
-        source: "buffsize: NCCL DEFAULT_BUFFSIZE 4 MiB (facts.md §4.3); 8 slots: NCCL_STEPS (NCCL src/include/device.h); Simple hop: Ring Simple hwLat PCI 5.7 us (facts.md §4.1); 2 channels: ASSUMPTION, not in the tables: NCCL's ring search on a PCIe-only node builds few channels, and facts.md §2.1 reports 22.2 GB/s bus bandwidth with defaults against 37.6-41.1 GB/s with NCCL_MIN_NCHANNELS=8; set it from your NCCL log ('Channel 00/0N')".into(),
+        source: "buffsize: NCCL DEFAULT_BUFFSIZE 4 MiB (facts.md §4.3); 8 slots: NCCL_STEPS (NCCL src/include/device.h); Simple hop: Ring Simple hwLat PCI 5.7 µs (facts.md §4.1); 2 channels: ASSUMPTION, not in the tables: NCCL's ring search on a PCIe-only node builds few channels, and facts.md §2.1 reports 22.2 GB/s bus bandwidth with defaults against 37.6-41.1 GB/s with NCCL_MIN_NCHANNELS=8; set it from your NCCL log ('Channel 00/0N')".into(),
     }
 }
 
@@ -310,7 +310,7 @@ fn custom_allreduce(
         };
         if !(base >= 0.0 && per_rank >= 0.0 && inv_bw > 0.0) {
             notes.push(format!(
-                "custom_allreduce.csv {mode}: the law fit is unphysical (base {base:.2} us, per rank {per_rank:.2} us, 1/bw {inv_bw:.3e}); not written"
+                "custom_allreduce.csv {mode}: the law fit is unphysical (base {base:.2} µs, per rank {per_rank:.2} µs, 1/bw {inv_bw:.3e}); not written"
             ));
             return None;
         }

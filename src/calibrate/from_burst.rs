@@ -168,7 +168,7 @@ pub fn check_bursts(
         let floor = latency_floor_us(s, b.bytes);
         if b.per_collective_us() < floor {
             return Err(Error::Other(format!(
-                "{}: {} allreduces of {} B in {} us = {:.3} us each is faster than the link allows: at least {:.3} us each on the {} path at TP={} (one hop's latency + (n-1)/n of the bytes at the link's bandwidth, from {}{}); check the columns' units (total_us is microseconds for all {} together)",
+                "{}: {} allreduces of {} B in {} µs = {:.3} µs each is faster than the link allows: at least {:.3} µs each on the {} path at TP={} (one hop's latency + (n-1)/n of the bytes at the link's bandwidth, from {}{}); check the columns' units (total_us is microseconds for all {} together)",
                 where_(i),
                 b.count,
                 b.bytes,
@@ -202,7 +202,7 @@ pub fn check_bursts(
         };
         if t(hi) > 2.0 * t(lo) {
             warnings.push(format!(
-                "contradictory bursts of {size} B: {} gives {:.2} us each and {} gives {:.2} us each ({:.1}x apart, more than 2x): they cannot both time this allreduce; their mean is fitted",
+                "contradictory bursts of {size} B: {} gives {:.2} µs each and {} gives {:.2} µs each ({:.1}x apart, more than 2x): they cannot both time this allreduce; their mean is fitted",
                 where_(lo),
                 t(lo),
                 where_(hi),
@@ -348,7 +348,7 @@ pub fn fit_bursts_at(
             bw = (x / (t - l * lat)).max(0.01);
             if !(t > l * lat) {
                 return Err(Error::Other(format!(
-                    "{source}: {:.2} us per collective is below the profile's latency alone ({:.2} us): the bandwidth scale cannot explain it",
+                    "{source}: {:.2} µs per collective is below the profile's latency alone ({:.2} µs): the bandwidth scale cannot explain it",
                     t / rows.len() as f64,
                     l * lat / rows.len() as f64
                 )));
@@ -387,7 +387,7 @@ pub fn fit_bursts_at(
         .collect();
     let list: Vec<String> = bursts
         .iter()
-        .map(|b| format!("{} x {} B in {} us", b.count, b.bytes, b.total_us))
+        .map(|b| format!("{} x {} B in {} µs", b.count, b.bytes, b.total_us))
         .collect();
     p.factors.source = format!(
         "calibrate {source} on profile '{}' ({entry} at {} ranks): collective_latency_scale = {lat:.4}, collective_bw_scale = {bw:.4}; bursts: {}",

@@ -40,9 +40,9 @@ pub fn launch_params(
         graph_first_collective_us: stall.unwrap_or(f.graph_first_collective_us),
         source: match (graph, eager) {
             (Some(g), Some(e)) => format!(
-                "{}; measured: launch.csv chains of tiny kernels, fitted total = launch + n x per-kernel: graph {:.2} us + {:.3} us/kernel (gap = per-kernel minus the elementwise fixed cost, {:.2} us), eager {:.2} us/kernel; eager gap from the fallback profile",
+                "{}; measured: launch.csv chains of tiny kernels, fitted total = launch + n x per-kernel: graph {:.2} µs + {:.3} µs/kernel (gap = per-kernel minus the elementwise fixed cost, {:.2} µs), eager {:.2} µs/kernel; eager gap from the fallback profile",
                 stall
-                    .map(|s| format!("graph_first_collective_us measured: graph_overheads.csv, median over message sizes of the intercept of T(L) - T(0) = stall + L x t ({s:.2} us)"))
+                    .map(|s| format!("graph_first_collective_us measured: graph_overheads.csv, median over message sizes of the intercept of T(L) - T(0) = stall + L x t ({s:.2} µs)"))
                     .unwrap_or_else(|| "graph_first_collective_us from the fallback".into()),
                 g.0, g.1, elementwise_fixed, e.1
             ),
@@ -72,7 +72,7 @@ pub fn variability(m: &Measurements, fallback: &CalibrationProfile) -> Variabili
         source: format!(
             "kernel_cv measured: median over {} kernels of (p90 - p10) / (2 x 1.2816 x median); {}; rank skew and collective cv from the fallback",
             cvs.len(),
-            skew.map(|s| format!("launch_skew_us measured: launch_skew.csv median first-collective wait / (n/(n+1) - 1/2) = {s:.2} us"))
+            skew.map(|s| format!("launch_skew_us measured: launch_skew.csv median first-collective wait / (n/(n+1) - 1/2) = {s:.2} µs"))
                 .unwrap_or_else(|| "launch_skew_us from the fallback".into())
         ),
     }

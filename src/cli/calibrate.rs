@@ -108,6 +108,10 @@ pub struct CalibrateArgs {
         conflicts_with = "from_trace"
     )]
     pub from_burst: Option<String>,
+    /// Print the profile's full provenance (every table and fallback section), not its
+    /// one-line summary.
+    #[arg(long)]
+    pub verbose: bool,
 }
 
 pub fn run(a: CalibrateArgs) -> Result<()> {
@@ -139,7 +143,7 @@ pub fn run(a: CalibrateArgs) -> Result<()> {
         min_r2: a.min_r2,
         allow_poor_fit: a.allow_poor_fit,
     })?;
-    print(&report::calibration::render_fit(&result, &a.out))
+    print(&report::calibration::render_fit(&result, &a.out, a.verbose))
 }
 
 fn from_trace(a: &CalibrateArgs) -> Result<()> {
@@ -202,14 +206,17 @@ fn from_aiconfigurator(a: &CalibrateArgs, dir: &std::path::Path) -> Result<()> {
     }
     if let Some(c) = &r.profile.custom_allreduce {
         s.push_str(&format!(
-            "  custom all-reduce law (graph): {:.2} us + {:.2} us/rank + stage bytes / {:.1} GB/s ({})\n",
+            "  custom all-reduce law (graph): {:.2} µs + {:.2} µs/rank + stage bytes / {:.1} GB/s ({})\n",
             c.graph.base_us, c.graph.per_rank_us, c.graph.bw_gbps, c.graph.source
         ));
     }
     for n in &r.notes {
         s.push_str(&format!("  note: {n}\n"));
     }
-    s.push_str(&format!("provenance: {}\n", r.profile.profile.provenance));
+    s.push_str(&report::calibration::provenance_line(
+        &r.profile.profile.provenance,
+        a.verbose,
+    ));
     print(&s)
 }
 
@@ -354,7 +361,7 @@ fn from_nccl_tests(a: &CalibrateArgs) -> Result<()> {
             }
         ));
     }
-    s.push_str("\ncollective   ranks  rows  sizes (B)             measured us          previous table us   LL->Simple\n");
+    s.push_str("\ncollective   ranks  rows  sizes (B)             measured µs          previous table µs   LL->Simple\n");
     for c in &r.curves {
         s.push_str(&format!(
             "{:<12} {:>5} {:>5}  {:>9.0}..{:<10.0} {:>8.2}..{:<10.2} {:<19} {}\n",
@@ -413,7 +420,7 @@ fn from_burst(a: &CalibrateArgs, spec: &str) -> Result<()> {
             .map(|c| format!(" (95% {:.4} .. {:.4})", c[0], c[1]))
             .unwrap_or_default()
     ));
-    s.push_str("\nburst                          measured us each   before   after\n");
+    s.push_str("\nburst                          measured µs each   before   after\n");
     for (b, (before, after)) in r.bursts.iter().zip(&r.predicted) {
         s.push_str(&format!(
             "{:<30} {:>16.2} {:>8.2} {:>7.2}\n",
@@ -427,7 +434,7 @@ fn from_burst(a: &CalibrateArgs, spec: &str) -> Result<()> {
         s.push_str(&format!("note: {n}\n"));
     }
     for w in &r.warnings {
-        s.push_str(&format!("warning: {w}\n"));
+        s.push_str(&format!("warning: {}\n", crate::units::one_line(w)));
     }
     print(&s)
 }

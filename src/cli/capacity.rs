@@ -524,10 +524,8 @@ pub fn run(a: CapacityArgs) -> Result<()> {
         Format::Csv => report::capacity::to_csv(&cap),
     };
     print(&text)?;
-    if a.format == Format::Table {
-        for p in &written {
-            print(&format!("plot written to {}\n", units::path(p)))?;
-        }
+    for p in &written {
+        super::output::wrote("plot", p);
     }
     // A target no configuration meets is an error (exit 1) after the report that says why.
     if let Some(e) = cap.plan.as_ref().and_then(capacity::plan::unmet) {

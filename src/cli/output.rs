@@ -52,6 +52,16 @@ pub fn warn(message: &str) {
     let _ = writeln!(std::io::stderr().lock(), "warning: {message}");
 }
 
+/// Says where a file was written: one line on standard error (`wrote timeline to t.json`), so
+/// standard output stays the report alone (`--format json > out.json` is still JSON).
+pub fn wrote(what: &str, path: &std::path::Path) {
+    let _ = writeln!(
+        std::io::stderr().lock(),
+        "wrote {what} to {}",
+        crate::units::path(path)
+    );
+}
+
 /// Refuses, before any work, an output flag naming what cannot be written (a folder, a block
 /// device, a socket), with the flag in the message. FIFOs and character devices are written in
 /// place (`--timeline /dev/null` discards), regular files atomically ([`crate::files`]).

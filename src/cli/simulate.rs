@@ -2,7 +2,7 @@
 
 use super::{print, ScenarioArgs};
 use crate::error::{Error, Result};
-use crate::report::{self, units, Format};
+use crate::report::{self, Format};
 use crate::sim;
 use crate::scenario::deployment::DEFAULT_GPU_MEMORY_UTILIZATION;
 use std::path::PathBuf;
@@ -24,6 +24,10 @@ pub struct SimulateArgs {
     pub timeline: Option<PathBuf>,
     #[command(flatten)]
     pub intervals: super::intervals::IntervalArgs,
+    /// Print the calibration profile's full provenance (every table and fallback section),
+    /// not its one-line summary.
+    #[arg(long)]
+    pub verbose: bool,
 }
 
 pub fn run(a: SimulateArgs) -> Result<()> {
@@ -45,13 +49,13 @@ pub fn run(a: SimulateArgs) -> Result<()> {
     }
     let text = match a.format {
         Format::Table if draws > 0 => {
-            report::simulation::render_table(&sim)
+            report::simulation::render_table(&sim, a.verbose)
                 + &match &iv {
                     Ok(iv) => report::intervals::simulate_lines(iv, draws, &unc),
                     Err(why) => format!("interval: {why}\n"),
                 }
         }
-        Format::Table => report::simulation::render_table(&sim),
+        Format::Table => report::simulation::render_table(&sim, a.verbose),
         Format::Json => {
             let mut v = report::simulation::to_json(&sim);
             if let (true, Err(why)) = (draws > 0, &iv) {
@@ -80,8 +84,8 @@ pub fn run(a: SimulateArgs) -> Result<()> {
         Format::Csv => report::simulation::to_csv(&sim),
     };
     print(&text)?;
-    if let (Some(path), Format::Table) = (&a.timeline, a.format) {
-        print(&format!("\ntimeline written to {}\n", units::path(path)))?;
+    if let Some(path) = &a.timeline {
+        super::output::wrote("timeline", path);
     }
     Ok(())
 }

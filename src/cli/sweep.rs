@@ -558,7 +558,7 @@ pub fn run(a: SweepArgs) -> Result<()> {
                     source: io,
                 }),
                 Some(e) => Err(e),
-                None => written,
+                None => written.map(|()| super::output::wrote("sweep", path)),
             }
         }
         _ => {

@@ -211,6 +211,7 @@ pub fn run_compare(
     out.write_all(text.as_bytes()).map_err(Error::Output)?;
     if let Some(p) = &args.plot {
         plot_comparison(&c, p, title)?;
+        super::output::wrote("plot", p);
     }
     // `args.fail_above` is finite here (checked above), so the comparison cannot be skipped.
     if let Some(limit) = args.fail_above {

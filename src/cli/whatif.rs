@@ -376,16 +376,11 @@ fn run_spec_decode(a: SpecDecodeArgs) -> Result<()> {
         Format::Csv => report::whatif::spec_decode_csv_many(&studies),
     };
     print(&text)?;
-    if a.format == Format::Table {
-        if let Some(path) = &a.timeline {
-            print(&format!(
-                "\ntimeline written to {}\n",
-                report::units::path(path)
-            ))?;
-        }
-        for path in written {
-            print(&format!("plot written to {}\n", report::units::path(path)))?;
-        }
+    if let Some(path) = &a.timeline {
+        super::output::wrote("timeline", path);
+    }
+    for path in written {
+        super::output::wrote("plot", path);
     }
     Ok(())
 }

@@ -545,7 +545,7 @@ fn no_conflicts(path: &Path, rows: impl Iterator<Item = Option<(String, f64)>>) 
                 return Err(Error::Input {
                     path: path.to_path_buf(),
                     problem: format!(
-                        "lines {first} and {line} give the same row ({key}) different latencies ({v} and {us} us): a duplicate that conflicts (remove one; identical repeats are accepted)"
+                        "lines {first} and {line} give the same row ({key}) different latencies ({v} and {us} µs): a duplicate that conflicts (remove one; identical repeats are accepted)"
                     ),
                 })
             }

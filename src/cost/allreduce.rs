@@ -47,7 +47,9 @@ impl std::fmt::Display for Refusal {
             ),
             Refusal::TooLarge { bytes, max } => write!(
                 f,
-                "{bytes} bytes is not below max_size {max} (should_custom_ar)"
+                "{} is not below max_size {} (should_custom_ar)",
+                crate::units::bytes(*bytes as f64),
+                crate::units::bytes(*max as f64)
             ),
         }
     }

@@ -78,7 +78,7 @@ pub fn apply(w: &Workload, s: &Scenario, pricing: &mut Pricing) {
         c.time_us = rescale(c.time_us, c.latency_us, steps);
         c.latency_us = (lat + steps * dlat).clamp(0.0, c.time_us);
         c.source = format!(
-            "{} (link overridden: {} GB/s, {} us per hop; cost::link)",
+            "{} (link overridden: {} GB/s, {} µs per hop; cost::link)",
             c.source,
             k.link_gbps.map_or(format!("{old_bw}"), |g| format!("{g}")),
             k.link_latency_us

@@ -257,7 +257,8 @@ impl<'a> Pricer<'a> {
                 self.quiet,
                 self.warnings,
                 format!(
-                    "custom all-reduce: vLLM hands all_reduce of {bytes} bytes to NCCL ({why})"
+                    "custom all-reduce: vLLM hands all_reduce of {} to NCCL ({why})",
+                    crate::units::bytes(bytes as f64)
                 )
             );
             return None;
@@ -278,7 +279,8 @@ impl<'a> Pricer<'a> {
                 if let Some(tp) = aic::comm_price(&rows, bytes as f64) {
                     if tp.extrapolated {
                         note!(self.quiet, self.warnings, format!(
-                            "custom all-reduce of {bytes} bytes is outside the measured rows of {} ({mode}, {n} ranks): extrapolated",
+                            "custom all-reduce of {} is outside the measured rows of {} ({mode}, {n} ranks): extrapolated",
+                            crate::units::bytes(bytes as f64),
                             crate::units::path(&t.dir.join("custom_allreduce.csv"))
                         ));
                     }
@@ -358,15 +360,19 @@ impl<'a> Pricer<'a> {
         let bytes = op.message_bytes as f64;
         let tp = aic::comm_price(rows, bytes)?;
         if tp.extrapolated {
-            note!(self.quiet, self.warnings, format!(
-                "{} of {} bytes is outside the {} rows of {} at {n} ranks ({:.0}..{:.0} bytes): extrapolated",
-                op.family,
-                op.message_bytes,
-                forced,
-                crate::units::path(&t.dir.join("nccl_collectives.csv")),
-                rows.first().map_or(0.0, |r| r.0),
-                rows.last().map_or(0.0, |r| r.0),
-            ));
+            note!(
+                self.quiet,
+                self.warnings,
+                format!(
+                    "{} of {} is outside the {} rows of {} at {n} ranks ({}..{}): extrapolated",
+                    op.family,
+                    crate::units::bytes(op.message_bytes as f64),
+                    forced,
+                    crate::units::path(&t.dir.join("nccl_collectives.csv")),
+                    crate::units::bytes(rows.first().map_or(0.0, |r| r.0)),
+                    crate::units::bytes(rows.last().map_or(0.0, |r| r.0)),
+                )
+            );
         }
         let threshold = self
             .s
@@ -500,10 +506,20 @@ impl<'a> Pricer<'a> {
         if let Some([lo, hi]) = c.measured_bytes {
             let b = op.message_bytes as f64;
             if b < lo || b > hi {
-                note!(self.quiet, self.warnings, format!(
-                    "{} of {} bytes is outside the measured range {lo:.0}..{hi:.0} bytes of {}/{}/{}",
-                    op.family, op.message_bytes, c.path, c.algo, c.proto
-                ));
+                note!(
+                    self.quiet,
+                    self.warnings,
+                    format!(
+                        "{} of {} is outside the measured range {}..{} of {}/{}/{}",
+                        op.family,
+                        crate::units::bytes(op.message_bytes as f64),
+                        crate::units::bytes(lo),
+                        crate::units::bytes(hi),
+                        c.path,
+                        c.algo,
+                        c.proto
+                    )
+                );
             }
         }
         let threshold = self
@@ -604,8 +620,10 @@ impl<'a> Pricer<'a> {
                     self.quiet,
                     self.warnings,
                     format!(
-                        "{key}: {:.3e} bytes is outside the measured range {lo:.3e}..{hi:.3e}",
-                        op.bytes
+                        "{key}: {} is outside the measured range {}..{}",
+                        crate::units::bytes(op.bytes),
+                        crate::units::bytes(lo),
+                        crate::units::bytes(hi)
                     )
                 );
             }

@@ -467,7 +467,7 @@ impl Checker<'_> {
         if v.is_finite() && (0.0..=MAX_US).contains(&v) {
             Ok(())
         } else {
-            Err(self.fail(field, v, "a time in [0, 1e6] us"))
+            Err(self.fail(field, v, "a time in [0, 1e6] µs"))
         }
     }
 

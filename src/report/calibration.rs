@@ -5,7 +5,7 @@ use crate::calibrate::from_trace::TraceCalibration;
 use crate::calibrate::CalibrationResult;
 use std::path::Path;
 
-pub fn render_fit(r: &CalibrationResult, out: &Path) -> String {
+pub fn render_fit(r: &CalibrationResult, out: &Path, verbose: bool) -> String {
     let mut t = Table::new(&[
         "section",
         "points",
@@ -50,9 +50,9 @@ pub fn render_fit(r: &CalibrationResult, out: &Path) -> String {
         }
     }
     for w in &r.warnings {
-        out_text.push_str(&format!("warning: {w}\n"));
+        out_text.push_str(&format!("warning: {}\n", crate::units::one_line(w)));
     }
-    out_text.push_str(&format!("provenance: {}\n", p.provenance));
+    out_text.push_str(&provenance_line(&p.provenance, verbose));
     out_text.push_str(&format!(
         "\nprofile written to {}\n",
         super::units::path(out)
@@ -101,4 +101,17 @@ pub fn render_from_trace(r: &TraceCalibration, excluded: usize, notes: &[String]
         super::units::path(&r.out)
     ));
     text
+}
+
+/// The `provenance:` line of a calibration report: its one-line summary, or with `verbose` the
+/// full text (every table, every fallback section).
+pub fn provenance_line(provenance: &str, verbose: bool) -> String {
+    if verbose {
+        format!("provenance: {}\n", crate::units::one_line(provenance))
+    } else {
+        format!(
+            "provenance: {} (--verbose for the full provenance)\n",
+            crate::units::provenance_summary(provenance)
+        )
+    }
 }

@@ -231,9 +231,7 @@ pub fn render_table(c: &Capacity) -> String {
     if !c.warnings.is_empty() {
         out.push_str("\nwarnings\n");
         for w in &c.warnings {
-            for (i, line) in super::table::wrap_text(w, 94).iter().enumerate() {
-                out.push_str(&format!("  {} {line}\n", if i == 0 { "-" } else { " " }));
-            }
+            out.push_str(&format!("  - {}\n", crate::units::one_line(w)));
         }
     }
     out

@@ -171,7 +171,9 @@ pub fn headline(s: &crate::scenario::Scenario) -> String {
     )
 }
 
-pub fn render_table(sim: &Simulation) -> String {
+/// The text report; `verbose` prints the profile's full provenance instead of its one-line
+/// summary.
+pub fn render_table(sim: &Simulation, verbose: bool) -> String {
     let s = &sim.scenario;
     let m = &sim.mean;
     let mut out = String::new();
@@ -201,8 +203,15 @@ pub fn render_table(sim: &Simulation) -> String {
         sim.profile.profile.name,
         path(&sim.profile.path),
     ));
-    for line in super::table::wrap_text(&sim.profile.profile.provenance, 96) {
-        out.push_str(&format!("  {line}\n"));
+    if verbose {
+        for line in super::table::wrap_text(&sim.profile.profile.provenance, 96) {
+            out.push_str(&format!("  {line}\n"));
+        }
+    } else {
+        out.push_str(&format!(
+            "  {} (--verbose for the full provenance)\n",
+            crate::units::provenance_summary(&sim.profile.profile.provenance)
+        ));
     }
     out.push('\n');
     // What makes the numbers below moot or doubtful comes first, not after the tables.
@@ -380,7 +389,7 @@ pub fn render_table(sim: &Simulation) -> String {
     if !sim.warnings.is_empty() {
         out.push_str("\nwarnings\n");
         for w in &sim.warnings {
-            out.push_str(&format!("  - {w}\n"));
+            out.push_str(&format!("  - {}\n", crate::units::one_line(w)));
         }
     }
     out

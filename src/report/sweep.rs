@@ -442,7 +442,7 @@ pub fn summary(meta: &Meta, s: &Summary, wall_s: f64) -> String {
         Some(r) => {
             let _ = writeln!(
                 out,
-                "most tokens/s in total:  {} tok/s ({} per user), step {} us: {}{}",
+                "most tokens/s in total:  {} tok/s ({} per user), step {} µs: {}{}",
                 grouped(r.tokens_per_s, 1),
                 grouped(r.tokens_per_s_per_user, 1),
                 us(r.step_time_us),
@@ -457,7 +457,7 @@ pub fn summary(meta: &Meta, s: &Summary, wall_s: f64) -> String {
     if let Some(r) = s.best_per_user {
         let _ = writeln!(
             out,
-            "most tokens/s per user:  {} tok/s per user ({} in total), step {} us: {}{}",
+            "most tokens/s per user:  {} tok/s per user ({} in total), step {} µs: {}{}",
             grouped(r.tokens_per_s_per_user, 1),
             grouped(r.tokens_per_s, 1),
             us(r.step_time_us),

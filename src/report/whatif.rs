@@ -215,10 +215,10 @@ pub fn spec_decode_table(s: &SpecDecodeStudy) -> String {
     );
     let mut t = Table::new(&[
         "k",
-        "draft (us)",
-        "verify (us)",
-        "host (us)",
-        "step (us)",
+        "draft (µs)",
+        "verify (µs)",
+        "host (µs)",
+        "step (µs)",
         "accept len",
         "tok/s/user",
         "tok/s total",
@@ -295,7 +295,7 @@ pub fn spec_decode_table(s: &SpecDecodeStudy) -> String {
     if !s.warnings.is_empty() {
         out.push_str("\nwarnings\n");
         for w in &s.warnings {
-            out.push_str(&format!("  - {w}\n"));
+            out.push_str(&format!("  - {}\n", crate::units::one_line(w)));
         }
     }
     out

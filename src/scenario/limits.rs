@@ -20,7 +20,7 @@ pub const LINK_GBPS: FloatRange = FloatRange::between(0.1, 10_000.0, "GB/s per d
 
 /// Per-hop link latency: 0 (an ideal link, for what-ifs) to 1 ms; facts.md §2.1 gives ~14 µs for
 /// the slowest GPU path (PCIe through host memory), so a millisecond is a unit mistake.
-pub const LINK_LATENCY_US: FloatRange = FloatRange::non_negative(1_000.0, "us per hop");
+pub const LINK_LATENCY_US: FloatRange = FloatRange::non_negative(1_000.0, "µs per hop");
 
 /// A nonzero P2P bandwidth in a system file: at least the link floor above.
 pub const P2P_FLOOR_GBPS: f64 = 0.1;

@@ -1,8 +1,18 @@
 //! Errors are values: every failure a user can cause names the file, the field and what was
 //! expected, and the binary turns it into a message and a non-zero exit.
+//!
+//! The ground floor: this module imports nothing of the crate but `units` (number formatting,
+//! which imports only `bundle`). The error kinds of the trace reader and of the charts are
+//! defined below it ([`trace`], [`plot`]) and re-exported by `trace` and `report::plot`, so
+//! wrapping them here puts no module above the floor in an import cycle.
 
-use crate::files::InputKind;
 use std::path::{Path, PathBuf};
+
+pub mod plot;
+pub mod trace;
+
+pub use plot::PlotError;
+pub use trace::TraceError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -38,9 +48,9 @@ pub enum Error {
         choices: Vec<String>,
     },
     #[error(transparent)]
-    Trace(#[from] crate::trace::TraceError),
+    Trace(#[from] TraceError),
     #[error(transparent)]
-    Plot(#[from] crate::report::plot::PlotError),
+    Plot(#[from] PlotError),
     #[error("writing the output: {0}")]
     Output(#[source] std::io::Error),
     #[error("step-time error {error:+.1}% is above --fail-above {limit}%")]
@@ -83,21 +93,6 @@ impl Error {
             expected: expected.into(),
         }
     }
-}
-
-/// Reads a whole text file after checking it is a regular file of a sane size for its kind.
-pub fn read_to_string(path: &Path, kind: InputKind) -> Result<String> {
-    crate::files::read_text(path, kind)
-}
-
-/// Reads and deserializes a TOML file, naming the file in the error.
-pub fn read_toml<T: serde::de::DeserializeOwned>(path: &Path, kind: InputKind) -> Result<T> {
-    let text = read_to_string(path, kind)?;
-    toml::from_str(&text).map_err(|e| Error::Syntax {
-        path: path.to_path_buf(),
-        format: "TOML",
-        message: e.to_string().trim_end().to_string(),
-    })
 }
 
 /// The default `--max-work` of every command whose work grows with its lists (sweeps,

@@ -17,22 +17,10 @@ use plotters::style::text_anchor::{HPos, Pos, VPos};
 use plotters_backend::{
     BackendColor, BackendCoord, BackendStyle, BackendTextStyle, DrawingErrorKind,
 };
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::OnceLock;
 
-#[derive(Debug, thiserror::Error)]
-pub enum PlotError {
-    #[error("{path}: unsupported plot format; expected a file name ending in .svg or .png")]
-    Format { path: PathBuf },
-    #[error("{path}: cannot draw the plot: {message}")]
-    Draw { path: PathBuf, message: String },
-    #[error("the embedded font could not be loaded: {0}")]
-    Font(String),
-    #[error("{path}: cannot write the plot: {message}")]
-    Write { path: PathBuf, message: String },
-    #[error("{path}: nothing to plot: {message}")]
-    Empty { path: PathBuf, message: String },
-}
+pub use crate::error::plot::PlotError;
 
 const WIDTH: u32 = 900;
 const HEIGHT: u32 = 600;

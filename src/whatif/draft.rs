@@ -73,7 +73,7 @@ pub fn methods_file() -> PathBuf {
 pub fn method_limits(method: Method) -> Result<MethodLimits> {
     let path = methods_file();
     let all: BTreeMap<String, MethodLimits> =
-        crate::error::read_toml(&path, crate::files::InputKind::SystemToml)?;
+        crate::files::read_toml(&path, crate::files::InputKind::SystemToml)?;
     all.get(method.key())
         .cloned()
         .ok_or_else(|| Error::field(&path, method.key(), "missing section for this method"))

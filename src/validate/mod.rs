@@ -9,8 +9,8 @@ use crate::calibrate::anchor::fit_to_step;
 use crate::category::Category;
 use crate::cost::CalibrationProfile;
 use crate::error::{Error, Result};
-use crate::sim::{simulate_loaded, ScenarioRequest};
 use crate::scenario::{Algo, Proto, Runtime};
+use crate::sim::{simulate_loaded, ScenarioRequest};
 use crate::trace::classify::Classifier;
 use regex::Regex;
 use serde::Serialize;
@@ -42,6 +42,9 @@ pub fn discover(dir: &Path) -> Result<Vec<Case>> {
         let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
             continue;
         };
+        if !crate::trace::format::is_trace_name(name) {
+            continue;
+        }
         let Some(c) = re.captures(name) else { continue };
         let key = c[1].to_string();
         let case = by.entry(key.clone()).or_insert_with(|| Case {

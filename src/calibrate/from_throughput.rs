@@ -22,9 +22,9 @@ use crate::cost::profile::Factors;
 use crate::cost::CalibrationProfile;
 use crate::error::{Error, Result};
 use crate::files::InputKind;
-use crate::sim::{simulate_loaded, Engine, ScenarioRequest, Timeline};
 use crate::scenario::routing::Routing;
 use crate::scenario::{Algo, Proto, Scenario};
+use crate::sim::{simulate_loaded, Engine, ScenarioRequest, Timeline};
 use crate::whatif::acceptance::Acceptance;
 use crate::whatif::draft::{Draft, Method};
 use nalgebra::{DMatrix, DVector};
@@ -449,7 +449,10 @@ fn parse_csv(text: &str, path: &Path) -> Result<Vec<Point>> {
                 fail(
                     "concurrency",
                     &raw("concurrency"),
-                    &format!("a whole number 1..{}", crate::scenario::deployment::MAX_BATCH),
+                    &format!(
+                        "a whole number 1..{}",
+                        crate::scenario::deployment::MAX_BATCH
+                    ),
                 )
             })?;
         let context: u64 = raw("context")

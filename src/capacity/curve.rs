@@ -360,7 +360,10 @@ pub fn decode_steps(
 /// powers of two up to the largest batch) and, with a TPOT limit, the bisection between two grid
 /// points (at most one step per power of two).
 pub fn simulations_per_curve(points: usize, max_tpot: bool) -> f64 {
-    let powers = (crate::scenario::deployment::MAX_BATCH as f64).log2().ceil() + 1.0;
+    let powers = (crate::scenario::deployment::MAX_BATCH as f64)
+        .log2()
+        .ceil()
+        + 1.0;
     points as f64 + powers + if max_tpot { powers } else { 0.0 }
 }
 

@@ -8,8 +8,8 @@ pub mod plan;
 
 use crate::cost::CalibrationProfile;
 use crate::error::{Error, Result};
-use crate::sim::{ScenarioRequest, Simulation};
 use crate::scenario::Scenario;
+use crate::sim::{ScenarioRequest, Simulation};
 use curve::{Curve, Demand, MixRow};
 use memory::{MemoryAccount, MemoryOptions};
 

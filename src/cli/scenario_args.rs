@@ -1,7 +1,7 @@
 //! The scenario flags shared by `simulate`, `compare` and `calibrate --from-trace`.
 
-use crate::sim::ScenarioRequest;
 use crate::scenario::{Algo, Proto};
+use crate::sim::ScenarioRequest;
 use clap::{Args, ValueEnum};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -3,8 +3,8 @@
 use super::{print, ScenarioArgs};
 use crate::error::{Error, Result};
 use crate::report::{self, units, Format};
-use crate::sim;
 use crate::scenario::deployment::DEFAULT_GPU_MEMORY_UTILIZATION;
+use crate::sim;
 use std::path::PathBuf;
 
 #[derive(Debug, clap::Args)]

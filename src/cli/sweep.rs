@@ -3,8 +3,8 @@
 use crate::error::{Error, Result};
 use crate::report::sweep::{Kind, Writer};
 use crate::report::Format;
-use crate::sim::ScenarioRequest;
 use crate::scenario::{Algo, Proto};
+use crate::sim::ScenarioRequest;
 use crate::whatif::acceptance::Acceptance;
 use crate::whatif::draft::Method;
 use crate::whatif::sweep::{self, KvBudget, SweepRequest};
@@ -375,7 +375,11 @@ pub fn request_with_warnings(a: &SweepArgs) -> Result<(SweepRequest, Vec<String>
         base,
         batch: dedup(
             "--batch",
-            parse_u32_list("--batch", &a.batch, 1..=crate::scenario::deployment::MAX_BATCH)?,
+            parse_u32_list(
+                "--batch",
+                &a.batch,
+                1..=crate::scenario::deployment::MAX_BATCH,
+            )?,
             num,
             &mut w,
         ),

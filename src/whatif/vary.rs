@@ -8,9 +8,9 @@
 
 use crate::category::Category;
 use crate::error::{Error, Result};
-use crate::sim::{simulate, ScenarioRequest, Simulation};
 use crate::scenario::deployment::{AllreduceImpl, EpComm};
 use crate::scenario::{Algo, Proto};
+use crate::sim::{simulate, ScenarioRequest, Simulation};
 use crate::workload::CostFamily;
 use serde_json::json;
 use std::collections::BTreeMap;
@@ -128,7 +128,9 @@ pub fn set(req: &mut ScenarioRequest, key: &str, v: &str) -> Result<()> {
         }
         "system" => req.system = v.to_string(),
         "calibration" => req.calibration = Some(v.to_string()),
-        "routing" => req.routing = Some(crate::scenario::routing::Routing::parse(v).map_err(named)?),
+        "routing" => {
+            req.routing = Some(crate::scenario::routing::Routing::parse(v).map_err(named)?)
+        }
         "allreduce" => req.comm.allreduce = AllreduceImpl::from_str(v).map_err(named)?,
         "ep" => req.comm.ep = Some(num(key, v, "expected 1 or the TP size")?),
         "ep-comm" => req.comm.ep_comm = EpComm::from_str(v).map_err(named)?,

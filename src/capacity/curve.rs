@@ -128,10 +128,12 @@ impl Demand {
     pub fn check(&self, s: &Scenario) -> Result<()> {
         let max = s.model.max_position_embeddings as u64;
         if self.longest > max {
-            return Err(Error::Scenario(format!(
-                "a request of {} tokens ({}) is longer than {}'s max_position_embeddings = {}; expected at most {max} tokens per request",
-                self.longest, self.described, s.model.name, max
-            )));
+            return Err(Error::RequestTooLong {
+                tokens: self.longest,
+                described: self.described.clone(),
+                model: s.model.name.clone(),
+                max,
+            });
         }
         Ok(())
     }
@@ -351,7 +353,7 @@ pub fn decode_steps(
             m.into_inner()
                 .ok()
                 .flatten()
-                .unwrap_or_else(|| Err(Error::Other("a curve simulation did not finish".into())))
+                .unwrap_or_else(|| Err(Error::Invariant("a curve simulation did not finish")))
         })
         .collect()
 }

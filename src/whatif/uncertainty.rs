@@ -636,10 +636,9 @@ fn drawn_or_hint(
     // A malformed interval in the profile is its own error, by file and field.
     Uncertainty::from_profile(p, s)?;
     Drawn::new(s, p, draft, n, seed).map_err(|e| {
-        Error::Scenario(format!(
-            "{}; pass --draws 0 for the answer without intervals",
-            unavailable(&e)
-        ))
+        Error::NoIntervals {
+            why: unavailable(&e),
+        }
     })
 }
 

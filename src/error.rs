@@ -112,7 +112,9 @@ pub enum Error {
         expected: String,
     },
     /// One rate of `--acceptance-per-position` refused (1-based position).
-    #[error("invalid scenario: --acceptance-per-position: position {position} rate {rate} {problem}")]
+    #[error(
+        "invalid scenario: --acceptance-per-position: position {position} rate {rate} {problem}"
+    )]
     PositionRate {
         position: usize,
         rate: f64,
@@ -245,7 +247,11 @@ impl Error {
             | Error::KvDoesNotFit { .. }
             | Error::NoIntervals { .. } => {
                 let text = self.to_string();
-                Some(text.strip_prefix("invalid scenario: ").unwrap_or(&text).to_string())
+                Some(
+                    text.strip_prefix("invalid scenario: ")
+                        .unwrap_or(&text)
+                        .to_string(),
+                )
             }
             _ => None,
         }

@@ -523,9 +523,10 @@ pub fn run(a: CapacityArgs) -> Result<()> {
                     "tokens_per_s": iv.json(),
                 });
             }
-            serde_json::to_string_pretty(&v)
-                .map_err(|e| Error::Other(format!("cannot serialize the report: {e}")))?
-                + "\n"
+            serde_json::to_string_pretty(&v).map_err(|e| Error::Serialize {
+                what: "report",
+                message: e.to_string(),
+            })? + "\n"
         }
         Format::Csv => report::capacity::to_csv(&cap),
     };

@@ -73,9 +73,10 @@ pub fn run(a: SimulateArgs) -> Result<()> {
                     .into();
                 v["intervals"] = j;
             }
-            serde_json::to_string_pretty(&v)
-                .map_err(|e| Error::Other(format!("cannot serialize the report: {e}")))?
-                + "\n"
+            serde_json::to_string_pretty(&v).map_err(|e| Error::Serialize {
+                what: "report",
+                message: e.to_string(),
+            })? + "\n"
         }
         Format::Csv => report::simulation::to_csv(&sim),
     };

@@ -179,7 +179,9 @@ pub fn spec_decode_request(a: &SpecDecodeArgs) -> Result<(SpecDecodeRequest, Vec
             if a.draft_model.is_some() {
                 return Err(Error::FlagUse {
                     flag: "--draft-model",
-                    problem: "is for --method draft-model; an EAGLE-3 draft is given with --draft-config".into(),
+                    problem:
+                        "is for --method draft-model; an EAGLE-3 draft is given with --draft-config"
+                            .into(),
                 });
             }
             a.draft_config.clone()
@@ -188,7 +190,8 @@ pub fn spec_decode_request(a: &SpecDecodeArgs) -> Result<(SpecDecodeRequest, Vec
             if a.draft_config.is_some() {
                 return Err(Error::FlagUse {
                     flag: "--draft-config",
-                    problem: "is for --method eagle3; a draft model is given with --draft-model".into(),
+                    problem: "is for --method eagle3; a draft model is given with --draft-model"
+                        .into(),
                 });
             }
             a.draft_model.clone()
@@ -198,7 +201,9 @@ pub fn spec_decode_request(a: &SpecDecodeArgs) -> Result<(SpecDecodeRequest, Vec
                 return Err(Error::ScenarioSetting {
                     flag: "--method",
                     value: "mtp".into(),
-                    problem: " uses the target's own MTP layer: drop --draft-config / --draft-model".into(),
+                    problem:
+                        " uses the target's own MTP layer: drop --draft-config / --draft-model"
+                            .into(),
                 });
             }
             None
@@ -255,7 +260,9 @@ pub fn spec_decode_request(a: &SpecDecodeArgs) -> Result<(SpecDecodeRequest, Vec
     if (a.plot.is_some() || a.plot_heatmap.is_some()) && crossover_batches.is_empty() {
         return Err(Error::FlagUse {
             flag: "--plot and --plot-heatmap",
-            problem: "draw the --crossover-batches grid: give batches (e.g. 1,2,4,...,256), not 'none'".into(),
+            problem:
+                "draw the --crossover-batches grid: give batches (e.g. 1,2,4,...,256), not 'none'"
+                    .into(),
         });
     }
     for p in a.plot.iter().chain(&a.plot_heatmap) {

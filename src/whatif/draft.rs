@@ -116,7 +116,9 @@ impl Draft {
                     return Err(Error::ScenarioSetting {
                         flag: "--method",
                         value: "draft-model".into(),
-                        problem: " needs --draft-model NAME|PATH (a bundled model name or a config.json)".into(),
+                        problem:
+                            " needs --draft-model NAME|PATH (a bundled model name or a config.json)"
+                                .into(),
                     });
                 };
                 let path = catalog::resolve_model(name)?;

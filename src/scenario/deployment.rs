@@ -324,9 +324,8 @@ impl Scenario {
         Ok(())
     }
 
-    /// `--ep`, `--dcp`, `--link-gbps`, `--link-latency-us`: each error names the flag, the value
-    /// and what is allowed.
-    fn validate_parallel_and_link(&self) -> Result<()> {
+    /// `--ep`: 1 (off) or the TP size, on a MoE model whose routed experts it divides.
+    fn validate_ep(&self) -> Result<()> {
         let (m, tp, k) = (&self.model, self.tp, &self.comm);
         if let Some(ep) = k.ep {
             if ep == 0 {
@@ -369,6 +368,14 @@ impl Scenario {
                 }
             }
         }
+        Ok(())
+    }
+
+    /// `--ep`, `--dcp`, `--link-gbps`, `--link-latency-us`: each error names the flag, the value
+    /// and what is allowed.
+    fn validate_parallel_and_link(&self) -> Result<()> {
+        let (m, tp, k) = (&self.model, self.tp, &self.comm);
+        self.validate_ep()?;
         if let Some(dcp) = k.dcp {
             if dcp == 0 || !tp.is_multiple_of(dcp) {
                 return Err(Error::ScenarioSetting {

@@ -314,3 +314,44 @@ pub fn check_work(
         hint: hint.into(),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn typed_scenario_errors_print_as_invalid_scenarios_and_give_their_problem() {
+        let e = Error::ScenarioSetting {
+            flag: "--tp",
+            value: "8".into(),
+            problem: " needs 8 GPUs but system 'x' has 4".into(),
+        };
+        assert_eq!(
+            e.to_string(),
+            "invalid scenario: --tp 8 needs 8 GPUs but system 'x' has 4"
+        );
+        assert_eq!(
+            e.scenario_problem().as_deref(),
+            Some("--tp 8 needs 8 GPUs but system 'x' has 4")
+        );
+        let e = Error::ScenarioRange {
+            flag: "--batch",
+            value: "0".into(),
+            expected: "expected 1 to 4096 sequences".into(),
+        };
+        assert_eq!(
+            e.to_string(),
+            "invalid scenario: --batch 0 is out of range: expected 1 to 4096 sequences"
+        );
+        assert_eq!(
+            Error::Scenario("x".into()).scenario_problem().as_deref(),
+            Some("x")
+        );
+        let other = Error::NoInput {
+            flag: "--from-nccl-tests",
+            what: "file",
+        };
+        assert_eq!(other.to_string(), "--from-nccl-tests: no file given");
+        assert_eq!(other.scenario_problem(), None);
+    }
+}

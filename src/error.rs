@@ -1,8 +1,18 @@
 //! Errors are values: every failure a user can cause names the file, the field and what was
 //! expected, and the binary turns it into a message and a non-zero exit.
+//!
+//! The ground floor: this module imports nothing of the crate but `units` (number formatting,
+//! which imports only `bundle`). The error kinds of the trace reader and of the charts are
+//! defined below it ([`trace`], [`plot`]) and re-exported by `trace` and `report::plot`, so
+//! wrapping them here puts no module above the floor in an import cycle.
 
-use crate::files::InputKind;
 use std::path::{Path, PathBuf};
+
+pub mod plot;
+pub mod trace;
+
+pub use plot::PlotError;
+pub use trace::TraceError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -38,9 +48,9 @@ pub enum Error {
         choices: Vec<String>,
     },
     #[error(transparent)]
-    Trace(#[from] crate::trace::TraceError),
+    Trace(#[from] TraceError),
     #[error(transparent)]
-    Plot(#[from] crate::report::plot::PlotError),
+    Plot(#[from] PlotError),
     #[error("writing the output: {0}")]
     Output(#[source] std::io::Error),
     #[error("step-time error {error:+.1}% is above --fail-above {limit}%")]
@@ -71,11 +81,182 @@ pub enum Error {
         limit: u64,
         hint: String,
     },
+
+    // Typed scenario problems. Each prints "invalid scenario: ..." as `Scenario(String)` does;
+    // [`Error::scenario_problem`] gives the text after that prefix for any of them.
+    /// A scenario flag's value outside its range; `expected` says what is accepted.
+    #[error("invalid scenario: {flag} {value} is out of range: {expected}")]
+    ScenarioRange {
+        flag: &'static str,
+        value: String,
+        expected: String,
+    },
+    /// A flag's value that does not fit the rest of the scenario (the model, the system, the
+    /// other flags). `problem` follows the value as printed: ` needs 8 GPUs but ...` or
+    /// `: with data parallel 1 ...`, and says what would be accepted.
+    #[error("invalid scenario: {flag} {value}{problem}")]
+    ScenarioSetting {
+        flag: &'static str,
+        value: String,
+        problem: String,
+    },
+    /// A flag given where it does not apply, or used in a way that needs another.
+    #[error("invalid scenario: {flag} {problem}")]
+    FlagUse { flag: &'static str, problem: String },
+    /// A list flag whose text does not parse.
+    #[error("invalid scenario: {flag} '{text}': {problem} (expected {expected})")]
+    FlagList {
+        flag: String,
+        text: String,
+        problem: String,
+        expected: String,
+    },
+    /// One rate of `--acceptance-per-position` refused (1-based position).
+    #[error(
+        "invalid scenario: --acceptance-per-position: position {position} rate {rate} {problem}"
+    )]
+    PositionRate {
+        position: usize,
+        rate: f64,
+        problem: String,
+    },
+    /// A required input of a command not given; `choices` lists the ways to give it.
+    #[error("invalid scenario: give the {what}: {choices}")]
+    Missing {
+        what: &'static str,
+        choices: &'static str,
+    },
+    /// A problem of one part of a scenario (a draft model, a `--vary` variant), the part named.
+    #[error("invalid scenario: {part}: {problem}")]
+    ScenarioPart { part: String, problem: String },
+    /// A request longer than the model's context window.
+    #[error("invalid scenario: a request of {tokens} tokens ({described}) is longer than {model}'s max_position_embeddings = {max}; expected at most {max} tokens per request")]
+    RequestTooLong {
+        tokens: u64,
+        described: String,
+        model: String,
+        max: u64,
+    },
+    /// Not one request fits in the KV cache a GPU has left.
+    #[error("invalid scenario: memory binds: one request of {tokens} KV tokens ({described}) does not fit in the {kv_tokens} KV tokens per GPU that {model} at TP={tp} leaves (GPU KV cache size: {kv_tokens} tokens); use a larger TP, --dcp, FP8 KV, or a shorter context")]
+    KvDoesNotFit {
+        tokens: f64,
+        described: String,
+        kv_tokens: u64,
+        model: String,
+        tp: u32,
+    },
+    /// The intervals cannot be drawn for this scenario (the fast path's refusal).
+    #[error("invalid scenario: {why}; pass --draws 0 for the answer without intervals")]
+    NoIntervals { why: String },
+
+    // Typed problems of inputs, fits and outputs.
+    /// A folder holding none of the files a command reads.
+    #[error("{}: {what} (expected {expected})", path.display())]
+    NothingFound {
+        path: PathBuf,
+        what: &'static str,
+        expected: String,
+    },
+    /// A flag that needs an input given none.
+    #[error("{flag}: no {what} given")]
+    NoInput {
+        flag: &'static str,
+        what: &'static str,
+    },
+    /// One value of a hand-written row refused: where (file and line, or the flag), the
+    /// column, the value given and what is expected.
+    #[error("{place}: {field} '{value}': expected {expected}")]
+    BadValue {
+        place: String,
+        field: String,
+        value: String,
+        expected: String,
+    },
+    /// A row of the wrong shape.
+    #[error("{place}: expected {expected}")]
+    BadRow { place: String, expected: String },
+    /// Two inputs that contradict each other (the same point measured twice, two
+    /// incompatible points).
+    #[error("{first} and {second}: {problem}")]
+    Conflict {
+        first: String,
+        second: String,
+        problem: String,
+    },
+    /// Data a fit cannot use: which data (`source`) and why.
+    #[error("{source_name}: {problem}")]
+    FitData {
+        source_name: String,
+        problem: String,
+    },
+    /// A calibration that would not be trustworthy, refused with the reason and the way out.
+    #[error("calibration refused: {reason}")]
+    CalibrationRefused { reason: String },
+    /// A benchmark point whose scenario does not validate.
+    #[error("{point}: the scenario of this point is invalid: {problem}")]
+    PointInvalid { point: String, problem: String },
+    /// One captured configuration of `validate` failed: the case named, the error kept.
+    #[error("{case}: {error}")]
+    Case { case: String, error: Box<Error> },
+    /// One captured configuration of `validate` cannot be used.
+    #[error("{case}: {problem}")]
+    CaseProblem { case: String, problem: String },
+    /// A command whose target no candidate meets (`capacity`), with the first reason.
+    #[error("{command}: {reason}")]
+    Unmet {
+        command: &'static str,
+        reason: String,
+    },
+    /// A report or profile that cannot be serialized.
+    #[error("cannot serialize the {what}: {message}")]
+    Serialize { what: &'static str, message: String },
+    /// A report that cannot be written into its buffer (CSV writer).
+    #[error("cannot write the {what}: {message}")]
+    WriteReport { what: &'static str, message: String },
+    /// A report's bytes that are not what they should be (not UTF-8).
+    #[error("{what}: {message}")]
+    Encoding { what: &'static str, message: String },
+    /// The bundled data could not be extracted (`bundle::extract_problem`).
+    #[error("{problem}")]
+    Bundle { problem: String },
+    /// An internal invariant broken (a bundled file without what the code relies on, a worker
+    /// that did not finish): a bug, not the user's input.
+    #[error("{0}")]
+    Invariant(&'static str),
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
 
 impl Error {
+    /// For an invalid-scenario error (`Scenario(String)` or one of the typed scenario
+    /// variants), its text without the "invalid scenario: " prefix; `None` for any other error.
+    /// Callers that skip infeasible scenarios (capacity, sweeps) or re-label them (a draft, a
+    /// `--vary` variant) match on this rather than on one variant.
+    pub fn scenario_problem(&self) -> Option<String> {
+        match self {
+            Error::Scenario(m) => Some(m.clone()),
+            Error::ScenarioRange { .. }
+            | Error::ScenarioSetting { .. }
+            | Error::FlagUse { .. }
+            | Error::FlagList { .. }
+            | Error::PositionRate { .. }
+            | Error::Missing { .. }
+            | Error::ScenarioPart { .. }
+            | Error::RequestTooLong { .. }
+            | Error::KvDoesNotFit { .. }
+            | Error::NoIntervals { .. } => {
+                let text = self.to_string();
+                Some(
+                    text.strip_prefix("invalid scenario: ")
+                        .unwrap_or(&text)
+                        .to_string(),
+                )
+            }
+            _ => None,
+        }
+    }
+
     pub fn field(path: &Path, field: impl Into<String>, expected: impl Into<String>) -> Self {
         Error::Field {
             path: path.to_path_buf(),
@@ -83,21 +264,6 @@ impl Error {
             expected: expected.into(),
         }
     }
-}
-
-/// Reads a whole text file after checking it is a regular file of a sane size for its kind.
-pub fn read_to_string(path: &Path, kind: InputKind) -> Result<String> {
-    crate::files::read_text(path, kind)
-}
-
-/// Reads and deserializes a TOML file, naming the file in the error.
-pub fn read_toml<T: serde::de::DeserializeOwned>(path: &Path, kind: InputKind) -> Result<T> {
-    let text = read_to_string(path, kind)?;
-    toml::from_str(&text).map_err(|e| Error::Syntax {
-        path: path.to_path_buf(),
-        format: "TOML",
-        message: e.to_string().trim_end().to_string(),
-    })
 }
 
 /// The default `--max-work` of every command whose work grows with its lists (sweeps,
@@ -147,4 +313,45 @@ pub fn check_work(
         limit,
         hint: hint.into(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn typed_scenario_errors_print_as_invalid_scenarios_and_give_their_problem() {
+        let e = Error::ScenarioSetting {
+            flag: "--tp",
+            value: "8".into(),
+            problem: " needs 8 GPUs but system 'x' has 4".into(),
+        };
+        assert_eq!(
+            e.to_string(),
+            "invalid scenario: --tp 8 needs 8 GPUs but system 'x' has 4"
+        );
+        assert_eq!(
+            e.scenario_problem().as_deref(),
+            Some("--tp 8 needs 8 GPUs but system 'x' has 4")
+        );
+        let e = Error::ScenarioRange {
+            flag: "--batch",
+            value: "0".into(),
+            expected: "expected 1 to 4096 sequences".into(),
+        };
+        assert_eq!(
+            e.to_string(),
+            "invalid scenario: --batch 0 is out of range: expected 1 to 4096 sequences"
+        );
+        assert_eq!(
+            Error::Scenario("x".into()).scenario_problem().as_deref(),
+            Some("x")
+        );
+        let other = Error::NoInput {
+            flag: "--from-nccl-tests",
+            what: "file",
+        };
+        assert_eq!(other.to_string(), "--from-nccl-tests: no file given");
+        assert_eq!(other.scenario_problem(), None);
+    }
 }

@@ -64,20 +64,9 @@ impl InputKind {
     }
 }
 
-/// A byte count as a person reads it: 1.5 KiB, 76.2 GiB.
+/// A byte count as a person reads it: 1.5 KiB, 76.2 GiB ([`crate::units::bytes`]).
 pub fn human_bytes(bytes: f64) -> String {
-    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
-    let mut v = bytes;
-    let mut i = 0;
-    while v.abs() >= 1024.0 && i + 1 < UNITS.len() {
-        v /= 1024.0;
-        i += 1;
-    }
-    if i == 0 {
-        format!("{} B", bytes.round())
-    } else {
-        format!("{v:.1} {}", UNITS[i])
-    }
+    crate::units::bytes(bytes)
 }
 
 /// Checks that `path` is a regular file no larger than its kind allows, and returns its size.
@@ -130,6 +119,16 @@ pub fn read_text(path: &Path, kind: InputKind) -> Result<String> {
             source,
         })?;
     Ok(text)
+}
+
+/// Reads and deserializes a TOML file, naming the file in the error.
+pub fn read_toml<T: serde::de::DeserializeOwned>(path: &Path, kind: InputKind) -> Result<T> {
+    let text = read_text(path, kind)?;
+    toml::from_str(&text).map_err(|e| Error::Syntax {
+        path: path.to_path_buf(),
+        format: "TOML",
+        message: e.to_string().trim_end().to_string(),
+    })
 }
 
 /// A small CSV a person writes by hand (a routing log, a burst, a request mix): blank and `#`

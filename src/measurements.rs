@@ -421,10 +421,11 @@ impl Measurements {
             }
         }
         if m.kernels.is_empty() && m.collectives.is_empty() {
-            return Err(Error::Other(format!(
-                "{}: no measurements found (expected kernels.csv and/or collectives.csv, schema in data/README.md)",
-                dir.display()
-            )));
+            return Err(Error::NothingFound {
+                path: dir.to_path_buf(),
+                what: "no measurements found",
+                expected: "kernels.csv and/or collectives.csv, schema in data/README.md".into(),
+            });
         }
         if let Some(p) = present("MANIFEST.txt") {
             m.manifest = crate::files::read_text(&p, InputKind::Manifest)?;

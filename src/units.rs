@@ -66,8 +66,19 @@ pub fn echo(s: &str) -> String {
 }
 
 /// Bytes as a person reads them (KiB, MiB, GiB).
-pub fn bytes(b: f64) -> String {
-    crate::files::human_bytes(b)
+pub fn bytes(bytes: f64) -> String {
+    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    let mut v = bytes;
+    let mut i = 0;
+    while v.abs() >= 1024.0 && i + 1 < UNITS.len() {
+        v /= 1024.0;
+        i += 1;
+    }
+    if i == 0 {
+        format!("{} B", bytes.round())
+    } else {
+        format!("{v:.1} {}", UNITS[i])
+    }
 }
 
 /// A message on one line: every run of whitespace (line breaks included) becomes one space, so

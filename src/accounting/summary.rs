@@ -274,7 +274,7 @@ fn expand_paths(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
                     f.is_file()
                         && f.file_name()
                             .and_then(|n| n.to_str())
-                            .is_some_and(|n| n.ends_with(".json") || n.ends_with(".json.gz"))
+                            .is_some_and(crate::trace::format::is_trace_name)
                 })
                 .collect();
             if files.is_empty() {

@@ -238,8 +238,8 @@ fn mla_dims(manifest: &str, t: &AicTables, notes: &mut Vec<String>) -> Result<Op
     }
     let m = ModelSpec::from_file(&catalog::resolve_model("deepseek-v3")?)?;
     let Some(mla) = m.mla else {
-        return Err(Error::Other(
-            "bundled model deepseek-v3 has no MLA dimensions".into(),
+        return Err(Error::Invariant(
+            "bundled model deepseek-v3 has no MLA dimensions",
         ));
     };
     Ok(Some([

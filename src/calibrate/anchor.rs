@@ -14,8 +14,8 @@ use crate::accounting::Breakdown;
 use crate::category::Category;
 use crate::cost::CalibrationProfile;
 use crate::error::Result;
-use crate::sim::{simulate_loaded, Simulation};
 use crate::scenario::Scenario;
+use crate::sim::{simulate_loaded, Simulation};
 use crate::workload::CostFamily;
 use std::collections::BTreeMap;
 

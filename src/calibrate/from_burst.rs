@@ -33,18 +33,17 @@ const EXPECTED: &str =
     "COUNT,BYTES,TOTAL_US (e.g. 122,14336,6810) or a CSV file with columns count,bytes,total_us";
 
 fn parse_row(fields: &[&str], what: &dyn Fn(&str) -> String) -> Result<Burst> {
-    let bad = |name: &str, v: &str, allowed: &str| {
-        Error::Other(format!(
-            "{}: {name} '{}': expected {allowed}",
-            what(name),
-            crate::units::echo(v)
-        ))
+    let bad = |name: &str, v: &str, allowed: &str| Error::BadValue {
+        place: what(name),
+        field: name.to_string(),
+        value: crate::units::echo(v),
+        expected: allowed.to_string(),
     };
     if fields.len() != 3 {
-        return Err(Error::Other(format!(
-            "{}: expected {EXPECTED}",
-            what("value")
-        )));
+        return Err(Error::BadRow {
+            place: what("value"),
+            expected: EXPECTED.into(),
+        });
     }
     let count: u32 = fields[0]
         .trim()
@@ -167,24 +166,11 @@ pub fn check_bursts(
     for (i, b) in bursts.iter().enumerate() {
         let floor = latency_floor_us(s, b.bytes);
         if b.per_collective_us() < floor {
-            return Err(Error::Other(format!(
-                "{}: {} allreduces of {} B in {} µs = {:.3} µs each is faster than the link allows: at least {:.3} µs each on the {} path at TP={} (one hop's latency + (n-1)/n of the bytes at the link's bandwidth, from {}{}); check the columns' units (total_us is microseconds for all {} together)",
-                where_(i),
-                b.count,
-                b.bytes,
-                b.total_us,
-                b.per_collective_us(),
-                floor,
-                s.comm_path(),
-                s.tp,
-                crate::units::path(&s.system.source),
-                if s.comm.link_gbps.is_some() || s.comm.link_latency_us.is_some() {
+            return Err(Error::FitData { source_name: where_(i).to_string(), problem: format!("{} allreduces of {} B in {} µs = {:.3} µs each is faster than the link allows: at least {:.3} µs each on the {} path at TP={} (one hop's latency + (n-1)/n of the bytes at the link's bandwidth, from {}{}); check the columns' units (total_us is microseconds for all {} together)", b.count, b.bytes, b.total_us, b.per_collective_us(), floor, s.comm_path(), s.tp, crate::units::path(&s.system.source), if s.comm.link_gbps.is_some() || s.comm.link_latency_us.is_some() {
                     " with --link-gbps/--link-latency-us"
                 } else {
                     ""
-                },
-                b.count
-            )));
+                }, b.count) });
         }
     }
     let mut warnings = Vec::new();
@@ -292,9 +278,10 @@ pub fn fit_bursts_at(
     name: Option<&str>,
 ) -> Result<BurstFit> {
     if s.tp < 2 {
-        return Err(Error::Other(
-            "--from-burst: the scenario has one rank (--tp 1): no allreduce to fit".into(),
-        ));
+        return Err(Error::FitData {
+            source_name: "--from-burst".into(),
+            problem: "the scenario has one rank (--tp 1): no allreduce to fit".into(),
+        });
     }
     let warnings = check_bursts(s, bursts, at, source)?;
     let f0 = &base.factors;
@@ -314,17 +301,15 @@ pub fn fit_bursts_at(
         let y: Vec<f64> = rows.iter().map(|r| r.2).collect();
         // Relative errors: weight 1/t² so a 10 ms burst does not drown a 50 µs one.
         let w: Vec<f64> = y.iter().map(|t| 1.0 / (t * t)).collect();
-        let fit = weighted_least_squares(&x, &y, &w).ok_or_else(|| {
-            Error::Other(format!(
-                "{source}: the burst sizes cannot separate latency from bandwidth (the design is singular)"
-            ))
+        let fit = weighted_least_squares(&x, &y, &w).ok_or_else(|| Error::FitData {
+            source_name: source.to_string(),
+            problem:
+                "the burst sizes cannot separate latency from bandwidth (the design is singular)"
+                    .into(),
         })?;
         let (a, inv_bw) = (fit.coef[0], fit.coef[1]);
         if !(a > 0.0 && inv_bw > 0.0) {
-            return Err(Error::Other(format!(
-                "{source}: the bursts imply a {} (latency scale {a:.3}, 1/bandwidth scale {inv_bw:.3}): per-collective time should grow with message size; check the columns",
-                if a <= 0.0 { "negative latency" } else { "negative bandwidth" }
-            )));
+            return Err(Error::FitData { source_name: source.to_string(), problem: format!("the bursts imply a {} (latency scale {a:.3}, 1/bandwidth scale {inv_bw:.3}): per-collective time should grow with message size; check the columns", if a <= 0.0 { "negative latency" } else { "negative bandwidth" }) });
         }
         lat = a;
         bw = 1.0 / inv_bw;
@@ -347,11 +332,7 @@ pub fn fit_bursts_at(
         } else {
             bw = (x / (t - l * lat)).max(0.01);
             if !(t > l * lat) {
-                return Err(Error::Other(format!(
-                    "{source}: {:.2} µs per collective is below the profile's latency alone ({:.2} µs): the bandwidth scale cannot explain it",
-                    t / rows.len() as f64,
-                    l * lat / rows.len() as f64
-                )));
+                return Err(Error::FitData { source_name: source.to_string(), problem: format!("{:.2} µs per collective is below the profile's latency alone ({:.2} µs): the bandwidth scale cannot explain it", t / rows.len() as f64, l * lat / rows.len() as f64) });
             }
             notes.push(format!(
                 "one message size: it is bandwidth-bound, so the bandwidth scale is fitted and collective_latency_scale is not identifiable (kept at {lat})"
@@ -368,9 +349,7 @@ pub fn fit_bursts_at(
         (bw, "collective_bw_scale"),
     ] {
         if !(0.01..=100.0).contains(&v) {
-            return Err(Error::Other(format!(
-                "{source}: fitted {name} = {v:.3} is outside [0.01, 100]: the burst does not look like this scenario's allreduce (check --tp, --p2p, --nccl-proto and the byte count)"
-            )));
+            return Err(Error::FitData { source_name: source.to_string(), problem: format!("fitted {name} = {v:.3} is outside [0.01, 100]: the burst does not look like this scenario's allreduce (check --tp, --p2p, --nccl-proto and the byte count)") });
         }
     }
     let mut p = base.clone();

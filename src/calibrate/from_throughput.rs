@@ -692,11 +692,11 @@ fn check_points(points: &[Point]) -> Result<()> {
                 why,
             )
         } else {
-            Error::Other(format!(
-                "{} and {}: {why}",
-                a.origin(Path::new("")),
-                b.origin(Path::new(""))
-            ))
+            Error::Conflict {
+                first: a.origin(Path::new("")).to_string(),
+                second: b.origin(Path::new("")).to_string(),
+                problem: why,
+            }
         }
     };
     for (i, a) in points.iter().enumerate() {
@@ -841,11 +841,9 @@ impl Model {
             for (k, v) in p.settings() {
                 k.apply(&mut r, v);
             }
-            let invalid = |e: Error| {
-                Error::Other(format!(
-                    "{}: the scenario of this point is invalid: {e}",
-                    p.origin(&req.source)
-                ))
+            let invalid = |e: Error| Error::PointInvalid {
+                point: p.origin(&req.source).to_string(),
+                problem: e.to_string(),
             };
             let (s, prof) = r.load().map_err(invalid)?;
             let spec = match &p.spec {
@@ -854,7 +852,10 @@ impl Model {
                     let draft = Draft::load(sp.method, None, &s.model).map_err(invalid)?;
                     draft.check_k(sp.draft_tokens).map_err(invalid)?;
                     draft.scenario(&s).map_err(invalid)?;
-                    let acc = sp.acceptance().map_err(|e| invalid(Error::Other(e)))?;
+                    let acc = sp.acceptance().map_err(|problem| Error::PointInvalid {
+                        point: p.origin(&req.source).to_string(),
+                        problem,
+                    })?;
                     if prof.spec_decode.is_none() {
                         return Err(invalid(Error::field(
                             &prof.path,
@@ -868,7 +869,7 @@ impl Model {
             points.push(Priced { scenario: s, spec });
             profile = Some(prof);
         }
-        let profile = profile.ok_or_else(|| Error::Other("no points".into()))?;
+        let profile = profile.ok_or_else(|| Error::Invariant("no points"))?;
         let start_alpha = match &points[0].scenario.routing {
             Routing::PowerLaw { alpha } => *alpha,
             _ => 0.0,
@@ -1316,9 +1317,7 @@ pub fn fit_throughput(req: &ThroughputRequest) -> Result<ThroughputFit> {
     }
     let src = sources_text(req);
     if auto && n < 2 {
-        return Err(Error::Other(format!(
-            "{src}: {n} point(s) cannot fit any factor with a confidence interval: give at least 2 points (a concurrency or context sweep)"
-        )));
+        return Err(Error::FitData { source_name: src.to_string(), problem: format!("{n} point(s) cannot fit any factor with a confidence interval: give at least 2 points (a concurrency or context sweep)") });
     }
     if !auto && n < which.len() + 1 {
         return Err(Error::field(
@@ -1412,14 +1411,16 @@ pub fn fit_throughput(req: &ThroughputRequest) -> Result<ThroughputFit> {
     let mut final_r;
     loop {
         if which.is_empty() {
-            return Err(Error::Other(format!(
-                "calibration refused: no factor can be identified from {n} point(s) of {src}:\n  {}",
-                refused
-                    .iter()
-                    .map(|(f, why)| format!("{}: {why}", f.name()))
-                    .collect::<Vec<_>>()
-                    .join("\n  ")
-            )));
+            return Err(Error::CalibrationRefused {
+                reason: format!(
+                    "no factor can be identified from {n} point(s) of {src}:\n  {}",
+                    refused
+                        .iter()
+                        .map(|(f, why)| format!("{}: {why}", f.name()))
+                        .collect::<Vec<_>>()
+                        .join("\n  ")
+                ),
+            });
         }
         let (theta, r, j, it) = solve(&model, &which, keep_theta.clone(), &meas)?;
         iterations = it;
@@ -1449,10 +1450,7 @@ pub fn fit_throughput(req: &ThroughputRequest) -> Result<ThroughputFit> {
             // more than ±10 ms of overhead says the points do not pin the factor down.
             let too_wide = k.too_wide(half);
             if half.is_finite() && half <= 1e-12 * v.abs().max(1.0) {
-                return Err(Error::Other(format!(
-                    "calibration refused: {} = {value:.4} with a zero-width 95% interval: the {n} point(s) of {src} are fitted exactly ({n} point(s) for {p} factor(s) leave no scatter to measure), so the interval would claim a certainty the data does not have; add a distinct point (another concurrency or context), or repeat a measurement with its own run-to-run scatter",
-                    k.name()
-                )));
+                return Err(Error::CalibrationRefused { reason: format!("{} = {value:.4} with a zero-width 95% interval: the {n} point(s) of {src} are fitted exactly ({n} point(s) for {p} factor(s) leave no scatter to measure), so the interval would claim a certainty the data does not have; add a distinct point (another concurrency or context), or repeat a measurement with its own run-to-run scatter", k.name()) });
             }
             if too_wide && wide.is_none() {
                 wide = Some((

@@ -57,9 +57,11 @@ pub fn calibrate_to_step(
 ) -> Result<TraceCalibration> {
     let limit = o.max_step_error_pct;
     if !(limit.is_finite() && limit > 0.0) {
-        return Err(Error::Other(format!(
-            "--max-step-error {limit}: expected a percentage above 0"
-        )));
+        return Err(Error::Flag {
+            flag: "--max-step-error",
+            value: limit.to_string(),
+            expected: "expected a percentage above 0".into(),
+        });
     }
     let mut fit = fit_to_step(scenario, profile, measured, anchor_name)?;
     let before = compare(&fit.before.mean, measured);
@@ -73,9 +75,7 @@ pub fn calibrate_to_step(
     };
     if let Some(why) = &miss {
         if !o.allow_poor_fit {
-            return Err(Error::Other(format!(
-                "calibration refused: {why}; the scenario probably does not describe the trace (ranks, layers, batch, context). No profile written; --allow-poor-fit writes it anyway, marked"
-            )));
+            return Err(Error::CalibrationRefused { reason: format!("{why}; the scenario probably does not describe the trace (ranks, layers, batch, context). No profile written; --allow-poor-fit writes it anyway, marked") });
         }
         fit.profile
             .profile

@@ -158,16 +158,18 @@ impl FitOptions {
     pub fn check(&self) -> Result<()> {
         let e = self.max_median_err;
         if !(e.is_finite() && e > 0.0 && e <= 10.0) {
-            return Err(Error::Other(format!(
-                "--max-median-error {}: expected a percentage above 0 and at most 1000",
-                e * 100.0
-            )));
+            return Err(Error::Flag {
+                flag: "--max-median-error",
+                value: (e * 100.0).to_string(),
+                expected: "expected a percentage above 0 and at most 1000".into(),
+            });
         }
         if !(self.min_r2.is_finite() && (0.0..=1.0).contains(&self.min_r2)) {
-            return Err(Error::Other(format!(
-                "--min-r2 {}: expected a number from 0 to 1",
-                self.min_r2
-            )));
+            return Err(Error::Flag {
+                flag: "--min-r2",
+                value: self.min_r2.to_string(),
+                expected: "expected a number from 0 to 1".into(),
+            });
         }
         Ok(())
     }
@@ -269,11 +271,13 @@ pub fn calibrate(
     let (kernels, fitted) = fit_kernels(m, gpu, fallback, &mut v, &mut quality);
     let collectives = fit_collectives(m, gpu, fallback, &mut v, &mut quality);
     if !v.refused.is_empty() {
-        return Err(Error::Other(format!(
-            "calibration refused: poor fit in {} section(s) (write it anyway, marked, with --allow-poor-fit):\n  {}",
-            v.refused.len(),
-            v.refused.join("\n  ")
-        )));
+        return Err(Error::CalibrationRefused {
+            reason: format!(
+                "poor fit in {} section(s) (write it anyway, marked, with --allow-poor-fit):\n  {}",
+                v.refused.len(),
+                v.refused.join("\n  ")
+            ),
+        });
     }
     let launch = launch::launch_params(m, fallback, kernels.get(&CostFamily::Elementwise));
     let variability = launch::variability(m, fallback);

@@ -372,7 +372,10 @@ pub struct NcclTestsResult {
 /// Reads the files, writes `tables/` and the profile.
 pub fn from_nccl_tests(req: &NcclTestsRequest) -> Result<NcclTestsResult> {
     if req.files.is_empty() {
-        return Err(Error::Other("--from-nccl-tests: no file given".into()));
+        return Err(Error::NoInput {
+            flag: "--from-nccl-tests",
+            what: "file",
+        });
     }
     let files: Vec<NcclTestsFile> = req.files.iter().map(|f| read(f)).collect::<Result<_>>()?;
     // (op, nranks, dtype, bytes) → (µs, file, line): one measurement per size.
@@ -381,10 +384,7 @@ pub fn from_nccl_tests(req: &NcclTestsRequest) -> Result<NcclTestsResult> {
         for r in &f.rows {
             let key = (f.op.clone(), f.nranks, r.dtype.clone(), r.bytes);
             if let Some((_, _, p, l)) = table.get(&key) {
-                return Err(Error::Other(format!(
-                    "{} line {} and {} line {}: {} of {} B at {} ranks measured twice; keep one run per test and rank count",
-                    crate::units::path(p), l, crate::units::path(&f.path), r.line, f.op, r.bytes, f.nranks
-                )));
+                return Err(Error::Conflict { first: format!("{} line {l}", crate::units::path(p)), second: format!("{} line {}", crate::units::path(&f.path), r.line), problem: format!("{} of {} B at {} ranks measured twice; keep one run per test and rank count", f.op, r.bytes, f.nranks) });
             }
             table.insert(
                 key,

@@ -135,8 +135,10 @@ pub fn write_profile(path: &Path, header: &str, p: &CalibrationProfile) -> Resul
     // in its method and provenance.
     p.profile.created = today();
     let p = &p;
-    let body = toml::to_string_pretty(p)
-        .map_err(|e| Error::Other(format!("cannot serialize the profile: {e}")))?;
+    let body = toml::to_string_pretty(p).map_err(|e| Error::Serialize {
+        what: "profile",
+        message: e.to_string(),
+    })?;
     crate::files::write_atomic(path, |w| {
         w.write_all(header.as_bytes())?;
         w.write_all(b"\n")?;

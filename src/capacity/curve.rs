@@ -128,10 +128,12 @@ impl Demand {
     pub fn check(&self, s: &Scenario) -> Result<()> {
         let max = s.model.max_position_embeddings as u64;
         if self.longest > max {
-            return Err(Error::Scenario(format!(
-                "a request of {} tokens ({}) is longer than {}'s max_position_embeddings = {}; expected at most {max} tokens per request",
-                self.longest, self.described, s.model.name, max
-            )));
+            return Err(Error::RequestTooLong {
+                tokens: self.longest,
+                described: self.described.clone(),
+                model: s.model.name.clone(),
+                max,
+            });
         }
         Ok(())
     }
@@ -351,7 +353,7 @@ pub fn decode_steps(
             m.into_inner()
                 .ok()
                 .flatten()
-                .unwrap_or_else(|| Err(Error::Other("a curve simulation did not finish".into())))
+                .unwrap_or_else(|| Err(Error::Invariant("a curve simulation did not finish")))
         })
         .collect()
 }
@@ -360,7 +362,10 @@ pub fn decode_steps(
 /// powers of two up to the largest batch) and, with a TPOT limit, the bisection between two grid
 /// points (at most one step per power of two).
 pub fn simulations_per_curve(points: usize, max_tpot: bool) -> f64 {
-    let powers = (crate::scenario::deployment::MAX_BATCH as f64).log2().ceil() + 1.0;
+    let powers = (crate::scenario::deployment::MAX_BATCH as f64)
+        .log2()
+        .ceil()
+        + 1.0;
     points as f64 + powers + if max_tpot { powers } else { 0.0 }
 }
 

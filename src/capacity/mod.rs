@@ -8,8 +8,8 @@ pub mod plan;
 
 use crate::cost::CalibrationProfile;
 use crate::error::{Error, Result};
-use crate::sim::{ScenarioRequest, Simulation};
 use crate::scenario::Scenario;
+use crate::sim::{ScenarioRequest, Simulation};
 use curve::{Curve, Demand, MixRow};
 use memory::{MemoryAccount, MemoryOptions};
 
@@ -133,15 +133,13 @@ pub fn capacity(req: &CapacityRequest) -> Result<Capacity> {
         .max_concurrency(demand.tokens_per_request)
         .min(crate::scenario::deployment::MAX_BATCH as u64);
     if max_c == 0 {
-        return Err(Error::Scenario(format!(
-            "memory binds: one request of {} KV tokens ({}) does not fit in the {} KV tokens per GPU that {} at TP={} leaves (GPU KV cache size: {} tokens); use a larger TP, --dcp, FP8 KV, or a shorter context",
-            demand.tokens_per_request.ceil(),
-            demand.described,
-            mem.kv_cache_tokens,
-            s.model.name,
-            s.tp,
-            mem.kv_cache_tokens
-        )));
+        return Err(Error::KvDoesNotFit {
+            tokens: demand.tokens_per_request.ceil(),
+            described: demand.described.clone(),
+            kv_tokens: mem.kv_cache_tokens,
+            model: s.model.name.clone(),
+            tp: s.tp,
+        });
     }
     let mut warnings = Vec::new();
     if req.memory.dcp != s.comm.dcp.unwrap_or(1) {
@@ -232,11 +230,14 @@ fn candidates(
             }
             let (mut s, p) = match load(&r, demand) {
                 Ok(x) => x,
-                Err(Error::Scenario(why)) => {
-                    skipped.push(format!("{name} TP={tp}: {why}"));
-                    continue;
-                }
-                Err(e) => return Err(e),
+                // An infeasible shape (any invalid-scenario error) is skipped with its reason.
+                Err(e) => match e.scenario_problem() {
+                    Some(why) => {
+                        skipped.push(format!("{name} TP={tp}: {why}"));
+                        continue;
+                    }
+                    None => return Err(e),
+                },
             };
             s.gpu_memory_utilization = req.memory.gpu_memory_utilization;
             let mut dcps = vec![1];
@@ -262,7 +263,7 @@ fn candidates(
                         });
                         shapes.push((dcp, c, note));
                     }
-                    Err(Error::Scenario(_)) => {
+                    Err(e) if e.scenario_problem().is_some() => {
                         let need: f64 = memory::fixed_terms(&s, &p, &o)
                             .iter()
                             .map(|t| t.bytes)

@@ -74,13 +74,15 @@ pub fn unmet(plan: &Plan) -> Option<Error> {
     if plan.best.is_some() {
         return None;
     }
-    Some(Error::Other(format!(
-        "capacity: {}",
-        plan.message
+    Some(Error::Unmet {
+        command: "capacity",
+        reason: plan
+            .message
             .lines()
             .next()
             .unwrap_or("no configuration meets the target")
-    )))
+            .to_string(),
+    })
 }
 
 /// One replica shape and what the simulator says of it.

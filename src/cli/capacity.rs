@@ -242,7 +242,10 @@ fn request(a: &CapacityArgs) -> Result<CapacityRequest> {
                             "--output-len"
                         },
                         value: v.to_string(),
-                        expected: format!("1 to {} tokens", crate::scenario::deployment::MAX_CONTEXT),
+                        expected: format!(
+                            "1 to {} tokens",
+                            crate::scenario::deployment::MAX_CONTEXT
+                        ),
                     });
                 }
             }
@@ -324,7 +327,10 @@ pub fn run(a: CapacityArgs) -> Result<()> {
             return Err(Error::Flag {
                 flag: "--batches",
                 value: b.to_string(),
-                expected: format!("batch sizes from 1 to {}", crate::scenario::deployment::MAX_BATCH),
+                expected: format!(
+                    "batch sizes from 1 to {}",
+                    crate::scenario::deployment::MAX_BATCH
+                ),
             });
         }
     }
@@ -517,9 +523,10 @@ pub fn run(a: CapacityArgs) -> Result<()> {
                     "tokens_per_s": iv.json(),
                 });
             }
-            serde_json::to_string_pretty(&v)
-                .map_err(|e| Error::Other(format!("cannot serialize the report: {e}")))?
-                + "\n"
+            serde_json::to_string_pretty(&v).map_err(|e| Error::Serialize {
+                what: "report",
+                message: e.to_string(),
+            })? + "\n"
         }
         Format::Csv => report::capacity::to_csv(&cap),
     };

@@ -21,10 +21,11 @@ impl IntervalArgs {
     /// The draw count, checked.
     pub fn draws(&self) -> Result<usize> {
         if self.draws > MAX_DRAWS {
-            return Err(Error::Scenario(format!(
-                "--draws {} is out of range: expected 0 (no intervals) to {MAX_DRAWS}",
-                self.draws
-            )));
+            return Err(Error::ScenarioRange {
+                flag: "--draws",
+                value: self.draws.to_string(),
+                expected: format!("expected 0 (no intervals) to {MAX_DRAWS}"),
+            });
         }
         Ok(self.draws)
     }

@@ -3,8 +3,8 @@
 use super::{print, ScenarioArgs};
 use crate::error::{Error, Result};
 use crate::report::{self, Format};
-use crate::sim;
 use crate::scenario::deployment::DEFAULT_GPU_MEMORY_UTILIZATION;
+use crate::sim;
 use std::path::PathBuf;
 
 #[derive(Debug, clap::Args)]
@@ -77,9 +77,10 @@ pub fn run(a: SimulateArgs) -> Result<()> {
                     .into();
                 v["intervals"] = j;
             }
-            serde_json::to_string_pretty(&v)
-                .map_err(|e| Error::Other(format!("cannot serialize the report: {e}")))?
-                + "\n"
+            serde_json::to_string_pretty(&v).map_err(|e| Error::Serialize {
+                what: "report",
+                message: e.to_string(),
+            })? + "\n"
         }
         Format::Csv => report::simulation::to_csv(&sim),
     };

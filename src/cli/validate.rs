@@ -54,9 +54,10 @@ pub fn run(a: ValidateArgs) -> Result<()> {
     )?;
     match a.format {
         Format::Json => print(
-            &(serde_json::to_string_pretty(&v)
-                .map_err(|e| crate::Error::Other(format!("cannot write the JSON report: {e}")))?
-                + "\n"),
+            &(serde_json::to_string_pretty(&v).map_err(|e| crate::Error::WriteReport {
+                what: "JSON report",
+                message: e.to_string(),
+            })? + "\n"),
         ),
         Format::Csv => print(&report::validation::to_csv(&v)?),
         Format::Table => print(&report::validation::render(&v)),

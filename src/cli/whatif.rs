@@ -186,19 +186,34 @@ pub fn spec_decode_request(a: &SpecDecodeArgs) -> Result<(SpecDecodeRequest, Vec
     let draft = match method {
         Method::Eagle3 => {
             if a.draft_model.is_some() {
-                return Err(Error::Scenario("--draft-model is for --method draft-model; an EAGLE-3 draft is given with --draft-config".into()));
+                return Err(Error::FlagUse {
+                    flag: "--draft-model",
+                    problem:
+                        "is for --method draft-model; an EAGLE-3 draft is given with --draft-config"
+                            .into(),
+                });
             }
             a.draft_config.clone()
         }
         Method::DraftModel => {
             if a.draft_config.is_some() {
-                return Err(Error::Scenario("--draft-config is for --method eagle3; a draft model is given with --draft-model".into()));
+                return Err(Error::FlagUse {
+                    flag: "--draft-config",
+                    problem: "is for --method eagle3; a draft model is given with --draft-model"
+                        .into(),
+                });
             }
             a.draft_model.clone()
         }
         Method::Mtp => {
             if a.draft_config.is_some() || a.draft_model.is_some() {
-                return Err(Error::Scenario("--method mtp uses the target's own MTP layer: drop --draft-config / --draft-model".into()));
+                return Err(Error::ScenarioSetting {
+                    flag: "--method",
+                    value: "mtp".into(),
+                    problem:
+                        " uses the target's own MTP layer: drop --draft-config / --draft-model"
+                            .into(),
+                });
             }
             None
         }
@@ -207,9 +222,12 @@ pub fn spec_decode_request(a: &SpecDecodeArgs) -> Result<(SpecDecodeRequest, Vec
         (Some(r), _, _) => {
             let rates = parse_f64_list("--acceptance-rate", r)?;
             if rates.is_empty() {
-                return Err(Error::Scenario(format!(
-                    "--acceptance-rate '{r}': no values (expected a rate in [0, 1] or a list such as 0.3,0.4,0.5)"
-                )));
+                return Err(Error::FlagList {
+                    flag: "--acceptance-rate".into(),
+                    text: r.to_string(),
+                    problem: "no values".into(),
+                    expected: "a rate in [0, 1] or a list such as 0.3,0.4,0.5".into(),
+                });
             }
             rates
                 .into_iter()
@@ -219,9 +237,10 @@ pub fn spec_decode_request(a: &SpecDecodeArgs) -> Result<(SpecDecodeRequest, Vec
         (None, Some(list), _) => vec![Acceptance::per_position(parse_f64_list("--acceptance-per-position", list)?)?],
         (None, None, Some(path)) => vec![Acceptance::lengths_file(path)?],
         (None, None, None) => {
-            return Err(Error::Scenario(
-                "give the acceptance: --acceptance-rate R, --acceptance-per-position a1,a2,... or --acceptance-lengths FILE.csv".into(),
-            ))
+            return Err(Error::Missing {
+                what: "acceptance",
+                choices: "--acceptance-rate R, --acceptance-per-position a1,a2,... or --acceptance-lengths FILE.csv",
+            })
         }
     };
     let crossover_batches = if a.crossover_batches.trim().eq_ignore_ascii_case("none") {
@@ -234,21 +253,26 @@ pub fn spec_decode_request(a: &SpecDecodeArgs) -> Result<(SpecDecodeRequest, Vec
         )?
     };
     if a.mc_users == 0 || a.mc_users > 1_000_000 {
-        return Err(Error::Scenario(format!(
-            "--mc-users {} is out of range: expected 1 to 1000000",
-            a.mc_users
-        )));
+        return Err(Error::ScenarioRange {
+            flag: "--mc-users",
+            value: a.mc_users.to_string(),
+            expected: "expected 1 to 1000000".into(),
+        });
     }
     if a.output_tokens == 0 || a.output_tokens > 1_000_000 {
-        return Err(Error::Scenario(format!(
-            "--output-tokens {} is out of range: expected 1 to 1000000",
-            a.output_tokens
-        )));
+        return Err(Error::ScenarioRange {
+            flag: "--output-tokens",
+            value: a.output_tokens.to_string(),
+            expected: "expected 1 to 1000000".into(),
+        });
     }
     if (a.plot.is_some() || a.plot_heatmap.is_some()) && crossover_batches.is_empty() {
-        return Err(Error::Scenario(
-            "--plot and --plot-heatmap draw the --crossover-batches grid: give batches (e.g. 1,2,4,...,256), not 'none'".into(),
-        ));
+        return Err(Error::FlagUse {
+            flag: "--plot and --plot-heatmap",
+            problem:
+                "draw the --crossover-batches grid: give batches (e.g. 1,2,4,...,256), not 'none'"
+                    .into(),
+        });
     }
     for p in a.plot.iter().chain(&a.plot_heatmap) {
         let ext = p

@@ -349,10 +349,7 @@ impl AicTables {
             t.device = manifest_device(&text);
         }
         if t.files.is_empty() {
-            return Err(Error::Other(format!(
-                "{}: no AIConfigurator table found (expected moe.csv, gemm.csv, mla_generation.csv, nccl_collectives.csv and/or custom_allreduce.csv, as harness/aiconfigurator_tables.py writes them)",
-                dir.display()
-            )));
+            return Err(Error::NothingFound { path: dir.to_path_buf(), what: "no AIConfigurator table found", expected: "moe.csv, gemm.csv, mla_generation.csv, nccl_collectives.csv and/or custom_allreduce.csv, as harness/aiconfigurator_tables.py writes them".into() });
         }
         Ok(t)
     }

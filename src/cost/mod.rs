@@ -768,9 +768,11 @@ fn custom_ar_dispatch(
     if s.runtime == crate::scenario::Runtime::Reference {
         // The project's reference step reduces with torch.distributed, i.e. NCCL.
         return match s.comm.allreduce {
-            AllreduceImpl::Custom => Err(Error::Scenario(
-                "--allreduce custom: the reference runtime reduces with torch.distributed (NCCL), not vLLM's custom kernel; use --runtime vllm".into(),
-            )),
+            AllreduceImpl::Custom => Err(Error::ScenarioSetting {
+                flag: "--allreduce",
+                value: "custom".into(),
+                problem: ": the reference runtime reduces with torch.distributed (NCCL), not vLLM's custom kernel; use --runtime vllm".into(),
+            }),
             _ => Ok(CustomAr::Off),
         };
     }
@@ -797,10 +799,14 @@ fn custom_ar_dispatch(
             ));
             Ok(CustomAr::PciePatched)
         }
-        (AllreduceImpl::Custom, Err(why)) => Err(Error::Scenario(format!(
-            "--allreduce custom: vLLM would not run its custom all-reduce on {} at TP={}: {why}; use --allreduce nccl or auto",
-            s.system.name, s.tp
-        ))),
+        (AllreduceImpl::Custom, Err(why)) => Err(Error::ScenarioSetting {
+            flag: "--allreduce",
+            value: "custom".into(),
+            problem: format!(
+                ": vLLM would not run its custom all-reduce on {} at TP={}: {why}; use --allreduce nccl or auto",
+                s.system.name, s.tp
+            ),
+        }),
         (AllreduceImpl::Custom, Ok(())) if p.custom_allreduce.is_none() => Err(Error::field(
             &p.path,
             "custom_allreduce",

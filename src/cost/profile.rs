@@ -595,7 +595,7 @@ impl Checker<'_> {
 impl CalibrationProfile {
     pub fn from_file(path: &Path) -> Result<Self> {
         let mut p: CalibrationProfile =
-            crate::error::read_toml(path, crate::files::InputKind::Profile)?;
+            crate::files::read_toml(path, crate::files::InputKind::Profile)?;
         p.path = path.to_path_buf();
         p.validate(path)?;
         if let Some(rel) = &p.measurements {

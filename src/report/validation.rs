@@ -128,7 +128,10 @@ pub fn to_csv(v: &Validation) -> Result<String> {
         .map(|(n, _, _, p, e)| (n.as_str(), (*p, *e)))
         .collect();
     let mut w = csv::Writer::from_writer(Vec::new());
-    let err = |e: csv::Error| Error::Other(format!("cannot write the CSV report: {e}"));
+    let err = |e: csv::Error| Error::WriteReport {
+        what: "CSV report",
+        message: e.to_string(),
+    };
     w.write_record([
         "configuration",
         "batch",
@@ -175,8 +178,12 @@ pub fn to_csv(v: &Validation) -> Result<String> {
         ])
         .map_err(err)?;
     }
-    let bytes = w
-        .into_inner()
-        .map_err(|e| Error::Other(format!("cannot write the CSV report: {e}")))?;
-    String::from_utf8(bytes).map_err(|e| Error::Other(format!("CSV report: {e}")))
+    let bytes = w.into_inner().map_err(|e| Error::WriteReport {
+        what: "CSV report",
+        message: e.to_string(),
+    })?;
+    String::from_utf8(bytes).map_err(|e| Error::Encoding {
+        what: "CSV report",
+        message: e.to_string(),
+    })
 }

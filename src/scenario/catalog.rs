@@ -14,7 +14,7 @@ pub fn data_root() -> PathBuf {
 /// (the choices would be empty).
 fn unknown(kind: &'static str, name: &str, choices: Vec<String>) -> Error {
     match crate::bundle::extract_problem() {
-        Some(why) if choices.is_empty() => Error::Other(why),
+        Some(problem) if choices.is_empty() => Error::Bundle { problem },
         _ => Error::Unknown {
             kind,
             name: name.to_string(),

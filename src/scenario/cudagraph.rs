@@ -86,7 +86,7 @@ pub fn file() -> PathBuf {
 impl CaptureSizes {
     /// Reads the capture sizes for a GPU of `compute_capability` from `path`.
     pub fn from_file(path: &Path, compute_capability: &str) -> Result<Self> {
-        let f: FileToml = crate::error::read_toml(path, InputKind::SystemToml)?;
+        let f: FileToml = crate::files::read_toml(path, InputKind::SystemToml)?;
         let bad = |field: &str, what: String| Err(Error::field(path, field, what));
         let mut max = f.max_capture_size;
         for c in &f.max_capture_size_by_compute_capability {

@@ -181,20 +181,31 @@ impl Scenario {
         let m = &self.model;
         let tp = self.tp;
         if tp == 0 {
-            return Err(Error::Scenario("--tp must be at least 1".into()));
+            return Err(Error::FlagUse {
+                flag: "--tp",
+                problem: "must be at least 1".into(),
+            });
         }
         if tp > self.system.gpu_count {
-            return Err(Error::Scenario(format!(
-                "--tp {tp} needs {tp} GPUs but system '{}' has {}",
-                self.system.name, self.system.gpu_count
-            )));
+            return Err(Error::ScenarioSetting {
+                flag: "--tp",
+                value: tp.to_string(),
+                problem: format!(
+                    " needs {tp} GPUs but system '{}' has {}",
+                    self.system.name, self.system.gpu_count
+                ),
+            });
         }
         let t = tp as usize;
         if !m.num_heads.is_multiple_of(t) {
-            return Err(Error::Scenario(format!(
-                "--tp {tp} does not divide the {} attention heads of {} (use a divisor of {})",
-                m.num_heads, m.name, m.num_heads
-            )));
+            return Err(Error::ScenarioSetting {
+                flag: "--tp",
+                value: tp.to_string(),
+                problem: format!(
+                    " does not divide the {} attention heads of {} (use a divisor of {})",
+                    m.num_heads, m.name, m.num_heads
+                ),
+            });
         }
         // vLLM's rule for the KV heads (QKVParallelLinear): with TP at least the KV heads, each
         // rank holds one head, replicated TP / heads times, so TP must be a multiple of them;
@@ -202,78 +213,108 @@ impl Scenario {
         let kv = m.num_kv_heads;
         if m.mla.is_none() {
             if t >= kv && !t.is_multiple_of(kv) {
-                return Err(Error::Scenario(format!(
-                    "--tp {tp} is not a multiple of the {kv} KV heads of {} ({}: num_key_value_heads): with TP at or above the KV heads vLLM replicates each head over TP / {kv} ranks, so TP must be a multiple of {kv}",
-                    m.name,
-                    crate::units::path(&m.source)
-                )));
+                return Err(Error::ScenarioSetting {
+                    flag: "--tp",
+                    value: tp.to_string(),
+                    problem: format!(
+                        " is not a multiple of the {kv} KV heads of {} ({}: num_key_value_heads): with TP at or above the KV heads vLLM replicates each head over TP / {kv} ranks, so TP must be a multiple of {kv}",
+                        m.name,
+                        crate::units::path(&m.source)
+                    ),
+                });
             }
             if t < kv && !kv.is_multiple_of(t) {
-                return Err(Error::Scenario(format!(
-                    "--tp {tp} does not divide the {kv} KV heads of {} ({}: num_key_value_heads): below the KV heads vLLM splits them over the ranks, so TP must divide {kv}",
-                    m.name,
-                    crate::units::path(&m.source)
-                )));
+                return Err(Error::ScenarioSetting {
+                    flag: "--tp",
+                    value: tp.to_string(),
+                    problem: format!(
+                        " does not divide the {kv} KV heads of {} ({}: num_key_value_heads): below the KV heads vLLM splits them over the ranks, so TP must divide {kv}",
+                        m.name,
+                        crate::units::path(&m.source)
+                    ),
+                });
             }
         }
         if let Some(moe) = &m.moe {
             if moe.moe_intermediate % t != 0 {
-                return Err(Error::Scenario(format!(
-                    "--tp {tp} does not divide the expert intermediate size {} of {}",
-                    moe.moe_intermediate, m.name
-                )));
+                return Err(Error::ScenarioSetting {
+                    flag: "--tp",
+                    value: tp.to_string(),
+                    problem: format!(
+                        " does not divide the expert intermediate size {} of {}",
+                        moe.moe_intermediate, m.name
+                    ),
+                });
             }
             if moe.shared_intermediate % t != 0 {
-                return Err(Error::Scenario(format!(
-                    "--tp {tp} does not divide the shared-expert intermediate size {} of {}",
-                    moe.shared_intermediate, m.name
-                )));
+                return Err(Error::ScenarioSetting {
+                    flag: "--tp",
+                    value: tp.to_string(),
+                    problem: format!(
+                        " does not divide the shared-expert intermediate size {} of {}",
+                        moe.shared_intermediate, m.name
+                    ),
+                });
             }
         }
         if !m.dense_intermediate.is_multiple_of(t) {
-            return Err(Error::Scenario(format!(
-                "--tp {tp} does not divide the MLP intermediate size {} of {}",
-                m.dense_intermediate, m.name
-            )));
+            return Err(Error::ScenarioSetting {
+                flag: "--tp",
+                value: tp.to_string(),
+                problem: format!(
+                    " does not divide the MLP intermediate size {} of {}",
+                    m.dense_intermediate, m.name
+                ),
+            });
         }
         if self.batch == 0 || self.batch > MAX_BATCH {
-            return Err(Error::Scenario(format!(
-                "--batch {} is out of range: expected 1 to {MAX_BATCH} sequences",
-                self.batch
-            )));
+            return Err(Error::ScenarioRange {
+                flag: "--batch",
+                value: self.batch.to_string(),
+                expected: format!("expected 1 to {MAX_BATCH} sequences"),
+            });
         }
         if self.context == 0 {
-            return Err(Error::Scenario(
-                "--context 0 is out of range: a decode step reads at least one cached token".into(),
-            ));
+            return Err(Error::ScenarioRange {
+                flag: "--context",
+                value: "0".into(),
+                expected: "a decode step reads at least one cached token".into(),
+            });
         }
         if self.context > m.max_position_embeddings as u64 {
-            return Err(Error::Scenario(format!(
-                "--context {} is above {}'s max_position_embeddings = {} ({}); expected 1 to {} tokens",
-                self.context,
-                m.name,
-                m.max_position_embeddings,
-                crate::units::path(&m.source),
-                m.max_position_embeddings
-            )));
+            return Err(Error::ScenarioSetting {
+                flag: "--context",
+                value: self.context.to_string(),
+                problem: format!(
+                    " is above {}'s max_position_embeddings = {} ({}); expected 1 to {} tokens",
+                    m.name,
+                    m.max_position_embeddings,
+                    crate::units::path(&m.source),
+                    m.max_position_embeddings
+                ),
+            });
         }
         if self.context > MAX_CONTEXT {
-            return Err(Error::Scenario(format!(
-                "--context {} is out of range: expected 1 to {MAX_CONTEXT} tokens",
-                self.context
-            )));
+            return Err(Error::ScenarioRange {
+                flag: "--context",
+                value: self.context.to_string(),
+                expected: format!("expected 1 to {MAX_CONTEXT} tokens"),
+            });
         }
         let u = self.gpu_memory_utilization;
         if !(u.is_finite() && u > 0.0 && u <= 1.0) {
-            return Err(Error::Scenario(format!(
-                "--gpu-memory-utilization {u} is out of range: expected a share above 0 and at most 1 (vLLM's default is {DEFAULT_GPU_MEMORY_UTILIZATION})"
-            )));
+            return Err(Error::ScenarioRange {
+                flag: "--gpu-memory-utilization",
+                value: u.to_string(),
+                expected: format!("expected a share above 0 and at most 1 (vLLM's default is {DEFAULT_GPU_MEMORY_UTILIZATION})"),
+            });
         }
         if !(self.kv_bytes == 1.0 || self.kv_bytes == 2.0) {
-            return Err(Error::Scenario(format!(
-                "KV-cache element size {} bytes is not supported (expected 1 for FP8 or 2 for BF16)",
-                self.kv_bytes
-            )));
+            return Err(Error::ScenarioSetting {
+                flag: "KV-cache element size",
+                value: self.kv_bytes.to_string(),
+                problem: " bytes is not supported (expected 1 for FP8 or 2 for BF16)".into(),
+            });
         }
         if let Some(moe) = &m.moe {
             self.routing
@@ -283,48 +324,77 @@ impl Scenario {
         Ok(())
     }
 
+    /// `--ep`: 1 (off) or the TP size, on a MoE model whose routed experts it divides.
+    fn validate_ep(&self) -> Result<()> {
+        let (m, tp, k) = (&self.model, self.tp, &self.comm);
+        if let Some(ep) = k.ep {
+            if ep == 0 {
+                return Err(Error::ScenarioRange {
+                    flag: "--ep",
+                    value: "0".into(),
+                    expected: "expected 1 (off) or the TP size".into(),
+                });
+            }
+            if ep > 1 {
+                let Some(moe) = &m.moe else {
+                    return Err(Error::ScenarioSetting {
+                        flag: "--ep",
+                        value: ep.to_string(),
+                        problem: format!(
+                            ": {} has no routed experts to spread (expert parallelism needs a MoE model)",
+                            m.name
+                        ),
+                    });
+                };
+                // vLLM sizes the EP group as DP x TP; decodesim simulates DP = 1.
+                if ep != tp {
+                    return Err(Error::ScenarioSetting {
+                        flag: "--ep",
+                        value: ep.to_string(),
+                        problem: format!(
+                            ": with data parallel 1 vLLM's expert-parallel group is the TP group, so --ep must be 1 or the TP size {tp}"
+                        ),
+                    });
+                }
+                if !moe.n_routed_experts.is_multiple_of(ep as usize) {
+                    return Err(Error::ScenarioSetting {
+                        flag: "--ep",
+                        value: ep.to_string(),
+                        problem: format!(
+                            " does not divide the {} routed experts of {} (use a divisor of {})",
+                            moe.n_routed_experts, m.name, moe.n_routed_experts
+                        ),
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// `--ep`, `--dcp`, `--link-gbps`, `--link-latency-us`: each error names the flag, the value
     /// and what is allowed.
     fn validate_parallel_and_link(&self) -> Result<()> {
         let (m, tp, k) = (&self.model, self.tp, &self.comm);
-        if let Some(ep) = k.ep {
-            if ep == 0 {
-                return Err(Error::Scenario(
-                    "--ep 0 is out of range: expected 1 (off) or the TP size".into(),
-                ));
-            }
-            if ep > 1 {
-                let Some(moe) = &m.moe else {
-                    return Err(Error::Scenario(format!(
-                        "--ep {ep}: {} has no routed experts to spread (expert parallelism needs a MoE model)",
-                        m.name
-                    )));
-                };
-                // vLLM sizes the EP group as DP x TP; decodesim simulates DP = 1.
-                if ep != tp {
-                    return Err(Error::Scenario(format!(
-                        "--ep {ep}: with data parallel 1 vLLM's expert-parallel group is the TP group, so --ep must be 1 or the TP size {tp}"
-                    )));
-                }
-                if !moe.n_routed_experts.is_multiple_of(ep as usize) {
-                    return Err(Error::Scenario(format!(
-                        "--ep {ep} does not divide the {} routed experts of {} (use a divisor of {})",
-                        moe.n_routed_experts, m.name, moe.n_routed_experts
-                    )));
-                }
-            }
-        }
+        self.validate_ep()?;
         if let Some(dcp) = k.dcp {
             if dcp == 0 || !tp.is_multiple_of(dcp) {
-                return Err(Error::Scenario(format!(
-                    "--dcp {dcp} does not divide --tp {tp}: decode context parallelism shards the KV cache across ranks of the TP group (use a divisor of {tp})"
-                )));
+                return Err(Error::ScenarioSetting {
+                    flag: "--dcp",
+                    value: dcp.to_string(),
+                    problem: format!(
+                        " does not divide --tp {tp}: decode context parallelism shards the KV cache across ranks of the TP group (use a divisor of {tp})"
+                    ),
+                });
             }
             if dcp > 1 && m.mla.is_none() {
-                return Err(Error::Scenario(format!(
-                    "--dcp {dcp}: decodesim shards the KV cache of MLA models only (vLLM's decode context parallelism began with MLA); {} uses grouped-query attention",
-                    m.name
-                )));
+                return Err(Error::ScenarioSetting {
+                    flag: "--dcp",
+                    value: dcp.to_string(),
+                    problem: format!(
+                        ": decodesim shards the KV cache of MLA models only (vLLM's decode context parallelism began with MLA); {} uses grouped-query attention",
+                        m.name
+                    ),
+                });
             }
         }
         if let Some(n) = k.nccl_max_nchannels {
@@ -342,9 +412,11 @@ impl Scenario {
         }
         if let Some(t) = k.nccl_ll_threshold {
             if !(1..=1u64 << 34).contains(&t) {
-                return Err(Error::Scenario(format!(
-                    "--nccl-ll-threshold {t} is out of range: expected a message size of 1 to 2^34 bytes"
-                )));
+                return Err(Error::ScenarioRange {
+                    flag: "--nccl-ll-threshold",
+                    value: t.to_string(),
+                    expected: "expected a message size of 1 to 2^34 bytes".into(),
+                });
             }
         }
         if let Some(l) = k.link_latency_us {

@@ -3,13 +3,13 @@
 pub mod catalog;
 pub mod check;
 pub mod cudagraph;
+pub mod deployment;
 pub mod knobs;
 pub mod limits;
 pub mod model;
 pub mod routing;
-pub mod deployment;
 pub mod system;
 
-pub use model::{Family, ModelSpec, WeightFormat};
 pub use deployment::{Algo, CommPath, NcclSettings, Proto, Runtime, Scenario};
+pub use model::{Family, ModelSpec, WeightFormat};
 pub use system::{GpuSpec, SystemSpec};

@@ -302,7 +302,7 @@ fn wrong_type(path: &Path, field: &str, v: &Value, expected: &str) -> Error {
 
 impl ModelSpec {
     pub fn from_file(path: &Path) -> Result<Self> {
-        let text = crate::error::read_to_string(path, crate::files::InputKind::ModelConfig)?;
+        let text = crate::files::read_text(path, crate::files::InputKind::ModelConfig)?;
         let name = path
             .file_stem()
             .and_then(|s| s.to_str())

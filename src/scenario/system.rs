@@ -96,7 +96,7 @@ impl GpuSpec {
     }
 
     pub fn from_file(path: &Path) -> Result<Self> {
-        let g: GpuSpec = crate::error::read_toml(path, crate::files::InputKind::SystemToml)?;
+        let g: GpuSpec = crate::files::read_toml(path, crate::files::InputKind::SystemToml)?;
         g.check(path)?;
         Ok(g)
     }
@@ -301,7 +301,7 @@ impl Interconnect {
 impl SystemSpec {
     /// Reads a system file; its `gpu` names a file in `gpu_dir`.
     pub fn from_file(path: &Path, gpu_dir: &Path) -> Result<Self> {
-        let f: SystemFile = crate::error::read_toml(path, crate::files::InputKind::SystemToml)?;
+        let f: SystemFile = crate::files::read_toml(path, crate::files::InputKind::SystemToml)?;
         check::int_in(path, "gpu_count", f.gpu_count as u64, &(1..=MAX_GPUS))?;
         let gpu_path = gpu_dir.join(format!("{}.toml", f.gpu));
         if !gpu_path.is_file() {

@@ -21,10 +21,14 @@ impl ScenarioRequest {
         if let Some(layers) = self.layers {
             let range = crate::scenario::model::limits::LAYERS;
             if !range.contains(&(layers as u64)) {
-                return Err(crate::Error::Scenario(format!(
-                    "--layers {layers} is out of range: expected {} layers",
-                    crate::scenario::check::int_range_text(&range)
-                )));
+                return Err(crate::Error::ScenarioRange {
+                    flag: "--layers",
+                    value: layers.to_string(),
+                    expected: format!(
+                        "expected {} layers",
+                        crate::scenario::check::int_range_text(&range)
+                    ),
+                });
             }
             model.num_layers = layers;
         }

@@ -3,6 +3,7 @@
 //! per file:
 //!
 //! - [`scan`]: finds JSON value boundaries in a stream without decoding;
+//! - [`format`]: what a trace file is (names a folder listing takes; JSON or gzip by magic bytes);
 //! - [`parse`]: the streaming, gzip-aware event reader ([`ParsedTrace`]);
 //! - [`rank`]: which rank each file is;
 //! - [`classify`]: kernel name → [`Category`] by ordered regex rules from a TOML file;
@@ -15,6 +16,7 @@
 
 pub mod classify;
 pub mod error;
+pub mod format;
 pub mod model;
 pub mod parse;
 pub mod rank;

@@ -18,6 +18,7 @@
 //! [`MAX_DURATION_US`]), which would otherwise become the step time.
 
 use super::error::{Result, TraceError};
+use super::format::TraceFormat;
 use super::model::{Annotation, GpuKind, GpuOp, Interner, Launch, ParsedTrace, Side};
 use super::scan::{Input, ScanError};
 use regex::Regex;
@@ -43,7 +44,8 @@ pub struct ParseOptions<'a> {
     pub step_marker: Option<&'a Regex>,
 }
 
-/// Reads a trace file (`.json` or gzip, detected from the magic bytes, not the extension).
+/// Reads a trace file (`.json` or gzip, detected from the magic bytes, not the extension:
+/// [`TraceFormat::detect`]).
 pub fn parse_file(path: &Path, opts: &ParseOptions) -> Result<ParsedTrace> {
     let io_err = |source| TraceError::Io {
         path: path.to_path_buf(),
@@ -52,11 +54,8 @@ pub fn parse_file(path: &Path, opts: &ParseOptions) -> Result<ParsedTrace> {
     let file = crate::files::open_input(path, crate::files::InputKind::Trace)
         .map_err(|e| input_error(path, e))?;
     let mut reader = BufReader::with_capacity(1 << 16, file);
-    let gzip = reader
-        .fill_buf()
-        .map_err(io_err)?
-        .starts_with(&[0x1f, 0x8b]);
-    if gzip {
+    let format = TraceFormat::detect(reader.fill_buf().map_err(io_err)?);
+    if format == TraceFormat::Gzip {
         parse_reader(
             flate2::bufread::MultiGzDecoder::new(reader),
             path,
@@ -82,7 +81,7 @@ pub fn input_error(path: &Path, e: crate::error::Error) -> TraceError {
 
 /// Reads a trace held in memory (plain JSON or gzip); used by benchmarks and the fuzz target.
 pub fn parse_bytes(bytes: &[u8], path: &Path, opts: &ParseOptions) -> Result<ParsedTrace> {
-    if bytes.starts_with(&[0x1f, 0x8b]) {
+    if TraceFormat::detect(bytes) == TraceFormat::Gzip {
         parse_reader(flate2::read::MultiGzDecoder::new(bytes), path, true, opts)
     } else {
         parse_reader(bytes, path, false, opts)

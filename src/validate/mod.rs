@@ -9,8 +9,8 @@ use crate::calibrate::anchor::fit_to_step;
 use crate::category::Category;
 use crate::cost::CalibrationProfile;
 use crate::error::{Error, Result};
-use crate::sim::{simulate_loaded, ScenarioRequest};
 use crate::scenario::{Algo, Proto, Runtime};
+use crate::sim::{simulate_loaded, ScenarioRequest};
 use crate::trace::classify::Classifier;
 use regex::Regex;
 use serde::Serialize;
@@ -42,6 +42,9 @@ pub fn discover(dir: &Path) -> Result<Vec<Case>> {
         let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
             continue;
         };
+        if !crate::trace::format::is_trace_name(name) {
+            continue;
+        }
         let Some(c) = re.captures(name) else { continue };
         let key = c[1].to_string();
         let case = by.entry(key.clone()).or_insert_with(|| Case {
@@ -61,10 +64,12 @@ pub fn discover(dir: &Path) -> Result<Vec<Case>> {
         (a.setting.as_str(), a.context, a.batch).cmp(&(b.setting.as_str(), b.context, b.batch))
     });
     if cases.is_empty() {
-        return Err(Error::Other(format!(
-            "{}: no reference-step traces (expected files named refstep_b<B>_c<CTX>_<setting>_rank<R>.<ns>.pt.trace.json.gz)",
-            dir.display()
-        )));
+        return Err(Error::NothingFound {
+            path: dir.to_path_buf(),
+            what: "no reference-step traces",
+            expected: "files named refstep_b<B>_c<CTX>_<setting>_rank<R>.<ns>.pt.trace.json.gz"
+                .into(),
+        });
     }
     Ok(cases)
 }
@@ -82,10 +87,12 @@ pub fn request_for(
         "ll_ring" => (Proto::Ll, Algo::Ring, true),
         "p2p_off" => (Proto::Auto, Algo::Auto, false),
         other => {
-            return Err(Error::Other(format!(
-                "{}: unknown NCCL setting '{other}' (expected default, ll_ring or p2p_off)",
-                case.name
-            )))
+            return Err(Error::CaseProblem {
+                case: case.name.clone(),
+                problem: format!(
+                    "unknown NCCL setting '{other}' (expected default, ll_ring or p2p_off)"
+                ),
+            })
         }
     };
     Ok(ScenarioRequest {
@@ -260,8 +267,10 @@ pub fn validate_with(
     let mut results = Vec::new();
     let mut share_errors = Vec::new();
     for case in cases {
-        let summary = summarize(&case.files, &sopts)
-            .map_err(|e| Error::Other(format!("{}: {e}", case.name)))?;
+        let summary = summarize(&case.files, &sopts).map_err(|e| Error::Case {
+            case: case.name.clone(),
+            error: Box::new(e.into()),
+        })?;
         let (measured, excluded) = robust_breakdown(&summary);
         let inferred = infer_scenario(&summary);
         // Each layer has two all-reduces; the step adds the embedding's and the logits gather
@@ -270,11 +279,13 @@ pub fn validate_with(
             (Some(l), _) => l,
             (None, Some(l)) => l.value,
             (None, None) => {
-                return Err(Error::Other(format!(
-                    "{}: cannot infer the layer count ({}); pass --layers",
-                    case.name,
-                    inferred.unknown.join("; ")
-                )))
+                return Err(Error::CaseProblem {
+                    case: case.name.clone(),
+                    problem: format!(
+                        "cannot infer the layer count ({}); pass --layers",
+                        inferred.unknown.join("; ")
+                    ),
+                })
             }
         };
         let ranks = case.files.len() as u32;
@@ -286,8 +297,12 @@ pub fn validate_with(
             &profile_path.display().to_string(),
         )?;
         let (scenario, _) = req.load()?;
-        let checks = check_or_allow(&scenario, &inferred, checks.allow_mismatch)
-            .map_err(|e| Error::Other(format!("{}: {e}", case.name)))?;
+        let checks = check_or_allow(&scenario, &inferred, checks.allow_mismatch).map_err(|e| {
+            Error::Case {
+                case: case.name.clone(),
+                error: Box::new(e.into()),
+            }
+        })?;
         let sim = simulate_loaded(scenario, profile.clone())?;
         let cmp = compare(&sim.mean, &measured);
         let errs: Vec<(Category, f64)> = cmp

@@ -25,33 +25,39 @@ pub enum Acceptance {
 impl Acceptance {
     pub fn rate(r: f64) -> Result<Self> {
         if !(r.is_finite() && (0.0..=1.0).contains(&r)) {
-            return Err(Error::Scenario(format!(
-                "--acceptance-rate {r} is out of range: expected a fraction in [0, 1] (vLLM's accepted / drafted tokens)"
-            )));
+            return Err(Error::ScenarioRange {
+                flag: "--acceptance-rate",
+                value: r.to_string(),
+                expected: "expected a fraction in [0, 1] (vLLM's accepted / drafted tokens)".into(),
+            });
         }
         Ok(Acceptance::Rate(r))
     }
 
     pub fn per_position(rates: Vec<f64>) -> Result<Self> {
         if rates.is_empty() {
-            return Err(Error::Scenario(
-                "--acceptance-per-position needs at least one rate (a1,a2,...)".into(),
-            ));
+            return Err(Error::FlagUse {
+                flag: "--acceptance-per-position",
+                problem: "needs at least one rate (a1,a2,...)".into(),
+            });
         }
         for (i, &a) in rates.iter().enumerate() {
             if !(a.is_finite() && (0.0..=1.0).contains(&a)) {
-                return Err(Error::Scenario(format!(
-                    "--acceptance-per-position: position {} rate {a} is out of range: expected a fraction in [0, 1]",
-                    i + 1
-                )));
+                return Err(Error::PositionRate {
+                    position: i + 1,
+                    rate: a,
+                    problem: "is out of range: expected a fraction in [0, 1]".into(),
+                });
             }
             if i > 0 && a > rates[i - 1] + 1e-12 {
-                return Err(Error::Scenario(format!(
-                    "--acceptance-per-position: position {} rate {a} exceeds position {} rate {}: a token is accepted only after every token before it, so the rates must not increase",
-                    i + 1,
-                    i,
-                    rates[i - 1]
-                )));
+                return Err(Error::PositionRate {
+                    position: i + 1,
+                    rate: a,
+                    problem: format!(
+                        "exceeds position {i} rate {}: a token is accepted only after every token before it, so the rates must not increase",
+                        rates[i - 1]
+                    ),
+                });
             }
         }
         Ok(Acceptance::PerPosition(rates))
@@ -148,14 +154,22 @@ impl Acceptance {
     /// Checks that `k` draft tokens are covered, naming the flag otherwise.
     pub fn check_k(&self, k: u32) -> Result<()> {
         match (self, self.max_k()) {
-            (Acceptance::PerPosition(a), Some(m)) if k > m => Err(Error::Scenario(format!(
-                "--draft-tokens {k} needs {k} per-position rates, --acceptance-per-position gives {} (allowed: --draft-tokens 1..={m})",
-                a.len()
-            ))),
-            (Acceptance::Lengths { path, .. }, Some(m)) if k > m => Err(Error::Scenario(format!(
-                "--draft-tokens {k} is above the {m} draft tokens the histogram {} was measured at (allowed: --draft-tokens 1..={m})",
-                path.display()
-            ))),
+            (Acceptance::PerPosition(a), Some(m)) if k > m => Err(Error::ScenarioSetting {
+                flag: "--draft-tokens",
+                value: k.to_string(),
+                problem: format!(
+                    " needs {k} per-position rates, --acceptance-per-position gives {} (allowed: --draft-tokens 1..={m})",
+                    a.len()
+                ),
+            }),
+            (Acceptance::Lengths { path, .. }, Some(m)) if k > m => Err(Error::ScenarioSetting {
+                flag: "--draft-tokens",
+                value: k.to_string(),
+                problem: format!(
+                    " is above the {m} draft tokens the histogram {} was measured at (allowed: --draft-tokens 1..={m})",
+                    path.display()
+                ),
+            }),
             _ => Ok(()),
         }
     }

@@ -34,7 +34,7 @@ pub fn methods_file() -> PathBuf {
 pub fn method_limits(method: Method) -> Result<MethodLimits> {
     let path = methods_file();
     let all: BTreeMap<String, MethodLimits> =
-        crate::error::read_toml(&path, crate::files::InputKind::SystemToml)?;
+        crate::files::read_toml(&path, crate::files::InputKind::SystemToml)?;
     all.get(method.key())
         .cloned()
         .ok_or_else(|| Error::field(&path, method.key(), "missing section for this method"))
@@ -69,9 +69,11 @@ impl Draft {
                     (Some(p), _) => PathBuf::from(p),
                     (None, Some(d)) => catalog::models_dir().join(d),
                     (None, None) => {
-                        return Err(Error::Scenario(
-                            "--method eagle3 needs --draft-config FILE (no default draft in data/spec_decode/methods.toml)".into(),
-                        ))
+                        return Err(Error::ScenarioSetting {
+                            flag: "--method",
+                            value: "eagle3".into(),
+                            problem: " needs --draft-config FILE (no default draft in data/spec_decode/methods.toml)".into(),
+                        })
                     }
                 };
                 eagle3_model(&path, target)?
@@ -79,9 +81,13 @@ impl Draft {
             Method::Mtp => mtp_model(target)?,
             Method::DraftModel => {
                 let Some(name) = draft else {
-                    return Err(Error::Scenario(
-                        "--method draft-model needs --draft-model NAME|PATH (a bundled model name or a config.json)".into(),
-                    ));
+                    return Err(Error::ScenarioSetting {
+                        flag: "--method",
+                        value: "draft-model".into(),
+                        problem:
+                            " needs --draft-model NAME|PATH (a bundled model name or a config.json)"
+                                .into(),
+                    });
                 };
                 let path = catalog::resolve_model(name)?;
                 let m = ModelSpec::from_file(&path)?;
@@ -117,11 +123,15 @@ impl Draft {
     pub fn check_k(&self, k: u32) -> Result<()> {
         let max = self.limits.max_draft_tokens;
         if k == 0 || k > max {
-            return Err(Error::Scenario(format!(
-                "--draft-tokens {k} is not allowed for --method {}: expected 1..={max} ({})",
-                self.method.name(),
-                methods_file().display()
-            )));
+            return Err(Error::ScenarioSetting {
+                flag: "--draft-tokens",
+                value: k.to_string(),
+                problem: format!(
+                    " is not allowed for --method {}: expected 1..={max} ({})",
+                    self.method.name(),
+                    methods_file().display()
+                ),
+            });
         }
         Ok(())
     }

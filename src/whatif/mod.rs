@@ -18,12 +18,15 @@ pub fn parse_u32_list(
     text: &str,
     allowed: std::ops::RangeInclusive<u32>,
 ) -> Result<Vec<u32>> {
-    let bad = |what: &str| {
-        Error::Scenario(format!(
-            "{flag} '{text}': {what} (expected numbers in {}..={} as a list 1,2,4 or a range 1..6 / 1..=6)",
+    let bad = |what: &str| Error::FlagList {
+        flag: flag.to_string(),
+        text: text.to_string(),
+        problem: what.to_string(),
+        expected: format!(
+            "numbers in {}..={} as a list 1,2,4 or a range 1..6 / 1..=6",
             allowed.start(),
             allowed.end()
-        ))
+        ),
     };
     let num = |s: &str| {
         s.trim()
@@ -63,11 +66,11 @@ pub fn parse_f64_list(flag: &str, text: &str) -> Result<Vec<f64>> {
     text.split(',')
         .filter(|p| !p.trim().is_empty())
         .map(|p| {
-            p.trim().parse::<f64>().map_err(|_| {
-                Error::Scenario(format!(
-                    "{flag} '{text}': '{}' is not a number (expected a comma list such as 0.8,0.6,0.4)",
-                    p.trim()
-                ))
+            p.trim().parse::<f64>().map_err(|_| Error::FlagList {
+                flag: flag.to_string(),
+                text: text.to_string(),
+                problem: format!("'{}' is not a number", p.trim()),
+                expected: "a comma list such as 0.8,0.6,0.4".into(),
             })
         })
         .collect()

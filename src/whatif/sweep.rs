@@ -13,8 +13,8 @@ use super::fast::{Collectives, FastScenario, Launch};
 use crate::category::Category;
 use crate::cost::CalibrationProfile;
 use crate::error::{Error, Result};
-use crate::sim::ScenarioRequest;
 use crate::scenario::{Algo, Proto, Scenario};
+use crate::sim::ScenarioRequest;
 use rayon::prelude::*;
 
 /// Scenarios priced (and formatted) per chunk before the chunk is written: the memory a sweep

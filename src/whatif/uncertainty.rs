@@ -635,11 +635,8 @@ fn drawn_or_hint(
 ) -> Result<Drawn> {
     // A malformed interval in the profile is its own error, by file and field.
     Uncertainty::from_profile(p, s)?;
-    Drawn::new(s, p, draft, n, seed).map_err(|e| {
-        Error::Scenario(format!(
-            "{}; pass --draws 0 for the answer without intervals",
-            unavailable(&e)
-        ))
+    Drawn::new(s, p, draft, n, seed).map_err(|e| Error::NoIntervals {
+        why: unavailable(&e),
     })
 }
 

@@ -228,10 +228,7 @@ pub fn run_bounded(req: &VaryRequest, max_work: u64) -> Result<VaryStudy> {
         }
         r.load().map_err(|e| {
             let label: Vec<String> = settings.iter().map(|(k, v)| format!("{k}={v}")).collect();
-            let why = match e {
-                Error::Scenario(m) => m,
-                other => other.to_string(),
-            };
+            let why = e.scenario_problem().unwrap_or_else(|| e.to_string());
             Error::Scenario(format!("--vary variant [{}]: {why}", label.join(" ")))
         })?;
         reqs.push((settings, r));

@@ -315,9 +315,12 @@ impl Drafter {
             s.comm.ep = None;
             s.comm.ep_comm = Default::default();
         }
-        s.validate().map_err(|e| match e {
-            Error::Scenario(m) => Error::Scenario(format!("draft {}: {m}", self.model.name)),
-            other => other,
+        s.validate().map_err(|e| match e.scenario_problem() {
+            Some(problem) => Error::ScenarioPart {
+                part: format!("draft {}", self.model.name),
+                problem,
+            },
+            None => e,
         })?;
         Ok(s)
     }

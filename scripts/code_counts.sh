@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Code-shape counts of src/ (the renovation's measures): functions over 80 lines, files over
+# 800 lines, `pub` items, and error sites that carry only a string (`Error::Other(String)` /
+# `Error::Scenario(String)`) among all error sites. Run from anywhere: scripts/code_counts.sh
+# [--list] (with --list, the long functions and files are named).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python3 - "$@" <<'PY'
+import os, re, sys
+
+listing = "--list" in sys.argv[1:]
+files = sorted(
+    os.path.join(d, f)
+    for d, _, fs in os.walk("src")
+    for f in fs
+    if f.endswith(".rs")
+)
+fn_re = re.compile(r"^(\s*)(pub(\([^)]*\))?\s+)?(const\s+|async\s+|unsafe\s+|extern\s+\"C\"\s+)*fn\s+(\w+)")
+long_fns, long_files = [], []
+pub_items = pub_crate = 0
+string_only = all_sites = 0
+string_only_by_file = {}
+site_re = re.compile(r"\b(Error|TraceError|PlotError)::[A-Z]\w*|\bError::field\(")
+string_re = re.compile(r"\bError::(Other|Scenario)\(")
+for path in files:
+    lines = open(path, encoding="utf-8").read().split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    if len(lines) > 800:
+        long_files.append((len(lines), path))
+    for i, line in enumerate(lines):
+        m = fn_re.match(line)
+        if m and not line.rstrip().endswith(";"):
+            indent = m.group(1)
+            # rustfmt closes a body at the fn's own indentation; a one-line fn ends here
+            if line.rstrip().endswith("}"):
+                continue
+            for j in range(i + 1, len(lines)):
+                if lines[j] == indent + "}":
+                    n = j - i + 1
+                    if n > 80:
+                        long_fns.append((n, f"{path}:{i + 1} {m.group(5)}"))
+                    break
+        code = line.split("//")[0]
+        s = code.lstrip()
+        if s.startswith("pub(crate)") or s.startswith("pub(super)") or s.startswith("pub(in"):
+            pub_crate += 1
+        elif s.startswith("pub "):
+            pub_items += 1
+        if path == "src/error.rs":
+            continue  # the definitions, not sites
+        all_sites += len(site_re.findall(code))
+        k = len(string_re.findall(code))
+        string_only += k
+        if k:
+            string_only_by_file[path] = string_only_by_file.get(path, 0) + k
+
+print(f"source files:                 {len(files)}")
+print(f"lines:                        {sum(len(open(p).read().splitlines()) for p in files)}")
+print(f"functions over 80 lines:      {len(long_fns)}")
+print(f"files over 800 lines:         {len(long_files)}")
+print(f"pub items (plain `pub`):      {pub_items}")
+print(f"pub(crate)/pub(super) items:  {pub_crate}")
+print(f"error sites:                  {all_sites}")
+print(f"string-only error sites:      {string_only}  (Error::Other / Error::Scenario)")
+if listing:
+    print("\nfunctions over 80 lines:")
+    for n, what in sorted(long_fns, reverse=True):
+        print(f"  {n:5} {what}")
+    print("\nfiles over 800 lines:")
+    for n, what in sorted(long_files, reverse=True):
+        print(f"  {n:5} {what}")
+    print("\nstring-only error sites by file:")
+    for p, k in sorted(string_only_by_file.items(), key=lambda x: -x[1]):
+        print(f"  {k:5} {p}")
+PY

@@ -60,6 +60,8 @@ pub struct AicTables {
 struct MlaAtBatch {
     key: Option<(u64, usize, u64)>,
     lines: Vec<Option<Option<TablePrice>>>,
+    /// The module at the grid's smallest KV length (`mla_attention_growth`), once read.
+    base: Option<Option<TablePrice>>,
 }
 
 thread_local! {
@@ -433,6 +435,7 @@ impl AicTables {
             let key = (self.id, gi, batch.to_bits());
             if c.key != Some(key) || c.lines.len() != g.lines.len() {
                 c.key = Some(key);
+                c.base = None;
                 c.lines.clear();
                 c.lines.resize(g.lines.len(), None);
             }
@@ -465,7 +468,30 @@ impl AicTables {
     ) -> Option<TablePrice> {
         let min = self.mla_min_step(kv, heads)?;
         let full = self.mla_module(kv, heads, batch, step)?;
-        let base = self.mla_module(kv, heads, batch, min)?;
+        // The base depends on the batch only: kept with the batch's lines (the same value).
+        let (gi, _) = self.mla_grid_at(kv, heads)?;
+        let key = Some((self.id, gi, batch.to_bits()));
+        let kept = MLA_AT_BATCH.with(|c| {
+            let c = c.borrow();
+            if c.key == key {
+                c.base
+            } else {
+                None
+            }
+        });
+        let base = match kept {
+            Some(b) => b,
+            None => {
+                let b = self.mla_module(kv, heads, batch, min);
+                MLA_AT_BATCH.with(|c| {
+                    let mut c = c.borrow_mut();
+                    if c.key == key {
+                        c.base = Some(b);
+                    }
+                });
+                b
+            }
+        }?;
         Some(TablePrice {
             us: (full.us - base.us).max(0.0),
             extrapolated: full.extrapolated || base.extrapolated,
@@ -1113,6 +1139,14 @@ mod tests {
                 "{kv} {heads} heads, batch {batch}, KV {step}"
             );
             compared += got.is_some() as u32;
+            let min = t.mla_min_step(kv, *heads).unwrap();
+            let growth = t
+                .mla_attention_growth(kv, *heads, batch, step)
+                .map(|p| p.us);
+            let want = want
+                .zip(uncached(t, kv, *heads, batch, min))
+                .map(|(f, b)| (f - b).max(0.0));
+            assert_eq!(growth.map(f64::to_bits), want.map(f64::to_bits), "growth");
         }
         assert!(compared > 3000, "{compared}");
     }

@@ -88,15 +88,37 @@ fn push_fixed(out: &mut Vec<u8>, v: f64, decimals: u32) {
     let mut buf = [0u8; 32];
     buf[0] = b'-';
     let mut i = len;
-    for j in 0..digits {
-        if d > 0 && j == d {
-            i -= 1;
-            buf[i] = b'.';
-        }
+    // The fraction's digits, two at a time, then the point, then the integer part's.
+    let mut j = 0;
+    while j + 2 <= d {
+        let two = (m % 100) as usize * 2;
+        m /= 100;
+        i -= 2;
+        buf[i..i + 2].copy_from_slice(&DIGIT_PAIRS[two..two + 2]);
+        j += 2;
+    }
+    if j < d {
         i -= 1;
         buf[i] = b'0' + (m % 10) as u8;
         m /= 10;
+        j += 1;
     }
+    if d > 0 {
+        i -= 1;
+        buf[i] = b'.';
+    }
+    while j + 2 <= digits {
+        let two = (m % 100) as usize * 2;
+        m /= 100;
+        i -= 2;
+        buf[i..i + 2].copy_from_slice(&DIGIT_PAIRS[two..two + 2]);
+        j += 2;
+    }
+    if j < digits {
+        i -= 1;
+        buf[i] = b'0' + (m % 10) as u8;
+    }
+    debug_assert_eq!(i, neg);
     out.reserve(buf.len());
     // SAFETY: `reserve` left at least 32 bytes of spare capacity after `len()`; any byte is a
     // valid u8, and only the `len` bytes written above are taken into the vector.
@@ -106,6 +128,18 @@ fn push_fixed(out: &mut Vec<u8>, v: f64, decimals: u32) {
         out.set_len(at + len);
     }
 }
+
+/// "00" to "99".
+const DIGIT_PAIRS: [u8; 200] = {
+    let mut t = [0u8; 200];
+    let mut i = 0;
+    while i < 100 {
+        t[2 * i] = b'0' + (i / 10) as u8;
+        t[2 * i + 1] = b'0' + (i % 10) as u8;
+        i += 1;
+    }
+    t
+};
 
 const POW_U64: [u64; 20] = {
     let mut p = [1u64; 20];

@@ -30,6 +30,9 @@ pub type MoeKey = (String, String, u64, u64, u64, u64, u32, u32);
 /// The converted tables of one AIConfigurator system folder.
 #[derive(Debug, Clone, Default)]
 pub struct AicTables {
+    /// Unique per folder read (clones share it: the tables never change once read); keys the
+    /// per-thread cache of MLA lines at one batch (`MLA_AT_BATCH`).
+    id: u64,
     pub dir: PathBuf,
     /// The GPU the tables were measured on, as MANIFEST.txt names it (`device 'NVIDIA H200'`);
     /// None when the folder has no manifest or it names no device.
@@ -49,6 +52,20 @@ pub struct AicTables {
     nccl: HashMap<(String, u32), CommCurve>,
     /// (mode, nranks) → vLLM custom all-reduce curve (as timed: may be NCCL's fallback).
     custom: HashMap<(String, u32), Vec<(f64, f64)>>,
+}
+
+/// The lines of one MLA grid read at one batch (`AicTables::mla_module`): key (tables id,
+/// grid, batch bits), and per line its price at that batch once read.
+#[derive(Default)]
+struct MlaAtBatch {
+    key: Option<(u64, usize, u64)>,
+    lines: Vec<Option<Option<TablePrice>>>,
+    /// The module at the grid's smallest KV length (`mla_attention_growth`), once read.
+    base: Option<Option<TablePrice>>,
+}
+
+thread_local! {
+    static MLA_AT_BATCH: std::cell::RefCell<MlaAtBatch> = std::cell::RefCell::new(MlaAtBatch::default());
 }
 
 /// One (kv dtype, heads) of the MLA module rows: the KV lengths (sorted) and, per KV length,
@@ -223,7 +240,9 @@ impl AicTables {
                 source: std::io::Error::new(std::io::ErrorKind::NotFound, "not a directory"),
             });
         }
+        static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         let mut t = AicTables {
+            id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             // Canonical, so reports name `data/calibration/aiconfigurator/x`, not `a/../x`.
             dir: dir.canonicalize().unwrap_or(dir.to_path_buf()),
             ..Default::default()
@@ -389,19 +408,38 @@ impl AicTables {
     }
 
     fn mla_grid(&self, kv: &str, heads: u64) -> Option<&MlaGrid> {
+        self.mla_grid_at(kv, heads).map(|(_, g)| g)
+    }
+
+    fn mla_grid_at(&self, kv: &str, heads: u64) -> Option<(usize, &MlaGrid)> {
         self.mla_grid
             .iter()
-            .find(|(k, h, _)| *h == heads && k == kv)
-            .map(|g| &g.2)
+            .position(|(k, h, _)| *h == heads && k == kv)
+            .map(|i| (i, &self.mla_grid[i].2))
     }
 
     /// The MLA generation module (all its kernels) at `heads` heads per rank: log-log between
     /// the bracketing KV lengths of the batch's price on each (`MlaGrid`).
     pub fn mla_module(&self, kv: &str, heads: u64, batch: f64, step: f64) -> Option<TablePrice> {
-        let g = self.mla_grid(kv, heads)?;
+        let (gi, g) = self.mla_grid_at(kv, heads)?;
         let steps = &g.steps;
         let (lo, hi) = bracket(steps, step)?;
-        let (a, b) = (interp(&g.lines[lo], batch)?, interp(&g.lines[hi], batch)?);
+        // Each line's price at the batch, read once per (tables, grid, batch) and thread: a
+        // sweep prices many KV lengths at one batch, and the line lookups (two log-log
+        // interpolations) were most of an attention price. The same values, bit for bit.
+        let (a, b) = MLA_AT_BATCH.with(|c| {
+            let mut c = c.borrow_mut();
+            let key = (self.id, gi, batch.to_bits());
+            if c.key != Some(key) || c.lines.len() != g.lines.len() {
+                c.key = Some(key);
+                c.base = None;
+                c.lines.clear();
+                c.lines.resize(g.lines.len(), None);
+            }
+            let mut at = |i: usize| *c.lines[i].get_or_insert_with(|| interp(&g.lines[i], batch));
+            (at(lo), at(hi))
+        });
+        let (a, b) = (a?, b?);
         Some(TablePrice {
             us: log_lerp(steps[lo], a.us, steps[hi], b.us, step),
             extrapolated: a.extrapolated
@@ -427,7 +465,30 @@ impl AicTables {
     ) -> Option<TablePrice> {
         let min = self.mla_min_step(kv, heads)?;
         let full = self.mla_module(kv, heads, batch, step)?;
-        let base = self.mla_module(kv, heads, batch, min)?;
+        // The base depends on the batch only: kept with the batch's lines (the same value).
+        let (gi, _) = self.mla_grid_at(kv, heads)?;
+        let key = Some((self.id, gi, batch.to_bits()));
+        let kept = MLA_AT_BATCH.with(|c| {
+            let c = c.borrow();
+            if c.key == key {
+                c.base
+            } else {
+                None
+            }
+        });
+        let base = match kept {
+            Some(b) => b,
+            None => {
+                let b = self.mla_module(kv, heads, batch, min);
+                MLA_AT_BATCH.with(|c| {
+                    let mut c = c.borrow_mut();
+                    if c.key == key {
+                        c.base = Some(b);
+                    }
+                });
+                b
+            }
+        }?;
         Some(TablePrice {
             us: (full.us - base.us).max(0.0),
             extrapolated: full.extrapolated || base.extrapolated,
@@ -1035,6 +1096,57 @@ impl AicTables {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The per-thread cache of MLA lines at one batch gives the values of the lookup it
+    /// replaced (each line interpolated at the batch, log-log between the bracketing KV
+    /// lengths), bit for bit, however lookups of two tables, several grids and batches
+    /// interleave.
+    #[test]
+    fn mla_lines_cached_per_batch_give_the_uncached_values() {
+        let dirs = [
+            "data/calibration/aiconfigurator/rtx_pro_6000_server",
+            "data/calibration/aiconfigurator/h200_sxm",
+        ];
+        let tables: Vec<AicTables> = dirs
+            .iter()
+            .map(|d| AicTables::read(Path::new(d)).expect("committed tables"))
+            .collect();
+        let uncached = |t: &AicTables, kv: &str, heads: u64, batch: f64, step: f64| {
+            let g = t.mla_grid(kv, heads)?;
+            let (lo, hi) = bracket(&g.steps, step)?;
+            let (a, b) = (interp(&g.lines[lo], batch)?, interp(&g.lines[hi], batch)?);
+            Some(log_lerp(g.steps[lo], a.us, g.steps[hi], b.us, step))
+        };
+        let mut x = 7u64;
+        let mut compared = 0;
+        for i in 0..4000u64 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let t = &tables[(x >> 40) as usize % 2];
+            let (kv, heads, _) = &t.mla_grid[(x >> 20) as usize % t.mla_grid.len()];
+            // Runs of one batch (as a sweep prices them), then a jump.
+            let batch = [1.0, 3.0, 17.0, 64.0, 250.0, 700.0][(i / 37) as usize % 6];
+            let step = 2.0 + ((x >> 8) % 300_000) as f64;
+            let got = t.mla_module(kv, *heads, batch, step).map(|p| p.us);
+            let want = uncached(t, kv, *heads, batch, step);
+            assert_eq!(
+                got.map(f64::to_bits),
+                want.map(f64::to_bits),
+                "{kv} {heads} heads, batch {batch}, KV {step}"
+            );
+            compared += got.is_some() as u32;
+            let min = t.mla_min_step(kv, *heads).unwrap();
+            let growth = t
+                .mla_attention_growth(kv, *heads, batch, step)
+                .map(|p| p.us);
+            let want = want
+                .zip(uncached(t, kv, *heads, batch, min))
+                .map(|(f, b)| (f - b).max(0.0));
+            assert_eq!(growth.map(f64::to_bits), want.map(f64::to_bits), "growth");
+        }
+        assert!(compared > 3000, "{compared}");
+    }
 
     #[test]
     fn switch_found_at_the_drop_and_at_the_kink() {

@@ -40,39 +40,116 @@ fn push_u64(out: &mut Vec<u8>, v: u64) {
 }
 
 /// Writes `v` with `decimals` digits after the point, as `format!("{v:.decimals$}")` does
-/// (non-finite values as `NaN`, `inf`, `-inf`), byte for byte. Values below 2^53 / 10^decimals go
-/// through one integer, round(|v| × 10^decimals); a product within its rounding error of a half
-/// (and anything larger) is left to `format!`.
+/// (non-finite values as `NaN`, `inf`, `-inf`), byte for byte, with no call into `format!` but
+/// for exact ties and values of 2^53 / 10^decimals or more. `format!` rounds the exact binary
+/// value; so does this: y = |v| × 10^decimals is rounded once, and where its fractional part is
+/// exactly one half the product's rounding error (`mul_add`, exact) tells which side of the half
+/// the exact product lies (a fractional part other than a half is at least one ulp of y from
+/// it, farther than the error's half ulp). Rows of table-priced busy times land on such halves
+/// often (a 4-decimal table value times a layer count), which `format!` prints slowly.
 #[inline]
 fn push_fixed(out: &mut Vec<u8>, v: f64, decimals: u32) {
     const POW: [f64; 7] = [1.0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6];
-    let scale = POW[(decimals as usize).min(POW.len() - 1)];
-    let y = v.abs() * scale;
-    let m = y.round();
-    // Within the product's rounding error of a half, only `format!`'s exact decimal expansion
-    // knows the way: let it decide (rare), so the output is always what `format!` writes.
-    let near_half = ((y - y.floor()) - 0.5).abs() <= y * 4e-16 + 1e-12;
-    if !(m < 9.007e15) || near_half || decimals as usize >= POW.len() {
-        let _ = write!(out, "{v:.*}", decimals as usize);
+    let d = decimals as usize;
+    if d >= POW.len() {
+        let _ = write!(out, "{v:.*}", d);
         return;
     }
-    if v.is_sign_negative() {
-        out.push(b'-');
+    let scale = POW[d];
+    let av = v.abs();
+    let y = av * scale;
+    if !(y < 9.007e15) {
+        // NaN, infinities and values beyond exact integers: `format!` (rare).
+        let _ = write!(out, "{v:.*}", d);
+        return;
     }
-    let m = m as u64;
-    let p = scale as u64;
-    push_u64(out, m / p);
-    if decimals > 0 {
-        out.push(b'.');
-        let frac = m % p;
-        let mut buf = itoa::Buffer::new();
-        let digits = buf.format(frac).as_bytes();
-        for _ in digits.len()..decimals as usize {
-            out.push(b'0');
+    let mut m = y as u64;
+    let frac = y - m as f64;
+    if frac > 0.5 {
+        m += 1;
+    } else if frac == 0.5 {
+        let err = av.mul_add(scale, -y);
+        if err == 0.0 {
+            // An exact tie: `format!`'s own rule decides.
+            let _ = write!(out, "{v:.*}", d);
+            return;
         }
-        out.extend_from_slice(digits);
+        m += (err > 0.0) as u64;
+    }
+    // Digits written right to left into a stack buffer, then moved into `out` as one fixed
+    // 32-byte copy (no `memcpy` call, no division by a run-time power of ten).
+    let neg = v.is_sign_negative() as usize;
+    let mut digits = 1;
+    while digits < 20 && m >= POW_U64[digits] {
+        digits += 1;
+    }
+    let digits = digits.max(d + 1);
+    let len = neg + digits + (d > 0) as usize;
+    let mut buf = [0u8; 32];
+    buf[0] = b'-';
+    let mut i = len;
+    // The fraction's digits, two at a time, then the point, then the integer part's.
+    let mut j = 0;
+    while j + 2 <= d {
+        let two = (m % 100) as usize * 2;
+        m /= 100;
+        i -= 2;
+        buf[i..i + 2].copy_from_slice(&DIGIT_PAIRS[two..two + 2]);
+        j += 2;
+    }
+    if j < d {
+        i -= 1;
+        buf[i] = b'0' + (m % 10) as u8;
+        m /= 10;
+        j += 1;
+    }
+    if d > 0 {
+        i -= 1;
+        buf[i] = b'.';
+    }
+    while j + 2 <= digits {
+        let two = (m % 100) as usize * 2;
+        m /= 100;
+        i -= 2;
+        buf[i..i + 2].copy_from_slice(&DIGIT_PAIRS[two..two + 2]);
+        j += 2;
+    }
+    if j < digits {
+        i -= 1;
+        buf[i] = b'0' + (m % 10) as u8;
+    }
+    debug_assert_eq!(i, neg);
+    out.reserve(buf.len());
+    // SAFETY: `reserve` left at least 32 bytes of spare capacity after `len()`; any byte is a
+    // valid u8, and only the `len` bytes written above are taken into the vector.
+    unsafe {
+        let at = out.len();
+        std::ptr::copy_nonoverlapping(buf.as_ptr(), out.as_mut_ptr().add(at), buf.len());
+        out.set_len(at + len);
     }
 }
+
+/// "00" to "99".
+const DIGIT_PAIRS: [u8; 200] = {
+    let mut t = [0u8; 200];
+    let mut i = 0;
+    while i < 100 {
+        t[2 * i] = b'0' + (i / 10) as u8;
+        t[2 * i + 1] = b'0' + (i % 10) as u8;
+        i += 1;
+    }
+    t
+};
+
+const POW_U64: [u64; 20] = {
+    let mut p = [1u64; 20];
+    let mut i = 1;
+    while i < 20 {
+        p[i] = p[i - 1] * 10;
+        i += 1;
+    }
+    p
+};
 
 /// A JSON number: shortest round-trip text (`ryu`), `null` for a non-finite value.
 #[inline]
@@ -520,6 +597,31 @@ mod tests {
                 let want = format!("{v:.*}", d as usize);
                 // 0.0005 and 0.5 are (near) ties: decided as format! does.
                 assert_eq!(got, want, "{v} at {d} decimals");
+            }
+        }
+        // Random values, and values on or next to a half at 3 and 4 decimals (busy times built
+        // from 4-decimal table values), against `format!`.
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for i in 0..200_000u64 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let u = (x >> 11) as f64 / (1u64 << 53) as f64;
+            let v = match i % 4 {
+                0 => u * 10f64.powi((i % 12) as i32),
+                1 => ((x % 10_000_000) as f64 + 0.5) / 1000.0,
+                2 => ((x % 100_000_000) as f64 * 0.0001) * (1 + i % 61) as f64,
+                _ => -u * 1e4,
+            };
+            for d in [3u32, 4] {
+                let mut out = Vec::new();
+                push_fixed(&mut out, v, d);
+                let want = format!("{v:.*}", d as usize);
+                assert_eq!(
+                    String::from_utf8(out).unwrap(),
+                    want,
+                    "{v:e} at {d} decimals"
+                );
             }
         }
         for v in [f64::NAN, f64::INFINITY, f64::NEG_INFINITY, 1e300] {

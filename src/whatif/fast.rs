@@ -126,6 +126,53 @@ impl Fields {
     }
 }
 
+/// A field's nonzero coefficients (most fields read one to three basis columns): its value at
+/// a basis is their products summed in column order, the same bits as the full `dot` (the terms
+/// left out are +0.0, which changes no sum but the sign of a zero: a zero sum is taken from
+/// `dot` itself).
+#[derive(Debug, Clone, Copy)]
+struct Sparse {
+    n: u8,
+    idx: [u8; NB],
+    val: [f64; NB],
+}
+
+impl Sparse {
+    fn new(c: &Coef) -> Self {
+        let mut s = Sparse {
+            n: 0,
+            idx: [0; NB],
+            val: [0.0; NB],
+        };
+        for (j, &v) in c.iter().enumerate() {
+            if v != 0.0 {
+                s.idx[s.n as usize] = j as u8;
+                s.val[s.n as usize] = v;
+                s.n += 1;
+            }
+        }
+        s
+    }
+
+    /// `dot(full, x)` for `full` the coefficients this was made from (x finite, as the basis
+    /// of counts always is).
+    #[inline]
+    fn eval(&self, full: &Coef, x: &Coef) -> f64 {
+        if self.n == 0 {
+            return 0.0;
+        }
+        let mut acc = -0.0;
+        for k in 0..self.n as usize {
+            acc += self.val[k] * x[self.idx[k] as usize];
+        }
+        if acc == 0.0 {
+            dot(full, x)
+        } else {
+            acc
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 struct OpT {
     kind: Kind,
@@ -135,30 +182,67 @@ struct OpT {
     /// fields are overwritten from `fields` before pricing.
     template: Op,
     fields: Fields,
+    /// `fields` as nonzero coefficients: flops, bytes, message bytes, shape (4), table key (5;
+    /// none without a key).
+    sparse: [Sparse; 12],
+}
+
+/// `v.round().max(0.0) as u64`, bit for bit, without the libm `round` call (it runs a dozen
+/// times per op priced): truncate, then add one from a fractional part of a half up. Exact for
+/// v below 2^52 (the fraction is exact) and above (v is an integer; past u64 it saturates, as the
+/// cast does); NaN and negatives give 0.
+#[inline]
+fn round_u64(v: f64) -> u64 {
+    let t = v as u64;
+    t.saturating_add((v - t as f64 >= 0.5) as u64)
 }
 
 impl OpT {
     fn instantiate(&self, x: &Coef) -> Op {
-        let u = |c: &Coef| dot(c, x).round().max(0.0) as u64;
         let mut op = self.template.clone();
-        op.flops = dot(&self.fields.flops, x);
-        op.bytes = dot(&self.fields.bytes, x);
-        op.message_bytes = u(&self.fields.message_bytes);
+        self.instantiate_into(x, &mut op);
+        op
+    }
+
+    /// Sets `op`'s numeric fields (an instance of this op's template) at basis `x`: the names
+    /// and table keys it shares with the template are left as they are (no allocation).
+    fn instantiate_into(&self, x: &Coef, op: &mut Op) {
+        let sp = &self.sparse;
+        let f = |i: usize, c: &Coef| sp[i].eval(c, x);
+        let u = |i: usize, c: &Coef| round_u64(f(i, c));
+        op.flops = f(0, &self.fields.flops);
+        op.bytes = f(1, &self.fields.bytes);
+        op.message_bytes = u(2, &self.fields.message_bytes);
         let s = &self.fields.shape;
         op.shape = Shape {
-            m: u(&s[0]),
-            n: u(&s[1]),
-            k: u(&s[2]),
-            batch: u(&s[3]),
+            m: u(3, &s[0]),
+            n: u(4, &s[1]),
+            k: u(5, &s[2]),
+            batch: u(6, &s[3]),
         };
         if let (Some(mk), Some(c)) = (op.measure.as_mut(), &self.fields.measure) {
-            mk.m = u(&c[0]);
-            mk.n = u(&c[1]);
-            mk.k = u(&c[2]);
-            mk.batch = u(&c[3]);
-            mk.context = u(&c[4]);
+            mk.m = u(7, &c[0]);
+            mk.n = u(8, &c[1]);
+            mk.k = u(9, &c[2]);
+            mk.batch = u(10, &c[3]);
+            mk.context = u(11, &c[4]);
         }
-        op
+    }
+
+    fn sparse_of(fields: &Fields) -> [Sparse; 12] {
+        let zero = [0.0; NB];
+        let m = fields.measure.as_ref();
+        let mut all = [&zero; 12];
+        all[0] = &fields.flops;
+        all[1] = &fields.bytes;
+        all[2] = &fields.message_bytes;
+        for i in 0..4 {
+            all[3 + i] = &fields.shape[i];
+        }
+        for i in 0..5 {
+            all[7 + i] = m.map_or(&zero, |c| &c[i]);
+        }
+        all.map(Sparse::new)
     }
 }
 
@@ -638,6 +722,7 @@ impl PassModel {
                     group,
                     category: op0.category,
                     template: op0.clone(),
+                    sparse: OpT::sparse_of(&fields),
                     fields,
                 });
             }
@@ -751,16 +836,43 @@ fn price_layout(
     s: &Scenario,
     p: &CalibrationProfile,
 ) -> Result<Vec<f64>> {
-    let w = Workload {
-        ops: layout
-            .iter()
-            .map(|&(i, _)| regime.ops[i].instantiate(x))
-            .collect(),
+    price_layout_in(&mut empty_workload(), regime, layout, x, s, p)
+}
+
+fn empty_workload() -> Workload {
+    Workload {
+        ops: Vec::new(),
         experts_touched: Vec::new(),
         routing: Default::default(),
-    };
+    }
+}
+
+/// [`price_layout`] in `w`, a workload kept for this layout (its ops are the layout's templates
+/// once filled): only the numeric fields are set per pricing, nothing is cloned.
+fn price_layout_in(
+    w: &mut Workload,
+    regime: &Regime,
+    layout: &[(usize, bool)],
+    x: &Coef,
+    s: &Scenario,
+    p: &CalibrationProfile,
+) -> Result<Vec<f64>> {
+    let same = w.ops.len() == layout.len()
+        && w.ops.iter().zip(layout).all(|(o, &(i, _))| {
+            let t = &regime.ops[i].template;
+            o.family == t.family && std::ptr::eq(o.kernel, t.kernel) && o.layer == t.layer
+        });
+    if !same {
+        w.ops = layout
+            .iter()
+            .map(|&(i, _)| regime.ops[i].template.clone())
+            .collect();
+    }
+    for (op, &(i, _)) in w.ops.iter_mut().zip(layout) {
+        regime.ops[i].instantiate_into(x, op);
+    }
     // Quiet: the report's warnings come from the scenario's own full pricing, never from here.
-    let pricing = cost::price_quiet(&w, s, p)?;
+    let pricing = cost::price_quiet(w, s, p)?;
     Ok(layout
         .iter()
         .zip(pricing.base_us)
@@ -837,12 +949,24 @@ struct Memo {
     stored: usize,
     /// Scratch: one pass's op durations.
     d: Vec<f64>,
+    /// Scratch: the workload each layout is priced in (`price_layout_in`), by
+    /// [`scratch_index`] (pass slot, regime, layout).
+    scratch: Vec<Workload>,
     /// The Monte Carlo draw applied after the memoised prices (`whatif::uncertainty`), if any.
     draw: Option<Draw>,
     /// Latency part of each collective of a (pass, batch, queries, padded, collectives id,
     /// graphs), as a fraction of its price: only drawn steps that scale latency and bandwidth
     /// apart read it.
     latency: HashMap<LatencyKey, Box<[f64]>>,
+}
+
+/// The layouts priced per regime: the token-dependent ops, the context-dependent ones, the
+/// collectives.
+const LAYOUTS: usize = 3;
+
+/// Where `Memo::scratch` keeps the workload of (pass slot, high regime, layout).
+fn scratch_index(slot: usize, high: bool, layout: usize) -> usize {
+    (slot * 2 + high as usize) * LAYOUTS + layout
 }
 
 /// (pass slot, batch, queries, padded rows, collectives id, graphs).
@@ -1002,6 +1126,7 @@ impl FastScenario {
                     passes: Default::default(),
                     stored: 0,
                     d: Vec::new(),
+                    scratch: (0..4 * 2 * LAYOUTS).map(|_| empty_workload()).collect(),
                     draw: None,
                     latency: HashMap::new(),
                 }));
@@ -1035,10 +1160,15 @@ impl FastScenario {
             passes,
             stored,
             d,
+            scratch,
             draw,
             latency,
             ..
         } = m;
+        let high = !std::ptr::eq(regime, &pm.low);
+        let [w_tokens, w_context, w_coll] = scratch
+            .get_disjoint_mut([0, 1, 2].map(|l| scratch_index(pm.slot, high, l)))
+            .expect("distinct scratch slots");
         let e = passes[pm.slot]
             .entry((batch, q, padded as u32))
             .or_insert_with(|| {
@@ -1047,7 +1177,7 @@ impl FastScenario {
                 s.context = context;
                 let x = pm.vars(batch, q, context, touched, padded).basis();
                 let us = keep_or_nan(
-                    price_layout(regime, &regime.tokens_layout, &x, s, p),
+                    price_layout_in(w_tokens, regime, &regime.tokens_layout, &x, s, p),
                     regime.tokens_layout.iter().filter(|x| x.1).count(),
                 );
                 let mut tokens_us = vec![0.0; regime.ops.len()].into_boxed_slice();
@@ -1074,7 +1204,10 @@ impl FastScenario {
                 s.context = context;
                 let x = pm.vars(batch, q, context, e.touched, padded).basis();
                 let n = regime.context_ops.len();
-                let us = keep_or_nan(price_layout(regime, &regime.context_layout, &x, s, p), n);
+                let us = keep_or_nan(
+                    price_layout_in(w_context, regime, &regime.context_layout, &x, s, p),
+                    n,
+                );
                 let busy = busy_of(regime, regime.context_ops.iter().copied(), &us);
                 if e.context.len() >= CONTEXTS_PER_ENTRY {
                     e.context.remove(0);
@@ -1100,7 +1233,10 @@ impl FastScenario {
                 let x = pm.vars(batch, q, context, e.touched, padded).basis();
                 let layout: Vec<(usize, bool)> =
                     regime.collective_ops.iter().map(|&i| (i, true)).collect();
-                let us = keep_or_nan(price_layout(regime, &layout, &x, s, p), layout.len());
+                let us = keep_or_nan(
+                    price_layout_in(w_coll, regime, &layout, &x, s, p),
+                    layout.len(),
+                );
                 let busy = busy_of(regime, regime.collective_ops.iter().copied(), &us);
                 *stored += layout.len();
                 e.collectives
@@ -1772,6 +1908,69 @@ fn expected_max(n: u32, q: f64) -> f64 {
         sum += integrand(k as f64 * dx) * if k % 2 == 1 { 4.0 } else { 2.0 };
     }
     sum * dx / 3.0
+}
+
+#[cfg(test)]
+mod sparse_tests {
+    use super::*;
+
+    /// The sparse dot gives `dot`'s bits, zeros and their signs included, over coefficients
+    /// with runs of zeros, negative and cancelling terms, and bases with zero columns.
+    #[test]
+    fn sparse_dot_is_the_full_dot() {
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for _ in 0..100_000 {
+            let mut c = [0.0; NB];
+            let mut b = [0.0; NB];
+            for j in 0..NB {
+                let r = next();
+                c[j] = match r % 5 {
+                    0 | 1 => 0.0,
+                    2 => ((r >> 8) % 1000) as f64 / 8.0,
+                    3 => -(((r >> 8) % 1000) as f64) / 8.0,
+                    _ => (r >> 11) as f64 / (1u64 << 53) as f64 * 1e3,
+                };
+                b[j] = if (r >> 3) % 4 == 0 {
+                    0.0
+                } else {
+                    ((r >> 20) % 100_000) as f64
+                };
+            }
+            let got = Sparse::new(&c).eval(&c, &b);
+            assert_eq!(got.to_bits(), dot(&c, &b).to_bits(), "{c:?} . {b:?}");
+        }
+    }
+
+    /// The rounding the op fields take is `round().max(0.0) as u64`'s.
+    #[test]
+    fn round_u64_is_round_then_clamp() {
+        for v in [
+            0.0,
+            -0.0,
+            0.49999999999999994,
+            0.5,
+            1.5,
+            2.5,
+            -0.5,
+            -3.7,
+            1e15 + 0.5,
+            4.5e15,
+            9.1e15,
+            1e19,
+            2e19,
+            f64::NAN,
+            f64::INFINITY,
+            -1e300,
+        ] {
+            assert_eq!(round_u64(v), v.round().max(0.0) as u64, "{v}");
+        }
+    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,83 @@
+//! The sweep's fast path gives the same step times whether a shape's prices come from its warm
+//! memo (a sweep's order: one batch, many contexts, every knob, reusing the per-thread workloads
+//! and table lines) or are priced afresh by `cost::price_quiet` for that scenario alone (memo
+//! cleared, the scenarios visited in another order): within 1e-9 relative, over models with and
+//! without MLA tables, CUDA graphs on and off, NCCL protocols and speculative steps.
+
+use decodesim::scenario::Proto;
+use decodesim::sim::ScenarioRequest;
+use decodesim::whatif::draft::{Draft, Method};
+use decodesim::whatif::fast::{Collectives, FastScenario, Launch};
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-9 * b.abs().max(1e-9)
+}
+
+#[test]
+fn warm_sweep_steps_equal_steps_priced_alone() {
+    let cases = [
+        ("kimi-k2.5", "rtx-pro-6000-8x-pcie", true),
+        ("kimi-k2.5", "h200-8x-nvlink", false),
+        ("llama-3.1-70b", "h200-8x-nvlink", false),
+    ];
+    let mut compared = 0;
+    for (model, system, spec) in cases {
+        let req = ScenarioRequest {
+            model: model.into(),
+            system: system.into(),
+            ..ScenarioRequest::default()
+        };
+        let (s, p) = req.load().expect("scenario loads");
+        let draft = spec.then(|| Draft::load(Method::Eagle3, None, &s.model).expect("drafter"));
+        let fast = FastScenario::new(&s, &p, draft.as_ref()).expect("fitted");
+        let colls: Vec<Collectives> = [Proto::Ll, Proto::Simple]
+            .iter()
+            .map(|&proto| {
+                let mut t = s.clone();
+                t.nccl.proto = proto;
+                Collectives::new(&t, &p).expect("collectives")
+            })
+            .collect();
+        let launches = [Launch::new(&p, true), Launch::new(&p, false)];
+        // (batch, context, collectives, launch, draft tokens) in a sweep's nested order.
+        let mut grid = Vec::new();
+        for batch in [1u32, 7, 64, 250] {
+            for context in (0..12u64).map(|i| 1000 + 977 * i * i) {
+                for ci in 0..colls.len() {
+                    for li in 0..launches.len() {
+                        for k in if spec { vec![0u32, 1, 3] } else { vec![0] } {
+                            grid.push((batch, context, ci, li, k));
+                        }
+                    }
+                }
+            }
+        }
+        let step = |&(b, c, ci, li, k): &(u32, u64, usize, usize, u32)| {
+            if k == 0 {
+                fast.step_us(b, c, &launches[li], &colls[ci])
+            } else {
+                fast.spec_step_us(b, c, k, &launches[li], &colls[ci])
+                    .expect("drafter fitted")
+                    .2
+            }
+        };
+        fast.clear_memo();
+        let warm: Vec<f64> = grid.iter().map(step).collect();
+        // Alone, in a scrambled order: every shape priced from scratch for its own scenario.
+        let n = grid.len();
+        for j in 0..n {
+            let i = (j * 7919) % n;
+            fast.clear_memo();
+            let alone = step(&grid[i]);
+            assert!(
+                warm[i].is_finite() && close(warm[i], alone),
+                "{model} on {system}, (batch, context, proto, graphs, k) {:?}: warm {} vs alone {}",
+                grid[i],
+                warm[i],
+                alone
+            );
+            compared += 1;
+        }
+    }
+    assert_eq!(compared, 576 + 2 * 192);
+}

@@ -5,13 +5,13 @@
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use decodesim::sim::ScenarioRequest;
 use decodesim::whatif::draft::{Draft, Method};
-use decodesim::whatif::fast::{Collectives, FastScenario, Launch};
+use decodesim::sim::fast::{Collectives, FastScenario, Launch};
 use std::hint::black_box;
 
 fn bench(c: &mut Criterion) {
     let (s, p) = ScenarioRequest::default().load().expect("default scenario");
     let draft = Draft::load(Method::Eagle3, None, &s.model).expect("draft");
-    let fast = FastScenario::new(&s, &p, Some(&draft)).expect("fitted");
+    let fast = FastScenario::new(&s, &p, Some(&draft.drafter)).expect("fitted");
     let launch = Launch::new(&p, true);
     let coll = Collectives::new(&s, &p).expect("collectives");
     let mut g = c.benchmark_group("fast path");

@@ -42,8 +42,8 @@ fn bench(c: &mut Criterion) {
     });
     // Yardstick: the fast path's warm plain step (324 ns on an idle core of this machine,
     // README Performance): the ratio says how loaded the machine was during this run.
-    let launch = decodesim::whatif::fast::Launch::new(&p, true);
-    let coll = decodesim::whatif::fast::Collectives::new(&s, &p).expect("collectives");
+    let launch = decodesim::sim::fast::Launch::new(&p, true);
+    let coll = decodesim::sim::fast::Collectives::new(&s, &p).expect("collectives");
     let mut batch = 0u32;
     g.bench_function("yardstick: fast path plain step, warm", |b| {
         b.iter(|| {

@@ -7,6 +7,6 @@ fn main() {
         &s.model,
     )
     .unwrap();
-    let f = decodesim::whatif::fast::FastScenario::new(&s, &p, Some(&d)).unwrap();
+    let f = decodesim::sim::fast::FastScenario::new(&s, &p, Some(&d)).unwrap();
     println!("{:?}", f.shapes());
 }

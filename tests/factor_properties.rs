@@ -10,7 +10,7 @@ use decodesim::cost::CalibrationProfile;
 use decodesim::sim::{simulate_loaded, ScenarioRequest, Simulation};
 use decodesim::scenario::deployment::{AllreduceImpl, CommKnobs};
 use decodesim::scenario::{Proto, Scenario};
-use decodesim::whatif::fast::{Collectives, FastScenario, Launch};
+use decodesim::sim::fast::{Collectives, FastScenario, Launch};
 use decodesim::workload::{CostFamily, Op};
 use std::path::PathBuf;
 

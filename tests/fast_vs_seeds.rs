@@ -9,7 +9,7 @@ use decodesim::cost::{self, CalibrationProfile};
 use decodesim::sim::{engine_config, Engine, ScenarioRequest, Timeline};
 use decodesim::scenario::{Proto, Scenario};
 use decodesim::whatif::draft::{Draft, Method};
-use decodesim::whatif::fast::{Collectives, FastScenario, Launch};
+use decodesim::sim::fast::{Collectives, FastScenario, Launch};
 use decodesim::whatif::spec_decode;
 use decodesim::workload;
 use rand::rngs::SmallRng;
@@ -213,7 +213,7 @@ fn fast_path_matches_the_mean_over_seeds() {
                 Draft::load(m, None, &s.model).expect("draft")
             });
             (
-                FastScenario::new(s, p, draft.as_ref()).expect("fitted"),
+                FastScenario::new(s, p, draft.as_deref()).expect("fitted"),
                 draft,
             )
         });

@@ -7,7 +7,7 @@ use decodesim::scenario::Scenario;
 use decodesim::sim::{Engine, ScenarioRequest, Timeline};
 use decodesim::whatif::acceptance::Acceptance;
 use decodesim::whatif::draft::Draft;
-use decodesim::whatif::fast::{Collectives, FastScenario, Launch};
+use decodesim::sim::fast::{Collectives, FastScenario, Launch};
 use decodesim::whatif::spec_decode;
 use decodesim::workload::spec_step::{PassKind, PassRun, Side, SpecMethod, SpecStep};
 use decodesim::workload::{CostFamily, Workload};
@@ -215,7 +215,7 @@ fn timeline_and_fast_path_agree_for_every_method() {
         p.variability.rank_skew_cv = 0.0;
         p.variability.collective_cv = 0.0;
         p.variability.launch_skew_us = 0.0;
-        let fast = FastScenario::new(&base, &p, Some(&d)).unwrap();
+        let fast = FastScenario::new(&base, &p, Some(&d.drafter)).unwrap();
         let (mut engine, mut tl) = (Engine::new(), Timeline::default());
         for (batch, context, graphs) in
             [(1u32, 2048u64, true), (24, 16384, false), (96, 4096, true)]

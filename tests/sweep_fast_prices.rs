@@ -7,7 +7,7 @@
 use decodesim::scenario::Proto;
 use decodesim::sim::ScenarioRequest;
 use decodesim::whatif::draft::{Draft, Method};
-use decodesim::whatif::fast::{Collectives, FastScenario, Launch};
+use decodesim::sim::fast::{Collectives, FastScenario, Launch};
 
 fn close(a: f64, b: f64) -> bool {
     (a - b).abs() <= 1e-9 * b.abs().max(1e-9)
@@ -29,7 +29,7 @@ fn warm_sweep_steps_equal_steps_priced_alone() {
         };
         let (s, p) = req.load().expect("scenario loads");
         let draft = spec.then(|| Draft::load(Method::Eagle3, None, &s.model).expect("drafter"));
-        let fast = FastScenario::new(&s, &p, draft.as_ref()).expect("fitted");
+        let fast = FastScenario::new(&s, &p, draft.as_deref()).expect("fitted");
         let colls: Vec<Collectives> = [Proto::Ll, Proto::Simple]
             .iter()
             .map(|&proto| {

@@ -2,6 +2,7 @@
 //! and `simulate`, the library's front door (scenario → workload → prices → timeline).
 
 pub mod engine;
+pub mod fast;
 pub mod simulate;
 pub mod timeline;
 

@@ -113,6 +113,7 @@ impl Draft {
                 method,
                 model,
                 aux_hidden_states: limits.aux_hidden_states,
+                max_draft_tokens: limits.max_draft_tokens,
             },
             source,
             limits,

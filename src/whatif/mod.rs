@@ -3,7 +3,6 @@
 
 pub mod acceptance;
 pub mod draft;
-pub mod fast;
 pub mod spec_decode;
 pub mod sweep;
 pub mod uncertainty;

@@ -9,7 +9,7 @@
 
 use super::acceptance::Acceptance;
 use super::draft::{Draft, Method};
-use super::fast::{Collectives, FastScenario, Launch};
+use crate::sim::fast::{Collectives, FastScenario, Launch};
 use crate::category::Category;
 use crate::cost::CalibrationProfile;
 use crate::error::{Error, Result};
@@ -228,7 +228,7 @@ pub fn prepare<'a>(
         s.context = c;
         s.validate()?;
     }
-    let fast = FastScenario::new(&scenario, &profile, draft.as_ref())?;
+    let fast = FastScenario::new(&scenario, &profile, draft.as_deref())?;
     let mut colls = Vec::new();
     for &proto in &req.proto {
         for &algo in &req.algo {

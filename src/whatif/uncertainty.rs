@@ -18,7 +18,7 @@
 //! of a what-if see the same draw of every source they share (paired: shared uncertainty
 //! cancels in the speedup).
 
-use super::fast::{Collectives, Draw, FastScenario, Launch};
+use crate::sim::fast::{Collectives, Draw, FastScenario, Launch};
 use crate::cost::CalibrationProfile;
 use crate::error::{Error, Result};
 use crate::scenario::routing::Routing;
@@ -485,7 +485,7 @@ impl Drawn {
         seed: u64,
     ) -> Result<Self> {
         let uncertainty = Uncertainty::from_profile(p, s)?;
-        let fast = FastScenario::new(s, p, draft)?;
+        let fast = FastScenario::new(s, p, draft.map(|d| &d.drafter))?;
         Ok(Drawn {
             launch: Launch::new(p, s.cuda_graphs),
             coll: Collectives::new(s, p)?,

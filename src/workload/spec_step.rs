@@ -3,7 +3,7 @@
 //! verify pass, the proposer's bookkeeping before the first draft pass).
 //!
 //! Both engines iterate the same [`SpecStep`]: `whatif::spec_decode` plays each window's
-//! workload on the timeline engine, `whatif::fast` plays each pass's fitted model. Neither
+//! workload on the timeline engine, `sim::fast` plays each pass's fitted model. Neither
 //! composes a step of its own, so a new method is one [`SpecMethod`] variant, its schedule in
 //! [`SpecStep::new`], its draft-pass kernels in [`Drafter::draft_pass`] and a row of
 //! `data/spec_decode/methods.toml` (its limits).
@@ -78,6 +78,8 @@ pub struct Drafter {
     /// Target hidden states fused into the first draft pass (EAGLE-3: `aux_hidden_states` of
     /// `data/spec_decode/methods.toml`; unused by the other methods).
     pub aux_hidden_states: u32,
+    /// The deepest k the method allows (`max_draft_tokens` of `data/spec_decode/methods.toml`).
+    pub max_draft_tokens: u32,
 }
 
 /// The distinct pass shapes of a speculative step: each is one workload builder, and one fitted

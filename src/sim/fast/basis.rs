@@ -1,0 +1,842 @@
+//! Op shapes in closed form: the basis of scenario variables, each op's coefficients read
+//! off the workload builder by probing it, and the regimes (runs of identical layers) of a pass.
+
+use super::*;
+
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Vars {
+    pub(super) tokens: f64,
+    pub(super) seqs: f64,
+    pub(super) context: f64,
+    pub(super) splits: f64,
+    pub(super) touched: f64,
+    /// Rows after CUDA-graph padding (`scenario::cudagraph`; = tokens when not padded).
+    pub(super) padded: f64,
+}
+
+impl Vars {
+    pub(super) fn basis(&self) -> Coef {
+        [
+            1.0,
+            self.tokens,
+            self.seqs,
+            self.tokens * self.context,
+            self.seqs * self.context,
+            self.tokens * self.splits,
+            self.touched,
+            self.context,
+            self.splits,
+            self.padded,
+        ]
+    }
+}
+
+pub(super) fn dot(a: &Coef, b: &Coef) -> f64 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) enum Kind {
+    Kernel { aux: bool },
+    Collective,
+    Fork,
+    Join,
+}
+
+/// What an op's price depends on, hence where it is memoised.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) enum Group {
+    /// Tokens and sequences only (GEMMs, MoE, norms, ...).
+    Tokens,
+    /// Also the context (attention and its split-KV reduce).
+    Context,
+    Collective,
+    /// Fork and join: no duration.
+    Sync,
+}
+
+/// An op's numeric fields as coefficients on the basis.
+#[derive(Debug, Clone)]
+pub(super) struct Fields {
+    pub(super) flops: Coef,
+    pub(super) bytes: Coef,
+    pub(super) message_bytes: Coef,
+    pub(super) shape: [Coef; 4],
+    /// m, n, k, batch, context of the measurement-table key.
+    pub(super) measure: Option<[Coef; 5]>,
+}
+
+impl Fields {
+    pub(super) fn all(&self) -> impl Iterator<Item = &Coef> {
+        [&self.flops, &self.bytes, &self.message_bytes]
+            .into_iter()
+            .chain(self.shape.iter())
+            .chain(self.measure.iter().flatten())
+    }
+}
+
+/// A field's nonzero coefficients (most fields read one to three basis columns): its value at
+/// a basis is their products summed in column order, the same bits as the full `dot` (the terms
+/// left out are +0.0, which changes no sum but the sign of a zero: a zero sum is taken from
+/// `dot` itself).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Sparse {
+    pub(super) n: u8,
+    pub(super) idx: [u8; NB],
+    pub(super) val: [f64; NB],
+}
+
+impl Sparse {
+    pub(super) fn new(c: &Coef) -> Self {
+        let mut s = Sparse {
+            n: 0,
+            idx: [0; NB],
+            val: [0.0; NB],
+        };
+        for (j, &v) in c.iter().enumerate() {
+            if v != 0.0 {
+                s.idx[s.n as usize] = j as u8;
+                s.val[s.n as usize] = v;
+                s.n += 1;
+            }
+        }
+        s
+    }
+
+    /// `dot(full, x)` for `full` the coefficients this was made from (x finite, as the basis
+    /// of counts always is).
+    #[inline]
+    pub(super) fn eval(&self, full: &Coef, x: &Coef) -> f64 {
+        if self.n == 0 {
+            return 0.0;
+        }
+        let mut acc = -0.0;
+        for k in 0..self.n as usize {
+            acc += self.val[k] * x[self.idx[k] as usize];
+        }
+        if acc == 0.0 {
+            dot(full, x)
+        } else {
+            acc
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub(super) struct OpT {
+    pub(super) kind: Kind,
+    pub(super) group: Group,
+    pub(super) category: Category,
+    /// The representative op (name, kernel, family, stream, weights, table key): the numeric
+    /// fields are overwritten from `fields` before pricing.
+    pub(super) template: Op,
+    pub(super) fields: Fields,
+    /// `fields` as nonzero coefficients: flops, bytes, message bytes, shape (4), table key (5;
+    /// none without a key).
+    pub(super) sparse: [Sparse; 12],
+}
+
+/// `v.round().max(0.0) as u64`, bit for bit, without the libm `round` call (it runs a dozen
+/// times per op priced): truncate, then add one from a fractional part of a half up. Exact for
+/// v below 2^52 (the fraction is exact) and above (v is an integer; past u64 it saturates, as the
+/// cast does); NaN and negatives give 0.
+#[inline]
+pub(super) fn round_u64(v: f64) -> u64 {
+    let t = v as u64;
+    t.saturating_add((v - t as f64 >= 0.5) as u64)
+}
+
+impl OpT {
+    pub(super) fn instantiate(&self, x: &Coef) -> Op {
+        let mut op = self.template.clone();
+        self.instantiate_into(x, &mut op);
+        op
+    }
+
+    /// Sets `op`'s numeric fields (an instance of this op's template) at basis `x`: the names
+    /// and table keys it shares with the template are left as they are (no allocation).
+    pub(super) fn instantiate_into(&self, x: &Coef, op: &mut Op) {
+        let sp = &self.sparse;
+        let f = |i: usize, c: &Coef| sp[i].eval(c, x);
+        let u = |i: usize, c: &Coef| round_u64(f(i, c));
+        op.flops = f(0, &self.fields.flops);
+        op.bytes = f(1, &self.fields.bytes);
+        op.message_bytes = u(2, &self.fields.message_bytes);
+        let s = &self.fields.shape;
+        op.shape = Shape {
+            m: u(3, &s[0]),
+            n: u(4, &s[1]),
+            k: u(5, &s[2]),
+            batch: u(6, &s[3]),
+        };
+        if let (Some(mk), Some(c)) = (op.measure.as_mut(), &self.fields.measure) {
+            mk.m = u(7, &c[0]);
+            mk.n = u(8, &c[1]);
+            mk.k = u(9, &c[2]);
+            mk.batch = u(10, &c[3]);
+            mk.context = u(11, &c[4]);
+        }
+    }
+
+    pub(super) fn sparse_of(fields: &Fields) -> [Sparse; 12] {
+        let zero = [0.0; NB];
+        let m = fields.measure.as_ref();
+        let mut all = [&zero; 12];
+        all[0] = &fields.flops;
+        all[1] = &fields.bytes;
+        all[2] = &fields.message_bytes;
+        for i in 0..4 {
+            all[3 + i] = &fields.shape[i];
+        }
+        for i in 0..5 {
+            all[7 + i] = m.map_or(&zero, |c| &c[i]);
+        }
+        all.map(Sparse::new)
+    }
+}
+
+/// A run of identical layers (or the ops outside the layers, repeat 1): ops[start..end].
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Segment {
+    pub(super) start: usize,
+    pub(super) end: usize,
+    pub(super) repeat: u32,
+}
+
+/// One regime of a pass (the op sequence is fixed within it).
+#[derive(Debug, Clone)]
+pub(super) struct Regime {
+    pub(super) ops: Vec<OpT>,
+    /// `ops[i].kind`, packed: the recursion walks this, not the (large) ops.
+    pub(super) kinds: Vec<Kind>,
+    pub(super) segments: Vec<Segment>,
+    /// Ops priced together per group, in program order: (op, kept). An op whose price reads
+    /// its successor (a table entry that includes the next kernel, attention's split-KV
+    /// reduce) is followed by it, priced and dropped, as `cost::price` sees the real sequence.
+    pub(super) tokens_layout: Vec<(usize, bool)>,
+    pub(super) context_layout: Vec<(usize, bool)>,
+    /// Kept ops of the context layout, and the collectives.
+    pub(super) context_ops: Vec<usize>,
+    pub(super) collective_ops: Vec<usize>,
+}
+
+/// A forward pass (or any workload shape) in closed form, for one model, system and profile.
+#[derive(Debug, Clone)]
+pub(super) struct PassModel {
+    /// Sequences of ops for T ≤ threshold (shared expert on the auxiliary stream) and above.
+    pub(super) low: Regime,
+    pub(super) high: Regime,
+    pub(super) threshold: f64,
+    /// Expected distinct experts touched per MoE layer under the scenario's routing.
+    pub(super) experts: Option<DistinctExperts>,
+    pub(super) sms: u64,
+    /// This pass's slot in the memo.
+    pub(super) slot: usize,
+    /// The pass is a verify pass (padded to the sizes adjusted for k+1 queries), else padded
+    /// like a decode step of its own token count.
+    pub(super) verify: bool,
+    /// The scenario's capture sizes.
+    pub(super) sizes: std::sync::Arc<crate::scenario::cudagraph::CaptureSizes>,
+}
+
+pub(super) const PROBES_LOW: [(u32, u32, u64); 14] = [
+    (1, 1, 1024),
+    (2, 1, 4096),
+    (4, 3, 1024),
+    (8, 1, 8192),
+    (16, 2, 300),
+    (3, 1, 65536),
+    (5, 2, 2048),
+    (64, 1, 100_000),
+    (32, 4, 16384),
+    (7, 5, 700),
+    (100, 2, 3000),
+    (11, 3, 50_000),
+    (256, 1, 1500),
+    (40, 6, 9000),
+];
+pub(super) const PROBES_HIGH: [(u32, u32, u64); 14] = [
+    (257, 1, 1024),
+    (300, 1, 4096),
+    (128, 3, 1024),
+    (100, 4, 8192),
+    (512, 1, 2048),
+    (260, 2, 65536),
+    (333, 1, 300),
+    (90, 5, 100_000),
+    (270, 1, 16384),
+    (1000, 1, 700),
+    (60, 6, 3000),
+    (150, 2, 40_000),
+    (400, 1, 120_000),
+    (88, 4, 600),
+];
+
+/// The padding rule of a pass (as `workload::build_verify` / `build_pass` apply it).
+pub(super) fn pad_rule(verify: bool, q: u32) -> crate::scenario::cudagraph::PadRule {
+    use crate::scenario::cudagraph::PadRule;
+    if verify {
+        PadRule::Uniform { q }
+    } else {
+        PadRule::Decode
+    }
+}
+
+/// TRITON_MLA's split count, as `StepShape::kv_splits`.
+pub(super) fn splits(context: u64, sms: u64) -> u64 {
+    (context / 512)
+        .max(1)
+        .next_power_of_two()
+        .min(2 * sms)
+        .max(1)
+}
+
+pub(super) fn layer_signature<'a>(
+    w: &'a Workload,
+    ix: &[usize],
+) -> Vec<(&'static str, CostFamily, Stream, &'a str)> {
+    ix.iter()
+        .map(|&i| {
+            let o = &w.ops[i];
+            (o.kernel, o.family, o.stream, o.weights.as_str())
+        })
+        .collect()
+}
+
+/// Splits a workload into segments: ops outside the layers, then runs of layers whose kernel
+/// sequences are identical. Returns (op indices, repeat, representative layer).
+pub(super) fn segment(w: &Workload) -> Vec<(Vec<usize>, u32, i32)> {
+    let mut groups: Vec<(i32, Vec<usize>)> = Vec::new();
+    for (i, op) in w.ops.iter().enumerate() {
+        match groups.last_mut() {
+            Some((l, v)) if *l == op.layer => v.push(i),
+            _ => groups.push((op.layer, vec![i])),
+        }
+    }
+    let mut out: Vec<(Vec<usize>, u32, i32)> = Vec::new();
+    for (layer, idx) in groups {
+        let sig = |ix: &[usize]| layer_signature(w, ix);
+        if let Some(last) = out.last_mut() {
+            if layer >= 0 && last.2 >= 0 && sig(&last.0) == sig(&idx) {
+                last.1 += 1;
+                continue;
+            }
+        }
+        out.push((idx, 1, layer));
+    }
+    out
+}
+
+/// Least squares through one SVD per segment (rank-deficient columns get the minimum-norm
+/// solution), reused for every field of every op of the segment.
+pub(super) struct Fitter {
+    pub(super) a: DMatrix<f64>,
+    pub(super) svd: nalgebra::linalg::SVD<f64, nalgebra::Dyn, nalgebra::Dyn>,
+    pub(super) scale: Coef,
+}
+
+impl Fitter {
+    pub(super) fn new(rows: &[Coef]) -> Self {
+        // Scale columns so that large products (tokens × context) do not swamp the SVD.
+        let mut scale = [0.0f64; NB];
+        for r in rows {
+            for (c, v) in r.iter().enumerate() {
+                scale[c] = f64::max(scale[c], v.abs());
+            }
+        }
+        let a = DMatrix::from_fn(rows.len(), NB, |i, j| {
+            if scale[j] > 0.0 {
+                rows[i][j] / scale[j]
+            } else {
+                0.0
+            }
+        });
+        let svd = a.clone().svd(true, true);
+        Fitter { a, svd, scale }
+    }
+
+    /// None when the field is not linear in the basis (the fit leaves a residual).
+    pub(super) fn fit(&self, ys: &[f64]) -> Option<Coef> {
+        let ymax = ys.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+        if ymax == 0.0 {
+            return Some([0.0; NB]);
+        }
+        let b = DVector::from_iterator(ys.len(), ys.iter().map(|v| v / ymax));
+        let sol = self.svd.solve(&b, 1e-10).ok()?;
+        if (&self.a * &sol - &b).amax() > 1e-7 {
+            return None;
+        }
+        let mut out = [0.0; NB];
+        for j in 0..NB {
+            // A coefficient that moves the field by less than 1e-9 of its size is round-off:
+            // zero it, so that a context-free op is never taken for a context-dependent one.
+            if self.scale[j] > 0.0 && sol[j].abs() > 1e-9 {
+                out[j] = sol[j] * ymax / self.scale[j];
+            }
+        }
+        Some(out)
+    }
+}
+
+/// The shape of the timeline's `cost::price` input that an op's successor must keep.
+pub(super) fn reads_successor(op: &Op) -> bool {
+    op.measure.is_some_and(|m| m.includes_next) || op.family == CostFamily::AttentionMlaDecode
+}
+
+impl PassModel {
+    /// Probes `build(scenario with batch and context set, queries per sequence)` at a few
+    /// shapes per regime and fits each op's fields on the basis.
+    pub(super) fn fit(
+        s: &Scenario,
+        build: &(dyn Fn(&Scenario, u32) -> Workload + Sync),
+        slot: usize,
+        verify: bool,
+    ) -> Result<Self> {
+        let sms = s.system.gpu.sms as u64;
+        let experts = s
+            .model
+            .moe
+            .as_ref()
+            .map(|m| DistinctExperts::new(&s.routing, m.n_routed_experts, m.top_k));
+        let (low, high) = rayon::join(
+            || Self::fit_regime(s, build, &PROBES_LOW, sms, verify),
+            || Self::fit_regime(s, build, &PROBES_HIGH, sms, verify),
+        );
+        Ok(PassModel {
+            low: low?,
+            high: high?,
+            threshold: SHARED_EXPERT_STREAM_TOKEN_THRESHOLD as f64,
+            experts,
+            sms,
+            slot,
+            verify,
+            sizes: s.cuda_graph_sizes.clone(),
+        })
+    }
+
+    pub(super) fn fit_regime(
+        s: &Scenario,
+        build: &(dyn Fn(&Scenario, u32) -> Workload + Sync),
+        probes: &[(u32, u32, u64)],
+        sms: u64,
+        verify: bool,
+    ) -> Result<Regime> {
+        let mut ws = Vec::new();
+        let mut vars = Vec::new();
+        for &(b, q, c) in probes {
+            let mut ps = s.clone();
+            // Shapes are linear in the experts touched whatever the routing; uniform draws
+            // are the cheapest to sample (the probes' touched counts are read off each build).
+            ps.routing = crate::scenario::routing::Routing::Uniform;
+            ps.batch = b;
+            ps.context = c.min(s.model.max_position_embeddings as u64);
+            // Probed with CUDA graphs on, so that padded rows and real tokens part (the
+            // probes include batches that are not capture sizes).
+            ps.cuda_graphs = true;
+            ws.push(build(&ps, q));
+            let padded = ps.padding(q, pad_rule(verify, q)).padded;
+            vars.push((b, q, ps.context, padded));
+        }
+        if ws
+            .iter()
+            .flat_map(|w| &w.ops)
+            .any(|o| !o.rank_scale.is_empty())
+        {
+            // One rank's recursion stands for all only when every rank plays the same.
+            return Err(Error::Scenario(
+                "the sweep's fast path needs every rank to play the same step; expert parallelism loads ranks unevenly (simulate each scenario instead)".into(),
+            ));
+        }
+        let all_segs: Vec<_> = ws.iter().map(segment).collect();
+        let segs = &all_segs[0];
+        for other in &all_segs[1..] {
+            if other.len() != segs.len()
+                || other
+                    .iter()
+                    .zip(segs)
+                    .any(|(a, b)| a.0.len() != b.0.len() || a.1 != b.1)
+            {
+                return Err(Error::Other(
+                    "fast path: the workload's op sequence changes within a regime".into(),
+                ));
+            }
+        }
+        let mut ops: Vec<OpT> = Vec::new();
+        let mut segments = Vec::new();
+        for (si, (idx, repeat, layer)) in segs.iter().enumerate() {
+            let rows: Vec<Coef> = ws
+                .iter()
+                .zip(&vars)
+                .map(|(w, &(b, q, c, padded))| {
+                    let touched = if *layer >= 0 {
+                        w.experts_touched.get(*layer as usize).copied().unwrap_or(0) as f64
+                    } else {
+                        0.0
+                    };
+                    Vars {
+                        tokens: (b * q) as f64,
+                        seqs: b as f64,
+                        context: c as f64,
+                        splits: splits(c, sms) as f64,
+                        touched,
+                        padded: padded as f64,
+                    }
+                    .basis()
+                })
+                .collect();
+            let fitter = Fitter::new(&rows);
+            let start = ops.len();
+            for (j, &i) in idx.iter().enumerate() {
+                let op0 = &ws[0].ops[i];
+                let field = |get: &dyn Fn(&Op) -> f64, what: &str| -> Result<Coef> {
+                    let ys: Vec<f64> = ws
+                        .iter()
+                        .zip(&all_segs)
+                        .map(|(w, sg)| get(&w.ops[sg[si].0[j]]))
+                        .collect();
+                    fitter.fit(&ys).ok_or_else(|| {
+                        Error::Other(format!(
+                            "fast path: the {what} of op {} is not linear in the basis",
+                            op0.name
+                        ))
+                    })
+                };
+                let measure = match op0.measure {
+                    Some(_) => Some([
+                        field(&|o| o.measure.map_or(0.0, |k| k.m as f64), "table m")?,
+                        field(&|o| o.measure.map_or(0.0, |k| k.n as f64), "table n")?,
+                        field(&|o| o.measure.map_or(0.0, |k| k.k as f64), "table k")?,
+                        field(
+                            &|o| o.measure.map_or(0.0, |k| k.batch as f64),
+                            "table batch",
+                        )?,
+                        field(
+                            &|o| o.measure.map_or(0.0, |k| k.context as f64),
+                            "table context",
+                        )?,
+                    ]),
+                    None => None,
+                };
+                let fields = Fields {
+                    flops: field(&|o| o.flops, "FLOPs")?,
+                    bytes: field(&|o| o.bytes, "bytes")?,
+                    message_bytes: field(&|o| o.message_bytes as f64, "message bytes")?,
+                    shape: [
+                        field(&|o| o.shape.m as f64, "m")?,
+                        field(&|o| o.shape.n as f64, "n")?,
+                        field(&|o| o.shape.k as f64, "k")?,
+                        field(&|o| o.shape.batch as f64, "batch")?,
+                    ],
+                    measure,
+                };
+                let kind = match op0.family {
+                    CostFamily::Fork => Kind::Fork,
+                    CostFamily::Join => Kind::Join,
+                    f if f.is_collective() => Kind::Collective,
+                    _ => Kind::Kernel {
+                        aux: op0.stream == Stream::Aux,
+                    },
+                };
+                let with_context = fields
+                    .all()
+                    .any(|c| CONTEXT_COLS.iter().any(|&k| c[k] != 0.0))
+                    || matches!(
+                        op0.family,
+                        CostFamily::AttentionMlaDecode | CostFamily::AttentionGqaDecode
+                    );
+                let group = match kind {
+                    Kind::Fork | Kind::Join => Group::Sync,
+                    Kind::Collective => Group::Collective,
+                    Kind::Kernel { .. } if with_context => Group::Context,
+                    Kind::Kernel { .. } => Group::Tokens,
+                };
+                ops.push(OpT {
+                    kind,
+                    group,
+                    category: op0.category,
+                    template: op0.clone(),
+                    sparse: OpT::sparse_of(&fields),
+                    fields,
+                });
+            }
+            segments.push(Segment {
+                start,
+                end: ops.len(),
+                repeat: *repeat,
+            });
+        }
+        // An op whose price reads a context-dependent successor depends on the context too;
+        // so does the successor of attention (its split-KV reduce shares the module's price).
+        for i in (0..ops.len()).rev() {
+            let next_ctx = ops.get(i + 1).is_some_and(|n| n.group == Group::Context);
+            if ops[i].group == Group::Tokens && next_ctx && reads_successor(&ops[i].template) {
+                ops[i].group = Group::Context;
+            }
+        }
+        for i in 1..ops.len() {
+            if ops[i].group == Group::Tokens
+                && ops[i - 1].template.family == CostFamily::AttentionMlaDecode
+            {
+                ops[i].group = Group::Context;
+            }
+        }
+        let layout = |g: Group| -> Vec<(usize, bool)> {
+            let mut out = Vec::new();
+            for (i, op) in ops.iter().enumerate() {
+                if op.group != g {
+                    continue;
+                }
+                out.push((i, true));
+                if let Some(n) = ops.get(i + 1) {
+                    let helper = n.group != g
+                        && matches!(n.kind, Kind::Kernel { .. })
+                        && reads_successor(&op.template)
+                        && !cost::aic::is_moe_module_op(&n.template);
+                    if helper {
+                        out.push((i + 1, false));
+                    }
+                }
+            }
+            out
+        };
+        let tokens_layout = layout(Group::Tokens);
+        let context_layout = layout(Group::Context);
+        let context_ops = context_layout.iter().filter(|x| x.1).map(|x| x.0).collect();
+        let collective_ops = (0..ops.len())
+            .filter(|&i| ops[i].group == Group::Collective)
+            .collect();
+        Ok(Regime {
+            kinds: ops.iter().map(|o| o.kind).collect(),
+            ops,
+            segments,
+            tokens_layout,
+            context_layout,
+            context_ops,
+            collective_ops,
+        })
+    }
+
+    /// Segment shapes (ops, repeat) of the low regime.
+    pub(super) fn shape(&self) -> Vec<(usize, u32)> {
+        self.low
+            .segments
+            .iter()
+            .map(|s| (s.end - s.start, s.repeat))
+            .collect()
+    }
+
+    pub(super) fn regime(&self, tokens: f64) -> &Regime {
+        if tokens <= self.threshold {
+            &self.low
+        } else {
+            &self.high
+        }
+    }
+
+    /// Rows of a pass of `batch` × `queries` tokens after CUDA-graph padding.
+    pub(super) fn padded(&self, batch: u32, queries: u32, graphs: bool) -> u64 {
+        let q = queries.max(1);
+        self.sizes
+            .padding(batch as u64 * q as u64, pad_rule(self.verify, q), graphs)
+            .padded
+    }
+
+    pub(super) fn vars(
+        &self,
+        batch: u32,
+        queries: u32,
+        context: u64,
+        touched: f64,
+        padded: u64,
+    ) -> Vars {
+        Vars {
+            padded: padded as f64,
+            tokens: batch as f64 * queries.max(1) as f64,
+            seqs: batch as f64,
+            context: context as f64,
+            splits: splits(context, self.sms) as f64,
+            touched,
+        }
+    }
+
+    /// Expected experts touched by `tokens` real tokens; padding rows add one more top-k
+    /// draw (they share one routing), as the workload's sampler draws them.
+    pub(super) fn touched(&self, tokens: u64, padded: u64) -> f64 {
+        let draws = tokens + u64::from(padded > tokens);
+        self.experts.as_ref().map_or(0.0, |e| e.at(draws))
+    }
+}
+
+/// Prices `layout`'s ops of `regime` at basis `x` with `cost::price`: the kept ops' µs in
+/// layout order, plus their busy time over the segments' repeats.
+pub(super) fn price_layout(
+    regime: &Regime,
+    layout: &[(usize, bool)],
+    x: &Coef,
+    s: &Scenario,
+    p: &CalibrationProfile,
+) -> Result<Vec<f64>> {
+    price_layout_in(&mut empty_workload(), regime, layout, x, s, p)
+}
+
+pub(super) fn empty_workload() -> Workload {
+    Workload {
+        ops: Vec::new(),
+        experts_touched: Vec::new(),
+        routing: Default::default(),
+    }
+}
+
+/// [`price_layout`] in `w`, a workload kept for this layout (its ops are the layout's templates
+/// once filled): only the numeric fields are set per pricing, nothing is cloned.
+pub(super) fn price_layout_in(
+    w: &mut Workload,
+    regime: &Regime,
+    layout: &[(usize, bool)],
+    x: &Coef,
+    s: &Scenario,
+    p: &CalibrationProfile,
+) -> Result<Vec<f64>> {
+    let same = w.ops.len() == layout.len()
+        && w.ops.iter().zip(layout).all(|(o, &(i, _))| {
+            let t = &regime.ops[i].template;
+            o.family == t.family && std::ptr::eq(o.kernel, t.kernel) && o.layer == t.layer
+        });
+    if !same {
+        w.ops = layout
+            .iter()
+            .map(|&(i, _)| regime.ops[i].template.clone())
+            .collect();
+    }
+    for (op, &(i, _)) in w.ops.iter_mut().zip(layout) {
+        regime.ops[i].instantiate_into(x, op);
+    }
+    // Quiet: the report's warnings come from the scenario's own full pricing, never from here.
+    let pricing = cost::price_quiet(w, s, p)?;
+    Ok(layout
+        .iter()
+        .zip(pricing.base_us)
+        .filter(|((_, kept), _)| *kept)
+        .map(|(_, us)| us)
+        .collect())
+}
+
+/// Busy time per category of `ops` at durations `us`, over their segments' repeats.
+pub(super) fn busy_of(regime: &Regime, ops: impl Iterator<Item = usize>, us: &[f64]) -> Busy {
+    let mut busy = [0.0; NCAT];
+    for (i, &d) in ops.zip(us) {
+        let seg = regime
+            .segments
+            .iter()
+            .find(|s| s.start <= i && i < s.end)
+            .map_or(1, |s| s.repeat);
+        busy[regime.ops[i].category.index()] += d * seg as f64;
+    }
+    busy
+}
+
+pub(super) fn keep_or_nan(r: Result<Vec<f64>>, n: usize) -> Vec<f64> {
+    // Every setting was priced once when the fast scenario and collectives were made, so a
+    // failure here is a shape no check saw: NaN shows it in the output rather than a panic.
+    r.unwrap_or_else(|_| vec![f64::NAN; n])
+}
+/// The latency part of each of `regime`'s collectives at basis `x` as a fraction of its price
+/// (`cost::price`'s latency term of the chosen protocol, times the profile's latency factor);
+/// 1 (all latency: decode messages are latency-bound) where the pricing names none.
+pub(super) fn latency_fractions(
+    regime: &Regime,
+    x: &Coef,
+    s: &Scenario,
+    p: &CalibrationProfile,
+) -> Vec<f64> {
+    let ops: Vec<Op> = regime
+        .collective_ops
+        .iter()
+        .map(|&i| regime.ops[i].instantiate(x))
+        .collect();
+    let w = Workload {
+        ops,
+        experts_touched: Vec::new(),
+        routing: Default::default(),
+    };
+    let Ok(pricing) = cost::price_quiet(&w, s, p) else {
+        return vec![1.0; w.ops.len()];
+    };
+    w.ops
+        .iter()
+        .zip(&pricing.base_us)
+        .map(|(op, &us)| {
+            pricing
+                .collectives
+                .iter()
+                .find(|c| c.op == op.family.key() && c.bytes == op.message_bytes)
+                .filter(|_| us > 0.0)
+                .map_or(1.0, |c| {
+                    (c.latency_us * p.factors.collective_latency_scale / us).clamp(0.0, 1.0)
+                })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod sparse_tests {
+    use super::*;
+
+    /// The sparse dot gives `dot`'s bits, zeros and their signs included, over coefficients
+    /// with runs of zeros, negative and cancelling terms, and bases with zero columns.
+    #[test]
+    pub(super) fn sparse_dot_is_the_full_dot() {
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for _ in 0..100_000 {
+            let mut c = [0.0; NB];
+            let mut b = [0.0; NB];
+            for j in 0..NB {
+                let r = next();
+                c[j] = match r % 5 {
+                    0 | 1 => 0.0,
+                    2 => ((r >> 8) % 1000) as f64 / 8.0,
+                    3 => -(((r >> 8) % 1000) as f64) / 8.0,
+                    _ => (r >> 11) as f64 / (1u64 << 53) as f64 * 1e3,
+                };
+                b[j] = if (r >> 3) % 4 == 0 {
+                    0.0
+                } else {
+                    ((r >> 20) % 100_000) as f64
+                };
+            }
+            let got = Sparse::new(&c).eval(&c, &b);
+            assert_eq!(got.to_bits(), dot(&c, &b).to_bits(), "{c:?} . {b:?}");
+        }
+    }
+
+    /// The rounding the op fields take is `round().max(0.0) as u64`'s.
+    #[test]
+    pub(super) fn round_u64_is_round_then_clamp() {
+        for v in [
+            0.0,
+            -0.0,
+            0.49999999999999994,
+            0.5,
+            1.5,
+            2.5,
+            -0.5,
+            -3.7,
+            1e15 + 0.5,
+            4.5e15,
+            9.1e15,
+            1e19,
+            2e19,
+            f64::NAN,
+            f64::INFINITY,
+            -1e300,
+        ] {
+            assert_eq!(round_u64(v), v.round().max(0.0) as u64, "{v}");
+        }
+    }
+}

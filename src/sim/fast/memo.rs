@@ -1,0 +1,85 @@
+//! The per-thread memo of priced shapes: token-dependent ops per (pass, batch, queries),
+//! attention per context, collectives per NCCL setting.
+
+use super::*;
+
+/// Prices of one (pass, batch, queries): the token-dependent ops, then per context and per
+/// collective setting.
+#[derive(Debug)]
+pub(super) struct Entry {
+    pub(super) touched: f64,
+    /// Per op of the regime: the token-dependent ops' µs, 0 elsewhere.
+    pub(super) tokens_us: Box<[f64]>,
+    pub(super) tokens_busy: Busy,
+    /// (context, µs of `context_ops`, busy).
+    pub(super) context: Vec<(u64, Box<[f64]>, Busy)>,
+    /// (collectives id, graphs, µs of `collective_ops`, busy).
+    pub(super) collectives: Vec<(u64, bool, Box<[f64]>, Busy)>,
+}
+
+/// FxHash's multiply-rotate: the memo's keys are small integers, hashed once per pass played.
+#[derive(Default)]
+pub(super) struct KeyHasher(u64);
+
+impl Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(b as u64);
+        }
+    }
+    fn write_u32(&mut self, i: u32) {
+        self.write_u64(i as u64);
+    }
+    fn write_u64(&mut self, i: u64) {
+        self.0 = (self.0.rotate_left(5) ^ i).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+}
+
+/// Keyed by (batch, queries, padded rows): graphs on and off pad differently.
+pub(super) type EntryMap = HashMap<(u32, u32, u32), Entry, BuildHasherDefault<KeyHasher>>;
+
+/// One thread's priced shapes for one fast scenario.
+pub(super) struct Memo {
+    pub(super) owner: u64,
+    /// The pricing scenario, its batch, context and NCCL settings set before each pricing.
+    pub(super) s: Scenario,
+    pub(super) passes: [EntryMap; 1 + PassKind::ALL.len()],
+    /// Prices stored, to bound the memory a long-lived thread keeps.
+    pub(super) stored: usize,
+    /// Scratch: one pass's op durations.
+    pub(super) d: Vec<f64>,
+    /// Scratch: the workload each layout is priced in (`price_layout_in`), by
+    /// [`scratch_index`] (pass slot, regime, layout).
+    pub(super) scratch: Vec<Workload>,
+    /// The Monte Carlo draw applied after the memoised prices (`whatif::uncertainty`), if any.
+    pub(super) draw: Option<Draw>,
+    /// Latency part of each collective of a (pass, batch, queries, padded, collectives id,
+    /// graphs), as a fraction of its price: only drawn steps that scale latency and bandwidth
+    /// apart read it.
+    pub(super) latency: HashMap<LatencyKey, Box<[f64]>>,
+}
+
+/// The layouts priced per regime: the token-dependent ops, the context-dependent ones, the
+/// collectives.
+pub(super) const LAYOUTS: usize = 3;
+
+/// Where `Memo::scratch` keeps the workload of (pass slot, high regime, layout).
+pub(super) fn scratch_index(slot: usize, high: bool, layout: usize) -> usize {
+    (slot * 2 + high as usize) * LAYOUTS + layout
+}
+
+/// (pass slot, batch, queries, padded rows, collectives id, graphs).
+pub(super) type LatencyKey = (usize, u32, u32, u32, u64, bool);
+
+/// Beyond this many stored prices (~64 MB) a thread's memo starts over.
+pub(super) const MEMO_MAX_VALUES: usize = 8 << 20;
+/// Contexts priced and kept per (pass, batch, queries) entry (sweep helper: bounds the memo of
+/// a sweep over many contexts; see `play`).
+pub(super) const CONTEXTS_PER_ENTRY: usize = 16;
+
+thread_local! {
+    pub(super) static MEMO: RefCell<Option<Box<Memo>>> = const { RefCell::new(None) };
+}

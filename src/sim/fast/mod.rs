@@ -1,0 +1,669 @@
+//! The aggregate fast path: a decode step priced without the 8-rank timeline.
+//!
+//! With jitter off every rank plays the same kernels, so the timeline engine reduces to one
+//! rank's max-plus recursion (stream free times, the CPU's launch clock, fork/join of the
+//! auxiliary stream). The fast path keeps that recursion but plays each distinct layer once:
+//! a run of identical layers is played until its state relative to the compute stream repeats,
+//! then the remaining layers are added as whole-layer increments.
+//!
+//! Op shapes (FLOPs, bytes, message bytes, GEMM dimensions, table keys) are linear in a small
+//! basis of the scenario's variables (tokens, sequences, context, split-KV count, experts
+//! touched); the coefficients are read off the real workload builder by probing it, so the
+//! builder stays the one place where shapes are written down. Costs are NOT fitted: each
+//! representative op is rebuilt at the scenario's shape and priced by `cost::price`, the very
+//! function the timeline uses (AIConfigurator tables, laws, collectives with their protocol
+//! choice, the profile's factors). Pricing is memoised per thread, by what each op's price
+//! depends on: ops that follow the tokens per (pass, batch, queries), attention per (pass,
+//! batch, queries, context), collectives per (pass, batch, queries, NCCL setting, graph mode).
+//! A sweep therefore prices each distinct shape once and plays the recursion for every row.
+//!
+//! With jitter on, the timeline's collectives also wait for the slowest rank; the fast path adds
+//! that wait's expectation at every collective (the straggler section at the end of this file),
+//! so that it gives the mean of the timeline over seeds (tests/fast_vs_seeds.rs).
+//!
+//! Experts touched per MoE layer take their closed-form expectation under the scenario's routing
+//! where the timeline draws them per layer (seeded): with jitter off, the one difference. It
+//! shows where the MoE table price and the DRAM floor of the touched experts' weights are close
+//! (max(table, floor) of a spread-out count averages above its value at the mean: up to ~0.3%
+//! low near 140 tokens), and as one seed's draws against their expectation (up to ~0.45% either
+//! way on a small speculative step; tests/whatif.rs holds 200 scenarios within 0.5%).
+
+use crate::category::Category;
+use crate::cost::{self, CalibrationProfile};
+use crate::error::{Error, Result};
+use crate::scenario::deployment::CommKnobs;
+use crate::scenario::{NcclSettings, Scenario};
+use crate::workload::routing::DistinctExperts;
+use crate::workload::spec_step::{PassKind, Side, SpecStep};
+use crate::workload::{
+    CostFamily, Op, Shape, Stream, Workload, SHARED_EXPERT_STREAM_TOKEN_THRESHOLD,
+};
+use nalgebra::{DMatrix, DVector};
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+const NCAT: usize = Category::ALL.len();
+type Busy = [f64; NCAT];
+
+const NB: usize = 10;
+type Coef = [f64; NB];
+
+/// Basis columns that carry the context (directly or through the split-KV count).
+const CONTEXT_COLS: [usize; 5] = [3, 4, 5, 7, 8];
+
+/// The scenario variables an op's shape is linear in.
+mod basis;
+mod memo;
+mod replay;
+
+use basis::*;
+use memo::*;
+pub use replay::State;
+use replay::*;
+
+/// Unique ids of fast scenarios and collective settings (the memo's keys).
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// The NCCL setting collectives are priced with (protocol, algorithm, P2P, `--allreduce` and
+/// NCCL knobs), prepared once per sweep setting.
+#[derive(Debug, Clone)]
+pub struct Collectives {
+    id: u64,
+    nccl: NcclSettings,
+    comm: CommKnobs,
+}
+
+impl Collectives {
+    /// Takes `s`'s NCCL settings; refuses (as `simulate` would) a setting the profile cannot
+    /// price.
+    pub fn new(s: &Scenario, p: &CalibrationProfile) -> Result<Self> {
+        if s.tp > 1 {
+            let mut b = crate::workload::builder::Builder::new();
+            let bytes = s.model.hidden as u64 * 2;
+            b.collective("all_reduce", "nccl", CostFamily::AllReduce, bytes);
+            b.collective("all_gather", "nccl", CostFamily::AllGather, bytes);
+            let w = Workload {
+                ops: b.ops,
+                experts_touched: Vec::new(),
+                routing: Default::default(),
+            };
+            cost::price(&w, s, p)?;
+        }
+        Ok(Collectives {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            nccl: s.nccl,
+            comm: s.comm,
+        })
+    }
+}
+
+/// Launch parameters of one CUDA-graph setting, and the profile's idle at the end of a step.
+#[derive(Debug, Clone, Copy)]
+pub struct Launch {
+    start: f64,
+    gap: f64,
+    launch: f64,
+    first_collective: f64,
+    graphs: bool,
+    step_overhead: f64,
+}
+
+impl Launch {
+    pub fn new(p: &CalibrationProfile, cuda_graphs: bool) -> Self {
+        let l = &p.launch;
+        let step_overhead = p.factors.step_overhead_us;
+        if cuda_graphs {
+            Launch {
+                start: l.graph_launch_us,
+                gap: l.graph_kernel_gap_us,
+                launch: 0.0,
+                first_collective: l.graph_first_collective_us,
+                graphs: true,
+                step_overhead,
+            }
+        } else {
+            Launch {
+                start: 0.0,
+                gap: l.eager_kernel_gap_us,
+                launch: l.eager_launch_us,
+                first_collective: 0.0,
+                graphs: false,
+                step_overhead,
+            }
+        }
+    }
+}
+
+/// A scenario family in closed form: the plain step, and speculative steps at any k.
+#[derive(Debug, Clone)]
+pub struct FastScenario {
+    pub profile: CalibrationProfile,
+    /// The scenario ops are priced under (the timeline prices draft passes under the target's
+    /// scenario too).
+    scenario: Scenario,
+    id: u64,
+    target: PassModel,
+    /// The speculative step's passes (fitted when a drafter was given).
+    spec: Option<SpecFit>,
+    /// The expected wait of each collective for the slowest rank (jitter on).
+    straggler: Straggler,
+}
+
+/// The sweep setting a pass is played under: the launch mode and the NCCL setting.
+#[derive(Clone, Copy)]
+struct Setting<'a> {
+    launch: &'a Launch,
+    coll: &'a Collectives,
+}
+
+/// One pass of a step: sequences, query tokens per sequence, KV length, and how many identical
+/// passes run in a row.
+#[derive(Clone, Copy)]
+struct PassAt {
+    batch: u32,
+    queries: u32,
+    context: u64,
+    repeat: u32,
+}
+
+impl PassAt {
+    /// The plain decode step: one query token per sequence, played once.
+    fn plain(batch: u32, context: u64) -> Self {
+        PassAt {
+            batch,
+            queries: 1,
+            context,
+            repeat: 1,
+        }
+    }
+}
+
+/// A drafter's passes in closed form: one model per `PassKind` (memo slot 1 + its index), and
+/// the `SpecStep` they are played in.
+#[derive(Debug, Clone)]
+struct SpecFit {
+    method: crate::workload::spec_step::SpecMethod,
+    /// In `PassKind::ALL` order.
+    passes: Vec<PassModel>,
+    /// The step at k = 1, 2, ... up to the method's limit, built once (a sweep plays it per row).
+    steps: Vec<SpecStep>,
+    host_us: f64,
+    pass_gap_us: f64,
+}
+
+impl SpecFit {
+    fn step(&self, k: u32) -> std::borrow::Cow<'_, SpecStep> {
+        match self.steps.get((k as usize).wrapping_sub(1)) {
+            Some(s) => std::borrow::Cow::Borrowed(s),
+            None => std::borrow::Cow::Owned(SpecStep::new(self.method, k)),
+        }
+    }
+}
+
+impl FastScenario {
+    /// Fits the plain step of `s`; with `draft`, also the verify pass and the draft passes.
+    pub fn new(
+        s: &Scenario,
+        p: &CalibrationProfile,
+        draft: Option<&crate::workload::spec_step::Drafter>,
+    ) -> Result<Self> {
+        let build_target = |ps: &Scenario, q: u32| crate::workload::build_pass(ps, q);
+        let target;
+        let mut spec = None;
+        if let Some(d) = draft {
+            let sd = p.spec_decode.as_ref().ok_or_else(|| {
+                Error::field(
+                    &p.path,
+                    "spec_decode",
+                    "missing: needed for draft tokens > 0",
+                )
+            })?;
+            let ds = d.scenario(s)?;
+            // Each kind of pass the step runs, fitted on the scenario it is built on.
+            let fit = |(i, kind): (usize, &PassKind)| {
+                let build = |ps: &Scenario, q: u32| kind.build(d, ps, q, kind.first_index());
+                let on = if kind.on_draft() { &ds } else { s };
+                PassModel::fit(on, &build, 1 + i, *kind == PassKind::Verify)
+            };
+            let (t, passes) = rayon::join(
+                || PassModel::fit(s, &build_target, 0, false),
+                || {
+                    use rayon::prelude::*;
+                    PassKind::ALL
+                        .par_iter()
+                        .enumerate()
+                        .map(fit)
+                        .collect::<Result<Vec<_>>>()
+                },
+            );
+            target = t?;
+            spec = Some(SpecFit {
+                method: d.method,
+                passes: passes?,
+                steps: (1..=d.max_draft_tokens)
+                    .map(|k| SpecStep::new(d.method, k))
+                    .collect(),
+                host_us: sd.exposed_host_us,
+                pass_gap_us: sd.pass_gap_us,
+            });
+        } else {
+            target = PassModel::fit(s, &build_target, 0, false)?;
+        }
+        let fast = FastScenario {
+            profile: p.clone(),
+            scenario: s.clone(),
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            target,
+            spec,
+            straggler: Straggler::new(&p.variability, s.tp),
+        };
+        fast.check()?;
+        Ok(fast)
+    }
+
+    /// Prices every op group of every pass once, so that a profile that cannot price a shape
+    /// is refused here, by name, rather than showing as NaN in a sweep.
+    fn check(&self) -> Result<()> {
+        let mut s = self.scenario.clone();
+        for pm in self.passes() {
+            for (b, q) in [(1u32, 2u32), (257, 2)] {
+                s.batch = b;
+                let (t, padded) = ((b * q) as u64, pm.padded(b, q, false));
+                let regime = pm.regime(padded as f64);
+                let x = pm
+                    .vars(b, q, s.context, pm.touched(t, padded), padded)
+                    .basis();
+                price_layout(regime, &regime.tokens_layout, &x, &s, &self.profile)?;
+                price_layout(regime, &regime.context_layout, &x, &s, &self.profile)?;
+                let k: Vec<(usize, bool)> =
+                    regime.collective_ops.iter().map(|&i| (i, true)).collect();
+                price_layout(regime, &k, &x, &s, &self.profile)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn passes(&self) -> impl Iterator<Item = &PassModel> {
+        std::iter::once(&self.target).chain(self.spec.iter().flat_map(|f| &f.passes))
+    }
+
+    /// Segment shapes (ops, repeat) of the target, verify, first and later draft passes.
+    pub fn shapes(&self) -> Vec<Vec<(usize, u32)>> {
+        self.passes().map(|m| m.shape()).collect()
+    }
+
+    /// Runs `f` with this thread's memo for this fast scenario.
+    fn with_memo<R>(&self, f: impl FnOnce(&mut Memo) -> R) -> R {
+        MEMO.with(|cell| {
+            let mut slot = cell.borrow_mut();
+            let fresh = match slot.as_ref() {
+                Some(m) => m.owner != self.id || m.stored > MEMO_MAX_VALUES,
+                None => true,
+            };
+            if fresh {
+                *slot = Some(Box::new(Memo {
+                    owner: self.id,
+                    s: self.scenario.clone(),
+                    passes: Default::default(),
+                    stored: 0,
+                    d: Vec::new(),
+                    scratch: (0..4 * 2 * LAYOUTS).map(|_| empty_workload()).collect(),
+                    draw: None,
+                    latency: HashMap::new(),
+                }));
+            }
+            f(slot.as_mut().expect("memo set above"))
+        })
+    }
+
+    /// Plays `at.repeat` passes of `pm` on `st` at (batch, queries, context).
+    fn play(&self, m: &mut Memo, pm: &PassModel, st: &mut State, at: PassAt, set: Setting<'_>) {
+        let PassAt {
+            batch,
+            queries,
+            context,
+            repeat,
+        } = at;
+        let Setting { launch, coll } = set;
+        let q = queries.max(1);
+        let tokens = batch as u64 * q as u64;
+        let padded = pm.padded(batch, q, launch.graphs);
+        // vLLM picks the shared expert's stream by the rows the pass runs (padded).
+        let regime = pm.regime(padded as f64);
+        let p = &self.profile;
+        let Memo {
+            s,
+            passes,
+            stored,
+            d,
+            scratch,
+            draw,
+            latency,
+            ..
+        } = m;
+        let high = !std::ptr::eq(regime, &pm.low);
+        let [w_tokens, w_context, w_coll] = scratch
+            .get_disjoint_mut([0, 1, 2].map(|l| scratch_index(pm.slot, high, l)))
+            .expect("distinct scratch slots");
+        let e = passes[pm.slot]
+            .entry((batch, q, padded as u32))
+            .or_insert_with(|| {
+                let touched = pm.touched(tokens, padded);
+                s.batch = batch;
+                s.context = context;
+                let x = pm.vars(batch, q, context, touched, padded).basis();
+                let us = keep_or_nan(
+                    price_layout_in(w_tokens, regime, &regime.tokens_layout, &x, s, p),
+                    regime.tokens_layout.iter().filter(|x| x.1).count(),
+                );
+                let mut tokens_us = vec![0.0; regime.ops.len()].into_boxed_slice();
+                let kept = regime.tokens_layout.iter().filter(|x| x.1).map(|x| x.0);
+                for (i, v) in kept.clone().zip(&us) {
+                    tokens_us[i] = *v;
+                }
+                *stored += regime.ops.len();
+                Entry {
+                    touched,
+                    tokens_busy: busy_of(regime, kept, &us),
+                    tokens_us,
+                    context: Vec::new(),
+                    collectives: Vec::new(),
+                }
+            });
+        // Most recent context first (a sweep plays each context's rows together); at most
+        // CONTEXTS_PER_ENTRY kept per entry, the oldest dropped, so that a sweep over thousands
+        // of contexts neither scans nor holds them all.
+        let ci = match e.context.iter().rposition(|c| c.0 == context) {
+            Some(i) => i,
+            None => {
+                s.batch = batch;
+                s.context = context;
+                let x = pm.vars(batch, q, context, e.touched, padded).basis();
+                let n = regime.context_ops.len();
+                let us = keep_or_nan(
+                    price_layout_in(w_context, regime, &regime.context_layout, &x, s, p),
+                    n,
+                );
+                let busy = busy_of(regime, regime.context_ops.iter().copied(), &us);
+                if e.context.len() >= CONTEXTS_PER_ENTRY {
+                    e.context.remove(0);
+                } else {
+                    *stored += n;
+                }
+                e.context.push((context, us.into_boxed_slice(), busy));
+                e.context.len() - 1
+            }
+        };
+        let ki = match e
+            .collectives
+            .iter()
+            .position(|c| c.0 == coll.id && c.1 == launch.graphs)
+        {
+            Some(i) => i,
+            None => {
+                s.batch = batch;
+                s.context = context;
+                s.nccl = coll.nccl;
+                s.comm = coll.comm;
+                s.cuda_graphs = launch.graphs;
+                let x = pm.vars(batch, q, context, e.touched, padded).basis();
+                let layout: Vec<(usize, bool)> =
+                    regime.collective_ops.iter().map(|&i| (i, true)).collect();
+                let us = keep_or_nan(
+                    price_layout_in(w_coll, regime, &layout, &x, s, p),
+                    layout.len(),
+                );
+                let busy = busy_of(regime, regime.collective_ops.iter().copied(), &us);
+                *stored += layout.len();
+                e.collectives
+                    .push((coll.id, launch.graphs, us.into_boxed_slice(), busy));
+                e.collectives.len() - 1
+            }
+        };
+        d.clear();
+        d.extend_from_slice(&e.tokens_us);
+        let (_, cus, cbusy) = &e.context[ci];
+        for (&i, &v) in regime.context_ops.iter().zip(cus.iter()) {
+            d[i] = v;
+        }
+        let (_, _, kus, kbusy) = &e.collectives[ki];
+        for (&i, &v) in regime.collective_ops.iter().zip(kus.iter()) {
+            d[i] = v;
+        }
+        for c in 0..NCAT {
+            st.busy[c] += (e.tokens_busy[c] + cbusy[c] + kbusy[c]) * repeat as f64;
+        }
+        if let Some(dr) = draw {
+            let lat = if dr.splits_collectives() && !regime.collective_ops.is_empty() {
+                let key = (pm.slot, batch, q, padded as u32, coll.id, launch.graphs);
+                let e_touched = e.touched;
+                &**latency.entry(key).or_insert_with(|| {
+                    s.batch = batch;
+                    s.context = context;
+                    s.nccl = coll.nccl;
+                    s.comm = coll.comm;
+                    s.cuda_graphs = launch.graphs;
+                    let x = pm.vars(batch, q, context, e_touched, padded).basis();
+                    latency_fractions(regime, &x, s, p).into_boxed_slice()
+                })
+            } else {
+                &[][..]
+            };
+            dr.apply(regime, d, lat);
+        }
+        play_regime(regime, d, st, launch, repeat, &self.straggler);
+    }
+
+    /// The plain step's time (µs) at this batch and context.
+    pub fn step_us(&self, batch: u32, context: u64, launch: &Launch, coll: &Collectives) -> f64 {
+        self.step_us_busy(batch, context, launch, coll).0
+    }
+
+    /// The plain step's time and its busy time per category.
+    pub fn step_us_busy(
+        &self,
+        batch: u32,
+        context: u64,
+        launch: &Launch,
+        coll: &Collectives,
+    ) -> (f64, Busy) {
+        self.with_memo(|m| {
+            let mut st = State::new(launch);
+            self.play(
+                m,
+                &self.target,
+                &mut st,
+                PassAt::plain(batch, context),
+                Setting { launch, coll },
+            );
+            (st.window_us(), st.busy)
+        })
+    }
+
+    /// Plays the windows of the step at `k` (each window's passes on one state, `overhead` µs
+    /// added to each window's end-of-step idle): (draft µs, verify µs, busy of both sides).
+    fn play_spec(
+        &self,
+        m: &mut Memo,
+        spec: &SpecFit,
+        step_at: (u32, u64, u32),
+        set: Setting<'_>,
+        overhead: f64,
+    ) -> (f64, f64, Busy) {
+        let (batch, context, k) = step_at;
+        let Setting { launch, coll } = set;
+        let step = spec.step(k);
+        let (mut draft_us, mut verify_us, mut busy) = (0.0, 0.0, [0.0; NCAT]);
+        for win in &step.windows {
+            let mut st = State::new(launch);
+            st.step_overhead += overhead;
+            for run in &win.passes {
+                let pm = &spec.passes[run.kind as usize];
+                let at = PassAt {
+                    batch,
+                    queries: run.queries,
+                    context,
+                    repeat: run.repeat,
+                };
+                self.play(m, pm, &mut st, at, Setting { launch, coll });
+            }
+            let us = st.window_us() + win.pass_gaps as f64 * spec.pass_gap_us;
+            match win.side {
+                Side::Verify => verify_us += us,
+                Side::Draft => draft_us += us,
+            }
+            for (b, d) in busy.iter_mut().zip(st.busy) {
+                *b += d;
+            }
+        }
+        (draft_us, verify_us, busy)
+    }
+
+    /// [`FastScenario::spec_step_us`] with the busy time per category of both sides.
+    pub fn spec_step_us_busy(
+        &self,
+        batch: u32,
+        context: u64,
+        k: u32,
+        launch: &Launch,
+        coll: &Collectives,
+    ) -> Option<((f64, f64, f64), Busy)> {
+        let spec = self.spec.as_ref()?;
+        Some(self.with_memo(|m| {
+            let (draft_us, verify_us, busy) =
+                self.play_spec(m, spec, (batch, context, k), Setting { launch, coll }, 0.0);
+            (
+                (draft_us, verify_us, draft_us + verify_us + spec.host_us),
+                busy,
+            )
+        }))
+    }
+
+    /// A speculative step with `k` draft tokens: (draft µs, verify µs, whole step µs), as
+    /// `whatif spec-decode` composes them. None when no drafter was fitted.
+    pub fn spec_step_us(
+        &self,
+        batch: u32,
+        context: u64,
+        k: u32,
+        launch: &Launch,
+        coll: &Collectives,
+    ) -> Option<(f64, f64, f64)> {
+        self.spec_step_us_busy(batch, context, k, launch, coll)
+            .map(|x| x.0)
+    }
+
+    /// Forgets this thread's priced shapes (the next call prices from scratch: benchmarks of
+    /// the cold path).
+    pub fn clear_memo(&self) {
+        MEMO.with(|cell| *cell.borrow_mut() = None);
+    }
+
+    /// [`FastScenario::step_us`] under a Monte Carlo draw: the memoised prices times the
+    /// draw's multipliers, replayed through the recursion (the memo stays warm across draws).
+    pub fn step_us_drawn(
+        &self,
+        batch: u32,
+        context: u64,
+        launch: &Launch,
+        coll: &Collectives,
+        draw: &Draw,
+    ) -> f64 {
+        self.with_memo(|m| {
+            m.draw = Some(*draw);
+            let mut st = State::new(launch);
+            st.step_overhead += draw.step_overhead_us;
+            self.play(
+                m,
+                &self.target,
+                &mut st,
+                PassAt::plain(batch, context),
+                Setting { launch, coll },
+            );
+            m.draw = None;
+            st.window_us()
+        })
+    }
+
+    /// [`FastScenario::spec_step_us`] under a Monte Carlo draw (see `step_us_drawn`).
+    pub fn spec_step_us_drawn(
+        &self,
+        batch: u32,
+        context: u64,
+        k: u32,
+        launch: &Launch,
+        coll: &Collectives,
+        draw: &Draw,
+    ) -> Option<(f64, f64, f64)> {
+        let spec = self.spec.as_ref()?;
+        Some(self.with_memo(|m| {
+            m.draw = Some(*draw);
+            let (draft_us, verify_us, _) = self.play_spec(
+                m,
+                spec,
+                (batch, context, k),
+                Setting { launch, coll },
+                draw.step_overhead_us,
+            );
+            m.draw = None;
+            (draft_us, verify_us, draft_us + verify_us + spec.host_us)
+        }))
+    }
+
+    /// The scenario the fast path prices under.
+    pub fn scenario(&self) -> &Scenario {
+        &self.scenario
+    }
+}
+
+/// One Monte Carlo draw of what is uncertain in the prices (`whatif::uncertainty`), applied
+/// after the memoised prices, per op family: the memo key need not include it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Draw {
+    /// Multiplier of each op's price by its cost family (`CostFamily as usize`); for a
+    /// collective, of its bandwidth (bytes) term.
+    pub family: [f64; CostFamily::ALL.len()],
+    /// Multiplier of every collective's latency term (base + steps × hop).
+    pub collective_latency: f64,
+    /// µs added to the idle at the end of every pass window (may be negative down to the
+    /// profile's own overhead: the draw of a fitted `step_overhead_us`).
+    pub step_overhead_us: f64,
+}
+
+impl Default for Draw {
+    fn default() -> Self {
+        Draw {
+            family: [1.0; CostFamily::ALL.len()],
+            collective_latency: 1.0,
+            step_overhead_us: 0.0,
+        }
+    }
+}
+
+impl Draw {
+    /// Whether some collective's latency and bandwidth terms are scaled apart.
+    fn splits_collectives(&self) -> bool {
+        CostFamily::ALL
+            .iter()
+            .filter(|f| f.is_collective())
+            .any(|&f| self.family[f as usize] != self.collective_latency)
+    }
+
+    /// Scales one pass's durations `d` (`lat`: the latency fractions of the regime's
+    /// collectives, in `collective_ops` order; empty when not split).
+    fn apply(&self, regime: &Regime, d: &mut [f64], lat: &[f64]) {
+        for (op, v) in regime.ops.iter().zip(d.iter_mut()) {
+            let f = op.template.family;
+            if !f.is_collective() {
+                *v *= self.family[f as usize];
+            }
+        }
+        for (j, &i) in regime.collective_ops.iter().enumerate() {
+            let f = regime.ops[i].template.family;
+            let l = lat.get(j).copied().unwrap_or(1.0);
+            d[i] *= l * self.collective_latency + (1.0 - l) * self.family[f as usize];
+        }
+    }
+}

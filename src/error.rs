@@ -224,6 +224,34 @@ pub enum Error {
     /// that did not finish): a bug, not the user's input.
     #[error("{0}")]
     Invariant(&'static str),
+    /// A flag's use, as a whole, is wrong (a list form, a key given twice, nothing to do).
+    #[error("invalid scenario: {flag}: {problem}")]
+    Usage { flag: String, problem: String },
+    /// A settings key (`--vary`, `--grid`, a CSV column) that no knob has.
+    #[error("invalid scenario: {place}: unknown key '{key}' (allowed: {allowed})")]
+    UnknownKey {
+        place: String,
+        key: String,
+        allowed: String,
+    },
+    #[error("invalid scenario: the sweep grid is empty")]
+    EmptyGrid,
+    /// A scenario the fast path cannot stand for with one rank's recursion.
+    #[error("invalid scenario: {0}")]
+    FastPathRefused(&'static str),
+    /// The fast path's probes found an op field that is not linear in its basis: a bug.
+    #[error("fast path: the {what} of op {op} is not linear in the basis")]
+    NotLinear { what: String, op: String },
+    /// Weights and buffers alone exceed the memory the utilization allows.
+    #[error("invalid scenario: {model} at TP={tp} does not fit on {gpu}: weights, activations, CUDA graphs and communication buffers need {need} per GPU but --gpu-memory-utilization {utilization} allows {allows}; no memory is left for the KV cache (use a larger TP, a larger utilization or another system)")]
+    NoKvMemory {
+        model: String,
+        tp: u32,
+        gpu: String,
+        need: String,
+        utilization: f64,
+        allows: String,
+    },
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
@@ -245,7 +273,12 @@ impl Error {
             | Error::ScenarioPart { .. }
             | Error::RequestTooLong { .. }
             | Error::KvDoesNotFit { .. }
-            | Error::NoIntervals { .. } => {
+            | Error::NoIntervals { .. }
+            | Error::Usage { .. }
+            | Error::UnknownKey { .. }
+            | Error::EmptyGrid
+            | Error::FastPathRefused(_)
+            | Error::NoKvMemory { .. } => {
                 let text = self.to_string();
                 Some(
                     text.strip_prefix("invalid scenario: ")

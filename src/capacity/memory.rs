@@ -219,15 +219,14 @@ pub fn account(s: &Scenario, p: &CalibrationProfile, o: &MemoryOptions) -> Resul
     let non_kv: f64 = terms.iter().map(|t| t.bytes).sum();
     let kv_budget = requested - non_kv;
     if kv_budget <= 0.0 {
-        return Err(Error::Scenario(format!(
-            "{} at TP={} does not fit on {}: weights, activations, CUDA graphs and communication buffers need {} per GPU but --gpu-memory-utilization {} allows {}; no memory is left for the KV cache (use a larger TP, a larger utilization or another system)",
-            m.name,
-            s.tp,
-            s.system.gpu.name,
-            crate::units::bytes(non_kv),
-            o.gpu_memory_utilization,
-            crate::units::bytes(requested)
-        )));
+        return Err(Error::NoKvMemory {
+            model: m.name.clone(),
+            tp: s.tp,
+            gpu: s.system.gpu.name.clone(),
+            need: crate::units::bytes(non_kv),
+            utilization: o.gpu_memory_utilization,
+            allows: crate::units::bytes(requested),
+        });
     }
     // A rank's block holds `block_size` of its own tokens; under DCP those are every dcp-th
     // token of a sequence, so one block serves block_size × dcp tokens of sequence.

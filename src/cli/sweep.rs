@@ -126,7 +126,12 @@ fn list<T>(flag: &str, text: &str, parse: impl Fn(&str) -> Result<T>) -> Result<
         .map(|s| parse(s.trim()))
         .collect::<Result<_>>()?;
     if v.is_empty() {
-        return Err(Error::Scenario(format!("{flag} '{text}': no values")));
+        return Err(Error::FlagList {
+            flag: flag.to_string(),
+            text: text.to_string(),
+            problem: "no values".into(),
+            expected: "at least one value".into(),
+        });
     }
     Ok(v)
 }
@@ -471,7 +476,7 @@ fn kv_budget(
             max_num_seqs: o.max_num_seqs,
         }),
         // Weights and buffers alone are above the budget: no scenario fits.
-        Err(Error::Scenario(_)) => Ok(KvBudget {
+        Err(Error::NoKvMemory { .. }) => Ok(KvBudget {
             num_blocks: 0,
             tokens_per_block,
             max_num_seqs: o.max_num_seqs,

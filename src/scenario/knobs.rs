@@ -276,12 +276,10 @@ pub fn names() -> String {
 
 /// The knob of `key`, or an error naming where the key was read and listing the real keys.
 pub fn lookup(key: &str, context: &str) -> Result<&'static Knob> {
-    find(key).ok_or_else(|| {
-        Error::Scenario(format!(
-            "{context}: unknown key '{}' (allowed: {})",
-            crate::units::echo(key),
-            names()
-        ))
+    find(key).ok_or_else(|| Error::UnknownKey {
+        place: context.to_string(),
+        key: crate::units::echo(key).to_string(),
+        allowed: names(),
     })
 }
 

@@ -310,9 +310,10 @@ pub fn run(req: &SpecDecodeRequest) -> Result<SpecDecodeStudy> {
 /// scenario's batch, and each k and the plain step at every crossover batch.
 pub fn simulate_costs(req: &SpecDecodeRequest) -> Result<SpecDecodeCosts> {
     if req.draft_tokens.is_empty() {
-        return Err(Error::Scenario(
-            "--draft-tokens needs at least one value (e.g. 1..6 or 1,2,4)".into(),
-        ));
+        return Err(Error::FlagUse {
+            flag: "--draft-tokens",
+            problem: "needs at least one value (e.g. 1..6 or 1,2,4)".into(),
+        });
     }
     let (scenario, profile) = req.base.load()?;
     spec_params(&profile)?;
@@ -325,8 +326,10 @@ pub fn simulate_costs(req: &SpecDecodeRequest) -> Result<SpecDecodeCosts> {
     for &b in &req.crossover_batches {
         let mut s = scenario.clone();
         s.batch = b;
-        s.validate()
-            .map_err(|e| Error::Scenario(format!("--crossover-batches {b}: {e}")))?;
+        s.validate().map_err(|e| Error::FlagUse {
+            flag: "--crossover-batches",
+            problem: format!("{b}: {e}"),
+        })?;
     }
 
     let baseline = sim::simulate_loaded(scenario.clone(), profile.clone())?;

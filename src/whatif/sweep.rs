@@ -9,11 +9,11 @@
 
 use super::acceptance::Acceptance;
 use super::draft::{Draft, Method};
-use crate::sim::fast::{Collectives, FastScenario, Launch};
 use crate::category::Category;
 use crate::cost::CalibrationProfile;
 use crate::error::{Error, Result};
 use crate::scenario::{Algo, Proto, Scenario};
+use crate::sim::fast::{Collectives, FastScenario, Launch};
 use crate::sim::ScenarioRequest;
 use rayon::prelude::*;
 
@@ -196,17 +196,18 @@ pub fn prepare<'a>(
     budget: &dyn Fn(&Scenario, &CalibrationProfile, bool) -> Result<KvBudget>,
 ) -> Result<Prepared<'a>> {
     if req.is_empty() {
-        return Err(Error::Scenario("the sweep grid is empty".into()));
+        return Err(Error::EmptyGrid);
     }
     req.check_work()?;
     let (scenario, profile) = req.base.load()?;
     let speculative = req.draft_tokens.iter().any(|&k| k > 0);
     let draft = if speculative {
         let d = Draft::load(req.method, req.draft.as_deref(), &scenario.model)?;
-        let acc = req.acceptance.as_ref().ok_or_else(|| {
-            Error::Scenario(
-                "--draft-tokens above 0 needs the acceptance: --acceptance-rate R (or --acceptance-per-position)".into(),
-            )
+        let acc = req.acceptance.as_ref().ok_or_else(|| Error::FlagUse {
+            flag: "--draft-tokens",
+            problem:
+                "above 0 needs the acceptance: --acceptance-rate R (or --acceptance-per-position)"
+                    .into(),
         })?;
         for &k in req.draft_tokens.iter().filter(|&&k| k > 0) {
             d.check_k(k)?;
@@ -246,10 +247,8 @@ pub fn prepare<'a>(
         .draft_tokens
         .iter()
         .map(|&k| match (&req.acceptance, k) {
-            (Some(a), k) if k > 0 => {
-                crate::workload::spec_step::SpecStep::new(req.method, k)
-                    .expected_tokens(&a.survival(k))
-            }
+            (Some(a), k) if k > 0 => crate::workload::spec_step::SpecStep::new(req.method, k)
+                .expected_tokens(&a.survival(k)),
             _ => 1.0,
         })
         .collect();

@@ -33,17 +33,23 @@ pub fn parse_axes(args: &[String]) -> Result<Vec<(String, Vec<String>)>> {
     let mut out: Vec<(String, Vec<String>)> = Vec::new();
     for a in args {
         let Some((k, v)) = a.split_once('=') else {
-            return Err(Error::Scenario(format!(
-                "--vary '{}': expected KEY=V1,V2,... (keys: {})",
-                crate::units::echo(a),
-                keys()
-            )));
+            return Err(Error::FlagUse {
+                flag: "--vary",
+                problem: format!(
+                    "'{}': expected KEY=V1,V2,... (keys: {})",
+                    crate::units::echo(a),
+                    keys()
+                ),
+            });
         };
         let key = knobs::lookup(k.trim(), "--vary")?.name().to_string();
         if out.iter().any(|(x, _)| *x == key) {
-            return Err(Error::Scenario(format!(
-                "--vary: key '{key}' is given twice; list all its values once ({key}=V1,V2,...)"
-            )));
+            return Err(Error::Usage {
+                flag: "--vary".into(),
+                problem: format!(
+                    "key '{key}' is given twice; list all its values once ({key}=V1,V2,...)"
+                ),
+            });
         }
         let values: Vec<String> = v
             .split(',')
@@ -51,15 +57,18 @@ pub fn parse_axes(args: &[String]) -> Result<Vec<(String, Vec<String>)>> {
             .filter(|s| !s.is_empty())
             .collect();
         if values.is_empty() {
-            return Err(Error::Scenario(format!("--vary {key}=: no values")));
+            return Err(Error::FlagUse {
+                flag: "--vary",
+                problem: format!("{key}=: no values"),
+            });
         }
         out.push((key, values));
     }
     if out.is_empty() {
-        return Err(Error::Scenario(format!(
-            "whatif: give at least one --vary KEY=V1,V2,... (keys: {})",
-            keys()
-        )));
+        return Err(Error::Usage {
+            flag: "whatif".into(),
+            problem: format!("give at least one --vary KEY=V1,V2,... (keys: {})", keys()),
+        });
     }
     Ok(out)
 }
@@ -67,12 +76,9 @@ pub fn parse_axes(args: &[String]) -> Result<Vec<(String, Vec<String>)>> {
 /// Sets one key of a request; the scenario check (`ScenarioRequest::load`) then holds the whole.
 pub fn set(req: &mut ScenarioRequest, key: &str, v: &str) -> Result<()> {
     let k = knobs::lookup(key, "--vary")?;
-    let value = k.parse_value(v).map_err(|why| {
-        Error::Scenario(format!(
-            "--vary {}={}: {why}",
-            k.name(),
-            crate::units::echo(v)
-        ))
+    let value = k.parse_value(v).map_err(|why| Error::FlagUse {
+        flag: "--vary",
+        problem: format!("{}={}: {why}", k.name(), crate::units::echo(v)),
     })?;
     k.apply(req, value);
     Ok(())
@@ -229,7 +235,10 @@ pub fn run_bounded(req: &VaryRequest, max_work: u64) -> Result<VaryStudy> {
         r.load().map_err(|e| {
             let label: Vec<String> = settings.iter().map(|(k, v)| format!("{k}={v}")).collect();
             let why = e.scenario_problem().unwrap_or_else(|| e.to_string());
-            Error::Scenario(format!("--vary variant [{}]: {why}", label.join(" ")))
+            Error::FlagUse {
+                flag: "--vary",
+                problem: format!("variant [{}]: {why}", label.join(" ")),
+            }
         })?;
         reqs.push((settings, r));
     }

@@ -443,8 +443,8 @@ impl PassModel {
             .any(|o| !o.rank_scale.is_empty())
         {
             // One rank's recursion stands for all only when every rank plays the same.
-            return Err(Error::Scenario(
-                "the sweep's fast path needs every rank to play the same step; expert parallelism loads ranks unevenly (simulate each scenario instead)".into(),
+            return Err(Error::FastPathRefused(
+                "the sweep's fast path needs every rank to play the same step; expert parallelism loads ranks unevenly (simulate each scenario instead)",
             ));
         }
         let all_segs: Vec<_> = ws.iter().map(segment).collect();
@@ -456,8 +456,8 @@ impl PassModel {
                     .zip(segs)
                     .any(|(a, b)| a.0.len() != b.0.len() || a.1 != b.1)
             {
-                return Err(Error::Other(
-                    "fast path: the workload's op sequence changes within a regime".into(),
+                return Err(Error::Invariant(
+                    "fast path: the workload's op sequence changes within a regime",
                 ));
             }
         }
@@ -494,11 +494,9 @@ impl PassModel {
                         .zip(&all_segs)
                         .map(|(w, sg)| get(&w.ops[sg[si].0[j]]))
                         .collect();
-                    fitter.fit(&ys).ok_or_else(|| {
-                        Error::Other(format!(
-                            "fast path: the {what} of op {} is not linear in the basis",
-                            op0.name
-                        ))
+                    fitter.fit(&ys).ok_or_else(|| Error::NotLinear {
+                        what: what.to_string(),
+                        op: op0.name.clone(),
                     })
                 };
                 let measure = match op0.measure {

@@ -67,10 +67,6 @@ pub enum Error {
         value: String,
         expected: String,
     },
-    #[error("invalid scenario: {0}")]
-    Scenario(String),
-    #[error("{0}")]
-    Other(String),
     /// A job estimated above `--max-work` before any of it runs (`error::check_work`).
     #[error("{command}: {what} is about {units} work units, above --max-work {limit} (one unit is about 1 µs of CPU on a 2-core machine; {hint}); raise --max-work to at least {units_ceil} to run it anyway")]
     TooMuchWork {
@@ -263,7 +259,6 @@ impl Error {
     /// `--vary` variant) match on this rather than on one variant.
     pub fn scenario_problem(&self) -> Option<String> {
         match self {
-            Error::Scenario(m) => Some(m.clone()),
             Error::ScenarioRange { .. }
             | Error::ScenarioSetting { .. }
             | Error::FlagUse { .. }
@@ -377,8 +372,8 @@ mod tests {
             "invalid scenario: --batch 0 is out of range: expected 1 to 4096 sequences"
         );
         assert_eq!(
-            Error::Scenario("x".into()).scenario_problem().as_deref(),
-            Some("x")
+            Error::EmptyGrid.scenario_problem().as_deref(),
+            Some("the sweep grid is empty")
         );
         let other = Error::NoInput {
             flag: "--from-nccl-tests",

@@ -6,6 +6,7 @@ pub mod cudagraph;
 pub mod knobs;
 pub mod limits;
 pub mod model;
+pub mod network;
 pub mod routing;
 pub mod deployment;
 pub mod system;

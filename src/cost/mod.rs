@@ -15,6 +15,7 @@ macro_rules! note {
 pub mod aic;
 pub mod allreduce;
 pub mod collective;
+pub mod internode;
 pub mod kernel;
 pub mod kv_dtype;
 pub mod link;

@@ -642,3 +642,215 @@ mod tests {
         assert_eq!((log2i(1), log2i(2), log2i(3), log2i(18)), (0, 1, 1, 4));
     }
 }
+
+/// The multi-node collective table `calibrate --from-nccl-tests` writes from nccl-tests runs
+/// over several nodes (`nccl_multinode.csv` beside `nccl_collectives.csv`): columns
+/// `op,nodes,nranks,dtype,bytes,latency_us`, one row per measured size. A collective over
+/// `nranks` ranks on `nodes` nodes is priced from its curve as the single-node rows are
+/// (`aic::comm_price`: log-log between sizes, linear beyond), in place of the law.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct MultiNodeTable {
+    /// (op, nodes, nranks) → (bytes, µs) sorted by bytes.
+    curves: std::collections::BTreeMap<(String, u32, u32), Vec<(f64, f64)>>,
+}
+
+/// The table's file name and header.
+pub const MULTINODE_CSV: &str = "nccl_multinode.csv";
+pub const MULTINODE_HEADER: &str = "op,nodes,nranks,dtype,bytes,latency_us";
+
+impl MultiNodeTable {
+    pub fn parse(text: &str, path: &std::path::Path) -> crate::error::Result<Self> {
+        use crate::error::Error;
+        let mut lines = text.lines().enumerate();
+        let header = lines.next().map(|(_, l)| l.trim()).unwrap_or("");
+        if header != MULTINODE_HEADER {
+            return Err(Error::field(
+                path,
+                "header",
+                format!(
+                    "found '{}', expected '{MULTINODE_HEADER}'",
+                    crate::units::clip(header, 80)
+                ),
+            ));
+        }
+        let mut t = MultiNodeTable::default();
+        for (i, l) in lines {
+            let l = l.trim();
+            if l.is_empty() {
+                continue;
+            }
+            let line = i + 1;
+            let f: Vec<&str> = l.split(',').map(str::trim).collect();
+            let bad = |what: String| Error::field(path, format!("line {line}"), what);
+            if f.len() != 6 {
+                return Err(bad(format!(
+                    "{} columns, expected 6 ({MULTINODE_HEADER})",
+                    f.len()
+                )));
+            }
+            if !["all_reduce", "all_gather", "reduce_scatter", "alltoall"].contains(&f[0]) {
+                return Err(bad(format!(
+                    "column op: found '{}', expected all_reduce, all_gather, reduce_scatter or alltoall",
+                    crate::units::clip(f[0], 20)
+                )));
+            }
+            let int = |k: usize, name: &str, lo: u64| -> crate::error::Result<u64> {
+                f[k].parse::<u64>()
+                    .ok()
+                    .filter(|v| *v >= lo)
+                    .ok_or_else(|| {
+                        bad(format!(
+                            "column {name}: found '{}', expected a whole number of at least {lo}",
+                            crate::units::clip(f[k], 20)
+                        ))
+                    })
+            };
+            let nodes = int(1, "nodes", 2)?;
+            let nranks = int(2, "nranks", 2)?;
+            let bytes = int(4, "bytes", 1)?;
+            if nranks < nodes || nranks > u32::MAX as u64 || nodes > u32::MAX as u64 {
+                return Err(bad(format!(
+                    "column nranks: {nranks} ranks on {nodes} nodes, expected at least one rank per node"
+                )));
+            }
+            let us = f[5]
+                .parse::<f64>()
+                .ok()
+                .filter(|t| t.is_finite() && *t > 0.0 && *t < 1e9)
+                .ok_or_else(|| {
+                    bad(format!(
+                        "column latency_us: found '{}', expected a positive time in µs",
+                        crate::units::clip(f[5], 20)
+                    ))
+                })?;
+            let v = t
+                .curves
+                .entry((f[0].to_string(), nodes as u32, nranks as u32))
+                .or_default();
+            if v.iter().any(|p| p.0 == bytes as f64) {
+                return Err(bad(format!(
+                    "{} of {bytes} B on {nodes} nodes x {nranks} ranks appears twice",
+                    f[0]
+                )));
+            }
+            v.push((bytes as f64, us));
+        }
+        for v in t.curves.values_mut() {
+            v.sort_by(|a, b| a.0.total_cmp(&b.0));
+        }
+        Ok(t)
+    }
+
+    pub fn read(path: &std::path::Path) -> crate::error::Result<Self> {
+        let text = crate::files::read_text(path, crate::files::InputKind::MeasurementCsv)?;
+        Self::parse(&text, path)
+    }
+
+    /// The measured curve of `op` (the table's spelling) over `nranks` ranks on `nodes` nodes.
+    pub fn curve(&self, op: &str, nodes: u32, nranks: u32) -> Option<&[(f64, f64)]> {
+        self.curves
+            .get(&(op.to_string(), nodes, nranks))
+            .map(|v| v.as_slice())
+    }
+
+    /// Data rows in all.
+    pub fn rows(&self) -> usize {
+        self.curves.values().map(Vec::len).sum()
+    }
+
+    /// (op, nodes, nranks) of every curve.
+    pub fn keys(&self) -> Vec<(String, u32, u32)> {
+        self.curves.keys().cloned().collect()
+    }
+}
+
+/// The price of one collective op whose group of `n` ranks spans nodes, as the pricer records
+/// it: the profile's multi-node table when it holds this (op, nodes, ranks), else the law
+/// (`Hierarchy::choose`; all-to-all: NCCL's). Returns the choice and a note for the report
+/// (an extrapolated table price).
+pub(crate) fn price_op(
+    h: &Hierarchy,
+    s: &crate::scenario::Scenario,
+    p: &super::CalibrationProfile,
+    family: CostFamily,
+    bytes: u64,
+    proto: Proto,
+) -> crate::error::Result<(super::CollectiveChoice, Option<String>)> {
+    let n = h.ranks();
+    let path: &'static str = match s.comm_path() {
+        CommPath::Nvlink => "nvlink+net",
+        CommPath::PcieP2p => "pcie_p2p+net",
+        CommPath::Host => "host+net",
+    };
+    let net = s.system.network.as_ref().map_or("", |n| n.fabric.as_str());
+    let key = match family {
+        CostFamily::AllToAll => "alltoall",
+        f => f.key(),
+    };
+    let table = p
+        .aic
+        .as_ref()
+        .and_then(|t| Some((t, t.multinode.as_ref()?.curve(key, h.nodes, n)?)));
+    if let Some((t, rows)) = table {
+        if let Some(tp) = super::aic::comm_price(rows, bytes as f64) {
+            let note = tp.extrapolated.then(|| {
+                format!(
+                    "{family} of {bytes} bytes is outside the multi-node rows of {} ({} nodes, {n} ranks): extrapolated",
+                    crate::units::path(&t.dir.join(MULTINODE_CSV)),
+                    h.nodes
+                )
+            });
+            return Ok((
+                super::CollectiveChoice {
+                    op: family.key(),
+                    bytes,
+                    count: 1,
+                    path,
+                    algo: "auto".into(),
+                    proto: "measured".into(),
+                    time_us: tp.us,
+                    source: format!(
+                        "measured: nccl-tests over {} nodes x {} ranks ({})",
+                        h.nodes,
+                        h.ranks_per_node,
+                        crate::units::path(&t.dir.join(MULTINODE_CSV))
+                    ),
+                    latency_us: super::aic::comm_latency(rows).min(tp.us),
+                },
+                note,
+            ));
+        }
+    }
+    let price = if family == CostFamily::AllToAll {
+        h.alltoall(AllToAllMode::Nccl, bytes)
+    } else {
+        h.choose(family, s.nccl.algo, proto, bytes)
+    };
+    let Some(c) = price else {
+        return Err(crate::error::Error::Scenario(format!(
+            "{family} over {} nodes x {} ranks: NCCL has no {} / {} for it (tree runs all-reduce only; LL128 needs NVLink inside the node and an RDMA network); use --nccl-algo auto and --nccl-proto auto",
+            h.nodes, h.ranks_per_node, s.nccl.algo, proto
+        )));
+    };
+    Ok((
+        super::CollectiveChoice {
+            op: family.key(),
+            bytes,
+            count: 1,
+            path,
+            algo: c.algo.into(),
+            proto: c.proto.into(),
+            time_us: c.time_us,
+            source: format!(
+                "NCCL hierarchical law across nodes (cost::internode; facts.md §4): {} nodes x {} ranks over {net}, bus {:.1} GB/s bound by {}{}",
+                h.nodes,
+                h.ranks_per_node,
+                c.bus_gbps,
+                c.bound.name(),
+                if c.occupies_sms { "" } else { ", no SMs held" }
+            ),
+            latency_us: c.latency_us,
+        },
+        None,
+    ))
+}

@@ -405,12 +405,14 @@ pub fn from_nccl_tests(req: &NcclTestsRequest) -> Result<NcclTestsResult> {
     if req.files.is_empty() {
         return Err(Error::Other("--from-nccl-tests: no file given".into()));
     }
-    let mut files: Vec<NcclTestsFile> =
-        req.files.iter().map(|f| read(f)).collect::<Result<_>>()?;
+    let mut files: Vec<NcclTestsFile> = req.files.iter().map(|f| read(f)).collect::<Result<_>>()?;
     // A file whose rank lines name no host but which has more ranks than one node of the
     // system holds ran over several nodes of it.
     let per_node = req.system.gpus_per_node.max(1);
-    for f in files.iter_mut().filter(|f| f.nodes == 1 && f.nranks > per_node) {
+    for f in files
+        .iter_mut()
+        .filter(|f| f.nodes == 1 && f.nranks > per_node)
+    {
         if !f.nranks.is_multiple_of(per_node) {
             return Err(Error::field(
                 &f.path,

@@ -127,7 +127,7 @@ impl Bound {
     pub fn name(self) -> &'static str {
         match self {
             Bound::Link(l) => l.name(),
-            Bound::NcclCap => "NCCL per-channel cap",
+            Bound::NcclCap => "an NCCL bandwidth cap (llMaxBw or per channel)",
         }
     }
 }

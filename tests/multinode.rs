@@ -264,6 +264,12 @@ fn tp_across_nodes_is_refused_where_it_cannot_run() {
     r.comm.allreduce = decodesim::scenario::deployment::AllreduceImpl::Custom;
     let e = decodesim::sim::simulate(&r).unwrap_err().to_string();
     assert!(e.contains("spans 2 nodes"), "{e}");
+    // No custom all-reduce buffers are reserved for a group across nodes; within one NVLink
+    // node they are.
+    let (s16, _) = request("h200-hgx-2node-ib", 16).load().unwrap();
+    assert_eq!(decodesim::capacity::memory::custom_ar_bytes(&s16), 0.0);
+    let (s8, _) = request("h200-hgx-2node-ib", 8).load().unwrap();
+    assert!(decodesim::capacity::memory::custom_ar_bytes(&s8) > 0.0);
     let mut r = request("h200-hgx-2node-ib", 16);
     r.comm.link_gbps = Some(100.0);
     let e = r.load().unwrap_err().to_string();

@@ -218,7 +218,9 @@ impl Hierarchy {
             net_node_gbps: nics as f64 * per_nic,
             net_extra_us: net.latency_us + staging,
             // NCCL's search gives each NIC its rings and doubles them where bandwidth allows
-            // (search.cc); two channels per NIC, at least 2, at most MAXCHANNELS.
+            // (search.cc; not in facts.md, UNVERIFIED): two channels per NIC, at least 2, at most
+            // MAXCHANNELS. Only the per-channel caps read it, and on the bundled systems they
+            // do not bind (16 x 36.7 GB/s > 400 GB/s of NICs).
             channels: (2 * nics).clamp(2, MAX_CHANNELS),
             caps: if gpu_major(&sys.gpu.compute_capability) >= 10 {
                 BLACKWELL

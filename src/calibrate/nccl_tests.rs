@@ -78,6 +78,9 @@ pub struct NcclTestsFile {
     pub versions: Vec<String>,
     /// The GPU names of the `# Rank` lines, distinct.
     pub gpus: Vec<String>,
+    /// Nodes the job ran on: the distinct hosts of the `# Rank ... on HOST device` lines (1 when
+    /// the lines name none; `from_nccl_tests` then infers it from the system's GPUs per node).
+    pub nodes: u32,
     pub rows: Vec<Row>,
 }
 
@@ -123,6 +126,8 @@ pub fn parse(text: &str, path: &Path) -> Result<NcclTestsFile> {
     let (mut nt, mut threads_line, mut versions, mut gpus) =
         (None, String::new(), Vec::new(), Vec::new());
     let (mut ranks, mut op_named) = (0u32, None::<String>);
+    let host = re(r"^#\s*Rank\s+\d+\b.*\bon\s+(\S+)\s+device\s+\d+");
+    let mut hosts: Vec<(String, u32)> = Vec::new();
     let mut rows = Vec::new();
     let bad = |line: usize, what: String| Error::field(path, format!("line {line}"), what);
     for (i, raw) in text.lines().enumerate() {
@@ -147,6 +152,12 @@ pub fn parse(text: &str, path: &Path) -> Result<NcclTestsFile> {
                     }
                 }
                 threads_line = l.trim_start_matches('#').trim().to_string();
+            }
+            if let Some(c) = host.captures(l) {
+                match hosts.iter_mut().find(|(h, _)| h.as_str() == &c[1]) {
+                    Some((_, k)) => *k += 1,
+                    None => hosts.push((c[1].to_string(), 1)),
+                }
             }
             if let Some(c) = rank.captures(l) {
                 ranks += 1;
@@ -321,6 +332,23 @@ pub fn parse(text: &str, path: &Path) -> Result<NcclTestsFile> {
             ),
         ));
     }
+    // Groups of whole nodes only: the multi-node table is keyed by (nodes, ranks), and a TP
+    // group across nodes takes the same number of GPUs on each.
+    if hosts.len() > 1 && hosts.iter().any(|h| h.1 != hosts[0].1) {
+        return Err(Error::field(
+            path,
+            "header",
+            format!(
+                "{nranks} ranks spread unevenly over {} hosts ({}): decodesim prices groups with the same number of GPUs on every node; rerun with the same count per host",
+                hosts.len(),
+                hosts
+                    .iter()
+                    .map(|(h, k)| format!("{} on {}", k, crate::units::clip(h, 40)))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        ));
+    }
     Ok(NcclTestsFile {
         path: path.to_path_buf(),
         op: key.to_string(),
@@ -328,6 +356,7 @@ pub fn parse(text: &str, path: &Path) -> Result<NcclTestsFile> {
         threads_line,
         versions,
         gpus,
+        nodes: hosts.len().max(1) as u32,
         rows,
     })
 }
@@ -367,6 +396,8 @@ pub struct NcclTestsResult {
     pub files: Vec<NcclTestsFile>,
     pub curves: Vec<Curve>,
     pub copied: Vec<String>,
+    /// Rows written to the multi-node table (`cost::internode::MULTINODE_CSV`).
+    pub multinode_rows: usize,
 }
 
 /// Reads the files, writes `tables/` and the profile.
@@ -377,7 +408,26 @@ pub fn from_nccl_tests(req: &NcclTestsRequest) -> Result<NcclTestsResult> {
             what: "file",
         });
     }
-    let files: Vec<NcclTestsFile> = req.files.iter().map(|f| read(f)).collect::<Result<_>>()?;
+    let mut files: Vec<NcclTestsFile> = req.files.iter().map(|f| read(f)).collect::<Result<_>>()?;
+    // A file whose rank lines name no host but which has more ranks than one node of the
+    // system holds ran over several nodes of it.
+    let per_node = req.system.gpus_per_node.max(1);
+    for f in files
+        .iter_mut()
+        .filter(|f| f.nodes == 1 && f.nranks > per_node)
+    {
+        if !f.nranks.is_multiple_of(per_node) {
+            return Err(Error::field(
+                &f.path,
+                "header",
+                format!(
+                    "{} ranks, more than the {per_node} GPUs of one node of system '{}' and not a whole number of its nodes; keep the '# Rank ... on HOST device ...' lines so the hosts can be counted",
+                    f.nranks, req.system.name
+                ),
+            ));
+        }
+        f.nodes = f.nranks / per_node;
+    }
     // (op, nranks, dtype, bytes) → (µs, file, line): one measurement per size.
     let mut table: BTreeMap<(String, u32, String, u64), (f64, u64, &Path, usize)> = BTreeMap::new();
     for f in &files {
@@ -408,13 +458,51 @@ pub fn from_nccl_tests(req: &NcclTestsRequest) -> Result<NcclTestsResult> {
         path: tables_dir.clone(),
         source: e,
     })?;
+    // Files of several nodes go to the multi-node table (cost::internode::MultiNodeTable),
+    // keyed by their node count; the others replace the single-node rows.
+    let nodes_of: BTreeMap<(String, u32), u32> = files
+        .iter()
+        .map(|f| ((f.op.clone(), f.nranks), f.nodes))
+        .collect();
+    let multi = |op: &String, n: &u32| nodes_of.get(&(op.clone(), *n)).copied().unwrap_or(1) > 1;
     let mut csv = String::from("op,impl,mode,dtype,nranks,elements,bytes,latency_us\n");
+    let mut mn = format!("{}\n", crate::cost::internode::MULTINODE_HEADER);
+    let (mut single_rows, mut multi_rows) = (0usize, 0usize);
     for ((op, n, dtype, bytes), (us, elements, _, _)) in &table {
-        csv.push_str(&format!(
-            "{op},nccl,unspecified,{dtype},{n},{elements},{bytes},{us:.3}\n"
-        ));
+        if multi(op, n) {
+            let nodes = nodes_of[&(op.clone(), *n)];
+            mn.push_str(&format!("{op},{nodes},{n},{dtype},{bytes},{us:.3}\n"));
+            multi_rows += 1;
+        } else {
+            csv.push_str(&format!(
+                "{op},nccl,unspecified,{dtype},{n},{elements},{bytes},{us:.3}\n"
+            ));
+            single_rows += 1;
+        }
     }
-    crate::files::write_atomic_bytes(&tables_dir.join("nccl_collectives.csv"), csv.as_bytes())?;
+    let base_dir = req.base.aic.as_ref().map(|t| t.dir.clone());
+    let mut kept_single = false;
+    if single_rows > 0 {
+        crate::files::write_atomic_bytes(&tables_dir.join("nccl_collectives.csv"), csv.as_bytes())?;
+    } else if let Some(src) = base_dir
+        .as_ref()
+        .map(|d| d.join("nccl_collectives.csv"))
+        .filter(|p| p.is_file())
+    {
+        // Only multi-node files: the base's single-node rows stay.
+        let bytes = std::fs::read(&src).map_err(|e| Error::Read {
+            path: src.clone(),
+            source: e,
+        })?;
+        crate::files::write_atomic_bytes(&tables_dir.join("nccl_collectives.csv"), &bytes)?;
+        kept_single = true;
+    }
+    if multi_rows > 0 {
+        crate::files::write_atomic_bytes(
+            &tables_dir.join(crate::cost::internode::MULTINODE_CSV),
+            mn.as_bytes(),
+        )?;
+    }
     // The base's other tables come along (the section names one folder).
     let mut copied = Vec::new();
     let base_tables = req.base.aic.as_ref().map(|t| t.dir.clone());
@@ -445,10 +533,15 @@ pub fn from_nccl_tests(req: &NcclTestsRequest) -> Result<NcclTestsResult> {
     let column = req.column.name();
     let describe = |f: &NcclTestsFile| {
         format!(
-            "{} ({}_perf, {} ranks{}, {} rows, {}{})",
+            "{} ({}_perf, {} ranks{}{}, {} rows, {}{})",
             crate::units::path(&f.path),
             f.op,
             f.nranks,
+            if f.nodes > 1 {
+                format!(" on {} nodes", f.nodes)
+            } else {
+                String::new()
+            },
             if f.gpus.is_empty() {
                 String::new()
             } else {
@@ -472,6 +565,17 @@ pub fn from_nccl_tests(req: &NcclTestsRequest) -> Result<NcclTestsResult> {
         manifest.push_str(&format!("  {s}\n"));
     }
     manifest.push_str("  size = the nccl-tests size column (bytes of the whole buffer), elements = size / dtype size; latency_us = the time column (µs per operation)\n");
+    if multi_rows > 0 {
+        manifest.push_str(&format!(
+            "\n{}: the rows of the files run over several nodes ({} rows; nodes = distinct hosts of their '# Rank' lines, or ranks / GPUs per node of system '{}' where they name none); they price collectives whose group spans nodes (cost::internode)\n",
+            crate::cost::internode::MULTINODE_CSV,
+            multi_rows,
+            req.system.name
+        ));
+    }
+    if kept_single {
+        manifest.push_str("\nnccl_collectives.csv: no single-node file was given; the base profile's single-node rows are kept unchanged\n");
+    }
     if let Some(dir) = &base_tables {
         manifest.push_str(&format!(
             "\nCopied unchanged from {} ({}); its NCCL rows are replaced by the measurements above. Its manifest follows.\n\n{base_manifest}",
@@ -566,12 +670,25 @@ pub fn from_nccl_tests(req: &NcclTestsRequest) -> Result<NcclTestsResult> {
                 .collect(),
         ),
     );
+    t.insert(
+        "nodes".into(),
+        toml::Value::Array(
+            files
+                .iter()
+                .map(|f| toml::Value::Integer(f.nodes as i64))
+                .collect(),
+        ),
+    );
     t.insert("column".into(), s(column));
     t.insert("written".into(), s(&date));
     p.fit.insert("nccl_tests".into(), toml::Value::Table(t));
 
     let mut curves = Vec::new();
-    let mut keys: Vec<(String, u32)> = files.iter().map(|f| (f.op.clone(), f.nranks)).collect();
+    let mut keys: Vec<(String, u32)> = files
+        .iter()
+        .filter(|f| f.nodes == 1)
+        .map(|f| (f.op.clone(), f.nranks))
+        .collect();
     keys.sort();
     keys.dedup();
     let aic = p.aic.clone();
@@ -612,6 +729,7 @@ pub fn from_nccl_tests(req: &NcclTestsRequest) -> Result<NcclTestsResult> {
         files,
         curves,
         copied,
+        multinode_rows: multi_rows,
     })
 }
 

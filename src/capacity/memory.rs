@@ -494,10 +494,12 @@ pub fn nccl_buffer_bytes(s: &Scenario, p: &CalibrationProfile) -> (f64, u32, f64
 /// vLLM's custom all-reduce buffers, where vLLM enables it (facts.md §3.3).
 pub fn custom_ar_bytes(s: &Scenario) -> f64 {
     use crate::scenario::deployment::AllreduceImpl;
+    // Not when the group spans nodes: vLLM disables it there (cost::custom_ar_dispatch).
     let enabled =
         crate::cost::allreduce::custom_ar_enabled(s.tp, s.comm_path() == CommPath::Nvlink).is_ok()
             && s.comm.allreduce != AllreduceImpl::Nccl
-            && s.runtime == crate::scenario::Runtime::Vllm;
+            && s.runtime == crate::scenario::Runtime::Vllm
+            && !s.system.spans_nodes(s.tp);
     if enabled {
         CUSTOM_AR_BYTES
     } else {

@@ -344,10 +344,15 @@ fn from_nccl_tests(a: &CalibrateArgs) -> Result<()> {
     );
     for f in &r.files {
         s.push_str(&format!(
-            "  {}: {} at {} ranks{}, {} rows{}\n",
+            "  {}: {} at {} ranks{}{}, {} rows{}\n",
             crate::units::path(&f.path),
             f.op,
             f.nranks,
+            if f.nodes > 1 {
+                format!(" on {} nodes (multi-node table)", f.nodes)
+            } else {
+                String::new()
+            },
             if f.gpus.is_empty() {
                 String::new()
             } else {
@@ -378,6 +383,13 @@ fn from_nccl_tests(a: &CalibrateArgs) -> Result<()> {
             c.switch_bytes
                 .map(|(a, b)| format!("between {a:.0} and {b:.0} B"))
                 .unwrap_or_else(|| "not seen".into())
+        ));
+    }
+    if r.multinode_rows > 0 {
+        s.push_str(&format!(
+            "multi-node table: {} rows in {} (prices collectives whose group spans nodes)\n",
+            r.multinode_rows,
+            crate::units::path(&r.tables_dir.join(crate::cost::internode::MULTINODE_CSV))
         ));
     }
     if !r.copied.is_empty() {

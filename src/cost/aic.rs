@@ -52,6 +52,8 @@ pub struct AicTables {
     nccl: HashMap<(String, u32), CommCurve>,
     /// (mode, nranks) → vLLM custom all-reduce curve (as timed: may be NCCL's fallback).
     custom: HashMap<(String, u32), Vec<(f64, f64)>>,
+    /// Collectives measured over several nodes (`cost::internode::MULTINODE_CSV`).
+    pub multinode: Option<super::internode::MultiNodeTable>,
 }
 
 /// The lines of one MLA grid read at one batch (`AicTables::mla_module`): key (tables id,
@@ -361,6 +363,12 @@ impl AicTables {
                 v.sort_by(|a, b| a.0.total_cmp(&b.0));
                 v.dedup_by(|a, b| a.0 == b.0);
             }
+        }
+        if let Some(p) = present(super::internode::MULTINODE_CSV) {
+            let m = super::internode::MultiNodeTable::read(&p)?;
+            t.files
+                .insert(super::internode::MULTINODE_CSV.into(), m.rows());
+            t.multinode = Some(m);
         }
         let manifest = dir.join("MANIFEST.txt");
         if manifest.is_file() {

@@ -15,6 +15,7 @@ macro_rules! note {
 pub mod aic;
 pub mod allreduce;
 pub mod collective;
+pub mod internode;
 pub mod kernel;
 pub mod kv_dtype;
 pub mod link;
@@ -228,6 +229,17 @@ impl<'a> Pricer<'a> {
     }
 
     fn collective(&mut self, op: &Op) -> Result<(f64, f64)> {
+        // A group that spans nodes: NCCL across the network (cost::internode).
+        let h = internode::Hierarchy::of(&self.s.system, self.group_of(op), self.path);
+        if let Some(h) = h {
+            let proto = self.proto_for(op.message_bytes);
+            let (c, note) =
+                internode::price_op(&h, self.s, self.p, op.family, op.message_bytes, proto)?;
+            if let Some(n) = note {
+                note!(self.quiet, self.warnings, n);
+            }
+            return Ok(self.record(op, c));
+        }
         if op.family == CostFamily::AllReduce && self.custom_ar && op.group == 0 {
             if let Some(c) = self.custom_allreduce(op) {
                 let c = self.table_scaled(c);
@@ -772,6 +784,22 @@ fn custom_ar_dispatch(
                 flag: "--allreduce",
                 value: "custom".into(),
                 problem: ": the reference runtime reduces with torch.distributed (NCCL), not vLLM's custom kernel; use --runtime vllm".into(),
+            }),
+            _ => Ok(CustomAr::Off),
+        };
+    }
+    if s.system.spans_nodes(s.tp) {
+        // vLLM disables its custom all-reduce when the group spans nodes (custom_all_reduce.py:
+        // "Custom allreduce is disabled because this process group spans across nodes").
+        return match s.comm.allreduce {
+            AllreduceImpl::Custom => Err(Error::Usage {
+                flag: "--allreduce custom".into(),
+                problem: format!(
+                    "vLLM would not run its custom all-reduce on {} at TP={}: the group spans {} nodes (custom_all_reduce.py disables it across nodes); use --allreduce nccl or auto",
+                    s.system.name,
+                    s.tp,
+                    s.system.nodes_spanned(s.tp)
+                ),
             }),
             _ => Ok(CustomAr::Off),
         };

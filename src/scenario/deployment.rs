@@ -196,6 +196,29 @@ impl Scenario {
                 ),
             });
         }
+        let g = self.system.gpus_per_node;
+        if tp > g && !tp.is_multiple_of(g) {
+            return Err(Error::ScenarioSetting {
+                flag: "--tp",
+                value: tp.to_string(),
+                problem: format!(
+                    " spans nodes of {g} GPUs on system '{}' but is not a multiple of {g}: a TP group across nodes takes whole nodes",
+                    self.system.name
+                ),
+            });
+        }
+        if self.system.spans_nodes(tp)
+            && (self.comm.link_gbps.is_some() || self.comm.link_latency_us.is_some())
+        {
+            return Err(Error::FlagUse {
+                flag: "--link-gbps / --link-latency-us",
+                problem: format!(
+                    "describe the link inside a node, but --tp {tp} spans {} nodes of system '{}', whose collectives are priced by its [network]: edit the system file's [network] instead",
+                    self.system.nodes_spanned(tp),
+                    self.system.name
+                ),
+            });
+        }
         let t = tp as usize;
         if !m.num_heads.is_multiple_of(t) {
             return Err(Error::ScenarioSetting {

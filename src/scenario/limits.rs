@@ -84,6 +84,18 @@ pub const LOG_COUNT: FloatRange = FloatRange::non_negative(1e15, "");
 /// (`scenario::MAX_CONTEXT`); a step prefilling more than a whole context does not happen.
 pub const STEP_TOKENS: FloatRange = FloatRange::between(1.0, 1e7, "tokens");
 
+/// A NIC's line rate in a system file's `[network]`, in Gb/s per direction as vendors quote it:
+/// 1 (1 GbE, the slowest NIC a server has) to 3,200 (4x the 800 Gb/s of ConnectX-8, the fastest
+/// NIC NVIDIA lists; a value above is Mb/s given for Gb/s).
+pub const NIC_GBIT: FloatRange = FloatRange::between(1.0, 3_200.0, "Gb/s per direction");
+/// NICs per node: 1 to 64 (an HGX node has 8 compute NICs plus 1-2 for storage; 64 is a NIC
+/// per PCIe x4 slot of a large host, far above any GPU server).
+pub const NICS_PER_NODE: std::ops::RangeInclusive<u64> = 1..=64;
+/// Nodes in one system file: 1 to 16,384, and at most 131,072 GPUs in all: the largest
+/// training clusters built are about 100,000 GPUs; more is a typo.
+pub const NODES: std::ops::RangeInclusive<u64> = 1..=16_384;
+pub const TOTAL_GPUS: std::ops::RangeInclusive<u64> = 1..=131_072;
+
 /// Checks a flag's float against `range`: the error names the flag, the value and the range.
 pub fn flag_in(flag: &'static str, v: f64, range: &FloatRange) -> Result<f64> {
     if range.contains(v) {

@@ -7,6 +7,7 @@ pub mod deployment;
 pub mod knobs;
 pub mod limits;
 pub mod model;
+pub mod network;
 pub mod routing;
 pub mod system;
 

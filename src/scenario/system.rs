@@ -62,6 +62,16 @@ pub struct SystemFile {
     /// Name of the calibration profile used when `--calibration` is not given.
     pub calibration: String,
     pub interconnect: Interconnect,
+    /// Nodes of `gpu_count` GPUs each (`gpu_count` and `[interconnect]` describe one node).
+    #[serde(default = "one_node")]
+    pub nodes: u32,
+    /// The network between the nodes; required when `nodes` > 1.
+    #[serde(default)]
+    pub network: Option<super::network::Network>,
+}
+
+fn one_node() -> u32 {
+    1
 }
 
 #[derive(Debug, Clone)]
@@ -70,9 +80,14 @@ pub struct SystemSpec {
     pub description: String,
     pub source: PathBuf,
     pub gpu: GpuSpec,
+    /// GPUs in the whole system: `nodes` × `gpus_per_node`.
     pub gpu_count: u32,
     pub default_calibration: String,
     pub interconnect: Interconnect,
+    pub nodes: u32,
+    /// GPUs in one node (the file's `gpu_count`).
+    pub gpus_per_node: u32,
+    pub network: Option<super::network::Network>,
 }
 
 /// Floors and ceilings of GPU figures (`scenario::limits`, where each is argued): a value outside
@@ -317,15 +332,82 @@ impl SystemSpec {
         }
         let gpu = GpuSpec::from_file(&gpu_path)?;
         f.interconnect.check(path, f.gpu_count, &gpu)?;
+        check::int_in(path, "nodes", f.nodes as u64, &super::limits::NODES)?;
+        let total = f.nodes as u64 * f.gpu_count as u64;
+        if !super::limits::TOTAL_GPUS.contains(&total) {
+            return Err(Error::field(
+                path,
+                "nodes",
+                format!(
+                    "found {} nodes x {} GPUs = {total} GPUs, expected at most {}",
+                    f.nodes,
+                    f.gpu_count,
+                    super::limits::TOTAL_GPUS.end()
+                ),
+            ));
+        }
+        match &f.network {
+            Some(n) => n.check(path, f.gpu_count, f.interconnect.nvlink_gbps, gpu.nvlink)?,
+            None if f.nodes > 1 => {
+                return Err(Error::field(
+                    path,
+                    "network",
+                    format!(
+                        "missing: a system of {} nodes needs a [network] section (fabric, nics, nics_per, nic_gbit, latency_us, transport, gpudirect, gpu_nic_path)",
+                        f.nodes
+                    ),
+                ))
+            }
+            None => {}
+        }
         Ok(SystemSpec {
             name: f.name,
             description: f.description,
             source: path.to_path_buf(),
             gpu,
-            gpu_count: f.gpu_count,
+            gpu_count: total as u32,
             default_calibration: f.calibration,
             interconnect: f.interconnect,
+            nodes: f.nodes,
+            gpus_per_node: f.gpu_count,
+            network: f.network,
         })
+    }
+
+    /// Where rank `rank` sits: (node, GPU within the node). Ranks are numbered node by node.
+    pub fn node_of(&self, rank: u32) -> (u32, u32) {
+        let g = self.gpus_per_node.max(1);
+        (rank / g, rank % g)
+    }
+
+    /// Nodes a group of `ranks` consecutive ranks (from rank 0) spans.
+    pub fn nodes_spanned(&self, ranks: u32) -> u32 {
+        ranks.max(1).div_ceil(self.gpus_per_node.max(1))
+    }
+
+    /// Whether a group of `ranks` consecutive ranks crosses the network.
+    pub fn spans_nodes(&self, ranks: u32) -> bool {
+        self.nodes_spanned(ranks) > 1
+    }
+
+    /// The link class between two ranks: NVLink or PCIe within a node, the network across.
+    pub fn link_between(&self, a: u32, b: u32) -> super::network::LinkClass {
+        use super::network::LinkClass;
+        if a == b {
+            LinkClass::Local
+        } else if self.node_of(a).0 != self.node_of(b).0 {
+            LinkClass::Net
+        } else if self.interconnect.kind == LinkKind::Nvlink {
+            LinkClass::Nvlink
+        } else {
+            LinkClass::Pcie
+        }
+    }
+
+    /// The PCIe link's signalling rate, GB/s per direction (`pcie_gen` × `pcie_lanes` / 8).
+    pub fn pcie_gbps(&self) -> f64 {
+        pcie_gts(self.interconnect.pcie_gen).unwrap_or(0.0) * self.interconnect.pcie_lanes as f64
+            / 8.0
     }
 
     /// Whether `ranks` consecutive GPUs span more than one CPU socket.

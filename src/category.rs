@@ -69,7 +69,7 @@ impl Category {
         self as usize
     }
 
-    pub fn is_compute(self) -> bool {
+    pub(crate) fn is_compute(self) -> bool {
         !matches!(
             self,
             Category::Communication | Category::Memcpy | Category::Idle

@@ -15,7 +15,7 @@ const N: usize = Category::COUNT;
 
 /// One kernel (or other GPU activity) as the accounting sees it.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Interval {
+pub(crate) struct Interval {
     pub start_us: f64,
     pub end_us: f64,
     pub category: Category,
@@ -23,14 +23,14 @@ pub struct Interval {
 
 /// Exclusive and union time per category inside `[window_start, window_end)`.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
-pub struct Attribution {
+pub(crate) struct Attribution {
     pub exclusive_us: [f64; N],
     pub busy_us: [f64; N],
 }
 
 /// Sweep-line attribution of `intervals` over a window. `scratch` is reused between calls so the
 /// simulator's hot path does not allocate.
-pub fn attribute(
+pub(crate) fn attribute(
     intervals: &[Interval],
     window_start: f64,
     window_end: f64,

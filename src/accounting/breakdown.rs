@@ -34,7 +34,7 @@ pub struct BreakdownEntry {
 }
 
 impl Breakdown {
-    pub fn from_attribution(step_time_us: f64, a: Attribution) -> Self {
+    pub(crate) fn from_attribution(step_time_us: f64, a: Attribution) -> Self {
         Breakdown {
             step_time_us,
             exclusive_us: a.exclusive_us,
@@ -57,7 +57,7 @@ impl Breakdown {
     }
 
     /// Communication that ran while compute ran too.
-    pub fn comm_overlapped_us(&self) -> f64 {
+    pub(crate) fn comm_overlapped_us(&self) -> f64 {
         let c = Category::Communication.index();
         (self.busy_us[c] - self.exclusive_us[c]).max(0.0)
     }

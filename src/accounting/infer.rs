@@ -46,7 +46,7 @@ pub struct Inferred {
 
 /// A mean context this close to the scenario's (relative) counts as the same: the trace's is a
 /// mean over sequences of slightly different lengths.
-pub const CONTEXT_TOLERANCE: f64 = 0.05;
+pub(crate) const CONTEXT_TOLERANCE: f64 = 0.05;
 
 /// The most common value and how many distinct values there were.
 fn mode<T: Ord + Copy>(values: impl Iterator<Item = T>) -> Option<(T, usize)> {
@@ -201,7 +201,7 @@ impl Inferred {
 /// Holds `scenario` against what the trace shows. `Err(Error::Mismatch)` names every quantity
 /// that differs (scenario value vs trace value); `Ok` carries one note per quantity checked or
 /// not shown, for the report.
-pub fn check_against(scenario: &Scenario, inferred: &Inferred) -> Result<Vec<String>> {
+pub(crate) fn check_against(scenario: &Scenario, inferred: &Inferred) -> Result<Vec<String>> {
     let mut problems = Vec::new();
     if let Some(r) = &inferred.ranks {
         if r.value != scenario.tp {
@@ -247,7 +247,7 @@ pub fn check_against(scenario: &Scenario, inferred: &Inferred) -> Result<Vec<Str
 }
 
 /// [`check_against`], with `allow` (`--allow-mismatch`) turning the mismatches into notes.
-pub fn check_or_allow(
+pub(crate) fn check_or_allow(
     scenario: &Scenario,
     inferred: &Inferred,
     allow: bool,

@@ -32,8 +32,8 @@ pub struct SummaryOptions<'a> {
 pub struct Stats {
     pub n: usize,
     pub median: f64,
-    pub p10: f64,
-    pub p90: f64,
+    pub(crate) p10: f64,
+    pub(crate) p90: f64,
     pub mean: f64,
     pub min: f64,
     pub max: f64,
@@ -72,13 +72,13 @@ impl Stats {
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize)]
 pub struct GapStats {
     pub count: usize,
-    pub idle_us: f64,
+    pub(crate) idle_us: f64,
     /// Gaps closed by an op whose launch call started after the GPU had gone idle: the GPU was
     /// waiting for the CPU to launch (HTA's "host wait").
-    pub launch_gap_us: f64,
+    pub(crate) launch_gap_us: f64,
     /// All other gaps (dependencies, synchronisation, the tail of the window).
-    pub other_gap_us: f64,
-    pub largest_us: f64,
+    pub(crate) other_gap_us: f64,
+    pub(crate) largest_us: f64,
 }
 
 impl GapStats {
@@ -132,7 +132,7 @@ pub struct RankSummary {
     pub world_size: Option<i64>,
     pub events: EventCounts,
     pub step_source: StepSource,
-    pub marker_side: &'static str,
+    pub(crate) marker_side: &'static str,
     pub empty_markers: usize,
     pub steps: Vec<StepSummary>,
     /// "decode" when decode steps were found and only they are counted, else "all".
@@ -193,7 +193,7 @@ fn ratio(a: f64, b: f64) -> f64 {
 /// Expands directories into their `*.json` / `*.json.gz` files (sorted) and checks the rest:
 /// each must be a regular file of a sane size ([`crate::files::check_input`]), and no trace may
 /// be given twice (the same file after canonicalisation, or the same bytes under two names).
-pub fn expand_inputs(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
+pub(crate) fn expand_inputs(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
     let files = expand_paths(paths)?;
     refuse_duplicates(&files)?;
     Ok(files)
@@ -609,7 +609,7 @@ fn gap_stats(
 /// milliseconds on an event before the forward pass runs. An idle gap longer than
 /// `STALL_FACTOR` times the step's whole GPU busy time is such a stall: the window is cut there
 /// and the piece with the most GPU work is kept.
-pub const STALL_FACTOR: f64 = 5.0;
+pub(crate) const STALL_FACTOR: f64 = 5.0;
 
 /// Returns the trimmed window and the time cut from it.
 fn trim_stalls(ops: &[GpuOp], members: &[usize], ws: f64, we: f64) -> (f64, f64, f64) {

@@ -46,7 +46,7 @@ pub enum FactorKind {
 /// One fittable member of [`Factors`]: its name, an alias, and how to read and write it.
 pub struct FactorSpec {
     pub name: &'static str,
-    pub alias: &'static str,
+    pub(crate) alias: &'static str,
     pub kind: FactorKind,
     /// A finer split of a coarse factor's family (one term of its price): the automatic choice
     /// takes these only once every coarse factor is chosen or refused, so a few points pin down
@@ -337,7 +337,7 @@ impl Point {
     }
 
     /// Where the point is: `file line N`.
-    pub fn origin(&self, fallback: &Path) -> String {
+    pub(crate) fn origin(&self, fallback: &Path) -> String {
         let f = if self.file.as_os_str().is_empty() {
             fallback
         } else {
@@ -590,13 +590,13 @@ fn parse_csv(text: &str, path: &Path) -> Result<Vec<Point>> {
 }
 
 /// KV element size of a vLLM `--kv-cache-dtype` value (the knob's parser).
-pub fn kv_dtype_bytes(v: &str) -> Option<f64> {
+pub(crate) fn kv_dtype_bytes(v: &str) -> Option<f64> {
     crate::scenario::knobs::KvDtype::parse(v).map(|d| d.bytes())
 }
 
 /// The speculative settings of a point from its four fields (all absent: none). On error:
 /// (field, value, what was expected).
-pub fn spec_point(
+pub(crate) fn spec_point(
     method: Option<String>,
     k: Option<String>,
     rate: Option<String>,
@@ -788,7 +788,7 @@ pub struct FactorChoice {
     /// starts.
     pub sensitivity: f64,
     /// What remains of that once the factors chosen before it are fitted (same units).
-    pub independent: f64,
+    pub(crate) independent: f64,
     /// True when it was chosen to fit (it may still be refused after the fit for its interval).
     pub chosen: bool,
     /// "chosen: ..." or why not.
@@ -806,7 +806,7 @@ pub struct ThroughputFit {
     pub choices: Vec<FactorChoice>,
     pub before: Vec<Residual>,
     pub residuals: Vec<Residual>,
-    pub iterations: usize,
+    pub(crate) iterations: usize,
     pub out: PathBuf,
 }
 
@@ -1239,7 +1239,7 @@ fn solve(
 
 /// Points a copy of `base` written to `out` at the files `base` references relative to itself
 /// (its measurement table, its AIConfigurator tables), so the copy loads from anywhere.
-pub fn relocate(p: &mut CalibrationProfile, base: &CalibrationProfile, out: &Path) {
+pub(crate) fn relocate(p: &mut CalibrationProfile, base: &CalibrationProfile, out: &Path) {
     if let Some(tab) = &base.table {
         p.measurements = Some(table_reference(&tab.path, out));
     }

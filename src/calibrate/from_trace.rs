@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 /// Default `--max-step-error`: the single-anchor fit reproduces its anchor within a few percent
 /// when the scenario describes the trace (data/traces/h200: +0.9%).
-pub const DEFAULT_MAX_STEP_ERROR_PCT: f64 = 10.0;
+pub(crate) const DEFAULT_MAX_STEP_ERROR_PCT: f64 = 10.0;
 
 #[derive(Debug, Clone)]
 pub struct TraceFitOptions {
@@ -36,7 +36,7 @@ impl Default for TraceFitOptions {
 pub struct TraceCalibration {
     /// The profile adjusted from.
     pub base: String,
-    pub anchor_name: String,
+    pub(crate) anchor_name: String,
     pub fit: AnchorResult,
     pub measured: Breakdown,
     pub before: Comparison,

@@ -17,7 +17,7 @@ fn launch_fit(m: &Measurements, mode: LaunchMode) -> Option<(f64, f64)> {
 /// Launch parameters: measured where launch.csv and graph_overheads.csv say, else the
 /// fallback's. `elementwise` is the fitted smallest-kernel law, whose fixed cost the kernel
 /// medians already hold.
-pub fn launch_params(
+pub(crate) fn launch_params(
     m: &Measurements,
     fallback: &CalibrationProfile,
     elementwise: Option<&KernelParams>,

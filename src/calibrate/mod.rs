@@ -39,19 +39,19 @@ pub struct FitQuality {
     pub checked: Vec<String>,
     pub r2: f64,
     pub median_abs_rel_err: f64,
-    pub max_abs_rel_err: f64,
+    pub(crate) max_abs_rel_err: f64,
     /// Physical limits the fitted values break.
-    pub unphysical: Vec<String>,
+    pub(crate) unphysical: Vec<String>,
     pub notes: Vec<String>,
 }
 
 /// Why a section fails the rules, split by whether a measurement table can excuse it.
 #[derive(Debug, Clone, Default)]
-pub struct Problems {
+pub(crate) struct Problems {
     /// The law misses the points (median error, R²): the table still prices measured shapes.
-    pub misfit: Vec<String>,
+    pub(crate) misfit: Vec<String>,
     /// The values are not known or not physical: nothing excuses that.
-    pub unidentified: Vec<String>,
+    pub(crate) unidentified: Vec<String>,
 }
 
 impl Problems {
@@ -71,7 +71,7 @@ impl FitQuality {
     /// The rules: the typical point within the limit; R² at least the minimum unless every point
     /// is close (over a nearly constant set of times R² says nothing); each checked parameter
     /// finite with a 95% interval narrower than itself; nothing unphysical.
-    pub fn problems(&self, o: &FitOptions) -> Problems {
+    pub(crate) fn problems(&self, o: &FitOptions) -> Problems {
         let mut p = Problems::default();
         if !(self.median_abs_rel_err <= o.max_median_err) {
             p.misfit.push(format!(
@@ -123,7 +123,7 @@ pub struct CalibrationResult {
     pub quality: Vec<FitQuality>,
     pub warnings: Vec<String>,
     /// Sections whose fit broke the rules and which keep the fallback's values, with why.
-    pub kept_fallback: Vec<String>,
+    pub(crate) kept_fallback: Vec<String>,
 }
 
 /// How strict the fit is and what a poor section becomes.

@@ -36,9 +36,9 @@ use crate::workload::CostFamily;
 use serde::Serialize;
 
 /// The knee: marginal tokens/s per added user below this share of the first user's rate.
-pub const KNEE_MARGINAL_SHARE: f64 = 0.5;
+pub(crate) const KNEE_MARGINAL_SHARE: f64 = 0.5;
 /// The plateau: tokens/s within this share of the best on the curve.
-pub const PLATEAU_SHARE: f64 = 0.95;
+pub(crate) const PLATEAU_SHARE: f64 = 0.95;
 
 /// What the users ask of the deployment, reduced to what the curve and the KV limit need.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -55,7 +55,7 @@ pub struct Demand {
     /// The longest request (checked against the model's maximum).
     pub longest: u64,
     /// How the demand was given, for the report.
-    pub described: String,
+    pub(crate) described: String,
 }
 
 /// One row of a request mix: `input_len,output_len,weight`.
@@ -214,17 +214,17 @@ pub fn parse_mix(text: &str, path: &std::path::Path) -> Result<Vec<MixRow>> {
 /// Prefill's price per prompt token, and how it was made.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct PrefillCost {
-    pub us_per_token: f64,
+    pub(crate) us_per_token: f64,
     /// The part from the decode step's kernels priced at the chunk.
-    pub kernels_us_per_token: f64,
+    pub(crate) kernels_us_per_token: f64,
     /// The roofline attention part.
-    pub attention_us_per_token: f64,
-    pub chunk_tokens: u32,
+    pub(crate) attention_us_per_token: f64,
+    pub(crate) chunk_tokens: u32,
     pub warnings: Vec<String>,
 }
 
 /// The per-token prefill cost (see the module notes).
-pub fn prefill_cost(
+pub(crate) fn prefill_cost(
     s: &Scenario,
     p: &CalibrationProfile,
     chunk_tokens: u32,
@@ -361,7 +361,7 @@ pub fn decode_steps(
 /// Full timelines one curve of about `points` concurrencies may take: the grid (the points plus
 /// powers of two up to the largest batch) and, with a TPOT limit, the bisection between two grid
 /// points (at most one step per power of two).
-pub fn simulations_per_curve(points: usize, max_tpot: bool) -> f64 {
+pub(crate) fn simulations_per_curve(points: usize, max_tpot: bool) -> f64 {
     let powers = (crate::scenario::deployment::MAX_BATCH as f64)
         .log2()
         .ceil()
@@ -372,7 +372,7 @@ pub fn simulations_per_curve(points: usize, max_tpot: bool) -> f64 {
 /// Refuses a capacity study above `max_work` before anything is simulated: `curves` curves of
 /// `points` concurrencies and `extra` single steps (the reference step, breakdown batches), each
 /// a full timeline.
-pub fn check_work(
+pub(crate) fn check_work(
     points: usize,
     max_tpot: bool,
     curves: f64,
@@ -402,7 +402,7 @@ pub struct Curve {
     pub knee: Option<u32>,
     pub plateau: Option<u32>,
     /// The curve still climbs at its last point (the concurrency limit binds before a plateau).
-    pub still_climbing: bool,
+    pub(crate) still_climbing: bool,
     /// `--max-tpot-ms` and the highest concurrency meeting it (None: not even one user).
     pub max_tpot_ms: Option<f64>,
     pub max_concurrency_at_tpot: Option<u32>,

@@ -23,11 +23,11 @@ use serde::Serialize;
 /// vLLM's defaults for an OpenAI API server on a GPU of at least 70 GiB
 /// (`engine/arg_utils.py`, `_set_default_args`: max_num_batched_tokens 8192, max_num_seqs 1024;
 /// UNVERIFIED against 0.33, read from earlier releases). Smaller GPUs default to 2048 / 256.
-pub const DEFAULT_MAX_NUM_BATCHED_TOKENS: u32 = 8192;
-pub const DEFAULT_MAX_NUM_SEQS: u32 = 1024;
+pub(crate) const DEFAULT_MAX_NUM_BATCHED_TOKENS: u32 = 8192;
+pub(crate) const DEFAULT_MAX_NUM_SEQS: u32 = 1024;
 /// vLLM's default KV block size for CUDA attention backends (`CacheConfig.block_size` = 16;
 /// FlashMLA and CUTLASS MLA use 64 and 128: pass `--block-size`).
-pub const DEFAULT_BLOCK_SIZE: u32 = 16;
+pub(crate) const DEFAULT_BLOCK_SIZE: u32 = 16;
 /// Largest CUDA-graph capture size: 512, or 1024 on datacenter Blackwell (facts.md §3.4).
 const MAX_CAPTURE: u32 = 512;
 const MAX_CAPTURE_SM100: u32 = 1024;
@@ -159,7 +159,7 @@ pub struct MemoryAccount {
     pub terms: Vec<MemoryTerm>,
     /// KV-cache bytes one rank stores per token, all layers (after DCP sharding).
     pub kv_bytes_per_token: f64,
-    pub block_size: u32,
+    pub(crate) block_size: u32,
     pub num_blocks: u64,
     /// num_blocks × block_size: vLLM's "GPU KV cache size: N tokens".
     pub kv_cache_tokens: u64,
@@ -434,7 +434,7 @@ pub fn activation_peak_bytes(m: &ModelSpec, tp: usize, tokens: f64, seqs: f64) -
 /// `[1, 2, 4] + range(8, 256, 8) + range(256, max + 1, 16)` up to min(max capture, 2 ×
 /// max_num_seqs) (facts.md §3.4), each as one FULL graph and as PIECEWISE pieces holding about
 /// the same kernels, all sharing one memory pool sized by the largest capture's activations.
-pub fn cuda_graph_bytes(s: &Scenario, max_num_seqs: u32) -> (f64, usize, f64) {
+pub(crate) fn cuda_graph_bytes(s: &Scenario, max_num_seqs: u32) -> (f64, usize, f64) {
     let cap_max = if s.system.gpu.compute_capability.starts_with("10.") {
         MAX_CAPTURE_SM100
     } else {
@@ -458,7 +458,7 @@ pub fn cuda_graph_bytes(s: &Scenario, max_num_seqs: u32) -> (f64, usize, f64) {
 }
 
 /// vLLM's default capture sizes up to `max` (facts.md §3.4).
-pub fn capture_sizes(max: u32) -> Vec<u32> {
+pub(crate) fn capture_sizes(max: u32) -> Vec<u32> {
     let mut v: Vec<u32> = [1, 2, 4].into_iter().collect();
     v.extend((8..256).step_by(8));
     v.extend((256..=max.max(256)).step_by(16));
@@ -469,7 +469,7 @@ pub fn capture_sizes(max: u32) -> Vec<u32> {
 /// NCCL's protocol buffers on one rank: (bytes, channels, Simple buffer size). One ring
 /// connection per channel holds the Simple, LL and LL128 buffers (NCCL's P2P transport
 /// allocates them on one side of each connection); vLLM holds two communicators per TP group.
-pub fn nccl_buffer_bytes(s: &Scenario, p: &CalibrationProfile) -> (f64, u32, f64) {
+pub(crate) fn nccl_buffer_bytes(s: &Scenario, p: &CalibrationProfile) -> (f64, u32, f64) {
     if s.tp <= 1 {
         return (0.0, 0, 0.0);
     }
@@ -493,7 +493,7 @@ pub fn nccl_buffer_bytes(s: &Scenario, p: &CalibrationProfile) -> (f64, u32, f64
 }
 
 /// vLLM's custom all-reduce buffers, where vLLM enables it (facts.md §3.3).
-pub fn custom_ar_bytes(s: &Scenario) -> f64 {
+pub(crate) fn custom_ar_bytes(s: &Scenario) -> f64 {
     use crate::scenario::deployment::AllreduceImpl;
     let enabled =
         crate::cost::allreduce::custom_ar_enabled(s.tp, s.comm_path() == CommPath::Nvlink).is_ok()

@@ -314,7 +314,7 @@ fn candidates(
 }
 
 /// The simulated step at each of `batches` (the category breakdown plot).
-pub fn breakdown_by_batch(
+pub(crate) fn breakdown_by_batch(
     req: &ScenarioRequest,
     context: u64,
     batches: &[u32],

@@ -51,7 +51,7 @@ pub struct Target {
 /// Checks a plan's target flags against their physical ranges (`scenario::limits`): a target of
 /// 1e30 tokens/s or 4e9 users is refused by flag, value and range, not planned into replica
 /// counts that wrap.
-pub fn check_target(
+pub(crate) fn check_target(
     tokens_per_s: Option<f64>,
     users: Option<u32>,
     max_tpot_ms: Option<f64>,
@@ -121,7 +121,7 @@ pub struct PlanRow {
     pub max_concurrency: u64,
     /// All replicas together.
     pub tokens_per_s: f64,
-    pub tokens_per_s_per_gpu: f64,
+    pub(crate) tokens_per_s_per_gpu: f64,
     pub tpot_ms: f64,
     pub gpu_hour_usd: Option<f64>,
     pub usd_per_hour: Option<f64>,
@@ -163,7 +163,7 @@ fn failed(c: &Candidate, limit: Limit, note: String) -> PlanRow {
 }
 
 /// Evaluates one candidate (see the module notes).
-pub fn evaluate(c: &Candidate, t: &Target) -> PlanRow {
+pub(crate) fn evaluate(c: &Candidate, t: &Target) -> PlanRow {
     if c.max_concurrency == 0 {
         let note = c
             .memory_note

@@ -42,7 +42,7 @@ pub struct CalibrateArgs {
     pub fallback: String,
     /// Refuse the profile when a section's median |relative error| exceeds this (percent).
     #[arg(long, default_value_t = 15.0, value_name = "PCT")]
-    pub max_median_error: f64,
+    pub(crate) max_median_error: f64,
     /// Refuse the profile when a section's R² is below this (0 to 1) and a point misses by
     /// more than twice --max-median-error.
     #[arg(long, default_value_t = 0.9)]
@@ -50,7 +50,7 @@ pub struct CalibrateArgs {
     /// With --from-trace: refuse to write the profile when the adjusted profile still misses the
     /// measured step time by more than this (percent).
     #[arg(long, default_value_t = crate::calibrate::from_trace::DEFAULT_MAX_STEP_ERROR_PCT, value_name = "PCT")]
-    pub max_step_error: f64,
+    pub(crate) max_step_error: f64,
     /// Write the profile even when a fit breaks the rules; each such section is listed in the
     /// profile's `[profile] poor_fit`, and every report using the profile warns.
     #[arg(long)]
@@ -82,7 +82,7 @@ pub struct CalibrateArgs {
     /// measurement: output-throughput (tokens/s over the run, prefill included), median-tpot or
     /// mean-tpot (tokens/s = concurrency / TPOT: decode only).
     #[arg(long, default_value = "output-throughput")]
-    pub bench_metric: crate::calibrate::bench_serve::BenchMetric,
+    pub(crate) bench_metric: crate::calibrate::bench_serve::BenchMetric,
     /// Instead: price NCCL collectives from nccl-tests output of this machine
     /// (all_reduce_perf, all_gather_perf, ...): writes a tables/ folder beside --out and a profile
     /// (--profile, else the scenario's) that prices from it.
@@ -95,7 +95,7 @@ pub struct CalibrateArgs {
         default_value = "out-of-place",
         value_name = "out-of-place|in-place|min"
     )]
-    pub nccl_tests_column: crate::calibrate::nccl_tests::Column,
+    pub(crate) nccl_tests_column: crate::calibrate::nccl_tests::Column,
     /// With --from-nccl-tests: the base profile (name or path) [default: --calibration, else the
     /// system's own].
     #[arg(long, value_name = "BASE")]

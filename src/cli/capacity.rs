@@ -30,17 +30,17 @@ pub struct CapacityArgs {
     /// Tokens of vLLM's profiling pass (its --max-num-batched-tokens); sets the activation peak
     /// and the prefill chunk.
     #[arg(long, default_value_t = DEFAULT_MAX_NUM_BATCHED_TOKENS, value_name = "TOKENS")]
-    pub max_num_batched_tokens: u32,
+    pub(crate) max_num_batched_tokens: u32,
     /// vLLM's --max-num-seqs: caps the concurrency and sizes the sampler's profiling pass.
     #[arg(long, default_value_t = DEFAULT_MAX_NUM_SEQS, value_name = "N")]
     pub max_num_seqs: u32,
     /// KV-cache block size in tokens (vLLM's --block-size).
     #[arg(long, default_value_t = DEFAULT_BLOCK_SIZE, value_name = "TOKENS")]
-    pub block_size: u32,
+    pub(crate) block_size: u32,
     /// CUDA-graph memory per GPU in MiB, replacing the estimate (e.g. from vLLM's "Graph
     /// capturing finished ..., took X GiB" line).
     #[arg(long, value_name = "MIB")]
-    pub cuda_graph_mib: Option<f64>,
+    pub(crate) cuda_graph_mib: Option<f64>,
     /// Prompt tokens per request (with --output-len): adds prefill's share to every step.
     #[arg(long, value_name = "TOKENS", requires = "output_len")]
     pub input_len: Option<u64>,
@@ -49,7 +49,7 @@ pub struct CapacityArgs {
     pub output_len: Option<u64>,
     /// A request mix: CSV with a header input_len,output_len,weight.
     #[arg(long, value_name = "CSV", conflicts_with_all = ["input_len", "output_len"])]
-    pub request_mix: Option<PathBuf>,
+    pub(crate) request_mix: Option<PathBuf>,
     /// About how many concurrencies the curve simulates.
     #[arg(long, default_value_t = 24, value_parser = clap::value_parser!(u32).range(3..=200))]
     pub points: u32,
@@ -78,10 +78,10 @@ pub struct CapacityArgs {
     pub intervals: super::intervals::IntervalArgs,
     /// Plot tokens/s against concurrency (.svg or .png); with --systems, one curve per system.
     #[arg(long, value_name = "FILE")]
-    pub plot_throughput: Option<PathBuf>,
+    pub(crate) plot_throughput: Option<PathBuf>,
     /// Plot TPOT against concurrency (.svg or .png).
     #[arg(long, value_name = "FILE")]
-    pub plot_tpot: Option<PathBuf>,
+    pub(crate) plot_tpot: Option<PathBuf>,
     /// Plot memory per GPU by component (.svg or .png).
     #[arg(long, value_name = "FILE")]
     pub plot_memory: Option<PathBuf>,
@@ -106,7 +106,7 @@ pub struct CapacityArgs {
 }
 
 /// `2.1` or `a=2.1,b=3.5`.
-pub fn parse_prices(s: &str) -> Result<Prices> {
+pub(crate) fn parse_prices(s: &str) -> Result<Prices> {
     let bad = |v: &str, why: &str| {
         Error::Flag {
         flag: "--gpu-hour-usd",
@@ -142,7 +142,7 @@ pub fn parse_prices(s: &str) -> Result<Prices> {
 }
 
 /// Reads `concurrency,tokens_per_s[,tpot_ms]` rows (a header line is allowed).
-pub fn read_measured(path: &Path) -> Result<Vec<MeasuredPoint>> {
+pub(crate) fn read_measured(path: &Path) -> Result<Vec<MeasuredPoint>> {
     let text = crate::files::read_text(path, InputKind::MeasurementCsv)?;
     let mut out = Vec::new();
     for (n, line) in text.lines().enumerate() {

@@ -14,7 +14,7 @@ pub struct IntervalArgs {
     pub draws: usize,
     /// Seed of the interval draws (same seed, same intervals).
     #[arg(long, default_value_t = DEFAULT_SEED, value_name = "SEED")]
-    pub interval_seed: u64,
+    pub(crate) interval_seed: u64,
 }
 
 impl IntervalArgs {
@@ -33,7 +33,7 @@ impl IntervalArgs {
     /// The draws of a what-if: none where expert parallelism makes ranks play differently (the
     /// fast path the draws run on needs every rank alike), with a warning saying so; the answer
     /// is then the point, as `simulate` gives it.
-    pub fn draws_for_whatif(&self, ep: Option<u32>, ep_varied: bool) -> Result<usize> {
+    pub(crate) fn draws_for_whatif(&self, ep: Option<u32>, ep_varied: bool) -> Result<usize> {
         let n = self.draws()?;
         if n > 0 && (ep.is_some_and(|e| e > 1) || ep_varied) {
             super::output::warn(

@@ -13,7 +13,7 @@ pub mod trace;
 pub mod validate;
 pub mod whatif;
 
-pub use scenario_args::ScenarioArgs;
+pub(crate) use scenario_args::ScenarioArgs;
 
 use crate::error::Result;
 use clap::{Parser, Subcommand};
@@ -30,7 +30,7 @@ pub struct Cli {
     /// Read models, systems and profiles from DIR (holding models/ and data/) instead of the
     /// bundled copy; the DECODESIM_HOME variable does the same.
     #[arg(long, global = true, value_name = "DIR")]
-    pub data_dir: Option<std::path::PathBuf>,
+    pub(crate) data_dir: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -59,7 +59,7 @@ pub enum Command {
 }
 
 /// The width every line of `--help` fits in.
-pub const HELP_WIDTH: usize = 100;
+pub(crate) const HELP_WIDTH: usize = 100;
 
 /// Columns a flag's help is indented by when it sits below the flag (clap's layout).
 const HELP_INDENT: usize = 10;

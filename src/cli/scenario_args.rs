@@ -58,7 +58,7 @@ impl ScenarioArgs {
     }
     /// Warns (standard error) about scenario flags that change nothing as given: `--ep-comm`
     /// without `--ep` (or with `--ep 1`).
-    pub fn warn_noop_flags(&self) {
+    pub(crate) fn warn_noop_flags(&self) {
         // --ep 1 is no expert parallelism either: the experts stay split as with TP.
         if self.given("ep-comm") && self.request.comm.ep.unwrap_or(1) <= 1 {
             super::output::warn(&format!(

@@ -56,7 +56,7 @@ pub struct SweepArgs {
     #[arg(long, default_value_t = knob("nccl-proto").default_text(), hide_default_value = true, help = list_help("nccl-proto", "A list of LL, LL128, Simple, auto."))]
     pub nccl_proto: String,
     #[arg(long, default_value_t = knob("nccl-algo").default_text(), hide_default_value = true, help = list_help("nccl-algo", "A list of Ring, Tree, auto."))]
-    pub nccl_algo: String,
+    pub(crate) nccl_algo: String,
     #[arg(long, default_value_t = knob("cuda-graphs").default_text(), hide_default_value = true, help = list_help("cuda-graphs", "on, off or on,off."))]
     pub cuda_graphs: String,
     /// Draft tokens per step (0 = no speculation): a list and/or ranges.
@@ -73,7 +73,7 @@ pub struct SweepArgs {
     pub acceptance_rate: Option<f64>,
     /// vLLM's per-position acceptance rates a1,a2,...
     #[arg(long, conflicts_with = "acceptance_rate")]
-    pub acceptance_per_position: Option<String>,
+    pub(crate) acceptance_per_position: Option<String>,
     /// Print only the Pareto front of total vs per-user tokens/s (every row carries `pareto`).
     #[arg(long)]
     pub pareto: bool,
@@ -99,7 +99,7 @@ pub struct SweepArgs {
     #[arg(long)]
     pub intervals: bool,
     #[command(flatten)]
-    pub interval_args: super::intervals::IntervalArgs,
+    pub(crate) interval_args: super::intervals::IntervalArgs,
 }
 
 /// A sweep axis's help: the knob's, how to list values, and its default as a value.
@@ -246,7 +246,7 @@ fn set_flag(a: &mut SweepArgs, key: &str, v: &toml::Value) -> Result<bool> {
 
 /// Reads a `--grid` file into the flags it stands for (every other flag at its default), each
 /// key checked on its own so that an error names the file, the key and what it takes.
-pub fn grid_args(path: &std::path::Path, defaults: &SweepArgs) -> Result<SweepArgs> {
+pub(crate) fn grid_args(path: &std::path::Path, defaults: &SweepArgs) -> Result<SweepArgs> {
     let text = crate::files::read_text(path, crate::files::InputKind::SweepGrid)?;
     let table: toml::Table = toml::from_str(&text).map_err(|e| Error::Syntax {
         path: path.to_path_buf(),
@@ -350,7 +350,7 @@ pub fn request(a: &SweepArgs) -> Result<SweepRequest> {
 }
 
 /// The request, each list without repeated values, and the warnings saying which were repeated.
-pub fn request_with_warnings(a: &SweepArgs) -> Result<(SweepRequest, Vec<String>)> {
+pub(crate) fn request_with_warnings(a: &SweepArgs) -> Result<(SweepRequest, Vec<String>)> {
     if let Some(path) = &a.grid {
         return request_with_warnings(&grid_args(path, a)?);
     }
@@ -431,7 +431,7 @@ pub fn request_with_warnings(a: &SweepArgs) -> Result<(SweepRequest, Vec<String>
 }
 
 /// The format `--output FILE` names by its extension, for when `--format` is not given.
-pub fn format_for_output(path: &std::path::Path) -> Result<Format> {
+pub(crate) fn format_for_output(path: &std::path::Path) -> Result<Format> {
     let ext = path
         .extension()
         .and_then(|e| e.to_str())

@@ -51,7 +51,7 @@ pub struct TraceReadArgs {
 pub struct RankArgs {
     /// Analyse fewer rank files than distributedInfo.world_size says the run had.
     #[arg(long)]
-    pub allow_partial_ranks: bool,
+    pub(crate) allow_partial_ranks: bool,
     /// Analyse files that look like different runs (different world size, backend, GPUs,
     /// profiler start more than 10 minutes apart, or different vLLM file-name stems).
     #[arg(long)]
@@ -68,7 +68,7 @@ impl RankArgs {
 }
 
 /// `--fail-above`: a finite, non-negative percentage (NaN would switch the check off).
-pub fn parse_pct(s: &str) -> std::result::Result<f64, String> {
+pub(crate) fn parse_pct(s: &str) -> std::result::Result<f64, String> {
     let v: f64 = s
         .trim()
         .parse()
@@ -135,7 +135,7 @@ pub fn classifier(read: &TraceReadArgs) -> Result<Classifier> {
 }
 
 /// [`load`] with the rank checks the user relaxed.
-pub fn load_with(
+pub(crate) fn load_with(
     paths: &[PathBuf],
     read: &TraceReadArgs,
     ranks: RankPolicy,
@@ -243,10 +243,4 @@ fn render_comparison(c: &Comparison, inferred: &Inferred, notes: &[String], f: F
         }
         Format::Csv => cmp_report::to_csv(c),
     }
-}
-
-/// The scenario-vs-trace check of `calibrate --from-trace`: `Err(Mismatch)` naming each
-/// quantity that differs; `Ok` with the notes for the report.
-pub fn check_scenario(scenario: &Scenario, measured: &TraceSummary) -> Result<Vec<String>> {
-    crate::accounting::infer::check_against(scenario, &infer_scenario(measured))
 }

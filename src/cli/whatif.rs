@@ -68,20 +68,20 @@ pub struct SpecDecodeArgs {
     pub method: String,
     /// EAGLE-3 draft config.json [default: the Kimi-K2.5 MLA draft shape in models/drafts/].
     #[arg(long, value_name = "FILE")]
-    pub draft_config: Option<String>,
+    pub(crate) draft_config: Option<String>,
     /// Draft model for --method draft-model: a bundled name or a config.json.
     #[arg(long, value_name = "NAME|PATH")]
-    pub draft_model: Option<String>,
+    pub(crate) draft_model: Option<String>,
     /// vLLM's draft acceptance rate (accepted / drafted tokens): mean length 1 + k x R. A list
     /// (0.3,0.4,0.5) studies each rate (one table, JSON object or plot panel per rate).
     #[arg(long, value_name = "R[,R...]", conflicts_with_all = ["acceptance_per_position", "acceptance_lengths"])]
     pub acceptance_rate: Option<String>,
     /// vLLM's per-position acceptance rates a1,a2,... (non-increasing).
     #[arg(long, value_name = "A1,A2,...", conflicts_with = "acceptance_lengths")]
-    pub acceptance_per_position: Option<String>,
+    pub(crate) acceptance_per_position: Option<String>,
     /// A measured histogram: CSV with header acceptance_length,count.
     #[arg(long, value_name = "FILE.csv")]
-    pub acceptance_lengths: Option<PathBuf>,
+    pub(crate) acceptance_lengths: Option<PathBuf>,
     /// Draft tokens per step: a list (1,2,4) or a range (1..6, both ends included).
     #[arg(long, default_value = "1..6")]
     pub draft_tokens: String,
@@ -102,14 +102,14 @@ pub struct SpecDecodeArgs {
     pub timeline: Option<PathBuf>,
     /// The k the --timeline shows [default: the best k].
     #[arg(long)]
-    pub timeline_k: Option<u32>,
+    pub(crate) timeline_k: Option<u32>,
     /// Chart the speedup against the --crossover-batches grid, one line per k and one panel
     /// per acceptance rate (.png or .svg).
     #[arg(long, value_name = "FILE.png|svg")]
     pub plot: Option<PathBuf>,
     /// The same speedups as a k x batch heatmap (.png or .svg).
     #[arg(long, value_name = "FILE.png|svg")]
-    pub plot_heatmap: Option<PathBuf>,
+    pub(crate) plot_heatmap: Option<PathBuf>,
     /// Most work the study may take, in units of about 1 µs of CPU (a full timeline is about
     /// 2,500, a Monte Carlo output token 0.01); more is refused before anything is simulated.
     #[arg(long, default_value_t = crate::error::DEFAULT_MAX_WORK, value_name = "UNITS")]
@@ -181,7 +181,9 @@ fn run_vary(a: VaryArgs) -> Result<()> {
 
 /// The request, and every acceptance to study (more than one only for a list of rates; the
 /// request carries the first).
-pub fn spec_decode_request(a: &SpecDecodeArgs) -> Result<(SpecDecodeRequest, Vec<Acceptance>)> {
+pub(crate) fn spec_decode_request(
+    a: &SpecDecodeArgs,
+) -> Result<(SpecDecodeRequest, Vec<Acceptance>)> {
     let method: Method = a.method.parse()?;
     let draft = match method {
         Method::Eagle3 => {

@@ -9,7 +9,7 @@ pub mod plot;
 pub mod simulation;
 pub mod sweep;
 pub mod table;
-pub mod trace_summary;
+pub(crate) mod trace_summary;
 
 pub mod validation;
 pub mod whatif;

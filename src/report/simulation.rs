@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 
 /// The scenario echo: every knob of the table as the loaded scenario runs it (its name with
 /// underscores as the key; null where unset), and what loading derived.
-pub fn scenario_json(sim: &Simulation) -> Value {
+pub(crate) fn scenario_json(sim: &Simulation) -> Value {
     let s = &sim.scenario;
     let mut out = serde_json::Map::new();
     for k in crate::scenario::knobs::KNOBS {
@@ -33,7 +33,7 @@ pub fn scenario_json(sim: &Simulation) -> Value {
     Value::Object(out)
 }
 
-pub fn calibration_json(sim: &Simulation) -> Value {
+pub(crate) fn calibration_json(sim: &Simulation) -> Value {
     let p = &sim.profile;
     json!({
         "name": p.profile.name,
@@ -87,7 +87,7 @@ pub fn to_json(sim: &Simulation) -> Value {
 }
 
 /// Long-format CSV (`section,name,field,value`) of exactly the JSON's content.
-pub fn to_csv(sim: &Simulation) -> String {
+pub(crate) fn to_csv(sim: &Simulation) -> String {
     fn text(v: &Value) -> String {
         match v {
             Value::String(s) => s.clone(),
@@ -158,7 +158,7 @@ pub fn to_csv(sim: &Simulation) -> String {
 
 /// "kimi-k2.5 (mla+moe, 61 layers) on SYSTEM (8x GPU), TP=8": the first line of every report
 /// about a simulated scenario.
-pub fn headline(s: &crate::scenario::Scenario) -> String {
+pub(crate) fn headline(s: &crate::scenario::Scenario) -> String {
     format!(
         "{} ({}, {} layers) on {} ({}x {}), TP={}",
         s.model.name,

@@ -23,7 +23,7 @@ impl Table {
     }
 
     /// Aligns these columns left (text rather than numbers).
-    pub fn align_left(mut self, cols: &[usize]) -> Self {
+    pub(crate) fn align_left(mut self, cols: &[usize]) -> Self {
         self.left.extend_from_slice(cols);
         self
     }
@@ -64,7 +64,7 @@ impl Table {
             .collect()
     }
 
-    pub fn render(&self) -> String {
+    pub(crate) fn render(&self) -> String {
         let cols = self.header.len();
         let body: Vec<Vec<String>> = self.rows.iter().flat_map(|r| self.lines_of(r)).collect();
         let mut width = vec![0usize; cols];
@@ -103,7 +103,7 @@ impl Table {
 }
 
 /// `text` broken at spaces into lines of at most `width` characters.
-pub fn wrap_text(text: &str, width: usize) -> Vec<String> {
+pub(crate) fn wrap_text(text: &str, width: usize) -> Vec<String> {
     let mut lines = Vec::new();
     let mut cur = String::new();
     for word in text.split_whitespace() {
@@ -132,12 +132,7 @@ pub fn wrap_text(text: &str, width: usize) -> Vec<String> {
     lines
 }
 
-/// 12345.678 -> "12,345.7" (the one unit style of [`super::units`]).
-pub fn num(v: f64, decimals: usize) -> String {
-    super::units::grouped(v, decimals)
-}
-
-pub fn pct(share: f64) -> String {
+pub(crate) fn pct(share: f64) -> String {
     super::units::pct(share)
 }
 
@@ -152,10 +147,10 @@ mod tests {
 
     #[test]
     fn numbers_are_grouped() {
-        assert_eq!(num(12345.678, 1), "12,345.7");
-        assert_eq!(num(999.0, 0), "999");
-        assert_eq!(num(-1234.0, 0), "-1,234");
-        assert_eq!(num(0.0, 2), "0.00");
+        assert_eq!(super::super::units::grouped(12345.678, 1), "12,345.7");
+        assert_eq!(super::super::units::grouped(999.0, 0), "999");
+        assert_eq!(super::super::units::grouped(-1234.0, 0), "-1,234");
+        assert_eq!(super::super::units::grouped(0.0, 2), "0.00");
     }
 
     #[test]

@@ -7,7 +7,7 @@ use std::ops::RangeInclusive;
 use std::path::Path;
 
 /// `1..=65536` as a person reads it: "from 1 to 65,536".
-pub fn int_range_text(range: &RangeInclusive<u64>) -> String {
+pub(crate) fn int_range_text(range: &RangeInclusive<u64>) -> String {
     format!(
         "from {} to {}",
         grouped(*range.start() as f64, 0),
@@ -16,7 +16,12 @@ pub fn int_range_text(range: &RangeInclusive<u64>) -> String {
 }
 
 /// The error for an integer field outside `range` (or not an integer at all).
-pub fn int_error(path: &Path, field: &str, found: &str, range: &RangeInclusive<u64>) -> Error {
+pub(crate) fn int_error(
+    path: &Path,
+    field: &str,
+    found: &str,
+    range: &RangeInclusive<u64>,
+) -> Error {
     Error::field(
         path,
         field,
@@ -29,7 +34,7 @@ pub fn int_error(path: &Path, field: &str, found: &str, range: &RangeInclusive<u
 }
 
 /// Checks an integer already read against `range`.
-pub fn int_in(path: &Path, field: &str, v: u64, range: &RangeInclusive<u64>) -> Result<u64> {
+pub(crate) fn int_in(path: &Path, field: &str, v: u64, range: &RangeInclusive<u64>) -> Result<u64> {
     if range.contains(&v) {
         Ok(v)
     } else {
@@ -42,7 +47,7 @@ pub fn int_in(path: &Path, field: &str, v: u64, range: &RangeInclusive<u64>) -> 
 pub struct FloatRange {
     pub min: f64,
     /// The minimum itself is refused (bandwidths, FLOP/s: a zero would divide by zero).
-    pub min_exclusive: bool,
+    pub(crate) min_exclusive: bool,
     pub max: f64,
     pub unit: &'static str,
 }
@@ -67,7 +72,7 @@ impl FloatRange {
         }
     }
     /// Zero or more, at most `max`.
-    pub const fn non_negative(max: f64, unit: &'static str) -> Self {
+    pub(crate) const fn non_negative(max: f64, unit: &'static str) -> Self {
         FloatRange {
             min: 0.0,
             min_exclusive: false,
@@ -80,7 +85,7 @@ impl FloatRange {
         v.is_finite() && (v > self.min || (!self.min_exclusive && v == self.min)) && v <= self.max
     }
 
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         let lo = if self.min_exclusive {
             format!("above {}", grouped_float(self.min))
         } else {
@@ -118,7 +123,7 @@ pub fn show(v: f64) -> String {
 }
 
 /// Checks a float against `range`, naming file, field and value when it is outside.
-pub fn float_in(path: &Path, field: &str, v: f64, range: &FloatRange) -> Result<f64> {
+pub(crate) fn float_in(path: &Path, field: &str, v: f64, range: &FloatRange) -> Result<f64> {
     if range.contains(v) {
         Ok(v)
     } else {

@@ -41,7 +41,7 @@ struct FileToml {
 
 /// How the verify pass's sizes follow from the decode sizes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum VerifyRule {
+pub(crate) enum VerifyRule {
     /// Every size rounded up to a multiple of k+1 (those above the largest size dropped).
     RoundUp,
     /// Only the sizes already divisible by k+1.
@@ -70,7 +70,7 @@ pub struct Padding {
 
 /// The capture sizes for one GPU.
 #[derive(Debug, Clone, PartialEq)]
-pub struct CaptureSizes {
+pub(crate) struct CaptureSizes {
     /// Sorted, distinct, all ≤ `max`.
     pub sizes: Vec<u32>,
     pub max: u32,

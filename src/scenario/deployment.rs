@@ -134,7 +134,7 @@ impl CommKnobs {
         self.ep.unwrap_or(1).max(1)
     }
     /// Decode-context-parallel size (1: every rank reads the whole context).
-    pub fn dcp_size(&self) -> u32 {
+    pub(crate) fn dcp_size(&self) -> u32 {
         self.dcp.unwrap_or(1).max(1)
     }
 }
@@ -169,11 +169,11 @@ pub struct Scenario {
     pub comm: CommKnobs,
     /// vLLM's CUDA-graph capture sizes for this GPU (`data/vllm/cudagraph.toml`): with
     /// `cuda_graphs` on, a pass's tokens are padded up to one of them.
-    pub cuda_graph_sizes: std::sync::Arc<super::cudagraph::CaptureSizes>,
+    pub(crate) cuda_graph_sizes: std::sync::Arc<super::cudagraph::CaptureSizes>,
 }
 
 /// vLLM's default `gpu_memory_utilization` (vllm/config/cache.py `CacheConfig`).
-pub const DEFAULT_GPU_MEMORY_UTILIZATION: f64 = 0.9;
+pub(crate) const DEFAULT_GPU_MEMORY_UTILIZATION: f64 = 0.9;
 
 impl Scenario {
     /// Checks the combination; every error says what is wrong and what would be accepted.

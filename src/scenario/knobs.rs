@@ -83,7 +83,7 @@ impl KvDtype {
         }
     }
     /// The dtype of an element size (None: not 1 or 2 bytes).
-    pub fn of_bytes(b: f64) -> Option<Self> {
+    pub(crate) fn of_bytes(b: f64) -> Option<Self> {
         if b == 1.0 {
             Some(KvDtype::Fp8)
         } else if b == 2.0 {
@@ -165,7 +165,7 @@ pub enum Sweep {
 pub struct Knob {
     /// The flag (`--nccl-proto`); the knob's name is the same without the dashes.
     pub flag: &'static str,
-    pub value_name: &'static str,
+    pub(crate) value_name: &'static str,
     /// One line or two of help (the default is added as a value, see [`Knob::default_text`]).
     pub help: &'static str,
     /// What a value must be, in words: errors say "expected {expected}".
@@ -203,7 +203,7 @@ impl Knob {
     }
     /// Parses a value; the error is what the value should have been (the caller names the
     /// knob and where the value came from).
-    pub fn parse_value(&self, text: &str) -> std::result::Result<Value, String> {
+    pub(crate) fn parse_value(&self, text: &str) -> std::result::Result<Value, String> {
         (self.parse)(text.trim())
     }
     /// Parses a value; the error names the flag, the value and what is expected.
@@ -275,7 +275,7 @@ pub fn names() -> String {
 }
 
 /// The knob of `key`, or an error naming where the key was read and listing the real keys.
-pub fn lookup(key: &str, context: &str) -> Result<&'static Knob> {
+pub(crate) fn lookup(key: &str, context: &str) -> Result<&'static Knob> {
     find(key).ok_or_else(|| {
         Error::Scenario(format!(
             "{context}: unknown key '{}' (allowed: {})",

@@ -81,7 +81,7 @@ impl MoeDims {
     }
 
     /// Every layer MoE (a one-layer MTP module built from the target's shape).
-    pub fn all_layers_moe(&mut self) {
+    pub(crate) fn all_layers_moe(&mut self) {
         self.first_k_dense = 0;
         self.moe_layer_freq = 1;
         self.decoder_sparse_step = 1;
@@ -184,7 +184,7 @@ pub mod limits {
     pub const HEAD_DIM: RangeInclusive<u64> = 1..=1_024;
     pub const INTERMEDIATE: RangeInclusive<u64> = 1..=1_048_576;
     /// Shared-expert width may be 0 (MiniMax-M2 has no shared expert).
-    pub const SHARED_INTERMEDIATE: RangeInclusive<u64> = 0..=1_048_576;
+    pub(crate) const SHARED_INTERMEDIATE: RangeInclusive<u64> = 0..=1_048_576;
     pub const LORA_RANK: RangeInclusive<u64> = 1..=65_536;
     /// 0 routed experts means a dense model.
     pub const EXPERTS: RangeInclusive<u64> = 0..=4_096;
@@ -194,7 +194,7 @@ pub mod limits {
     pub const SHARED_EXPERTS: RangeInclusive<u64> = 0..=64;
     pub const MAX_POSITIONS: RangeInclusive<u64> = 1..=(1 << 32);
     /// Quantization group and block edges.
-    pub const QUANT_GROUP: RangeInclusive<u64> = 1..=65_536;
+    pub(crate) const QUANT_GROUP: RangeInclusive<u64> = 1..=65_536;
 }
 
 /// Reads fields of one config object, naming the file and the field's JSON path in errors.

@@ -6,8 +6,9 @@ pub mod simulate;
 pub mod timeline;
 
 pub use engine::{Engine, EngineConfig};
+pub(crate) use simulate::simulate_with_memory_utilization;
 pub use simulate::{
-    engine_config, simulate, simulate_loaded, simulate_with_memory_utilization, simulate_workload,
-    MemoryFit, ScenarioRequest, Simulation,
+    engine_config, simulate, simulate_loaded, simulate_workload, MemoryFit, ScenarioRequest,
+    Simulation,
 };
 pub use timeline::{KernelRecord, Timeline};

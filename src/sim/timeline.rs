@@ -23,7 +23,7 @@ pub struct Timeline {
     /// When each rank's first kernel starts.
     pub rank_start_us: Vec<f64>,
     /// When each rank's last kernel ends.
-    pub rank_end_us: Vec<f64>,
+    pub(crate) rank_end_us: Vec<f64>,
 }
 
 impl Timeline {

@@ -15,8 +15,8 @@ const BUILTIN_NAME: &str = "data/rules/kernels.toml (built in)";
 #[derive(Debug, Clone)]
 pub struct Rule {
     pub category: Category,
-    pub pattern: Regex,
-    pub exclude: Option<Regex>,
+    pub(crate) pattern: Regex,
+    pub(crate) exclude: Option<Regex>,
 }
 
 /// How a kernel got its category, so reports can list the ones no rule matched.
@@ -82,7 +82,7 @@ impl Classifier {
         Self::from_toml(&text, path)
     }
 
-    pub fn from_toml(text: &str, origin: &Path) -> Result<Classifier> {
+    pub(crate) fn from_toml(text: &str, origin: &Path) -> Result<Classifier> {
         let err = |message: String| TraceError::Rules {
             path: PathBuf::from(origin),
             message,
@@ -135,7 +135,7 @@ impl Classifier {
     }
 
     /// Category of a kernel name by the rules alone.
-    pub fn classify_name(&self, name: &str) -> (Category, Verdict) {
+    pub(crate) fn classify_name(&self, name: &str) -> (Category, Verdict) {
         for (i, r) in self.rules.iter().enumerate() {
             if r.pattern.is_match(name) && !r.exclude.as_ref().is_some_and(|x| x.is_match(name)) {
                 return (r.category, Verdict::Rule(i));

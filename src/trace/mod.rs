@@ -20,7 +20,7 @@ pub mod format;
 pub mod model;
 pub mod parse;
 pub mod rank;
-pub mod scan;
+pub(crate) mod scan;
 pub mod steps;
 
 pub use error::TraceError;

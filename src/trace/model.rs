@@ -26,7 +26,7 @@ pub struct GpuOp {
     /// Links the op to the runtime call that launched it (`args.correlation`).
     pub correlation: Option<u64>,
     /// Set for kernels replayed from a CUDA graph (`args["graph id"]`, CUDA 12+).
-    pub graph_id: Option<u64>,
+    pub(crate) graph_id: Option<u64>,
     /// `args["Collective name"]` (interned), present on collectives linked to
     /// `record_param_comms`.
     pub collective: Option<u32>,
@@ -66,22 +66,22 @@ pub struct Launch {
 
 /// Trace-level metadata that is useful for reporting and rank assignment.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct TraceMeta {
+pub(crate) struct TraceMeta {
     /// `distributedInfo.rank`.
     pub rank: Option<i64>,
     /// `distributedInfo.world_size`.
     pub world_size: Option<i64>,
     /// `deviceProperties[].name`, non-empty ones only.
-    pub device_names: Vec<String>,
+    pub(crate) device_names: Vec<String>,
     /// `distributedInfo.backend` (nccl, gloo, ...).
     pub backend: Option<String>,
     /// `distributedInfo.nccl_version`.
-    pub nccl_version: Option<String>,
+    pub(crate) nccl_version: Option<String>,
     /// `baseTimeNanoseconds`: when this process's profiler started (wall clock, ns).
-    pub base_time_ns: Option<f64>,
+    pub(crate) base_time_ns: Option<f64>,
     /// `otherData.generator` is "decodesim": a simulated timeline whose kernels declare their
     /// category in `args.category`.
-    pub declares_categories: bool,
+    pub(crate) declares_categories: bool,
 }
 
 /// Event counts, so a report can say what was read and what was skipped.
@@ -99,7 +99,7 @@ pub struct EventCounts {
 #[derive(Debug, Clone, Default)]
 pub struct ParsedTrace {
     pub path: PathBuf,
-    pub meta: TraceMeta,
+    pub(crate) meta: TraceMeta,
     pub gpu_ops: Vec<GpuOp>,
     pub annotations: Vec<Annotation>,
     pub launches: Vec<Launch>,
@@ -118,13 +118,13 @@ impl ParsedTrace {
 
 /// Interns strings so each distinct kernel name is stored and classified once.
 #[derive(Default)]
-pub struct Interner {
+pub(crate) struct Interner {
     map: HashMap<String, u32>,
     names: Vec<String>,
 }
 
 impl Interner {
-    pub fn intern(&mut self, s: &str) -> u32 {
+    pub(crate) fn intern(&mut self, s: &str) -> u32 {
         if let Some(&id) = self.map.get(s) {
             return id;
         }
@@ -134,7 +134,7 @@ impl Interner {
         id
     }
 
-    pub fn into_names(self) -> Vec<String> {
+    pub(crate) fn into_names(self) -> Vec<String> {
         self.names
     }
 }

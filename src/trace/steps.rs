@@ -38,7 +38,7 @@ pub enum StepSource {
 }
 
 impl StepSource {
-    pub fn describe(self) -> &'static str {
+    pub(crate) fn describe(self) -> &'static str {
         match self {
             StepSource::Custom => "--step-marker annotations",
             StepSource::VllmExecute => "vLLM execute_context_*_generation_* annotations",
@@ -76,17 +76,11 @@ pub struct Step {
     pub graph_ops: usize,
 }
 
-impl Step {
-    pub fn duration_us(&self) -> f64 {
-        self.end_us - self.start_us
-    }
-}
-
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct StepFinding {
+pub(crate) struct StepFinding {
     pub source: StepSource,
     /// Which side the markers were on (CPU, or GPU-only traces).
-    pub marker_side: &'static str,
+    pub(crate) marker_side: &'static str,
     pub steps: Vec<Step>,
     /// Markers that matched but launched no GPU work (e.g. the last, unfinished ProfilerStep).
     pub empty_markers: usize,
@@ -112,7 +106,7 @@ fn family_regexes() -> &'static [(StepSource, Regex)] {
 }
 
 /// Decode, prefill or mixed, from the marker's own words.
-pub fn step_kind(source: StepSource, name: &str) -> StepKind {
+pub(crate) fn step_kind(source: StepSource, name: &str) -> StepKind {
     let caps = family_regexes()
         .iter()
         .find(|(s, _)| *s == source)
@@ -142,7 +136,7 @@ pub fn step_kind(source: StepSource, name: &str) -> StepKind {
 
 /// Finds the steps of one rank. `ops` are that rank's GPU ops (one device), `launches` its
 /// runtime calls sorted by start time.
-pub fn find_steps(
+pub(crate) fn find_steps(
     annotations: &[Annotation],
     ops: &[GpuOp],
     launches: &[Launch],

@@ -20,18 +20,18 @@ pub use crate::workload::spec_step::SpecMethod as Method;
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct MethodLimits {
-    pub max_draft_tokens: u32,
-    pub aux_hidden_states: u32,
+    pub(crate) max_draft_tokens: u32,
+    pub(crate) aux_hidden_states: u32,
     #[serde(default)]
-    pub default_draft: Option<String>,
+    pub(crate) default_draft: Option<String>,
     pub source: String,
 }
 
-pub fn methods_file() -> PathBuf {
+pub(crate) fn methods_file() -> PathBuf {
     catalog::data_root().join("data/spec_decode/methods.toml")
 }
 
-pub fn method_limits(method: Method) -> Result<MethodLimits> {
+pub(crate) fn method_limits(method: Method) -> Result<MethodLimits> {
     let path = methods_file();
     let all: BTreeMap<String, MethodLimits> =
         crate::files::read_toml(&path, crate::files::InputKind::SystemToml)?;
@@ -120,7 +120,7 @@ impl Draft {
     }
 
     /// Refuses a k the method does not allow, naming the flag and the allowed range.
-    pub fn check_k(&self, k: u32) -> Result<()> {
+    pub(crate) fn check_k(&self, k: u32) -> Result<()> {
         let max = self.limits.max_draft_tokens;
         if k == 0 || k > max {
             return Err(Error::ScenarioSetting {

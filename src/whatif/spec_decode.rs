@@ -44,7 +44,7 @@ pub struct Variant {
     /// The verify pass at batch × (k+1) tokens, rejection sampler included.
     pub verify_time_us: f64,
     /// Host time the GPU waits for (profile `[spec_decode].exposed_host_us`).
-    pub host_time_us: f64,
+    pub(crate) host_time_us: f64,
     pub step_time_us: f64,
     pub mean_acceptance_length: f64,
     pub tokens_per_s: f64,
@@ -59,9 +59,9 @@ pub struct Crossover {
     /// (batch, best k, best speedup) per simulated batch.
     pub grid: Vec<(u32, u32, f64)>,
     /// The largest grid batch at which the best k still pays (None: it pays nowhere).
-    pub last_paying_batch: Option<u32>,
+    pub(crate) last_paying_batch: Option<u32>,
     /// The first grid batch above that where no k pays (None: it pays at every batch tried).
-    pub first_losing_batch: Option<u32>,
+    pub(crate) first_losing_batch: Option<u32>,
     /// The k of each column of `speedups` (the request's `draft_tokens`).
     pub draft_tokens: Vec<u32>,
     /// Speedup of every k at every grid batch: `speedups[batch index][k index]`.
@@ -73,7 +73,7 @@ pub struct Crossover {
 pub struct GridCost {
     pub batch: u32,
     /// The plain step.
-    pub base_step_us: f64,
+    pub(crate) base_step_us: f64,
     /// The whole speculative step (draft + verify + host) per k, in `draft_tokens` order.
     pub spec_step_us: Vec<f64>,
 }
@@ -82,8 +82,8 @@ pub struct GridCost {
 /// costs serves every acceptance rate asked for.
 #[derive(Debug, Clone)]
 pub struct SpecDecodeCosts {
-    pub baseline: Simulation,
-    pub draft_source: String,
+    pub(crate) baseline: Simulation,
+    pub(crate) draft_source: String,
     /// Per k of the request, at the scenario's batch.
     pub steps: Vec<(u32, StepCost)>,
     /// The crossover grid (empty when no crossover batches were asked for).
@@ -93,12 +93,12 @@ pub struct SpecDecodeCosts {
 #[derive(Debug, Clone)]
 pub struct SpecDecodeStudy {
     pub method: Method,
-    pub draft_source: String,
+    pub(crate) draft_source: String,
     pub acceptance: String,
     /// vLLM's acceptance rate when the study was given one (`--acceptance-rate`).
     pub acceptance_rate: Option<f64>,
     /// The plain step of the same scenario (its JSON scenario/calibration are reported).
-    pub baseline: Simulation,
+    pub(crate) baseline: Simulation,
     pub variants: Vec<Variant>,
     pub crossover: Option<Crossover>,
     pub warnings: Vec<String>,
@@ -108,7 +108,7 @@ impl SpecDecodeStudy {
     pub fn baseline_step_us(&self) -> f64 {
         self.baseline.step_time_us()
     }
-    pub fn baseline_tokens_per_s(&self) -> f64 {
+    pub(crate) fn baseline_tokens_per_s(&self) -> f64 {
         self.baseline.tokens_per_s()
     }
     /// The variant with the highest speedup.
@@ -203,7 +203,7 @@ pub fn step_cost(
 /// Seeded Monte Carlo: each user decodes `output_tokens` tokens, one step at a time, taking
 /// 1 + accepted tokens per step; TPOT = its steps × step time / its tokens. p50/p90/p99 over
 /// users, in ms.
-pub fn tpot_percentiles(
+pub(crate) fn tpot_percentiles(
     pmf: &[f64],
     step_us: f64,
     users: u32,
@@ -268,7 +268,7 @@ fn variant(
 /// step, then per k a verify and a draft side, at the scenario's batch and at each crossover
 /// batch) and Monte Carlo draws (at most users × output tokens per k and per acceptance rate:
 /// each step yields at least one token).
-pub fn check_work(req: &SpecDecodeRequest, rates: usize, max_work: u64) -> Result<()> {
+pub(crate) fn check_work(req: &SpecDecodeRequest, rates: usize, max_work: u64) -> Result<()> {
     use crate::error::{check_work, WORK_MC_DRAW, WORK_TIMELINE_STEP};
     let ks = req.draft_tokens.len() as f64;
     let mut batches = req.crossover_batches.clone();
@@ -308,7 +308,7 @@ pub fn run(req: &SpecDecodeRequest) -> Result<SpecDecodeStudy> {
 
 /// Checks the request and simulates every step it needs: the plain step, each k at the
 /// scenario's batch, and each k and the plain step at every crossover batch.
-pub fn simulate_costs(req: &SpecDecodeRequest) -> Result<SpecDecodeCosts> {
+pub(crate) fn simulate_costs(req: &SpecDecodeRequest) -> Result<SpecDecodeCosts> {
     if req.draft_tokens.is_empty() {
         return Err(Error::Scenario(
             "--draft-tokens needs at least one value (e.g. 1..6 or 1,2,4)".into(),
@@ -494,7 +494,7 @@ pub fn study(
 
 /// One k's whole speculative step (verify, then the draft side) as one simulated timeline,
 /// for `--timeline`: the passes play back to back on the same engine.
-pub fn step_simulation(req: &SpecDecodeRequest, k: u32) -> Result<Simulation> {
+pub(crate) fn step_simulation(req: &SpecDecodeRequest, k: u32) -> Result<Simulation> {
     let (scenario, profile) = req.base.load()?;
     let draft = Draft::load(req.method, req.draft.as_deref(), &scenario.model)?;
     draft.check_k(k)?;

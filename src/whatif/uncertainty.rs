@@ -35,7 +35,7 @@ use std::sync::{Mutex, OnceLock};
 /// Draws per interval unless `--draws` says otherwise: p5 and p95 then rest on 10 draws each.
 pub const DEFAULT_DRAWS: usize = 200;
 /// Seed of the draws unless `--seed` says otherwise.
-pub const DEFAULT_SEED: u64 = 0x1D7E_57A7;
+pub(crate) const DEFAULT_SEED: u64 = 0x1D7E_57A7;
 
 /// The standard normal's 97.5% quantile: a 95% interval is ±1.96 σ.
 const Z975: f64 = 1.959_963_984_540_054;
@@ -43,7 +43,7 @@ const Z975: f64 = 1.959_963_984_540_054;
 /// The MoE price's rms log error under the default routing `power-law:0.66` against
 /// AIConfigurator's `power_law_1.01` rows (16–512 tokens, moe_tp 8), as fitted in
 /// `scenario::routing` (README "Routing").
-pub const DEFAULT_ROUTING_RMS_LOG_ERROR: f64 = 0.112;
+pub(crate) const DEFAULT_ROUTING_RMS_LOG_ERROR: f64 = 0.112;
 
 /// p5, p50, p95 of a quantity over the draws.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -146,7 +146,7 @@ pub struct Source {
     /// Where the spread comes from, for reports.
     pub provenance: String,
     pub target: Target,
-    pub mu: f64,
+    pub(crate) mu: f64,
     pub sigma: f64,
     pub log: bool,
 }
@@ -221,7 +221,7 @@ fn table_errors(p: &CalibrationProfile) -> BTreeMap<&'static str, f64> {
 }
 
 /// The factor intervals a profile states: `<factor>_ci95 = [lo, hi]` in any `[fit.*]` table.
-pub fn factor_intervals(p: &CalibrationProfile) -> Result<BTreeMap<String, [f64; 2]>> {
+pub(crate) fn factor_intervals(p: &CalibrationProfile) -> Result<BTreeMap<String, [f64; 2]>> {
     let mut out = BTreeMap::new();
     for (section, t) in &p.fit {
         let Some(t) = t.as_table() else { continue };
@@ -511,7 +511,7 @@ impl Drawn {
     /// [`Drawn::step_ratios`] for a scenario that differs from the fitted one only in what the
     /// fast path takes per call (batch, context, NCCL protocol and algorithm, CUDA graphs), as
     /// a sweep prices its grid: no second fit.
-    pub fn step_ratios_of(&self, s: &Scenario, p: &CalibrationProfile) -> Result<Vec<f64>> {
+    pub(crate) fn step_ratios_of(&self, s: &Scenario, p: &CalibrationProfile) -> Result<Vec<f64>> {
         let launch = Launch::new(p, s.cuda_graphs);
         let coll = Collectives::new(s, p)?;
         let base = self.fast.step_us(s.batch, s.context, &launch, &coll);
@@ -553,7 +553,7 @@ pub struct Intervals {
 
 impl Intervals {
     /// From per-draw step-time ratios around the point step time (tokens/s ∝ 1 / step time).
-    pub fn from_ratios(ratios: &[f64], step_us: f64, tokens_per_s: f64) -> Self {
+    pub(crate) fn from_ratios(ratios: &[f64], step_us: f64, tokens_per_s: f64) -> Self {
         let steps: Vec<f64> = ratios.iter().map(|r| r * step_us).collect();
         let tps: Vec<f64> = ratios.iter().map(|r| tokens_per_s / r).collect();
         if ratios.is_empty() {
@@ -774,7 +774,7 @@ pub fn vary_intervals(
 
 /// Intervals of `whatif spec-decode` per k (in `study.variants` order) at the scenario's batch:
 /// the speculative step's, and its speedup over the plain step under the same draws.
-pub fn spec_decode_intervals(
+pub(crate) fn spec_decode_intervals(
     req: &super::spec_decode::SpecDecodeRequest,
     study: &super::spec_decode::SpecDecodeStudy,
     n: usize,
@@ -808,7 +808,7 @@ pub fn spec_decode_intervals(
 
 /// Tokens/s intervals of every sweep row (in `rows` order), one fast path fitted for the grid
 /// as the sweep fits it, each row's draws replayed on its memo (`sweep --intervals`).
-pub fn sweep_intervals(
+pub(crate) fn sweep_intervals(
     req: &super::sweep::SweepRequest,
     rows: &[super::sweep::Row],
     n: usize,

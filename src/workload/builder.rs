@@ -5,9 +5,9 @@ use crate::category::Category;
 use crate::scenario::WeightFormat;
 
 /// Activations are BF16 throughout the decode step.
-pub const ACT_BYTES: f64 = 2.0;
+pub(crate) const ACT_BYTES: f64 = 2.0;
 
-pub struct Builder {
+pub(crate) struct Builder {
     pub ops: Vec<Op>,
     pub layer: i32,
     pub stream: Stream,
@@ -204,7 +204,7 @@ impl Builder {
 
     /// Forks the auxiliary stream from the compute stream and appends `body`'s ops to it;
     /// later ops go to the compute stream again until [`Builder::join`] makes it wait.
-    pub fn on_aux(&mut self, body: impl FnOnce(&mut Builder)) {
+    pub(crate) fn on_aux(&mut self, body: impl FnOnce(&mut Builder)) {
         self.sync("fork", CostFamily::Fork);
         self.stream = Stream::Aux;
         body(self);

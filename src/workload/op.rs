@@ -120,7 +120,7 @@ impl CostFamily {
     };
 
     /// Keys of the families priced by `[kernels.<key>]` sections (collectives and syncs are not).
-    pub fn kernel_keys() -> Vec<&'static str> {
+    pub(crate) fn kernel_keys() -> Vec<&'static str> {
         Self::ALL
             .iter()
             .filter(|f| !f.is_collective() && !f.is_sync())
@@ -128,7 +128,7 @@ impl CostFamily {
             .collect()
     }
 
-    pub fn from_key(key: &str) -> Option<Self> {
+    pub(crate) fn from_key(key: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|f| f.key() == key)
     }
 
@@ -142,17 +142,17 @@ impl CostFamily {
         )
     }
 
-    pub fn is_sync(self) -> bool {
+    pub(crate) fn is_sync(self) -> bool {
         matches!(self, CostFamily::Fork | CostFamily::Join)
     }
 
     /// Compute families priced on the FP8 tensor-core peak; all others use the BF16 peak
     /// (W4A16 dequantizes to BF16 before the MMA).
-    pub fn uses_fp8_peak(self) -> bool {
+    pub(crate) fn uses_fp8_peak(self) -> bool {
         matches!(self, CostFamily::GemmFp8 | CostFamily::MoeGemmFp8)
     }
 
-    pub fn gemm_for(w: WeightFormat) -> Self {
+    pub(crate) fn gemm_for(w: WeightFormat) -> Self {
         match w {
             WeightFormat::Bf16 => CostFamily::GemmBf16,
             WeightFormat::Int4 { .. } => CostFamily::GemmInt4,
@@ -160,7 +160,7 @@ impl CostFamily {
         }
     }
 
-    pub fn moe_gemm_for(w: WeightFormat) -> Self {
+    pub(crate) fn moe_gemm_for(w: WeightFormat) -> Self {
         match w {
             WeightFormat::Bf16 => CostFamily::MoeGemmBf16,
             WeightFormat::Int4 { .. } => CostFamily::MoeGemmInt4,
@@ -192,7 +192,7 @@ pub struct MeasureKey {
     /// Context length: the second interpolation axis of decode attention (0 otherwise).
     pub context: u64,
     /// The measurement also covers the next op (split-KV attention: stage 1 + reduce).
-    pub includes_next: bool,
+    pub(crate) includes_next: bool,
 }
 
 impl MeasureKey {
@@ -229,7 +229,7 @@ pub struct Op {
     /// Message size of a collective, in bytes (all_gather: the gathered output).
     pub message_bytes: u64,
     /// Its key in a measurement table, when the harness measures this kind of kernel.
-    pub measure: Option<MeasureKey>,
+    pub(crate) measure: Option<MeasureKey>,
     /// Ranks a collective spans (0: the whole tensor-parallel group); a decode-context-parallel
     /// group is smaller (`workload::parallel`).
     #[serde(skip_serializing_if = "is_zero")]
@@ -250,7 +250,7 @@ impl Op {
     }
 
     /// This op's time multiplier on `rank` (1 unless expert parallelism loads ranks unevenly).
-    pub fn rank_factor(&self, rank: usize) -> f64 {
+    pub(crate) fn rank_factor(&self, rank: usize) -> f64 {
         self.rank_scale.get(rank).copied().unwrap_or(1.0)
     }
 }

@@ -11,7 +11,8 @@
 //! weighted draws (Plackett–Luce), which is what a softmax/sigmoid top-k over noisy logits with
 //! these mean shares does.
 
-pub use crate::scenario::routing::{Routing, AIC_EQUIVALENT_ALPHA, DEFAULT_ROUTING, MAX_ALPHA};
+use crate::scenario::routing::MAX_ALPHA;
+pub use crate::scenario::routing::{Routing, AIC_EQUIVALENT_ALPHA, DEFAULT_ROUTING};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
@@ -177,7 +178,7 @@ pub fn expected_distinct_experts(
 /// the expensive part and do not depend on the token count), for callers that evaluate it at
 /// many token counts (the sweep's fast path). `at` returns the same value.
 #[derive(Debug, Clone, PartialEq)]
-pub struct DistinctExperts {
+pub(crate) struct DistinctExperts {
     experts: usize,
     top_k: usize,
     /// Inclusion probability per expert; None: uniform routing.
@@ -449,7 +450,7 @@ pub fn sample(
 /// [`sample`] plus `dummy_rows` CUDA-graph padding rows: their hidden states are identical
 /// (zero input), so per layer they all route to ONE top-k set, drawn like one more token after
 /// the real ones (no draw at all when there is no padding, so unpadded steps sample as before).
-pub fn sample_padded(
+pub(crate) fn sample_padded(
     resolved: &Resolved,
     moe_layers: &[bool],
     experts: usize,

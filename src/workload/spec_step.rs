@@ -33,7 +33,7 @@ pub enum SpecMethod {
 
 impl SpecMethod {
     pub const ALL: [SpecMethod; 3] = [SpecMethod::Eagle3, SpecMethod::Mtp, SpecMethod::DraftModel];
-    pub const NAMES: [&'static str; 3] = ["eagle3", "mtp", "draft-model"];
+    pub(crate) const NAMES: [&'static str; 3] = ["eagle3", "mtp", "draft-model"];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -77,7 +77,7 @@ pub struct Drafter {
     pub model: ModelSpec,
     /// Target hidden states fused into the first draft pass (EAGLE-3: `aux_hidden_states` of
     /// `data/spec_decode/methods.toml`; unused by the other methods).
-    pub aux_hidden_states: u32,
+    pub(crate) aux_hidden_states: u32,
 }
 
 /// The distinct pass shapes of a speculative step: each is one workload builder, and one fitted
@@ -97,13 +97,13 @@ impl PassKind {
     pub const ALL: [PassKind; 3] = [PassKind::Verify, PassKind::DraftFirst, PassKind::DraftNext];
 
     /// Built on the drafter's scenario (the draft model at the target's TP), else the target's.
-    pub fn on_draft(self) -> bool {
+    pub(crate) fn on_draft(self) -> bool {
         !matches!(self, PassKind::Verify)
     }
 
     /// How CUDA graphs pad the pass's tokens: the verify pass is a uniform batch of q tokens per
     /// sequence; draft passes pad like a decode step of their token count.
-    pub fn pad_rule(self, queries: u32) -> PadRule {
+    pub(crate) fn pad_rule(self, queries: u32) -> PadRule {
         match self {
             PassKind::Verify => PadRule::Uniform { q: queries.max(1) },
             _ => PadRule::Decode,
@@ -336,7 +336,13 @@ impl Drafter {
     /// One draft pass on the draft's scenario `ds` with `queries` tokens per sequence: the
     /// drafter's forward pass and the method's own input kernels (`first`: the step's first
     /// draft pass, which reads the target's hidden states).
-    pub fn draft_pass(&self, ds: &Scenario, queries: u32, first: bool, index: u32) -> Workload {
+    pub(crate) fn draft_pass(
+        &self,
+        ds: &Scenario,
+        queries: u32,
+        first: bool,
+        index: u32,
+    ) -> Workload {
         let mut w = super::build_pass(ds, queries);
         // The pass's rows, padded like a decode step of its own token count under graphs.
         let tokens = ds.padding(queries, PadRule::Decode).padded;
@@ -391,7 +397,7 @@ impl Drafter {
 /// The verify pass: the target at `queries` (= k+1) tokens per sequence (with CUDA graphs,
 /// padded to the capture sizes adjusted to multiples of k+1: `scenario::cudagraph`), then the
 /// rejection sampler over the real rows (it runs outside the graph).
-pub fn verify_pass(s: &Scenario, queries: u32) -> Workload {
+pub(crate) fn verify_pass(s: &Scenario, queries: u32) -> Workload {
     let q = queries.max(1);
     let mut w = super::build_verify(s, q);
     w.ops
@@ -400,7 +406,7 @@ pub fn verify_pass(s: &Scenario, queries: u32) -> Workload {
 }
 
 /// The greedy rejection sampler vLLM runs after the verify pass, priced by its family.
-pub fn rejection_sampler(batch: u64, k: u64) -> Vec<Op> {
+pub(crate) fn rejection_sampler(batch: u64, k: u64) -> Vec<Op> {
     let mut b = Builder::new();
     let rows = batch * (k + 1);
     // Compares each draft token id with the target's argmax and writes the accepted ids and
@@ -425,7 +431,7 @@ pub fn rejection_sampler(batch: u64, k: u64) -> Vec<Op> {
 
 /// The proposer's input preparation before the first draft pass (plus EAGLE-3's gather of the
 /// target's `aux` hidden states).
-pub fn proposer_bookkeeping(batch: u64, k: u64, hidden: u64, aux: u64) -> Vec<Op> {
+pub(crate) fn proposer_bookkeeping(batch: u64, k: u64, hidden: u64, aux: u64) -> Vec<Op> {
     let mut b = Builder::new();
     let rows = batch * (k + 1);
     // Next-token ids, positions and slot mappings for the first draft pass (int64 each).

@@ -246,8 +246,10 @@ pub fn prepare<'a>(
         .draft_tokens
         .iter()
         .map(|&k| match (&req.acceptance, k) {
-            (Some(a), k) if k > 0 => crate::workload::spec_step::SpecStep::new(req.method, k)
-                .expected_tokens(&a.survival(k)),
+            (Some(a), k) if k > 0 => {
+                crate::workload::spec_step::SpecStep::new(req.method, k)
+                    .expected_tokens(&a.survival(k))
+            }
             _ => 1.0,
         })
         .collect();

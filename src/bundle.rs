@@ -180,7 +180,7 @@ pub(crate) fn relative_to_root(p: &Path) -> Option<PathBuf> {
 
 /// A path for a report: relative to the data root for bundled files, else relative to the
 /// working folder when below it, else as given.
-pub fn display(p: &Path) -> String {
+pub(crate) fn display(p: &Path) -> String {
     if let Some(rel) = relative_to_root(p) {
         return rel.display().to_string();
     }

@@ -8,10 +8,10 @@
 
 use std::path::{Path, PathBuf};
 
-pub mod plot;
-pub mod trace;
+pub(crate) mod plot;
+pub(crate) mod trace;
 
-pub use plot::PlotError;
+pub(crate) use plot::PlotError;
 pub use trace::TraceError;
 
 #[derive(Debug, thiserror::Error)]

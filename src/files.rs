@@ -136,13 +136,13 @@ pub(crate) fn read_toml<T: serde::de::DeserializeOwned>(path: &Path, kind: Input
 /// line number so an error can name it.
 #[derive(Debug, Clone)]
 pub(crate) struct HandCsv {
-    pub path: PathBuf,
+    pub(crate) path: PathBuf,
     /// The header line as written.
-    pub header: String,
+    pub(crate) header: String,
     /// Column names, lower-cased.
-    pub columns: Vec<String>,
+    pub(crate) columns: Vec<String>,
     /// (line number from 1, fields).
-    pub rows: Vec<(usize, Vec<String>)>,
+    pub(crate) rows: Vec<(usize, Vec<String>)>,
 }
 
 impl HandCsv {
@@ -153,7 +153,7 @@ impl HandCsv {
         Self::parse(&text, path, expected)
     }
 
-    pub fn parse(text: &str, path: &Path, expected: &str) -> Result<Self> {
+    pub(crate) fn parse(text: &str, path: &Path, expected: &str) -> Result<Self> {
         let split =
             |l: &str| -> Vec<String> { l.split(',').map(|f| f.trim().to_string()).collect() };
         let mut lines = text
@@ -180,7 +180,7 @@ impl HandCsv {
     }
 
     /// The index of a column, if the header has it.
-    pub fn col(&self, name: &str) -> Option<usize> {
+    pub(crate) fn col(&self, name: &str) -> Option<usize> {
         self.columns.iter().position(|c| c == name)
     }
 

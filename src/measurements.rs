@@ -29,7 +29,7 @@ const MAX_COUNT: f64 = 1e12;
 /// A kernel family as the harness names it in `kernels.csv` (data/README.md). Several harness
 /// families calibrate one profile section ([`KernelFamily::cost_family`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum KernelFamily {
+pub(crate) enum KernelFamily {
     GemmBf16,
     GemmInt4,
     GemmFp8,
@@ -97,7 +97,7 @@ impl KernelFamily {
 
 /// How a timing was taken (`mode` in collectives.csv and launch.csv).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum LaunchMode {
+pub(crate) enum LaunchMode {
     /// Replays of a CUDA graph.
     Graph,
     /// Launched one by one from Python.
@@ -113,58 +113,58 @@ enum_names!(serde LaunchMode, "launch mode",
 /// One measured kernel (`kernels.csv`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct KernelPoint {
-    pub family: KernelFamily,
-    pub m: f64,
-    pub n: u64,
-    pub k: u64,
-    pub batch: u64,
-    pub context: u64,
-    pub flops: f64,
-    pub bytes: f64,
-    pub median_us: f64,
-    pub p10_us: f64,
-    pub p90_us: f64,
+    pub(crate) family: KernelFamily,
+    pub(crate) m: f64,
+    pub(crate) n: u64,
+    pub(crate) k: u64,
+    pub(crate) batch: u64,
+    pub(crate) context: u64,
+    pub(crate) flops: f64,
+    pub(crate) bytes: f64,
+    pub(crate) median_us: f64,
+    pub(crate) p10_us: f64,
+    pub(crate) p90_us: f64,
 }
 
 /// One measured collective (`collectives.csv`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct CollectivePoint {
     /// `AllReduce` or `AllGather`.
-    pub op: CostFamily,
-    pub nranks: u32,
-    pub bytes: f64,
+    pub(crate) op: CostFamily,
+    pub(crate) nranks: u32,
+    pub(crate) bytes: f64,
     /// `Auto`: NCCL_PROTO unset ("default" in the file).
-    pub proto: Proto,
+    pub(crate) proto: Proto,
     /// `Auto`: NCCL_ALGO unset ("default" in the file).
-    pub algo: Algo,
-    pub p2p: bool,
-    pub mode: LaunchMode,
-    pub median_us: f64,
+    pub(crate) algo: Algo,
+    pub(crate) p2p: bool,
+    pub(crate) mode: LaunchMode,
+    pub(crate) median_us: f64,
 }
 
 /// One launch-cost measurement (`launch.csv`).
 #[derive(Debug, Clone, PartialEq)]
-pub struct LaunchPoint {
+pub(crate) struct LaunchPoint {
     /// `Graph` or `Eager`.
-    pub mode: LaunchMode,
-    pub kernels: f64,
-    pub total_us: f64,
+    pub(crate) mode: LaunchMode,
+    pub(crate) kernels: f64,
+    pub(crate) total_us: f64,
 }
 
 /// One timing of a graph of small kernels with some all_reduces interleaved
 /// (`graph_overheads.csv`).
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct GraphOverheadPoint {
-    pub nranks: u32,
-    pub bytes: f64,
-    pub collectives: f64,
-    pub median_us: f64,
+    pub(crate) nranks: u32,
+    pub(crate) bytes: f64,
+    pub(crate) collectives: f64,
+    pub(crate) median_us: f64,
 }
 
 /// The first collective's wait per step when ranks are driven independently (`launch_skew.csv`).
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct LaunchSkewPoint {
-    pub nranks: u32,
+    pub(crate) nranks: u32,
     pub(crate) median_first_wait_us: f64,
 }
 
@@ -172,12 +172,12 @@ pub(crate) struct LaunchSkewPoint {
 pub struct Measurements {
     pub(crate) graph_overheads: Vec<GraphOverheadPoint>,
     pub(crate) launch_skew: Vec<LaunchSkewPoint>,
-    pub dir: PathBuf,
+    pub(crate) dir: PathBuf,
     pub kernels: Vec<KernelPoint>,
     pub collectives: Vec<CollectivePoint>,
-    pub launch: Vec<LaunchPoint>,
+    pub(crate) launch: Vec<LaunchPoint>,
     /// The MANIFEST's text, recorded in the profile's method.
-    pub manifest: String,
+    pub(crate) manifest: String,
 }
 
 /// A reader that refuses a line longer than [`MAX_LINE_BYTES`], so the CSV parser never
@@ -580,56 +580,56 @@ pub(crate) const AIC_COMM_DTYPES: &[(&str, u64)] = &[
 /// One row of `moe.csv`: the routed-expert call at one shape, routing distribution and size.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct AicMoeRow {
-    pub distribution: String,
-    pub quant: String,
-    pub experts: u64,
-    pub hidden: u64,
+    pub(crate) distribution: String,
+    pub(crate) quant: String,
+    pub(crate) experts: u64,
+    pub(crate) hidden: u64,
     /// The full expert intermediate size (moe_tp splits it).
     pub(crate) inter: u64,
-    pub topk: u64,
-    pub moe_tp: u32,
+    pub(crate) topk: u64,
+    pub(crate) moe_tp: u32,
     pub(crate) moe_ep: u32,
-    pub tokens: u64,
-    pub latency_us: f64,
+    pub(crate) tokens: u64,
+    pub(crate) latency_us: f64,
 }
 
 /// One row of `gemm.csv`.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct AicGemmRow {
-    pub dtype: String,
-    pub m: u64,
-    pub n: u64,
-    pub k: u64,
-    pub latency_us: f64,
+    pub(crate) dtype: String,
+    pub(crate) m: u64,
+    pub(crate) n: u64,
+    pub(crate) k: u64,
+    pub(crate) latency_us: f64,
 }
 
 /// One row of `mla_generation.csv`: the MLA generation module (fused_qkv_a + q_b + attention +
 /// o_proj) at `num_heads` heads per rank, `batch` sequences, KV length `step`.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct AicMlaRow {
-    pub kernel: String,
-    pub kv_dtype: String,
+    pub(crate) kernel: String,
+    pub(crate) kv_dtype: String,
     pub(crate) gemm_dtype: String,
-    pub num_heads: u64,
-    pub batch: u64,
+    pub(crate) num_heads: u64,
+    pub(crate) batch: u64,
     pub step: u64,
-    pub latency_us: f64,
+    pub(crate) latency_us: f64,
 }
 
 /// One row of `nccl_collectives.csv` or `custom_allreduce.csv`.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct AicCommRow {
     /// `all_reduce`, `all_gather`, `reduce_scatter` or `alltoall`.
-    pub op: String,
+    pub(crate) op: String,
     /// `nccl` or `vllm_custom`.
     pub(crate) impl_name: String,
     /// `graph`, `eager` or `unspecified`.
-    pub mode: String,
-    pub dtype: String,
-    pub nranks: u32,
-    pub elements: u64,
-    pub bytes: u64,
-    pub latency_us: f64,
+    pub(crate) mode: String,
+    pub(crate) dtype: String,
+    pub(crate) nranks: u32,
+    pub(crate) elements: u64,
+    pub(crate) bytes: u64,
+    pub(crate) latency_us: f64,
 }
 
 impl Table {
@@ -802,11 +802,11 @@ pub(crate) fn read_aic_comm_csv(path: &Path) -> Result<Vec<AicCommRow>> {
 #[derive(Debug, Clone, PartialEq)]
 pub struct MlaKvDtypeRow {
     /// `bf16`, `fp8` (dequantised in the kernel) or `fp8_direct`.
-    pub kv_dtype: String,
-    pub num_heads: u64,
-    pub batch: u64,
+    pub(crate) kv_dtype: String,
+    pub(crate) num_heads: u64,
+    pub(crate) batch: u64,
     pub(crate) kv_len: u64,
-    pub median_us: f64,
+    pub(crate) median_us: f64,
 }
 
 /// The cache formats `harness/mla_kv_dtype.py` measures.

@@ -27,7 +27,7 @@ macro_rules! enum_names {
             /// What a value of this type is, in words (for error messages).
             #[allow(dead_code)] // not every enum's errors need it
             pub(crate) const WHAT: &'static str = $what;
-            pub fn name(self) -> &'static str {
+            pub(crate) fn name(self) -> &'static str {
                 match self { $( $v => [$($s),+][0], )+ }
             }
         }

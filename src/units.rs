@@ -5,7 +5,7 @@
 use std::path::Path;
 
 /// `12345.678` → `"12,345.7"` (one decimal, thousands separated).
-pub fn us(v: f64) -> String {
+pub(crate) fn us(v: f64) -> String {
     grouped(v, 1)
 }
 
@@ -66,7 +66,7 @@ pub(crate) fn echo(s: &str) -> String {
 }
 
 /// Bytes as a person reads them (KiB, MiB, GiB).
-pub fn bytes(bytes: f64) -> String {
+pub(crate) fn bytes(bytes: f64) -> String {
     const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
     let mut v = bytes;
     let mut i = 0;
@@ -181,7 +181,7 @@ pub(crate) fn provenance_summary(provenance: &str) -> String {
 
 /// `path` relative to the data root for bundled files (`models/kimi-k2.5.json`), else
 /// relative to the current folder when it lies below it, else as given.
-pub fn path(p: &Path) -> String {
+pub(crate) fn path(p: &Path) -> String {
     crate::bundle::display(p)
 }
 

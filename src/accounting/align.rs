@@ -28,7 +28,7 @@ pub struct Alignment {
     pub unmatched: usize,
     /// `[rank][step] = (wait_us, transfer_us)`.
     #[serde(skip)]
-    pub per_rank: Vec<Vec<(f64, f64)>>,
+    pub(crate) per_rank: Vec<Vec<(f64, f64)>>,
 }
 
 /// `ranks[r][k]` lists the (start, end) of rank r's collectives in its k-th step, in start order.

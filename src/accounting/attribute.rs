@@ -16,16 +16,16 @@ const N: usize = Category::COUNT;
 /// One kernel (or other GPU activity) as the accounting sees it.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct Interval {
-    pub start_us: f64,
-    pub end_us: f64,
-    pub category: Category,
+    pub(crate) start_us: f64,
+    pub(crate) end_us: f64,
+    pub(crate) category: Category,
 }
 
 /// Exclusive and union time per category inside `[window_start, window_end)`.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub(crate) struct Attribution {
-    pub exclusive_us: [f64; N],
-    pub busy_us: [f64; N],
+    pub(crate) exclusive_us: [f64; N],
+    pub(crate) busy_us: [f64; N],
 }
 
 /// Sweep-line attribution of `intervals` over a window. `scratch` is reused between calls so the

@@ -24,13 +24,13 @@ pub struct Breakdown {
 /// One row of a breakdown as it is reported.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct BreakdownEntry {
-    pub category: Category,
+    pub(crate) category: Category,
     /// Exclusive time (see the module docs).
-    pub time_us: f64,
+    pub(crate) time_us: f64,
     /// `time_us` over the step time.
-    pub share: f64,
+    pub(crate) share: f64,
     /// Union of this category's kernels, overlap included.
-    pub busy_us: f64,
+    pub(crate) busy_us: f64,
 }
 
 impl Breakdown {
@@ -48,7 +48,7 @@ impl Breakdown {
         self.exclusive_us[c.index()]
     }
 
-    pub fn share(&self, c: Category) -> f64 {
+    pub(crate) fn share(&self, c: Category) -> f64 {
         if self.step_time_us > 0.0 {
             self.time(c) / self.step_time_us
         } else {
@@ -62,7 +62,7 @@ impl Breakdown {
         (self.busy_us[c] - self.exclusive_us[c]).max(0.0)
     }
 
-    pub fn entries(&self) -> Vec<BreakdownEntry> {
+    pub(crate) fn entries(&self) -> Vec<BreakdownEntry> {
         Category::ALL
             .iter()
             .map(|&c| BreakdownEntry {

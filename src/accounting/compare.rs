@@ -7,8 +7,8 @@ use crate::category::Category;
 use serde::Serialize;
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct CategoryComparison {
-    pub category: Category,
+pub(crate) struct CategoryComparison {
+    pub(crate) category: Category,
     pub(crate) predicted_us: f64,
     pub(crate) measured_us: f64,
     pub(crate) predicted_share: f64,
@@ -21,7 +21,7 @@ pub struct CategoryComparison {
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Comparison {
-    pub rows: Vec<CategoryComparison>,
+    pub(crate) rows: Vec<CategoryComparison>,
     pub(crate) predicted_step_us: f64,
     pub measured_step_us: f64,
     /// predicted − measured step time.
@@ -81,11 +81,11 @@ impl Comparison {
 
     /// Whether |step-time error| ≤ `pct` percent: the `--fail-above` test. An empty measured
     /// step is never within tolerance.
-    pub fn within(&self, pct: f64) -> bool {
+    pub(crate) fn within(&self, pct: f64) -> bool {
         self.step_error_pct().is_some_and(|e| e.abs() <= pct)
     }
 
-    pub fn row(&self, c: Category) -> &CategoryComparison {
+    pub(crate) fn row(&self, c: Category) -> &CategoryComparison {
         &self.rows[c.index()]
     }
 }

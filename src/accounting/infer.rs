@@ -29,7 +29,7 @@ use std::sync::OnceLock;
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Found<T> {
     pub value: T,
-    pub how: String,
+    pub(crate) how: String,
 }
 
 /// What the trace shows of its scenario; `None` where it does not show it (`unknown` says why).
@@ -41,7 +41,7 @@ pub struct Inferred {
     /// Mean tokens already in each sequence's KV cache.
     pub context: Option<Found<f64>>,
     /// Why a quantity is unknown, one line each.
-    pub unknown: Vec<String>,
+    pub(crate) unknown: Vec<String>,
 }
 
 /// A mean context this close to the scenario's (relative) counts as the same: the trace's is a
@@ -179,7 +179,7 @@ pub fn infer_scenario(s: &TraceSummary) -> Inferred {
 
 impl Inferred {
     /// One line per quantity: what the trace shows and how, or why it is unknown.
-    pub fn lines(&self) -> Vec<String> {
+    pub(crate) fn lines(&self) -> Vec<String> {
         let mut v = Vec::new();
         if let Some(r) = &self.ranks {
             v.push(format!("ranks {} ({})", r.value, r.how));

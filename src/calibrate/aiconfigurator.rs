@@ -40,8 +40,8 @@ pub struct AicRequest {
 pub struct AicResult {
     pub profile: CalibrationProfile,
     /// (table file, rows, what it prices)
-    pub tables: Vec<(String, usize, String)>,
-    pub notes: Vec<String>,
+    pub(crate) tables: Vec<(String, usize, String)>,
+    pub(crate) notes: Vec<String>,
 }
 
 /// Reads the tables, builds the profile and writes it atomically to `req.out`.

@@ -78,8 +78,8 @@ fn groups(points: &[CollectivePoint]) -> BTreeMap<CostKey, (Group, Vec<&Collecti
 
 /// A group that yields no law at all, with why.
 pub(crate) struct Unfittable {
-    pub section: String,
-    pub why: String,
+    pub(crate) section: String,
+    pub(crate) why: String,
 }
 
 /// Fits every group. Groups that cannot be fitted come back as [`Unfittable`], never dropped.

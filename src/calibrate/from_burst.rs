@@ -203,8 +203,8 @@ pub(crate) fn check_bursts(
 #[derive(Debug, Clone)]
 pub struct BurstFit {
     pub profile: CalibrationProfile,
-    pub base: String,
-    pub bursts: Vec<Burst>,
+    pub(crate) base: String,
+    pub(crate) bursts: Vec<Burst>,
     /// (per-collective µs before, after) for each burst.
     pub predicted: Vec<(f64, f64)>,
     pub latency_scale: f64,
@@ -213,10 +213,10 @@ pub struct BurstFit {
     pub(crate) bw_ci95: Option<[f64; 2]>,
     pub notes: Vec<String>,
     /// Contradictory bursts ([`check_bursts`]).
-    pub warnings: Vec<String>,
+    pub(crate) warnings: Vec<String>,
     /// Which entry priced the allreduce.
-    pub entry: String,
-    pub out: PathBuf,
+    pub(crate) entry: String,
+    pub(crate) out: PathBuf,
 }
 
 /// The latency and bytes terms the profile gives one allreduce of `bytes` in this scenario,

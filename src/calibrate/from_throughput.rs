@@ -34,7 +34,7 @@ use std::path::{Path, PathBuf};
 
 /// How a factor is fitted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FactorKind {
+pub(crate) enum FactorKind {
     /// A positive multiplier, fitted as its logarithm (symmetric in "×2" and "÷2").
     Scale,
     /// The routing concentration exponent (`power-law:ALPHA`).
@@ -47,7 +47,7 @@ pub enum FactorKind {
 pub struct FactorSpec {
     pub name: &'static str,
     pub(crate) alias: &'static str,
-    pub kind: FactorKind,
+    pub(crate) kind: FactorKind,
     /// A finer split of a coarse factor's family (one term of its price): the automatic choice
     /// takes these only once every coarse factor is chosen or refused, so a few points pin down
     /// the coarse picture before the curve's shape.
@@ -167,7 +167,7 @@ impl Factor {
     pub fn name(self) -> &'static str {
         self.spec().name
     }
-    pub fn kind(self) -> FactorKind {
+    pub(crate) fn kind(self) -> FactorKind {
         self.spec().kind
     }
     /// Scale factors are fitted as their logarithm.
@@ -241,14 +241,14 @@ pub enum MeasuredAcceptance {
 /// Speculative decoding as a point ran it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SpecPoint {
-    pub method: Method,
+    pub(crate) method: Method,
     pub draft_tokens: u32,
     pub acceptance: MeasuredAcceptance,
 }
 
 impl SpecPoint {
     /// vLLM's acceptance rate (a mean length L at k draft tokens is a rate (L − 1) / k).
-    pub fn acceptance(&self) -> std::result::Result<Acceptance, String> {
+    pub(crate) fn acceptance(&self) -> std::result::Result<Acceptance, String> {
         let k = self.draft_tokens as f64;
         let r = match self.acceptance {
             MeasuredAcceptance::Rate(r) => r,
@@ -299,7 +299,7 @@ pub struct Point {
 }
 
 impl Point {
-    pub fn label(&self) -> String {
+    pub(crate) fn label(&self) -> String {
         let mut s = format!(
             "c={} ctx={} {:.1} tok/s",
             self.concurrency, self.context, self.tokens_per_s
@@ -798,7 +798,7 @@ pub struct FactorChoice {
 #[derive(Debug, Clone)]
 pub struct ThroughputFit {
     pub profile: CalibrationProfile,
-    pub base: String,
+    pub(crate) base: String,
     pub fitted: Vec<FittedFactor>,
     /// Factors not fitted, each with why.
     pub refused: Vec<(Factor, String)>,
@@ -807,7 +807,7 @@ pub struct ThroughputFit {
     pub before: Vec<Residual>,
     pub residuals: Vec<Residual>,
     pub(crate) iterations: usize,
-    pub out: PathBuf,
+    pub(crate) out: PathBuf,
 }
 
 impl ThroughputFit {

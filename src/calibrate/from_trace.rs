@@ -35,13 +35,13 @@ impl Default for TraceFitOptions {
 #[derive(Debug, Clone)]
 pub struct TraceCalibration {
     /// The profile adjusted from.
-    pub base: String,
+    pub(crate) base: String,
     pub(crate) anchor_name: String,
     pub fit: AnchorResult,
     pub measured: Breakdown,
     pub before: Comparison,
     pub after: Comparison,
-    pub out: PathBuf,
+    pub(crate) out: PathBuf,
     /// Set when the fit missed the limit and was written because of `--allow-poor-fit`.
     pub poor: Option<String>,
 }

@@ -199,7 +199,7 @@ pub(crate) fn fit_family(
 }
 
 /// [min, max] of a non-empty set.
-pub fn range(v: &[f64]) -> [f64; 2] {
+pub(crate) fn range(v: &[f64]) -> [f64; 2] {
     [
         v.iter().copied().fold(f64::MAX, f64::min),
         v.iter().copied().fold(f64::MIN, f64::max),

@@ -52,7 +52,7 @@ pub(crate) fn launch_params(
 }
 
 /// Kernel jitter from the p10/p90 spread of the kernel medians; launch skew from launch_skew.csv.
-pub fn variability(m: &Measurements, fallback: &CalibrationProfile) -> Variability {
+pub(crate) fn variability(m: &Measurements, fallback: &CalibrationProfile) -> Variability {
     let mut cvs: Vec<f64> = m
         .kernels
         .iter()

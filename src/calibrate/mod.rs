@@ -5,19 +5,19 @@
 pub mod aiconfigurator;
 pub mod anchor;
 pub mod bench_serve;
-pub mod collectives;
+pub(crate) mod collectives;
 pub mod from_burst;
 pub mod from_throughput;
 pub mod from_trace;
-pub mod kernels;
-pub mod launch;
+pub(crate) mod kernels;
+pub(crate) mod launch;
 pub mod nccl_tests;
 pub mod output;
 pub mod regression;
-pub mod transfer;
+pub(crate) mod transfer;
 
 pub use output::{calibrate_dir, DirRequest};
-pub use transfer::transfer;
+pub(crate) use transfer::transfer;
 
 use crate::cost::profile::{CalibrationProfile, CollectiveParams, KernelParams, ProfileMeta};
 use crate::error::{Error, Result};
@@ -31,18 +31,18 @@ use std::collections::BTreeMap;
 #[derive(Debug, Clone, Serialize)]
 pub struct FitQuality {
     pub section: String,
-    pub points: usize,
+    pub(crate) points: usize,
     /// (name, estimate, 95% CI half-width; 0 for a value held fixed)
-    pub params: Vec<(String, f64, f64)>,
+    pub(crate) params: Vec<(String, f64, f64)>,
     /// Parameters whose interval must be narrower than the value (the law's rates: an
     /// efficiency or bandwidth known to no digit prices nothing).
-    pub checked: Vec<String>,
+    pub(crate) checked: Vec<String>,
     pub r2: f64,
     pub median_abs_rel_err: f64,
     pub(crate) max_abs_rel_err: f64,
     /// Physical limits the fitted values break.
     pub(crate) unphysical: Vec<String>,
-    pub notes: Vec<String>,
+    pub(crate) notes: Vec<String>,
 }
 
 /// Why a section fails the rules, split by whether a measurement table can excuse it.
@@ -55,10 +55,10 @@ pub(crate) struct Problems {
 }
 
 impl Problems {
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.misfit.is_empty() && self.unidentified.is_empty()
     }
-    pub fn all(&self) -> Vec<String> {
+    pub(crate) fn all(&self) -> Vec<String> {
         self.unidentified
             .iter()
             .chain(&self.misfit)
@@ -121,7 +121,7 @@ impl FitQuality {
 pub struct CalibrationResult {
     pub profile: CalibrationProfile,
     pub quality: Vec<FitQuality>,
-    pub warnings: Vec<String>,
+    pub(crate) warnings: Vec<String>,
     /// Sections whose fit broke the rules and which keep the fallback's values, with why.
     pub(crate) kept_fallback: Vec<String>,
 }

@@ -7,7 +7,7 @@ use statrs::distribution::{ContinuousCDF, StudentsT};
 pub struct LinearFit {
     pub coef: Vec<f64>,
     /// Half-width of each coefficient's 95% confidence interval.
-    pub ci95: Vec<f64>,
+    pub(crate) ci95: Vec<f64>,
     pub(crate) dof: usize,
 }
 
@@ -79,7 +79,7 @@ pub(crate) fn r_squared(y: &[f64], pred: &[f64]) -> f64 {
     }
 }
 
-pub fn median(v: &mut [f64]) -> f64 {
+pub(crate) fn median(v: &mut [f64]) -> f64 {
     if v.is_empty() {
         return f64::NAN;
     }

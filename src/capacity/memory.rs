@@ -78,7 +78,7 @@ impl Default for MemoryOptions {
 
 impl MemoryOptions {
     /// Every knob in its range, and DCP where vLLM supports it.
-    pub fn check(&self, s: &Scenario) -> Result<()> {
+    pub(crate) fn check(&self, s: &Scenario) -> Result<()> {
         let u = self.gpu_memory_utilization;
         if !(u.is_finite() && u > 0.0 && u <= 1.0) {
             return Err(Error::Flag {
@@ -142,7 +142,7 @@ impl MemoryOptions {
 /// One term of the per-GPU memory.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct MemoryTerm {
-    pub component: &'static str,
+    pub(crate) component: &'static str,
     pub bytes: f64,
     pub source: String,
 }
@@ -152,7 +152,7 @@ pub struct MemoryTerm {
 pub struct MemoryAccount {
     /// The device total vLLM sees (torch.cuda.mem_get_info).
     pub total_bytes: f64,
-    pub gpu_memory_utilization: f64,
+    pub(crate) gpu_memory_utilization: f64,
     /// total × gpu_memory_utilization.
     pub requested_bytes: f64,
     /// Every term; they sum to `total_bytes` (the last is the share vLLM leaves alone).
@@ -163,8 +163,8 @@ pub struct MemoryAccount {
     pub num_blocks: u64,
     /// num_blocks × block_size: vLLM's "GPU KV cache size: N tokens".
     pub kv_cache_tokens: u64,
-    pub dcp: u32,
-    pub max_num_seqs: u32,
+    pub(crate) dcp: u32,
+    pub(crate) max_num_seqs: u32,
 }
 
 impl MemoryAccount {

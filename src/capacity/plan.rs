@@ -31,7 +31,7 @@ pub enum Limit {
 }
 
 impl Limit {
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Limit::Memory => "memory",
             Limit::Tpot => "TPOT",
@@ -70,7 +70,7 @@ pub(crate) fn check_target(
 
 /// The error a plan that no candidate meets ends with (after its report is written): the
 /// binding limit and the planner's message, so the command exits non-zero.
-pub fn unmet(plan: &Plan) -> Option<Error> {
+pub(crate) fn unmet(plan: &Plan) -> Option<Error> {
     if plan.best.is_some() {
         return None;
     }
@@ -105,7 +105,7 @@ pub struct Candidate {
 pub struct PlanRow {
     pub system: String,
     pub tp: u32,
-    pub dcp: u32,
+    pub(crate) dcp: u32,
     /// Weights, buffers and at least one request's KV cache fit in the memory vLLM may use
     /// (`--gpu-memory-utilization`); a row that does not fit never meets the target, so the
     /// planner never names it.
@@ -113,24 +113,24 @@ pub struct PlanRow {
     pub meets: bool,
     /// What stopped it (None when it meets the target).
     pub limit: Option<Limit>,
-    pub note: String,
+    pub(crate) note: String,
     pub replicas: u32,
     pub gpus: u32,
     pub systems: u32,
     pub concurrency_per_replica: u32,
-    pub max_concurrency: u64,
+    pub(crate) max_concurrency: u64,
     /// All replicas together.
     pub tokens_per_s: f64,
     pub(crate) tokens_per_s_per_gpu: f64,
-    pub tpot_ms: f64,
-    pub gpu_hour_usd: Option<f64>,
+    pub(crate) tpot_ms: f64,
+    pub(crate) gpu_hour_usd: Option<f64>,
     pub usd_per_hour: Option<f64>,
     pub usd_per_million_tokens: Option<f64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Plan {
-    pub target: Target,
+    pub(crate) target: Target,
     /// The cheapest row that meets the target.
     pub best: Option<PlanRow>,
     pub rows: Vec<PlanRow>,

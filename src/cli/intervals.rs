@@ -7,11 +7,11 @@ use crate::whatif::uncertainty::{DEFAULT_DRAWS, DEFAULT_SEED};
 const MAX_DRAWS: usize = 100_000;
 
 #[derive(Debug, Clone, clap::Args)]
-pub struct IntervalArgs {
+pub(crate) struct IntervalArgs {
     /// Monte Carlo draws behind the p5/p50/p95 intervals (fitted factors' intervals, table
     /// interpolation error, routing); 0 turns intervals off.
     #[arg(long, default_value_t = DEFAULT_DRAWS, value_name = "N")]
-    pub draws: usize,
+    pub(crate) draws: usize,
     /// Seed of the interval draws (same seed, same intervals).
     #[arg(long, default_value_t = DEFAULT_SEED, value_name = "SEED")]
     pub(crate) interval_seed: u64,
@@ -19,7 +19,7 @@ pub struct IntervalArgs {
 
 impl IntervalArgs {
     /// The draw count, checked.
-    pub fn draws(&self) -> Result<usize> {
+    pub(crate) fn draws(&self) -> Result<usize> {
         if self.draws > MAX_DRAWS {
             return Err(Error::ScenarioRange {
                 flag: "--draws",

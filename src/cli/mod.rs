@@ -3,15 +3,15 @@
 pub mod calibrate;
 pub mod capacity;
 pub mod compare;
-pub mod intervals;
-pub mod list;
-pub mod output;
+pub(crate) mod intervals;
+pub(crate) mod list;
+pub(crate) mod output;
 mod scenario_args;
 pub mod simulate;
 pub mod sweep;
 pub mod trace;
 pub mod validate;
-pub mod whatif;
+pub(crate) mod whatif;
 
 pub(crate) use scenario_args::ScenarioArgs;
 

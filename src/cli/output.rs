@@ -24,7 +24,7 @@ fn stdout_error(source: std::io::Error) -> Error {
 }
 
 /// Writes report text to standard output; an error stops the command (see [`finish`]).
-pub fn print(text: &str) -> Result<()> {
+pub(crate) fn print(text: &str) -> Result<()> {
     std::io::stdout()
         .lock()
         .write_all(text.as_bytes())
@@ -90,7 +90,7 @@ fn is_closed_pipe(e: &Error) -> bool {
 
 /// Flushes standard output after a command and maps the outcome: a closed pipe is success,
 /// any other failure to write standard output is an error naming it.
-pub fn finish(result: Result<()>) -> Result<()> {
+pub(crate) fn finish(result: Result<()>) -> Result<()> {
     let flushed = std::io::stdout().lock().flush().map_err(stdout_error);
     let result = result.and(flushed);
     match result {

@@ -21,11 +21,11 @@ use std::path::PathBuf;
 #[derive(Debug, Args)]
 pub struct TraceArgs {
     #[command(subcommand)]
-    pub command: TraceCommand,
+    pub(crate) command: TraceCommand,
 }
 
 #[derive(Debug, Subcommand)]
-pub enum TraceCommand {
+pub(crate) enum TraceCommand {
     /// Steps, step time, time per category, idle, communication wait/transfer and unclassified
     /// kernels of torch.profiler traces (one file per rank, or a directory of them).
     Summarize(SummarizeArgs),
@@ -55,11 +55,11 @@ pub struct RankArgs {
     /// Analyse files that look like different runs (different world size, backend, GPUs,
     /// profiler start more than 10 minutes apart, or different vLLM file-name stems).
     #[arg(long)]
-    pub allow_mixed_runs: bool,
+    pub(crate) allow_mixed_runs: bool,
 }
 
 impl RankArgs {
-    pub fn policy(self) -> RankPolicy {
+    pub(crate) fn policy(self) -> RankPolicy {
         RankPolicy {
             allow_partial: self.allow_partial_ranks,
             allow_mixed_runs: self.allow_mixed_runs,
@@ -83,16 +83,16 @@ pub(crate) fn parse_pct(s: &str) -> std::result::Result<f64, String> {
 }
 
 #[derive(Debug, Args)]
-pub struct SummarizeArgs {
+pub(crate) struct SummarizeArgs {
     /// Trace files (.json or .json.gz, one per rank) or directories of them.
     #[arg(required = true, value_name = "PATH")]
-    pub paths: Vec<PathBuf>,
+    pub(crate) paths: Vec<PathBuf>,
     #[arg(long, value_enum, default_value_t = Format::Table)]
-    pub format: Format,
+    pub(crate) format: Format,
     #[command(flatten)]
     pub read: TraceReadArgs,
     #[command(flatten)]
-    pub ranks: RankArgs,
+    pub(crate) ranks: RankArgs,
 }
 
 /// The flags `decodesim compare` takes for its measured side.
@@ -121,7 +121,7 @@ pub struct CompareTraceArgs {
 
 /// Reads and summarizes the traces as the flags say, refusing rank files that are not one
 /// complete run.
-pub fn load(paths: &[PathBuf], read: &TraceReadArgs) -> Result<TraceSummary> {
+pub(crate) fn load(paths: &[PathBuf], read: &TraceReadArgs) -> Result<TraceSummary> {
     load_with(paths, read, RankPolicy::default())
 }
 

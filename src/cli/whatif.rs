@@ -14,7 +14,7 @@ use std::path::PathBuf;
 #[command(args_conflicts_with_subcommands = true)]
 pub struct WhatifArgs {
     #[command(subcommand)]
-    pub command: Option<WhatifCommand>,
+    pub(crate) command: Option<WhatifCommand>,
     #[command(flatten)]
     pub vary: VaryArgs,
 }
@@ -29,19 +29,19 @@ pub struct VaryArgs {
     pub vary: Vec<String>,
     /// Vary each key alone (the others at the base) instead of every combination.
     #[arg(long)]
-    pub one_at_a_time: bool,
+    pub(crate) one_at_a_time: bool,
     /// Op families listed per variant.
     #[arg(long, default_value_t = 3)]
-    pub top: usize,
+    pub(crate) top: usize,
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Table)]
-    pub format: Format,
+    pub(crate) format: Format,
     /// Most work the what-if may take, in units of about 1 µs of CPU (a full timeline is
     /// about 2,500); more is refused before anything is simulated.
     #[arg(long, default_value_t = crate::error::DEFAULT_MAX_WORK, value_name = "UNITS")]
-    pub max_work: u64,
+    pub(crate) max_work: u64,
     #[command(flatten)]
-    pub intervals: super::intervals::IntervalArgs,
+    pub(crate) intervals: super::intervals::IntervalArgs,
 }
 
 /// `--vary`'s help, listing the keys of the knob table.
@@ -54,18 +54,18 @@ fn vary_help() -> String {
 }
 
 #[derive(Debug, clap::Subcommand)]
-pub enum WhatifCommand {
+pub(crate) enum WhatifCommand {
     /// Speculative decoding: draft and verify passes simulated per k, against no speculation.
     SpecDecode(SpecDecodeArgs),
 }
 
 #[derive(Debug, clap::Args)]
-pub struct SpecDecodeArgs {
+pub(crate) struct SpecDecodeArgs {
     #[command(flatten)]
     pub scenario: ScenarioArgs,
     /// eagle3 (a one-layer draft head), mtp (DeepSeek's MTP module) or draft-model.
     #[arg(long, default_value = "eagle3")]
-    pub method: String,
+    pub(crate) method: String,
     /// EAGLE-3 draft config.json [default: the Kimi-K2.5 MLA draft shape in models/drafts/].
     #[arg(long, value_name = "FILE")]
     pub(crate) draft_config: Option<String>,
@@ -75,7 +75,7 @@ pub struct SpecDecodeArgs {
     /// vLLM's draft acceptance rate (accepted / drafted tokens): mean length 1 + k x R. A list
     /// (0.3,0.4,0.5) studies each rate (one table, JSON object or plot panel per rate).
     #[arg(long, value_name = "R[,R...]", conflicts_with_all = ["acceptance_per_position", "acceptance_lengths"])]
-    pub acceptance_rate: Option<String>,
+    pub(crate) acceptance_rate: Option<String>,
     /// vLLM's per-position acceptance rates a1,a2,... (non-increasing).
     #[arg(long, value_name = "A1,A2,...", conflicts_with = "acceptance_lengths")]
     pub(crate) acceptance_per_position: Option<String>,
@@ -84,19 +84,19 @@ pub struct SpecDecodeArgs {
     pub(crate) acceptance_lengths: Option<PathBuf>,
     /// Draft tokens per step: a list (1,2,4) or a range (1..6, both ends included).
     #[arg(long, default_value = "1..6")]
-    pub draft_tokens: String,
+    pub(crate) draft_tokens: String,
     /// Batches simulated to find where speculation stops paying ("none" to skip).
     #[arg(long, default_value = "1,2,4,8,16,32,64,128,256")]
-    pub crossover_batches: String,
+    pub(crate) crossover_batches: String,
     /// Monte Carlo users for the TPOT percentiles.
     #[arg(long, default_value_t = 2000)]
-    pub mc_users: u32,
+    pub(crate) mc_users: u32,
     /// Output tokens each Monte Carlo user decodes.
     #[arg(long, default_value_t = 256)]
-    pub output_tokens: u32,
+    pub(crate) output_tokens: u32,
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Table)]
-    pub format: Format,
+    pub(crate) format: Format,
     /// Write one k's whole speculative step (verify + draft passes) as a Chrome trace.
     #[arg(long, value_name = "FILE.json")]
     pub timeline: Option<PathBuf>,
@@ -106,16 +106,16 @@ pub struct SpecDecodeArgs {
     /// Chart the speedup against the --crossover-batches grid, one line per k and one panel
     /// per acceptance rate (.png or .svg).
     #[arg(long, value_name = "FILE.png|svg")]
-    pub plot: Option<PathBuf>,
+    pub(crate) plot: Option<PathBuf>,
     /// The same speedups as a k x batch heatmap (.png or .svg).
     #[arg(long, value_name = "FILE.png|svg")]
     pub(crate) plot_heatmap: Option<PathBuf>,
     /// Most work the study may take, in units of about 1 µs of CPU (a full timeline is about
     /// 2,500, a Monte Carlo output token 0.01); more is refused before anything is simulated.
     #[arg(long, default_value_t = crate::error::DEFAULT_MAX_WORK, value_name = "UNITS")]
-    pub max_work: u64,
+    pub(crate) max_work: u64,
     #[command(flatten)]
-    pub intervals: super::intervals::IntervalArgs,
+    pub(crate) intervals: super::intervals::IntervalArgs,
 }
 
 pub fn run(a: WhatifArgs) -> Result<()> {

@@ -65,7 +65,7 @@ pub(crate) fn to_table(c: &Comparison) -> String {
     o
 }
 
-pub fn to_json(c: &Comparison) -> Value {
+pub(crate) fn to_json(c: &Comparison) -> Value {
     json!({
         "step_time_us": {
             "predicted": c.predicted_step_us,

@@ -1,6 +1,6 @@
 //! A small aligned-text table for terminal output.
 
-pub struct Table {
+pub(crate) struct Table {
     header: Vec<String>,
     rows: Vec<Vec<String>>,
     /// Right-align every column but the first, unless listed in `left`.
@@ -12,7 +12,7 @@ pub struct Table {
 }
 
 impl Table {
-    pub fn new(header: &[&str]) -> Self {
+    pub(crate) fn new(header: &[&str]) -> Self {
         Table {
             header: header.iter().map(|s| s.to_string()).collect(),
             rows: Vec::new(),
@@ -30,13 +30,13 @@ impl Table {
 
     /// Wraps column `col` at word boundaries so no line of it is wider than `width`; a word
     /// longer than that is cut.
-    pub fn wrap(mut self, col: usize, width: usize) -> Self {
+    pub(crate) fn wrap(mut self, col: usize, width: usize) -> Self {
         self.wrap.push((col, width.max(8)));
         self
     }
 
     /// Adds a row; missing trailing cells are left empty.
-    pub fn row(&mut self, mut cells: Vec<String>) {
+    pub(crate) fn row(&mut self, mut cells: Vec<String>) {
         cells.resize(self.header.len().max(cells.len()), String::new());
         self.rows.push(cells);
     }
@@ -137,7 +137,7 @@ pub(crate) fn pct(share: f64) -> String {
 }
 
 /// Bytes in the unit a person reads fastest (KiB, MiB, GiB).
-pub fn bytes(b: f64) -> String {
+pub(crate) fn bytes(b: f64) -> String {
     super::units::bytes(b)
 }
 

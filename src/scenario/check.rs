@@ -45,16 +45,16 @@ pub(crate) fn int_in(path: &Path, field: &str, v: u64, range: &RangeInclusive<u6
 /// What a float must satisfy.
 #[derive(Debug, Clone, Copy)]
 pub struct FloatRange {
-    pub min: f64,
+    pub(crate) min: f64,
     /// The minimum itself is refused (bandwidths, FLOP/s: a zero would divide by zero).
     pub(crate) min_exclusive: bool,
-    pub max: f64,
-    pub unit: &'static str,
+    pub(crate) max: f64,
+    pub(crate) unit: &'static str,
 }
 
 impl FloatRange {
     /// Strictly positive, at most `max`.
-    pub const fn positive(max: f64, unit: &'static str) -> Self {
+    pub(crate) const fn positive(max: f64, unit: &'static str) -> Self {
         FloatRange {
             min: 0.0,
             min_exclusive: true,
@@ -63,7 +63,7 @@ impl FloatRange {
         }
     }
     /// From `min` to `max`, both included: a physical floor, not only "above 0".
-    pub const fn between(min: f64, max: f64, unit: &'static str) -> Self {
+    pub(crate) const fn between(min: f64, max: f64, unit: &'static str) -> Self {
         FloatRange {
             min,
             min_exclusive: false,
@@ -81,7 +81,7 @@ impl FloatRange {
         }
     }
 
-    pub fn contains(&self, v: f64) -> bool {
+    pub(crate) fn contains(&self, v: f64) -> bool {
         v.is_finite() && (v > self.min || (!self.min_exclusive && v == self.min)) && v <= self.max
     }
 
@@ -113,7 +113,7 @@ fn grouped_float(v: f64) -> String {
 
 /// A float as a person typed it: `1e-300` and `1e308`, not 300 zeros (Rust's `{}` prints
 /// every digit); ordinary magnitudes as usual (`0.5`, `450`).
-pub fn show(v: f64) -> String {
+pub(crate) fn show(v: f64) -> String {
     let a = v.abs();
     if v == 0.0 || !v.is_finite() || (1e-4..1e16).contains(&a) {
         v.to_string()

@@ -62,8 +62,8 @@ enum_names!(Runtime, "runtime", Runtime::Vllm => ["vllm"], Runtime::Reference =>
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct NcclSettings {
     pub proto: Proto,
-    pub algo: Algo,
-    pub p2p: bool,
+    pub(crate) algo: Algo,
+    pub(crate) p2p: bool,
 }
 
 /// Which implementation carries the tensor-parallel all-reduces (`--allreduce`).
@@ -156,12 +156,12 @@ pub struct Scenario {
     pub nccl: NcclSettings,
     /// KV-cache element size in bytes (2 for BF16, 1 for FP8).
     pub kv_bytes: f64,
-    pub runtime: Runtime,
+    pub(crate) runtime: Runtime,
     pub seed: u64,
     /// Share of each GPU's memory vLLM may use for weights, activations and KV cache
     /// (`--gpu-memory-utilization`, vLLM's default 0.9); the memory check holds the footprint
     /// against it.
-    pub gpu_memory_utilization: f64,
+    pub(crate) gpu_memory_utilization: f64,
     /// How tokens spread over the routed experts (`--routing`; `workload::routing`).
     pub routing: super::routing::Routing,
     /// All-reduce implementation and NCCL knobs (`--allreduce`, `--nccl-max-nchannels`,
@@ -435,7 +435,7 @@ impl Scenario {
     }
 
     /// Tokens processed in this step (one per sequence in plain decode).
-    pub fn tokens(&self) -> u32 {
+    pub(crate) fn tokens(&self) -> u32 {
         self.batch
     }
 

@@ -76,7 +76,7 @@ enum_names!(KvDtype, "KV-cache dtype",
 
 impl KvDtype {
     /// Bytes per element.
-    pub fn bytes(self) -> f64 {
+    pub(crate) fn bytes(self) -> f64 {
         match self {
             KvDtype::Bf16 => 2.0,
             KvDtype::Fp8 => 1.0,
@@ -93,7 +93,7 @@ impl KvDtype {
         }
     }
     /// A vLLM `--kv-cache-dtype` value: the names above, or any `fp8…` variant.
-    pub fn parse(v: &str) -> Option<Self> {
+    pub(crate) fn parse(v: &str) -> Option<Self> {
         let l = v.trim().to_ascii_lowercase();
         match l.parse() {
             Ok(d) => Some(d),
@@ -140,7 +140,7 @@ impl std::fmt::Display for Value {
 
 impl Value {
     /// As JSON: numbers as numbers, on/off as booleans, the rest as their names.
-    pub fn json(&self) -> serde_json::Value {
+    pub(crate) fn json(&self) -> serde_json::Value {
         match self {
             Value::Whole(n) => (*n).into(),
             Value::Number(x) => (*x).into(),
@@ -167,7 +167,7 @@ pub struct Knob {
     pub flag: &'static str,
     pub(crate) value_name: &'static str,
     /// One line or two of help (the default is added as a value, see [`Knob::default_text`]).
-    pub help: &'static str,
+    pub(crate) help: &'static str,
     /// What a value must be, in words: errors say "expected {expected}".
     pub expected: &'static str,
     pub sweep: Sweep,
@@ -207,7 +207,7 @@ impl Knob {
         (self.parse)(text.trim())
     }
     /// Parses a value; the error names the flag, the value and what is expected.
-    pub fn parse(&self, text: &str) -> Result<Value> {
+    pub(crate) fn parse(&self, text: &str) -> Result<Value> {
         self.parse_value(text).map_err(|why| Error::Flag {
             flag: self.flag,
             value: crate::units::echo(text),
@@ -247,7 +247,7 @@ impl Knob {
 }
 
 /// The knob a key names (`nccl-proto`, `nccl_proto`, `NCCL-Proto`, `--nccl-proto`).
-pub fn find(key: &str) -> Option<&'static Knob> {
+pub(crate) fn find(key: &str) -> Option<&'static Knob> {
     let k = key
         .trim()
         .trim_start_matches("--")

@@ -24,7 +24,7 @@ pub enum Family {
 }
 
 impl Family {
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Family::MlaMoe => "mla+moe",
             Family::GqaMoe => "gqa+moe",
@@ -60,12 +60,12 @@ pub struct MoeDims {
     /// Layers before this index are dense (DeepSeek-V3 / Kimi `first_k_dense_replace`).
     pub first_k_dense: usize,
     /// Every this many layers from 0 is MoE (DeepSeek `moe_layer_freq`, default 1).
-    pub moe_layer_freq: usize,
+    pub(crate) moe_layer_freq: usize,
     /// Layer i is MoE only when (i + 1) is a multiple of this (Qwen-MoE `decoder_sparse_step`,
     /// default 1).
-    pub decoder_sparse_step: usize,
+    pub(crate) decoder_sparse_step: usize,
     /// Layers that keep a dense MLP whatever the rules above say (Qwen-MoE `mlp_only_layers`).
-    pub mlp_only_layers: Vec<usize>,
+    pub(crate) mlp_only_layers: Vec<usize>,
     pub n_group: usize,
     pub topk_group: usize,
     pub scoring: Scoring,
@@ -73,7 +73,7 @@ pub struct MoeDims {
 
 impl MoeDims {
     /// vLLM's rule for which layers are MoE (see [`ModelSpec::is_layer_moe`]).
-    pub fn is_layer_moe(&self, layer: usize) -> bool {
+    pub(crate) fn is_layer_moe(&self, layer: usize) -> bool {
         layer >= self.first_k_dense
             && layer % self.moe_layer_freq.max(1) == 0
             && (layer + 1) % self.decoder_sparse_step.max(1) == 0
@@ -113,7 +113,7 @@ impl WeightFormat {
         }
     }
 
-    pub fn name(self) -> String {
+    pub(crate) fn name(self) -> String {
         match self {
             WeightFormat::Bf16 => "bf16".into(),
             WeightFormat::Int4 { group_size } => format!("int4-g{group_size}"),
@@ -152,7 +152,7 @@ pub struct Quantization {
 #[derive(Debug, Clone)]
 pub struct ModelSpec {
     pub name: String,
-    pub source: PathBuf,
+    pub(crate) source: PathBuf,
     pub family: Family,
     pub num_layers: usize,
     pub hidden: usize,
@@ -177,7 +177,7 @@ pub struct ModelSpec {
 /// 2^53, so byte counts are exact in f64 and cannot wrap in u64.
 pub mod limits {
     use std::ops::RangeInclusive;
-    pub const LAYERS: RangeInclusive<u64> = 1..=512;
+    pub(crate) const LAYERS: RangeInclusive<u64> = 1..=512;
     pub const HIDDEN: RangeInclusive<u64> = 1..=65_536;
     pub const VOCAB: RangeInclusive<u64> = 1..=4_194_304;
     pub const HEADS: RangeInclusive<u64> = 1..=1_024;

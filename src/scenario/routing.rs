@@ -162,7 +162,7 @@ impl Routing {
     }
 
     /// Reads a routing CSV (formats in [`ROUTING_EXPECTED`]; `#` lines are comments).
-    pub fn from_file(path: &Path) -> Result<Self> {
+    pub(crate) fn from_file(path: &Path) -> Result<Self> {
         let t = HandCsv::parse(
             &crate::files::read_text(path, InputKind::MeasurementCsv)?,
             path,
@@ -268,7 +268,7 @@ impl Routing {
 
     /// Checks a file's routing against the model: expert and layer indices in range, counts
     /// that are possible for top-k of that many experts.
-    pub fn check(&self, experts: usize, top_k: usize, num_layers: usize) -> Result<()> {
+    pub(crate) fn check(&self, experts: usize, top_k: usize, num_layers: usize) -> Result<()> {
         match self {
             Routing::Uniform | Routing::PowerLaw { .. } => Ok(()),
             Routing::Histogram { source, rows } => {

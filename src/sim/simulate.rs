@@ -96,7 +96,7 @@ pub struct MemoryFit {
     pub(crate) needed_bytes: f64,
     /// The GPU's memory as the driver reports it (`GpuSpec::memory_total_bytes`).
     pub(crate) capacity_bytes: f64,
-    pub gpu_memory_utilization: f64,
+    pub(crate) gpu_memory_utilization: f64,
 }
 
 impl MemoryFit {

@@ -27,7 +27,7 @@ pub struct Timeline {
 }
 
 impl Timeline {
-    pub fn clear(&mut self, ranks: usize) {
+    pub(crate) fn clear(&mut self, ranks: usize) {
         self.ranks = ranks;
         self.records.clear();
         self.rank_end_us.clear();

@@ -30,7 +30,7 @@ pub(crate) struct Input<R> {
 }
 
 impl<R: Read> Input<R> {
-    pub fn new(reader: R) -> Self {
+    pub(crate) fn new(reader: R) -> Self {
         Input {
             reader,
             buf: Vec::with_capacity(CHUNK * 2),

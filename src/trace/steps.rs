@@ -63,27 +63,27 @@ pub enum WindowSource {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Step {
-    pub name: String,
-    pub kind: StepKind,
+pub(crate) struct Step {
+    pub(crate) name: String,
+    pub(crate) kind: StepKind,
     /// GPU window, µs on the trace's clock.
-    pub start_us: f64,
-    pub end_us: f64,
-    pub window: WindowSource,
+    pub(crate) start_us: f64,
+    pub(crate) end_us: f64,
+    pub(crate) window: WindowSource,
     /// GPU ops linked to the step by correlation.
-    pub linked_ops: usize,
+    pub(crate) linked_ops: usize,
     /// Of those, ops replayed from a CUDA graph (one launch → many kernels, or `graph id`).
-    pub graph_ops: usize,
+    pub(crate) graph_ops: usize,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub(crate) struct StepFinding {
-    pub source: StepSource,
+    pub(crate) source: StepSource,
     /// Which side the markers were on (CPU, or GPU-only traces).
     pub(crate) marker_side: &'static str,
-    pub steps: Vec<Step>,
+    pub(crate) steps: Vec<Step>,
     /// Markers that matched but launched no GPU work (e.g. the last, unfinished ProfilerStep).
-    pub empty_markers: usize,
+    pub(crate) empty_markers: usize,
 }
 
 fn family_regexes() -> &'static [(StepSource, Regex)] {

@@ -19,12 +19,12 @@ use std::path::{Path, PathBuf};
 
 /// One captured configuration: the files of all its ranks.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Case {
-    pub name: String,
-    pub batch: u32,
-    pub context: u64,
+pub(crate) struct Case {
+    pub(crate) name: String,
+    pub(crate) batch: u32,
+    pub(crate) context: u64,
     /// `default`, `ll_ring` or `p2p_off` (the harness's NCCL settings).
-    pub setting: String,
+    pub(crate) setting: String,
     pub files: Vec<PathBuf>,
 }
 
@@ -117,12 +117,12 @@ pub(crate) fn request_for(
 
 #[derive(Debug, Clone, Serialize)]
 pub struct CaseResult {
-    pub case: Case,
+    pub(crate) case: Case,
     /// Profiled steps left out as start-up outliers (longer than twice the median step).
     pub(crate) excluded_steps: usize,
     pub layers: usize,
     pub ranks: usize,
-    pub measured_step_us: f64,
+    pub(crate) measured_step_us: f64,
     pub(crate) predicted_step_us: f64,
     pub(crate) step_error: f64,
     /// Mean over categories of |predicted share − measured share| (fraction).
@@ -152,10 +152,10 @@ pub struct Summary {
 #[derive(Debug, Clone, Serialize)]
 pub struct AnchorReport {
     pub anchor: String,
-    pub results: Vec<(String, u32, f64, f64, f64)>,
+    pub(crate) results: Vec<(String, u32, f64, f64, f64)>,
     /// Over the cases of the anchor's context and setting within a 16x batch range.
     pub band: Option<Summary>,
-    pub all: Summary,
+    pub(crate) all: Summary,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -240,9 +240,9 @@ pub struct ValidateOptions<'a> {
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct ValidateChecks {
     /// Rank files that are not one complete run.
-    pub ranks: crate::trace::rank::RankPolicy,
+    pub(crate) ranks: crate::trace::rank::RankPolicy,
     /// `--layers` (or the captured configuration) differing from what the trace shows.
-    pub allow_mismatch: bool,
+    pub(crate) allow_mismatch: bool,
 }
 
 pub fn validate(dir: &Path, o: &ValidateOptions) -> Result<Validation> {

@@ -19,12 +19,12 @@ pub use crate::workload::spec_step::SpecMethod as Method;
 /// One method's limits, from `data/spec_decode/methods.toml`.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct MethodLimits {
+pub(crate) struct MethodLimits {
     pub(crate) max_draft_tokens: u32,
     pub(crate) aux_hidden_states: u32,
     #[serde(default)]
     pub(crate) default_draft: Option<String>,
-    pub source: String,
+    pub(crate) source: String,
 }
 
 pub(crate) fn methods_file() -> PathBuf {
@@ -45,10 +45,10 @@ pub(crate) fn method_limits(method: Method) -> Result<MethodLimits> {
 /// method's limits.
 #[derive(Debug, Clone)]
 pub struct Draft {
-    pub drafter: Drafter,
+    pub(crate) drafter: Drafter,
     /// Where the draft came from (a config file or the target's own MTP layers).
-    pub source: String,
-    pub limits: MethodLimits,
+    pub(crate) source: String,
+    pub(crate) limits: MethodLimits,
 }
 
 impl std::ops::Deref for Draft {

@@ -38,7 +38,7 @@ pub struct SpecDecodeRequest {
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Variant {
-    pub draft_tokens: u32,
+    pub(crate) draft_tokens: u32,
     /// The k draft passes and the proposer's bookkeeping kernels and gaps between passes.
     pub draft_time_us: f64,
     /// The verify pass at batch × (k+1) tokens, rejection sampler included.
@@ -46,10 +46,10 @@ pub struct Variant {
     /// Host time the GPU waits for (profile `[spec_decode].exposed_host_us`).
     pub(crate) host_time_us: f64,
     pub step_time_us: f64,
-    pub mean_acceptance_length: f64,
+    pub(crate) mean_acceptance_length: f64,
     pub tokens_per_s: f64,
-    pub tokens_per_s_per_user: f64,
-    pub speedup: f64,
+    pub(crate) tokens_per_s_per_user: f64,
+    pub(crate) speedup: f64,
     /// Time per output token across users, ms: p50, p90, p99.
     pub tpot_ms: [f64; 3],
 }
@@ -63,45 +63,45 @@ pub struct Crossover {
     /// The first grid batch above that where no k pays (None: it pays at every batch tried).
     pub(crate) first_losing_batch: Option<u32>,
     /// The k of each column of `speedups` (the request's `draft_tokens`).
-    pub draft_tokens: Vec<u32>,
+    pub(crate) draft_tokens: Vec<u32>,
     /// Speedup of every k at every grid batch: `speedups[batch index][k index]`.
-    pub speedups: Vec<Vec<f64>>,
+    pub(crate) speedups: Vec<Vec<f64>>,
 }
 
 /// Step times of one crossover batch, before acceptance is applied.
 #[derive(Debug, Clone, PartialEq)]
-pub struct GridCost {
-    pub batch: u32,
+pub(crate) struct GridCost {
+    pub(crate) batch: u32,
     /// The plain step.
     pub(crate) base_step_us: f64,
     /// The whole speculative step (draft + verify + host) per k, in `draft_tokens` order.
-    pub spec_step_us: Vec<f64>,
+    pub(crate) spec_step_us: Vec<f64>,
 }
 
 /// Everything `whatif spec-decode` simulates; acceptance only enters afterwards, so one set of
 /// costs serves every acceptance rate asked for.
 #[derive(Debug, Clone)]
-pub struct SpecDecodeCosts {
+pub(crate) struct SpecDecodeCosts {
     pub(crate) baseline: Simulation,
     pub(crate) draft_source: String,
     /// Per k of the request, at the scenario's batch.
-    pub steps: Vec<(u32, StepCost)>,
+    pub(crate) steps: Vec<(u32, StepCost)>,
     /// The crossover grid (empty when no crossover batches were asked for).
-    pub grid: Vec<GridCost>,
+    pub(crate) grid: Vec<GridCost>,
 }
 
 #[derive(Debug, Clone)]
 pub struct SpecDecodeStudy {
-    pub method: Method,
+    pub(crate) method: Method,
     pub(crate) draft_source: String,
-    pub acceptance: String,
+    pub(crate) acceptance: String,
     /// vLLM's acceptance rate when the study was given one (`--acceptance-rate`).
-    pub acceptance_rate: Option<f64>,
+    pub(crate) acceptance_rate: Option<f64>,
     /// The plain step of the same scenario (its JSON scenario/calibration are reported).
     pub(crate) baseline: Simulation,
     pub variants: Vec<Variant>,
     pub crossover: Option<Crossover>,
-    pub warnings: Vec<String>,
+    pub(crate) warnings: Vec<String>,
 }
 
 impl SpecDecodeStudy {
@@ -112,7 +112,7 @@ impl SpecDecodeStudy {
         self.baseline.tokens_per_s()
     }
     /// The variant with the highest speedup.
-    pub fn best(&self) -> Option<&Variant> {
+    pub(crate) fn best(&self) -> Option<&Variant> {
         self.variants
             .iter()
             .max_by(|a, b| a.speedup.total_cmp(&b.speedup))
@@ -365,7 +365,7 @@ pub(crate) fn simulate_costs(req: &SpecDecodeRequest) -> Result<SpecDecodeCosts>
 }
 
 /// The study of `costs` (from [`simulate_costs`] of `req`) at one acceptance.
-pub fn study(
+pub(crate) fn study(
     req: &SpecDecodeRequest,
     costs: &SpecDecodeCosts,
     acceptance: &Acceptance,

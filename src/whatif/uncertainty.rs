@@ -55,7 +55,7 @@ pub struct Interval {
 
 impl Interval {
     /// The point itself (no uncertainty).
-    pub fn point(v: f64) -> Self {
+    pub(crate) fn point(v: f64) -> Self {
         Interval {
             p5: v,
             p50: v,
@@ -83,12 +83,12 @@ impl Interval {
         }
     }
 
-    pub fn json(&self) -> serde_json::Value {
+    pub(crate) fn json(&self) -> serde_json::Value {
         serde_json::json!({"p5": self.p5, "p50": self.p50, "p95": self.p95})
     }
 
     /// `[p5, p95]` in a table cell with `digits` decimals.
-    pub fn cell(&self, digits: usize) -> String {
+    pub(crate) fn cell(&self, digits: usize) -> String {
         format!("[{:.*}, {:.*}]", digits, self.p5, digits, self.p95)
     }
 }
@@ -142,13 +142,13 @@ pub enum Target {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Source {
     /// Names the draw's random stream: arms sharing a source share its draws.
-    pub name: String,
+    pub(crate) name: String,
     /// Where the spread comes from, for reports.
-    pub provenance: String,
+    pub(crate) provenance: String,
     pub target: Target,
     pub(crate) mu: f64,
     pub sigma: f64,
-    pub log: bool,
+    pub(crate) log: bool,
 }
 
 /// How a fitted factor reaches the prices: +1 the price grows with it, −1 as its inverse.
@@ -416,7 +416,7 @@ impl Uncertainty {
 
     /// `n` draws under `seed`. Each source's normal deviate is a function of (seed, draw index,
     /// source name) only, so another scenario's draws share it (paired draws).
-    pub fn draws(&self, n: usize, seed: u64) -> Vec<Draw> {
+    pub(crate) fn draws(&self, n: usize, seed: u64) -> Vec<Draw> {
         (0..n).map(|i| self.draw(i as u64, seed)).collect()
     }
 
@@ -469,10 +469,10 @@ fn normal(seed: u64, draw: u64, name: &str) -> f64 {
 /// the undrawn fast-path step the drawn ones are taken relative to.
 pub struct Drawn {
     pub fast: FastScenario,
-    pub launch: Launch,
-    pub coll: Collectives,
-    pub draws: Vec<Draw>,
-    pub uncertainty: Uncertainty,
+    pub(crate) launch: Launch,
+    pub(crate) coll: Collectives,
+    pub(crate) draws: Vec<Draw>,
+    pub(crate) uncertainty: Uncertainty,
 }
 
 impl Drawn {
@@ -568,7 +568,7 @@ impl Intervals {
         }
     }
 
-    pub fn json(&self) -> serde_json::Value {
+    pub(crate) fn json(&self) -> serde_json::Value {
         serde_json::json!({
             "step_time_us": self.step_time_us.json(),
             "tokens_per_s": self.tokens_per_s.json(),
@@ -682,7 +682,7 @@ mod tests {
 /// One what-if arm's intervals and its speedup against the base from paired draws.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ArmIntervals {
-    pub intervals: Intervals,
+    pub(crate) intervals: Intervals,
     pub speedup: Interval,
 }
 
@@ -692,7 +692,7 @@ impl ArmIntervals {
     }
 
     /// `{"step_time_us": {p5,p50,p95}, "tokens_per_s": {..}, "speedup": {..}, "verdict": ..}`.
-    pub fn json(&self) -> serde_json::Value {
+    pub(crate) fn json(&self) -> serde_json::Value {
         let mut v = self.intervals.json();
         v["speedup"] = self.speedup.json();
         v["verdict"] = serde_json::json!(self.verdict().name());
@@ -889,7 +889,7 @@ pub(crate) fn sweep_intervals(
 /// decode step (`step_us`, drawn) plus `extra_us` not drawn (e.g. prefill's share): the
 /// throughput at the point `capacity` chooses. Inner error as in [`scenario_intervals`].
 #[allow(clippy::too_many_arguments)]
-pub fn throughput_interval(
+pub(crate) fn throughput_interval(
     s: &Scenario,
     p: &CalibrationProfile,
     concurrency: u32,

@@ -15,7 +15,7 @@ use serde_json::json;
 use std::collections::BTreeMap;
 
 /// The keys `--vary` accepts: every knob of the scenario table, by its name.
-pub fn keys() -> String {
+pub(crate) fn keys() -> String {
     knobs::names()
 }
 
@@ -79,7 +79,7 @@ pub fn set(req: &mut ScenarioRequest, key: &str, v: &str) -> Result<()> {
 }
 
 /// The variants' settings: each a list of (key, value).
-pub fn combinations(
+pub(crate) fn combinations(
     axes: &[(String, Vec<String>)],
     one_at_a_time: bool,
 ) -> Vec<Vec<(String, String)>> {
@@ -116,7 +116,7 @@ pub struct VariantResult {
     /// Summed kernel time per op family (mean over ranks, waits included), variant − base, µs,
     /// largest change first; with the op counts (base, variant).
     pub(crate) family_delta_us: Vec<(CostFamily, f64, usize, usize)>,
-    pub warnings: Vec<String>,
+    pub(crate) warnings: Vec<String>,
 }
 
 impl VariantResult {

@@ -7,8 +7,8 @@ mod gqa;
 pub mod memory;
 mod mla;
 mod moe;
-pub mod op;
-pub mod parallel;
+pub(crate) mod op;
+pub(crate) mod parallel;
 pub mod routing;
 pub mod spec_step;
 
@@ -25,13 +25,13 @@ pub(crate) const SHARED_EXPERT_STREAM_TOKEN_THRESHOLD: u64 = 256;
 /// The numbers every op builder needs, derived once from the scenario.
 pub(crate) struct StepShape<'a> {
     pub model: &'a ModelSpec,
-    pub tp: usize,
-    pub batch: u32,
-    pub context: u64,
+    pub(crate) tp: usize,
+    pub(crate) batch: u32,
+    pub(crate) context: u64,
     /// Rows the pass's kernels run over: the real tokens padded up to the CUDA graph's captured
     /// size (`scenario::cudagraph`). GEMMs, norms, elementwise, router/MoE rows and collectives use
     /// it; padded rows are dummy tokens with no KV.
-    pub tokens: u64,
+    pub(crate) tokens: u64,
     /// Real tokens (batch × queries): the KV-cache write, attention (over the real sequences
     /// only: padded requests have no KV, so they add negligible attention work), lm_head, the
     /// logits all-gather and sampling (vLLM computes logits for the real rows only: the
@@ -39,17 +39,17 @@ pub(crate) struct StepShape<'a> {
     pub(crate) real_tokens: u64,
     /// Query tokens per sequence: 1 in plain decode, k+1 in a speculative verify pass (every
     /// GEMM's M, every activation collective and attention's queries scale with it).
-    pub queries: u64,
-    pub kv_bytes: f64,
-    pub sms: u32,
+    pub(crate) queries: u64,
+    pub(crate) kv_bytes: f64,
+    pub(crate) sms: u32,
     pub(crate) shared_expert_stream_threshold: u64,
-    pub runtime: Runtime,
+    pub(crate) runtime: Runtime,
     /// Distinct routed experts that receive at least one token, per layer (0 for dense layers).
     experts_touched: Vec<u32>,
 }
 
 impl StepShape<'_> {
-    pub fn experts_touched(&self, layer: usize) -> u32 {
+    pub(crate) fn experts_touched(&self, layer: usize) -> u32 {
         self.experts_touched[layer]
     }
 

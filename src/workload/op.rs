@@ -16,10 +16,10 @@ pub enum Stream {
 
 impl Stream {
     pub const ALL: [Stream; 3] = [Stream::Compute, Stream::Comm, Stream::Aux];
-    pub fn index(self) -> usize {
+    pub(crate) fn index(self) -> usize {
         self as usize
     }
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Stream::Compute => "compute",
             Stream::Comm => "comm",
@@ -87,11 +87,11 @@ crate::names::enum_names!(serde CostFamily, "kernel family",
 
 impl CostFamily {
     /// The key of this family's section in the calibration profile (`[kernels.<key>]`).
-    pub fn key(self) -> &'static str {
+    pub(crate) fn key(self) -> &'static str {
         self.name()
     }
 
-    pub const ALL: [CostFamily; 22] = {
+    pub(crate) const ALL: [CostFamily; 22] = {
         use CostFamily::*;
         [
             GemmBf16,
@@ -173,7 +173,7 @@ impl CostFamily {
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize)]
 pub struct Shape {
     pub m: u64,
-    pub n: u64,
+    pub(crate) n: u64,
     pub k: u64,
     pub batch: u64,
 }
@@ -182,21 +182,21 @@ pub struct Shape {
 /// in data/README.md): the harness family and its shape columns, with the same meanings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 pub struct MeasureKey {
-    pub family: &'static str,
+    pub(crate) family: &'static str,
     /// The interpolation axis (tokens or rows; batch for attention).
-    pub m: u64,
-    pub n: u64,
-    pub k: u64,
+    pub(crate) m: u64,
+    pub(crate) n: u64,
+    pub(crate) k: u64,
     /// Heads per rank of a batched matmul (1 otherwise); not used for grouped GEMMs.
-    pub batch: u64,
+    pub(crate) batch: u64,
     /// Context length: the second interpolation axis of decode attention (0 otherwise).
-    pub context: u64,
+    pub(crate) context: u64,
     /// The measurement also covers the next op (split-KV attention: stage 1 + reduce).
     pub(crate) includes_next: bool,
 }
 
 impl MeasureKey {
-    pub fn new(family: &'static str, m: u64, n: u64, k: u64) -> Self {
+    pub(crate) fn new(family: &'static str, m: u64, n: u64, k: u64) -> Self {
         MeasureKey {
             family,
             m,
@@ -219,10 +219,10 @@ pub struct Op {
     pub layer: i32,
     pub family: CostFamily,
     pub category: Category,
-    pub stream: Stream,
+    pub(crate) stream: Stream,
     pub shape: Shape,
     /// Storage format of the weights the op reads ("-" when it reads none).
-    pub weights: String,
+    pub(crate) weights: String,
     pub flops: f64,
     /// Minimum device-memory bytes: inputs read once, outputs written once.
     pub bytes: f64,

@@ -186,7 +186,7 @@ pub(crate) struct DistinctExperts {
 }
 
 impl DistinctExperts {
-    pub fn new(routing: &Routing, experts: usize, top_k: usize) -> Self {
+    pub(crate) fn new(routing: &Routing, experts: usize, top_k: usize) -> Self {
         let k = top_k.min(experts);
         let inclusion = match resolve(routing, experts, k, 1) {
             Resolved::Uniform => None,
@@ -272,7 +272,7 @@ fn fit_histogram(rows: &[(u64, f64, f64)], experts: usize, top_k: usize) -> f64 
 /// A histogram's fitted concentration and how well the log determines it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct HistogramFit {
-    pub source: std::path::PathBuf,
+    pub(crate) source: std::path::PathBuf,
     /// The exponent used (least squares).
     pub alpha: f64,
     /// The exponents that fit as well: weighted RMS error within half an expert of the best

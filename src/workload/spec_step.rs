@@ -35,7 +35,7 @@ impl SpecMethod {
     pub const ALL: [SpecMethod; 3] = [SpecMethod::Eagle3, SpecMethod::Mtp, SpecMethod::DraftModel];
     pub(crate) const NAMES: [&'static str; 3] = ["eagle3", "mtp", "draft-model"];
 
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             SpecMethod::Eagle3 => "eagle3",
             SpecMethod::Mtp => "mtp",
@@ -44,7 +44,7 @@ impl SpecMethod {
     }
 
     /// The method's section of `data/spec_decode/methods.toml`.
-    pub fn key(self) -> &'static str {
+    pub(crate) fn key(self) -> &'static str {
         match self {
             SpecMethod::Eagle3 => "eagle3",
             SpecMethod::Mtp => "mtp",
@@ -73,7 +73,7 @@ impl FromStr for SpecMethod {
 /// or the whole draft model) and how many of the target's hidden states it reads.
 #[derive(Debug, Clone)]
 pub struct Drafter {
-    pub method: SpecMethod,
+    pub(crate) method: SpecMethod,
     pub model: ModelSpec,
     /// Target hidden states fused into the first draft pass (EAGLE-3: `aux_hidden_states` of
     /// `data/spec_decode/methods.toml`; unused by the other methods).
@@ -111,7 +111,7 @@ impl PassKind {
     }
 
     /// The index (in `draft<index>.` op names) of the first pass of this kind in a step.
-    pub fn first_index(self) -> u32 {
+    pub(crate) fn first_index(self) -> u32 {
         match self {
             PassKind::DraftNext => 1,
             _ => 0,
@@ -120,7 +120,13 @@ impl PassKind {
 
     /// The pass's workload on `s` at `queries` tokens per sequence; draft ops are named
     /// `draft<index>.` so a timeline shows which pass ran them.
-    pub fn build(self, drafter: &Drafter, s: &Scenario, queries: u32, index: u32) -> Workload {
+    pub(crate) fn build(
+        self,
+        drafter: &Drafter,
+        s: &Scenario,
+        queries: u32,
+        index: u32,
+    ) -> Workload {
         match self {
             PassKind::Verify => verify_pass(s, queries),
             PassKind::DraftFirst => {
@@ -176,7 +182,7 @@ pub struct Window {
 /// once per step by whoever prices it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SpecStep {
-    pub method: SpecMethod,
+    pub(crate) method: SpecMethod,
     pub k: u32,
     pub windows: Vec<Window>,
 }
@@ -284,7 +290,12 @@ impl SpecStep {
     }
 
     /// The whole step as one workload (every window in order), for `--timeline`.
-    pub fn workload(&self, drafter: &Drafter, target: &Scenario, draft: &Scenario) -> Workload {
+    pub(crate) fn workload(
+        &self,
+        drafter: &Drafter,
+        target: &Scenario,
+        draft: &Scenario,
+    ) -> Workload {
         let mut windows = self.windows.iter();
         let Some(first) = windows.next() else {
             return Workload {

@@ -162,7 +162,7 @@ fn write_all(dir: &Path) -> std::io::Result<()> {
 
 /// `p` relative to the data root when it lies below it (`models/kimi-k2.5.json`), so reports
 /// name bundled files by their place in the bundle, not by a cache or build folder.
-pub(crate) fn relative_to_root(p: &Path) -> Option<PathBuf> {
+fn relative_to_root(p: &Path) -> Option<PathBuf> {
     let root = data_root();
     let roots = [root.canonicalize().ok(), Some(root)];
     let canon = p.canonicalize().ok();

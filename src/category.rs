@@ -87,7 +87,7 @@ impl fmt::Display for Category {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("unknown category '{given}'; expected one of: {}", Category::ALL.map(|c| c.name()).join(", "))]
 pub struct UnknownCategory {
-    pub(crate) given: String,
+    given: String,
 }
 
 impl FromStr for Category {

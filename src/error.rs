@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 pub(crate) mod plot;
 pub(crate) mod trace;
 
-pub(crate) use plot::PlotError;
+use plot::PlotError;
 pub use trace::TraceError;
 
 #[derive(Debug, thiserror::Error)]

@@ -37,7 +37,7 @@ impl InputKind {
     /// The largest file of this kind that is read. Generous for real data (the largest public
     /// trace is 62 MB of JSON; the H200 kernels.csv is 0.2 MB), small enough that a mistaken
     /// path cannot exhaust memory.
-    pub(crate) fn max_bytes(self) -> u64 {
+    fn max_bytes(self) -> u64 {
         match self {
             InputKind::ModelConfig
             | InputKind::SystemToml
@@ -50,7 +50,7 @@ impl InputKind {
         }
     }
 
-    pub(crate) fn describe(self) -> &'static str {
+    fn describe(self) -> &'static str {
         match self {
             InputKind::ModelConfig => "model config.json",
             InputKind::SystemToml => "system TOML",
@@ -65,7 +65,7 @@ impl InputKind {
 }
 
 /// A byte count as a person reads it: 1.5 KiB, 76.2 GiB ([`crate::units::bytes`]).
-pub(crate) fn human_bytes(bytes: f64) -> String {
+fn human_bytes(bytes: f64) -> String {
     crate::units::bytes(bytes)
 }
 
@@ -136,11 +136,11 @@ pub(crate) fn read_toml<T: serde::de::DeserializeOwned>(path: &Path, kind: Input
 /// line number so an error can name it.
 #[derive(Debug, Clone)]
 pub(crate) struct HandCsv {
-    pub(crate) path: PathBuf,
+    path: PathBuf,
     /// The header line as written.
-    pub(crate) header: String,
+    header: String,
     /// Column names, lower-cased.
-    pub(crate) columns: Vec<String>,
+    columns: Vec<String>,
     /// (line number from 1, fields).
     pub(crate) rows: Vec<(usize, Vec<String>)>,
 }

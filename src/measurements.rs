@@ -15,10 +15,10 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 /// The longest line a measurement CSV may have: real rows are about a hundred bytes.
-pub(crate) const MAX_LINE_BYTES: usize = 4096;
+const MAX_LINE_BYTES: usize = 4096;
 /// No single kernel or collective call in a decode step takes a second; a time beyond this is a
 /// unit mistake or a corrupt file, and would swamp every fit.
-pub(crate) const MAX_CALL_US: f64 = 1e6;
+const MAX_CALL_US: f64 = 1e6;
 /// More arithmetic than any GPU does in [`MAX_CALL_US`] (B200 FP8: 4.5 PFLOP/s).
 const MAX_FLOPS: f64 = 1e16;
 /// More bytes than any GPU moves in [`MAX_CALL_US`] (B200: 7.7 TB/s).
@@ -155,7 +155,7 @@ pub(crate) struct LaunchPoint {
 /// (`graph_overheads.csv`).
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct GraphOverheadPoint {
-    pub(crate) nranks: u32,
+    nranks: u32,
     pub(crate) bytes: f64,
     pub(crate) collectives: f64,
     pub(crate) median_us: f64,
@@ -480,7 +480,7 @@ pub(crate) fn read_kernels_csv(path: &Path) -> Result<Vec<KernelPoint>> {
 
 /// Reads a `collectives.csv` measurement table. A row with a rank count below 1, or any value
 /// out of range, is an error naming the row: nothing is dropped silently.
-pub(crate) fn read_collectives_csv(path: &Path) -> Result<Vec<CollectivePoint>> {
+fn read_collectives_csv(path: &Path) -> Result<Vec<CollectivePoint>> {
     let t = Table::read(
         path,
         &[
@@ -520,7 +520,7 @@ pub(crate) fn read_collectives_csv(path: &Path) -> Result<Vec<CollectivePoint>> 
 }
 
 /// Reads a `launch.csv` measurement table.
-pub(crate) fn read_launch_csv(path: &Path) -> Result<Vec<LaunchPoint>> {
+fn read_launch_csv(path: &Path) -> Result<Vec<LaunchPoint>> {
     let t = Table::read(path, &["mode", "kernels", "total_us"])?;
     let mut out = Vec::with_capacity(t.rows.len());
     for i in 0..t.rows.len() {
@@ -545,7 +545,7 @@ pub(crate) fn read_launch_csv(path: &Path) -> Result<Vec<LaunchPoint>> {
 // data/calibration/aiconfigurator/rtx_pro_6000_server/MANIFEST.txt). Latencies are µs.
 
 /// MoE quantisation modes AIConfigurator 0.12 names in `moe_perf` (its `MoEQuantMode`).
-pub(crate) const AIC_MOE_QUANTS: &[&str] = &[
+const AIC_MOE_QUANTS: &[&str] = &[
     "bfloat16",
     "fp8",
     "fp8_block",
@@ -556,7 +556,7 @@ pub(crate) const AIC_MOE_QUANTS: &[&str] = &[
     "w4a16_mxfp4",
 ];
 /// GEMM dtypes of `gemm_perf` (its `GEMMQuantMode`).
-pub(crate) const AIC_GEMM_DTYPES: &[&str] = &[
+const AIC_GEMM_DTYPES: &[&str] = &[
     "bfloat16",
     "float16",
     "fp8",
@@ -566,9 +566,9 @@ pub(crate) const AIC_GEMM_DTYPES: &[&str] = &[
     "nvfp4",
 ];
 /// KV-cache dtypes of `mla_generation_module_perf`.
-pub(crate) const AIC_KV_DTYPES: &[&str] = &["bfloat16", "fp8"];
+const AIC_KV_DTYPES: &[&str] = &["bfloat16", "fp8"];
 /// Element types of the collective tables, with their size in bytes.
-pub(crate) const AIC_COMM_DTYPES: &[(&str, u64)] = &[
+const AIC_COMM_DTYPES: &[(&str, u64)] = &[
     ("half", 2),
     ("float16", 2),
     ("bfloat16", 2),
@@ -607,7 +607,7 @@ pub(crate) struct AicGemmRow {
 /// o_proj) at `num_heads` heads per rank, `batch` sequences, KV length `step`.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct AicMlaRow {
-    pub(crate) kernel: String,
+    kernel: String,
     pub(crate) kv_dtype: String,
     pub(crate) gemm_dtype: String,
     pub(crate) num_heads: u64,
@@ -622,10 +622,10 @@ pub(crate) struct AicCommRow {
     /// `all_reduce`, `all_gather`, `reduce_scatter` or `alltoall`.
     pub(crate) op: String,
     /// `nccl` or `vllm_custom`.
-    pub(crate) impl_name: String,
+    impl_name: String,
     /// `graph`, `eager` or `unspecified`.
     pub(crate) mode: String,
-    pub(crate) dtype: String,
+    dtype: String,
     pub(crate) nranks: u32,
     pub(crate) elements: u64,
     pub(crate) bytes: u64,
@@ -810,7 +810,7 @@ pub struct MlaKvDtypeRow {
 }
 
 /// The cache formats `harness/mla_kv_dtype.py` measures.
-pub(crate) const MLA_KV_DTYPE_VARIANTS: &[&str] = &["bf16", "fp8", "fp8_direct"];
+const MLA_KV_DTYPE_VARIANTS: &[&str] = &["bf16", "fp8", "fp8_direct"];
 
 /// Reads the measured BF16-vs-FP8 MLA decode table.
 pub(crate) fn read_mla_kv_dtype_csv(path: &Path) -> Result<Vec<MlaKvDtypeRow>> {

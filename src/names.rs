@@ -23,10 +23,10 @@ macro_rules! enum_names {
     ($t:ty, $what:literal, $( $v:path => [$($s:literal),+] ),+ $(,)?) => {
         impl $t {
             /// Every choice's name, in declaration order.
-            pub(crate) const NAMES: &'static [&'static str] = &[$([$($s),+][0]),+];
+            const NAMES: &'static [&'static str] = &[$([$($s),+][0]),+];
             /// What a value of this type is, in words (for error messages).
             #[allow(dead_code)] // not every enum's errors need it
-            pub(crate) const WHAT: &'static str = $what;
+            const WHAT: &'static str = $what;
             pub(crate) fn name(self) -> &'static str {
                 match self { $( $v => [$($s),+][0], )+ }
             }

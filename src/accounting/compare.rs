@@ -81,11 +81,13 @@ impl Comparison {
 
     /// Whether |step-time error| ≤ `pct` percent: the `--fail-above` test. An empty measured
     /// step is never within tolerance.
-    pub(crate) fn within(&self, pct: f64) -> bool {
+    #[cfg(test)]
+    fn within(&self, pct: f64) -> bool {
         self.step_error_pct().is_some_and(|e| e.abs() <= pct)
     }
 
-    pub(crate) fn row(&self, c: Category) -> &CategoryComparison {
+    #[cfg(test)]
+    fn row(&self, c: Category) -> &CategoryComparison {
         &self.rows[c.index()]
     }
 }

@@ -29,7 +29,7 @@ use std::sync::OnceLock;
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Found<T> {
     pub value: T,
-    pub(crate) how: String,
+    how: String,
 }
 
 /// What the trace shows of its scenario; `None` where it does not show it (`unknown` says why).
@@ -46,7 +46,7 @@ pub struct Inferred {
 
 /// A mean context this close to the scenario's (relative) counts as the same: the trace's is a
 /// mean over sequences of slightly different lengths.
-pub(crate) const CONTEXT_TOLERANCE: f64 = 0.05;
+const CONTEXT_TOLERANCE: f64 = 0.05;
 
 /// The most common value and how many distinct values there were.
 fn mode<T: Ord + Copy>(values: impl Iterator<Item = T>) -> Option<(T, usize)> {
@@ -201,7 +201,7 @@ impl Inferred {
 /// Holds `scenario` against what the trace shows. `Err(Error::Mismatch)` names every quantity
 /// that differs (scenario value vs trace value); `Ok` carries one note per quantity checked or
 /// not shown, for the report.
-pub(crate) fn check_against(scenario: &Scenario, inferred: &Inferred) -> Result<Vec<String>> {
+fn check_against(scenario: &Scenario, inferred: &Inferred) -> Result<Vec<String>> {
     let mut problems = Vec::new();
     if let Some(r) = &inferred.ranks {
         if r.value != scenario.tp {

@@ -34,9 +34,9 @@ pub struct Stats {
     pub median: f64,
     pub(crate) p10: f64,
     pub(crate) p90: f64,
-    pub(crate) mean: f64,
-    pub(crate) min: f64,
-    pub(crate) max: f64,
+    mean: f64,
+    min: f64,
+    max: f64,
 }
 
 impl Stats {
@@ -193,7 +193,7 @@ fn ratio(a: f64, b: f64) -> f64 {
 /// Expands directories into their `*.json` / `*.json.gz` files (sorted) and checks the rest:
 /// each must be a regular file of a sane size ([`crate::files::check_input`]), and no trace may
 /// be given twice (the same file after canonicalisation, or the same bytes under two names).
-pub(crate) fn expand_inputs(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
+fn expand_inputs(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
     let files = expand_paths(paths)?;
     refuse_duplicates(&files)?;
     Ok(files)

@@ -19,7 +19,7 @@ use crate::scenario::{catalog, CommPath, ModelSpec, SystemSpec};
 use std::path::{Component, Path, PathBuf};
 
 /// vLLM's default `max_size` of its custom all-reduce (facts.md §3.3: 8 MiB).
-pub(crate) const CUSTOM_AR_MAX_SIZE: u64 = 8 << 20;
+const CUSTOM_AR_MAX_SIZE: u64 = 8 << 20;
 
 /// What `calibrate --from-aiconfigurator` is asked.
 #[derive(Debug, Clone)]

@@ -114,7 +114,7 @@ pub(crate) fn parse_bursts_at(arg: &str) -> Result<(Vec<Burst>, String, Vec<Stri
 /// scenario's `--link-gbps` / `--link-latency-us` when given, else the system's: NVLink's
 /// `nvlink_gbps`, PCIe P2P's fastest of the P2P figures and the PCIe signalling rate (a floor
 /// must not be above any real path), the host path's PCIe signalling rate.
-pub(crate) fn latency_floor_us(s: &Scenario, bytes: u64) -> f64 {
+fn latency_floor_us(s: &Scenario, bytes: u64) -> f64 {
     let ic = &s.system.interconnect;
     let pcie = pcie_signalling_gbps(ic.pcie_gen, ic.pcie_lanes);
     let (bw, lat) = match s.comm_path() {
@@ -152,7 +152,7 @@ fn pcie_signalling_gbps(gen: u32, lanes: u32) -> f64 {
 /// Refuses a burst faster than the link allows ([`latency_floor_us`]) and warns of bursts of one
 /// size whose times differ by more than 2x (contradictory: one of them measured something
 /// else). `at[i]` says where burst i came from (may be empty).
-pub(crate) fn check_bursts(
+fn check_bursts(
     s: &Scenario,
     bursts: &[Burst],
     at: &[String],

@@ -34,7 +34,7 @@ use std::path::{Path, PathBuf};
 
 /// How a factor is fitted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum FactorKind {
+enum FactorKind {
     /// A positive multiplier, fitted as its logarithm (symmetric in "×2" and "÷2").
     Scale,
     /// The routing concentration exponent (`power-law:ALPHA`).
@@ -46,8 +46,8 @@ pub(crate) enum FactorKind {
 /// One fittable member of [`Factors`]: its name, an alias, and how to read and write it.
 pub struct FactorSpec {
     pub name: &'static str,
-    pub(crate) alias: &'static str,
-    pub(crate) kind: FactorKind,
+    alias: &'static str,
+    kind: FactorKind,
     /// A finer split of a coarse factor's family (one term of its price): the automatic choice
     /// takes these only once every coarse factor is chosen or refused, so a few points pin down
     /// the coarse picture before the curve's shape.
@@ -167,7 +167,7 @@ impl Factor {
     pub fn name(self) -> &'static str {
         self.spec().name
     }
-    pub(crate) fn kind(self) -> FactorKind {
+    fn kind(self) -> FactorKind {
         self.spec().kind
     }
     /// Scale factors are fitted as their logarithm.
@@ -241,14 +241,14 @@ pub enum MeasuredAcceptance {
 /// Speculative decoding as a point ran it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SpecPoint {
-    pub(crate) method: Method,
+    method: Method,
     pub draft_tokens: u32,
     pub acceptance: MeasuredAcceptance,
 }
 
 impl SpecPoint {
     /// vLLM's acceptance rate (a mean length L at k draft tokens is a rate (L − 1) / k).
-    pub(crate) fn acceptance(&self) -> std::result::Result<Acceptance, String> {
+    fn acceptance(&self) -> std::result::Result<Acceptance, String> {
         let k = self.draft_tokens as f64;
         let r = match self.acceptance {
             MeasuredAcceptance::Rate(r) => r,
@@ -299,7 +299,7 @@ pub struct Point {
 }
 
 impl Point {
-    pub(crate) fn label(&self) -> String {
+    fn label(&self) -> String {
         let mut s = format!(
             "c={} ctx={} {:.1} tok/s",
             self.concurrency, self.context, self.tokens_per_s
@@ -337,7 +337,7 @@ impl Point {
     }
 
     /// Where the point is: `file line N`.
-    pub(crate) fn origin(&self, fallback: &Path) -> String {
+    fn origin(&self, fallback: &Path) -> String {
         let f = if self.file.as_os_str().is_empty() {
             fallback
         } else {
@@ -788,7 +788,7 @@ pub struct FactorChoice {
     /// starts.
     pub sensitivity: f64,
     /// What remains of that once the factors chosen before it are fitted (same units).
-    pub(crate) independent: f64,
+    independent: f64,
     /// True when it was chosen to fit (it may still be refused after the fit for its interval).
     pub chosen: bool,
     /// "chosen: ..." or why not.

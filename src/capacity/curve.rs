@@ -51,7 +51,7 @@ pub struct Demand {
     pub prefill_per_output: f64,
     /// Mean prompt length (prefill attention's causal prefix is half of it).
     pub(crate) input_len: f64,
-    pub(crate) output_len: f64,
+    output_len: f64,
     /// The longest request (checked against the model's maximum).
     pub longest: u64,
     /// How the demand was given, for the report.
@@ -300,7 +300,7 @@ impl CurvePoint {
 
 /// Concurrencies to simulate from 1 to `max`: powers of two plus an even spread, at most about
 /// `points` values, always including 1 and `max`.
-pub(crate) fn grid(max: u32, points: usize) -> Vec<u32> {
+fn grid(max: u32, points: usize) -> Vec<u32> {
     let max = max.max(1);
     let mut v = vec![1u32, max];
     let mut p = 2u32;
@@ -319,7 +319,7 @@ pub(crate) fn grid(max: u32, points: usize) -> Vec<u32> {
 
 /// The simulated decode step (µs) at each concurrency of `grid`, in parallel on the machine's
 /// cores (std threads; each simulation is independent and seeded).
-pub(crate) fn decode_steps(
+fn decode_steps(
     s: &Scenario,
     p: &CalibrationProfile,
     decode_context: u64,
@@ -361,7 +361,7 @@ pub(crate) fn decode_steps(
 /// Full timelines one curve of about `points` concurrencies may take: the grid (the points plus
 /// powers of two up to the largest batch) and, with a TPOT limit, the bisection between two grid
 /// points (at most one step per power of two).
-pub(crate) fn simulations_per_curve(points: usize, max_tpot: bool) -> f64 {
+fn simulations_per_curve(points: usize, max_tpot: bool) -> f64 {
     let powers = (crate::scenario::deployment::MAX_BATCH as f64)
         .log2()
         .ceil()

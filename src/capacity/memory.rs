@@ -78,7 +78,7 @@ impl Default for MemoryOptions {
 
 impl MemoryOptions {
     /// Every knob in its range, and DCP where vLLM supports it.
-    pub(crate) fn check(&self, s: &Scenario) -> Result<()> {
+    fn check(&self, s: &Scenario) -> Result<()> {
         let u = self.gpu_memory_utilization;
         if !(u.is_finite() && u > 0.0 && u <= 1.0) {
             return Err(Error::Flag {
@@ -434,7 +434,7 @@ pub fn activation_peak_bytes(m: &ModelSpec, tp: usize, tokens: f64, seqs: f64) -
 /// `[1, 2, 4] + range(8, 256, 8) + range(256, max + 1, 16)` up to min(max capture, 2 ×
 /// max_num_seqs) (facts.md §3.4), each as one FULL graph and as PIECEWISE pieces holding about
 /// the same kernels, all sharing one memory pool sized by the largest capture's activations.
-pub(crate) fn cuda_graph_bytes(s: &Scenario, max_num_seqs: u32) -> (f64, usize, f64) {
+fn cuda_graph_bytes(s: &Scenario, max_num_seqs: u32) -> (f64, usize, f64) {
     let cap_max = if s.system.gpu.compute_capability.starts_with("10.") {
         MAX_CAPTURE_SM100
     } else {
@@ -458,7 +458,7 @@ pub(crate) fn cuda_graph_bytes(s: &Scenario, max_num_seqs: u32) -> (f64, usize, 
 }
 
 /// vLLM's default capture sizes up to `max` (facts.md §3.4).
-pub(crate) fn capture_sizes(max: u32) -> Vec<u32> {
+fn capture_sizes(max: u32) -> Vec<u32> {
     let mut v: Vec<u32> = [1, 2, 4].into_iter().collect();
     v.extend((8..256).step_by(8));
     v.extend((256..=max.max(256)).step_by(16));
@@ -469,7 +469,7 @@ pub(crate) fn capture_sizes(max: u32) -> Vec<u32> {
 /// NCCL's protocol buffers on one rank: (bytes, channels, Simple buffer size). One ring
 /// connection per channel holds the Simple, LL and LL128 buffers (NCCL's P2P transport
 /// allocates them on one side of each connection); vLLM holds two communicators per TP group.
-pub(crate) fn nccl_buffer_bytes(s: &Scenario, p: &CalibrationProfile) -> (f64, u32, f64) {
+fn nccl_buffer_bytes(s: &Scenario, p: &CalibrationProfile) -> (f64, u32, f64) {
     if s.tp <= 1 {
         return (0.0, 0, 0.0);
     }
@@ -493,7 +493,7 @@ pub(crate) fn nccl_buffer_bytes(s: &Scenario, p: &CalibrationProfile) -> (f64, u
 }
 
 /// vLLM's custom all-reduce buffers, where vLLM enables it (facts.md §3.3).
-pub(crate) fn custom_ar_bytes(s: &Scenario) -> f64 {
+fn custom_ar_bytes(s: &Scenario) -> f64 {
     use crate::scenario::deployment::AllreduceImpl;
     let enabled =
         crate::cost::allreduce::custom_ar_enabled(s.tp, s.comm_path() == CommPath::Nvlink).is_ok()

@@ -25,7 +25,7 @@ pub enum DemandSpec {
 }
 
 impl DemandSpec {
-    pub(crate) fn demand(&self) -> Demand {
+    fn demand(&self) -> Demand {
         match self {
             DemandSpec::Context(c) => Demand::context(*c),
             DemandSpec::Lengths {

@@ -118,12 +118,12 @@ pub struct PlanRow {
     pub gpus: u32,
     pub systems: u32,
     pub concurrency_per_replica: u32,
-    pub(crate) max_concurrency: u64,
+    max_concurrency: u64,
     /// All replicas together.
     pub tokens_per_s: f64,
     pub(crate) tokens_per_s_per_gpu: f64,
     pub(crate) tpot_ms: f64,
-    pub(crate) gpu_hour_usd: Option<f64>,
+    gpu_hour_usd: Option<f64>,
     pub usd_per_hour: Option<f64>,
     pub usd_per_million_tokens: Option<f64>,
 }
@@ -163,7 +163,7 @@ fn failed(c: &Candidate, limit: Limit, note: String) -> PlanRow {
 }
 
 /// Evaluates one candidate (see the module notes).
-pub(crate) fn evaluate(c: &Candidate, t: &Target) -> PlanRow {
+fn evaluate(c: &Candidate, t: &Target) -> PlanRow {
     if c.max_concurrency == 0 {
         let note = c
             .memory_note

@@ -26,68 +26,68 @@ pub struct CapacityArgs {
     /// Share of each GPU's memory vLLM may use (vLLM's --gpu-memory-utilization). Above 0, at
     /// most 1.
     #[arg(long, default_value_t = DEFAULT_GPU_MEMORY_UTILIZATION, value_name = "SHARE")]
-    pub(crate) gpu_memory_utilization: f64,
+    gpu_memory_utilization: f64,
     /// Tokens of vLLM's profiling pass (its --max-num-batched-tokens); sets the activation peak
     /// and the prefill chunk.
     #[arg(long, default_value_t = DEFAULT_MAX_NUM_BATCHED_TOKENS, value_name = "TOKENS")]
-    pub(crate) max_num_batched_tokens: u32,
+    max_num_batched_tokens: u32,
     /// vLLM's --max-num-seqs: caps the concurrency and sizes the sampler's profiling pass.
     #[arg(long, default_value_t = DEFAULT_MAX_NUM_SEQS, value_name = "N")]
-    pub(crate) max_num_seqs: u32,
+    max_num_seqs: u32,
     /// KV-cache block size in tokens (vLLM's --block-size).
     #[arg(long, default_value_t = DEFAULT_BLOCK_SIZE, value_name = "TOKENS")]
-    pub(crate) block_size: u32,
+    block_size: u32,
     /// CUDA-graph memory per GPU in MiB, replacing the estimate (e.g. from vLLM's "Graph
     /// capturing finished ..., took X GiB" line).
     #[arg(long, value_name = "MIB")]
-    pub(crate) cuda_graph_mib: Option<f64>,
+    cuda_graph_mib: Option<f64>,
     /// Prompt tokens per request (with --output-len): adds prefill's share to every step.
     #[arg(long, value_name = "TOKENS", requires = "output_len")]
-    pub(crate) input_len: Option<u64>,
+    input_len: Option<u64>,
     /// Generated tokens per request (with --input-len).
     #[arg(long, value_name = "TOKENS", requires = "input_len")]
-    pub(crate) output_len: Option<u64>,
+    output_len: Option<u64>,
     /// A request mix: CSV with a header input_len,output_len,weight.
     #[arg(long, value_name = "CSV", conflicts_with_all = ["input_len", "output_len"])]
-    pub(crate) request_mix: Option<PathBuf>,
+    request_mix: Option<PathBuf>,
     /// About how many concurrencies the curve simulates.
     #[arg(long, default_value_t = 24, value_parser = clap::value_parser!(u32).range(3..=200))]
-    pub(crate) points: u32,
+    points: u32,
     /// TPOT limit in ms: the highest concurrency that meets it (and the planner's limit).
     #[arg(long, value_name = "MS")]
-    pub(crate) max_tpot_ms: Option<f64>,
+    max_tpot_ms: Option<f64>,
     /// Plan for this many output tokens per second in total.
     #[arg(long, value_name = "N")]
-    pub(crate) target_tokens_per_s: Option<f64>,
+    target_tokens_per_s: Option<f64>,
     /// Plan for this many concurrent users.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub users: Option<u32>,
     /// Systems the planner considers (comma-separated names or files) [default: --system].
     #[arg(long, value_delimiter = ',', value_name = "A,B,...")]
-    pub(crate) systems: Vec<String>,
+    systems: Vec<String>,
     /// Most systems (nodes) a plan may use.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=4096))]
-    pub(crate) max_systems: u32,
+    max_systems: u32,
     /// GPU-hour price in USD: one number for every system, or SYSTEM=PRICE,... per system.
     #[arg(long, value_name = "USD|A=USD,B=USD")]
-    pub(crate) gpu_hour_usd: Option<String>,
+    gpu_hour_usd: Option<String>,
     /// Output format (csv: the curve, one row per concurrency).
     #[arg(long, value_enum, default_value_t = Format::Table)]
-    pub(crate) format: Format,
+    format: Format,
     #[command(flatten)]
     pub(crate) intervals: super::intervals::IntervalArgs,
     /// Plot tokens/s against concurrency (.svg or .png); with --systems, one curve per system.
     #[arg(long, value_name = "FILE")]
-    pub(crate) plot_throughput: Option<PathBuf>,
+    plot_throughput: Option<PathBuf>,
     /// Plot TPOT against concurrency (.svg or .png).
     #[arg(long, value_name = "FILE")]
-    pub(crate) plot_tpot: Option<PathBuf>,
+    plot_tpot: Option<PathBuf>,
     /// Plot memory per GPU by component (.svg or .png).
     #[arg(long, value_name = "FILE")]
-    pub(crate) plot_memory: Option<PathBuf>,
+    plot_memory: Option<PathBuf>,
     /// Plot the category breakdown of the step across --batches (stacked area, .svg or .png).
     #[arg(long, value_name = "FILE")]
-    pub(crate) plot_breakdown: Option<PathBuf>,
+    plot_breakdown: Option<PathBuf>,
     /// Batch sizes of --plot-breakdown.
     #[arg(
         long,
@@ -102,11 +102,11 @@ pub struct CapacityArgs {
     /// Most work the study may take, in units of about 1 µs of CPU (a full timeline is about
     /// 2,500); more is refused before anything is simulated.
     #[arg(long, default_value_t = crate::error::DEFAULT_MAX_WORK, value_name = "UNITS")]
-    pub(crate) max_work: u64,
+    max_work: u64,
 }
 
 /// `2.1` or `a=2.1,b=3.5`.
-pub(crate) fn parse_prices(s: &str) -> Result<Prices> {
+fn parse_prices(s: &str) -> Result<Prices> {
     let bad = |v: &str, why: &str| {
         Error::Flag {
         flag: "--gpu-hour-usd",
@@ -142,7 +142,7 @@ pub(crate) fn parse_prices(s: &str) -> Result<Prices> {
 }
 
 /// Reads `concurrency,tokens_per_s[,tpot_ms]` rows (a header line is allowed).
-pub(crate) fn read_measured(path: &Path) -> Result<Vec<MeasuredPoint>> {
+fn read_measured(path: &Path) -> Result<Vec<MeasuredPoint>> {
     let text = crate::files::read_text(path, InputKind::MeasurementCsv)?;
     let mut out = Vec::new();
     for (n, line) in text.lines().enumerate() {

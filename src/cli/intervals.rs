@@ -11,7 +11,7 @@ pub(crate) struct IntervalArgs {
     /// Monte Carlo draws behind the p5/p50/p95 intervals (fitted factors' intervals, table
     /// interpolation error, routing); 0 turns intervals off.
     #[arg(long, default_value_t = DEFAULT_DRAWS, value_name = "N")]
-    pub(crate) draws: usize,
+    draws: usize,
     /// Seed of the interval draws (same seed, same intervals).
     #[arg(long, default_value_t = DEFAULT_SEED, value_name = "SEED")]
     pub(crate) interval_seed: u64,

@@ -14,7 +14,7 @@ use std::io::Write;
 use std::path::PathBuf;
 
 /// The name standard output has in errors ("cannot write standard output: ...").
-pub(crate) const STDOUT_NAME: &str = "standard output";
+const STDOUT_NAME: &str = "standard output";
 
 fn stdout_error(source: std::io::Error) -> Error {
     Error::Write {

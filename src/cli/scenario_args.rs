@@ -53,7 +53,7 @@ impl clap::FromArgMatches for ScenarioArgs {
 
 impl ScenarioArgs {
     /// Whether the flag of the knob `name` was given.
-    pub(crate) fn given(&self, name: &str) -> bool {
+    fn given(&self, name: &str) -> bool {
         self.given.contains(&name)
     }
     /// Warns (standard error) about scenario flags that change nothing as given: `--ep-comm`

@@ -21,11 +21,11 @@ use std::path::PathBuf;
 #[derive(Debug, Args)]
 pub struct TraceArgs {
     #[command(subcommand)]
-    pub(crate) command: TraceCommand,
+    command: TraceCommand,
 }
 
 #[derive(Debug, Subcommand)]
-pub(crate) enum TraceCommand {
+enum TraceCommand {
     /// Steps, step time, time per category, idle, communication wait/transfer and unclassified
     /// kernels of torch.profiler traces (one file per rank, or a directory of them).
     Summarize(SummarizeArgs),
@@ -51,11 +51,11 @@ pub struct TraceReadArgs {
 pub struct RankArgs {
     /// Analyse fewer rank files than distributedInfo.world_size says the run had.
     #[arg(long)]
-    pub(crate) allow_partial_ranks: bool,
+    allow_partial_ranks: bool,
     /// Analyse files that look like different runs (different world size, backend, GPUs,
     /// profiler start more than 10 minutes apart, or different vLLM file-name stems).
     #[arg(long)]
-    pub(crate) allow_mixed_runs: bool,
+    allow_mixed_runs: bool,
 }
 
 impl RankArgs {
@@ -68,7 +68,7 @@ impl RankArgs {
 }
 
 /// `--fail-above`: a finite, non-negative percentage (NaN would switch the check off).
-pub(crate) fn parse_pct(s: &str) -> std::result::Result<f64, String> {
+fn parse_pct(s: &str) -> std::result::Result<f64, String> {
     let v: f64 = s
         .trim()
         .parse()
@@ -83,16 +83,16 @@ pub(crate) fn parse_pct(s: &str) -> std::result::Result<f64, String> {
 }
 
 #[derive(Debug, Args)]
-pub(crate) struct SummarizeArgs {
+struct SummarizeArgs {
     /// Trace files (.json or .json.gz, one per rank) or directories of them.
     #[arg(required = true, value_name = "PATH")]
-    pub(crate) paths: Vec<PathBuf>,
+    paths: Vec<PathBuf>,
     #[arg(long, value_enum, default_value_t = Format::Table)]
-    pub(crate) format: Format,
+    format: Format,
     #[command(flatten)]
     pub read: TraceReadArgs,
     #[command(flatten)]
-    pub(crate) ranks: RankArgs,
+    ranks: RankArgs,
 }
 
 /// The flags `decodesim compare` takes for its measured side.
@@ -135,11 +135,7 @@ pub fn classifier(read: &TraceReadArgs) -> Result<Classifier> {
 }
 
 /// [`load`] with the rank checks the user relaxed.
-pub(crate) fn load_with(
-    paths: &[PathBuf],
-    read: &TraceReadArgs,
-    ranks: RankPolicy,
-) -> Result<TraceSummary> {
+fn load_with(paths: &[PathBuf], read: &TraceReadArgs, ranks: RankPolicy) -> Result<TraceSummary> {
     let classifier = classifier(read)?;
     let marker = read
         .step_marker

@@ -8,7 +8,7 @@ use crate::capacity::Capacity;
 use serde_json::{json, Value};
 
 /// "GPU KV cache size: N tokens", as vLLM logs it.
-pub(crate) fn kv_cache_line(c: &Capacity) -> String {
+fn kv_cache_line(c: &Capacity) -> String {
     format!(
         "GPU KV cache size: {} tokens",
         grouped(c.memory.kv_cache_tokens as f64, 0)
@@ -16,7 +16,7 @@ pub(crate) fn kv_cache_line(c: &Capacity) -> String {
 }
 
 /// "Maximum concurrency for L tokens per request: X.XXx", as vLLM logs it.
-pub(crate) fn concurrency_line(c: &Capacity) -> String {
+fn concurrency_line(c: &Capacity) -> String {
     let l = c.demand.tokens_per_request;
     format!(
         "Maximum concurrency for {} tokens per request: {:.2}x",
@@ -241,7 +241,7 @@ fn money(v: Option<f64>) -> String {
     v.map_or("-".into(), |x| grouped(x, 2))
 }
 
-pub(crate) fn render_plan(plan: &Plan) -> String {
+fn render_plan(plan: &Plan) -> String {
     let t = &plan.target;
     let mut want = Vec::new();
     if let Some(x) = t.tokens_per_s {

@@ -4,7 +4,7 @@ use crate::units::us;
 use crate::whatif::uncertainty::{ArmIntervals, Intervals, Uncertainty};
 
 /// What was drawn, in one line ("nothing uncertain" when the intervals are the point).
-pub(crate) fn sources_line(u: &Uncertainty) -> String {
+fn sources_line(u: &Uncertainty) -> String {
     if u.is_empty() {
         return "nothing uncertain in this profile and scenario: the interval is the point".into();
     }

@@ -136,11 +136,6 @@ pub(crate) fn pct(share: f64) -> String {
     super::units::pct(share)
 }
 
-/// Bytes in the unit a person reads fastest (KiB, MiB, GiB).
-pub(crate) fn bytes(b: f64) -> String {
-    super::units::bytes(b)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -161,7 +161,7 @@ pub fn plot_speedup(
 }
 
 /// One row per k (and a `k = 0` row for the baseline).
-pub(crate) fn spec_decode_csv(s: &SpecDecodeStudy) -> String {
+fn spec_decode_csv(s: &SpecDecodeStudy) -> String {
     let mut out = String::from("draft_tokens,draft_time_us,verify_time_us,host_time_us,step_time_us,mean_acceptance_length,tokens_per_s,tokens_per_s_per_user,speedup,tpot_p50_ms,tpot_p90_ms,tpot_p99_ms\n");
     let b = s.baseline_step_us();
     let batch = s.baseline.scenario.batch as f64;

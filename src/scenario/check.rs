@@ -47,14 +47,15 @@ pub(crate) fn int_in(path: &Path, field: &str, v: u64, range: &RangeInclusive<u6
 pub struct FloatRange {
     pub(crate) min: f64,
     /// The minimum itself is refused (bandwidths, FLOP/s: a zero would divide by zero).
-    pub(crate) min_exclusive: bool,
+    min_exclusive: bool,
     pub(crate) max: f64,
-    pub(crate) unit: &'static str,
+    unit: &'static str,
 }
 
 impl FloatRange {
     /// Strictly positive, at most `max`.
-    pub(crate) const fn positive(max: f64, unit: &'static str) -> Self {
+    #[cfg(test)]
+    const fn positive(max: f64, unit: &'static str) -> Self {
         FloatRange {
             min: 0.0,
             min_exclusive: true,

@@ -41,7 +41,7 @@ struct FileToml {
 
 /// How the verify pass's sizes follow from the decode sizes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum VerifyRule {
+enum VerifyRule {
     /// Every size rounded up to a multiple of k+1 (those above the largest size dropped).
     RoundUp,
     /// Only the sizes already divisible by k+1.
@@ -72,10 +72,10 @@ pub struct Padding {
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct CaptureSizes {
     /// Sorted, distinct, all ≤ `max`.
-    pub(crate) sizes: Vec<u32>,
+    sizes: Vec<u32>,
     pub(crate) max: u32,
-    pub(crate) verify_rule: VerifyRule,
-    pub(crate) source: String,
+    verify_rule: VerifyRule,
+    source: String,
     pub(crate) path: PathBuf,
 }
 
@@ -85,7 +85,7 @@ pub fn file() -> PathBuf {
 
 impl CaptureSizes {
     /// Reads the capture sizes for a GPU of `compute_capability` from `path`.
-    pub(crate) fn from_file(path: &Path, compute_capability: &str) -> Result<Self> {
+    fn from_file(path: &Path, compute_capability: &str) -> Result<Self> {
         let f: FileToml = crate::files::read_toml(path, InputKind::SystemToml)?;
         let bad = |field: &str, what: String| Err(Error::field(path, field, what));
         let mut max = f.max_capture_size;
@@ -158,7 +158,7 @@ impl CaptureSizes {
     }
 
     /// The smallest captured size ≥ `tokens` under `rule`; None above the largest.
-    pub(crate) fn pad(&self, tokens: u64, rule: PadRule) -> Option<u64> {
+    fn pad(&self, tokens: u64, rule: PadRule) -> Option<u64> {
         match rule {
             PadRule::Uniform { q } if q > 1 => {
                 let q = q as u64;

@@ -207,7 +207,7 @@ impl Knob {
         (self.parse)(text.trim())
     }
     /// Parses a value; the error names the flag, the value and what is expected.
-    pub(crate) fn parse(&self, text: &str) -> Result<Value> {
+    fn parse(&self, text: &str) -> Result<Value> {
         self.parse_value(text).map_err(|why| Error::Flag {
             flag: self.flag,
             value: crate::units::echo(text),

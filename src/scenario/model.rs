@@ -60,12 +60,12 @@ pub struct MoeDims {
     /// Layers before this index are dense (DeepSeek-V3 / Kimi `first_k_dense_replace`).
     pub first_k_dense: usize,
     /// Every this many layers from 0 is MoE (DeepSeek `moe_layer_freq`, default 1).
-    pub(crate) moe_layer_freq: usize,
+    moe_layer_freq: usize,
     /// Layer i is MoE only when (i + 1) is a multiple of this (Qwen-MoE `decoder_sparse_step`,
     /// default 1).
-    pub(crate) decoder_sparse_step: usize,
+    decoder_sparse_step: usize,
     /// Layers that keep a dense MLP whatever the rules above say (Qwen-MoE `mlp_only_layers`).
-    pub(crate) mlp_only_layers: Vec<usize>,
+    mlp_only_layers: Vec<usize>,
     pub n_group: usize,
     pub topk_group: usize,
     pub scoring: Scoring,
@@ -73,7 +73,7 @@ pub struct MoeDims {
 
 impl MoeDims {
     /// vLLM's rule for which layers are MoE (see [`ModelSpec::is_layer_moe`]).
-    pub(crate) fn is_layer_moe(&self, layer: usize) -> bool {
+    fn is_layer_moe(&self, layer: usize) -> bool {
         layer >= self.first_k_dense
             && layer % self.moe_layer_freq.max(1) == 0
             && (layer + 1) % self.decoder_sparse_step.max(1) == 0

@@ -162,7 +162,7 @@ impl Routing {
     }
 
     /// Reads a routing CSV (formats in [`ROUTING_EXPECTED`]; `#` lines are comments).
-    pub(crate) fn from_file(path: &Path) -> Result<Self> {
+    fn from_file(path: &Path) -> Result<Self> {
         let t = HandCsv::parse(
             &crate::files::read_text(path, InputKind::MeasurementCsv)?,
             path,

@@ -1,7 +1,7 @@
 //! Playing a decode step: the event engine over per-rank streams, the timeline it produces,
 //! and `simulate`, the library's front door (scenario → workload → prices → timeline).
 
-pub(crate) mod engine;
+mod engine;
 pub mod simulate;
 pub mod timeline;
 

@@ -93,7 +93,7 @@ pub struct Simulation {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct MemoryFit {
     /// Weights plus KV cache per GPU.
-    pub(crate) needed_bytes: f64,
+    needed_bytes: f64,
     /// The GPU's memory as the driver reports it (`GpuSpec::memory_total_bytes`).
     pub(crate) capacity_bytes: f64,
     pub(crate) gpu_memory_utilization: f64,

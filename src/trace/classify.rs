@@ -13,10 +13,10 @@ const BUILTIN: &str = include_str!("../../data/rules/kernels.toml");
 const BUILTIN_NAME: &str = "data/rules/kernels.toml (built in)";
 
 #[derive(Debug, Clone)]
-pub(crate) struct Rule {
-    pub(crate) category: Category,
-    pub(crate) pattern: Regex,
-    pub(crate) exclude: Option<Regex>,
+struct Rule {
+    category: Category,
+    pattern: Regex,
+    exclude: Option<Regex>,
 }
 
 /// How a kernel got its category, so reports can list the ones no rule matched.
@@ -36,8 +36,8 @@ pub(crate) enum Verdict {
 
 #[derive(Debug, Clone)]
 pub struct Classifier {
-    pub(crate) rules: Vec<Rule>,
-    pub(crate) fallback: Category,
+    rules: Vec<Rule>,
+    fallback: Category,
     /// Where the rules came from, for reports.
     pub(crate) source: String,
 }
@@ -82,7 +82,7 @@ impl Classifier {
         Self::from_toml(&text, path)
     }
 
-    pub(crate) fn from_toml(text: &str, origin: &Path) -> Result<Classifier> {
+    fn from_toml(text: &str, origin: &Path) -> Result<Classifier> {
         let err = |message: String| TraceError::Rules {
             path: PathBuf::from(origin),
             message,
@@ -135,7 +135,7 @@ impl Classifier {
     }
 
     /// Category of a kernel name by the rules alone.
-    pub(crate) fn classify_name(&self, name: &str) -> (Category, Verdict) {
+    fn classify_name(&self, name: &str) -> (Category, Verdict) {
         for (i, r) in self.rules.iter().enumerate() {
             if r.pattern.is_match(name) && !r.exclude.as_ref().is_some_and(|x| x.is_match(name)) {
                 return (r.category, Verdict::Rule(i));

@@ -20,7 +20,7 @@ pub(crate) enum TraceFormat {
 const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
 
 /// The file-name endings a folder of traces is searched for.
-pub(crate) const TRACE_SUFFIXES: [&str; 2] = [".json", ".json.gz"];
+const TRACE_SUFFIXES: [&str; 2] = [".json", ".json.gz"];
 
 impl TraceFormat {
     /// The format of a trace whose first bytes are `head` (at least two bytes are needed to

@@ -20,7 +20,7 @@ pub(crate) mod format;
 pub mod model;
 pub mod parse;
 pub mod rank;
-pub(crate) mod scan;
+mod scan;
 pub mod steps;
 
 pub use error::TraceError;

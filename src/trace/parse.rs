@@ -34,7 +34,7 @@ const MAX_WARNINGS: usize = 5;
 /// No GPU op lasts an hour: a profiled window is seconds long (a trace of an hour would be many
 /// gigabytes), so a longer `dur` is corrupt or in the wrong unit. Shorter durations are held
 /// against the span of the rest of the trace instead.
-pub(crate) const MAX_DURATION_US: f64 = 3.6e9;
+const MAX_DURATION_US: f64 = 3.6e9;
 
 /// What the parser should keep beyond its fixed set.
 #[derive(Debug, Clone, Copy, Default)]
@@ -89,7 +89,7 @@ pub fn parse_bytes(bytes: &[u8], path: &Path, opts: &ParseOptions) -> Result<Par
 }
 
 /// Reads a trace from any reader of JSON text. `gzip` only changes how read errors are named.
-pub(crate) fn parse_reader<R: Read>(
+fn parse_reader<R: Read>(
     reader: R,
     path: &Path,
     gzip: bool,

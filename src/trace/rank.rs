@@ -41,7 +41,7 @@ impl RankSource {
 /// The longest plausible spread of one run's ranks' profiler start (and save) times, seconds.
 /// Ranks start and stop profiling together (a collective call); a run profiled again later is
 /// minutes away.
-pub(crate) const MAX_START_SPREAD_S: f64 = 600.0;
+const MAX_START_SPREAD_S: f64 = 600.0;
 
 /// What a caller allows of a set of rank files beyond one complete run.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

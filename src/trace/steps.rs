@@ -106,7 +106,7 @@ fn family_regexes() -> &'static [(StepSource, Regex)] {
 }
 
 /// Decode, prefill or mixed, from the marker's own words.
-pub(crate) fn step_kind(source: StepSource, name: &str) -> StepKind {
+fn step_kind(source: StepSource, name: &str) -> StepKind {
     let caps = family_regexes()
         .iter()
         .find(|(s, _)| *s == source)

@@ -29,7 +29,7 @@ pub(crate) struct Case {
 }
 
 /// Groups `refstep_b{B}_c{CTX}_{SETTING}_rank{R}.*.json.gz` files by configuration.
-pub(crate) fn discover(dir: &Path) -> Result<Vec<Case>> {
+fn discover(dir: &Path) -> Result<Vec<Case>> {
     let re = Regex::new(r"^(refstep_b(\d+)_c(\d+)_([A-Za-z0-9]+(?:_[A-Za-z0-9]+)*?))_rank(\d+)\.")
         .expect("valid regex");
     let rd = std::fs::read_dir(dir).map_err(|source| Error::Read {
@@ -75,7 +75,7 @@ pub(crate) fn discover(dir: &Path) -> Result<Vec<Case>> {
 }
 
 /// The scenario the reference step of a case corresponds to (data/README.md).
-pub(crate) fn request_for(
+fn request_for(
     case: &Case,
     ranks: u32,
     layers: usize,

@@ -143,7 +143,7 @@ impl Acceptance {
     }
 
     /// The most draft tokens this acceptance input describes (None: any k).
-    pub(crate) fn max_k(&self) -> Option<u32> {
+    fn max_k(&self) -> Option<u32> {
         match self {
             Acceptance::Rate(_) => None,
             Acceptance::PerPosition(a) => Some(a.len() as u32),

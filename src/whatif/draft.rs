@@ -21,17 +21,19 @@ pub use crate::workload::spec_step::SpecMethod as Method;
 #[serde(deny_unknown_fields)]
 pub(crate) struct MethodLimits {
     pub(crate) max_draft_tokens: u32,
-    pub(crate) aux_hidden_states: u32,
+    aux_hidden_states: u32,
     #[serde(default)]
-    pub(crate) default_draft: Option<String>,
-    pub(crate) source: String,
+    default_draft: Option<String>,
+    /// Where the limits come from: required in the file, read by people, not by the code.
+    #[allow(dead_code)]
+    source: String,
 }
 
-pub(crate) fn methods_file() -> PathBuf {
+fn methods_file() -> PathBuf {
     catalog::data_root().join("data/spec_decode/methods.toml")
 }
 
-pub(crate) fn method_limits(method: Method) -> Result<MethodLimits> {
+fn method_limits(method: Method) -> Result<MethodLimits> {
     let path = methods_file();
     let all: BTreeMap<String, MethodLimits> =
         crate::files::read_toml(&path, crate::files::InputKind::SystemToml)?;
@@ -45,7 +47,7 @@ pub(crate) fn method_limits(method: Method) -> Result<MethodLimits> {
 /// method's limits.
 #[derive(Debug, Clone)]
 pub struct Draft {
-    pub(crate) drafter: Drafter,
+    drafter: Drafter,
     /// Where the draft came from (a config file or the target's own MTP layers).
     pub(crate) source: String,
     pub(crate) limits: MethodLimits,

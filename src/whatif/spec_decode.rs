@@ -70,24 +70,24 @@ pub struct Crossover {
 
 /// Step times of one crossover batch, before acceptance is applied.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct GridCost {
-    pub(crate) batch: u32,
+struct GridCost {
+    batch: u32,
     /// The plain step.
-    pub(crate) base_step_us: f64,
+    base_step_us: f64,
     /// The whole speculative step (draft + verify + host) per k, in `draft_tokens` order.
-    pub(crate) spec_step_us: Vec<f64>,
+    spec_step_us: Vec<f64>,
 }
 
 /// Everything `whatif spec-decode` simulates; acceptance only enters afterwards, so one set of
 /// costs serves every acceptance rate asked for.
 #[derive(Debug, Clone)]
 pub(crate) struct SpecDecodeCosts {
-    pub(crate) baseline: Simulation,
-    pub(crate) draft_source: String,
+    baseline: Simulation,
+    draft_source: String,
     /// Per k of the request, at the scenario's batch.
-    pub(crate) steps: Vec<(u32, StepCost)>,
+    steps: Vec<(u32, StepCost)>,
     /// The crossover grid (empty when no crossover batches were asked for).
-    pub(crate) grid: Vec<GridCost>,
+    grid: Vec<GridCost>,
 }
 
 #[derive(Debug, Clone)]
@@ -203,7 +203,7 @@ pub fn step_cost(
 /// Seeded Monte Carlo: each user decodes `output_tokens` tokens, one step at a time, taking
 /// 1 + accepted tokens per step; TPOT = its steps × step time / its tokens. p50/p90/p99 over
 /// users, in ms.
-pub(crate) fn tpot_percentiles(
+fn tpot_percentiles(
     pmf: &[f64],
     step_us: f64,
     users: u32,

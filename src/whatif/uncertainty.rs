@@ -43,7 +43,7 @@ const Z975: f64 = 1.959_963_984_540_054;
 /// The MoE price's rms log error under the default routing `power-law:0.66` against
 /// AIConfigurator's `power_law_1.01` rows (16–512 tokens, moe_tp 8), as fitted in
 /// `scenario::routing` (README "Routing").
-pub(crate) const DEFAULT_ROUTING_RMS_LOG_ERROR: f64 = 0.112;
+const DEFAULT_ROUTING_RMS_LOG_ERROR: f64 = 0.112;
 
 /// p5, p50, p95 of a quantity over the draws.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -55,7 +55,7 @@ pub struct Interval {
 
 impl Interval {
     /// The point itself (no uncertainty).
-    pub(crate) fn point(v: f64) -> Self {
+    fn point(v: f64) -> Self {
         Interval {
             p5: v,
             p50: v,
@@ -85,11 +85,6 @@ impl Interval {
 
     pub(crate) fn json(&self) -> serde_json::Value {
         serde_json::json!({"p5": self.p5, "p50": self.p50, "p95": self.p95})
-    }
-
-    /// `[p5, p95]` in a table cell with `digits` decimals.
-    pub(crate) fn cell(&self, digits: usize) -> String {
-        format!("[{:.*}, {:.*}]", digits, self.p5, digits, self.p95)
     }
 }
 
@@ -146,9 +141,9 @@ pub struct Source {
     /// Where the spread comes from, for reports.
     pub(crate) provenance: String,
     pub target: Target,
-    pub(crate) mu: f64,
+    mu: f64,
     pub sigma: f64,
-    pub(crate) log: bool,
+    log: bool,
 }
 
 /// How a fitted factor reaches the prices: +1 the price grows with it, −1 as its inverse.
@@ -221,7 +216,7 @@ fn table_errors(p: &CalibrationProfile) -> BTreeMap<&'static str, f64> {
 }
 
 /// The factor intervals a profile states: `<factor>_ci95 = [lo, hi]` in any `[fit.*]` table.
-pub(crate) fn factor_intervals(p: &CalibrationProfile) -> Result<BTreeMap<String, [f64; 2]>> {
+fn factor_intervals(p: &CalibrationProfile) -> Result<BTreeMap<String, [f64; 2]>> {
     let mut out = BTreeMap::new();
     for (section, t) in &p.fit {
         let Some(t) = t.as_table() else { continue };
@@ -416,7 +411,7 @@ impl Uncertainty {
 
     /// `n` draws under `seed`. Each source's normal deviate is a function of (seed, draw index,
     /// source name) only, so another scenario's draws share it (paired draws).
-    pub(crate) fn draws(&self, n: usize, seed: u64) -> Vec<Draw> {
+    fn draws(&self, n: usize, seed: u64) -> Vec<Draw> {
         (0..n).map(|i| self.draw(i as u64, seed)).collect()
     }
 
@@ -469,10 +464,10 @@ fn normal(seed: u64, draw: u64, name: &str) -> f64 {
 /// the undrawn fast-path step the drawn ones are taken relative to.
 pub struct Drawn {
     pub fast: FastScenario,
-    pub(crate) launch: Launch,
-    pub(crate) coll: Collectives,
-    pub(crate) draws: Vec<Draw>,
-    pub(crate) uncertainty: Uncertainty,
+    launch: Launch,
+    coll: Collectives,
+    draws: Vec<Draw>,
+    uncertainty: Uncertainty,
 }
 
 impl Drawn {
@@ -511,7 +506,7 @@ impl Drawn {
     /// [`Drawn::step_ratios`] for a scenario that differs from the fitted one only in what the
     /// fast path takes per call (batch, context, NCCL protocol and algorithm, CUDA graphs), as
     /// a sweep prices its grid: no second fit.
-    pub(crate) fn step_ratios_of(&self, s: &Scenario, p: &CalibrationProfile) -> Result<Vec<f64>> {
+    fn step_ratios_of(&self, s: &Scenario, p: &CalibrationProfile) -> Result<Vec<f64>> {
         let launch = Launch::new(p, s.cuda_graphs);
         let coll = Collectives::new(s, p)?;
         let base = self.fast.step_us(s.batch, s.context, &launch, &coll);
@@ -553,7 +548,7 @@ pub struct Intervals {
 
 impl Intervals {
     /// From per-draw step-time ratios around the point step time (tokens/s ∝ 1 / step time).
-    pub(crate) fn from_ratios(ratios: &[f64], step_us: f64, tokens_per_s: f64) -> Self {
+    fn from_ratios(ratios: &[f64], step_us: f64, tokens_per_s: f64) -> Self {
         let steps: Vec<f64> = ratios.iter().map(|r| r * step_us).collect();
         let tps: Vec<f64> = ratios.iter().map(|r| tokens_per_s / r).collect();
         if ratios.is_empty() {

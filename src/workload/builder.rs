@@ -10,7 +10,7 @@ pub(crate) const ACT_BYTES: f64 = 2.0;
 pub(crate) struct Builder {
     pub(crate) ops: Vec<Op>,
     pub(crate) layer: i32,
-    pub(crate) stream: Stream,
+    stream: Stream,
 }
 
 impl Builder {

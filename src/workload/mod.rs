@@ -8,7 +8,7 @@ pub mod memory;
 mod mla;
 mod moe;
 pub(crate) mod op;
-pub(crate) mod parallel;
+mod parallel;
 pub mod routing;
 pub mod spec_step;
 
@@ -23,33 +23,33 @@ use crate::scenario::{Family, ModelSpec, Runtime, Scenario};
 pub(crate) const SHARED_EXPERT_STREAM_TOKEN_THRESHOLD: u64 = 256;
 
 /// The numbers every op builder needs, derived once from the scenario.
-pub(crate) struct StepShape<'a> {
+struct StepShape<'a> {
     pub model: &'a ModelSpec,
-    pub(crate) tp: usize,
-    pub(crate) batch: u32,
-    pub(crate) context: u64,
+    tp: usize,
+    batch: u32,
+    context: u64,
     /// Rows the pass's kernels run over: the real tokens padded up to the CUDA graph's captured
     /// size (`scenario::cudagraph`). GEMMs, norms, elementwise, router/MoE rows and collectives use
     /// it; padded rows are dummy tokens with no KV.
-    pub(crate) tokens: u64,
+    tokens: u64,
     /// Real tokens (batch × queries): the KV-cache write, attention (over the real sequences
     /// only: padded requests have no KV, so they add negligible attention work), lm_head, the
     /// logits all-gather and sampling (vLLM computes logits for the real rows only: the
     /// `logits_indices` gather runs outside the graph, in `gpu_model_runner.py`).
-    pub(crate) real_tokens: u64,
+    real_tokens: u64,
     /// Query tokens per sequence: 1 in plain decode, k+1 in a speculative verify pass (every
     /// GEMM's M, every activation collective and attention's queries scale with it).
-    pub(crate) queries: u64,
-    pub(crate) kv_bytes: f64,
-    pub(crate) sms: u32,
-    pub(crate) shared_expert_stream_threshold: u64,
-    pub(crate) runtime: Runtime,
+    queries: u64,
+    kv_bytes: f64,
+    sms: u32,
+    shared_expert_stream_threshold: u64,
+    runtime: Runtime,
     /// Distinct routed experts that receive at least one token, per layer (0 for dense layers).
     experts_touched: Vec<u32>,
 }
 
 impl StepShape<'_> {
-    pub(crate) fn experts_touched(&self, layer: usize) -> u32 {
+    fn experts_touched(&self, layer: usize) -> u32 {
         self.experts_touched[layer]
     }
 
@@ -57,12 +57,12 @@ impl StepShape<'_> {
     /// wrap: tokens ≤ `MAX_BATCH` (2^14) and hidden ≤ `limits::HIDDEN` (2^16) bound it by 2^31;
     /// every other u64 product in the builders is bounded the same way (tests/workload_bounds.rs
     /// builds a model at every limit in a debug build, where overflow panics).
-    pub(crate) fn hidden_message_bytes(&self) -> u64 {
+    fn hidden_message_bytes(&self) -> u64 {
         self.tokens * self.model.hidden as u64 * 2
     }
 
     /// TRITON_MLA's split count: min(next_pow2(max_seq_len / 512), 2 × SMs) (facts.md §3.2).
-    pub(crate) fn kv_splits(&self) -> u64 {
+    fn kv_splits(&self) -> u64 {
         let by_len = (self.context / 512).max(1).next_power_of_two();
         by_len.min(2 * self.sms as u64).max(1)
     }
@@ -122,13 +122,13 @@ pub(crate) fn build_pass(s: &Scenario, queries_per_seq: u32) -> Workload {
 
 /// Speculative decoding's verify pass: a uniform batch of `queries_per_seq` tokens per
 /// sequence, padded to the capture sizes adjusted for it (`PadRule::Uniform`).
-pub(crate) fn build_verify(s: &Scenario, queries_per_seq: u32) -> Workload {
+fn build_verify(s: &Scenario, queries_per_seq: u32) -> Workload {
     let q = queries_per_seq.max(1);
     build_padded(s, q, PadRule::Uniform { q })
 }
 
 /// One forward pass whose tokens are padded under `rule` when the scenario runs CUDA graphs.
-pub(crate) fn build_padded(s: &Scenario, queries_per_seq: u32, rule: PadRule) -> Workload {
+fn build_padded(s: &Scenario, queries_per_seq: u32, rule: PadRule) -> Workload {
     let model = &s.model;
     let queries = queries_per_seq.max(1) as u64;
     let pad = s.padding(queries_per_seq, rule);

@@ -272,7 +272,7 @@ fn fit_histogram(rows: &[(u64, f64, f64)], experts: usize, top_k: usize) -> f64 
 /// A histogram's fitted concentration and how well the log determines it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct HistogramFit {
-    pub(crate) source: std::path::PathBuf,
+    source: std::path::PathBuf,
     /// The exponent used (least squares).
     pub alpha: f64,
     /// The exponents that fit as well: weighted RMS error within half an expert of the best

@@ -33,7 +33,7 @@ pub enum SpecMethod {
 
 impl SpecMethod {
     pub const ALL: [SpecMethod; 3] = [SpecMethod::Eagle3, SpecMethod::Mtp, SpecMethod::DraftModel];
-    pub(crate) const NAMES: [&'static str; 3] = ["eagle3", "mtp", "draft-model"];
+    const NAMES: [&'static str; 3] = ["eagle3", "mtp", "draft-model"];
 
     pub(crate) fn name(self) -> &'static str {
         match self {
@@ -182,7 +182,7 @@ pub struct Window {
 /// once per step by whoever prices it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SpecStep {
-    pub(crate) method: SpecMethod,
+    method: SpecMethod,
     pub k: u32,
     pub windows: Vec<Window>,
 }
@@ -347,13 +347,7 @@ impl Drafter {
     /// One draft pass on the draft's scenario `ds` with `queries` tokens per sequence: the
     /// drafter's forward pass and the method's own input kernels (`first`: the step's first
     /// draft pass, which reads the target's hidden states).
-    pub(crate) fn draft_pass(
-        &self,
-        ds: &Scenario,
-        queries: u32,
-        first: bool,
-        index: u32,
-    ) -> Workload {
+    fn draft_pass(&self, ds: &Scenario, queries: u32, first: bool, index: u32) -> Workload {
         let mut w = super::build_pass(ds, queries);
         // The pass's rows, padded like a decode step of its own token count under graphs.
         let tokens = ds.padding(queries, PadRule::Decode).padded;
@@ -417,7 +411,7 @@ pub(crate) fn verify_pass(s: &Scenario, queries: u32) -> Workload {
 }
 
 /// The greedy rejection sampler vLLM runs after the verify pass, priced by its family.
-pub(crate) fn rejection_sampler(batch: u64, k: u64) -> Vec<Op> {
+fn rejection_sampler(batch: u64, k: u64) -> Vec<Op> {
     let mut b = Builder::new();
     let rows = batch * (k + 1);
     // Compares each draft token id with the target's argmax and writes the accepted ids and
@@ -442,7 +436,7 @@ pub(crate) fn rejection_sampler(batch: u64, k: u64) -> Vec<Op> {
 
 /// The proposer's input preparation before the first draft pass (plus EAGLE-3's gather of the
 /// target's `aux` hidden states).
-pub(crate) fn proposer_bookkeeping(batch: u64, k: u64, hidden: u64, aux: u64) -> Vec<Op> {
+fn proposer_bookkeeping(batch: u64, k: u64, hidden: u64, aux: u64) -> Vec<Op> {
     let mut b = Builder::new();
     let rows = batch * (k + 1);
     // Next-token ids, positions and slot mappings for the first draft pass (int64 each).

@@ -15,6 +15,7 @@ use crate::report::plot::{
 };
 use crate::report::{self, units, Format};
 use crate::scenario::deployment::DEFAULT_GPU_MEMORY_UTILIZATION;
+use crate::whatif::uncertainty::Interval;
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, clap::Args)]
@@ -314,15 +315,9 @@ fn label_of(c: &Capacity) -> String {
     )
 }
 
-pub fn run(a: CapacityArgs) -> Result<()> {
-    use super::output::check_output_flag;
-    check_output_flag("--plot-throughput", a.plot_throughput.as_deref())?;
-    check_output_flag("--plot-tpot", a.plot_tpot.as_deref())?;
-    check_output_flag("--plot-memory", a.plot_memory.as_deref())?;
-    check_output_flag("--plot-breakdown", a.plot_breakdown.as_deref())?;
-    a.scenario.warn_noop_flags();
-    let req = request(&a)?;
-    for b in &a.batches {
+/// `--batches` (of `--plot-breakdown`): each a batch size the simulator takes.
+fn check_batches(batches: &[u32]) -> Result<()> {
+    for b in batches {
         if *b == 0 || *b > crate::scenario::deployment::MAX_BATCH {
             return Err(Error::Flag {
                 flag: "--batches",
@@ -334,8 +329,12 @@ pub fn run(a: CapacityArgs) -> Result<()> {
             });
         }
     }
-    // Bounded before anything is simulated: the main curve, every planner candidate (each
-    // system at up to 4 TP sizes, twice with --dcp) and each plotted system's curve.
+    Ok(())
+}
+
+/// The work bounded before anything is simulated: the main curve, every planner candidate
+/// (each system at up to 4 TP sizes, twice with --dcp) and each plotted system's curve.
+fn check_work(a: &CapacityArgs, req: &CapacityRequest) -> Result<()> {
     let planning = req.target_tokens_per_s.is_some() || req.users.is_some();
     let plots = a.plot_throughput.is_some() || a.plot_tpot.is_some() || a.plot_memory.is_some();
     let systems = a.systems.len().max(1) as f64;
@@ -354,14 +353,16 @@ pub fn run(a: CapacityArgs) -> Result<()> {
         curves,
         extra,
         a.max_work,
-    )?;
-    let measured = match &a.measured {
-        Some(p) => read_measured(p)?,
-        None => Vec::new(),
-    };
-    let draws = a.intervals.draws()?;
-    let cap = capacity::capacity(&req)?;
-    // The chosen point: the most users within the TPOT limit, else the knee, else the last.
+    )
+}
+/// The throughput interval (`--draws`) at the chosen point: the most users within the TPOT
+/// limit, else the knee, else the last; with the concurrency and why it was chosen.
+#[allow(clippy::type_complexity)]
+fn interval_at_chosen(
+    a: &CapacityArgs,
+    cap: &Capacity,
+    draws: usize,
+) -> Result<Option<(u32, &'static str, std::result::Result<Interval, String>)>> {
     let chosen = cap
         .curve
         .max_concurrency_at_tpot
@@ -379,7 +380,7 @@ pub fn run(a: CapacityArgs) -> Result<()> {
                 .find(|p| p.concurrency == c)
                 .map(|p| (*p, why))
         });
-    let interval = match (&chosen, draws) {
+    Ok(match (&chosen, draws) {
         (Some((pt, why)), n) if n > 0 => Some((
             pt.concurrency,
             *why,
@@ -395,10 +396,12 @@ pub fn run(a: CapacityArgs) -> Result<()> {
             )?,
         )),
         _ => None,
-    };
-    let mut written = Vec::new();
+    })
+}
 
-    // Curves and memory of every --systems entry (each at all its GPUs), beside the main one.
+/// Curves and memory of every --systems entry (each at all its GPUs), beside the main one,
+/// when a plot shows them.
+fn other_systems(a: &CapacityArgs, req: &CapacityRequest) -> Result<Vec<Capacity>> {
     let wants_multi =
         a.plot_throughput.is_some() || a.plot_tpot.is_some() || a.plot_memory.is_some();
     let mut others: Vec<Capacity> = Vec::new();
@@ -414,6 +417,131 @@ pub fn run(a: CapacityArgs) -> Result<()> {
             others.push(capacity::capacity(&r)?);
         }
     }
+    Ok(others)
+}
+
+/// `--plot-memory`: memory per GPU of each system as vLLM accounts it.
+fn memory_plot(all: &[&Capacity], cap: &Capacity, model: &str, p: &Path) -> Result<()> {
+    let mem: Vec<MemorySeries> = all
+        .iter()
+        .map(|c| MemorySeries {
+            label: label_of(c),
+            terms: c
+                .memory
+                .terms
+                .iter()
+                .map(|t| (t.component.to_string(), t.bytes))
+                .collect(),
+            total_bytes: c.memory.total_bytes,
+        })
+        .collect();
+    let title = if all.len() == 1 {
+        format!(
+            "{model} on {}: memory per GPU ({} KV tokens)",
+            label_of(cap),
+            units::grouped(cap.memory.kv_cache_tokens as f64, 0)
+        )
+    } else {
+        format!("{model}: memory per GPU as vLLM accounts it")
+    };
+    plot::plot_memory(
+        &MemoryChart {
+            title: &title,
+            series: &mem,
+        },
+        p,
+    )?;
+    Ok(())
+}
+
+/// The report in the chosen format, with the throughput interval when one was asked for.
+#[allow(clippy::type_complexity)]
+fn report_text(
+    a: &CapacityArgs,
+    cap: &Capacity,
+    interval: &Option<(u32, &'static str, std::result::Result<Interval, String>)>,
+    draws: usize,
+) -> Result<String> {
+    Ok(match a.format {
+        Format::Table => {
+            let mut t = report::capacity::render_table(cap);
+            if let Some((_, _, Err(no))) = interval {
+                t += &format!("throughput interval: {no}\n");
+            }
+            if let Some((c, why, Ok(iv))) = interval {
+                t += &format!(
+                    "throughput at concurrency {c} ({why}), p5 / p50 / p95 over {draws} draws: {:.1} / {:.1} / {:.1} tokens/s\n",
+                    iv.p5, iv.p50, iv.p95
+                );
+            }
+            t
+        }
+        Format::Json => {
+            let mut v = report::capacity::to_json(cap);
+            if let Some((_, _, Err(no))) = interval {
+                v["throughput_interval"] = serde_json::json!({ "unavailable": no });
+            }
+            if let Some((c, why, Ok(iv))) = interval {
+                v["throughput_interval"] = serde_json::json!({
+                    "concurrency": c, "chosen_as": why, "draws": draws,
+                    "tokens_per_s": iv.json(),
+                });
+            }
+            serde_json::to_string_pretty(&v).map_err(|e| Error::Serialize {
+                what: "report",
+                message: e.to_string(),
+            })? + "\n"
+        }
+        Format::Csv => report::capacity::to_csv(cap),
+    })
+}
+
+/// `--plot-breakdown`: the decode step by category at each of `batches`.
+fn breakdown_plot(
+    req: &CapacityRequest,
+    cap: &Capacity,
+    batches: &[u32],
+    model: &str,
+    p: &Path,
+) -> Result<()> {
+    let sims = capacity::breakdown_by_batch(&req.scenario, cap.demand.decode_context, batches)?;
+    let times: Vec<[f64; crate::category::Category::COUNT]> =
+        sims.iter().map(|s| s.mean.exclusive_us).collect();
+    let s = &cap.reference.scenario;
+    plot::plot_breakdown(
+        &BreakdownChart {
+            title: &format!(
+                "{model} on {} TP={}: decode step by category (context {})",
+                s.system.name, s.tp, cap.demand.decode_context
+            ),
+            batches,
+            times_us: &times,
+        },
+        p,
+    )?;
+    Ok(())
+}
+
+pub fn run(a: CapacityArgs) -> Result<()> {
+    use super::output::check_output_flag;
+    check_output_flag("--plot-throughput", a.plot_throughput.as_deref())?;
+    check_output_flag("--plot-tpot", a.plot_tpot.as_deref())?;
+    check_output_flag("--plot-memory", a.plot_memory.as_deref())?;
+    check_output_flag("--plot-breakdown", a.plot_breakdown.as_deref())?;
+    a.scenario.warn_noop_flags();
+    let req = request(&a)?;
+    check_batches(&a.batches)?;
+    check_work(&a, &req)?;
+    let measured = match &a.measured {
+        Some(p) => read_measured(p)?,
+        None => Vec::new(),
+    };
+    let draws = a.intervals.draws()?;
+    let cap = capacity::capacity(&req)?;
+    let interval = interval_at_chosen(&a, &cap, draws)?;
+    let mut written = Vec::new();
+
+    let others = other_systems(&a, &req)?;
     let all: Vec<&Capacity> = std::iter::once(&cap).chain(others.iter()).collect();
     let model = &cap.reference.scenario.model.name;
     let series: Vec<CurveSeries> = all.iter().map(|c| series_of(label_of(c), c)).collect();
@@ -447,89 +575,15 @@ pub fn run(a: CapacityArgs) -> Result<()> {
         written.push(p.clone());
     }
     if let Some(p) = &a.plot_memory {
-        let mem: Vec<MemorySeries> = all
-            .iter()
-            .map(|c| MemorySeries {
-                label: label_of(c),
-                terms: c
-                    .memory
-                    .terms
-                    .iter()
-                    .map(|t| (t.component.to_string(), t.bytes))
-                    .collect(),
-                total_bytes: c.memory.total_bytes,
-            })
-            .collect();
-        let title = if all.len() == 1 {
-            format!(
-                "{model} on {}: memory per GPU ({} KV tokens)",
-                label_of(&cap),
-                units::grouped(cap.memory.kv_cache_tokens as f64, 0)
-            )
-        } else {
-            format!("{model}: memory per GPU as vLLM accounts it")
-        };
-        plot::plot_memory(
-            &MemoryChart {
-                title: &title,
-                series: &mem,
-            },
-            p,
-        )?;
+        memory_plot(&all, &cap, model, p)?;
         written.push(p.clone());
     }
     if let Some(p) = &a.plot_breakdown {
-        let sims =
-            capacity::breakdown_by_batch(&req.scenario, cap.demand.decode_context, &a.batches)?;
-        let times: Vec<[f64; crate::category::Category::COUNT]> =
-            sims.iter().map(|s| s.mean.exclusive_us).collect();
-        let s = &cap.reference.scenario;
-        plot::plot_breakdown(
-            &BreakdownChart {
-                title: &format!(
-                    "{model} on {} TP={}: decode step by category (context {})",
-                    s.system.name, s.tp, cap.demand.decode_context
-                ),
-                batches: &a.batches,
-                times_us: &times,
-            },
-            p,
-        )?;
+        breakdown_plot(&req, &cap, &a.batches, model, p)?;
         written.push(p.clone());
     }
 
-    let text = match a.format {
-        Format::Table => {
-            let mut t = report::capacity::render_table(&cap);
-            if let Some((_, _, Err(no))) = &interval {
-                t += &format!("throughput interval: {no}\n");
-            }
-            if let Some((c, why, Ok(iv))) = &interval {
-                t += &format!(
-                    "throughput at concurrency {c} ({why}), p5 / p50 / p95 over {draws} draws: {:.1} / {:.1} / {:.1} tokens/s\n",
-                    iv.p5, iv.p50, iv.p95
-                );
-            }
-            t
-        }
-        Format::Json => {
-            let mut v = report::capacity::to_json(&cap);
-            if let Some((_, _, Err(no))) = &interval {
-                v["throughput_interval"] = serde_json::json!({ "unavailable": no });
-            }
-            if let Some((c, why, Ok(iv))) = &interval {
-                v["throughput_interval"] = serde_json::json!({
-                    "concurrency": c, "chosen_as": why, "draws": draws,
-                    "tokens_per_s": iv.json(),
-                });
-            }
-            serde_json::to_string_pretty(&v).map_err(|e| Error::Serialize {
-                what: "report",
-                message: e.to_string(),
-            })? + "\n"
-        }
-        Format::Csv => report::capacity::to_csv(&cap),
-    };
+    let text = report_text(&a, &cap, &interval, draws)?;
     print(&text)?;
     for p in &written {
         super::output::wrote("plot", p);

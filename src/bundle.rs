@@ -28,17 +28,18 @@ static EXTRACTED: OnceLock<Result<PathBuf, String>> = OnceLock::new();
 
 /// Uses `dir` as the data root for the rest of the process (the `--data-dir` flag); the first
 /// call wins.
-pub fn set_data_dir(dir: PathBuf) {
+pub(crate) fn set_data_dir(dir: PathBuf) {
     let _ = DATA_DIR.set(dir);
 }
 
 /// The embedded files: (path relative to the data root, contents).
-pub fn embedded_files() -> &'static [(&'static str, &'static [u8])] {
+#[cfg(test)]
+fn embedded_files() -> &'static [(&'static str, &'static [u8])] {
     embedded::FILES
 }
 
 /// The folder holding `models/` and `data/`.
-pub fn data_root() -> PathBuf {
+pub(crate) fn data_root() -> PathBuf {
     if let Some(d) = DATA_DIR.get() {
         return d.clone();
     }
@@ -62,7 +63,7 @@ pub fn data_root() -> PathBuf {
 
 /// Why the embedded files could not be extracted, when the data root is the embedded set and
 /// no cache folder was writable.
-pub fn extract_problem() -> Option<String> {
+pub(crate) fn extract_problem() -> Option<String> {
     if DATA_DIR.get().is_some()
         || std::env::var_os("DECODESIM_HOME").is_some_and(|p| !p.is_empty())
         || source_tree().is_some()
@@ -161,7 +162,7 @@ fn write_all(dir: &Path) -> std::io::Result<()> {
 
 /// `p` relative to the data root when it lies below it (`models/kimi-k2.5.json`), so reports
 /// name bundled files by their place in the bundle, not by a cache or build folder.
-pub fn relative_to_root(p: &Path) -> Option<PathBuf> {
+fn relative_to_root(p: &Path) -> Option<PathBuf> {
     let root = data_root();
     let roots = [root.canonicalize().ok(), Some(root)];
     let canon = p.canonicalize().ok();
@@ -179,7 +180,7 @@ pub fn relative_to_root(p: &Path) -> Option<PathBuf> {
 
 /// A path for a report: relative to the data root for bundled files, else relative to the
 /// working folder when below it, else as given.
-pub fn display(p: &Path) -> String {
+pub(crate) fn display(p: &Path) -> String {
     if let Some(rel) = relative_to_root(p) {
         return rel.display().to_string();
     }

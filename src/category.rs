@@ -69,7 +69,7 @@ impl Category {
         self as usize
     }
 
-    pub fn is_compute(self) -> bool {
+    pub(crate) fn is_compute(self) -> bool {
         !matches!(
             self,
             Category::Communication | Category::Memcpy | Category::Idle
@@ -87,7 +87,7 @@ impl fmt::Display for Category {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("unknown category '{given}'; expected one of: {}", Category::ALL.map(|c| c.name()).join(", "))]
 pub struct UnknownCategory {
-    pub given: String,
+    given: String,
 }
 
 impl FromStr for Category {

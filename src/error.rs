@@ -8,10 +8,10 @@
 
 use std::path::{Path, PathBuf};
 
-pub mod plot;
-pub mod trace;
+pub(crate) mod plot;
+pub(crate) mod trace;
 
-pub use plot::PlotError;
+use plot::PlotError;
 pub use trace::TraceError;
 
 #[derive(Debug, thiserror::Error)]
@@ -257,7 +257,7 @@ impl Error {
     /// variants), its text without the "invalid scenario: " prefix; `None` for any other error.
     /// Callers that skip infeasible scenarios (capacity, sweeps) or re-label them (a draft, a
     /// `--vary` variant) match on this rather than on one variant.
-    pub fn scenario_problem(&self) -> Option<String> {
+    pub(crate) fn scenario_problem(&self) -> Option<String> {
         match self {
             Error::ScenarioRange { .. }
             | Error::ScenarioSetting { .. }
@@ -297,24 +297,24 @@ impl Error {
 /// The default `--max-work` of every command whose work grows with its lists (sweeps,
 /// `whatif --vary`, `whatif spec-decode`, `capacity`): 10^7 units, about 10 s of CPU on the
 /// 2-core machine the units were measured on, a few seconds of wall time.
-pub const DEFAULT_MAX_WORK: u64 = 10_000_000;
+pub(crate) const DEFAULT_MAX_WORK: u64 = 10_000_000;
 
 /// Work units (≈ µs of CPU, measured on the 2-core development machine, release build) of the
 /// items the bounded commands count. A sweep scenario on the fast path (benches/sweep_cpu.sh:
 /// under 1 µs each end to end, CSV written).
-pub const WORK_FAST_SCENARIO: f64 = 1.0;
+pub(crate) const WORK_FAST_SCENARIO: f64 = 1.0;
 /// One full-timeline simulation of a step, workload build and pricing included (benches
 /// `simulate`: 1.7 ms for the default Kimi-K2.5 scenario; rounded up for larger systems).
-pub const WORK_TIMELINE_STEP: f64 = 2_500.0;
+pub(crate) const WORK_TIMELINE_STEP: f64 = 2_500.0;
 /// One output token of a Monte Carlo user (`whatif spec-decode`'s TPOT percentiles: at most one
 /// draw of an accepted length per token; 1.2e8 tokens took 0.57 s of CPU at k = 1..6, R = 0.5,
 /// so ~5 ns; counted at twice that).
-pub const WORK_MC_DRAW: f64 = 0.01;
+pub(crate) const WORK_MC_DRAW: f64 = 0.01;
 
 /// Refuses a job of `units` work units above `limit`, before any of it runs. `what` says what
 /// was counted ("4,294,967,296 scenarios"), `hint` how to make it smaller. `units` may be
 /// astronomically large (it is computed in f64 from the lists' lengths, so it cannot wrap).
-pub fn check_work(
+pub(crate) fn check_work(
     command: &'static str,
     what: impl Into<String>,
     units: f64,

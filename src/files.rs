@@ -14,7 +14,7 @@ const MIB: u64 = 1024 * 1024;
 
 /// What a file is, which sets how large it may be.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum InputKind {
+pub(crate) enum InputKind {
     /// A Hugging Face `config.json`.
     ModelConfig,
     /// A GPU or system description.
@@ -37,7 +37,7 @@ impl InputKind {
     /// The largest file of this kind that is read. Generous for real data (the largest public
     /// trace is 62 MB of JSON; the H200 kernels.csv is 0.2 MB), small enough that a mistaken
     /// path cannot exhaust memory.
-    pub fn max_bytes(self) -> u64 {
+    fn max_bytes(self) -> u64 {
         match self {
             InputKind::ModelConfig
             | InputKind::SystemToml
@@ -50,7 +50,7 @@ impl InputKind {
         }
     }
 
-    pub fn describe(self) -> &'static str {
+    fn describe(self) -> &'static str {
         match self {
             InputKind::ModelConfig => "model config.json",
             InputKind::SystemToml => "system TOML",
@@ -65,12 +65,12 @@ impl InputKind {
 }
 
 /// A byte count as a person reads it: 1.5 KiB, 76.2 GiB ([`crate::units::bytes`]).
-pub fn human_bytes(bytes: f64) -> String {
+fn human_bytes(bytes: f64) -> String {
     crate::units::bytes(bytes)
 }
 
 /// Checks that `path` is a regular file no larger than its kind allows, and returns its size.
-pub fn check_input(path: &Path, kind: InputKind) -> Result<u64> {
+pub(crate) fn check_input(path: &Path, kind: InputKind) -> Result<u64> {
     let meta = std::fs::metadata(path).map_err(|source| Error::Read {
         path: path.to_path_buf(),
         source,
@@ -100,7 +100,7 @@ pub fn check_input(path: &Path, kind: InputKind) -> Result<u64> {
 
 /// Opens a checked input. Reads through the handle are capped at the kind's limit, so a file
 /// that grows after the check is still bounded.
-pub fn open_input(path: &Path, kind: InputKind) -> Result<std::io::Take<std::fs::File>> {
+pub(crate) fn open_input(path: &Path, kind: InputKind) -> Result<std::io::Take<std::fs::File>> {
     check_input(path, kind)?;
     let file = std::fs::File::open(path).map_err(|source| Error::Read {
         path: path.to_path_buf(),
@@ -110,7 +110,7 @@ pub fn open_input(path: &Path, kind: InputKind) -> Result<std::io::Take<std::fs:
 }
 
 /// Reads a checked input as UTF-8 text.
-pub fn read_text(path: &Path, kind: InputKind) -> Result<String> {
+pub(crate) fn read_text(path: &Path, kind: InputKind) -> Result<String> {
     let mut text = String::new();
     open_input(path, kind)?
         .read_to_string(&mut text)
@@ -122,7 +122,7 @@ pub fn read_text(path: &Path, kind: InputKind) -> Result<String> {
 }
 
 /// Reads and deserializes a TOML file, naming the file in the error.
-pub fn read_toml<T: serde::de::DeserializeOwned>(path: &Path, kind: InputKind) -> Result<T> {
+pub(crate) fn read_toml<T: serde::de::DeserializeOwned>(path: &Path, kind: InputKind) -> Result<T> {
     let text = read_text(path, kind)?;
     toml::from_str(&text).map_err(|e| Error::Syntax {
         path: path.to_path_buf(),
@@ -135,14 +135,14 @@ pub fn read_toml<T: serde::de::DeserializeOwned>(path: &Path, kind: InputKind) -
 /// lines skipped, fields trimmed, column names compared without case, and every row keeps its
 /// line number so an error can name it.
 #[derive(Debug, Clone)]
-pub struct HandCsv {
-    pub path: PathBuf,
+pub(crate) struct HandCsv {
+    path: PathBuf,
     /// The header line as written.
-    pub header: String,
+    header: String,
     /// Column names, lower-cased.
-    pub columns: Vec<String>,
+    columns: Vec<String>,
     /// (line number from 1, fields).
-    pub rows: Vec<(usize, Vec<String>)>,
+    pub(crate) rows: Vec<(usize, Vec<String>)>,
 }
 
 impl HandCsv {
@@ -153,7 +153,7 @@ impl HandCsv {
         Self::parse(&text, path, expected)
     }
 
-    pub fn parse(text: &str, path: &Path, expected: &str) -> Result<Self> {
+    pub(crate) fn parse(text: &str, path: &Path, expected: &str) -> Result<Self> {
         let split =
             |l: &str| -> Vec<String> { l.split(',').map(|f| f.trim().to_string()).collect() };
         let mut lines = text
@@ -180,12 +180,12 @@ impl HandCsv {
     }
 
     /// The index of a column, if the header has it.
-    pub fn col(&self, name: &str) -> Option<usize> {
+    pub(crate) fn col(&self, name: &str) -> Option<usize> {
         self.columns.iter().position(|c| c == name)
     }
 
     /// The indices of `names`, or an error naming the header found and `expected`.
-    pub fn require(&self, names: &[&str], expected: &str) -> Result<Vec<usize>> {
+    pub(crate) fn require(&self, names: &[&str], expected: &str) -> Result<Vec<usize>> {
         names
             .iter()
             .map(|n| self.col(n))
@@ -281,7 +281,7 @@ fn special_kind(_: &std::fs::FileType) -> Option<std::result::Result<&'static st
 
 /// Why `path` cannot be written as an output, if it cannot: a folder, a block device or a
 /// socket. Missing paths, regular files, FIFOs and character devices can.
-pub fn output_problem(path: &Path) -> Option<String> {
+pub(crate) fn output_problem(path: &Path) -> Option<String> {
     let meta = std::fs::metadata(path).ok()?;
     if meta.is_dir() {
         return Some("is a folder; expected a file to write".into());
@@ -378,7 +378,7 @@ pub fn write_atomic(
 }
 
 /// [`write_atomic`] for bytes already in memory.
-pub fn write_atomic_bytes(path: &Path, bytes: &[u8]) -> Result<()> {
+pub(crate) fn write_atomic_bytes(path: &Path, bytes: &[u8]) -> Result<()> {
     write_atomic(path, |w| w.write_all(bytes))
 }
 

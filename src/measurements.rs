@@ -15,10 +15,10 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 /// The longest line a measurement CSV may have: real rows are about a hundred bytes.
-pub const MAX_LINE_BYTES: usize = 4096;
+const MAX_LINE_BYTES: usize = 4096;
 /// No single kernel or collective call in a decode step takes a second; a time beyond this is a
 /// unit mistake or a corrupt file, and would swamp every fit.
-pub const MAX_CALL_US: f64 = 1e6;
+const MAX_CALL_US: f64 = 1e6;
 /// More arithmetic than any GPU does in [`MAX_CALL_US`] (B200 FP8: 4.5 PFLOP/s).
 const MAX_FLOPS: f64 = 1e16;
 /// More bytes than any GPU moves in [`MAX_CALL_US`] (B200: 7.7 TB/s).
@@ -29,7 +29,7 @@ const MAX_COUNT: f64 = 1e12;
 /// A kernel family as the harness names it in `kernels.csv` (data/README.md). Several harness
 /// families calibrate one profile section ([`KernelFamily::cost_family`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum KernelFamily {
+pub(crate) enum KernelFamily {
     GemmBf16,
     GemmInt4,
     GemmFp8,
@@ -73,7 +73,7 @@ enum_names!(serde KernelFamily, "harness kernel family",
 
 impl KernelFamily {
     /// The profile section (`[kernels.<family>]`) this harness family calibrates.
-    pub fn cost_family(self) -> CostFamily {
+    pub(crate) fn cost_family(self) -> CostFamily {
         use KernelFamily as K;
         match self {
             K::GemmBf16 => CostFamily::GemmBf16,
@@ -97,7 +97,7 @@ impl KernelFamily {
 
 /// How a timing was taken (`mode` in collectives.csv and launch.csv).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum LaunchMode {
+pub(crate) enum LaunchMode {
     /// Replays of a CUDA graph.
     Graph,
     /// Launched one by one from Python.
@@ -113,71 +113,71 @@ enum_names!(serde LaunchMode, "launch mode",
 /// One measured kernel (`kernels.csv`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct KernelPoint {
-    pub family: KernelFamily,
-    pub m: f64,
-    pub n: u64,
-    pub k: u64,
-    pub batch: u64,
-    pub context: u64,
-    pub flops: f64,
-    pub bytes: f64,
-    pub median_us: f64,
-    pub p10_us: f64,
-    pub p90_us: f64,
+    pub(crate) family: KernelFamily,
+    pub(crate) m: f64,
+    pub(crate) n: u64,
+    pub(crate) k: u64,
+    pub(crate) batch: u64,
+    pub(crate) context: u64,
+    pub(crate) flops: f64,
+    pub(crate) bytes: f64,
+    pub(crate) median_us: f64,
+    pub(crate) p10_us: f64,
+    pub(crate) p90_us: f64,
 }
 
 /// One measured collective (`collectives.csv`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct CollectivePoint {
     /// `AllReduce` or `AllGather`.
-    pub op: CostFamily,
-    pub nranks: u32,
-    pub bytes: f64,
+    pub(crate) op: CostFamily,
+    pub(crate) nranks: u32,
+    pub(crate) bytes: f64,
     /// `Auto`: NCCL_PROTO unset ("default" in the file).
-    pub proto: Proto,
+    pub(crate) proto: Proto,
     /// `Auto`: NCCL_ALGO unset ("default" in the file).
-    pub algo: Algo,
-    pub p2p: bool,
-    pub mode: LaunchMode,
-    pub median_us: f64,
+    pub(crate) algo: Algo,
+    pub(crate) p2p: bool,
+    pub(crate) mode: LaunchMode,
+    pub(crate) median_us: f64,
 }
 
 /// One launch-cost measurement (`launch.csv`).
 #[derive(Debug, Clone, PartialEq)]
-pub struct LaunchPoint {
+pub(crate) struct LaunchPoint {
     /// `Graph` or `Eager`.
-    pub mode: LaunchMode,
-    pub kernels: f64,
-    pub total_us: f64,
+    pub(crate) mode: LaunchMode,
+    pub(crate) kernels: f64,
+    pub(crate) total_us: f64,
 }
 
 /// One timing of a graph of small kernels with some all_reduces interleaved
 /// (`graph_overheads.csv`).
 #[derive(Debug, Clone, PartialEq)]
-pub struct GraphOverheadPoint {
-    pub nranks: u32,
-    pub bytes: f64,
-    pub collectives: f64,
-    pub median_us: f64,
+pub(crate) struct GraphOverheadPoint {
+    nranks: u32,
+    pub(crate) bytes: f64,
+    pub(crate) collectives: f64,
+    pub(crate) median_us: f64,
 }
 
 /// The first collective's wait per step when ranks are driven independently (`launch_skew.csv`).
 #[derive(Debug, Clone, PartialEq)]
-pub struct LaunchSkewPoint {
-    pub nranks: u32,
-    pub median_first_wait_us: f64,
+pub(crate) struct LaunchSkewPoint {
+    pub(crate) nranks: u32,
+    pub(crate) median_first_wait_us: f64,
 }
 
 #[derive(Debug, Clone, Default)]
 pub struct Measurements {
-    pub graph_overheads: Vec<GraphOverheadPoint>,
-    pub launch_skew: Vec<LaunchSkewPoint>,
-    pub dir: PathBuf,
+    pub(crate) graph_overheads: Vec<GraphOverheadPoint>,
+    pub(crate) launch_skew: Vec<LaunchSkewPoint>,
+    pub(crate) dir: PathBuf,
     pub kernels: Vec<KernelPoint>,
     pub collectives: Vec<CollectivePoint>,
-    pub launch: Vec<LaunchPoint>,
+    pub(crate) launch: Vec<LaunchPoint>,
     /// The MANIFEST's text, recorded in the profile's method.
-    pub manifest: String,
+    pub(crate) manifest: String,
 }
 
 /// A reader that refuses a line longer than [`MAX_LINE_BYTES`], so the CSV parser never
@@ -435,7 +435,7 @@ impl Measurements {
 }
 
 /// Reads a `kernels.csv` measurement table.
-pub fn read_kernels_csv(path: &Path) -> Result<Vec<KernelPoint>> {
+pub(crate) fn read_kernels_csv(path: &Path) -> Result<Vec<KernelPoint>> {
     let t = Table::read(
         path,
         &[
@@ -480,7 +480,7 @@ pub fn read_kernels_csv(path: &Path) -> Result<Vec<KernelPoint>> {
 
 /// Reads a `collectives.csv` measurement table. A row with a rank count below 1, or any value
 /// out of range, is an error naming the row: nothing is dropped silently.
-pub fn read_collectives_csv(path: &Path) -> Result<Vec<CollectivePoint>> {
+fn read_collectives_csv(path: &Path) -> Result<Vec<CollectivePoint>> {
     let t = Table::read(
         path,
         &[
@@ -520,7 +520,7 @@ pub fn read_collectives_csv(path: &Path) -> Result<Vec<CollectivePoint>> {
 }
 
 /// Reads a `launch.csv` measurement table.
-pub fn read_launch_csv(path: &Path) -> Result<Vec<LaunchPoint>> {
+fn read_launch_csv(path: &Path) -> Result<Vec<LaunchPoint>> {
     let t = Table::read(path, &["mode", "kernels", "total_us"])?;
     let mut out = Vec::with_capacity(t.rows.len());
     for i in 0..t.rows.len() {
@@ -545,7 +545,7 @@ pub fn read_launch_csv(path: &Path) -> Result<Vec<LaunchPoint>> {
 // data/calibration/aiconfigurator/rtx_pro_6000_server/MANIFEST.txt). Latencies are µs.
 
 /// MoE quantisation modes AIConfigurator 0.12 names in `moe_perf` (its `MoEQuantMode`).
-pub const AIC_MOE_QUANTS: &[&str] = &[
+const AIC_MOE_QUANTS: &[&str] = &[
     "bfloat16",
     "fp8",
     "fp8_block",
@@ -556,7 +556,7 @@ pub const AIC_MOE_QUANTS: &[&str] = &[
     "w4a16_mxfp4",
 ];
 /// GEMM dtypes of `gemm_perf` (its `GEMMQuantMode`).
-pub const AIC_GEMM_DTYPES: &[&str] = &[
+const AIC_GEMM_DTYPES: &[&str] = &[
     "bfloat16",
     "float16",
     "fp8",
@@ -566,9 +566,9 @@ pub const AIC_GEMM_DTYPES: &[&str] = &[
     "nvfp4",
 ];
 /// KV-cache dtypes of `mla_generation_module_perf`.
-pub const AIC_KV_DTYPES: &[&str] = &["bfloat16", "fp8"];
+const AIC_KV_DTYPES: &[&str] = &["bfloat16", "fp8"];
 /// Element types of the collective tables, with their size in bytes.
-pub const AIC_COMM_DTYPES: &[(&str, u64)] = &[
+const AIC_COMM_DTYPES: &[(&str, u64)] = &[
     ("half", 2),
     ("float16", 2),
     ("bfloat16", 2),
@@ -579,57 +579,57 @@ pub const AIC_COMM_DTYPES: &[(&str, u64)] = &[
 
 /// One row of `moe.csv`: the routed-expert call at one shape, routing distribution and size.
 #[derive(Debug, Clone, PartialEq)]
-pub struct AicMoeRow {
-    pub distribution: String,
-    pub quant: String,
-    pub experts: u64,
-    pub hidden: u64,
+pub(crate) struct AicMoeRow {
+    pub(crate) distribution: String,
+    pub(crate) quant: String,
+    pub(crate) experts: u64,
+    pub(crate) hidden: u64,
     /// The full expert intermediate size (moe_tp splits it).
-    pub inter: u64,
-    pub topk: u64,
-    pub moe_tp: u32,
-    pub moe_ep: u32,
-    pub tokens: u64,
-    pub latency_us: f64,
+    pub(crate) inter: u64,
+    pub(crate) topk: u64,
+    pub(crate) moe_tp: u32,
+    pub(crate) moe_ep: u32,
+    pub(crate) tokens: u64,
+    pub(crate) latency_us: f64,
 }
 
 /// One row of `gemm.csv`.
 #[derive(Debug, Clone, PartialEq)]
-pub struct AicGemmRow {
-    pub dtype: String,
-    pub m: u64,
-    pub n: u64,
-    pub k: u64,
-    pub latency_us: f64,
+pub(crate) struct AicGemmRow {
+    pub(crate) dtype: String,
+    pub(crate) m: u64,
+    pub(crate) n: u64,
+    pub(crate) k: u64,
+    pub(crate) latency_us: f64,
 }
 
 /// One row of `mla_generation.csv`: the MLA generation module (fused_qkv_a + q_b + attention +
 /// o_proj) at `num_heads` heads per rank, `batch` sequences, KV length `step`.
 #[derive(Debug, Clone, PartialEq)]
-pub struct AicMlaRow {
-    pub kernel: String,
-    pub kv_dtype: String,
-    pub gemm_dtype: String,
-    pub num_heads: u64,
-    pub batch: u64,
+pub(crate) struct AicMlaRow {
+    kernel: String,
+    pub(crate) kv_dtype: String,
+    pub(crate) gemm_dtype: String,
+    pub(crate) num_heads: u64,
+    pub(crate) batch: u64,
     pub step: u64,
-    pub latency_us: f64,
+    pub(crate) latency_us: f64,
 }
 
 /// One row of `nccl_collectives.csv` or `custom_allreduce.csv`.
 #[derive(Debug, Clone, PartialEq)]
-pub struct AicCommRow {
+pub(crate) struct AicCommRow {
     /// `all_reduce`, `all_gather`, `reduce_scatter` or `alltoall`.
-    pub op: String,
+    pub(crate) op: String,
     /// `nccl` or `vllm_custom`.
-    pub impl_name: String,
+    impl_name: String,
     /// `graph`, `eager` or `unspecified`.
-    pub mode: String,
-    pub dtype: String,
-    pub nranks: u32,
-    pub elements: u64,
-    pub bytes: u64,
-    pub latency_us: f64,
+    pub(crate) mode: String,
+    dtype: String,
+    pub(crate) nranks: u32,
+    pub(crate) elements: u64,
+    pub(crate) bytes: u64,
+    pub(crate) latency_us: f64,
 }
 
 impl Table {
@@ -660,7 +660,7 @@ impl Table {
 }
 
 /// Reads an AIConfigurator `moe.csv` (converted).
-pub fn read_aic_moe_csv(path: &Path) -> Result<Vec<AicMoeRow>> {
+pub(crate) fn read_aic_moe_csv(path: &Path) -> Result<Vec<AicMoeRow>> {
     let cols = [
         "distribution",
         "quant",
@@ -702,7 +702,7 @@ pub fn read_aic_moe_csv(path: &Path) -> Result<Vec<AicMoeRow>> {
 }
 
 /// Reads an AIConfigurator `gemm.csv` (converted).
-pub fn read_aic_gemm_csv(path: &Path) -> Result<Vec<AicGemmRow>> {
+pub(crate) fn read_aic_gemm_csv(path: &Path) -> Result<Vec<AicGemmRow>> {
     let t = Table::read(path, &["dtype", "m", "n", "k", "latency_us"])?.non_empty()?;
     let mut out = Vec::with_capacity(t.rows.len());
     for i in 0..t.rows.len() {
@@ -718,7 +718,7 @@ pub fn read_aic_gemm_csv(path: &Path) -> Result<Vec<AicGemmRow>> {
 }
 
 /// Reads an AIConfigurator `mla_generation.csv` (converted).
-pub fn read_aic_mla_csv(path: &Path) -> Result<Vec<AicMlaRow>> {
+pub(crate) fn read_aic_mla_csv(path: &Path) -> Result<Vec<AicMlaRow>> {
     let cols = [
         "kernel",
         "kv_dtype",
@@ -747,7 +747,7 @@ pub fn read_aic_mla_csv(path: &Path) -> Result<Vec<AicMlaRow>> {
 /// Reads an AIConfigurator collective table (`nccl_collectives.csv`, `custom_allreduce.csv`).
 /// `bytes` must equal `elements` × the dtype's size: the source counts elements, and a file
 /// that disagrees was converted with the wrong unit.
-pub fn read_aic_comm_csv(path: &Path) -> Result<Vec<AicCommRow>> {
+pub(crate) fn read_aic_comm_csv(path: &Path) -> Result<Vec<AicCommRow>> {
     let cols = [
         "op",
         "impl",
@@ -802,18 +802,18 @@ pub fn read_aic_comm_csv(path: &Path) -> Result<Vec<AicCommRow>> {
 #[derive(Debug, Clone, PartialEq)]
 pub struct MlaKvDtypeRow {
     /// `bf16`, `fp8` (dequantised in the kernel) or `fp8_direct`.
-    pub kv_dtype: String,
-    pub num_heads: u64,
-    pub batch: u64,
-    pub kv_len: u64,
-    pub median_us: f64,
+    pub(crate) kv_dtype: String,
+    pub(crate) num_heads: u64,
+    pub(crate) batch: u64,
+    pub(crate) kv_len: u64,
+    pub(crate) median_us: f64,
 }
 
 /// The cache formats `harness/mla_kv_dtype.py` measures.
-pub const MLA_KV_DTYPE_VARIANTS: &[&str] = &["bf16", "fp8", "fp8_direct"];
+const MLA_KV_DTYPE_VARIANTS: &[&str] = &["bf16", "fp8", "fp8_direct"];
 
 /// Reads the measured BF16-vs-FP8 MLA decode table.
-pub fn read_mla_kv_dtype_csv(path: &Path) -> Result<Vec<MlaKvDtypeRow>> {
+pub(crate) fn read_mla_kv_dtype_csv(path: &Path) -> Result<Vec<MlaKvDtypeRow>> {
     let cols = ["kv_dtype", "num_heads", "batch", "kv_len", "median_us"];
     let t = Table::read(path, &cols)?.non_empty()?;
     let mut out = Vec::with_capacity(t.rows.len());

@@ -23,11 +23,11 @@ macro_rules! enum_names {
     ($t:ty, $what:literal, $( $v:path => [$($s:literal),+] ),+ $(,)?) => {
         impl $t {
             /// Every choice's name, in declaration order.
-            pub const NAMES: &'static [&'static str] = &[$([$($s),+][0]),+];
+            const NAMES: &'static [&'static str] = &[$([$($s),+][0]),+];
             /// What a value of this type is, in words (for error messages).
             #[allow(dead_code)] // not every enum's errors need it
-            pub const WHAT: &'static str = $what;
-            pub fn name(self) -> &'static str {
+            const WHAT: &'static str = $what;
+            pub(crate) fn name(self) -> &'static str {
                 match self { $( $v => [$($s),+][0], )+ }
             }
         }
@@ -54,15 +54,18 @@ pub(crate) use enum_names;
 
 /// `#[serde(with = "crate::names::by_name")]` for a field whose type has names from
 /// [`enum_names!`] but derives its own `Serialize` (the spec enums).
-pub mod by_name {
+pub(crate) mod by_name {
     use std::fmt::Display;
     use std::str::FromStr;
 
-    pub fn serialize<T: Display, S: serde::Serializer>(v: &T, s: S) -> Result<S::Ok, S::Error> {
+    pub(crate) fn serialize<T: Display, S: serde::Serializer>(
+        v: &T,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
         s.collect_str(v)
     }
 
-    pub fn deserialize<'de, T, D>(d: D) -> Result<T, D::Error>
+    pub(crate) fn deserialize<'de, T, D>(d: D) -> Result<T, D::Error>
     where
         T: FromStr,
         T::Err: Display,

@@ -5,12 +5,12 @@
 use std::path::Path;
 
 /// `12345.678` → `"12,345.7"` (one decimal, thousands separated).
-pub fn us(v: f64) -> String {
+pub(crate) fn us(v: f64) -> String {
     grouped(v, 1)
 }
 
 /// A number with `decimals` decimals and thousands separators; non-finite values as `-`.
-pub fn grouped(v: f64, decimals: usize) -> String {
+pub(crate) fn grouped(v: f64, decimals: usize) -> String {
     if !v.is_finite() {
         return "-".to_string();
     }
@@ -31,7 +31,7 @@ pub fn grouped(v: f64, decimals: usize) -> String {
 }
 
 /// A share in [0, 1] as a percentage with one decimal.
-pub fn pct(share: f64) -> String {
+pub(crate) fn pct(share: f64) -> String {
     if share.is_finite() {
         format!("{:.1}%", share * 100.0)
     } else {
@@ -41,7 +41,7 @@ pub fn pct(share: f64) -> String {
 
 /// `s` cut to at most `n` characters, the cut marked with `…`, so no message echoes megabytes
 /// of input.
-pub fn clip(s: &str, n: usize) -> String {
+pub(crate) fn clip(s: &str, n: usize) -> String {
     if s.chars().count() <= n {
         s.to_string()
     } else {
@@ -56,7 +56,7 @@ const MAX_ECHO: usize = 80;
 
 /// An input value as an error echoes it: at most [`MAX_ECHO`] characters, with its full length
 /// when cut.
-pub fn echo(s: &str) -> String {
+pub(crate) fn echo(s: &str) -> String {
     let n = s.chars().count();
     if n <= MAX_ECHO {
         s.to_string()
@@ -66,7 +66,7 @@ pub fn echo(s: &str) -> String {
 }
 
 /// Bytes as a person reads them (KiB, MiB, GiB).
-pub fn bytes(bytes: f64) -> String {
+pub(crate) fn bytes(bytes: f64) -> String {
     const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
     let mut v = bytes;
     let mut i = 0;
@@ -83,7 +83,7 @@ pub fn bytes(bytes: f64) -> String {
 
 /// A message on one line: every run of whitespace (line breaks included) becomes one space, so
 /// a warning never spills onto lines a reader (or `grep`) would take for another message.
-pub fn one_line(s: &str) -> String {
+pub(crate) fn one_line(s: &str) -> String {
     s.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
@@ -91,7 +91,7 @@ pub fn one_line(s: &str) -> String {
 /// `from 'fallback'`, `estimated`), without the long lists that follow each head's colon, so
 /// the report's top says where the numbers come from in one line; the full text is kept for
 /// `--verbose` and the JSON output.
-pub fn provenance_summary(provenance: &str) -> String {
+pub(crate) fn provenance_summary(provenance: &str) -> String {
     let chars: Vec<char> = provenance.chars().collect();
     // Only matched parentheses nest: a provenance clipped inside an aside leaves one open, and
     // the text from an unmatched `(` on is dropped from its head.
@@ -181,7 +181,7 @@ pub fn provenance_summary(provenance: &str) -> String {
 
 /// `path` relative to the data root for bundled files (`models/kimi-k2.5.json`), else
 /// relative to the current folder when it lies below it, else as given.
-pub fn path(p: &Path) -> String {
+pub(crate) fn path(p: &Path) -> String {
     crate::bundle::display(p)
 }
 

@@ -327,7 +327,10 @@ fn file_imports(src: &Path, file: &Path) -> BTreeSet<PathBuf> {
     let mut children = BTreeSet::new();
     for l in code.lines() {
         let l = l.trim_start();
-        let l = l.strip_prefix("pub ").unwrap_or(l);
+        let l = ["pub ", "pub(crate) ", "pub(super) "]
+            .iter()
+            .find_map(|v| l.strip_prefix(v))
+            .unwrap_or(l);
         if let Some(r) = l.strip_prefix("mod ") {
             let (name, after) = ident(r);
             if after.trim_start().starts_with(';') {

@@ -28,11 +28,11 @@ pub struct Alignment {
     pub unmatched: usize,
     /// `[rank][step] = (wait_us, transfer_us)`.
     #[serde(skip)]
-    pub per_rank: Vec<Vec<(f64, f64)>>,
+    pub(crate) per_rank: Vec<Vec<(f64, f64)>>,
 }
 
 /// `ranks[r][k]` lists the (start, end) of rank r's collectives in its k-th step, in start order.
-pub fn split_wait_transfer(ranks: &[Vec<Vec<(f64, f64)>>]) -> Alignment {
+pub(crate) fn split_wait_transfer(ranks: &[Vec<Vec<(f64, f64)>>]) -> Alignment {
     let mut per_rank: Vec<Vec<(f64, f64)>> = ranks
         .iter()
         .map(|steps| {

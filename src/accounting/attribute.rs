@@ -15,22 +15,22 @@ const N: usize = Category::COUNT;
 
 /// One kernel (or other GPU activity) as the accounting sees it.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Interval {
-    pub start_us: f64,
-    pub end_us: f64,
-    pub category: Category,
+pub(crate) struct Interval {
+    pub(crate) start_us: f64,
+    pub(crate) end_us: f64,
+    pub(crate) category: Category,
 }
 
 /// Exclusive and union time per category inside `[window_start, window_end)`.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
-pub struct Attribution {
-    pub exclusive_us: [f64; N],
-    pub busy_us: [f64; N],
+pub(crate) struct Attribution {
+    pub(crate) exclusive_us: [f64; N],
+    pub(crate) busy_us: [f64; N],
 }
 
 /// Sweep-line attribution of `intervals` over a window. `scratch` is reused between calls so the
 /// simulator's hot path does not allocate.
-pub fn attribute(
+pub(crate) fn attribute(
     intervals: &[Interval],
     window_start: f64,
     window_end: f64,

@@ -24,17 +24,17 @@ pub struct Breakdown {
 /// One row of a breakdown as it is reported.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct BreakdownEntry {
-    pub category: Category,
+    pub(crate) category: Category,
     /// Exclusive time (see the module docs).
-    pub time_us: f64,
+    pub(crate) time_us: f64,
     /// `time_us` over the step time.
-    pub share: f64,
+    pub(crate) share: f64,
     /// Union of this category's kernels, overlap included.
-    pub busy_us: f64,
+    pub(crate) busy_us: f64,
 }
 
 impl Breakdown {
-    pub fn from_attribution(step_time_us: f64, a: Attribution) -> Self {
+    pub(crate) fn from_attribution(step_time_us: f64, a: Attribution) -> Self {
         Breakdown {
             step_time_us,
             exclusive_us: a.exclusive_us,
@@ -48,7 +48,7 @@ impl Breakdown {
         self.exclusive_us[c.index()]
     }
 
-    pub fn share(&self, c: Category) -> f64 {
+    pub(crate) fn share(&self, c: Category) -> f64 {
         if self.step_time_us > 0.0 {
             self.time(c) / self.step_time_us
         } else {
@@ -57,12 +57,12 @@ impl Breakdown {
     }
 
     /// Communication that ran while compute ran too.
-    pub fn comm_overlapped_us(&self) -> f64 {
+    pub(crate) fn comm_overlapped_us(&self) -> f64 {
         let c = Category::Communication.index();
         (self.busy_us[c] - self.exclusive_us[c]).max(0.0)
     }
 
-    pub fn entries(&self) -> Vec<BreakdownEntry> {
+    pub(crate) fn entries(&self) -> Vec<BreakdownEntry> {
         Category::ALL
             .iter()
             .map(|&c| BreakdownEntry {

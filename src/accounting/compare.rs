@@ -7,31 +7,31 @@ use crate::category::Category;
 use serde::Serialize;
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct CategoryComparison {
-    pub category: Category,
-    pub predicted_us: f64,
-    pub measured_us: f64,
-    pub predicted_share: f64,
-    pub measured_share: f64,
+pub(crate) struct CategoryComparison {
+    pub(crate) category: Category,
+    pub(crate) predicted_us: f64,
+    pub(crate) measured_us: f64,
+    pub(crate) predicted_share: f64,
+    pub(crate) measured_share: f64,
     /// predicted − measured.
-    pub abs_error_us: f64,
+    pub(crate) abs_error_us: f64,
     /// (predicted − measured) / measured; `None` when nothing was measured.
-    pub rel_error: Option<f64>,
+    pub(crate) rel_error: Option<f64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Comparison {
-    pub rows: Vec<CategoryComparison>,
-    pub predicted_step_us: f64,
+    pub(crate) rows: Vec<CategoryComparison>,
+    pub(crate) predicted_step_us: f64,
     pub measured_step_us: f64,
     /// predicted − measured step time.
-    pub step_abs_error_us: f64,
+    pub(crate) step_abs_error_us: f64,
     /// (predicted − measured) / measured step time; `None` when the measured step is empty.
-    pub step_rel_error: Option<f64>,
-    pub predicted_comm_wait_us: f64,
-    pub measured_comm_wait_us: f64,
-    pub predicted_comm_transfer_us: f64,
-    pub measured_comm_transfer_us: f64,
+    pub(crate) step_rel_error: Option<f64>,
+    pub(crate) predicted_comm_wait_us: f64,
+    pub(crate) measured_comm_wait_us: f64,
+    pub(crate) predicted_comm_transfer_us: f64,
+    pub(crate) measured_comm_transfer_us: f64,
 }
 
 fn rel(pred: f64, meas: f64) -> Option<f64> {
@@ -69,7 +69,7 @@ pub fn compare(predicted: &Breakdown, measured: &Breakdown) -> Comparison {
 
 /// Compares a simulated step with the mean measured step of a trace summary (mean over ranks
 /// of each rank's mean selected step: decode steps when the trace has any).
-pub fn compare_with_trace(predicted: &Breakdown, measured: &TraceSummary) -> Comparison {
+pub(crate) fn compare_with_trace(predicted: &Breakdown, measured: &TraceSummary) -> Comparison {
     compare(predicted, &measured.breakdown)
 }
 
@@ -81,11 +81,13 @@ impl Comparison {
 
     /// Whether |step-time error| ≤ `pct` percent: the `--fail-above` test. An empty measured
     /// step is never within tolerance.
-    pub fn within(&self, pct: f64) -> bool {
+    #[cfg(test)]
+    fn within(&self, pct: f64) -> bool {
         self.step_error_pct().is_some_and(|e| e.abs() <= pct)
     }
 
-    pub fn row(&self, c: Category) -> &CategoryComparison {
+    #[cfg(test)]
+    fn row(&self, c: Category) -> &CategoryComparison {
         &self.rows[c.index()]
     }
 }

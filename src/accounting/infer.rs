@@ -29,7 +29,7 @@ use std::sync::OnceLock;
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Found<T> {
     pub value: T,
-    pub how: String,
+    how: String,
 }
 
 /// What the trace shows of its scenario; `None` where it does not show it (`unknown` says why).
@@ -41,12 +41,12 @@ pub struct Inferred {
     /// Mean tokens already in each sequence's KV cache.
     pub context: Option<Found<f64>>,
     /// Why a quantity is unknown, one line each.
-    pub unknown: Vec<String>,
+    pub(crate) unknown: Vec<String>,
 }
 
 /// A mean context this close to the scenario's (relative) counts as the same: the trace's is a
 /// mean over sequences of slightly different lengths.
-pub const CONTEXT_TOLERANCE: f64 = 0.05;
+const CONTEXT_TOLERANCE: f64 = 0.05;
 
 /// The most common value and how many distinct values there were.
 fn mode<T: Ord + Copy>(values: impl Iterator<Item = T>) -> Option<(T, usize)> {
@@ -179,7 +179,7 @@ pub fn infer_scenario(s: &TraceSummary) -> Inferred {
 
 impl Inferred {
     /// One line per quantity: what the trace shows and how, or why it is unknown.
-    pub fn lines(&self) -> Vec<String> {
+    pub(crate) fn lines(&self) -> Vec<String> {
         let mut v = Vec::new();
         if let Some(r) = &self.ranks {
             v.push(format!("ranks {} ({})", r.value, r.how));
@@ -201,7 +201,7 @@ impl Inferred {
 /// Holds `scenario` against what the trace shows. `Err(Error::Mismatch)` names every quantity
 /// that differs (scenario value vs trace value); `Ok` carries one note per quantity checked or
 /// not shown, for the report.
-pub fn check_against(scenario: &Scenario, inferred: &Inferred) -> Result<Vec<String>> {
+fn check_against(scenario: &Scenario, inferred: &Inferred) -> Result<Vec<String>> {
     let mut problems = Vec::new();
     if let Some(r) = &inferred.ranks {
         if r.value != scenario.tp {
@@ -247,7 +247,7 @@ pub fn check_against(scenario: &Scenario, inferred: &Inferred) -> Result<Vec<Str
 }
 
 /// [`check_against`], with `allow` (`--allow-mismatch`) turning the mismatches into notes.
-pub fn check_or_allow(
+pub(crate) fn check_or_allow(
     scenario: &Scenario,
     inferred: &Inferred,
     allow: bool,

@@ -13,13 +13,13 @@
 //! or `report`.
 
 pub mod align;
-pub mod attribute;
+pub(crate) mod attribute;
 pub mod breakdown;
 pub mod compare;
 pub mod infer;
 pub mod summary;
 
-pub use attribute::{attribute, Attribution, Interval};
+pub(crate) use attribute::{attribute, Interval};
 pub use breakdown::{Breakdown, BreakdownEntry};
-pub use compare::{compare, compare_with_trace, Comparison};
+pub use compare::{compare, Comparison};
 pub use summary::{summarize, SummaryOptions, TraceSummary};

@@ -32,11 +32,11 @@ pub struct SummaryOptions<'a> {
 pub struct Stats {
     pub n: usize,
     pub median: f64,
-    pub p10: f64,
-    pub p90: f64,
-    pub mean: f64,
-    pub min: f64,
-    pub max: f64,
+    pub(crate) p10: f64,
+    pub(crate) p90: f64,
+    mean: f64,
+    min: f64,
+    max: f64,
 }
 
 impl Stats {
@@ -70,15 +70,15 @@ impl Stats {
 
 /// Time in a step window when no GPU work ran, split by cause.
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize)]
-pub struct GapStats {
-    pub count: usize,
-    pub idle_us: f64,
+pub(crate) struct GapStats {
+    pub(crate) count: usize,
+    pub(crate) idle_us: f64,
     /// Gaps closed by an op whose launch call started after the GPU had gone idle: the GPU was
     /// waiting for the CPU to launch (HTA's "host wait").
-    pub launch_gap_us: f64,
+    pub(crate) launch_gap_us: f64,
     /// All other gaps (dependencies, synchronisation, the tail of the window).
-    pub other_gap_us: f64,
-    pub largest_us: f64,
+    pub(crate) other_gap_us: f64,
+    pub(crate) largest_us: f64,
 }
 
 impl GapStats {
@@ -98,16 +98,16 @@ impl GapStats {
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct UnclassifiedKernel {
-    pub name: String,
+    pub(crate) name: String,
     /// Summed duration in the analysed steps.
-    pub time_us: f64,
-    pub count: usize,
+    pub(crate) time_us: f64,
+    pub(crate) count: usize,
 }
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct StepSummary {
-    pub index: usize,
-    pub name: String,
+    pub(crate) index: usize,
+    pub(crate) name: String,
     pub kind: StepKind,
     /// Counted in the rank's statistics (decode steps when there are any, else all steps).
     pub selected: bool,
@@ -117,8 +117,8 @@ pub struct StepSummary {
     pub linked_ops: usize,
     pub graph_ops: usize,
     pub breakdown: Breakdown,
-    pub gaps: GapStats,
-    pub collectives: usize,
+    pub(crate) gaps: GapStats,
+    pub(crate) collectives: usize,
     /// Idle time cut from the window as a stall (see [`STALL_FACTOR`]).
     pub stall_us: f64,
 }
@@ -127,12 +127,12 @@ pub struct StepSummary {
 pub struct RankSummary {
     pub rank: u32,
     pub rank_source: RankSource,
-    pub path: PathBuf,
-    pub device: Option<String>,
-    pub world_size: Option<i64>,
+    pub(crate) path: PathBuf,
+    pub(crate) device: Option<String>,
+    pub(crate) world_size: Option<i64>,
     pub events: EventCounts,
     pub step_source: StepSource,
-    pub marker_side: &'static str,
+    pub(crate) marker_side: &'static str,
     pub empty_markers: usize,
     pub steps: Vec<StepSummary>,
     /// "decode" when decode steps were found and only they are counted, else "all".
@@ -141,12 +141,12 @@ pub struct RankSummary {
     /// Mean over the selected steps.
     pub breakdown: Breakdown,
     /// Mean per selected step.
-    pub gaps: GapStats,
+    pub(crate) gaps: GapStats,
     /// Summed kernel durations in the selected steps.
-    pub kernel_time_us: f64,
-    pub unclassified_us: f64,
+    pub(crate) kernel_time_us: f64,
+    pub(crate) unclassified_us: f64,
     pub unclassified: Vec<UnclassifiedKernel>,
-    pub warnings: Vec<String>,
+    pub(crate) warnings: Vec<String>,
 }
 
 impl RankSummary {
@@ -162,7 +162,7 @@ impl RankSummary {
 pub struct TraceSummary {
     pub ranks: Vec<RankSummary>,
     /// Over the selected steps of all ranks.
-    pub step_time: Stats,
+    pub(crate) step_time: Stats,
     /// Mean over ranks of each rank's mean selected step.
     pub breakdown: Breakdown,
     pub alignment: Alignment,
@@ -170,7 +170,7 @@ pub struct TraceSummary {
     pub unclassified_us: f64,
     /// Merged over ranks, by time.
     pub unclassified: Vec<UnclassifiedKernel>,
-    pub rules: String,
+    pub(crate) rules: String,
 }
 
 impl TraceSummary {
@@ -193,7 +193,7 @@ fn ratio(a: f64, b: f64) -> f64 {
 /// Expands directories into their `*.json` / `*.json.gz` files (sorted) and checks the rest:
 /// each must be a regular file of a sane size ([`crate::files::check_input`]), and no trace may
 /// be given twice (the same file after canonicalisation, or the same bytes under two names).
-pub fn expand_inputs(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
+fn expand_inputs(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
     let files = expand_paths(paths)?;
     refuse_duplicates(&files)?;
     Ok(files)
@@ -609,7 +609,7 @@ fn gap_stats(
 /// milliseconds on an event before the forward pass runs. An idle gap longer than
 /// `STALL_FACTOR` times the step's whole GPU busy time is such a stall: the window is cut there
 /// and the piece with the most GPU work is kept.
-pub const STALL_FACTOR: f64 = 5.0;
+pub(crate) const STALL_FACTOR: f64 = 5.0;
 
 /// Returns the trimmed window and the time cut from it.
 fn trim_stalls(ops: &[GpuOp], members: &[usize], ws: f64, we: f64) -> (f64, f64, f64) {

@@ -19,7 +19,7 @@ use crate::scenario::{catalog, CommPath, ModelSpec, SystemSpec};
 use std::path::{Component, Path, PathBuf};
 
 /// vLLM's default `max_size` of its custom all-reduce (facts.md §3.3: 8 MiB).
-pub const CUSTOM_AR_MAX_SIZE: u64 = 8 << 20;
+const CUSTOM_AR_MAX_SIZE: u64 = 8 << 20;
 
 /// What `calibrate --from-aiconfigurator` is asked.
 #[derive(Debug, Clone)]
@@ -40,8 +40,8 @@ pub struct AicRequest {
 pub struct AicResult {
     pub profile: CalibrationProfile,
     /// (table file, rows, what it prices)
-    pub tables: Vec<(String, usize, String)>,
-    pub notes: Vec<String>,
+    pub(crate) tables: Vec<(String, usize, String)>,
+    pub(crate) notes: Vec<String>,
 }
 
 /// Reads the tables, builds the profile and writes it atomically to `req.out`.
@@ -359,7 +359,7 @@ fn custom_allreduce(
 /// absolute path breaks on every other machine and checkout): when the two share only the root,
 /// the path climbs to it. Folders not created yet are resolved through their nearest existing
 /// ancestor.
-pub fn relative_to(to: &Path, from: &Path) -> String {
+pub(crate) fn relative_to(to: &Path, from: &Path) -> String {
     let (to, from) = (absolute(to), absolute(from));
     let a: Vec<Component> = to.components().collect();
     let b: Vec<Component> = from.components().collect();
@@ -409,7 +409,7 @@ fn absolute(p: &Path) -> PathBuf {
 
 /// The profile with its AIConfigurator folder referenced from where it is about to be written
 /// (`out`): every writer (anchoring, throughput fits) keeps the tables reachable.
-pub fn rebase_tables(p: &CalibrationProfile, out: &Path) -> CalibrationProfile {
+pub(crate) fn rebase_tables(p: &CalibrationProfile, out: &Path) -> CalibrationProfile {
     let mut p = p.clone();
     if let (Some(t), Some(sec)) = (&p.aic, p.aiconfigurator.as_mut()) {
         let out_dir = out

@@ -75,7 +75,7 @@ fn objects(text: &str, path: &Path) -> Result<Vec<(usize, Value, bool)>> {
 }
 
 /// Reads every result of one file.
-pub fn parse_bench(text: &str, path: &Path, opt: &BenchOptions) -> Result<Vec<Point>> {
+pub(crate) fn parse_bench(text: &str, path: &Path, opt: &BenchOptions) -> Result<Vec<Point>> {
     objects(text, path)?
         .into_iter()
         .map(|(line, v, many)| point(&v, line, many, path, opt))

@@ -77,13 +77,13 @@ fn groups(points: &[CollectivePoint]) -> BTreeMap<CostKey, (Group, Vec<&Collecti
 }
 
 /// A group that yields no law at all, with why.
-pub struct Unfittable {
-    pub section: String,
-    pub why: String,
+pub(crate) struct Unfittable {
+    pub(crate) section: String,
+    pub(crate) why: String,
 }
 
 /// Fits every group. Groups that cannot be fitted come back as [`Unfittable`], never dropped.
-pub fn fit_all(
+pub(crate) fn fit_all(
     points: &[CollectivePoint],
     max_bus_bw_gbps: f64,
 ) -> (Vec<CollectiveParams>, Vec<FitQuality>, Vec<Unfittable>) {

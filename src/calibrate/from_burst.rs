@@ -24,7 +24,7 @@ pub struct Burst {
 }
 
 impl Burst {
-    pub fn per_collective_us(&self) -> f64 {
+    pub(crate) fn per_collective_us(&self) -> f64 {
         self.total_us / self.count as f64
     }
 }
@@ -78,7 +78,7 @@ pub fn parse_bursts(arg: &str) -> Result<(Vec<Burst>, String)> {
 
 /// [`parse_bursts`] with where each burst came from ("FILE: line N", or the flag and its
 /// value), for errors and warnings about one burst ([`fit_bursts_at`]).
-pub fn parse_bursts_at(arg: &str) -> Result<(Vec<Burst>, String, Vec<String>)> {
+pub(crate) fn parse_bursts_at(arg: &str) -> Result<(Vec<Burst>, String, Vec<String>)> {
     let path = Path::new(arg);
     if !path.exists() {
         let fields: Vec<&str> = arg.split(',').collect();
@@ -114,7 +114,7 @@ pub fn parse_bursts_at(arg: &str) -> Result<(Vec<Burst>, String, Vec<String>)> {
 /// scenario's `--link-gbps` / `--link-latency-us` when given, else the system's: NVLink's
 /// `nvlink_gbps`, PCIe P2P's fastest of the P2P figures and the PCIe signalling rate (a floor
 /// must not be above any real path), the host path's PCIe signalling rate.
-pub fn latency_floor_us(s: &Scenario, bytes: u64) -> f64 {
+fn latency_floor_us(s: &Scenario, bytes: u64) -> f64 {
     let ic = &s.system.interconnect;
     let pcie = pcie_signalling_gbps(ic.pcie_gen, ic.pcie_lanes);
     let (bw, lat) = match s.comm_path() {
@@ -152,7 +152,7 @@ fn pcie_signalling_gbps(gen: u32, lanes: u32) -> f64 {
 /// Refuses a burst faster than the link allows ([`latency_floor_us`]) and warns of bursts of one
 /// size whose times differ by more than 2x (contradictory: one of them measured something
 /// else). `at[i]` says where burst i came from (may be empty).
-pub fn check_bursts(
+fn check_bursts(
     s: &Scenario,
     bursts: &[Burst],
     at: &[String],
@@ -203,20 +203,20 @@ pub fn check_bursts(
 #[derive(Debug, Clone)]
 pub struct BurstFit {
     pub profile: CalibrationProfile,
-    pub base: String,
-    pub bursts: Vec<Burst>,
+    pub(crate) base: String,
+    pub(crate) bursts: Vec<Burst>,
     /// (per-collective µs before, after) for each burst.
     pub predicted: Vec<(f64, f64)>,
     pub latency_scale: f64,
     pub latency_ci95: Option<f64>,
     pub bw_scale: f64,
-    pub bw_ci95: Option<[f64; 2]>,
+    pub(crate) bw_ci95: Option<[f64; 2]>,
     pub notes: Vec<String>,
     /// Contradictory bursts ([`check_bursts`]).
-    pub warnings: Vec<String>,
+    pub(crate) warnings: Vec<String>,
     /// Which entry priced the allreduce.
-    pub entry: String,
-    pub out: PathBuf,
+    pub(crate) entry: String,
+    pub(crate) out: PathBuf,
 }
 
 /// The latency and bytes terms the profile gives one allreduce of `bytes` in this scenario,
@@ -268,7 +268,7 @@ pub fn fit_bursts(
 }
 
 /// [`fit_bursts`] with where each burst came from (`parse_bursts_at`), for its messages.
-pub fn fit_bursts_at(
+pub(crate) fn fit_bursts_at(
     s: &Scenario,
     base: &CalibrationProfile,
     bursts: &[Burst],

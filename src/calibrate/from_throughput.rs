@@ -34,7 +34,7 @@ use std::path::{Path, PathBuf};
 
 /// How a factor is fitted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FactorKind {
+enum FactorKind {
     /// A positive multiplier, fitted as its logarithm (symmetric in "×2" and "÷2").
     Scale,
     /// The routing concentration exponent (`power-law:ALPHA`).
@@ -46,8 +46,8 @@ pub enum FactorKind {
 /// One fittable member of [`Factors`]: its name, an alias, and how to read and write it.
 pub struct FactorSpec {
     pub name: &'static str,
-    pub alias: &'static str,
-    pub kind: FactorKind,
+    alias: &'static str,
+    kind: FactorKind,
     /// A finer split of a coarse factor's family (one term of its price): the automatic choice
     /// takes these only once every coarse factor is chosen or refused, so a few points pin down
     /// the coarse picture before the curve's shape.
@@ -167,7 +167,7 @@ impl Factor {
     pub fn name(self) -> &'static str {
         self.spec().name
     }
-    pub fn kind(self) -> FactorKind {
+    fn kind(self) -> FactorKind {
         self.spec().kind
     }
     /// Scale factors are fitted as their logarithm.
@@ -241,14 +241,14 @@ pub enum MeasuredAcceptance {
 /// Speculative decoding as a point ran it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SpecPoint {
-    pub method: Method,
+    method: Method,
     pub draft_tokens: u32,
     pub acceptance: MeasuredAcceptance,
 }
 
 impl SpecPoint {
     /// vLLM's acceptance rate (a mean length L at k draft tokens is a rate (L − 1) / k).
-    pub fn acceptance(&self) -> std::result::Result<Acceptance, String> {
+    fn acceptance(&self) -> std::result::Result<Acceptance, String> {
         let k = self.draft_tokens as f64;
         let r = match self.acceptance {
             MeasuredAcceptance::Rate(r) => r,
@@ -299,7 +299,7 @@ pub struct Point {
 }
 
 impl Point {
-    pub fn label(&self) -> String {
+    fn label(&self) -> String {
         let mut s = format!(
             "c={} ctx={} {:.1} tok/s",
             self.concurrency, self.context, self.tokens_per_s
@@ -337,7 +337,7 @@ impl Point {
     }
 
     /// Where the point is: `file line N`.
-    pub fn origin(&self, fallback: &Path) -> String {
+    fn origin(&self, fallback: &Path) -> String {
         let f = if self.file.as_os_str().is_empty() {
             fallback
         } else {
@@ -590,13 +590,13 @@ fn parse_csv(text: &str, path: &Path) -> Result<Vec<Point>> {
 }
 
 /// KV element size of a vLLM `--kv-cache-dtype` value (the knob's parser).
-pub fn kv_dtype_bytes(v: &str) -> Option<f64> {
+pub(crate) fn kv_dtype_bytes(v: &str) -> Option<f64> {
     crate::scenario::knobs::KvDtype::parse(v).map(|d| d.bytes())
 }
 
 /// The speculative settings of a point from its four fields (all absent: none). On error:
 /// (field, value, what was expected).
-pub fn spec_point(
+pub(crate) fn spec_point(
     method: Option<String>,
     k: Option<String>,
     rate: Option<String>,
@@ -788,7 +788,7 @@ pub struct FactorChoice {
     /// starts.
     pub sensitivity: f64,
     /// What remains of that once the factors chosen before it are fitted (same units).
-    pub independent: f64,
+    independent: f64,
     /// True when it was chosen to fit (it may still be refused after the fit for its interval).
     pub chosen: bool,
     /// "chosen: ..." or why not.
@@ -798,7 +798,7 @@ pub struct FactorChoice {
 #[derive(Debug, Clone)]
 pub struct ThroughputFit {
     pub profile: CalibrationProfile,
-    pub base: String,
+    pub(crate) base: String,
     pub fitted: Vec<FittedFactor>,
     /// Factors not fitted, each with why.
     pub refused: Vec<(Factor, String)>,
@@ -806,8 +806,8 @@ pub struct ThroughputFit {
     pub choices: Vec<FactorChoice>,
     pub before: Vec<Residual>,
     pub residuals: Vec<Residual>,
-    pub iterations: usize,
-    pub out: PathBuf,
+    pub(crate) iterations: usize,
+    pub(crate) out: PathBuf,
 }
 
 impl ThroughputFit {
@@ -1239,7 +1239,7 @@ fn solve(
 
 /// Points a copy of `base` written to `out` at the files `base` references relative to itself
 /// (its measurement table, its AIConfigurator tables), so the copy loads from anywhere.
-pub fn relocate(p: &mut CalibrationProfile, base: &CalibrationProfile, out: &Path) {
+pub(crate) fn relocate(p: &mut CalibrationProfile, base: &CalibrationProfile, out: &Path) {
     if let Some(tab) = &base.table {
         p.measurements = Some(table_reference(&tab.path, out));
     }
@@ -1301,8 +1301,9 @@ fn sources_text(req: &ThroughputRequest) -> String {
         .join(" ")
 }
 
-/// Fits the factors and writes the profile.
-pub fn fit_throughput(req: &ThroughputRequest) -> Result<ThroughputFit> {
+/// The factors to fit (`--factors`, or all of them when none is named), refused when the points
+/// are too few to give each an interval.
+fn factors_to_fit(req: &ThroughputRequest, src: &str) -> Result<Vec<Factor>> {
     let n = req.points.len();
     let auto = req.factors.is_empty();
     let mut which: Vec<Factor> = Vec::new();
@@ -1315,7 +1316,6 @@ pub fn fit_throughput(req: &ThroughputRequest) -> Result<ThroughputFit> {
             which.push(*f);
         }
     }
-    let src = sources_text(req);
     if auto && n < 2 {
         return Err(Error::FitData { source_name: src.to_string(), problem: format!("{n} point(s) cannot fit any factor with a confidence interval: give at least 2 points (a concurrency or context sweep)") });
     }
@@ -1331,28 +1331,18 @@ pub fn fit_throughput(req: &ThroughputRequest) -> Result<ThroughputFit> {
             ),
         ));
     }
-    let model = Model::new(req)?;
-    let meas: Vec<f64> = req.points.iter().map(|p| p.tokens_per_s).collect();
-    let mut refused = Vec::new();
-    if model.routing_fixed {
-        if let Some(i) = which.iter().position(|f| *f == Factor::RoutingAlpha) {
-            which.remove(i);
-            refused.push((
-                Factor::RoutingAlpha,
-                "not fitted: --routing fixes the routing".to_string(),
-            ));
-        }
-    }
-    let before_pred = model.predict(&model.profile.factors)?;
-    let start = |w: &[Factor]| -> Vec<f64> {
-        w.iter()
-            .map(|k| k.get(&model.profile.factors, model.start_alpha))
-            .map(|v| if v.is_finite() { v } else { 0.0 })
-            .collect()
-    };
-    // Judge identifiability where the fit starts, a little away from the bounds.
-    let mut theta0 = start(&which);
-    for (t, k) in theta0.iter_mut().zip(&which) {
+    Ok(which)
+}
+
+/// Where the fit starts: the base profile's values, a little away from the bounds (where
+/// identifiability is judged).
+fn starting_point(model: &Model, which: &[Factor]) -> Vec<f64> {
+    let mut theta0: Vec<f64> = which
+        .iter()
+        .map(|k| k.get(&model.profile.factors, model.start_alpha))
+        .map(|v| if v.is_finite() { v } else { 0.0 })
+        .collect();
+    for (t, k) in theta0.iter_mut().zip(which) {
         if *k == Factor::StepOverhead && *t < 100.0 {
             *t = 100.0;
         }
@@ -1360,16 +1350,78 @@ pub fn fit_throughput(req: &ThroughputRequest) -> Result<ThroughputFit> {
             *t = 0.1;
         }
     }
-    let r0 = model.residuals(&which, &theta0, &meas)?;
-    let j0 = model.jacobian(&which, &theta0, &r0, &meas)?;
-    let all = which.clone();
-    let fixed_refusals = refused.clone();
-    let mut cap = if auto { n - 1 } else { which.len() };
-    let mut choices = choose(&which, &j0, cap);
-    // Auto: factors refused after a fit for their interval, with the row that says why.
-    let mut dropped: Vec<FactorChoice> = Vec::new();
+    theta0
+}
+
+/// Each fitted factor's value and 95% interval (Student's t on the residual scatter), and the
+/// first factor whose interval says the points do not pin it down, with why.
+#[allow(clippy::type_complexity)]
+fn fitted_intervals(
+    which: &[Factor],
+    theta: &[f64],
+    j: &DMatrix<f64>,
+    final_r: &[f64],
+    src: &str,
+) -> Result<(Vec<FittedFactor>, Option<(usize, String)>)> {
+    let n = final_r.len();
+    let p = which.len();
+    let dof = n - p;
+    let s2 = final_r.iter().map(|x| x * x).sum::<f64>() / dof as f64;
+    let t = StudentsT::new(0.0, 1.0, dof as f64)
+        .map(|d| d.inverse_cdf(0.975))
+        .unwrap_or(f64::NAN);
+    let inv = (j.transpose() * j).try_inverse();
+    let mut fitted = Vec::new();
+    let mut wide = None;
+    for (c, k) in which.iter().enumerate() {
+        let se = inv
+            .as_ref()
+            .map(|m| (s2 * m[(c, c)]).max(0.0).sqrt())
+            .unwrap_or(f64::INFINITY);
+        let half = t * se;
+        let v = theta[c];
+        let (value, ci95) = if k.is_log() {
+            (v.exp(), [(v - half).exp(), (v + half).exp()])
+        } else {
+            (v, [v - half, v + half])
+        };
+        // An interval spanning a factor of 10 (scales), the whole exponent range, or
+        // more than ±10 ms of overhead says the points do not pin the factor down.
+        let too_wide = k.too_wide(half);
+        if half.is_finite() && half <= 1e-12 * v.abs().max(1.0) {
+            return Err(Error::CalibrationRefused { reason: format!("{} = {value:.4} with a zero-width 95% interval: the {n} point(s) of {src} are fitted exactly ({n} point(s) for {p} factor(s) leave no scatter to measure), so the interval would claim a certainty the data does not have; add a distinct point (another concurrency or context), or repeat a measurement with its own run-to-run scatter", k.name()) });
+        }
+        if too_wide && wide.is_none() {
+            wide = Some((
+                c,
+                format!(
+                    "not identifiable: fitted {value:.4} but its 95% interval [{:.4}, {:.4}] spans everything",
+                    ci95[0], ci95[1]
+                ),
+            ));
+        }
+        fitted.push(FittedFactor {
+            factor: *k,
+            value,
+            ci95,
+        });
+    }
+    Ok((fitted, wide))
+}
+
+/// The first choice of factors: the auto choice (`choose`), or the named ones that the points
+/// identify; each row says why. `which` and `refused` are narrowed to match.
+fn first_choices(
+    auto: bool,
+    which: &mut Vec<Factor>,
+    j0: &DMatrix<f64>,
+    cap: usize,
+    refused: &mut Vec<(Factor, String)>,
+    routing_fixed: bool,
+) -> Vec<FactorChoice> {
+    let mut choices = choose(which, j0, cap);
     if auto {
-        which = choices
+        *which = choices
             .iter()
             .filter(|c| c.chosen)
             .map(|c| c.factor)
@@ -1381,7 +1433,7 @@ pub fn fit_throughput(req: &ThroughputRequest) -> Result<ThroughputFit> {
                 .map(|c| (c.factor, c.why.clone())),
         );
     } else {
-        identifiable(&mut which, &j0, &mut refused);
+        identifiable(which, j0, refused);
         for c in choices.iter_mut() {
             c.chosen = which.contains(&c.factor);
             c.why = match refused.iter().find(|(f, _)| *f == c.factor) {
@@ -1392,7 +1444,7 @@ pub fn fit_throughput(req: &ThroughputRequest) -> Result<ThroughputFit> {
     }
     if let Some((f, why)) = refused
         .iter()
-        .find(|(f, _)| *f == Factor::RoutingAlpha && model.routing_fixed)
+        .find(|(f, _)| *f == Factor::RoutingAlpha && routing_fixed)
     {
         choices.push(FactorChoice {
             factor: *f,
@@ -1402,91 +1454,247 @@ pub fn fit_throughput(req: &ThroughputRequest) -> Result<ThroughputFit> {
             why: why.clone(),
         });
     }
-    let mut keep_theta: Vec<f64> = which
+    choices
+}
+
+/// The auto choice again, among the factors not dropped yet, at most `cap` of them; the dropped
+/// and the fixed refusals keep their rows.
+fn rechoose(
+    all: &[Factor],
+    dropped: &[FactorChoice],
+    j0: &DMatrix<f64>,
+    cap: usize,
+    fixed_refusals: &[(Factor, String)],
+) -> Vec<FactorChoice> {
+    let cand: Vec<usize> = (0..all.len())
+        .filter(|&i| !dropped.iter().any(|d| d.factor == all[i]))
+        .collect();
+    let names: Vec<Factor> = cand.iter().map(|&i| all[i]).collect();
+    let mut choices = choose(&names, &j0.select_columns(cand.iter()), cap);
+    choices.extend(dropped.iter().cloned());
+    for (f, why) in fixed_refusals {
+        choices.push(FactorChoice {
+            factor: *f,
+            sensitivity: 0.0,
+            independent: 0.0,
+            chosen: false,
+            why: why.clone(),
+        });
+    }
+    choices
+}
+
+/// The refusal when every factor has been refused, each with why.
+fn nothing_identified(n: usize, src: &str, refused: &[(Factor, String)]) -> Error {
+    Error::CalibrationRefused {
+        reason: format!(
+            "no factor can be identified from {n} point(s) of {src}:\n  {}",
+            refused
+                .iter()
+                .map(|(f, why)| format!("{}: {why}", f.name()))
+                .collect::<Vec<_>>()
+                .join("\n  ")
+        ),
+    }
+}
+
+/// Why the last factor is not identifiable when a fit leaves the error where it was (a factor
+/// whose effect is steps, e.g. the seeded routing draw, or one the solver cannot move); None
+/// when the fit reduced it.
+fn no_progress(final_r: &[f64], before_pred: &[f64], meas: &[f64]) -> Option<String> {
+    let n = meas.len();
+    let sumsq = |v: &[f64]| v.iter().map(|x| x * x).sum::<f64>();
+    let r_before: Vec<f64> = before_pred
+        .iter()
+        .zip(meas)
+        .map(|(p, m)| (p / m).ln())
+        .collect();
+    (sumsq(final_r) >= sumsq(&r_before) * (1.0 - 1e-6)).then(|| {
+        format!(
+            "not identifiable: fitting it does not reduce the error ({:.2}% rms)",
+            100.0 * (sumsq(&r_before) / n as f64).sqrt()
+        )
+    })
+}
+
+/// The chosen factors, and the refused ones with why, of a choice table.
+fn chosen_and_refused(choices: &[FactorChoice]) -> (Vec<Factor>, Vec<(Factor, String)>) {
+    let which = choices
+        .iter()
+        .filter(|c| c.chosen)
+        .map(|c| c.factor)
+        .collect();
+    let refused = choices
+        .iter()
+        .filter(|c| !c.chosen)
+        .map(|c| (c.factor, c.why.clone()))
+        .collect();
+    (which, refused)
+}
+
+/// The starting values of `which`, taken from the starting point of all the factors.
+fn start_of(which: &[Factor], all: &[Factor], theta0: &[f64]) -> Vec<f64> {
+    which
         .iter()
         .map(|k| theta0[all.iter().position(|a| a == k).unwrap_or(0)])
+        .collect()
+}
+
+/// Where the fit loop ends: the factors kept and their values, the refusals and the choice
+/// table, the last residuals and the solver's iterations.
+struct Solved {
+    which: Vec<Factor>,
+    fitted: Vec<FittedFactor>,
+    refused: Vec<(Factor, String)>,
+    choices: Vec<FactorChoice>,
+    final_r: Vec<f64>,
+    iterations: usize,
+}
+
+/// The fit's result: the profile written with the fitted factors, and the residuals before
+/// and after.
+fn fit_result(
+    req: &ThroughputRequest,
+    model: &Model,
+    meas: &[f64],
+    before_pred: &[f64],
+    s: Solved,
+) -> Result<ThroughputFit> {
+    let theta: Vec<f64> = s
+        .fitted
+        .iter()
+        .map(|f| {
+            if f.factor.is_log() {
+                f.value.ln()
+            } else {
+                f.value
+            }
+        })
         .collect();
-    let mut fitted;
-    let mut iterations;
-    let mut final_r;
+    let factors = model.factors_at(&s.which, &theta);
+    let pred: Vec<f64> = s
+        .final_r
+        .iter()
+        .zip(meas)
+        .map(|(r, m)| m * r.exp())
+        .collect();
+    let residuals = residual_rows(&req.points, &pred);
+    let before = residual_rows(&req.points, before_pred);
+    let profile = write_fitted(
+        req,
+        &model.profile,
+        factors,
+        &s.fitted,
+        &s.refused,
+        &residuals,
+    )?;
+    Ok(ThroughputFit {
+        profile,
+        base: model.profile.profile.name.clone(),
+        fitted: s.fitted,
+        refused: s.refused,
+        choices: s.choices,
+        before,
+        residuals,
+        iterations: s.iterations,
+        out: req.out.clone(),
+    })
+}
+
+/// With `--routing` fixing the routing, the routing exponent leaves `which` and is refused.
+fn refuse_fixed_routing(which: &mut Vec<Factor>, routing_fixed: bool) -> Vec<(Factor, String)> {
+    let mut refused = Vec::new();
+    if routing_fixed {
+        if let Some(i) = which.iter().position(|f| *f == Factor::RoutingAlpha) {
+            which.remove(i);
+            refused.push((
+                Factor::RoutingAlpha,
+                "not fitted: --routing fixes the routing".to_string(),
+            ));
+        }
+    }
+    refused
+}
+
+/// A named factor (`--factors`) the points do not pin down: refused, with why, in the table
+/// and the refusals.
+fn refuse_named(
+    choices: &mut [FactorChoice],
+    refused: &mut Vec<(Factor, String)>,
+    which: &mut Vec<Factor>,
+    c: usize,
+    why: String,
+) {
+    if let Some(row) = choices.iter_mut().find(|r| r.factor == which[c]) {
+        row.chosen = false;
+        row.why = why.clone();
+    }
+    refused.push((which[c], why));
+    which.remove(c);
+}
+
+/// Drops `factor` from the auto choice for good, its row saying why; false when it has no row.
+fn drop_factor(
+    choices: &[FactorChoice],
+    factor: Factor,
+    why: String,
+    dropped: &mut Vec<FactorChoice>,
+) -> bool {
+    match choices.iter().find(|r| r.factor == factor) {
+        Some(row) => {
+            dropped.push(FactorChoice {
+                chosen: false,
+                why,
+                ..row.clone()
+            });
+            true
+        }
+        None => false,
+    }
+}
+
+/// Fits the factors and writes the profile.
+pub fn fit_throughput(req: &ThroughputRequest) -> Result<ThroughputFit> {
+    let n = req.points.len();
+    let auto = req.factors.is_empty();
+    let src = sources_text(req);
+    let mut which = factors_to_fit(req, &src)?;
+    let model = Model::new(req)?;
+    let meas: Vec<f64> = req.points.iter().map(|p| p.tokens_per_s).collect();
+    let mut refused = refuse_fixed_routing(&mut which, model.routing_fixed);
+    let before_pred = model.predict(&model.profile.factors)?;
+    let theta0 = starting_point(&model, &which);
+    let r0 = model.residuals(&which, &theta0, &meas)?;
+    let j0 = model.jacobian(&which, &theta0, &r0, &meas)?;
+    let all = which.clone();
+    let fixed_refusals = refused.clone();
+    let mut cap = if auto { n - 1 } else { which.len() };
+    let mut choices = first_choices(
+        auto,
+        &mut which,
+        &j0,
+        cap,
+        &mut refused,
+        model.routing_fixed,
+    );
+    // Auto: factors refused after a fit for their interval, with the row that says why.
+    let mut dropped: Vec<FactorChoice> = Vec::new();
+    let mut keep_theta = start_of(&which, &all, &theta0);
+    let (mut fitted, mut iterations, mut final_r);
     loop {
         if which.is_empty() {
-            return Err(Error::CalibrationRefused {
-                reason: format!(
-                    "no factor can be identified from {n} point(s) of {src}:\n  {}",
-                    refused
-                        .iter()
-                        .map(|(f, why)| format!("{}: {why}", f.name()))
-                        .collect::<Vec<_>>()
-                        .join("\n  ")
-                ),
-            });
+            return Err(nothing_identified(n, &src, &refused));
         }
         let (theta, r, j, it) = solve(&model, &which, keep_theta.clone(), &meas)?;
         iterations = it;
         final_r = r;
-        let p = which.len();
-        let dof = n - p;
-        let s2 = final_r.iter().map(|x| x * x).sum::<f64>() / dof as f64;
-        let t = StudentsT::new(0.0, 1.0, dof as f64)
-            .map(|d| d.inverse_cdf(0.975))
-            .unwrap_or(f64::NAN);
-        let inv = (j.transpose() * &j).try_inverse();
-        fitted = Vec::new();
-        let mut wide = None;
-        for (c, k) in which.iter().enumerate() {
-            let se = inv
-                .as_ref()
-                .map(|m| (s2 * m[(c, c)]).max(0.0).sqrt())
-                .unwrap_or(f64::INFINITY);
-            let half = t * se;
-            let v = theta[c];
-            let (value, ci95) = if k.is_log() {
-                (v.exp(), [(v - half).exp(), (v + half).exp()])
-            } else {
-                (v, [v - half, v + half])
-            };
-            // An interval spanning a factor of 10 (scales), the whole exponent range, or
-            // more than ±10 ms of overhead says the points do not pin the factor down.
-            let too_wide = k.too_wide(half);
-            if half.is_finite() && half <= 1e-12 * v.abs().max(1.0) {
-                return Err(Error::CalibrationRefused { reason: format!("{} = {value:.4} with a zero-width 95% interval: the {n} point(s) of {src} are fitted exactly ({n} point(s) for {p} factor(s) leave no scatter to measure), so the interval would claim a certainty the data does not have; add a distinct point (another concurrency or context), or repeat a measurement with its own run-to-run scatter", k.name()) });
-            }
-            if too_wide && wide.is_none() {
-                wide = Some((
-                    c,
-                    format!(
-                        "not identifiable: fitted {value:.4} but its 95% interval [{:.4}, {:.4}] spans everything",
-                        ci95[0], ci95[1]
-                    ),
-                ));
-            }
-            fitted.push(FittedFactor {
-                factor: *k,
-                value,
-                ci95,
-            });
-        }
-        // A fit that leaves the error where it was (a factor whose effect is steps, e.g. the
-        // seeded routing draw, or one the solver cannot move) identifies nothing either.
-        let sumsq = |v: &[f64]| v.iter().map(|x| x * x).sum::<f64>();
-        let r_before: Vec<f64> = before_pred
-            .iter()
-            .zip(&meas)
-            .map(|(p, m)| (p / m).ln())
-            .collect();
-        let mut stuck = false;
-        if auto && wide.is_none() && sumsq(&final_r) >= sumsq(&r_before) * (1.0 - 1e-6) {
-            stuck = true;
-            let c = which.len() - 1;
-            wide = Some((
-                c,
-                format!(
-                    "not identifiable: fitting it does not reduce the error ({:.2}% rms)",
-                    100.0 * (sumsq(&r_before) / n as f64).sqrt()
-                ),
-            ));
-        }
+        let (f, mut wide) = fitted_intervals(&which, &theta, &j, &final_r, &src)?;
+        fitted = f;
+        // Auto, with every interval narrow: a fit that did not reduce the error drops a factor.
+        let stuck_why =
+            no_progress(&final_r, &before_pred, &meas).filter(|_| auto && wide.is_none());
+        let stuck = stuck_why.is_some();
+        wide = wide.or(stuck_why.map(|why| (which.len() - 1, why)));
         match wide {
             Some((c, why)) if auto => {
                 // Fewer factors first (each one fewer leaves a degree of freedom to the
@@ -1496,53 +1704,15 @@ pub fn fit_throughput(req: &ThroughputRequest) -> Result<ThroughputFit> {
                 // the room it took.
                 if which.len() > 1 && !stuck {
                     cap = which.len() - 1;
-                } else if let Some(row) = choices.iter().find(|r| r.factor == which[c]) {
-                    dropped.push(FactorChoice {
-                        chosen: false,
-                        why: why.clone(),
-                        ..row.clone()
-                    });
-                    if stuck {
-                        cap = n - 1;
-                    }
+                } else if drop_factor(&choices, which[c], why, &mut dropped) && stuck {
+                    cap = n - 1;
                 }
-                let cand: Vec<usize> = (0..all.len())
-                    .filter(|&i| !dropped.iter().any(|d| d.factor == all[i]))
-                    .collect();
-                let names: Vec<Factor> = cand.iter().map(|&i| all[i]).collect();
-                choices = choose(&names, &j0.select_columns(cand.iter()), cap);
-                choices.extend(dropped.iter().cloned());
-                for (f, why) in &fixed_refusals {
-                    choices.push(FactorChoice {
-                        factor: *f,
-                        sensitivity: 0.0,
-                        independent: 0.0,
-                        chosen: false,
-                        why: why.clone(),
-                    });
-                }
-                refused = choices
-                    .iter()
-                    .filter(|c| !c.chosen)
-                    .map(|c| (c.factor, c.why.clone()))
-                    .collect();
-                which = choices
-                    .iter()
-                    .filter(|c| c.chosen)
-                    .map(|c| c.factor)
-                    .collect();
-                keep_theta = which
-                    .iter()
-                    .map(|k| theta0[all.iter().position(|a| a == k).unwrap_or(0)])
-                    .collect();
+                choices = rechoose(&all, &dropped, &j0, cap, &fixed_refusals);
+                (which, refused) = chosen_and_refused(&choices);
+                keep_theta = start_of(&which, &all, &theta0);
             }
             Some((c, why)) => {
-                if let Some(row) = choices.iter_mut().find(|r| r.factor == which[c]) {
-                    row.chosen = false;
-                    row.why = why.clone();
-                }
-                refused.push((which[c], why));
-                which.remove(c);
+                refuse_named(&mut choices, &mut refused, &mut which, c, why);
                 keep_theta = theta
                     .iter()
                     .enumerate()
@@ -1553,36 +1723,15 @@ pub fn fit_throughput(req: &ThroughputRequest) -> Result<ThroughputFit> {
             None => break,
         }
     }
-    let theta: Vec<f64> = fitted
-        .iter()
-        .map(|f| {
-            if f.factor.is_log() {
-                f.value.ln()
-            } else {
-                f.value
-            }
-        })
-        .collect();
-    let factors = model.factors_at(&which, &theta);
-    let pred: Vec<f64> = final_r
-        .iter()
-        .zip(&meas)
-        .map(|(r, m)| m * r.exp())
-        .collect();
-    let residuals = residual_rows(&req.points, &pred);
-    let before = residual_rows(&req.points, &before_pred);
-    let profile = write_fitted(req, &model.profile, factors, &fitted, &refused, &residuals)?;
-    Ok(ThroughputFit {
-        profile,
-        base: model.profile.profile.name.clone(),
+    let solved = Solved {
+        which,
         fitted,
         refused,
         choices,
-        before,
-        residuals,
+        final_r,
         iterations,
-        out: req.out.clone(),
-    })
+    };
+    fit_result(req, &model, &meas, &before_pred, solved)
 }
 
 fn write_fitted(

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 /// Default `--max-step-error`: the single-anchor fit reproduces its anchor within a few percent
 /// when the scenario describes the trace (data/traces/h200: +0.9%).
-pub const DEFAULT_MAX_STEP_ERROR_PCT: f64 = 10.0;
+pub(crate) const DEFAULT_MAX_STEP_ERROR_PCT: f64 = 10.0;
 
 #[derive(Debug, Clone)]
 pub struct TraceFitOptions {
@@ -35,13 +35,13 @@ impl Default for TraceFitOptions {
 #[derive(Debug, Clone)]
 pub struct TraceCalibration {
     /// The profile adjusted from.
-    pub base: String,
-    pub anchor_name: String,
+    pub(crate) base: String,
+    pub(crate) anchor_name: String,
     pub fit: AnchorResult,
     pub measured: Breakdown,
     pub before: Comparison,
     pub after: Comparison,
-    pub out: PathBuf,
+    pub(crate) out: PathBuf,
     /// Set when the fit missed the limit and was written because of `--allow-poor-fit`.
     pub poor: Option<String>,
 }

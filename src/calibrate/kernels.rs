@@ -83,7 +83,7 @@ fn alternate(tm: &[f64], tc: &[f64], y: &[f64], hold: [Option<f64>; 2]) -> Optio
 /// Fits one profile section. `Err` says why no law could be fitted at all (too few distinct
 /// shapes, no memory-bound point); a fit that exists but fits badly comes back with its quality
 /// for the caller's verdict.
-pub fn fit_family(
+pub(crate) fn fit_family(
     family: CostFamily,
     pts: &[&KernelPoint],
     gpu: &GpuSpec,
@@ -199,7 +199,7 @@ pub fn fit_family(
 }
 
 /// [min, max] of a non-empty set.
-pub fn range(v: &[f64]) -> [f64; 2] {
+pub(crate) fn range(v: &[f64]) -> [f64; 2] {
     [
         v.iter().copied().fold(f64::MAX, f64::min),
         v.iter().copied().fold(f64::MIN, f64::max),
@@ -207,7 +207,7 @@ pub fn range(v: &[f64]) -> [f64; 2] {
 }
 
 /// Median and maximum of |predicted − observed| / observed.
-pub fn rel_errors(obs: &[f64], pred: &[f64]) -> (f64, f64) {
+pub(crate) fn rel_errors(obs: &[f64], pred: &[f64]) -> (f64, f64) {
     let mut rel: Vec<f64> = obs
         .iter()
         .zip(pred)

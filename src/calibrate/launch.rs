@@ -17,7 +17,7 @@ fn launch_fit(m: &Measurements, mode: LaunchMode) -> Option<(f64, f64)> {
 /// Launch parameters: measured where launch.csv and graph_overheads.csv say, else the
 /// fallback's. `elementwise` is the fitted smallest-kernel law, whose fixed cost the kernel
 /// medians already hold.
-pub fn launch_params(
+pub(crate) fn launch_params(
     m: &Measurements,
     fallback: &CalibrationProfile,
     elementwise: Option<&KernelParams>,
@@ -52,7 +52,7 @@ pub fn launch_params(
 }
 
 /// Kernel jitter from the p10/p90 spread of the kernel medians; launch skew from launch_skew.csv.
-pub fn variability(m: &Measurements, fallback: &CalibrationProfile) -> Variability {
+pub(crate) fn variability(m: &Measurements, fallback: &CalibrationProfile) -> Variability {
     let mut cvs: Vec<f64> = m
         .kernels
         .iter()

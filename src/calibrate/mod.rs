@@ -5,19 +5,19 @@
 pub mod aiconfigurator;
 pub mod anchor;
 pub mod bench_serve;
-pub mod collectives;
+mod collectives;
 pub mod from_burst;
 pub mod from_throughput;
 pub mod from_trace;
-pub mod kernels;
-pub mod launch;
+mod kernels;
+mod launch;
 pub mod nccl_tests;
 pub mod output;
 pub mod regression;
-pub mod transfer;
+mod transfer;
 
 pub use output::{calibrate_dir, DirRequest};
-pub use transfer::transfer;
+pub(crate) use transfer::transfer;
 
 use crate::cost::profile::{CalibrationProfile, CollectiveParams, KernelParams, ProfileMeta};
 use crate::error::{Error, Result};
@@ -31,34 +31,34 @@ use std::collections::BTreeMap;
 #[derive(Debug, Clone, Serialize)]
 pub struct FitQuality {
     pub section: String,
-    pub points: usize,
+    pub(crate) points: usize,
     /// (name, estimate, 95% CI half-width; 0 for a value held fixed)
-    pub params: Vec<(String, f64, f64)>,
+    pub(crate) params: Vec<(String, f64, f64)>,
     /// Parameters whose interval must be narrower than the value (the law's rates: an
     /// efficiency or bandwidth known to no digit prices nothing).
-    pub checked: Vec<String>,
+    checked: Vec<String>,
     pub r2: f64,
     pub median_abs_rel_err: f64,
-    pub max_abs_rel_err: f64,
+    pub(crate) max_abs_rel_err: f64,
     /// Physical limits the fitted values break.
-    pub unphysical: Vec<String>,
-    pub notes: Vec<String>,
+    unphysical: Vec<String>,
+    pub(crate) notes: Vec<String>,
 }
 
 /// Why a section fails the rules, split by whether a measurement table can excuse it.
 #[derive(Debug, Clone, Default)]
-pub struct Problems {
+struct Problems {
     /// The law misses the points (median error, R²): the table still prices measured shapes.
-    pub misfit: Vec<String>,
+    misfit: Vec<String>,
     /// The values are not known or not physical: nothing excuses that.
-    pub unidentified: Vec<String>,
+    unidentified: Vec<String>,
 }
 
 impl Problems {
-    pub fn is_empty(&self) -> bool {
+    fn is_empty(&self) -> bool {
         self.misfit.is_empty() && self.unidentified.is_empty()
     }
-    pub fn all(&self) -> Vec<String> {
+    fn all(&self) -> Vec<String> {
         self.unidentified
             .iter()
             .chain(&self.misfit)
@@ -71,7 +71,7 @@ impl FitQuality {
     /// The rules: the typical point within the limit; R² at least the minimum unless every point
     /// is close (over a nearly constant set of times R² says nothing); each checked parameter
     /// finite with a 95% interval narrower than itself; nothing unphysical.
-    pub fn problems(&self, o: &FitOptions) -> Problems {
+    fn problems(&self, o: &FitOptions) -> Problems {
         let mut p = Problems::default();
         if !(self.median_abs_rel_err <= o.max_median_err) {
             p.misfit.push(format!(
@@ -121,9 +121,9 @@ impl FitQuality {
 pub struct CalibrationResult {
     pub profile: CalibrationProfile,
     pub quality: Vec<FitQuality>,
-    pub warnings: Vec<String>,
+    pub(crate) warnings: Vec<String>,
     /// Sections whose fit broke the rules and which keep the fallback's values, with why.
-    pub kept_fallback: Vec<String>,
+    kept_fallback: Vec<String>,
 }
 
 /// How strict the fit is and what a poor section becomes.

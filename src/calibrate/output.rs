@@ -110,7 +110,7 @@ pub fn calibrate_dir(req: &DirRequest) -> Result<CalibrationResult> {
 /// How a profile written to `out` refers to a measurement table: a path relative to the
 /// profile's folder (the file name when both sit in one folder), so profile and data move
 /// together and no profile carries an absolute path.
-pub fn table_reference(table: &Path, out: &Path) -> String {
+pub(crate) fn table_reference(table: &Path, out: &Path) -> String {
     let out_dir = out
         .parent()
         .filter(|p| !p.as_os_str().is_empty())

@@ -7,8 +7,8 @@ use statrs::distribution::{ContinuousCDF, StudentsT};
 pub struct LinearFit {
     pub coef: Vec<f64>,
     /// Half-width of each coefficient's 95% confidence interval.
-    pub ci95: Vec<f64>,
-    pub dof: usize,
+    pub(crate) ci95: Vec<f64>,
+    pub(crate) dof: usize,
 }
 
 /// Minimises Σ wᵢ (yᵢ − xᵢ·β)². Returns None when the design is singular.
@@ -68,7 +68,7 @@ pub fn weighted_least_squares(x: &[Vec<f64>], y: &[f64], w: &[f64]) -> Option<Li
 }
 
 /// Coefficient of determination of predictions against observations.
-pub fn r_squared(y: &[f64], pred: &[f64]) -> f64 {
+pub(crate) fn r_squared(y: &[f64], pred: &[f64]) -> f64 {
     let mean = y.iter().sum::<f64>() / y.len().max(1) as f64;
     let ss_tot: f64 = y.iter().map(|v| (v - mean).powi(2)).sum();
     let ss_res: f64 = y.iter().zip(pred).map(|(a, b)| (a - b).powi(2)).sum();
@@ -79,7 +79,7 @@ pub fn r_squared(y: &[f64], pred: &[f64]) -> f64 {
     }
 }
 
-pub fn median(v: &mut [f64]) -> f64 {
+pub(crate) fn median(v: &mut [f64]) -> f64 {
     if v.is_empty() {
         return f64::NAN;
     }

@@ -9,7 +9,7 @@ use crate::scenario::{CommPath, GpuSpec};
 /// collectives of paths the measured machine does not share come from `fallback` (the target's
 /// own profile), and the measured host path (P2P off) is kept as the closest stand-in for the
 /// target's.
-pub fn transfer(
+pub(crate) fn transfer(
     p: &mut CalibrationProfile,
     fallback: &CalibrationProfile,
     measured: &GpuSpec,

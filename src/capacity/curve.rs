@@ -36,9 +36,9 @@ use crate::workload::CostFamily;
 use serde::Serialize;
 
 /// The knee: marginal tokens/s per added user below this share of the first user's rate.
-pub const KNEE_MARGINAL_SHARE: f64 = 0.5;
+pub(crate) const KNEE_MARGINAL_SHARE: f64 = 0.5;
 /// The plateau: tokens/s within this share of the best on the curve.
-pub const PLATEAU_SHARE: f64 = 0.95;
+pub(crate) const PLATEAU_SHARE: f64 = 0.95;
 
 /// What the users ask of the deployment, reduced to what the curve and the KV limit need.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -50,12 +50,12 @@ pub struct Demand {
     /// Prompt tokens per output token (0: decode only).
     pub prefill_per_output: f64,
     /// Mean prompt length (prefill attention's causal prefix is half of it).
-    pub input_len: f64,
-    pub output_len: f64,
+    pub(crate) input_len: f64,
+    output_len: f64,
     /// The longest request (checked against the model's maximum).
     pub longest: u64,
     /// How the demand was given, for the report.
-    pub described: String,
+    pub(crate) described: String,
 }
 
 /// One row of a request mix: `input_len,output_len,weight`.
@@ -125,7 +125,7 @@ impl Demand {
     }
 
     /// The longest request must fit the model's context window.
-    pub fn check(&self, s: &Scenario) -> Result<()> {
+    pub(crate) fn check(&self, s: &Scenario) -> Result<()> {
         let max = s.model.max_position_embeddings as u64;
         if self.longest > max {
             return Err(Error::RequestTooLong {
@@ -213,18 +213,18 @@ pub fn parse_mix(text: &str, path: &std::path::Path) -> Result<Vec<MixRow>> {
 
 /// Prefill's price per prompt token, and how it was made.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct PrefillCost {
-    pub us_per_token: f64,
+pub(crate) struct PrefillCost {
+    pub(crate) us_per_token: f64,
     /// The part from the decode step's kernels priced at the chunk.
-    pub kernels_us_per_token: f64,
+    pub(crate) kernels_us_per_token: f64,
     /// The roofline attention part.
-    pub attention_us_per_token: f64,
-    pub chunk_tokens: u32,
-    pub warnings: Vec<String>,
+    pub(crate) attention_us_per_token: f64,
+    pub(crate) chunk_tokens: u32,
+    pub(crate) warnings: Vec<String>,
 }
 
 /// The per-token prefill cost (see the module notes).
-pub fn prefill_cost(
+pub(crate) fn prefill_cost(
     s: &Scenario,
     p: &CalibrationProfile,
     chunk_tokens: u32,
@@ -300,7 +300,7 @@ impl CurvePoint {
 
 /// Concurrencies to simulate from 1 to `max`: powers of two plus an even spread, at most about
 /// `points` values, always including 1 and `max`.
-pub fn grid(max: u32, points: usize) -> Vec<u32> {
+fn grid(max: u32, points: usize) -> Vec<u32> {
     let max = max.max(1);
     let mut v = vec![1u32, max];
     let mut p = 2u32;
@@ -319,7 +319,7 @@ pub fn grid(max: u32, points: usize) -> Vec<u32> {
 
 /// The simulated decode step (µs) at each concurrency of `grid`, in parallel on the machine's
 /// cores (std threads; each simulation is independent and seeded).
-pub fn decode_steps(
+fn decode_steps(
     s: &Scenario,
     p: &CalibrationProfile,
     decode_context: u64,
@@ -361,7 +361,7 @@ pub fn decode_steps(
 /// Full timelines one curve of about `points` concurrencies may take: the grid (the points plus
 /// powers of two up to the largest batch) and, with a TPOT limit, the bisection between two grid
 /// points (at most one step per power of two).
-pub fn simulations_per_curve(points: usize, max_tpot: bool) -> f64 {
+fn simulations_per_curve(points: usize, max_tpot: bool) -> f64 {
     let powers = (crate::scenario::deployment::MAX_BATCH as f64)
         .log2()
         .ceil()
@@ -372,7 +372,7 @@ pub fn simulations_per_curve(points: usize, max_tpot: bool) -> f64 {
 /// Refuses a capacity study above `max_work` before anything is simulated: `curves` curves of
 /// `points` concurrencies and `extra` single steps (the reference step, breakdown batches), each
 /// a full timeline.
-pub fn check_work(
+pub(crate) fn check_work(
     points: usize,
     max_tpot: bool,
     curves: f64,
@@ -399,14 +399,14 @@ pub fn check_work(
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Curve {
     pub points: Vec<CurvePoint>,
-    pub knee: Option<u32>,
-    pub plateau: Option<u32>,
+    pub(crate) knee: Option<u32>,
+    pub(crate) plateau: Option<u32>,
     /// The curve still climbs at its last point (the concurrency limit binds before a plateau).
-    pub still_climbing: bool,
+    pub(crate) still_climbing: bool,
     /// `--max-tpot-ms` and the highest concurrency meeting it (None: not even one user).
-    pub max_tpot_ms: Option<f64>,
+    pub(crate) max_tpot_ms: Option<f64>,
     pub max_concurrency_at_tpot: Option<u32>,
-    pub prefill: Option<PrefillCost>,
+    pub(crate) prefill: Option<PrefillCost>,
 }
 
 /// Knee and plateau of a curve (see the module notes).
@@ -445,7 +445,7 @@ pub fn best_under_tpot(points: &[CurvePoint], max_ms: f64) -> Option<u32> {
 
 /// Builds the curve from 1 to `max_concurrency`; with `max_tpot_ms`, the concurrency that
 /// meets it is refined between grid points by bisection (a few extra simulations).
-pub fn build(
+pub(crate) fn build(
     s: &Scenario,
     p: &CalibrationProfile,
     demand: &Demand,

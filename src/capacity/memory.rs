@@ -23,11 +23,11 @@ use serde::Serialize;
 /// vLLM's defaults for an OpenAI API server on a GPU of at least 70 GiB
 /// (`engine/arg_utils.py`, `_set_default_args`: max_num_batched_tokens 8192, max_num_seqs 1024;
 /// UNVERIFIED against 0.33, read from earlier releases). Smaller GPUs default to 2048 / 256.
-pub const DEFAULT_MAX_NUM_BATCHED_TOKENS: u32 = 8192;
-pub const DEFAULT_MAX_NUM_SEQS: u32 = 1024;
+pub(crate) const DEFAULT_MAX_NUM_BATCHED_TOKENS: u32 = 8192;
+pub(crate) const DEFAULT_MAX_NUM_SEQS: u32 = 1024;
 /// vLLM's default KV block size for CUDA attention backends (`CacheConfig.block_size` = 16;
 /// FlashMLA and CUTLASS MLA use 64 and 128: pass `--block-size`).
-pub const DEFAULT_BLOCK_SIZE: u32 = 16;
+pub(crate) const DEFAULT_BLOCK_SIZE: u32 = 16;
 /// Largest CUDA-graph capture size: 512, or 1024 on datacenter Blackwell (facts.md §3.4).
 const MAX_CAPTURE: u32 = 512;
 const MAX_CAPTURE_SM100: u32 = 1024;
@@ -78,7 +78,7 @@ impl Default for MemoryOptions {
 
 impl MemoryOptions {
     /// Every knob in its range, and DCP where vLLM supports it.
-    pub fn check(&self, s: &Scenario) -> Result<()> {
+    fn check(&self, s: &Scenario) -> Result<()> {
         let u = self.gpu_memory_utilization;
         if !(u.is_finite() && u > 0.0 && u <= 1.0) {
             return Err(Error::Flag {
@@ -142,7 +142,7 @@ impl MemoryOptions {
 /// One term of the per-GPU memory.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct MemoryTerm {
-    pub component: &'static str,
+    pub(crate) component: &'static str,
     pub bytes: f64,
     pub source: String,
 }
@@ -152,19 +152,19 @@ pub struct MemoryTerm {
 pub struct MemoryAccount {
     /// The device total vLLM sees (torch.cuda.mem_get_info).
     pub total_bytes: f64,
-    pub gpu_memory_utilization: f64,
+    pub(crate) gpu_memory_utilization: f64,
     /// total × gpu_memory_utilization.
     pub requested_bytes: f64,
     /// Every term; they sum to `total_bytes` (the last is the share vLLM leaves alone).
     pub terms: Vec<MemoryTerm>,
     /// KV-cache bytes one rank stores per token, all layers (after DCP sharding).
     pub kv_bytes_per_token: f64,
-    pub block_size: u32,
+    pub(crate) block_size: u32,
     pub num_blocks: u64,
     /// num_blocks × block_size: vLLM's "GPU KV cache size: N tokens".
     pub kv_cache_tokens: u64,
-    pub dcp: u32,
-    pub max_num_seqs: u32,
+    pub(crate) dcp: u32,
+    pub(crate) max_num_seqs: u32,
 }
 
 impl MemoryAccount {
@@ -433,7 +433,7 @@ pub fn activation_peak_bytes(m: &ModelSpec, tp: usize, tokens: f64, seqs: f64) -
 /// `[1, 2, 4] + range(8, 256, 8) + range(256, max + 1, 16)` up to min(max capture, 2 ×
 /// max_num_seqs) (facts.md §3.4), each as one FULL graph and as PIECEWISE pieces holding about
 /// the same kernels, all sharing one memory pool sized by the largest capture's activations.
-pub fn cuda_graph_bytes(s: &Scenario, max_num_seqs: u32) -> (f64, usize, f64) {
+fn cuda_graph_bytes(s: &Scenario, max_num_seqs: u32) -> (f64, usize, f64) {
     let cap_max = if s.system.gpu.compute_capability.starts_with("10.") {
         MAX_CAPTURE_SM100
     } else {
@@ -457,7 +457,7 @@ pub fn cuda_graph_bytes(s: &Scenario, max_num_seqs: u32) -> (f64, usize, f64) {
 }
 
 /// vLLM's default capture sizes up to `max` (facts.md §3.4).
-pub fn capture_sizes(max: u32) -> Vec<u32> {
+fn capture_sizes(max: u32) -> Vec<u32> {
     let mut v: Vec<u32> = [1, 2, 4].into_iter().collect();
     v.extend((8..256).step_by(8));
     v.extend((256..=max.max(256)).step_by(16));
@@ -468,7 +468,7 @@ pub fn capture_sizes(max: u32) -> Vec<u32> {
 /// NCCL's protocol buffers on one rank: (bytes, channels, Simple buffer size). One ring
 /// connection per channel holds the Simple, LL and LL128 buffers (NCCL's P2P transport
 /// allocates them on one side of each connection); vLLM holds two communicators per TP group.
-pub fn nccl_buffer_bytes(s: &Scenario, p: &CalibrationProfile) -> (f64, u32, f64) {
+fn nccl_buffer_bytes(s: &Scenario, p: &CalibrationProfile) -> (f64, u32, f64) {
     if s.tp <= 1 {
         return (0.0, 0, 0.0);
     }

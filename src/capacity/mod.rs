@@ -25,7 +25,7 @@ pub enum DemandSpec {
 }
 
 impl DemandSpec {
-    pub fn demand(&self) -> Demand {
+    fn demand(&self) -> Demand {
         match self {
             DemandSpec::Context(c) => Demand::context(*c),
             DemandSpec::Lengths {
@@ -75,20 +75,20 @@ pub struct CapacityRequest {
 /// Everything `decodesim capacity` reports.
 #[derive(Debug, Clone)]
 pub struct Capacity {
-    pub demand: Demand,
+    pub(crate) demand: Demand,
     pub memory: MemoryAccount,
     /// Highest concurrency memory allows at this demand (KV limit capped by max_num_seqs).
     pub max_concurrency: u64,
     /// The KV limit alone.
-    pub kv_limit: u64,
+    pub(crate) kv_limit: u64,
     pub curve: Curve,
     /// The simulated step at the highest concurrency (its scenario and calibration go in the
     /// report the way `simulate` writes them).
     pub reference: Simulation,
     pub plan: Option<plan::Plan>,
     /// Planner candidates that were not considered, with why (TP not dividing the model, ...).
-    pub skipped: Vec<String>,
-    pub warnings: Vec<String>,
+    pub(crate) skipped: Vec<String>,
+    pub(crate) warnings: Vec<String>,
 }
 
 /// Loads the scenario of `req` at `tp` on `system`, checked against the demand.
@@ -314,7 +314,7 @@ fn candidates(
 }
 
 /// The simulated step at each of `batches` (the category breakdown plot).
-pub fn breakdown_by_batch(
+pub(crate) fn breakdown_by_batch(
     req: &ScenarioRequest,
     context: u64,
     batches: &[u32],

@@ -31,7 +31,7 @@ pub enum Limit {
 }
 
 impl Limit {
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Limit::Memory => "memory",
             Limit::Tpot => "TPOT",
@@ -51,7 +51,7 @@ pub struct Target {
 /// Checks a plan's target flags against their physical ranges (`scenario::limits`): a target of
 /// 1e30 tokens/s or 4e9 users is refused by flag, value and range, not planned into replica
 /// counts that wrap.
-pub fn check_target(
+pub(crate) fn check_target(
     tokens_per_s: Option<f64>,
     users: Option<u32>,
     max_tpot_ms: Option<f64>,
@@ -70,7 +70,7 @@ pub fn check_target(
 
 /// The error a plan that no candidate meets ends with (after its report is written): the
 /// binding limit and the planner's message, so the command exits non-zero.
-pub fn unmet(plan: &Plan) -> Option<Error> {
+pub(crate) fn unmet(plan: &Plan) -> Option<Error> {
     if plan.best.is_some() {
         return None;
     }
@@ -105,7 +105,7 @@ pub struct Candidate {
 pub struct PlanRow {
     pub system: String,
     pub tp: u32,
-    pub dcp: u32,
+    pub(crate) dcp: u32,
     /// Weights, buffers and at least one request's KV cache fit in the memory vLLM may use
     /// (`--gpu-memory-utilization`); a row that does not fit never meets the target, so the
     /// planner never names it.
@@ -113,24 +113,24 @@ pub struct PlanRow {
     pub meets: bool,
     /// What stopped it (None when it meets the target).
     pub limit: Option<Limit>,
-    pub note: String,
+    pub(crate) note: String,
     pub replicas: u32,
     pub gpus: u32,
     pub systems: u32,
     pub concurrency_per_replica: u32,
-    pub max_concurrency: u64,
+    max_concurrency: u64,
     /// All replicas together.
     pub tokens_per_s: f64,
-    pub tokens_per_s_per_gpu: f64,
-    pub tpot_ms: f64,
-    pub gpu_hour_usd: Option<f64>,
+    pub(crate) tokens_per_s_per_gpu: f64,
+    pub(crate) tpot_ms: f64,
+    gpu_hour_usd: Option<f64>,
     pub usd_per_hour: Option<f64>,
     pub usd_per_million_tokens: Option<f64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Plan {
-    pub target: Target,
+    pub(crate) target: Target,
     /// The cheapest row that meets the target.
     pub best: Option<PlanRow>,
     pub rows: Vec<PlanRow>,
@@ -163,7 +163,7 @@ fn failed(c: &Candidate, limit: Limit, note: String) -> PlanRow {
 }
 
 /// Evaluates one candidate (see the module notes).
-pub fn evaluate(c: &Candidate, t: &Target) -> PlanRow {
+fn evaluate(c: &Candidate, t: &Target) -> PlanRow {
     if c.max_concurrency == 0 {
         let note = c
             .memory_note

@@ -14,80 +14,80 @@ pub struct CalibrateArgs {
         required_unless_present_any = ["from_trace", "from_aiconfigurator", "from_throughput", "from_burst", "from_nccl_tests"],
         conflicts_with_all = ["from_trace", "from_aiconfigurator", "from_throughput", "from_burst", "from_nccl_tests"]
     )]
-    pub measurements: Option<PathBuf>,
+    measurements: Option<PathBuf>,
     /// Instead: a profile that prices from AIConfigurator's measured tables, converted by
     /// harness/aiconfigurator_tables.py (e.g. data/calibration/aiconfigurator/rtx_pro_6000_server);
     /// --system names the machine they describe, --fallback (default: the system's own
     /// profile) supplies what they do not hold.
     #[arg(long, value_name = "DIR", conflicts_with = "from_trace")]
-    pub from_aiconfigurator: Option<PathBuf>,
+    from_aiconfigurator: Option<PathBuf>,
     /// Instead: adjust the scenario's profile (--calibration) so the simulator reproduces this
     /// measured step (trace files, one per rank, or a folder), category by category.
     #[arg(long, value_name = "PATH", num_args = 1..)]
-    pub from_trace: Vec<PathBuf>,
+    from_trace: Vec<PathBuf>,
     /// The scenario the trace shows (used with --from-trace).
     #[command(flatten)]
     pub scenario: ScenarioArgs,
     /// Where to write the fitted profile TOML.
     #[arg(long, value_name = "PROFILE.toml")]
-    pub out: PathBuf,
+    out: PathBuf,
     /// GPU the measurements were taken on (a file stem in data/systems/gpus).
     #[arg(long, default_value = "h200-sxm")]
-    pub gpu: String,
+    gpu: String,
     /// Name recorded in the profile [default: the output folder's name].
     #[arg(long)]
-    pub name: Option<String>,
+    name: Option<String>,
     /// Profile supplying the sections the measurements do not cover.
     #[arg(long, default_value = "h200")]
-    pub fallback: String,
+    fallback: String,
     /// Refuse the profile when a section's median |relative error| exceeds this (percent).
     #[arg(long, default_value_t = 15.0, value_name = "PCT")]
-    pub max_median_error: f64,
+    max_median_error: f64,
     /// Refuse the profile when a section's R² is below this (0 to 1) and a point misses by
     /// more than twice --max-median-error.
     #[arg(long, default_value_t = 0.9)]
-    pub min_r2: f64,
+    min_r2: f64,
     /// With --from-trace: refuse to write the profile when the adjusted profile still misses the
     /// measured step time by more than this (percent).
     #[arg(long, default_value_t = crate::calibrate::from_trace::DEFAULT_MAX_STEP_ERROR_PCT, value_name = "PCT")]
-    pub max_step_error: f64,
+    max_step_error: f64,
     /// Write the profile even when a fit breaks the rules; each such section is listed in the
     /// profile's `[profile] poor_fit`, and every report using the profile warns.
     #[arg(long)]
-    pub allow_poor_fit: bool,
+    allow_poor_fit: bool,
     /// With --from-trace: go on when the scenario's ranks, layers, batch or context differ from
     /// what the trace shows (the report says so).
     #[arg(long)]
-    pub allow_mismatch: bool,
+    allow_mismatch: bool,
     /// Do not reference kernels.csv as a measurement table: price every kernel by the fitted
     /// roofline law alone.
     #[arg(long)]
-    pub no_table: bool,
+    no_table: bool,
     /// Write a profile for another GPU: its kernels take the fitted efficiencies and fixed
     /// costs (fractions of the peak transfer; the measured table does not), its collectives keep
     /// the fallback's entries for the paths the target has, plus the measured host path.
     #[arg(long, value_name = "GPU")]
-    pub transfer_to: Option<String>,
+    transfer_to: Option<String>,
     /// Instead: fit end-to-end factors on top of the scenario's profile to benchmark points:
     /// CSVs `concurrency,context,tokens_per_s|tpot_ms` (optional kv_cache_dtype, nccl_proto,
     /// nccl_algo, p2p, allreduce, dcp, spec_method, draft_tokens, acceptance_rate|acceptance_length)
     /// and/or `vllm bench serve --save-result` JSON files; the scenario flags give everything else.
     #[arg(long, value_name = "FILE", num_args = 1.., conflicts_with_all = ["from_trace", "from_burst", "from_nccl_tests"])]
-    pub from_throughput: Vec<PathBuf>,
+    from_throughput: Vec<PathBuf>,
     /// With --from-throughput: the factors to fit (refused ones are named in the report)
     /// [default: the fit chooses the ones the points identify, at most points - 1].
     #[arg(long, value_delimiter = ',')]
-    pub factors: Vec<crate::calibrate::from_throughput::Factor>,
+    factors: Vec<crate::calibrate::from_throughput::Factor>,
     /// With --from-throughput: the number of a `vllm bench serve` result that is the point's
     /// measurement: output-throughput (tokens/s over the run, prefill included), median-tpot or
     /// mean-tpot (tokens/s = concurrency / TPOT: decode only).
     #[arg(long, default_value = "output-throughput")]
-    pub bench_metric: crate::calibrate::bench_serve::BenchMetric,
+    bench_metric: crate::calibrate::bench_serve::BenchMetric,
     /// Instead: price NCCL collectives from nccl-tests output of this machine
     /// (all_reduce_perf, all_gather_perf, ...): writes a tables/ folder beside --out and a profile
     /// (--profile, else the scenario's) that prices from it.
     #[arg(long, value_name = "FILE", num_args = 1.., conflicts_with_all = ["from_trace", "from_burst", "from_aiconfigurator"])]
-    pub from_nccl_tests: Vec<PathBuf>,
+    from_nccl_tests: Vec<PathBuf>,
     /// With --from-nccl-tests: the time column to price from (vLLM's NCCL all-reduce is
     /// out-of-place).
     #[arg(
@@ -95,7 +95,7 @@ pub struct CalibrateArgs {
         default_value = "out-of-place",
         value_name = "out-of-place|in-place|min"
     )]
-    pub nccl_tests_column: crate::calibrate::nccl_tests::Column,
+    nccl_tests_column: crate::calibrate::nccl_tests::Column,
     /// With --from-nccl-tests: the base profile (name or path) [default: --calibration, else the
     /// system's own].
     #[arg(long, value_name = "BASE")]
@@ -107,11 +107,11 @@ pub struct CalibrateArgs {
         value_name = "COUNT,BYTES,TOTAL_US|FILE.csv",
         conflicts_with = "from_trace"
     )]
-    pub from_burst: Option<String>,
+    from_burst: Option<String>,
     /// Print the profile's full provenance (every table and fallback section), not its
     /// one-line summary.
     #[arg(long)]
-    pub verbose: bool,
+    verbose: bool,
 }
 
 pub fn run(a: CalibrateArgs) -> Result<()> {

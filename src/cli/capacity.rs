@@ -15,6 +15,7 @@ use crate::report::plot::{
 };
 use crate::report::{self, units, Format};
 use crate::scenario::deployment::DEFAULT_GPU_MEMORY_UTILIZATION;
+use crate::whatif::uncertainty::Interval;
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, clap::Args)]
@@ -26,68 +27,68 @@ pub struct CapacityArgs {
     /// Share of each GPU's memory vLLM may use (vLLM's --gpu-memory-utilization). Above 0, at
     /// most 1.
     #[arg(long, default_value_t = DEFAULT_GPU_MEMORY_UTILIZATION, value_name = "SHARE")]
-    pub gpu_memory_utilization: f64,
+    gpu_memory_utilization: f64,
     /// Tokens of vLLM's profiling pass (its --max-num-batched-tokens); sets the activation peak
     /// and the prefill chunk.
     #[arg(long, default_value_t = DEFAULT_MAX_NUM_BATCHED_TOKENS, value_name = "TOKENS")]
-    pub max_num_batched_tokens: u32,
+    max_num_batched_tokens: u32,
     /// vLLM's --max-num-seqs: caps the concurrency and sizes the sampler's profiling pass.
     #[arg(long, default_value_t = DEFAULT_MAX_NUM_SEQS, value_name = "N")]
-    pub max_num_seqs: u32,
+    max_num_seqs: u32,
     /// KV-cache block size in tokens (vLLM's --block-size).
     #[arg(long, default_value_t = DEFAULT_BLOCK_SIZE, value_name = "TOKENS")]
-    pub block_size: u32,
+    block_size: u32,
     /// CUDA-graph memory per GPU in MiB, replacing the estimate (e.g. from vLLM's "Graph
     /// capturing finished ..., took X GiB" line).
     #[arg(long, value_name = "MIB")]
-    pub cuda_graph_mib: Option<f64>,
+    cuda_graph_mib: Option<f64>,
     /// Prompt tokens per request (with --output-len): adds prefill's share to every step.
     #[arg(long, value_name = "TOKENS", requires = "output_len")]
-    pub input_len: Option<u64>,
+    input_len: Option<u64>,
     /// Generated tokens per request (with --input-len).
     #[arg(long, value_name = "TOKENS", requires = "input_len")]
-    pub output_len: Option<u64>,
+    output_len: Option<u64>,
     /// A request mix: CSV with a header input_len,output_len,weight.
     #[arg(long, value_name = "CSV", conflicts_with_all = ["input_len", "output_len"])]
-    pub request_mix: Option<PathBuf>,
+    request_mix: Option<PathBuf>,
     /// About how many concurrencies the curve simulates.
     #[arg(long, default_value_t = 24, value_parser = clap::value_parser!(u32).range(3..=200))]
-    pub points: u32,
+    points: u32,
     /// TPOT limit in ms: the highest concurrency that meets it (and the planner's limit).
     #[arg(long, value_name = "MS")]
-    pub max_tpot_ms: Option<f64>,
+    max_tpot_ms: Option<f64>,
     /// Plan for this many output tokens per second in total.
     #[arg(long, value_name = "N")]
-    pub target_tokens_per_s: Option<f64>,
+    target_tokens_per_s: Option<f64>,
     /// Plan for this many concurrent users.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub users: Option<u32>,
     /// Systems the planner considers (comma-separated names or files) [default: --system].
     #[arg(long, value_delimiter = ',', value_name = "A,B,...")]
-    pub systems: Vec<String>,
+    systems: Vec<String>,
     /// Most systems (nodes) a plan may use.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=4096))]
-    pub max_systems: u32,
+    max_systems: u32,
     /// GPU-hour price in USD: one number for every system, or SYSTEM=PRICE,... per system.
     #[arg(long, value_name = "USD|A=USD,B=USD")]
-    pub gpu_hour_usd: Option<String>,
+    gpu_hour_usd: Option<String>,
     /// Output format (csv: the curve, one row per concurrency).
     #[arg(long, value_enum, default_value_t = Format::Table)]
-    pub format: Format,
+    format: Format,
     #[command(flatten)]
-    pub intervals: super::intervals::IntervalArgs,
+    pub(crate) intervals: super::intervals::IntervalArgs,
     /// Plot tokens/s against concurrency (.svg or .png); with --systems, one curve per system.
     #[arg(long, value_name = "FILE")]
-    pub plot_throughput: Option<PathBuf>,
+    plot_throughput: Option<PathBuf>,
     /// Plot TPOT against concurrency (.svg or .png).
     #[arg(long, value_name = "FILE")]
-    pub plot_tpot: Option<PathBuf>,
+    plot_tpot: Option<PathBuf>,
     /// Plot memory per GPU by component (.svg or .png).
     #[arg(long, value_name = "FILE")]
-    pub plot_memory: Option<PathBuf>,
+    plot_memory: Option<PathBuf>,
     /// Plot the category breakdown of the step across --batches (stacked area, .svg or .png).
     #[arg(long, value_name = "FILE")]
-    pub plot_breakdown: Option<PathBuf>,
+    plot_breakdown: Option<PathBuf>,
     /// Batch sizes of --plot-breakdown.
     #[arg(
         long,
@@ -102,11 +103,11 @@ pub struct CapacityArgs {
     /// Most work the study may take, in units of about 1 µs of CPU (a full timeline is about
     /// 2,500); more is refused before anything is simulated.
     #[arg(long, default_value_t = crate::error::DEFAULT_MAX_WORK, value_name = "UNITS")]
-    pub max_work: u64,
+    max_work: u64,
 }
 
 /// `2.1` or `a=2.1,b=3.5`.
-pub fn parse_prices(s: &str) -> Result<Prices> {
+fn parse_prices(s: &str) -> Result<Prices> {
     let bad = |v: &str, why: &str| {
         Error::Flag {
         flag: "--gpu-hour-usd",
@@ -142,7 +143,7 @@ pub fn parse_prices(s: &str) -> Result<Prices> {
 }
 
 /// Reads `concurrency,tokens_per_s[,tpot_ms]` rows (a header line is allowed).
-pub fn read_measured(path: &Path) -> Result<Vec<MeasuredPoint>> {
+fn read_measured(path: &Path) -> Result<Vec<MeasuredPoint>> {
     let text = crate::files::read_text(path, InputKind::MeasurementCsv)?;
     let mut out = Vec::new();
     for (n, line) in text.lines().enumerate() {
@@ -314,15 +315,9 @@ fn label_of(c: &Capacity) -> String {
     )
 }
 
-pub fn run(a: CapacityArgs) -> Result<()> {
-    use super::output::check_output_flag;
-    check_output_flag("--plot-throughput", a.plot_throughput.as_deref())?;
-    check_output_flag("--plot-tpot", a.plot_tpot.as_deref())?;
-    check_output_flag("--plot-memory", a.plot_memory.as_deref())?;
-    check_output_flag("--plot-breakdown", a.plot_breakdown.as_deref())?;
-    a.scenario.warn_noop_flags();
-    let req = request(&a)?;
-    for b in &a.batches {
+/// `--batches` (of `--plot-breakdown`): each a batch size the simulator takes.
+fn check_batches(batches: &[u32]) -> Result<()> {
+    for b in batches {
         if *b == 0 || *b > crate::scenario::deployment::MAX_BATCH {
             return Err(Error::Flag {
                 flag: "--batches",
@@ -334,8 +329,12 @@ pub fn run(a: CapacityArgs) -> Result<()> {
             });
         }
     }
-    // Bounded before anything is simulated: the main curve, every planner candidate (each
-    // system at up to 4 TP sizes, twice with --dcp) and each plotted system's curve.
+    Ok(())
+}
+
+/// The work bounded before anything is simulated: the main curve, every planner candidate
+/// (each system at up to 4 TP sizes, twice with --dcp) and each plotted system's curve.
+fn check_work(a: &CapacityArgs, req: &CapacityRequest) -> Result<()> {
     let planning = req.target_tokens_per_s.is_some() || req.users.is_some();
     let plots = a.plot_throughput.is_some() || a.plot_tpot.is_some() || a.plot_memory.is_some();
     let systems = a.systems.len().max(1) as f64;
@@ -354,14 +353,16 @@ pub fn run(a: CapacityArgs) -> Result<()> {
         curves,
         extra,
         a.max_work,
-    )?;
-    let measured = match &a.measured {
-        Some(p) => read_measured(p)?,
-        None => Vec::new(),
-    };
-    let draws = a.intervals.draws()?;
-    let cap = capacity::capacity(&req)?;
-    // The chosen point: the most users within the TPOT limit, else the knee, else the last.
+    )
+}
+/// The throughput interval (`--draws`) at the chosen point: the most users within the TPOT
+/// limit, else the knee, else the last; with the concurrency and why it was chosen.
+#[allow(clippy::type_complexity)]
+fn interval_at_chosen(
+    a: &CapacityArgs,
+    cap: &Capacity,
+    draws: usize,
+) -> Result<Option<(u32, &'static str, std::result::Result<Interval, String>)>> {
     let chosen = cap
         .curve
         .max_concurrency_at_tpot
@@ -379,7 +380,7 @@ pub fn run(a: CapacityArgs) -> Result<()> {
                 .find(|p| p.concurrency == c)
                 .map(|p| (*p, why))
         });
-    let interval = match (&chosen, draws) {
+    Ok(match (&chosen, draws) {
         (Some((pt, why)), n) if n > 0 => Some((
             pt.concurrency,
             *why,
@@ -395,10 +396,12 @@ pub fn run(a: CapacityArgs) -> Result<()> {
             )?,
         )),
         _ => None,
-    };
-    let mut written = Vec::new();
+    })
+}
 
-    // Curves and memory of every --systems entry (each at all its GPUs), beside the main one.
+/// Curves and memory of every --systems entry (each at all its GPUs), beside the main one,
+/// when a plot shows them.
+fn other_systems(a: &CapacityArgs, req: &CapacityRequest) -> Result<Vec<Capacity>> {
     let wants_multi =
         a.plot_throughput.is_some() || a.plot_tpot.is_some() || a.plot_memory.is_some();
     let mut others: Vec<Capacity> = Vec::new();
@@ -414,6 +417,131 @@ pub fn run(a: CapacityArgs) -> Result<()> {
             others.push(capacity::capacity(&r)?);
         }
     }
+    Ok(others)
+}
+
+/// `--plot-memory`: memory per GPU of each system as vLLM accounts it.
+fn memory_plot(all: &[&Capacity], cap: &Capacity, model: &str, p: &Path) -> Result<()> {
+    let mem: Vec<MemorySeries> = all
+        .iter()
+        .map(|c| MemorySeries {
+            label: label_of(c),
+            terms: c
+                .memory
+                .terms
+                .iter()
+                .map(|t| (t.component.to_string(), t.bytes))
+                .collect(),
+            total_bytes: c.memory.total_bytes,
+        })
+        .collect();
+    let title = if all.len() == 1 {
+        format!(
+            "{model} on {}: memory per GPU ({} KV tokens)",
+            label_of(cap),
+            units::grouped(cap.memory.kv_cache_tokens as f64, 0)
+        )
+    } else {
+        format!("{model}: memory per GPU as vLLM accounts it")
+    };
+    plot::plot_memory(
+        &MemoryChart {
+            title: &title,
+            series: &mem,
+        },
+        p,
+    )?;
+    Ok(())
+}
+
+/// The report in the chosen format, with the throughput interval when one was asked for.
+#[allow(clippy::type_complexity)]
+fn report_text(
+    a: &CapacityArgs,
+    cap: &Capacity,
+    interval: &Option<(u32, &'static str, std::result::Result<Interval, String>)>,
+    draws: usize,
+) -> Result<String> {
+    Ok(match a.format {
+        Format::Table => {
+            let mut t = report::capacity::render_table(cap);
+            if let Some((_, _, Err(no))) = interval {
+                t += &format!("throughput interval: {no}\n");
+            }
+            if let Some((c, why, Ok(iv))) = interval {
+                t += &format!(
+                    "throughput at concurrency {c} ({why}), p5 / p50 / p95 over {draws} draws: {:.1} / {:.1} / {:.1} tokens/s\n",
+                    iv.p5, iv.p50, iv.p95
+                );
+            }
+            t
+        }
+        Format::Json => {
+            let mut v = report::capacity::to_json(cap);
+            if let Some((_, _, Err(no))) = interval {
+                v["throughput_interval"] = serde_json::json!({ "unavailable": no });
+            }
+            if let Some((c, why, Ok(iv))) = interval {
+                v["throughput_interval"] = serde_json::json!({
+                    "concurrency": c, "chosen_as": why, "draws": draws,
+                    "tokens_per_s": iv.json(),
+                });
+            }
+            serde_json::to_string_pretty(&v).map_err(|e| Error::Serialize {
+                what: "report",
+                message: e.to_string(),
+            })? + "\n"
+        }
+        Format::Csv => report::capacity::to_csv(cap),
+    })
+}
+
+/// `--plot-breakdown`: the decode step by category at each of `batches`.
+fn breakdown_plot(
+    req: &CapacityRequest,
+    cap: &Capacity,
+    batches: &[u32],
+    model: &str,
+    p: &Path,
+) -> Result<()> {
+    let sims = capacity::breakdown_by_batch(&req.scenario, cap.demand.decode_context, batches)?;
+    let times: Vec<[f64; crate::category::Category::COUNT]> =
+        sims.iter().map(|s| s.mean.exclusive_us).collect();
+    let s = &cap.reference.scenario;
+    plot::plot_breakdown(
+        &BreakdownChart {
+            title: &format!(
+                "{model} on {} TP={}: decode step by category (context {})",
+                s.system.name, s.tp, cap.demand.decode_context
+            ),
+            batches,
+            times_us: &times,
+        },
+        p,
+    )?;
+    Ok(())
+}
+
+pub fn run(a: CapacityArgs) -> Result<()> {
+    use super::output::check_output_flag;
+    check_output_flag("--plot-throughput", a.plot_throughput.as_deref())?;
+    check_output_flag("--plot-tpot", a.plot_tpot.as_deref())?;
+    check_output_flag("--plot-memory", a.plot_memory.as_deref())?;
+    check_output_flag("--plot-breakdown", a.plot_breakdown.as_deref())?;
+    a.scenario.warn_noop_flags();
+    let req = request(&a)?;
+    check_batches(&a.batches)?;
+    check_work(&a, &req)?;
+    let measured = match &a.measured {
+        Some(p) => read_measured(p)?,
+        None => Vec::new(),
+    };
+    let draws = a.intervals.draws()?;
+    let cap = capacity::capacity(&req)?;
+    let interval = interval_at_chosen(&a, &cap, draws)?;
+    let mut written = Vec::new();
+
+    let others = other_systems(&a, &req)?;
     let all: Vec<&Capacity> = std::iter::once(&cap).chain(others.iter()).collect();
     let model = &cap.reference.scenario.model.name;
     let series: Vec<CurveSeries> = all.iter().map(|c| series_of(label_of(c), c)).collect();
@@ -447,89 +575,15 @@ pub fn run(a: CapacityArgs) -> Result<()> {
         written.push(p.clone());
     }
     if let Some(p) = &a.plot_memory {
-        let mem: Vec<MemorySeries> = all
-            .iter()
-            .map(|c| MemorySeries {
-                label: label_of(c),
-                terms: c
-                    .memory
-                    .terms
-                    .iter()
-                    .map(|t| (t.component.to_string(), t.bytes))
-                    .collect(),
-                total_bytes: c.memory.total_bytes,
-            })
-            .collect();
-        let title = if all.len() == 1 {
-            format!(
-                "{model} on {}: memory per GPU ({} KV tokens)",
-                label_of(&cap),
-                units::grouped(cap.memory.kv_cache_tokens as f64, 0)
-            )
-        } else {
-            format!("{model}: memory per GPU as vLLM accounts it")
-        };
-        plot::plot_memory(
-            &MemoryChart {
-                title: &title,
-                series: &mem,
-            },
-            p,
-        )?;
+        memory_plot(&all, &cap, model, p)?;
         written.push(p.clone());
     }
     if let Some(p) = &a.plot_breakdown {
-        let sims =
-            capacity::breakdown_by_batch(&req.scenario, cap.demand.decode_context, &a.batches)?;
-        let times: Vec<[f64; crate::category::Category::COUNT]> =
-            sims.iter().map(|s| s.mean.exclusive_us).collect();
-        let s = &cap.reference.scenario;
-        plot::plot_breakdown(
-            &BreakdownChart {
-                title: &format!(
-                    "{model} on {} TP={}: decode step by category (context {})",
-                    s.system.name, s.tp, cap.demand.decode_context
-                ),
-                batches: &a.batches,
-                times_us: &times,
-            },
-            p,
-        )?;
+        breakdown_plot(&req, &cap, &a.batches, model, p)?;
         written.push(p.clone());
     }
 
-    let text = match a.format {
-        Format::Table => {
-            let mut t = report::capacity::render_table(&cap);
-            if let Some((_, _, Err(no))) = &interval {
-                t += &format!("throughput interval: {no}\n");
-            }
-            if let Some((c, why, Ok(iv))) = &interval {
-                t += &format!(
-                    "throughput at concurrency {c} ({why}), p5 / p50 / p95 over {draws} draws: {:.1} / {:.1} / {:.1} tokens/s\n",
-                    iv.p5, iv.p50, iv.p95
-                );
-            }
-            t
-        }
-        Format::Json => {
-            let mut v = report::capacity::to_json(&cap);
-            if let Some((_, _, Err(no))) = &interval {
-                v["throughput_interval"] = serde_json::json!({ "unavailable": no });
-            }
-            if let Some((c, why, Ok(iv))) = &interval {
-                v["throughput_interval"] = serde_json::json!({
-                    "concurrency": c, "chosen_as": why, "draws": draws,
-                    "tokens_per_s": iv.json(),
-                });
-            }
-            serde_json::to_string_pretty(&v).map_err(|e| Error::Serialize {
-                what: "report",
-                message: e.to_string(),
-            })? + "\n"
-        }
-        Format::Csv => report::capacity::to_csv(&cap),
-    };
+    let text = report_text(&a, &cap, &interval, draws)?;
     print(&text)?;
     for p in &written {
         super::output::wrote("plot", p);

@@ -7,19 +7,19 @@ use crate::whatif::uncertainty::{DEFAULT_DRAWS, DEFAULT_SEED};
 const MAX_DRAWS: usize = 100_000;
 
 #[derive(Debug, Clone, clap::Args)]
-pub struct IntervalArgs {
+pub(crate) struct IntervalArgs {
     /// Monte Carlo draws behind the p5/p50/p95 intervals (fitted factors' intervals, table
     /// interpolation error, routing); 0 turns intervals off.
     #[arg(long, default_value_t = DEFAULT_DRAWS, value_name = "N")]
-    pub draws: usize,
+    draws: usize,
     /// Seed of the interval draws (same seed, same intervals).
     #[arg(long, default_value_t = DEFAULT_SEED, value_name = "SEED")]
-    pub interval_seed: u64,
+    pub(crate) interval_seed: u64,
 }
 
 impl IntervalArgs {
     /// The draw count, checked.
-    pub fn draws(&self) -> Result<usize> {
+    pub(crate) fn draws(&self) -> Result<usize> {
         if self.draws > MAX_DRAWS {
             return Err(Error::ScenarioRange {
                 flag: "--draws",
@@ -33,7 +33,7 @@ impl IntervalArgs {
     /// The draws of a what-if: none where expert parallelism makes ranks play differently (the
     /// fast path the draws run on needs every rank alike), with a warning saying so; the answer
     /// is then the point, as `simulate` gives it.
-    pub fn draws_for_whatif(&self, ep: Option<u32>, ep_varied: bool) -> Result<usize> {
+    pub(crate) fn draws_for_whatif(&self, ep: Option<u32>, ep_varied: bool) -> Result<usize> {
         let n = self.draws()?;
         if n > 0 && (ep.is_some_and(|e| e > 1) || ep_varied) {
             super::output::warn(

@@ -3,17 +3,17 @@
 pub mod calibrate;
 pub mod capacity;
 pub mod compare;
-pub mod intervals;
-pub mod list;
-pub mod output;
+mod intervals;
+mod list;
+mod output;
 mod scenario_args;
 pub mod simulate;
 pub mod sweep;
 pub mod trace;
 pub mod validate;
-pub mod whatif;
+mod whatif;
 
-pub use scenario_args::ScenarioArgs;
+use scenario_args::ScenarioArgs;
 
 use crate::error::Result;
 use clap::{Parser, Subcommand};
@@ -30,7 +30,7 @@ pub struct Cli {
     /// Read models, systems and profiles from DIR (holding models/ and data/) instead of the
     /// bundled copy; the DECODESIM_HOME variable does the same.
     #[arg(long, global = true, value_name = "DIR")]
-    pub data_dir: Option<std::path::PathBuf>,
+    data_dir: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -59,7 +59,7 @@ pub enum Command {
 }
 
 /// The width every line of `--help` fits in.
-pub const HELP_WIDTH: usize = 100;
+const HELP_WIDTH: usize = 100;
 
 /// Columns a flag's help is indented by when it sits below the flag (clap's layout).
 const HELP_INDENT: usize = 10;

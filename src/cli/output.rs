@@ -14,7 +14,7 @@ use std::io::Write;
 use std::path::PathBuf;
 
 /// The name standard output has in errors ("cannot write standard output: ...").
-pub const STDOUT_NAME: &str = "standard output";
+const STDOUT_NAME: &str = "standard output";
 
 fn stdout_error(source: std::io::Error) -> Error {
     Error::Write {
@@ -24,7 +24,7 @@ fn stdout_error(source: std::io::Error) -> Error {
 }
 
 /// Writes report text to standard output; an error stops the command (see [`finish`]).
-pub fn print(text: &str) -> Result<()> {
+pub(crate) fn print(text: &str) -> Result<()> {
     std::io::stdout()
         .lock()
         .write_all(text.as_bytes())
@@ -32,7 +32,7 @@ pub fn print(text: &str) -> Result<()> {
 }
 
 /// Standard output as a `Write` for the commands that stream into one.
-pub struct Stdout;
+pub(crate) struct Stdout;
 
 impl Write for Stdout {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
@@ -48,7 +48,7 @@ impl Write for Stdout {
 
 /// A warning on standard error: a flag that changes nothing here, a value given twice. An
 /// unwritable standard error is ignored (there is nowhere else to say it).
-pub fn warn(message: &str) {
+pub(crate) fn warn(message: &str) {
     let _ = writeln!(std::io::stderr().lock(), "warning: {message}");
 }
 
@@ -65,7 +65,7 @@ pub fn wrote(what: &str, path: &std::path::Path) {
 /// Refuses, before any work, an output flag naming what cannot be written (a folder, a block
 /// device, a socket), with the flag in the message. FIFOs and character devices are written in
 /// place (`--timeline /dev/null` discards), regular files atomically ([`crate::files`]).
-pub fn check_output_flag(flag: &'static str, path: Option<&std::path::Path>) -> Result<()> {
+pub(crate) fn check_output_flag(flag: &'static str, path: Option<&std::path::Path>) -> Result<()> {
     let Some(path) = path else { return Ok(()) };
     match crate::files::output_problem(path) {
         Some(problem) => Err(Error::Flag {
@@ -90,7 +90,7 @@ fn is_closed_pipe(e: &Error) -> bool {
 
 /// Flushes standard output after a command and maps the outcome: a closed pipe is success,
 /// any other failure to write standard output is an error naming it.
-pub fn finish(result: Result<()>) -> Result<()> {
+pub(crate) fn finish(result: Result<()>) -> Result<()> {
     let flushed = std::io::stdout().lock().flush().map_err(stdout_error);
     let result = result.and(flushed);
     match result {

@@ -53,12 +53,12 @@ impl clap::FromArgMatches for ScenarioArgs {
 
 impl ScenarioArgs {
     /// Whether the flag of the knob `name` was given.
-    pub fn given(&self, name: &str) -> bool {
+    fn given(&self, name: &str) -> bool {
         self.given.contains(&name)
     }
     /// Warns (standard error) about scenario flags that change nothing as given: `--ep-comm`
     /// without `--ep` (or with `--ep 1`).
-    pub fn warn_noop_flags(&self) {
+    pub(crate) fn warn_noop_flags(&self) {
         // --ep 1 is no expert parallelism either: the experts stay split as with TP.
         if self.given("ep-comm") && self.request.comm.ep.unwrap_or(1) <= 1 {
             super::output::warn(&format!(

@@ -14,20 +14,20 @@ pub struct SimulateArgs {
     /// Share of each GPU's memory vLLM may use (vLLM's --gpu-memory-utilization); the memory
     /// check holds weights + KV cache against it. Above 0, at most 1.
     #[arg(long, default_value_t = DEFAULT_GPU_MEMORY_UTILIZATION, value_name = "SHARE")]
-    pub gpu_memory_utilization: f64,
+    gpu_memory_utilization: f64,
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Table)]
-    pub format: Format,
+    format: Format,
     /// Also write the simulated step as a Chrome trace (opens in Perfetto). Written to a
     /// temporary file and renamed, so concurrent runs never leave a torn file.
     #[arg(long, value_name = "FILE.json")]
     pub timeline: Option<PathBuf>,
     #[command(flatten)]
-    pub intervals: super::intervals::IntervalArgs,
+    pub(crate) intervals: super::intervals::IntervalArgs,
     /// Print the calibration profile's full provenance (every table and fallback section),
     /// not its one-line summary.
     #[arg(long)]
-    pub verbose: bool,
+    verbose: bool,
 }
 
 pub fn run(a: SimulateArgs) -> Result<()> {

@@ -38,68 +38,68 @@ pub struct SweepArgs {
     /// context = [1024, 4096], nccl-proto = ["LL", "Simple"], cuda-graphs = "on,off", ...),
     /// instead of the grid flags.
     #[arg(long, value_name = "FILE.toml", conflicts_with_all = GRID_FLAGS)]
-    pub grid: Option<PathBuf>,
+    grid: Option<PathBuf>,
     #[arg(long, default_value_t = knob("model").default_text(), hide_default_value = true, help = knob("model").help_text())]
     pub model: String,
     #[arg(long, default_value_t = knob("system").default_text(), hide_default_value = true, help = knob("system").help_text())]
     pub system: String,
     #[arg(long, help = knob("tp").help_text())]
-    pub tp: Option<u32>,
+    tp: Option<u32>,
     #[arg(long, help = knob("calibration").help_text())]
-    pub calibration: Option<String>,
+    calibration: Option<String>,
     #[arg(long, default_value_t = knob("kv-cache-dtype").default_text(), hide_default_value = true, help = knob("kv-cache-dtype").help_text())]
-    pub kv_cache_dtype: String,
+    kv_cache_dtype: String,
     #[arg(long, default_value_t = knob("batch").default_text(), hide_default_value = true, help = list_help("batch", "A list and/or ranges (1..=256, both ends included)."))]
-    pub batch: String,
+    batch: String,
     #[arg(long, default_value_t = knob("context").default_text(), hide_default_value = true, help = list_help("context", "A list and/or ranges."))]
-    pub context: String,
+    context: String,
     #[arg(long, default_value_t = knob("nccl-proto").default_text(), hide_default_value = true, help = list_help("nccl-proto", "A list of LL, LL128, Simple, auto."))]
-    pub nccl_proto: String,
+    nccl_proto: String,
     #[arg(long, default_value_t = knob("nccl-algo").default_text(), hide_default_value = true, help = list_help("nccl-algo", "A list of Ring, Tree, auto."))]
-    pub nccl_algo: String,
+    nccl_algo: String,
     #[arg(long, default_value_t = knob("cuda-graphs").default_text(), hide_default_value = true, help = list_help("cuda-graphs", "on, off or on,off."))]
-    pub cuda_graphs: String,
+    cuda_graphs: String,
     /// Draft tokens per step (0 = no speculation): a list and/or ranges.
     #[arg(long, default_value = "0")]
-    pub draft_tokens: String,
+    draft_tokens: String,
     /// Speculative method when draft tokens > 0: eagle3, mtp or draft-model.
     #[arg(long, default_value = "eagle3")]
-    pub method: String,
+    method: String,
     /// EAGLE-3 draft config.json, or the draft model for --method draft-model.
     #[arg(long)]
     pub draft: Option<String>,
     /// vLLM's draft acceptance rate (mean length 1 + k x R), for draft tokens > 0.
     #[arg(long)]
-    pub acceptance_rate: Option<f64>,
+    acceptance_rate: Option<f64>,
     /// vLLM's per-position acceptance rates a1,a2,...
     #[arg(long, conflicts_with = "acceptance_rate")]
-    pub acceptance_per_position: Option<String>,
+    acceptance_per_position: Option<String>,
     /// Print only the Pareto front of total vs per-user tokens/s (every row carries `pareto`).
     #[arg(long)]
-    pub pareto: bool,
+    pareto: bool,
     /// Every row as CSV or JSON; without it, a short summary.
     #[arg(long, value_enum)]
-    pub format: Option<Format>,
+    format: Option<Format>,
     /// Write the rows to this file instead of standard output.
     #[arg(long, value_name = "FILE")]
-    pub output: Option<PathBuf>,
+    output: Option<PathBuf>,
     /// Share of each GPU's memory vLLM may use: a scenario fits when weights, activations,
     /// CUDA graphs, buffers and its KV cache do (the `fits` column; `capacity`'s accounting).
     #[arg(long, default_value_t = crate::scenario::deployment::DEFAULT_GPU_MEMORY_UTILIZATION, value_name = "SHARE")]
-    pub gpu_memory_utilization: f64,
+    gpu_memory_utilization: f64,
     /// Rank scenarios that do not fit in memory too (best rows and the Pareto front).
     #[arg(long)]
-    pub include_infeasible: bool,
+    include_infeasible: bool,
     /// Most work the sweep may take, in units of about 1 µs of CPU (one per scenario); a larger
     /// grid is refused before it starts.
     #[arg(long, default_value_t = crate::error::DEFAULT_MAX_WORK, value_name = "UNITS")]
-    pub max_work: u64,
+    max_work: u64,
     /// Add p5/p95 of tokens/s to every row (CSV columns tokens_per_s_p5, tokens_per_s_p95;
     /// JSON `tokens_per_s_interval`): Monte Carlo draws of the uncertain prices (`--draws`).
     #[arg(long)]
-    pub intervals: bool,
+    intervals: bool,
     #[command(flatten)]
-    pub interval_args: super::intervals::IntervalArgs,
+    pub(crate) interval_args: super::intervals::IntervalArgs,
 }
 
 /// A sweep axis's help: the knob's, how to list values, and its default as a value.
@@ -251,7 +251,7 @@ fn set_flag(a: &mut SweepArgs, key: &str, v: &toml::Value) -> Result<bool> {
 
 /// Reads a `--grid` file into the flags it stands for (every other flag at its default), each
 /// key checked on its own so that an error names the file, the key and what it takes.
-pub fn grid_args(path: &std::path::Path, defaults: &SweepArgs) -> Result<SweepArgs> {
+fn grid_args(path: &std::path::Path, defaults: &SweepArgs) -> Result<SweepArgs> {
     let text = crate::files::read_text(path, crate::files::InputKind::SweepGrid)?;
     let table: toml::Table = toml::from_str(&text).map_err(|e| Error::Syntax {
         path: path.to_path_buf(),
@@ -355,7 +355,7 @@ pub fn request(a: &SweepArgs) -> Result<SweepRequest> {
 }
 
 /// The request, each list without repeated values, and the warnings saying which were repeated.
-pub fn request_with_warnings(a: &SweepArgs) -> Result<(SweepRequest, Vec<String>)> {
+fn request_with_warnings(a: &SweepArgs) -> Result<(SweepRequest, Vec<String>)> {
     if let Some(path) = &a.grid {
         return request_with_warnings(&grid_args(path, a)?);
     }
@@ -436,7 +436,7 @@ pub fn request_with_warnings(a: &SweepArgs) -> Result<(SweepRequest, Vec<String>
 }
 
 /// The format `--output FILE` names by its extension, for when `--format` is not given.
-pub fn format_for_output(path: &std::path::Path) -> Result<Format> {
+fn format_for_output(path: &std::path::Path) -> Result<Format> {
     let ext = path
         .extension()
         .and_then(|e| e.to_str())

@@ -21,11 +21,11 @@ use std::path::PathBuf;
 #[derive(Debug, Args)]
 pub struct TraceArgs {
     #[command(subcommand)]
-    pub command: TraceCommand,
+    command: TraceCommand,
 }
 
 #[derive(Debug, Subcommand)]
-pub enum TraceCommand {
+enum TraceCommand {
     /// Steps, step time, time per category, idle, communication wait/transfer and unclassified
     /// kernels of torch.profiler traces (one file per rank, or a directory of them).
     Summarize(SummarizeArgs),
@@ -51,15 +51,15 @@ pub struct TraceReadArgs {
 pub struct RankArgs {
     /// Analyse fewer rank files than distributedInfo.world_size says the run had.
     #[arg(long)]
-    pub allow_partial_ranks: bool,
+    allow_partial_ranks: bool,
     /// Analyse files that look like different runs (different world size, backend, GPUs,
     /// profiler start more than 10 minutes apart, or different vLLM file-name stems).
     #[arg(long)]
-    pub allow_mixed_runs: bool,
+    allow_mixed_runs: bool,
 }
 
 impl RankArgs {
-    pub fn policy(self) -> RankPolicy {
+    pub(crate) fn policy(self) -> RankPolicy {
         RankPolicy {
             allow_partial: self.allow_partial_ranks,
             allow_mixed_runs: self.allow_mixed_runs,
@@ -68,7 +68,7 @@ impl RankArgs {
 }
 
 /// `--fail-above`: a finite, non-negative percentage (NaN would switch the check off).
-pub fn parse_pct(s: &str) -> std::result::Result<f64, String> {
+fn parse_pct(s: &str) -> std::result::Result<f64, String> {
     let v: f64 = s
         .trim()
         .parse()
@@ -83,16 +83,16 @@ pub fn parse_pct(s: &str) -> std::result::Result<f64, String> {
 }
 
 #[derive(Debug, Args)]
-pub struct SummarizeArgs {
+struct SummarizeArgs {
     /// Trace files (.json or .json.gz, one per rank) or directories of them.
     #[arg(required = true, value_name = "PATH")]
-    pub paths: Vec<PathBuf>,
+    paths: Vec<PathBuf>,
     #[arg(long, value_enum, default_value_t = Format::Table)]
-    pub format: Format,
+    format: Format,
     #[command(flatten)]
     pub read: TraceReadArgs,
     #[command(flatten)]
-    pub ranks: RankArgs,
+    ranks: RankArgs,
 }
 
 /// The flags `decodesim compare` takes for its measured side.
@@ -121,7 +121,7 @@ pub struct CompareTraceArgs {
 
 /// Reads and summarizes the traces as the flags say, refusing rank files that are not one
 /// complete run.
-pub fn load(paths: &[PathBuf], read: &TraceReadArgs) -> Result<TraceSummary> {
+pub(crate) fn load(paths: &[PathBuf], read: &TraceReadArgs) -> Result<TraceSummary> {
     load_with(paths, read, RankPolicy::default())
 }
 
@@ -135,11 +135,7 @@ pub fn classifier(read: &TraceReadArgs) -> Result<Classifier> {
 }
 
 /// [`load`] with the rank checks the user relaxed.
-pub fn load_with(
-    paths: &[PathBuf],
-    read: &TraceReadArgs,
-    ranks: RankPolicy,
-) -> Result<TraceSummary> {
+fn load_with(paths: &[PathBuf], read: &TraceReadArgs, ranks: RankPolicy) -> Result<TraceSummary> {
     let classifier = classifier(read)?;
     let marker = read
         .step_marker
@@ -243,10 +239,4 @@ fn render_comparison(c: &Comparison, inferred: &Inferred, notes: &[String], f: F
         }
         Format::Csv => cmp_report::to_csv(c),
     }
-}
-
-/// The scenario-vs-trace check of `calibrate --from-trace`: `Err(Mismatch)` naming each
-/// quantity that differs; `Ok` with the notes for the report.
-pub fn check_scenario(scenario: &Scenario, measured: &TraceSummary) -> Result<Vec<String>> {
-    crate::accounting::infer::check_against(scenario, &infer_scenario(measured))
 }

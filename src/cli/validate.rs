@@ -12,28 +12,28 @@ pub struct ValidateArgs {
     pub traces: PathBuf,
     /// Calibration profile to validate (name or path).
     #[arg(long, default_value = "h200")]
-    pub calibration: String,
+    calibration: String,
     /// System the traces were captured on.
     #[arg(long, default_value = "h200-2x-nvlink")]
     pub system: String,
     /// Decoder layers of the reference step [default: inferred from the collectives per step;
     /// when given, it must match them unless --allow-mismatch].
     #[arg(long)]
-    pub layers: Option<usize>,
+    layers: Option<usize>,
     /// Configuration to calibrate from in the single-anchor mode [default: batch 16, context
     /// 8192, NCCL default, or the nearest captured].
     #[arg(long)]
-    pub anchor: Option<String>,
+    anchor: Option<String>,
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Table)]
-    pub format: Format,
+    format: Format,
     /// Validate even when --layers or a configuration's name differs from what its trace shows.
     #[arg(long)]
-    pub allow_mismatch: bool,
+    allow_mismatch: bool,
     #[command(flatten)]
     pub read: super::trace::TraceReadArgs,
     #[command(flatten)]
-    pub ranks: super::trace::RankArgs,
+    ranks: super::trace::RankArgs,
 }
 
 pub fn run(a: ValidateArgs) -> Result<()> {

@@ -14,7 +14,7 @@ use std::path::PathBuf;
 #[command(args_conflicts_with_subcommands = true)]
 pub struct WhatifArgs {
     #[command(subcommand)]
-    pub command: Option<WhatifCommand>,
+    command: Option<WhatifCommand>,
     #[command(flatten)]
     pub vary: VaryArgs,
 }
@@ -29,19 +29,19 @@ pub struct VaryArgs {
     pub vary: Vec<String>,
     /// Vary each key alone (the others at the base) instead of every combination.
     #[arg(long)]
-    pub one_at_a_time: bool,
+    one_at_a_time: bool,
     /// Op families listed per variant.
     #[arg(long, default_value_t = 3)]
-    pub top: usize,
+    top: usize,
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Table)]
-    pub format: Format,
+    format: Format,
     /// Most work the what-if may take, in units of about 1 µs of CPU (a full timeline is
     /// about 2,500); more is refused before anything is simulated.
     #[arg(long, default_value_t = crate::error::DEFAULT_MAX_WORK, value_name = "UNITS")]
-    pub max_work: u64,
+    max_work: u64,
     #[command(flatten)]
-    pub intervals: super::intervals::IntervalArgs,
+    pub(crate) intervals: super::intervals::IntervalArgs,
 }
 
 /// `--vary`'s help, listing the keys of the knob table.
@@ -54,68 +54,68 @@ fn vary_help() -> String {
 }
 
 #[derive(Debug, clap::Subcommand)]
-pub enum WhatifCommand {
+enum WhatifCommand {
     /// Speculative decoding: draft and verify passes simulated per k, against no speculation.
     SpecDecode(SpecDecodeArgs),
 }
 
 #[derive(Debug, clap::Args)]
-pub struct SpecDecodeArgs {
+struct SpecDecodeArgs {
     #[command(flatten)]
     pub scenario: ScenarioArgs,
     /// eagle3 (a one-layer draft head), mtp (DeepSeek's MTP module) or draft-model.
     #[arg(long, default_value = "eagle3")]
-    pub method: String,
+    method: String,
     /// EAGLE-3 draft config.json [default: the Kimi-K2.5 MLA draft shape in models/drafts/].
     #[arg(long, value_name = "FILE")]
-    pub draft_config: Option<String>,
+    draft_config: Option<String>,
     /// Draft model for --method draft-model: a bundled name or a config.json.
     #[arg(long, value_name = "NAME|PATH")]
-    pub draft_model: Option<String>,
+    draft_model: Option<String>,
     /// vLLM's draft acceptance rate (accepted / drafted tokens): mean length 1 + k x R. A list
     /// (0.3,0.4,0.5) studies each rate (one table, JSON object or plot panel per rate).
     #[arg(long, value_name = "R[,R...]", conflicts_with_all = ["acceptance_per_position", "acceptance_lengths"])]
-    pub acceptance_rate: Option<String>,
+    acceptance_rate: Option<String>,
     /// vLLM's per-position acceptance rates a1,a2,... (non-increasing).
     #[arg(long, value_name = "A1,A2,...", conflicts_with = "acceptance_lengths")]
-    pub acceptance_per_position: Option<String>,
+    acceptance_per_position: Option<String>,
     /// A measured histogram: CSV with header acceptance_length,count.
     #[arg(long, value_name = "FILE.csv")]
-    pub acceptance_lengths: Option<PathBuf>,
+    acceptance_lengths: Option<PathBuf>,
     /// Draft tokens per step: a list (1,2,4) or a range (1..6, both ends included).
     #[arg(long, default_value = "1..6")]
-    pub draft_tokens: String,
+    draft_tokens: String,
     /// Batches simulated to find where speculation stops paying ("none" to skip).
     #[arg(long, default_value = "1,2,4,8,16,32,64,128,256")]
-    pub crossover_batches: String,
+    crossover_batches: String,
     /// Monte Carlo users for the TPOT percentiles.
     #[arg(long, default_value_t = 2000)]
-    pub mc_users: u32,
+    mc_users: u32,
     /// Output tokens each Monte Carlo user decodes.
     #[arg(long, default_value_t = 256)]
-    pub output_tokens: u32,
+    output_tokens: u32,
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Table)]
-    pub format: Format,
+    format: Format,
     /// Write one k's whole speculative step (verify + draft passes) as a Chrome trace.
     #[arg(long, value_name = "FILE.json")]
     pub timeline: Option<PathBuf>,
     /// The k the --timeline shows [default: the best k].
     #[arg(long)]
-    pub timeline_k: Option<u32>,
+    timeline_k: Option<u32>,
     /// Chart the speedup against the --crossover-batches grid, one line per k and one panel
     /// per acceptance rate (.png or .svg).
     #[arg(long, value_name = "FILE.png|svg")]
-    pub plot: Option<PathBuf>,
+    plot: Option<PathBuf>,
     /// The same speedups as a k x batch heatmap (.png or .svg).
     #[arg(long, value_name = "FILE.png|svg")]
-    pub plot_heatmap: Option<PathBuf>,
+    plot_heatmap: Option<PathBuf>,
     /// Most work the study may take, in units of about 1 µs of CPU (a full timeline is about
     /// 2,500, a Monte Carlo output token 0.01); more is refused before anything is simulated.
     #[arg(long, default_value_t = crate::error::DEFAULT_MAX_WORK, value_name = "UNITS")]
-    pub max_work: u64,
+    max_work: u64,
     #[command(flatten)]
-    pub intervals: super::intervals::IntervalArgs,
+    pub(crate) intervals: super::intervals::IntervalArgs,
 }
 
 pub fn run(a: WhatifArgs) -> Result<()> {
@@ -181,7 +181,7 @@ fn run_vary(a: VaryArgs) -> Result<()> {
 
 /// The request, and every acceptance to study (more than one only for a list of rates; the
 /// request carries the first).
-pub fn spec_decode_request(a: &SpecDecodeArgs) -> Result<(SpecDecodeRequest, Vec<Acceptance>)> {
+fn spec_decode_request(a: &SpecDecodeArgs) -> Result<(SpecDecodeRequest, Vec<Acceptance>)> {
     let method: Method = a.method.parse()?;
     let draft = match method {
         Method::Eagle3 => {

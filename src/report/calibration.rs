@@ -5,7 +5,7 @@ use crate::calibrate::from_trace::TraceCalibration;
 use crate::calibrate::CalibrationResult;
 use std::path::Path;
 
-pub fn render_fit(r: &CalibrationResult, out: &Path, verbose: bool) -> String {
+pub(crate) fn render_fit(r: &CalibrationResult, out: &Path, verbose: bool) -> String {
     let mut t = Table::new(&[
         "section",
         "points",
@@ -61,7 +61,7 @@ pub fn render_fit(r: &CalibrationResult, out: &Path, verbose: bool) -> String {
 }
 
 /// The single-anchor report: the step before and after, the factors, the per-category table.
-pub fn render_from_trace(r: &TraceCalibration, excluded: usize, notes: &[String]) -> String {
+pub(crate) fn render_from_trace(r: &TraceCalibration, excluded: usize, notes: &[String]) -> String {
     let mut text = String::new();
     if let Some(why) = &r.poor {
         text.push_str(&format!(
@@ -105,7 +105,7 @@ pub fn render_from_trace(r: &TraceCalibration, excluded: usize, notes: &[String]
 
 /// The `provenance:` line of a calibration report: its one-line summary, or with `verbose` the
 /// full text (every table, every fallback section).
-pub fn provenance_line(provenance: &str, verbose: bool) -> String {
+pub(crate) fn provenance_line(provenance: &str, verbose: bool) -> String {
     if verbose {
         format!("provenance: {}\n", crate::units::one_line(provenance))
     } else {

@@ -8,7 +8,7 @@ use crate::capacity::Capacity;
 use serde_json::{json, Value};
 
 /// "GPU KV cache size: N tokens", as vLLM logs it.
-pub fn kv_cache_line(c: &Capacity) -> String {
+fn kv_cache_line(c: &Capacity) -> String {
     format!(
         "GPU KV cache size: {} tokens",
         grouped(c.memory.kv_cache_tokens as f64, 0)
@@ -16,7 +16,7 @@ pub fn kv_cache_line(c: &Capacity) -> String {
 }
 
 /// "Maximum concurrency for L tokens per request: X.XXx", as vLLM logs it.
-pub fn concurrency_line(c: &Capacity) -> String {
+fn concurrency_line(c: &Capacity) -> String {
     let l = c.demand.tokens_per_request;
     format!(
         "Maximum concurrency for {} tokens per request: {:.2}x",
@@ -61,7 +61,7 @@ pub fn to_json(c: &Capacity) -> Value {
 }
 
 /// The curve as CSV, one row per concurrency (what a notebook plots).
-pub fn to_csv(c: &Capacity) -> String {
+pub(crate) fn to_csv(c: &Capacity) -> String {
     let mut out = String::from(
         "concurrency,step_time_us,prefill_us,tpot_ms,tokens_per_s,tokens_per_s_per_user\n",
     );
@@ -241,7 +241,7 @@ fn money(v: Option<f64>) -> String {
     v.map_or("-".into(), |x| grouped(x, 2))
 }
 
-pub fn render_plan(plan: &Plan) -> String {
+fn render_plan(plan: &Plan) -> String {
     let t = &plan.target;
     let mut want = Vec::new();
     if let Some(x) = t.tokens_per_s {

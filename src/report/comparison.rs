@@ -21,7 +21,7 @@ fn signed_us(v: f64) -> String {
     }
 }
 
-pub fn to_table(c: &Comparison) -> String {
+pub(crate) fn to_table(c: &Comparison) -> String {
     let mut o = String::new();
     let _ = writeln!(
         o,
@@ -65,7 +65,7 @@ pub fn to_table(c: &Comparison) -> String {
     o
 }
 
-pub fn to_json(c: &Comparison) -> Value {
+pub(crate) fn to_json(c: &Comparison) -> Value {
     json!({
         "step_time_us": {
             "predicted": c.predicted_step_us,
@@ -85,7 +85,7 @@ pub fn to_json(c: &Comparison) -> Value {
 
 /// One row per category and a last `step` row; raw numbers, `rel_error` empty when nothing
 /// was measured.
-pub fn to_csv(c: &Comparison) -> String {
+pub(crate) fn to_csv(c: &Comparison) -> String {
     let mut w = csv::Writer::from_writer(Vec::new());
     let rel = |x: Option<f64>| x.map(|v| v.to_string()).unwrap_or_default();
     // Writing to a Vec cannot fail, and every record has the header's length.

@@ -4,7 +4,7 @@ use crate::units::us;
 use crate::whatif::uncertainty::{ArmIntervals, Intervals, Uncertainty};
 
 /// What was drawn, in one line ("nothing uncertain" when the intervals are the point).
-pub fn sources_line(u: &Uncertainty) -> String {
+fn sources_line(u: &Uncertainty) -> String {
     if u.is_empty() {
         return "nothing uncertain in this profile and scenario: the interval is the point".into();
     }
@@ -17,7 +17,7 @@ pub fn sources_line(u: &Uncertainty) -> String {
 }
 
 /// The lines `simulate` adds under its table.
-pub fn simulate_lines(iv: &Intervals, draws: usize, u: &Uncertainty) -> String {
+pub(crate) fn simulate_lines(iv: &Intervals, draws: usize, u: &Uncertainty) -> String {
     let (s, t) = (&iv.step_time_us, &iv.tokens_per_s);
     format!(
         "interval (p5 / p50 / p95 over {draws} draws): step {} / {} / {} µs, {:.1} / {:.1} / {:.1} tokens/s\n  {}\n",
@@ -32,7 +32,12 @@ pub fn simulate_lines(iv: &Intervals, draws: usize, u: &Uncertainty) -> String {
 }
 
 /// One row per arm: tokens/s and speedup p5/p50/p95, and the verdict.
-pub fn arms_table(title: &str, labels: &[String], arms: &[ArmIntervals], draws: usize) -> String {
+pub(crate) fn arms_table(
+    title: &str,
+    labels: &[String],
+    arms: &[ArmIntervals],
+    draws: usize,
+) -> String {
     let w = labels.iter().map(|l| l.len()).max().unwrap_or(7).max(7);
     let mut o = format!(
         "\n{title} (p5 / p50 / p95 over {draws} paired draws; helps: speedup p5 > 1, hurts: p95 < 1):\n"

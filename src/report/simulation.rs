@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 
 /// The scenario echo: every knob of the table as the loaded scenario runs it (its name with
 /// underscores as the key; null where unset), and what loading derived.
-pub fn scenario_json(sim: &Simulation) -> Value {
+pub(crate) fn scenario_json(sim: &Simulation) -> Value {
     let s = &sim.scenario;
     let mut out = serde_json::Map::new();
     for k in crate::scenario::knobs::KNOBS {
@@ -33,7 +33,7 @@ pub fn scenario_json(sim: &Simulation) -> Value {
     Value::Object(out)
 }
 
-pub fn calibration_json(sim: &Simulation) -> Value {
+pub(crate) fn calibration_json(sim: &Simulation) -> Value {
     let p = &sim.profile;
     json!({
         "name": p.profile.name,
@@ -87,7 +87,7 @@ pub fn to_json(sim: &Simulation) -> Value {
 }
 
 /// Long-format CSV (`section,name,field,value`) of exactly the JSON's content.
-pub fn to_csv(sim: &Simulation) -> String {
+pub(crate) fn to_csv(sim: &Simulation) -> String {
     fn text(v: &Value) -> String {
         match v {
             Value::String(s) => s.clone(),
@@ -158,7 +158,7 @@ pub fn to_csv(sim: &Simulation) -> String {
 
 /// "kimi-k2.5 (mla+moe, 61 layers) on SYSTEM (8x GPU), TP=8": the first line of every report
 /// about a simulated scenario.
-pub fn headline(s: &crate::scenario::Scenario) -> String {
+pub(crate) fn headline(s: &crate::scenario::Scenario) -> String {
     format!(
         "{} ({}, {} layers) on {} ({}x {}), TP={}",
         s.model.name,
@@ -174,9 +174,21 @@ pub fn headline(s: &crate::scenario::Scenario) -> String {
 /// The text report; `verbose` prints the profile's full provenance instead of its one-line
 /// summary.
 pub fn render_table(sim: &Simulation, verbose: bool) -> String {
-    let s = &sim.scenario;
-    let m = &sim.mean;
     let mut out = String::new();
+    header(&mut out, sim, verbose);
+    doubts(&mut out, sim);
+    step_and_categories(&mut out, sim);
+    collectives(&mut out, sim);
+    ranks(&mut out, sim);
+    memory_and_sources(&mut out, sim);
+    warnings(&mut out, sim);
+    out
+}
+
+/// The headline: model, system, parallelism, serving knobs, CUDA graph padding and the
+/// calibration profile (its provenance in one line, or whole when `verbose`).
+fn header(out: &mut String, sim: &Simulation, verbose: bool) {
+    let s = &sim.scenario;
     out.push_str(&format!("decodesim: {}\n", headline(s)));
     out.push_str(&format!(
         "batch {} x context {} | CUDA graphs {} | NCCL {}/{} | P2P {} ({} path) | seed {}\n",
@@ -214,6 +226,12 @@ pub fn render_table(sim: &Simulation, verbose: bool) -> String {
         ));
     }
     out.push('\n');
+}
+
+/// What makes the numbers below moot or doubtful, first: a deployment that does not fit,
+/// a profile written with a poor fit.
+fn doubts(out: &mut String, sim: &Simulation) {
+    let s = &sim.scenario;
     // What makes the numbers below moot or doubtful comes first, not after the tables.
     if !sim.memory_fit.fits() {
         out.push_str(&format!(
@@ -235,6 +253,11 @@ pub fn render_table(sim: &Simulation, verbose: bool) -> String {
         }
         out.push('\n');
     }
+}
+
+/// The step time, tokens/s and kernels, the time per category and the communication split.
+fn step_and_categories(out: &mut String, sim: &Simulation) {
+    let m = &sim.mean;
     out.push_str(&format!(
         "step time   {} µs\ntokens/s    {}\nkernels     {} per rank\n\n",
         us(sim.step_time_us()),
@@ -268,7 +291,10 @@ pub fn render_table(sim: &Simulation, verbose: bool) -> String {
         us(m.time(Category::Communication)),
         us(m.comm_overlapped_us())
     ));
+}
 
+/// The collectives of one step, per rank.
+fn collectives(out: &mut String, sim: &Simulation) {
     out.push_str("\ncollectives per step (per rank)\n");
     let mut t = Table::new(&[
         "op",
@@ -291,7 +317,10 @@ pub fn render_table(sim: &Simulation, verbose: bool) -> String {
         ]);
     }
     out.push_str(&t.render());
+}
 
+/// Each rank's end, compute, communication and idle time, and the compute spread.
+fn ranks(out: &mut String, sim: &Simulation) {
     out.push_str("\nranks\n");
     let mut t = Table::new(&[
         "rank",
@@ -337,7 +366,10 @@ pub fn render_table(sim: &Simulation, verbose: bool) -> String {
         us(hi),
         pct(if lo > 0.0 { hi / lo - 1.0 } else { 0.0 })
     ));
+}
 
+/// Memory per GPU, and which kernel families are priced from estimates or measured tables.
+fn memory_and_sources(out: &mut String, sim: &Simulation) {
     out.push_str(&format!(
         "\nmemory per GPU: weights {} + KV cache {} = {} of {} usable ({:.2} of {})\n",
         bytes(sim.memory.weights_bytes),
@@ -386,11 +418,14 @@ pub fn render_table(sim: &Simulation, verbose: bool) -> String {
             ));
         }
     }
+}
+
+/// The warnings, one line each.
+fn warnings(out: &mut String, sim: &Simulation) {
     if !sim.warnings.is_empty() {
         out.push_str("\nwarnings\n");
         for w in &sim.warnings {
             out.push_str(&format!("  - {}\n", crate::units::one_line(w)));
         }
     }
-    out
 }

@@ -1,6 +1,6 @@
 //! A small aligned-text table for terminal output.
 
-pub struct Table {
+pub(crate) struct Table {
     header: Vec<String>,
     rows: Vec<Vec<String>>,
     /// Right-align every column but the first, unless listed in `left`.
@@ -12,7 +12,7 @@ pub struct Table {
 }
 
 impl Table {
-    pub fn new(header: &[&str]) -> Self {
+    pub(crate) fn new(header: &[&str]) -> Self {
         Table {
             header: header.iter().map(|s| s.to_string()).collect(),
             rows: Vec::new(),
@@ -23,20 +23,20 @@ impl Table {
     }
 
     /// Aligns these columns left (text rather than numbers).
-    pub fn align_left(mut self, cols: &[usize]) -> Self {
+    pub(crate) fn align_left(mut self, cols: &[usize]) -> Self {
         self.left.extend_from_slice(cols);
         self
     }
 
     /// Wraps column `col` at word boundaries so no line of it is wider than `width`; a word
     /// longer than that is cut.
-    pub fn wrap(mut self, col: usize, width: usize) -> Self {
+    pub(crate) fn wrap(mut self, col: usize, width: usize) -> Self {
         self.wrap.push((col, width.max(8)));
         self
     }
 
     /// Adds a row; missing trailing cells are left empty.
-    pub fn row(&mut self, mut cells: Vec<String>) {
+    pub(crate) fn row(&mut self, mut cells: Vec<String>) {
         cells.resize(self.header.len().max(cells.len()), String::new());
         self.rows.push(cells);
     }
@@ -64,7 +64,7 @@ impl Table {
             .collect()
     }
 
-    pub fn render(&self) -> String {
+    pub(crate) fn render(&self) -> String {
         let cols = self.header.len();
         let body: Vec<Vec<String>> = self.rows.iter().flat_map(|r| self.lines_of(r)).collect();
         let mut width = vec![0usize; cols];
@@ -103,7 +103,7 @@ impl Table {
 }
 
 /// `text` broken at spaces into lines of at most `width` characters.
-pub fn wrap_text(text: &str, width: usize) -> Vec<String> {
+pub(crate) fn wrap_text(text: &str, width: usize) -> Vec<String> {
     let mut lines = Vec::new();
     let mut cur = String::new();
     for word in text.split_whitespace() {
@@ -132,18 +132,8 @@ pub fn wrap_text(text: &str, width: usize) -> Vec<String> {
     lines
 }
 
-/// 12345.678 -> "12,345.7" (the one unit style of [`super::units`]).
-pub fn num(v: f64, decimals: usize) -> String {
-    super::units::grouped(v, decimals)
-}
-
-pub fn pct(share: f64) -> String {
+pub(crate) fn pct(share: f64) -> String {
     super::units::pct(share)
-}
-
-/// Bytes in the unit a person reads fastest (KiB, MiB, GiB).
-pub fn bytes(b: f64) -> String {
-    super::units::bytes(b)
 }
 
 #[cfg(test)]
@@ -152,10 +142,10 @@ mod tests {
 
     #[test]
     fn numbers_are_grouped() {
-        assert_eq!(num(12345.678, 1), "12,345.7");
-        assert_eq!(num(999.0, 0), "999");
-        assert_eq!(num(-1234.0, 0), "-1,234");
-        assert_eq!(num(0.0, 2), "0.00");
+        assert_eq!(super::super::units::grouped(12345.678, 1), "12,345.7");
+        assert_eq!(super::super::units::grouped(999.0, 0), "999");
+        assert_eq!(super::super::units::grouped(-1234.0, 0), "-1,234");
+        assert_eq!(super::super::units::grouped(0.0, 2), "0.00");
     }
 
     #[test]

@@ -118,7 +118,7 @@ fn mean_gaps(s: &TraceSummary) -> GapStats {
 /// Long-format CSV: one row per (rank, step, category); rank "all" and step "mean" rows carry
 /// the means the table shows. Raw numbers; written with the csv crate (quoting names with
 /// commas, quotes or newlines).
-pub fn to_csv(s: &TraceSummary) -> String {
+pub(crate) fn to_csv(s: &TraceSummary) -> String {
     let mut w = csv::Writer::from_writer(Vec::new());
     // Writing to a Vec cannot fail, and every record has the header's length.
     let _ = w.write_record([
@@ -186,7 +186,7 @@ fn file_name(r: &RankSummary) -> String {
 
 /// The terminal table: the files and their steps, time per category, then communication,
 /// idle and unclassified kernels.
-pub fn to_table(s: &TraceSummary) -> String {
+pub(crate) fn to_table(s: &TraceSummary) -> String {
     let mut o = String::new();
     let rules = if s.rules.ends_with("(built in)") {
         s.rules.clone()

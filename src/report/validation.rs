@@ -42,7 +42,7 @@ fn checks(v: &Validation) -> String {
     out
 }
 
-pub fn render(v: &Validation) -> String {
+pub(crate) fn render(v: &Validation) -> String {
     let mut out = format!(
         "validation against captured traces, calibration {}\n\n",
         path(std::path::Path::new(&v.profile))
@@ -120,7 +120,7 @@ pub fn render(v: &Validation) -> String {
 
 /// One row per configuration, raw numbers (µs, fractions); the single-anchor prediction in the
 /// last two columns when there is one.
-pub fn to_csv(v: &Validation) -> Result<String> {
+pub(crate) fn to_csv(v: &Validation) -> Result<String> {
     let anchor: BTreeMap<&str, (f64, f64)> = v
         .anchor
         .iter()

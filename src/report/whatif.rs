@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 /// The JSON bars and notebooks read: `baseline`, `variants`, `best`, `scenario`,
 /// `calibration` (as `simulate` writes them), `crossover`, and what was studied (`method`,
 /// `draft`, `acceptance`, `acceptance_rate`: null unless given as a rate).
-pub fn spec_decode_json(s: &SpecDecodeStudy) -> Value {
+pub(crate) fn spec_decode_json(s: &SpecDecodeStudy) -> Value {
     let variants: Vec<Value> = s
         .variants
         .iter()
@@ -66,7 +66,7 @@ pub fn spec_decode_json(s: &SpecDecodeStudy) -> Value {
 
 /// [`spec_decode_csv`] of one study; of several (a list of acceptance rates), the rows of each
 /// under one header with a leading `acceptance` column.
-pub fn spec_decode_csv_many(studies: &[SpecDecodeStudy]) -> String {
+pub(crate) fn spec_decode_csv_many(studies: &[SpecDecodeStudy]) -> String {
     if studies.len() == 1 {
         return spec_decode_csv(&studies[0]);
     }
@@ -161,7 +161,7 @@ pub fn plot_speedup(
 }
 
 /// One row per k (and a `k = 0` row for the baseline).
-pub fn spec_decode_csv(s: &SpecDecodeStudy) -> String {
+fn spec_decode_csv(s: &SpecDecodeStudy) -> String {
     let mut out = String::from("draft_tokens,draft_time_us,verify_time_us,host_time_us,step_time_us,mean_acceptance_length,tokens_per_s,tokens_per_s_per_user,speedup,tpot_p50_ms,tpot_p90_ms,tpot_p99_ms\n");
     let b = s.baseline_step_us();
     let batch = s.baseline.scenario.batch as f64;
@@ -193,7 +193,7 @@ pub fn spec_decode_csv(s: &SpecDecodeStudy) -> String {
     out
 }
 
-pub fn spec_decode_table(s: &SpecDecodeStudy) -> String {
+pub(crate) fn spec_decode_table(s: &SpecDecodeStudy) -> String {
     let sc = &s.baseline.scenario;
     let mut out = format!(
         "speculative decoding: {} on {} ({}x {}), TP={}\nbatch {} x context {} | CUDA graphs {} | NCCL {}/{}\nmethod {} | draft {} | {}\ncalibration: {} ({})\n\n",

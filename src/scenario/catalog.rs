@@ -6,7 +6,7 @@
 use crate::error::{Error, Result};
 use std::path::{Path, PathBuf};
 
-pub fn data_root() -> PathBuf {
+pub(crate) fn data_root() -> PathBuf {
     crate::bundle::data_root()
 }
 
@@ -23,21 +23,21 @@ fn unknown(kind: &'static str, name: &str, choices: Vec<String>) -> Error {
     }
 }
 
-pub fn models_dir() -> PathBuf {
+pub(crate) fn models_dir() -> PathBuf {
     data_root().join("models")
 }
-pub fn systems_dir() -> PathBuf {
+pub(crate) fn systems_dir() -> PathBuf {
     data_root().join("data").join("systems")
 }
-pub fn gpus_dir() -> PathBuf {
+pub(crate) fn gpus_dir() -> PathBuf {
     systems_dir().join("gpus")
 }
-pub fn calibration_dir() -> PathBuf {
+pub(crate) fn calibration_dir() -> PathBuf {
     data_root().join("data").join("calibration")
 }
 
 /// File stems with the given extension in `dir`, sorted.
-pub fn stems(dir: &Path, ext: &str) -> Vec<String> {
+pub(crate) fn stems(dir: &Path, ext: &str) -> Vec<String> {
     let mut out: Vec<String> = std::fs::read_dir(dir)
         .into_iter()
         .flatten()
@@ -51,7 +51,7 @@ pub fn stems(dir: &Path, ext: &str) -> Vec<String> {
 }
 
 /// Calibration profiles: sub-folders of `data/calibration` holding a `profile.toml`.
-pub fn profile_names() -> Vec<String> {
+pub(crate) fn profile_names() -> Vec<String> {
     let dir = calibration_dir();
     let mut out: Vec<String> = std::fs::read_dir(&dir)
         .into_iter()
@@ -84,16 +84,16 @@ fn resolve(kind: &'static str, arg: &str, dir: &Path, ext: &str) -> Result<PathB
     }
 }
 
-pub fn resolve_model(arg: &str) -> Result<PathBuf> {
+pub(crate) fn resolve_model(arg: &str) -> Result<PathBuf> {
     resolve("model", arg, &models_dir(), "json")
 }
 
-pub fn resolve_system(arg: &str) -> Result<PathBuf> {
+pub(crate) fn resolve_system(arg: &str) -> Result<PathBuf> {
     resolve("system", arg, &systems_dir(), "toml")
 }
 
 /// A profile NAME (folder under data/calibration) or a PATH to a profile TOML file.
-pub fn resolve_profile(arg: &str) -> Result<PathBuf> {
+pub(crate) fn resolve_profile(arg: &str) -> Result<PathBuf> {
     let as_path = Path::new(arg);
     if as_path.is_file() {
         return Ok(as_path.to_path_buf());

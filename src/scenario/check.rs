@@ -7,7 +7,7 @@ use std::ops::RangeInclusive;
 use std::path::Path;
 
 /// `1..=65536` as a person reads it: "from 1 to 65,536".
-pub fn int_range_text(range: &RangeInclusive<u64>) -> String {
+pub(crate) fn int_range_text(range: &RangeInclusive<u64>) -> String {
     format!(
         "from {} to {}",
         grouped(*range.start() as f64, 0),
@@ -16,7 +16,12 @@ pub fn int_range_text(range: &RangeInclusive<u64>) -> String {
 }
 
 /// The error for an integer field outside `range` (or not an integer at all).
-pub fn int_error(path: &Path, field: &str, found: &str, range: &RangeInclusive<u64>) -> Error {
+pub(crate) fn int_error(
+    path: &Path,
+    field: &str,
+    found: &str,
+    range: &RangeInclusive<u64>,
+) -> Error {
     Error::field(
         path,
         field,
@@ -29,7 +34,7 @@ pub fn int_error(path: &Path, field: &str, found: &str, range: &RangeInclusive<u
 }
 
 /// Checks an integer already read against `range`.
-pub fn int_in(path: &Path, field: &str, v: u64, range: &RangeInclusive<u64>) -> Result<u64> {
+pub(crate) fn int_in(path: &Path, field: &str, v: u64, range: &RangeInclusive<u64>) -> Result<u64> {
     if range.contains(&v) {
         Ok(v)
     } else {
@@ -40,16 +45,17 @@ pub fn int_in(path: &Path, field: &str, v: u64, range: &RangeInclusive<u64>) -> 
 /// What a float must satisfy.
 #[derive(Debug, Clone, Copy)]
 pub struct FloatRange {
-    pub min: f64,
+    pub(crate) min: f64,
     /// The minimum itself is refused (bandwidths, FLOP/s: a zero would divide by zero).
-    pub min_exclusive: bool,
-    pub max: f64,
-    pub unit: &'static str,
+    min_exclusive: bool,
+    pub(crate) max: f64,
+    unit: &'static str,
 }
 
 impl FloatRange {
     /// Strictly positive, at most `max`.
-    pub const fn positive(max: f64, unit: &'static str) -> Self {
+    #[cfg(test)]
+    const fn positive(max: f64, unit: &'static str) -> Self {
         FloatRange {
             min: 0.0,
             min_exclusive: true,
@@ -58,7 +64,7 @@ impl FloatRange {
         }
     }
     /// From `min` to `max`, both included: a physical floor, not only "above 0".
-    pub const fn between(min: f64, max: f64, unit: &'static str) -> Self {
+    pub(crate) const fn between(min: f64, max: f64, unit: &'static str) -> Self {
         FloatRange {
             min,
             min_exclusive: false,
@@ -67,7 +73,7 @@ impl FloatRange {
         }
     }
     /// Zero or more, at most `max`.
-    pub const fn non_negative(max: f64, unit: &'static str) -> Self {
+    pub(crate) const fn non_negative(max: f64, unit: &'static str) -> Self {
         FloatRange {
             min: 0.0,
             min_exclusive: false,
@@ -76,11 +82,11 @@ impl FloatRange {
         }
     }
 
-    pub fn contains(&self, v: f64) -> bool {
+    pub(crate) fn contains(&self, v: f64) -> bool {
         v.is_finite() && (v > self.min || (!self.min_exclusive && v == self.min)) && v <= self.max
     }
 
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         let lo = if self.min_exclusive {
             format!("above {}", grouped_float(self.min))
         } else {
@@ -108,7 +114,7 @@ fn grouped_float(v: f64) -> String {
 
 /// A float as a person typed it: `1e-300` and `1e308`, not 300 zeros (Rust's `{}` prints
 /// every digit); ordinary magnitudes as usual (`0.5`, `450`).
-pub fn show(v: f64) -> String {
+pub(crate) fn show(v: f64) -> String {
     let a = v.abs();
     if v == 0.0 || !v.is_finite() || (1e-4..1e16).contains(&a) {
         v.to_string()
@@ -118,7 +124,7 @@ pub fn show(v: f64) -> String {
 }
 
 /// Checks a float against `range`, naming file, field and value when it is outside.
-pub fn float_in(path: &Path, field: &str, v: f64, range: &FloatRange) -> Result<f64> {
+pub(crate) fn float_in(path: &Path, field: &str, v: f64, range: &FloatRange) -> Result<f64> {
     if range.contains(v) {
         Ok(v)
     } else {

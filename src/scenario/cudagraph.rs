@@ -41,7 +41,7 @@ struct FileToml {
 
 /// How the verify pass's sizes follow from the decode sizes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum VerifyRule {
+enum VerifyRule {
     /// Every size rounded up to a multiple of k+1 (those above the largest size dropped).
     RoundUp,
     /// Only the sizes already divisible by k+1.
@@ -61,7 +61,7 @@ pub enum PadRule {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Padding {
     /// Real tokens (batch × queries).
-    pub tokens: u64,
+    pub(crate) tokens: u64,
     /// Tokens the pass's kernels run over (= `tokens` when not padded).
     pub padded: u64,
     /// False with graphs on when the pass is above the largest captured size (no full graph).
@@ -70,13 +70,13 @@ pub struct Padding {
 
 /// The capture sizes for one GPU.
 #[derive(Debug, Clone, PartialEq)]
-pub struct CaptureSizes {
+pub(crate) struct CaptureSizes {
     /// Sorted, distinct, all ≤ `max`.
-    pub sizes: Vec<u32>,
-    pub max: u32,
-    pub verify_rule: VerifyRule,
-    pub source: String,
-    pub path: PathBuf,
+    sizes: Vec<u32>,
+    pub(crate) max: u32,
+    verify_rule: VerifyRule,
+    source: String,
+    pub(crate) path: PathBuf,
 }
 
 pub fn file() -> PathBuf {
@@ -85,7 +85,7 @@ pub fn file() -> PathBuf {
 
 impl CaptureSizes {
     /// Reads the capture sizes for a GPU of `compute_capability` from `path`.
-    pub fn from_file(path: &Path, compute_capability: &str) -> Result<Self> {
+    fn from_file(path: &Path, compute_capability: &str) -> Result<Self> {
         let f: FileToml = crate::files::read_toml(path, InputKind::SystemToml)?;
         let bad = |field: &str, what: String| Err(Error::field(path, field, what));
         let mut max = f.max_capture_size;
@@ -153,12 +153,12 @@ impl CaptureSizes {
     }
 
     /// The bundled sizes (`data/vllm/cudagraph.toml`) for a GPU of `compute_capability`.
-    pub fn load(compute_capability: &str) -> Result<Self> {
+    pub(crate) fn load(compute_capability: &str) -> Result<Self> {
         Self::from_file(&file(), compute_capability)
     }
 
     /// The smallest captured size ≥ `tokens` under `rule`; None above the largest.
-    pub fn pad(&self, tokens: u64, rule: PadRule) -> Option<u64> {
+    fn pad(&self, tokens: u64, rule: PadRule) -> Option<u64> {
         match rule {
             PadRule::Uniform { q } if q > 1 => {
                 let q = q as u64;
@@ -180,7 +180,7 @@ impl CaptureSizes {
     }
 
     /// The padding of a pass of `tokens` real tokens, with graphs on or off.
-    pub fn padding(&self, tokens: u64, rule: PadRule, graphs: bool) -> Padding {
+    pub(crate) fn padding(&self, tokens: u64, rule: PadRule, graphs: bool) -> Padding {
         let padded = if graphs { self.pad(tokens, rule) } else { None };
         Padding {
             tokens,

@@ -62,8 +62,8 @@ enum_names!(Runtime, "runtime", Runtime::Vllm => ["vllm"], Runtime::Reference =>
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct NcclSettings {
     pub proto: Proto,
-    pub algo: Algo,
-    pub p2p: bool,
+    pub(crate) algo: Algo,
+    pub(crate) p2p: bool,
 }
 
 /// Which implementation carries the tensor-parallel all-reduces (`--allreduce`).
@@ -134,7 +134,7 @@ impl CommKnobs {
         self.ep.unwrap_or(1).max(1)
     }
     /// Decode-context-parallel size (1: every rank reads the whole context).
-    pub fn dcp_size(&self) -> u32 {
+    pub(crate) fn dcp_size(&self) -> u32 {
         self.dcp.unwrap_or(1).max(1)
     }
 }
@@ -156,12 +156,12 @@ pub struct Scenario {
     pub nccl: NcclSettings,
     /// KV-cache element size in bytes (2 for BF16, 1 for FP8).
     pub kv_bytes: f64,
-    pub runtime: Runtime,
+    pub(crate) runtime: Runtime,
     pub seed: u64,
     /// Share of each GPU's memory vLLM may use for weights, activations and KV cache
     /// (`--gpu-memory-utilization`, vLLM's default 0.9); the memory check holds the footprint
     /// against it.
-    pub gpu_memory_utilization: f64,
+    pub(crate) gpu_memory_utilization: f64,
     /// How tokens spread over the routed experts (`--routing`; `workload::routing`).
     pub routing: super::routing::Routing,
     /// All-reduce implementation and NCCL knobs (`--allreduce`, `--nccl-max-nchannels`,
@@ -169,11 +169,11 @@ pub struct Scenario {
     pub comm: CommKnobs,
     /// vLLM's CUDA-graph capture sizes for this GPU (`data/vllm/cudagraph.toml`): with
     /// `cuda_graphs` on, a pass's tokens are padded up to one of them.
-    pub cuda_graph_sizes: std::sync::Arc<super::cudagraph::CaptureSizes>,
+    pub(crate) cuda_graph_sizes: std::sync::Arc<super::cudagraph::CaptureSizes>,
 }
 
 /// vLLM's default `gpu_memory_utilization` (vllm/config/cache.py `CacheConfig`).
-pub const DEFAULT_GPU_MEMORY_UTILIZATION: f64 = 0.9;
+pub(crate) const DEFAULT_GPU_MEMORY_UTILIZATION: f64 = 0.9;
 
 impl Scenario {
     /// Checks the combination; every error says what is wrong and what would be accepted.
@@ -458,7 +458,7 @@ impl Scenario {
     }
 
     /// Tokens processed in this step (one per sequence in plain decode).
-    pub fn tokens(&self) -> u32 {
+    pub(crate) fn tokens(&self) -> u32 {
         self.batch
     }
 

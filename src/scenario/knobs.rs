@@ -76,14 +76,14 @@ enum_names!(KvDtype, "KV-cache dtype",
 
 impl KvDtype {
     /// Bytes per element.
-    pub fn bytes(self) -> f64 {
+    pub(crate) fn bytes(self) -> f64 {
         match self {
             KvDtype::Bf16 => 2.0,
             KvDtype::Fp8 => 1.0,
         }
     }
     /// The dtype of an element size (None: not 1 or 2 bytes).
-    pub fn of_bytes(b: f64) -> Option<Self> {
+    pub(crate) fn of_bytes(b: f64) -> Option<Self> {
         if b == 1.0 {
             Some(KvDtype::Fp8)
         } else if b == 2.0 {
@@ -93,7 +93,7 @@ impl KvDtype {
         }
     }
     /// A vLLM `--kv-cache-dtype` value: the names above, or any `fp8…` variant.
-    pub fn parse(v: &str) -> Option<Self> {
+    pub(crate) fn parse(v: &str) -> Option<Self> {
         let l = v.trim().to_ascii_lowercase();
         match l.parse() {
             Ok(d) => Some(d),
@@ -140,7 +140,7 @@ impl std::fmt::Display for Value {
 
 impl Value {
     /// As JSON: numbers as numbers, on/off as booleans, the rest as their names.
-    pub fn json(&self) -> serde_json::Value {
+    pub(crate) fn json(&self) -> serde_json::Value {
         match self {
             Value::Whole(n) => (*n).into(),
             Value::Number(x) => (*x).into(),
@@ -165,9 +165,9 @@ pub enum Sweep {
 pub struct Knob {
     /// The flag (`--nccl-proto`); the knob's name is the same without the dashes.
     pub flag: &'static str,
-    pub value_name: &'static str,
+    pub(crate) value_name: &'static str,
     /// One line or two of help (the default is added as a value, see [`Knob::default_text`]).
-    pub help: &'static str,
+    pub(crate) help: &'static str,
     /// What a value must be, in words: errors say "expected {expected}".
     pub expected: &'static str,
     pub sweep: Sweep,
@@ -203,11 +203,11 @@ impl Knob {
     }
     /// Parses a value; the error is what the value should have been (the caller names the
     /// knob and where the value came from).
-    pub fn parse_value(&self, text: &str) -> std::result::Result<Value, String> {
+    pub(crate) fn parse_value(&self, text: &str) -> std::result::Result<Value, String> {
         (self.parse)(text.trim())
     }
     /// Parses a value; the error names the flag, the value and what is expected.
-    pub fn parse(&self, text: &str) -> Result<Value> {
+    fn parse(&self, text: &str) -> Result<Value> {
         self.parse_value(text).map_err(|why| Error::Flag {
             flag: self.flag,
             value: crate::units::echo(text),
@@ -247,7 +247,7 @@ impl Knob {
 }
 
 /// The knob a key names (`nccl-proto`, `nccl_proto`, `NCCL-Proto`, `--nccl-proto`).
-pub fn find(key: &str) -> Option<&'static Knob> {
+pub(crate) fn find(key: &str) -> Option<&'static Knob> {
     let k = key
         .trim()
         .trim_start_matches("--")
@@ -275,7 +275,7 @@ pub fn names() -> String {
 }
 
 /// The knob of `key`, or an error naming where the key was read and listing the real keys.
-pub fn lookup(key: &str, context: &str) -> Result<&'static Knob> {
+pub(crate) fn lookup(key: &str, context: &str) -> Result<&'static Knob> {
     find(key).ok_or_else(|| Error::UnknownKey {
         place: context.to_string(),
         key: crate::units::echo(key).to_string(),

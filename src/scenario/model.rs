@@ -24,7 +24,7 @@ pub enum Family {
 }
 
 impl Family {
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Family::MlaMoe => "mla+moe",
             Family::GqaMoe => "gqa+moe",
@@ -60,12 +60,12 @@ pub struct MoeDims {
     /// Layers before this index are dense (DeepSeek-V3 / Kimi `first_k_dense_replace`).
     pub first_k_dense: usize,
     /// Every this many layers from 0 is MoE (DeepSeek `moe_layer_freq`, default 1).
-    pub moe_layer_freq: usize,
+    moe_layer_freq: usize,
     /// Layer i is MoE only when (i + 1) is a multiple of this (Qwen-MoE `decoder_sparse_step`,
     /// default 1).
-    pub decoder_sparse_step: usize,
+    decoder_sparse_step: usize,
     /// Layers that keep a dense MLP whatever the rules above say (Qwen-MoE `mlp_only_layers`).
-    pub mlp_only_layers: Vec<usize>,
+    mlp_only_layers: Vec<usize>,
     pub n_group: usize,
     pub topk_group: usize,
     pub scoring: Scoring,
@@ -73,7 +73,7 @@ pub struct MoeDims {
 
 impl MoeDims {
     /// vLLM's rule for which layers are MoE (see [`ModelSpec::is_layer_moe`]).
-    pub fn is_layer_moe(&self, layer: usize) -> bool {
+    fn is_layer_moe(&self, layer: usize) -> bool {
         layer >= self.first_k_dense
             && layer % self.moe_layer_freq.max(1) == 0
             && (layer + 1) % self.decoder_sparse_step.max(1) == 0
@@ -81,7 +81,7 @@ impl MoeDims {
     }
 
     /// Every layer MoE (a one-layer MTP module built from the target's shape).
-    pub fn all_layers_moe(&mut self) {
+    pub(crate) fn all_layers_moe(&mut self) {
         self.first_k_dense = 0;
         self.moe_layer_freq = 1;
         self.decoder_sparse_step = 1;
@@ -113,7 +113,7 @@ impl WeightFormat {
         }
     }
 
-    pub fn name(self) -> String {
+    pub(crate) fn name(self) -> String {
         match self {
             WeightFormat::Bf16 => "bf16".into(),
             WeightFormat::Int4 { group_size } => format!("int4-g{group_size}"),
@@ -152,7 +152,7 @@ pub struct Quantization {
 #[derive(Debug, Clone)]
 pub struct ModelSpec {
     pub name: String,
-    pub source: PathBuf,
+    pub(crate) source: PathBuf,
     pub family: Family,
     pub num_layers: usize,
     pub hidden: usize,
@@ -177,14 +177,14 @@ pub struct ModelSpec {
 /// 2^53, so byte counts are exact in f64 and cannot wrap in u64.
 pub mod limits {
     use std::ops::RangeInclusive;
-    pub const LAYERS: RangeInclusive<u64> = 1..=512;
+    pub(crate) const LAYERS: RangeInclusive<u64> = 1..=512;
     pub const HIDDEN: RangeInclusive<u64> = 1..=65_536;
     pub const VOCAB: RangeInclusive<u64> = 1..=4_194_304;
     pub const HEADS: RangeInclusive<u64> = 1..=1_024;
     pub const HEAD_DIM: RangeInclusive<u64> = 1..=1_024;
     pub const INTERMEDIATE: RangeInclusive<u64> = 1..=1_048_576;
     /// Shared-expert width may be 0 (MiniMax-M2 has no shared expert).
-    pub const SHARED_INTERMEDIATE: RangeInclusive<u64> = 0..=1_048_576;
+    pub(crate) const SHARED_INTERMEDIATE: RangeInclusive<u64> = 0..=1_048_576;
     pub const LORA_RANK: RangeInclusive<u64> = 1..=65_536;
     /// 0 routed experts means a dense model.
     pub const EXPERTS: RangeInclusive<u64> = 0..=4_096;
@@ -194,7 +194,7 @@ pub mod limits {
     pub const SHARED_EXPERTS: RangeInclusive<u64> = 0..=64;
     pub const MAX_POSITIONS: RangeInclusive<u64> = 1..=(1 << 32);
     /// Quantization group and block edges.
-    pub const QUANT_GROUP: RangeInclusive<u64> = 1..=65_536;
+    pub(crate) const QUANT_GROUP: RangeInclusive<u64> = 1..=65_536;
 }
 
 /// Reads fields of one config object, naming the file and the field's JSON path in errors.
@@ -289,6 +289,197 @@ impl Fields<'_> {
     }
 }
 
+/// The config.json's top level: a JSON object.
+fn parse_root(text: &str, path: &Path) -> Result<Value> {
+    let root: Value = serde_json::from_str(text).map_err(|e| Error::Syntax {
+        path: path.to_path_buf(),
+        format: "JSON",
+        message: e.to_string(),
+    })?;
+    if !root.is_object() {
+        return Err(Error::Syntax {
+            path: path.to_path_buf(),
+            format: "config.json",
+            message: "the top level must be a JSON object".into(),
+        });
+    }
+    Ok(root)
+}
+
+/// The attention heads: query heads, key/value heads (a divisor of them) and the head
+/// width (given, or hidden_size / heads).
+fn attention_heads(f: &Fields, hidden: usize) -> Result<(usize, usize, usize)> {
+    let path = f.path;
+    let num_heads = f.required("num_attention_heads", limits::HEADS)?;
+    let num_kv_heads = f
+        .int("num_key_value_heads", limits::HEADS)?
+        .unwrap_or(num_heads);
+    if num_kv_heads == 0 || num_heads % num_kv_heads != 0 {
+        return Err(Error::field(
+            path,
+            f.name("num_key_value_heads"),
+            format!(
+                "found {num_kv_heads}, expected a divisor of num_attention_heads ({num_heads})"
+            ),
+        ));
+    }
+    let head_dim = match f.int("head_dim", limits::HEAD_DIM)? {
+        Some(d) => d,
+        None => {
+            let d = hidden / num_heads;
+            if d == 0 || !limits::HEAD_DIM.contains(&(d as u64)) {
+                return Err(Error::field(
+                    path,
+                    f.name("head_dim"),
+                    format!(
+                        "absent, and hidden_size / num_attention_heads = {hidden} / {num_heads} = {d} is not {}",
+                        check::int_range_text(&limits::HEAD_DIM)
+                    ),
+                ));
+            }
+            d
+        }
+    };
+    Ok((num_heads, num_kv_heads, head_dim))
+}
+
+/// The MLA dimensions, present when `kv_lora_rank` is.
+fn mla_dims(f: &Fields) -> Result<Option<MlaDims>> {
+    Ok(match f.int("kv_lora_rank", limits::LORA_RANK)? {
+        Some(kv_lora_rank) => Some(MlaDims {
+            q_lora_rank: f.int("q_lora_rank", limits::LORA_RANK)?,
+            kv_lora_rank,
+            qk_nope_head_dim: f.required("qk_nope_head_dim", limits::HEAD_DIM)?,
+            qk_rope_head_dim: f.required("qk_rope_head_dim", limits::HEAD_DIM)?,
+            v_head_dim: f.required("v_head_dim", limits::HEAD_DIM)?,
+        }),
+        None => None,
+    })
+}
+
+/// The MoE dimensions, present when the config names routed experts.
+fn moe_dims(f: &Fields, num_layers: usize) -> Result<Option<MoeDims>> {
+    let path = f.path;
+    let n_routed = f.first_of(
+        &["n_routed_experts", "num_experts", "num_local_experts"],
+        limits::EXPERTS,
+    )?;
+    Ok(match n_routed {
+        Some(n) if n > 0 => {
+            let top_k = f.required("num_experts_per_tok", limits::TOP_K)?;
+            if top_k > n {
+                return Err(Error::field(
+                    path,
+                    f.name("num_experts_per_tok"),
+                    format!("found {top_k}, expected at most the number of experts ({n})"),
+                ));
+            }
+            // MiniMax-M2 names the expert width `intermediate_size`.
+            let moe_intermediate = match f.int("moe_intermediate_size", limits::INTERMEDIATE)? {
+                Some(v) => v,
+                None => f.required("intermediate_size", limits::INTERMEDIATE)?,
+            };
+            let n_shared = f
+                .int("n_shared_experts", limits::SHARED_EXPERTS)?
+                .unwrap_or(0);
+            // n_shared ≤ 64 and the width ≤ 2^20, so the product cannot overflow.
+            let shared_intermediate = f
+                .first_of(
+                    &[
+                        "shared_expert_intermediate_size",
+                        "shared_intermediate_size",
+                    ],
+                    limits::SHARED_INTERMEDIATE,
+                )?
+                .unwrap_or(n_shared * moe_intermediate);
+            let n_shared = if shared_intermediate > 0 {
+                n_shared.max(1)
+            } else {
+                0
+            };
+            let scoring = match f.str("scoring_func")? {
+                Some("sigmoid") => Scoring::Sigmoid,
+                Some("softmax") | None => Scoring::Softmax,
+                Some(other) => {
+                    return Err(Error::field(
+                        path,
+                        f.name("scoring_func"),
+                        format!(
+                            "found '{}', expected 'sigmoid' or 'softmax'",
+                            crate::units::echo(other)
+                        ),
+                    ))
+                }
+            };
+            let n_group = f.int("n_group", 1..=n as u64)?.unwrap_or(1);
+            let topk_group = f.int("topk_group", 1..=n_group as u64)?.unwrap_or(1);
+            let mlp_only_layers = f.int_list("mlp_only_layers", num_layers)?;
+            let dims = MoeDims {
+                n_routed_experts: n,
+                top_k,
+                moe_intermediate,
+                n_shared_experts: n_shared,
+                shared_intermediate,
+                first_k_dense: f
+                    .int("first_k_dense_replace", 0..=num_layers as u64)?
+                    .unwrap_or(0),
+                moe_layer_freq: f.int("moe_layer_freq", 1..=num_layers as u64)?.unwrap_or(1),
+                decoder_sparse_step: f
+                    .int("decoder_sparse_step", 1..=num_layers as u64)?
+                    .unwrap_or(1),
+                mlp_only_layers,
+                n_group,
+                topk_group,
+                scoring,
+            };
+            Some(dims)
+        }
+        _ => None,
+    })
+}
+
+/// The model family its attention and MoE make; MLA without MoE is refused.
+fn family_of(f: &Fields, mla: &Option<MlaDims>, moe: &Option<MoeDims>) -> Result<Family> {
+    let path = f.path;
+    Ok(match (mla, moe) {
+        (Some(_), Some(_)) => Family::MlaMoe,
+        (Some(_), None) => {
+            return Err(Error::field(
+                path,
+                f.name("n_routed_experts"),
+                "MLA models without MoE are not supported (expected n_routed_experts)",
+            ))
+        }
+        (None, Some(_)) => Family::GqaMoe,
+        (None, None) => Family::GqaDense,
+    })
+}
+
+/// The weights' quantization: `quantization_config` of the language model, else of the
+/// wrapper. Both are checked when both are present (the nested one wins), so a malformed outer
+/// one is not silently ignored, and one that is not an object does not price weights as BF16.
+fn quantization(
+    root: &Value,
+    obj: &Value,
+    prefix: &str,
+    path: &Path,
+) -> Result<Option<Quantization>> {
+    let outer = match root.get("quantization_config") {
+        Some(q) if !q.is_null() && !prefix.is_empty() => {
+            Some(parse_quantization(path, "quantization_config", q)?)
+        }
+        _ => None,
+    };
+    Ok(match obj.get("quantization_config") {
+        Some(q) if !q.is_null() => Some(parse_quantization(
+            path,
+            &format!("{prefix}quantization_config"),
+            q,
+        )?),
+        _ => outer,
+    })
+}
+
 fn wrong_type(path: &Path, field: &str, v: &Value, expected: &str) -> Error {
     Error::field(
         path,
@@ -312,18 +503,7 @@ impl ModelSpec {
     }
 
     pub fn from_json_str(text: &str, path: &Path, name: &str) -> Result<Self> {
-        let root: Value = serde_json::from_str(text).map_err(|e| Error::Syntax {
-            path: path.to_path_buf(),
-            format: "JSON",
-            message: e.to_string(),
-        })?;
-        if !root.is_object() {
-            return Err(Error::Syntax {
-                path: path.to_path_buf(),
-                format: "config.json",
-                message: "the top level must be a JSON object".into(),
-            });
-        }
+        let root = parse_root(text, path)?;
         // Kimi-K2.5 and other multimodal wrappers keep the language model under `text_config`.
         let (obj, prefix) = match root.get("text_config") {
             None | Some(Value::Null) => (&root, ""),
@@ -340,142 +520,18 @@ impl ModelSpec {
         let num_layers = f.required("num_hidden_layers", limits::LAYERS)?;
         let hidden = f.required("hidden_size", limits::HIDDEN)?;
         let vocab = f.required("vocab_size", limits::VOCAB)?;
-        let num_heads = f.required("num_attention_heads", limits::HEADS)?;
-        let num_kv_heads = f
-            .int("num_key_value_heads", limits::HEADS)?
-            .unwrap_or(num_heads);
-        if num_kv_heads == 0 || num_heads % num_kv_heads != 0 {
-            return Err(Error::field(
-                path,
-                f.name("num_key_value_heads"),
-                format!(
-                    "found {num_kv_heads}, expected a divisor of num_attention_heads ({num_heads})"
-                ),
-            ));
-        }
-        let head_dim = match f.int("head_dim", limits::HEAD_DIM)? {
-            Some(d) => d,
-            None => {
-                let d = hidden / num_heads;
-                if d == 0 || !limits::HEAD_DIM.contains(&(d as u64)) {
-                    return Err(Error::field(
-                        path,
-                        f.name("head_dim"),
-                        format!(
-                            "absent, and hidden_size / num_attention_heads = {hidden} / {num_heads} = {d} is not {}",
-                            check::int_range_text(&limits::HEAD_DIM)
-                        ),
-                    ));
-                }
-                d
-            }
-        };
+        let (num_heads, num_kv_heads, head_dim) = attention_heads(&f, hidden)?;
         let model_type = match f.str("model_type")? {
             Some(t) => t,
             None => top.str("model_type")?.unwrap_or(""),
         }
         .to_ascii_lowercase();
 
-        let mla = match f.int("kv_lora_rank", limits::LORA_RANK)? {
-            Some(kv_lora_rank) => Some(MlaDims {
-                q_lora_rank: f.int("q_lora_rank", limits::LORA_RANK)?,
-                kv_lora_rank,
-                qk_nope_head_dim: f.required("qk_nope_head_dim", limits::HEAD_DIM)?,
-                qk_rope_head_dim: f.required("qk_rope_head_dim", limits::HEAD_DIM)?,
-                v_head_dim: f.required("v_head_dim", limits::HEAD_DIM)?,
-            }),
-            None => None,
-        };
+        let mla = mla_dims(&f)?;
 
-        let n_routed = f.first_of(
-            &["n_routed_experts", "num_experts", "num_local_experts"],
-            limits::EXPERTS,
-        )?;
-        let moe = match n_routed {
-            Some(n) if n > 0 => {
-                let top_k = f.required("num_experts_per_tok", limits::TOP_K)?;
-                if top_k > n {
-                    return Err(Error::field(
-                        path,
-                        f.name("num_experts_per_tok"),
-                        format!("found {top_k}, expected at most the number of experts ({n})"),
-                    ));
-                }
-                // MiniMax-M2 names the expert width `intermediate_size`.
-                let moe_intermediate = match f.int("moe_intermediate_size", limits::INTERMEDIATE)? {
-                    Some(v) => v,
-                    None => f.required("intermediate_size", limits::INTERMEDIATE)?,
-                };
-                let n_shared = f
-                    .int("n_shared_experts", limits::SHARED_EXPERTS)?
-                    .unwrap_or(0);
-                // n_shared ≤ 64 and the width ≤ 2^20, so the product cannot overflow.
-                let shared_intermediate = f
-                    .first_of(
-                        &[
-                            "shared_expert_intermediate_size",
-                            "shared_intermediate_size",
-                        ],
-                        limits::SHARED_INTERMEDIATE,
-                    )?
-                    .unwrap_or(n_shared * moe_intermediate);
-                let n_shared = if shared_intermediate > 0 {
-                    n_shared.max(1)
-                } else {
-                    0
-                };
-                let scoring = match f.str("scoring_func")? {
-                    Some("sigmoid") => Scoring::Sigmoid,
-                    Some("softmax") | None => Scoring::Softmax,
-                    Some(other) => {
-                        return Err(Error::field(
-                            path,
-                            f.name("scoring_func"),
-                            format!(
-                                "found '{}', expected 'sigmoid' or 'softmax'",
-                                crate::units::echo(other)
-                            ),
-                        ))
-                    }
-                };
-                let n_group = f.int("n_group", 1..=n as u64)?.unwrap_or(1);
-                let topk_group = f.int("topk_group", 1..=n_group as u64)?.unwrap_or(1);
-                let mlp_only_layers = f.int_list("mlp_only_layers", num_layers)?;
-                let dims = MoeDims {
-                    n_routed_experts: n,
-                    top_k,
-                    moe_intermediate,
-                    n_shared_experts: n_shared,
-                    shared_intermediate,
-                    first_k_dense: f
-                        .int("first_k_dense_replace", 0..=num_layers as u64)?
-                        .unwrap_or(0),
-                    moe_layer_freq: f.int("moe_layer_freq", 1..=num_layers as u64)?.unwrap_or(1),
-                    decoder_sparse_step: f
-                        .int("decoder_sparse_step", 1..=num_layers as u64)?
-                        .unwrap_or(1),
-                    mlp_only_layers,
-                    n_group,
-                    topk_group,
-                    scoring,
-                };
-                Some(dims)
-            }
-            _ => None,
-        };
+        let moe = moe_dims(&f, num_layers)?;
 
-        let family = match (&mla, &moe) {
-            (Some(_), Some(_)) => Family::MlaMoe,
-            (Some(_), None) => {
-                return Err(Error::field(
-                    path,
-                    f.name("n_routed_experts"),
-                    "MLA models without MoE are not supported (expected n_routed_experts)",
-                ))
-            }
-            (None, Some(_)) => Family::GqaMoe,
-            (None, None) => Family::GqaDense,
-        };
+        let family = family_of(&f, &mla, &moe)?;
 
         let needs_dense = match &moe {
             None => true,
@@ -492,24 +548,7 @@ impl ModelSpec {
             .int("max_position_embeddings", limits::MAX_POSITIONS)?
             .unwrap_or(usize::MAX);
 
-        // A quantization_config that is present but not an object must not silently price the
-        // weights as BF16.
-        // Both places are checked when both are present (the nested one describes the
-        // language model and wins), so a malformed outer one is not silently ignored.
-        let outer = match root.get("quantization_config") {
-            Some(q) if !q.is_null() && !prefix.is_empty() => {
-                Some(parse_quantization(path, "quantization_config", q)?)
-            }
-            _ => None,
-        };
-        let quant = match obj.get("quantization_config") {
-            Some(q) if !q.is_null() => Some(parse_quantization(
-                path,
-                &format!("{prefix}quantization_config"),
-                q,
-            )?),
-            _ => outer,
-        };
+        let quant = quantization(&root, obj, prefix, path)?;
 
         Ok(ModelSpec {
             name: name.to_string(),

@@ -21,7 +21,7 @@ pub const DEFAULT_ROUTING: &str = "power-law:0.66";
 
 /// Largest power-law exponent accepted: at 3 the hottest expert already takes 83% of the
 /// popularity mass of 384 experts; beyond it a typo is likelier than intent.
-pub const MAX_ALPHA: f64 = 3.0;
+pub(crate) const MAX_ALPHA: f64 = 3.0;
 
 /// The decodesim power-law exponents whose experts-touched curves reproduce the latency ratios
 /// of AIConfigurator's `power_law_1.01` and `power_law_1.2` MoE tables against `balanced` at
@@ -113,7 +113,7 @@ impl Routing {
     /// The routing a scenario runs with: the one asked for; else the power law a calibration
     /// fitted (profile factor `routing_alpha`); else the runtime's default (the project's
     /// reference step routes random tokens through random router weights: uniform).
-    pub fn for_request(
+    pub(crate) fn for_request(
         asked: Option<&Routing>,
         fitted_alpha: Option<f64>,
         runtime: super::Runtime,
@@ -162,7 +162,7 @@ impl Routing {
     }
 
     /// Reads a routing CSV (formats in [`ROUTING_EXPECTED`]; `#` lines are comments).
-    pub fn from_file(path: &Path) -> Result<Self> {
+    fn from_file(path: &Path) -> Result<Self> {
         let t = HandCsv::parse(
             &crate::files::read_text(path, InputKind::MeasurementCsv)?,
             path,
@@ -268,7 +268,7 @@ impl Routing {
 
     /// Checks a file's routing against the model: expert and layer indices in range, counts
     /// that are possible for top-k of that many experts.
-    pub fn check(&self, experts: usize, top_k: usize, num_layers: usize) -> Result<()> {
+    pub(crate) fn check(&self, experts: usize, top_k: usize, num_layers: usize) -> Result<()> {
         match self {
             Routing::Uniform | Routing::PowerLaw { .. } => Ok(()),
             Routing::Histogram { source, rows } => {

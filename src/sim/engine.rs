@@ -16,13 +16,13 @@ use rand::{Rng, SeedableRng};
 /// Everything the engine needs besides the workload and its base costs.
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
-    pub ranks: u32,
-    pub cuda_graphs: bool,
-    pub launch: LaunchParams,
-    pub variability: Variability,
-    pub seed: u64,
+    pub(crate) ranks: u32,
+    pub(crate) cuda_graphs: bool,
+    pub(crate) launch: LaunchParams,
+    pub(crate) variability: Variability,
+    pub(crate) seed: u64,
     /// GPU idle added at the end of each rank's step (profile factor `step_overhead_us`).
-    pub step_overhead_us: f64,
+    pub(crate) step_overhead_us: f64,
 }
 
 /// Reusable per-rank state, so repeated simulations do not allocate.

@@ -1,14 +1,15 @@
 //! Playing a decode step: the event engine over per-rank streams, the timeline it produces,
 //! and `simulate`, the library's front door (scenario → workload → prices → timeline).
 
-pub mod engine;
+mod engine;
 pub mod fast;
 pub mod simulate;
 pub mod timeline;
 
 pub use engine::{Engine, EngineConfig};
+pub(crate) use simulate::simulate_with_memory_utilization;
 pub use simulate::{
-    engine_config, simulate, simulate_loaded, simulate_with_memory_utilization, simulate_workload,
-    MemoryFit, ScenarioRequest, Simulation,
+    engine_config, simulate, simulate_loaded, simulate_workload, MemoryFit, ScenarioRequest,
+    Simulation,
 };
 pub use timeline::{KernelRecord, Timeline};

@@ -93,10 +93,10 @@ pub struct Simulation {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct MemoryFit {
     /// Weights plus KV cache per GPU.
-    pub needed_bytes: f64,
+    needed_bytes: f64,
     /// The GPU's memory as the driver reports it (`GpuSpec::memory_total_bytes`).
-    pub capacity_bytes: f64,
-    pub gpu_memory_utilization: f64,
+    pub(crate) capacity_bytes: f64,
+    pub(crate) gpu_memory_utilization: f64,
 }
 
 impl MemoryFit {
@@ -108,7 +108,7 @@ impl MemoryFit {
         }
     }
     /// What vLLM may use: capacity × gpu_memory_utilization.
-    pub fn usable_bytes(&self) -> f64 {
+    pub(crate) fn usable_bytes(&self) -> f64 {
         self.capacity_bytes * self.gpu_memory_utilization
     }
     pub fn fits(&self) -> bool {
@@ -116,7 +116,7 @@ impl MemoryFit {
     }
     /// One line a person reads: "needs 81.2 GiB per GPU (...), has 80.5 GiB (... 0.90 of the
     /// 89.4 GiB of each ...)".
-    pub fn describe(&self, memory: &MemoryFootprint, gpu: &str) -> String {
+    pub(crate) fn describe(&self, memory: &MemoryFootprint, gpu: &str) -> String {
         use crate::units::bytes;
         format!(
             "needs {} per GPU (weights {} + KV cache {}), has {} (--gpu-memory-utilization {:.2} of the {} of each {gpu})",
@@ -229,7 +229,7 @@ pub fn simulate(req: &ScenarioRequest) -> Result<Simulation> {
 
 /// [`simulate`] with the memory check held against `gpu_memory_utilization` instead of vLLM's
 /// default.
-pub fn simulate_with_memory_utilization(
+pub(crate) fn simulate_with_memory_utilization(
     req: &ScenarioRequest,
     gpu_memory_utilization: f64,
 ) -> Result<Simulation> {

@@ -23,11 +23,11 @@ pub struct Timeline {
     /// When each rank's first kernel starts.
     pub rank_start_us: Vec<f64>,
     /// When each rank's last kernel ends.
-    pub rank_end_us: Vec<f64>,
+    pub(crate) rank_end_us: Vec<f64>,
 }
 
 impl Timeline {
-    pub fn clear(&mut self, ranks: usize) {
+    pub(crate) fn clear(&mut self, ranks: usize) {
         self.ranks = ranks;
         self.records.clear();
         self.rank_end_us.clear();

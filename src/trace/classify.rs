@@ -13,15 +13,15 @@ const BUILTIN: &str = include_str!("../../data/rules/kernels.toml");
 const BUILTIN_NAME: &str = "data/rules/kernels.toml (built in)";
 
 #[derive(Debug, Clone)]
-pub struct Rule {
-    pub category: Category,
-    pub pattern: Regex,
-    pub exclude: Option<Regex>,
+struct Rule {
+    category: Category,
+    pattern: Regex,
+    exclude: Option<Regex>,
 }
 
 /// How a kernel got its category, so reports can list the ones no rule matched.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verdict {
+pub(crate) enum Verdict {
     /// From the event's `cat` (gpu_memcpy / gpu_memset).
     ByCat,
     /// From `args["Collective name"]`.
@@ -36,10 +36,10 @@ pub enum Verdict {
 
 #[derive(Debug, Clone)]
 pub struct Classifier {
-    pub rules: Vec<Rule>,
-    pub fallback: Category,
+    rules: Vec<Rule>,
+    fallback: Category,
     /// Where the rules came from, for reports.
-    pub source: String,
+    pub(crate) source: String,
 }
 
 #[derive(Deserialize)]
@@ -76,13 +76,13 @@ impl Classifier {
 
     /// Reads rules from a file, refused before reading when it is not a regular file or is
     /// larger than a rules file may be (`--rules /dev/zero`, a FIFO).
-    pub fn from_file(path: &Path) -> Result<Classifier> {
+    pub(crate) fn from_file(path: &Path) -> Result<Classifier> {
         let text = crate::files::read_text(path, crate::files::InputKind::Rules)
             .map_err(|e| super::parse::input_error(path, e))?;
         Self::from_toml(&text, path)
     }
 
-    pub fn from_toml(text: &str, origin: &Path) -> Result<Classifier> {
+    fn from_toml(text: &str, origin: &Path) -> Result<Classifier> {
         let err = |message: String| TraceError::Rules {
             path: PathBuf::from(origin),
             message,
@@ -135,7 +135,7 @@ impl Classifier {
     }
 
     /// Category of a kernel name by the rules alone.
-    pub fn classify_name(&self, name: &str) -> (Category, Verdict) {
+    fn classify_name(&self, name: &str) -> (Category, Verdict) {
         for (i, r) in self.rules.iter().enumerate() {
             if r.pattern.is_match(name) && !r.exclude.as_ref().is_some_and(|x| x.is_match(name)) {
                 return (r.category, Verdict::Rule(i));
@@ -147,7 +147,7 @@ impl Classifier {
     /// Category of one GPU op: the category the trace declares (decodesim's own timelines only),
     /// then `cat`, then the collective name, then the name rules.
     /// `name_cache` memoises the rules per interned name (a trace has few distinct names).
-    pub fn classify(
+    pub(crate) fn classify(
         &self,
         op: &GpuOp,
         trace: &ParsedTrace,

@@ -8,7 +8,7 @@
 
 /// How a trace's bytes are encoded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TraceFormat {
+pub(crate) enum TraceFormat {
     /// Kineto / Chrome trace JSON as text.
     Json,
     /// The same JSON, gzip-compressed (one or more members, as `torch.profiler` writes
@@ -20,12 +20,12 @@ pub enum TraceFormat {
 const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
 
 /// The file-name endings a folder of traces is searched for.
-pub const TRACE_SUFFIXES: [&str; 2] = [".json", ".json.gz"];
+const TRACE_SUFFIXES: [&str; 2] = [".json", ".json.gz"];
 
 impl TraceFormat {
     /// The format of a trace whose first bytes are `head` (at least two bytes are needed to
     /// see gzip; fewer read as JSON, which then fails with the JSON reader's own message).
-    pub fn detect(head: &[u8]) -> TraceFormat {
+    pub(crate) fn detect(head: &[u8]) -> TraceFormat {
         if head.starts_with(&GZIP_MAGIC) {
             TraceFormat::Gzip
         } else {
@@ -35,7 +35,7 @@ impl TraceFormat {
 }
 
 /// Whether a folder listing takes the file `name` as a trace (`*.json`, `*.json.gz`).
-pub fn is_trace_name(name: &str) -> bool {
+pub(crate) fn is_trace_name(name: &str) -> bool {
     TRACE_SUFFIXES.iter().any(|s| name.ends_with(s))
 }
 

@@ -15,12 +15,12 @@
 //! [`Category`]: crate::category::Category
 
 pub mod classify;
-pub mod error;
-pub mod format;
+pub(crate) mod error;
+pub(crate) mod format;
 pub mod model;
 pub mod parse;
 pub mod rank;
-pub mod scan;
+mod scan;
 pub mod steps;
 
 pub use error::TraceError;

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 /// What kind of GPU activity an event was, from its `cat`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum GpuKind {
+pub(crate) enum GpuKind {
     Kernel,
     Memcpy,
     Memset,
@@ -15,24 +15,24 @@ pub enum GpuKind {
 /// One kernel, memcpy or memset on the GPU timeline.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct GpuOp {
-    pub start_us: f64,
-    pub end_us: f64,
-    pub kind: GpuKind,
+    pub(crate) start_us: f64,
+    pub(crate) end_us: f64,
+    pub(crate) kind: GpuKind,
     /// Index into [`ParsedTrace::names`].
-    pub name: u32,
+    pub(crate) name: u32,
     /// The GPU (`pid` of GPU events, or `args.device`).
-    pub device: i64,
-    pub stream: i64,
+    pub(crate) device: i64,
+    pub(crate) stream: i64,
     /// Links the op to the runtime call that launched it (`args.correlation`).
     pub correlation: Option<u64>,
     /// Set for kernels replayed from a CUDA graph (`args["graph id"]`, CUDA 12+).
-    pub graph_id: Option<u64>,
+    pub(crate) graph_id: Option<u64>,
     /// `args["Collective name"]` (interned), present on collectives linked to
     /// `record_param_comms`.
-    pub collective: Option<u32>,
+    pub(crate) collective: Option<u32>,
     /// `args.category` when it names a category: decodesim's own timelines declare each
     /// kernel's category, and [`TraceMeta::declares_categories`] says whether to trust it.
-    pub declared: Option<crate::category::Category>,
+    pub(crate) declared: Option<crate::category::Category>,
 }
 
 /// Which timeline an annotation is on.
@@ -48,40 +48,40 @@ pub enum Side {
 pub struct Annotation {
     pub name: String,
     pub side: Side,
-    pub start_us: f64,
-    pub end_us: f64,
-    pub pid: i64,
-    pub tid: i64,
+    pub(crate) start_us: f64,
+    pub(crate) end_us: f64,
+    pub(crate) pid: i64,
+    pub(crate) tid: i64,
 }
 
 /// A runtime/driver API call (cudaLaunchKernel, cudaGraphLaunch, hipModuleLaunchKernel, ...).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Launch {
-    pub start_us: f64,
-    pub end_us: f64,
-    pub correlation: u64,
+    pub(crate) start_us: f64,
+    pub(crate) end_us: f64,
+    pub(crate) correlation: u64,
     /// The call replays a whole CUDA/HIP graph: one correlation id for many kernels.
-    pub graph: bool,
+    pub(crate) graph: bool,
 }
 
 /// Trace-level metadata that is useful for reporting and rank assignment.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct TraceMeta {
+pub(crate) struct TraceMeta {
     /// `distributedInfo.rank`.
     pub rank: Option<i64>,
     /// `distributedInfo.world_size`.
-    pub world_size: Option<i64>,
+    pub(crate) world_size: Option<i64>,
     /// `deviceProperties[].name`, non-empty ones only.
-    pub device_names: Vec<String>,
+    pub(crate) device_names: Vec<String>,
     /// `distributedInfo.backend` (nccl, gloo, ...).
-    pub backend: Option<String>,
+    pub(crate) backend: Option<String>,
     /// `distributedInfo.nccl_version`.
-    pub nccl_version: Option<String>,
+    pub(crate) nccl_version: Option<String>,
     /// `baseTimeNanoseconds`: when this process's profiler started (wall clock, ns).
-    pub base_time_ns: Option<f64>,
+    pub(crate) base_time_ns: Option<f64>,
     /// `otherData.generator` is "decodesim": a simulated timeline whose kernels declare their
     /// category in `args.category`.
-    pub declares_categories: bool,
+    pub(crate) declares_categories: bool,
 }
 
 /// Event counts, so a report can say what was read and what was skipped.
@@ -98,8 +98,8 @@ pub struct EventCounts {
 
 #[derive(Debug, Clone, Default)]
 pub struct ParsedTrace {
-    pub path: PathBuf,
-    pub meta: TraceMeta,
+    pub(crate) path: PathBuf,
+    pub(crate) meta: TraceMeta,
     pub gpu_ops: Vec<GpuOp>,
     pub annotations: Vec<Annotation>,
     pub launches: Vec<Launch>,
@@ -111,20 +111,20 @@ pub struct ParsedTrace {
 }
 
 impl ParsedTrace {
-    pub fn name(&self, id: u32) -> &str {
+    pub(crate) fn name(&self, id: u32) -> &str {
         &self.names[id as usize]
     }
 }
 
 /// Interns strings so each distinct kernel name is stored and classified once.
 #[derive(Default)]
-pub struct Interner {
+pub(crate) struct Interner {
     map: HashMap<String, u32>,
     names: Vec<String>,
 }
 
 impl Interner {
-    pub fn intern(&mut self, s: &str) -> u32 {
+    pub(crate) fn intern(&mut self, s: &str) -> u32 {
         if let Some(&id) = self.map.get(s) {
             return id;
         }
@@ -134,7 +134,7 @@ impl Interner {
         id
     }
 
-    pub fn into_names(self) -> Vec<String> {
+    pub(crate) fn into_names(self) -> Vec<String> {
         self.names
     }
 }

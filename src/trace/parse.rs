@@ -34,7 +34,7 @@ const MAX_WARNINGS: usize = 5;
 /// No GPU op lasts an hour: a profiled window is seconds long (a trace of an hour would be many
 /// gigabytes), so a longer `dur` is corrupt or in the wrong unit. Shorter durations are held
 /// against the span of the rest of the trace instead.
-pub const MAX_DURATION_US: f64 = 3.6e9;
+const MAX_DURATION_US: f64 = 3.6e9;
 
 /// What the parser should keep beyond its fixed set.
 #[derive(Debug, Clone, Copy, Default)]
@@ -68,7 +68,7 @@ pub fn parse_file(path: &Path, opts: &ParseOptions) -> Result<ParsedTrace> {
 }
 
 /// A refusal of `crate::files` as a trace error (same file, same words).
-pub fn input_error(path: &Path, e: crate::error::Error) -> TraceError {
+pub(crate) fn input_error(path: &Path, e: crate::error::Error) -> TraceError {
     match e {
         crate::error::Error::Read { path, source } => TraceError::Io { path, source },
         crate::error::Error::Input { path, problem } => TraceError::Input { path, problem },
@@ -89,7 +89,7 @@ pub fn parse_bytes(bytes: &[u8], path: &Path, opts: &ParseOptions) -> Result<Par
 }
 
 /// Reads a trace from any reader of JSON text. `gzip` only changes how read errors are named.
-pub fn parse_reader<R: Read>(
+fn parse_reader<R: Read>(
     reader: R,
     path: &Path,
     gzip: bool,

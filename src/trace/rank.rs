@@ -29,7 +29,7 @@ pub enum RankSource {
 }
 
 impl RankSource {
-    pub fn describe(self) -> &'static str {
+    pub(crate) fn describe(self) -> &'static str {
         match self {
             RankSource::DistributedInfo => "distributedInfo.rank",
             RankSource::FileName => "file name",
@@ -41,7 +41,7 @@ impl RankSource {
 /// The longest plausible spread of one run's ranks' profiler start (and save) times, seconds.
 /// Ranks start and stop profiling together (a collective call); a run profiled again later is
 /// minutes away.
-pub const MAX_START_SPREAD_S: f64 = 600.0;
+const MAX_START_SPREAD_S: f64 = 600.0;
 
 /// What a caller allows of a set of rank files beyond one complete run.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -69,7 +69,7 @@ fn vllm_name(path: &Path) -> Option<(String, f64)> {
 }
 
 /// Refuses files that look like different runs (see the module doc for the signals).
-pub fn check_one_run(paths: &[PathBuf], metas: &[&TraceMeta]) -> Result<()> {
+pub(crate) fn check_one_run(paths: &[PathBuf], metas: &[&TraceMeta]) -> Result<()> {
     let mixed = |i: usize, why: String| TraceError::MixedRuns {
         first: paths[0].clone(),
         second: paths[i].clone(),
@@ -141,7 +141,7 @@ pub fn check_one_run(paths: &[PathBuf], metas: &[&TraceMeta]) -> Result<()> {
 }
 
 /// Refuses a set of files that is not every rank of `distributedInfo.world_size`.
-pub fn check_complete(
+pub(crate) fn check_complete(
     paths: &[PathBuf],
     metas: &[&TraceMeta],
     ranks: &[(u32, RankSource)],
@@ -202,7 +202,7 @@ fn file_name_rank(path: &Path) -> Option<u32> {
 /// Assigns a rank to each file. `meta_ranks[i]` is file i's `distributedInfo.rank`.
 /// The same source is used for every file when possible, so one file's metadata cannot clash
 /// with another's file-name rank.
-pub fn assign_ranks(
+pub(crate) fn assign_ranks(
     paths: &[PathBuf],
     meta_ranks: &[Option<i64>],
 ) -> Result<Vec<(u32, RankSource)>> {

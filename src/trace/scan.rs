@@ -12,7 +12,7 @@ const CHUNK: usize = 1 << 20;
 
 /// Why a scan stopped early.
 #[derive(Debug)]
-pub enum ScanError {
+pub(crate) enum ScanError {
     Io(std::io::Error),
     /// The input ended inside a value.
     Eof,
@@ -20,7 +20,7 @@ pub enum ScanError {
     Unexpected(u8),
 }
 
-pub struct Input<R> {
+pub(crate) struct Input<R> {
     reader: R,
     buf: Vec<u8>,
     pos: usize,
@@ -30,7 +30,7 @@ pub struct Input<R> {
 }
 
 impl<R: Read> Input<R> {
-    pub fn new(reader: R) -> Self {
+    pub(crate) fn new(reader: R) -> Self {
         Input {
             reader,
             buf: Vec::with_capacity(CHUNK * 2),
@@ -41,7 +41,7 @@ impl<R: Read> Input<R> {
     }
 
     /// Absolute offset of the cursor in the (decompressed) JSON text.
-    pub fn offset(&self) -> u64 {
+    pub(crate) fn offset(&self) -> u64 {
         self.dropped + self.pos as u64
     }
 
@@ -79,7 +79,7 @@ impl<R: Read> Input<R> {
     }
 
     /// Skips whitespace and returns the next byte without consuming it; `None` at end of input.
-    pub fn peek(&mut self) -> Result<Option<u8>, ScanError> {
+    pub(crate) fn peek(&mut self) -> Result<Option<u8>, ScanError> {
         loop {
             while self.pos < self.buf.len() {
                 let b = self.buf[self.pos];
@@ -96,12 +96,12 @@ impl<R: Read> Input<R> {
     }
 
     /// Consumes one byte (after `peek` returned it).
-    pub fn bump(&mut self) {
+    pub(crate) fn bump(&mut self) {
         self.pos += 1;
     }
 
     /// Skips a leading UTF-8 byte-order mark, which some tools write.
-    pub fn skip_bom(&mut self) -> Result<(), ScanError> {
+    pub(crate) fn skip_bom(&mut self) -> Result<(), ScanError> {
         while self.buf.len() - self.pos < 3 && self.fill()? {}
         if self.buf[self.pos..].starts_with(&[0xEF, 0xBB, 0xBF]) {
             self.pos += 3;
@@ -111,7 +111,7 @@ impl<R: Read> Input<R> {
 
     /// Finds the end of the JSON value that starts at the cursor and returns it as a slice,
     /// consuming it. The slice is valid until the next call.
-    pub fn next_value(&mut self) -> Result<&[u8], ScanError> {
+    pub(crate) fn next_value(&mut self) -> Result<&[u8], ScanError> {
         let len = self.value_len()?;
         let start = self.pos;
         self.pos += len;

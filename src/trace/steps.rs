@@ -38,7 +38,7 @@ pub enum StepSource {
 }
 
 impl StepSource {
-    pub fn describe(self) -> &'static str {
+    pub(crate) fn describe(self) -> &'static str {
         match self {
             StepSource::Custom => "--step-marker annotations",
             StepSource::VllmExecute => "vLLM execute_context_*_generation_* annotations",
@@ -63,33 +63,27 @@ pub enum WindowSource {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Step {
-    pub name: String,
-    pub kind: StepKind,
+pub(crate) struct Step {
+    pub(crate) name: String,
+    pub(crate) kind: StepKind,
     /// GPU window, µs on the trace's clock.
-    pub start_us: f64,
-    pub end_us: f64,
-    pub window: WindowSource,
+    pub(crate) start_us: f64,
+    pub(crate) end_us: f64,
+    pub(crate) window: WindowSource,
     /// GPU ops linked to the step by correlation.
-    pub linked_ops: usize,
+    pub(crate) linked_ops: usize,
     /// Of those, ops replayed from a CUDA graph (one launch → many kernels, or `graph id`).
-    pub graph_ops: usize,
-}
-
-impl Step {
-    pub fn duration_us(&self) -> f64 {
-        self.end_us - self.start_us
-    }
+    pub(crate) graph_ops: usize,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct StepFinding {
-    pub source: StepSource,
+pub(crate) struct StepFinding {
+    pub(crate) source: StepSource,
     /// Which side the markers were on (CPU, or GPU-only traces).
-    pub marker_side: &'static str,
-    pub steps: Vec<Step>,
+    pub(crate) marker_side: &'static str,
+    pub(crate) steps: Vec<Step>,
     /// Markers that matched but launched no GPU work (e.g. the last, unfinished ProfilerStep).
-    pub empty_markers: usize,
+    pub(crate) empty_markers: usize,
 }
 
 fn family_regexes() -> &'static [(StepSource, Regex)] {
@@ -112,7 +106,7 @@ fn family_regexes() -> &'static [(StepSource, Regex)] {
 }
 
 /// Decode, prefill or mixed, from the marker's own words.
-pub fn step_kind(source: StepSource, name: &str) -> StepKind {
+fn step_kind(source: StepSource, name: &str) -> StepKind {
     let caps = family_regexes()
         .iter()
         .find(|(s, _)| *s == source)
@@ -142,7 +136,7 @@ pub fn step_kind(source: StepSource, name: &str) -> StepKind {
 
 /// Finds the steps of one rank. `ops` are that rank's GPU ops (one device), `launches` its
 /// runtime calls sorted by start time.
-pub fn find_steps(
+pub(crate) fn find_steps(
     annotations: &[Annotation],
     ops: &[GpuOp],
     launches: &[Launch],

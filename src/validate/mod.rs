@@ -19,17 +19,17 @@ use std::path::{Path, PathBuf};
 
 /// One captured configuration: the files of all its ranks.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Case {
-    pub name: String,
-    pub batch: u32,
-    pub context: u64,
+pub(crate) struct Case {
+    pub(crate) name: String,
+    pub(crate) batch: u32,
+    pub(crate) context: u64,
     /// `default`, `ll_ring` or `p2p_off` (the harness's NCCL settings).
-    pub setting: String,
+    pub(crate) setting: String,
     pub files: Vec<PathBuf>,
 }
 
 /// Groups `refstep_b{B}_c{CTX}_{SETTING}_rank{R}.*.json.gz` files by configuration.
-pub fn discover(dir: &Path) -> Result<Vec<Case>> {
+fn discover(dir: &Path) -> Result<Vec<Case>> {
     let re = Regex::new(r"^(refstep_b(\d+)_c(\d+)_([A-Za-z0-9]+(?:_[A-Za-z0-9]+)*?))_rank(\d+)\.")
         .expect("valid regex");
     let rd = std::fs::read_dir(dir).map_err(|source| Error::Read {
@@ -75,7 +75,7 @@ pub fn discover(dir: &Path) -> Result<Vec<Case>> {
 }
 
 /// The scenario the reference step of a case corresponds to (data/README.md).
-pub fn request_for(
+fn request_for(
     case: &Case,
     ranks: u32,
     layers: usize,
@@ -117,20 +117,20 @@ pub fn request_for(
 
 #[derive(Debug, Clone, Serialize)]
 pub struct CaseResult {
-    pub case: Case,
+    pub(crate) case: Case,
     /// Profiled steps left out as start-up outliers (longer than twice the median step).
-    pub excluded_steps: usize,
+    pub(crate) excluded_steps: usize,
     pub layers: usize,
     pub ranks: usize,
-    pub measured_step_us: f64,
-    pub predicted_step_us: f64,
-    pub step_error: f64,
+    pub(crate) measured_step_us: f64,
+    pub(crate) predicted_step_us: f64,
+    pub(crate) step_error: f64,
     /// Mean over categories of |predicted share − measured share| (fraction).
-    pub mean_share_error: f64,
-    pub max_share_error: f64,
-    pub max_share_category: Category,
-    pub measured_wait_share: f64,
-    pub predicted_wait_share: f64,
+    pub(crate) mean_share_error: f64,
+    pub(crate) max_share_error: f64,
+    pub(crate) max_share_category: Category,
+    pub(crate) measured_wait_share: f64,
+    pub(crate) predicted_wait_share: f64,
     /// What the trace showed of the scenario and how (or why not), and any allowed mismatch.
     pub checks: Vec<String>,
     #[serde(skip)]
@@ -143,8 +143,8 @@ pub struct CaseResult {
 pub struct Summary {
     pub cases: usize,
     pub median_abs_step_error: f64,
-    pub worst_abs_step_error: f64,
-    pub worst_case: String,
+    pub(crate) worst_abs_step_error: f64,
+    pub(crate) worst_case: String,
     /// Median over all (case, category) pairs of |share error|.
     pub median_share_error: f64,
 }
@@ -152,10 +152,10 @@ pub struct Summary {
 #[derive(Debug, Clone, Serialize)]
 pub struct AnchorReport {
     pub anchor: String,
-    pub results: Vec<(String, u32, f64, f64, f64)>,
+    pub(crate) results: Vec<(String, u32, f64, f64, f64)>,
     /// Over the cases of the anchor's context and setting within a 16x batch range.
     pub band: Option<Summary>,
-    pub all: Summary,
+    pub(crate) all: Summary,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -169,7 +169,7 @@ pub struct Validation {
 /// The measured step as the mean over ranks of each rank's mean step, leaving out steps longer
 /// than twice the median step of all ranks: the first profiled step of a fresh process group
 /// can hold hundreds of milliseconds of one-off waiting (profiler and NCCL start-up).
-pub fn robust_breakdown(summary: &crate::accounting::TraceSummary) -> (Breakdown, usize) {
+pub(crate) fn robust_breakdown(summary: &crate::accounting::TraceSummary) -> (Breakdown, usize) {
     let mut times: Vec<f64> = summary
         .ranks
         .iter()
@@ -238,11 +238,11 @@ pub struct ValidateOptions<'a> {
 
 /// The checks of the traces that the user may relax.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct ValidateChecks {
+pub(crate) struct ValidateChecks {
     /// Rank files that are not one complete run.
-    pub ranks: crate::trace::rank::RankPolicy,
+    pub(crate) ranks: crate::trace::rank::RankPolicy,
     /// `--layers` (or the captured configuration) differing from what the trace shows.
-    pub allow_mismatch: bool,
+    pub(crate) allow_mismatch: bool,
 }
 
 pub fn validate(dir: &Path, o: &ValidateOptions) -> Result<Validation> {
@@ -250,7 +250,7 @@ pub fn validate(dir: &Path, o: &ValidateOptions) -> Result<Validation> {
 }
 
 /// [`validate`], with the trace checks `checks` relaxes.
-pub fn validate_with(
+pub(crate) fn validate_with(
     dir: &Path,
     o: &ValidateOptions,
     checks: ValidateChecks,

@@ -64,7 +64,7 @@ impl Acceptance {
     }
 
     /// Reads `acceptance_length,count` rows (header required; lengths 1..=k+1).
-    pub fn lengths_file(path: &Path) -> Result<Self> {
+    pub(crate) fn lengths_file(path: &Path) -> Result<Self> {
         let text = crate::files::read_text(path, crate::files::InputKind::MeasurementCsv)?;
         let mut rdr = csv::ReaderBuilder::new()
             .trim(csv::Trim::All)
@@ -143,7 +143,7 @@ impl Acceptance {
     }
 
     /// The most draft tokens this acceptance input describes (None: any k).
-    pub fn max_k(&self) -> Option<u32> {
+    fn max_k(&self) -> Option<u32> {
         match self {
             Acceptance::Rate(_) => None,
             Acceptance::PerPosition(a) => Some(a.len() as u32),
@@ -152,7 +152,7 @@ impl Acceptance {
     }
 
     /// Checks that `k` draft tokens are covered, naming the flag otherwise.
-    pub fn check_k(&self, k: u32) -> Result<()> {
+    pub(crate) fn check_k(&self, k: u32) -> Result<()> {
         match (self, self.max_k()) {
             (Acceptance::PerPosition(a), Some(m)) if k > m => Err(Error::ScenarioSetting {
                 flag: "--draft-tokens",
@@ -198,7 +198,7 @@ impl Acceptance {
     }
 
     /// P(accepted = a) for a in 0..=k.
-    pub fn pmf(&self, k: u32) -> Vec<f64> {
+    pub(crate) fn pmf(&self, k: u32) -> Vec<f64> {
         let p = self.survival(k);
         let mut out = Vec::with_capacity(p.len() + 1);
         let mut prev = 1.0;
@@ -210,7 +210,7 @@ impl Acceptance {
         out
     }
 
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         match self {
             Acceptance::Rate(r) => format!("acceptance rate {r} (mean length 1 + k x {r})"),
             Acceptance::PerPosition(a) => format!(

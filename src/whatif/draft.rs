@@ -19,19 +19,21 @@ pub use crate::workload::spec_step::SpecMethod as Method;
 /// One method's limits, from `data/spec_decode/methods.toml`.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct MethodLimits {
-    pub max_draft_tokens: u32,
-    pub aux_hidden_states: u32,
+pub(crate) struct MethodLimits {
+    pub(crate) max_draft_tokens: u32,
+    aux_hidden_states: u32,
     #[serde(default)]
-    pub default_draft: Option<String>,
-    pub source: String,
+    default_draft: Option<String>,
+    /// Where the limits come from: required in the file, read by people, not by the code.
+    #[allow(dead_code)]
+    source: String,
 }
 
-pub fn methods_file() -> PathBuf {
+fn methods_file() -> PathBuf {
     catalog::data_root().join("data/spec_decode/methods.toml")
 }
 
-pub fn method_limits(method: Method) -> Result<MethodLimits> {
+fn method_limits(method: Method) -> Result<MethodLimits> {
     let path = methods_file();
     let all: BTreeMap<String, MethodLimits> =
         crate::files::read_toml(&path, crate::files::InputKind::SystemToml)?;
@@ -47,8 +49,8 @@ pub fn method_limits(method: Method) -> Result<MethodLimits> {
 pub struct Draft {
     pub drafter: Drafter,
     /// Where the draft came from (a config file or the target's own MTP layers).
-    pub source: String,
-    pub limits: MethodLimits,
+    pub(crate) source: String,
+    pub(crate) limits: MethodLimits,
 }
 
 impl std::ops::Deref for Draft {
@@ -121,7 +123,7 @@ impl Draft {
     }
 
     /// Refuses a k the method does not allow, naming the flag and the allowed range.
-    pub fn check_k(&self, k: u32) -> Result<()> {
+    pub(crate) fn check_k(&self, k: u32) -> Result<()> {
         let max = self.limits.max_draft_tokens;
         if k == 0 || k > max {
             return Err(Error::ScenarioSetting {

@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 
 /// Parses `--flag` values given as a list (`1,2,4`), a range (`1..6` or `1..=6`, both ends
 /// included) or a mix (`1..4,8,16`), naming the flag and the allowed range on error.
-pub fn parse_u32_list(
+pub(crate) fn parse_u32_list(
     flag: &str,
     text: &str,
     allowed: std::ops::RangeInclusive<u32>,
@@ -61,7 +61,7 @@ pub fn parse_u32_list(
 }
 
 /// Parses a comma list of fractions (`0.8,0.6,0.4`), naming the flag on error.
-pub fn parse_f64_list(flag: &str, text: &str) -> Result<Vec<f64>> {
+pub(crate) fn parse_f64_list(flag: &str, text: &str) -> Result<Vec<f64>> {
     text.split(',')
         .filter(|p| !p.trim().is_empty())
         .map(|p| {

@@ -38,18 +38,18 @@ pub struct SpecDecodeRequest {
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Variant {
-    pub draft_tokens: u32,
+    pub(crate) draft_tokens: u32,
     /// The k draft passes and the proposer's bookkeeping kernels and gaps between passes.
     pub draft_time_us: f64,
     /// The verify pass at batch × (k+1) tokens, rejection sampler included.
     pub verify_time_us: f64,
     /// Host time the GPU waits for (profile `[spec_decode].exposed_host_us`).
-    pub host_time_us: f64,
+    pub(crate) host_time_us: f64,
     pub step_time_us: f64,
-    pub mean_acceptance_length: f64,
+    pub(crate) mean_acceptance_length: f64,
     pub tokens_per_s: f64,
-    pub tokens_per_s_per_user: f64,
-    pub speedup: f64,
+    pub(crate) tokens_per_s_per_user: f64,
+    pub(crate) speedup: f64,
     /// Time per output token across users, ms: p50, p90, p99.
     pub tpot_ms: [f64; 3],
 }
@@ -59,60 +59,60 @@ pub struct Crossover {
     /// (batch, best k, best speedup) per simulated batch.
     pub grid: Vec<(u32, u32, f64)>,
     /// The largest grid batch at which the best k still pays (None: it pays nowhere).
-    pub last_paying_batch: Option<u32>,
+    pub(crate) last_paying_batch: Option<u32>,
     /// The first grid batch above that where no k pays (None: it pays at every batch tried).
-    pub first_losing_batch: Option<u32>,
+    pub(crate) first_losing_batch: Option<u32>,
     /// The k of each column of `speedups` (the request's `draft_tokens`).
-    pub draft_tokens: Vec<u32>,
+    pub(crate) draft_tokens: Vec<u32>,
     /// Speedup of every k at every grid batch: `speedups[batch index][k index]`.
-    pub speedups: Vec<Vec<f64>>,
+    pub(crate) speedups: Vec<Vec<f64>>,
 }
 
 /// Step times of one crossover batch, before acceptance is applied.
 #[derive(Debug, Clone, PartialEq)]
-pub struct GridCost {
-    pub batch: u32,
+struct GridCost {
+    batch: u32,
     /// The plain step.
-    pub base_step_us: f64,
+    base_step_us: f64,
     /// The whole speculative step (draft + verify + host) per k, in `draft_tokens` order.
-    pub spec_step_us: Vec<f64>,
+    spec_step_us: Vec<f64>,
 }
 
 /// Everything `whatif spec-decode` simulates; acceptance only enters afterwards, so one set of
 /// costs serves every acceptance rate asked for.
 #[derive(Debug, Clone)]
-pub struct SpecDecodeCosts {
-    pub baseline: Simulation,
-    pub draft_source: String,
+pub(crate) struct SpecDecodeCosts {
+    baseline: Simulation,
+    draft_source: String,
     /// Per k of the request, at the scenario's batch.
-    pub steps: Vec<(u32, StepCost)>,
+    steps: Vec<(u32, StepCost)>,
     /// The crossover grid (empty when no crossover batches were asked for).
-    pub grid: Vec<GridCost>,
+    grid: Vec<GridCost>,
 }
 
 #[derive(Debug, Clone)]
 pub struct SpecDecodeStudy {
-    pub method: Method,
-    pub draft_source: String,
-    pub acceptance: String,
+    pub(crate) method: Method,
+    pub(crate) draft_source: String,
+    pub(crate) acceptance: String,
     /// vLLM's acceptance rate when the study was given one (`--acceptance-rate`).
-    pub acceptance_rate: Option<f64>,
+    pub(crate) acceptance_rate: Option<f64>,
     /// The plain step of the same scenario (its JSON scenario/calibration are reported).
-    pub baseline: Simulation,
+    pub(crate) baseline: Simulation,
     pub variants: Vec<Variant>,
     pub crossover: Option<Crossover>,
-    pub warnings: Vec<String>,
+    pub(crate) warnings: Vec<String>,
 }
 
 impl SpecDecodeStudy {
     pub fn baseline_step_us(&self) -> f64 {
         self.baseline.step_time_us()
     }
-    pub fn baseline_tokens_per_s(&self) -> f64 {
+    pub(crate) fn baseline_tokens_per_s(&self) -> f64 {
         self.baseline.tokens_per_s()
     }
     /// The variant with the highest speedup.
-    pub fn best(&self) -> Option<&Variant> {
+    pub(crate) fn best(&self) -> Option<&Variant> {
         self.variants
             .iter()
             .max_by(|a, b| a.speedup.total_cmp(&b.speedup))
@@ -203,7 +203,7 @@ pub fn step_cost(
 /// Seeded Monte Carlo: each user decodes `output_tokens` tokens, one step at a time, taking
 /// 1 + accepted tokens per step; TPOT = its steps × step time / its tokens. p50/p90/p99 over
 /// users, in ms.
-pub fn tpot_percentiles(
+fn tpot_percentiles(
     pmf: &[f64],
     step_us: f64,
     users: u32,
@@ -268,7 +268,7 @@ fn variant(
 /// step, then per k a verify and a draft side, at the scenario's batch and at each crossover
 /// batch) and Monte Carlo draws (at most users × output tokens per k and per acceptance rate:
 /// each step yields at least one token).
-pub fn check_work(req: &SpecDecodeRequest, rates: usize, max_work: u64) -> Result<()> {
+pub(crate) fn check_work(req: &SpecDecodeRequest, rates: usize, max_work: u64) -> Result<()> {
     use crate::error::{check_work, WORK_MC_DRAW, WORK_TIMELINE_STEP};
     let ks = req.draft_tokens.len() as f64;
     let mut batches = req.crossover_batches.clone();
@@ -308,7 +308,7 @@ pub fn run(req: &SpecDecodeRequest) -> Result<SpecDecodeStudy> {
 
 /// Checks the request and simulates every step it needs: the plain step, each k at the
 /// scenario's batch, and each k and the plain step at every crossover batch.
-pub fn simulate_costs(req: &SpecDecodeRequest) -> Result<SpecDecodeCosts> {
+pub(crate) fn simulate_costs(req: &SpecDecodeRequest) -> Result<SpecDecodeCosts> {
     if req.draft_tokens.is_empty() {
         return Err(Error::FlagUse {
             flag: "--draft-tokens",
@@ -368,7 +368,7 @@ pub fn simulate_costs(req: &SpecDecodeRequest) -> Result<SpecDecodeCosts> {
 }
 
 /// The study of `costs` (from [`simulate_costs`] of `req`) at one acceptance.
-pub fn study(
+pub(crate) fn study(
     req: &SpecDecodeRequest,
     costs: &SpecDecodeCosts,
     acceptance: &Acceptance,
@@ -497,7 +497,7 @@ pub fn study(
 
 /// One k's whole speculative step (verify, then the draft side) as one simulated timeline,
 /// for `--timeline`: the passes play back to back on the same engine.
-pub fn step_simulation(req: &SpecDecodeRequest, k: u32) -> Result<Simulation> {
+pub(crate) fn step_simulation(req: &SpecDecodeRequest, k: u32) -> Result<Simulation> {
     let (scenario, profile) = req.base.load()?;
     let draft = Draft::load(req.method, req.draft.as_deref(), &scenario.model)?;
     draft.check_k(k)?;

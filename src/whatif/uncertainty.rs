@@ -35,7 +35,7 @@ use std::sync::{Mutex, OnceLock};
 /// Draws per interval unless `--draws` says otherwise: p5 and p95 then rest on 10 draws each.
 pub const DEFAULT_DRAWS: usize = 200;
 /// Seed of the draws unless `--seed` says otherwise.
-pub const DEFAULT_SEED: u64 = 0x1D7E_57A7;
+pub(crate) const DEFAULT_SEED: u64 = 0x1D7E_57A7;
 
 /// The standard normal's 97.5% quantile: a 95% interval is ±1.96 σ.
 const Z975: f64 = 1.959_963_984_540_054;
@@ -43,7 +43,7 @@ const Z975: f64 = 1.959_963_984_540_054;
 /// The MoE price's rms log error under the default routing `power-law:0.66` against
 /// AIConfigurator's `power_law_1.01` rows (16–512 tokens, moe_tp 8), as fitted in
 /// `scenario::routing` (README "Routing").
-pub const DEFAULT_ROUTING_RMS_LOG_ERROR: f64 = 0.112;
+const DEFAULT_ROUTING_RMS_LOG_ERROR: f64 = 0.112;
 
 /// p5, p50, p95 of a quantity over the draws.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -55,7 +55,7 @@ pub struct Interval {
 
 impl Interval {
     /// The point itself (no uncertainty).
-    pub fn point(v: f64) -> Self {
+    fn point(v: f64) -> Self {
         Interval {
             p5: v,
             p50: v,
@@ -83,13 +83,8 @@ impl Interval {
         }
     }
 
-    pub fn json(&self) -> serde_json::Value {
+    pub(crate) fn json(&self) -> serde_json::Value {
         serde_json::json!({"p5": self.p5, "p50": self.p50, "p95": self.p95})
-    }
-
-    /// `[p5, p95]` in a table cell with `digits` decimals.
-    pub fn cell(&self, digits: usize) -> String {
-        format!("[{:.*}, {:.*}]", digits, self.p5, digits, self.p95)
     }
 }
 
@@ -142,13 +137,13 @@ pub enum Target {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Source {
     /// Names the draw's random stream: arms sharing a source share its draws.
-    pub name: String,
+    pub(crate) name: String,
     /// Where the spread comes from, for reports.
-    pub provenance: String,
+    pub(crate) provenance: String,
     pub target: Target,
-    pub mu: f64,
+    mu: f64,
     pub sigma: f64,
-    pub log: bool,
+    log: bool,
 }
 
 /// How a fitted factor reaches the prices: +1 the price grows with it, −1 as its inverse.
@@ -221,7 +216,7 @@ fn table_errors(p: &CalibrationProfile) -> BTreeMap<&'static str, f64> {
 }
 
 /// The factor intervals a profile states: `<factor>_ci95 = [lo, hi]` in any `[fit.*]` table.
-pub fn factor_intervals(p: &CalibrationProfile) -> Result<BTreeMap<String, [f64; 2]>> {
+fn factor_intervals(p: &CalibrationProfile) -> Result<BTreeMap<String, [f64; 2]>> {
     let mut out = BTreeMap::new();
     for (section, t) in &p.fit {
         let Some(t) = t.as_table() else { continue };
@@ -416,7 +411,7 @@ impl Uncertainty {
 
     /// `n` draws under `seed`. Each source's normal deviate is a function of (seed, draw index,
     /// source name) only, so another scenario's draws share it (paired draws).
-    pub fn draws(&self, n: usize, seed: u64) -> Vec<Draw> {
+    fn draws(&self, n: usize, seed: u64) -> Vec<Draw> {
         (0..n).map(|i| self.draw(i as u64, seed)).collect()
     }
 
@@ -469,10 +464,10 @@ fn normal(seed: u64, draw: u64, name: &str) -> f64 {
 /// the undrawn fast-path step the drawn ones are taken relative to.
 pub struct Drawn {
     pub fast: FastScenario,
-    pub launch: Launch,
-    pub coll: Collectives,
-    pub draws: Vec<Draw>,
-    pub uncertainty: Uncertainty,
+    launch: Launch,
+    coll: Collectives,
+    draws: Vec<Draw>,
+    uncertainty: Uncertainty,
 }
 
 impl Drawn {
@@ -511,7 +506,7 @@ impl Drawn {
     /// [`Drawn::step_ratios`] for a scenario that differs from the fitted one only in what the
     /// fast path takes per call (batch, context, NCCL protocol and algorithm, CUDA graphs), as
     /// a sweep prices its grid: no second fit.
-    pub fn step_ratios_of(&self, s: &Scenario, p: &CalibrationProfile) -> Result<Vec<f64>> {
+    fn step_ratios_of(&self, s: &Scenario, p: &CalibrationProfile) -> Result<Vec<f64>> {
         let launch = Launch::new(p, s.cuda_graphs);
         let coll = Collectives::new(s, p)?;
         let base = self.fast.step_us(s.batch, s.context, &launch, &coll);
@@ -553,7 +548,7 @@ pub struct Intervals {
 
 impl Intervals {
     /// From per-draw step-time ratios around the point step time (tokens/s ∝ 1 / step time).
-    pub fn from_ratios(ratios: &[f64], step_us: f64, tokens_per_s: f64) -> Self {
+    fn from_ratios(ratios: &[f64], step_us: f64, tokens_per_s: f64) -> Self {
         let steps: Vec<f64> = ratios.iter().map(|r| r * step_us).collect();
         let tps: Vec<f64> = ratios.iter().map(|r| tokens_per_s / r).collect();
         if ratios.is_empty() {
@@ -568,7 +563,7 @@ impl Intervals {
         }
     }
 
-    pub fn json(&self) -> serde_json::Value {
+    pub(crate) fn json(&self) -> serde_json::Value {
         serde_json::json!({
             "step_time_us": self.step_time_us.json(),
             "tokens_per_s": self.tokens_per_s.json(),
@@ -682,7 +677,7 @@ mod tests {
 /// One what-if arm's intervals and its speedup against the base from paired draws.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ArmIntervals {
-    pub intervals: Intervals,
+    pub(crate) intervals: Intervals,
     pub speedup: Interval,
 }
 
@@ -692,7 +687,7 @@ impl ArmIntervals {
     }
 
     /// `{"step_time_us": {p5,p50,p95}, "tokens_per_s": {..}, "speedup": {..}, "verdict": ..}`.
-    pub fn json(&self) -> serde_json::Value {
+    pub(crate) fn json(&self) -> serde_json::Value {
         let mut v = self.intervals.json();
         v["speedup"] = self.speedup.json();
         v["verdict"] = serde_json::json!(self.verdict().name());
@@ -774,7 +769,7 @@ pub fn vary_intervals(
 
 /// Intervals of `whatif spec-decode` per k (in `study.variants` order) at the scenario's batch:
 /// the speculative step's, and its speedup over the plain step under the same draws.
-pub fn spec_decode_intervals(
+pub(crate) fn spec_decode_intervals(
     req: &super::spec_decode::SpecDecodeRequest,
     study: &super::spec_decode::SpecDecodeStudy,
     n: usize,
@@ -808,7 +803,7 @@ pub fn spec_decode_intervals(
 
 /// Tokens/s intervals of every sweep row (in `rows` order), one fast path fitted for the grid
 /// as the sweep fits it, each row's draws replayed on its memo (`sweep --intervals`).
-pub fn sweep_intervals(
+pub(crate) fn sweep_intervals(
     req: &super::sweep::SweepRequest,
     rows: &[super::sweep::Row],
     n: usize,
@@ -889,7 +884,7 @@ pub fn sweep_intervals(
 /// decode step (`step_us`, drawn) plus `extra_us` not drawn (e.g. prefill's share): the
 /// throughput at the point `capacity` chooses. Inner error as in [`scenario_intervals`].
 #[allow(clippy::too_many_arguments)]
-pub fn throughput_interval(
+pub(crate) fn throughput_interval(
     s: &Scenario,
     p: &CalibrationProfile,
     concurrency: u32,

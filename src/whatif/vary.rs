@@ -15,7 +15,7 @@ use serde_json::json;
 use std::collections::BTreeMap;
 
 /// The keys `--vary` accepts: every knob of the scenario table, by its name.
-pub fn keys() -> String {
+pub(crate) fn keys() -> String {
     knobs::names()
 }
 
@@ -85,10 +85,7 @@ pub fn set(req: &mut ScenarioRequest, key: &str, v: &str) -> Result<()> {
 }
 
 /// The variants' settings: each a list of (key, value).
-pub fn combinations(
-    axes: &[(String, Vec<String>)],
-    one_at_a_time: bool,
-) -> Vec<Vec<(String, String)>> {
+fn combinations(axes: &[(String, Vec<String>)], one_at_a_time: bool) -> Vec<Vec<(String, String)>> {
     if one_at_a_time {
         return axes
             .iter()
@@ -118,11 +115,11 @@ pub struct VariantResult {
     pub step_time_us: f64,
     pub tokens_per_s: f64,
     /// Exclusive time per category (mean over ranks), variant − base, µs.
-    pub category_delta_us: Vec<(Category, f64)>,
+    category_delta_us: Vec<(Category, f64)>,
     /// Summed kernel time per op family (mean over ranks, waits included), variant − base, µs,
     /// largest change first; with the op counts (base, variant).
-    pub family_delta_us: Vec<(CostFamily, f64, usize, usize)>,
-    pub warnings: Vec<String>,
+    family_delta_us: Vec<(CostFamily, f64, usize, usize)>,
+    warnings: Vec<String>,
 }
 
 impl VariantResult {
@@ -143,7 +140,7 @@ pub struct VaryStudy {
 }
 
 /// Kernel time per op family summed over the step, averaged over ranks, and op counts.
-pub fn family_time(sim: &Simulation) -> BTreeMap<CostFamily, (f64, usize)> {
+fn family_time(sim: &Simulation) -> BTreeMap<CostFamily, (f64, usize)> {
     let mut out: BTreeMap<CostFamily, (f64, usize)> = BTreeMap::new();
     let ranks = sim.timeline.ranks.max(1) as f64;
     for r in &sim.timeline.records {
@@ -187,7 +184,7 @@ fn compare(base: &Simulation, v: &Simulation, settings: Vec<(String, String)>) -
 
 /// Variants the lists make (their product, or their sum one at a time), counted in f64 without
 /// building them, so that a product of long lists cannot wrap or fill memory.
-pub fn variant_count(axes: &[(String, Vec<String>)], one_at_a_time: bool) -> f64 {
+fn variant_count(axes: &[(String, Vec<String>)], one_at_a_time: bool) -> f64 {
     let lens = axes.iter().map(|(_, v)| v.len() as f64);
     if one_at_a_time {
         lens.sum()
@@ -203,7 +200,7 @@ pub fn run(req: &VaryRequest) -> Result<VaryStudy> {
 
 /// Checks the work (each variant and the base is a full timeline) against `max_work` and every
 /// variant, then simulates the base and each variant.
-pub fn run_bounded(req: &VaryRequest, max_work: u64) -> Result<VaryStudy> {
+pub(crate) fn run_bounded(req: &VaryRequest, max_work: u64) -> Result<VaryStudy> {
     let n = variant_count(&req.axes, req.one_at_a_time);
     crate::error::check_work(
         "whatif --vary",

@@ -5,16 +5,16 @@ use crate::category::Category;
 use crate::scenario::WeightFormat;
 
 /// Activations are BF16 throughout the decode step.
-pub const ACT_BYTES: f64 = 2.0;
+pub(crate) const ACT_BYTES: f64 = 2.0;
 
-pub struct Builder {
-    pub ops: Vec<Op>,
-    pub layer: i32,
-    pub stream: Stream,
+pub(crate) struct Builder {
+    pub(crate) ops: Vec<Op>,
+    pub(crate) layer: i32,
+    stream: Stream,
 }
 
 impl Builder {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Builder {
             ops: Vec::with_capacity(2048),
             layer: -1,
@@ -31,7 +31,7 @@ impl Builder {
     }
 
     #[allow(clippy::too_many_arguments)]
-    pub fn push(
+    pub(crate) fn push(
         &mut self,
         name: &str,
         kernel: &'static str,
@@ -74,7 +74,7 @@ impl Builder {
 
     /// A dense GEMM: `m` tokens × (`k` → `n`), weights stored as `w`.
     #[allow(clippy::too_many_arguments)]
-    pub fn gemm(
+    pub(crate) fn gemm(
         &mut self,
         name: &str,
         kernel: &'static str,
@@ -102,7 +102,15 @@ impl Builder {
     }
 
     /// `batch` independent BF16 products (per-head absorbed MLA projections).
-    pub fn bmm(&mut self, name: &str, kernel: &'static str, batch: u64, m: u64, n: u64, k: u64) {
+    pub(crate) fn bmm(
+        &mut self,
+        name: &str,
+        kernel: &'static str,
+        batch: u64,
+        m: u64,
+        n: u64,
+        k: u64,
+    ) {
         let (b, mf, nf, kf) = (batch as f64, m as f64, n as f64, k as f64);
         let bytes = b * (nf * kf + mf * kf + mf * nf) * ACT_BYTES;
         self.push(
@@ -122,7 +130,7 @@ impl Builder {
     }
 
     /// RMSNorm over `rows` vectors of `width`; `fused_add` also reads and writes the residual.
-    pub fn norm(
+    pub(crate) fn norm(
         &mut self,
         name: &str,
         kernel: &'static str,
@@ -156,7 +164,7 @@ impl Builder {
     }
 
     /// A pointwise kernel that reads `read_elems` and writes `write_elems` BF16 values.
-    pub fn elementwise(
+    pub(crate) fn elementwise(
         &mut self,
         name: &str,
         kernel: &'static str,
@@ -182,7 +190,7 @@ impl Builder {
     }
 
     /// A collective over the tensor-parallel group.
-    pub fn collective(
+    pub(crate) fn collective(
         &mut self,
         name: &str,
         kernel: &'static str,
@@ -204,7 +212,7 @@ impl Builder {
 
     /// Forks the auxiliary stream from the compute stream and appends `body`'s ops to it;
     /// later ops go to the compute stream again until [`Builder::join`] makes it wait.
-    pub fn on_aux(&mut self, body: impl FnOnce(&mut Builder)) {
+    pub(crate) fn on_aux(&mut self, body: impl FnOnce(&mut Builder)) {
         self.sync("fork", CostFamily::Fork);
         self.stream = Stream::Aux;
         body(self);
@@ -212,7 +220,7 @@ impl Builder {
     }
 
     /// The compute stream waits for the auxiliary stream.
-    pub fn join(&mut self) {
+    pub(crate) fn join(&mut self) {
         self.sync("join", CostFamily::Join);
     }
 

@@ -7,7 +7,7 @@ use super::StepShape;
 use crate::category::Category;
 use crate::scenario::Runtime;
 
-pub fn embedding(b: &mut Builder, s: &StepShape) {
+pub(crate) fn embedding(b: &mut Builder, s: &StepShape) {
     let t = s.tokens;
     let h = s.model.hidden as u64;
     b.push(
@@ -36,7 +36,7 @@ pub fn embedding(b: &mut Builder, s: &StepShape) {
     );
 }
 
-pub fn head(b: &mut Builder, s: &StepShape) {
+pub(crate) fn head(b: &mut Builder, s: &StepShape) {
     let m = s.model;
     let h = m.hidden as u64;
     let vocab_shard = (m.vocab as u64).div_ceil(s.tp as u64);

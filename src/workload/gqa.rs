@@ -5,7 +5,7 @@ use super::op::{CostFamily, Shape};
 use super::StepShape;
 use crate::category::Category;
 
-pub fn attention_block(b: &mut Builder, s: &StepShape, layer: usize) {
+pub(crate) fn attention_block(b: &mut Builder, s: &StepShape, layer: usize) {
     let m = s.model;
     let tokens = s.tokens;
     let hidden = m.hidden as u64;

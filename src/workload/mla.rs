@@ -7,7 +7,7 @@ use super::StepShape;
 use crate::category::Category;
 use crate::scenario::model::MlaDims;
 
-pub fn attention_block(b: &mut Builder, s: &StepShape, mla: &MlaDims, layer: usize) {
+pub(crate) fn attention_block(b: &mut Builder, s: &StepShape, mla: &MlaDims, layer: usize) {
     let m = s.model;
     let tokens = s.tokens;
     let hidden = m.hidden as u64;

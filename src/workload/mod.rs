@@ -7,8 +7,8 @@ mod gqa;
 pub mod memory;
 mod mla;
 mod moe;
-pub mod op;
-pub mod parallel;
+pub(crate) mod op;
+mod parallel;
 pub mod routing;
 pub mod spec_step;
 
@@ -20,36 +20,36 @@ use crate::scenario::{Family, ModelSpec, Runtime, Scenario};
 
 /// vLLM runs the shared expert on an auxiliary stream when the step has at most this many
 /// tokens (`VLLM_SHARED_EXPERTS_STREAM_TOKEN_THRESHOLD`, default 256; facts.md §3.1).
-pub const SHARED_EXPERT_STREAM_TOKEN_THRESHOLD: u64 = 256;
+pub(crate) const SHARED_EXPERT_STREAM_TOKEN_THRESHOLD: u64 = 256;
 
 /// The numbers every op builder needs, derived once from the scenario.
-pub struct StepShape<'a> {
+struct StepShape<'a> {
     pub model: &'a ModelSpec,
-    pub tp: usize,
-    pub batch: u32,
-    pub context: u64,
+    tp: usize,
+    batch: u32,
+    context: u64,
     /// Rows the pass's kernels run over: the real tokens padded up to the CUDA graph's captured
     /// size (`scenario::cudagraph`). GEMMs, norms, elementwise, router/MoE rows and collectives use
     /// it; padded rows are dummy tokens with no KV.
-    pub tokens: u64,
+    tokens: u64,
     /// Real tokens (batch × queries): the KV-cache write, attention (over the real sequences
     /// only: padded requests have no KV, so they add negligible attention work), lm_head, the
     /// logits all-gather and sampling (vLLM computes logits for the real rows only: the
     /// `logits_indices` gather runs outside the graph, in `gpu_model_runner.py`).
-    pub real_tokens: u64,
+    real_tokens: u64,
     /// Query tokens per sequence: 1 in plain decode, k+1 in a speculative verify pass (every
     /// GEMM's M, every activation collective and attention's queries scale with it).
-    pub queries: u64,
-    pub kv_bytes: f64,
-    pub sms: u32,
-    pub shared_expert_stream_threshold: u64,
-    pub runtime: Runtime,
+    queries: u64,
+    kv_bytes: f64,
+    sms: u32,
+    shared_expert_stream_threshold: u64,
+    runtime: Runtime,
     /// Distinct routed experts that receive at least one token, per layer (0 for dense layers).
     experts_touched: Vec<u32>,
 }
 
 impl StepShape<'_> {
-    pub fn experts_touched(&self, layer: usize) -> u32 {
+    fn experts_touched(&self, layer: usize) -> u32 {
         self.experts_touched[layer]
     }
 
@@ -57,12 +57,12 @@ impl StepShape<'_> {
     /// wrap: tokens ≤ `MAX_BATCH` (2^14) and hidden ≤ `limits::HIDDEN` (2^16) bound it by 2^31;
     /// every other u64 product in the builders is bounded the same way (tests/workload_bounds.rs
     /// builds a model at every limit in a debug build, where overflow panics).
-    pub fn hidden_message_bytes(&self) -> u64 {
+    fn hidden_message_bytes(&self) -> u64 {
         self.tokens * self.model.hidden as u64 * 2
     }
 
     /// TRITON_MLA's split count: min(next_pow2(max_seq_len / 512), 2 × SMs) (facts.md §3.2).
-    pub fn kv_splits(&self) -> u64 {
+    fn kv_splits(&self) -> u64 {
         let by_len = (self.context / 512).max(1).next_power_of_two();
         by_len.min(2 * self.sms as u64).max(1)
     }
@@ -116,19 +116,19 @@ pub fn build(s: &Scenario) -> Workload {
 /// One forward pass with `queries_per_seq` query tokens for each of the batch's sequences
 /// (speculative decoding's verify pass and a draft's first pass take k+1 per sequence).
 /// Padded like a decode step of its own token count (`PadRule::Decode`; draft passes too).
-pub fn build_pass(s: &Scenario, queries_per_seq: u32) -> Workload {
+pub(crate) fn build_pass(s: &Scenario, queries_per_seq: u32) -> Workload {
     build_padded(s, queries_per_seq, PadRule::Decode)
 }
 
 /// Speculative decoding's verify pass: a uniform batch of `queries_per_seq` tokens per
 /// sequence, padded to the capture sizes adjusted for it (`PadRule::Uniform`).
-pub fn build_verify(s: &Scenario, queries_per_seq: u32) -> Workload {
+fn build_verify(s: &Scenario, queries_per_seq: u32) -> Workload {
     let q = queries_per_seq.max(1);
     build_padded(s, q, PadRule::Uniform { q })
 }
 
 /// One forward pass whose tokens are padded under `rule` when the scenario runs CUDA graphs.
-pub fn build_padded(s: &Scenario, queries_per_seq: u32, rule: PadRule) -> Workload {
+fn build_padded(s: &Scenario, queries_per_seq: u32, rule: PadRule) -> Workload {
     let model = &s.model;
     let queries = queries_per_seq.max(1) as u64;
     let pad = s.padding(queries_per_seq, rule);

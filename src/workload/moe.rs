@@ -16,7 +16,7 @@ fn moe_kernel(w: WeightFormat) -> &'static str {
     }
 }
 
-pub fn moe_block(b: &mut Builder, s: &StepShape, moe: &MoeDims, layer: usize) {
+pub(crate) fn moe_block(b: &mut Builder, s: &StepShape, moe: &MoeDims, layer: usize) {
     let m = s.model;
     let t = s.tokens;
     let hidden = m.hidden as u64;
@@ -225,7 +225,7 @@ fn shared_expert(b: &mut Builder, s: &StepShape, moe: &MoeDims, layer: usize) {
     gated_mlp(b, s, mlp, (moe.shared_intermediate / s.tp) as u64);
 }
 
-pub fn dense_mlp(b: &mut Builder, s: &StepShape, layer: usize) {
+pub(crate) fn dense_mlp(b: &mut Builder, s: &StepShape, layer: usize) {
     let mlp = Mlp {
         label: "mlp",
         module: format!("model.layers.{layer}.mlp"),

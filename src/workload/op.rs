@@ -16,10 +16,10 @@ pub enum Stream {
 
 impl Stream {
     pub const ALL: [Stream; 3] = [Stream::Compute, Stream::Comm, Stream::Aux];
-    pub fn index(self) -> usize {
+    pub(crate) fn index(self) -> usize {
         self as usize
     }
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Stream::Compute => "compute",
             Stream::Comm => "comm",
@@ -87,11 +87,11 @@ crate::names::enum_names!(serde CostFamily, "kernel family",
 
 impl CostFamily {
     /// The key of this family's section in the calibration profile (`[kernels.<key>]`).
-    pub fn key(self) -> &'static str {
+    pub(crate) fn key(self) -> &'static str {
         self.name()
     }
 
-    pub const ALL: [CostFamily; 22] = {
+    pub(crate) const ALL: [CostFamily; 22] = {
         use CostFamily::*;
         [
             GemmBf16,
@@ -120,7 +120,7 @@ impl CostFamily {
     };
 
     /// Keys of the families priced by `[kernels.<key>]` sections (collectives and syncs are not).
-    pub fn kernel_keys() -> Vec<&'static str> {
+    pub(crate) fn kernel_keys() -> Vec<&'static str> {
         Self::ALL
             .iter()
             .filter(|f| !f.is_collective() && !f.is_sync())
@@ -128,7 +128,7 @@ impl CostFamily {
             .collect()
     }
 
-    pub fn from_key(key: &str) -> Option<Self> {
+    pub(crate) fn from_key(key: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|f| f.key() == key)
     }
 
@@ -142,17 +142,17 @@ impl CostFamily {
         )
     }
 
-    pub fn is_sync(self) -> bool {
+    pub(crate) fn is_sync(self) -> bool {
         matches!(self, CostFamily::Fork | CostFamily::Join)
     }
 
     /// Compute families priced on the FP8 tensor-core peak; all others use the BF16 peak
     /// (W4A16 dequantizes to BF16 before the MMA).
-    pub fn uses_fp8_peak(self) -> bool {
+    pub(crate) fn uses_fp8_peak(self) -> bool {
         matches!(self, CostFamily::GemmFp8 | CostFamily::MoeGemmFp8)
     }
 
-    pub fn gemm_for(w: WeightFormat) -> Self {
+    pub(crate) fn gemm_for(w: WeightFormat) -> Self {
         match w {
             WeightFormat::Bf16 => CostFamily::GemmBf16,
             WeightFormat::Int4 { .. } => CostFamily::GemmInt4,
@@ -160,7 +160,7 @@ impl CostFamily {
         }
     }
 
-    pub fn moe_gemm_for(w: WeightFormat) -> Self {
+    pub(crate) fn moe_gemm_for(w: WeightFormat) -> Self {
         match w {
             WeightFormat::Bf16 => CostFamily::MoeGemmBf16,
             WeightFormat::Int4 { .. } => CostFamily::MoeGemmInt4,
@@ -173,7 +173,7 @@ impl CostFamily {
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize)]
 pub struct Shape {
     pub m: u64,
-    pub n: u64,
+    pub(crate) n: u64,
     pub k: u64,
     pub batch: u64,
 }
@@ -182,21 +182,21 @@ pub struct Shape {
 /// in data/README.md): the harness family and its shape columns, with the same meanings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 pub struct MeasureKey {
-    pub family: &'static str,
+    pub(crate) family: &'static str,
     /// The interpolation axis (tokens or rows; batch for attention).
-    pub m: u64,
-    pub n: u64,
-    pub k: u64,
+    pub(crate) m: u64,
+    pub(crate) n: u64,
+    pub(crate) k: u64,
     /// Heads per rank of a batched matmul (1 otherwise); not used for grouped GEMMs.
-    pub batch: u64,
+    pub(crate) batch: u64,
     /// Context length: the second interpolation axis of decode attention (0 otherwise).
-    pub context: u64,
+    pub(crate) context: u64,
     /// The measurement also covers the next op (split-KV attention: stage 1 + reduce).
-    pub includes_next: bool,
+    pub(crate) includes_next: bool,
 }
 
 impl MeasureKey {
-    pub fn new(family: &'static str, m: u64, n: u64, k: u64) -> Self {
+    pub(crate) fn new(family: &'static str, m: u64, n: u64, k: u64) -> Self {
         MeasureKey {
             family,
             m,
@@ -219,17 +219,17 @@ pub struct Op {
     pub layer: i32,
     pub family: CostFamily,
     pub category: Category,
-    pub stream: Stream,
+    pub(crate) stream: Stream,
     pub shape: Shape,
     /// Storage format of the weights the op reads ("-" when it reads none).
-    pub weights: String,
+    pub(crate) weights: String,
     pub flops: f64,
     /// Minimum device-memory bytes: inputs read once, outputs written once.
     pub bytes: f64,
     /// Message size of a collective, in bytes (all_gather: the gathered output).
     pub message_bytes: u64,
     /// Its key in a measurement table, when the harness measures this kind of kernel.
-    pub measure: Option<MeasureKey>,
+    pub(crate) measure: Option<MeasureKey>,
     /// Ranks a collective spans (0: the whole tensor-parallel group); a decode-context-parallel
     /// group is smaller (`workload::parallel`).
     #[serde(skip_serializing_if = "is_zero")]
@@ -250,7 +250,7 @@ impl Op {
     }
 
     /// This op's time multiplier on `rank` (1 unless expert parallelism loads ranks unevenly).
-    pub fn rank_factor(&self, rank: usize) -> f64 {
+    pub(crate) fn rank_factor(&self, rank: usize) -> f64 {
         self.rank_scale.get(rank).copied().unwrap_or(1.0)
     }
 }

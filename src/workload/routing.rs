@@ -11,7 +11,8 @@
 //! weighted draws (Plackett–Luce), which is what a softmax/sigmoid top-k over noisy logits with
 //! these mean shares does.
 
-pub use crate::scenario::routing::{Routing, AIC_EQUIVALENT_ALPHA, DEFAULT_ROUTING, MAX_ALPHA};
+use crate::scenario::routing::MAX_ALPHA;
+pub use crate::scenario::routing::{Routing, AIC_EQUIVALENT_ALPHA, DEFAULT_ROUTING};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
@@ -177,7 +178,7 @@ pub fn expected_distinct_experts(
 /// the expensive part and do not depend on the token count), for callers that evaluate it at
 /// many token counts (the sweep's fast path). `at` returns the same value.
 #[derive(Debug, Clone, PartialEq)]
-pub struct DistinctExperts {
+pub(crate) struct DistinctExperts {
     experts: usize,
     top_k: usize,
     /// Inclusion probability per expert; None: uniform routing.
@@ -185,7 +186,7 @@ pub struct DistinctExperts {
 }
 
 impl DistinctExperts {
-    pub fn new(routing: &Routing, experts: usize, top_k: usize) -> Self {
+    pub(crate) fn new(routing: &Routing, experts: usize, top_k: usize) -> Self {
         let k = top_k.min(experts);
         let inclusion = match resolve(routing, experts, k, 1) {
             Resolved::Uniform => None,
@@ -271,7 +272,7 @@ fn fit_histogram(rows: &[(u64, f64, f64)], experts: usize, top_k: usize) -> f64 
 /// A histogram's fitted concentration and how well the log determines it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct HistogramFit {
-    pub source: std::path::PathBuf,
+    source: std::path::PathBuf,
     /// The exponent used (least squares).
     pub alpha: f64,
     /// The exponents that fit as well: weighted RMS error within half an expert of the best
@@ -449,7 +450,7 @@ pub fn sample(
 /// [`sample`] plus `dummy_rows` CUDA-graph padding rows: their hidden states are identical
 /// (zero input), so per layer they all route to ONE top-k set, drawn like one more token after
 /// the real ones (no draw at all when there is no padding, so unpadded steps sample as before).
-pub fn sample_padded(
+pub(crate) fn sample_padded(
     resolved: &Resolved,
     moe_layers: &[bool],
     experts: usize,

@@ -33,9 +33,9 @@ pub enum SpecMethod {
 
 impl SpecMethod {
     pub const ALL: [SpecMethod; 3] = [SpecMethod::Eagle3, SpecMethod::Mtp, SpecMethod::DraftModel];
-    pub const NAMES: [&'static str; 3] = ["eagle3", "mtp", "draft-model"];
+    const NAMES: [&'static str; 3] = ["eagle3", "mtp", "draft-model"];
 
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             SpecMethod::Eagle3 => "eagle3",
             SpecMethod::Mtp => "mtp",
@@ -44,7 +44,7 @@ impl SpecMethod {
     }
 
     /// The method's section of `data/spec_decode/methods.toml`.
-    pub fn key(self) -> &'static str {
+    pub(crate) fn key(self) -> &'static str {
         match self {
             SpecMethod::Eagle3 => "eagle3",
             SpecMethod::Mtp => "mtp",
@@ -73,13 +73,13 @@ impl FromStr for SpecMethod {
 /// or the whole draft model) and how many of the target's hidden states it reads.
 #[derive(Debug, Clone)]
 pub struct Drafter {
-    pub method: SpecMethod,
+    pub(crate) method: SpecMethod,
     pub model: ModelSpec,
     /// Target hidden states fused into the first draft pass (EAGLE-3: `aux_hidden_states` of
     /// `data/spec_decode/methods.toml`; unused by the other methods).
-    pub aux_hidden_states: u32,
+    pub(crate) aux_hidden_states: u32,
     /// The deepest k the method allows (`max_draft_tokens` of `data/spec_decode/methods.toml`).
-    pub max_draft_tokens: u32,
+    pub(crate) max_draft_tokens: u32,
 }
 
 /// The distinct pass shapes of a speculative step: each is one workload builder, and one fitted
@@ -99,13 +99,13 @@ impl PassKind {
     pub const ALL: [PassKind; 3] = [PassKind::Verify, PassKind::DraftFirst, PassKind::DraftNext];
 
     /// Built on the drafter's scenario (the draft model at the target's TP), else the target's.
-    pub fn on_draft(self) -> bool {
+    pub(crate) fn on_draft(self) -> bool {
         !matches!(self, PassKind::Verify)
     }
 
     /// How CUDA graphs pad the pass's tokens: the verify pass is a uniform batch of q tokens per
     /// sequence; draft passes pad like a decode step of their token count.
-    pub fn pad_rule(self, queries: u32) -> PadRule {
+    pub(crate) fn pad_rule(self, queries: u32) -> PadRule {
         match self {
             PassKind::Verify => PadRule::Uniform { q: queries.max(1) },
             _ => PadRule::Decode,
@@ -113,7 +113,7 @@ impl PassKind {
     }
 
     /// The index (in `draft<index>.` op names) of the first pass of this kind in a step.
-    pub fn first_index(self) -> u32 {
+    pub(crate) fn first_index(self) -> u32 {
         match self {
             PassKind::DraftNext => 1,
             _ => 0,
@@ -122,7 +122,13 @@ impl PassKind {
 
     /// The pass's workload on `s` at `queries` tokens per sequence; draft ops are named
     /// `draft<index>.` so a timeline shows which pass ran them.
-    pub fn build(self, drafter: &Drafter, s: &Scenario, queries: u32, index: u32) -> Workload {
+    pub(crate) fn build(
+        self,
+        drafter: &Drafter,
+        s: &Scenario,
+        queries: u32,
+        index: u32,
+    ) -> Workload {
         match self {
             PassKind::Verify => verify_pass(s, queries),
             PassKind::DraftFirst => {
@@ -178,7 +184,7 @@ pub struct Window {
 /// once per step by whoever prices it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SpecStep {
-    pub method: SpecMethod,
+    method: SpecMethod,
     pub k: u32,
     pub windows: Vec<Window>,
 }
@@ -286,7 +292,12 @@ impl SpecStep {
     }
 
     /// The whole step as one workload (every window in order), for `--timeline`.
-    pub fn workload(&self, drafter: &Drafter, target: &Scenario, draft: &Scenario) -> Workload {
+    pub(crate) fn workload(
+        &self,
+        drafter: &Drafter,
+        target: &Scenario,
+        draft: &Scenario,
+    ) -> Workload {
         let mut windows = self.windows.iter();
         let Some(first) = windows.next() else {
             return Workload {
@@ -338,7 +349,7 @@ impl Drafter {
     /// One draft pass on the draft's scenario `ds` with `queries` tokens per sequence: the
     /// drafter's forward pass and the method's own input kernels (`first`: the step's first
     /// draft pass, which reads the target's hidden states).
-    pub fn draft_pass(&self, ds: &Scenario, queries: u32, first: bool, index: u32) -> Workload {
+    fn draft_pass(&self, ds: &Scenario, queries: u32, first: bool, index: u32) -> Workload {
         let mut w = super::build_pass(ds, queries);
         // The pass's rows, padded like a decode step of its own token count under graphs.
         let tokens = ds.padding(queries, PadRule::Decode).padded;
@@ -393,7 +404,7 @@ impl Drafter {
 /// The verify pass: the target at `queries` (= k+1) tokens per sequence (with CUDA graphs,
 /// padded to the capture sizes adjusted to multiples of k+1: `scenario::cudagraph`), then the
 /// rejection sampler over the real rows (it runs outside the graph).
-pub fn verify_pass(s: &Scenario, queries: u32) -> Workload {
+pub(crate) fn verify_pass(s: &Scenario, queries: u32) -> Workload {
     let q = queries.max(1);
     let mut w = super::build_verify(s, q);
     w.ops
@@ -402,7 +413,7 @@ pub fn verify_pass(s: &Scenario, queries: u32) -> Workload {
 }
 
 /// The greedy rejection sampler vLLM runs after the verify pass, priced by its family.
-pub fn rejection_sampler(batch: u64, k: u64) -> Vec<Op> {
+fn rejection_sampler(batch: u64, k: u64) -> Vec<Op> {
     let mut b = Builder::new();
     let rows = batch * (k + 1);
     // Compares each draft token id with the target's argmax and writes the accepted ids and
@@ -427,7 +438,7 @@ pub fn rejection_sampler(batch: u64, k: u64) -> Vec<Op> {
 
 /// The proposer's input preparation before the first draft pass (plus EAGLE-3's gather of the
 /// target's `aux` hidden states).
-pub fn proposer_bookkeeping(batch: u64, k: u64, hidden: u64, aux: u64) -> Vec<Op> {
+fn proposer_bookkeeping(batch: u64, k: u64, hidden: u64, aux: u64) -> Vec<Op> {
     let mut b = Builder::new();
     let rows = batch * (k + 1);
     // Next-token ids, positions and slot mappings for the first draft pass (int64 each).

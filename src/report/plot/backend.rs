@@ -24,7 +24,7 @@ pub(super) fn register_font() -> Result<(), PlotError> {
 }
 
 /// A bitmap backend whose text is laid out with ab_glyph, bearings and kerning included.
-pub struct GlyphBackend<'a> {
+struct GlyphBackend<'a> {
     inner: BitMapBackend<'a>,
     font: FontRef<'static>,
 }

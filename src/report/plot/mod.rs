@@ -22,7 +22,6 @@ mod speedup_heatmap;
 mod style;
 
 pub use crate::error::plot::PlotError;
-pub use backend::GlyphBackend;
 pub use breakdown::{plot_breakdown, BreakdownChart};
 pub use comparison::plot_comparison;
 pub use curves::{plot_curves, CurveChart, CurveMetric, CurveSeries, MeasuredPoint};

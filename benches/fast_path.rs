@@ -3,9 +3,9 @@
 //! full 8-rank timeline.
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use decodesim::sim::fast::{Collectives, FastScenario, Launch};
 use decodesim::sim::ScenarioRequest;
 use decodesim::whatif::draft::{Draft, Method};
-use decodesim::sim::fast::{Collectives, FastScenario, Launch};
 use std::hint::black_box;
 
 fn bench(c: &mut Criterion) {

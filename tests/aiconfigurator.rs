@@ -3,10 +3,10 @@
 
 use decodesim::calibrate::aiconfigurator::{from_aiconfigurator, AicRequest};
 use decodesim::cost::aic::{comm_price, AicTables, MoeKey};
-use decodesim::sim::{simulate, ScenarioRequest};
-use decodesim::scenario::routing::Routing;
 use decodesim::scenario::deployment::{AllreduceImpl, CommKnobs};
+use decodesim::scenario::routing::Routing;
 use decodesim::scenario::Proto;
+use decodesim::sim::{simulate, ScenarioRequest};
 use std::path::{Path, PathBuf};
 
 const RTX: &str = "data/calibration/aiconfigurator/rtx_pro_6000_server";

@@ -5,8 +5,8 @@ use decodesim::capacity::curve::{parse_mix, CurvePoint, Demand, MixRow};
 use decodesim::capacity::memory::{self, activation_peak_bytes, MemoryOptions};
 use decodesim::capacity::plan::{self, Candidate, Limit, Target};
 use decodesim::capacity::{capacity, CapacityRequest, DemandSpec, Prices};
-use decodesim::sim::ScenarioRequest;
 use decodesim::scenario::ModelSpec;
+use decodesim::sim::ScenarioRequest;
 use decodesim::workload::memory::{kv_bytes_per_token_per_rank, weight_bytes_per_rank};
 use std::path::{Path, PathBuf};
 

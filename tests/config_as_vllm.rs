@@ -9,8 +9,8 @@ mod common;
 use common::{decodesim_bin, scratch};
 use decodesim::cost::aic::AicTables;
 use decodesim::cost::CalibrationProfile;
-use decodesim::sim::ScenarioRequest;
 use decodesim::scenario::ModelSpec;
+use decodesim::sim::ScenarioRequest;
 use std::path::{Path, PathBuf};
 
 fn root() -> PathBuf {

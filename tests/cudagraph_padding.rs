@@ -2,8 +2,8 @@
 //! next captured size; padded rows are dummy tokens (GEMMs, collectives, router/MoE rows use
 //! the padded count; attention, the KV write and the logits use the real tokens).
 
-use decodesim::sim::ScenarioRequest;
 use decodesim::scenario::Scenario;
+use decodesim::sim::ScenarioRequest;
 use decodesim::whatif::spec_decode;
 use decodesim::workload::{self, CostFamily, Workload};
 

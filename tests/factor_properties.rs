@@ -7,10 +7,10 @@ use decodesim::calibrate::aiconfigurator::{from_aiconfigurator, AicRequest};
 use decodesim::category::Category;
 use decodesim::cost::profile::Factors;
 use decodesim::cost::CalibrationProfile;
-use decodesim::sim::{simulate_loaded, ScenarioRequest, Simulation};
 use decodesim::scenario::deployment::{AllreduceImpl, CommKnobs};
 use decodesim::scenario::{Proto, Scenario};
 use decodesim::sim::fast::{Collectives, FastScenario, Launch};
+use decodesim::sim::{simulate_loaded, ScenarioRequest, Simulation};
 use decodesim::workload::{CostFamily, Op};
 use std::path::PathBuf;
 

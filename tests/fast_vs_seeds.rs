@@ -6,10 +6,10 @@
 //! not (within 0.5%).
 
 use decodesim::cost::{self, CalibrationProfile};
-use decodesim::sim::{engine_config, Engine, ScenarioRequest, Timeline};
 use decodesim::scenario::{Proto, Scenario};
-use decodesim::whatif::draft::{Draft, Method};
 use decodesim::sim::fast::{Collectives, FastScenario, Launch};
+use decodesim::sim::{engine_config, Engine, ScenarioRequest, Timeline};
+use decodesim::whatif::draft::{Draft, Method};
 use decodesim::whatif::spec_decode;
 use decodesim::workload;
 use rand::rngs::SmallRng;

@@ -7,9 +7,9 @@ use decodesim::calibrate::from_throughput::{
     fit_throughput, predict, read_points, Factor, Point, ThroughputFit, ThroughputRequest,
 };
 use decodesim::cost::profile::Factors;
-use decodesim::sim::{simulate_loaded, ScenarioRequest};
 use decodesim::scenario::routing::Routing;
 use decodesim::scenario::Proto;
+use decodesim::sim::{simulate_loaded, ScenarioRequest};
 use std::path::{Path, PathBuf};
 
 fn tmp(name: &str) -> PathBuf {

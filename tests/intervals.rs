@@ -3,9 +3,9 @@
 mod common;
 
 use common::{decodesim_bin, scratch};
-use decodesim::sim::{simulate, ScenarioRequest};
 use decodesim::scenario::routing::Routing;
 use decodesim::scenario::Proto;
+use decodesim::sim::{simulate, ScenarioRequest};
 use decodesim::whatif::uncertainty::{
     scenario_intervals, vary_intervals, Target, Uncertainty, Verdict,
 };

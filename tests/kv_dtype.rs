@@ -69,8 +69,8 @@ fn fp8_attention_is_the_bf16_price_times_the_measured_ratio() {
 
 #[test]
 fn fast_path_prices_fp8_attention_like_the_timeline() {
-    use decodesim::sim::simulate_loaded;
     use decodesim::sim::fast::{Collectives, FastScenario, Launch};
+    use decodesim::sim::simulate_loaded;
     let (mut base, mut profile) = ScenarioRequest::default().load().unwrap();
     base.kv_bytes = 1.0;
     profile.variability.kernel_cv = 0.0;

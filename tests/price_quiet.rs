@@ -4,8 +4,8 @@
 //! NCCL protocol and CUDA graphs; only the report's text is left out.
 
 use decodesim::cost;
-use decodesim::sim::ScenarioRequest;
 use decodesim::scenario::Proto;
+use decodesim::sim::ScenarioRequest;
 use decodesim::workload;
 
 #[test]

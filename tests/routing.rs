@@ -1,8 +1,8 @@
 //! Routing models: the closed form against the sampler, the files a user can log, the default,
 //! and the power-law exponents equivalent to AIConfigurator's MoE table distributions.
 
-use decodesim::sim::{simulate, ScenarioRequest};
 use decodesim::scenario::routing::{Routing, DEFAULT_ROUTING};
+use decodesim::sim::{simulate, ScenarioRequest};
 use decodesim::workload::routing::{
     expected_distinct_experts, resolve, sample, AIC_EQUIVALENT_ALPHA,
 };

@@ -4,10 +4,10 @@
 
 use decodesim::cost::CalibrationProfile;
 use decodesim::scenario::Scenario;
+use decodesim::sim::fast::{Collectives, FastScenario, Launch};
 use decodesim::sim::{Engine, ScenarioRequest, Timeline};
 use decodesim::whatif::acceptance::Acceptance;
 use decodesim::whatif::draft::Draft;
-use decodesim::sim::fast::{Collectives, FastScenario, Launch};
 use decodesim::whatif::spec_decode;
 use decodesim::workload::spec_step::{PassKind, PassRun, Side, SpecMethod, SpecStep};
 use decodesim::workload::{CostFamily, Workload};

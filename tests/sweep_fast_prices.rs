@@ -5,9 +5,9 @@
 //! without MLA tables, CUDA graphs on and off, NCCL protocols and speculative steps.
 
 use decodesim::scenario::Proto;
+use decodesim::sim::fast::{Collectives, FastScenario, Launch};
 use decodesim::sim::ScenarioRequest;
 use decodesim::whatif::draft::{Draft, Method};
-use decodesim::sim::fast::{Collectives, FastScenario, Launch};
 
 fn close(a: f64, b: f64) -> bool {
     (a - b).abs() <= 1e-9 * b.abs().max(1e-9)

@@ -1,7 +1,7 @@
 //! `whatif`: speculative decoding built from real draft and verify workloads.
 
-use decodesim::sim::ScenarioRequest;
 use decodesim::scenario::Scenario;
+use decodesim::sim::ScenarioRequest;
 use decodesim::whatif::acceptance::Acceptance;
 use decodesim::whatif::draft::{Draft, Method};
 use decodesim::whatif::spec_decode::{self, SpecDecodeRequest};
@@ -202,8 +202,8 @@ fn mtp_runs_for_deepseek_and_crossover_is_found() {
 /// The fast path against the full timeline, jitter off in both: 200 random scenarios.
 #[test]
 fn fast_path_matches_the_timeline() {
-    use decodesim::sim::{simulate_loaded, Engine, Timeline};
     use decodesim::sim::fast::{Collectives, FastScenario, Launch};
+    use decodesim::sim::{simulate_loaded, Engine, Timeline};
     use rand::{Rng, SeedableRng};
     let (base, mut profile) = ScenarioRequest::default().load().unwrap();
     profile.variability.kernel_cv = 0.0;

@@ -2,8 +2,8 @@
 //! at the largest batch and context, builds, prices and simulates with finite numbers and exact
 //! byte counts (debug builds panic on u64 overflow, so a wrap would fail this test).
 
-use decodesim::sim::{simulate, ScenarioRequest};
 use decodesim::scenario::model::limits;
+use decodesim::sim::{simulate, ScenarioRequest};
 use serde_json::json;
 
 #[test]

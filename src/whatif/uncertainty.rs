@@ -18,11 +18,11 @@
 //! of a what-if see the same draw of every source they share (paired: shared uncertainty
 //! cancels in the speedup).
 
-use crate::sim::fast::{Collectives, Draw, FastScenario, Launch};
 use crate::cost::CalibrationProfile;
 use crate::error::{Error, Result};
 use crate::scenario::routing::Routing;
 use crate::scenario::Scenario;
+use crate::sim::fast::{Collectives, Draw, FastScenario, Launch};
 use crate::workload::routing::DistinctExperts;
 use crate::workload::CostFamily;
 use rand::rngs::SmallRng;

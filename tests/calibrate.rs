@@ -21,6 +21,7 @@ fn strict() -> FitOptions {
         max_median_err: 0.15,
         min_r2: 0.9,
         table: None,
+        table_shown: None,
         keep_fallback_for_poor: false,
         allow_poor_fit: false,
     }
@@ -148,6 +149,7 @@ fn refuses_a_poor_fit_and_says_why() {
             max_median_err: 0.15,
             min_r2: 0.9,
             table: None,
+            table_shown: None,
             keep_fallback_for_poor: false,
             allow_poor_fit: false,
         },

@@ -135,6 +135,9 @@ pub struct FitOptions {
     pub min_r2: f64,
     /// The measurement table the profile will reference (path relative to the profile).
     pub table: Option<String>,
+    /// The same table as the user named it (the measurements folder's `kernels.csv`), for
+    /// messages: `table` is relative to the profile's folder, not to where the user stands.
+    pub table_shown: Option<String>,
     /// Replace poor kernel sections by the fallback's instead of refusing (for transfers).
     pub keep_fallback_for_poor: bool,
     /// Write poor sections anyway, each marked in `[profile] poor_fit`.
@@ -147,6 +150,7 @@ impl Default for FitOptions {
             max_median_err: 0.15,
             min_r2: 0.9,
             table: None,
+            table_shown: None,
             keep_fallback_for_poor: false,
             allow_poor_fit: false,
         }
@@ -215,7 +219,10 @@ impl Verdicts<'_> {
                 .push("poor law fit: measured shapes priced from the table".into());
             self.warnings.push(format!(
                 "{desc} (law fit poor; the measured shapes are priced from the table {}, other shapes extrapolate with this law)",
-                crate::units::path(std::path::Path::new(t))
+                self.o
+                    .table_shown
+                    .clone()
+                    .unwrap_or_else(|| crate::units::path(std::path::Path::new(t)))
             ));
             return Verdict::Keep;
         }

@@ -47,6 +47,7 @@ pub fn calibrate_dir(req: &DirRequest) -> Result<CalibrationResult> {
         max_median_err: req.max_median_error_pct / 100.0,
         min_r2: req.min_r2,
         table: None,
+        table_shown: None,
         keep_fallback_for_poor: req.transfer_to.is_some(),
         allow_poor_fit: req.allow_poor_fit,
     };
@@ -76,7 +77,13 @@ pub fn calibrate_dir(req: &DirRequest) -> Result<CalibrationResult> {
         &measured_gpu,
         &name,
         &fallback,
-        &FitOptions { table, ..opts },
+        &FitOptions {
+            table_shown: table
+                .as_ref()
+                .map(|_| crate::units::path(&req.measurements.join("kernels.csv"))),
+            table,
+            ..opts
+        },
     )?;
     if let Some(target) = &target {
         transfer(&mut result.profile, &fallback, &measured_gpu, target);

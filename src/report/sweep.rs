@@ -88,36 +88,13 @@ fn push_fixed(out: &mut Vec<u8>, v: f64, decimals: u32) {
     let mut buf = [0u8; 32];
     buf[0] = b'-';
     let mut i = len;
-    // The fraction's digits, two at a time, then the point, then the integer part's.
-    let mut j = 0;
-    while j + 2 <= d {
-        let two = (m % 100) as usize * 2;
-        m /= 100;
-        i -= 2;
-        buf[i..i + 2].copy_from_slice(&DIGIT_PAIRS[two..two + 2]);
-        j += 2;
-    }
-    if j < d {
-        i -= 1;
-        buf[i] = b'0' + (m % 10) as u8;
-        m /= 10;
-        j += 1;
-    }
+    // The fraction's digits, then the point, then the integer part's.
+    put_digits(&mut buf, &mut i, &mut m, d);
     if d > 0 {
         i -= 1;
         buf[i] = b'.';
     }
-    while j + 2 <= digits {
-        let two = (m % 100) as usize * 2;
-        m /= 100;
-        i -= 2;
-        buf[i..i + 2].copy_from_slice(&DIGIT_PAIRS[two..two + 2]);
-        j += 2;
-    }
-    if j < digits {
-        i -= 1;
-        buf[i] = b'0' + (m % 10) as u8;
-    }
+    put_digits(&mut buf, &mut i, &mut m, digits - d);
     debug_assert_eq!(i, neg);
     out.reserve(buf.len());
     // SAFETY: `reserve` left at least 32 bytes of spare capacity after `len()`; any byte is a
@@ -126,6 +103,24 @@ fn push_fixed(out: &mut Vec<u8>, v: f64, decimals: u32) {
         let at = out.len();
         std::ptr::copy_nonoverlapping(buf.as_ptr(), out.as_mut_ptr().add(at), buf.len());
         out.set_len(at + len);
+    }
+}
+
+/// Writes the `n` lowest decimal digits of `m` into `buf` right to left, ending at `*i`, two at a
+/// time; `m` and `*i` move past them.
+fn put_digits(buf: &mut [u8], i: &mut usize, m: &mut u64, n: usize) {
+    let mut left = n;
+    while left >= 2 {
+        let two = (*m % 100) as usize * 2;
+        *m /= 100;
+        *i -= 2;
+        buf[*i..*i + 2].copy_from_slice(&DIGIT_PAIRS[two..two + 2]);
+        left -= 2;
+    }
+    if left == 1 {
+        *i -= 1;
+        buf[*i] = b'0' + (*m % 10) as u8;
+        *m /= 10;
     }
 }
 

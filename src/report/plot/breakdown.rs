@@ -154,14 +154,7 @@ impl Chart for BreakdownChart<'_> {
                 Pos::new(h, VPos::Bottom),
             )?;
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .background_style(WHITE.mix(0.9))
-            .border_style(RGBColor(150, 150, 150))
-            .label_font(("sans-serif", 14))
-            .draw()
-            .map_err(e)?;
+        legend(&mut chart, SeriesLabelPosition::UpperLeft, 14).map_err(e)?;
         Ok(())
     }
 }

@@ -191,16 +191,9 @@ impl Chart for CurveChart<'_> {
                 .label(label.clone())
                 .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 22, y)], red));
         }
-        chart
-            .configure_series_labels()
-            // Lower right: throughput curves rise and TPOT curves of large systems stay low
-            // there, so the legend covers no data in either chart.
-            .position(SeriesLabelPosition::LowerRight)
-            .background_style(WHITE.mix(0.9))
-            .border_style(RGBColor(150, 150, 150))
-            .label_font(("sans-serif", 14))
-            .draw()
-            .map_err(e)?;
+        // Lower right: throughput curves rise and TPOT curves of large systems stay low
+        // there, so the legend covers no data in either chart.
+        legend(&mut chart, SeriesLabelPosition::LowerRight, 14).map_err(e)?;
         Ok(())
     }
 }

@@ -125,14 +125,7 @@ impl Chart for MemoryChart<'_> {
             .map_err(e)?;
         }
         if self.series.len() > 1 {
-            chart
-                .configure_series_labels()
-                .position(SeriesLabelPosition::LowerRight)
-                .background_style(WHITE.mix(0.9))
-                .border_style(RGBColor(150, 150, 150))
-                .label_font(("sans-serif", 14))
-                .draw()
-                .map_err(e)?;
+            legend(&mut chart, SeriesLabelPosition::LowerRight, 14).map_err(e)?;
         }
         Ok(())
     }

@@ -234,14 +234,12 @@ impl Chart for SpeedupLines<'_, '_> {
             if !std::ptr::eq(panel, &c.panels[0]) {
                 continue;
             }
-            chart
-                .configure_series_labels()
-                .position(SeriesLabelPosition::UpperRight)
-                .background_style(WHITE.mix(0.9))
-                .border_style(RGBColor(150, 150, 150))
-                .label_font(("sans-serif", if many { 12 } else { 14 }))
-                .draw()
-                .map_err(e)?;
+            legend(
+                &mut chart,
+                SeriesLabelPosition::UpperRight,
+                if many { 12 } else { 14 },
+            )
+            .map_err(e)?;
         }
         Ok(())
     }

@@ -44,6 +44,21 @@ pub(super) fn stroke(c: RGBColor, width: u32) -> ShapeStyle {
     }
 }
 
+/// The legend every chart draws: a light box with grey border, labels at `size` points.
+pub(super) fn legend<'a, DB: DrawingBackend + 'a, CT: CoordTranslate>(
+    chart: &mut ChartContext<'a, DB, CT>,
+    at: SeriesLabelPosition,
+    size: u32,
+) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
+    chart
+        .configure_series_labels()
+        .position(at)
+        .background_style(WHITE.mix(0.9))
+        .border_style(RGBColor(150, 150, 150))
+        .label_font(("sans-serif", size))
+        .draw()
+}
+
 pub(super) fn font(size: u32) -> TextStyle<'static> {
     ("sans-serif", size).into_font().color(&BLACK)
 }

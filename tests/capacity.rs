@@ -28,6 +28,8 @@ fn request() -> CapacityRequest {
         target_tokens_per_s: None,
         users: None,
         systems: Vec::new(),
+        layouts: Vec::new(),
+        compare_layouts: false,
         max_systems: 1,
         prices: Prices::None,
     }
@@ -285,8 +287,7 @@ fn cand(system: &str, tp: u32, max: u64, curve: Vec<CurvePoint>, usd: f64) -> Ca
     Candidate {
         system: system.into(),
         gpus_per_system: 8,
-        tp,
-        dcp: 1,
+        layout: decodesim::capacity::layout::Layout::tp(tp),
         max_concurrency: max,
         memory_note: None,
         curve,

@@ -282,8 +282,7 @@ fn the_planner_marks_fit_and_never_names_what_does_not_fit() {
     let cand = |system: &str, tp: u32, max: u64, us: f64| Candidate {
         system: system.into(),
         gpus_per_system: 8,
-        tp,
-        dcp: 1,
+        layout: decodesim::capacity::layout::Layout::tp(tp),
         max_concurrency: max,
         memory_note: (max == 0).then(|| "weights above the budget".into()),
         curve: curve(us),
@@ -299,8 +298,8 @@ fn the_planner_marks_fit_and_never_names_what_does_not_fit() {
     };
     let p = plan::plan(&cands, &t);
     let best = p.best.clone().expect("TP=8 fits and meets");
-    assert_eq!((best.tp, best.fits), (8, true));
-    let tp4 = p.rows.iter().find(|r| r.tp == 4).unwrap();
+    assert_eq!((best.layout.tp, best.fits), (8, true));
+    let tp4 = p.rows.iter().find(|r| r.layout.tp == 4).unwrap();
     assert_eq!((tp4.fits, tp4.meets), (false, false));
     let v = serde_json::to_value(&p).unwrap();
     assert_eq!(v["rows"][1]["fits"], false);

@@ -3,6 +3,7 @@
 //! (`curve`), and the cheapest deployment over systems and parallelisms for a target (`plan`).
 
 pub mod curve;
+pub mod layout;
 pub mod memory;
 pub mod plan;
 
@@ -68,6 +69,10 @@ pub struct CapacityRequest {
     pub users: Option<u32>,
     /// Systems the planner considers (empty: the scenario's system).
     pub systems: Vec<String>,
+    /// Layouts the planner considers on every system (empty: [`layout::Layout::defaults`]).
+    pub layouts: Vec<layout::Layout>,
+    /// Evaluate the planner's candidates even without a target: `--layouts`, `--plot-pareto`.
+    pub compare_layouts: bool,
     pub max_systems: u32,
     pub prices: Prices,
 }
@@ -86,6 +91,8 @@ pub struct Capacity {
     /// report the way `simulate` writes them).
     pub reference: Simulation,
     pub plan: Option<plan::Plan>,
+    /// The planner's candidates with their curves (the Pareto plot draws them).
+    pub(crate) candidates: Vec<plan::Candidate>,
     /// Planner candidates that were not considered, with why (TP not dividing the model, ...).
     pub(crate) skipped: Vec<String>,
     pub(crate) warnings: Vec<String>,
@@ -179,15 +186,16 @@ pub fn capacity(req: &CapacityRequest) -> Result<Capacity> {
     warnings.extend(reference.warnings.iter().cloned());
 
     let mut skipped = Vec::new();
-    let plan = if req.target_tokens_per_s.is_some() || req.users.is_some() {
+    let mut compared = Vec::new();
+    let plan = if req.target_tokens_per_s.is_some() || req.users.is_some() || req.compare_layouts {
         let target = plan::Target {
             tokens_per_s: req.target_tokens_per_s,
             users: req.users,
             max_tpot_ms: req.max_tpot_ms,
             max_systems: req.max_systems.max(1),
         };
-        let candidates = candidates(req, &demand, &mut skipped)?;
-        Some(plan::plan(&candidates, &target))
+        compared = candidates(req, &demand, &mut skipped)?;
+        Some(plan::plan(&compared, &target))
     } else {
         None
     };
@@ -199,12 +207,13 @@ pub fn capacity(req: &CapacityRequest) -> Result<Capacity> {
         curve,
         reference,
         plan,
+        candidates: compared,
         skipped,
         warnings,
     })
 }
 
-/// Every (system, TP, DCP) the planner considers, with its KV limit and curve.
+/// Every (system, layout) the planner considers, with its KV limit and curve.
 fn candidates(
     req: &CapacityRequest,
     demand: &Demand,
@@ -221,27 +230,49 @@ fn candidates(
             &crate::scenario::catalog::resolve_system(name)?,
             &crate::scenario::catalog::gpus_dir(),
         )?;
-        for tp in (1..=sys.gpu_count).rev().filter(|t| sys.gpu_count % t == 0) {
+        let layouts = if req.layouts.is_empty() {
+            let model = crate::scenario::ModelSpec::from_file(
+                &crate::scenario::catalog::resolve_model(&req.scenario.model)?,
+            )?;
+            layout::Layout::defaults(&sys, &model)
+        } else {
+            req.layouts.clone()
+        };
+        for lay in layouts {
             let mut r = req.scenario.clone();
             r.system = name.clone();
-            r.tp = Some(tp);
             if *name != req.scenario.system {
                 r.calibration = None;
             }
-            let (mut s, p) = match load(&r, demand) {
+            if lay.gpus() > sys.gpu_count {
+                skipped.push(format!(
+                    "{name} {}: needs {} GPUs, the system has {}",
+                    lay.label(),
+                    lay.gpus(),
+                    sys.gpu_count
+                ));
+                continue;
+            }
+            let loaded = lay.apply(&mut r).and_then(|_| load(&r, demand));
+            let (mut s, p) = match loaded {
                 Ok(x) => x,
                 // An infeasible shape (any invalid-scenario error) is skipped with its reason.
                 Err(e) => match e.scenario_problem() {
                     Some(why) => {
-                        skipped.push(format!("{name} TP={tp}: {why}"));
+                        skipped.push(format!("{name} {}: {why}", lay.label()));
                         continue;
                     }
                     None => return Err(e),
                 },
             };
             s.gpu_memory_utilization = req.memory.gpu_memory_utilization;
-            let mut dcps = vec![1];
-            if req.memory.dcp > 1 && tp % req.memory.dcp == 0 && s.model.mla.is_some() {
+            let mut dcps = vec![lay.dcp];
+            if lay.dcp == 1
+                && req.layouts.is_empty()
+                && req.memory.dcp > 1
+                && lay.tp % req.memory.dcp == 0
+                && s.model.mla.is_some()
+            {
                 dcps.push(req.memory.dcp);
             }
             let mut shapes = Vec::new();
@@ -300,8 +331,7 @@ fn candidates(
                 out.push(plan::Candidate {
                     system: name.clone(),
                     gpus_per_system: sys.gpu_count,
-                    tp,
-                    dcp,
+                    layout: layout::Layout { dcp, ..lay },
                     max_concurrency: c,
                     memory_note: note,
                     curve: points,

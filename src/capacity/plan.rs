@@ -1,12 +1,12 @@
 //! The planner: over systems and the parallelisms that fit, the cheapest deployment that meets
 //! a throughput target and/or a number of users under a TPOT limit.
 //!
-//! Each candidate is one replica shape (system, TP, DCP) with its KV limit and its curve. For a
+//! Each candidate is one replica shape (system and [`Layout`]: TP, PP, DP, EP, DCP) with its KV limit and its curve. For a
 //! candidate, only curve points within the KV limit and under `max_tpot_ms` are usable. The
 //! replicas needed are the most of `ceil(users / best usable concurrency)` and
 //! `ceil(target / best usable tokens/s)`; each replica then runs at the smallest usable
 //! concurrency that still meets both with that many replicas (lower concurrency, lower TPOT).
-//! GPUs = replicas × TP; systems = ceil(GPUs / GPUs per system), at most `max_systems`. The
+//! GPUs = replicas × the layout's GPUs; systems = ceil(GPUs / GPUs per system), at most `max_systems`. The
 //! cheapest plan has the lowest cost per hour when every candidate has a price, else the fewest
 //! GPUs; ties go to more tokens/s per GPU. Cost per million output tokens = GPUs × USD per
 //! GPU-hour / (tokens/s × 3600) × 10^6, at the planned concurrency.
@@ -14,6 +14,7 @@
 //! This module is pure arithmetic over the curves, so its rules are tested on hand-made curves.
 
 use super::curve::CurvePoint;
+use super::layout::Layout;
 use crate::error::{Error, Result};
 use crate::scenario::limits;
 use serde::Serialize;
@@ -28,6 +29,13 @@ pub enum Limit {
     Tpot,
     /// The target needs more systems than `--max-systems`.
     Throughput,
+}
+
+impl Target {
+    /// No throughput or user target: the planner compares layouts instead of sizing a plan.
+    pub(crate) fn is_comparison(&self) -> bool {
+        self.tokens_per_s.is_none() && self.users.is_none()
+    }
 }
 
 impl Limit {
@@ -90,8 +98,7 @@ pub(crate) fn unmet(plan: &Plan) -> Option<Error> {
 pub struct Candidate {
     pub system: String,
     pub gpus_per_system: u32,
-    pub tp: u32,
-    pub dcp: u32,
+    pub layout: Layout,
     /// Highest concurrency memory allows (KV limit, capped by max_num_seqs); 0: does not fit.
     pub max_concurrency: u64,
     /// Why it does not fit, when it does not.
@@ -104,8 +111,8 @@ pub struct Candidate {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct PlanRow {
     pub system: String,
-    pub tp: u32,
-    pub(crate) dcp: u32,
+    #[serde(flatten)]
+    pub layout: Layout,
     /// Weights, buffers and at least one request's KV cache fit in the memory vLLM may use
     /// (`--gpu-memory-utilization`); a row that does not fit never meets the target, so the
     /// planner never names it.
@@ -118,7 +125,8 @@ pub struct PlanRow {
     pub gpus: u32,
     pub systems: u32,
     pub concurrency_per_replica: u32,
-    max_concurrency: u64,
+    /// Users that fit in one replica's memory (KV limit, capped by max_num_seqs).
+    pub(crate) max_concurrency: u64,
     /// All replicas together.
     pub tokens_per_s: f64,
     pub(crate) tokens_per_s_per_gpu: f64,
@@ -142,8 +150,7 @@ pub struct Plan {
 fn failed(c: &Candidate, limit: Limit, note: String) -> PlanRow {
     PlanRow {
         system: c.system.clone(),
-        tp: c.tp,
-        dcp: c.dcp,
+        layout: c.layout,
         fits: c.max_concurrency > 0,
         meets: false,
         limit: Some(limit),
@@ -203,20 +210,28 @@ fn evaluate(c: &Candidate, t: &Target) -> PlanRow {
             && t.tokens_per_s
                 .is_none_or(|x| r * p.tokens_per_s >= x * (1.0 - 1e-9))
     };
-    let point = usable
-        .iter()
-        .copied()
-        .filter(|p| meets(p))
-        .min_by_key(|p| p.concurrency)
-        .unwrap_or(top);
-    let gpus = replicas * c.tp as u64;
+    // With no target, layouts are compared at their best throughput within the TPOT limit.
+    let point = if t.is_comparison() {
+        usable
+            .iter()
+            .copied()
+            .max_by(|a, b| a.tokens_per_s.total_cmp(&b.tokens_per_s))
+            .unwrap_or(top)
+    } else {
+        usable
+            .iter()
+            .copied()
+            .filter(|p| meets(p))
+            .min_by_key(|p| p.concurrency)
+            .unwrap_or(top)
+    };
+    let gpus = replicas * c.layout.gpus() as u64;
     let systems = gpus.div_ceil(c.gpus_per_system.max(1) as u64);
     let tokens = r * point.tokens_per_s;
     let usd_h = c.gpu_hour_usd.map(|p| p * gpus as f64);
     let mut row = PlanRow {
         system: c.system.clone(),
-        tp: c.tp,
-        dcp: c.dcp,
+        layout: c.layout,
         fits: true,
         meets: true,
         limit: None,
@@ -239,10 +254,26 @@ fn evaluate(c: &Candidate, t: &Target) -> PlanRow {
         row.note = format!(
             "needs {replicas} replicas = {gpus} GPUs = {systems} systems; --max-systems is {}; one system gives at most {:.0} tokens/s",
             t.max_systems,
-            best_tps * (c.gpus_per_system / c.tp.max(1)).max(1) as f64
+            best_tps * (c.gpus_per_system / c.layout.gpus().max(1)).max(1) as f64
         );
     }
     row
+}
+
+/// What the chosen row is called: the cheapest plan for a target; with no target, the layout
+/// with the lowest cost per token when priced, else the most tokens/s per GPU.
+fn best_word(t: &Target) -> &'static str {
+    if t.is_comparison() {
+        "best"
+    } else {
+        "cheapest"
+    }
+}
+
+impl Plan {
+    pub(crate) fn best_word(&self) -> &'static str {
+        best_word(&self.target)
+    }
 }
 
 /// Evaluates every candidate and picks the cheapest that meets the target.
@@ -254,7 +285,13 @@ pub fn plan(candidates: &[Candidate], t: &Target) -> Plan {
         .all(|r| r.usd_per_hour.is_some());
     let better = |a: &PlanRow, b: &PlanRow| -> std::cmp::Ordering {
         let key = |r: &PlanRow| {
-            if priced {
+            if t.is_comparison() {
+                if priced {
+                    r.usd_per_million_tokens.unwrap_or(f64::INFINITY)
+                } else {
+                    -r.tokens_per_s_per_gpu
+                }
+            } else if priced {
                 r.usd_per_hour.unwrap_or(f64::INFINITY)
             } else {
                 r.gpus as f64
@@ -273,11 +310,11 @@ pub fn plan(candidates: &[Candidate], t: &Target) -> Plan {
         Some(b) => (
             None,
             format!(
-                "cheapest: {} replica{} of TP={}{} on {} ({} GPUs, {} system{}) at {} users each: {:.0} tokens/s, TPOT {:.1} ms{}",
+                "{}: {} replica{} of {} on {} ({} GPUs, {} system{}) at {} users each: {:.0} tokens/s, TPOT {:.1} ms{}",
+                best_word(t),
                 b.replicas,
                 if b.replicas == 1 { "" } else { "s" },
-                b.tp,
-                if b.dcp > 1 { format!(" DCP={}", b.dcp) } else { String::new() },
+                b.layout.label(),
                 b.system,
                 b.gpus,
                 b.systems,
@@ -300,7 +337,7 @@ pub fn plan(candidates: &[Candidate], t: &Target) -> Plan {
             let why: Vec<String> = rows
                 .iter()
                 .filter(|r| r.limit == Some(limit))
-                .map(|r| format!("{} TP={}: {}", r.system, r.tp, r.note))
+                .map(|r| format!("{} {}: {}", r.system, r.layout.label(), r.note))
                 .collect();
             let what = match limit {
                 Limit::Memory => "memory binds: no configuration holds the weights and one request's KV cache",

@@ -66,6 +66,16 @@ pub struct CapacityArgs {
     /// Systems the planner considers (comma-separated names or files) [default: --system].
     #[arg(long, value_delimiter = ',', value_name = "A,B,...")]
     systems: Vec<String>,
+    /// Layouts the planner compares on every system: tp8, tp8-pp2, dp16-ep16, tp8-dp2-ep16,
+    /// tp8-dcp8 [default: every TP dividing the system's GPUs, a pipeline stage per node, and
+    /// DP attention with experts over every GPU for MoE models]. Without a target, each layout
+    /// is shown at its best tokens/s within --max-tpot-ms.
+    #[arg(long, value_name = "L,L,...")]
+    layouts: Option<String>,
+    /// Plot tokens/s per GPU against TPOT for every layout the planner considers, with the
+    /// Pareto front (.svg or .png).
+    #[arg(long, value_name = "FILE")]
+    plot_pareto: Option<PathBuf>,
     /// Most systems (nodes) a plan may use.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=4096))]
     max_systems: u32,
@@ -199,9 +209,13 @@ fn check_prices(a: &CapacityArgs, prices: &Prices) -> Result<()> {
     if matches!(prices, Prices::None) {
         return Ok(());
     }
-    if a.target_tokens_per_s.is_none() && a.users.is_none() {
+    if a.target_tokens_per_s.is_none()
+        && a.users.is_none()
+        && a.layouts.is_none()
+        && a.plot_pareto.is_none()
+    {
         super::output::warn(
-            "--gpu-hour-usd prices the planner's deployments, and no plan is made without --target-tokens-per-s or --users; ignored",
+            "--gpu-hour-usd prices the planner's deployments, and no plan is made without --target-tokens-per-s, --users, --layouts or --plot-pareto; ignored",
         );
         return Ok(());
     }
@@ -274,6 +288,11 @@ fn request(a: &CapacityArgs) -> Result<CapacityRequest> {
         target_tokens_per_s: a.target_tokens_per_s,
         users: a.users,
         systems: a.systems.clone(),
+        layouts: match &a.layouts {
+            Some(l) => crate::capacity::layout::parse_list(l)?,
+            None => Vec::new(),
+        },
+        compare_layouts: a.layouts.is_some() || a.plot_pareto.is_some(),
         max_systems: a.max_systems,
         prices: {
             let prices = match &a.gpu_hour_usd {
@@ -335,12 +354,18 @@ fn check_batches(batches: &[u32]) -> Result<()> {
 /// The work bounded before anything is simulated: the main curve, every planner candidate
 /// (each system at up to 4 TP sizes, twice with --dcp) and each plotted system's curve.
 fn check_work(a: &CapacityArgs, req: &CapacityRequest) -> Result<()> {
-    let planning = req.target_tokens_per_s.is_some() || req.users.is_some();
+    let planning = req.target_tokens_per_s.is_some() || req.users.is_some() || req.compare_layouts;
     let plots = a.plot_throughput.is_some() || a.plot_tpot.is_some() || a.plot_memory.is_some();
     let systems = a.systems.len().max(1) as f64;
     let dcps = if req.memory.dcp > 1 { 2.0 } else { 1.0 };
+    // Named layouts, else about 4 TP sizes that fit plus the pipeline and wide-EP shapes.
+    let layouts = if req.layouts.is_empty() {
+        6.0 * dcps
+    } else {
+        req.layouts.len() as f64
+    };
     let curves =
-        1.0 + if planning { systems * 4.0 * dcps } else { 0.0 } + if plots { systems } else { 0.0 };
+        1.0 + if planning { systems * layouts } else { 0.0 } + if plots { systems } else { 0.0 };
     let extra = 1.0
         + if a.plot_breakdown.is_some() {
             a.batches.len() as f64
@@ -496,6 +521,42 @@ fn report_text(
     })
 }
 
+/// `--plot-pareto`: tokens/s per GPU against TPOT, one line per candidate layout (up to the
+/// users that fit), and the front across them.
+fn pareto_plot(cap: &Capacity, max_tpot_ms: Option<f64>, model: &str, p: &Path) -> Result<()> {
+    let series: Vec<plot::ParetoSeries> = cap
+        .candidates
+        .iter()
+        .filter(|c| c.max_concurrency > 0)
+        .map(|c| plot::ParetoSeries {
+            label: format!(
+                "{} {} (max {} users)",
+                c.system,
+                c.layout.label(),
+                c.max_concurrency
+            ),
+            points: c
+                .curve
+                .iter()
+                .filter(|pt| pt.concurrency as u64 <= c.max_concurrency)
+                .map(|pt| (pt.tpot_ms, pt.tokens_per_s / c.layout.gpus().max(1) as f64))
+                .collect(),
+        })
+        .collect();
+    plot::plot_pareto(
+        &plot::ParetoChart {
+            title: &format!(
+                "{model}: tokens/s per GPU vs TPOT by layout ({})",
+                cap.demand.described
+            ),
+            series: &series,
+            tpot_limit_ms: max_tpot_ms,
+        },
+        p,
+    )?;
+    Ok(())
+}
+
 /// `--plot-breakdown`: the decode step by category at each of `batches`.
 fn breakdown_plot(
     req: &CapacityRequest,
@@ -528,6 +589,7 @@ pub fn run(a: CapacityArgs) -> Result<()> {
     check_output_flag("--plot-tpot", a.plot_tpot.as_deref())?;
     check_output_flag("--plot-memory", a.plot_memory.as_deref())?;
     check_output_flag("--plot-breakdown", a.plot_breakdown.as_deref())?;
+    check_output_flag("--plot-pareto", a.plot_pareto.as_deref())?;
     a.scenario.warn_noop_flags();
     let req = request(&a)?;
     check_batches(&a.batches)?;
@@ -580,6 +642,10 @@ pub fn run(a: CapacityArgs) -> Result<()> {
     }
     if let Some(p) = &a.plot_breakdown {
         breakdown_plot(&req, &cap, &a.batches, model, p)?;
+        written.push(p.clone());
+    }
+    if let Some(p) = &a.plot_pareto {
+        pareto_plot(&cap, a.max_tpot_ms, model, p)?;
         written.push(p.clone());
     }
 

@@ -253,18 +253,27 @@ fn render_plan(plan: &Plan) -> String {
     if let Some(m) = t.max_tpot_ms {
         want.push(format!("TPOT at most {m} ms"));
     }
-    let mut out = format!(
-        "plan: {} on at most {} system{}\n",
-        want.join(", "),
-        t.max_systems,
-        if t.max_systems == 1 { "" } else { "s" }
-    );
+    let mut out = if t.is_comparison() {
+        format!(
+            "layouts compared, one replica each at its best tokens/s{}\n",
+            t.max_tpot_ms
+                .map(|m| format!(" with TPOT at most {m} ms"))
+                .unwrap_or_default()
+        )
+    } else {
+        format!(
+            "plan: {} on at most {} system{}\n",
+            want.join(", "),
+            t.max_systems,
+            if t.max_systems == 1 { "" } else { "s" }
+        )
+    };
     let mut tab = Table::new(&[
         "system",
-        "TP",
-        "DCP",
+        "layout",
         "replicas",
         "GPUs",
+        "max users",
         "users/replica",
         "tokens/s",
         "tokens/s/GPU",
@@ -273,16 +282,16 @@ fn render_plan(plan: &Plan) -> String {
         "USD/M tokens",
         "verdict",
     ])
-    .align_left(&[0, 11])
+    .align_left(&[0, 1, 11])
     .wrap(11, 48);
     let is_best = |r: &PlanRow| {
         plan.best
             .as_ref()
-            .is_some_and(|b| b.system == r.system && b.tp == r.tp && b.dcp == r.dcp)
+            .is_some_and(|b| b.system == r.system && b.layout == r.layout)
     };
     for r in &plan.rows {
         let verdict = if is_best(r) {
-            "cheapest".to_string()
+            plan.best_word().to_string()
         } else if r.meets {
             "meets".to_string()
         } else {
@@ -291,14 +300,18 @@ fn render_plan(plan: &Plan) -> String {
         let ok = r.meets || r.limit == Some(crate::capacity::plan::Limit::Throughput);
         tab.row(vec![
             r.system.clone(),
-            r.tp.to_string(),
-            r.dcp.to_string(),
+            r.layout.label(),
             if ok {
                 r.replicas.to_string()
             } else {
                 "-".into()
             },
             if ok { r.gpus.to_string() } else { "-".into() },
+            if r.fits {
+                r.max_concurrency.to_string()
+            } else {
+                "-".into()
+            },
             if ok {
                 r.concurrency_per_replica.to_string()
             } else {

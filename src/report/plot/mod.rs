@@ -8,7 +8,7 @@
 //! drops each glyph's left bearing (it places the glyph's bitmap at the pen position), which
 //! spaces letters unevenly; no system font library is needed either way.
 //!
-//! One file per chart ([`comparison`], [`curves`], [`memory`], [`breakdown`], [`speedup`],
+//! One file per chart ([`comparison`], [`curves`], [`memory`], [`breakdown`], [`pareto`], [`speedup`],
 //! [`speedup_heatmap`]); what they share is in [`style`] (sizes, colours, fonts, labels) and
 //! [`backend`] (the `Chart` trait, format by extension, PNG text, atomic write).
 
@@ -17,6 +17,7 @@ mod breakdown;
 mod comparison;
 mod curves;
 mod memory;
+mod pareto;
 mod speedup;
 mod speedup_heatmap;
 mod style;
@@ -26,4 +27,5 @@ pub use breakdown::{plot_breakdown, BreakdownChart};
 pub use comparison::plot_comparison;
 pub use curves::{plot_curves, CurveChart, CurveMetric, CurveSeries, MeasuredPoint};
 pub use memory::{plot_memory, MemoryChart, MemorySeries};
+pub use pareto::{pareto_front, plot_pareto, ParetoChart, ParetoSeries};
 pub use speedup::{plot_speedup, plot_speedup_heatmap, SpeedupChart, SpeedupPanel};

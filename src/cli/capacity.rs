@@ -213,17 +213,23 @@ fn check_prices(a: &CapacityArgs, prices: &Prices) -> Result<()> {
     if matches!(prices, Prices::None) {
         return Ok(());
     }
-    if a.target_tokens_per_s.is_none() && a.users.is_none() {
+    if a.target_tokens_per_s.is_none() && a.users.is_none() && !a.disaggregate {
         super::output::warn(
             "--gpu-hour-usd prices the planner's deployments, and no plan is made without --target-tokens-per-s or --users; ignored",
         );
         return Ok(());
     }
-    let planned = if a.systems.is_empty() {
+    let mut planned = if a.systems.is_empty() {
         vec![a.scenario.request().system]
     } else {
         a.systems.clone()
     };
+    // --disaggregate prices its prefill pool on --prefill-system.
+    if let Some(p) = a.prefill_system.as_ref().filter(|_| a.disaggregate) {
+        if !planned.contains(p) {
+            planned.push(p.clone());
+        }
+    }
     if let Prices::PerSystem(v) = prices {
         for (name, _) in v {
             if !planned.contains(name) {

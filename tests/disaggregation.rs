@@ -360,3 +360,70 @@ fn bad_disaggregation_flags_are_refused_by_name() {
         &["--disaggregate"],
     );
 }
+
+#[test]
+fn the_binary_writes_the_ratios_as_json_and_csv() {
+    let args = [
+        "capacity",
+        "--model",
+        "llama-3.1-70b",
+        "--system",
+        "h200-hgx-2node-ib",
+        "--tp",
+        "2",
+        "--layers",
+        "8",
+        "--input-len",
+        "2000",
+        "--output-len",
+        "200",
+        "--points",
+        "4",
+        "--draws",
+        "0",
+        "--disaggregate",
+        "--max-pool-instances",
+        "2",
+        "--gpu-hour-usd",
+        "3.5",
+    ];
+    let (ok, out, err) = decodesim_bin(&[&args[..], &["--format", "json"]].concat());
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let d = &v["disaggregation"];
+    let rows = d["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 4); // 1P:1D, 1P:2D, 2P:1D, 2P:2D
+    for r in rows {
+        let gpus = r["gpus"].as_f64().unwrap();
+        let tps = r["tokens_per_s"].as_f64().unwrap();
+        close(r["tokens_per_s_per_gpu"].as_f64().unwrap(), tps / gpus);
+        // USD per million output tokens = GPUs × 3.5 USD/h / (tokens/s × 3600) × 1e6.
+        close(
+            r["usd_per_million_tokens"].as_f64().unwrap(),
+            gpus * 3.5 / (tps * 3600.0) * 1e6,
+        );
+        assert_eq!(r["link"], "nvlink"); // at most 4 instances of TP=2: one node of 8 GPUs
+    }
+    assert!(d["colocated"]["tokens_per_s"].as_f64().unwrap() > 0.0);
+    assert!(d["verdict"]
+        .as_str()
+        .unwrap()
+        .contains("USD per million output tokens"));
+    assert!(d["transfers"][0]["bytes_per_rank"].as_f64().unwrap() > 0.0);
+
+    let (ok, out, err) = decodesim_bin(&[&args[..], &["--format", "csv"]].concat());
+    assert!(ok, "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(
+        lines[0].starts_with("layout,prefill_instances,decode_instances,gpus,link,meets,binds,")
+    );
+    assert_eq!(lines.len(), 1 + 4 + 1);
+    assert!(lines[1].starts_with("disaggregated,1,1,4,nvlink,true,"));
+    assert!(lines[5].starts_with("colocated,,,2,"));
+
+    let (ok, out, err) = decodesim_bin(&args);
+    assert!(ok, "{err}");
+    assert!(out.contains("disaggregated prefill and decode"), "{out}");
+    assert!(out.contains("KV transfer over nvlink"), "{out}");
+    assert!(out.contains("co-located"), "{out}");
+}

@@ -51,7 +51,7 @@ pub struct Demand {
     pub prefill_per_output: f64,
     /// Mean prompt length (prefill attention's causal prefix is half of it).
     pub(crate) input_len: f64,
-    output_len: f64,
+    pub(crate) output_len: f64,
     /// The longest request (checked against the model's maximum).
     pub longest: u64,
     /// How the demand was given, for the report.

@@ -3,6 +3,7 @@
 //! (`curve`), and the cheapest deployment over systems and parallelisms for a target (`plan`).
 
 pub mod curve;
+pub mod disagg;
 pub mod layout;
 pub mod memory;
 pub mod plan;

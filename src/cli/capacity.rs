@@ -114,6 +114,20 @@ pub struct CapacityArgs {
     /// 2,500); more is refused before anything is simulated.
     #[arg(long, default_value_t = crate::error::DEFAULT_MAX_WORK, value_name = "UNITS")]
     max_work: u64,
+    /// Disaggregated prefill and decode: separate pools, the KV cache moved between them; the
+    /// prefill:decode ratio for the request mix beside the co-located answer.
+    #[arg(long)]
+    disaggregate: bool,
+    /// TTFT limit in ms for --disaggregate (TTFT = prefill + KV transfer + one decode step + the
+    /// prefill queue's wait).
+    #[arg(long, value_name = "MS", requires = "disaggregate")]
+    max_ttft_ms: Option<f64>,
+    /// System of the prefill pool [default: --system]; same TP as the decode instances.
+    #[arg(long, value_name = "NAME", requires = "disaggregate")]
+    prefill_system: Option<String>,
+    /// Ratios xP:yD for x and y from 1 to N (at most 16).
+    #[arg(long, value_name = "N", default_value_t = crate::capacity::disagg::DEFAULT_POOL_INSTANCES)]
+    max_pool_instances: u32,
 }
 
 /// `2.1` or `a=2.1,b=3.5`.
@@ -213,17 +227,24 @@ fn check_prices(a: &CapacityArgs, prices: &Prices) -> Result<()> {
         && a.users.is_none()
         && a.layouts.is_none()
         && a.plot_pareto.is_none()
+        && !a.disaggregate
     {
         super::output::warn(
             "--gpu-hour-usd prices the planner's deployments, and no plan is made without --target-tokens-per-s, --users, --layouts or --plot-pareto; ignored",
         );
         return Ok(());
     }
-    let planned = if a.systems.is_empty() {
+    let mut planned = if a.systems.is_empty() {
         vec![a.scenario.request().system]
     } else {
         a.systems.clone()
     };
+    // --disaggregate prices its prefill pool on --prefill-system.
+    if let Some(p) = a.prefill_system.as_ref().filter(|_| a.disaggregate) {
+        if !planned.contains(p) {
+            planned.push(p.clone());
+        }
+    }
     if let Prices::PerSystem(v) = prices {
         for (name, _) in v {
             if !planned.contains(name) {
@@ -364,8 +385,10 @@ fn check_work(a: &CapacityArgs, req: &CapacityRequest) -> Result<()> {
     } else {
         req.layouts.len() as f64
     };
-    let curves =
-        1.0 + if planning { systems * layouts } else { 0.0 } + if plots { systems } else { 0.0 };
+    let curves = 1.0
+        + if a.disaggregate { 1.0 } else { 0.0 }
+        + if planning { systems * layouts } else { 0.0 }
+        + if plots { systems } else { 0.0 };
     let extra = 1.0
         + if a.plot_breakdown.is_some() {
             a.batches.len() as f64
@@ -486,6 +509,7 @@ fn report_text(
     cap: &Capacity,
     interval: &Option<(u32, &'static str, std::result::Result<Interval, String>)>,
     draws: usize,
+    disagg: Option<&crate::capacity::disagg::Disaggregation>,
 ) -> Result<String> {
     Ok(match a.format {
         Format::Table => {
@@ -498,6 +522,9 @@ fn report_text(
                     "throughput at concurrency {c} ({why}), p5 / p50 / p95 over {draws} draws: {:.1} / {:.1} / {:.1} tokens/s\n",
                     iv.p5, iv.p50, iv.p95
                 );
+            }
+            if let Some(d) = disagg {
+                t += &report::capacity::render_disagg_table(d);
             }
             t
         }
@@ -512,12 +539,18 @@ fn report_text(
                     "tokens_per_s": iv.json(),
                 });
             }
+            if let Some(d) = disagg {
+                v["disaggregation"] = report::capacity::disagg_json(d);
+            }
             serde_json::to_string_pretty(&v).map_err(|e| Error::Serialize {
                 what: "report",
                 message: e.to_string(),
             })? + "\n"
         }
-        Format::Csv => report::capacity::to_csv(cap),
+        Format::Csv => match disagg {
+            Some(d) => report::capacity::disagg_csv(d),
+            None => report::capacity::to_csv(cap),
+        },
     })
 }
 
@@ -592,6 +625,10 @@ pub fn run(a: CapacityArgs) -> Result<()> {
     check_output_flag("--plot-pareto", a.plot_pareto.as_deref())?;
     a.scenario.warn_noop_flags();
     let req = request(&a)?;
+    let disagg_opts = disagg_options(&a);
+    if let Some(o) = &disagg_opts {
+        capacity::disagg::precheck(&req, o)?;
+    }
     check_batches(&a.batches)?;
     check_work(&a, &req)?;
     let measured = match &a.measured {
@@ -649,7 +686,11 @@ pub fn run(a: CapacityArgs) -> Result<()> {
         written.push(p.clone());
     }
 
-    let text = report_text(&a, &cap, &interval, draws)?;
+    let disagg = match &disagg_opts {
+        Some(o) => Some(capacity::disagg::disaggregate(&req, o, &cap)?),
+        None => None,
+    };
+    let text = report_text(&a, &cap, &interval, draws, disagg.as_ref())?;
     print(&text)?;
     for p in &written {
         super::output::wrote("plot", p);
@@ -658,5 +699,23 @@ pub fn run(a: CapacityArgs) -> Result<()> {
     if let Some(e) = cap.plan.as_ref().and_then(capacity::plan::unmet) {
         return Err(e);
     }
+    if let Some(e) = disagg.as_ref().and_then(capacity::disagg::unmet) {
+        return Err(e);
+    }
     Ok(())
+}
+
+/// `--disaggregate`'s options (None without it); `--max-pool-instances` only matters with it.
+fn disagg_options(a: &CapacityArgs) -> Option<crate::capacity::disagg::DisaggOptions> {
+    if !a.disaggregate {
+        if a.max_pool_instances != crate::capacity::disagg::DEFAULT_POOL_INSTANCES {
+            super::output::warn("--max-pool-instances is used only with --disaggregate; ignored");
+        }
+        return None;
+    }
+    Some(crate::capacity::disagg::DisaggOptions {
+        max_ttft_ms: a.max_ttft_ms,
+        prefill_system: a.prefill_system.clone(),
+        max_instances: a.max_pool_instances,
+    })
 }

@@ -18,6 +18,7 @@ pub mod collective;
 pub mod internode;
 pub mod kernel;
 pub mod kv_dtype;
+pub mod kv_transfer;
 pub mod link;
 pub mod profile;
 pub mod table;

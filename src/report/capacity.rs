@@ -342,3 +342,186 @@ fn render_plan(plan: &Plan) -> String {
     out.push('\n');
     out
 }
+
+/// `capacity --disaggregate` as JSON (placed under the report's `disaggregation` key).
+pub fn disagg_json(d: &crate::capacity::disagg::Disaggregation) -> Value {
+    serde_json::to_value(d).unwrap_or(Value::Null)
+}
+
+/// `capacity --disaggregate` as CSV: one row per prefill:decode ratio and one for co-located.
+pub(crate) fn disagg_csv(d: &crate::capacity::disagg::Disaggregation) -> String {
+    let opt = |v: Option<f64>| v.map_or(String::new(), |x| x.to_string());
+    let mut out = String::from(
+        "layout,prefill_instances,decode_instances,gpus,link,meets,binds,requests_per_s,tokens_per_s,tokens_per_s_per_gpu,decode_concurrency,tpot_ms,kv_transfer_ms,ttft_min_ms,ttft_ms,prefill_utilization,usd_per_million_tokens\n",
+    );
+    for r in &d.rows {
+        out.push_str(&format!(
+            "disaggregated,{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
+            r.prefill_instances,
+            r.decode_instances,
+            r.gpus,
+            r.link,
+            r.meets,
+            r.binds,
+            r.requests_per_s,
+            r.tokens_per_s,
+            r.tokens_per_s_per_gpu,
+            r.decode_concurrency,
+            r.tpot_ms,
+            r.kv_transfer_ms,
+            r.ttft_min_ms,
+            opt(r.ttft_ms),
+            r.prefill_utilization,
+            opt(r.usd_per_million_tokens)
+        ));
+    }
+    let c = &d.colocated;
+    out.push_str(&format!(
+        "colocated,,,{},-,{},-,{},{},{},{},{},0,{},,,{}\n",
+        c.gpus,
+        c.meets,
+        c.requests_per_s,
+        c.tokens_per_s,
+        c.tokens_per_s_per_gpu,
+        c.concurrency,
+        c.tpot_ms,
+        c.ttft_min_ms,
+        opt(c.usd_per_million_tokens)
+    ));
+    out
+}
+
+/// `capacity --disaggregate` as text, after the capacity report.
+pub fn render_disagg_table(d: &crate::capacity::disagg::Disaggregation) -> String {
+    use crate::capacity::disagg::Winner;
+    let mut out = String::from("\ndisaggregated prefill and decode\n");
+    let p = &d.prefill;
+    out.push_str(&format!(
+        "requests: mean input {:.0} (longest {:.0}), mean output {:.0} tokens; targets: TPOT {}, TTFT {}\n",
+        d.input_len,
+        d.longest_input,
+        d.output_len,
+        d.max_tpot_ms.map_or("none".into(), |m| format!("at most {m} ms")),
+        d.max_ttft_ms.map_or("none".into(), |m| format!("at most {m} ms")),
+    ));
+    out.push_str(&format!(
+        "prefill instance: {} TP={}: {:.2} µs per prompt token at a {}-token chunk; one mean prompt occupies it {:.1} ms ({:.2} requests/s), alone it is prefilled in {:.1} ms (longest {:.1} ms)\n",
+        p.system,
+        p.tp,
+        p.us_per_token,
+        p.chunk_tokens,
+        p.service_us / 1e3,
+        p.compute_requests_per_s,
+        p.prefill_ms,
+        p.prefill_ms_longest
+    ));
+    for t in &d.transfers {
+        out.push_str(&format!(
+            "KV transfer over {}: {} per rank × {} ranks ({:.0} input tokens) at {:.1} GB/s per rank + {:.1} µs = {:.3} ms ({})\n",
+            t.link.class,
+            bytes(t.bytes_per_rank),
+            t.ranks,
+            t.input_len,
+            t.link.effective_gbps(),
+            t.link.latency_us,
+            t.time_us / 1e3,
+            t.link.source
+        ));
+    }
+    match &d.decode_limit {
+        Some(l) => out.push_str(&format!(
+            "decode instance: {} TP={} without prefill: at most {} users, {} tokens/s, TPOT {:.2} ms{}\n",
+            d.decode_system,
+            d.tp,
+            l.concurrency,
+            grouped(l.tokens_per_s, 1),
+            l.tpot_ms,
+            if d.max_tpot_ms.is_some() { " (most tokens/s within --max-tpot-ms)" } else { " (most tokens/s on the curve)" }
+        )),
+        None => out.push_str("decode instance: no concurrency meets --max-tpot-ms\n"),
+    }
+    let mut t = Table::new(&[
+        "layout",
+        "GPUs",
+        "link",
+        "req/s",
+        "tokens/s",
+        "tokens/s/GPU",
+        "users/D",
+        "TPOT (ms)",
+        "KV (ms)",
+        "TTFT min (ms)",
+        "TTFT (ms)",
+        "prefill load",
+        "USD/M tokens",
+        "verdict",
+    ])
+    .align_left(&[0, 2, 13])
+    .wrap(13, 40);
+    let winner = d.winner;
+    for r in &d.rows {
+        let best = winner
+            == Winner::Disaggregated {
+                prefill: r.prefill_instances,
+                decode: r.decode_instances,
+            };
+        let v = |f: String| if r.meets { f } else { "-".into() };
+        t.row(vec![
+            format!("{}P:{}D", r.prefill_instances, r.decode_instances),
+            r.gpus.to_string(),
+            r.link.to_string(),
+            v(grouped(r.requests_per_s, 2)),
+            v(grouped(r.tokens_per_s, 0)),
+            v(grouped(r.tokens_per_s_per_gpu, 1)),
+            v(r.decode_concurrency.to_string()),
+            v(grouped(r.tpot_ms, 1)),
+            v(grouped(r.kv_transfer_ms, 2)),
+            v(grouped(r.ttft_min_ms, 1)),
+            v(r.ttft_ms.map_or("unbounded".into(), |x| grouped(x, 1))),
+            v(format!("{:.0}%", r.prefill_utilization * 100.0)),
+            money(r.usd_per_million_tokens),
+            if !r.meets {
+                format!("{} binds: {}", r.binds, r.note)
+            } else if best {
+                format!("best; {} binds", r.binds)
+            } else {
+                format!("{} binds", r.binds)
+            },
+        ]);
+    }
+    let c = &d.colocated;
+    let cv = |f: String| if c.meets { f } else { "-".into() };
+    t.row(vec![
+        "co-located".into(),
+        c.gpus.to_string(),
+        "-".into(),
+        cv(grouped(c.requests_per_s, 2)),
+        cv(grouped(c.tokens_per_s, 0)),
+        cv(grouped(c.tokens_per_s_per_gpu, 1)),
+        cv(c.concurrency.to_string()),
+        cv(grouped(c.tpot_ms, 1)),
+        "-".into(),
+        cv(grouped(c.ttft_min_ms, 1)),
+        "-".into(),
+        "-".into(),
+        money(c.usd_per_million_tokens),
+        if !c.meets {
+            c.note.clone()
+        } else if winner == Winner::Colocated {
+            "best; chunked prefill".into()
+        } else {
+            "chunked prefill".into()
+        },
+    ]);
+    out.push_str(&t.render());
+    out.push_str("TTFT min: prefill alone + KV transfer + one decode step, no queueing; TTFT: with the M/D/1 wait of the prefill queue at that load (co-located: the lower bound only)\n");
+    out.push_str(&d.verdict);
+    out.push('\n');
+    if !d.warnings.is_empty() {
+        out.push_str("warnings (disaggregated)\n");
+        for w in &d.warnings {
+            out.push_str(&format!("  - {}\n", crate::units::one_line(w)));
+        }
+    }
+    out
+}

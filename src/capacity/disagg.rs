@@ -1,0 +1,724 @@
+//! Disaggregated prefill and decode: separate pools of prefill and decode instances, the KV
+//! cache of every prompt moved between them, and the prefill:decode ratio that serves a request
+//! mix best under TPOT and TTFT targets, held against the co-located (chunked-prefill) answer.
+//!
+//! **Prefill pool.** A prefill instance (same TP as the decode instance, on `--prefill-system`,
+//! default the decode system) runs steps of `max_num_batched_tokens` prompt tokens; one prompt
+//! token costs what `curve::prefill_cost` prices at that chunk (the step's layer kernels at the
+//! chunk / the chunk + the prefill-attention roofline at the mean input). So one request of the
+//! mean input occupies the instance `S = input × cost` and an instance serves
+//! `μ = min(1 / S, 1 / KV-transfer busy time)` requests/s (its KV sends overlap the next
+//! prompts' compute, so the link bounds the rate only when it is the slower). A request alone
+//! is prefilled at a chunk of `min(input, max_num_batched_tokens)` tokens (the queueing-free
+//! prefill time of TTFT). The lm_head and sampling of the first token are left out (one token).
+//!
+//! **KV transfer.** `cost::kv_transfer`: over the intra-node link when both pools of a ratio
+//! fit on one node of one system, else over the network between nodes (both systems need a
+//! `[network]`; a system file is a node type here, and a ratio may take more nodes than it lists).
+//!
+//! **Decode pool.** The decode curve of `curve::build` without the prefill share (no chunked
+//! prefill interleaved). Its operating limit is the concurrency with the most tokens/s within
+//! `--max-tpot-ms` (without it: on the whole curve).
+//!
+//! **A ratio xP:yD.** Requests/s `R = min(x × μ, y × decode tokens/s at its limit /
+//! output_len)`; the decode instances then run at the smallest simulated concurrency that
+//! carries `R × output_len / y` tokens/s (lower concurrency, lower TPOT when prefill binds).
+//! TTFT = the prompt's prefill alone + its KV transfer + one decode step at that concurrency
+//! (the queueing-free lower bound, `ttft_min_ms`) + the M/D/1 wait of the prefill queue at that
+//! load: `Wq = ρ S / (2 (1 − ρ))` with `ρ = R / (x μ)` and `S = 1 / μ` (Poisson arrivals split
+//! evenly over the instances, deterministic service; a batching scheduler serves a burst
+//! faster, so this is an estimate). A saturated prefill pool (ρ = 1) has no finite TTFT
+//! (`ttft_ms` null). `--max-tpot-ms` caps the decode point; `--max-ttft-ms` caps the load: `R`
+//! is lowered (bisection; TTFT grows with the load) until the TTFT with the wait meets it and the
+//! longest prompt of a mix meets it at the lower bound (`binds` = `TTFT`).
+//!
+//! **Co-located.** The capacity curve with chunked prefill, at the point with the most tokens/s
+//! within `--max-tpot-ms` whose TTFT lower bound (`ceil(input / (max_num_batched_tokens − c))`
+//! steps, each the decode step plus its share of the prompt at the per-token prefill cost,
+//! without queueing or the other prompts in the step) meets `--max-ttft-ms`.
+//!
+//! **Winner.** Among the rows that meet the targets: the lowest USD per million output tokens
+//! when every one is priced (`--gpu-hour-usd`), else the most tokens/s per GPU.
+
+use super::curve::{self, Curve, CurvePoint, Demand};
+use super::{Capacity, CapacityRequest, DemandSpec};
+use crate::cost::kv_transfer::{self, KvLink, KvTransfer};
+use crate::cost::CalibrationProfile;
+use crate::error::{Error, Result};
+use crate::scenario::{limits, Scenario};
+use serde::Serialize;
+
+/// Largest number of instances in either pool (`--max-pool-instances`): 16 × 16 ratios, each a
+/// few arithmetic steps over two curves; larger pools are multiples of a smaller ratio.
+pub const MAX_POOL_INSTANCES: u32 = 16;
+pub const DEFAULT_POOL_INSTANCES: u32 = 4;
+
+/// `--disaggregate`'s options.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DisaggOptions {
+    pub max_ttft_ms: Option<f64>,
+    /// The prefill pool's system (None: the decode system).
+    pub prefill_system: Option<String>,
+    /// Ratios xP:yD with x and y from 1 to this.
+    pub max_instances: u32,
+}
+
+impl Default for DisaggOptions {
+    fn default() -> Self {
+        DisaggOptions {
+            max_ttft_ms: None,
+            prefill_system: None,
+            max_instances: DEFAULT_POOL_INSTANCES,
+        }
+    }
+}
+
+impl DisaggOptions {
+    fn check(&self) -> Result<()> {
+        if let Some(t) = self.max_ttft_ms {
+            limits::flag_in("--max-ttft-ms", t, &limits::MAX_TPOT_MS)?;
+        }
+        limits::flag_int_in(
+            "--max-pool-instances",
+            self.max_instances as u64,
+            &(1..=MAX_POOL_INSTANCES as u64),
+        )?;
+        Ok(())
+    }
+}
+
+/// The prefill pool's instance.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PrefillPool {
+    pub system: String,
+    pub tp: u32,
+    pub chunk_tokens: u32,
+    /// µs per prompt token at a full chunk, at the mean input.
+    pub us_per_token: f64,
+    /// One request of the mean input, occupying the instance (µs).
+    pub service_us: f64,
+    /// One request of the mean input prefilled alone (ms).
+    pub prefill_ms: f64,
+    /// The longest prompt of the mix prefilled alone (ms).
+    pub prefill_ms_longest: f64,
+    /// Requests/s one instance computes.
+    pub compute_requests_per_s: f64,
+    pub kv_cache_tokens: u64,
+}
+
+/// One prefill:decode ratio.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RatioRow {
+    pub prefill_instances: u32,
+    pub decode_instances: u32,
+    pub gpus: u32,
+    /// `net`, `nvlink`, `pcie`, or `-` when it cannot be placed.
+    pub link: &'static str,
+    pub meets: bool,
+    /// What limits the ratio: `prefill`, `decode`, `KV transfer`, or why it fails (`TTFT`,
+    /// `TPOT`, `placement`).
+    pub binds: &'static str,
+    pub note: String,
+    pub requests_per_s: f64,
+    pub tokens_per_s: f64,
+    pub tokens_per_s_per_gpu: f64,
+    pub decode_concurrency: u32,
+    pub tpot_ms: f64,
+    pub kv_transfer_ms: f64,
+    pub ttft_min_ms: f64,
+    /// With the M/D/1 wait; None when the prefill pool is saturated.
+    pub ttft_ms: Option<f64>,
+    pub prefill_utilization: f64,
+    pub usd_per_hour: Option<f64>,
+    pub usd_per_million_tokens: Option<f64>,
+}
+
+/// The co-located (chunked-prefill) answer on the decode system.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Colocated {
+    pub meets: bool,
+    pub note: String,
+    pub gpus: u32,
+    pub concurrency: u32,
+    pub requests_per_s: f64,
+    pub tokens_per_s: f64,
+    pub tokens_per_s_per_gpu: f64,
+    pub tpot_ms: f64,
+    pub ttft_min_ms: f64,
+    pub usd_per_hour: Option<f64>,
+    pub usd_per_million_tokens: Option<f64>,
+}
+
+/// What won.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Winner {
+    Disaggregated { prefill: u32, decode: u32 },
+    Colocated,
+    Neither,
+}
+
+/// Everything `capacity --disaggregate` reports.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Disaggregation {
+    pub decode_system: String,
+    pub tp: u32,
+    pub input_len: f64,
+    pub longest_input: f64,
+    pub output_len: f64,
+    pub max_tpot_ms: Option<f64>,
+    pub max_ttft_ms: Option<f64>,
+    pub prefill: PrefillPool,
+    /// The KV transfer of the mean prompt over each link a ratio uses.
+    pub transfers: Vec<KvTransfer>,
+    /// The decode curve without prefill.
+    pub decode_curve: Curve,
+    /// The decode pool's operating limit (None: no point meets --max-tpot-ms).
+    pub decode_limit: Option<CurvePoint>,
+    pub rows: Vec<RatioRow>,
+    pub colocated: Colocated,
+    pub winner: Winner,
+    pub verdict: String,
+    pub warnings: Vec<String>,
+}
+
+/// (mean input, longest input, mean output) of the demand; decode-only demand is refused.
+fn lengths(spec: &DemandSpec, d: &Demand) -> Result<(f64, f64, f64)> {
+    let longest = match spec {
+        DemandSpec::Context(c) => {
+            return Err(Error::Flag {
+                flag: "--disaggregate",
+                value: format!("(with --context {c} only)"),
+                expected: "a request mix with prompts: --input-len/--output-len or --request-mix (a decode-only demand has no prefill to separate)".into(),
+            })
+        }
+        DemandSpec::Lengths { input_len, .. } => *input_len as f64,
+        DemandSpec::Mix(rows) => rows.iter().map(|r| r.input_len).max().unwrap_or(1) as f64,
+    };
+    Ok((d.input_len, longest, d.output_len))
+}
+
+/// The prefill scenario: the decode scenario's request on `--prefill-system` at the same TP.
+fn prefill_scenario(
+    req: &CapacityRequest,
+    o: &DisaggOptions,
+    s: &Scenario,
+    p: &CalibrationProfile,
+    d: &Demand,
+) -> Result<(Scenario, CalibrationProfile)> {
+    let name = match &o.prefill_system {
+        Some(n) if *n != req.scenario.system => n.clone(),
+        _ => return Ok((s.clone(), p.clone())),
+    };
+    let mut r = req.scenario.clone();
+    r.system = name.clone();
+    r.tp = Some(s.tp);
+    r.calibration = None;
+    let (mut ps, pp) = super::load(&r, d).map_err(|e| match e.scenario_problem() {
+        Some(why) => Error::Flag {
+            flag: "--prefill-system",
+            value: crate::units::echo(&name),
+            expected: format!(
+                "a system that runs the decode instance's TP={} (the KV cache moves rank to rank): {why}",
+                s.tp
+            ),
+        },
+        None => e,
+    })?;
+    ps.gpu_memory_utilization = req.memory.gpu_memory_utilization;
+    Ok((ps, pp))
+}
+
+/// The most tokens/s within the TPOT limit.
+fn best_point<'a>(
+    points: &'a [CurvePoint],
+    max_tpot_ms: Option<f64>,
+    extra: impl Fn(&CurvePoint) -> bool,
+) -> Option<&'a CurvePoint> {
+    points
+        .iter()
+        .filter(|p| max_tpot_ms.is_none_or(|m| p.tpot_ms <= m) && extra(p))
+        .max_by(|a, b| {
+            a.tokens_per_s
+                .total_cmp(&b.tokens_per_s)
+                .then(b.concurrency.cmp(&a.concurrency))
+        })
+}
+
+fn per_million(usd_h: Option<f64>, tokens_per_s: f64) -> Option<f64> {
+    usd_h
+        .filter(|_| tokens_per_s > 0.0)
+        .map(|h| h / (tokens_per_s * 3600.0) * 1e6)
+}
+
+/// The links a ratio may use: (same system, the intra-node link, the network), refusing a
+/// study where no ratio can be placed (every ratio needs a network the systems lack).
+fn placement(
+    o: &DisaggOptions,
+    ps: &Scenario,
+    s: &Scenario,
+) -> Result<(bool, Option<KvLink>, Option<KvLink>)> {
+    let tp = s.tp;
+    let same_system = ps.system.source == s.system.source;
+    let intra = same_system.then(|| KvLink::intra(&s.system));
+    let net = KvLink::net(&ps.system, &s.system, tp);
+    // The smallest ratio, 1P:1D, is the one most likely to fit on one node.
+    let one_node = same_system && 2 * tp <= s.system.gpus_per_node && o.max_instances >= 1;
+    if !one_node && net.is_none() {
+        let lacking: Vec<&str> = [&ps.system, &s.system]
+            .iter()
+            .filter(|x| x.network.is_none())
+            .map(|x| x.name.as_str())
+            .collect();
+        return Err(Error::Flag {
+            flag: if s.system.network.is_none() {
+                "--system"
+            } else {
+                "--prefill-system"
+            },
+            value: lacking.join(", "),
+            expected: format!(
+                "a system with a [network] section for --disaggregate: a prefill and a decode instance of TP={tp} need {} GPUs{}, so the KV cache crosses the network between nodes (multi-node systems: h200-hgx-2node-ib, h100-hgx-2node-ib, rtx-pro-6000-2node-roce, rtx-pro-6000-2node-tcp)",
+                2 * tp,
+                if same_system {
+                    format!(", more than one node of {} GPUs", s.system.gpus_per_node)
+                } else {
+                    " on two different systems".to_string()
+                }
+            ),
+        });
+    }
+    Ok((same_system, intra, net))
+}
+
+/// Checks `--disaggregate`'s flags and placement before anything is simulated.
+pub fn precheck(req: &CapacityRequest, o: &DisaggOptions) -> Result<()> {
+    o.check()?;
+    let d = req.demand.demand();
+    lengths(&req.demand, &d)?;
+    let (s, p) = super::load(&req.scenario, &d)?;
+    let (ps, _) = prefill_scenario(req, o, &s, &p, &d)?;
+    placement(o, &ps, &s)?;
+    Ok(())
+}
+
+/// Runs the disaggregated study of `req` beside its co-located `cap` (see the module notes).
+pub fn disaggregate(
+    req: &CapacityRequest,
+    o: &DisaggOptions,
+    cap: &Capacity,
+) -> Result<Disaggregation> {
+    o.check()?;
+    let d = &cap.demand;
+    let (input, longest, output) = lengths(&req.demand, d)?;
+    let s = &cap.reference.scenario;
+    let p = &cap.reference.profile;
+    let mut warnings = Vec::new();
+
+    // Prefill pool.
+    let (ps, pp) = prefill_scenario(req, o, s, p, d)?;
+    let pmem = super::memory::account(&ps, &pp, &req.memory)?;
+    if pmem.max_concurrency(longest) == 0 {
+        return Err(Error::KvDoesNotFit {
+            tokens: longest,
+            described: format!(
+                "the longest prompt on the prefill instance ({})",
+                d.described
+            ),
+            kv_tokens: pmem.kv_cache_tokens,
+            model: ps.model.name.clone(),
+            tp: ps.tp,
+        });
+    }
+    let mnbt = req.memory.max_num_batched_tokens;
+    let batched = curve::prefill_cost(&ps, &pp, mnbt, input)?;
+    let alone = |len: f64| -> Result<f64> {
+        let chunk = (len.ceil() as u64).clamp(1, mnbt as u64) as u32;
+        Ok(curve::prefill_cost(&ps, &pp, chunk, len)?.us_per_token * len)
+    };
+    let prefill_alone_us = alone(input)?;
+    let prefill_longest_us = alone(longest)?;
+    if !batched.warnings.is_empty() {
+        warnings.push(format!(
+            "prefill instance priced at a {}-token chunk: {} pricing warning(s), e.g. {}",
+            batched.chunk_tokens,
+            batched.warnings.len(),
+            batched.warnings[0]
+        ));
+    }
+    let service_us = input * batched.us_per_token;
+    let prefill = PrefillPool {
+        system: ps.system.name.clone(),
+        tp: ps.tp,
+        chunk_tokens: batched.chunk_tokens,
+        us_per_token: batched.us_per_token,
+        service_us,
+        prefill_ms: prefill_alone_us / 1e3,
+        prefill_ms_longest: prefill_longest_us / 1e3,
+        compute_requests_per_s: 1e6 / service_us.max(1e-9),
+        kv_cache_tokens: pmem.kv_cache_tokens,
+    };
+
+    // Links.
+    let tp = s.tp;
+    let n = o.max_instances;
+    let (same_system, intra, net) = placement(o, &ps, s)?;
+    let fits_node = |x: u32, y: u32| same_system && (x + y) * tp <= s.system.gpus_per_node;
+    // Decode pool: the same curve without prefill's share.
+    let decode_curve = curve::build(
+        s,
+        p,
+        d,
+        cap.max_concurrency as u32,
+        req.points,
+        req.max_tpot_ms,
+        None,
+    )?;
+    let decode_limit = best_point(&decode_curve.points, req.max_tpot_ms, |_| true).copied();
+
+    let kv =
+        |len: f64, link: &KvLink| kv_transfer::kv_transfer(&s.model, tp, s.kv_bytes, len, link);
+    let mut transfers = Vec::new();
+    if let Some(l) = &intra {
+        if (1..=n).any(|x| (1..=n).any(|y| fits_node(x, y))) {
+            transfers.push(kv(input, l));
+        }
+    }
+    if let Some(l) = &net {
+        transfers.push(kv(input, l));
+    }
+
+    let price_p = req.prices.of(&ps.system.name);
+    let price_d = req.prices.of(&s.system.name);
+    let usable: Vec<&CurvePoint> = decode_curve
+        .points
+        .iter()
+        .filter(|pt| req.max_tpot_ms.is_none_or(|m| pt.tpot_ms <= m))
+        .collect();
+    let mut rows = Vec::new();
+    for x in 1..=n {
+        for y in 1..=n {
+            let gpus = (x + y) * tp;
+            let mut row = RatioRow {
+                prefill_instances: x,
+                decode_instances: y,
+                gpus,
+                link: "-",
+                meets: false,
+                binds: "placement",
+                note: String::new(),
+                requests_per_s: 0.0,
+                tokens_per_s: 0.0,
+                tokens_per_s_per_gpu: 0.0,
+                decode_concurrency: 0,
+                tpot_ms: 0.0,
+                kv_transfer_ms: 0.0,
+                ttft_min_ms: 0.0,
+                ttft_ms: None,
+                prefill_utilization: 0.0,
+                usd_per_hour: None,
+                usd_per_million_tokens: None,
+            };
+            let link = if fits_node(x, y) {
+                intra.as_ref()
+            } else {
+                net.as_ref()
+            };
+            let Some(link) = link else {
+                row.note = format!(
+                    "{gpus} GPUs do not fit one node of {}, and there is no [network] between nodes",
+                    s.system.gpus_per_node
+                );
+                rows.push(row);
+                continue;
+            };
+            row.link = link.class;
+            let Some(dl) = decode_limit else {
+                row.binds = "TPOT";
+                row.note = format!(
+                    "one decode user already takes {:.1} ms per token, above --max-tpot-ms",
+                    decode_curve.points.first().map_or(f64::NAN, |q| q.tpot_ms)
+                );
+                rows.push(row);
+                continue;
+            };
+            let t_mean = kv(input, link);
+            let t_long = kv(longest, link);
+            row.kv_transfer_ms = t_mean.time_us / 1e3;
+            let net_rate = 1e6 / t_mean.busy_us.max(1e-9);
+            let mu = prefill.compute_requests_per_s.min(net_rate);
+            let s_us = 1e6 / mu;
+            let r_p = x as f64 * mu;
+            let r_d = y as f64 * dl.tokens_per_s / output;
+            let r_cap = r_p.min(r_d);
+            // At `r` requests/s: the decode point that carries it, the queueing-free TTFT of the
+            // mean and of the longest prompt, and the TTFT with the M/D/1 wait (None: saturated).
+            let at_rate = |r: f64| {
+                let need = r * output / y as f64;
+                let at = usable
+                    .iter()
+                    .copied()
+                    .filter(|pt| pt.tokens_per_s >= need * (1.0 - 1e-9))
+                    .min_by_key(|pt| pt.concurrency)
+                    .unwrap_or(&dl);
+                let rho = r / (x as f64 * mu);
+                let lower = prefill_alone_us + t_mean.time_us + at.step_time_us;
+                let longest_lower = prefill_longest_us + t_long.time_us + at.step_time_us;
+                let with_wait =
+                    (rho < 1.0 - 1e-9).then(|| lower + rho * s_us / (2.0 * (1.0 - rho)));
+                (*at, rho, lower, longest_lower, with_wait)
+            };
+            let mut r = r_cap;
+            row.binds = if r_p < r_d {
+                if net_rate < prefill.compute_requests_per_s {
+                    "KV transfer"
+                } else {
+                    "prefill"
+                }
+            } else {
+                "decode"
+            };
+            if let Some(t) = o.max_ttft_ms {
+                let limit = t * 1e3;
+                let meets = |r: f64| {
+                    let (_, _, _, long, wait) = at_rate(r);
+                    long <= limit && wait.is_some_and(|w| w <= limit)
+                };
+                if !meets(0.0) {
+                    let (_, _, lower, long, _) = at_rate(0.0);
+                    row.binds = "TTFT";
+                    row.note = format!(
+                        "the queueing-free TTFT is {:.1} ms ({:.1} ms for the longest prompt), above --max-ttft-ms {t}",
+                        lower / 1e3,
+                        long / 1e3
+                    );
+                    rows.push(row);
+                    continue;
+                }
+                if !meets(r_cap) {
+                    // The highest load that meets the target (TTFT grows with the load).
+                    let (mut lo, mut hi) = (0.0, r_cap);
+                    for _ in 0..100 {
+                        let mid = 0.5 * (lo + hi);
+                        if meets(mid) {
+                            lo = mid;
+                        } else {
+                            hi = mid;
+                        }
+                    }
+                    r = lo;
+                    row.binds = "TTFT";
+                }
+            }
+            let (at, rho, lower, _, with_wait) = at_rate(r);
+            row.meets = true;
+            row.requests_per_s = r;
+            row.tokens_per_s = r * output;
+            row.tokens_per_s_per_gpu = r * output / gpus as f64;
+            row.decode_concurrency = at.concurrency;
+            row.tpot_ms = at.tpot_ms;
+            row.ttft_min_ms = lower / 1e3;
+            row.prefill_utilization = rho;
+            row.ttft_ms = with_wait.map(|w| w / 1e3);
+            row.usd_per_hour = match (price_p, price_d) {
+                (Some(a), Some(b)) => Some((x as f64 * a + y as f64 * b) * tp as f64),
+                _ => None,
+            };
+            row.usd_per_million_tokens = per_million(row.usd_per_hour, row.tokens_per_s);
+            rows.push(row);
+        }
+    }
+
+    let colocated = colocated(req, o, cap, input, longest, output, price_d);
+    let (winner, verdict) = choose(&rows, &colocated);
+    Ok(Disaggregation {
+        decode_system: s.system.name.clone(),
+        tp,
+        input_len: input,
+        longest_input: longest,
+        output_len: output,
+        max_tpot_ms: req.max_tpot_ms,
+        max_ttft_ms: o.max_ttft_ms,
+        prefill,
+        transfers,
+        decode_curve,
+        decode_limit,
+        rows,
+        colocated,
+        winner,
+        verdict,
+        warnings,
+    })
+}
+
+/// The co-located answer from the chunked-prefill curve (see the module notes).
+fn colocated(
+    req: &CapacityRequest,
+    o: &DisaggOptions,
+    cap: &Capacity,
+    input: f64,
+    longest: f64,
+    output: f64,
+    price: Option<f64>,
+) -> Colocated {
+    let tp = cap.reference.scenario.tp;
+    let mnbt = req.memory.max_num_batched_tokens as f64;
+    let per_token = cap.curve.prefill.as_ref().map_or(0.0, |c| c.us_per_token);
+    let ttft_us = |pt: &CurvePoint, len: f64| {
+        let budget = (mnbt - pt.concurrency as f64).max(1.0);
+        (len / budget).ceil() * pt.step_time_us + len * per_token
+    };
+    let ok = |pt: &CurvePoint| {
+        o.max_ttft_ms
+            .is_none_or(|t| ttft_us(pt, longest) <= t * 1e3)
+    };
+    let usd_h = price.map(|p| p * tp as f64);
+    match best_point(&cap.curve.points, req.max_tpot_ms, ok) {
+        Some(pt) => Colocated {
+            meets: true,
+            note: String::new(),
+            gpus: tp,
+            concurrency: pt.concurrency,
+            requests_per_s: pt.tokens_per_s / output,
+            tokens_per_s: pt.tokens_per_s,
+            tokens_per_s_per_gpu: pt.tokens_per_s / tp as f64,
+            tpot_ms: pt.tpot_ms,
+            ttft_min_ms: ttft_us(pt, input) / 1e3,
+            usd_per_hour: usd_h,
+            usd_per_million_tokens: per_million(usd_h, pt.tokens_per_s),
+        },
+        None => {
+            let first = cap.curve.points.first();
+            Colocated {
+                meets: false,
+                note: match first {
+                    Some(f) if req.max_tpot_ms.is_some_and(|m| f.tpot_ms > m) => format!(
+                        "TPOT binds: one user already takes {:.1} ms per token",
+                        f.tpot_ms
+                    ),
+                    Some(f) => format!(
+                        "TTFT binds: one user's prompt already takes {:.1} ms at the lower bound",
+                        ttft_us(f, longest) / 1e3
+                    ),
+                    None => "no point on the curve".into(),
+                },
+                gpus: tp,
+                concurrency: 0,
+                requests_per_s: 0.0,
+                tokens_per_s: 0.0,
+                tokens_per_s_per_gpu: 0.0,
+                tpot_ms: first.map_or(0.0, |f| f.tpot_ms),
+                ttft_min_ms: first.map_or(0.0, |f| ttft_us(f, input) / 1e3),
+                usd_per_hour: usd_h,
+                usd_per_million_tokens: None,
+            }
+        }
+    }
+}
+
+/// The winner among the rows that meet the targets, and the sentence that says so.
+fn choose(rows: &[RatioRow], co: &Colocated) -> (Winner, String) {
+    let meeting: Vec<&RatioRow> = rows.iter().filter(|r| r.meets).collect();
+    let priced = meeting.iter().all(|r| r.usd_per_million_tokens.is_some())
+        && (!co.meets || co.usd_per_million_tokens.is_some())
+        && (co.meets || !meeting.is_empty());
+    // Lower is better.
+    let key = |usd: Option<f64>, per_gpu: f64| {
+        if priced {
+            usd.unwrap_or(f64::INFINITY)
+        } else {
+            -per_gpu
+        }
+    };
+    let best = meeting.iter().copied().min_by(|a, b| {
+        key(a.usd_per_million_tokens, a.tokens_per_s_per_gpu)
+            .total_cmp(&key(b.usd_per_million_tokens, b.tokens_per_s_per_gpu))
+            .then(a.gpus.cmp(&b.gpus))
+    });
+    let measure = |usd: Option<f64>, per_gpu: f64| {
+        if priced {
+            format!(
+                "{:.2} USD per million output tokens",
+                usd.unwrap_or(f64::NAN)
+            )
+        } else {
+            format!("{per_gpu:.1} tokens/s per GPU")
+        }
+    };
+    let co_key = key(co.usd_per_million_tokens, co.tokens_per_s_per_gpu);
+    match best {
+        Some(b) if !co.meets || key(b.usd_per_million_tokens, b.tokens_per_s_per_gpu) < co_key => (
+            Winner::Disaggregated {
+                prefill: b.prefill_instances,
+                decode: b.decode_instances,
+            },
+            format!(
+                "disaggregate: {}P:{}D ({} GPUs, {} binds) gives {}, TPOT {:.1} ms, TTFT {}; co-located {}",
+                b.prefill_instances,
+                b.decode_instances,
+                b.gpus,
+                b.binds,
+                measure(b.usd_per_million_tokens, b.tokens_per_s_per_gpu),
+                b.tpot_ms,
+                ttft_text(b),
+                if co.meets {
+                    format!(
+                        "gives {}, TPOT {:.1} ms, TTFT at least {:.1} ms",
+                        measure(co.usd_per_million_tokens, co.tokens_per_s_per_gpu),
+                        co.tpot_ms,
+                        co.ttft_min_ms
+                    )
+                } else {
+                    format!("does not meet the targets ({})", co.note)
+                }
+            ),
+        ),
+        Some(b) => (
+            Winner::Colocated,
+            format!(
+                "do not disaggregate: co-located chunked prefill gives {}, TPOT {:.1} ms, TTFT at least {:.1} ms; the best ratio {}P:{}D gives {}",
+                measure(co.usd_per_million_tokens, co.tokens_per_s_per_gpu),
+                co.tpot_ms,
+                co.ttft_min_ms,
+                b.prefill_instances,
+                b.decode_instances,
+                measure(b.usd_per_million_tokens, b.tokens_per_s_per_gpu)
+            ),
+        ),
+        None if co.meets => (
+            Winner::Colocated,
+            format!(
+                "do not disaggregate: no ratio meets the targets; co-located chunked prefill gives {}, TPOT {:.1} ms",
+                measure(co.usd_per_million_tokens, co.tokens_per_s_per_gpu),
+                co.tpot_ms
+            ),
+        ),
+        None => (
+            Winner::Neither,
+            format!(
+                "neither meets the targets: no ratio does ({}), and co-located {}",
+                rows.first().map_or("no ratio".into(), |r| format!("{} binds: {}", r.binds, r.note)),
+                co.note
+            ),
+        ),
+    }
+}
+
+/// TTFT of a row for a sentence.
+pub(crate) fn ttft_text(r: &RatioRow) -> String {
+    match r.ttft_ms {
+        Some(t) => format!("{t:.1} ms (at least {:.1} ms)", r.ttft_min_ms),
+        None => format!(
+            "at least {:.1} ms (the prefill pool is saturated: its queue grows without bound)",
+            r.ttft_min_ms
+        ),
+    }
+}
+
+/// The error a study that nothing meets ends with (after its report).
+pub fn unmet(d: &Disaggregation) -> Option<Error> {
+    (d.winner == Winner::Neither).then(|| Error::Unmet {
+        command: "capacity --disaggregate",
+        reason: d.verdict.clone(),
+    })
+}

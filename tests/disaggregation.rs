@@ -1,0 +1,431 @@
+//! Disaggregated prefill and decode (`capacity --disaggregate`): the KV transfer law against
+//! hand computations, the prefill:decode ratio where prefill binds and where decode binds, TTFT
+//! against the input length, the decode pool's TPOT without prefill, and bad input.
+
+mod common;
+
+use common::decodesim_bin;
+use decodesim::capacity::disagg::{self, DisaggOptions, Disaggregation, Winner};
+use decodesim::capacity::memory::MemoryOptions;
+use decodesim::capacity::{capacity, CapacityRequest, DemandSpec, Prices};
+use decodesim::cost::kv_transfer::{
+    kv_transfer, KvLink, NVLINK_EFFICIENCY, RDMA_EFFICIENCY, TCP_EFFICIENCY,
+};
+use decodesim::scenario::{ModelSpec, SystemSpec};
+use decodesim::sim::ScenarioRequest;
+use std::path::PathBuf;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn model(name: &str) -> ModelSpec {
+    ModelSpec::from_file(&root().join(format!("models/{name}.json"))).unwrap()
+}
+
+fn system(name: &str) -> SystemSpec {
+    SystemSpec::from_file(
+        &root().join(format!("data/systems/{name}.toml")),
+        &root().join("data/systems/gpus"),
+    )
+    .unwrap()
+}
+
+fn close(a: f64, b: f64) {
+    assert!(((a - b) / b).abs() < 1e-9, "{a} against {b} by hand");
+}
+
+#[test]
+fn kimi_kv_transfer_over_ndr_infiniband_by_hand() {
+    let m = model("kimi-k2.5");
+    let sys = system("h200-hgx-2node-ib");
+    let link = KvLink::net(&sys, &sys, 8).unwrap();
+    let t = kv_transfer(&m, 8, 2.0, 2000.0, &link);
+    // MLA latent (kv_lora_rank 512 + qk_rope_head_dim 64) × 2 B (BF16) × 61 layers = 70,272 B
+    // per token, on every TP rank; the decode rank needs the whole prompt's.
+    let bytes = 2000.0 * (512.0 + 64.0) * 2.0 * 61.0;
+    assert_eq!(t.bytes_per_rank, bytes);
+    assert_eq!(t.total_bytes, 8.0 * bytes);
+    // One ConnectX-7 of 400 Gb/s = 50 GB/s per GPU (8 per node, 8 ranks), below the PCIe Gen5
+    // x16 path (32 GT/s × 16 / 8 = 64 GB/s), at the RDMA efficiency; one round trip of 1 µs
+    // each way, GPUDirect (no staging).
+    assert_eq!(link.class, "net");
+    close(link.rank_gbps, 50.0);
+    assert_eq!(link.efficiency, RDMA_EFFICIENCY);
+    close(link.latency_us, 2.0);
+    close(t.time_us, 2.0 + bytes / (50.0 * 0.87 * 1e3));
+    close(t.busy_us, bytes / (50.0 * 0.87 * 1e3));
+}
+
+#[test]
+fn kv_transfer_over_roce_without_gpudirect_and_over_tcp_by_hand() {
+    let m = model("kimi-k2.5");
+    let roce = system("rtx-pro-6000-2node-roce");
+    let l = KvLink::net(&roce, &roce, 8).unwrap();
+    // 2 NICs of 200 Gb/s per node (25 GB/s each) shared by the 8 ranks of the node:
+    // 6.25 GB/s per rank; no GPUDirect on either end: + 14 µs host staging at each end.
+    close(l.rank_gbps, 2.0 * 25.0 / 8.0);
+    close(l.latency_us, 2.0 * 2.0 + 14.0 + 14.0);
+    let t = kv_transfer(&m, 8, 1.0, 1000.0, &l);
+    let bytes = 1000.0 * 576.0 * 1.0 * 61.0; // FP8 KV cache
+    close(t.time_us, 32.0 + bytes / (6.25 * RDMA_EFFICIENCY * 1e3));
+
+    let tcp = system("rtx-pro-6000-2node-tcp");
+    let l = KvLink::net(&tcp, &tcp, 8).unwrap();
+    // 1 NIC of 100 Gb/s per node, 8 ranks; TCP efficiency; 15 µs each way + staging.
+    close(l.rank_gbps, 12.5 / 8.0);
+    assert_eq!(l.efficiency, TCP_EFFICIENCY);
+    close(l.latency_us, 2.0 * 15.0 + 28.0);
+    // A TCP end makes the path TCP even when the other end is RDMA; the slower end's rate.
+    let mixed = KvLink::net(&roce, &tcp, 8).unwrap();
+    assert_eq!(mixed.efficiency, TCP_EFFICIENCY);
+    close(mixed.rank_gbps, 12.5 / 8.0);
+    // A single-node system has no network.
+    assert!(KvLink::net(&system("h200-8x-nvlink"), &roce, 8).is_none());
+}
+
+#[test]
+fn gqa_kv_transfer_within_an_nvlink_node_by_hand() {
+    let m = model("llama-3.1-70b");
+    let sys = system("h200-8x-nvlink");
+    let l = KvLink::intra(&sys);
+    assert_eq!(l.class, "nvlink");
+    let t = kv_transfer(&m, 2, 2.0, 4096.0, &l);
+    // 8 KV heads over TP=2: 4 per rank; K and V of head_dim 128 in BF16, 80 layers.
+    let bytes = 4096.0 * 2.0 * 4.0 * 128.0 * 2.0 * 80.0;
+    assert_eq!(t.bytes_per_rank, bytes);
+    close(t.time_us, 0.6 + bytes / (450.0 * NVLINK_EFFICIENCY * 1e3));
+}
+
+/// Llama-3.1-70B at TP=2 on the 2-node H200 system (8 layers simulated, for speed): 1P:1D
+/// fits on one node (NVLink), larger ratios cross the network.
+fn study(
+    input: u64,
+    output: u64,
+    tpot: Option<f64>,
+    ttft: Option<f64>,
+) -> (Disaggregation, decodesim::capacity::Capacity) {
+    let req = CapacityRequest {
+        scenario: ScenarioRequest {
+            model: "llama-3.1-70b".into(),
+            system: "h200-hgx-2node-ib".into(),
+            tp: Some(2),
+            layers: Some(8),
+            ..ScenarioRequest::default()
+        },
+        memory: MemoryOptions::default(),
+        demand: DemandSpec::Lengths {
+            input_len: input,
+            output_len: output,
+        },
+        points: 6,
+        max_tpot_ms: tpot,
+        target_tokens_per_s: None,
+        users: None,
+        systems: Vec::new(),
+        layouts: Vec::new(),
+        compare_layouts: false,
+        max_systems: 1,
+        prices: Prices::None,
+    };
+    let o = DisaggOptions {
+        max_ttft_ms: ttft,
+        prefill_system: None,
+        max_instances: 4,
+    };
+    disagg::precheck(&req, &o).unwrap();
+    let cap = capacity(&req).unwrap();
+    (disagg::disaggregate(&req, &o, &cap).unwrap(), cap)
+}
+
+fn row(d: &Disaggregation, x: u32, y: u32) -> &disagg::RatioRow {
+    d.rows
+        .iter()
+        .find(|r| r.prefill_instances == x && r.decode_instances == y)
+        .unwrap()
+}
+
+/// The disaggregated ratio with the most tokens/s per GPU (fewer GPUs on a tie).
+fn best_ratio(d: &Disaggregation) -> (u32, u32) {
+    let r = d
+        .rows
+        .iter()
+        .filter(|r| r.meets)
+        .max_by(|a, b| {
+            a.tokens_per_s_per_gpu
+                .total_cmp(&b.tokens_per_s_per_gpu)
+                .then(b.gpus.cmp(&a.gpus))
+        })
+        .unwrap();
+    (r.prefill_instances, r.decode_instances)
+}
+
+#[test]
+fn long_prompts_make_prefill_bind_and_long_outputs_make_decode_bind() {
+    let (pre, _) = study(8000, 32, None, None);
+    assert_eq!(row(&pre, 1, 1).binds, "prefill");
+    // 1P:1D fits one node of 8 GPUs at TP=2; 3P:2D (10 GPUs) does not.
+    assert_eq!(row(&pre, 1, 1).link, "nvlink");
+    assert_eq!(row(&pre, 3, 2).link, "net");
+    let (x, y) = best_ratio(&pre);
+    assert!(x > y, "prefill-heavy: {x}P:{y}D");
+
+    let (dec, _) = study(128, 2000, None, None);
+    assert_eq!(row(&dec, 1, 1).binds, "decode");
+    let (x, y) = best_ratio(&dec);
+    assert!(y > x, "decode-heavy: {x}P:{y}D");
+    // The ratio's requests/s is the smaller pool's: x × μ against y × decode rate / output.
+    let r = row(&dec, 1, 1);
+    let decode_rate = dec.decode_limit.unwrap().tokens_per_s / 2000.0;
+    close(r.requests_per_s, decode_rate);
+    close(r.tokens_per_s_per_gpu, decode_rate * 2000.0 / 4.0);
+    let t = dec
+        .transfers
+        .iter()
+        .find(|t| t.link.class == "nvlink")
+        .unwrap();
+    close(
+        r.prefill_utilization,
+        decode_rate / dec.prefill.compute_requests_per_s.min(1e6 / t.busy_us),
+    );
+
+    // Under a TPOT limit co-located chunked prefill carries 250 prompt tokens per output token
+    // in its steps, so the long prompts make disaggregation win.
+    let limit = 3.0 * pre.decode_curve.points[0].tpot_ms;
+    let (tight, _) = study(8000, 32, Some(limit), None);
+    assert!(
+        matches!(tight.winner, Winner::Disaggregated { .. }),
+        "{}",
+        tight.verdict
+    );
+    assert!(
+        tight.verdict.starts_with("disaggregate: "),
+        "{}",
+        tight.verdict
+    );
+    for r in tight.rows.iter().filter(|r| r.meets) {
+        assert!(r.tpot_ms <= limit);
+    }
+}
+
+#[test]
+fn ttft_grows_with_the_input_length() {
+    let (short, _) = study(1000, 256, None, None);
+    let (long, _) = study(4000, 256, None, None);
+    let (a, b) = (row(&short, 1, 1), row(&long, 1, 1));
+    assert!(
+        b.ttft_min_ms > a.ttft_min_ms,
+        "{} !> {}",
+        b.ttft_min_ms,
+        a.ttft_min_ms
+    );
+    assert!(long.prefill.prefill_ms > short.prefill.prefill_ms);
+    // The KV transfer's bytes grow with the prompt: four times the tokens, four times the bytes.
+    close(
+        long.transfers[0].bytes_per_rank,
+        4.0 * short.transfers[0].bytes_per_rank,
+    );
+    // The lower bound is its three parts.
+    let t = short
+        .transfers
+        .iter()
+        .find(|t| t.link.class == a.link)
+        .unwrap();
+    let step = short
+        .decode_curve
+        .points
+        .iter()
+        .find(|p| p.concurrency == a.decode_concurrency)
+        .unwrap()
+        .step_time_us;
+    close(
+        a.ttft_min_ms,
+        short.prefill.prefill_ms + (t.time_us + step) / 1e3,
+    );
+}
+
+#[test]
+fn decode_pool_tpot_is_below_the_colocated_tpot_at_the_same_concurrency() {
+    let (d, cap) = study(2000, 200, None, None);
+    let mut compared = 0;
+    for p in &d.decode_curve.points {
+        if let Some(c) = cap
+            .curve
+            .points
+            .iter()
+            .find(|c| c.concurrency == p.concurrency)
+        {
+            assert!(
+                p.tpot_ms < c.tpot_ms,
+                "at {}: {} !< {}",
+                p.concurrency,
+                p.tpot_ms,
+                c.tpot_ms
+            );
+            // Same decode step; the co-located TPOT carries the chunked prefill share.
+            close(p.step_time_us, c.step_time_us);
+            assert_eq!(p.prefill_us, 0.0);
+            compared += 1;
+        }
+    }
+    assert!(compared >= 3);
+}
+
+#[test]
+fn a_ttft_target_caps_the_prefill_load() {
+    let (free, _) = study(4000, 64, None, None);
+    let limit = row(&free, 1, 1).ttft_min_ms * 1.5;
+    let (capped, _) = study(4000, 64, None, Some(limit));
+    let r = row(&capped, 1, 1);
+    assert!(r.meets);
+    assert!(
+        r.ttft_ms.unwrap() <= limit * (1.0 + 1e-9),
+        "{:?} > {limit}",
+        r.ttft_ms
+    );
+    assert!(r.prefill_utilization < row(&free, 1, 1).prefill_utilization);
+    // Below the queueing-free bound nothing meets it.
+    let (none, _) = study(4000, 64, None, Some(row(&free, 1, 1).ttft_min_ms * 0.5));
+    assert!(none.rows.iter().all(|r| !r.meets && r.binds == "TTFT"));
+}
+
+fn refused(args: &[&str], needles: &[&str]) {
+    let (ok, _, err) = decodesim_bin(args);
+    assert!(!ok, "{args:?} was accepted");
+    for n in needles {
+        assert!(err.contains(n), "{args:?}: '{n}' not in: {err}");
+    }
+}
+
+#[test]
+fn bad_disaggregation_flags_are_refused_by_name() {
+    let base = [
+        "capacity",
+        "--system",
+        "h200-hgx-2node-ib",
+        "--tp",
+        "8",
+        "--input-len",
+        "1000",
+        "--output-len",
+        "100",
+        "--disaggregate",
+    ];
+    let with = |extra: &[&'static str]| -> Vec<&'static str> {
+        base.iter().copied().chain(extra.iter().copied()).collect()
+    };
+    refused(
+        &with(&["--max-ttft-ms", "0"]),
+        &["--max-ttft-ms 0", "out of range"],
+    );
+    refused(&with(&["--max-ttft-ms=-5"]), &["--max-ttft-ms -5"]);
+    refused(
+        &with(&["--max-pool-instances", "0"]),
+        &["--max-pool-instances 0", "1 to 16"],
+    );
+    refused(
+        &with(&["--max-pool-instances", "17"]),
+        &["--max-pool-instances 17"],
+    );
+    // A single-node system whose two TP=8 instances cannot share its 8 GPUs.
+    refused(
+        &[
+            "capacity",
+            "--input-len",
+            "1000",
+            "--output-len",
+            "100",
+            "--disaggregate",
+        ],
+        &["--system", "rtx-pro-6000-8x-pcie", "[network]"],
+    );
+    refused(
+        &with(&["--prefill-system", "h200-8x-nvlink"]),
+        &["--prefill-system", "h200-8x-nvlink", "[network]"],
+    );
+    // No prompts to separate.
+    refused(
+        &[
+            "capacity",
+            "--system",
+            "h200-hgx-2node-ib",
+            "--tp",
+            "8",
+            "--disaggregate",
+        ],
+        &["--disaggregate", "--input-len"],
+    );
+    // The TTFT limit and the prefill system mean nothing without --disaggregate.
+    refused(&["capacity", "--max-ttft-ms", "100"], &["--disaggregate"]);
+    refused(
+        &["capacity", "--prefill-system", "h200-8x-nvlink"],
+        &["--disaggregate"],
+    );
+}
+
+#[test]
+fn the_binary_writes_the_ratios_as_json_and_csv() {
+    let args = [
+        "capacity",
+        "--model",
+        "llama-3.1-70b",
+        "--system",
+        "h200-hgx-2node-ib",
+        "--tp",
+        "2",
+        "--layers",
+        "8",
+        "--input-len",
+        "2000",
+        "--output-len",
+        "200",
+        "--points",
+        "4",
+        "--draws",
+        "0",
+        "--disaggregate",
+        "--max-pool-instances",
+        "2",
+        "--gpu-hour-usd",
+        "3.5",
+    ];
+    let (ok, out, err) = decodesim_bin(&[&args[..], &["--format", "json"]].concat());
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let d = &v["disaggregation"];
+    let rows = d["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 4); // 1P:1D, 1P:2D, 2P:1D, 2P:2D
+    for r in rows {
+        let gpus = r["gpus"].as_f64().unwrap();
+        let tps = r["tokens_per_s"].as_f64().unwrap();
+        close(r["tokens_per_s_per_gpu"].as_f64().unwrap(), tps / gpus);
+        // USD per million output tokens = GPUs × 3.5 USD/h / (tokens/s × 3600) × 1e6.
+        close(
+            r["usd_per_million_tokens"].as_f64().unwrap(),
+            gpus * 3.5 / (tps * 3600.0) * 1e6,
+        );
+        assert_eq!(r["link"], "nvlink"); // at most 4 instances of TP=2: one node of 8 GPUs
+    }
+    assert!(d["colocated"]["tokens_per_s"].as_f64().unwrap() > 0.0);
+    assert!(d["verdict"]
+        .as_str()
+        .unwrap()
+        .contains("USD per million output tokens"));
+    assert!(d["transfers"][0]["bytes_per_rank"].as_f64().unwrap() > 0.0);
+
+    let (ok, out, err) = decodesim_bin(&[&args[..], &["--format", "csv"]].concat());
+    assert!(ok, "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(
+        lines[0].starts_with("layout,prefill_instances,decode_instances,gpus,link,meets,binds,")
+    );
+    assert_eq!(lines.len(), 1 + 4 + 1);
+    assert!(lines[1].starts_with("disaggregated,1,1,4,nvlink,true,"));
+    assert!(lines[5].starts_with("colocated,,,2,"));
+
+    let (ok, out, err) = decodesim_bin(&args);
+    assert!(ok, "{err}");
+    assert!(out.contains("disaggregated prefill and decode"), "{out}");
+    assert!(out.contains("KV transfer over nvlink"), "{out}");
+    assert!(out.contains("co-located"), "{out}");
+}

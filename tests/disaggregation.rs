@@ -343,6 +343,15 @@ fn bad_disaggregation_flags_are_refused_by_name() {
         &with(&["--prefill-system", "h200-8x-nvlink"]),
         &["--prefill-system", "h200-8x-nvlink", "[network]"],
     );
+    refused(
+        &with(&["--prefill-system", "nosuch"]),
+        &["--prefill-system nosuch", "unknown system"],
+    );
+    // A prefill system that cannot run the decode instance's TP.
+    refused(
+        &with(&["--prefill-system", "h200-2x-nvlink"]),
+        &["--prefill-system h200-2x-nvlink", "TP=8"],
+    );
     // No prompts to separate.
     refused(
         &[

@@ -210,6 +210,12 @@ fn prefill_scenario(
         Some(n) if *n != req.scenario.system => n.clone(),
         _ => return Ok((s.clone(), p.clone())),
     };
+    // An unknown name is refused by the flag that gave it.
+    crate::scenario::catalog::resolve_system(&name).map_err(|e| Error::Flag {
+        flag: "--prefill-system",
+        value: crate::units::echo(&name),
+        expected: e.to_string(),
+    })?;
     let mut r = req.scenario.clone();
     r.system = name.clone();
     r.tp = Some(s.tp);

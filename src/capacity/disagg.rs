@@ -236,11 +236,11 @@ fn prefill_scenario(
 }
 
 /// The most tokens/s within the TPOT limit.
-fn best_point<'a>(
-    points: &'a [CurvePoint],
+fn best_point(
+    points: &[CurvePoint],
     max_tpot_ms: Option<f64>,
     extra: impl Fn(&CurvePoint) -> bool,
-) -> Option<&'a CurvePoint> {
+) -> Option<&CurvePoint> {
     points
         .iter()
         .filter(|p| max_tpot_ms.is_none_or(|m| p.tpot_ms <= m) && extra(p))

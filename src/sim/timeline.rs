@@ -50,6 +50,17 @@ impl Timeline {
         (0..self.ranks).map(|r| self.rank_window_us(r)).sum::<f64>() / self.ranks as f64
     }
 
+    /// The span of every rank's window: the first start to the last end.
+    pub fn span_us(&self) -> f64 {
+        let start = self.rank_start_us.iter().copied().fold(f64::INFINITY, f64::min);
+        let end = self.rank_end_us.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        if self.ranks == 0 {
+            0.0
+        } else {
+            end - start
+        }
+    }
+
     pub fn rank_records(&self, rank: usize) -> impl Iterator<Item = &KernelRecord> {
         self.records.iter().filter(move |r| r.rank as usize == rank)
     }

@@ -297,7 +297,9 @@ pub fn fixed_terms(s: &Scenario, p: &CalibrationProfile, o: &MemoryOptions) -> V
 
 /// KV bytes per token one rank of `stage` stores (its layers only).
 fn stage_kv_bytes_per_token(s: &Scenario, stage: &Stage) -> f64 {
-    let per_layer = s.model.kv_bytes_per_token_per_layer(s.tp as usize, s.kv_bytes);
+    let per_layer = s
+        .model
+        .kv_bytes_per_token_per_layer(s.tp as usize, s.kv_bytes);
     per_layer * stage.layers.len() as f64
 }
 

@@ -47,7 +47,9 @@ use crate::workload::{CostFamily, Op, Shape, Stream, Workload};
 /// micro-batches, the first `batch mod n` one sequence larger.
 pub fn micro_batches(batch: u32, pp: u32) -> Vec<u32> {
     let n = pp.min(batch).max(1);
-    (0..n).map(|j| batch / n + u32::from(j < batch % n)).collect()
+    (0..n)
+        .map(|j| batch / n + u32::from(j < batch % n))
+        .collect()
 }
 
 /// The scenario one micro-batch of `batch` sequences runs a stage with (same seed and knobs).

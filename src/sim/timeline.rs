@@ -52,8 +52,16 @@ impl Timeline {
 
     /// The span of every rank's window: the first start to the last end.
     pub fn span_us(&self) -> f64 {
-        let start = self.rank_start_us.iter().copied().fold(f64::INFINITY, f64::min);
-        let end = self.rank_end_us.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let start = self
+            .rank_start_us
+            .iter()
+            .copied()
+            .fold(f64::INFINITY, f64::min);
+        let end = self
+            .rank_end_us
+            .iter()
+            .copied()
+            .fold(f64::NEG_INFINITY, f64::max);
         if self.ranks == 0 {
             0.0
         } else {

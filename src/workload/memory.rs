@@ -7,7 +7,7 @@ use serde::Serialize;
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct MemoryFootprint {
     pub weights_bytes: f64,
-    pub(crate) kv_cache_bytes: f64,
+    pub kv_cache_bytes: f64,
 }
 
 impl MemoryFootprint {

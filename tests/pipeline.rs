@@ -266,6 +266,9 @@ fn perfetto_timeline_has_every_rank_of_every_stage_with_the_sends() {
         .map(|e| e["pid"].as_i64().unwrap())
         .collect();
     assert_eq!(ranks, (0..8).collect());
+    assert!(events.iter().any(|e| e["name"] == "process_name"
+        && e["pid"] == 5
+        && e["args"]["name"] == "rank 5 (simulated, stage 1)"));
     // Two micro-batches: each sends once from stage 0 to stage 1, seen on all 8 ranks.
     let sends: Vec<&serde_json::Value> = events
         .iter()

@@ -142,6 +142,30 @@ fn micro_batches_in_flight_reach_the_busiest_stage_bound() {
         "step {got} vs lap {lap}, busiest {busiest}"
     );
     assert!((sim.tokens_per_s() - 8.0e6 / got).abs() < 1e-6);
+    // No two kernels overlap on one (rank, stream), and every record lies in its rank's window.
+    let mut by_lane: std::collections::HashMap<
+        (u16, decodesim::workload::Stream),
+        Vec<(f64, f64)>,
+    > = Default::default();
+    for r in &sim.timeline.records {
+        by_lane
+            .entry((r.rank, r.stream))
+            .or_default()
+            .push((r.start_us, r.end_us));
+        let start = sim.timeline.rank_start_us[r.rank as usize];
+        let end = start + sim.timeline.rank_window_us(r.rank as usize);
+        assert!(
+            r.start_us >= start - 1e-6 && r.end_us <= end + 1e-6,
+            "{r:?}"
+        );
+        assert!(r.wait_us >= 0.0 && r.wait_us <= r.end_us - r.start_us + 1e-9);
+    }
+    for (lane, mut v) in by_lane {
+        v.sort_by(|a, b| a.0.total_cmp(&b.0));
+        for w in v.windows(2) {
+            assert!(w[1].0 >= w[0].1 - 1e-6, "{lane:?}: {w:?}");
+        }
+    }
     // Every rank's window is the period; the breakdowns sum to it.
     for (r, b) in sim.per_rank.iter().enumerate() {
         assert!((sim.timeline.rank_window_us(r) - got).abs() < 1e-6 * got);
@@ -286,5 +310,64 @@ fn perfetto_timeline_has_every_rank_of_every_stage_with_the_sends() {
     assert_eq!(runs("lm_head", 4), 2);
     assert_eq!(runs("embed_tokens", 0), 2);
     assert_eq!(runs("embed_tokens", 7), 0);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_stage_whose_tp_group_would_straddle_two_nodes_is_refused() {
+    // Nodes of 6 GPUs: at TP 4 stage 1 would hold ranks 4..7, two on each node.
+    let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(root.join("data/systems/rtx-pro-6000-2node-roce.toml"))
+        .unwrap()
+        .replace("gpu_count = 8 ", "gpu_count = 6 ")
+        .replace("gpus_per_socket = 4", "gpus_per_socket = 3")
+        .replace(
+            "name = \"rtx-pro-6000-2node-roce\"",
+            "name = \"six-per-node\"",
+        );
+    let dir = std::env::temp_dir().join(format!("decodesim-pp6-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("six.toml");
+    std::fs::write(&path, text).unwrap();
+    let gpus = root.join("data/systems/gpus");
+    let sys = decodesim::scenario::SystemSpec::from_file(&path, &gpus).unwrap();
+    assert_eq!((sys.gpus_per_node, sys.gpu_count), (6, 12));
+    let (code, _, err) = run(&[
+        "simulate",
+        "--system",
+        path.to_str().unwrap(),
+        "--tp",
+        "4",
+        "--pp",
+        "2",
+        "--draws",
+        "0",
+    ]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains(
+            "--pp 2 with --tp 4 on nodes of 6 GPUs would put a stage's TP group across two nodes"
+        ) && err.contains("expected --tp a divisor of 6 or a multiple of it"),
+        "{err}"
+    );
+    // TP 2 divides the node: every stage stays inside one.
+    let (code, out, err) = run(&[
+        "simulate",
+        "--system",
+        path.to_str().unwrap(),
+        "--tp",
+        "2",
+        "--pp",
+        "6",
+        "--batch",
+        "1",
+        "--draws",
+        "0",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("TP=2 x PP=6 (layers 10+10+10+10+11+10)"),
+        "{out}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

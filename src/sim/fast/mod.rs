@@ -679,7 +679,7 @@ pub(crate) fn pp_refused(pp: u32) -> Error {
     Error::FlagUse {
         flag: "--pp",
         problem: format!(
-            "{pp}: the aggregate fast path (sweep, intervals, speculative decoding) prices one pipeline stage only; run pipeline parallelism on the full timeline: `decodesim simulate --pp {pp}`, `decodesim whatif --vary pp=1,{pp}` or `decodesim capacity --pp {pp}`"
+            "{pp}: the aggregate fast path (sweep, intervals, speculative decoding) prices one pipeline stage only; run pipeline parallelism on the full timeline, without intervals: `decodesim simulate --pp {pp}`, `decodesim whatif --vary pp=1,{pp} --draws 0` or `decodesim capacity --pp {pp}`"
         ),
     }
 }

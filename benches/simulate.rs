@@ -1,5 +1,6 @@
 //! Simulation speed: the default scenario's full 8-rank timeline (Kimi-K2.5, TP=8, batch 32,
-//! 1,524 kernels per rank). Target: at most 50 µs per step on one core.
+//! 1,524 kernels per rank). Target: at most 50 µs per step on one core. And a pipeline of 144
+//! ranks (TP8 x PP18) through the whole `simulate`: under 50 ms.
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use decodesim::cost;
@@ -39,9 +40,36 @@ fn bench(c: &mut Criterion) {
     });
 }
 
+/// Pipeline parallelism at 144 ranks: Kimi-K2.5 at TP8 x PP18 on 18 H200 nodes, batch 64,
+/// the whole `simulate` (every stage built, priced and played, the schedule composed into one
+/// timeline, breakdowns of all 144 ranks). Target: under 50 ms.
+fn bench_pipeline(c: &mut Criterion) {
+    let mut r = ScenarioRequest {
+        system: "h200-hgx-18node-ib".into(),
+        tp: Some(8),
+        batch: 64,
+        ..Default::default()
+    };
+    r.comm.pp = Some(18);
+    let (scenario, profile) = r.load().expect("pipeline scenario");
+    c.bench_function("simulate: TP8 x PP18, 144 ranks", |b| {
+        b.iter(|| {
+            let sim = decodesim::sim::simulate_loaded(scenario.clone(), profile.clone())
+                .expect("simulated");
+            black_box(sim.step_time_us())
+        })
+    });
+}
+
+criterion_group! {
+    name = pipeline;
+    config = Criterion::default().sample_size(10).measurement_time(std::time::Duration::from_secs(5));
+    targets = bench_pipeline
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default().sample_size(50).measurement_time(std::time::Duration::from_secs(3));
     targets = bench
 }
-criterion_main!(benches);
+criterion_main!(benches, pipeline);

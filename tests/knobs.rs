@@ -36,6 +36,7 @@ const SAMPLES: &[(&str, &str)] = &[
     ("link-gbps", "50"),
     ("link-latency-us", "2.5"),
     ("nccl-ll-threshold", "65536"),
+    ("pp", "2"),
 ];
 
 fn sample(name: &str) -> &'static str {

@@ -17,7 +17,8 @@
 use crate::cost::CalibrationProfile;
 use crate::error::{Error, Result};
 use crate::scenario::{CommPath, ModelSpec, Scenario};
-use crate::workload::memory::{kv_bytes_per_token_per_rank, weight_bytes_per_rank};
+use crate::workload::memory::stage_weight_bytes_per_rank;
+use crate::workload::stage::Stage;
 use serde::Serialize;
 
 /// vLLM's defaults for an OpenAI API server on a GPU of at least 70 GiB
@@ -201,7 +202,6 @@ impl MemoryAccount {
 pub fn account(s: &Scenario, p: &CalibrationProfile, o: &MemoryOptions) -> Result<MemoryAccount> {
     o.check(s)?;
     let m = &s.model;
-    let tp = s.tp as usize;
     let total = s.system.gpu.memory_total_bytes();
     let requested = total * o.gpu_memory_utilization;
     let gpu_src = match s.system.gpu.memory_total_mib {
@@ -215,7 +215,10 @@ pub fn account(s: &Scenario, p: &CalibrationProfile, o: &MemoryOptions) -> Resul
             s.system.gpu.name, s.system.gpu.memory_gb
         ),
     };
-    let mut terms = fixed_terms(s, p, o);
+    // Under --pp every stage's rank sizes its own cache and vLLM takes the fewest blocks of
+    // all workers: the stage that leaves the least room binds (its terms are reported).
+    let stage = binding_stage(s, p, o, requested);
+    let mut terms = stage_terms(s, p, o, &stage);
     let non_kv: f64 = terms.iter().map(|t| t.bytes).sum();
     let kv_budget = requested - non_kv;
     if kv_budget <= 0.0 {
@@ -230,7 +233,7 @@ pub fn account(s: &Scenario, p: &CalibrationProfile, o: &MemoryOptions) -> Resul
     }
     // A rank's block holds `block_size` of its own tokens; under DCP those are every dcp-th
     // token of a sequence, so one block serves block_size × dcp tokens of sequence.
-    let full_per_token = kv_bytes_per_token_per_rank(m, tp, s.kv_bytes);
+    let full_per_token = stage_kv_bytes_per_token(s, &stage);
     let per_token = full_per_token / o.dcp as f64;
     let per_block = full_per_token * o.block_size as f64;
     let num_blocks = (kv_budget / per_block).floor() as u64;
@@ -251,7 +254,7 @@ pub fn account(s: &Scenario, p: &CalibrationProfile, o: &MemoryOptions) -> Resul
         } else {
             String::new()
         }
-    );
+    ) + &stage_note(&stage);
     terms.push(MemoryTerm {
         component: "kv_cache",
         bytes: kv_bytes,
@@ -286,7 +289,60 @@ pub fn account(s: &Scenario, p: &CalibrationProfile, o: &MemoryOptions) -> Resul
 
 /// The terms vLLM counts before the KV cache: weights, activation peak, CUDA graphs, NCCL and
 /// custom all-reduce buffers.
+/// Under `--pp`, those of the stage whose rank leaves the least room for the KV cache.
 pub fn fixed_terms(s: &Scenario, p: &CalibrationProfile, o: &MemoryOptions) -> Vec<MemoryTerm> {
+    let requested = s.system.gpu.memory_total_bytes() * o.gpu_memory_utilization;
+    stage_terms(s, p, o, &binding_stage(s, p, o, requested))
+}
+
+/// KV bytes per token one rank of `stage` stores (its layers only).
+fn stage_kv_bytes_per_token(s: &Scenario, stage: &Stage) -> f64 {
+    let per_layer = s
+        .model
+        .kv_bytes_per_token_per_layer(s.tp as usize, s.kv_bytes);
+    per_layer * stage.layers.len() as f64
+}
+
+/// The pipeline stage whose rank holds the fewest KV blocks (the whole model without `--pp`).
+fn binding_stage(s: &Scenario, p: &CalibrationProfile, o: &MemoryOptions, requested: f64) -> Stage {
+    let stages = crate::workload::stage::stages(s);
+    if stages.len() == 1 {
+        return Stage::whole(s.model.num_layers);
+    }
+    let room = |st: &Stage| {
+        let non_kv: f64 = stage_terms(s, p, o, st).iter().map(|t| t.bytes).sum();
+        (requested - non_kv) / stage_kv_bytes_per_token(s, st).max(f64::MIN_POSITIVE)
+    };
+    stages
+        .into_iter()
+        .min_by(|a, b| room(a).total_cmp(&room(b)))
+        .expect("at least one stage")
+}
+
+/// Where a term's stage is said: nothing without `--pp`.
+fn stage_note(stage: &Stage) -> String {
+    if stage.count > 1 {
+        format!(
+            "; pipeline stage {} of {} (layers {}..{}), the one with the least KV room",
+            stage.index,
+            stage.count,
+            stage.layers.start,
+            stage.layers.end.saturating_sub(1)
+        )
+    } else {
+        String::new()
+    }
+}
+
+/// [`fixed_terms`] for one rank of `stage`: its weights; the other terms are taken as a whole
+/// model's (the activation peak, graphs and NCCL buffers of a stage are at most those;
+/// conservative, and the pipeline's send/recv communicator is not counted).
+fn stage_terms(
+    s: &Scenario,
+    p: &CalibrationProfile,
+    o: &MemoryOptions,
+    stage: &Stage,
+) -> Vec<MemoryTerm> {
     let m = &s.model;
     let tp = s.tp as usize;
     let mut terms = Vec::new();
@@ -294,9 +350,10 @@ pub fn fixed_terms(s: &Scenario, p: &CalibrationProfile, o: &MemoryOptions) -> V
     let formats = weight_formats(m);
     terms.push(MemoryTerm {
         component: "weights",
-        bytes: weight_bytes_per_rank(m, tp),
+        bytes: stage_weight_bytes_per_rank(m, tp, stage),
         source: format!(
-            "workload::memory: every module at its stored size ({formats}, scales included), sharded /TP={tp}; replicated on every rank: MLA fused q_a/kv_a, router gate, norms (facts.md §1.1)"
+            "workload::memory: every module at its stored size ({formats}, scales included), sharded /TP={tp}; replicated on every rank: MLA fused q_a/kv_a, router gate, norms (facts.md §1.1){}",
+            stage_note(stage)
         ),
     });
     let t = o.max_num_batched_tokens as f64;

@@ -14,7 +14,7 @@ use std::io::IsTerminal;
 use std::path::PathBuf;
 
 /// The grid flags, which `--grid` replaces (a grid file holds the same keys).
-const GRID_FLAGS: [&str; 15] = [
+const GRID_FLAGS: [&str; 16] = [
     "model",
     "system",
     "tp",
@@ -30,6 +30,7 @@ const GRID_FLAGS: [&str; 15] = [
     "draft",
     "acceptance_rate",
     "acceptance_per_position",
+    "pp",
 ];
 
 #[derive(Debug, Clone, clap::Args)]
@@ -100,6 +101,10 @@ pub struct SweepArgs {
     intervals: bool,
     #[command(flatten)]
     pub(crate) interval_args: super::intervals::IntervalArgs,
+    /// Pipeline stages: the sweep's fast path prices pp = 1 only (pp above 1 is refused with
+    /// the commands that handle it).
+    #[arg(long, help = knob("pp").help_text())]
+    pp: Option<u32>,
 }
 
 /// A sweep axis's help: the knob's, how to list values, and its default as a value.
@@ -165,7 +170,7 @@ fn grid_keys() -> Vec<(&'static str, String)> {
                 "\"on\", \"off\", \"on,off\", true, false or [true, false]".to_string()
             }
             (Sweep::List, _) => format!("{}: one, a list [\"a\", \"b\"] or \"a,b\"", k.expected),
-            (Sweep::One, "tp") => k.expected.to_string(),
+            (Sweep::One, "tp" | "pp") => k.expected.to_string(),
             (Sweep::One, _) => format!("{} (string)", k.expected),
         };
         Some((k.name(), takes))
@@ -229,6 +234,10 @@ fn set_flag(a: &mut SweepArgs, key: &str, v: &toml::Value) -> Result<bool> {
         "draft" => a.draft = Some(text),
         "tp" => match v {
             toml::Value::Integer(i) if (1..=1024).contains(i) => a.tp = Some(*i as u32),
+            _ => return Ok(false),
+        },
+        "pp" => match v {
+            toml::Value::Integer(i) if (0..=1024).contains(i) => a.pp = Some(*i as u32),
             _ => return Ok(false),
         },
         "acceptance-rate" => match v {
@@ -365,6 +374,7 @@ fn request_with_warnings(a: &SweepArgs) -> Result<(SweepRequest, Vec<String>)> {
     knob("system").set(&mut base, &a.system)?;
     knob("kv-cache-dtype").set(&mut base, &a.kv_cache_dtype)?;
     base.tp = a.tp;
+    base.comm.pp = a.pp;
     base.calibration = a.calibration.clone();
     let acceptance = match (a.acceptance_rate, &a.acceptance_per_position) {
         (Some(r), _) => Some(Acceptance::rate(r)?),

@@ -12,6 +12,7 @@ pub fn steps(family: CostFamily, n: u32) -> f64 {
     let n = n.max(1) as f64;
     match family {
         CostFamily::AllGather | CostFamily::ReduceScatter | CostFamily::AllToAll => n - 1.0,
+        CostFamily::SendRecv => 1.0,
         _ => 2.0 * (n - 1.0),
     }
 }

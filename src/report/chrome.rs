@@ -30,10 +30,18 @@ pub fn write_chrome_trace<W: Write>(sim: &Simulation, out: W) -> std::io::Result
         serde_json::to_writer(&mut *out, &v)?;
         Ok(())
     };
+    // Under --pp, ranks are stage-major (sim::pipeline): name each rank's stage.
+    let pp = sim.scenario.comm.pp_size();
+    let tp = sim.scenario.tp.max(1) as usize;
     for rank in 0..sim.timeline.ranks {
+        let name = if pp > 1 {
+            format!("rank {rank} (simulated, stage {})", rank / tp)
+        } else {
+            format!("rank {rank} (simulated)")
+        };
         emit(
             json!({"ph":"M","name":"process_name","pid":rank,"tid":0,
-                   "args":{"name": format!("rank {rank} (simulated)")}}),
+                   "args":{"name": name}}),
             &mut out,
         )?;
         emit(

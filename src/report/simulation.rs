@@ -71,7 +71,7 @@ pub fn to_json(sim: &Simulation) -> Value {
             "comm_transfer_us": b.comm_transfer_us,
             "idle_us": b.time(Category::Idle),
         })).collect::<Vec<_>>(),
-        "kernels_per_rank": sim.workload.ops.iter().filter(|o| o.is_kernel()).count(),
+        "kernels_per_rank": kernels_per_rank(sim),
         "memory_per_gpu": {
             "weights_bytes": sim.memory.weights_bytes,
             "kv_cache_bytes": sim.memory.kv_cache_bytes,
@@ -160,15 +160,38 @@ pub(crate) fn to_csv(sim: &Simulation) -> String {
 /// about a simulated scenario.
 pub(crate) fn headline(s: &crate::scenario::Scenario) -> String {
     format!(
-        "{} ({}, {} layers) on {} ({}x {}), TP={}",
+        "{} ({}, {} layers) on {} ({}x {}), TP={}{}",
         s.model.name,
         s.model.family.name(),
         s.model.num_layers,
         s.system.name,
         s.system.gpu_count,
         s.system.gpu.display_name,
-        s.tp
+        s.tp,
+        match s.comm.pp_size() {
+            1 => String::new(),
+            pp => format!(" x PP={pp} (layers {})", pp_split(s)),
+        }
     )
+}
+
+/// The pipeline's layer split, `31+30`.
+fn pp_split(s: &crate::scenario::Scenario) -> String {
+    crate::workload::stage::layer_split(s.model.num_layers, s.comm.pp_size())
+        .iter()
+        .map(|r| r.len().to_string())
+        .collect::<Vec<_>>()
+        .join("+")
+}
+
+/// Kernels one rank launches in the step: the workload's, or under `--pp` the mean over ranks
+/// of the kernels each plays (its stage's, once per micro-batch, and the sends).
+fn kernels_per_rank(sim: &Simulation) -> usize {
+    if sim.scenario.comm.pp_size() > 1 && sim.timeline.ranks > 0 {
+        (sim.timeline.records.len() as f64 / sim.timeline.ranks as f64).round() as usize
+    } else {
+        sim.workload.ops.iter().filter(|o| o.is_kernel()).count()
+    }
 }
 
 /// The text report; `verbose` prints the profile's full provenance instead of its one-line
@@ -262,7 +285,7 @@ fn step_and_categories(out: &mut String, sim: &Simulation) {
         "step time   {} µs\ntokens/s    {}\nkernels     {} per rank\n\n",
         us(sim.step_time_us()),
         grouped(sim.tokens_per_s(), 1),
-        sim.workload.ops.iter().filter(|o| o.is_kernel()).count()
+        kernels_per_rank(sim)
     ));
     let mut t = Table::new(&["category", "time (µs)", "share", "busy (µs)"]);
     let mut rows: Vec<_> = m.entries();

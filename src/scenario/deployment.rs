@@ -107,6 +107,8 @@ pub struct CommKnobs {
     /// Message size (bytes) from which NCCL switches from LL to Simple under `--nccl-proto auto`
     /// (`--nccl-ll-threshold`; None: NCCL's own tuner choice).
     pub nccl_ll_threshold: Option<u64>,
+    /// Pipeline-parallel size (`--pp`, vLLM's `--pipeline-parallel-size`); None or 1: off.
+    pub pp: Option<u32>,
 }
 
 /// How expert parallelism carries tokens to the experts and back (`workload::parallel`).
@@ -136,6 +138,10 @@ impl CommKnobs {
     /// Decode-context-parallel size (1: every rank reads the whole context).
     pub(crate) fn dcp_size(&self) -> u32 {
         self.dcp.unwrap_or(1).max(1)
+    }
+    /// Pipeline stages (1: no pipeline parallelism).
+    pub fn pp_size(&self) -> u32 {
+        self.pp.unwrap_or(1).max(1)
     }
 }
 
@@ -344,6 +350,7 @@ impl Scenario {
                 .check(moe.n_routed_experts, moe.top_k, m.num_layers)?;
         }
         self.validate_parallel_and_link()?;
+        self.validate_pp()?;
         Ok(())
     }
 
@@ -444,6 +451,57 @@ impl Scenario {
         }
         if let Some(l) = k.link_latency_us {
             super::limits::flag_in("--link-latency-us", l, &super::limits::LINK_LATENCY_US)?;
+        }
+        Ok(())
+    }
+
+    /// `--pp`: at least 1, tp × pp GPUs on the system, at most one stage per layer, and (when
+    /// pipelined) every stage's TP group inside one node or on whole nodes. vLLM numbers the
+    /// ranks stage-major (`parallel_state`: world ranks reshaped to (pp, tp)), so stage s holds
+    /// ranks s·tp .. (s+1)·tp − 1, and the stages fill the nodes in order.
+    fn validate_pp(&self) -> Result<()> {
+        let Some(pp) = self.comm.pp else {
+            return Ok(());
+        };
+        let (tp, sys) = (self.tp, &self.system);
+        if pp == 0 {
+            return Err(Error::ScenarioRange {
+                flag: "--pp",
+                value: "0".into(),
+                expected: "expected 1 (off) or more pipeline stages".into(),
+            });
+        }
+        let gpus = tp as u64 * pp as u64;
+        if gpus > sys.gpu_count as u64 {
+            return Err(Error::ScenarioSetting {
+                flag: "--pp",
+                value: pp.to_string(),
+                problem: format!(
+                    " with --tp {tp} needs tp x pp = {gpus} GPUs but system '{}' has {} (expected tp x pp at most {})",
+                    sys.name, sys.gpu_count, sys.gpu_count
+                ),
+            });
+        }
+        let layers = self.model.num_layers;
+        if pp as usize > layers {
+            return Err(Error::ScenarioSetting {
+                flag: "--pp",
+                value: pp.to_string(),
+                problem: format!(
+                    " is more stages than the {layers} decoder layers of {} (expected 1 to {layers}: every stage holds at least one layer)",
+                    self.model.name
+                ),
+            });
+        }
+        let g = sys.gpus_per_node;
+        if pp > 1 && tp < g && !g.is_multiple_of(tp) {
+            return Err(Error::ScenarioSetting {
+                flag: "--pp",
+                value: pp.to_string(),
+                problem: format!(
+                    " with --tp {tp} on nodes of {g} GPUs would put a stage's TP group across two nodes (stage s holds ranks s x tp .. (s+1) x tp - 1, numbered node by node): expected --tp a divisor of {g} or a multiple of it"
+                ),
+            });
         }
         Ok(())
     }

@@ -687,6 +687,27 @@ pub static KNOBS: &[Knob] = &[
         get: |r| r.comm.nccl_ll_threshold.map(Value::Whole),
         loaded: Some(|s| s.comm.nccl_ll_threshold.map(Value::Whole)),
     },
+    Knob {
+        flag: "--pp",
+        value_name: "N",
+        help: "Pipeline parallelism (vLLM's --pipeline-parallel-size): the layers split into N \
+               stages of --tp GPUs each (tp x pp GPUs), decoding N micro-batches in flight; the \
+               step time is one sequence's time per token.",
+        expected: "a whole number of stages, 1 or more",
+        // One value per grid: the sweep's fast path refuses pp > 1 (`sim::fast`).
+        sweep: Sweep::One,
+        unset: Some(|| "1 (off)".into()),
+        parse: |t| {
+            Ok(Value::Whole(whole(
+                t,
+                U32,
+                "a whole number of stages, 1 or more",
+            )?))
+        },
+        set: |r, v| r.comm.pp = Some(take!(v, Value::Whole(n) => n as u32)),
+        get: |r| r.comm.pp.map(|n| Value::Whole(n.into())),
+        loaded: Some(|s| Some(Value::Whole(s.comm.pp_size().into()))),
+    },
 ];
 
 #[cfg(test)]

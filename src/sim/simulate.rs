@@ -8,7 +8,7 @@ use crate::error::Result;
 use crate::scenario::catalog;
 use crate::scenario::deployment::DEFAULT_GPU_MEMORY_UTILIZATION;
 use crate::scenario::{ModelSpec, NcclSettings, Scenario, SystemSpec};
-use crate::workload::memory::{footprint, MemoryFootprint};
+use crate::workload::memory::{footprint_pp, MemoryFootprint};
 use crate::workload::{self, Workload};
 
 /// What a user asks for: the settings of [`crate::scenario::knobs`] (defined there, with the
@@ -151,6 +151,9 @@ pub fn engine_config(s: &Scenario, p: &CalibrationProfile) -> EngineConfig {
 }
 
 pub fn simulate_loaded(scenario: Scenario, profile: CalibrationProfile) -> Result<Simulation> {
+    if scenario.comm.pp_size() > 1 {
+        return super::pipeline::simulate(scenario, profile);
+    }
     let workload = workload::build(&scenario);
     simulate_workload(scenario, profile, workload)
 }
@@ -170,11 +173,24 @@ pub fn simulate_workload(
         &engine_config(&scenario, &profile),
         &mut timeline,
     );
+    finish(scenario, profile, workload, pricing, timeline)
+}
+
+/// A played step's breakdowns, memory (the most loaded pipeline stage's rank under `--pp`)
+/// and warnings.
+pub(crate) fn finish(
+    scenario: Scenario,
+    profile: CalibrationProfile,
+    workload: Workload,
+    pricing: Pricing,
+    timeline: Timeline,
+) -> Result<Simulation> {
     let per_rank = timeline.rank_breakdowns(&workload);
     let mean = Breakdown::mean(&per_rank);
-    let memory = footprint(
+    let memory = footprint_pp(
         &scenario.model,
         scenario.tp as usize,
+        scenario.comm.pp_size(),
         scenario.batch as u64,
         scenario.context,
         scenario.kv_bytes,

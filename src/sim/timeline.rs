@@ -50,6 +50,25 @@ impl Timeline {
         (0..self.ranks).map(|r| self.rank_window_us(r)).sum::<f64>() / self.ranks as f64
     }
 
+    /// The span of every rank's window: the first start to the last end.
+    pub fn span_us(&self) -> f64 {
+        let start = self
+            .rank_start_us
+            .iter()
+            .copied()
+            .fold(f64::INFINITY, f64::min);
+        let end = self
+            .rank_end_us
+            .iter()
+            .copied()
+            .fold(f64::NEG_INFINITY, f64::max);
+        if self.ranks == 0 {
+            0.0
+        } else {
+            end - start
+        }
+    }
+
     pub fn rank_records(&self, rank: usize) -> impl Iterator<Item = &KernelRecord> {
         self.records.iter().filter(move |r| r.rank as usize == rank)
     }
@@ -58,11 +77,18 @@ impl Timeline {
     pub fn rank_breakdowns(&self, w: &Workload) -> Vec<Breakdown> {
         let mut scratch = Vec::new();
         let mut intervals = Vec::new();
+        // Records bucketed by rank once (a pipeline's timeline has hundreds of ranks).
+        let mut by_rank: Vec<Vec<u32>> = vec![Vec::new(); self.ranks];
+        for (i, r) in self.records.iter().enumerate() {
+            if let Some(v) = by_rank.get_mut(r.rank as usize) {
+                v.push(i as u32);
+            }
+        }
         (0..self.ranks)
             .map(|rank| {
                 intervals.clear();
                 let (mut wait, mut transfer) = (0.0, 0.0);
-                for r in self.rank_records(rank) {
+                for r in by_rank[rank].iter().map(|&i| &self.records[i as usize]) {
                     let category = w.ops[r.op as usize].category;
                     if category == Category::Communication {
                         wait += r.wait_us;

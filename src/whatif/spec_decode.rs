@@ -181,6 +181,10 @@ pub fn step_cost(
     engine: &mut Engine,
     tl: &mut Timeline,
 ) -> Result<StepCost> {
+    // Draft and verify passes are played as one SPMD step; a pipeline's schedule is not.
+    if s.comm.pp_size() > 1 {
+        return Err(crate::sim::fast::pp_refused(s.comm.pp_size()));
+    }
     let sd = spec_params(p)?;
     let ds = draft.scenario(s)?;
     let step = SpecStep::new(draft.method, k);
@@ -316,6 +320,9 @@ pub(crate) fn simulate_costs(req: &SpecDecodeRequest) -> Result<SpecDecodeCosts>
         });
     }
     let (scenario, profile) = req.base.load()?;
+    if scenario.comm.pp_size() > 1 {
+        return Err(crate::sim::fast::pp_refused(scenario.comm.pp_size()));
+    }
     spec_params(&profile)?;
     let draft = Draft::load(req.method, req.draft.as_deref(), &scenario.model)?;
     for &k in &req.draft_tokens {
@@ -499,6 +506,9 @@ pub(crate) fn study(
 /// for `--timeline`: the passes play back to back on the same engine.
 pub(crate) fn step_simulation(req: &SpecDecodeRequest, k: u32) -> Result<Simulation> {
     let (scenario, profile) = req.base.load()?;
+    if scenario.comm.pp_size() > 1 {
+        return Err(crate::sim::fast::pp_refused(scenario.comm.pp_size()));
+    }
     let draft = Draft::load(req.method, req.draft.as_deref(), &scenario.model)?;
     draft.check_k(k)?;
     let ds = draft.scenario(&scenario)?;

@@ -1,12 +1,13 @@
 //! Per-GPU memory: weights as vLLM shards and replicates them, and the KV cache.
 
+use super::stage::Stage;
 use crate::scenario::{Family, ModelSpec};
 use serde::Serialize;
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct MemoryFootprint {
     pub weights_bytes: f64,
-    pub(crate) kv_cache_bytes: f64,
+    pub kv_cache_bytes: f64,
 }
 
 impl MemoryFootprint {
@@ -18,12 +19,24 @@ impl MemoryFootprint {
 /// Weight bytes one rank holds at tensor parallelism `tp`. Replicated on every rank, as vLLM
 /// does: MLA's fused q_a/kv_a projection and the router gate (facts.md §1.1).
 pub fn weight_bytes_per_rank(m: &ModelSpec, tp: usize) -> f64 {
+    stage_weight_bytes_per_rank(m, tp, &Stage::whole(m.num_layers))
+}
+
+/// Weight bytes one rank of a pipeline stage holds: the stage's layers /TP, the embedding on
+/// the first stage, the final norm and lm_head on the last (`workload::stage`).
+pub fn stage_weight_bytes_per_rank(m: &ModelSpec, tp: usize, stage: &Stage) -> f64 {
     let t = tp as f64;
     let h = m.hidden as f64;
     let fmt = |name: &str| m.weight_format(name).bytes_per_weight();
-    let mut total = m.vocab as f64 * h * 2.0 / t + m.vocab as f64 * h * fmt("lm_head") / t;
-    total += h * 2.0; // final norm
-    for layer in 0..m.num_layers {
+    let mut total = 0.0;
+    if stage.is_first() {
+        total += m.vocab as f64 * h * 2.0 / t;
+    }
+    if stage.is_last() {
+        total += m.vocab as f64 * h * fmt("lm_head") / t;
+        total += h * 2.0; // final norm
+    }
+    for layer in stage.layers.clone() {
         let attn = |p: &str| fmt(&format!("model.layers.{layer}.self_attn.{p}"));
         let mlp = |p: &str| fmt(&format!("model.layers.{layer}.mlp.{p}"));
         total += 2.0 * h * 2.0; // input and post-attention norms
@@ -92,4 +105,52 @@ pub fn footprint(
 /// every rank; GQA: the rank's KV heads).
 pub fn kv_bytes_per_token_per_rank(m: &ModelSpec, tp: usize, kv_bytes: f64) -> f64 {
     m.kv_bytes_per_token_per_layer(tp, kv_bytes) * m.num_layers as f64
+}
+
+/// The footprint of one rank of each pipeline stage (`pp` stages, vLLM's layer split): its
+/// layers' weights and KV cache for all `batch` sequences (every stage holds its layers' KV of
+/// every sequence).
+pub fn stage_footprints(
+    m: &ModelSpec,
+    tp: usize,
+    pp: u32,
+    batch: u64,
+    context: u64,
+    kv_bytes: f64,
+) -> Vec<MemoryFootprint> {
+    let per_layer = m.kv_bytes_per_token_per_layer(tp, kv_bytes);
+    super::stage::layer_split(m.num_layers, pp)
+        .into_iter()
+        .enumerate()
+        .map(|(i, layers)| {
+            let stage = Stage {
+                index: i as u32,
+                count: pp.max(1),
+                layers,
+            };
+            MemoryFootprint {
+                weights_bytes: stage_weight_bytes_per_rank(m, tp, &stage),
+                kv_cache_bytes: per_layer
+                    * stage.layers.len() as f64
+                    * batch as f64
+                    * context as f64,
+            }
+        })
+        .collect()
+}
+
+/// The footprint of the most loaded pipeline stage's rank (the whole model when `pp` is 1):
+/// the one that must fit.
+pub fn footprint_pp(
+    m: &ModelSpec,
+    tp: usize,
+    pp: u32,
+    batch: u64,
+    context: u64,
+    kv_bytes: f64,
+) -> MemoryFootprint {
+    stage_footprints(m, tp, pp, batch, context, kv_bytes)
+        .into_iter()
+        .max_by(|a, b| a.total().total_cmp(&b.total()))
+        .unwrap_or_else(|| footprint(m, tp, batch, context, kv_bytes))
 }

@@ -11,6 +11,7 @@ pub(crate) mod op;
 mod parallel;
 pub mod routing;
 pub mod spec_step;
+pub mod stage;
 
 pub use op::{CostFamily, Op, Shape, Stream};
 pub use routing::{expected_distinct_experts, Routing, RoutingSample};
@@ -129,6 +130,18 @@ fn build_verify(s: &Scenario, queries_per_seq: u32) -> Workload {
 
 /// One forward pass whose tokens are padded under `rule` when the scenario runs CUDA graphs.
 fn build_padded(s: &Scenario, queries_per_seq: u32, rule: PadRule) -> Workload {
+    build_part(
+        s,
+        queries_per_seq,
+        rule,
+        &stage::Stage::whole(s.model.num_layers),
+    )
+}
+
+/// The part of a pass one pipeline stage runs: its layers, the embedding on the first stage,
+/// the head on the last, and the all-gathers of the received intermediate tensors on the others
+/// (`stage`).
+fn build_part(s: &Scenario, queries_per_seq: u32, rule: PadRule, part: &stage::Stage) -> Workload {
     let model = &s.model;
     let queries = queries_per_seq.max(1) as u64;
     let pad = s.padding(queries_per_seq, rule);
@@ -149,8 +162,20 @@ fn build_padded(s: &Scenario, queries_per_seq: u32, rule: PadRule) -> Workload {
         experts_touched: routing.experts_touched.clone(),
     };
     let mut b = builder::Builder::new();
-    frame::embedding(&mut b, &shape);
-    for layer in 0..model.num_layers {
+    if part.is_first() {
+        frame::embedding(&mut b, &shape);
+    } else if stage::split_over_tp(tokens, model.hidden as u64, s.tp) {
+        // Each rank received its 1/tp slice of hidden_states and residual (stage.rs).
+        for name in ["pp_recv_all_gather_hidden", "pp_recv_all_gather_residual"] {
+            b.collective(
+                name,
+                "ncclDevKernel_AllGather_RING_LL",
+                CostFamily::AllGather,
+                shape.hidden_message_bytes(),
+            );
+        }
+    }
+    for layer in part.layers.clone() {
         b.layer = layer as i32;
         // The first layer's input norm has no residual to add yet.
         let fused = layer > 0;
@@ -199,7 +224,9 @@ fn build_padded(s: &Scenario, queries_per_seq: u32, rule: PadRule) -> Workload {
         }
     }
     b.layer = -1;
-    frame::head(&mut b, &shape);
+    if part.is_last() {
+        frame::head(&mut b, &shape);
+    }
     let mut w = Workload {
         ops: b.ops,
         experts_touched: routing.experts_touched.clone(),

@@ -54,6 +54,9 @@ pub enum CostFamily {
     AllToAll,
     /// Reduce-scatter (`bytes` is the input buffer, as nccl-tests counts it; n−1 steps).
     ReduceScatter,
+    /// Point-to-point send/receive between two ranks (pipeline stages' intermediate tensors;
+    /// `bytes` is what one rank sends). Priced by `cost::internode::p2p`, not by a collective law.
+    SendRecv,
     /// The auxiliary stream waits for the compute stream (an event record/wait pair).
     Fork,
     /// The compute stream waits for the auxiliary stream.
@@ -81,6 +84,7 @@ crate::names::enum_names!(serde CostFamily, "kernel family",
     CostFamily::AllGather => ["all_gather"],
     CostFamily::AllToAll => ["all_to_all"],
     CostFamily::ReduceScatter => ["reduce_scatter"],
+    CostFamily::SendRecv => ["send_recv"],
     CostFamily::Fork => ["fork"],
     CostFamily::Join => ["join"],
 );
@@ -91,7 +95,7 @@ impl CostFamily {
         self.name()
     }
 
-    pub(crate) const ALL: [CostFamily; 22] = {
+    pub(crate) const ALL: [CostFamily; 23] = {
         use CostFamily::*;
         [
             GemmBf16,
@@ -114,6 +118,7 @@ impl CostFamily {
             AllGather,
             AllToAll,
             ReduceScatter,
+            SendRecv,
             Fork,
             Join,
         ]
@@ -139,6 +144,7 @@ impl CostFamily {
                 | CostFamily::AllGather
                 | CostFamily::AllToAll
                 | CostFamily::ReduceScatter
+                | CostFamily::SendRecv
         )
     }
 

@@ -209,6 +209,12 @@ impl FastScenario {
         p: &CalibrationProfile,
         draft: Option<&crate::workload::spec_step::Drafter>,
     ) -> Result<Self> {
+        // The fast path replays one SPMD step; a pipeline's micro-batch schedule is played by
+        // `sim::pipeline` only. Refused, never priced as if it had one stage.
+        let pp = s.comm.pp_size();
+        if pp > 1 {
+            return Err(pp_refused(pp));
+        }
         let build_target = |ps: &Scenario, q: u32| crate::workload::build_pass(ps, q);
         let target;
         let mut spec = None;
@@ -665,5 +671,15 @@ impl Draw {
             let l = lat.get(j).copied().unwrap_or(1.0);
             d[i] *= l * self.collective_latency + (1.0 - l) * self.family[f as usize];
         }
+    }
+}
+
+/// The fast path's refusal of pipeline parallelism, with the commands that handle it.
+pub(crate) fn pp_refused(pp: u32) -> Error {
+    Error::FlagUse {
+        flag: "--pp",
+        problem: format!(
+            "{pp}: the aggregate fast path (sweep, intervals, speculative decoding) prices one pipeline stage only; run pipeline parallelism on the full timeline, without intervals: `decodesim simulate --pp {pp}`, `decodesim whatif --vary pp=1,{pp} --draws 0` or `decodesim capacity --pp {pp}`"
+        ),
     }
 }

@@ -1,0 +1,423 @@
+//! Pipeline parallelism (`--pp N`): one decode step of N stages of `tp` GPUs, composed from
+//! per-stage runs of the event engine into one timeline of tp × pp ranks.
+//!
+//! **How vLLM V1 decodes with PP** (ASSUMPTION: from memory of vLLM's `EngineCore`
+//! `step_with_batch_queue`; facts.md has no entry): the engine keeps a queue of `pp` batches in
+//! flight, and a request is in at most one of them, so the running sequences split into
+//! `min(pp, B)` micro-batches of ⌈B/pp⌉ or ⌊B/pp⌋ sequences (batch 1: one micro-batch). Each
+//! micro-batch runs stage 0, sends its intermediate tensors to stage 1, ..., and the last
+//! stage samples; the sampled tokens go back through the engine core before the micro-batch is
+//! scheduled again. Each stage works on one micro-batch at a time, in order.
+//!
+//! **What is played.** Every (stage, micro-batch size) is its own workload
+//! (`workload::stage::build_stage`), priced and played on `tp` ranks by the engine as a whole
+//! step is; its duration is the span of its ranks (first kernel to last end, the profile's
+//! `step_overhead_us` included: each stage's worker prepares and finishes its own forward,
+//! ASSUMPTION). The send from stage s to s + 1 is NCCL send/recv of each rank's 1/tp slice of
+//! the intermediate tensors to the rank of the same TP index (`cost::internode::p2p` for the
+//! link between them, the profile's collective factors applied); both stages' streams hold the
+//! transfer, which starts when the sender is done and the receiver free (ASSUMPTION: a
+//! rendezvous, as NCCL's p2p kernels are launched on both sides). The sampled tokens' return
+//! holds no GPU: it adds the network's one-way latency when the last stage sits on another node
+//! than stage 0 (the engine core's message over TCP, ASSUMPTION), nothing within a node (the
+//! same host path a single-stage step pays inside `step_overhead_us`).
+//!
+//! **Steady state.** The schedule (each stage busy with one micro-batch at a time; a
+//! micro-batch's stages in order) is played for enough cycles that it repeats; the last cycle
+//! is the step shown. A sequence's time per token is then
+//! `max(Σ stages + sends + return, Σ over micro-batches of the busiest stage's time)`, the period
+//! of the cycle: with equal micro-batches, `max(sum of stage times + sends, pp × slowest
+//! stage)`. Each rank's window is its stage's period (from the first event of micro-batch 0 to
+//! the same event a cycle later), so `Timeline::step_time_us` is the time per output token and
+//! tokens/s is B over it. Ranks are numbered stage-major (rank = stage × tp + TP index), as vLLM
+//! places them; the idle of a rank's window is the pipeline's bubble, and a receive's wait shows
+//! as communication wait.
+
+use super::simulate::finish;
+use super::{engine_config, Engine, KernelRecord, Simulation, Timeline};
+use crate::category::Category;
+use crate::cost::{self, CalibrationProfile, CollectiveChoice, Pricing};
+use crate::error::Result;
+use crate::scenario::network::LinkClass;
+use crate::scenario::Scenario;
+use crate::workload::stage::{self, Stage};
+use crate::workload::{CostFamily, Op, Shape, Stream, Workload};
+
+/// The micro-batch sizes vLLM's batch queue runs `batch` sequences in: `min(pp, batch)`
+/// micro-batches, the first `batch mod n` one sequence larger.
+pub fn micro_batches(batch: u32, pp: u32) -> Vec<u32> {
+    let n = pp.min(batch).max(1);
+    (0..n)
+        .map(|j| batch / n + u32::from(j < batch % n))
+        .collect()
+}
+
+/// The scenario one micro-batch of `batch` sequences runs a stage with (same seed and knobs).
+pub fn micro_scenario(s: &Scenario, batch: u32) -> Scenario {
+    let mut m = s.clone();
+    m.batch = batch;
+    m
+}
+
+/// The send from stage `from` to the next for a micro-batch of `batch` sequences: the op as
+/// one rank sees it and its priced time (µs) and latency part, the profile's collective
+/// factors applied.
+pub fn send(s: &Scenario, p: &CalibrationProfile, from: u32, batch: u32) -> (Op, f64, f64) {
+    let mb = micro_scenario(s, batch);
+    let tokens = mb
+        .padding(1, crate::scenario::cudagraph::PadRule::Decode)
+        .padded;
+    let hidden = s.model.hidden as u64;
+    let total = stage::intermediate_bytes(tokens, hidden);
+    let tp = s.tp as u64;
+    let bytes = if stage::split_over_tp(tokens, hidden, s.tp) {
+        total / tp
+    } else {
+        total
+    };
+    let (a, b) = (from * s.tp, (from + 1) * s.tp);
+    let senders = s.tp.min(s.system.gpus_per_node);
+    let price = cost::internode::p2p(&s.system, s.comm_path(), a, b, bytes, senders);
+    let op = Op {
+        name: format!("pp_send_recv_s{from}_to_s{}", from + 1),
+        kernel: "ncclDevKernel_SendRecv (pipeline send/recv)",
+        layer: -1,
+        family: CostFamily::SendRecv,
+        category: Category::Communication,
+        stream: Stream::Comm,
+        shape: Shape::default(),
+        weights: "-".into(),
+        flops: 0.0,
+        bytes: bytes as f64,
+        message_bytes: bytes,
+        measure: None,
+        group: 2,
+        rank_scale: Vec::new(),
+    };
+    let w = Workload {
+        ops: vec![op],
+        experts_touched: Vec::new(),
+        routing: Default::default(),
+    };
+    let mut pricing = Pricing {
+        base_us: vec![price.time_us],
+        split_us: vec![price.latency_us],
+        collectives: Vec::new(),
+        families: Vec::new(),
+        warnings: Vec::new(),
+    };
+    cost::profile::apply_factors(&p.factors, &w, &mut pricing);
+    let op = w.ops.into_iter().next().expect("one op");
+    (op, pricing.base_us[0], pricing.split_us[0])
+}
+
+/// The return of the sampled tokens from the last stage to stage 0 (µs; see the module text).
+pub fn token_return_us(s: &Scenario) -> f64 {
+    let pp = s.comm.pp_size();
+    let last = (pp - 1) * s.tp;
+    match (&s.system.network, s.system.link_between(last, 0)) {
+        (Some(net), LinkClass::Net) => net.latency_us,
+        _ => 0.0,
+    }
+}
+
+/// One stage played for one micro-batch size.
+struct Run {
+    workload: Workload,
+    pricing: Pricing,
+    timeline: Timeline,
+    /// First kernel's start on any rank (the run's origin).
+    origin: f64,
+    span: f64,
+}
+
+fn play(s: &Scenario, p: &CalibrationProfile, stage: &Stage, batch: u32) -> Result<Run> {
+    let mb = micro_scenario(s, batch);
+    let workload = stage::build_stage(&mb, stage);
+    let pricing = cost::price(&workload, &mb, p)?;
+    let mut timeline = Timeline::default();
+    Engine::new().run(
+        &workload,
+        &pricing.base_us,
+        &engine_config(&mb, p),
+        &mut timeline,
+    );
+    let origin = timeline
+        .rank_start_us
+        .iter()
+        .copied()
+        .fold(f64::INFINITY, f64::min);
+    let span = timeline.span_us();
+    Ok(Run {
+        workload,
+        pricing,
+        timeline,
+        origin,
+        span,
+    })
+}
+
+/// One event of the recorded cycle: a stage run placed at `at`, or a send.
+enum Event {
+    Run {
+        stage: usize,
+        size: usize,
+        at: f64,
+    },
+    Send {
+        from: usize,
+        size: usize,
+        /// When the sender was done and when the receiver was free.
+        sender_ready: f64,
+        receiver_ready: f64,
+        start: f64,
+        end: f64,
+    },
+}
+
+/// Plays `scenario` (with `comm.pp` above 1) as a pipeline; see the module text.
+pub fn simulate(scenario: Scenario, profile: CalibrationProfile) -> Result<Simulation> {
+    let s = &scenario;
+    let p = &profile;
+    let stages = stage::stages(s);
+    let n_stages = stages.len();
+    let micro = micro_batches(s.batch, s.comm.pp_size());
+    let mut sizes: Vec<u32> = micro.clone();
+    sizes.dedup();
+    let size_of = |b: u32| sizes.iter().position(|&x| x == b).expect("listed");
+    // runs[stage][size], sends[stage][size] (stage < last)
+    let mut runs: Vec<Vec<Run>> = Vec::with_capacity(n_stages);
+    for st in &stages {
+        let mut row = Vec::new();
+        for &b in &sizes {
+            row.push(play(s, p, st, b)?);
+        }
+        runs.push(row);
+    }
+    let sends: Vec<Vec<(Op, f64, f64)>> = (0..n_stages.saturating_sub(1))
+        .map(|from| sizes.iter().map(|&b| send(s, p, from as u32, b)).collect())
+        .collect();
+    let ret = token_return_us(s);
+
+    // The schedule, cycle after cycle; the last full cycle is recorded.
+    let cycles = 4 * n_stages + 8;
+    let mut free = vec![0.0_f64; n_stages];
+    let mut ready0 = vec![0.0_f64; micro.len()];
+    // Each stage's window start per cycle: stage 0 its first run, the others their first recv.
+    let mut window = vec![vec![0.0_f64; n_stages]; cycles + 1];
+    let mut events = Vec::new();
+    for (c, win) in window.iter_mut().enumerate() {
+        let record = c + 1 == cycles;
+        for (j, &b) in micro.iter().enumerate() {
+            let k = size_of(b);
+            let mut at = free[0].max(ready0[j]);
+            if j == 0 {
+                win[0] = at;
+            }
+            if record {
+                events.push(Event::Run {
+                    stage: 0,
+                    size: k,
+                    at,
+                });
+            }
+            let mut end = at + runs[0][k].span;
+            for st in 0..n_stages - 1 {
+                let receiver_ready = free[st + 1];
+                if j == 0 {
+                    win[st + 1] = receiver_ready;
+                }
+                let start = end.max(receiver_ready);
+                let stop = start + sends[st][k].1;
+                if record {
+                    events.push(Event::Send {
+                        from: st,
+                        size: k,
+                        sender_ready: end,
+                        receiver_ready,
+                        start,
+                        end: stop,
+                    });
+                }
+                free[st] = stop;
+                at = stop;
+                if record {
+                    events.push(Event::Run {
+                        stage: st + 1,
+                        size: k,
+                        at,
+                    });
+                }
+                end = at + runs[st + 1][k].span;
+            }
+            free[n_stages - 1] = end;
+            ready0[j] = end + ret;
+        }
+    }
+    let last = cycles - 1;
+
+    // The combined workload: every (stage, size) block, then the sends.
+    let mut ops = Vec::new();
+    let mut base_us = Vec::new();
+    let mut split_us = Vec::new();
+    let mut run_base = vec![vec![0u32; sizes.len()]; n_stages];
+    for (st, row) in runs.iter().enumerate() {
+        for (k, r) in row.iter().enumerate() {
+            run_base[st][k] = ops.len() as u32;
+            ops.extend(r.workload.ops.iter().cloned());
+            base_us.extend_from_slice(&r.pricing.base_us);
+            split_us.extend_from_slice(&r.pricing.split_us);
+        }
+    }
+    let mut send_index = vec![vec![0u32; sizes.len()]; sends.len()];
+    for (st, row) in sends.iter().enumerate() {
+        for (k, (op, us, lat)) in row.iter().enumerate() {
+            send_index[st][k] = ops.len() as u32;
+            ops.push(op.clone());
+            base_us.push(*us);
+            split_us.push(*lat);
+        }
+    }
+
+    // The timeline of the recorded cycle, its first window starting at 0.
+    let zero = window[last].iter().copied().fold(f64::INFINITY, f64::min);
+    let tp = s.tp as usize;
+    let ranks = tp * n_stages;
+    let mut timeline = Timeline::default();
+    timeline.clear(ranks);
+    for e in &events {
+        match *e {
+            Event::Run { stage, size, at } => {
+                let r = &runs[stage][size];
+                let shift = at - r.origin - zero;
+                for rec in &r.timeline.records {
+                    timeline.records.push(KernelRecord {
+                        op: run_base[stage][size] + rec.op,
+                        rank: (stage * tp + rec.rank as usize) as u16,
+                        start_us: rec.start_us + shift,
+                        end_us: rec.end_us + shift,
+                        ..*rec
+                    });
+                }
+            }
+            Event::Send {
+                from,
+                size,
+                sender_ready,
+                receiver_ready,
+                start,
+                end,
+            } => {
+                let op = send_index[from][size];
+                for (st, ready) in [(from, sender_ready), (from + 1, receiver_ready)] {
+                    for local in 0..tp {
+                        timeline.records.push(KernelRecord {
+                            op,
+                            rank: (st * tp + local) as u16,
+                            stream: Stream::Comm,
+                            start_us: ready - zero,
+                            end_us: end - zero,
+                            wait_us: start - ready,
+                        });
+                    }
+                }
+            }
+        }
+    }
+    for st in 0..n_stages {
+        for local in 0..tp {
+            timeline.rank_start_us[st * tp + local] = window[last][st] - zero;
+            timeline.rank_end_us[st * tp + local] = window[last + 1][st] - zero;
+        }
+    }
+
+    let pricing = combine_pricing(&runs, &sends, &micro, &sizes, base_us, split_us, s);
+    let first = &runs[0][0].workload;
+    let workload = Workload {
+        ops,
+        experts_touched: first.experts_touched.clone(),
+        routing: first.routing.clone(),
+    };
+    finish(scenario, profile, workload, pricing, timeline)
+}
+
+/// The runs' prices joined: durations in the combined workload's order; collectives per rank
+/// averaged over the stages (a stage's rank runs its collectives once per micro-batch), the
+/// send/recv row added; provenance and warnings once each.
+fn combine_pricing(
+    runs: &[Vec<Run>],
+    sends: &[Vec<(Op, f64, f64)>],
+    micro: &[u32],
+    sizes: &[u32],
+    base_us: Vec<f64>,
+    split_us: Vec<f64>,
+    s: &Scenario,
+) -> Pricing {
+    let n_stages = runs.len() as f64;
+    let per_size = |k: usize| micro.iter().filter(|&&b| b == sizes[k]).count() as f64;
+    let mut rows: Vec<(CollectiveChoice, f64)> = Vec::new();
+    let mut add = |c: &CollectiveChoice, times: f64| match rows
+        .iter_mut()
+        .find(|(x, _)| x.op == c.op && x.bytes == c.bytes && x.path == c.path)
+    {
+        Some((_, n)) => *n += times,
+        None => rows.push((c.clone(), times)),
+    };
+    let mut families = Vec::new();
+    let mut warnings = Vec::new();
+    for row in runs {
+        for (k, r) in row.iter().enumerate() {
+            for c in &r.pricing.collectives {
+                add(c, c.count as f64 * per_size(k));
+            }
+            for f in &r.pricing.families {
+                if !families.contains(f) {
+                    families.push(f.clone());
+                }
+            }
+            for w in &r.pricing.warnings {
+                if !warnings.contains(w) {
+                    warnings.push(w.clone());
+                }
+            }
+        }
+    }
+    for (from, row) in sends.iter().enumerate() {
+        let link = s
+            .system
+            .link_between(from as u32 * s.tp, (from as u32 + 1) * s.tp);
+        for (k, (op, us, lat)) in row.iter().enumerate() {
+            let c = CollectiveChoice {
+                op: CostFamily::SendRecv.key(),
+                bytes: op.message_bytes,
+                count: 1,
+                path: link.name(),
+                algo: "p2p".into(),
+                proto: if op.message_bytes <= cost::internode::P2P_LL_THRESHOLD {
+                    "LL".into()
+                } else {
+                    "Simple".into()
+                },
+                time_us: *us,
+                source: "cost::internode::p2p (pipeline stage to stage, one rank's slice)".into(),
+                latency_us: *lat,
+            };
+            // Sender and receiver each hold it.
+            add(&c, 2.0 * per_size(k));
+        }
+    }
+    let collectives = rows
+        .into_iter()
+        .map(|(mut c, n)| {
+            c.count = (n / n_stages).round().max(1.0) as u32;
+            c
+        })
+        .collect();
+    Pricing {
+        base_us,
+        split_us,
+        collectives,
+        families,
+        warnings,
+    }
+}

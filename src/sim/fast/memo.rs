@@ -53,7 +53,7 @@ pub(super) struct Memo {
     pub(super) d: Vec<f64>,
     /// Scratch: the workload each layout is priced in (`price_layout_in`), by
     /// [`scratch_index`] (pass slot, regime, layout).
-    pub(super) scratch: Vec<Workload>,
+    pub(super) scratch: Vec<Scratch>,
     /// The Monte Carlo draw applied after the memoised prices (`whatif::uncertainty`), if any.
     pub(super) draw: Option<Draw>,
     /// Latency part of each collective of a (pass, batch, queries, padded, collectives id,

@@ -35,9 +35,7 @@ use crate::scenario::deployment::CommKnobs;
 use crate::scenario::{NcclSettings, Scenario};
 use crate::workload::routing::DistinctExperts;
 use crate::workload::spec_step::{PassKind, Side, SpecStep};
-use crate::workload::{
-    CostFamily, Op, Shape, Stream, Workload, SHARED_EXPERT_STREAM_TOKEN_THRESHOLD,
-};
+use crate::workload::{CostFamily, Op, Stream, Workload, SHARED_EXPERT_STREAM_TOKEN_THRESHOLD};
 use nalgebra::{DMatrix, DVector};
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -309,7 +307,7 @@ impl FastScenario {
                     passes: Default::default(),
                     stored: 0,
                     d: Vec::new(),
-                    scratch: (0..4 * 2 * LAYOUTS).map(|_| empty_workload()).collect(),
+                    scratch: (0..4 * 2 * LAYOUTS).map(|_| Scratch::new()).collect(),
                     draw: None,
                     latency: HashMap::new(),
                 }));

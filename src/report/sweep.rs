@@ -181,7 +181,16 @@ impl LastText {
     fn put(&mut self, out: &mut Vec<u8>, c: usize, v: f64, decimals: u32) {
         let b = v.to_bits();
         if b == self.bits[c] && self.has[c] {
-            out.extend_from_slice(&self.text[c][..self.len[c] as usize]);
+            let len = self.len[c] as usize;
+            out.reserve(32);
+            // SAFETY: `reserve` left at least 32 bytes of spare capacity after `len()`; the
+            // whole 32-byte text buffer is copied (one fixed-size move, no `memcpy` call) and
+            // only its first `len` bytes, the kept text, are taken into the vector.
+            unsafe {
+                let at = out.len();
+                std::ptr::copy_nonoverlapping(self.text[c].as_ptr(), out.as_mut_ptr().add(at), 32);
+                out.set_len(at + len);
+            }
             return;
         }
         let at = out.len();

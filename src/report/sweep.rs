@@ -625,6 +625,59 @@ pub fn summary(meta: &Meta, s: &Summary, wall_s: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::scenario::{Algo, Proto};
+
+    /// Rows written together (number columns keeping their last text) are the bytes of each
+    /// row written alone: over repeated and changing values, both zeros, NaN, a value on a
+    /// rounding half and one past the fast writer's range.
+    #[test]
+    fn rows_written_together_are_each_row_alone() {
+        let values = [
+            12579.251,
+            12579.251,
+            0.0,
+            -0.0,
+            f64::NAN,
+            0.0005,
+            1e300,
+            2627.5735,
+            2627.5735,
+            7.0,
+        ];
+        let mut rows = Vec::new();
+        for (i, &v) in values.iter().enumerate() {
+            for j in 0..3 {
+                let mut busy = [1841.38; Category::ALL.len()];
+                busy[2] = v + j as f64;
+                busy[5] = if j == 1 { v } else { 3.5 };
+                rows.push(Row {
+                    batch: 1 + i as u32,
+                    context: 1000 + j,
+                    proto: Proto::Ll,
+                    algo: Algo::Ring,
+                    cuda_graphs: j != 2,
+                    draft_tokens: 0,
+                    step_time_us: v,
+                    tokens_per_s: if j == 0 { v } else { 79.496 },
+                    tokens_per_s_per_user: 79.4960,
+                    mean_acceptance_length: 1.0,
+                    busy_us: busy,
+                    fits: true,
+                });
+            }
+        }
+        let prefix = b"kimi-k2.5,sys,cal,";
+        let mut together = Vec::new();
+        csv_rows(&mut together, prefix, &rows);
+        let mut alone = Vec::new();
+        for r in &rows {
+            csv_row(&mut alone, prefix, r);
+        }
+        assert_eq!(
+            String::from_utf8(together).unwrap(),
+            String::from_utf8(alone).unwrap()
+        );
+    }
 
     #[test]
     fn fixed_point_matches_format() {

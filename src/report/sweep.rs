@@ -79,11 +79,7 @@ fn push_fixed(out: &mut Vec<u8>, v: f64, decimals: u32) {
     // Digits written right to left into a stack buffer, then moved into `out` as one fixed
     // 32-byte copy (no `memcpy` call, no division by a run-time power of ten).
     let neg = v.is_sign_negative() as usize;
-    let mut digits = 1;
-    while digits < 20 && m >= POW_U64[digits] {
-        digits += 1;
-    }
-    let digits = digits.max(d + 1);
+    let digits = (m.checked_ilog10().unwrap_or(0) as usize + 1).max(d + 1);
     let len = neg + digits + (d > 0) as usize;
     let mut buf = [0u8; 32];
     buf[0] = b'-';
@@ -136,16 +132,6 @@ const DIGIT_PAIRS: [u8; 200] = {
     t
 };
 
-const POW_U64: [u64; 20] = {
-    let mut p = [1u64; 20];
-    let mut i = 1;
-    while i < 20 {
-        p[i] = p[i - 1] * 10;
-        i += 1;
-    }
-    p
-};
-
 /// A JSON number: shortest round-trip text (`ryu`), `null` for a non-finite value.
 #[inline]
 fn push_json_f64(out: &mut Vec<u8>, v: f64) {
@@ -164,8 +150,76 @@ fn onoff(b: bool) -> &'static str {
     }
 }
 
+/// Number columns of a CSV row (acceptance length, step, tokens/s, per user, busy times): each
+/// remembers the last value it wrote (by its bits) and that value's text, because consecutive
+/// rows of a sweep repeat most of them (a context's rows change the attention busy time and the
+/// rates only; a batch's token-dependent busy times stay put for every context).
+const NUM_COLS: usize = 4 + Category::ALL.len();
+
+/// The last text of each number column (`CsvRows`).
+struct LastText {
+    /// Whether the column has a kept text yet.
+    has: [bool; NUM_COLS],
+    bits: [u64; NUM_COLS],
+    len: [u8; NUM_COLS],
+    text: [[u8; 32]; NUM_COLS],
+}
+
+impl LastText {
+    fn new() -> Self {
+        LastText {
+            has: [false; NUM_COLS],
+            bits: [0; NUM_COLS],
+            len: [0; NUM_COLS],
+            text: [[0; 32]; NUM_COLS],
+        }
+    }
+
+    /// Writes column `c`'s value `v` with `decimals` digits: the text kept when the bits are
+    /// the last value's, else `push_fixed`'s (then kept; a text over 32 bytes is not).
+    #[inline]
+    fn put(&mut self, out: &mut Vec<u8>, c: usize, v: f64, decimals: u32) {
+        let b = v.to_bits();
+        if b == self.bits[c] && self.has[c] {
+            let len = self.len[c] as usize;
+            out.reserve(32);
+            // SAFETY: `reserve` left at least 32 bytes of spare capacity after `len()`; the
+            // whole 32-byte text buffer is copied (one fixed-size move, no `memcpy` call) and
+            // only its first `len` bytes, the kept text, are taken into the vector.
+            unsafe {
+                let at = out.len();
+                std::ptr::copy_nonoverlapping(self.text[c].as_ptr(), out.as_mut_ptr().add(at), 32);
+                out.set_len(at + len);
+            }
+            return;
+        }
+        let at = out.len();
+        push_fixed(out, v, decimals);
+        let t = &out[at..];
+        if t.len() <= 32 {
+            self.text[c][..t.len()].copy_from_slice(t);
+            self.len[c] = t.len() as u8;
+            self.bits[c] = b;
+            self.has[c] = true;
+        }
+    }
+}
+
+/// Consecutive CSV rows, `csv_row`'s bytes for each (see [`NUM_COLS`]).
+pub fn csv_rows(out: &mut Vec<u8>, prefix: &[u8], rows: &[Row]) {
+    let mut last = LastText::new();
+    for r in rows {
+        csv_row_with(out, prefix, r, &mut last);
+    }
+}
+
 /// One CSV row; `prefix` is `model,system,calibration,`.
 pub fn csv_row(out: &mut Vec<u8>, prefix: &[u8], r: &Row) {
+    csv_row_with(out, prefix, r, &mut LastText::new());
+}
+
+fn csv_row_with(out: &mut Vec<u8>, prefix: &[u8], r: &Row, last: &mut LastText) {
+    out.reserve(prefix.len() + 64 + 24 * NUM_COLS);
     out.extend_from_slice(prefix);
     push_u64(out, r.batch as u64);
     out.push(b',');
@@ -179,18 +233,18 @@ pub fn csv_row(out: &mut Vec<u8>, prefix: &[u8], r: &Row) {
     out.push(b',');
     push_u64(out, r.draft_tokens as u64);
     out.push(b',');
-    push_fixed(out, r.mean_acceptance_length, 4);
+    last.put(out, 0, r.mean_acceptance_length, 4);
     out.push(b',');
-    push_fixed(out, r.step_time_us, 3);
+    last.put(out, 1, r.step_time_us, 3);
     out.push(b',');
-    push_fixed(out, r.tokens_per_s, 3);
+    last.put(out, 2, r.tokens_per_s, 3);
     out.push(b',');
-    push_fixed(out, r.tokens_per_s_per_user, 4);
+    last.put(out, 3, r.tokens_per_s_per_user, 4);
     out.push(b',');
     out.extend_from_slice(if r.fits { b"true" } else { b"false" });
-    for b in r.busy_us {
+    for (c, &b) in r.busy_us.iter().enumerate() {
         out.push(b',');
-        push_fixed(out, b, 3);
+        last.put(out, 4 + c, b, 3);
     }
     out.push(b'\n');
 }
@@ -305,6 +359,10 @@ impl<W: Write> Output for Writer<W> {
         let (kind, now, prefix) = (self.kind, self.rows_now(), self.prefix.clone());
         Box::new(move |rows: &[Row], out: &mut Vec<u8>| {
             if !now {
+                return;
+            }
+            if kind == Kind::Csv {
+                csv_rows(out, &prefix, rows);
                 return;
             }
             for r in rows {
@@ -567,6 +625,59 @@ pub fn summary(meta: &Meta, s: &Summary, wall_s: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::scenario::{Algo, Proto};
+
+    /// Rows written together (number columns keeping their last text) are the bytes of each
+    /// row written alone: over repeated and changing values, both zeros, NaN, a value on a
+    /// rounding half and one past the fast writer's range.
+    #[test]
+    fn rows_written_together_are_each_row_alone() {
+        let values = [
+            12579.251,
+            12579.251,
+            0.0,
+            -0.0,
+            f64::NAN,
+            0.0005,
+            1e300,
+            2627.5735,
+            2627.5735,
+            7.0,
+        ];
+        let mut rows = Vec::new();
+        for (i, &v) in values.iter().enumerate() {
+            for j in 0..3 {
+                let mut busy = [1841.38; Category::ALL.len()];
+                busy[2] = v + j as f64;
+                busy[5] = if j == 1 { v } else { 3.5 };
+                rows.push(Row {
+                    batch: 1 + i as u32,
+                    context: 1000 + j,
+                    proto: Proto::Ll,
+                    algo: Algo::Ring,
+                    cuda_graphs: j != 2,
+                    draft_tokens: 0,
+                    step_time_us: v,
+                    tokens_per_s: if j == 0 { v } else { 79.496 },
+                    tokens_per_s_per_user: 79.4960,
+                    mean_acceptance_length: 1.0,
+                    busy_us: busy,
+                    fits: true,
+                });
+            }
+        }
+        let prefix = b"kimi-k2.5,sys,cal,";
+        let mut together = Vec::new();
+        csv_rows(&mut together, prefix, &rows);
+        let mut alone = Vec::new();
+        for r in &rows {
+            csv_row(&mut alone, prefix, r);
+        }
+        assert_eq!(
+            String::from_utf8(together).unwrap(),
+            String::from_utf8(alone).unwrap()
+        );
+    }
 
     #[test]
     fn fixed_point_matches_format() {

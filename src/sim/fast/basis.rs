@@ -82,6 +82,8 @@ impl Fields {
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Sparse {
     pub(super) n: u8,
+    /// Basis columns read (bit j for column j).
+    pub(super) cols: u16,
     pub(super) idx: [u8; NB],
     pub(super) val: [f64; NB],
 }
@@ -90,6 +92,7 @@ impl Sparse {
     pub(super) fn new(c: &Coef) -> Self {
         let mut s = Sparse {
             n: 0,
+            cols: 0,
             idx: [0; NB],
             val: [0.0; NB],
         };
@@ -97,6 +100,7 @@ impl Sparse {
             if v != 0.0 {
                 s.idx[s.n as usize] = j as u8;
                 s.val[s.n as usize] = v;
+                s.cols |= 1 << j;
                 s.n += 1;
             }
         }
@@ -156,25 +160,40 @@ impl OpT {
     /// Sets `op`'s numeric fields (an instance of this op's template) at basis `x`: the names
     /// and table keys it shares with the template are left as they are (no allocation).
     pub(super) fn instantiate_into(&self, x: &Coef, op: &mut Op) {
+        self.instantiate_changed(x, u16::MAX, op)
+    }
+
+    /// [`OpT::instantiate_into`] for an `op` last set at a basis that differs from `x` only in
+    /// the columns of `changed` (bit j: column j): fields that read none of them keep their
+    /// value. A float field whose value was zero is evaluated anyway (a zero sum's sign comes
+    /// from the full dot over every column); integer fields round either zero to 0.
+    pub(super) fn instantiate_changed(&self, x: &Coef, changed: u16, op: &mut Op) {
         let sp = &self.sparse;
         let f = |i: usize, c: &Coef| sp[i].eval(c, x);
-        let u = |i: usize, c: &Coef| round_u64(f(i, c));
-        op.flops = f(0, &self.fields.flops);
-        op.bytes = f(1, &self.fields.bytes);
-        op.message_bytes = u(2, &self.fields.message_bytes);
-        let s = &self.fields.shape;
-        op.shape = Shape {
-            m: u(3, &s[0]),
-            n: u(4, &s[1]),
-            k: u(5, &s[2]),
-            batch: u(6, &s[3]),
+        let moved = |i: usize| sp[i].cols & changed != 0;
+        if moved(0) || op.flops == 0.0 {
+            op.flops = f(0, &self.fields.flops);
+        }
+        if moved(1) || op.bytes == 0.0 {
+            op.bytes = f(1, &self.fields.bytes);
+        }
+        let u = |i: usize, c: &Coef, v: &mut u64| {
+            if moved(i) {
+                *v = round_u64(f(i, c));
+            }
         };
+        u(2, &self.fields.message_bytes, &mut op.message_bytes);
+        let s = &self.fields.shape;
+        u(3, &s[0], &mut op.shape.m);
+        u(4, &s[1], &mut op.shape.n);
+        u(5, &s[2], &mut op.shape.k);
+        u(6, &s[3], &mut op.shape.batch);
         if let (Some(mk), Some(c)) = (op.measure.as_mut(), &self.fields.measure) {
-            mk.m = u(7, &c[0]);
-            mk.n = u(8, &c[1]);
-            mk.k = u(9, &c[2]);
-            mk.batch = u(10, &c[3]);
-            mk.context = u(11, &c[4]);
+            u(7, &c[0], &mut mk.m);
+            u(8, &c[1], &mut mk.n);
+            u(9, &c[2], &mut mk.k);
+            u(10, &c[3], &mut mk.batch);
+            u(11, &c[4], &mut mk.context);
         }
     }
 
@@ -674,7 +693,22 @@ pub(super) fn price_layout(
     s: &Scenario,
     p: &CalibrationProfile,
 ) -> Result<Vec<f64>> {
-    price_layout_in(&mut empty_workload(), regime, layout, x, s, p)
+    price_layout_in(&mut Scratch::new(), regime, layout, x, s, p)
+}
+
+/// A workload kept for one layout (`price_layout_in`), and the basis its ops were last set at.
+pub(super) struct Scratch {
+    pub(super) w: Workload,
+    pub(super) x: Option<Coef>,
+}
+
+impl Scratch {
+    pub(super) fn new() -> Self {
+        Scratch {
+            w: empty_workload(),
+            x: None,
+        }
+    }
 }
 
 pub(super) fn empty_workload() -> Workload {
@@ -688,13 +722,14 @@ pub(super) fn empty_workload() -> Workload {
 /// [`price_layout`] in `w`, a workload kept for this layout (its ops are the layout's templates
 /// once filled): only the numeric fields are set per pricing, nothing is cloned.
 pub(super) fn price_layout_in(
-    w: &mut Workload,
+    scratch: &mut Scratch,
     regime: &Regime,
     layout: &[(usize, bool)],
     x: &Coef,
     s: &Scenario,
     p: &CalibrationProfile,
 ) -> Result<Vec<f64>> {
+    let w = &mut scratch.w;
     let same = w.ops.len() == layout.len()
         && w.ops.iter().zip(layout).all(|(o, &(i, _))| {
             let t = &regime.ops[i].template;
@@ -705,10 +740,20 @@ pub(super) fn price_layout_in(
             .iter()
             .map(|&(i, _)| regime.ops[i].template.clone())
             .collect();
+        scratch.x = None;
     }
+    // Columns that moved since the ops were last set (a sweep's next context at the same
+    // batch moves the context's columns only): the other fields keep their values.
+    let changed = match &scratch.x {
+        Some(last) => (0..NB).fold(0u16, |m, j| {
+            m | (((last[j].to_bits() != x[j].to_bits()) as u16) << j)
+        }),
+        None => u16::MAX,
+    };
     for (op, &(i, _)) in w.ops.iter_mut().zip(layout) {
-        regime.ops[i].instantiate_into(x, op);
+        regime.ops[i].instantiate_changed(x, changed, op);
     }
+    scratch.x = Some(*x);
     // Quiet: the report's warnings come from the scenario's own full pricing, never from here.
     let pricing = cost::price_quiet(w, s, p)?;
     Ok(layout

@@ -11,8 +11,12 @@ pub(super) struct Entry {
     /// Per op of the regime: the token-dependent ops' µs, 0 elsewhere.
     pub(super) tokens_us: Box<[f64]>,
     pub(super) tokens_busy: Busy,
-    /// (context, µs of `context_ops`, busy).
+    /// (context, µs of `context_ops`, busy): at most `CONTEXTS_PER_ENTRY`, replaced oldest
+    /// first once full (`evict` is the next slot to replace).
     pub(super) context: Vec<(u64, Box<[f64]>, Busy)>,
+    pub(super) evict: usize,
+    /// The slot of `context` found or filled last (a sweep's next row most often reads it).
+    pub(super) last: usize,
     /// (collectives id, graphs, µs of `collective_ops`, busy).
     pub(super) collectives: Vec<(u64, bool, Box<[f64]>, Busy)>,
 }
@@ -53,7 +57,7 @@ pub(super) struct Memo {
     pub(super) d: Vec<f64>,
     /// Scratch: the workload each layout is priced in (`price_layout_in`), by
     /// [`scratch_index`] (pass slot, regime, layout).
-    pub(super) scratch: Vec<Workload>,
+    pub(super) scratch: Vec<Scratch>,
     /// The Monte Carlo draw applied after the memoised prices (`whatif::uncertainty`), if any.
     pub(super) draw: Option<Draw>,
     /// Latency part of each collective of a (pass, batch, queries, padded, collectives id,

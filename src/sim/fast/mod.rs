@@ -35,9 +35,7 @@ use crate::scenario::deployment::CommKnobs;
 use crate::scenario::{NcclSettings, Scenario};
 use crate::workload::routing::DistinctExperts;
 use crate::workload::spec_step::{PassKind, Side, SpecStep};
-use crate::workload::{
-    CostFamily, Op, Shape, Stream, Workload, SHARED_EXPERT_STREAM_TOKEN_THRESHOLD,
-};
+use crate::workload::{CostFamily, Op, Stream, Workload, SHARED_EXPERT_STREAM_TOKEN_THRESHOLD};
 use nalgebra::{DMatrix, DVector};
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -315,7 +313,7 @@ impl FastScenario {
                     passes: Default::default(),
                     stored: 0,
                     d: Vec::new(),
-                    scratch: (0..4 * 2 * LAYOUTS).map(|_| empty_workload()).collect(),
+                    scratch: (0..4 * 2 * LAYOUTS).map(|_| Scratch::new()).collect(),
                     draw: None,
                     latency: HashMap::new(),
                 }));
@@ -375,13 +373,19 @@ impl FastScenario {
                     tokens_busy: busy_of(regime, kept, &us),
                     tokens_us,
                     context: Vec::new(),
+                    evict: 0,
+                    last: 0,
                     collectives: Vec::new(),
                 }
             });
-        // Most recent context first (a sweep plays each context's rows together); at most
-        // CONTEXTS_PER_ENTRY kept per entry, the oldest dropped, so that a sweep over thousands
-        // of contexts neither scans nor holds them all.
-        let ci = match e.context.iter().rposition(|c| c.0 == context) {
+        // The context read last first (a sweep plays each context's rows together); at most
+        // CONTEXTS_PER_ENTRY kept per entry, the oldest replaced, so that a sweep over
+        // thousands of contexts neither scans nor holds them all.
+        let hit = match e.context.get(e.last) {
+            Some(c) if c.0 == context => Some(e.last),
+            _ => e.context.iter().rposition(|c| c.0 == context),
+        };
+        let ci = match hit {
             Some(i) => i,
             None => {
                 s.batch = batch;
@@ -393,15 +397,20 @@ impl FastScenario {
                     n,
                 );
                 let busy = busy_of(regime, regime.context_ops.iter().copied(), &us);
+                let priced = (context, us.into_boxed_slice(), busy);
                 if e.context.len() >= CONTEXTS_PER_ENTRY {
-                    e.context.remove(0);
+                    let i = e.evict;
+                    e.evict = (i + 1) % CONTEXTS_PER_ENTRY;
+                    e.context[i] = priced;
+                    i
                 } else {
                     *stored += n;
+                    e.context.push(priced);
+                    e.context.len() - 1
                 }
-                e.context.push((context, us.into_boxed_slice(), busy));
-                e.context.len() - 1
             }
         };
+        e.last = ci;
         let ki = match e
             .collectives
             .iter()

@@ -511,3 +511,98 @@ fn cli_json_and_csv() {
     assert!(ok, "{err}");
     assert!(out.starts_with("concurrency,step_time_us,prefill_us,tpot_ms,tokens_per_s"));
 }
+
+#[test]
+fn layouts_compared_without_a_target_fill_one_system_by_hand() {
+    // a: TP8 on an 8-GPU system, one replica; b: TP4, two replicas fill the system.
+    let p = plan::plan(&two(), &target(None, None, Some(30.0), 1));
+    let a = p.rows.iter().find(|r| r.system == "a").unwrap();
+    let b = p.rows.iter().find(|r| r.system == "b").unwrap();
+    // a's best within 30 ms: 800 tokens/s at 20 users (25 ms); b's: 60 tokens/s at 1 user (12 ms;
+    // 40 ms is over the limit), times two replicas.
+    assert_eq!((a.replicas, a.gpus, a.concurrency_per_replica), (1, 8, 20));
+    assert!((a.tokens_per_s - 800.0).abs() < 1e-9);
+    assert_eq!((b.replicas, b.gpus, b.concurrency_per_replica), (2, 8, 1));
+    assert!((b.tokens_per_s - 120.0).abs() < 1e-9);
+    // Priced: the lowest USD per million tokens wins; a: 2.0 × 8 / (800 × 3600) × 1e6.
+    let best = p.best.expect("a best layout");
+    assert_eq!(best.system, "a");
+    let usd = best.usd_per_million_tokens.unwrap();
+    assert!((usd - 16.0 / (800.0 * 3600.0) * 1e6).abs() < 1e-9, "{usd}");
+    assert!(p.message.starts_with("best: "), "{}", p.message);
+}
+
+#[test]
+fn layouts_flag_compares_pipeline_and_tensor_parallel_on_two_nodes() {
+    let (ok, out, err) = cli(&[
+        "capacity",
+        "--system",
+        "rtx-pro-6000-2node-roce",
+        "--layouts",
+        "tp8,tp8-pp2",
+        "--points",
+        "4",
+        "--draws",
+        "0",
+        "--format",
+        "json",
+    ]);
+    assert!(ok, "{err}");
+    let j: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let rows = j["plan"]["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 2);
+    let tp8 = &rows[0];
+    let pp2 = &rows[1];
+    assert_eq!((tp8["tp"].as_u64(), tp8["pp"].as_u64()), (Some(8), Some(1)));
+    assert_eq!((pp2["tp"].as_u64(), pp2["pp"].as_u64()), (Some(8), Some(2)));
+    // Two TP8 replicas fill the 16 GPUs; TP8×PP2 is one replica of 16.
+    assert_eq!(
+        (tp8["replicas"].as_u64(), tp8["gpus"].as_u64()),
+        (Some(2), Some(16))
+    );
+    assert_eq!(
+        (pp2["replicas"].as_u64(), pp2["gpus"].as_u64()),
+        (Some(1), Some(16))
+    );
+    // Half the weights per GPU: many more users fit in a pipeline replica than in a TP8 one.
+    let fit = |r: &serde_json::Value| r["max_concurrency"].as_u64().unwrap();
+    assert!(fit(pp2) > 4 * fit(tp8), "{} vs {}", fit(pp2), fit(tp8));
+}
+
+#[test]
+fn bad_layouts_are_refused_by_name() {
+    for (arg, needle) in [
+        ("tp8,tp8", "TP8 is listed twice"),
+        ("tp0", "whole number 1..4096"),
+        ("xp2", "'xp2' names no size"),
+        ("", "no layout given"),
+    ] {
+        let (ok, _, err) = cli(&["capacity", "--layouts", arg, "--draws", "0"]);
+        assert!(!ok, "{arg}");
+        assert!(
+            err.contains("--layouts") && err.contains(needle),
+            "{arg}: {err}"
+        );
+        assert!(!err.contains("panicked"), "{err}");
+    }
+    // A layout larger than the system is skipped with its reason, not simulated.
+    let (ok, out, err) = cli(&[
+        "capacity",
+        "--layouts",
+        "tp8,tp8-pp2",
+        "--points",
+        "3",
+        "--draws",
+        "0",
+    ]);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("TP8×PP2: needs 16 GPUs, the system has 8"),
+        "{out}"
+    );
+    let (ok, _, err) = cli(&["capacity", "--plot-pareto", "/nonexistent-dir/x.txt"]);
+    assert!(
+        !ok && err.contains("x.txt") && err.contains("ending in .svg or .png"),
+        "{err}"
+    );
+}

@@ -196,7 +196,13 @@ fn evaluate(c: &Candidate, t: &Target) -> PlanRow {
         );
     };
     let best_tps = usable.iter().map(|p| p.tokens_per_s).fold(0.0, f64::max);
-    let mut replicas = 1u64;
+    // Compared without a target, a layout fills one system with as many replicas as fit: two
+    // TP8 replicas on two 8-GPU nodes against one TP8×PP2.
+    let mut replicas = if t.is_comparison() {
+        (c.gpus_per_system / c.layout.gpus().max(1)).max(1) as u64
+    } else {
+        1
+    };
     if let Some(u) = t.users {
         replicas = replicas.max((u as u64).div_ceil(top.concurrency.max(1) as u64));
     }

@@ -69,7 +69,7 @@ pub struct CapacityArgs {
     /// Layouts the planner compares on every system: tp8, tp8-pp2, dp16-ep16, tp8-dp2-ep16,
     /// tp8-dcp8 [default: every TP dividing the system's GPUs, a pipeline stage per node, and
     /// DP attention with experts over every GPU for MoE models]. Without a target, each layout
-    /// is shown at its best tokens/s within --max-tpot-ms.
+    /// fills one system with replicas, at its best tokens/s within --max-tpot-ms.
     #[arg(long, value_name = "L,L,...")]
     layouts: Option<String>,
     /// Plot tokens/s per GPU against TPOT for every layout the planner considers, with the

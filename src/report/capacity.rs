@@ -255,7 +255,7 @@ fn render_plan(plan: &Plan) -> String {
     }
     let mut out = if t.is_comparison() {
         format!(
-            "layouts compared, one replica each at its best tokens/s{}\n",
+            "layouts compared, each filling one system with its replicas, at its best tokens/s{}\n",
             t.max_tpot_ms
                 .map(|m| format!(" with TPOT at most {m} ms"))
                 .unwrap_or_default()
@@ -273,7 +273,7 @@ fn render_plan(plan: &Plan) -> String {
         "layout",
         "replicas",
         "GPUs",
-        "max users",
+        "fit/replica",
         "users/replica",
         "tokens/s",
         "tokens/s/GPU",

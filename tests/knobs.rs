@@ -36,6 +36,9 @@ const SAMPLES: &[(&str, &str)] = &[
     ("link-gbps", "50"),
     ("link-latency-us", "2.5"),
     ("nccl-ll-threshold", "65536"),
+    ("dp", "2"),
+    ("redundant-experts", "8"),
+    ("tbo", "on"),
 ];
 
 fn sample(name: &str) -> &'static str {

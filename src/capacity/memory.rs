@@ -17,7 +17,7 @@
 use crate::cost::CalibrationProfile;
 use crate::error::{Error, Result};
 use crate::scenario::{CommPath, ModelSpec, Scenario};
-use crate::workload::memory::{kv_bytes_per_token_per_rank, weight_bytes_per_rank};
+use crate::workload::memory::{kv_bytes_per_token_per_rank, weight_bytes_layout};
 use serde::Serialize;
 
 /// vLLM's defaults for an OpenAI API server on a GPU of at least 70 GiB
@@ -294,7 +294,7 @@ pub fn fixed_terms(s: &Scenario, p: &CalibrationProfile, o: &MemoryOptions) -> V
     let formats = weight_formats(m);
     terms.push(MemoryTerm {
         component: "weights",
-        bytes: weight_bytes_per_rank(m, tp),
+        bytes: weight_bytes_layout(m, tp, s.comm.ep_size() as usize, s.comm.redundant() as usize),
         source: format!(
             "workload::memory: every module at its stored size ({formats}, scales included), sharded /TP={tp}; replicated on every rank: MLA fused q_a/kv_a, router gate, norms (facts.md §1.1)"
         ),

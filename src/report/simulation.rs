@@ -168,7 +168,16 @@ pub(crate) fn headline(s: &crate::scenario::Scenario) -> String {
         s.system.gpu_count,
         s.system.gpu.display_name,
         s.tp
-    )
+    ) + &if s.comm.dp_size() > 1 {
+        format!(
+            ", DP={} EP={} ({})",
+            s.comm.dp_size(),
+            s.comm.ep_size(),
+            s.comm.ep_comm.name()
+        )
+    } else {
+        String::new()
+    }
 }
 
 /// The text report; `verbose` prints the profile's full provenance instead of its one-line

@@ -17,6 +17,10 @@ use rand::{Rng, SeedableRng};
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
     pub(crate) ranks: u32,
+    /// Ranks of one tensor-parallel group (`ranks` at data parallel 1): a collective of group 0
+    /// (the TP group) or smaller syncs the ranks of its TP group; a larger group (the
+    /// expert-parallel all-to-all at `--dp` > 1) syncs blocks of its own size.
+    pub(crate) tp: u32,
     pub(crate) cuda_graphs: bool,
     pub(crate) launch: LaunchParams,
     pub(crate) variability: Variability,
@@ -34,6 +38,14 @@ pub struct Engine {
     speed: Vec<f64>,
     offset: Vec<f64>,
     arrival: Vec<f64>,
+}
+
+/// Ranks a collective of `group` (0: the TP group) syncs: its TP group, or blocks of its own
+/// size when it spans more than one TP group.
+fn sync_block(group: u32, tp: u32, ranks: usize) -> usize {
+    let tp = tp.max(1);
+    let g = if group == 0 { tp } else { group.max(tp) };
+    (g as usize).clamp(1, ranks.max(1))
 }
 
 /// sqrt(3): a uniform draw on [-a, a] has standard deviation a / sqrt(3).
@@ -105,7 +117,6 @@ impl Engine {
                     }
                 }
                 f if f.is_collective() => {
-                    let mut last = f64::MIN;
                     let extra = if first_collective {
                         cfg.launch.graph_first_collective_us
                     } else {
@@ -116,20 +127,24 @@ impl Engine {
                         self.cpu[r] += launch;
                         let a = (self.main_free[r] + gap + extra).max(self.cpu[r]);
                         self.arrival[r] = a;
-                        last = last.max(a);
                     }
                     let transfer = base * (1.0 + coll_amp * (2.0 * rng.random::<f64>() - 1.0));
-                    let end = last + transfer;
-                    for r in 0..ranks {
-                        out.records.push(KernelRecord {
-                            op: idx,
-                            rank: r as u16,
-                            stream: Stream::Comm,
-                            start_us: self.arrival[r],
-                            end_us: end,
-                            wait_us: last - self.arrival[r],
-                        });
-                        self.main_free[r] = end;
+                    let block = sync_block(op.group, cfg.tp, ranks);
+                    for g in (0..ranks).step_by(block) {
+                        let hi = (g + block).min(ranks);
+                        let last = self.arrival[g..hi].iter().fold(f64::MIN, |m, &a| m.max(a));
+                        let end = last + transfer;
+                        for r in g..hi {
+                            out.records.push(KernelRecord {
+                                op: idx,
+                                rank: r as u16,
+                                stream: Stream::Comm,
+                                start_us: self.arrival[r],
+                                end_us: end,
+                                wait_us: last - self.arrival[r],
+                            });
+                            self.main_free[r] = end;
+                        }
                     }
                 }
                 _ => {

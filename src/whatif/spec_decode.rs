@@ -316,6 +316,7 @@ pub(crate) fn simulate_costs(req: &SpecDecodeRequest) -> Result<SpecDecodeCosts>
         });
     }
     let (scenario, profile) = req.base.load()?;
+    scenario.refuse_wide_ep("whatif spec-decode")?;
     spec_params(&profile)?;
     let draft = Draft::load(req.method, req.draft.as_deref(), &scenario.model)?;
     for &k in &req.draft_tokens {

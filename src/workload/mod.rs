@@ -128,12 +128,26 @@ fn build_verify(s: &Scenario, queries_per_seq: u32) -> Workload {
 }
 
 /// One forward pass whose tokens are padded under `rule` when the scenario runs CUDA graphs.
-fn build_padded(s: &Scenario, queries_per_seq: u32, rule: PadRule) -> Workload {
+fn build_padded(s_global: &Scenario, queries_per_seq: u32, rule: PadRule) -> Workload {
+    // Data-parallel attention: every rank plays the step of the largest DP rank's batch (vLLM
+    // pads every DP rank to the most tokens across them, `workload::parallel`); the routing is
+    // drawn for every DP rank's rows together.
+    let local = parallel::dp_rank_scenario(s_global);
+    let s = local.as_ref().unwrap_or(s_global);
     let model = &s.model;
     let queries = queries_per_seq.max(1) as u64;
     let pad = s.padding(queries_per_seq, rule);
     let (real_tokens, tokens) = (pad.tokens, pad.padded);
-    let routing = sample_routing(s, real_tokens, tokens - real_tokens);
+    let routing = match &local {
+        Some(_) => {
+            let (dp, real) = (
+                s_global.comm.dp_size() as u64,
+                s_global.batch as u64 * queries,
+            );
+            sample_routing(s_global, real, dp * tokens - real)
+        }
+        None => sample_routing(s, real_tokens, tokens - real_tokens),
+    };
     let shape = StepShape {
         model,
         tp: s.tp as usize,
@@ -205,7 +219,7 @@ fn build_padded(s: &Scenario, queries_per_seq: u32, rule: PadRule) -> Workload {
         experts_touched: routing.experts_touched.clone(),
         routing,
     };
-    parallel::apply(s, real_tokens, tokens, &mut w);
+    parallel::apply(s_global, real_tokens, tokens, &mut w);
     w
 }
 

@@ -209,6 +209,7 @@ impl FastScenario {
         p: &CalibrationProfile,
         draft: Option<&crate::workload::spec_step::Drafter>,
     ) -> Result<Self> {
+        s.refuse_wide_ep("the sweep's fast path")?;
         let build_target = |ps: &Scenario, q: u32| crate::workload::build_pass(ps, q);
         let target;
         let mut spec = None;

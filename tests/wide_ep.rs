@@ -460,3 +460,140 @@ fn tp_collectives_sync_their_dp_rank_only_the_all_to_all_syncs_all() {
     let a2a = "L3.moe_dispatch";
     assert!((0..16).all(|k| end_of(a2a, k) == end_of(a2a, 0)));
 }
+
+/// Per rank: (window, compute-stream busy time, communication transfer time).
+fn rank_loads(sim: &decodesim::Simulation) -> Vec<(f64, f64, f64)> {
+    use decodesim::workload::Stream;
+    (0..sim.timeline.ranks)
+        .map(|r| {
+            let (mut compute, mut comm) = (0.0, 0.0);
+            for x in sim.timeline.rank_records(r) {
+                match x.stream {
+                    Stream::Compute => compute += x.end_us - x.start_us,
+                    Stream::Comm => comm += x.end_us - x.start_us - x.wait_us,
+                    Stream::Aux => {}
+                }
+            }
+            (sim.timeline.rank_window_us(r), compute, comm)
+        })
+        .collect()
+}
+
+#[test]
+fn two_batch_overlap_hides_the_all_to_all_within_its_bounds() {
+    let run = |tbo: bool| {
+        // 4096 sequences over DP 16 at context 1024: the all-to-all takes about as long as
+        // the compute, the case two-batch overlap is for.
+        let mut r = wide(16, 4096, EpComm::RdmaLl);
+        r.context = 1024;
+        r.layers = Some(8);
+        r.comm.tbo = tbo;
+        decodesim::simulate(&r).unwrap()
+    };
+    let (off, on) = (run(false), run(true));
+    assert!(
+        on.step_time_us() < 0.9 * off.step_time_us(),
+        "{} vs {}",
+        on.step_time_us(),
+        off.step_time_us()
+    );
+    for sim in [&off, &on] {
+        let loads = rank_loads(sim);
+        let mut bound = 0.0;
+        for &(window, compute, comm) in &loads {
+            // Never shorter than the compute stream's work or the communication's transfers.
+            assert!(window >= compute - 1e-6, "{window} < compute {compute}");
+            assert!(window >= comm - 1e-6, "{window} < comm {comm}");
+            bound += compute.max(comm) / loads.len() as f64;
+        }
+        assert!(sim.step_time_us() >= bound - 1e-6);
+    }
+    // Comm and compute are comparable here (each within 3x of the other, without overlap).
+    let (_, c, m) = rank_loads(&off)[0];
+    assert!(c < 3.0 * m && m < 3.0 * c, "compute {c} comm {m}");
+
+    // The two micro-batches, by name, and each wait names an all-to-all.
+    let ops = &on.workload.ops;
+    assert!(ops.iter().any(|o| o.name == "mb0.L3.moe_dispatch"));
+    assert!(ops.iter().any(|o| o.name == "mb1.L3.moe_dispatch"));
+    let waits: Vec<_> = ops
+        .iter()
+        .filter(|o| o.family == CostFamily::Wait)
+        .collect();
+    assert_eq!(
+        waits.len(),
+        2 * 2 * 5,
+        "a wait per all-to-all of 5 MoE layers, per micro-batch"
+    );
+    for w in &waits {
+        let t = &ops[w.waits_for.unwrap() as usize];
+        assert_eq!(t.family, CostFamily::AllToAll);
+        assert_eq!(t.name.split('.').next(), w.name.split('.').next());
+    }
+    // On rank 0, mb0's dispatch of layer 3 flies while mb1 computes.
+    let idx = |name: &str| ops.iter().position(|o| o.name == name).unwrap() as u32;
+    let rec = |i: u32| -> &decodesim::sim::KernelRecord {
+        on.timeline
+            .records
+            .iter()
+            .find(|x| x.op == i && x.rank == 0)
+            .unwrap()
+    };
+    let d = rec(idx("mb0.L4.moe_dispatch"));
+    let flying = (d.start_us + d.wait_us, d.end_us);
+    let overlapping: Vec<&str> = on
+        .timeline
+        .rank_records(0)
+        .filter(|x| x.stream == decodesim::workload::Stream::Compute)
+        .filter(|x| x.start_us < flying.1 && x.end_us > flying.0)
+        .map(|x| ops[x.op as usize].name.as_str())
+        .collect();
+    assert!(!overlapping.is_empty());
+    assert!(
+        overlapping.iter().all(|n| n.starts_with("mb1.")),
+        "{overlapping:?}"
+    );
+    assert!(
+        overlapping.contains(&"mb1.L4.mla_decode"),
+        "{overlapping:?}"
+    );
+    // The overlap shows in the breakdown.
+    use decodesim::category::Category;
+    let overlapped = |b: &decodesim::Breakdown| {
+        let c = Category::Communication.index();
+        b.busy_us[c] - b.exclusive_us[c]
+    };
+    assert!(
+        overlapped(&on.mean) > 0.5 * on.mean.comm_transfer_us,
+        "{:?}",
+        on.mean
+    );
+    assert!(overlapped(&off.mean) < 1e-6);
+    // Perfetto shows both micro-batches.
+    let mut trace = Vec::new();
+    decodesim::report::chrome::write_chrome_trace(&on, &mut trace).unwrap();
+    let text = String::from_utf8(trace).unwrap();
+    assert!(text.contains("mb0.L3.moe_dispatch") && text.contains("mb1.L3.moe_combine"));
+}
+
+#[test]
+fn with_overlap_no_two_kernels_share_a_rank_stream_at_once() {
+    let mut r = wide(16, 512, EpComm::RdmaLl);
+    r.layers = Some(6);
+    r.comm.tbo = true;
+    let sim = decodesim::simulate(&r).unwrap();
+    for rank in 0..sim.timeline.ranks {
+        for stream in decodesim::workload::Stream::ALL {
+            let mut v: Vec<(f64, f64)> = sim
+                .timeline
+                .rank_records(rank)
+                .filter(|x| x.stream == stream)
+                .map(|x| (x.start_us, x.end_us))
+                .collect();
+            v.sort_by(|a, b| a.0.total_cmp(&b.0));
+            for p in v.windows(2) {
+                assert!(p[1].0 >= p[0].1 - 1e-9, "rank {rank} {stream:?}: {p:?}");
+            }
+        }
+    }
+}

@@ -177,6 +177,10 @@ pub(crate) fn headline(s: &crate::scenario::Scenario) -> String {
         )
     } else {
         String::new()
+    } + if s.comm.tbo {
+        ", two-batch overlap"
+    } else {
+        ""
     }
 }
 

@@ -8,6 +8,7 @@ pub mod memory;
 mod mla;
 mod moe;
 pub(crate) mod op;
+mod overlap;
 mod parallel;
 pub mod routing;
 pub mod spec_step;
@@ -129,6 +130,13 @@ fn build_verify(s: &Scenario, queries_per_seq: u32) -> Workload {
 
 /// One forward pass whose tokens are padded under `rule` when the scenario runs CUDA graphs.
 fn build_padded(s_global: &Scenario, queries_per_seq: u32, rule: PadRule) -> Workload {
+    if s_global.comm.tbo && s_global.batch >= 2 {
+        let [a, b] = overlap::micro_batches(s_global);
+        return overlap::interleave(
+            build_padded(&a, queries_per_seq, rule),
+            build_padded(&b, queries_per_seq, rule),
+        );
+    }
     // Data-parallel attention: every rank plays the step of the largest DP rank's batch (vLLM
     // pads every DP rank to the most tokens across them, `workload::parallel`); the routing is
     // drawn for every DP rank's rows together.

@@ -90,6 +90,7 @@ fn collective(
         measure: None,
         group,
         rank_scale: Vec::new(),
+        waits_for: None,
     }
 }
 

@@ -597,3 +597,76 @@ fn with_overlap_no_two_kernels_share_a_rank_stream_at_once() {
         }
     }
 }
+
+#[test]
+fn timeline_ranks_choose_what_the_perfetto_file_shows() {
+    let dir = common::scratch("wide-ep-timeline");
+    let file = dir.join("t.json");
+    let f = file.to_str().unwrap();
+    let args = |extra: &[&'static str]| -> Vec<String> {
+        [
+            "simulate",
+            "--model",
+            "deepseek-v3",
+            "--system",
+            "h200-hgx-18node-ib",
+            "--tp",
+            "1",
+            "--dp",
+            "144",
+            "--ep-comm",
+            "rdma-ll",
+            "--redundant-experts",
+            "32",
+            "--batch",
+            "1440",
+            "--layers",
+            "5",
+            "--draws",
+            "0",
+            "--timeline",
+            f,
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .chain(extra.iter().map(|s| s.to_string()))
+        .collect()
+    };
+    let pids = |path: &std::path::Path| -> Vec<u64> {
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        assert_eq!(v["otherData"]["ranks"], 144);
+        let mut p: Vec<u64> = v["traceEvents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["name"] == "process_name")
+            .map(|e| e["pid"].as_u64().unwrap())
+            .collect();
+        p.sort_unstable();
+        p
+    };
+    // Default above 64 ranks: node 0 and the first rank of each other node, with a note.
+    let a = args(&[]);
+    let (ok, _, err) = common::decodesim_bin(&a.iter().map(|s| s.as_str()).collect::<Vec<_>>());
+    assert!(ok, "{err}");
+    assert!(err.contains("the timeline shows 25 of 144 ranks"), "{err}");
+    let want: Vec<u64> = (0..8).chain((8..144).step_by(8)).collect();
+    assert_eq!(pids(&file), want);
+    // A chosen subset.
+    let a = args(&["--timeline-ranks", "0-7,64"]);
+    let (ok, _, err) = common::decodesim_bin(&a.iter().map(|s| s.as_str()).collect::<Vec<_>>());
+    assert!(ok, "{err}");
+    assert!(!err.contains("the timeline shows"), "{err}");
+    assert_eq!(pids(&file), vec![0, 1, 2, 3, 4, 5, 6, 7, 64]);
+    // Out of range or malformed: refused, naming the flag and what it takes.
+    for bad in ["0-144", "7-3", "x"] {
+        let a = args(&["--timeline-ranks", bad]);
+        let (ok, _, err) = common::decodesim_bin(&a.iter().map(|s| s.as_str()).collect::<Vec<_>>());
+        assert!(!ok);
+        assert!(
+            err.contains(&format!("--timeline-ranks {bad}")) && err.contains("from 0 to 143"),
+            "{err}"
+        );
+    }
+}

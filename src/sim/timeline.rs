@@ -58,11 +58,18 @@ impl Timeline {
     pub fn rank_breakdowns(&self, w: &Workload) -> Vec<Breakdown> {
         let mut scratch = Vec::new();
         let mut intervals = Vec::new();
+        // Records by rank, in recorded order (one pass, not one scan of all records per rank).
+        let mut by_rank: Vec<Vec<u32>> = vec![Vec::new(); self.ranks];
+        for (i, r) in self.records.iter().enumerate() {
+            if let Some(v) = by_rank.get_mut(r.rank as usize) {
+                v.push(i as u32);
+            }
+        }
         (0..self.ranks)
             .map(|rank| {
                 intervals.clear();
                 let (mut wait, mut transfer) = (0.0, 0.0);
-                for r in self.rank_records(rank) {
+                for r in by_rank[rank].iter().map(|&i| &self.records[i as usize]) {
                     let category = w.ops[r.op as usize].category;
                     if category == Category::Communication {
                         wait += r.wait_us;

@@ -259,6 +259,7 @@ fn expert_parallel(s: &Scenario, tokens: u64, ep: u32, w: &mut Workload) {
     );
     let mut out = Vec::with_capacity(w.ops.len() + 3 * s.model.num_layers);
     let ops = std::mem::take(&mut w.ops);
+    let mut cached: Option<(usize, Vec<f64>, Vec<f64>)> = None;
     for mut op in ops {
         let layer = op.layer;
         let is_moe_layer = layer >= 0 && s.model.is_layer_moe(layer as usize);
@@ -267,8 +268,14 @@ fn expert_parallel(s: &Scenario, tokens: u64, ep: u32, w: &mut Workload) {
             continue;
         }
         let l = layer as usize;
-        let counts = w.routing.expert_tokens.get(l).cloned().unwrap_or_default();
-        let (rows, touched) = ep_rank_rows(&counts, n, redundant);
+        // Once per layer (every MoE op of the layer reads the same placement).
+        if cached.as_ref().is_none_or(|c| c.0 != l) {
+            let counts = w.routing.expert_tokens.get(l).map_or(&[][..], |c| &c[..]);
+            let (rows, touched) = ep_rank_rows(counts, n, redundant);
+            cached = Some((l, rows, touched));
+        }
+        let (_, rows, touched) = cached.as_ref().expect("just set");
+        let (rows, touched) = (rows.clone(), touched.clone());
         let mean = |v: &[f64]| v.iter().sum::<f64>() / n as f64;
         let (rows_mean, touched_mean) = (mean(&rows), mean(&touched));
         let ratio = |v: Vec<f64>| -> Vec<f64> {

@@ -406,6 +406,32 @@ fn paths_that_bypass_the_timeline_refuse_wide_ep_by_name() {
         .unwrap()
         .to_string();
     assert!(e.contains("--ep-comm rdma-ll"), "{e}");
+    // Speculative decoding's study.
+    fails(
+        &[
+            "whatif",
+            "spec-decode",
+            "--model",
+            "deepseek-v3",
+            "--system",
+            "h200-hgx-2node-ib",
+            "--tp",
+            "1",
+            "--dp",
+            "16",
+            "--ep-comm",
+            "all-to-all",
+            "--acceptance-rate",
+            "0.6",
+            "--draft-tokens",
+            "1",
+            "--crossover-batches",
+            "none",
+            "--draws",
+            "0",
+        ],
+        &["--dp 16", "whatif spec-decode does not model"],
+    );
     // Capacity planning.
     fails(
         &[

@@ -37,6 +37,9 @@ const SAMPLES: &[(&str, &str)] = &[
     ("link-latency-us", "2.5"),
     ("nccl-ll-threshold", "65536"),
     ("pp", "2"),
+    ("dp", "2"),
+    ("redundant-experts", "8"),
+    ("tbo", "on"),
 ];
 
 fn sample(name: &str) -> &'static str {

@@ -17,7 +17,7 @@
 use crate::cost::CalibrationProfile;
 use crate::error::{Error, Result};
 use crate::scenario::{CommPath, ModelSpec, Scenario};
-use crate::workload::memory::stage_weight_bytes_per_rank;
+use crate::workload::memory::weight_bytes_of;
 use crate::workload::stage::Stage;
 use serde::Serialize;
 
@@ -350,7 +350,13 @@ fn stage_terms(
     let formats = weight_formats(m);
     terms.push(MemoryTerm {
         component: "weights",
-        bytes: stage_weight_bytes_per_rank(m, tp, stage),
+        bytes: weight_bytes_of(
+            m,
+            tp,
+            s.comm.ep_size() as usize,
+            s.comm.redundant() as usize,
+            stage,
+        ),
         source: format!(
             "workload::memory: every module at its stored size ({formats}, scales included), sharded /TP={tp}; replicated on every rank: MLA fused q_a/kv_a, router gate, norms (facts.md §1.1){}",
             stage_note(stage)

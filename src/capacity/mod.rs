@@ -105,6 +105,7 @@ fn load(req: &ScenarioRequest, demand: &Demand) -> Result<(Scenario, Calibration
     r.batch = 1;
     r.context = 1;
     let (mut s, p) = r.load()?;
+    s.refuse_wide_ep("capacity")?;
     demand.check(&s)?;
     s.context = demand.decode_context;
     s.validate()?;

@@ -22,6 +22,10 @@ pub struct SimulateArgs {
     /// temporary file and renamed, so concurrent runs never leave a torn file.
     #[arg(long, value_name = "FILE.json")]
     pub timeline: Option<PathBuf>,
+    /// Ranks the --timeline file shows: numbers and ranges, e.g. 0-7,64. Default: every rank
+    /// up to 64; beyond, node 0's ranks and the first rank of each other node (with a note).
+    #[arg(long, value_name = "LIST")]
+    pub timeline_ranks: Option<String>,
     #[command(flatten)]
     pub(crate) intervals: super::intervals::IntervalArgs,
     /// Print the calibration profile's full provenance (every table and fallback section),
@@ -44,8 +48,29 @@ pub fn run(a: SimulateArgs) -> Result<()> {
         draws,
         a.intervals.interval_seed,
     )?;
+    if a.timeline_ranks.is_some() && a.timeline.is_none() {
+        return Err(Error::FlagUse {
+            flag: "--timeline-ranks",
+            problem: "chooses the ranks of the --timeline file: give --timeline FILE.json too"
+                .into(),
+        });
+    }
+    let mut note = None;
     if let Some(path) = &a.timeline {
-        crate::files::write_atomic(path, |w| report::chrome::write_chrome_trace(&sim, w))?;
+        let ranks = match &a.timeline_ranks {
+            Some(text) => parse_ranks(text, sim.timeline.ranks)?,
+            None => {
+                let (r, n) = report::chrome::default_ranks(&sim);
+                note = n;
+                r
+            }
+        };
+        crate::files::write_atomic(path, |w| {
+            report::chrome::write_chrome_trace_ranks(&sim, &ranks, w)
+        })?;
+    }
+    if let Some(n) = &note {
+        super::output::warn(n);
     }
     let text = match a.format {
         Format::Table if draws > 0 => {
@@ -89,4 +114,35 @@ pub fn run(a: SimulateArgs) -> Result<()> {
         super::output::wrote("timeline", path);
     }
     Ok(())
+}
+
+/// `--timeline-ranks`: rank numbers and inclusive ranges (`0-7,64`), each below `ranks`.
+fn parse_ranks(text: &str, ranks: usize) -> Result<Vec<usize>> {
+    let bad = || {
+        Error::Flag {
+        flag: "--timeline-ranks",
+        value: crate::units::echo(text).to_string(),
+        expected: format!(
+            "expected rank numbers and ranges like 0-7,64, each from 0 to {} (the step has {ranks} ranks)",
+            ranks.saturating_sub(1)
+        ),
+    }
+    };
+    let mut out = Vec::new();
+    for part in text.split(',').map(str::trim) {
+        let (lo, hi) = match part.split_once('-') {
+            Some((a, b)) => (a.trim().parse::<usize>(), b.trim().parse::<usize>()),
+            None => (part.parse::<usize>(), part.parse::<usize>()),
+        };
+        let (Ok(lo), Ok(hi)) = (lo, hi) else {
+            return Err(bad());
+        };
+        if lo > hi || hi >= ranks {
+            return Err(bad());
+        }
+        out.extend(lo..=hi);
+    }
+    out.sort_unstable();
+    out.dedup();
+    Ok(out)
 }

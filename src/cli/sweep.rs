@@ -14,7 +14,7 @@ use std::io::IsTerminal;
 use std::path::PathBuf;
 
 /// The grid flags, which `--grid` replaces (a grid file holds the same keys).
-const GRID_FLAGS: [&str; 16] = [
+const GRID_FLAGS: [&str; 17] = [
     "model",
     "system",
     "tp",
@@ -31,6 +31,7 @@ const GRID_FLAGS: [&str; 16] = [
     "acceptance_rate",
     "acceptance_per_position",
     "pp",
+    "dp",
 ];
 
 #[derive(Debug, Clone, clap::Args)]
@@ -46,6 +47,9 @@ pub struct SweepArgs {
     pub system: String,
     #[arg(long, help = knob("tp").help_text())]
     tp: Option<u32>,
+    /// `--dp`: the fast path refuses data parallel above 1 by name (simulate or whatif --vary).
+    #[arg(long, help = knob("dp").help_text())]
+    dp: Option<u32>,
     #[arg(long, help = knob("calibration").help_text())]
     calibration: Option<String>,
     #[arg(long, default_value_t = knob("kv-cache-dtype").default_text(), hide_default_value = true, help = knob("kv-cache-dtype").help_text())]
@@ -170,7 +174,7 @@ fn grid_keys() -> Vec<(&'static str, String)> {
                 "\"on\", \"off\", \"on,off\", true, false or [true, false]".to_string()
             }
             (Sweep::List, _) => format!("{}: one, a list [\"a\", \"b\"] or \"a,b\"", k.expected),
-            (Sweep::One, "tp" | "pp") => k.expected.to_string(),
+            (Sweep::One, "tp" | "pp" | "dp") => k.expected.to_string(),
             (Sweep::One, _) => format!("{} (string)", k.expected),
         };
         Some((k.name(), takes))
@@ -238,6 +242,10 @@ fn set_flag(a: &mut SweepArgs, key: &str, v: &toml::Value) -> Result<bool> {
         },
         "pp" => match v {
             toml::Value::Integer(i) if (0..=1024).contains(i) => a.pp = Some(*i as u32),
+            _ => return Ok(false),
+        },
+        "dp" => match v {
+            toml::Value::Integer(i) if (1..=1 << 20).contains(i) => a.dp = Some(*i as u32),
             _ => return Ok(false),
         },
         "acceptance-rate" => match v {
@@ -375,6 +383,7 @@ fn request_with_warnings(a: &SweepArgs) -> Result<(SweepRequest, Vec<String>)> {
     knob("kv-cache-dtype").set(&mut base, &a.kv_cache_dtype)?;
     base.tp = a.tp;
     base.comm.pp = a.pp;
+    base.comm.dp = a.dp;
     base.calibration = a.calibration.clone();
     let acceptance = match (a.acceptance_rate, &a.acceptance_per_position) {
         (Some(r), _) => Some(Acceptance::rate(r)?),

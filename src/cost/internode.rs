@@ -824,7 +824,14 @@ pub(crate) fn price_op(
         }
     }
     let price = if family == CostFamily::AllToAll {
-        h.alltoall(AllToAllMode::Nccl, bytes)
+        // `--ep-comm rdma-ll`: DeepEP's low-latency kernels (validation refused it where the
+        // network cannot run them).
+        let mode = if s.comm.ep_comm == crate::scenario::deployment::EpComm::RdmaLl {
+            AllToAllMode::RdmaLowLatency
+        } else {
+            AllToAllMode::Nccl
+        };
+        h.alltoall(mode, bytes)
     } else {
         h.choose(family, s.nccl.algo, proto, bytes)
     };

@@ -95,6 +95,7 @@ mod tests {
             measure: None,
             group: 0,
             rank_scale: Vec::new(),
+            waits_for: None,
         }
     }
 

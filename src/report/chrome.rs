@@ -7,6 +7,44 @@ use serde_json::json;
 use std::io::Write;
 
 pub fn write_chrome_trace<W: Write>(sim: &Simulation, out: W) -> std::io::Result<()> {
+    let all: Vec<usize> = (0..sim.timeline.ranks).collect();
+    write_chrome_trace_ranks(sim, &all, out)
+}
+
+/// Ranks a timeline shows by default: every rank up to [`MAX_DEFAULT_RANKS`]; beyond, the
+/// first node's ranks and the first rank of every other node, with a note saying so (the
+/// caller shows it).
+pub const MAX_DEFAULT_RANKS: usize = 64;
+
+pub fn default_ranks(sim: &Simulation) -> (Vec<usize>, Option<String>) {
+    let n = sim.timeline.ranks;
+    if n <= MAX_DEFAULT_RANKS {
+        return ((0..n).collect(), None);
+    }
+    let g = (sim.scenario.system.gpus_per_node.max(1) as usize).min(n);
+    let mut ranks: Vec<usize> = (0..g).collect();
+    ranks.extend((g..n).step_by(g));
+    let note = format!(
+        "the timeline shows {} of {n} ranks (more than {MAX_DEFAULT_RANKS}): node 0's {g} and the first rank of each other node; --timeline-ranks picks others (e.g. 0-{} for all)",
+        ranks.len(),
+        n - 1
+    );
+    (ranks, Some(note))
+}
+
+/// [`write_chrome_trace`] for the chosen `ranks` only (each below the timeline's rank count;
+/// others are left out).
+pub fn write_chrome_trace_ranks<W: Write>(
+    sim: &Simulation,
+    ranks: &[usize],
+    out: W,
+) -> std::io::Result<()> {
+    let mut shown = vec![false; sim.timeline.ranks];
+    for &r in ranks {
+        if let Some(x) = shown.get_mut(r) {
+            *x = true;
+        }
+    }
     let mut out = std::io::BufWriter::new(out);
     out.write_all(b"{\"displayTimeUnit\":\"ms\",\"otherData\":")?;
     let meta = json!({
@@ -18,6 +56,8 @@ pub fn write_chrome_trace<W: Write>(sim: &Simulation, out: W) -> std::io::Result
         "context": sim.scenario.context,
         "calibration": sim.profile.profile.name,
         "seed": sim.scenario.seed,
+        "ranks": sim.timeline.ranks,
+        "ranks_shown": shown.iter().filter(|&&x| x).count(),
     });
     serde_json::to_writer(&mut out, &meta)?;
     out.write_all(b",\"traceEvents\":[")?;
@@ -33,7 +73,7 @@ pub fn write_chrome_trace<W: Write>(sim: &Simulation, out: W) -> std::io::Result
     // Under --pp, ranks are stage-major (sim::pipeline): name each rank's stage.
     let pp = sim.scenario.comm.pp_size();
     let tp = sim.scenario.tp.max(1) as usize;
-    for rank in 0..sim.timeline.ranks {
+    for rank in (0..sim.timeline.ranks).filter(|&r| shown[r]) {
         let name = if pp > 1 {
             format!("rank {rank} (simulated, stage {})", rank / tp)
         } else {
@@ -56,7 +96,12 @@ pub fn write_chrome_trace<W: Write>(sim: &Simulation, out: W) -> std::io::Result
             )?;
         }
     }
-    for r in &sim.timeline.records {
+    for r in sim
+        .timeline
+        .records
+        .iter()
+        .filter(|r| shown[r.rank as usize])
+    {
         let op = &sim.workload.ops[r.op as usize];
         emit(
             json!({

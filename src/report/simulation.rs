@@ -172,7 +172,20 @@ pub(crate) fn headline(s: &crate::scenario::Scenario) -> String {
             1 => String::new(),
             pp => format!(" x PP={pp} (layers {})", pp_split(s)),
         }
-    )
+    ) + &if s.comm.dp_size() > 1 {
+        format!(
+            ", DP={} EP={} ({})",
+            s.comm.dp_size(),
+            s.comm.ep_size(),
+            s.comm.ep_comm.name()
+        )
+    } else {
+        String::new()
+    } + if s.comm.tbo {
+        ", two-batch overlap"
+    } else {
+        ""
+    }
 }
 
 /// The pipeline's layer split, `31+30`.

@@ -109,6 +109,15 @@ pub struct CommKnobs {
     pub nccl_ll_threshold: Option<u64>,
     /// Pipeline-parallel size (`--pp`, vLLM's `--pipeline-parallel-size`); None or 1: off.
     pub pp: Option<u32>,
+    /// Data-parallel attention size (`--dp`, vLLM's `--data-parallel-size` with
+    /// `--enable-expert-parallel`); None or 1: off (`workload::parallel`).
+    pub dp: Option<u32>,
+    /// Extra routed-expert replicas placed on the hottest experts (`--redundant-experts`,
+    /// vLLM's EPLB `num_redundant_experts`); None or 0: off.
+    pub redundant_experts: Option<u32>,
+    /// Two-batch overlap (`--tbo`): the step in two micro-batches whose all-to-all overlaps the
+    /// other's compute.
+    pub tbo: bool,
 }
 
 /// How expert parallelism carries tokens to the experts and back (`workload::parallel`).
@@ -125,10 +134,23 @@ pub enum EpComm {
     /// only reduces, as with TP experts (dispatch/combine is used across DP ranks).
     #[default]
     AllReduce,
+    /// DeepEP-style low-latency all-to-all (`rdma-ll`): dispatch/combine as `AllToAll`, the
+    /// transfer posted by the GPU to the NIC (IBGDA) without holding SMs, dispatch in FP8
+    /// (`cost::internode::AllToAllMode::RdmaLowLatency`).
+    RdmaLl,
 }
 
 enum_names!(serde EpComm, "expert-parallel communication",
-    EpComm::AllToAll => ["all-to-all", "alltoall"], EpComm::AllReduce => ["allreduce", "all-reduce"]);
+    EpComm::AllToAll => ["all-to-all", "alltoall"], EpComm::AllReduce => ["allreduce", "all-reduce"],
+    EpComm::RdmaLl => ["rdma-ll", "rdma_ll"]);
+
+impl EpComm {
+    /// Dispatch/combine all-to-all (NCCL's or the low-latency RDMA one) rather than the
+    /// all-reduce.
+    pub fn is_all_to_all(self) -> bool {
+        matches!(self, EpComm::AllToAll | EpComm::RdmaLl)
+    }
+}
 
 impl CommKnobs {
     /// Expert-parallel size (1: experts are tensor-parallel).
@@ -143,6 +165,19 @@ impl CommKnobs {
     pub fn pp_size(&self) -> u32 {
         self.pp.unwrap_or(1).max(1)
     }
+    /// Data-parallel attention size (1: off).
+    pub fn dp_size(&self) -> u32 {
+        self.dp.unwrap_or(1).max(1)
+    }
+    /// Extra expert replicas (EPLB; 0: off).
+    pub fn redundant(&self) -> u32 {
+        self.redundant_experts.unwrap_or(0)
+    }
+}
+
+/// The data-parallel size of the knobs (1: off).
+fn k_dp(k: &CommKnobs) -> u32 {
+    k.dp_size()
 }
 
 /// Largest batch and context the simulator accepts: beyond these a typo is likelier than intent.
@@ -192,7 +227,7 @@ impl Scenario {
                 problem: "must be at least 1".into(),
             });
         }
-        if tp > self.system.gpu_count {
+        if tp > self.system.gpu_count && self.comm.dp_size() == 1 {
             return Err(Error::ScenarioSetting {
                 flag: "--tp",
                 value: tp.to_string(),
@@ -354,9 +389,137 @@ impl Scenario {
         Ok(())
     }
 
+    /// All the GPUs the scenario runs on: data-parallel attention ranks × TP (`--dp` × `--tp`).
+    pub fn ranks(&self) -> u32 {
+        self.comm.dp_size() * self.tp
+    }
+
+    /// Sequences of each data-parallel rank: the global batch split as evenly as it goes, the
+    /// first ranks taking the remainder (10 over 4: 3, 3, 2, 2). One entry at `--dp 1`.
+    pub fn dp_batches(&self) -> Vec<u32> {
+        let dp = self.comm.dp_size();
+        (0..dp)
+            .map(|d| self.batch / dp + u32::from(d < self.batch % dp))
+            .collect()
+    }
+
+    /// `--dp`, and `--ep` / `--ep-comm` / `--redundant-experts` / `--tbo` with it: each error
+    /// names the flag, the value and what is expected.
+    fn validate_dp(&self) -> Result<()> {
+        let (m, tp, k) = (&self.model, self.tp, &self.comm);
+        if k.dp == Some(0) {
+            return Err(Error::ScenarioRange {
+                flag: "--dp",
+                value: "0".into(),
+                expected: "expected 1 (off) or more data-parallel ranks".into(),
+            });
+        }
+        let dp = k.dp_size();
+        let ranks = dp * tp;
+        if dp > 1 {
+            if ranks > self.system.gpu_count {
+                return Err(Error::ScenarioSetting {
+                    flag: "--dp",
+                    value: dp.to_string(),
+                    problem: format!(
+                        " × --tp {tp} needs {ranks} GPUs but system '{}' has {} (expected --dp × --tp at most {})",
+                        self.system.name, self.system.gpu_count, self.system.gpu_count
+                    ),
+                });
+            }
+            if m.moe.is_none() {
+                return Err(Error::ScenarioSetting {
+                    flag: "--dp",
+                    value: dp.to_string(),
+                    problem: format!(
+                        ": decodesim models data parallel as vLLM's data-parallel attention with expert parallelism, and {} has no routed experts (a dense model's replicas are independent: simulate one with --tp {tp} and multiply)",
+                        m.name
+                    ),
+                });
+            }
+            if let Some(ep) = k.ep.filter(|&e| e != ranks) {
+                return Err(Error::ScenarioSetting {
+                    flag: "--ep",
+                    value: ep.to_string(),
+                    problem: format!(
+                        ": with --dp {dp} and --tp {tp} vLLM's expert-parallel group is DP × TP, so --ep must be {ranks} (or left out)"
+                    ),
+                });
+            }
+            if !k.ep_comm.is_all_to_all() {
+                return Err(Error::ScenarioSetting {
+                    flag: "--ep-comm",
+                    value: k.ep_comm.name().into(),
+                    problem: format!(
+                        ": with --dp {dp} each data-parallel rank holds its own tokens, so the MoE layers dispatch them to the experts' ranks and combine them back: expected all-to-all or rdma-ll"
+                    ),
+                });
+            }
+        }
+        let ep = k.ep_size();
+        if k.ep_comm == EpComm::RdmaLl && ep > 1 && self.system.spans_nodes(ep) {
+            let net = self.system.network.as_ref();
+            let ok =
+                net.is_some_and(|n| n.transport == super::network::Transport::Rdma && n.gpudirect);
+            if !ok {
+                return Err(Error::ScenarioSetting {
+                    flag: "--ep-comm",
+                    value: "rdma-ll".into(),
+                    problem: format!(
+                        ": the low-latency all-to-all posts RDMA writes from the GPU (DeepEP's IBGDA) and needs an RDMA network with GPUDirect RDMA; system '{}' has {} (expected all-to-all)",
+                        self.system.name,
+                        net.map_or("no network".to_string(), |n| format!(
+                            "transport {}, gpudirect {}",
+                            if n.transport == super::network::Transport::Rdma { "rdma" } else { "tcp" },
+                            n.gpudirect
+                        ))
+                    ),
+                });
+            }
+        }
+        if let Some(n) = k.redundant_experts.filter(|&n| n > 0) {
+            let experts = m.moe.as_ref().map_or(0, |x| x.n_routed_experts as u32);
+            if ep <= 1 {
+                return Err(Error::FlagUse {
+                    flag: "--redundant-experts",
+                    problem: format!(
+                        "{n} needs expert parallelism (--ep N or --dp N): replicas are placed on other ranks than the expert's own"
+                    ),
+                });
+            }
+            if n > experts || !(experts + n).is_multiple_of(ep) {
+                return Err(Error::ScenarioSetting {
+                    flag: "--redundant-experts",
+                    value: n.to_string(),
+                    problem: format!(
+                        ": the {experts} routed experts of {} plus the replicas must fill the {ep} expert-parallel ranks evenly, as vLLM's EPLB requires (expected at most {experts}, with {experts} + N a multiple of {ep})",
+                        m.name
+                    ),
+                });
+            }
+        }
+        if k.tbo && !(ep > 1 && k.ep_comm == EpComm::RdmaLl) {
+            return Err(Error::FlagUse {
+                flag: "--tbo",
+                problem: format!(
+                    "on overlaps one micro-batch's all-to-all with the other's compute, which needs expert parallelism with a transfer that holds no SMs: expected --ep-comm rdma-ll with --ep N or --dp N (got --ep {ep}, --ep-comm {})",
+                    k.ep_comm.name()
+                ),
+            });
+        }
+        if k.tbo && self.batch < 2 {
+            return Err(Error::ScenarioSetting {
+                flag: "--batch",
+                value: self.batch.to_string(),
+                problem: ": --tbo on splits the batch in two micro-batches; expected at least 2 sequences".into(),
+            });
+        }
+        Ok(())
+    }
+
     /// `--ep`: 1 (off) or the TP size, on a MoE model whose routed experts it divides.
     fn validate_ep(&self) -> Result<()> {
-        let (m, tp, k) = (&self.model, self.tp, &self.comm);
+        let (m, tp, k) = (&self.model, self.tp * k_dp(&self.comm), &self.comm);
         if let Some(ep) = k.ep {
             if ep == 0 {
                 return Err(Error::ScenarioRange {
@@ -376,23 +539,23 @@ impl Scenario {
                         ),
                     });
                 };
-                // vLLM sizes the EP group as DP x TP; decodesim simulates DP = 1.
+                // vLLM sizes the EP group as DP x TP (validate_dp checks it at --dp > 1).
                 if ep != tp {
                     return Err(Error::ScenarioSetting {
                         flag: "--ep",
                         value: ep.to_string(),
                         problem: format!(
-                            ": with data parallel 1 vLLM's expert-parallel group is the TP group, so --ep must be 1 or the TP size {tp}"
+                            ": with data parallel 1 vLLM's expert-parallel group is the TP group, so --ep must be 1 or the TP size {tp} (--dp N makes it DP × TP)"
                         ),
                     });
                 }
-                if !moe.n_routed_experts.is_multiple_of(ep as usize) {
+                if k.redundant() == 0 && !moe.n_routed_experts.is_multiple_of(ep as usize) {
                     return Err(Error::ScenarioSetting {
                         flag: "--ep",
                         value: ep.to_string(),
                         problem: format!(
-                            " does not divide the {} routed experts of {} (use a divisor of {})",
-                            moe.n_routed_experts, m.name, moe.n_routed_experts
+                            " does not divide the {} routed experts of {} (use a divisor of {}, or --redundant-experts N so that {} + N is a multiple of {ep})",
+                            moe.n_routed_experts, m.name, moe.n_routed_experts, moe.n_routed_experts
                         ),
                     });
                 }
@@ -405,6 +568,7 @@ impl Scenario {
     /// and what is allowed.
     fn validate_parallel_and_link(&self) -> Result<()> {
         let (m, tp, k) = (&self.model, self.tp, &self.comm);
+        self.validate_dp()?;
         self.validate_ep()?;
         if let Some(dcp) = k.dcp {
             if dcp == 0 || !tp.is_multiple_of(dcp) {
@@ -464,6 +628,16 @@ impl Scenario {
             return Ok(());
         };
         let (tp, sys) = (self.tp, &self.system);
+        if pp > 1 && (self.comm.dp_size() > 1 || self.comm.tbo) {
+            return Err(Error::ScenarioSetting {
+                flag: "--pp",
+                value: pp.to_string(),
+                problem: format!(
+                    " with {}: pipeline stages combined with data-parallel attention or two-batch overlap are not modelled (expected --pp 1 with them, or --dp 1 and --tbo off with --pp)",
+                    if self.comm.tbo { "--tbo on" } else { "--dp above 1" }
+                ),
+            });
+        }
         if pp == 0 {
             return Err(Error::ScenarioRange {
                 flag: "--pp",
@@ -506,6 +680,44 @@ impl Scenario {
         Ok(())
     }
 
+    /// Refuses the settings a path that does not play every rank's timeline cannot stand for
+    /// (`what`: the path, e.g. "the sweep's fast path"): data-parallel attention, the
+    /// low-latency RDMA all-to-all, redundant experts and two-batch overlap. The error names
+    /// the knob and points at `simulate` / `whatif --vary`, which play them.
+    pub fn refuse_wide_ep(&self, what: &str) -> Result<()> {
+        self.comm.refuse_wide_ep(what)
+    }
+}
+
+impl CommKnobs {
+    /// [`Scenario::refuse_wide_ep`] on the knobs alone (before a scenario loads).
+    pub fn refuse_wide_ep(&self, what: &str) -> Result<()> {
+        let k = self;
+        let hit: Option<(&'static str, String)> = if k.dp_size() > 1 {
+            Some(("--dp", k.dp_size().to_string()))
+        } else if k.tbo {
+            Some(("--tbo", "on".into()))
+        } else if k.redundant() > 0 {
+            Some(("--redundant-experts", k.redundant().to_string()))
+        } else if k.ep_comm == EpComm::RdmaLl && k.ep_size() > 1 {
+            Some(("--ep-comm", "rdma-ll".into()))
+        } else {
+            None
+        };
+        match hit {
+            Some((flag, value)) => Err(Error::ScenarioSetting {
+                flag,
+                value,
+                problem: format!(
+                    ": {what} does not model data-parallel attention, the low-latency all-to-all, redundant experts or two-batch overlap (one rank's recursion cannot stand for ranks with their own loads); `decodesim simulate` and `decodesim whatif --vary --draws 0` play every rank's timeline"
+                ),
+            }),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Scenario {
     /// The path collectives take with these settings on this system.
     pub fn comm_path(&self) -> CommPath {
         match (self.nccl.p2p, self.system.interconnect.kind) {

@@ -607,7 +607,7 @@ pub static KNOBS: &[Knob] = &[
         flag: "--ep",
         value_name: "N",
         help: "Expert parallelism (vLLM's --enable-expert-parallel): each rank holds experts/N \
-               whole experts; N must be 1 or the TP size (data parallel 1).",
+               whole experts; N must be 1 or the TP size (data parallel 1), DP × TP with --dp.",
         expected: "1 or the TP size",
         sweep: Sweep::No,
         unset: Some(|| "1 (off)".into()),
@@ -618,11 +618,12 @@ pub static KNOBS: &[Knob] = &[
     },
     Knob {
         flag: "--ep-comm",
-        value_name: "allreduce|all-to-all",
+        value_name: "allreduce|all-to-all|rdma-ll",
         help: "How expert parallelism moves tokens: the all-reduce kept (every rank runs its \
                experts on the whole batch; vLLM at data parallel 1), or all-to-all \
-               dispatch/combine replacing it. Only with --ep.",
-        expected: "allreduce or all-to-all",
+               dispatch/combine replacing it (NCCL's, holding SMs), or rdma-ll: DeepEP-style \
+               low-latency RDMA, FP8 dispatch, no SMs held. Only with --ep or --dp.",
+        expected: "allreduce, all-to-all or rdma-ll",
         sweep: Sweep::No,
         unset: None,
         parse: |t| named(t, Value::EpComm),
@@ -707,6 +708,59 @@ pub static KNOBS: &[Knob] = &[
         set: |r, v| r.comm.pp = Some(take!(v, Value::Whole(n) => n as u32)),
         get: |r| r.comm.pp.map(|n| Value::Whole(n.into())),
         loaded: Some(|s| Some(Value::Whole(s.comm.pp_size().into()))),
+    },
+    Knob {
+        flag: "--dp",
+        value_name: "N",
+        help: "Data-parallel attention (vLLM's --data-parallel-size with \
+               --enable-expert-parallel): N replicas of attention and dense layers (TP inside \
+               each), --batch split over them, routed experts over all N × TP GPUs (--ep \
+               defaults to N × TP); MoE models, with --ep-comm all-to-all or rdma-ll.",
+        expected: "a whole number of data-parallel ranks",
+        sweep: Sweep::One,
+        unset: Some(|| "1 (off)".into()),
+        parse: |t| {
+            Ok(Value::Whole(whole(
+                t,
+                U32,
+                "a whole number of data-parallel ranks",
+            )?))
+        },
+        set: |r, v| r.comm.dp = Some(take!(v, Value::Whole(n) => n as u32)),
+        get: |r| r.comm.dp.map(|n| Value::Whole(n.into())),
+        loaded: Some(|s| Some(Value::Whole(s.comm.dp_size().into()))),
+    },
+    Knob {
+        flag: "--redundant-experts",
+        value_name: "N",
+        help: "EPLB: N extra routed-expert replicas on the hottest experts, placed to even the \
+               ranks' loads (vLLM's num_redundant_experts); needs --ep or --dp.",
+        expected: "a whole number of expert replicas",
+        sweep: Sweep::No,
+        unset: Some(|| "0 (off)".into()),
+        parse: |t| {
+            Ok(Value::Whole(whole(
+                t,
+                U32,
+                "a whole number of expert replicas",
+            )?))
+        },
+        set: |r, v| r.comm.redundant_experts = Some(take!(v, Value::Whole(n) => n as u32)),
+        get: |r| r.comm.redundant_experts.map(|n| Value::Whole(n.into())),
+        loaded: Some(|s| Some(Value::Whole(s.comm.redundant().into()))),
+    },
+    Knob {
+        flag: "--tbo",
+        value_name: "on|off",
+        help: "Two-batch overlap: the step in two micro-batches, each one's all-to-all \
+               overlapping the other's compute; needs --ep-comm rdma-ll.",
+        expected: "on or off",
+        sweep: Sweep::No,
+        unset: None,
+        parse: on_off,
+        set: |r, v| r.comm.tbo = take!(v, Value::Switch(b) => b),
+        get: |r| Some(Value::Switch(r.comm.tbo)),
+        loaded: Some(|s| Some(Value::Switch(s.comm.tbo))),
     },
 ];
 

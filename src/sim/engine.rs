@@ -5,6 +5,11 @@
 //! starts on a rank when that rank reaches it and ends on every rank at the latest arrival plus
 //! the transfer time, so a rank that arrives early shows a long collective kernel, as in a real
 //! profile. Per-kernel jitter and per-rank speed skew come from a seeded generator.
+//!
+//! A collective that a later [`CostFamily::Wait`] op names (`Op::waits_for`) runs
+//! asynchronously: it starts when the rank reaches it and its communication stream is free,
+//! ends as any collective does, and the compute stream goes on until the wait, which holds it
+//! until that collective has ended on the rank (two-batch overlap).
 
 use super::timeline::{KernelRecord, Timeline};
 
@@ -17,6 +22,10 @@ use rand::{Rng, SeedableRng};
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
     pub(crate) ranks: u32,
+    /// Ranks of one tensor-parallel group (`ranks` at data parallel 1): a collective of group 0
+    /// (the TP group) or smaller syncs the ranks of its TP group; a larger group (the
+    /// expert-parallel all-to-all at `--dp` > 1) syncs blocks of its own size.
+    pub(crate) tp: u32,
     pub(crate) cuda_graphs: bool,
     pub(crate) launch: LaunchParams,
     pub(crate) variability: Variability,
@@ -34,6 +43,20 @@ pub struct Engine {
     speed: Vec<f64>,
     offset: Vec<f64>,
     arrival: Vec<f64>,
+    /// When each rank's communication stream is free (asynchronous collectives queue on it).
+    comm_free: Vec<f64>,
+    /// Per op: its slot among the asynchronous collectives (`u32::MAX`: not one).
+    slot_of: Vec<u32>,
+    /// Per asynchronous collective slot × rank: when it ends on that rank.
+    async_end: Vec<f64>,
+}
+
+/// Ranks a collective of `group` (0: the TP group) syncs: its TP group, or blocks of its own
+/// size when it spans more than one TP group.
+fn sync_block(group: u32, tp: u32, ranks: usize) -> usize {
+    let tp = tp.max(1);
+    let g = if group == 0 { tp } else { group.max(tp) };
+    (g as usize).clamp(1, ranks.max(1))
 }
 
 /// sqrt(3): a uniform draw on [-a, a] has standard deviation a / sqrt(3).
@@ -84,6 +107,24 @@ impl Engine {
                 v.push(start + self.offset[r]);
             }
         }
+        // Collectives a wait names run asynchronously (two-batch overlap): one slot each.
+        self.slot_of.clear();
+        self.slot_of.resize(w.ops.len(), u32::MAX);
+        let mut slots = 0u32;
+        for op in &w.ops {
+            if let Some(t) = op.waits_for.filter(|_| op.family == CostFamily::Wait) {
+                if let Some(s) = self.slot_of.get_mut(t as usize) {
+                    if *s == u32::MAX && w.ops[t as usize].family.is_collective() {
+                        *s = slots;
+                        slots += 1;
+                    }
+                }
+            }
+        }
+        self.async_end.clear();
+        self.async_end.resize(slots as usize * ranks, 0.0);
+        self.comm_free.clear();
+        self.comm_free.resize(ranks, 0.0);
         let mut first_collective = cfg.cuda_graphs;
         self.arrival.clear();
         self.arrival.resize(ranks, 0.0);
@@ -104,32 +145,60 @@ impl Engine {
                         self.main_free[r] = self.main_free[r].max(self.aux_free[r]);
                     }
                 }
+                CostFamily::Wait => {
+                    let slot = op
+                        .waits_for
+                        .and_then(|t| self.slot_of.get(t as usize).copied())
+                        .filter(|&s| s != u32::MAX);
+                    if let Some(slot) = slot {
+                        let ends = &self.async_end[slot as usize * ranks..][..ranks];
+                        for (m, &e) in self.main_free.iter_mut().zip(ends) {
+                            *m = m.max(e);
+                        }
+                    }
+                }
                 f if f.is_collective() => {
-                    let mut last = f64::MIN;
                     let extra = if first_collective {
                         cfg.launch.graph_first_collective_us
                     } else {
                         0.0
                     };
                     first_collective = false;
+                    let slot = self.slot_of[i];
+                    let asynchronous = slot != u32::MAX;
                     for r in 0..ranks {
                         self.cpu[r] += launch;
-                        let a = (self.main_free[r] + gap + extra).max(self.cpu[r]);
+                        let mut a = (self.main_free[r] + gap + extra).max(self.cpu[r]);
+                        if slots > 0 {
+                            // One communication stream per rank: a collective queues behind an
+                            // asynchronous transfer still in flight (blocking ones too).
+                            a = a.max(self.comm_free[r]);
+                        }
                         self.arrival[r] = a;
-                        last = last.max(a);
                     }
                     let transfer = base * (1.0 + coll_amp * (2.0 * rng.random::<f64>() - 1.0));
-                    let end = last + transfer;
-                    for r in 0..ranks {
-                        out.records.push(KernelRecord {
-                            op: idx,
-                            rank: r as u16,
-                            stream: Stream::Comm,
-                            start_us: self.arrival[r],
-                            end_us: end,
-                            wait_us: last - self.arrival[r],
-                        });
-                        self.main_free[r] = end;
+                    let block = sync_block(op.group, cfg.tp, ranks);
+                    for g in (0..ranks).step_by(block) {
+                        let hi = (g + block).min(ranks);
+                        let last = self.arrival[g..hi].iter().fold(f64::MIN, |m, &a| m.max(a));
+                        let end = last + transfer;
+                        for r in g..hi {
+                            out.records.push(KernelRecord {
+                                op: idx,
+                                rank: r as u16,
+                                stream: Stream::Comm,
+                                start_us: self.arrival[r],
+                                end_us: end,
+                                wait_us: last - self.arrival[r],
+                            });
+                            self.comm_free[r] = end;
+                            if asynchronous {
+                                // The compute stream goes on; a wait op joins it later.
+                                self.async_end[slot as usize * ranks + r] = end;
+                            } else {
+                                self.main_free[r] = end;
+                            }
+                        }
                     }
                 }
                 _ => {
@@ -158,7 +227,10 @@ impl Engine {
             }
         }
         for r in 0..ranks {
-            out.rank_end_us[r] = self.main_free[r].max(self.aux_free[r]) + cfg.step_overhead_us;
+            out.rank_end_us[r] = self.main_free[r]
+                .max(self.aux_free[r])
+                .max(self.comm_free[r])
+                + cfg.step_overhead_us;
         }
         // A rank's step starts with its first kernel, as a profile shows it.
         for rec in out.records.iter().take(ranks * 2) {

@@ -93,6 +93,7 @@ pub fn send(s: &Scenario, p: &CalibrationProfile, from: u32, batch: u32) -> (Op,
         measure: None,
         group: 2,
         rank_scale: Vec::new(),
+        waits_for: None,
     };
     let w = Workload {
         ops: vec![op],

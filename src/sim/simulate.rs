@@ -8,7 +8,7 @@ use crate::error::Result;
 use crate::scenario::catalog;
 use crate::scenario::deployment::DEFAULT_GPU_MEMORY_UTILIZATION;
 use crate::scenario::{ModelSpec, NcclSettings, Scenario, SystemSpec};
-use crate::workload::memory::{footprint_pp, MemoryFootprint};
+use crate::workload::memory::{footprint_of, footprint_pp, MemoryFootprint};
 use crate::workload::{self, Workload};
 
 /// What a user asks for: the settings of [`crate::scenario::knobs`] (defined there, with the
@@ -44,9 +44,17 @@ impl ScenarioRequest {
         let cuda_graph_sizes = std::sync::Arc::new(crate::scenario::cudagraph::CaptureSizes::load(
             &system.gpu.compute_capability,
         )?);
+        let tp = self
+            .tp
+            .unwrap_or((system.gpu_count / self.comm.dp_size().max(1)).max(1));
+        let mut comm = self.comm;
+        // --dp implies vLLM's --enable-expert-parallel: the EP group is DP × TP.
+        if comm.dp_size() > 1 && comm.ep.is_none() {
+            comm.ep = Some(comm.dp_size() * tp);
+        }
         let scenario = Scenario {
             cuda_graph_sizes,
-            tp: self.tp.unwrap_or(system.gpu_count),
+            tp,
             model,
             system,
             batch: self.batch,
@@ -66,7 +74,7 @@ impl ScenarioRequest {
                 profile.factors.routing_alpha,
                 self.runtime,
             ),
-            comm: self.comm,
+            comm,
         };
         scenario.validate()?;
         Ok((scenario, profile))
@@ -141,7 +149,8 @@ impl Simulation {
 
 pub fn engine_config(s: &Scenario, p: &CalibrationProfile) -> EngineConfig {
     EngineConfig {
-        ranks: s.tp,
+        ranks: s.ranks(),
+        tp: s.tp,
         cuda_graphs: s.cuda_graphs,
         launch: p.launch.clone(),
         variability: p.variability.clone(),
@@ -187,14 +196,18 @@ pub(crate) fn finish(
 ) -> Result<Simulation> {
     let per_rank = timeline.rank_breakdowns(&workload);
     let mean = Breakdown::mean(&per_rank);
-    let memory = footprint_pp(
-        &scenario.model,
-        scenario.tp as usize,
-        scenario.comm.pp_size(),
-        scenario.batch as u64,
-        scenario.context,
-        scenario.kv_bytes,
-    );
+    let memory = if scenario.comm.pp_size() > 1 {
+        footprint_pp(
+            &scenario.model,
+            scenario.tp as usize,
+            scenario.comm.pp_size(),
+            scenario.batch as u64,
+            scenario.context,
+            scenario.kv_bytes,
+        )
+    } else {
+        footprint_of(&scenario)
+    };
     let memory_fit = MemoryFit::new(&memory, &scenario);
     let mut warnings = pricing.warnings.clone();
     let pad = scenario.padding(1, crate::scenario::cudagraph::PadRule::Decode);

@@ -77,7 +77,7 @@ impl Timeline {
     pub fn rank_breakdowns(&self, w: &Workload) -> Vec<Breakdown> {
         let mut scratch = Vec::new();
         let mut intervals = Vec::new();
-        // Records bucketed by rank once (a pipeline's timeline has hundreds of ranks).
+        // Records by rank, in recorded order (one pass, not one scan of all records per rank).
         let mut by_rank: Vec<Vec<u32>> = vec![Vec::new(); self.ranks];
         for (i, r) in self.records.iter().enumerate() {
             if let Some(v) = by_rank.get_mut(r.rank as usize) {

@@ -323,6 +323,7 @@ pub(crate) fn simulate_costs(req: &SpecDecodeRequest) -> Result<SpecDecodeCosts>
     if scenario.comm.pp_size() > 1 {
         return Err(crate::sim::fast::pp_refused(scenario.comm.pp_size()));
     }
+    scenario.refuse_wide_ep("whatif spec-decode")?;
     spec_params(&profile)?;
     let draft = Draft::load(req.method, req.draft.as_deref(), &scenario.model)?;
     for &k in &req.draft_tokens {

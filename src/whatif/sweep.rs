@@ -199,6 +199,7 @@ pub fn prepare<'a>(
         return Err(Error::EmptyGrid);
     }
     req.check_work()?;
+    req.base.comm.refuse_wide_ep("the sweep's fast path")?;
     let (scenario, profile) = req.base.load()?;
     let speculative = req.draft_tokens.iter().any(|&k| k > 0);
     let draft = if speculative {

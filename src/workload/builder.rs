@@ -62,6 +62,7 @@ impl Builder {
             measure: None,
             group: 0,
             rank_scale: Vec::new(),
+            waits_for: None,
         });
     }
 

@@ -19,12 +19,26 @@ impl MemoryFootprint {
 /// Weight bytes one rank holds at tensor parallelism `tp`. Replicated on every rank, as vLLM
 /// does: MLA's fused q_a/kv_a projection and the router gate (facts.md §1.1).
 pub fn weight_bytes_per_rank(m: &ModelSpec, tp: usize) -> f64 {
-    stage_weight_bytes_per_rank(m, tp, &Stage::whole(m.num_layers))
+    weight_bytes_of(m, tp, 1, 0, &Stage::whole(m.num_layers))
 }
 
 /// Weight bytes one rank of a pipeline stage holds: the stage's layers /TP, the embedding on
 /// the first stage, the final norm and lm_head on the last (`workload::stage`).
 pub fn stage_weight_bytes_per_rank(m: &ModelSpec, tp: usize, stage: &Stage) -> f64 {
+    weight_bytes_of(m, tp, 1, 0, stage)
+}
+
+/// Weight bytes one GPU holds with attention and dense layers at tensor parallelism `tp`
+/// (replicated on every data-parallel rank) and, with expert parallelism `ep` > 1, the routed
+/// experts and their `redundant` replicas spread over the `ep` ranks ((E + N)/EP whole experts
+/// each, vLLM's EP placement); at `ep` 1 the routed experts are split /TP. The shared expert
+/// follows the dense layers (/TP).
+pub fn weight_bytes_layout(m: &ModelSpec, tp: usize, ep: usize, redundant: usize) -> f64 {
+    weight_bytes_of(m, tp, ep, redundant, &Stage::whole(m.num_layers))
+}
+
+/// The weights of one GPU of `stage` under the layout of [`weight_bytes_layout`].
+pub fn weight_bytes_of(m: &ModelSpec, tp: usize, ep: usize, redundant: usize, stage: &Stage) -> f64 {
     let t = tp as f64;
     let h = m.hidden as f64;
     let fmt = |name: &str| m.weight_format(name).bytes_per_weight();
@@ -73,7 +87,12 @@ pub fn stage_weight_bytes_per_rank(m: &ModelSpec, tp: usize, stage: &Stage) -> f
             Some(moe) if m.is_layer_moe(layer) => {
                 let e = moe.n_routed_experts as f64;
                 let i = moe.moe_intermediate as f64;
-                total += e * 3.0 * h * i * mlp("experts.0.gate_proj") / t;
+                let per_expert = 3.0 * h * i * mlp("experts.0.gate_proj");
+                total += if ep > 1 {
+                    (e + redundant as f64) / ep as f64 * per_expert
+                } else {
+                    e * per_expert / t
+                };
                 total += e * h * 2.0; // router gate, replicated
                 let si = moe.shared_intermediate as f64;
                 total += 3.0 * h * si * mlp("shared_experts.gate_proj") / t;
@@ -98,6 +117,25 @@ pub fn footprint(
     MemoryFootprint {
         weights_bytes: weight_bytes_per_rank(m, tp),
         kv_cache_bytes: per_token * batch as f64 * context as f64,
+    }
+}
+
+/// The footprint of one GPU of a scenario: weights as its layout shards them
+/// ([`weight_bytes_layout`]) and the KV cache of the sequences its data-parallel rank holds
+/// (the largest DP rank's share of the batch; all of it at `--dp 1`).
+pub fn footprint_of(s: &crate::scenario::Scenario) -> MemoryFootprint {
+    let tp = s.tp as usize;
+    let seqs = s.dp_batches().into_iter().max().unwrap_or(0) as u64;
+    let per_token =
+        s.model.kv_bytes_per_token_per_layer(tp, s.kv_bytes) * s.model.num_layers as f64;
+    MemoryFootprint {
+        weights_bytes: weight_bytes_layout(
+            &s.model,
+            tp,
+            s.comm.ep_size() as usize,
+            s.comm.redundant() as usize,
+        ),
+        kv_cache_bytes: per_token * seqs as f64 * s.context as f64,
     }
 }
 

@@ -8,6 +8,7 @@ pub mod memory;
 mod mla;
 mod moe;
 pub(crate) mod op;
+mod overlap;
 mod parallel;
 pub mod routing;
 pub mod spec_step;
@@ -130,6 +131,13 @@ fn build_verify(s: &Scenario, queries_per_seq: u32) -> Workload {
 
 /// One forward pass whose tokens are padded under `rule` when the scenario runs CUDA graphs.
 fn build_padded(s: &Scenario, queries_per_seq: u32, rule: PadRule) -> Workload {
+    if s.comm.tbo && s.batch >= 2 {
+        let [a, b] = overlap::micro_batches(s);
+        return overlap::interleave(
+            build_padded(&a, queries_per_seq, rule),
+            build_padded(&b, queries_per_seq, rule),
+        );
+    }
     build_part(
         s,
         queries_per_seq,
@@ -141,12 +149,31 @@ fn build_padded(s: &Scenario, queries_per_seq: u32, rule: PadRule) -> Workload {
 /// The part of a pass one pipeline stage runs: its layers, the embedding on the first stage,
 /// the head on the last, and the all-gathers of the received intermediate tensors on the others
 /// (`stage`).
-fn build_part(s: &Scenario, queries_per_seq: u32, rule: PadRule, part: &stage::Stage) -> Workload {
+fn build_part(
+    s_global: &Scenario,
+    queries_per_seq: u32,
+    rule: PadRule,
+    part: &stage::Stage,
+) -> Workload {
+    // Data-parallel attention: every rank plays the step of the largest DP rank's batch (vLLM
+    // pads every DP rank to the most tokens across them, `workload::parallel`); the routing is
+    // drawn for every DP rank's rows together.
+    let local = parallel::dp_rank_scenario(s_global);
+    let s = local.as_ref().unwrap_or(s_global);
     let model = &s.model;
     let queries = queries_per_seq.max(1) as u64;
     let pad = s.padding(queries_per_seq, rule);
     let (real_tokens, tokens) = (pad.tokens, pad.padded);
-    let routing = sample_routing(s, real_tokens, tokens - real_tokens);
+    let routing = match &local {
+        Some(_) => {
+            let (dp, real) = (
+                s_global.comm.dp_size() as u64,
+                s_global.batch as u64 * queries,
+            );
+            sample_routing(s_global, real, dp * tokens - real)
+        }
+        None => sample_routing(s, real_tokens, tokens - real_tokens),
+    };
     let shape = StepShape {
         model,
         tp: s.tp as usize,
@@ -232,7 +259,7 @@ fn build_part(s: &Scenario, queries_per_seq: u32, rule: PadRule, part: &stage::S
         experts_touched: routing.experts_touched.clone(),
         routing,
     };
-    parallel::apply(s, real_tokens, tokens, &mut w);
+    parallel::apply(s_global, real_tokens, tokens, &mut w);
     w
 }
 

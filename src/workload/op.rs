@@ -61,6 +61,8 @@ pub enum CostFamily {
     Fork,
     /// The compute stream waits for the auxiliary stream.
     Join,
+    /// The compute stream waits for an asynchronous collective (`Op::waits_for`).
+    Wait,
 }
 
 crate::names::enum_names!(serde CostFamily, "kernel family",
@@ -87,6 +89,7 @@ crate::names::enum_names!(serde CostFamily, "kernel family",
     CostFamily::SendRecv => ["send_recv"],
     CostFamily::Fork => ["fork"],
     CostFamily::Join => ["join"],
+    CostFamily::Wait => ["wait"],
 );
 
 impl CostFamily {
@@ -95,7 +98,7 @@ impl CostFamily {
         self.name()
     }
 
-    pub(crate) const ALL: [CostFamily; 23] = {
+    pub(crate) const ALL: [CostFamily; 24] = {
         use CostFamily::*;
         [
             GemmBf16,
@@ -121,6 +124,7 @@ impl CostFamily {
             SendRecv,
             Fork,
             Join,
+            Wait,
         ]
     };
 
@@ -149,7 +153,7 @@ impl CostFamily {
     }
 
     pub(crate) fn is_sync(self) -> bool {
-        matches!(self, CostFamily::Fork | CostFamily::Join)
+        matches!(self, CostFamily::Fork | CostFamily::Join | CostFamily::Wait)
     }
 
     /// Compute families priced on the FP8 tensor-core peak; all others use the BF16 peak
@@ -244,6 +248,12 @@ pub struct Op {
     /// parallelism gives each rank its own experts' load (`workload::parallel`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub rank_scale: Vec<f64>,
+    /// A [`CostFamily::Wait`] op: the index (in the workload's ops) of the collective the
+    /// compute stream waits for. A collective some wait names runs asynchronously: it occupies
+    /// the communication stream and the compute stream goes on until the wait (two-batch
+    /// overlap, `workload::overlap`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub waits_for: Option<u32>,
 }
 
 fn is_zero(v: &u32) -> bool {

@@ -21,6 +21,15 @@
 //!   attention all-reduce) and the MoE all-reduce sums routed and shared partial outputs, as
 //!   with TP experts: only the expert kernels change.
 //!
+//! **Data-parallel attention** (`--dp D`, vLLM's `--data-parallel-size D
+//! --enable-expert-parallel`): the EP group is D × TP ranks. Every rank plays the step of the
+//! largest DP rank's tokens (vLLM pads each DP rank to the most across them; ASSUMPTION), the
+//! routing drawn for all DP ranks' rows together; attention, KV write and sampling carry each
+//! DP rank's own sequences as a `rank_scale` (`data_parallel_attention`). Dispatch/combine span
+//! the whole EP group (`Op::group` = EP), each rank sending its 1/TP slice of its DP rank's
+//! tokens; `rdma-ll` dispatches FP8 (`a2a_bytes_per_element`). Redundant experts (EPLB) change
+//! the per-rank loads (`ep_rank_rows`).
+//!
 //! **Decode context parallelism** (vLLM `--decode-context-parallel-size` D, MLA only): the KV
 //! cache is sharded across the D ranks of each DCP group (token-interleaved), so each rank
 //! reads context/D tokens of latent and writes 1/D of the new tokens; the query is all-gathered
@@ -44,6 +53,9 @@ pub fn apply(s: &Scenario, real: u64, padded: u64, w: &mut Workload) {
     let ep = s.comm.ep_size();
     if ep > 1 && s.model.moe.is_some() {
         expert_parallel(s, padded, ep, w);
+    }
+    if s.comm.dp_size() > 1 {
+        data_parallel_attention(s, w);
     }
     let dcp = s.comm.dcp_size();
     if dcp > 1 && s.model.mla.is_some() {
@@ -78,6 +90,7 @@ fn collective(
         measure: None,
         group,
         rank_scale: Vec::new(),
+        waits_for: None,
     }
 }
 
@@ -85,6 +98,124 @@ fn suffix(op: &Op) -> &str {
     op.name
         .rsplit_once('.')
         .map_or(op.name.as_str(), |(_, s)| s)
+}
+
+/// The scenario one data-parallel rank builds its step from: the largest DP rank's share of
+/// the batch (vLLM pads every DP rank's tokens to the most across DP ranks, so that the MoE
+/// collectives and CUDA graphs see one size: `coordinate_batch_across_dp`, as remembered;
+/// facts.md has no entry, ASSUMPTION). None at `--dp 1`.
+pub(crate) fn dp_rank_scenario(s: &Scenario) -> Option<Scenario> {
+    (s.comm.dp_size() > 1).then(|| {
+        let mut local = s.clone();
+        local.batch = s.dp_batches().into_iter().max().unwrap_or(1).max(1);
+        local
+    })
+}
+
+/// Data-parallel attention: every rank runs the GEMMs, norms and collectives of the padded
+/// (largest) DP rank's tokens, but its attention, KV-cache write and sampling follow its own
+/// DP rank's real sequences: `rank_scale` = the rank's sequences over the largest DP rank's
+/// (a DP rank with none runs the dummy step: GEMMs and collectives, no attention).
+fn data_parallel_attention(s: &Scenario, w: &mut Workload) {
+    let shares = s.dp_batches();
+    let max = shares.iter().copied().max().unwrap_or(1).max(1) as f64;
+    if shares.iter().all(|&b| b as f64 == max) {
+        return;
+    }
+    let tp = s.tp.max(1) as usize;
+    let scale: Vec<f64> = (0..s.ranks() as usize)
+        .map(|r| shares[r / tp] as f64 / max)
+        .collect();
+    for op in &mut w.ops {
+        let per_sequence = matches!(
+            suffix(op),
+            "kv_cache_write" | "mla_decode" | "mla_decode_reduce" | "attention_decode"
+        ) || op.family == CostFamily::Sampling;
+        if per_sequence {
+            op.rank_scale = scale.clone();
+        }
+    }
+}
+
+/// Tokens (rows) and distinct experts with tokens on each of `n` expert-parallel ranks in one
+/// layer, from the tokens each routed expert got.
+///
+/// Without redundant experts vLLM places experts in contiguous blocks (rank r holds experts
+/// r·E/n ..). With `redundant` > 0 (EPLB), the placement rule is DeepSeek's EPLB as vLLM runs
+/// it (`vllm/distributed/eplb/rebalance_algo.py`, as remembered; facts.md has no entry,
+/// ASSUMPTION): each extra replica goes, one at a time, to the expert with the most tokens
+/// per replica, an expert's tokens split evenly over its replicas; then the (E + N) replicas,
+/// heaviest first, each go to the rank with the fewest tokens that still has one of its
+/// (E + N)/n slots free (ties: the lowest rank). The loads it balances are this step's own
+/// sampled counts, so this is EPLB with a perfect estimate of the load (its best case; the
+/// real one balances a window of past steps). Replicas of one expert may share a rank.
+pub(crate) fn ep_rank_rows(counts: &[u32], n: usize, redundant: usize) -> (Vec<f64>, Vec<f64>) {
+    let n = n.max(1);
+    let e = counts.len();
+    if e == 0 {
+        return (vec![0.0; n], vec![0.0; n]);
+    }
+    if redundant == 0 {
+        let per = e.div_ceil(n).max(1);
+        let mut rows = vec![0.0; n];
+        let mut touched = vec![0.0; n];
+        for (x, &c) in counts.iter().enumerate() {
+            let r = (x / per).min(n - 1);
+            rows[r] += c as f64;
+            touched[r] += f64::from(u8::from(c > 0));
+        }
+        return (rows, touched);
+    }
+    let mut replicas = vec![1u32; e];
+    for _ in 0..redundant {
+        let hot = (0..e)
+            .max_by(|&a, &b| {
+                let (la, lb) = (
+                    counts[a] as f64 / replicas[a] as f64,
+                    counts[b] as f64 / replicas[b] as f64,
+                );
+                la.total_cmp(&lb).then(b.cmp(&a))
+            })
+            .unwrap_or(0);
+        replicas[hot] += 1;
+    }
+    let mut physical: Vec<f64> = (0..e)
+        .flat_map(|x| {
+            let each = counts[x] as f64 / replicas[x] as f64;
+            std::iter::repeat_n(each, replicas[x] as usize)
+        })
+        .collect();
+    physical.sort_by(|a, b| b.total_cmp(a));
+    let slots = physical.len().div_ceil(n);
+    let (mut rows, mut touched, mut used) = (vec![0.0f64; n], vec![0.0f64; n], vec![0usize; n]);
+    for load in physical {
+        let r = (0..n)
+            .filter(|&r| used[r] < slots)
+            .min_by(|&a, &b| rows[a].total_cmp(&rows[b]).then(a.cmp(&b)))
+            .unwrap_or(0);
+        rows[r] += load;
+        used[r] += 1;
+        touched[r] += f64::from(u8::from(load > 0.0));
+    }
+    (rows, touched)
+}
+
+/// Bytes per token of one all-to-all message: BF16 rows, except the low-latency RDMA mode's
+/// dispatch, which DeepEP sends in FP8 with one FP32 scale per 128 elements
+/// (`low_latency_dispatch(use_fp8=True)`, its default, as remembered; facts.md has no entry,
+/// UNVERIFIED). The combine returns BF16 rows in both modes.
+pub fn a2a_bytes_per_element(comm: EpComm, dispatch: bool) -> f64 {
+    if comm == EpComm::RdmaLl && dispatch {
+        1.0 + 4.0 / 128.0
+    } else {
+        ACT_BYTES
+    }
+}
+
+/// One rank's send buffer of a dispatch or combine: its `tokens` × top-k copies × hidden
+/// elements (`cost::internode::AllToAllBytes::moe` counts the same buffer).
+pub fn a2a_message_bytes(tokens: u64, top_k: u64, hidden: u64, per_element: f64) -> u64 {
+    (tokens as f64 * top_k as f64 * hidden as f64 * per_element).round() as u64
 }
 
 fn expert_parallel(s: &Scenario, tokens: u64, ep: u32, w: &mut Workload) {
@@ -96,10 +227,39 @@ fn expert_parallel(s: &Scenario, tokens: u64, ep: u32, w: &mut Workload) {
     let inter = moe.moe_intermediate as u64;
     let inter_tp = inter / tp;
     let shared_inter = moe.shared_intermediate as u64;
-    let a2a = s.comm.ep_comm == EpComm::AllToAll;
-    let slice = tokens.div_ceil(ep as u64);
+    let a2a = s.comm.ep_comm.is_all_to_all();
+    // Each rank dispatches its 1/TP slice of its (DP rank's, padded) tokens; at --dp 1 the EP
+    // group is the TP group, so this is the 1/EP slice of the replicated batch.
+    let slice = tokens.div_ceil(tp);
+    // The dispatch/combine spans the whole EP group; at --dp 1 that is the TP group (0).
+    let a2a_group = if s.comm.dp_size() > 1 { ep } else { 0 };
+    let redundant = s.comm.redundant() as usize;
+    let (dispatch_kernel, combine_kernel) = if s.comm.ep_comm == EpComm::RdmaLl {
+        (
+            "deep_ep::internode_ll::dispatch (rdma-ll)",
+            "deep_ep::internode_ll::combine (rdma-ll)",
+        )
+    } else {
+        (
+            "ncclDevKernel_SendRecv (all_to_all dispatch)",
+            "ncclDevKernel_SendRecv (all_to_all combine)",
+        )
+    };
+    let dispatch_bytes = a2a_message_bytes(
+        slice,
+        top_k,
+        hidden,
+        a2a_bytes_per_element(s.comm.ep_comm, true),
+    );
+    let combine_bytes = a2a_message_bytes(
+        slice,
+        top_k,
+        hidden,
+        a2a_bytes_per_element(s.comm.ep_comm, false),
+    );
     let mut out = Vec::with_capacity(w.ops.len() + 3 * s.model.num_layers);
     let ops = std::mem::take(&mut w.ops);
+    let mut cached: Option<(usize, Vec<f64>, Vec<f64>)> = None;
     for mut op in ops {
         let layer = op.layer;
         let is_moe_layer = layer >= 0 && s.model.is_layer_moe(layer as usize);
@@ -108,20 +268,14 @@ fn expert_parallel(s: &Scenario, tokens: u64, ep: u32, w: &mut Workload) {
             continue;
         }
         let l = layer as usize;
-        let loads = w.routing.rank_loads(l, n);
-        let counts = w.routing.expert_tokens.get(l).cloned().unwrap_or_default();
-        let per = counts.len().div_ceil(n).max(1);
-        let touched: Vec<f64> = (0..n)
-            .map(|r| {
-                counts
-                    .iter()
-                    .skip(r * per)
-                    .take(per)
-                    .filter(|&&c| c > 0)
-                    .count() as f64
-            })
-            .collect();
-        let rows: Vec<f64> = loads.iter().map(|&x| x as f64).collect();
+        // Once per layer (every MoE op of the layer reads the same placement).
+        if cached.as_ref().is_none_or(|c| c.0 != l) {
+            let counts = w.routing.expert_tokens.get(l).map_or(&[][..], |c| &c[..]);
+            let (rows, touched) = ep_rank_rows(counts, n, redundant);
+            cached = Some((l, rows, touched));
+        }
+        let (_, rows, touched) = cached.as_ref().expect("just set");
+        let (rows, touched) = (rows.clone(), touched.clone());
         let mean = |v: &[f64]| v.iter().sum::<f64>() / n as f64;
         let (rows_mean, touched_mean) = (mean(&rows), mean(&touched));
         let ratio = |v: Vec<f64>| -> Vec<f64> {
@@ -197,10 +351,10 @@ fn expert_parallel(s: &Scenario, tokens: u64, ep: u32, w: &mut Workload) {
                     out.push(collective(
                         layer,
                         "moe_dispatch",
-                        "ncclDevKernel_SendRecv (all_to_all dispatch)",
+                        dispatch_kernel,
                         CostFamily::AllToAll,
-                        slice * top_k * hidden * ACT_BYTES as u64,
-                        0,
+                        dispatch_bytes,
+                        a2a_group,
                     ));
                 }
             }
@@ -235,10 +389,10 @@ fn expert_parallel(s: &Scenario, tokens: u64, ep: u32, w: &mut Workload) {
                 out.push(collective(
                     layer,
                     "moe_combine",
-                    "ncclDevKernel_SendRecv (all_to_all combine)",
+                    combine_kernel,
                     CostFamily::AllToAll,
-                    slice * top_k * hidden * ACT_BYTES as u64,
-                    0,
+                    combine_bytes,
+                    a2a_group,
                 ));
                 op.shape.m = 2 * slice * hidden;
                 op.shape.n = slice * hidden;
@@ -339,4 +493,34 @@ fn context_parallel(s: &Scenario, real: u64, tokens: u64, dcp: u32, w: &mut Work
         }
     }
     w.ops = out;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn eplb_places_replicas_on_the_hottest_experts_and_evens_the_ranks() {
+        // Contiguous (no replicas): experts 0,1 on rank 0, 2,3 on rank 1.
+        let (rows, touched) = ep_rank_rows(&[8, 4, 2, 0], 2, 0);
+        assert_eq!((rows, touched), (vec![12.0, 2.0], vec![2.0, 1.0]));
+        // Two replicas: expert 0 (8 per replica) gets one (4 each), then expert 0 and 1 tie at
+        // 4 per replica and the lower index takes it (8/3 each). Replicas heaviest first onto
+        // the lighter rank with a free slot (3 each): 4 -> r0, 8/3 -> r1, 8/3 -> r1,
+        // 8/3 -> r0, 2 -> r1, 0 -> r0.
+        let (rows, touched) = ep_rank_rows(&[8, 4, 2, 0], 2, 2);
+        let t = 8.0 / 3.0;
+        assert!((rows[0] - (4.0 + t)).abs() < 1e-12, "{rows:?}");
+        assert!((rows[1] - (2.0 * t + 2.0)).abs() < 1e-12, "{rows:?}");
+        assert_eq!(touched, vec![2.0, 3.0]);
+        assert!((rows.iter().sum::<f64>() - 14.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn all_to_all_bytes_per_element() {
+        assert_eq!(a2a_bytes_per_element(EpComm::AllToAll, true), 2.0);
+        assert_eq!(a2a_bytes_per_element(EpComm::RdmaLl, true), 1.03125);
+        assert_eq!(a2a_bytes_per_element(EpComm::RdmaLl, false), 2.0);
+        assert_eq!(a2a_message_bytes(16, 8, 7168, 2.0), 1_835_008);
+    }
 }

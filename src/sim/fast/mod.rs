@@ -213,6 +213,7 @@ impl FastScenario {
         if pp > 1 {
             return Err(pp_refused(pp));
         }
+        s.refuse_wide_ep("the sweep's fast path")?;
         let build_target = |ps: &Scenario, q: u32| crate::workload::build_pass(ps, q);
         let target;
         let mut spec = None;

@@ -1,0 +1,56 @@
+//! Wide expert parallelism at scale: the full timeline of one 144-rank decode step
+//! (DeepSeek-V3 on 18 HGX H200 nodes, DP 144 × TP 1 = EP 144, low-latency RDMA all-to-all,
+//! 32 redundant experts so that 256 + 32 fill 144 ranks evenly, batch 9,216 = 64 per rank).
+//! Target: the whole simulation (workload, prices, engine over 144 ranks, per-rank breakdowns)
+//! under 50 ms.
+
+use criterion::{criterion_group, criterion_main, Criterion};
+use decodesim::scenario::deployment::EpComm;
+use decodesim::sim::{engine_config, Engine, ScenarioRequest, Timeline};
+use decodesim::{cost, workload};
+use std::hint::black_box;
+
+fn request() -> ScenarioRequest {
+    let mut r = ScenarioRequest {
+        model: "deepseek-v3".into(),
+        system: "h200-hgx-18node-ib".into(),
+        tp: Some(1),
+        batch: 9216,
+        context: 2048,
+        ..Default::default()
+    };
+    r.comm.dp = Some(144);
+    r.comm.ep_comm = EpComm::RdmaLl;
+    r.comm.redundant_experts = Some(32);
+    r
+}
+
+fn bench(c: &mut Criterion) {
+    let (scenario, profile) = request().load().expect("wide-EP scenario");
+    assert_eq!(scenario.ranks(), 144);
+    let mut g = c.benchmark_group("wide_ep");
+    g.sample_size(20);
+    g.bench_function("simulate: 144-rank wide-EP step, full timeline", |b| {
+        b.iter(|| {
+            let sim = decodesim::simulate_loaded(scenario.clone(), profile.clone()).unwrap();
+            black_box(sim.step_time_us())
+        })
+    });
+    let w = workload::build(&scenario);
+    let pricing = cost::price(&w, &scenario, &profile).expect("priced");
+    let cfg = engine_config(&scenario, &profile);
+    let (mut engine, mut timeline) = (Engine::new(), Timeline::default());
+    g.bench_function("engine only: 144 ranks", |b| {
+        b.iter(|| {
+            engine.run(black_box(&w), &pricing.base_us, &cfg, &mut timeline);
+            black_box(timeline.step_time_us())
+        })
+    });
+    g.bench_function("per-rank breakdowns: 144 ranks", |b| {
+        b.iter(|| black_box(timeline.rank_breakdowns(&w)))
+    });
+    g.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

@@ -1,0 +1,698 @@
+//! Data-parallel attention with wide expert parallelism (`--dp`, `--ep` = DP × TP,
+//! `--ep-comm all-to-all|rdma-ll`, `--redundant-experts`): the batch split over DP ranks, the
+//! all-to-all bytes per rank, its price across nodes (cost::internode called directly), the
+//! memory per GPU, and the refusals (library and binary).
+
+mod common;
+
+use decodesim::cost::internode::{AllToAllBytes, AllToAllMode, Hierarchy};
+use decodesim::scenario::deployment::EpComm;
+use decodesim::scenario::CommPath;
+use decodesim::sim::ScenarioRequest;
+use decodesim::workload::memory::weight_bytes_layout;
+use decodesim::workload::CostFamily;
+
+/// DeepSeek-V3 on two HGX H200 nodes, attention in data parallel over `dp` ranks at TP 1.
+fn wide(dp: u32, batch: u32, comm: EpComm) -> ScenarioRequest {
+    let mut r = ScenarioRequest {
+        model: "deepseek-v3".into(),
+        system: "h200-hgx-2node-ib".into(),
+        tp: Some(1),
+        batch,
+        context: 2048,
+        // Unpadded, so that each DP rank's tokens are its share of the batch.
+        cuda_graphs: false,
+        ..Default::default()
+    };
+    r.comm.dp = Some(dp);
+    r.comm.ep_comm = comm;
+    r
+}
+
+fn op<'a>(sim: &'a decodesim::Simulation, name: &str) -> &'a decodesim::workload::Op {
+    sim.workload
+        .ops
+        .iter()
+        .find(|o| o.name == name)
+        .unwrap_or_else(|| panic!("no op {name}"))
+}
+
+#[test]
+fn the_batch_splits_over_dp_ranks_first_ranks_take_the_remainder() {
+    let (s, _) = wide(4, 10, EpComm::AllToAll).load().unwrap();
+    assert_eq!(s.dp_batches(), vec![3, 3, 2, 2]);
+    assert_eq!(s.ranks(), 4);
+    assert_eq!(s.comm.ep_size(), 4, "--ep defaults to DP x TP");
+    let (s, _) = wide(16, 256, EpComm::AllToAll).load().unwrap();
+    assert!(s.dp_batches().iter().all(|&b| b == 16));
+
+    // Attention and the KV write follow each DP rank's own sequences: 3,3,2,2 of the
+    // largest rank's 3; the GEMMs run the padded rows on every rank alike.
+    let sim = decodesim::simulate(&wide(4, 10, EpComm::AllToAll)).unwrap();
+    let third = 2.0 / 3.0;
+    assert_eq!(
+        op(&sim, "L3.mla_decode").rank_scale,
+        vec![1.0, 1.0, third, third]
+    );
+    assert_eq!(
+        op(&sim, "L3.kv_cache_write").rank_scale,
+        vec![1.0, 1.0, third, third]
+    );
+    assert!(op(&sim, "L3.q_b_proj").rank_scale.is_empty());
+    assert_eq!(sim.timeline.ranks, 4);
+    // The step's tokens per second count the global batch.
+    assert!((sim.tokens_per_s() - 10.0 / sim.step_time_us() * 1e6).abs() < 1e-9);
+}
+
+#[test]
+fn a_dp_rank_without_sequences_still_runs_the_dummy_step() {
+    let sim = decodesim::simulate(&wide(4, 2, EpComm::AllToAll)).unwrap();
+    assert_eq!(sim.scenario.dp_batches(), vec![1, 1, 0, 0]);
+    let attn = sim
+        .workload
+        .ops
+        .iter()
+        .position(|o| o.name == "L3.mla_decode")
+        .unwrap() as u32;
+    let gemm = sim
+        .workload
+        .ops
+        .iter()
+        .position(|o| o.name == "L3.q_b_proj")
+        .unwrap() as u32;
+    let dur = |op: u32, rank: u16| {
+        let r = sim
+            .timeline
+            .records
+            .iter()
+            .find(|r| r.op == op && r.rank == rank)
+            .unwrap();
+        r.end_us - r.start_us
+    };
+    assert!(dur(attn, 0) > 0.0);
+    assert_eq!(dur(attn, 3), 0.0, "no sequences: no attention");
+    assert!(dur(gemm, 3) > 0.0, "the dummy step's GEMMs still run");
+    // Every rank reaches every all-to-all.
+    let a2a = sim
+        .workload
+        .ops
+        .iter()
+        .filter(|o| o.family == CostFamily::AllToAll)
+        .count();
+    let recs = sim
+        .timeline
+        .records
+        .iter()
+        .filter(|r| sim.workload.ops[r.op as usize].family == CostFamily::AllToAll)
+        .count();
+    assert_eq!(recs, a2a * 4);
+}
+
+#[test]
+fn all_to_all_bytes_per_rank_are_tokens_times_top_k_times_hidden() {
+    // 256 sequences over DP 16: 16 tokens per rank, top-8 of 256 experts, hidden 7168.
+    let sim = decodesim::simulate(&wide(16, 256, EpComm::AllToAll)).unwrap();
+    let dispatch = op(&sim, "L3.moe_dispatch");
+    let combine = op(&sim, "L3.moe_combine");
+    let hand = 16 * 8 * 7168 * 2;
+    assert_eq!(hand, 1_835_008);
+    assert_eq!(dispatch.message_bytes, hand);
+    assert_eq!(combine.message_bytes, hand);
+    assert_eq!(dispatch.group, 16);
+    assert_eq!(
+        AllToAllBytes::moe(16, 8, 7168, 2.0, 16, 8).buffer,
+        hand as f64
+    );
+    // 58 MoE layers (3 dense first), a dispatch and a combine each.
+    let n = sim
+        .workload
+        .ops
+        .iter()
+        .filter(|o| o.family == CostFamily::AllToAll)
+        .count();
+    assert_eq!(n, 2 * 58);
+    // The low-latency mode dispatches FP8 with one FP32 scale per 128 elements and combines
+    // BF16.
+    let sim = decodesim::simulate(&wide(16, 256, EpComm::RdmaLl)).unwrap();
+    assert_eq!(
+        op(&sim, "L3.moe_dispatch").message_bytes,
+        16 * 8 * (7168 + 7168 / 128 * 4)
+    );
+    assert_eq!(op(&sim, "L3.moe_combine").message_bytes, hand);
+}
+
+#[test]
+fn the_wide_ep_all_to_all_is_priced_by_the_internode_law() {
+    let sim = decodesim::simulate(&wide(16, 256, EpComm::AllToAll)).unwrap();
+    let h = Hierarchy::of(&sim.scenario.system, 16, CommPath::Nvlink).unwrap();
+    assert_eq!((h.nodes, h.ranks_per_node), (2, 8));
+    let c = sim
+        .pricing
+        .collectives
+        .iter()
+        .find(|c| c.op == "all_to_all")
+        .unwrap();
+    let law = h.alltoall(AllToAllMode::Nccl, 1_835_008).unwrap();
+    assert_eq!(c.bytes, 1_835_008);
+    assert!(
+        (c.time_us - law.time_us).abs() < 1e-9,
+        "{} vs {}",
+        c.time_us,
+        law.time_us
+    );
+    assert_eq!(c.path, "nvlink+net");
+    assert!(c.source.contains("2 nodes x 8 ranks"), "{}", c.source);
+
+    let sim = decodesim::simulate(&wide(16, 256, EpComm::RdmaLl)).unwrap();
+    let bytes = 16 * 8 * (7168 + 7168 / 128 * 4);
+    let c = sim
+        .pricing
+        .collectives
+        .iter()
+        .find(|c| c.op == "all_to_all" && c.bytes == bytes)
+        .unwrap();
+    let law = h.alltoall(AllToAllMode::RdmaLowLatency, bytes).unwrap();
+    assert!((c.time_us - law.time_us).abs() < 1e-9);
+    assert_eq!(c.algo, "rdma_ll");
+    assert!(c.source.contains("no SMs held"), "{}", c.source);
+}
+
+#[test]
+fn redundant_experts_lower_the_hottest_rank_load() {
+    let base = {
+        let mut r = wide(16, 256, EpComm::AllToAll);
+        r.routing = Some(decodesim::scenario::routing::Routing::PowerLaw { alpha: 1.0 });
+        r
+    };
+    let max_scale = |r: &ScenarioRequest| {
+        let sim = decodesim::simulate(r).unwrap();
+        sim.workload
+            .ops
+            .iter()
+            .filter(|o| o.name.ends_with("experts_w13"))
+            .map(|o| o.rank_scale.iter().copied().fold(0.0, f64::max))
+            .sum::<f64>()
+    };
+    let mut eplb = base.clone();
+    // 256 + 32 = 288 = 18 per rank.
+    eplb.comm.redundant_experts = Some(32);
+    let (plain, balanced) = (max_scale(&base), max_scale(&eplb));
+    assert!(balanced < plain, "{balanced} vs {plain}");
+    // The replicas cost memory: 2 more experts per GPU per MoE layer.
+    let (s, _) = eplb.load().unwrap();
+    let (s0, _) = base.load().unwrap();
+    let m = &s.model;
+    let extra = weight_bytes_layout(m, 1, 16, 32) - weight_bytes_layout(m, 1, 16, 0);
+    let one = weight_bytes_layout(m, 1, 16, 16) - weight_bytes_layout(m, 1, 16, 0);
+    assert!((extra - 2.0 * one).abs() < 1.0);
+    let w = |s| decodesim::workload::memory::footprint_of(s).weights_bytes;
+    assert!((w(&s) - w(&s0) - extra).abs() < 1.0);
+}
+
+#[test]
+fn experts_per_gpu_fall_with_ep_and_kv_follows_the_dp_rank() {
+    let (s8, _) = wide(8, 128, EpComm::AllToAll).load().unwrap();
+    let (s16, _) = wide(16, 128, EpComm::AllToAll).load().unwrap();
+    let m = &s8.model;
+    // Routed experts /EP, the rest whole at TP 1: the weights are linear in 1/EP.
+    let (w8, w16, w32) = (
+        weight_bytes_layout(m, 1, 8, 0),
+        weight_bytes_layout(m, 1, 16, 0),
+        weight_bytes_layout(m, 1, 32, 0),
+    );
+    assert!(w16 < w8);
+    assert!(((w8 - w16) - 2.0 * (w16 - w32)).abs() < 1e3);
+    // At EP = TP it is the tensor-parallel layout's figure.
+    let tp8 = decodesim::workload::memory::weight_bytes_per_rank(m, 8);
+    assert!((weight_bytes_layout(m, 8, 8, 0) - tp8).abs() / tp8 < 1e-12);
+    let f8 = decodesim::workload::memory::footprint_of(&s8);
+    let f16 = decodesim::workload::memory::footprint_of(&s16);
+    assert_eq!(f8.weights_bytes, w8);
+    assert_eq!(f16.weights_bytes, w16);
+    // KV per GPU: the DP rank's own sequences (128 / 16 = 8 at DP 16, 16 at DP 8).
+    let per_seq = m.kv_bytes_per_token_per_layer(1, 2.0) * m.num_layers as f64 * 2048.0;
+    assert!((f16.total() - f16.weights_bytes - 8.0 * per_seq).abs() < 1.0);
+    assert!((f8.total() - f8.weights_bytes - 16.0 * per_seq).abs() < 1.0);
+    // The simulation reports the same footprint.
+    let sim = decodesim::simulate(&wide(16, 128, EpComm::AllToAll)).unwrap();
+    assert_eq!(sim.memory.weights_bytes, w16);
+}
+
+fn fails(args: &[&str], needles: &[&str]) {
+    let (ok, _out, err) = common::decodesim_bin(args);
+    assert!(!ok, "{args:?} succeeded");
+    for n in needles {
+        assert!(err.contains(n), "{args:?}: missing '{n}' in: {err}");
+    }
+}
+
+#[test]
+fn the_binary_refuses_bad_layouts_by_flag_value_and_expectation() {
+    let base = [
+        "simulate",
+        "--model",
+        "deepseek-v3",
+        "--system",
+        "h200-hgx-2node-ib",
+        "--batch",
+        "64",
+    ];
+    let with = |extra: &[&'static str]| -> Vec<&str> {
+        base.iter().copied().chain(extra.iter().copied()).collect()
+    };
+    fails(
+        &with(&["--dp", "4", "--tp", "8", "--ep-comm", "all-to-all"]),
+        &["--dp 4 × --tp 8 needs 32 GPUs", "has 16", "at most 16"],
+    );
+    fails(
+        &with(&[
+            "--dp",
+            "16",
+            "--tp",
+            "1",
+            "--ep",
+            "8",
+            "--ep-comm",
+            "all-to-all",
+        ]),
+        &["--ep 8", "--ep must be 16"],
+    );
+    fails(
+        &with(&["--dp", "16", "--tp", "1"]),
+        &["--ep-comm allreduce", "expected all-to-all or rdma-ll"],
+    );
+    fails(
+        &with(&["--dp", "0"]),
+        &["--dp 0", "expected 1 (off) or more data-parallel ranks"],
+    );
+    fails(
+        &with(&[
+            "--dp",
+            "16",
+            "--tp",
+            "1",
+            "--ep-comm",
+            "all-to-all",
+            "--redundant-experts",
+            "5",
+        ]),
+        &["--redundant-experts 5", "multiple of 16"],
+    );
+    fails(
+        &with(&[
+            "--dp",
+            "16",
+            "--tp",
+            "1",
+            "--ep-comm",
+            "all-to-all",
+            "--tbo",
+            "on",
+        ]),
+        &["--tbo", "expected --ep-comm rdma-ll"],
+    );
+    fails(
+        &[
+            "simulate",
+            "--model",
+            "llama-3.1-70b",
+            "--system",
+            "h200-hgx-2node-ib",
+            "--dp",
+            "2",
+            "--tp",
+            "8",
+            "--ep-comm",
+            "all-to-all",
+        ],
+        &["--dp 2", "no routed experts"],
+    );
+    fails(
+        &[
+            "simulate",
+            "--model",
+            "deepseek-v3",
+            "--system",
+            "rtx-pro-6000-2node-tcp",
+            "--dp",
+            "16",
+            "--tp",
+            "1",
+            "--ep-comm",
+            "rdma-ll",
+            "--batch",
+            "64",
+        ],
+        &[
+            "--ep-comm rdma-ll",
+            "GPUDirect",
+            "transport tcp",
+            "expected all-to-all",
+        ],
+    );
+    // A valid layout runs and says so in its headline.
+    let (ok, out, err) = common::decodesim_bin(&with(&[
+        "--dp",
+        "16",
+        "--tp",
+        "1",
+        "--ep-comm",
+        "rdma-ll",
+        "--draws",
+        "0",
+    ]));
+    assert!(ok, "{err}");
+    assert!(out.contains("TP=1, DP=16 EP=16 (rdma-ll)"), "{out}");
+}
+
+#[test]
+fn paths_that_bypass_the_timeline_refuse_wide_ep_by_name() {
+    // The sweep's fast path.
+    let (s, p) = wide(16, 256, EpComm::AllToAll).load().unwrap();
+    let e = decodesim::sim::fast::FastScenario::new(&s, &p, None)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("--dp 16") && e.contains("fast path"), "{e}");
+    assert!(e.contains("whatif --vary"), "{e}");
+    fails(
+        &[
+            "sweep",
+            "--model",
+            "deepseek-v3",
+            "--system",
+            "h200-hgx-2node-ib",
+            "--tp",
+            "1",
+            "--dp",
+            "16",
+            "--batch",
+            "64,128",
+        ],
+        &["--dp 16", "fast path"],
+    );
+    // rdma-ll alone (one node, DP 1) is refused there too.
+    let mut r = ScenarioRequest {
+        model: "deepseek-v3".into(),
+        system: "h200-8x-nvlink".into(),
+        batch: 64,
+        ..Default::default()
+    };
+    r.comm.ep = Some(8);
+    r.comm.ep_comm = EpComm::RdmaLl;
+    let (s, p) = r.load().unwrap();
+    let e = decodesim::sim::fast::FastScenario::new(&s, &p, None)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("--ep-comm rdma-ll"), "{e}");
+    // Speculative decoding's study.
+    fails(
+        &[
+            "whatif",
+            "spec-decode",
+            "--model",
+            "deepseek-v3",
+            "--system",
+            "h200-hgx-2node-ib",
+            "--tp",
+            "1",
+            "--dp",
+            "16",
+            "--ep-comm",
+            "all-to-all",
+            "--acceptance-rate",
+            "0.6",
+            "--draft-tokens",
+            "1",
+            "--crossover-batches",
+            "none",
+            "--draws",
+            "0",
+        ],
+        &["--dp 16", "whatif spec-decode does not model"],
+    );
+    // Capacity planning.
+    fails(
+        &[
+            "capacity",
+            "--model",
+            "deepseek-v3",
+            "--system",
+            "h200-hgx-2node-ib",
+            "--tp",
+            "1",
+            "--dp",
+            "16",
+            "--ep-comm",
+            "all-to-all",
+        ],
+        &["--dp 16", "capacity does not model"],
+    );
+}
+
+#[test]
+fn tp_collectives_sync_their_dp_rank_only_the_all_to_all_syncs_all() {
+    let mut r = wide(2, 32, EpComm::AllToAll);
+    r.tp = Some(8);
+    r.comm.ep_comm = EpComm::AllToAll;
+    let sim = decodesim::simulate(&r).unwrap();
+    assert_eq!(sim.timeline.ranks, 16);
+    assert_eq!(sim.scenario.comm.ep_size(), 16);
+    let end_of = |name: &str, rank: u16| {
+        let i = sim
+            .workload
+            .ops
+            .iter()
+            .position(|o| o.name == name)
+            .unwrap() as u32;
+        sim.timeline
+            .records
+            .iter()
+            .find(|x| x.op == i && x.rank == rank)
+            .unwrap()
+            .end_us
+    };
+    // A TP all-reduce ends together inside each DP rank's TP group...
+    let ar = "L3.attn_all_reduce";
+    assert!((0..8).all(|k| end_of(ar, k) == end_of(ar, 0)));
+    assert!((8..16).all(|k| end_of(ar, k) == end_of(ar, 8)));
+    assert_ne!(
+        end_of(ar, 0),
+        end_of(ar, 8),
+        "the two DP ranks' TP groups run apart"
+    );
+    // ... and the all-to-all across all 16.
+    let a2a = "L3.moe_dispatch";
+    assert!((0..16).all(|k| end_of(a2a, k) == end_of(a2a, 0)));
+}
+
+/// Per rank: (window, compute-stream busy time, communication transfer time).
+fn rank_loads(sim: &decodesim::Simulation) -> Vec<(f64, f64, f64)> {
+    use decodesim::workload::Stream;
+    (0..sim.timeline.ranks)
+        .map(|r| {
+            let (mut compute, mut comm) = (0.0, 0.0);
+            for x in sim.timeline.rank_records(r) {
+                match x.stream {
+                    Stream::Compute => compute += x.end_us - x.start_us,
+                    Stream::Comm => comm += x.end_us - x.start_us - x.wait_us,
+                    Stream::Aux => {}
+                }
+            }
+            (sim.timeline.rank_window_us(r), compute, comm)
+        })
+        .collect()
+}
+
+#[test]
+fn two_batch_overlap_hides_the_all_to_all_within_its_bounds() {
+    let run = |tbo: bool| {
+        // 4096 sequences over DP 16 at context 1024: the all-to-all takes about as long as
+        // the compute, the case two-batch overlap is for.
+        let mut r = wide(16, 4096, EpComm::RdmaLl);
+        r.context = 1024;
+        r.layers = Some(8);
+        r.comm.tbo = tbo;
+        decodesim::simulate(&r).unwrap()
+    };
+    let (off, on) = (run(false), run(true));
+    assert!(
+        on.step_time_us() < 0.9 * off.step_time_us(),
+        "{} vs {}",
+        on.step_time_us(),
+        off.step_time_us()
+    );
+    for sim in [&off, &on] {
+        let loads = rank_loads(sim);
+        let mut bound = 0.0;
+        for &(window, compute, comm) in &loads {
+            // Never shorter than the compute stream's work or the communication's transfers.
+            assert!(window >= compute - 1e-6, "{window} < compute {compute}");
+            assert!(window >= comm - 1e-6, "{window} < comm {comm}");
+            bound += compute.max(comm) / loads.len() as f64;
+        }
+        assert!(sim.step_time_us() >= bound - 1e-6);
+    }
+    // Comm and compute are comparable here (each within 3x of the other, without overlap).
+    let (_, c, m) = rank_loads(&off)[0];
+    assert!(c < 3.0 * m && m < 3.0 * c, "compute {c} comm {m}");
+
+    // The two micro-batches, by name, and each wait names an all-to-all.
+    let ops = &on.workload.ops;
+    assert!(ops.iter().any(|o| o.name == "mb0.L3.moe_dispatch"));
+    assert!(ops.iter().any(|o| o.name == "mb1.L3.moe_dispatch"));
+    let waits: Vec<_> = ops
+        .iter()
+        .filter(|o| o.family == CostFamily::Wait)
+        .collect();
+    assert_eq!(
+        waits.len(),
+        2 * 2 * 5,
+        "a wait per all-to-all of 5 MoE layers, per micro-batch"
+    );
+    for w in &waits {
+        let t = &ops[w.waits_for.unwrap() as usize];
+        assert_eq!(t.family, CostFamily::AllToAll);
+        assert_eq!(t.name.split('.').next(), w.name.split('.').next());
+    }
+    // On rank 0, mb0's dispatch of layer 3 flies while mb1 computes.
+    let idx = |name: &str| ops.iter().position(|o| o.name == name).unwrap() as u32;
+    let rec = |i: u32| -> &decodesim::sim::KernelRecord {
+        on.timeline
+            .records
+            .iter()
+            .find(|x| x.op == i && x.rank == 0)
+            .unwrap()
+    };
+    let d = rec(idx("mb0.L4.moe_dispatch"));
+    let flying = (d.start_us + d.wait_us, d.end_us);
+    let overlapping: Vec<&str> = on
+        .timeline
+        .rank_records(0)
+        .filter(|x| x.stream == decodesim::workload::Stream::Compute)
+        .filter(|x| x.start_us < flying.1 && x.end_us > flying.0)
+        .map(|x| ops[x.op as usize].name.as_str())
+        .collect();
+    assert!(!overlapping.is_empty());
+    assert!(
+        overlapping.iter().all(|n| n.starts_with("mb1.")),
+        "{overlapping:?}"
+    );
+    assert!(
+        overlapping.contains(&"mb1.L4.mla_decode"),
+        "{overlapping:?}"
+    );
+    // The overlap shows in the breakdown.
+    use decodesim::category::Category;
+    let overlapped = |b: &decodesim::Breakdown| {
+        let c = Category::Communication.index();
+        b.busy_us[c] - b.exclusive_us[c]
+    };
+    assert!(
+        overlapped(&on.mean) > 0.5 * on.mean.comm_transfer_us,
+        "{:?}",
+        on.mean
+    );
+    assert!(overlapped(&off.mean) < 1e-6);
+    // Perfetto shows both micro-batches.
+    let mut trace = Vec::new();
+    decodesim::report::chrome::write_chrome_trace(&on, &mut trace).unwrap();
+    let text = String::from_utf8(trace).unwrap();
+    assert!(text.contains("mb0.L3.moe_dispatch") && text.contains("mb1.L3.moe_combine"));
+}
+
+#[test]
+fn with_overlap_no_two_kernels_share_a_rank_stream_at_once() {
+    let mut r = wide(16, 512, EpComm::RdmaLl);
+    r.layers = Some(6);
+    r.comm.tbo = true;
+    let sim = decodesim::simulate(&r).unwrap();
+    for rank in 0..sim.timeline.ranks {
+        for stream in decodesim::workload::Stream::ALL {
+            let mut v: Vec<(f64, f64)> = sim
+                .timeline
+                .rank_records(rank)
+                .filter(|x| x.stream == stream)
+                .map(|x| (x.start_us, x.end_us))
+                .collect();
+            v.sort_by(|a, b| a.0.total_cmp(&b.0));
+            for p in v.windows(2) {
+                assert!(p[1].0 >= p[0].1 - 1e-9, "rank {rank} {stream:?}: {p:?}");
+            }
+        }
+    }
+}
+
+#[test]
+fn timeline_ranks_choose_what_the_perfetto_file_shows() {
+    let dir = common::scratch("wide-ep-timeline");
+    let file = dir.join("t.json");
+    let f = file.to_str().unwrap();
+    let args = |extra: &[&'static str]| -> Vec<String> {
+        [
+            "simulate",
+            "--model",
+            "deepseek-v3",
+            "--system",
+            "h200-hgx-18node-ib",
+            "--tp",
+            "1",
+            "--dp",
+            "144",
+            "--ep-comm",
+            "rdma-ll",
+            "--redundant-experts",
+            "32",
+            "--batch",
+            "1440",
+            "--layers",
+            "5",
+            "--draws",
+            "0",
+            "--timeline",
+            f,
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .chain(extra.iter().map(|s| s.to_string()))
+        .collect()
+    };
+    let pids = |path: &std::path::Path| -> Vec<u64> {
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        assert_eq!(v["otherData"]["ranks"], 144);
+        let mut p: Vec<u64> = v["traceEvents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["name"] == "process_name")
+            .map(|e| e["pid"].as_u64().unwrap())
+            .collect();
+        p.sort_unstable();
+        p
+    };
+    // Default above 64 ranks: node 0 and the first rank of each other node, with a note.
+    let a = args(&[]);
+    let (ok, _, err) = common::decodesim_bin(&a.iter().map(|s| s.as_str()).collect::<Vec<_>>());
+    assert!(ok, "{err}");
+    assert!(err.contains("the timeline shows 25 of 144 ranks"), "{err}");
+    let want: Vec<u64> = (0..8).chain((8..144).step_by(8)).collect();
+    assert_eq!(pids(&file), want);
+    // A chosen subset.
+    let a = args(&["--timeline-ranks", "0-7,64"]);
+    let (ok, _, err) = common::decodesim_bin(&a.iter().map(|s| s.as_str()).collect::<Vec<_>>());
+    assert!(ok, "{err}");
+    assert!(!err.contains("the timeline shows"), "{err}");
+    assert_eq!(pids(&file), vec![0, 1, 2, 3, 4, 5, 6, 7, 64]);
+    // Out of range or malformed: refused, naming the flag and what it takes.
+    for bad in ["0-144", "7-3", "x"] {
+        let a = args(&["--timeline-ranks", bad]);
+        let (ok, _, err) = common::decodesim_bin(&a.iter().map(|s| s.as_str()).collect::<Vec<_>>());
+        assert!(!ok);
+        assert!(
+            err.contains(&format!("--timeline-ranks {bad}")) && err.contains("from 0 to 143"),
+            "{err}"
+        );
+    }
+}

@@ -432,7 +432,7 @@ fn paths_that_bypass_the_timeline_refuse_wide_ep_by_name() {
         ],
         &["--dp 16", "whatif spec-decode does not model"],
     );
-    // Capacity planning.
+    // Capacity planning: the chunked-prefill share is not modelled with DP attention.
     fails(
         &[
             "capacity",
@@ -446,9 +446,64 @@ fn paths_that_bypass_the_timeline_refuse_wide_ep_by_name() {
             "16",
             "--ep-comm",
             "all-to-all",
+            "--input-len",
+            "1000",
+            "--output-len",
+            "100",
         ],
-        &["--dp 16", "capacity does not model"],
+        &["--dp 16", "chunked-prefill share", "--context"],
     );
+}
+
+#[test]
+fn capacity_counts_every_data_parallel_ranks_kv_cache() {
+    use decodesim::capacity::memory::MemoryOptions;
+    use decodesim::capacity::{capacity, CapacityRequest, DemandSpec, Prices};
+    let req = |dp: Option<u32>, tp: u32| {
+        let mut scenario = ScenarioRequest {
+            model: "deepseek-v3".into(),
+            system: "h200-hgx-2node-ib".into(),
+            tp: Some(tp),
+            ..Default::default()
+        };
+        scenario.comm.dp = dp;
+        scenario.comm.ep_comm = EpComm::AllToAll;
+        CapacityRequest {
+            scenario,
+            memory: MemoryOptions::default(),
+            demand: DemandSpec::Context(4096),
+            points: 4,
+            max_tpot_ms: None,
+            target_tokens_per_s: None,
+            users: None,
+            systems: Vec::new(),
+            layouts: Vec::new(),
+            compare_layouts: false,
+            max_systems: 1,
+            prices: Prices::None,
+        }
+    };
+    let c = capacity(&req(Some(16), 1)).unwrap();
+    // Each of the 16 DP ranks holds its own KV cache: the concurrency is 16 × one rank's, each
+    // capped by max_num_seqs, and one rank's is its blocks over the blocks of a request.
+    let m = &c.memory;
+    // vLLM's default block of 16 tokens.
+    let blocks_per_request = 4096 / 16;
+    let per_rank = (m.num_blocks / blocks_per_request).min(1024);
+    assert_eq!(c.max_concurrency, 16 * per_rank);
+    assert!(c.max_concurrency > 1000, "{}", c.max_concurrency);
+    // At TP 8 × 2 nodes (no DP) the same GPUs hold fewer users: the latent is replicated on
+    // every TP rank, while DP ranks each hold only their own sequences.
+    let tp16 = capacity(&req(None, 16)).unwrap();
+    assert!(
+        c.max_concurrency > 4 * tp16.max_concurrency,
+        "{} vs {}",
+        c.max_concurrency,
+        tp16.max_concurrency
+    );
+    // The curve is simulated at the global batch, split over the DP ranks.
+    let last = c.curve.points.last().unwrap();
+    assert_eq!(last.concurrency as u64, c.max_concurrency.min(16_384));
 }
 
 #[test]

@@ -166,6 +166,9 @@ pub struct MemoryAccount {
     pub kv_cache_tokens: u64,
     pub(crate) dcp: u32,
     pub(crate) max_num_seqs: u32,
+    /// Data-parallel attention ranks (`--dp`): each holds its own KV cache of this size for
+    /// its own sequences and schedules up to `max_num_seqs` of them (one vLLM engine each).
+    pub(crate) dp: u32,
 }
 
 impl MemoryAccount {
@@ -179,13 +182,20 @@ impl MemoryAccount {
 
     /// Sequences of `tokens_per_request` tokens that fit at once, counting whole blocks per
     /// sequence as vLLM allocates them, capped by `max_num_seqs`.
+    /// Under `--dp`, every data-parallel rank holds that many: the sum over the ranks.
     pub fn max_concurrency(&self, tokens_per_request: f64) -> u64 {
-        self.kv_limit(tokens_per_request)
+        self.rank_kv_limit(tokens_per_request)
             .min(self.max_num_seqs as u64)
+            * self.dp.max(1) as u64
     }
 
-    /// The KV limit alone (no `max_num_seqs` cap).
+    /// The KV limit alone (no `max_num_seqs` cap), over every data-parallel rank.
     pub fn kv_limit(&self, tokens_per_request: f64) -> u64 {
+        self.rank_kv_limit(tokens_per_request) * self.dp.max(1) as u64
+    }
+
+    /// Sequences one data-parallel rank's KV cache holds.
+    fn rank_kv_limit(&self, tokens_per_request: f64) -> u64 {
         let blocks = (tokens_per_request.max(1.0) / (self.block_size as f64 * self.dcp as f64))
             .ceil()
             .max(1.0);
@@ -284,6 +294,7 @@ pub fn account(s: &Scenario, p: &CalibrationProfile, o: &MemoryOptions) -> Resul
         kv_cache_tokens: kv_tokens,
         dcp: o.dcp,
         max_num_seqs: o.max_num_seqs,
+        dp: s.comm.dp_size(),
     })
 }
 

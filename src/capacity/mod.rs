@@ -105,7 +105,13 @@ fn load(req: &ScenarioRequest, demand: &Demand) -> Result<(Scenario, Calibration
     r.batch = 1;
     r.context = 1;
     let (mut s, p) = r.load()?;
-    s.refuse_wide_ep("capacity")?;
+    if s.comm.dp_size() > 1 && demand.prefill_per_output > 0.0 {
+        return Err(Error::ScenarioSetting {
+            flag: "--dp",
+            value: s.comm.dp_size().to_string(),
+            problem: ": capacity's chunked-prefill share is priced for one tensor-parallel engine and is not modelled with data-parallel attention (expected a decode-only demand, --context, with --dp above 1)".into(),
+        });
+    }
     demand.check(&s)?;
     s.context = demand.decode_context;
     s.validate()?;

@@ -143,8 +143,17 @@ pub fn render_table(c: &Capacity) -> String {
             grouped(m.kv_bytes_per_token, 0)
         )
     };
+    let per_dp = if m.dp > 1 {
+        format!(
+            " over {} data-parallel ranks, each with its own KV cache: {} each",
+            m.dp,
+            grouped((c.max_concurrency / m.dp as u64) as f64, 0)
+        )
+    } else {
+        String::new()
+    };
     out.push_str(&format!(
-        "max concurrency: {} ({binds})\n\n",
+        "max concurrency: {}{per_dp} ({binds})\n\n",
         grouped(c.max_concurrency as f64, 0)
     ));
 

@@ -38,7 +38,13 @@ pub fn weight_bytes_layout(m: &ModelSpec, tp: usize, ep: usize, redundant: usize
 }
 
 /// The weights of one GPU of `stage` under the layout of [`weight_bytes_layout`].
-pub fn weight_bytes_of(m: &ModelSpec, tp: usize, ep: usize, redundant: usize, stage: &Stage) -> f64 {
+pub fn weight_bytes_of(
+    m: &ModelSpec,
+    tp: usize,
+    ep: usize,
+    redundant: usize,
+    stage: &Stage,
+) -> f64 {
     let t = tp as f64;
     let h = m.hidden as f64;
     let fmt = |name: &str| m.weight_format(name).bytes_per_weight();

@@ -5,6 +5,7 @@
 //! scenario's own knobs, so the scenario check holds it like any flag.
 
 use crate::error::{Error, Result};
+use crate::scenario::deployment::EpComm;
 use crate::scenario::knobs;
 use crate::scenario::{ModelSpec, SystemSpec};
 use crate::sim::ScenarioRequest;
@@ -49,7 +50,12 @@ impl Layout {
         }
     }
 
+    /// A size as the scenario runs it: DP attention spreads the experts over every GPU of the
+    /// replica (vLLM's EP size is DP × TP), so `dp16` alone means EP 16.
     fn value(&self, key: &str) -> u32 {
+        if key == "ep" && self.dp > 1 && self.ep == 1 {
+            return self.dp * self.tp;
+        }
         let mut c = *self;
         *c.field(key)
     }
@@ -114,6 +120,12 @@ impl Layout {
     /// the scenario check refuses, is an error naming the layout.
     pub fn apply(&self, req: &mut ScenarioRequest) -> Result<()> {
         req.tp = Some(self.tp);
+        // Data-parallel attention moves tokens to the experts by all-to-all: a layout with DP
+        // left at the default `--ep-comm allreduce` takes NCCL's all-to-all (`--ep-comm rdma-ll`
+        // given by the user is kept).
+        if self.dp > 1 && req.comm.ep_comm == EpComm::AllReduce {
+            req.comm.ep_comm = EpComm::AllToAll;
+        }
         for key in &KEYS[1..] {
             let v = self.value(key);
             let Some(k) = knobs::find(key) else {
@@ -128,10 +140,9 @@ impl Layout {
                 }
                 continue;
             };
-            // Sizes of 1 are left unset, as a user who never gave the flag leaves them.
-            if v > 1 {
-                k.set(req, &v.to_string())?;
-            }
+            // Every size is the layout's, 1 included: a base `--dp 32` does not leak into a
+            // `tp8-pp4` layout.
+            k.set(req, &v.to_string())?;
         }
         Ok(())
     }
@@ -209,6 +220,7 @@ mod tests {
         let w = Layout::parse("dp16.ep16").unwrap();
         assert_eq!((w.tp, w.dp, w.ep, w.gpus()), (1, 16, 16, 16));
         assert_eq!(w.label(), "TP1×DP16×EP16");
+        assert_eq!(Layout::parse("tp8-dp2").unwrap().label(), "TP8×DP2×EP16");
         let d = Layout::parse("tp8-dcp8").unwrap();
         assert_eq!((d.tp, d.dcp, d.gpus()), (8, 8, 8));
     }

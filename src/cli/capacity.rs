@@ -340,12 +340,24 @@ fn series_of(label: String, c: &Capacity) -> CurveSeries {
     }
 }
 
+/// `TP=8`, `TP=8 PP=2`, `TP=1 DP=32 EP=32`: the parallel layout a chart names.
+fn layout_text(s: &crate::scenario::Scenario) -> String {
+    let mut t = format!("TP={}", s.tp);
+    if s.comm.pp_size() > 1 {
+        t += &format!(" PP={}", s.comm.pp_size());
+    }
+    if s.comm.dp_size() > 1 {
+        t += &format!(" DP={} EP={}", s.comm.dp_size(), s.comm.ep_size());
+    }
+    t
+}
+
 fn label_of(c: &Capacity) -> String {
     let s = &c.reference.scenario;
     format!(
-        "{} TP={}{} (max {} users)",
+        "{} {}{} (max {} users)",
         s.system.name,
-        s.tp,
+        layout_text(s),
         if c.memory.dcp > 1 {
             format!(" DCP={}", c.memory.dcp)
         } else {
@@ -605,8 +617,10 @@ fn breakdown_plot(
     plot::plot_breakdown(
         &BreakdownChart {
             title: &format!(
-                "{model} on {} TP={}: decode step by category (context {})",
-                s.system.name, s.tp, cap.demand.decode_context
+                "{model} on {} {}: decode step by category (context {})",
+                s.system.name,
+                layout_text(s),
+                cap.demand.decode_context
             ),
             batches,
             times_us: &times,

@@ -54,6 +54,13 @@ pub fn to_json(c: &Capacity) -> Value {
         "prefill": c.curve.prefill,
         "plan": c.plan,
         "plan_skipped": c.skipped,
+        "plan_curves": c.candidates.iter().map(|k| json!({
+            "system": k.system,
+            "layout": k.layout.label(),
+            "gpus": k.layout.gpus(),
+            "max_concurrency": k.max_concurrency,
+            "curve": k.curve,
+        })).collect::<Vec<_>>(),
         "scenario": super::simulation::scenario_json(&c.reference),
         "calibration": super::simulation::calibration_json(&c.reference),
         "warnings": c.warnings,

@@ -27,13 +27,16 @@ pub(crate) fn embedding(b: &mut Builder, s: &StepShape) {
     );
     let table_rows = (s.model.vocab as u64).div_ceil(s.tp as u64);
     b.measured(MeasureKey::new("embedding", t, h, table_rows));
-    // VocabParallelEmbedding reduces its masked partial lookups across ranks.
-    b.collective(
-        "embedding_all_reduce",
-        "ncclDevKernel_AllReduce_Sum_bf16_RING_LL",
-        CostFamily::AllReduce,
-        s.hidden_message_bytes(),
-    );
+    // VocabParallelEmbedding reduces its masked partial lookups across ranks; with one rank
+    // vLLM's all-reduce returns its input and launches nothing.
+    if s.tp > 1 {
+        b.collective(
+            "embedding_all_reduce",
+            "ncclDevKernel_AllReduce_Sum_bf16_RING_LL",
+            CostFamily::AllReduce,
+            s.hidden_message_bytes(),
+        );
+    }
 }
 
 pub(crate) fn head(b: &mut Builder, s: &StepShape) {

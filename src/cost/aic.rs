@@ -678,36 +678,109 @@ pub fn overrides_with(
     p: &CalibrationProfile,
     quiet: bool,
 ) -> Option<Overrides> {
-    let (t, sec) = (p.aic.as_ref()?, p.aiconfigurator.as_ref()?);
+    let prepared = Prepared::new(s, p)?;
     let mut o = Overrides {
-        us: vec![None; w.ops.len()],
-        split: vec![0.0; w.ops.len()],
         quiet,
         ..Default::default()
     };
-    // Bytes per µs: no table price may beat reading the op's bytes from DRAM (module doc).
-    let bw = s.system.gpu.memory_bandwidth_gbps * 1e3;
-    let dir = if quiet {
-        String::new()
-    } else {
-        shown_dir(&t.dir)
-    };
-    gemms(w, t, bw, &mut o, &dir);
-    moe_modules(w, s, p, t, bw, &mut o, &dir);
-    mla_attention(w, s, p, t, sec, bw, &mut o, &dir);
-    for ((us, split), op) in o.us.iter_mut().zip(&mut o.split).zip(&w.ops) {
-        if let Some(v) = us {
-            *v *= sec.scale(op.family.key());
-            *split *= sec.scale(op.family.key());
-        }
-    }
+    prepared.overrides_into(w, s, p, &super::Kernels::of(p), &mut o);
     Some(o)
 }
 
-fn gemms(w: &Workload, t: &AicTables, bw: f64, o: &mut Overrides, dir: &str) {
-    if !t.has("gemm.csv") {
-        return;
+impl Overrides {
+    /// No table prices (a profile without AIConfigurator tables), the vectors kept.
+    pub(crate) fn clear(&mut self) {
+        self.us.clear();
+        self.split.clear();
+        self.families.clear();
+        self.warnings.clear();
     }
+}
+
+/// What the table lookups resolve from the scenario and profile alone (`cost::PreparedPricer`):
+/// which converted files the folder has, and the profile's scale per op family.
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    gemm: bool,
+    moe: bool,
+    mla: bool,
+    /// `aiconfigurator.scales` per `CostFamily as usize`.
+    scale: Vec<f64>,
+}
+
+impl Prepared {
+    /// None when the profile has no AIConfigurator tables.
+    pub fn new(_s: &Scenario, p: &CalibrationProfile) -> Option<Self> {
+        let (t, sec) = (p.aic.as_ref()?, p.aiconfigurator.as_ref()?);
+        Some(Prepared {
+            gemm: t.has("gemm.csv"),
+            moe: t.has("moe.csv"),
+            mla: t.has("mla_generation.csv"),
+            scale: CostFamily::ALL.iter().map(|f| sec.scale(f.key())).collect(),
+        })
+    }
+
+    /// The table prices of `w`'s ops into `o` (its vectors reused; `o.quiet` as asked).
+    pub(crate) fn overrides_into(
+        &self,
+        w: &Workload,
+        s: &Scenario,
+        p: &CalibrationProfile,
+        kernels: &super::Kernels,
+        o: &mut Overrides,
+    ) {
+        let (Some(t), Some(sec)) = (p.aic.as_ref(), p.aiconfigurator.as_ref()) else {
+            o.clear();
+            return;
+        };
+        o.clear();
+        o.us.resize(w.ops.len(), None);
+        o.split.resize(w.ops.len(), 0.0);
+        // Bytes per µs: no table price may beat reading the op's bytes from DRAM (module doc).
+        let bw = s.system.gpu.memory_bandwidth_gbps * 1e3;
+        let dir = if o.quiet {
+            String::new()
+        } else {
+            shown_dir(&t.dir)
+        };
+        let lk = LawKernels { s, kernels, bw };
+        if self.gemm {
+            gemms(w, t, bw, o, &dir);
+        }
+        if self.moe {
+            moe_modules(w, s, &lk, t, bw, o, &dir);
+        }
+        if self.mla {
+            mla_attention(w, s, &lk, t, sec, bw, o, &dir);
+        }
+        for ((us, split), op) in o.us.iter_mut().zip(&mut o.split).zip(&w.ops) {
+            if let Some(v) = us {
+                let f = self.scale[op.family as usize];
+                *v *= f;
+                *split *= f;
+            }
+        }
+    }
+}
+
+/// A kernel's law price, or its bytes at the DRAM roofline where the profile has no law
+/// (`law_or_bytes`), with the laws resolved once (`cost::Kernels`).
+struct LawKernels<'a> {
+    s: &'a Scenario,
+    kernels: &'a super::Kernels,
+    bw: f64,
+}
+
+impl LawKernels<'_> {
+    fn law_or_bytes(&self, op: &Op) -> f64 {
+        match self.kernels.get(op.family) {
+            Some(k) => kernel_us(op, k, &self.s.system.gpu),
+            None => op.bytes / self.bw,
+        }
+    }
+}
+
+fn gemms(w: &Workload, t: &AicTables, bw: f64, o: &mut Overrides, dir: &str) {
     let mut n = Tally::default();
     for (i, op) in w.ops.iter().enumerate() {
         if op.family != CostFamily::GemmBf16 || op.shape.batch > 1 {
@@ -773,26 +846,16 @@ fn quant_of(f: CostFamily) -> &'static str {
     }
 }
 
-fn law_or_bytes(op: &Op, s: &Scenario, p: &CalibrationProfile, bw: f64) -> f64 {
-    match p.kernel(op.family) {
-        Some(k) => kernel_us(op, k, &s.system.gpu),
-        None => op.bytes / bw,
-    }
-}
-
 fn moe_modules(
     w: &Workload,
     s: &Scenario,
-    p: &CalibrationProfile,
+    lk: &LawKernels,
     t: &AicTables,
     bw: f64,
     o: &mut Overrides,
     dir: &str,
 ) {
     let Some(moe) = &s.model.moe else { return };
-    if !t.has("moe.csv") {
-        return;
-    }
     let dist = moe_table_distribution(&s.routing);
     let mut layers: BTreeMap<i32, Vec<usize>> = BTreeMap::new();
     for (i, op) in w.ops.iter().enumerate() {
@@ -835,10 +898,7 @@ fn moe_modules(
             missing = Some(key);
             break;
         };
-        let laws: Vec<f64> = idx
-            .iter()
-            .map(|&i| law_or_bytes(&w.ops[i], s, p, bw))
-            .collect();
+        let laws: Vec<f64> = idx.iter().map(|&i| lk.law_or_bytes(&w.ops[i])).collect();
         let bytes: f64 = idx.iter().map(|&i| w.ops[i].bytes).sum();
         let floor = bytes / bw;
         n.floored += usize::from(tp.us < floor);
@@ -925,7 +985,7 @@ fn moe_modules(
 fn mla_attention(
     w: &Workload,
     s: &Scenario,
-    p: &CalibrationProfile,
+    lk: &LawKernels,
     t: &AicTables,
     sec: &AicSection,
     bw: f64,
@@ -943,7 +1003,7 @@ fn mla_attention(
         mla.qk_rope_head_dim as u64,
         mla.v_head_dim as u64,
     ];
-    if ours != dims || !t.has("mla_generation.csv") {
+    if ours != dims {
         return;
     }
     // No attention op to price (a partial workload, e.g. the fast path's): skip the lookups.
@@ -982,7 +1042,7 @@ fn mla_attention(
         ));
         return;
     };
-    let fixed = |f: CostFamily| p.kernel(f).map_or(0.0, |k| k.fixed_us);
+    let fixed = |f: CostFamily| lk.kernels.get(f).map_or(0.0, |k| k.fixed_us);
     let mut priced = 0;
     for i in 0..w.ops.len() {
         let op = &w.ops[i];
@@ -995,7 +1055,7 @@ fn mla_attention(
             .ops
             .get(i + 1)
             .filter(|n| n.name.ends_with("mla_decode_reduce"))
-            .map(|n| (i + 1, law_or_bytes(n, s, p, bw)));
+            .map(|n| (i + 1, lk.law_or_bytes(n)));
         let fixed_sum = fixed(CostFamily::AttentionMlaDecode)
             + reduce.map_or(0.0, |_| fixed(CostFamily::Elementwise));
         let fp8 = fp8_ratio.map_or(1.0, |r| r.0.value);

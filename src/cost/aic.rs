@@ -12,7 +12,7 @@
 
 use super::kernel::kernel_us;
 use super::profile::{AicSection, CalibrationProfile};
-use super::table::{bracket, interp, log_lerp, TablePrice};
+use super::table::{bracket, interp, log_lerp, log_lerp_ln, TablePrice};
 use crate::error::{Error, Result};
 use crate::measurements::{
     read_aic_comm_csv, read_aic_gemm_csv, read_aic_mla_csv, read_aic_moe_csv, AicCommRow,
@@ -61,7 +61,7 @@ pub struct AicTables {
 #[derive(Default)]
 struct MlaAtBatch {
     key: Option<(u64, usize, u64)>,
-    lines: Vec<Option<Option<TablePrice>>>,
+    lines: Vec<Option<Option<(TablePrice, f64)>>>,
     /// The module at the grid's smallest KV length (`mla_attention_growth`), once read.
     base: Option<Option<TablePrice>>,
 }
@@ -75,6 +75,8 @@ thread_local! {
 #[derive(Debug, Clone, Default)]
 struct MlaGrid {
     steps: Vec<f64>,
+    /// `steps[i].ln()`, for the log-log step between lines (`table::log_lerp_ln`).
+    ln_steps: Vec<f64>,
     lines: Vec<Vec<(f64, f64)>>,
 }
 
@@ -87,6 +89,7 @@ impl MlaGrid {
             let st = g[i].1;
             let end = i + g[i..].partition_point(|p| p.1 <= st);
             grid.steps.push(st);
+            grid.ln_steps.push(st.ln());
             grid.lines
                 .push(g[i..end].iter().map(|p| (p.0, p.2)).collect());
             i = end;
@@ -430,11 +433,17 @@ impl AicTables {
     /// the bracketing KV lengths of the batch's price on each (`MlaGrid`).
     pub fn mla_module(&self, kv: &str, heads: u64, batch: f64, step: f64) -> Option<TablePrice> {
         let (gi, g) = self.mla_grid_at(kv, heads)?;
+        self.mla_module_in(gi, g, batch, step)
+    }
+
+    /// [`Self::mla_module`] in grid `gi` (`g`), found by the caller.
+    fn mla_module_in(&self, gi: usize, g: &MlaGrid, batch: f64, step: f64) -> Option<TablePrice> {
         let steps = &g.steps;
         let (lo, hi) = bracket(steps, step)?;
-        // Each line's price at the batch, read once per (tables, grid, batch) and thread: a
-        // sweep prices many KV lengths at one batch, and the line lookups (two log-log
-        // interpolations) were most of an attention price. The same values, bit for bit.
+        // Each line's price at the batch (and its logarithm), read once per (tables, grid,
+        // batch) and thread: a sweep prices many KV lengths at one batch, and the line lookups
+        // (two log-log interpolations) were most of an attention price. The same values, bit
+        // for bit.
         let (a, b) = MLA_AT_BATCH.with(|c| {
             let mut c = c.borrow_mut();
             let key = (self.id, gi, batch.to_bits());
@@ -444,12 +453,21 @@ impl AicTables {
                 c.lines.clear();
                 c.lines.resize(g.lines.len(), None);
             }
-            let mut at = |i: usize| *c.lines[i].get_or_insert_with(|| interp(&g.lines[i], batch));
+            let mut at = |i: usize| {
+                *c.lines[i]
+                    .get_or_insert_with(|| interp(&g.lines[i], batch).map(|p| (p, p.us.ln())))
+            };
             (at(lo), at(hi))
         });
-        let (a, b) = (a?, b?);
+        let ((a, ln_a), (b, ln_b)) = (a?, b?);
         Some(TablePrice {
-            us: log_lerp(steps[lo], a.us, steps[hi], b.us, step),
+            us: log_lerp_ln(
+                (steps[lo], g.ln_steps[lo]),
+                (a.us, ln_a),
+                (steps[hi], g.ln_steps[hi]),
+                (b.us, ln_b),
+                step,
+            ),
             extrapolated: a.extrapolated
                 || b.extrapolated
                 || step < steps[0]
@@ -471,10 +489,10 @@ impl AicTables {
         batch: f64,
         step: f64,
     ) -> Option<TablePrice> {
-        let min = self.mla_min_step(kv, heads)?;
-        let full = self.mla_module(kv, heads, batch, step)?;
+        let (gi, g) = self.mla_grid_at(kv, heads)?;
+        let min = *g.steps.first()?;
+        let full = self.mla_module_in(gi, g, batch, step)?;
         // The base depends on the batch only: kept with the batch's lines (the same value).
-        let (gi, _) = self.mla_grid_at(kv, heads)?;
         let key = Some((self.id, gi, batch.to_bits()));
         let kept = MLA_AT_BATCH.with(|c| {
             let c = c.borrow();
@@ -487,7 +505,7 @@ impl AicTables {
         let base = match kept {
             Some(b) => b,
             None => {
-                let b = self.mla_module(kv, heads, batch, min);
+                let b = self.mla_module_in(gi, g, batch, min);
                 MLA_AT_BATCH.with(|c| {
                     let mut c = c.borrow_mut();
                     if c.key == key {
@@ -692,8 +710,13 @@ impl Overrides {
     pub(crate) fn clear(&mut self) {
         self.us.clear();
         self.split.clear();
-        self.families.clear();
-        self.warnings.clear();
+        // Quiet pricing leaves them empty: no call into the maps.
+        if !self.families.is_empty() {
+            self.families.clear();
+        }
+        if !self.warnings.is_empty() {
+            self.warnings.clear();
+        }
     }
 }
 

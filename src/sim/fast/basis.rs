@@ -783,12 +783,16 @@ pub(super) fn price_layout_in(
         }
     };
     let pricing = pricer.price(w, s, p)?;
-    Ok(layout
-        .iter()
-        .zip(&pricing.base_us)
-        .filter(|((_, kept), _)| *kept)
-        .map(|(_, &us)| us)
-        .collect())
+    // Sized exactly: the memo boxes it without a reallocation.
+    let mut us = Vec::with_capacity(layout.iter().filter(|(_, kept)| *kept).count());
+    us.extend(
+        layout
+            .iter()
+            .zip(&pricing.base_us)
+            .filter(|((_, kept), _)| *kept)
+            .map(|(_, &us)| us),
+    );
+    Ok(us)
 }
 
 /// Busy time per category of `ops` at durations `us`, over their segments' repeats.

@@ -12,7 +12,7 @@
 
 use super::kernel::kernel_us;
 use super::profile::{AicSection, CalibrationProfile};
-use super::table::{bracket, interp, log_lerp, TablePrice};
+use super::table::{bracket, interp, log_lerp, log_lerp_ln, TablePrice};
 use crate::error::{Error, Result};
 use crate::measurements::{
     read_aic_comm_csv, read_aic_gemm_csv, read_aic_mla_csv, read_aic_moe_csv, AicCommRow,
@@ -61,7 +61,7 @@ pub struct AicTables {
 #[derive(Default)]
 struct MlaAtBatch {
     key: Option<(u64, usize, u64)>,
-    lines: Vec<Option<Option<TablePrice>>>,
+    lines: Vec<Option<Option<(TablePrice, f64)>>>,
     /// The module at the grid's smallest KV length (`mla_attention_growth`), once read.
     base: Option<Option<TablePrice>>,
 }
@@ -75,6 +75,8 @@ thread_local! {
 #[derive(Debug, Clone, Default)]
 struct MlaGrid {
     steps: Vec<f64>,
+    /// `steps[i].ln()`, for the log-log step between lines (`table::log_lerp_ln`).
+    ln_steps: Vec<f64>,
     lines: Vec<Vec<(f64, f64)>>,
 }
 
@@ -87,6 +89,7 @@ impl MlaGrid {
             let st = g[i].1;
             let end = i + g[i..].partition_point(|p| p.1 <= st);
             grid.steps.push(st);
+            grid.ln_steps.push(st.ln());
             grid.lines
                 .push(g[i..end].iter().map(|p| (p.0, p.2)).collect());
             i = end;
@@ -430,11 +433,17 @@ impl AicTables {
     /// the bracketing KV lengths of the batch's price on each (`MlaGrid`).
     pub fn mla_module(&self, kv: &str, heads: u64, batch: f64, step: f64) -> Option<TablePrice> {
         let (gi, g) = self.mla_grid_at(kv, heads)?;
+        self.mla_module_in(gi, g, batch, step)
+    }
+
+    /// [`Self::mla_module`] in grid `gi` (`g`), found by the caller.
+    fn mla_module_in(&self, gi: usize, g: &MlaGrid, batch: f64, step: f64) -> Option<TablePrice> {
         let steps = &g.steps;
         let (lo, hi) = bracket(steps, step)?;
-        // Each line's price at the batch, read once per (tables, grid, batch) and thread: a
-        // sweep prices many KV lengths at one batch, and the line lookups (two log-log
-        // interpolations) were most of an attention price. The same values, bit for bit.
+        // Each line's price at the batch (and its logarithm), read once per (tables, grid,
+        // batch) and thread: a sweep prices many KV lengths at one batch, and the line lookups
+        // (two log-log interpolations) were most of an attention price. The same values, bit
+        // for bit.
         let (a, b) = MLA_AT_BATCH.with(|c| {
             let mut c = c.borrow_mut();
             let key = (self.id, gi, batch.to_bits());
@@ -444,12 +453,21 @@ impl AicTables {
                 c.lines.clear();
                 c.lines.resize(g.lines.len(), None);
             }
-            let mut at = |i: usize| *c.lines[i].get_or_insert_with(|| interp(&g.lines[i], batch));
+            let mut at = |i: usize| {
+                *c.lines[i]
+                    .get_or_insert_with(|| interp(&g.lines[i], batch).map(|p| (p, p.us.ln())))
+            };
             (at(lo), at(hi))
         });
-        let (a, b) = (a?, b?);
+        let ((a, ln_a), (b, ln_b)) = (a?, b?);
         Some(TablePrice {
-            us: log_lerp(steps[lo], a.us, steps[hi], b.us, step),
+            us: log_lerp_ln(
+                (steps[lo], g.ln_steps[lo]),
+                (a.us, ln_a),
+                (steps[hi], g.ln_steps[hi]),
+                (b.us, ln_b),
+                step,
+            ),
             extrapolated: a.extrapolated
                 || b.extrapolated
                 || step < steps[0]
@@ -471,10 +489,10 @@ impl AicTables {
         batch: f64,
         step: f64,
     ) -> Option<TablePrice> {
-        let min = self.mla_min_step(kv, heads)?;
-        let full = self.mla_module(kv, heads, batch, step)?;
+        let (gi, g) = self.mla_grid_at(kv, heads)?;
+        let min = *g.steps.first()?;
+        let full = self.mla_module_in(gi, g, batch, step)?;
         // The base depends on the batch only: kept with the batch's lines (the same value).
-        let (gi, _) = self.mla_grid_at(kv, heads)?;
         let key = Some((self.id, gi, batch.to_bits()));
         let kept = MLA_AT_BATCH.with(|c| {
             let c = c.borrow();
@@ -487,7 +505,7 @@ impl AicTables {
         let base = match kept {
             Some(b) => b,
             None => {
-                let b = self.mla_module(kv, heads, batch, min);
+                let b = self.mla_module_in(gi, g, batch, min);
                 MLA_AT_BATCH.with(|c| {
                     let mut c = c.borrow_mut();
                     if c.key == key {
@@ -678,36 +696,114 @@ pub fn overrides_with(
     p: &CalibrationProfile,
     quiet: bool,
 ) -> Option<Overrides> {
-    let (t, sec) = (p.aic.as_ref()?, p.aiconfigurator.as_ref()?);
+    let prepared = Prepared::new(s, p)?;
     let mut o = Overrides {
-        us: vec![None; w.ops.len()],
-        split: vec![0.0; w.ops.len()],
         quiet,
         ..Default::default()
     };
-    // Bytes per µs: no table price may beat reading the op's bytes from DRAM (module doc).
-    let bw = s.system.gpu.memory_bandwidth_gbps * 1e3;
-    let dir = if quiet {
-        String::new()
-    } else {
-        shown_dir(&t.dir)
-    };
-    gemms(w, t, bw, &mut o, &dir);
-    moe_modules(w, s, p, t, bw, &mut o, &dir);
-    mla_attention(w, s, p, t, sec, bw, &mut o, &dir);
-    for ((us, split), op) in o.us.iter_mut().zip(&mut o.split).zip(&w.ops) {
-        if let Some(v) = us {
-            *v *= sec.scale(op.family.key());
-            *split *= sec.scale(op.family.key());
-        }
-    }
+    prepared.overrides_into(w, s, p, &super::Kernels::of(p), &mut o);
     Some(o)
 }
 
-fn gemms(w: &Workload, t: &AicTables, bw: f64, o: &mut Overrides, dir: &str) {
-    if !t.has("gemm.csv") {
-        return;
+impl Overrides {
+    /// No table prices (a profile without AIConfigurator tables), the vectors kept.
+    pub(crate) fn clear(&mut self) {
+        self.us.clear();
+        self.split.clear();
+        // Quiet pricing leaves them empty: no call into the maps.
+        if !self.families.is_empty() {
+            self.families.clear();
+        }
+        if !self.warnings.is_empty() {
+            self.warnings.clear();
+        }
     }
+}
+
+/// What the table lookups resolve from the scenario and profile alone (`cost::PreparedPricer`):
+/// which converted files the folder has, and the profile's scale per op family.
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    gemm: bool,
+    moe: bool,
+    mla: bool,
+    /// `aiconfigurator.scales` per `CostFamily as usize`.
+    scale: Vec<f64>,
+}
+
+impl Prepared {
+    /// None when the profile has no AIConfigurator tables.
+    pub fn new(_s: &Scenario, p: &CalibrationProfile) -> Option<Self> {
+        let (t, sec) = (p.aic.as_ref()?, p.aiconfigurator.as_ref()?);
+        Some(Prepared {
+            gemm: t.has("gemm.csv"),
+            moe: t.has("moe.csv"),
+            mla: t.has("mla_generation.csv"),
+            scale: CostFamily::ALL.iter().map(|f| sec.scale(f.key())).collect(),
+        })
+    }
+
+    /// The table prices of `w`'s ops into `o` (its vectors reused; `o.quiet` as asked).
+    pub(crate) fn overrides_into(
+        &self,
+        w: &Workload,
+        s: &Scenario,
+        p: &CalibrationProfile,
+        kernels: &super::Kernels,
+        o: &mut Overrides,
+    ) {
+        let (Some(t), Some(sec)) = (p.aic.as_ref(), p.aiconfigurator.as_ref()) else {
+            o.clear();
+            return;
+        };
+        o.clear();
+        o.us.resize(w.ops.len(), None);
+        o.split.resize(w.ops.len(), 0.0);
+        // Bytes per µs: no table price may beat reading the op's bytes from DRAM (module doc).
+        let bw = s.system.gpu.memory_bandwidth_gbps * 1e3;
+        let dir = if o.quiet {
+            String::new()
+        } else {
+            shown_dir(&t.dir)
+        };
+        let lk = LawKernels { s, kernels, bw };
+        if self.gemm {
+            gemms(w, t, bw, o, &dir);
+        }
+        if self.moe {
+            moe_modules(w, s, &lk, t, bw, o, &dir);
+        }
+        if self.mla {
+            mla_attention(w, s, &lk, t, sec, bw, o, &dir);
+        }
+        for ((us, split), op) in o.us.iter_mut().zip(&mut o.split).zip(&w.ops) {
+            if let Some(v) = us {
+                let f = self.scale[op.family as usize];
+                *v *= f;
+                *split *= f;
+            }
+        }
+    }
+}
+
+/// A kernel's law price, or its bytes at the DRAM roofline where the profile has no law
+/// (`law_or_bytes`), with the laws resolved once (`cost::Kernels`).
+struct LawKernels<'a> {
+    s: &'a Scenario,
+    kernels: &'a super::Kernels,
+    bw: f64,
+}
+
+impl LawKernels<'_> {
+    fn law_or_bytes(&self, op: &Op) -> f64 {
+        match self.kernels.get(op.family) {
+            Some(k) => kernel_us(op, k, &self.s.system.gpu),
+            None => op.bytes / self.bw,
+        }
+    }
+}
+
+fn gemms(w: &Workload, t: &AicTables, bw: f64, o: &mut Overrides, dir: &str) {
     let mut n = Tally::default();
     for (i, op) in w.ops.iter().enumerate() {
         if op.family != CostFamily::GemmBf16 || op.shape.batch > 1 {
@@ -773,26 +869,16 @@ fn quant_of(f: CostFamily) -> &'static str {
     }
 }
 
-fn law_or_bytes(op: &Op, s: &Scenario, p: &CalibrationProfile, bw: f64) -> f64 {
-    match p.kernel(op.family) {
-        Some(k) => kernel_us(op, k, &s.system.gpu),
-        None => op.bytes / bw,
-    }
-}
-
 fn moe_modules(
     w: &Workload,
     s: &Scenario,
-    p: &CalibrationProfile,
+    lk: &LawKernels,
     t: &AicTables,
     bw: f64,
     o: &mut Overrides,
     dir: &str,
 ) {
     let Some(moe) = &s.model.moe else { return };
-    if !t.has("moe.csv") {
-        return;
-    }
     let dist = moe_table_distribution(&s.routing);
     let mut layers: BTreeMap<i32, Vec<usize>> = BTreeMap::new();
     for (i, op) in w.ops.iter().enumerate() {
@@ -835,10 +921,7 @@ fn moe_modules(
             missing = Some(key);
             break;
         };
-        let laws: Vec<f64> = idx
-            .iter()
-            .map(|&i| law_or_bytes(&w.ops[i], s, p, bw))
-            .collect();
+        let laws: Vec<f64> = idx.iter().map(|&i| lk.law_or_bytes(&w.ops[i])).collect();
         let bytes: f64 = idx.iter().map(|&i| w.ops[i].bytes).sum();
         let floor = bytes / bw;
         n.floored += usize::from(tp.us < floor);
@@ -925,7 +1008,7 @@ fn moe_modules(
 fn mla_attention(
     w: &Workload,
     s: &Scenario,
-    p: &CalibrationProfile,
+    lk: &LawKernels,
     t: &AicTables,
     sec: &AicSection,
     bw: f64,
@@ -943,7 +1026,7 @@ fn mla_attention(
         mla.qk_rope_head_dim as u64,
         mla.v_head_dim as u64,
     ];
-    if ours != dims || !t.has("mla_generation.csv") {
+    if ours != dims {
         return;
     }
     // No attention op to price (a partial workload, e.g. the fast path's): skip the lookups.
@@ -982,7 +1065,7 @@ fn mla_attention(
         ));
         return;
     };
-    let fixed = |f: CostFamily| p.kernel(f).map_or(0.0, |k| k.fixed_us);
+    let fixed = |f: CostFamily| lk.kernels.get(f).map_or(0.0, |k| k.fixed_us);
     let mut priced = 0;
     for i in 0..w.ops.len() {
         let op = &w.ops[i];
@@ -995,7 +1078,7 @@ fn mla_attention(
             .ops
             .get(i + 1)
             .filter(|n| n.name.ends_with("mla_decode_reduce"))
-            .map(|n| (i + 1, law_or_bytes(n, s, p, bw)));
+            .map(|n| (i + 1, lk.law_or_bytes(n)));
         let fixed_sum = fixed(CostFamily::AttentionMlaDecode)
             + reduce.map_or(0.0, |_| fixed(CostFamily::Elementwise));
         let fp8 = fp8_ratio.map_or(1.0, |r| r.0.value);

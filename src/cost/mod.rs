@@ -82,44 +82,149 @@ pub fn price_quiet(w: &Workload, s: &Scenario, p: &CalibrationProfile) -> Result
 }
 
 fn price_with(w: &Workload, s: &Scenario, p: &CalibrationProfile, quiet: bool) -> Result<Pricing> {
-    let mut pr = Pricer::new(s, p, quiet)?;
-    let mut base_us = Vec::with_capacity(w.ops.len());
-    let mut split_us = Vec::with_capacity(w.ops.len());
-    let aic = aic::overrides_with(w, s, p, quiet).unwrap_or_default();
-    pr.warnings.extend(aic.warnings);
-    pr.families.extend(aic.families);
-    let mut by_law = Vec::new();
-    for (i, op) in w.ops.iter().enumerate() {
-        let (us, split) = if op.family.is_sync() {
-            (0.0, 0.0)
-        } else if op.family.is_collective() {
-            pr.collective(op)?
-        } else if let Some(us) = aic.us.get(i).copied().flatten() {
-            (us, aic.split[i])
-        } else if let Some(priced) = pr.from_table(op, w.ops.get(i + 1)) {
-            priced
-        } else {
-            by_law.push(i);
-            pr.by_law(op)?
-        };
-        base_us.push(us);
-        split_us.push(split);
+    let mut prepared = PreparedPricer::new(s, p, quiet)?;
+    prepared.price(w, s, p)?;
+    Ok(prepared.into_pricing())
+}
+
+/// What pricing resolves before it reads a single op, for one scenario and profile: the NCCL
+/// path and protocol, `--allreduce`'s dispatch, the profile's kernel laws by family, the
+/// AIConfigurator tables' files and scales, and the buffers the prices are written in. None of
+/// it depends on the workload's shapes or on the scenario's batch and context, so a caller that
+/// prices many shapes of one scenario (the sweep's fast path: a new KV length per row) builds it
+/// once and calls [`PreparedPricer::price`] per shape; `cost::price` builds one per call, so
+/// there is one code path.
+#[derive(Debug)]
+pub struct PreparedPricer {
+    setup: Setup,
+    kernels: Kernels,
+    aic: Option<aic::Prepared>,
+    /// The last prices (`price`), their vectors kept from call to call.
+    out: Pricing,
+    overrides: aic::Overrides,
+    by_law: Vec<usize>,
+}
+
+impl PreparedPricer {
+    /// Resolves what pricing under `s` and `p` needs (`quiet`: as `price_quiet`, no text);
+    /// refuses what `cost::price` would refuse before it reads an op (`--allreduce`).
+    pub fn new(s: &Scenario, p: &CalibrationProfile, quiet: bool) -> Result<Self> {
+        Ok(PreparedPricer {
+            setup: Setup::new(s, p, quiet)?,
+            kernels: Kernels::of(p),
+            aic: aic::Prepared::new(s, p),
+            out: Pricing {
+                base_us: Vec::new(),
+                split_us: Vec::new(),
+                collectives: Vec::new(),
+                families: Vec::new(),
+                warnings: Vec::new(),
+            },
+            overrides: aic::Overrides {
+                quiet,
+                ..Default::default()
+            },
+            by_law: Vec::new(),
+        })
     }
-    if s.kv_bytes != 2.0 {
-        pr.fp8_kv_attention(w, &aic.us, &by_law, &mut base_us, &mut split_us)?;
+
+    /// Prices every op of `w` (as `cost::price` does) under `s`, which must be the scenario
+    /// this was prepared with up to its batch and context, and the same profile `p`.
+    pub fn price(
+        &mut self,
+        w: &Workload,
+        s: &Scenario,
+        p: &CalibrationProfile,
+    ) -> Result<&Pricing> {
+        let PreparedPricer {
+            setup,
+            kernels,
+            aic,
+            out,
+            overrides: o,
+            by_law,
+        } = self;
+        let mut pr = Pricer::with(s, p, setup, kernels, std::mem::take(&mut out.collectives));
+        let (base_us, split_us) = (&mut out.base_us, &mut out.split_us);
+        base_us.clear();
+        split_us.clear();
+        by_law.clear();
+        match aic {
+            Some(a) => a.overrides_into(w, s, p, kernels, o),
+            None => o.clear(),
+        }
+        pr.warnings.append(&mut o.warnings);
+        pr.families.append(&mut o.families);
+        for (i, op) in w.ops.iter().enumerate() {
+            let (us, split) = if op.family.is_sync() {
+                (0.0, 0.0)
+            } else if op.family.is_collective() {
+                pr.collective(op)?
+            } else if let Some(us) = o.us.get(i).copied().flatten() {
+                (us, o.split[i])
+            } else if let Some(priced) = pr.from_table(op, w.ops.get(i + 1)) {
+                priced
+            } else {
+                by_law.push(i);
+                pr.by_law(op)?
+            };
+            base_us.push(us);
+            split_us.push(split);
+        }
+        if s.kv_bytes != 2.0 {
+            pr.fp8_kv_attention(w, &o.us, by_law, base_us, split_us)?;
+        }
+        pr.finish(out);
+        // Factors first (they correct the machine's measured behaviour), then a hypothetical link
+        // (it replaces the link under the corrected machine): cost::link.
+        profile::apply_factors(&p.factors, w, out);
+        link::apply(w, s, out);
+        Ok(out)
     }
-    let mut pricing = pr.finish(base_us, split_us);
-    // Factors first (they correct the machine's measured behaviour), then a hypothetical link
-    // (it replaces the link under the corrected machine): cost::link.
-    profile::apply_factors(&p.factors, w, &mut pricing);
-    link::apply(w, s, &mut pricing);
-    Ok(pricing)
+
+    /// The prices of the last `price` call.
+    pub fn into_pricing(self) -> Pricing {
+        self.out
+    }
+}
+
+/// The profile's kernel laws by family (`CostFamily as usize`), resolved once per prepared
+/// pricer: a map lookup per op priced was a tenth of a sweep's attention price.
+#[derive(Debug, Clone)]
+pub(crate) struct Kernels(Vec<Option<profile::KernelParams>>);
+
+impl Kernels {
+    fn of(p: &CalibrationProfile) -> Self {
+        Kernels(
+            CostFamily::ALL
+                .iter()
+                .map(|&f| p.kernel(f).cloned())
+                .collect(),
+        )
+    }
+
+    pub(crate) fn get(&self, f: CostFamily) -> Option<&profile::KernelParams> {
+        self.0[f as usize].as_ref()
+    }
+}
+
+/// What `Pricer` resolves from the scenario and profile alone (`PreparedPricer`).
+#[derive(Debug)]
+struct Setup {
+    path: CommPath,
+    proto: Proto,
+    custom_ar: bool,
+    custom_pcie: bool,
+    quiet: bool,
+    /// The notes of the setup itself (profile, protocol, `--allreduce`), every pricing's first.
+    warnings: BTreeSet<String>,
 }
 
 /// What pricing one workload accumulates besides the durations.
 struct Pricer<'a> {
     s: &'a Scenario,
     p: &'a CalibrationProfile,
+    kernels: &'a Kernels,
     path: CommPath,
     /// The protocol actually eligible on this path (LL128 falls back off NVLink).
     proto: Proto,
@@ -135,8 +240,8 @@ struct Pricer<'a> {
     quiet: bool,
 }
 
-impl<'a> Pricer<'a> {
-    fn new(s: &'a Scenario, p: &'a CalibrationProfile, quiet: bool) -> Result<Self> {
+impl Setup {
+    fn new(s: &Scenario, p: &CalibrationProfile, quiet: bool) -> Result<Self> {
         let gpu = &s.system.gpu;
         let path = s.comm_path();
         let mut warnings = BTreeSet::new();
@@ -169,19 +274,40 @@ impl<'a> Pricer<'a> {
         let dispatch = custom_ar_dispatch(s, p, quiet, &mut warnings)?;
         let (custom_ar, custom_pcie) =
             (dispatch != CustomAr::Off, dispatch == CustomAr::PciePatched);
-        Ok(Pricer {
-            s,
-            p,
+        Ok(Setup {
             path,
             proto,
-            warnings,
-            families: BTreeSet::new(),
-            collectives: Vec::new(),
-            from_table: 0,
             custom_ar,
             custom_pcie,
             quiet,
+            warnings,
         })
+    }
+}
+
+impl<'a> Pricer<'a> {
+    fn with(
+        s: &'a Scenario,
+        p: &'a CalibrationProfile,
+        setup: &Setup,
+        kernels: &'a Kernels,
+        mut collectives: Vec<CollectiveChoice>,
+    ) -> Self {
+        collectives.clear();
+        Pricer {
+            s,
+            p,
+            kernels,
+            path: setup.path,
+            proto: setup.proto,
+            warnings: setup.warnings.clone(),
+            families: BTreeSet::new(),
+            collectives,
+            from_table: 0,
+            custom_ar: setup.custom_ar,
+            custom_pcie: setup.custom_pcie,
+            quiet: setup.quiet,
+        }
     }
 
     /// A table-priced collective under the profile's `aiconfigurator.scales.collectives`.
@@ -566,7 +692,7 @@ impl<'a> Pricer<'a> {
         if mk.includes_next {
             // The measurement covers this kernel and the next: leave the next its law.
             if let Some(next) = next {
-                if let Some(k) = self.p.kernel(next.family) {
+                if let Some(k) = self.kernels.get(next.family) {
                     us = (us - kernel::kernel_us(next, k, &self.s.system.gpu)).max(0.5 * us);
                 }
             }
@@ -605,7 +731,7 @@ impl<'a> Pricer<'a> {
     /// term (the weight read at the law's achieved bandwidth).
     fn by_law(&mut self, op: &Op) -> Result<(f64, f64)> {
         let key = op.family;
-        let k = self.p.kernel(key).ok_or_else(|| {
+        let k = self.kernels.get(key).ok_or_else(|| {
             Error::field(
                 &self.p.path,
                 format!("kernels.{key}"),
@@ -731,7 +857,8 @@ impl<'a> Pricer<'a> {
         ));
     }
 
-    fn finish(mut self, base_us: Vec<f64>, split_us: Vec<f64>) -> Pricing {
+    /// Moves what the pricing accumulated besides the durations into `out`.
+    fn finish(mut self, out: &mut Pricing) {
         if let (Some(t), false) = (&self.p.table, self.quiet) {
             self.families.insert((
                 "measured table".to_string(),
@@ -743,12 +870,12 @@ impl<'a> Pricer<'a> {
                 ),
             ));
         }
-        Pricing {
-            base_us,
-            split_us,
-            collectives: self.collectives,
-            families: self.families.into_iter().collect(),
-            warnings: self.warnings.into_iter().collect(),
+        out.collectives = self.collectives;
+        out.families.clear();
+        out.warnings.clear();
+        if !(self.families.is_empty() && self.warnings.is_empty()) {
+            out.families.extend(self.families);
+            out.warnings.extend(self.warnings);
         }
     }
 }

@@ -145,8 +145,33 @@ pub(crate) fn log_lerp(x0: f64, y0: f64, x1: f64, y1: f64, x: f64) -> f64 {
             y0 + (y1 - y0) * (x - x0) / (x1 - x0)
         };
     }
-    let t = (x.ln() - x0.ln()) / (x1.ln() - x0.ln());
-    (y0.ln() + t * (y1.ln() - y0.ln())).exp()
+    log_lerp_ln(
+        (x0, x0.ln()),
+        (y0, y0.ln()),
+        (x1, x1.ln()),
+        (y1, y1.ln()),
+        x,
+    )
+}
+
+/// [`log_lerp`] with the ends' logarithms given as (value, ln value), for callers that keep
+/// them (a table's axis, a line read at one batch): the same operations, the same bits.
+pub(crate) fn log_lerp_ln(
+    (x0, lx0): (f64, f64),
+    (y0, ly0): (f64, f64),
+    (x1, lx1): (f64, f64),
+    (y1, ly1): (f64, f64),
+    x: f64,
+) -> f64 {
+    if x0 == x1 || x0 <= 0.0 || x1 <= 0.0 || y0 <= 0.0 || y1 <= 0.0 || x <= 0.0 {
+        return if x1 == x0 {
+            y0
+        } else {
+            y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+        };
+    }
+    let t = (x.ln() - lx0) / (lx1 - lx0);
+    (ly0 + t * (ly1 - ly0)).exp()
 }
 
 pub(crate) fn interp(line: &[(f64, f64)], x: f64) -> Option<TablePrice> {

@@ -696,10 +696,26 @@ pub(super) fn price_layout(
     price_layout_in(&mut Scratch::new(), regime, layout, x, s, p)
 }
 
-/// A workload kept for one layout (`price_layout_in`), and the basis its ops were last set at.
+/// A workload kept for one layout (`price_layout_in`), the basis its ops were last set at, and
+/// the pricer prepared for the scenario they were last priced under.
 pub(super) struct Scratch {
     pub(super) w: Workload,
     pub(super) x: Option<Coef>,
+    pricer: Option<(PricerKey, cost::PreparedPricer)>,
+}
+
+/// What of the memo's scenario a prepared pricer depends on and a sweep moves (the NCCL
+/// setting, `--allreduce` and the other communication knobs, the launch mode; batch and context
+/// are read per price), and the profile it was prepared from.
+type PricerKey = (usize, NcclSettings, CommKnobs, bool);
+
+fn pricer_key(s: &Scenario, p: &CalibrationProfile) -> PricerKey {
+    (
+        p as *const CalibrationProfile as usize,
+        s.nccl,
+        s.comm,
+        s.cuda_graphs,
+    )
 }
 
 impl Scratch {
@@ -707,6 +723,7 @@ impl Scratch {
         Scratch {
             w: empty_workload(),
             x: None,
+            pricer: None,
         }
     }
 }
@@ -755,13 +772,27 @@ pub(super) fn price_layout_in(
     }
     scratch.x = Some(*x);
     // Quiet: the report's warnings come from the scenario's own full pricing, never from here.
-    let pricing = cost::price_quiet(w, s, p)?;
-    Ok(layout
-        .iter()
-        .zip(pricing.base_us)
-        .filter(|((_, kept), _)| *kept)
-        .map(|(_, us)| us)
-        .collect())
+    // The pricer is prepared once per setting (what `cost::price_quiet` does per call that
+    // does not depend on the shapes, batch or context).
+    let key = pricer_key(s, p);
+    let pricer = match &mut scratch.pricer {
+        Some((k, pr)) if *k == key => pr,
+        slot => {
+            *slot = None;
+            &mut slot.insert((key, cost::PreparedPricer::new(s, p, true)?)).1
+        }
+    };
+    let pricing = pricer.price(w, s, p)?;
+    // Sized exactly: the memo boxes it without a reallocation.
+    let mut us = Vec::with_capacity(layout.iter().filter(|(_, kept)| *kept).count());
+    us.extend(
+        layout
+            .iter()
+            .zip(&pricing.base_us)
+            .filter(|((_, kept), _)| *kept)
+            .map(|(_, &us)| us),
+    );
+    Ok(us)
 }
 
 /// Busy time per category of `ops` at durations `us`, over their segments' repeats.

@@ -80,7 +80,7 @@ fn timeline_k_without_timeline_warns() {
 fn gpu_hour_usd_without_a_plan_warns() {
     warns(
         &["capacity", "--points", "3", "--gpu-hour-usd", "2.5"],
-        "--gpu-hour-usd prices the planner's deployments, and no plan is made without --target-tokens-per-s or --users",
+        "--gpu-hour-usd prices the planner's deployments, and no plan is made without --target-tokens-per-s, --users, --layouts, --plot-pareto or --disaggregate",
     );
 }
 

@@ -230,7 +230,7 @@ fn check_prices(a: &CapacityArgs, prices: &Prices) -> Result<()> {
         && !a.disaggregate
     {
         super::output::warn(
-            "--gpu-hour-usd prices the planner's deployments, and no plan is made without --target-tokens-per-s, --users, --layouts or --plot-pareto; ignored",
+            "--gpu-hour-usd prices the planner's deployments, and no plan is made without --target-tokens-per-s, --users, --layouts, --plot-pareto or --disaggregate; ignored",
         );
         return Ok(());
     }

@@ -30,13 +30,18 @@ impl PipelineFit {
     pub(super) fn fit(s: &Scenario) -> Result<(PassModel, Self)> {
         use rayon::prelude::*;
         let stages = crate::workload::stage::stages(s);
+        // A stage runs one query token per sequence: the probes' tokens as sequences.
+        let plain = |p: &[(u32, u32, u64)]| -> Vec<(u32, u32, u64)> {
+            p.iter().map(|&(b, q, c)| (b * q, 1, c)).collect()
+        };
+        let (low, high) = (plain(&PROBES_LOW), plain(&PROBES_HIGH));
         let mut models = stages
             .par_iter()
             .enumerate()
             .map(|(i, st)| {
                 let build =
                     |ps: &Scenario, _q: u32| crate::workload::stage::build_stage(ps, st);
-                PassModel::fit(s, &build, i, false)
+                PassModel::fit_probes(s, &build, i, false, [&low, &high])
             })
             .collect::<Result<Vec<_>>>()?;
         let first = models.remove(0);

@@ -254,12 +254,7 @@ fn sweep_rows_over_pp_equal_each_scenario_priced_alone() {
     let mut lines = out.lines();
     let header: Vec<&str> = lines.next().expect("header").split(',').collect();
     let col = |name: &str| header.iter().position(|h| *h == name).expect(name);
-    let (pp_c, b_c, c_c, st_c) = (
-        col("pp"),
-        col("batch"),
-        col("context"),
-        col("step_time_us"),
-    );
+    let (pp_c, b_c, c_c, st_c) = (col("pp"), col("batch"), col("context"), col("step_time_us"));
     let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
     assert_eq!(rows.len(), 3 * 3 * 2);
     let mut checked = 0;
@@ -322,7 +317,15 @@ fn grid_files_take_pp_lists_and_refusals_name_the_value() {
         .collect();
     assert_eq!(pps, ["1", "1", "4", "4"]);
     let (code, _, err) = run(&[
-        "sweep", "--tp", "4", "--pp", "1,4", "--batch", "1", "--context", "1024",
+        "sweep",
+        "--tp",
+        "4",
+        "--pp",
+        "1,4",
+        "--batch",
+        "1",
+        "--context",
+        "1024",
     ]);
     assert_eq!(code, 1, "{err}");
     assert!(

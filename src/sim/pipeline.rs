@@ -238,7 +238,11 @@ pub fn schedule(t: &Times<'_>, event: &mut dyn FnMut(Event)) -> Windows {
     };
     for c in 0..=cycles {
         let record = c == last;
-        let win = if c == cycles { &mut w.next } else { &mut w.start };
+        let win = if c == cycles {
+            &mut w.next
+        } else {
+            &mut w.start
+        };
         let keep = c >= last;
         for (j, &k) in t.size.iter().enumerate() {
             let mut at = free[0].max(ready0[j]);
@@ -315,7 +319,10 @@ pub fn simulate(scenario: Scenario, profile: CalibrationProfile) -> Result<Simul
     let ret = token_return_us(s);
 
     // The schedule, cycle after cycle; the last full cycle is recorded.
-    let span: Vec<f64> = runs.iter().flat_map(|row| row.iter().map(|r| r.span)).collect();
+    let span: Vec<f64> = runs
+        .iter()
+        .flat_map(|row| row.iter().map(|r| r.span))
+        .collect();
     let send_us: Vec<f64> = sends
         .iter()
         .flat_map(|row| row.iter().map(|x| x.1))

@@ -39,8 +39,7 @@ impl PipelineFit {
             .par_iter()
             .enumerate()
             .map(|(i, st)| {
-                let build =
-                    |ps: &Scenario, _q: u32| crate::workload::stage::build_stage(ps, st);
+                let build = |ps: &Scenario, _q: u32| crate::workload::stage::build_stage(ps, st);
                 PassModel::fit_probes(s, &build, i, false, [&low, &high])
             })
             .collect::<Result<Vec<_>>>()?;

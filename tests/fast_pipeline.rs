@@ -332,5 +332,26 @@ fn grid_files_take_pp_lists_and_refusals_name_the_value() {
         err.contains("--pp 4 with --tp 4 needs tp x pp = 16 GPUs"),
         "{err}"
     );
+    // A pipeline's scenario counts once per stage against --max-work: 200 scenarios at pp 1
+    // and 4 are 500 units.
+    let (code, _, err) = run(&[
+        "sweep",
+        "--tp",
+        "2",
+        "--pp",
+        "1,4",
+        "--batch",
+        "1..=100",
+        "--context",
+        "1024",
+        "--max-work",
+        "499",
+    ]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("the grid of 200 scenarios (2 pipeline sizes × 100 batches")
+            && err.contains("about 500 work units, above --max-work 499"),
+        "{err}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -153,7 +153,17 @@ impl SweepRequest {
         self.count() == 0
     }
 
-    /// Refuses a grid above `--max-work` before anything is loaded or priced.
+    /// Pipeline stages per scenario, averaged over the grid: a pipeline's row plays every
+    /// stage (about one plain row's work each).
+    fn mean_stages(&self) -> f64 {
+        if self.pp.is_empty() {
+            return self.base.comm.pp_size() as f64;
+        }
+        self.pp.iter().map(|&p| p.max(1) as f64).sum::<f64>() / self.pp.len() as f64
+    }
+
+    /// Refuses a grid above `--max-work` before anything is loaded or priced (a pipeline's
+    /// scenario counts once per stage).
     pub fn check_work(&self) -> Result<()> {
         let n = self.count();
         let lists = format!(
@@ -172,7 +182,7 @@ impl SweepRequest {
         crate::error::check_work(
             "sweep",
             format!("the grid of {} scenarios ({lists})", scenarios_text(n)),
-            n as f64 * crate::error::WORK_FAST_SCENARIO,
+            n as f64 * self.mean_stages() * crate::error::WORK_FAST_SCENARIO,
             self.max_work,
             "shorten the lists",
         )

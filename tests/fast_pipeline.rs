@@ -355,3 +355,48 @@ fn grid_files_take_pp_lists_and_refusals_name_the_value() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `sweep --intervals` over a pp list: the decisions' tokens/s intervals are drawn on each
+/// row's own pipeline size and bracket the row's tokens/s.
+#[test]
+fn sweep_intervals_run_over_pp() {
+    let (code, out, err) = run(&[
+        "sweep",
+        "--system",
+        "rtx-pro-6000-2node-roce",
+        "--tp",
+        "8",
+        "--pp",
+        "1,2",
+        "--batch",
+        "1,32",
+        "--context",
+        "4096",
+        "--format",
+        "csv",
+        "--pareto",
+        "--intervals",
+        "--draws",
+        "40",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let mut lines = out.lines();
+    let header: Vec<&str> = lines.next().expect("header").split(',').collect();
+    let col = |name: &str| header.iter().position(|h| *h == name).expect(name);
+    let (pp_c, t_c, p5_c, p95_c) = (
+        col("pp"),
+        col("tokens_per_s"),
+        col("tokens_per_s_p5"),
+        col("tokens_per_s_p95"),
+    );
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    assert!(rows.iter().any(|r| r[pp_c] == "2"), "{out}");
+    for r in &rows {
+        let (t, p5, p95): (f64, f64, f64) = (
+            r[t_c].parse().unwrap(),
+            r[p5_c].parse().unwrap(),
+            r[p95_c].parse().unwrap(),
+        );
+        assert!(p5 < t && t < p95 && p95 - p5 < 0.5 * t, "{r:?}");
+    }
+}

@@ -11,6 +11,7 @@ use decodesim::whatif::sweep::{self, KvBudget, SweepRequest};
 
 fn request(batch: Vec<u32>, context: Vec<u64>) -> SweepRequest {
     SweepRequest {
+        pp: Vec::new(),
         base: ScenarioRequest::default(),
         batch,
         context,

@@ -229,8 +229,23 @@ fn refusals_name_the_flag_the_value_and_what_is_expected() {
         err.contains("--pp 4 is more stages than the 3 decoder layers"),
         "{err}"
     );
-    // Paths that do not play the pipeline refuse it and say where it runs.
-    let (code, _, err) = run(&["sweep", "--tp", "4", "--pp", "2", "--batch", "1,8"]);
+    // Speculative decoding is not composed with the pipeline: refused, saying where the
+    // pipeline runs (a sweep of pp without drafts is tests/fast_pipeline.rs's).
+    let (code, _, err) = run(&[
+        "sweep",
+        "--tp",
+        "4",
+        "--pp",
+        "2",
+        "--batch",
+        "1,8",
+        "--method",
+        "eagle3",
+        "--draft-tokens",
+        "0,1",
+        "--acceptance-rate",
+        "0.7",
+    ]);
     assert_eq!(code, 1, "{err}");
     assert!(
         err.contains("--pp 2") && err.contains("decodesim simulate --pp 2"),
@@ -255,11 +270,32 @@ fn refusals_name_the_flag_the_value_and_what_is_expected() {
         err.contains("--pp 2") && err.contains("whatif --vary"),
         "{err}"
     );
-    // The simulate report says the interval is unavailable rather than drawing a 1-stage one.
+    // The simulate report's interval is drawn over the pipeline (every stage, the sends),
+    // on the fast path: its median is the step's.
     let (code, out, err) = run(&["simulate", "--tp", "4", "--pp", "2", "--batch", "2"]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("TP=4 x PP=2 (layers 31+30)"), "{out}");
-    assert!(out.contains("interval: no interval"), "{out}");
+    let step: f64 = out
+        .lines()
+        .find_map(|l| l.strip_prefix("step time"))
+        .and_then(|l| {
+            l.trim()
+                .trim_end_matches(" µs")
+                .replace(',', "")
+                .parse()
+                .ok()
+        })
+        .expect("step time line");
+    let p50: f64 = out
+        .lines()
+        .find_map(|l| l.strip_prefix("interval (p5 / p50 / p95 over 200 draws): step "))
+        .and_then(|l| l.split(" / ").nth(1))
+        .and_then(|x| x.replace(',', "").parse().ok())
+        .expect("interval line");
+    assert!(
+        (p50 - step).abs() < 0.01 * step,
+        "{step} vs p50 {p50}\n{out}"
+    );
 }
 
 #[test]

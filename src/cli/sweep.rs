@@ -13,6 +13,10 @@ use crate::whatif::{parse_f64_list, parse_u32_list};
 use std::io::IsTerminal;
 use std::path::PathBuf;
 
+/// Most pipeline stages a sweep list may name (each is validated against the system's GPUs and
+/// the model's layers when loaded; this only bounds the list's parsing).
+const MAX_PP: u32 = 1024;
+
 /// The grid flags, which `--grid` replaces (a grid file holds the same keys).
 const GRID_FLAGS: [&str; 17] = [
     "model",
@@ -105,10 +109,10 @@ pub struct SweepArgs {
     intervals: bool,
     #[command(flatten)]
     pub(crate) interval_args: super::intervals::IntervalArgs,
-    /// Pipeline stages: the sweep's fast path prices pp = 1 only (pp above 1 is refused with
-    /// the commands that handle it).
-    #[arg(long, help = knob("pp").help_text())]
-    pp: Option<u32>,
+    /// Pipeline stages: a list and/or ranges (each value is priced with its own stages; tp x pp
+    /// GPUs each).
+    #[arg(long, help = list_help("pp", "A list and/or ranges (1,2,4); each value uses tp x pp GPUs."))]
+    pp: Option<String>,
 }
 
 /// A sweep axis's help: the knob's, how to list values, and its default as a value.
@@ -167,14 +171,14 @@ fn grid_keys() -> Vec<(&'static str, String)> {
     let scenario = KNOBS.iter().filter_map(|k| {
         let takes = match (k.sweep, k.name()) {
             (Sweep::No, _) => return None,
-            (Sweep::List, "batch" | "context") => {
+            (Sweep::List, "batch" | "context" | "pp") => {
                 format!("{}: 32, [1, 2, 4] or \"1..=256\"", k.expected)
             }
             (Sweep::List, "cuda-graphs") => {
                 "\"on\", \"off\", \"on,off\", true, false or [true, false]".to_string()
             }
             (Sweep::List, _) => format!("{}: one, a list [\"a\", \"b\"] or \"a,b\"", k.expected),
-            (Sweep::One, "tp" | "pp" | "dp") => k.expected.to_string(),
+            (Sweep::One, "tp" | "dp") => k.expected.to_string(),
             (Sweep::One, _) => format!("{} (string)", k.expected),
         };
         Some((k.name(), takes))
@@ -241,7 +245,9 @@ fn set_flag(a: &mut SweepArgs, key: &str, v: &toml::Value) -> Result<bool> {
             _ => return Ok(false),
         },
         "pp" => match v {
-            toml::Value::Integer(i) if (0..=1024).contains(i) => a.pp = Some(*i as u32),
+            toml::Value::Integer(_) | toml::Value::String(_) | toml::Value::Array(_) => {
+                a.pp = Some(text)
+            }
             _ => return Ok(false),
         },
         "dp" => match v {
@@ -382,7 +388,6 @@ fn request_with_warnings(a: &SweepArgs) -> Result<(SweepRequest, Vec<String>)> {
     knob("system").set(&mut base, &a.system)?;
     knob("kv-cache-dtype").set(&mut base, &a.kv_cache_dtype)?;
     base.tp = a.tp;
-    base.comm.pp = a.pp;
     base.comm.dp = a.dp;
     base.calibration = a.calibration.clone();
     let acceptance = match (a.acceptance_rate, &a.acceptance_per_position) {
@@ -394,8 +399,18 @@ fn request_with_warnings(a: &SweepArgs) -> Result<(SweepRequest, Vec<String>)> {
         _ => None,
     };
     let num = |x: &u32| x.to_string();
+    let pp = match &a.pp {
+        Some(text) => dedup(
+            "--pp",
+            parse_u32_list("--pp", text, 1..=MAX_PP)?,
+            num,
+            &mut w,
+        ),
+        None => Vec::new(),
+    };
     let req = SweepRequest {
         base,
+        pp,
         batch: dedup(
             "--batch",
             parse_u32_list(

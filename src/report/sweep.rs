@@ -29,6 +29,8 @@ pub fn csv_header() -> String {
         h.push_str(c.name());
         h.push_str("_busy_us");
     }
+    // Appended last, so that the columns before it keep their places.
+    h.push_str(",pp");
     h.push('\n');
     h
 }
@@ -246,12 +248,16 @@ fn csv_row_with(out: &mut Vec<u8>, prefix: &[u8], r: &Row, last: &mut LastText) 
         out.push(b',');
         last.put(out, 4 + c, b, 3);
     }
+    out.push(b',');
+    push_u64(out, r.pp as u64);
     out.push(b'\n');
 }
 
 /// One row as a JSON object (no model/system: they are the document's).
 pub fn json_row(out: &mut Vec<u8>, r: &Row) {
-    out.extend_from_slice(b"{\"batch\":");
+    out.extend_from_slice(b"{\"pp\":");
+    push_u64(out, r.pp as u64);
+    out.extend_from_slice(b",\"batch\":");
     push_u64(out, r.batch as u64);
     out.extend_from_slice(b",\"context\":");
     push_u64(out, r.context);
@@ -519,8 +525,13 @@ fn summary_intervals(s: &Summary, interval_of: &dyn Fn(&Row) -> Option<Interval>
 }
 
 fn describe(r: &Row) -> String {
+    let pp = if r.pp > 1 {
+        format!("pp {} ", r.pp)
+    } else {
+        String::new()
+    };
     format!(
-        "batch {} ctx {} {}/{} graphs {} k {}",
+        "{pp}batch {} ctx {} {}/{} graphs {} k {}",
         r.batch,
         r.context,
         r.proto.name(),
@@ -651,6 +662,7 @@ mod tests {
                 busy[2] = v + j as f64;
                 busy[5] = if j == 1 { v } else { 3.5 };
                 rows.push(Row {
+                    pp: 1 + j as u32,
                     batch: 1 + i as u32,
                     context: 1000 + j,
                     proto: Proto::Ll,

@@ -695,8 +695,8 @@ pub static KNOBS: &[Knob] = &[
                stages of --tp GPUs each (tp x pp GPUs), decoding N micro-batches in flight; the \
                step time is one sequence's time per token.",
         expected: "a whole number of stages, 1 or more",
-        // One value per grid: the sweep's fast path refuses pp > 1 (`sim::fast`).
-        sweep: Sweep::One,
+        // A list in sweeps: the fast path fits each value's stages (`sim::fast::pipeline`).
+        sweep: Sweep::List,
         unset: Some(|| "1 (off)".into()),
         parse: |t| {
             Ok(Value::Whole(whole(

@@ -52,6 +52,17 @@ pub fn micro_batches(batch: u32, pp: u32) -> Vec<u32> {
         .collect()
 }
 
+/// The distinct sizes of `micro` (largest first) and each micro-batch's index among them.
+pub fn micro_sizes(micro: &[u32]) -> (Vec<u32>, Vec<usize>) {
+    let mut sizes: Vec<u32> = micro.to_vec();
+    sizes.dedup();
+    let index = micro
+        .iter()
+        .map(|&b| sizes.iter().position(|&x| x == b).expect("listed"))
+        .collect();
+    (sizes, index)
+}
+
 /// The scenario one micro-batch of `batch` sequences runs a stage with (same seed and knobs).
 pub fn micro_scenario(s: &Scenario, batch: u32) -> Scenario {
     let mut m = s.clone();
@@ -159,7 +170,7 @@ fn play(s: &Scenario, p: &CalibrationProfile, stage: &Stage, batch: u32) -> Resu
 }
 
 /// One event of the recorded cycle: a stage run placed at `at`, or a send.
-enum Event {
+pub enum Event {
     Run {
         stage: usize,
         size: usize,
@@ -176,6 +187,116 @@ enum Event {
     },
 }
 
+/// What the schedule is played from: every (stage, micro-batch size)'s time and every send's.
+pub struct Times<'a> {
+    /// Micro-batch j's size, as an index into the distinct sizes.
+    pub size: &'a [usize],
+    /// Distinct micro-batch sizes.
+    pub sizes: usize,
+    /// Stage `st`'s time (µs) for size `k` at `st * sizes + k`.
+    pub span: &'a [f64],
+    /// The send from stage `st` to `st + 1` for size `k` at `st * sizes + k`.
+    pub send: &'a [f64],
+    /// The sampled tokens' return to stage 0 ([`token_return_us`]).
+    pub ret: f64,
+}
+
+/// Each stage's window in the recorded cycle: its start (stage 0: its first run; the others:
+/// when they are free for their first receive) and the same a cycle later.
+pub struct Windows {
+    pub start: Vec<f64>,
+    pub next: Vec<f64>,
+}
+
+impl Windows {
+    /// The time per output token: the mean over stages (hence over ranks, every stage having
+    /// tp of them) of a window, as `Timeline::step_time_us` reads the recorded cycle.
+    pub fn step_time_us(&self) -> f64 {
+        let n = self.start.len().max(1) as f64;
+        self.next
+            .iter()
+            .zip(&self.start)
+            .map(|(b, a)| b - a)
+            .sum::<f64>()
+            / n
+    }
+}
+
+/// The micro-batch schedule of the module text (each stage busy with one micro-batch at a time,
+/// a micro-batch's stages in order, a send when the sender is done and the receiver free),
+/// played cycle after cycle until it repeats; `event` sees every run and send of the last full
+/// cycle. The one composition of stage times and sends: `simulate` plays it over the engine's
+/// stage spans, the fast path (`sim::fast`) over its own.
+pub fn schedule(t: &Times<'_>, event: &mut dyn FnMut(Event)) -> Windows {
+    let n_stages = t.span.len() / t.sizes.max(1);
+    let cycles = 4 * n_stages + 8;
+    let last = cycles - 1;
+    let mut free = vec![0.0_f64; n_stages];
+    let mut ready0 = vec![0.0_f64; t.size.len()];
+    let mut w = Windows {
+        start: vec![0.0; n_stages],
+        next: vec![0.0; n_stages],
+    };
+    for c in 0..=cycles {
+        let record = c == last;
+        let win = if c == cycles {
+            &mut w.next
+        } else {
+            &mut w.start
+        };
+        let keep = c >= last;
+        for (j, &k) in t.size.iter().enumerate() {
+            let mut at = free[0].max(ready0[j]);
+            if j == 0 && keep {
+                win[0] = at;
+            }
+            if record {
+                event(Event::Run {
+                    stage: 0,
+                    size: k,
+                    at,
+                });
+            }
+            let mut end = at + t.span[k];
+            for st in 0..n_stages - 1 {
+                let receiver_ready = free[st + 1];
+                if j == 0 && keep {
+                    win[st + 1] = receiver_ready;
+                }
+                let start = end.max(receiver_ready);
+                let stop = start + t.send[st * t.sizes + k];
+                if record {
+                    event(Event::Send {
+                        from: st,
+                        size: k,
+                        sender_ready: end,
+                        receiver_ready,
+                        start,
+                        end: stop,
+                    });
+                }
+                free[st] = stop;
+                at = stop;
+                if record {
+                    event(Event::Run {
+                        stage: st + 1,
+                        size: k,
+                        at,
+                    });
+                }
+                end = at + t.span[(st + 1) * t.sizes + k];
+            }
+            free[n_stages - 1] = end;
+            ready0[j] = end + t.ret;
+            if c == cycles {
+                // Micro-batch 0 has set every stage's window start of this cycle.
+                break;
+            }
+        }
+    }
+    w
+}
+
 /// Plays `scenario` (with `comm.pp` above 1) as a pipeline; see the module text.
 pub fn simulate(scenario: Scenario, profile: CalibrationProfile) -> Result<Simulation> {
     let s = &scenario;
@@ -183,9 +304,7 @@ pub fn simulate(scenario: Scenario, profile: CalibrationProfile) -> Result<Simul
     let stages = stage::stages(s);
     let n_stages = stages.len();
     let micro = micro_batches(s.batch, s.comm.pp_size());
-    let mut sizes: Vec<u32> = micro.clone();
-    sizes.dedup();
-    let size_of = |b: u32| sizes.iter().position(|&x| x == b).expect("listed");
+    let (sizes, size) = micro_sizes(&micro);
     // runs[stage][size], sends[stage][size] (stage < last)
     let mut runs: Vec<Vec<Run>> = Vec::with_capacity(n_stages);
     for st in &stages {
@@ -201,61 +320,25 @@ pub fn simulate(scenario: Scenario, profile: CalibrationProfile) -> Result<Simul
     let ret = token_return_us(s);
 
     // The schedule, cycle after cycle; the last full cycle is recorded.
-    let cycles = 4 * n_stages + 8;
-    let mut free = vec![0.0_f64; n_stages];
-    let mut ready0 = vec![0.0_f64; micro.len()];
-    // Each stage's window start per cycle: stage 0 its first run, the others their first recv.
-    let mut window = vec![vec![0.0_f64; n_stages]; cycles + 1];
+    let span: Vec<f64> = runs
+        .iter()
+        .flat_map(|row| row.iter().map(|r| r.span))
+        .collect();
+    let send_us: Vec<f64> = sends
+        .iter()
+        .flat_map(|row| row.iter().map(|x| x.1))
+        .collect();
     let mut events = Vec::new();
-    for (c, win) in window.iter_mut().enumerate() {
-        let record = c + 1 == cycles;
-        for (j, &b) in micro.iter().enumerate() {
-            let k = size_of(b);
-            let mut at = free[0].max(ready0[j]);
-            if j == 0 {
-                win[0] = at;
-            }
-            if record {
-                events.push(Event::Run {
-                    stage: 0,
-                    size: k,
-                    at,
-                });
-            }
-            let mut end = at + runs[0][k].span;
-            for st in 0..n_stages - 1 {
-                let receiver_ready = free[st + 1];
-                if j == 0 {
-                    win[st + 1] = receiver_ready;
-                }
-                let start = end.max(receiver_ready);
-                let stop = start + sends[st][k].1;
-                if record {
-                    events.push(Event::Send {
-                        from: st,
-                        size: k,
-                        sender_ready: end,
-                        receiver_ready,
-                        start,
-                        end: stop,
-                    });
-                }
-                free[st] = stop;
-                at = stop;
-                if record {
-                    events.push(Event::Run {
-                        stage: st + 1,
-                        size: k,
-                        at,
-                    });
-                }
-                end = at + runs[st + 1][k].span;
-            }
-            free[n_stages - 1] = end;
-            ready0[j] = end + ret;
-        }
-    }
-    let last = cycles - 1;
+    let window = schedule(
+        &Times {
+            size: &size,
+            sizes: sizes.len(),
+            span: &span,
+            send: &send_us,
+            ret,
+        },
+        &mut |e| events.push(e),
+    );
 
     // The combined workload: every (stage, size) block, then the sends.
     let mut ops = Vec::new();
@@ -281,7 +364,7 @@ pub fn simulate(scenario: Scenario, profile: CalibrationProfile) -> Result<Simul
     }
 
     // The timeline of the recorded cycle, its first window starting at 0.
-    let zero = window[last].iter().copied().fold(f64::INFINITY, f64::min);
+    let zero = window.start.iter().copied().fold(f64::INFINITY, f64::min);
     let tp = s.tp as usize;
     let ranks = tp * n_stages;
     let mut timeline = Timeline::default();
@@ -327,8 +410,8 @@ pub fn simulate(scenario: Scenario, profile: CalibrationProfile) -> Result<Simul
     }
     for st in 0..n_stages {
         for local in 0..tp {
-            timeline.rank_start_us[st * tp + local] = window[last][st] - zero;
-            timeline.rank_end_us[st * tp + local] = window[last + 1][st] - zero;
+            timeline.rank_start_us[st * tp + local] = window.start[st] - zero;
+            timeline.rank_end_us[st * tp + local] = window.next[st] - zero;
         }
     }
 

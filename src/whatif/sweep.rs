@@ -27,6 +27,9 @@ const TASK: usize = 1024;
 #[derive(Debug, Clone)]
 pub struct SweepRequest {
     pub base: ScenarioRequest,
+    /// Pipeline stages (`--pp`; the outermost list: each value is its own fitted scenario).
+    /// Empty: the base request's own.
+    pub pp: Vec<u32>,
     pub batch: Vec<u32>,
     pub context: Vec<u64>,
     pub proto: Vec<Proto>,
@@ -46,6 +49,8 @@ pub struct SweepRequest {
 /// One scenario's inputs and outputs.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Row {
+    /// Pipeline stages (1: none).
+    pub pp: u32,
     pub batch: u32,
     pub context: u64,
     pub proto: Proto,
@@ -124,9 +129,10 @@ pub trait Output {
 }
 
 impl SweepRequest {
-    /// Scenarios in the grid, without overflow (a product of six list lengths).
+    /// Scenarios in the grid, without overflow (a product of seven list lengths).
     pub fn count(&self) -> u128 {
         [
+            self.pp.len().max(1),
             self.batch.len(),
             self.context.len(),
             self.proto.len(),
@@ -147,11 +153,25 @@ impl SweepRequest {
         self.count() == 0
     }
 
-    /// Refuses a grid above `--max-work` before anything is loaded or priced.
+    /// Pipeline stages per scenario, averaged over the grid: a pipeline's row plays every
+    /// stage (about one plain row's work each).
+    fn mean_stages(&self) -> f64 {
+        if self.pp.is_empty() {
+            return self.base.comm.pp_size() as f64;
+        }
+        self.pp.iter().map(|&p| p.max(1) as f64).sum::<f64>() / self.pp.len() as f64
+    }
+
+    /// Refuses a grid above `--max-work` before anything is loaded or priced (a pipeline's
+    /// scenario counts once per stage).
     pub fn check_work(&self) -> Result<()> {
         let n = self.count();
         let lists = format!(
-            "{} batches × {} contexts × {} protocols × {} algorithms × {} graph settings × {} draft-token counts",
+            "{}{} batches × {} contexts × {} protocols × {} algorithms × {} graph settings × {} draft-token counts",
+            match self.pp.len() {
+                0 | 1 => String::new(),
+                n => format!("{n} pipeline sizes × "),
+            },
             self.batch.len(),
             self.context.len(),
             self.proto.len(),
@@ -162,7 +182,7 @@ impl SweepRequest {
         crate::error::check_work(
             "sweep",
             format!("the grid of {} scenarios ({lists})", scenarios_text(n)),
-            n as f64 * crate::error::WORK_FAST_SCENARIO,
+            n as f64 * self.mean_stages() * crate::error::WORK_FAST_SCENARIO,
             self.max_work,
             "shorten the lists",
         )
@@ -180,12 +200,19 @@ fn scenarios_text(n: u128) -> String {
 /// A sweep loaded and checked, ready to stream.
 pub struct Prepared<'a> {
     req: &'a SweepRequest,
+    /// Per pipeline size, in `req.pp`'s order (one when the grid has no pp list).
+    layouts: Vec<Layout>,
+    mean_len: Vec<f64>,
+    pub meta: Meta,
+}
+
+/// One pipeline size of the grid: its fitted scenario and the settings priced under it.
+struct Layout {
+    pp: u32,
     fast: FastScenario,
     colls: Vec<(Proto, Algo, Collectives)>,
     /// Per CUDA-graph setting: the setting, its launch parameters and its KV budget.
     launches: Vec<(bool, Launch, KvBudget)>,
-    mean_len: Vec<f64>,
-    pub meta: Meta,
 }
 
 /// Loads and checks everything a sweep needs, before any row is priced or written: the work
@@ -200,7 +227,19 @@ pub fn prepare<'a>(
     }
     req.check_work()?;
     req.base.comm.refuse_wide_ep("the sweep's fast path")?;
-    let (scenario, profile) = req.base.load()?;
+    // Each pipeline size loaded and validated as its own scenario (tp × pp GPUs, layers).
+    let pps: Vec<Option<u32>> = if req.pp.is_empty() {
+        vec![req.base.comm.pp]
+    } else {
+        req.pp.iter().map(|&n| Some(n)).collect()
+    };
+    let mut loaded = Vec::new();
+    for &pp in &pps {
+        let mut base = req.base.clone();
+        base.comm.pp = pp;
+        loaded.push(base.load()?);
+    }
+    let (scenario, profile) = loaded[0].clone();
     let speculative = req.draft_tokens.iter().any(|&k| k > 0);
     let draft = if speculative {
         let d = Draft::load(req.method, req.draft.as_deref(), &scenario.model)?;
@@ -230,19 +269,28 @@ pub fn prepare<'a>(
         s.context = c;
         s.validate()?;
     }
-    let fast = FastScenario::new(&scenario, &profile, draft.as_deref())?;
-    let mut colls = Vec::new();
-    for &proto in &req.proto {
-        for &algo in &req.algo {
-            let mut s = scenario.clone();
-            s.nccl.proto = proto;
-            s.nccl.algo = algo;
-            colls.push((proto, algo, Collectives::new(&s, &profile)?));
+    let mut layouts = Vec::new();
+    for (scenario, profile) in &loaded {
+        let fast = FastScenario::new(scenario, profile, draft.as_deref())?;
+        let mut colls = Vec::new();
+        for &proto in &req.proto {
+            for &algo in &req.algo {
+                let mut s = scenario.clone();
+                s.nccl.proto = proto;
+                s.nccl.algo = algo;
+                colls.push((proto, algo, Collectives::new(&s, profile)?));
+            }
         }
-    }
-    let mut launches = Vec::new();
-    for &g in &req.cuda_graphs {
-        launches.push((g, Launch::new(&profile, g), budget(&scenario, &profile, g)?));
+        let mut launches = Vec::new();
+        for &g in &req.cuda_graphs {
+            launches.push((g, Launch::new(profile, g), budget(scenario, profile, g)?));
+        }
+        layouts.push(Layout {
+            pp: scenario.comm.pp_size(),
+            fast,
+            colls,
+            launches,
+        });
     }
     let mean_len: Vec<f64> = req
         .draft_tokens
@@ -262,37 +310,39 @@ pub fn prepare<'a>(
     };
     Ok(Prepared {
         req,
-        fast,
-        colls,
-        launches,
+        layouts,
         mean_len,
         meta,
     })
 }
 
 impl Prepared<'_> {
-    /// Row `i` in the grid's nested order: batch, context, proto × algo, graphs, draft tokens.
+    /// Row `i` in the grid's nested order: pp, batch, context, proto × algo, graphs, draft
+    /// tokens.
     fn row(&self, i: usize) -> Row {
         let req = self.req;
-        let (nc, nk, nl, nd) = (
+        let (nb, nc, nk, nl, nd) = (
+            req.batch.len(),
             req.context.len(),
-            self.colls.len(),
-            self.launches.len(),
+            req.proto.len() * req.algo.len(),
+            req.cuda_graphs.len(),
             req.draft_tokens.len(),
         );
         let di = i % nd;
         let li = (i / nd) % nl;
         let ki = (i / (nd * nl)) % nk;
         let xi = (i / (nd * nl * nk)) % nc;
-        let bi = i / (nd * nl * nk * nc);
+        let bi = (i / (nd * nl * nk * nc)) % nb;
+        let lay = &self.layouts[i / (nd * nl * nk * nc * nb)];
         let (batch, context) = (req.batch[bi], req.context[xi]);
-        let (proto, algo, coll) = &self.colls[ki];
-        let (graphs, launch, kv) = &self.launches[li];
+        let (proto, algo, coll) = &lay.colls[ki];
+        let (graphs, launch, kv) = &lay.launches[li];
         let k = req.draft_tokens[di];
+        let fast = &lay.fast;
         let (step, busy) = if k == 0 {
-            self.fast.step_us_busy(batch, context, launch, coll)
+            fast.step_us_busy(batch, context, launch, coll)
         } else {
-            match self.fast.spec_step_us_busy(batch, context, k, launch, coll) {
+            match fast.spec_step_us_busy(batch, context, k, launch, coll) {
                 Some((s, b)) => (s.2, b),
                 // Not reached: the drafter is fitted whenever a k above 0 is in the grid.
                 None => (f64::NAN, [f64::NAN; Category::ALL.len()]),
@@ -300,6 +350,7 @@ impl Prepared<'_> {
         };
         let per_user = self.mean_len[di] / step * 1e6;
         Row {
+            pp: lay.pp,
             batch,
             context,
             proto: *proto,
@@ -444,6 +495,7 @@ mod tests {
 
     fn row(per_user: f64, total: f64, fits: bool) -> Row {
         Row {
+            pp: 1,
             batch: 1,
             context: 1,
             proto: Proto::Ll,

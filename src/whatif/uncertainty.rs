@@ -802,21 +802,53 @@ pub(crate) fn spec_decode_intervals(
 }
 
 /// Tokens/s intervals of every sweep row (in `rows` order), one fast path fitted for the grid
-/// as the sweep fits it, each row's draws replayed on its memo (`sweep --intervals`).
+/// as the sweep fits it (one per pipeline size), each row's draws replayed on its memo
+/// (`sweep --intervals`).
 pub(crate) fn sweep_intervals(
     req: &super::sweep::SweepRequest,
     rows: &[super::sweep::Row],
     n: usize,
     seed: u64,
 ) -> Result<Vec<Interval>> {
-    use rayon::prelude::*;
     if n == 0 {
         return Ok(rows
             .iter()
             .map(|r| Interval::point(r.tokens_per_s))
             .collect());
     }
-    let (scenario, profile) = req.base.load()?;
+    let mut out = vec![Interval::point(f64::NAN); rows.len()];
+    let mut pps: Vec<u32> = rows.iter().map(|r| r.pp).collect();
+    pps.sort_unstable();
+    pps.dedup();
+    for pp in pps {
+        let (idx, sub): (Vec<usize>, Vec<super::sweep::Row>) = rows
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.pp == pp)
+            .map(|(i, r)| (i, *r))
+            .unzip();
+        let mut base = req.base.clone();
+        base.comm.pp = Some(pp);
+        for (i, v) in idx
+            .into_iter()
+            .zip(sweep_intervals_at(req, &base, &sub, n, seed)?)
+        {
+            out[i] = v;
+        }
+    }
+    Ok(out)
+}
+
+/// [`sweep_intervals`] of rows of one pipeline size, `base` the grid's base at that size.
+fn sweep_intervals_at(
+    req: &super::sweep::SweepRequest,
+    base: &crate::sim::ScenarioRequest,
+    rows: &[super::sweep::Row],
+    n: usize,
+    seed: u64,
+) -> Result<Vec<Interval>> {
+    use rayon::prelude::*;
+    let (scenario, profile) = base.load()?;
     let draft = if rows.iter().any(|r| r.draft_tokens > 0) {
         Some(super::draft::Draft::load(
             req.method,

@@ -411,6 +411,18 @@ impl PassModel {
         slot: usize,
         verify: bool,
     ) -> Result<Self> {
+        Self::fit_probes(s, build, slot, verify, [&PROBES_LOW, &PROBES_HIGH])
+    }
+
+    /// [`PassModel::fit`] at the given probes (batch, queries, context) of the low and high
+    /// regimes.
+    pub(super) fn fit_probes(
+        s: &Scenario,
+        build: &(dyn Fn(&Scenario, u32) -> Workload + Sync),
+        slot: usize,
+        verify: bool,
+        probes: [&[(u32, u32, u64)]; 2],
+    ) -> Result<Self> {
         let sms = s.system.gpu.sms as u64;
         let experts = s
             .model
@@ -418,8 +430,8 @@ impl PassModel {
             .as_ref()
             .map(|m| DistinctExperts::new(&s.routing, m.n_routed_experts, m.top_k));
         let (low, high) = rayon::join(
-            || Self::fit_regime(s, build, &PROBES_LOW, sms, verify),
-            || Self::fit_regime(s, build, &PROBES_HIGH, sms, verify),
+            || Self::fit_regime(s, build, probes[0], sms, verify),
+            || Self::fit_regime(s, build, probes[1], sms, verify),
         );
         Ok(PassModel {
             low: low?,

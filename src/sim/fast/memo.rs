@@ -50,7 +50,9 @@ pub(super) struct Memo {
     pub(super) owner: u64,
     /// The pricing scenario, its batch, context and NCCL settings set before each pricing.
     pub(super) s: Scenario,
-    pub(super) passes: [EntryMap; 1 + PassKind::ALL.len()],
+    /// By pass slot (`FastScenario::slots`: the plain step and the speculative passes, or the
+    /// pipeline's stages).
+    pub(super) passes: Vec<EntryMap>,
     /// Prices stored, to bound the memory a long-lived thread keeps.
     pub(super) stored: usize,
     /// Scratch: one pass's op durations.

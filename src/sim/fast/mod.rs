@@ -54,10 +54,12 @@ const CONTEXT_COLS: [usize; 5] = [3, 4, 5, 7, 8];
 /// The scenario variables an op's shape is linear in.
 mod basis;
 mod memo;
+mod pipeline;
 mod replay;
 
 use basis::*;
 use memo::*;
+use pipeline::PipelineFit;
 pub use replay::State;
 use replay::*;
 
@@ -147,6 +149,8 @@ pub struct FastScenario {
     spec: Option<SpecFit>,
     /// The expected wait of each collective for the slowest rank (jitter on).
     straggler: Straggler,
+    /// Pipeline parallelism: stages 1 .. pp (stage 0 is `target`) and the schedule's inputs.
+    pipeline: Option<PipelineFit>,
 }
 
 /// The sweep setting a pass is played under: the launch mode and the NCCL setting.
@@ -207,11 +211,25 @@ impl FastScenario {
         p: &CalibrationProfile,
         draft: Option<&crate::workload::spec_step::Drafter>,
     ) -> Result<Self> {
-        // The fast path replays one SPMD step; a pipeline's micro-batch schedule is played by
-        // `sim::pipeline` only. Refused, never priced as if it had one stage.
+        // A pipeline: one model per stage, composed by `sim::pipeline::schedule`. Speculative
+        // decoding's windows are not composed with the pipeline's micro-batches: refused.
         let pp = s.comm.pp_size();
         if pp > 1 {
-            return Err(pp_refused(pp));
+            if draft.is_some() {
+                return Err(pp_refused(pp));
+            }
+            let (first, fit) = PipelineFit::fit(s)?;
+            let fast = FastScenario {
+                profile: p.clone(),
+                scenario: s.clone(),
+                id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+                target: first,
+                spec: None,
+                straggler: Straggler::new(&p.variability, s.tp),
+                pipeline: Some(fit),
+            };
+            fast.check()?;
+            return Ok(fast);
         }
         s.refuse_wide_ep("the sweep's fast path")?;
         let build_target = |ps: &Scenario, q: u32| crate::workload::build_pass(ps, q);
@@ -263,6 +281,7 @@ impl FastScenario {
             target,
             spec,
             straggler: Straggler::new(&p.variability, s.tp),
+            pipeline: None,
         };
         fast.check()?;
         Ok(fast)
@@ -291,7 +310,19 @@ impl FastScenario {
     }
 
     fn passes(&self) -> impl Iterator<Item = &PassModel> {
-        std::iter::once(&self.target).chain(self.spec.iter().flat_map(|f| &f.passes))
+        std::iter::once(&self.target)
+            .chain(self.spec.iter().flat_map(|f| &f.passes))
+            .chain(self.pipeline.iter().flat_map(|f| &f.rest))
+    }
+
+    /// Memo slots: the plain step and the speculative passes, or the pipeline's stages.
+    fn slots(&self) -> usize {
+        (1 + PassKind::ALL.len()).max(self.pipeline.as_ref().map_or(0, |f| f.stages()))
+    }
+
+    /// Pipeline stages (1 without pipeline parallelism).
+    pub fn stages(&self) -> usize {
+        self.pipeline.as_ref().map_or(1, |f| f.stages())
     }
 
     /// Segment shapes (ops, repeat) of the target, verify, first and later draft passes.
@@ -311,10 +342,12 @@ impl FastScenario {
                 *slot = Some(Box::new(Memo {
                     owner: self.id,
                     s: self.scenario.clone(),
-                    passes: Default::default(),
+                    passes: (0..self.slots()).map(|_| Default::default()).collect(),
                     stored: 0,
                     d: Vec::new(),
-                    scratch: (0..4 * 2 * LAYOUTS).map(|_| Scratch::new()).collect(),
+                    scratch: (0..self.slots() * 2 * LAYOUTS)
+                        .map(|_| Scratch::new())
+                        .collect(),
                     draw: None,
                     latency: HashMap::new(),
                 }));
@@ -486,6 +519,9 @@ impl FastScenario {
         coll: &Collectives,
     ) -> (f64, Busy) {
         self.with_memo(|m| {
+            if let Some(fit) = &self.pipeline {
+                return self.pipeline_step(m, fit, (batch, context), Setting { launch, coll }, 0.0);
+            }
             let mut st = State::new(launch);
             self.play(
                 m,
@@ -589,6 +625,13 @@ impl FastScenario {
     ) -> f64 {
         self.with_memo(|m| {
             m.draw = Some(*draw);
+            if let Some(fit) = &self.pipeline {
+                let set = Setting { launch, coll };
+                let at = (batch, context);
+                let us = self.pipeline_step(m, fit, at, set, draw.step_overhead_us).0;
+                m.draw = None;
+                return us;
+            }
             let mut st = State::new(launch);
             st.step_overhead += draw.step_overhead_us;
             self.play(
@@ -684,12 +727,14 @@ impl Draw {
     }
 }
 
-/// The fast path's refusal of pipeline parallelism, with the commands that handle it.
+/// The refusal of speculative decoding with pipeline parallelism (its draft and verify
+/// windows are not composed with the pipeline's micro-batches), with the commands that handle
+/// the pipeline.
 pub(crate) fn pp_refused(pp: u32) -> Error {
     Error::FlagUse {
         flag: "--pp",
         problem: format!(
-            "{pp}: the aggregate fast path (sweep, intervals, speculative decoding) prices one pipeline stage only; run pipeline parallelism on the full timeline, without intervals: `decodesim simulate --pp {pp}`, `decodesim whatif --vary pp=1,{pp} --draws 0` or `decodesim capacity --pp {pp}`"
+            "{pp}: speculative decoding is not modelled with pipeline parallelism (its draft and verify passes are not composed with the pipeline's micro-batches); price the pipeline without drafts: `decodesim simulate --pp {pp}`, `decodesim whatif --vary pp=1,{pp}`, `decodesim sweep --pp 1,{pp}` or `decodesim capacity --pp {pp}`"
         ),
     }
 }

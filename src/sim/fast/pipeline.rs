@@ -1,0 +1,184 @@
+//! Pipeline parallelism (`--pp`) on the fast path: one fitted model per stage, the
+//! stage-to-stage send priced by the timeline's own `sim::pipeline::send`, and the micro-batch
+//! schedule composed by `sim::pipeline::schedule`, the function `simulate` composes its
+//! timeline with.
+//!
+//! Each stage's model is fitted by probing `workload::stage::build_stage` (its layer range, the
+//! embedding on the first stage, the final norm, lm_head and sampler on the last, the receive
+//! all-gathers on the others), as `sim::pipeline` builds the stage it plays. Per micro-batch
+//! size a stage is played on one rank's recursion (`State::window_us`: first kernel to last end
+//! plus the profile's step overhead, the straggler wait's expectation at its collectives),
+//! where the timeline takes the span of the stage's tp ranks; with jitter off the two are the
+//! same, with it on tests/fast_pipeline.rs holds them within 0.5% over seeds.
+
+use super::*;
+use crate::sim::pipeline as pl;
+
+/// The stages of a pipeline scenario (the first is `FastScenario::target`, slot 0; stage i
+/// has memo slot i).
+#[derive(Debug, Clone)]
+pub(super) struct PipelineFit {
+    pub(super) pp: u32,
+    /// Stages 1 .. pp.
+    pub(super) rest: Vec<PassModel>,
+    /// The sampled tokens' return to stage 0 (µs).
+    pub(super) ret_us: f64,
+}
+
+impl PipelineFit {
+    /// Fits every stage of `s` (pp above 1): (stage 0's model, the rest).
+    pub(super) fn fit(s: &Scenario) -> Result<(PassModel, Self)> {
+        use rayon::prelude::*;
+        let stages = crate::workload::stage::stages(s);
+        // A stage runs one query token per sequence: the probes' tokens as sequences.
+        let plain = |p: &[(u32, u32, u64)]| -> Vec<(u32, u32, u64)> {
+            p.iter().map(|&(b, q, c)| (b * q, 1, c)).collect()
+        };
+        let (low, high) = (plain(&PROBES_LOW), plain(&PROBES_HIGH));
+        let mut models = stages
+            .par_iter()
+            .enumerate()
+            .map(|(i, st)| {
+                let build = |ps: &Scenario, _q: u32| crate::workload::stage::build_stage(ps, st);
+                PassModel::fit_probes(s, &build, i, false, [&low, &high])
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let first = models.remove(0);
+        Ok((
+            first,
+            PipelineFit {
+                pp: s.comm.pp_size(),
+                rest: models,
+                ret_us: pl::token_return_us(s),
+            },
+        ))
+    }
+
+    pub(super) fn stages(&self) -> usize {
+        self.rest.len() + 1
+    }
+}
+
+/// A send's price (µs) and latency part, per (fast scenario, from, micro-batch, collectives
+/// id, graphs): `sim::pipeline::send` builds an op and a workload per call, a sweep asks for
+/// the same few many times.
+type SendKey = (u64, u32, u32, u64, bool);
+type SendMap = HashMap<SendKey, (f64, f64), BuildHasherDefault<KeyHasher>>;
+
+thread_local! {
+    static SENDS: RefCell<SendMap> = RefCell::new(SendMap::default());
+}
+
+/// Entries kept before the send memo starts over (a sweep needs a few per batch).
+const SENDS_MAX: usize = 1 << 16;
+
+impl FastScenario {
+    /// Stage `i`'s model.
+    fn stage_model<'a>(&'a self, fit: &'a PipelineFit, i: usize) -> &'a PassModel {
+        if i == 0 {
+            &self.target
+        } else {
+            &fit.rest[i - 1]
+        }
+    }
+
+    /// The send from stage `from` for a micro-batch of `batch` sequences under `set`, priced as
+    /// the timeline prices it (µs, latency part).
+    fn send_us(&self, m: &mut Memo, from: u32, batch: u32, set: Setting<'_>) -> (f64, f64) {
+        let key = (self.id, from, batch, set.coll.id, set.launch.graphs);
+        if let Some(v) = SENDS.with(|c| c.borrow().get(&key).copied()) {
+            return v;
+        }
+        let s = &mut m.s;
+        s.nccl = set.coll.nccl;
+        s.comm = set.coll.comm;
+        s.cuda_graphs = set.launch.graphs;
+        let (_, us, lat) = pl::send(s, &self.profile, from, batch);
+        SENDS.with(|c| {
+            let mut c = c.borrow_mut();
+            if c.len() >= SENDS_MAX {
+                c.clear();
+            }
+            c.insert(key, (us, lat));
+        });
+        (us, lat)
+    }
+
+    /// One pipeline step at (batch, context): every (stage, micro-batch size) played on its
+    /// own state (`overhead` µs added to each one's end-of-step idle), the sends priced, and
+    /// `sim::pipeline::schedule` composing them. Returns the time per output token and the busy
+    /// time per category of one rank over it (each stage runs every micro-batch once and holds
+    /// the sends in and out of it; the mean over stages, as the timeline's per-rank mean).
+    pub(super) fn pipeline_step(
+        &self,
+        m: &mut Memo,
+        fit: &PipelineFit,
+        at: (u32, u64),
+        set: Setting<'_>,
+        overhead: f64,
+    ) -> (f64, Busy) {
+        let (batch, context) = at;
+        let micro = pl::micro_batches(batch, fit.pp);
+        let (sizes, size) = pl::micro_sizes(&micro);
+        let n = fit.stages();
+        let k_n = sizes.len();
+        let mut span = vec![0.0; n * k_n];
+        let mut send = vec![0.0; (n - 1) * k_n];
+        let mut stage_busy = vec![[0.0; NCAT]; n * k_n];
+        for st in 0..n {
+            let pm = self.stage_model(fit, st);
+            for (k, &b) in sizes.iter().enumerate() {
+                let mut state = State::new(set.launch);
+                state.step_overhead += overhead;
+                self.play(m, pm, &mut state, PassAt::plain(b, context), set);
+                span[st * k_n + k] = state.window_us();
+                stage_busy[st * k_n + k] = state.busy;
+            }
+        }
+        let draw = m.draw;
+        for from in 0..n - 1 {
+            for (k, &b) in sizes.iter().enumerate() {
+                let (mut us, lat) = self.send_us(m, from as u32, b, set);
+                if let Some(d) = draw {
+                    let l = if us > 0.0 {
+                        (lat / us).clamp(0.0, 1.0)
+                    } else {
+                        1.0
+                    };
+                    us *= l * d.collective_latency
+                        + (1.0 - l) * d.family[CostFamily::SendRecv as usize];
+                }
+                send[from * k_n + k] = us;
+            }
+        }
+        let w = pl::schedule(
+            &pl::Times {
+                size: &size,
+                sizes: k_n,
+                span: &span,
+                send: &send,
+                ret: fit.ret_us,
+            },
+            &mut |_| {},
+        );
+        let comm = Category::Communication.index();
+        let mut busy = [0.0; NCAT];
+        for st in 0..n {
+            for &k in &size {
+                for (b, x) in busy.iter_mut().zip(&stage_busy[st * k_n + k]) {
+                    *b += x;
+                }
+                if st + 1 < n {
+                    busy[comm] += send[st * k_n + k];
+                }
+                if st > 0 {
+                    busy[comm] += send[(st - 1) * k_n + k];
+                }
+            }
+        }
+        for b in &mut busy {
+            *b /= n as f64;
+        }
+        (w.step_time_us(), busy)
+    }
+}

@@ -416,6 +416,8 @@ fn draw_unpicked(cdf: &[f64], picked: &[usize], rng: &mut SmallRng) -> usize {
 struct GuideTable {
     start: Vec<u32>,
     scale: f64,
+    /// The cdf and one +∞ after it, so the first step of the scan needs no bounds test.
+    cdf: Vec<f64>,
 }
 
 impl GuideTable {
@@ -428,6 +430,7 @@ impl GuideTable {
         GuideTable {
             start: Vec::new(),
             scale: 0.0,
+            cdf: Vec::new(),
         }
     }
 
@@ -450,19 +453,26 @@ impl GuideTable {
             }
             *s = i as u32;
         }
+        self.cdf.clear();
+        self.cdf.extend_from_slice(cdf);
+        self.cdf.push(f64::INFINITY);
     }
 
-    /// `cdf.partition_point(|&c| c <= u).min(cdf.len() - 1)` for the `cdf` the table was built
-    /// from (non-empty).
+    /// `cdf.partition_point(|&c| c <= u).min(cdf.len() - 1)` for the (non-empty) `cdf` the
+    /// table was built from.
     #[inline]
-    fn find(&self, cdf: &[f64], u: f64) -> usize {
+    fn find(&self, u: f64) -> usize {
         // A float-to-int cast saturates (NaN gives 0): bucket ≤ u·scale holds in every case.
         let b = ((u * self.scale) as usize).min(self.start.len() - 1);
+        let (cdf, len) = (&self.cdf, self.cdf.len() - 1);
         let mut i = self.start[b] as usize;
-        while i < cdf.len() && cdf[i] <= u {
+        // One step without a branch (the start is nearly always the answer or one short of
+        // it; i ≤ len, and cdf[len] = +∞), then a loop that rarely runs.
+        i += usize::from(cdf[i] <= u);
+        while i < len && cdf[i] <= u {
             i += 1;
         }
-        i.min(cdf.len() - 1)
+        i.min(len - 1)
     }
 }
 
@@ -531,6 +541,8 @@ pub(crate) fn sample_padded(
     // Where each layer's hot experts sit: a separate stream, so uniform draws stay as they were.
     let mut place_rng = SmallRng::seed_from_u64(seed ^ 0x0e1a_ce5e);
     let mut picked = Vec::with_capacity(k);
+    // Whether each expert is in `picked` (one load per draw instead of a scan of `picked`).
+    let mut in_picked = vec![false; experts];
     let mut cdf = vec![0.0; experts];
     let mut perm: Vec<usize> = (0..experts).collect();
     let mut guide = GuideTable::new();
@@ -577,10 +589,11 @@ pub(crate) fn sample_padded(
                     Some(_) if rejected >= MAX_REJECTIONS => draw_unpicked(&cdf, &picked, &mut rng),
                     Some(_) => {
                         let u = rng.random::<f64>() * cdf[experts - 1];
-                        guide.find(&cdf, u)
+                        guide.find(u)
                     }
                 };
-                if !picked.contains(&e) {
+                if !in_picked[e] {
+                    in_picked[e] = true;
                     picked.push(e);
                 } else {
                     rejected += 1;
@@ -589,6 +602,7 @@ pub(crate) fn sample_padded(
             let rows = if token < tokens { 1 } else { dummy_rows as u32 };
             for &e in &picked {
                 counts[e] += rows;
+                in_picked[e] = false;
             }
         }
         out.experts_touched[layer] = counts.iter().filter(|&&c| c > 0).count() as u32;
@@ -724,12 +738,7 @@ mod tests {
                 .chain([0.0, f64::MIN_POSITIVE, total, f64::NAN]);
             for u in points {
                 let want = cdf.partition_point(|&c| c <= u).min(cdf.len() - 1);
-                assert_eq!(
-                    guide.find(&cdf, u),
-                    want,
-                    "u={u} over {} entries",
-                    cdf.len()
-                );
+                assert_eq!(guide.find(u), want, "u={u} over {} entries", cdf.len());
             }
         }
     }

@@ -3,7 +3,7 @@
 //! 32 redundant experts so that 256 + 32 fill 144 ranks evenly, batch 9,216 = 64 per rank).
 //! Target: the whole simulation (workload, prices, engine over 144 ranks, per-rank breakdowns)
 //! under 50 ms. Also the other 144-rank layout: Kimi-K2.5 as a TP 8 × PP 18 pipeline on the
-//! same system (`--pp 18 --tp 8`, the default batch and context).
+//! same system (`--pp 18 --tp 8 --batch 64`, as `benches/simulate.rs`'s PP18 case).
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use decodesim::scenario::deployment::EpComm;
@@ -54,6 +54,7 @@ fn bench(c: &mut Criterion) {
         model: "kimi-k2.5".into(),
         system: "h200-hgx-18node-ib".into(),
         tp: Some(8),
+        batch: 64,
         ..Default::default()
     };
     pp.comm.pp = Some(18);

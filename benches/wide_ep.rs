@@ -2,7 +2,8 @@
 //! (DeepSeek-V3 on 18 HGX H200 nodes, DP 144 × TP 1 = EP 144, low-latency RDMA all-to-all,
 //! 32 redundant experts so that 256 + 32 fill 144 ranks evenly, batch 9,216 = 64 per rank).
 //! Target: the whole simulation (workload, prices, engine over 144 ranks, per-rank breakdowns)
-//! under 50 ms.
+//! under 50 ms. Also the other 144-rank layout: Kimi-K2.5 as a TP 8 × PP 18 pipeline on the
+//! same system (`--pp 18 --tp 8 --batch 64`, as `benches/simulate.rs`'s PP18 case).
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use decodesim::scenario::deployment::EpComm;
@@ -48,6 +49,22 @@ fn bench(c: &mut Criterion) {
     });
     g.bench_function("per-rank breakdowns: 144 ranks", |b| {
         b.iter(|| black_box(timeline.rank_breakdowns(&w)))
+    });
+    let mut pp = ScenarioRequest {
+        model: "kimi-k2.5".into(),
+        system: "h200-hgx-18node-ib".into(),
+        tp: Some(8),
+        batch: 64,
+        ..Default::default()
+    };
+    pp.comm.pp = Some(18);
+    let (pp_scenario, pp_profile) = pp.load().expect("TP8 x PP18 scenario");
+    assert_eq!(pp_scenario.ranks() * pp_scenario.comm.pp_size(), 144);
+    g.bench_function("simulate: 144-rank TP8 x PP18 pipeline step", |b| {
+        b.iter(|| {
+            let sim = decodesim::simulate_loaded(pp_scenario.clone(), pp_profile.clone()).unwrap();
+            black_box(sim.step_time_us())
+        })
     });
     g.finish();
 }

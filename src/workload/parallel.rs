@@ -188,17 +188,42 @@ pub(crate) fn ep_rank_rows(counts: &[u32], n: usize, redundant: usize) -> (Vec<f
     physical.sort_by(|a, b| b.total_cmp(a));
     let slots = physical.len().div_ceil(n);
     let (mut rows, mut touched, mut used) = (vec![0.0f64; n], vec![0.0f64; n], vec![0usize; n]);
+    // The least-loaded rank with a free slot (ties: the lowest rank) from a heap of the ranks
+    // with free slots, not a scan of every rank per replica (288 replicas × 144 ranks per layer
+    // at EP 144); a full rank leaves the heap.
+    let mut open: std::collections::BinaryHeap<LeastLoaded> =
+        (0..n).map(|r| LeastLoaded(0.0, r)).collect();
     for load in physical {
-        let r = (0..n)
-            .filter(|&r| used[r] < slots)
-            .min_by(|&a, &b| rows[a].total_cmp(&rows[b]).then(a.cmp(&b)))
-            .unwrap_or(0);
+        let r = open.pop().map_or(0, |LeastLoaded(_, r)| r);
         rows[r] += load;
         used[r] += 1;
         touched[r] += f64::from(u8::from(load > 0.0));
+        if used[r] < slots {
+            open.push(LeastLoaded(rows[r], r));
+        }
     }
     (rows, touched)
 }
+
+/// A rank and its load, ordered so that a max-heap yields the least load, then the lowest rank.
+struct LeastLoaded(f64, usize);
+
+impl Ord for LeastLoaded {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        other.0.total_cmp(&self.0).then(other.1.cmp(&self.1))
+    }
+}
+impl PartialOrd for LeastLoaded {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl PartialEq for LeastLoaded {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other).is_eq()
+    }
+}
+impl Eq for LeastLoaded {}
 
 /// Bytes per token of one all-to-all message: BF16 rows, except the low-latency RDMA mode's
 /// dispatch, which DeepEP sends in FP8 with one FP32 scale per 128 elements
@@ -514,6 +539,59 @@ mod tests {
         assert!((rows[1] - (2.0 * t + 2.0)).abs() < 1e-12, "{rows:?}");
         assert_eq!(touched, vec![2.0, 3.0]);
         assert!((rows.iter().sum::<f64>() - 14.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn eplb_heap_places_as_the_scan_of_every_rank_does() {
+        // The placement rule as first written: scan every rank with a free slot per replica.
+        fn by_scan(mut physical: Vec<f64>, n: usize) -> (Vec<f64>, Vec<f64>) {
+            physical.sort_by(|a, b| b.total_cmp(a));
+            let slots = physical.len().div_ceil(n);
+            let (mut rows, mut touched, mut used) =
+                (vec![0.0f64; n], vec![0.0f64; n], vec![0usize; n]);
+            for load in physical {
+                let r = (0..n)
+                    .filter(|&r| used[r] < slots)
+                    .min_by(|&a, &b| rows[a].total_cmp(&rows[b]).then(a.cmp(&b)))
+                    .unwrap();
+                rows[r] += load;
+                used[r] += 1;
+                touched[r] += f64::from(u8::from(load > 0.0));
+            }
+            (rows, touched)
+        }
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(5);
+        for (e, n, redundant) in [(256, 144, 32), (256, 16, 0), (64, 8, 8), (16, 8, 0)] {
+            // Skewed counts with zeros and ties.
+            let counts: Vec<u32> = (0..e)
+                .map(|_| (rng.random::<f64>().powi(3) * 40.0) as u32)
+                .collect();
+            let mut replicas = vec![1u32; e];
+            for _ in 0..redundant {
+                let hot = (0..e)
+                    .max_by(|&a, &b| {
+                        let la = counts[a] as f64 / replicas[a] as f64;
+                        let lb = counts[b] as f64 / replicas[b] as f64;
+                        la.total_cmp(&lb).then(b.cmp(&a))
+                    })
+                    .unwrap();
+                replicas[hot] += 1;
+            }
+            let physical: Vec<f64> = (0..e)
+                .flat_map(|x| {
+                    let each = counts[x] as f64 / replicas[x] as f64;
+                    std::iter::repeat_n(each, replicas[x] as usize)
+                })
+                .collect();
+            let got = ep_rank_rows(&counts, n, redundant);
+            if redundant > 0 {
+                assert_eq!(got, by_scan(physical, n), "E={e} EP={n} R={redundant}");
+            }
+            let total: f64 = got.0.iter().sum();
+            let want: u32 = counts.iter().sum();
+            assert!((total - want as f64).abs() < 1e-9, "{total} vs {want}");
+        }
     }
 
     #[test]

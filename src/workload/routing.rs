@@ -407,6 +407,75 @@ fn draw_unpicked(cdf: &[f64], picked: &[usize], rng: &mut SmallRng) -> usize {
     last
 }
 
+/// The index `cdf.partition_point(|&c| c <= u).min(len - 1)` of a weighted draw, found through
+/// a guide table instead of a binary search (the sampler's hot spot: a 144-rank step draws
+/// 9,217 tokens × 8 experts × 58 layers). The result is the binary search's exactly, so seeded
+/// draws do not change: bucket `b` of `u` is ⌊u·scale⌋ and `start[b]` counts the entries with
+/// fl(c·scale) < b; rounded multiplication by a positive number is monotone, so each of those
+/// has fl(c·scale) < fl(u·scale), hence c < u, and the search can start there and step forward.
+struct GuideTable {
+    start: Vec<u32>,
+    scale: f64,
+    /// The cdf and one +∞ after it, so the first step of the scan needs no bounds test.
+    cdf: Vec<f64>,
+}
+
+impl GuideTable {
+    /// Buckets per entry of the cdf: enough that the forward scan mostly stops at once (a
+    /// scan of varying length costs a mispredicted branch per draw), few enough that the
+    /// table stays in the L1 cache (16 × 384 experts × 4 B = 24 KiB).
+    const BUCKETS_PER_ENTRY: usize = 16;
+
+    fn new() -> Self {
+        GuideTable {
+            start: Vec::new(),
+            scale: 0.0,
+            cdf: Vec::new(),
+        }
+    }
+
+    /// Rebuilds the table for a non-decreasing `cdf` of non-negative partial sums.
+    fn build(&mut self, cdf: &[f64]) {
+        let buckets = (cdf.len() * Self::BUCKETS_PER_ENTRY).max(1);
+        let total = cdf.last().copied().unwrap_or(0.0);
+        // scale 0 (a degenerate cdf) puts every draw in bucket 0: a plain forward scan.
+        self.scale = match buckets as f64 / total {
+            x if total > 0.0 && x.is_finite() => x,
+            _ => 0.0,
+        };
+        self.start.clear();
+        self.start.resize(buckets, 0);
+        // start[b] = #{i : fl(cdf[i]·scale) < b}; the set is a prefix (cdf is non-decreasing).
+        let mut i = 0usize;
+        for (b, s) in self.start.iter_mut().enumerate() {
+            while i < cdf.len() && cdf[i] * self.scale < b as f64 {
+                i += 1;
+            }
+            *s = i as u32;
+        }
+        self.cdf.clear();
+        self.cdf.extend_from_slice(cdf);
+        self.cdf.push(f64::INFINITY);
+    }
+
+    /// `cdf.partition_point(|&c| c <= u).min(cdf.len() - 1)` for the (non-empty) `cdf` the
+    /// table was built from.
+    #[inline]
+    fn find(&self, u: f64) -> usize {
+        // A float-to-int cast saturates (NaN gives 0): bucket ≤ u·scale holds in every case.
+        let b = ((u * self.scale) as usize).min(self.start.len() - 1);
+        let (cdf, len) = (&self.cdf, self.cdf.len() - 1);
+        let mut i = self.start[b] as usize;
+        // One step without a branch (the start is nearly always the answer or one short of
+        // it; i ≤ len, and cdf[len] = +∞), then a loop that rarely runs.
+        i += usize::from(cdf[i] <= u);
+        while i < len && cdf[i] <= u {
+            i += 1;
+        }
+        i.min(len - 1)
+    }
+}
+
 /// One step's routing as sampled, per layer.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct RoutingSample {
@@ -472,8 +541,11 @@ pub(crate) fn sample_padded(
     // Where each layer's hot experts sit: a separate stream, so uniform draws stay as they were.
     let mut place_rng = SmallRng::seed_from_u64(seed ^ 0x0e1a_ce5e);
     let mut picked = Vec::with_capacity(k);
+    // Whether each expert is in `picked` (one load per draw instead of a scan of `picked`).
+    let mut in_picked = vec![false; experts];
     let mut cdf = vec![0.0; experts];
     let mut perm: Vec<usize> = (0..experts).collect();
+    let mut guide = GuideTable::new();
     for (layer, &is_moe) in moe_layers.iter().enumerate() {
         if !is_moe {
             continue;
@@ -501,6 +573,7 @@ pub(crate) fn sample_padded(
                 acc += if from_law { w[perm[e]] } else { w[e] };
                 *c = acc;
             }
+            guide.build(&cdf);
         }
         let draws = tokens + u64::from(dummy_rows > 0);
         for token in 0..draws {
@@ -516,10 +589,11 @@ pub(crate) fn sample_padded(
                     Some(_) if rejected >= MAX_REJECTIONS => draw_unpicked(&cdf, &picked, &mut rng),
                     Some(_) => {
                         let u = rng.random::<f64>() * cdf[experts - 1];
-                        cdf.partition_point(|&c| c <= u).min(experts - 1)
+                        guide.find(u)
                     }
                 };
-                if !picked.contains(&e) {
+                if !in_picked[e] {
+                    in_picked[e] = true;
                     picked.push(e);
                 } else {
                     rejected += 1;
@@ -528,6 +602,7 @@ pub(crate) fn sample_padded(
             let rows = if token < tokens { 1 } else { dummy_rows as u32 };
             for &e in &picked {
                 counts[e] += rows;
+                in_picked[e] = false;
             }
         }
         out.experts_touched[layer] = counts.iter().filter(|&&c| c > 0).count() as u32;
@@ -629,6 +704,43 @@ mod tests {
             s.experts_touched[1],
             s.expert_tokens[1].iter().filter(|&&c| c > 0).count() as u32
         );
+    }
+
+    #[test]
+    fn guide_table_finds_what_the_binary_search_finds() {
+        // Laws of every shape the sampler builds (uniform, steep, with zero weights and ties,
+        // one expert holding nearly all), at random points and at every step of the cdf.
+        let mut rng = SmallRng::seed_from_u64(11);
+        let mut laws: Vec<Vec<f64>> = vec![
+            zipf(256, 0.66),
+            zipf(384, 3.0),
+            vec![1.0 / 8.0; 8],
+            vec![0.0, 0.5, 0.0, 0.0, 0.5, 0.0],
+            vec![1e15, 0.5, 0.5, 0.5],
+            vec![1.0],
+        ];
+        laws.push((0..300).map(|_| rng.random::<f64>().powi(4)).collect());
+        let mut guide = GuideTable::new();
+        for w in &laws {
+            let mut acc = 0.0;
+            let cdf: Vec<f64> = w
+                .iter()
+                .map(|x| {
+                    acc += x;
+                    acc
+                })
+                .collect();
+            guide.build(&cdf);
+            let total = cdf[cdf.len() - 1];
+            let points = (0..20_000)
+                .map(|_| rng.random::<f64>() * total)
+                .chain(cdf.iter().copied())
+                .chain([0.0, f64::MIN_POSITIVE, total, f64::NAN]);
+            for u in points {
+                let want = cdf.partition_point(|&c| c <= u).min(cdf.len() - 1);
+                assert_eq!(guide.find(u), want, "u={u} over {} entries", cdf.len());
+            }
+        }
     }
 
     #[test]

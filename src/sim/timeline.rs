@@ -75,8 +75,6 @@ impl Timeline {
 
     /// One breakdown per rank over its own step window.
     pub fn rank_breakdowns(&self, w: &Workload) -> Vec<Breakdown> {
-        let mut scratch = Vec::new();
-        let mut intervals = Vec::new();
         // Records by rank, in recorded order (one pass, not one scan of all records per rank).
         let mut by_rank: Vec<Vec<u32>> = vec![Vec::new(); self.ranks];
         for (i, r) in self.records.iter().enumerate() {
@@ -84,29 +82,36 @@ impl Timeline {
                 v.push(i as u32);
             }
         }
+        // Ranks are independent: they share the cores (in rank order, so the result is the
+        // same on any number of threads); each worker reuses its own buffers.
+        use rayon::prelude::*;
         (0..self.ranks)
-            .map(|rank| {
-                intervals.clear();
-                let (mut wait, mut transfer) = (0.0, 0.0);
-                for r in by_rank[rank].iter().map(|&i| &self.records[i as usize]) {
-                    let category = w.ops[r.op as usize].category;
-                    if category == Category::Communication {
-                        wait += r.wait_us;
-                        transfer += r.end_us - r.start_us - r.wait_us;
+            .into_par_iter()
+            .map_init(
+                || (Vec::new(), Vec::new()),
+                |(scratch, intervals): &mut (Vec<_>, Vec<_>), rank| {
+                    intervals.clear();
+                    let (mut wait, mut transfer) = (0.0, 0.0);
+                    for r in by_rank[rank].iter().map(|&i| &self.records[i as usize]) {
+                        let category = w.ops[r.op as usize].category;
+                        if category == Category::Communication {
+                            wait += r.wait_us;
+                            transfer += r.end_us - r.start_us - r.wait_us;
+                        }
+                        intervals.push(Interval {
+                            start_us: r.start_us,
+                            end_us: r.end_us,
+                            category,
+                        });
                     }
-                    intervals.push(Interval {
-                        start_us: r.start_us,
-                        end_us: r.end_us,
-                        category,
-                    });
-                }
-                let (start, end) = (self.rank_start_us[rank], self.rank_end_us[rank]);
-                let a = attribute(&intervals, start, end, &mut scratch);
-                let mut b = Breakdown::from_attribution(end - start, a);
-                b.comm_wait_us = wait;
-                b.comm_transfer_us = transfer;
-                b
-            })
+                    let (start, end) = (self.rank_start_us[rank], self.rank_end_us[rank]);
+                    let a = attribute(intervals, start, end, scratch);
+                    let mut b = Breakdown::from_attribution(end - start, a);
+                    b.comm_wait_us = wait;
+                    b.comm_transfer_us = transfer;
+                    b
+                },
+            )
             .collect()
     }
 }

@@ -14,7 +14,7 @@
 use crate::scenario::routing::MAX_ALPHA;
 pub use crate::scenario::routing::{Routing, AIC_EQUIVALENT_ALPHA, DEFAULT_ROUTING};
 use rand::rngs::SmallRng;
-use rand::{Rng, SeedableRng};
+use rand::{Rng, RngCore, SeedableRng};
 
 /// How a routing model turns into draws once the model's expert count and top-k are known.
 #[derive(Debug, Clone, PartialEq)]
@@ -386,7 +386,9 @@ fn fit_histogram_interval(
 const MAX_REJECTIONS: u32 = 64;
 
 /// One weighted draw among the experts not in `picked`, the weights being the steps of `cdf`.
-fn draw_unpicked(cdf: &[f64], picked: &[usize], rng: &mut SmallRng) -> usize {
+/// `unit` gives the next uniform draw in [0, 1) of the sampler's stream; it is called only
+/// when there is a mass left to draw from.
+fn draw_unpicked(cdf: &[f64], picked: &[usize], unit: impl FnOnce() -> f64) -> usize {
     let weight = |e: usize| cdf[e] - if e == 0 { 0.0 } else { cdf[e - 1] };
     let free = |e: &usize| !picked.contains(e);
     let total: f64 = (0..cdf.len()).filter(free).map(weight).sum();
@@ -394,7 +396,7 @@ fn draw_unpicked(cdf: &[f64], picked: &[usize], rng: &mut SmallRng) -> usize {
     if !(total > 0.0 && total.is_finite()) {
         return first_free;
     }
-    let u = rng.random::<f64>() * total;
+    let u = unit() * total;
     let mut acc = 0.0;
     let mut last = first_free;
     for e in (0..cdf.len()).filter(free) {
@@ -476,6 +478,69 @@ impl GuideTable {
     }
 }
 
+/// rand's `StandardUniform` f64 of one 64-bit output, `rng.random::<f64>()` exactly: the top
+/// 53 bits scaled to [0, 1).
+#[inline]
+fn unit_of(x: u64) -> f64 {
+    (x >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
+}
+
+/// The weighted sampler's stream of draws, generated and mapped to experts in blocks: every
+/// weighted draw takes exactly one 64-bit output of the generator, in order, whatever it is
+/// used for, so the outputs can be produced ahead in a tight loop and looked up in the guide
+/// table in bulk (no branch depends on them there), leaving the token loop only the
+/// rejections. Which output lands on which draw, and so every seeded draw, is as when each
+/// draw called the generator itself.
+struct DrawStream {
+    /// Generator outputs, `raw[pos..]` not yet used.
+    raw: Vec<u64>,
+    /// The expert each output draws under the current layer's law.
+    expert: Vec<u32>,
+    pos: usize,
+}
+
+impl DrawStream {
+    /// Outputs generated at a time (4 KiB of outputs and 2 KiB of experts: they stay in L1).
+    const BLOCK: usize = 512;
+
+    fn new() -> Self {
+        DrawStream {
+            raw: Vec::with_capacity(Self::BLOCK),
+            expert: Vec::with_capacity(Self::BLOCK),
+            pos: 0,
+        }
+    }
+
+    /// The expert of `u01 · total` under `guide`.
+    #[inline]
+    fn map(guide: &GuideTable, total: f64, x: u64) -> u32 {
+        guide.find(unit_of(x) * total) as u32
+    }
+
+    /// Re-maps the outputs not yet used to a new layer's law (they are that layer's first).
+    fn relaw(&mut self, guide: &GuideTable, total: f64) {
+        for i in self.pos..self.raw.len() {
+            self.expert[i] = Self::map(guide, total, self.raw[i]);
+        }
+    }
+
+    /// The next output and the expert it draws.
+    #[inline]
+    fn next(&mut self, rng: &mut SmallRng, guide: &GuideTable, total: f64) -> (u64, usize) {
+        if self.pos == self.raw.len() {
+            self.raw.clear();
+            self.raw.extend((0..Self::BLOCK).map(|_| rng.next_u64()));
+            self.expert.clear();
+            self.expert
+                .extend(self.raw.iter().map(|&x| Self::map(guide, total, x)));
+            self.pos = 0;
+        }
+        let i = self.pos;
+        self.pos += 1;
+        (self.raw[i], self.expert[i] as usize)
+    }
+}
+
 /// One step's routing as sampled, per layer.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct RoutingSample {
@@ -538,68 +603,97 @@ pub(crate) fn sample_padded(
     }
     let k = top_k.min(experts);
     let mut rng = SmallRng::seed_from_u64(seed ^ 0x5eed_0fe4);
+    let draws = tokens + u64::from(dummy_rows > 0);
+    let rows_of = |token: u64| if token < tokens { 1 } else { dummy_rows as u32 };
+    let weighted = match resolved {
+        Resolved::Uniform => None,
+        Resolved::Weights {
+            per_layer,
+            default,
+            place,
+        } => Some((per_layer, default, *place)),
+    };
+    let Some((per_layer, default, from_law)) = weighted else {
+        // Uniform: one `random_range` per draw, rejecting repeats (the historical draws).
+        let mut picked = Vec::with_capacity(k);
+        let mut in_picked = vec![false; experts];
+        for (layer, &is_moe) in moe_layers.iter().enumerate() {
+            if !is_moe {
+                continue;
+            }
+            let mut counts = vec![0u32; experts];
+            for token in 0..draws {
+                picked.clear();
+                while picked.len() < k {
+                    let e = rng.random_range(0..experts);
+                    if !in_picked[e] {
+                        in_picked[e] = true;
+                        picked.push(e);
+                    }
+                }
+                for &e in &picked {
+                    counts[e] += rows_of(token);
+                    in_picked[e] = false;
+                }
+            }
+            out.experts_touched[layer] = counts.iter().filter(|&&c| c > 0).count() as u32;
+            out.expert_tokens[layer] = counts;
+        }
+        return out;
+    };
     // Where each layer's hot experts sit: a separate stream, so uniform draws stay as they were.
     let mut place_rng = SmallRng::seed_from_u64(seed ^ 0x0e1a_ce5e);
-    let mut picked = Vec::with_capacity(k);
+    let mut picked = vec![0usize; k];
     // Whether each expert is in `picked` (one load per draw instead of a scan of `picked`).
     let mut in_picked = vec![false; experts];
     let mut cdf = vec![0.0; experts];
     let mut perm: Vec<usize> = (0..experts).collect();
     let mut guide = GuideTable::new();
+    let mut stream = DrawStream::new();
     for (layer, &is_moe) in moe_layers.iter().enumerate() {
         if !is_moe {
             continue;
         }
         let mut counts = vec![0u32; experts];
-        let weights = match resolved {
-            Resolved::Uniform => None,
-            Resolved::Weights {
-                per_layer, default, ..
-            } => Some(
-                per_layer
-                    .get(layer)
-                    .and_then(|w| w.as_ref())
-                    .unwrap_or(default),
-            ),
-        };
-        if let Some(w) = weights {
-            // A popularity vector from a file names its experts; a power law places them.
-            let from_law = matches!(resolved, Resolved::Weights { place: true, .. });
-            for i in (1..experts).rev() {
-                perm.swap(i, place_rng.random_range(0..=i));
-            }
-            let mut acc = 0.0;
-            for (e, c) in cdf.iter_mut().enumerate() {
-                acc += if from_law { w[perm[e]] } else { w[e] };
-                *c = acc;
-            }
-            guide.build(&cdf);
+        let w = per_layer
+            .get(layer)
+            .and_then(|w| w.as_ref())
+            .unwrap_or(default);
+        // A popularity vector from a file names its experts; a power law places them.
+        for i in (1..experts).rev() {
+            perm.swap(i, place_rng.random_range(0..=i));
         }
-        let draws = tokens + u64::from(dummy_rows > 0);
+        let mut acc = 0.0;
+        for (e, c) in cdf.iter_mut().enumerate() {
+            acc += if from_law { w[perm[e]] } else { w[e] };
+            *c = acc;
+        }
+        guide.build(&cdf);
+        let total = cdf[experts - 1];
+        stream.relaw(&guide, total);
         for token in 0..draws {
-            picked.clear();
-            let mut rejected = 0u32;
-            while picked.len() < k {
-                let e = match weights {
-                    None => rng.random_range(0..experts),
-                    // Successive weighted draws by rejection, as always; when a few experts
-                    // hold nearly all the mass, rejection could take ~1/(mass left) draws (a
-                    // logged count of 1e15 against 0.5: forever), so after MAX_REJECTIONS the
-                    // next expert is drawn exactly from those not yet picked (the same law).
-                    Some(_) if rejected >= MAX_REJECTIONS => draw_unpicked(&cdf, &picked, &mut rng),
-                    Some(_) => {
-                        let u = rng.random::<f64>() * cdf[experts - 1];
-                        guide.find(u)
-                    }
-                };
-                if !in_picked[e] {
-                    in_picked[e] = true;
-                    picked.push(e);
+            // Successive weighted draws by rejection: a repeat is drawn again. When a few
+            // experts hold nearly all the mass, rejection could take ~1/(mass left) draws (a
+            // logged count of 1e15 against 0.5: forever), so after MAX_REJECTIONS the next
+            // expert is drawn exactly from those not yet picked (the same law).
+            let (mut n, mut rejected) = (0usize, 0u32);
+            while n < k {
+                let e = if rejected >= MAX_REJECTIONS {
+                    draw_unpicked(&cdf, &picked[..n], || {
+                        unit_of(stream.next(&mut rng, &guide, total).0)
+                    })
                 } else {
-                    rejected += 1;
-                }
+                    stream.next(&mut rng, &guide, total).1
+                };
+                // Without a branch on the outcome (a repeat is rare and unpredictable): a
+                // repeat writes `picked[n]` and is overwritten by the next draw.
+                let repeat = in_picked[e];
+                in_picked[e] = true;
+                picked[n] = e;
+                n += usize::from(!repeat);
+                rejected += u32::from(repeat);
             }
-            let rows = if token < tokens { 1 } else { dummy_rows as u32 };
+            let rows = rows_of(token);
             for &e in &picked {
                 counts[e] += rows;
                 in_picked[e] = false;
@@ -739,6 +833,103 @@ mod tests {
             for u in points {
                 let want = cdf.partition_point(|&c| c <= u).min(cdf.len() - 1);
                 assert_eq!(guide.find(u), want, "u={u} over {} entries", cdf.len());
+            }
+        }
+    }
+
+    /// The sampler as it drew before its draws were generated in blocks: one generator call
+    /// and one binary search per weighted draw (the guide table finds the same index, see
+    /// above), the same rejections and the same exact fallback.
+    fn sample_per_draw(
+        resolved: &Resolved,
+        moe_layers: &[bool],
+        experts: usize,
+        k: usize,
+        tokens: u64,
+        dummy_rows: u64,
+        seed: u64,
+    ) -> Vec<Vec<u32>> {
+        let Resolved::Weights {
+            per_layer,
+            default,
+            place,
+        } = resolved
+        else {
+            unreachable!("weighted laws only")
+        };
+        let mut rng = SmallRng::seed_from_u64(seed ^ 0x5eed_0fe4);
+        let mut place_rng = SmallRng::seed_from_u64(seed ^ 0x0e1a_ce5e);
+        let mut perm: Vec<usize> = (0..experts).collect();
+        let mut out = vec![Vec::new(); moe_layers.len()];
+        for (layer, _) in moe_layers.iter().enumerate().filter(|(_, &m)| m) {
+            let w = per_layer[layer].as_ref().unwrap_or(default);
+            for i in (1..experts).rev() {
+                perm.swap(i, place_rng.random_range(0..=i));
+            }
+            let mut acc = 0.0;
+            let cdf: Vec<f64> = (0..experts)
+                .map(|e| {
+                    acc += if *place { w[perm[e]] } else { w[e] };
+                    acc
+                })
+                .collect();
+            let mut counts = vec![0u32; experts];
+            for token in 0..tokens + u64::from(dummy_rows > 0) {
+                let mut picked: Vec<usize> = Vec::new();
+                let mut rejected = 0;
+                while picked.len() < k {
+                    let e = if rejected >= MAX_REJECTIONS {
+                        draw_unpicked(&cdf, &picked, || rng.random::<f64>())
+                    } else {
+                        let u = rng.random::<f64>() * cdf[experts - 1];
+                        cdf.partition_point(|&c| c <= u).min(experts - 1)
+                    };
+                    if picked.contains(&e) {
+                        rejected += 1;
+                    } else {
+                        picked.push(e);
+                    }
+                }
+                for e in picked {
+                    counts[e] += if token < tokens { 1 } else { dummy_rows as u32 };
+                }
+            }
+            out[layer] = counts;
+        }
+        out
+    }
+
+    #[test]
+    fn block_draws_are_the_per_draw_ones() {
+        let mut rng = SmallRng::seed_from_u64(5);
+        assert!((0..1000).all(|_| {
+            let mut twin = rng.clone();
+            unit_of(rng.next_u64()) == twin.random::<f64>()
+        }));
+        // Power laws (placed), a file's per-layer vectors with a near-degenerate layer (the
+        // exact fallback runs), padding rows, more draws than one block, dense layers between.
+        let mut heavy = vec![0.5; 16];
+        heavy[3] = 1e15;
+        let file = Resolved::Weights {
+            per_layer: vec![None, Some(normalise(&heavy, 16)), None, None],
+            default: zipf(16, 1.0),
+            place: false,
+        };
+        let cases = [
+            (
+                resolve(&Routing::PowerLaw { alpha: 0.66 }, 256, 8, 4),
+                256,
+                8,
+            ),
+            (resolve(&Routing::PowerLaw { alpha: 3.0 }, 64, 6, 4), 64, 6),
+            (file, 16, 4),
+        ];
+        let moe = [true, true, false, true];
+        for (res, experts, k) in &cases {
+            for (tokens, dummy, seed) in [(1u64, 0u64, 0u64), (300, 7, 1), (2_000, 0, 42)] {
+                let s = sample_padded(res, &moe, *experts, *k, tokens, dummy, seed);
+                let want = sample_per_draw(res, &moe, *experts, *k, tokens, dummy, seed);
+                assert_eq!(s.expert_tokens, want, "{experts} experts, {tokens} tokens");
             }
         }
     }

@@ -492,6 +492,7 @@ fn unit_of(x: u64) -> f64 {
 /// rejections. Which output lands on which draw, and so every seeded draw, is as when each
 /// draw called the generator itself.
 struct DrawStream {
+    rng: SmallRng,
     /// Generator outputs, `raw[pos..]` not yet used.
     raw: Vec<u64>,
     /// The expert each output draws under the current layer's law.
@@ -503,41 +504,98 @@ impl DrawStream {
     /// Outputs generated at a time (4 KiB of outputs and 2 KiB of experts: they stay in L1).
     const BLOCK: usize = 512;
 
-    fn new() -> Self {
+    fn new(rng: SmallRng) -> Self {
         DrawStream {
-            raw: Vec::with_capacity(Self::BLOCK),
-            expert: Vec::with_capacity(Self::BLOCK),
-            pos: 0,
+            rng,
+            raw: vec![0; Self::BLOCK],
+            expert: vec![0; Self::BLOCK],
+            pos: Self::BLOCK,
         }
     }
 
-    /// The expert of `u01 · total` under `guide`.
-    #[inline]
-    fn map(guide: &GuideTable, total: f64, x: u64) -> u32 {
-        guide.find(unit_of(x) * total) as u32
+    /// Maps `raw` to the experts its outputs draw: `u01 · total` looked up in `guide`.
+    fn map(guide: &GuideTable, total: f64, raw: &[u64], expert: &mut [u32]) {
+        for (e, &x) in expert.iter_mut().zip(raw) {
+            *e = guide.find(unit_of(x) * total) as u32;
+        }
     }
 
     /// Re-maps the outputs not yet used to a new layer's law (they are that layer's first).
     fn relaw(&mut self, guide: &GuideTable, total: f64) {
-        for i in self.pos..self.raw.len() {
-            self.expert[i] = Self::map(guide, total, self.raw[i]);
-        }
+        let p = self.pos;
+        Self::map(guide, total, &self.raw[p..], &mut self.expert[p..]);
     }
 
-    /// The next output and the expert it draws.
-    #[inline]
-    fn next(&mut self, rng: &mut SmallRng, guide: &GuideTable, total: f64) -> (u64, usize) {
-        if self.pos == self.raw.len() {
-            self.raw.clear();
-            self.raw.extend((0..Self::BLOCK).map(|_| rng.next_u64()));
-            self.expert.clear();
-            self.expert
-                .extend(self.raw.iter().map(|&x| Self::map(guide, total, x)));
-            self.pos = 0;
+    /// The next block of outputs, mapped (out of line: the token loop keeps its registers).
+    #[inline(never)]
+    fn refill(&mut self, guide: &GuideTable, total: f64) {
+        // A local copy of the generator's state stays in registers through the loop.
+        let mut rng = self.rng.clone();
+        for x in self.raw.iter_mut() {
+            *x = rng.next_u64();
         }
-        let i = self.pos;
+        self.rng = rng;
+        Self::map(guide, total, &self.raw, &mut self.expert);
+        self.pos = 0;
+    }
+
+    /// The index in `raw`/`expert` of the next output.
+    #[inline(always)]
+    fn advance(&mut self, guide: &GuideTable, total: f64) -> usize {
+        if self.pos == self.raw.len() {
+            self.refill(guide, total);
+        }
         self.pos += 1;
-        (self.raw[i], self.expert[i] as usize)
+        self.pos - 1
+    }
+
+    /// One layer's draws: `draws` tokens each pick `picked.len()` distinct experts, counted
+    /// with `rows_of(token)` rows in `counts`. `in_picked` is all false before and after.
+    #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
+    fn draw_layer(
+        &mut self,
+        guide: &GuideTable,
+        cdf: &[f64],
+        draws: u64,
+        rows_of: impl Fn(u64) -> u32,
+        picked: &mut [usize],
+        in_picked: &mut [bool],
+        counts: &mut [u32],
+    ) {
+        let k = picked.len();
+        let total = cdf[cdf.len() - 1];
+        self.relaw(guide, total);
+        for token in 0..draws {
+            let rows = rows_of(token);
+            // Successive weighted draws by rejection: a repeat is drawn again. When a few
+            // experts hold nearly all the mass, rejection could take ~1/(mass left) draws (a
+            // logged count of 1e15 against 0.5: forever), so after MAX_REJECTIONS the next
+            // expert is drawn exactly from those not yet picked (the same law).
+            let (mut n, mut rejected) = (0usize, 0u32);
+            while n < k {
+                let e = if rejected >= MAX_REJECTIONS {
+                    draw_unpicked(cdf, &picked[..n], || {
+                        let i = self.advance(guide, total);
+                        unit_of(self.raw[i])
+                    })
+                } else {
+                    let i = self.advance(guide, total);
+                    self.expert[i] as usize
+                };
+                // Without a branch on the outcome (a repeat is rare and unpredictable): a
+                // repeat writes `picked[n]`, to be overwritten by the next draw, and adds 0.
+                let fresh = !in_picked[e];
+                in_picked[e] = true;
+                picked[n] = e;
+                counts[e] += rows * u32::from(fresh);
+                n += usize::from(fresh);
+                rejected += u32::from(!fresh);
+            }
+            for &e in picked.iter() {
+                in_picked[e] = false;
+            }
+        }
     }
 }
 
@@ -649,7 +707,7 @@ pub(crate) fn sample_padded(
     let mut cdf = vec![0.0; experts];
     let mut perm: Vec<usize> = (0..experts).collect();
     let mut guide = GuideTable::new();
-    let mut stream = DrawStream::new();
+    let mut stream = DrawStream::new(rng);
     for (layer, &is_moe) in moe_layers.iter().enumerate() {
         if !is_moe {
             continue;
@@ -669,36 +727,15 @@ pub(crate) fn sample_padded(
             *c = acc;
         }
         guide.build(&cdf);
-        let total = cdf[experts - 1];
-        stream.relaw(&guide, total);
-        for token in 0..draws {
-            // Successive weighted draws by rejection: a repeat is drawn again. When a few
-            // experts hold nearly all the mass, rejection could take ~1/(mass left) draws (a
-            // logged count of 1e15 against 0.5: forever), so after MAX_REJECTIONS the next
-            // expert is drawn exactly from those not yet picked (the same law).
-            let (mut n, mut rejected) = (0usize, 0u32);
-            while n < k {
-                let e = if rejected >= MAX_REJECTIONS {
-                    draw_unpicked(&cdf, &picked[..n], || {
-                        unit_of(stream.next(&mut rng, &guide, total).0)
-                    })
-                } else {
-                    stream.next(&mut rng, &guide, total).1
-                };
-                // Without a branch on the outcome (a repeat is rare and unpredictable): a
-                // repeat writes `picked[n]` and is overwritten by the next draw.
-                let repeat = in_picked[e];
-                in_picked[e] = true;
-                picked[n] = e;
-                n += usize::from(!repeat);
-                rejected += u32::from(repeat);
-            }
-            let rows = rows_of(token);
-            for &e in &picked {
-                counts[e] += rows;
-                in_picked[e] = false;
-            }
-        }
+        stream.draw_layer(
+            &guide,
+            &cdf,
+            draws,
+            rows_of,
+            &mut picked,
+            &mut in_picked,
+            &mut counts,
+        );
         out.experts_touched[layer] = counts.iter().filter(|&&c| c > 0).count() as u32;
         out.expert_tokens[layer] = counts;
     }

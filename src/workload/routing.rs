@@ -418,6 +418,8 @@ fn draw_unpicked(cdf: &[f64], picked: &[usize], unit: impl FnOnce() -> f64) -> u
 struct GuideTable {
     start: Vec<u32>,
     scale: f64,
+    /// The bucket count when `scale` > 0, else 0 (every draw in bucket 0): see `find_draw`.
+    draw_buckets: u64,
     /// The cdf and one +∞ after it, so the first step of the scan needs no bounds test.
     cdf: Vec<f64>,
 }
@@ -432,6 +434,7 @@ impl GuideTable {
         GuideTable {
             start: Vec::new(),
             scale: 0.0,
+            draw_buckets: 0,
             cdf: Vec::new(),
         }
     }
@@ -445,6 +448,7 @@ impl GuideTable {
             x if total > 0.0 && x.is_finite() => x,
             _ => 0.0,
         };
+        self.draw_buckets = if self.scale > 0.0 { buckets as u64 } else { 0 };
         self.start.clear();
         self.start.resize(buckets, 0);
         // start[b] = #{i : fl(cdf[i]·scale) < b}; the set is a prefix (cdf is non-decreasing).
@@ -462,7 +466,7 @@ impl GuideTable {
 
     /// `cdf.partition_point(|&c| c <= u).min(cdf.len() - 1)` for the (non-empty) `cdf` the
     /// table was built from.
-    #[inline]
+    #[cfg(test)]
     fn find(&self, u: f64) -> usize {
         // A float-to-int cast saturates (NaN gives 0): bucket ≤ u·scale holds in every case.
         let b = ((u * self.scale) as usize).min(self.start.len() - 1);
@@ -470,6 +474,27 @@ impl GuideTable {
         let mut i = self.start[b] as usize;
         // One step without a branch (the start is nearly always the answer or one short of
         // it; i ≤ len, and cdf[len] = +∞), then a loop that rarely runs.
+        i += usize::from(cdf[i] <= u);
+        while i < len && cdf[i] <= u {
+            i += 1;
+        }
+        i.min(len - 1)
+    }
+
+    /// `find(u)` for the draw `u = unit_of(x) · total` of a generator output `x` (`total` the
+    /// cdf's last entry), without the float-to-int conversion of `find`: the bucket comes from
+    /// x's top 32 bits in integers, b = ⌊⌊x / 2³²⌋ · B / 2³²⌋ − 1 (saturating), which is at
+    /// most ⌊unit·B⌋ − 1 < fl(u·scale) (u·scale is unit·B within a few ulps, far less than
+    /// 1 for any bucket count B < 2³²), so b ≤ fl(u·scale) and the argument of `find` holds:
+    /// every entry start[b] counts is below u. The bucket is at most one early, and two steps
+    /// without a branch cover it.
+    #[inline]
+    fn find_draw(&self, x: u64, u: f64) -> usize {
+        let b = (((x >> 32) * self.draw_buckets) >> 32).saturating_sub(1) as usize;
+        let (cdf, len) = (&self.cdf, self.cdf.len() - 1);
+        let mut i = self.start[b.min(self.start.len() - 1)] as usize;
+        // i ≤ len and cdf[len] = +∞ > u: both steps stay in the table.
+        i += usize::from(cdf[i] <= u);
         i += usize::from(cdf[i] <= u);
         while i < len && cdf[i] <= u {
             i += 1;
@@ -516,7 +541,7 @@ impl DrawStream {
     /// Maps `raw` to the experts its outputs draw: `u01 · total` looked up in `guide`.
     fn map(guide: &GuideTable, total: f64, raw: &[u64], expert: &mut [u32]) {
         for (e, &x) in expert.iter_mut().zip(raw) {
-            *e = guide.find(unit_of(x) * total) as u32;
+            *e = guide.find_draw(x, unit_of(x) * total) as u32;
         }
     }
 
@@ -550,7 +575,9 @@ impl DrawStream {
     }
 
     /// One layer's draws: `draws` tokens each pick `picked.len()` distinct experts, counted
-    /// with `rows_of(token)` rows in `counts`. `in_picked` is all false before and after.
+    /// with `rows_of(token)` rows in `counts`. An expert is in the current token's `picked`
+    /// when its `mark` is the token's stamp (`stamp` counts the tokens drawn so far, so the
+    /// marks need no reset between tokens).
     #[inline(never)]
     #[allow(clippy::too_many_arguments)]
     fn draw_layer(
@@ -560,7 +587,8 @@ impl DrawStream {
         draws: u64,
         rows_of: impl Fn(u64) -> u32,
         picked: &mut [usize],
-        in_picked: &mut [bool],
+        mark: &mut [u64],
+        stamp: &mut u64,
         counts: &mut [u32],
     ) {
         let k = picked.len();
@@ -568,6 +596,8 @@ impl DrawStream {
         self.relaw(guide, total);
         for token in 0..draws {
             let rows = rows_of(token);
+            *stamp += 1;
+            let this = *stamp;
             // Successive weighted draws by rejection: a repeat is drawn again. When a few
             // experts hold nearly all the mass, rejection could take ~1/(mass left) draws (a
             // logged count of 1e15 against 0.5: forever), so after MAX_REJECTIONS the next
@@ -585,15 +615,12 @@ impl DrawStream {
                 };
                 // Without a branch on the outcome (a repeat is rare and unpredictable): a
                 // repeat writes `picked[n]`, to be overwritten by the next draw, and adds 0.
-                let fresh = !in_picked[e];
-                in_picked[e] = true;
+                let fresh = mark[e] != this;
+                mark[e] = this;
                 picked[n] = e;
                 counts[e] += rows * u32::from(fresh);
                 n += usize::from(fresh);
                 rejected += u32::from(!fresh);
-            }
-            for &e in picked.iter() {
-                in_picked[e] = false;
             }
         }
     }
@@ -703,7 +730,7 @@ pub(crate) fn sample_padded(
     let mut place_rng = SmallRng::seed_from_u64(seed ^ 0x0e1a_ce5e);
     let mut picked = vec![0usize; k];
     // Whether each expert is in `picked` (one load per draw instead of a scan of `picked`).
-    let mut in_picked = vec![false; experts];
+    let (mut mark, mut stamp) = (vec![0u64; experts], 0u64);
     let mut cdf = vec![0.0; experts];
     let mut perm: Vec<usize> = (0..experts).collect();
     let mut guide = GuideTable::new();
@@ -733,7 +760,8 @@ pub(crate) fn sample_padded(
             draws,
             rows_of,
             &mut picked,
-            &mut in_picked,
+            &mut mark,
+            &mut stamp,
             &mut counts,
         );
         out.experts_touched[layer] = counts.iter().filter(|&&c| c > 0).count() as u32;
@@ -870,6 +898,25 @@ mod tests {
             for u in points {
                 let want = cdf.partition_point(|&c| c <= u).min(cdf.len() - 1);
                 assert_eq!(guide.find(u), want, "u={u} over {} entries", cdf.len());
+            }
+            // Generator outputs, random and at the edges of the buckets' top bits.
+            let edges = (0..cdf.len() as u64 * 16).flat_map(|b| {
+                let top = ((b << 32) / (cdf.len() as u64 * 16)) << 32;
+                [top, top.wrapping_sub(1), top | 0xffff_ffff]
+            });
+            for x in (0..20_000)
+                .map(|_| rng.next_u64())
+                .chain(edges)
+                .chain([0, u64::MAX])
+            {
+                let u = unit_of(x) * total;
+                let want = cdf.partition_point(|&c| c <= u).min(cdf.len() - 1);
+                assert_eq!(
+                    guide.find_draw(x, u),
+                    want,
+                    "x={x} over {} entries",
+                    cdf.len()
+                );
             }
         }
     }

@@ -82,6 +82,9 @@ impl Timeline {
                 v.push(i as u32);
             }
         }
+        // Each op's category once (a record's op is a large struct; reading it per record
+        // touches a cache line per record).
+        let categories: Vec<Category> = w.ops.iter().map(|op| op.category).collect();
         // Ranks are independent: they share the cores (in rank order, so the result is the
         // same on any number of threads); each worker reuses its own buffers.
         use rayon::prelude::*;
@@ -93,7 +96,7 @@ impl Timeline {
                     intervals.clear();
                     let (mut wait, mut transfer) = (0.0, 0.0);
                     for r in by_rank[rank].iter().map(|&i| &self.records[i as usize]) {
-                        let category = w.ops[r.op as usize].category;
+                        let category = categories[r.op as usize];
                         if category == Category::Communication {
                             wait += r.wait_us;
                             transfer += r.end_us - r.start_us - r.wait_us;

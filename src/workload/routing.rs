@@ -420,7 +420,7 @@ struct GuideTable {
     scale: f64,
     /// The bucket count when `scale` > 0, else 0 (every draw in bucket 0): see `find_draw`.
     draw_buckets: u64,
-    /// The cdf and one +∞ after it, so the first step of the scan needs no bounds test.
+    /// The cdf and PAD × +∞ after it, so the first steps of the scan need no bounds test.
     cdf: Vec<f64>,
 }
 
@@ -429,6 +429,8 @@ impl GuideTable {
     /// scan of varying length costs a mispredicted branch per draw), few enough that the
     /// table stays in the L1 cache (16 × 384 experts × 4 B = 24 KiB).
     const BUCKETS_PER_ENTRY: usize = 16;
+    /// +∞ entries after the cdf.
+    const PAD: usize = 3;
 
     fn new() -> Self {
         GuideTable {
@@ -461,7 +463,7 @@ impl GuideTable {
         }
         self.cdf.clear();
         self.cdf.extend_from_slice(cdf);
-        self.cdf.push(f64::INFINITY);
+        self.cdf.extend([f64::INFINITY; Self::PAD]);
     }
 
     /// `cdf.partition_point(|&c| c <= u).min(cdf.len() - 1)` for the (non-empty) `cdf` the
@@ -470,7 +472,7 @@ impl GuideTable {
     fn find(&self, u: f64) -> usize {
         // A float-to-int cast saturates (NaN gives 0): bucket ≤ u·scale holds in every case.
         let b = ((u * self.scale) as usize).min(self.start.len() - 1);
-        let (cdf, len) = (&self.cdf, self.cdf.len() - 1);
+        let (cdf, len) = (&self.cdf, self.cdf.len() - Self::PAD);
         let mut i = self.start[b] as usize;
         // One step without a branch (the start is nearly always the answer or one short of
         // it; i ≤ len, and cdf[len] = +∞), then a loop that rarely runs.
@@ -486,18 +488,23 @@ impl GuideTable {
     /// x's top 32 bits in integers, b = ⌊⌊x / 2³²⌋ · B / 2³²⌋ − 1 (saturating), which is at
     /// most ⌊unit·B⌋ − 1 < fl(u·scale) (u·scale is unit·B within a few ulps, far less than
     /// 1 for any bucket count B < 2³²), so b ≤ fl(u·scale) and the argument of `find` holds:
-    /// every entry start[b] counts is below u. The bucket is at most one early, and two steps
-    /// without a branch cover it.
+    /// every entry start[b] counts is below u. The bucket is at most one early; the answer is
+    /// nearly always among the three entries from start[b] on.
     #[inline]
     fn find_draw(&self, x: u64, u: f64) -> usize {
         let b = (((x >> 32) * self.draw_buckets) >> 32).saturating_sub(1) as usize;
-        let (cdf, len) = (&self.cdf, self.cdf.len() - 1);
-        let mut i = self.start[b.min(self.start.len() - 1)] as usize;
-        // i ≤ len and cdf[len] = +∞ > u: both steps stay in the table.
-        i += usize::from(cdf[i] <= u);
-        i += usize::from(cdf[i] <= u);
-        while i < len && cdf[i] <= u {
-            i += 1;
+        let (cdf, len) = (&self.cdf, self.cdf.len() - Self::PAD);
+        let s = self.start[b.min(self.start.len() - 1)] as usize;
+        // s ≤ len and cdf[len..] = +∞ > u, so the three entries exist; they are loaded at
+        // once (the cdf rises, so the ones ≤ u are a prefix of them) rather than one step
+        // after another.
+        let c = &cdf[s..s + 3];
+        let mut i = s + usize::from(c[0] <= u) + usize::from(c[1] <= u);
+        if c[2] <= u {
+            i = s + 2;
+            while i < len && cdf[i] <= u {
+                i += 1;
+            }
         }
         i.min(len - 1)
     }

@@ -236,6 +236,12 @@ pub(super) struct Regime {
     pub(super) context_layout: Vec<(usize, bool)>,
     /// Kept ops of the context layout, and the collectives.
     pub(super) context_ops: Vec<usize>,
+    /// For each of `context_ops`, its price's position among the kept ops of `context_layout`:
+    /// the layout prices each distinct op once (every layer's attention has the same shape, and
+    /// the context's prices are the sweep's per-row cost).
+    pub(super) context_from: Vec<usize>,
+    /// For each of `context_ops`, its category's index and its segment's repeat (busy time).
+    pub(super) context_busy: Vec<(usize, f64)>,
     pub(super) collective_ops: Vec<usize>,
 }
 
@@ -629,8 +635,18 @@ impl PassModel {
             out
         };
         let tokens_layout = layout(Group::Tokens);
-        let context_layout = layout(Group::Context);
-        let context_ops = context_layout.iter().filter(|x| x.1).map(|x| x.0).collect();
+        let (context_layout, context_ops, context_from) =
+            dedup_layout(&ops, layout(Group::Context));
+        let context_busy: Vec<(usize, f64)> = context_ops
+            .iter()
+            .map(|&i| {
+                let repeat = segments
+                    .iter()
+                    .find(|s| s.start <= i && i < s.end)
+                    .map_or(1, |s| s.repeat);
+                (ops[i].category.index(), repeat as f64)
+            })
+            .collect();
         let collective_ops = (0..ops.len())
             .filter(|&i| ops[i].group == Group::Collective)
             .collect();
@@ -641,6 +657,8 @@ impl PassModel {
             tokens_layout,
             context_layout,
             context_ops,
+            context_busy,
+            context_from,
             collective_ops,
         })
     }
@@ -694,6 +712,81 @@ impl PassModel {
         let draws = tokens + u64::from(padded > tokens);
         self.experts.as_ref().map_or(0.0, |e| e.at(draws))
     }
+}
+
+/// Whether `a` and `b` are the same op in different layers: everything `cost::price` reads of
+/// them (family, kernel, stream, weights, table key, fields at every basis, the name past its
+/// layer prefix, which pricing matches by suffix) is equal, the fields to their fits' rounding.
+fn same_op_in_other_layer(a: &OpT, b: &OpT) -> bool {
+    let (x, y) = (&a.template, &b.template);
+    let suffix = |n: &str| n.split_once('.').map_or(n, |(_, rest)| rest).to_string();
+    // Each segment's ops are fitted on their own probes, so the same shape's coefficients may
+    // differ in the last bits: equal to 1e-9 relative is the same op.
+    let close = |a: &f64, b: &f64| (a - b).abs() <= 1e-9 * a.abs().max(b.abs());
+    let fields_close = |f: &Fields, g: &Fields| {
+        f.all().count() == g.all().count()
+            && f.all()
+                .zip(g.all())
+                .all(|(u, v)| u.iter().zip(v).all(|(a, b)| close(a, b)))
+    };
+    a.kind == b.kind
+        && a.group == b.group
+        && a.category == b.category
+        && x.family == y.family
+        && std::ptr::eq(x.kernel, y.kernel)
+        && x.stream == y.stream
+        && x.weights == y.weights
+        && x.measure == y.measure
+        && x.group == y.group
+        && x.rank_scale == y.rank_scale
+        && x.waits_for == y.waits_for
+        && suffix(&x.name) == suffix(&y.name)
+        && a.fields.measure.is_some() == b.fields.measure.is_some()
+        && fields_close(&a.fields, &b.fields)
+}
+
+/// Splits a layout into its units (a kept op and the helpers priced after it), keeps the first
+/// of each set of units that are the same ops in different layers, and says where each kept op
+/// of the full layout finds its price: (deduplicated layout, kept ops, their price positions).
+fn dedup_layout(
+    ops: &[OpT],
+    full: Vec<(usize, bool)>,
+) -> (Vec<(usize, bool)>, Vec<usize>, Vec<usize>) {
+    let mut units: Vec<&[(usize, bool)]> = Vec::new();
+    let mut start = 0;
+    for i in 1..=full.len() {
+        if i == full.len() || full[i].1 {
+            units.push(&full[start..i]);
+            start = i;
+        }
+    }
+    let same = |u: &[(usize, bool)], v: &[(usize, bool)]| {
+        u.len() == v.len()
+            && u.iter()
+                .zip(v)
+                .all(|(a, b)| a.1 == b.1 && same_op_in_other_layer(&ops[a.0], &ops[b.0]))
+    };
+    let (mut layout, mut kept, mut from) = (Vec::new(), Vec::new(), Vec::new());
+    // Per distinct unit: its first position among the priced kept ops.
+    let mut distinct: Vec<(&[(usize, bool)], usize)> = Vec::new();
+    let mut priced = 0;
+    for u in units {
+        let base = match distinct.iter().find(|(v, _)| same(u, v)) {
+            Some(&(_, at)) => at,
+            None => {
+                distinct.push((u, priced));
+                layout.extend_from_slice(u);
+                let at = priced;
+                priced += u.iter().filter(|x| x.1).count();
+                at
+            }
+        };
+        for (k, &(i, _)) in u.iter().filter(|x| x.1).enumerate() {
+            kept.push(i);
+            from.push(base + k);
+        }
+    }
+    (layout, kept, from)
 }
 
 /// Prices `layout`'s ops of `regime` at basis `x` with `cost::price`: the kept ops' µs in
@@ -758,6 +851,22 @@ pub(super) fn price_layout_in(
     s: &Scenario,
     p: &CalibrationProfile,
 ) -> Result<Vec<f64>> {
+    // Sized exactly: the memo boxes it without a reallocation.
+    let mut us = vec![0.0; layout.iter().filter(|(_, kept)| *kept).count()];
+    price_layout_fill(scratch, regime, layout, x, s, p, &mut us)?;
+    Ok(us)
+}
+
+/// [`price_layout_in`] into `out` (one value per kept op of `layout`, in order).
+pub(super) fn price_layout_fill(
+    scratch: &mut Scratch,
+    regime: &Regime,
+    layout: &[(usize, bool)],
+    x: &Coef,
+    s: &Scenario,
+    p: &CalibrationProfile,
+    out: &mut [f64],
+) -> Result<()> {
     let w = &mut scratch.w;
     let same = w.ops.len() == layout.len()
         && w.ops.iter().zip(layout).all(|(o, &(i, _))| {
@@ -795,16 +904,15 @@ pub(super) fn price_layout_in(
         }
     };
     let pricing = pricer.price(w, s, p)?;
-    // Sized exactly: the memo boxes it without a reallocation.
-    let mut us = Vec::with_capacity(layout.iter().filter(|(_, kept)| *kept).count());
-    us.extend(
-        layout
-            .iter()
-            .zip(&pricing.base_us)
-            .filter(|((_, kept), _)| *kept)
-            .map(|(_, &us)| us),
-    );
-    Ok(us)
+    let kept = layout
+        .iter()
+        .zip(&pricing.base_us)
+        .filter(|((_, kept), _)| *kept)
+        .map(|(_, &us)| us);
+    for (o, v) in out.iter_mut().zip(kept) {
+        *o = v;
+    }
+    Ok(())
 }
 
 /// Busy time per category of `ops` at durations `us`, over their segments' repeats.
@@ -923,6 +1031,38 @@ mod sparse_tests {
             -1e300,
         ] {
             assert_eq!(round_u64(v), v.round().max(0.0) as u64, "{v}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod dedup_tests {
+    use super::*;
+
+    /// Every layer's attention has the same shape: the default Kimi-K2.5 step prices its MLA
+    /// decode and split-KV reduce once per context (the dense layer 0 and the MoE layers share
+    /// them), and each kept op finds a price of its own kernel.
+    #[test]
+    fn context_ops_priced_once_per_distinct_shape() {
+        let (s, _) = crate::sim::ScenarioRequest::default()
+            .load()
+            .expect("default scenario");
+        let build = |ps: &Scenario, q: u32| crate::workload::build_pass(ps, q);
+        let pm = PassModel::fit(&s, &build, 0, false).expect("fitted");
+        for regime in [&pm.low, &pm.high] {
+            let priced: Vec<usize> = regime
+                .context_layout
+                .iter()
+                .filter(|x| x.1)
+                .map(|x| x.0)
+                .collect();
+            assert_eq!(priced.len(), 2, "{:?}", regime.context_layout);
+            assert_eq!(regime.context_ops.len(), 4);
+            for (&i, &j) in regime.context_ops.iter().zip(&regime.context_from) {
+                let (a, b) = (&regime.ops[i].template, &regime.ops[priced[j]].template);
+                assert_eq!(a.kernel, b.kernel);
+                assert_ne!(a.layer == b.layer, i != priced[j]);
+            }
         }
     }
 }

@@ -425,23 +425,29 @@ impl FastScenario {
                 s.batch = batch;
                 s.context = context;
                 let x = pm.vars(batch, q, context, e.touched, padded).basis();
-                let n = regime.context_ops.len();
-                let us = keep_or_nan(
-                    price_layout_in(w_context, regime, &regime.context_layout, &x, s, p),
-                    n,
-                );
-                let busy = busy_of(regime, regime.context_ops.iter().copied(), &us);
-                let priced = (context, us.into_boxed_slice(), busy);
-                if e.context.len() >= CONTEXTS_PER_ENTRY {
+                let unique = regime.context_layout.iter().filter(|x| x.1).count();
+                // Once full, the oldest slot is priced over in place (no allocation per row).
+                let i = if e.context.len() >= CONTEXTS_PER_ENTRY {
                     let i = e.evict;
                     e.evict = (i + 1) % CONTEXTS_PER_ENTRY;
-                    e.context[i] = priced;
                     i
                 } else {
-                    *stored += n;
-                    e.context.push(priced);
+                    *stored += unique;
+                    e.context
+                        .push((0, vec![0.0; unique].into_boxed_slice(), [0.0; NCAT]));
                     e.context.len() - 1
+                };
+                let (at, us, busy) = &mut e.context[i];
+                *at = context;
+                let layout = &regime.context_layout;
+                if price_layout_fill(w_context, regime, layout, &x, s, p, us).is_err() {
+                    us.fill(f64::NAN);
                 }
+                *busy = [0.0; NCAT];
+                for (&j, &(c, repeat)) in regime.context_from.iter().zip(&regime.context_busy) {
+                    busy[c] += us[j] * repeat;
+                }
+                i
             }
         };
         e.last = ci;
@@ -474,8 +480,8 @@ impl FastScenario {
         d.clear();
         d.extend_from_slice(&e.tokens_us);
         let (_, cus, cbusy) = &e.context[ci];
-        for (&i, &v) in regime.context_ops.iter().zip(cus.iter()) {
-            d[i] = v;
+        for (&i, &j) in regime.context_ops.iter().zip(&regime.context_from) {
+            d[i] = cus[j];
         }
         let (_, _, kus, kbusy) = &e.collectives[ki];
         for (&i, &v) in regime.collective_ops.iter().zip(kus.iter()) {

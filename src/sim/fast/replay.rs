@@ -74,24 +74,39 @@ fn play_regime_as<const GRAPHS: bool, const SG: bool>(
     repeat: u32,
     sg: &Straggler,
 ) {
-    // The whole pass may itself repeat (identical draft passes): a run like a segment's.
-    let mut pass = Run::start(st, launch);
+    // The whole pass may itself repeat (identical draft passes): a run like a segment's. A
+    // run of one (a segment or pass played once) has nothing to skip: no steady-state test.
+    let mut pass = (repeat > 1).then(|| Run::start(st, launch));
     for r in 0..repeat {
         for seg in &regime.segments {
             let kinds = &regime.kinds[seg.start..seg.end];
             let ds = &d[seg.start..seg.end];
+            // Each layer is played on a copy of the recursion's variables held in registers
+            // (through `st` they would be stored and reloaded at every op, on the critical
+            // path).
+            let layer = |st: &mut State| {
+                let mut hot = Hot::of(st);
+                for (&kind, &dur) in kinds.iter().zip(ds) {
+                    step::<GRAPHS, SG>(&mut hot, kind, dur, launch, sg);
+                }
+                hot.store(st);
+            };
+            if seg.repeat == 1 {
+                layer(st);
+                continue;
+            }
             let mut run = Run::start(st, launch);
             for k in 0..seg.repeat {
-                for (&kind, &dur) in kinds.iter().zip(ds) {
-                    step::<GRAPHS, SG>(st, kind, dur, launch, sg);
-                }
+                layer(st);
                 if run.steady(st, launch, seg.repeat - k - 1) {
                     break;
                 }
             }
         }
-        if pass.steady(st, launch, repeat - r - 1) {
-            return;
+        if let Some(p) = pass.as_mut() {
+            if p.steady(st, launch, repeat - r - 1) {
+                return;
+            }
         }
     }
 }
@@ -190,6 +205,50 @@ pub(super) fn spreads(st: &State) -> [Spread; 2] {
     [st.main_sp, aux]
 }
 
+/// The variables of [`State`] the recursion moves (all but the busy times).
+#[derive(Clone, Copy)]
+pub(super) struct Hot {
+    main: f64,
+    aux: f64,
+    cpu: f64,
+    first_collective: bool,
+    first_start: f64,
+    cpu_binds: u64,
+    main_sp: Spread,
+    aux_sp: Spread,
+    waited: f64,
+}
+
+impl Hot {
+    #[inline(always)]
+    fn of(st: &State) -> Self {
+        Hot {
+            main: st.main,
+            aux: st.aux,
+            cpu: st.cpu,
+            first_collective: st.first_collective,
+            first_start: st.first_start,
+            cpu_binds: st.cpu_binds,
+            main_sp: st.main_sp,
+            aux_sp: st.aux_sp,
+            waited: st.waited,
+        }
+    }
+
+    #[inline(always)]
+    fn store(self, st: &mut State) {
+        st.main = self.main;
+        st.aux = self.aux;
+        st.cpu = self.cpu;
+        st.first_collective = self.first_collective;
+        st.first_start = self.first_start;
+        st.cpu_binds = self.cpu_binds;
+        st.main_sp = self.main_sp;
+        st.aux_sp = self.aux_sp;
+        st.waited = self.waited;
+    }
+}
+
 /// The later of two times (no NaN handling: it sits on the recursion's critical path).
 #[inline(always)]
 pub(super) fn later(a: f64, b: f64) -> f64 {
@@ -204,7 +263,7 @@ pub(super) fn later(a: f64, b: f64) -> f64 {
 /// 0; `SG`: `sg.on`).
 #[inline(always)]
 pub(super) fn step<const GRAPHS: bool, const SG: bool>(
-    st: &mut State,
+    st: &mut Hot,
     kind: Kind,
     dur: f64,
     l: &Launch,
@@ -266,56 +325,71 @@ pub(super) fn step<const GRAPHS: bool, const SG: bool>(
         Kind::Kernel { aux } if GRAPHS => {
             // Under CUDA graphs the CPU's clock stays at the step's start, behind the streams:
             // a kernel it binds is rare (an auxiliary stream moved back by a straggler wait),
-            // so the common case is a predicted branch, the same arithmetic as below.
+            // so the common case is a predicted branch, the same arithmetic as below. The
+            // stream is read and written by value (a pointer to either would keep the state
+            // in memory).
             st.cpu += l.launch;
-            let free = if aux { &mut st.aux } else { &mut st.main };
-            let ready = *free + l.gap;
-            if st.cpu > ready {
+            let free = if aux { st.aux } else { st.main };
+            let ready = free + l.gap;
+            let bound = st.cpu > ready;
+            let s = later(ready, st.cpu);
+            if aux {
+                st.aux = s + dur;
+            } else {
+                st.main = s + dur;
+            }
+            if st.first_start.is_nan() {
+                st.first_start = s;
+            }
+            if bound {
                 st.cpu_binds += 1;
-                let s = later(ready, st.cpu);
-                *free = s + dur;
-                if st.first_start.is_nan() {
-                    st.first_start = s;
-                }
-                if SG {
-                    let sp = if aux { &mut st.aux_sp } else { &mut st.main_sp };
+            }
+            if SG {
+                let mut sp = if aux { st.aux_sp } else { st.main_sp };
+                if bound {
                     sp.sum = sp.sum * 0.0 + dur;
                     sp.sq = sp.sq * 0.0 + dur * dur;
                     sp.launch = true;
-                }
-            } else {
-                let s = later(ready, st.cpu);
-                *free = s + dur;
-                if st.first_start.is_nan() {
-                    st.first_start = s;
-                }
-                if SG {
+                } else {
                     // `keep` is 1: x × 1 is x, bit for bit.
-                    let sp = if aux { &mut st.aux_sp } else { &mut st.main_sp };
                     sp.sum += dur;
                     sp.sq += dur * dur;
+                }
+                if aux {
+                    st.aux_sp = sp;
+                } else {
+                    st.main_sp = sp;
                 }
             }
         }
         Kind::Kernel { aux } => {
             st.cpu += l.launch;
-            let free = if aux { &mut st.aux } else { &mut st.main };
-            let ready = *free + l.gap;
+            let free = if aux { st.aux } else { st.main };
+            let ready = free + l.gap;
             let bound = st.cpu > ready;
             st.cpu_binds += bound as u64;
             let s = later(ready, st.cpu);
-            *free = s + dur;
+            if aux {
+                st.aux = s + dur;
+            } else {
+                st.main = s + dur;
+            }
             if st.first_start.is_nan() {
                 st.first_start = s;
             }
             if SG {
                 // A kernel the CPU's launch bound starts its path afresh (branch-free: eager
                 // launches bind kernels irregularly).
-                let sp = if aux { &mut st.aux_sp } else { &mut st.main_sp };
+                let mut sp = if aux { st.aux_sp } else { st.main_sp };
                 let keep = (!bound) as u8 as f64;
                 sp.sum = sp.sum * keep + dur;
                 sp.sq = sp.sq * keep + dur * dur;
                 sp.launch |= bound;
+                if aux {
+                    st.aux_sp = sp;
+                } else {
+                    st.main_sp = sp;
+                }
             }
         }
     }

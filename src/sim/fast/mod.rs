@@ -45,7 +45,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 const NCAT: usize = Category::ALL.len();
 type Busy = [f64; NCAT];
 
-const NB: usize = 10;
+const NB: usize = 11;
 type Coef = [f64; NB];
 
 /// Basis columns that carry the context (directly or through the split-KV count).
@@ -53,11 +53,13 @@ const CONTEXT_COLS: [usize; 5] = [3, 4, 5, 7, 8];
 
 /// The scenario variables an op's shape is linear in.
 mod basis;
+mod ep;
 mod memo;
 mod pipeline;
 mod replay;
 
 use basis::*;
+use ep::*;
 use memo::*;
 use pipeline::PipelineFit;
 pub use replay::State;
@@ -151,6 +153,8 @@ pub struct FastScenario {
     straggler: Straggler,
     /// Pipeline parallelism: stages 1 .. pp (stage 0 is `target`) and the schedule's inputs.
     pipeline: Option<PipelineFit>,
+    /// Expert parallelism: the draws of the ranks' expert loads (`ep`).
+    loads: Option<EpLoads>,
 }
 
 /// The sweep setting a pass is played under: the launch mode and the NCCL setting.
@@ -214,6 +218,14 @@ impl FastScenario {
         // A pipeline: one model per stage, composed by `sim::pipeline::schedule`. Speculative
         // decoding's windows are not composed with the pipeline's micro-batches: refused.
         let pp = s.comm.pp_size();
+        if s.comm.tbo {
+            // Two-batch overlap's asynchronous all-to-alls and waits are not in the recursion.
+            s.refuse_wide_ep("the sweep's fast path")?;
+        }
+        let ep = s.comm.ep_size() > 1 && s.model.moe.is_some();
+        if ep && (pp > 1 || draft.is_some()) {
+            return Err(ep_refused(s, pp > 1));
+        }
         if pp > 1 {
             if draft.is_some() {
                 return Err(pp_refused(pp));
@@ -225,14 +237,25 @@ impl FastScenario {
                 id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
                 target: first,
                 spec: None,
-                straggler: Straggler::new(&p.variability, s.tp),
+                straggler: Straggler::new(&p.variability, s.tp, s.tp),
                 pipeline: Some(fit),
+                loads: None,
             };
             fast.check()?;
             return Ok(fast);
         }
-        s.refuse_wide_ep("the sweep's fast path")?;
-        let build_target = |ps: &Scenario, q: u32| crate::workload::build_pass(ps, q);
+        // Data-parallel attention: probed at batches every DP rank shares evenly (the probe's
+        // batch each), so that shapes are linear in one DP rank's variables (`ep`).
+        let dp = s.comm.dp_size();
+        let build_target = move |ps: &Scenario, q: u32| {
+            if dp > 1 {
+                let mut g = ps.clone();
+                g.batch = ps.batch * dp;
+                crate::workload::build_pass(&g, q)
+            } else {
+                crate::workload::build_pass(ps, q)
+            }
+        };
         let target;
         let mut spec = None;
         if let Some(d) = draft {
@@ -280,8 +303,9 @@ impl FastScenario {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             target,
             spec,
-            straggler: Straggler::new(&p.variability, s.tp),
+            straggler: Straggler::new(&p.variability, s.tp, s.ranks()),
             pipeline: None,
+            loads: EpLoads::new(s, p),
         };
         fast.check()?;
         Ok(fast)
@@ -367,10 +391,19 @@ impl FastScenario {
         let Setting { launch, coll } = set;
         let q = queries.max(1);
         let tokens = batch as u64 * q as u64;
-        let padded = pm.padded(batch, q, launch.graphs);
+        // With data-parallel attention every rank plays its DP rank's share, padded to the
+        // largest (`ep`): shapes are read at that share, the experts touched at every DP rank's
+        // rows together, prices under the whole scenario.
+        let (dp, local) = match &pm.ep {
+            Some(e) if e.dp > 1 => (e.dp, batch.div_ceil(e.dp)),
+            _ => (1, batch),
+        };
+        let padded = pm.padded(local, q, launch.graphs);
+        let rows = padded * dp as u64;
         // vLLM picks the shared expert's stream by the rows the pass runs (padded).
         let regime = pm.regime(padded as f64);
         let p = &self.profile;
+        let loads = self.loads.as_ref();
         let Memo {
             s,
             passes,
@@ -388,10 +421,10 @@ impl FastScenario {
         let e = passes[pm.slot]
             .entry((batch, q, padded as u32))
             .or_insert_with(|| {
-                let touched = pm.touched(tokens, padded);
+                let touched = pm.touched(tokens, rows);
                 s.batch = batch;
                 s.context = context;
-                let x = pm.vars(batch, q, context, touched, padded).basis();
+                let x = pm.vars(local, q, context, touched, padded).basis();
                 let us = keep_or_nan(
                     price_layout_in(w_tokens, regime, &regime.tokens_layout, &x, s, p),
                     regime.tokens_layout.iter().filter(|x| x.1).count(),
@@ -401,6 +434,11 @@ impl FastScenario {
                 for (i, v) in kept.clone().zip(&us) {
                     tokens_us[i] = *v;
                 }
+                if let (Some(loads), Some(ep)) = (loads, &pm.ep) {
+                    let draws = loads.draws(tokens, rows - tokens);
+                    slowest_rank(regime, &mut tokens_us, &x, ep, &draws);
+                }
+                let us: Vec<f64> = kept.clone().map(|i| tokens_us[i]).collect();
                 *stored += regime.ops.len();
                 Entry {
                     touched,
@@ -424,7 +462,7 @@ impl FastScenario {
             None => {
                 s.batch = batch;
                 s.context = context;
-                let x = pm.vars(batch, q, context, e.touched, padded).basis();
+                let x = pm.vars(local, q, context, e.touched, padded).basis();
                 let n = regime.context_ops.len();
                 let us = keep_or_nan(
                     price_layout_in(w_context, regime, &regime.context_layout, &x, s, p),
@@ -457,7 +495,7 @@ impl FastScenario {
                 s.nccl = coll.nccl;
                 s.comm = coll.comm;
                 s.cuda_graphs = launch.graphs;
-                let x = pm.vars(batch, q, context, e.touched, padded).basis();
+                let x = pm.vars(local, q, context, e.touched, padded).basis();
                 let layout: Vec<(usize, bool)> =
                     regime.collective_ops.iter().map(|&i| (i, true)).collect();
                 let us = keep_or_nan(
@@ -494,7 +532,7 @@ impl FastScenario {
                     s.nccl = coll.nccl;
                     s.comm = coll.comm;
                     s.cuda_graphs = launch.graphs;
-                    let x = pm.vars(batch, q, context, e_touched, padded).basis();
+                    let x = pm.vars(local, q, context, e_touched, padded).basis();
                     latency_fractions(regime, &x, s, p).into_boxed_slice()
                 })
             } else {
@@ -724,6 +762,29 @@ impl Draw {
             let l = lat.get(j).copied().unwrap_or(1.0);
             d[i] *= l * self.collective_latency + (1.0 - l) * self.family[f as usize];
         }
+    }
+}
+
+/// The refusal of expert parallelism with pipeline parallelism or speculative decoding on the
+/// fast path (its slowest-rank expert loads are played for the plain step only), with the
+/// commands that handle it.
+fn ep_refused(s: &Scenario, pipeline: bool) -> Error {
+    let (flag, value) = if s.comm.dp_size() > 1 {
+        ("--dp", s.comm.dp_size())
+    } else {
+        ("--ep", s.comm.ep_size())
+    };
+    Error::ScenarioSetting {
+        flag,
+        value: value.to_string(),
+        problem: format!(
+            ": the sweep's fast path plays expert parallelism's slowest rank for the plain step, not with {}; `decodesim simulate` and `decodesim whatif --vary --draws 0` play every rank's timeline",
+            if pipeline {
+                "pipeline parallelism (--pp)"
+            } else {
+                "speculative decoding (draft tokens)"
+            }
+        ),
     }
 }
 

@@ -223,7 +223,7 @@ pub(super) fn step<const GRAPHS: bool, const SG: bool>(
             }
             st.main = later(st.main, st.aux)
         }
-        Kind::Collective => {
+        Kind::Collective { wide } => {
             st.cpu += l.launch;
             let extra = if st.first_collective {
                 l.first_collective
@@ -239,10 +239,11 @@ pub(super) fn step<const GRAPHS: bool, const SG: bool>(
                 st.first_start = a;
             }
             // The ranks leave together when the last one arrives: `wait` after the mean one.
-            let wait = if bound {
-                sg.launch_wait
-            } else {
-                sg.wait(&st.main_sp)
+            let wait = match (bound, wide) {
+                (true, false) => sg.launch_wait,
+                (true, true) => sg.wide.launch_wait,
+                (false, false) => sg.wait(&st.main_sp),
+                (false, true) => sg.wide.wait(&st.main_sp),
             };
             if GRAPHS {
                 // Under CUDA graphs the CPU clock never advances, so it binds no later kernel
@@ -263,7 +264,7 @@ pub(super) fn step<const GRAPHS: bool, const SG: bool>(
             }
             st.main_sp = Spread::MET;
         }
-        Kind::Kernel { aux } if GRAPHS => {
+        Kind::Kernel { aux, loaded } if GRAPHS => {
             // Under CUDA graphs the CPU's clock stays at the step's start, behind the streams:
             // a kernel it binds is rare (an auxiliary stream moved back by a straggler wait),
             // so the common case is a predicted branch, the same arithmetic as below.
@@ -277,7 +278,7 @@ pub(super) fn step<const GRAPHS: bool, const SG: bool>(
                 if st.first_start.is_nan() {
                     st.first_start = s;
                 }
-                if SG {
+                if SG && !loaded {
                     let sp = if aux { &mut st.aux_sp } else { &mut st.main_sp };
                     sp.sum = sp.sum * 0.0 + dur;
                     sp.sq = sp.sq * 0.0 + dur * dur;
@@ -289,7 +290,7 @@ pub(super) fn step<const GRAPHS: bool, const SG: bool>(
                 if st.first_start.is_nan() {
                     st.first_start = s;
                 }
-                if SG {
+                if SG && !loaded {
                     // `keep` is 1: x × 1 is x, bit for bit.
                     let sp = if aux { &mut st.aux_sp } else { &mut st.main_sp };
                     sp.sum += dur;
@@ -297,7 +298,7 @@ pub(super) fn step<const GRAPHS: bool, const SG: bool>(
                 }
             }
         }
-        Kind::Kernel { aux } => {
+        Kind::Kernel { aux, loaded } => {
             st.cpu += l.launch;
             let free = if aux { &mut st.aux } else { &mut st.main };
             let ready = *free + l.gap;
@@ -308,7 +309,7 @@ pub(super) fn step<const GRAPHS: bool, const SG: bool>(
             if st.first_start.is_nan() {
                 st.first_start = s;
             }
-            if SG {
+            if SG && !loaded {
                 // A kernel the CPU's launch bound starts its path afresh (branch-free: eager
                 // launches bind kernels irregularly).
                 let sp = if aux { &mut st.aux_sp } else { &mut st.main_sp };
@@ -393,10 +394,88 @@ pub(super) struct Straggler {
     /// The wait of a collective the CPU's launch bound (the launch skew alone), precomputed:
     /// eager steps meet it at most collectives.
     pub(super) launch_wait: f64,
+    /// A wait within one tensor-parallel group at all (`on` also covers the wide group's).
+    pub(super) own: bool,
+    /// The same over the whole expert-parallel group (`Kind::Collective { wide }`: data-parallel
+    /// attention's dispatch and combine meet DP × TP ranks); a copy of this one otherwise.
+    pub(super) wide: Box<WideStraggler>,
+}
+
+/// The straggler wait of collectives that sync the whole expert-parallel group.
+#[derive(Debug, Clone)]
+pub(super) struct WideStraggler {
+    pub(super) table: std::sync::Arc<[f64]>,
+    pub(super) on: bool,
+    pub(super) skew: f64,
+    pub(super) kernel_var: f64,
+    pub(super) launch_var: f64,
+    pub(super) launch_wait: f64,
+}
+
+impl WideStraggler {
+    #[inline]
+    pub(super) fn wait(&self, sp: &Spread) -> f64 {
+        straggler_wait(
+            self.on,
+            self.skew,
+            self.kernel_var,
+            self.launch_var,
+            &self.table,
+            sp,
+        )
+    }
+}
+
+/// Expected wait of a collective whose arriving path has spread `sp` (see `Straggler`), µs.
+#[inline]
+fn straggler_wait(
+    on: bool,
+    skew: f64,
+    kernel_var: f64,
+    launch_var: f64,
+    table: &[f64],
+    sp: &Spread,
+) -> f64 {
+    if !on {
+        return 0.0;
+    }
+    let w = skew * sp.sum;
+    let uniform = w * w / 3.0;
+    let normal = kernel_var * sp.sq + if sp.launch { launch_var } else { 0.0 };
+    let var = uniform + normal;
+    if var <= 0.0 {
+        return 0.0;
+    }
+    let x = normal / var * (STRAGGLER_POINTS - 1) as f64;
+    let i = (x as usize).min(STRAGGLER_POINTS - 2);
+    let t = x - i as f64;
+    var.sqrt() * (table[i] + t * (table[i + 1] - table[i]))
 }
 
 impl Straggler {
-    pub(super) fn new(v: &crate::cost::profile::Variability, ranks: u32) -> Self {
+    /// `ranks`: a tensor-parallel group's; `wide`: the expert-parallel group's (data-parallel
+    /// attention: DP × TP; `ranks` otherwise).
+    pub(super) fn new(v: &crate::cost::profile::Variability, ranks: u32, wide: u32) -> Self {
+        let mut sg = Self::one(v, ranks);
+        let w = if wide == ranks {
+            sg.clone()
+        } else {
+            Self::one(v, wide)
+        };
+        sg.own = sg.on;
+        sg.on |= w.on;
+        sg.wide = Box::new(WideStraggler {
+            table: w.table,
+            on: w.on,
+            skew: w.skew,
+            kernel_var: w.kernel_var,
+            launch_var: w.launch_var,
+            launch_wait: w.launch_wait,
+        });
+        sg
+    }
+
+    fn one(v: &crate::cost::profile::Variability, ranks: u32) -> Self {
         let skew = v.rank_skew_cv * 3f64.sqrt();
         let kernel_var = v.kernel_cv * v.kernel_cv;
         let launch_var = v.launch_skew_us * v.launch_skew_us / 12.0;
@@ -412,6 +491,15 @@ impl Straggler {
                 std::sync::Arc::from(Vec::new())
             },
             launch_wait: 0.0,
+            own: on,
+            wide: Box::new(WideStraggler {
+                table: std::sync::Arc::from(Vec::new()),
+                on: false,
+                skew: 0.0,
+                kernel_var: 0.0,
+                launch_var: 0.0,
+                launch_wait: 0.0,
+            }),
         };
         sg.launch_wait = sg.wait(&Spread::LAUNCH);
         sg
@@ -420,20 +508,14 @@ impl Straggler {
     /// Expected wait of a collective whose arriving path has spread `sp`, µs.
     #[inline]
     pub(super) fn wait(&self, sp: &Spread) -> f64 {
-        if !self.on {
-            return 0.0;
-        }
-        let w = self.skew * sp.sum;
-        let uniform = w * w / 3.0;
-        let normal = self.kernel_var * sp.sq + if sp.launch { self.launch_var } else { 0.0 };
-        let var = uniform + normal;
-        if var <= 0.0 {
-            return 0.0;
-        }
-        let x = normal / var * (STRAGGLER_POINTS - 1) as f64;
-        let i = (x as usize).min(STRAGGLER_POINTS - 2);
-        let t = x - i as f64;
-        var.sqrt() * (self.table[i] + t * (self.table[i + 1] - self.table[i]))
+        straggler_wait(
+            self.own,
+            self.skew,
+            self.kernel_var,
+            self.launch_var,
+            &self.table,
+            sp,
+        )
     }
 }
 
@@ -540,23 +622,23 @@ mod straggler_tests {
             sq: 2000.0,
             launch: false,
         };
-        let w = Straggler::new(&v, 8).wait(&sp);
+        let w = Straggler::new(&v, 8, 8).wait(&sp);
         let expect = 100.0 * 0.01 * 3f64.sqrt() * 7.0 / 9.0;
         assert!((w - expect).abs() < 1e-9, "{w} vs {expect}");
-        assert_eq!(Straggler::new(&v, 1).wait(&sp), 0.0);
+        assert_eq!(Straggler::new(&v, 1, 1).wait(&sp), 0.0);
         let off = crate::cost::profile::Variability {
             rank_skew_cv: 0.0,
             collective_cv: 0.0,
             ..v
         };
-        assert_eq!(Straggler::new(&off, 8).wait(&sp), 0.0);
+        assert_eq!(Straggler::new(&off, 8, 8).wait(&sp), 0.0);
         // Kernel jitter alone: σ·E[max of 2 normals] = σ/√π.
         let k = crate::cost::profile::Variability {
             kernel_cv: 0.02,
             rank_skew_cv: 0.0,
             ..off
         };
-        let w = Straggler::new(&k, 2).wait(&sp);
+        let w = Straggler::new(&k, 2, 2).wait(&sp);
         let expect = 0.02 * 2000f64.sqrt() / std::f64::consts::PI.sqrt();
         assert!((w - expect).abs() < 1e-5 * expect, "{w} vs {expect}");
     }

@@ -230,8 +230,7 @@ impl Draws {
 
 /// Scales the loaded ops of `regime` in `us` (µs per op, the token-dependent ones priced at
 /// the mean rank, basis `x`) to the expected slowest rank of each window between collectives.
-pub(super) fn slowest_rank(regime: &Regime, us: &mut [f64], x: &Coef, ep: &EpShape, d: &Draws) {
-    let touched = x[6];
+pub(super) fn slowest_rank(regime: &Regime, us: &mut [f64], x: &Coef, d: &Draws) {
     let mut window: Vec<usize> = Vec::new();
     let flush = |window: &mut Vec<usize>, us: &mut [f64]| {
         if window.is_empty() {
@@ -241,10 +240,22 @@ pub(super) fn slowest_rank(regime: &Regime, us: &mut [f64], x: &Coef, ep: &EpSha
         for &i in window.iter() {
             let op = &regime.ops[i];
             let p = us[i];
+            // An expert GEMM's bytes are its experts' weights plus its rows' activations in
+            // and out, rows × (k + n) BF16 elements (`parallel::expert_parallel`'s `bytes_of`):
+            // the weights' share follows the experts with tokens, the rest the rows. (Read off
+            // the shape, not the fitted coefficient of the experts touched: where every expert
+            // has tokens at every probe that column cannot be told from the constant.)
             let phi = if EpShape::is_expert_gemm(&op.template) {
-                let bytes = dot(&op.fields.bytes, x);
+                let f = &op.fields;
+                let bytes = dot(&f.bytes, x);
+                let (m, n, k) = (
+                    round_u64(dot(&f.shape[0], x)) as f64,
+                    round_u64(dot(&f.shape[1], x)) as f64,
+                    round_u64(dot(&f.shape[2], x)) as f64,
+                );
+                let act = m * (n + k) * crate::workload::builder::ACT_BYTES;
                 if bytes > 0.0 {
-                    (op.fields.bytes[6] * (touched + ep.redundant as f64) / bytes).clamp(0.0, 1.0)
+                    (1.0 - act / bytes).clamp(0.0, 1.0)
                 } else {
                     0.0
                 }

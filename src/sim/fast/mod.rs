@@ -434,9 +434,9 @@ impl FastScenario {
                 for (i, v) in kept.clone().zip(&us) {
                     tokens_us[i] = *v;
                 }
-                if let (Some(loads), Some(ep)) = (loads, &pm.ep) {
+                if let (Some(loads), Some(_)) = (loads, &pm.ep) {
                     let draws = loads.draws(tokens, rows - tokens);
-                    slowest_rank(regime, &mut tokens_us, &x, ep, &draws);
+                    slowest_rank(regime, &mut tokens_us, &x, &draws);
                 }
                 let us: Vec<f64> = kept.clone().map(|i| tokens_us[i]).collect();
                 *stored += regime.ops.len();

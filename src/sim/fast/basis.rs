@@ -807,6 +807,21 @@ pub(super) fn price_layout_in(
     s: &Scenario,
     p: &CalibrationProfile,
 ) -> Result<Vec<f64>> {
+    price_layout_at(scratch, regime, layout, x, s, p, None)
+}
+
+/// [`price_layout_in`] with the expert GEMMs' `shape.batch` (the rounded mean over expert-
+/// parallel ranks of the experts with tokens, `OpT::batch_div`) set to `expert_batch` where
+/// given, every other field as `x` gives it.
+pub(super) fn price_layout_at(
+    scratch: &mut Scratch,
+    regime: &Regime,
+    layout: &[(usize, bool)],
+    x: &Coef,
+    s: &Scenario,
+    p: &CalibrationProfile,
+    expert_batch: Option<u64>,
+) -> Result<Vec<f64>> {
     let w = &mut scratch.w;
     let same = w.ops.len() == layout.len()
         && w.ops.iter().zip(layout).all(|(o, &(i, _))| {
@@ -832,6 +847,15 @@ pub(super) fn price_layout_in(
         regime.ops[i].instantiate_changed(x, changed, op);
     }
     scratch.x = Some(*x);
+    if let Some(t) = expert_batch {
+        for (op, &(i, _)) in w.ops.iter_mut().zip(layout) {
+            if regime.ops[i].batch_div != 1.0 {
+                op.shape.batch = t;
+            }
+        }
+        // The overridden fields are set afresh by the next pricing.
+        scratch.x = None;
+    }
     // Quiet: the report's warnings come from the scenario's own full pricing, never from here.
     // The pricer is prepared once per setting (what `cost::price_quiet` does per call that
     // does not depend on the shapes, batch or context).

@@ -130,6 +130,9 @@ pub(super) struct Draws {
     v: Vec<f64>,
     z: Vec<f64>,
     kernel_cv: f64,
+    /// Per draw: the mean over ranks of the experts each holds with tokens, rounded (the
+    /// expert GEMMs' `shape.batch`, which the MoE tables are read at).
+    rounded: Vec<u64>,
 }
 
 impl EpLoads {
@@ -182,6 +185,7 @@ impl EpLoads {
             v: Vec::with_capacity(k * n),
             z: Vec::with_capacity(k * n),
             kernel_cv: self.kernel_cv,
+            rounded: Vec::with_capacity(k),
         };
         let mut rng = SmallRng::seed_from_u64(seed ^ 0x5ca1_ab1e);
         for counts in &sample.expert_tokens {
@@ -189,6 +193,7 @@ impl EpLoads {
                 crate::workload::parallel::ep_rank_rows(counts, n, self.redundant);
             let mean = |v: &[f64]| v.iter().sum::<f64>() / n as f64;
             let (rm, tm) = (mean(&rows), mean(&touched));
+            d.rounded.push(tm.round() as u64);
             for r in 0..n {
                 d.t.push(if tm > 0.0 { touched[r] / tm } else { 1.0 });
                 d.rows.push(if rm > 0.0 { rows[r] / rm } else { 1.0 });
@@ -203,6 +208,24 @@ impl EpLoads {
 }
 
 impl Draws {
+    /// The rounded mean experts with tokens per rank the draws give, each with its share of
+    /// the draws. The timeline prices each layer at its own draw's (the MoE tables are read at
+    /// it), so the fast path prices the expert GEMMs at each value the draws meet and weighs
+    /// them: a price at the rounded mean would be off by up to half an expert per rank (a few
+    /// percent of the experts' time when each rank holds a dozen with tokens).
+    pub(super) fn rounded_touched(&self) -> Vec<(u64, f64)> {
+        let mut out: Vec<(u64, f64)> = Vec::new();
+        let w = 1.0 / self.rounded.len().max(1) as f64;
+        for &t in &self.rounded {
+            match out.iter_mut().find(|x| x.0 == t) {
+                Some(x) => x.1 += w,
+                None => out.push((t, w)),
+            }
+        }
+        out.sort_by_key(|x| x.0);
+        out
+    }
+
     /// The expected slowest rank's time in a window over its mean rank's, for a window whose
     /// loaded ops price `w` (the expert GEMMs' weight read) + `r` (the rest) µs at the mean
     /// rank, `q` the sum of their squared prices (their jitter's variance per kernel CV²).

@@ -155,6 +155,11 @@ pub struct FastScenario {
     pipeline: Option<PipelineFit>,
     /// Expert parallelism: the draws of the ranks' expert loads (`ep`).
     loads: Option<EpLoads>,
+    /// Data-parallel attention at a batch the DP ranks do not share evenly: the straggler wait
+    /// of the whole group's collectives over the ranks of the DP ranks with the most sequences
+    /// only (by their count, 1 .. DP), made when first needed. The others attend over fewer
+    /// sequences and arrive earlier by far more than the jitter spreads the ranks.
+    stragglers_dp: std::sync::Arc<[std::sync::OnceLock<Straggler>]>,
 }
 
 /// The sweep setting a pass is played under: the launch mode and the NCCL setting.
@@ -240,6 +245,7 @@ impl FastScenario {
                 straggler: Straggler::new(&p.variability, s.tp, s.tp),
                 pipeline: Some(fit),
                 loads: None,
+                stragglers_dp: std::sync::Arc::from(Vec::new()),
             };
             fast.check()?;
             return Ok(fast);
@@ -306,6 +312,9 @@ impl FastScenario {
             straggler: Straggler::new(&p.variability, s.tp, s.ranks()),
             pipeline: None,
             loads: EpLoads::new(s, p),
+            stragglers_dp: (0..s.comm.dp_size())
+                .map(|_| std::sync::OnceLock::new())
+                .collect(),
         };
         fast.check()?;
         Ok(fast)
@@ -425,23 +434,60 @@ impl FastScenario {
                 s.batch = batch;
                 s.context = context;
                 let x = pm.vars(local, q, context, touched, padded).basis();
-                let us = keep_or_nan(
-                    price_layout_in(w_tokens, regime, &regime.tokens_layout, &x, s, p),
-                    regime.tokens_layout.iter().filter(|x| x.1).count(),
-                );
+                let nkept = regime.tokens_layout.iter().filter(|x| x.1).count();
+                let draws = match (loads, &pm.ep) {
+                    (Some(l), Some(_)) => Some(l.draws(tokens, rows - tokens)),
+                    _ => None,
+                };
+                let us = match (&draws, &pm.ep) {
+                    // Expert parallelism: the expert GEMMs priced at each rounded mean of the
+                    // experts with tokens per rank the draws meet, weighed by its share.
+                    (Some(d), Some(_)) => {
+                        let mut acc = vec![0.0; nkept];
+                        for (t, share) in d.rounded_touched() {
+                            let u = keep_or_nan(
+                                price_layout_at(
+                                    w_tokens,
+                                    regime,
+                                    &regime.tokens_layout,
+                                    &x,
+                                    s,
+                                    p,
+                                    Some(t),
+                                ),
+                                nkept,
+                            );
+                            for (a, v) in acc.iter_mut().zip(u) {
+                                *a += share * v;
+                            }
+                        }
+                        acc
+                    }
+                    _ => keep_or_nan(
+                        price_layout_in(w_tokens, regime, &regime.tokens_layout, &x, s, p),
+                        nkept,
+                    ),
+                };
                 let mut tokens_us = vec![0.0; regime.ops.len()].into_boxed_slice();
                 let kept = regime.tokens_layout.iter().filter(|x| x.1).map(|x| x.0);
                 for (i, v) in kept.clone().zip(&us) {
                     tokens_us[i] = *v;
                 }
-                if let (Some(loads), Some(_)) = (loads, &pm.ep) {
-                    let draws = loads.draws(tokens, rows - tokens);
-                    slowest_rank(regime, &mut tokens_us, &x, &draws);
+                let mut excess = Vec::new().into_boxed_slice();
+                if let Some(d) = &draws {
+                    let mean = tokens_us.clone();
+                    slowest_rank(regime, &mut tokens_us, &x, d);
+                    excess = tokens_us
+                        .iter()
+                        .zip(mean.iter())
+                        .map(|(a, b)| a - b)
+                        .collect();
                 }
                 let us: Vec<f64> = kept.clone().map(|i| tokens_us[i]).collect();
                 *stored += regime.ops.len();
                 Entry {
                     touched,
+                    excess,
                     tokens_busy: busy_of(regime, kept, &us),
                     tokens_us,
                     context: Vec::new(),
@@ -540,7 +586,17 @@ impl FastScenario {
             };
             dr.apply(regime, d, lat);
         }
-        play_regime(regime, d, st, launch, repeat, &self.straggler);
+        let sg = match batch % dp {
+            0 => &self.straggler,
+            most => self.stragglers_dp[most as usize - 1].get_or_init(|| {
+                Straggler::new(
+                    &self.profile.variability,
+                    self.scenario.tp,
+                    self.scenario.tp * most,
+                )
+            }),
+        };
+        play_regime(regime, d, &e.excess, st, launch, repeat, sg);
     }
 
     /// The plain step's time (µs) at this batch and context.

@@ -21,6 +21,14 @@ pub struct State {
     pub(super) aux_sp: Spread,
     /// Straggler waits not added to the streams (CUDA graphs: see `step`), µs.
     pub(super) waited: f64,
+    /// Data-parallel attention: the critical path's spread at the tensor-parallel collectives
+    /// since the whole expert-parallel group last met, and the waits already added at them. A
+    /// TP collective syncs its group only; the groups stay apart until the next wide one.
+    pub(super) carry: Spread,
+    pub(super) carried_wait: f64,
+    /// Expert parallelism: how far the expected slowest rank's loaded ops run past the mean
+    /// rank's since the last collective (`ep`), µs.
+    pub(super) excess: f64,
 }
 
 impl State {
@@ -37,6 +45,9 @@ impl State {
             main_sp: Spread::LAUNCH,
             aux_sp: Spread::LAUNCH,
             waited: 0.0,
+            carry: Spread::MET,
+            carried_wait: 0.0,
+            excess: 0.0,
         }
     }
     /// The step window: first kernel's start to the last kernel's end, plus the profile's
@@ -50,6 +61,7 @@ impl State {
 pub(super) fn play_regime(
     regime: &Regime,
     d: &[f64],
+    ex: &[f64],
     st: &mut State,
     launch: &Launch,
     repeat: u32,
@@ -58,10 +70,10 @@ pub(super) fn play_regime(
     // The recursion specialised (at compile time) for the launch mode and whether straggler
     // spreads are tracked: the same operations in the same order, fewer tests per op.
     match (launch.launch == 0.0, sg.on) {
-        (true, true) => play_regime_as::<true, true>(regime, d, st, launch, repeat, sg),
-        (true, false) => play_regime_as::<true, false>(regime, d, st, launch, repeat, sg),
-        (false, true) => play_regime_as::<false, true>(regime, d, st, launch, repeat, sg),
-        (false, false) => play_regime_as::<false, false>(regime, d, st, launch, repeat, sg),
+        (true, true) => play_regime_as::<true, true>(regime, d, ex, st, launch, repeat, sg),
+        (true, false) => play_regime_as::<true, false>(regime, d, ex, st, launch, repeat, sg),
+        (false, true) => play_regime_as::<false, true>(regime, d, ex, st, launch, repeat, sg),
+        (false, false) => play_regime_as::<false, false>(regime, d, ex, st, launch, repeat, sg),
     }
 }
 
@@ -69,6 +81,7 @@ pub(super) fn play_regime(
 fn play_regime_as<const GRAPHS: bool, const SG: bool>(
     regime: &Regime,
     d: &[f64],
+    ex: &[f64],
     st: &mut State,
     launch: &Launch,
     repeat: u32,
@@ -82,8 +95,17 @@ fn play_regime_as<const GRAPHS: bool, const SG: bool>(
             let ds = &d[seg.start..seg.end];
             let mut run = Run::start(st, launch);
             for k in 0..seg.repeat {
-                for (&kind, &dur) in kinds.iter().zip(ds) {
-                    step::<GRAPHS, SG>(st, kind, dur, launch, sg);
+                if SG && !ex.is_empty() {
+                    // Expert parallelism: each loaded op's excess over the mean rank joins the
+                    // straggler wait of the collective that closes its window.
+                    for ((&kind, &dur), &x) in kinds.iter().zip(ds).zip(&ex[seg.start..seg.end]) {
+                        st.excess += x;
+                        step::<GRAPHS, SG>(st, kind, dur, launch, sg);
+                    }
+                } else {
+                    for (&kind, &dur) in kinds.iter().zip(ds) {
+                        step::<GRAPHS, SG>(st, kind, dur, launch, sg);
+                    }
                 }
                 if run.steady(st, launch, seg.repeat - k - 1) {
                     break;
@@ -103,8 +125,9 @@ pub(super) struct Run {
     pub(super) cpu: f64,
     pub(super) binds: u64,
     /// The streams' spreads (a layer repeats only if the paths into its collectives do).
-    pub(super) spreads: [Spread; 2],
+    pub(super) spreads: [Spread; 3],
     pub(super) waited: f64,
+    pub(super) carried_wait: f64,
 }
 
 impl Run {
@@ -116,6 +139,7 @@ impl Run {
             binds: st.cpu_binds,
             spreads: spreads(st),
             waited: st.waited,
+            carried_wait: st.carried_wait,
         }
     }
 
@@ -132,7 +156,9 @@ impl Run {
         let same = (rel[0] - self.rel[0]).abs() < 1e-9
             && (rel[1] - self.rel[1]).abs() < 1e-9
             && rel[2] == self.rel[2]
-            && spreads(st) == self.spreads;
+            && spreads(st) == self.spreads
+            && st.carried_wait == self.carried_wait
+            && st.excess == 0.0;
         if same {
             // The streams advance by the compute stream's increment (an auxiliary stream
             // behind it keeps its offset, which is all that matters of it); the CPU by its own
@@ -153,6 +179,7 @@ impl Run {
             binds: st.cpu_binds,
             spreads: spreads(st),
             waited: st.waited,
+            carried_wait: st.carried_wait,
         };
         false
     }
@@ -181,13 +208,13 @@ pub(super) fn relative(st: &State, l: &Launch, cpu_ahead: bool) -> [f64; 3] {
 /// The spreads of the streams that can still reach a collective: the auxiliary stream's only
 /// while it is ahead of the compute stream (else a fork or join takes the compute stream's).
 #[inline]
-pub(super) fn spreads(st: &State) -> [Spread; 2] {
+pub(super) fn spreads(st: &State) -> [Spread; 3] {
     let aux = if st.aux > st.main {
         st.aux_sp
     } else {
         Spread::MET
     };
-    [st.main_sp, aux]
+    [st.main_sp, aux, st.carry]
 }
 
 /// The later of two times (no NaN handling: it sits on the recursion's critical path).
@@ -243,8 +270,32 @@ pub(super) fn step<const GRAPHS: bool, const SG: bool>(
                 (true, false) => sg.launch_wait,
                 (true, true) => sg.wide.launch_wait,
                 (false, false) => sg.wait(&st.main_sp),
-                (false, true) => sg.wide.wait(&st.main_sp),
+                // The whole group's deviation since it last met, less what the TP groups'
+                // own collectives already waited for.
+                (false, true) => {
+                    let sp = st.carry.then(&st.main_sp);
+                    (sg.wide.wait(&sp) - st.carried_wait).max(0.0)
+                }
             };
+            // The loaded ops' excess (the slowest rank's expert loads) and the jitter's wait
+            // are two spreads of the same ranks: the slowest arrival is not the sum of the two
+            // maxima but, as for normal spreads, the root of their squares summed.
+            let wait = if SG && st.excess > 0.0 {
+                let x = st.excess;
+                (x * x + wait * wait).sqrt() - x
+            } else {
+                wait
+            };
+            st.excess = 0.0;
+            if SG && sg.layered {
+                if wide {
+                    st.carry = Spread::MET;
+                    st.carried_wait = 0.0;
+                } else {
+                    st.carry = st.carry.then(&st.main_sp);
+                    st.carried_wait += wait;
+                }
+            }
             if GRAPHS {
                 // Under CUDA graphs the CPU clock never advances, so it binds no later kernel
                 // whatever the wait, and an auxiliary stream behind the compute stream is
@@ -359,6 +410,16 @@ pub(super) struct Spread {
 }
 
 impl Spread {
+    /// The spread of a path that follows `self` with `next`.
+    #[inline]
+    pub(super) fn then(&self, next: &Spread) -> Spread {
+        Spread {
+            sum: self.sum + next.sum,
+            sq: self.sq + next.sq,
+            launch: self.launch || next.launch,
+        }
+    }
+
     /// Just after a collective: every rank at the same time.
     const MET: Spread = Spread {
         sum: 0.0,
@@ -396,6 +457,9 @@ pub(super) struct Straggler {
     pub(super) launch_wait: f64,
     /// A wait within one tensor-parallel group at all (`on` also covers the wide group's).
     pub(super) own: bool,
+    /// The wide group is larger than a TP group (data-parallel attention): the spread is
+    /// carried across TP collectives to the next wide one (`State::carry`).
+    pub(super) layered: bool,
     /// The same over the whole expert-parallel group (`Kind::Collective { wide }`: data-parallel
     /// attention's dispatch and combine meet DP × TP ranks); a copy of this one otherwise.
     pub(super) wide: Box<WideStraggler>,
@@ -464,6 +528,7 @@ impl Straggler {
         };
         sg.own = sg.on;
         sg.on |= w.on;
+        sg.layered = wide > ranks && w.on;
         sg.wide = Box::new(WideStraggler {
             table: w.table,
             on: w.on,
@@ -492,6 +557,7 @@ impl Straggler {
             },
             launch_wait: 0.0,
             own: on,
+            layered: false,
             wide: Box::new(WideStraggler {
                 table: std::sync::Arc::from(Vec::new()),
                 on: false,

@@ -180,3 +180,102 @@ fn fast_path_matches_the_timeline_mean_on_dp_layouts() {
         failures.join("\n")
     );
 }
+
+fn run(args: &[&str]) -> (i32, String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_decodesim"))
+        .args(args)
+        .output()
+        .expect("runs");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `sweep --dp 2,4,16` writes one row per (dp, batch, context), its dp in the `dp` column and
+/// its step the fast path's price of that scenario alone (memo cleared): each DP size is its
+/// own layout (EP = DP × TP), with `--ep-comm` and `--redundant-experts` applied to every one.
+#[test]
+fn sweep_rows_over_dp_equal_each_scenario_priced_alone() {
+    for (comm, redundant, dps) in [
+        ("all-to-all", None, [2u32, 4, 16]),
+        ("rdma-ll", Some("16"), [16, 4, 2]),
+    ] {
+        let mut args = vec![
+            "sweep",
+            "--model",
+            "deepseek-v3",
+            "--system",
+            "h200-hgx-2node-ib",
+            "--tp",
+            "1",
+            "--ep-comm",
+            comm,
+            "--batch",
+            "1,9,250",
+            "--context",
+            "1024,8192",
+            "--format",
+            "csv",
+        ];
+        let list = dps.map(|d| d.to_string()).join(",");
+        args.extend(["--dp", &list]);
+        if let Some(r) = redundant {
+            // 256 + 16 experts fill 16, 4 and 2 ranks evenly.
+            args.extend(["--redundant-experts", r]);
+        }
+        let (code, out, err) = run(&args);
+        assert_eq!(code, 0, "{err}");
+        let mut lines = out.lines();
+        let header: Vec<&str> = lines.next().expect("header").split(',').collect();
+        assert!(header.ends_with(&["pp", "dp"]), "{header:?}");
+        let col = |name: &str| header.iter().position(|h| *h == name).expect(name);
+        let (dp_c, b_c, c_c, st_c) = (col("dp"), col("batch"), col("context"), col("step_time_us"));
+        let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+        assert_eq!(rows.len(), 3 * 3 * 2);
+        // In the order the list gives.
+        assert_eq!(rows[0][dp_c], dps[0].to_string());
+        assert_eq!(rows[17][dp_c], dps[2].to_string());
+        let mut steps = std::collections::HashMap::new();
+        for dp in dps {
+            let mut req = ScenarioRequest {
+                model: "deepseek-v3".into(),
+                system: "h200-hgx-2node-ib".into(),
+                tp: Some(1),
+                ..ScenarioRequest::default()
+            };
+            req.comm.dp = Some(dp);
+            req.comm.ep_comm = if comm == "rdma-ll" {
+                EpComm::RdmaLl
+            } else {
+                EpComm::AllToAll
+            };
+            req.comm.redundant_experts = redundant.map(|r| r.parse().unwrap());
+            let (s, p) = req.load().expect("loads");
+            let fast = FastScenario::new(&s, &p, None).expect("fitted");
+            let (launch, coll) = (
+                Launch::new(&p, s.cuda_graphs),
+                Collectives::new(&s, &p).expect("collectives"),
+            );
+            let mine: Vec<_> = rows.iter().filter(|r| r[dp_c] == dp.to_string()).collect();
+            assert_eq!(mine.len(), 6, "dp {dp}");
+            for r in mine {
+                let (b, c): (u32, u64) = (r[b_c].parse().unwrap(), r[c_c].parse().unwrap());
+                fast.clear_memo();
+                let alone = fast.step_us(b, c, &launch, &coll);
+                let row: f64 = r[st_c].parse().unwrap();
+                assert!(
+                    (row - alone).abs() <= 0.0005 + 1e-12 * alone,
+                    "{comm} dp {dp} batch {b} context {c}: row {row} vs alone {alone}"
+                );
+                steps.insert((dp, b, c), row);
+            }
+        }
+        // More DP ranks split the 250 sequences' attention further: a shorter step.
+        assert!(
+            steps[&(16, 250, 8192)] < steps[&(2, 250, 8192)],
+            "{comm}: {steps:?}"
+        );
+    }
+}

@@ -224,8 +224,7 @@ impl FastScenario {
         // decoding's windows are not composed with the pipeline's micro-batches: refused.
         let pp = s.comm.pp_size();
         if s.comm.tbo {
-            // Two-batch overlap's asynchronous all-to-alls and waits are not in the recursion.
-            s.refuse_wide_ep("the sweep's fast path")?;
+            return Err(tbo_refused());
         }
         let ep = s.comm.ep_size() > 1 && s.model.moe.is_some();
         if ep && (pp > 1 || draft.is_some()) {
@@ -818,6 +817,15 @@ impl Draw {
             let l = lat.get(j).copied().unwrap_or(1.0);
             d[i] *= l * self.collective_latency + (1.0 - l) * self.family[f as usize];
         }
+    }
+}
+
+/// The refusal of two-batch overlap on the fast path, with the commands that play it.
+pub(crate) fn tbo_refused() -> Error {
+    Error::ScenarioSetting {
+        flag: "--tbo",
+        value: "on".into(),
+        problem: ": the sweep's fast path does not model two-batch overlap (one micro-batch's asynchronous all-to-all runs under the other's compute, which one rank's recursion does not play); `decodesim simulate` and `decodesim whatif --vary --draws 0` play every rank's timeline".into(),
     }
 }
 

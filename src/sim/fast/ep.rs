@@ -115,9 +115,9 @@ pub(super) struct EpLoads {
 
 /// Routed rows the draws of one batch may sample in all (bounds the cost per batch: about a
 /// millisecond), and the least and most layer draws.
-const DRAW_BUDGET: u64 = 1 << 17;
+const DRAW_BUDGET: u64 = 1 << 16;
 const MIN_DRAWS: u64 = 64;
-const MAX_DRAWS: u64 = 1024;
+const MAX_DRAWS: u64 = 512;
 
 /// The ranks' loads in `k` layer draws, each relative to its draw's mean over ranks.
 #[derive(Debug, Clone)]

@@ -22,7 +22,15 @@
 //!   padding rows (`routing::sample_padded`, placed by `parallel::ep_rank_rows`, EPLB
 //!   included), once per batch. With jitter on, each draw also carries every rank's speed skew
 //!   and its kernels' jitter, so the loaded ops add nothing to the straggler spread (the
-//!   maximum already holds it).
+//!   maximum already holds it); the loaded ops' excess over the mean rank and the straggler
+//!   wait of the rest of the window are combined at the closing collective as two spreads of
+//!   the same ranks (root of the sum of squares, exact for normal spreads: `replay::step`);
+//! - the expert GEMMs are priced at each rounded mean of experts with tokens per rank the draws
+//!   meet (the MoE tables are read at it), weighed by its share of the draws;
+//! - the dispatch and combine sync the whole EP group: their straggler wait is over DP × TP
+//!   ranks and the path since that group last met, less what the TP groups' own collectives
+//!   already waited (`State::carry`); at a batch the DP ranks do not share evenly, over the
+//!   ranks of the DP ranks with the most sequences only (the others attend over fewer).
 //!
 //! Left out (measured by tests/fast_dp.rs): at a batch the DP ranks do not share evenly, the
 //! rank with the most-loaded experts may not be one of the largest DP ranks, and the small

@@ -27,6 +27,13 @@
 //! (max(table, floor) of a spread-out count averages above its value at the mean: up to ~0.3%
 //! low near 140 tokens), and as one seed's draws against their expectation (up to ~0.45% either
 //! way on a small speculative step; tests/whatif.rs holds 200 scenarios within 0.5%).
+//!
+//! Under expert parallelism (`--ep`, and data-parallel attention, `--dp`) the ranks do not play
+//! the same step: each rank's experts get their own tokens, each DP rank attends over its own
+//! sequences. The fast path then plays the expected slowest rank between collectives (`ep`):
+//! shapes at the largest DP rank's share, the expert kernels at the expected maximum over ranks
+//! of their time from seeded routing draws, and the wide collectives' straggler wait over the
+//! whole expert-parallel group (tests/fast_dp.rs: within 0.5% of the timeline's mean).
 
 use crate::category::Category;
 use crate::cost::{self, CalibrationProfile};

@@ -1,6 +1,6 @@
 //! The aggregate fast path: scenarios per second per core for the default Kimi-K2.5 scenario
-//! (plain step amortised over a sweep and cold, and a speculative step at k = 3), beside the
-//! full 8-rank timeline.
+//! (plain step amortised over a sweep and cold, and a speculative step at k = 3), a DP 16 wide-EP
+//! step, beside the full 8-rank timeline.
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use decodesim::sim::fast::{Collectives, FastScenario, Launch};
@@ -36,6 +36,30 @@ fn bench(c: &mut Criterion) {
         b.iter(|| {
             batch = batch % 256 + 1;
             black_box(fast.spec_step_us(black_box(batch), 4096, 3, &launch, &coll))
+        })
+    });
+    // Data-parallel attention with wide EP: DeepSeek-V3 at DP 16 × TP 1 over two nodes,
+    // low-latency RDMA all-to-all (the slowest rank's expert loads drawn once per batch).
+    let mut wide = ScenarioRequest {
+        model: "deepseek-v3".into(),
+        system: "h200-hgx-2node-ib".into(),
+        tp: Some(1),
+        ..ScenarioRequest::default()
+    };
+    wide.comm.dp = Some(16);
+    wide.comm.ep_comm = decodesim::scenario::deployment::EpComm::RdmaLl;
+    let (ws, wp) = wide.load().expect("wide-EP scenario");
+    let wfast = FastScenario::new(&ws, &wp, None).expect("fitted");
+    let (wlaunch, wcoll) = (
+        Launch::new(&wp, true),
+        Collectives::new(&ws, &wp).expect("collectives"),
+    );
+    let mut context = 1000u64;
+    g.bench_function("deepseek-v3 dp16 rdma-ll plain step (scenario)", |b| {
+        b.iter(|| {
+            batch = batch % 250 + 1;
+            context = 1000 + (context + 1) % 400;
+            black_box(wfast.step_us(black_box(batch), context, &wlaunch, &wcoll))
         })
     });
     g.finish();

@@ -12,6 +12,7 @@ use decodesim::whatif::sweep::{self, KvBudget, SweepRequest};
 fn request(batch: Vec<u32>, context: Vec<u64>) -> SweepRequest {
     SweepRequest {
         pp: Vec::new(),
+        dp: Vec::new(),
         base: ScenarioRequest::default(),
         batch,
         context,

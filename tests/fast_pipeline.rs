@@ -310,10 +310,11 @@ fn grid_files_take_pp_lists_and_refusals_name_the_value() {
     .unwrap();
     let (code, out, err) = run(&["sweep", "--grid", grid.to_str().unwrap(), "--format", "csv"]);
     assert_eq!(code, 0, "{err}");
+    // The pp column is the last but one (dp follows it).
     let pps: Vec<&str> = out
         .lines()
         .skip(1)
-        .map(|l| l.rsplit(',').next().unwrap())
+        .map(|l| l.rsplit(',').nth(1).unwrap())
         .collect();
     assert_eq!(pps, ["1", "1", "4", "4"]);
     let (code, _, err) = run(&[

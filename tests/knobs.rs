@@ -160,6 +160,7 @@ fn sweep_knobs_reach_the_same_request_through_grid_files_and_flags() {
             "nccl-algo" => assert_eq!(g.algo, vec![want.algo]),
             "cuda-graphs" => assert_eq!(g.cuda_graphs, vec![want.cuda_graphs]),
             "pp" => assert_eq!(g.pp, vec![want.comm.pp.unwrap()]),
+            "dp" => assert_eq!(g.dp, vec![want.comm.dp.unwrap()]),
             _ => assert_eq!(g.base, want, "{}", k.flag),
         }
     }

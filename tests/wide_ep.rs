@@ -367,14 +367,22 @@ fn the_binary_refuses_bad_layouts_by_flag_value_and_expectation() {
 
 #[test]
 fn paths_that_bypass_the_timeline_refuse_wide_ep_by_name() {
-    // The sweep's fast path.
-    let (s, p) = wide(16, 256, EpComm::AllToAll).load().unwrap();
+    // The sweep's fast path plays DP attention, the RDMA all-to-all and redundant experts
+    // (tests/fast_dp.rs), but not two-batch overlap: refused by name.
+    let mut r = wide(16, 256, EpComm::RdmaLl);
+    r.comm.tbo = true;
+    let (s, p) = r.load().unwrap();
     let e = decodesim::sim::fast::FastScenario::new(&s, &p, None)
         .err()
         .unwrap()
         .to_string();
-    assert!(e.contains("--dp 16") && e.contains("fast path"), "{e}");
-    assert!(e.contains("whatif --vary"), "{e}");
+    assert!(e.contains("--tbo on") && e.contains("fast path"), "{e}");
+    assert!(
+        e.contains("two-batch overlap") && e.contains("whatif --vary"),
+        "{e}"
+    );
+    // Nor speculative decoding with expert parallelism (its slowest rank is played for the
+    // plain step only).
     fails(
         &[
             "sweep",
@@ -386,26 +394,19 @@ fn paths_that_bypass_the_timeline_refuse_wide_ep_by_name() {
             "1",
             "--dp",
             "16",
+            "--ep-comm",
+            "all-to-all",
             "--batch",
             "64,128",
+            "--method",
+            "mtp",
+            "--draft-tokens",
+            "0,1",
+            "--acceptance-rate",
+            "0.6",
         ],
-        &["--dp 16", "fast path"],
+        &["--dp 16", "fast path", "speculative decoding", "simulate"],
     );
-    // rdma-ll alone (one node, DP 1) is refused there too.
-    let mut r = ScenarioRequest {
-        model: "deepseek-v3".into(),
-        system: "h200-8x-nvlink".into(),
-        batch: 64,
-        ..Default::default()
-    };
-    r.comm.ep = Some(8);
-    r.comm.ep_comm = EpComm::RdmaLl;
-    let (s, p) = r.load().unwrap();
-    let e = decodesim::sim::fast::FastScenario::new(&s, &p, None)
-        .err()
-        .unwrap()
-        .to_string();
-    assert!(e.contains("--ep-comm rdma-ll"), "{e}");
     // Speculative decoding's study.
     fails(
         &[

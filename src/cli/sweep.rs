@@ -18,7 +18,7 @@ use std::path::PathBuf;
 const MAX_PP: u32 = 1024;
 
 /// The grid flags, which `--grid` replaces (a grid file holds the same keys).
-const GRID_FLAGS: [&str; 17] = [
+const GRID_FLAGS: [&str; 20] = [
     "model",
     "system",
     "tp",
@@ -36,6 +36,9 @@ const GRID_FLAGS: [&str; 17] = [
     "acceptance_per_position",
     "pp",
     "dp",
+    "ep",
+    "ep_comm",
+    "redundant_experts",
 ];
 
 #[derive(Debug, Clone, clap::Args)]
@@ -51,9 +54,15 @@ pub struct SweepArgs {
     pub system: String,
     #[arg(long, help = knob("tp").help_text())]
     tp: Option<u32>,
-    /// `--dp`: the fast path refuses data parallel above 1 by name (simulate or whatif --vary).
-    #[arg(long, help = knob("dp").help_text())]
-    dp: Option<u32>,
+    /// Data-parallel attention: a list and/or ranges, each value its own fitted layout.
+    #[arg(long, help = list_help("dp", "A list and/or ranges (1,2,4); each value uses dp x tp GPUs."))]
+    dp: Option<String>,
+    #[arg(long, help = knob("ep").help_text())]
+    ep: Option<u32>,
+    #[arg(long, help = knob("ep-comm").help_text())]
+    ep_comm: Option<String>,
+    #[arg(long, help = knob("redundant-experts").help_text())]
+    redundant_experts: Option<u32>,
     #[arg(long, help = knob("calibration").help_text())]
     calibration: Option<String>,
     #[arg(long, default_value_t = knob("kv-cache-dtype").default_text(), hide_default_value = true, help = knob("kv-cache-dtype").help_text())]
@@ -171,14 +180,14 @@ fn grid_keys() -> Vec<(&'static str, String)> {
     let scenario = KNOBS.iter().filter_map(|k| {
         let takes = match (k.sweep, k.name()) {
             (Sweep::No, _) => return None,
-            (Sweep::List, "batch" | "context" | "pp") => {
+            (Sweep::List, "batch" | "context" | "pp" | "dp") => {
                 format!("{}: 32, [1, 2, 4] or \"1..=256\"", k.expected)
             }
             (Sweep::List, "cuda-graphs") => {
                 "\"on\", \"off\", \"on,off\", true, false or [true, false]".to_string()
             }
             (Sweep::List, _) => format!("{}: one, a list [\"a\", \"b\"] or \"a,b\"", k.expected),
-            (Sweep::One, "tp" | "dp") => k.expected.to_string(),
+            (Sweep::One, "tp" | "ep" | "redundant-experts") => k.expected.to_string(),
             (Sweep::One, _) => format!("{} (string)", k.expected),
         };
         Some((k.name(), takes))
@@ -251,9 +260,28 @@ fn set_flag(a: &mut SweepArgs, key: &str, v: &toml::Value) -> Result<bool> {
             _ => return Ok(false),
         },
         "dp" => match v {
-            toml::Value::Integer(i) if (1..=1 << 20).contains(i) => a.dp = Some(*i as u32),
+            toml::Value::Integer(_) | toml::Value::String(_) | toml::Value::Array(_) => {
+                a.dp = Some(text)
+            }
             _ => return Ok(false),
         },
+        "ep" => match v {
+            toml::Value::Integer(i) if (1..=1 << 20).contains(i) => a.ep = Some(*i as u32),
+            _ => return Ok(false),
+        },
+        "redundant-experts" => match v {
+            toml::Value::Integer(i) if (0..=1 << 20).contains(i) => {
+                a.redundant_experts = Some(*i as u32)
+            }
+            _ => return Ok(false),
+        },
+        "ep-comm" if !is_str => return Ok(false),
+        "ep-comm" => {
+            if knob(key).parse_value(&text).is_err() {
+                return Ok(false);
+            }
+            a.ep_comm = Some(text)
+        }
         "acceptance-rate" => match v {
             toml::Value::Float(_) | toml::Value::Integer(_) => {
                 a.acceptance_rate = text.parse().ok()
@@ -388,7 +416,11 @@ fn request_with_warnings(a: &SweepArgs) -> Result<(SweepRequest, Vec<String>)> {
     knob("system").set(&mut base, &a.system)?;
     knob("kv-cache-dtype").set(&mut base, &a.kv_cache_dtype)?;
     base.tp = a.tp;
-    base.comm.dp = a.dp;
+    base.comm.ep = a.ep;
+    base.comm.redundant_experts = a.redundant_experts;
+    if let Some(c) = &a.ep_comm {
+        knob("ep-comm").set(&mut base, c)?;
+    }
     base.calibration = a.calibration.clone();
     let acceptance = match (a.acceptance_rate, &a.acceptance_per_position) {
         (Some(r), _) => Some(Acceptance::rate(r)?),
@@ -408,9 +440,19 @@ fn request_with_warnings(a: &SweepArgs) -> Result<(SweepRequest, Vec<String>)> {
         ),
         None => Vec::new(),
     };
+    let dp = match &a.dp {
+        Some(text) => dedup(
+            "--dp",
+            parse_u32_list("--dp", text, 1..=MAX_PP)?,
+            num,
+            &mut w,
+        ),
+        None => Vec::new(),
+    };
     let req = SweepRequest {
         base,
         pp,
+        dp,
         batch: dedup(
             "--batch",
             parse_u32_list(

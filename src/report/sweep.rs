@@ -30,7 +30,7 @@ pub fn csv_header() -> String {
         h.push_str("_busy_us");
     }
     // Appended last, so that the columns before it keep their places.
-    h.push_str(",pp");
+    h.push_str(",pp,dp");
     h.push('\n');
     h
 }
@@ -250,6 +250,8 @@ fn csv_row_with(out: &mut Vec<u8>, prefix: &[u8], r: &Row, last: &mut LastText) 
     }
     out.push(b',');
     push_u64(out, r.pp as u64);
+    out.push(b',');
+    push_u64(out, r.dp as u64);
     out.push(b'\n');
 }
 
@@ -257,6 +259,8 @@ fn csv_row_with(out: &mut Vec<u8>, prefix: &[u8], r: &Row, last: &mut LastText) 
 pub fn json_row(out: &mut Vec<u8>, r: &Row) {
     out.extend_from_slice(b"{\"pp\":");
     push_u64(out, r.pp as u64);
+    out.extend_from_slice(b",\"dp\":");
+    push_u64(out, r.dp as u64);
     out.extend_from_slice(b",\"batch\":");
     push_u64(out, r.batch as u64);
     out.extend_from_slice(b",\"context\":");
@@ -525,11 +529,14 @@ fn summary_intervals(s: &Summary, interval_of: &dyn Fn(&Row) -> Option<Interval>
 }
 
 fn describe(r: &Row) -> String {
-    let pp = if r.pp > 1 {
+    let mut pp = if r.pp > 1 {
         format!("pp {} ", r.pp)
     } else {
         String::new()
     };
+    if r.dp > 1 {
+        pp.push_str(&format!("dp {} ", r.dp));
+    }
     format!(
         "{pp}batch {} ctx {} {}/{} graphs {} k {}",
         r.batch,
@@ -663,6 +670,7 @@ mod tests {
                 busy[5] = if j == 1 { v } else { 3.5 };
                 rows.push(Row {
                     pp: 1 + j as u32,
+                    dp: 1,
                     batch: 1 + i as u32,
                     context: 1000 + j,
                     proto: Proto::Ll,

@@ -609,7 +609,7 @@ pub static KNOBS: &[Knob] = &[
         help: "Expert parallelism (vLLM's --enable-expert-parallel): each rank holds experts/N \
                whole experts; N must be 1 or the TP size (data parallel 1), DP × TP with --dp.",
         expected: "1 or the TP size",
-        sweep: Sweep::No,
+        sweep: Sweep::One,
         unset: Some(|| "1 (off)".into()),
         parse: |t| Ok(Value::Whole(whole(t, U32, "1 or the TP size")?)),
         set: |r, v| r.comm.ep = Some(take!(v, Value::Whole(n) => n as u32)),
@@ -624,7 +624,7 @@ pub static KNOBS: &[Knob] = &[
                dispatch/combine replacing it (NCCL's, holding SMs), or rdma-ll: DeepEP-style \
                low-latency RDMA, FP8 dispatch, no SMs held. Only with --ep or --dp.",
         expected: "allreduce, all-to-all or rdma-ll",
-        sweep: Sweep::No,
+        sweep: Sweep::One,
         unset: None,
         parse: |t| named(t, Value::EpComm),
         set: |r, v| r.comm.ep_comm = take!(v, Value::EpComm(c) => c),
@@ -717,7 +717,7 @@ pub static KNOBS: &[Knob] = &[
                each), --batch split over them, routed experts over all N × TP GPUs (--ep \
                defaults to N × TP); MoE models, with --ep-comm all-to-all or rdma-ll.",
         expected: "a whole number of data-parallel ranks",
-        sweep: Sweep::One,
+        sweep: Sweep::List,
         unset: Some(|| "1 (off)".into()),
         parse: |t| {
             Ok(Value::Whole(whole(
@@ -736,7 +736,7 @@ pub static KNOBS: &[Knob] = &[
         help: "EPLB: N extra routed-expert replicas on the hottest experts, placed to even the \
                ranks' loads (vLLM's num_redundant_experts); needs --ep or --dp.",
         expected: "a whole number of expert replicas",
-        sweep: Sweep::No,
+        sweep: Sweep::One,
         unset: Some(|| "0 (off)".into()),
         parse: |t| {
             Ok(Value::Whole(whole(

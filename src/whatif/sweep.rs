@@ -30,6 +30,9 @@ pub struct SweepRequest {
     /// Pipeline stages (`--pp`; the outermost list: each value is its own fitted scenario).
     /// Empty: the base request's own.
     pub pp: Vec<u32>,
+    /// Data-parallel attention sizes (`--dp`; within each pipeline size, each its own fitted
+    /// scenario, EP = DP × TP). Empty: the base request's own.
+    pub dp: Vec<u32>,
     pub batch: Vec<u32>,
     pub context: Vec<u64>,
     pub proto: Vec<Proto>,
@@ -51,6 +54,8 @@ pub struct SweepRequest {
 pub struct Row {
     /// Pipeline stages (1: none).
     pub pp: u32,
+    /// Data-parallel attention ranks (1: none).
+    pub dp: u32,
     pub batch: u32,
     pub context: u64,
     pub proto: Proto,
@@ -133,6 +138,7 @@ impl SweepRequest {
     pub fn count(&self) -> u128 {
         [
             self.pp.len().max(1),
+            self.dp.len().max(1),
             self.batch.len(),
             self.context.len(),
             self.proto.len(),
@@ -167,10 +173,14 @@ impl SweepRequest {
     pub fn check_work(&self) -> Result<()> {
         let n = self.count();
         let lists = format!(
-            "{}{} batches × {} contexts × {} protocols × {} algorithms × {} graph settings × {} draft-token counts",
+            "{}{}{} batches × {} contexts × {} protocols × {} algorithms × {} graph settings × {} draft-token counts",
             match self.pp.len() {
                 0 | 1 => String::new(),
                 n => format!("{n} pipeline sizes × "),
+            },
+            match self.dp.len() {
+                0 | 1 => String::new(),
+                n => format!("{n} data-parallel sizes × "),
             },
             self.batch.len(),
             self.context.len(),
@@ -209,6 +219,7 @@ pub struct Prepared<'a> {
 /// One pipeline size of the grid: its fitted scenario and the settings priced under it.
 struct Layout {
     pp: u32,
+    dp: u32,
     fast: FastScenario,
     colls: Vec<(Proto, Algo, Collectives)>,
     /// Per CUDA-graph setting: the setting, its launch parameters and its KV budget.
@@ -226,18 +237,29 @@ pub fn prepare<'a>(
         return Err(Error::EmptyGrid);
     }
     req.check_work()?;
-    req.base.comm.refuse_wide_ep("the sweep's fast path")?;
-    // Each pipeline size loaded and validated as its own scenario (tp × pp GPUs, layers).
+    if req.base.comm.tbo {
+        return Err(crate::sim::fast::tbo_refused());
+    }
+    // Each pipeline size and data-parallel size loaded and validated as its own scenario
+    // (tp × pp or dp × tp GPUs, layers).
     let pps: Vec<Option<u32>> = if req.pp.is_empty() {
         vec![req.base.comm.pp]
     } else {
         req.pp.iter().map(|&n| Some(n)).collect()
     };
+    let dps: Vec<Option<u32>> = if req.dp.is_empty() {
+        vec![req.base.comm.dp]
+    } else {
+        req.dp.iter().map(|&n| Some(n)).collect()
+    };
     let mut loaded = Vec::new();
     for &pp in &pps {
-        let mut base = req.base.clone();
-        base.comm.pp = pp;
-        loaded.push(base.load()?);
+        for &dp in &dps {
+            let mut base = req.base.clone();
+            base.comm.pp = pp;
+            base.comm.dp = dp;
+            loaded.push(base.load()?);
+        }
     }
     let (scenario, profile) = loaded[0].clone();
     let speculative = req.draft_tokens.iter().any(|&k| k > 0);
@@ -287,6 +309,7 @@ pub fn prepare<'a>(
         }
         layouts.push(Layout {
             pp: scenario.comm.pp_size(),
+            dp: scenario.comm.dp_size(),
             fast,
             colls,
             launches,
@@ -351,6 +374,7 @@ impl Prepared<'_> {
         let per_user = self.mean_len[di] / step * 1e6;
         Row {
             pp: lay.pp,
+            dp: lay.dp,
             batch,
             context,
             proto: *proto,
@@ -496,6 +520,7 @@ mod tests {
     fn row(per_user: f64, total: f64, fits: bool) -> Row {
         Row {
             pp: 1,
+            dp: 1,
             batch: 1,
             context: 1,
             proto: Proto::Ll,

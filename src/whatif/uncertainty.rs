@@ -817,18 +817,19 @@ pub(crate) fn sweep_intervals(
             .collect());
     }
     let mut out = vec![Interval::point(f64::NAN); rows.len()];
-    let mut pps: Vec<u32> = rows.iter().map(|r| r.pp).collect();
+    let mut pps: Vec<(u32, u32)> = rows.iter().map(|r| (r.pp, r.dp)).collect();
     pps.sort_unstable();
     pps.dedup();
-    for pp in pps {
+    for (pp, dp) in pps {
         let (idx, sub): (Vec<usize>, Vec<super::sweep::Row>) = rows
             .iter()
             .enumerate()
-            .filter(|(_, r)| r.pp == pp)
+            .filter(|(_, r)| (r.pp, r.dp) == (pp, dp))
             .map(|(i, r)| (i, *r))
             .unzip();
         let mut base = req.base.clone();
         base.comm.pp = Some(pp);
+        base.comm.dp = Some(dp);
         for (i, v) in idx
             .into_iter()
             .zip(sweep_intervals_at(req, &base, &sub, n, seed)?)

@@ -9,7 +9,7 @@ mod mla;
 mod moe;
 pub(crate) mod op;
 mod overlap;
-mod parallel;
+pub(crate) mod parallel;
 pub mod routing;
 pub mod spec_step;
 pub mod stage;

@@ -12,6 +12,9 @@ pub(super) struct Vars {
     pub(super) touched: f64,
     /// Rows after CUDA-graph padding (`scenario::cudagraph`; = tokens when not padded).
     pub(super) padded: f64,
+    /// One rank's slice of the padded rows under an expert-parallel all-to-all
+    /// (⌈padded / TP⌉: what it dispatches; 0 when the pass has no all-to-all).
+    pub(super) slice: f64,
 }
 
 impl Vars {
@@ -27,6 +30,7 @@ impl Vars {
             self.context,
             self.splits,
             self.padded,
+            self.slice,
         ]
     }
 }
@@ -37,8 +41,17 @@ pub(super) fn dot(a: &Coef, b: &Coef) -> f64 {
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(super) enum Kind {
-    Kernel { aux: bool },
-    Collective,
+    /// `loaded`: an expert-parallel op whose slowest rank is priced into its duration (`ep`):
+    /// its jitter is in that expectation, so it adds nothing to the straggler spread.
+    Kernel {
+        aux: bool,
+        loaded: bool,
+    },
+    /// `wide`: the collective syncs the whole expert-parallel group (data-parallel attention's
+    /// dispatch and combine), not one tensor-parallel group.
+    Collective {
+        wide: bool,
+    },
     Fork,
     Join,
 }
@@ -138,6 +151,14 @@ pub(super) struct OpT {
     /// `fields` as nonzero coefficients: flops, bytes, message bytes, shape (4), table key (5;
     /// none without a key).
     pub(super) sparse: [Sparse; 12],
+    /// Expert parallelism: the op's work follows its rank's share of the routed tokens
+    /// (`Op::rank_scale` in the timeline), so the slowest rank sets its time (`ep`).
+    pub(super) loaded: bool,
+    /// The expert GEMMs' `shape.batch` under expert parallelism is the mean over the EP ranks
+    /// of the experts each holds with tokens, rounded (`workload::parallel`): it is fitted as
+    /// the sum over ranks (linear in the experts touched) and divided by this before rounding
+    /// (1: the field as fitted).
+    pub(super) batch_div: f64,
 }
 
 /// `v.round().max(0.0) as u64`, bit for bit, without the libm `round` call (it runs a dozen
@@ -187,7 +208,9 @@ impl OpT {
         u(3, &s[0], &mut op.shape.m);
         u(4, &s[1], &mut op.shape.n);
         u(5, &s[2], &mut op.shape.k);
-        u(6, &s[3], &mut op.shape.batch);
+        if moved(6) {
+            op.shape.batch = round_u64(f(6, &s[3]) / self.batch_div);
+        }
         if let (Some(mk), Some(c)) = (op.measure.as_mut(), &self.fields.measure) {
             u(7, &c[0], &mut mk.m);
             u(8, &c[1], &mut mk.n);
@@ -262,6 +285,8 @@ pub(super) struct PassModel {
     pub(super) verify: bool,
     /// The scenario's capture sizes.
     pub(super) sizes: std::sync::Arc<crate::scenario::cudagraph::CaptureSizes>,
+    /// Expert parallelism (`--ep` or `--dp`), if any.
+    pub(super) ep: Option<EpShape>,
 }
 
 pub(super) const PROBES_LOW: [(u32, u32, u64); 14] = [
@@ -435,9 +460,10 @@ impl PassModel {
             .moe
             .as_ref()
             .map(|m| DistinctExperts::new(&s.routing, m.n_routed_experts, m.top_k));
+        let ep = EpShape::of(s);
         let (low, high) = rayon::join(
-            || Self::fit_regime(s, build, probes[0], sms, verify),
-            || Self::fit_regime(s, build, probes[1], sms, verify),
+            || Self::fit_regime(s, build, probes[0], sms, verify, ep.as_ref()),
+            || Self::fit_regime(s, build, probes[1], sms, verify, ep.as_ref()),
         );
         Ok(PassModel {
             low: low?,
@@ -448,6 +474,7 @@ impl PassModel {
             slot,
             verify,
             sizes: s.cuda_graph_sizes.clone(),
+            ep,
         })
     }
 
@@ -457,6 +484,7 @@ impl PassModel {
         probes: &[(u32, u32, u64)],
         sms: u64,
         verify: bool,
+        ep: Option<&EpShape>,
     ) -> Result<Regime> {
         let mut ws = Vec::new();
         let mut vars = Vec::new();
@@ -470,14 +498,19 @@ impl PassModel {
             // Probed with CUDA graphs on, so that padded rows and real tokens part (the
             // probes include batches that are not capture sizes).
             ps.cuda_graphs = true;
-            ws.push(build(&ps, q));
+            let mut w = build(&ps, q);
+            if let Some(ep) = ep {
+                ep.probe(&mut w);
+            }
+            ws.push(w);
             let padded = ps.padding(q, pad_rule(verify, q)).padded;
             vars.push((b, q, ps.context, padded));
         }
-        if ws
-            .iter()
-            .flat_map(|w| &w.ops)
-            .any(|o| !o.rank_scale.is_empty())
+        if ep.is_none()
+            && ws
+                .iter()
+                .flat_map(|w| &w.ops)
+                .any(|o| !o.rank_scale.is_empty())
         {
             // One rank's recursion stands for all only when every rank plays the same.
             return Err(Error::FastPathRefused(
@@ -517,6 +550,7 @@ impl PassModel {
                         splits: splits(c, sms) as f64,
                         touched,
                         padded: padded as f64,
+                        slice: ep.map_or(0.0, |e| e.slice(padded)),
                     }
                     .basis()
                 })
@@ -564,12 +598,21 @@ impl PassModel {
                     ],
                     measure,
                 };
+                // An op some rank runs more of than another (expert loads), in any probe.
+                let loaded = ep.is_some()
+                    && ws
+                        .iter()
+                        .zip(&all_segs)
+                        .any(|(w, sg)| !w.ops[sg[si].0[j]].rank_scale.is_empty());
                 let kind = match op0.family {
                     CostFamily::Fork => Kind::Fork,
                     CostFamily::Join => Kind::Join,
-                    f if f.is_collective() => Kind::Collective,
+                    f if f.is_collective() => Kind::Collective {
+                        wide: op0.group > s.tp,
+                    },
                     _ => Kind::Kernel {
                         aux: op0.stream == Stream::Aux,
+                        loaded,
                     },
                 };
                 let with_context = fields
@@ -581,7 +624,7 @@ impl PassModel {
                     );
                 let group = match kind {
                     Kind::Fork | Kind::Join => Group::Sync,
-                    Kind::Collective => Group::Collective,
+                    Kind::Collective { .. } => Group::Collective,
                     Kind::Kernel { .. } if with_context => Group::Context,
                     Kind::Kernel { .. } => Group::Tokens,
                 };
@@ -592,6 +635,11 @@ impl PassModel {
                     template: op0.clone(),
                     sparse: OpT::sparse_of(&fields),
                     fields,
+                    loaded,
+                    batch_div: match ep {
+                        Some(e) if loaded && EpShape::is_expert_gemm(op0) => e.n as f64,
+                        _ => 1.0,
+                    },
                 });
             }
             segments.push(Segment {
@@ -703,6 +751,7 @@ impl PassModel {
             context: context as f64,
             splits: splits(context, self.sms) as f64,
             touched,
+            slice: self.ep.as_ref().map_or(0.0, |e| e.slice(padded)),
         }
     }
 
@@ -731,6 +780,8 @@ fn same_op_in_other_layer(a: &OpT, b: &OpT) -> bool {
     };
     a.kind == b.kind
         && a.group == b.group
+        && a.loaded == b.loaded
+        && a.batch_div == b.batch_div
         && a.category == b.category
         && x.family == y.family
         && std::ptr::eq(x.kernel, y.kernel)
@@ -851,9 +902,24 @@ pub(super) fn price_layout_in(
     s: &Scenario,
     p: &CalibrationProfile,
 ) -> Result<Vec<f64>> {
+    price_layout_at(scratch, regime, layout, x, s, p, None)
+}
+
+/// [`price_layout_in`] with the expert GEMMs' `shape.batch` (the rounded mean over expert-
+/// parallel ranks of the experts with tokens, `OpT::batch_div`) set to `expert_batch` where
+/// given, every other field as `x` gives it.
+pub(super) fn price_layout_at(
+    scratch: &mut Scratch,
+    regime: &Regime,
+    layout: &[(usize, bool)],
+    x: &Coef,
+    s: &Scenario,
+    p: &CalibrationProfile,
+    expert_batch: Option<u64>,
+) -> Result<Vec<f64>> {
     // Sized exactly: the memo boxes it without a reallocation.
     let mut us = vec![0.0; layout.iter().filter(|(_, kept)| *kept).count()];
-    price_layout_fill(scratch, regime, layout, x, s, p, &mut us)?;
+    price_layout_into(scratch, regime, layout, x, s, p, expert_batch, &mut us)?;
     Ok(us)
 }
 
@@ -865,6 +931,21 @@ pub(super) fn price_layout_fill(
     x: &Coef,
     s: &Scenario,
     p: &CalibrationProfile,
+    out: &mut [f64],
+) -> Result<()> {
+    price_layout_into(scratch, regime, layout, x, s, p, None, out)
+}
+
+/// [`price_layout_at`] into `out`.
+#[allow(clippy::too_many_arguments)]
+fn price_layout_into(
+    scratch: &mut Scratch,
+    regime: &Regime,
+    layout: &[(usize, bool)],
+    x: &Coef,
+    s: &Scenario,
+    p: &CalibrationProfile,
+    expert_batch: Option<u64>,
     out: &mut [f64],
 ) -> Result<()> {
     let w = &mut scratch.w;
@@ -892,6 +973,15 @@ pub(super) fn price_layout_fill(
         regime.ops[i].instantiate_changed(x, changed, op);
     }
     scratch.x = Some(*x);
+    if let Some(t) = expert_batch {
+        for (op, &(i, _)) in w.ops.iter_mut().zip(layout) {
+            if regime.ops[i].batch_div != 1.0 {
+                op.shape.batch = t;
+            }
+        }
+        // The overridden fields are set afresh by the next pricing.
+        scratch.x = None;
+    }
     // Quiet: the report's warnings come from the scenario's own full pricing, never from here.
     // The pricer is prepared once per setting (what `cost::price_quiet` does per call that
     // does not depend on the shapes, batch or context).

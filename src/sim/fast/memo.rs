@@ -11,6 +11,9 @@ pub(super) struct Entry {
     /// Per op of the regime: the token-dependent ops' µs, 0 elsewhere.
     pub(super) tokens_us: Box<[f64]>,
     pub(super) tokens_busy: Busy,
+    /// Expert parallelism: per op of the regime, the expected slowest rank's µs beyond the
+    /// mean rank's (loaded ops only; empty without expert parallelism).
+    pub(super) excess: Box<[f64]>,
     /// (context, µs of `context_ops`, busy): at most `CONTEXTS_PER_ENTRY`, replaced oldest
     /// first once full (`evict` is the next slot to replace).
     pub(super) context: Vec<(u64, Box<[f64]>, Busy)>,

@@ -27,6 +27,13 @@
 //! (max(table, floor) of a spread-out count averages above its value at the mean: up to ~0.3%
 //! low near 140 tokens), and as one seed's draws against their expectation (up to ~0.45% either
 //! way on a small speculative step; tests/whatif.rs holds 200 scenarios within 0.5%).
+//!
+//! Under expert parallelism (`--ep`, and data-parallel attention, `--dp`) the ranks do not play
+//! the same step: each rank's experts get their own tokens, each DP rank attends over its own
+//! sequences. The fast path then plays the expected slowest rank between collectives (`ep`):
+//! shapes at the largest DP rank's share, the expert kernels at the expected maximum over ranks
+//! of their time from seeded routing draws, and the wide collectives' straggler wait over the
+//! whole expert-parallel group (tests/fast_dp.rs: within 0.5% of the timeline's mean).
 
 use crate::category::Category;
 use crate::cost::{self, CalibrationProfile};
@@ -45,7 +52,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 const NCAT: usize = Category::ALL.len();
 type Busy = [f64; NCAT];
 
-const NB: usize = 10;
+const NB: usize = 11;
 type Coef = [f64; NB];
 
 /// Basis columns that carry the context (directly or through the split-KV count).
@@ -53,11 +60,13 @@ const CONTEXT_COLS: [usize; 5] = [3, 4, 5, 7, 8];
 
 /// The scenario variables an op's shape is linear in.
 mod basis;
+mod ep;
 mod memo;
 mod pipeline;
 mod replay;
 
 use basis::*;
+use ep::*;
 use memo::*;
 use pipeline::PipelineFit;
 pub use replay::State;
@@ -151,6 +160,13 @@ pub struct FastScenario {
     straggler: Straggler,
     /// Pipeline parallelism: stages 1 .. pp (stage 0 is `target`) and the schedule's inputs.
     pipeline: Option<PipelineFit>,
+    /// Expert parallelism: the draws of the ranks' expert loads (`ep`).
+    loads: Option<EpLoads>,
+    /// Data-parallel attention at a batch the DP ranks do not share evenly: the straggler wait
+    /// of the whole group's collectives over the ranks of the DP ranks with the most sequences
+    /// only (by their count, 1 .. DP), made when first needed. The others attend over fewer
+    /// sequences and arrive earlier by far more than the jitter spreads the ranks.
+    stragglers_dp: std::sync::Arc<[std::sync::OnceLock<Straggler>]>,
 }
 
 /// The sweep setting a pass is played under: the launch mode and the NCCL setting.
@@ -214,6 +230,13 @@ impl FastScenario {
         // A pipeline: one model per stage, composed by `sim::pipeline::schedule`. Speculative
         // decoding's windows are not composed with the pipeline's micro-batches: refused.
         let pp = s.comm.pp_size();
+        if s.comm.tbo {
+            return Err(tbo_refused());
+        }
+        let ep = s.comm.ep_size() > 1 && s.model.moe.is_some();
+        if ep && (pp > 1 || draft.is_some()) {
+            return Err(ep_refused(s, pp > 1));
+        }
         if pp > 1 {
             if draft.is_some() {
                 return Err(pp_refused(pp));
@@ -225,14 +248,26 @@ impl FastScenario {
                 id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
                 target: first,
                 spec: None,
-                straggler: Straggler::new(&p.variability, s.tp),
+                straggler: Straggler::new(&p.variability, s.tp, s.tp),
                 pipeline: Some(fit),
+                loads: None,
+                stragglers_dp: std::sync::Arc::from(Vec::new()),
             };
             fast.check()?;
             return Ok(fast);
         }
-        s.refuse_wide_ep("the sweep's fast path")?;
-        let build_target = |ps: &Scenario, q: u32| crate::workload::build_pass(ps, q);
+        // Data-parallel attention: probed at batches every DP rank shares evenly (the probe's
+        // batch each), so that shapes are linear in one DP rank's variables (`ep`).
+        let dp = s.comm.dp_size();
+        let build_target = move |ps: &Scenario, q: u32| {
+            if dp > 1 {
+                let mut g = ps.clone();
+                g.batch = ps.batch * dp;
+                crate::workload::build_pass(&g, q)
+            } else {
+                crate::workload::build_pass(ps, q)
+            }
+        };
         let target;
         let mut spec = None;
         if let Some(d) = draft {
@@ -280,8 +315,12 @@ impl FastScenario {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             target,
             spec,
-            straggler: Straggler::new(&p.variability, s.tp),
+            straggler: Straggler::new(&p.variability, s.tp, s.ranks()),
             pipeline: None,
+            loads: EpLoads::new(s, p),
+            stragglers_dp: (0..s.comm.dp_size())
+                .map(|_| std::sync::OnceLock::new())
+                .collect(),
         };
         fast.check()?;
         Ok(fast)
@@ -367,10 +406,19 @@ impl FastScenario {
         let Setting { launch, coll } = set;
         let q = queries.max(1);
         let tokens = batch as u64 * q as u64;
-        let padded = pm.padded(batch, q, launch.graphs);
+        // With data-parallel attention every rank plays its DP rank's share, padded to the
+        // largest (`ep`): shapes are read at that share, the experts touched at every DP rank's
+        // rows together, prices under the whole scenario.
+        let (dp, local) = match &pm.ep {
+            Some(e) if e.dp > 1 => (e.dp, batch.div_ceil(e.dp)),
+            _ => (1, batch),
+        };
+        let padded = pm.padded(local, q, launch.graphs);
+        let rows = padded * dp as u64;
         // vLLM picks the shared expert's stream by the rows the pass runs (padded).
         let regime = pm.regime(padded as f64);
         let p = &self.profile;
+        let loads = self.loads.as_ref();
         let Memo {
             s,
             passes,
@@ -388,22 +436,64 @@ impl FastScenario {
         let e = passes[pm.slot]
             .entry((batch, q, padded as u32))
             .or_insert_with(|| {
-                let touched = pm.touched(tokens, padded);
+                let touched = pm.touched(tokens, rows);
                 s.batch = batch;
                 s.context = context;
-                let x = pm.vars(batch, q, context, touched, padded).basis();
-                let us = keep_or_nan(
-                    price_layout_in(w_tokens, regime, &regime.tokens_layout, &x, s, p),
-                    regime.tokens_layout.iter().filter(|x| x.1).count(),
-                );
+                let x = pm.vars(local, q, context, touched, padded).basis();
+                let nkept = regime.tokens_layout.iter().filter(|x| x.1).count();
+                let draws = match (loads, &pm.ep) {
+                    (Some(l), Some(_)) => Some(l.draws(tokens, rows - tokens)),
+                    _ => None,
+                };
+                let us = match (&draws, &pm.ep) {
+                    // Expert parallelism: the expert GEMMs priced at each rounded mean of the
+                    // experts with tokens per rank the draws meet, weighed by its share.
+                    (Some(d), Some(_)) => {
+                        let mut acc = vec![0.0; nkept];
+                        for (t, share) in d.rounded_touched() {
+                            let u = keep_or_nan(
+                                price_layout_at(
+                                    w_tokens,
+                                    regime,
+                                    &regime.tokens_layout,
+                                    &x,
+                                    s,
+                                    p,
+                                    Some(t),
+                                ),
+                                nkept,
+                            );
+                            for (a, v) in acc.iter_mut().zip(u) {
+                                *a += share * v;
+                            }
+                        }
+                        acc
+                    }
+                    _ => keep_or_nan(
+                        price_layout_in(w_tokens, regime, &regime.tokens_layout, &x, s, p),
+                        nkept,
+                    ),
+                };
                 let mut tokens_us = vec![0.0; regime.ops.len()].into_boxed_slice();
                 let kept = regime.tokens_layout.iter().filter(|x| x.1).map(|x| x.0);
                 for (i, v) in kept.clone().zip(&us) {
                     tokens_us[i] = *v;
                 }
+                let mut excess = Vec::new().into_boxed_slice();
+                if let Some(d) = &draws {
+                    let mean = tokens_us.clone();
+                    slowest_rank(regime, &mut tokens_us, &x, d);
+                    excess = tokens_us
+                        .iter()
+                        .zip(mean.iter())
+                        .map(|(a, b)| a - b)
+                        .collect();
+                }
+                let us: Vec<f64> = kept.clone().map(|i| tokens_us[i]).collect();
                 *stored += regime.ops.len();
                 Entry {
                     touched,
+                    excess,
                     tokens_busy: busy_of(regime, kept, &us),
                     tokens_us,
                     context: Vec::new(),
@@ -424,7 +514,7 @@ impl FastScenario {
             None => {
                 s.batch = batch;
                 s.context = context;
-                let x = pm.vars(batch, q, context, e.touched, padded).basis();
+                let x = pm.vars(local, q, context, e.touched, padded).basis();
                 let unique = regime.context_layout.iter().filter(|x| x.1).count();
                 // Once full, the oldest slot is priced over in place (no allocation per row).
                 let i = if e.context.len() >= CONTEXTS_PER_ENTRY {
@@ -463,7 +553,7 @@ impl FastScenario {
                 s.nccl = coll.nccl;
                 s.comm = coll.comm;
                 s.cuda_graphs = launch.graphs;
-                let x = pm.vars(batch, q, context, e.touched, padded).basis();
+                let x = pm.vars(local, q, context, e.touched, padded).basis();
                 let layout: Vec<(usize, bool)> =
                     regime.collective_ops.iter().map(|&i| (i, true)).collect();
                 let us = keep_or_nan(
@@ -500,7 +590,7 @@ impl FastScenario {
                     s.nccl = coll.nccl;
                     s.comm = coll.comm;
                     s.cuda_graphs = launch.graphs;
-                    let x = pm.vars(batch, q, context, e_touched, padded).basis();
+                    let x = pm.vars(local, q, context, e_touched, padded).basis();
                     latency_fractions(regime, &x, s, p).into_boxed_slice()
                 })
             } else {
@@ -508,7 +598,17 @@ impl FastScenario {
             };
             dr.apply(regime, d, lat);
         }
-        play_regime(regime, d, st, launch, repeat, &self.straggler);
+        let sg = match batch % dp {
+            0 => &self.straggler,
+            most => self.stragglers_dp[most as usize - 1].get_or_init(|| {
+                Straggler::new(
+                    &self.profile.variability,
+                    self.scenario.tp,
+                    self.scenario.tp * most,
+                )
+            }),
+        };
+        play_regime(regime, d, &e.excess, st, launch, repeat, sg);
     }
 
     /// The plain step's time (µs) at this batch and context.
@@ -730,6 +830,38 @@ impl Draw {
             let l = lat.get(j).copied().unwrap_or(1.0);
             d[i] *= l * self.collective_latency + (1.0 - l) * self.family[f as usize];
         }
+    }
+}
+
+/// The refusal of two-batch overlap on the fast path, with the commands that play it.
+pub(crate) fn tbo_refused() -> Error {
+    Error::ScenarioSetting {
+        flag: "--tbo",
+        value: "on".into(),
+        problem: ": the sweep's fast path does not model two-batch overlap (one micro-batch's asynchronous all-to-all runs under the other's compute, which one rank's recursion does not play); `decodesim simulate` and `decodesim whatif --vary --draws 0` play every rank's timeline".into(),
+    }
+}
+
+/// The refusal of expert parallelism with pipeline parallelism or speculative decoding on the
+/// fast path (its slowest-rank expert loads are played for the plain step only), with the
+/// commands that handle it.
+fn ep_refused(s: &Scenario, pipeline: bool) -> Error {
+    let (flag, value) = if s.comm.dp_size() > 1 {
+        ("--dp", s.comm.dp_size())
+    } else {
+        ("--ep", s.comm.ep_size())
+    };
+    Error::ScenarioSetting {
+        flag,
+        value: value.to_string(),
+        problem: format!(
+            ": the sweep's fast path plays expert parallelism's slowest rank for the plain step, not with {}; `decodesim simulate` and `decodesim whatif --vary --draws 0` play every rank's timeline",
+            if pipeline {
+                "pipeline parallelism (--pp)"
+            } else {
+                "speculative decoding (draft tokens)"
+            }
+        ),
     }
 }
 

@@ -21,6 +21,14 @@ pub struct State {
     pub(super) aux_sp: Spread,
     /// Straggler waits not added to the streams (CUDA graphs: see `step`), µs.
     pub(super) waited: f64,
+    /// Data-parallel attention: the critical path's spread at the tensor-parallel collectives
+    /// since the whole expert-parallel group last met, and the waits already added at them. A
+    /// TP collective syncs its group only; the groups stay apart until the next wide one.
+    pub(super) carry: Spread,
+    pub(super) carried_wait: f64,
+    /// Expert parallelism: how far the expected slowest rank's loaded ops run past the mean
+    /// rank's since the last collective (`ep`), µs.
+    pub(super) excess: f64,
 }
 
 impl State {
@@ -37,6 +45,9 @@ impl State {
             main_sp: Spread::LAUNCH,
             aux_sp: Spread::LAUNCH,
             waited: 0.0,
+            carry: Spread::MET,
+            carried_wait: 0.0,
+            excess: 0.0,
         }
     }
     /// The step window: first kernel's start to the last kernel's end, plus the profile's
@@ -50,6 +61,7 @@ impl State {
 pub(super) fn play_regime(
     regime: &Regime,
     d: &[f64],
+    ex: &[f64],
     st: &mut State,
     launch: &Launch,
     repeat: u32,
@@ -58,10 +70,10 @@ pub(super) fn play_regime(
     // The recursion specialised (at compile time) for the launch mode and whether straggler
     // spreads are tracked: the same operations in the same order, fewer tests per op.
     match (launch.launch == 0.0, sg.on) {
-        (true, true) => play_regime_as::<true, true>(regime, d, st, launch, repeat, sg),
-        (true, false) => play_regime_as::<true, false>(regime, d, st, launch, repeat, sg),
-        (false, true) => play_regime_as::<false, true>(regime, d, st, launch, repeat, sg),
-        (false, false) => play_regime_as::<false, false>(regime, d, st, launch, repeat, sg),
+        (true, true) => play_regime_as::<true, true>(regime, d, ex, st, launch, repeat, sg),
+        (true, false) => play_regime_as::<true, false>(regime, d, ex, st, launch, repeat, sg),
+        (false, true) => play_regime_as::<false, true>(regime, d, ex, st, launch, repeat, sg),
+        (false, false) => play_regime_as::<false, false>(regime, d, ex, st, launch, repeat, sg),
     }
 }
 
@@ -69,6 +81,7 @@ pub(super) fn play_regime(
 fn play_regime_as<const GRAPHS: bool, const SG: bool>(
     regime: &Regime,
     d: &[f64],
+    ex: &[f64],
     st: &mut State,
     launch: &Launch,
     repeat: u32,
@@ -81,15 +94,19 @@ fn play_regime_as<const GRAPHS: bool, const SG: bool>(
         for seg in &regime.segments {
             let kinds = &regime.kinds[seg.start..seg.end];
             let ds = &d[seg.start..seg.end];
-            // Each layer is played on a copy of the recursion's variables held in registers
-            // (through `st` they would be stored and reloaded at every op, on the critical
-            // path).
             let layer = |st: &mut State| {
-                let mut hot = Hot::of(st);
-                for (&kind, &dur) in kinds.iter().zip(ds) {
-                    step::<GRAPHS, SG>(&mut hot, kind, dur, launch, sg);
+                if SG && !ex.is_empty() {
+                    // Expert parallelism: each loaded op's excess over the mean rank joins the
+                    // straggler wait of the collective that closes its window.
+                    for ((&kind, &dur), &x) in kinds.iter().zip(ds).zip(&ex[seg.start..seg.end]) {
+                        st.excess += x;
+                        step::<GRAPHS, SG>(st, kind, dur, launch, sg);
+                    }
+                } else {
+                    for (&kind, &dur) in kinds.iter().zip(ds) {
+                        step::<GRAPHS, SG>(st, kind, dur, launch, sg);
+                    }
                 }
-                hot.store(st);
             };
             if seg.repeat == 1 {
                 layer(st);
@@ -118,8 +135,9 @@ pub(super) struct Run {
     pub(super) cpu: f64,
     pub(super) binds: u64,
     /// The streams' spreads (a layer repeats only if the paths into its collectives do).
-    pub(super) spreads: [Spread; 2],
+    pub(super) spreads: [Spread; 3],
     pub(super) waited: f64,
+    pub(super) carried_wait: f64,
 }
 
 impl Run {
@@ -131,6 +149,7 @@ impl Run {
             binds: st.cpu_binds,
             spreads: spreads(st),
             waited: st.waited,
+            carried_wait: st.carried_wait,
         }
     }
 
@@ -147,7 +166,9 @@ impl Run {
         let same = (rel[0] - self.rel[0]).abs() < 1e-9
             && (rel[1] - self.rel[1]).abs() < 1e-9
             && rel[2] == self.rel[2]
-            && spreads(st) == self.spreads;
+            && spreads(st) == self.spreads
+            && st.carried_wait == self.carried_wait
+            && st.excess == 0.0;
         if same {
             // The streams advance by the compute stream's increment (an auxiliary stream
             // behind it keeps its offset, which is all that matters of it); the CPU by its own
@@ -168,6 +189,7 @@ impl Run {
             binds: st.cpu_binds,
             spreads: spreads(st),
             waited: st.waited,
+            carried_wait: st.carried_wait,
         };
         false
     }
@@ -196,57 +218,13 @@ pub(super) fn relative(st: &State, l: &Launch, cpu_ahead: bool) -> [f64; 3] {
 /// The spreads of the streams that can still reach a collective: the auxiliary stream's only
 /// while it is ahead of the compute stream (else a fork or join takes the compute stream's).
 #[inline]
-pub(super) fn spreads(st: &State) -> [Spread; 2] {
+pub(super) fn spreads(st: &State) -> [Spread; 3] {
     let aux = if st.aux > st.main {
         st.aux_sp
     } else {
         Spread::MET
     };
-    [st.main_sp, aux]
-}
-
-/// The variables of [`State`] the recursion moves (all but the busy times).
-#[derive(Clone, Copy)]
-pub(super) struct Hot {
-    main: f64,
-    aux: f64,
-    cpu: f64,
-    first_collective: bool,
-    first_start: f64,
-    cpu_binds: u64,
-    main_sp: Spread,
-    aux_sp: Spread,
-    waited: f64,
-}
-
-impl Hot {
-    #[inline(always)]
-    fn of(st: &State) -> Self {
-        Hot {
-            main: st.main,
-            aux: st.aux,
-            cpu: st.cpu,
-            first_collective: st.first_collective,
-            first_start: st.first_start,
-            cpu_binds: st.cpu_binds,
-            main_sp: st.main_sp,
-            aux_sp: st.aux_sp,
-            waited: st.waited,
-        }
-    }
-
-    #[inline(always)]
-    fn store(self, st: &mut State) {
-        st.main = self.main;
-        st.aux = self.aux;
-        st.cpu = self.cpu;
-        st.first_collective = self.first_collective;
-        st.first_start = self.first_start;
-        st.cpu_binds = self.cpu_binds;
-        st.main_sp = self.main_sp;
-        st.aux_sp = self.aux_sp;
-        st.waited = self.waited;
-    }
+    [st.main_sp, aux, st.carry]
 }
 
 /// The later of two times (no NaN handling: it sits on the recursion's critical path).
@@ -263,7 +241,7 @@ pub(super) fn later(a: f64, b: f64) -> f64 {
 /// 0; `SG`: `sg.on`).
 #[inline(always)]
 pub(super) fn step<const GRAPHS: bool, const SG: bool>(
-    st: &mut Hot,
+    st: &mut State,
     kind: Kind,
     dur: f64,
     l: &Launch,
@@ -282,7 +260,7 @@ pub(super) fn step<const GRAPHS: bool, const SG: bool>(
             }
             st.main = later(st.main, st.aux)
         }
-        Kind::Collective => {
+        Kind::Collective { wide } => {
             st.cpu += l.launch;
             let extra = if st.first_collective {
                 l.first_collective
@@ -298,11 +276,36 @@ pub(super) fn step<const GRAPHS: bool, const SG: bool>(
                 st.first_start = a;
             }
             // The ranks leave together when the last one arrives: `wait` after the mean one.
-            let wait = if bound {
-                sg.launch_wait
-            } else {
-                sg.wait(&st.main_sp)
+            let wait = match (bound, wide) {
+                (true, false) => sg.launch_wait,
+                (true, true) => sg.wide.launch_wait,
+                (false, false) => sg.wait(&st.main_sp),
+                // The whole group's deviation since it last met, less what the TP groups'
+                // own collectives already waited for.
+                (false, true) => {
+                    let sp = st.carry.then(&st.main_sp);
+                    (sg.wide.wait(&sp) - st.carried_wait).max(0.0)
+                }
             };
+            // The loaded ops' excess (the slowest rank's expert loads) and the jitter's wait
+            // are two spreads of the same ranks: the slowest arrival is not the sum of the two
+            // maxima but, as for normal spreads, the root of their squares summed.
+            let wait = if SG && st.excess > 0.0 {
+                let x = st.excess;
+                (x * x + wait * wait).sqrt() - x
+            } else {
+                wait
+            };
+            st.excess = 0.0;
+            if SG && sg.layered {
+                if wide {
+                    st.carry = Spread::MET;
+                    st.carried_wait = 0.0;
+                } else {
+                    st.carry = st.carry.then(&st.main_sp);
+                    st.carried_wait += wait;
+                }
+            }
             if GRAPHS {
                 // Under CUDA graphs the CPU clock never advances, so it binds no later kernel
                 // whatever the wait, and an auxiliary stream behind the compute stream is
@@ -322,74 +325,59 @@ pub(super) fn step<const GRAPHS: bool, const SG: bool>(
             }
             st.main_sp = Spread::MET;
         }
-        Kind::Kernel { aux } if GRAPHS => {
+        Kind::Kernel { aux, loaded } if GRAPHS => {
             // Under CUDA graphs the CPU's clock stays at the step's start, behind the streams:
             // a kernel it binds is rare (an auxiliary stream moved back by a straggler wait),
-            // so the common case is a predicted branch, the same arithmetic as below. The
-            // stream is read and written by value (a pointer to either would keep the state
-            // in memory).
+            // so the common case is a predicted branch, the same arithmetic as below.
             st.cpu += l.launch;
-            let free = if aux { st.aux } else { st.main };
-            let ready = free + l.gap;
-            let bound = st.cpu > ready;
-            let s = later(ready, st.cpu);
-            if aux {
-                st.aux = s + dur;
-            } else {
-                st.main = s + dur;
-            }
-            if st.first_start.is_nan() {
-                st.first_start = s;
-            }
-            if bound {
+            let free = if aux { &mut st.aux } else { &mut st.main };
+            let ready = *free + l.gap;
+            if st.cpu > ready {
                 st.cpu_binds += 1;
-            }
-            if SG {
-                let mut sp = if aux { st.aux_sp } else { st.main_sp };
-                if bound {
+                let s = later(ready, st.cpu);
+                *free = s + dur;
+                if st.first_start.is_nan() {
+                    st.first_start = s;
+                }
+                if SG && !loaded {
+                    let sp = if aux { &mut st.aux_sp } else { &mut st.main_sp };
                     sp.sum = sp.sum * 0.0 + dur;
                     sp.sq = sp.sq * 0.0 + dur * dur;
                     sp.launch = true;
-                } else {
+                }
+            } else {
+                let s = later(ready, st.cpu);
+                *free = s + dur;
+                if st.first_start.is_nan() {
+                    st.first_start = s;
+                }
+                if SG && !loaded {
                     // `keep` is 1: x × 1 is x, bit for bit.
+                    let sp = if aux { &mut st.aux_sp } else { &mut st.main_sp };
                     sp.sum += dur;
                     sp.sq += dur * dur;
                 }
-                if aux {
-                    st.aux_sp = sp;
-                } else {
-                    st.main_sp = sp;
-                }
             }
         }
-        Kind::Kernel { aux } => {
+        Kind::Kernel { aux, loaded } => {
             st.cpu += l.launch;
-            let free = if aux { st.aux } else { st.main };
-            let ready = free + l.gap;
+            let free = if aux { &mut st.aux } else { &mut st.main };
+            let ready = *free + l.gap;
             let bound = st.cpu > ready;
             st.cpu_binds += bound as u64;
             let s = later(ready, st.cpu);
-            if aux {
-                st.aux = s + dur;
-            } else {
-                st.main = s + dur;
-            }
+            *free = s + dur;
             if st.first_start.is_nan() {
                 st.first_start = s;
             }
-            if SG {
+            if SG && !loaded {
                 // A kernel the CPU's launch bound starts its path afresh (branch-free: eager
                 // launches bind kernels irregularly).
-                let mut sp = if aux { st.aux_sp } else { st.main_sp };
+                let sp = if aux { &mut st.aux_sp } else { &mut st.main_sp };
                 let keep = (!bound) as u8 as f64;
                 sp.sum = sp.sum * keep + dur;
                 sp.sq = sp.sq * keep + dur * dur;
                 sp.launch |= bound;
-                if aux {
-                    st.aux_sp = sp;
-                } else {
-                    st.main_sp = sp;
-                }
             }
         }
     }
@@ -432,6 +420,16 @@ pub(super) struct Spread {
 }
 
 impl Spread {
+    /// The spread of a path that follows `self` with `next`.
+    #[inline]
+    pub(super) fn then(&self, next: &Spread) -> Spread {
+        Spread {
+            sum: self.sum + next.sum,
+            sq: self.sq + next.sq,
+            launch: self.launch || next.launch,
+        }
+    }
+
     /// Just after a collective: every rank at the same time.
     const MET: Spread = Spread {
         sum: 0.0,
@@ -467,10 +465,92 @@ pub(super) struct Straggler {
     /// The wait of a collective the CPU's launch bound (the launch skew alone), precomputed:
     /// eager steps meet it at most collectives.
     pub(super) launch_wait: f64,
+    /// A wait within one tensor-parallel group at all (`on` also covers the wide group's).
+    pub(super) own: bool,
+    /// The wide group is larger than a TP group (data-parallel attention): the spread is
+    /// carried across TP collectives to the next wide one (`State::carry`).
+    pub(super) layered: bool,
+    /// The same over the whole expert-parallel group (`Kind::Collective { wide }`: data-parallel
+    /// attention's dispatch and combine meet DP × TP ranks); a copy of this one otherwise.
+    pub(super) wide: Box<WideStraggler>,
+}
+
+/// The straggler wait of collectives that sync the whole expert-parallel group.
+#[derive(Debug, Clone)]
+pub(super) struct WideStraggler {
+    pub(super) table: std::sync::Arc<[f64]>,
+    pub(super) on: bool,
+    pub(super) skew: f64,
+    pub(super) kernel_var: f64,
+    pub(super) launch_var: f64,
+    pub(super) launch_wait: f64,
+}
+
+impl WideStraggler {
+    #[inline]
+    pub(super) fn wait(&self, sp: &Spread) -> f64 {
+        straggler_wait(
+            self.on,
+            self.skew,
+            self.kernel_var,
+            self.launch_var,
+            &self.table,
+            sp,
+        )
+    }
+}
+
+/// Expected wait of a collective whose arriving path has spread `sp` (see `Straggler`), µs.
+#[inline]
+fn straggler_wait(
+    on: bool,
+    skew: f64,
+    kernel_var: f64,
+    launch_var: f64,
+    table: &[f64],
+    sp: &Spread,
+) -> f64 {
+    if !on {
+        return 0.0;
+    }
+    let w = skew * sp.sum;
+    let uniform = w * w / 3.0;
+    let normal = kernel_var * sp.sq + if sp.launch { launch_var } else { 0.0 };
+    let var = uniform + normal;
+    if var <= 0.0 {
+        return 0.0;
+    }
+    let x = normal / var * (STRAGGLER_POINTS - 1) as f64;
+    let i = (x as usize).min(STRAGGLER_POINTS - 2);
+    let t = x - i as f64;
+    var.sqrt() * (table[i] + t * (table[i + 1] - table[i]))
 }
 
 impl Straggler {
-    pub(super) fn new(v: &crate::cost::profile::Variability, ranks: u32) -> Self {
+    /// `ranks`: a tensor-parallel group's; `wide`: the expert-parallel group's (data-parallel
+    /// attention: DP × TP; `ranks` otherwise).
+    pub(super) fn new(v: &crate::cost::profile::Variability, ranks: u32, wide: u32) -> Self {
+        let mut sg = Self::one(v, ranks);
+        let w = if wide == ranks {
+            sg.clone()
+        } else {
+            Self::one(v, wide)
+        };
+        sg.own = sg.on;
+        sg.on |= w.on;
+        sg.layered = wide > ranks && w.on;
+        sg.wide = Box::new(WideStraggler {
+            table: w.table,
+            on: w.on,
+            skew: w.skew,
+            kernel_var: w.kernel_var,
+            launch_var: w.launch_var,
+            launch_wait: w.launch_wait,
+        });
+        sg
+    }
+
+    fn one(v: &crate::cost::profile::Variability, ranks: u32) -> Self {
         let skew = v.rank_skew_cv * 3f64.sqrt();
         let kernel_var = v.kernel_cv * v.kernel_cv;
         let launch_var = v.launch_skew_us * v.launch_skew_us / 12.0;
@@ -486,6 +566,16 @@ impl Straggler {
                 std::sync::Arc::from(Vec::new())
             },
             launch_wait: 0.0,
+            own: on,
+            layered: false,
+            wide: Box::new(WideStraggler {
+                table: std::sync::Arc::from(Vec::new()),
+                on: false,
+                skew: 0.0,
+                kernel_var: 0.0,
+                launch_var: 0.0,
+                launch_wait: 0.0,
+            }),
         };
         sg.launch_wait = sg.wait(&Spread::LAUNCH);
         sg
@@ -494,20 +584,14 @@ impl Straggler {
     /// Expected wait of a collective whose arriving path has spread `sp`, µs.
     #[inline]
     pub(super) fn wait(&self, sp: &Spread) -> f64 {
-        if !self.on {
-            return 0.0;
-        }
-        let w = self.skew * sp.sum;
-        let uniform = w * w / 3.0;
-        let normal = self.kernel_var * sp.sq + if sp.launch { self.launch_var } else { 0.0 };
-        let var = uniform + normal;
-        if var <= 0.0 {
-            return 0.0;
-        }
-        let x = normal / var * (STRAGGLER_POINTS - 1) as f64;
-        let i = (x as usize).min(STRAGGLER_POINTS - 2);
-        let t = x - i as f64;
-        var.sqrt() * (self.table[i] + t * (self.table[i + 1] - self.table[i]))
+        straggler_wait(
+            self.own,
+            self.skew,
+            self.kernel_var,
+            self.launch_var,
+            &self.table,
+            sp,
+        )
     }
 }
 
@@ -614,23 +698,23 @@ mod straggler_tests {
             sq: 2000.0,
             launch: false,
         };
-        let w = Straggler::new(&v, 8).wait(&sp);
+        let w = Straggler::new(&v, 8, 8).wait(&sp);
         let expect = 100.0 * 0.01 * 3f64.sqrt() * 7.0 / 9.0;
         assert!((w - expect).abs() < 1e-9, "{w} vs {expect}");
-        assert_eq!(Straggler::new(&v, 1).wait(&sp), 0.0);
+        assert_eq!(Straggler::new(&v, 1, 1).wait(&sp), 0.0);
         let off = crate::cost::profile::Variability {
             rank_skew_cv: 0.0,
             collective_cv: 0.0,
             ..v
         };
-        assert_eq!(Straggler::new(&off, 8).wait(&sp), 0.0);
+        assert_eq!(Straggler::new(&off, 8, 8).wait(&sp), 0.0);
         // Kernel jitter alone: σ·E[max of 2 normals] = σ/√π.
         let k = crate::cost::profile::Variability {
             kernel_cv: 0.02,
             rank_skew_cv: 0.0,
             ..off
         };
-        let w = Straggler::new(&k, 2).wait(&sp);
+        let w = Straggler::new(&k, 2, 2).wait(&sp);
         let expect = 0.02 * 2000f64.sqrt() / std::f64::consts::PI.sqrt();
         assert!((w - expect).abs() < 1e-5 * expect, "{w} vs {expect}");
     }

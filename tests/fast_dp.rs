@@ -1,0 +1,281 @@
+//! The sweep's fast path on data-parallel attention with wide expert parallelism (`--dp`, EP =
+//! DP × TP, NCCL all-to-all or the low-latency RDMA all-to-all, redundant experts) against the
+//! mean of the full timeline over seeds, jitter on (the profiles' own `[variability]`). The
+//! ranks do not play the same step: each rank's experts get their own tokens per layer (seeded
+//! routing) and each DP rank attends over its own sequences, and every rank waits for the
+//! slowest at the all-to-alls; the fast path plays the expected slowest rank, so its step must
+//! lie within 0.5% of the timeline's mean over seeds. A sweep through the binary takes `--dp`
+//! lists.
+
+use decodesim::cost::{self, CalibrationProfile};
+use decodesim::scenario::deployment::EpComm;
+use decodesim::scenario::Scenario;
+use decodesim::sim::fast::{Collectives, FastScenario, Launch};
+use decodesim::sim::{engine_config, Engine, ScenarioRequest, Timeline};
+use decodesim::workload;
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+const MODELS: [&str; 2] = ["deepseek-v3", "kimi-k2.5"];
+const SYSTEMS: [&str; 3] = [
+    "h200-hgx-2node-ib",
+    "h200-hgx-4node-ib",
+    "rtx-pro-6000-2node-roce",
+];
+const CONTEXTS: [u64; 5] = [512, 1024, 4096, 16384, 65536];
+/// Seeds per scenario: the timeline's mean over them stands for its expectation (the spread of
+/// one seed is the routing's per-layer draws of the slowest rank and the ranks' speed skew).
+/// At a small batch each rank's experts get a handful of tokens, the slowest rank's load
+/// spreads widely from layer to layer (its standard deviation up to ~30% of the experts' time),
+/// so those take more seeds for the mean to settle within about 0.15%.
+fn seeds(batch: u32) -> u64 {
+    if batch <= 128 {
+        96
+    } else {
+        24
+    }
+}
+/// Decoder layers simulated (DeepSeek-V3 and Kimi K2.5 have 3 and 1 dense layers first, the
+/// rest MoE): enough MoE layers that the seeds' mean of the slowest rank settles.
+const LAYERS: usize = 10;
+
+/// One play on the engine: the step window less the drawn jitter of the collective transfers
+/// (one uniform draw for all ranks, mean zero: a control variate, as tests/fast_vs_seeds.rs).
+fn play(
+    w: &workload::Workload,
+    s: &Scenario,
+    p: &CalibrationProfile,
+    engine: &mut Engine,
+    tl: &mut Timeline,
+) -> f64 {
+    let pricing = cost::price(w, s, p).expect("priced");
+    engine.run(w, &pricing.base_us, &engine_config(s, p), tl);
+    let jitter: f64 = tl
+        .rank_records(0)
+        .filter(|r| w.ops[r.op as usize].family.is_collective())
+        .map(|r| (r.end_us - r.start_us - r.wait_us) - pricing.base_us[r.op as usize])
+        .sum();
+    tl.step_time_us() - jitter
+}
+
+fn timeline_mean(s: &Scenario, p: &CalibrationProfile) -> f64 {
+    let (mut engine, mut tl) = (Engine::new(), Timeline::default());
+    let mut sum = 0.0;
+    let n = seeds(s.batch);
+    for seed in 0..n {
+        let mut s = s.clone();
+        s.seed = seed * 7919 + 3;
+        sum += play(&workload::build(&s), &s, p, &mut engine, &mut tl);
+    }
+    sum / n as f64
+}
+
+fn draw(rng: &mut SmallRng) -> ScenarioRequest {
+    let model = MODELS[rng.random_range(0..MODELS.len())];
+    let system = SYSTEMS[rng.random_range(0..SYSTEMS.len())];
+    let gpus = if system.contains("4node") { 32 } else { 16 };
+    let tp = [1u32, 2, 4, 8][rng.random_range(0..4)];
+    let dps: Vec<u32> = (2..=16).filter(|&d| d * tp <= gpus).collect();
+    let dp = dps[rng.random_range(0..dps.len())];
+    let ep = dp * tp;
+    let experts = if model == "deepseek-v3" { 256 } else { 384 };
+    // Replicas that fill the ranks evenly (EPLB's rule), sometimes.
+    let redundant = if rng.random_bool(0.3) {
+        (1..=experts)
+            .filter(|r| (experts + r) % ep == 0)
+            .take(2)
+            .nth(rng.random_range(0..2))
+    } else {
+        None
+    };
+    let mut req = ScenarioRequest {
+        model: model.into(),
+        system: system.into(),
+        tp: Some(tp),
+        batch: if rng.random_bool(0.5) {
+            rng.random_range(1..=64)
+        } else {
+            rng.random_range(1..=2048)
+        },
+        context: CONTEXTS[rng.random_range(0..CONTEXTS.len())],
+        cuda_graphs: rng.random_bool(0.7),
+        layers: Some(LAYERS),
+        ..ScenarioRequest::default()
+    };
+    req.comm.dp = Some(dp);
+    req.comm.ep_comm = if rng.random_bool(0.5) {
+        EpComm::RdmaLl
+    } else {
+        EpComm::AllToAll
+    };
+    req.comm.redundant_experts = redundant;
+    req
+}
+
+#[test]
+fn fast_path_matches_the_timeline_mean_on_dp_layouts() {
+    let mut rng = SmallRng::seed_from_u64(2026);
+    let mut errs = Vec::new();
+    let mut failures = Vec::new();
+    let mut refused = 0;
+    let cases = std::env::var("FAST_DP_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(24);
+    while errs.len() < cases {
+        let req = draw(&mut rng);
+        // Settings the scenario rules refuse (rdma-ll without GPUDirect RDMA, a layout that
+        // does not fit, ...) are redrawn; the refusals are tested elsewhere.
+        let Ok((s, p)) = req.load() else {
+            refused += 1;
+            assert!(refused < 200, "the draw is off: {refused} refused");
+            continue;
+        };
+        let fast = FastScenario::new(&s, &p, None).expect("the fast path fits a DP layout");
+        let launch = Launch::new(&p, s.cuda_graphs);
+        let coll = Collectives::new(&s, &p).expect("collectives");
+        let quick = fast.step_us(s.batch, s.context, &launch, &coll);
+        let mean = timeline_mean(&s, &p);
+        let err = (quick - mean) / mean;
+        let label = format!(
+            "{} on {} tp {} dp {} {} redundant {} batch {} context {} graphs {}",
+            s.model.name,
+            s.system.name,
+            s.tp,
+            s.comm.dp_size(),
+            format!("{:?}", s.comm.ep_comm),
+            s.comm.redundant(),
+            s.batch,
+            s.context,
+            s.cuda_graphs
+        );
+        if std::env::var_os("FAST_DP_VERBOSE").is_some() {
+            eprintln!(
+                "{:+.3}%  {label}  (fast {quick:.2}, mean {mean:.2})",
+                err * 100.0
+            );
+        }
+        if err.abs() >= 0.005 {
+            failures.push(format!(
+                "{label}: fast {quick:.1} µs vs mean over seeds {mean:.1} µs ({:+.3}%)",
+                err * 100.0
+            ));
+        }
+        errs.push(err);
+    }
+    let n = errs.len() as f64;
+    let worst = errs.iter().fold(0.0f64, |m, e| m.max(e.abs()));
+    eprintln!(
+        "fast path vs timeline mean on DP layouts, {} scenarios: mean |error| {:.3}%, mean signed {:+.3}%, worst {:.3}%",
+        errs.len(),
+        errs.iter().map(|e| e.abs()).sum::<f64>() / n * 100.0,
+        errs.iter().sum::<f64>() / n * 100.0,
+        worst * 100.0
+    );
+    assert!(
+        failures.is_empty(),
+        "{} of {} scenarios off by 0.5% or more:\n{}",
+        failures.len(),
+        errs.len(),
+        failures.join("\n")
+    );
+}
+
+fn run(args: &[&str]) -> (i32, String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_decodesim"))
+        .args(args)
+        .output()
+        .expect("runs");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `sweep --dp 2,4,16` writes one row per (dp, batch, context), its dp in the `dp` column and
+/// its step the fast path's price of that scenario alone (memo cleared): each DP size is its
+/// own layout (EP = DP × TP), with `--ep-comm` and `--redundant-experts` applied to every one.
+#[test]
+fn sweep_rows_over_dp_equal_each_scenario_priced_alone() {
+    for (comm, redundant, dps) in [
+        ("all-to-all", None, [2u32, 4, 16]),
+        ("rdma-ll", Some("16"), [16, 4, 2]),
+    ] {
+        let mut args = vec![
+            "sweep",
+            "--model",
+            "deepseek-v3",
+            "--system",
+            "h200-hgx-2node-ib",
+            "--tp",
+            "1",
+            "--ep-comm",
+            comm,
+            "--batch",
+            "1,9,250",
+            "--context",
+            "1024,8192",
+            "--format",
+            "csv",
+        ];
+        let list = dps.map(|d| d.to_string()).join(",");
+        args.extend(["--dp", &list]);
+        if let Some(r) = redundant {
+            // 256 + 16 experts fill 16, 4 and 2 ranks evenly.
+            args.extend(["--redundant-experts", r]);
+        }
+        let (code, out, err) = run(&args);
+        assert_eq!(code, 0, "{err}");
+        let mut lines = out.lines();
+        let header: Vec<&str> = lines.next().expect("header").split(',').collect();
+        assert!(header.ends_with(&["pp", "dp"]), "{header:?}");
+        let col = |name: &str| header.iter().position(|h| *h == name).expect(name);
+        let (dp_c, b_c, c_c, st_c) = (col("dp"), col("batch"), col("context"), col("step_time_us"));
+        let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+        assert_eq!(rows.len(), 3 * 3 * 2);
+        // In the order the list gives.
+        assert_eq!(rows[0][dp_c], dps[0].to_string());
+        assert_eq!(rows[17][dp_c], dps[2].to_string());
+        let mut steps = std::collections::HashMap::new();
+        for dp in dps {
+            let mut req = ScenarioRequest {
+                model: "deepseek-v3".into(),
+                system: "h200-hgx-2node-ib".into(),
+                tp: Some(1),
+                ..ScenarioRequest::default()
+            };
+            req.comm.dp = Some(dp);
+            req.comm.ep_comm = if comm == "rdma-ll" {
+                EpComm::RdmaLl
+            } else {
+                EpComm::AllToAll
+            };
+            req.comm.redundant_experts = redundant.map(|r| r.parse().unwrap());
+            let (s, p) = req.load().expect("loads");
+            let fast = FastScenario::new(&s, &p, None).expect("fitted");
+            let (launch, coll) = (
+                Launch::new(&p, s.cuda_graphs),
+                Collectives::new(&s, &p).expect("collectives"),
+            );
+            let mine: Vec<_> = rows.iter().filter(|r| r[dp_c] == dp.to_string()).collect();
+            assert_eq!(mine.len(), 6, "dp {dp}");
+            for r in mine {
+                let (b, c): (u32, u64) = (r[b_c].parse().unwrap(), r[c_c].parse().unwrap());
+                fast.clear_memo();
+                let alone = fast.step_us(b, c, &launch, &coll);
+                let row: f64 = r[st_c].parse().unwrap();
+                assert!(
+                    (row - alone).abs() <= 0.0005 + 1e-12 * alone,
+                    "{comm} dp {dp} batch {b} context {c}: row {row} vs alone {alone}"
+                );
+                steps.insert((dp, b, c), row);
+            }
+        }
+        // More DP ranks split the 250 sequences' attention further: a shorter step.
+        assert!(
+            steps[&(16, 250, 8192)] < steps[&(2, 250, 8192)],
+            "{comm}: {steps:?}"
+        );
+    }
+}

@@ -279,3 +279,76 @@ fn sweep_rows_over_dp_equal_each_scenario_priced_alone() {
         );
     }
 }
+
+/// With DP attention each DP rank is its own engine: a sweep row fits when the largest DP
+/// rank's sequences fit its KV cache and `max_num_seqs`, as `simulate` and `capacity` count
+/// memory. 256 sequences of 4,096 tokens over 16 DP ranks (16 each) fit an H200 that one rank
+/// holding all 256 would not; 16 × 257 sequences are above vLLM's 256 per engine.
+#[test]
+fn sweep_fits_counts_each_dp_rank_as_its_own_engine() {
+    let (code, out, err) = run(&[
+        "sweep",
+        "--model",
+        "deepseek-v3",
+        "--system",
+        "h200-hgx-2node-ib",
+        "--tp",
+        "1",
+        "--dp",
+        "1,16",
+        "--ep-comm",
+        "rdma-ll",
+        "--batch",
+        "256,4112",
+        "--context",
+        "4096",
+        "--include-infeasible",
+        "--format",
+        "csv",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let fits: Vec<(String, String, String)> = out
+        .lines()
+        .skip(1)
+        .map(|l| {
+            let c: Vec<&str> = l.split(',').collect();
+            (
+                c[c.len() - 1].to_string(),
+                c[3].to_string(),
+                c[13].to_string(),
+            )
+        })
+        .collect();
+    let at = |dp: &str, batch: &str| {
+        fits.iter()
+            .find(|(d, b, _)| d == dp && b == batch)
+            .map(|x| x.2.clone())
+            .unwrap_or_else(|| panic!("no row dp {dp} batch {batch}: {out}"))
+    };
+    assert_eq!(at("16", "256"), "true");
+    assert_eq!(at("16", "4112"), "false");
+    assert_eq!(at("1", "256"), "false");
+    // simulate's memory account says the same of the DP16 row.
+    let (code, out, err) = run(&[
+        "simulate",
+        "--model",
+        "deepseek-v3",
+        "--system",
+        "h200-hgx-2node-ib",
+        "--tp",
+        "1",
+        "--dp",
+        "16",
+        "--ep-comm",
+        "rdma-ll",
+        "--batch",
+        "256",
+        "--context",
+        "4096",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("memory per GPU") && !out.contains("DOES NOT FIT"),
+        "{out}"
+    );
+}

@@ -386,8 +386,10 @@ impl Prepared<'_> {
             tokens_per_s_per_user: per_user,
             mean_acceptance_length: self.mean_len[di],
             busy_us: busy,
-            // vLLM reserves k lookahead slots per sequence for the draft tokens.
-            fits: kv.fits(batch, context + k as u64),
+            // vLLM reserves k lookahead slots per sequence for the draft tokens. With data
+            // parallel attention each DP rank is its own engine (its own KV cache and
+            // max_num_seqs, the budget's): the largest DP rank's sequences must fit.
+            fits: kv.fits(batch.div_ceil(lay.dp.max(1)), context + k as u64),
         }
     }
 

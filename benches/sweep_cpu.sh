@@ -5,7 +5,10 @@
 #   contexts: batch 1..=250 x N/250 distinct contexts (every (batch, context) pair new: the
 #             attention of every scenario priced from scratch, the hard case);
 #   knobs:    batch 1..=250 x N/2000 contexts x 2 NCCL protocols x graphs on/off x k 0..1
-#             (each (batch, context) shared by 8 scenarios).
+#             (each (batch, context) shared by 8 scenarios);
+#   dp16:     DeepSeek-V3 on h200-hgx-2node-ib, --tp 1 --dp 16 --ep-comm rdma-ll, batch 1..=250
+#             x N/250 contexts (data-parallel attention with wide expert parallelism: each new
+#             batch draws the ranks' expert loads).
 # CPU = user + sys of the process (GNU time when present, else bash's `times` of the child);
 # peak RSS = GNU time's maximum resident set, else the child's VmHWM read through /proc.
 set -euo pipefail
@@ -45,4 +48,6 @@ for n in "${sizes[@]}"; do
     k=$((n / 2000)); [ "$k" -ge 1 ] || k=1
     run knobs $((2000 * k)) --batch 1..=250 --context "1000..=$((999 + k))" \
         --nccl-proto LL,Simple --cuda-graphs on,off --draft-tokens 0,1 --acceptance-rate 0.5
+    run dp16 $((250 * c)) --model deepseek-v3 --system h200-hgx-2node-ib --tp 1 --dp 16 \
+        --ep-comm rdma-ll --batch 1..=250 --context "1000..=$((999 + c))"
 done

@@ -7,6 +7,8 @@
 //! lie within 0.5% of the timeline's mean over seeds. A sweep through the binary takes `--dp`
 //! lists.
 
+mod common;
+
 use decodesim::cost::{self, CalibrationProfile};
 use decodesim::scenario::deployment::EpComm;
 use decodesim::scenario::Scenario;
@@ -181,17 +183,7 @@ fn fast_path_matches_the_timeline_mean_on_dp_layouts() {
     );
 }
 
-fn run(args: &[&str]) -> (i32, String, String) {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_decodesim"))
-        .args(args)
-        .output()
-        .expect("runs");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+use common::decodesim_exit as run;
 
 /// `sweep --dp 2,4,16` writes one row per (dp, batch, context), its dp in the `dp` column and
 /// its step the fast path's price of that scenario alone (memo cleared): each DP size is its

@@ -4,13 +4,14 @@
 //! on) within 0.5%; with jitter off, equal to it; and `decodesim sweep --pp 1,2,4` rows equal to
 //! the fast path's price of each scenario alone.
 
+mod common;
+
 use decodesim::cost::CalibrationProfile;
 use decodesim::scenario::{Proto, Scenario};
 use decodesim::sim::fast::{Collectives, FastScenario, Launch};
 use decodesim::sim::{simulate_loaded, ScenarioRequest};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use std::process::Command;
 
 const MODELS: [&str; 5] = [
     "kimi-k2.5",
@@ -217,17 +218,7 @@ fn without_jitter_the_fast_path_is_the_timeline() {
     }
 }
 
-fn run(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_decodesim"))
-        .args(args)
-        .output()
-        .expect("runs");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+use common::decodesim_exit as run;
 
 /// `sweep --pp 1,2,4` writes one row per (pp, batch, context), each with the fast path's price
 /// of that scenario alone (memo cleared), and its pp in the `pp` column.

@@ -3,6 +3,8 @@
 //! steady state with micro-batches in flight, memory per GPU, the refusals through the binary,
 //! and the Perfetto timeline with tp × pp ranks.
 
+mod common;
+
 use decodesim::capacity::memory::{account, MemoryOptions};
 use decodesim::scenario::Scenario;
 use decodesim::sim::pipeline;
@@ -21,17 +23,7 @@ fn request(system: &str, tp: u32, pp: Option<u32>, batch: u32) -> ScenarioReques
     r
 }
 
-fn run(args: &[&str]) -> (i32, String, String) {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_decodesim"))
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+use common::decodesim_exit as run;
 
 #[test]
 fn layer_split_is_vllms_get_pp_indices() {

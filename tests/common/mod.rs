@@ -201,3 +201,16 @@ pub fn decodesim_bin(args: &[&str]) -> (bool, String, String) {
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
 }
+
+/// Runs the decodesim binary; (exit code, -1 when killed by a signal; stdout, stderr).
+pub fn decodesim_exit(args: &[&str]) -> (i32, String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_decodesim"))
+        .args(args)
+        .output()
+        .expect("the decodesim binary runs");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}

@@ -923,22 +923,9 @@ pub(super) fn price_layout_at(
     Ok(us)
 }
 
-/// [`price_layout_in`] into `out` (one value per kept op of `layout`, in order).
-pub(super) fn price_layout_fill(
-    scratch: &mut Scratch,
-    regime: &Regime,
-    layout: &[(usize, bool)],
-    x: &Coef,
-    s: &Scenario,
-    p: &CalibrationProfile,
-    out: &mut [f64],
-) -> Result<()> {
-    price_layout_into(scratch, regime, layout, x, s, p, None, out)
-}
-
-/// [`price_layout_at`] into `out`.
+/// [`price_layout_at`] into `out` (one value per kept op of `layout`, in order).
 #[allow(clippy::too_many_arguments)]
-fn price_layout_into(
+pub(super) fn price_layout_into(
     scratch: &mut Scratch,
     regime: &Regime,
     layout: &[(usize, bool)],

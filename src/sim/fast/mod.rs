@@ -530,7 +530,7 @@ impl FastScenario {
                 let (at, us, busy) = &mut e.context[i];
                 *at = context;
                 let layout = &regime.context_layout;
-                if price_layout_fill(w_context, regime, layout, &x, s, p, us).is_err() {
+                if price_layout_into(w_context, regime, layout, &x, s, p, None, us).is_err() {
                     us.fill(f64::NAN);
                 }
                 *busy = [0.0; NCAT];

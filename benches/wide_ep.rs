@@ -37,6 +37,9 @@ fn bench(c: &mut Criterion) {
             black_box(sim.step_time_us())
         })
     });
+    g.bench_function("workload: ops and routing draws, 144 ranks", |b| {
+        b.iter(|| black_box(workload::build(black_box(&scenario))))
+    });
     let w = workload::build(&scenario);
     let pricing = cost::price(&w, &scenario, &profile).expect("priced");
     let cfg = engine_config(&scenario, &profile);

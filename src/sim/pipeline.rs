@@ -416,11 +416,34 @@ pub fn simulate(scenario: Scenario, profile: CalibrationProfile) -> Result<Simul
     }
 
     let pricing = combine_pricing(&runs, &sends, &micro, &sizes, base_us, split_us, s);
-    let first = &runs[0][0].workload;
+    // Each stage draws the routing of its own layers only: the step's is theirs joined (each
+    // layer's draws are its own stream's, as in the unsplit step).
+    let mut experts_touched = runs[0][0].workload.experts_touched.clone();
+    let mut routing = runs[0][0].workload.routing.clone();
+    for (st, run) in stages.iter().zip(&runs).skip(1) {
+        let w = &run[0].workload;
+        for l in st.layers.clone() {
+            if let (Some(t), Some(&x)) = (experts_touched.get_mut(l), w.experts_touched.get(l)) {
+                *t = x;
+            }
+            if let (Some(r), Some(x)) = (
+                routing.expert_tokens.get_mut(l),
+                w.routing.expert_tokens.get(l),
+            ) {
+                r.clone_from(x);
+            }
+            if let (Some(r), Some(&x)) = (
+                routing.experts_touched.get_mut(l),
+                w.routing.experts_touched.get(l),
+            ) {
+                *r = x;
+            }
+        }
+    }
     let workload = Workload {
         ops,
-        experts_touched: first.experts_touched.clone(),
-        routing: first.routing.clone(),
+        experts_touched,
+        routing,
     };
     finish(scenario, profile, workload, pricing, timeline)
 }

@@ -85,31 +85,44 @@ impl Timeline {
         // Each op's category once (a record's op is a large struct; reading it per record
         // touches a cache line per record).
         let categories: Vec<Category> = w.ops.iter().map(|op| op.category).collect();
-        let mut scratch = Vec::new();
-        let mut intervals = Vec::new();
-        (0..self.ranks)
-            .map(|rank| {
-                intervals.clear();
-                let (mut wait, mut transfer) = (0.0, 0.0);
-                for r in by_rank[rank].iter().map(|&i| &self.records[i as usize]) {
-                    let category = categories[r.op as usize];
-                    if category == Category::Communication {
-                        wait += r.wait_us;
-                        transfer += r.end_us - r.start_us - r.wait_us;
-                    }
-                    intervals.push(Interval {
-                        start_us: r.start_us,
-                        end_us: r.end_us,
-                        category,
-                    });
+        let one = |(intervals, scratch): &mut (Vec<Interval>, Vec<_>), rank: usize| {
+            intervals.clear();
+            let (mut wait, mut transfer) = (0.0, 0.0);
+            for r in by_rank[rank].iter().map(|&i| &self.records[i as usize]) {
+                let category = categories[r.op as usize];
+                if category == Category::Communication {
+                    wait += r.wait_us;
+                    transfer += r.end_us - r.start_us - r.wait_us;
                 }
-                let (start, end) = (self.rank_start_us[rank], self.rank_end_us[rank]);
-                let a = attribute(&intervals, start, end, &mut scratch);
-                let mut b = Breakdown::from_attribution(end - start, a);
-                b.comm_wait_us = wait;
-                b.comm_transfer_us = transfer;
-                b
-            })
-            .collect()
+                intervals.push(Interval {
+                    start_us: r.start_us,
+                    end_us: r.end_us,
+                    category,
+                });
+            }
+            let (start, end) = (self.rank_start_us[rank], self.rank_end_us[rank]);
+            let a = attribute(intervals, start, end, scratch);
+            let mut b = Breakdown::from_attribution(end - start, a);
+            b.comm_wait_us = wait;
+            b.comm_transfer_us = transfer;
+            b
+        };
+        // Ranks are independent: a large timeline (hundreds of ranks) is read on every core.
+        if self.records.len() >= PARALLEL_RECORDS {
+            use rayon::prelude::*;
+            (0..self.ranks)
+                .into_par_iter()
+                .map_init(|| (Vec::new(), Vec::new()), one)
+                .collect()
+        } else {
+            let mut buffers = (Vec::new(), Vec::new());
+            (0..self.ranks)
+                .map(|rank| one(&mut buffers, rank))
+                .collect()
+        }
     }
 }
+
+/// Records above which the per-rank breakdowns are computed on every core (about a
+/// millisecond of attribution).
+const PARALLEL_RECORDS: usize = 50_000;

@@ -81,9 +81,15 @@ pub struct Workload {
     pub routing: RoutingSample,
 }
 
-/// Samples, for every MoE layer, which experts a step's tokens route to under the scenario's
-/// routing model (a seeded draw, so results repeat).
-fn sample_routing(s: &Scenario, tokens: u64, dummy_rows: u64) -> RoutingSample {
+/// Samples, for every MoE layer in `layers`, which experts a step's tokens route to under the
+/// scenario's routing model (a seeded draw, so results repeat; each layer's draws are its own,
+/// so a pipeline stage drawing its layers only draws them as the whole step would).
+fn sample_routing(
+    s: &Scenario,
+    layers: std::ops::Range<usize>,
+    tokens: u64,
+    dummy_rows: u64,
+) -> RoutingSample {
     let model = &s.model;
     let Some(moe) = &model.moe else {
         return RoutingSample {
@@ -92,7 +98,7 @@ fn sample_routing(s: &Scenario, tokens: u64, dummy_rows: u64) -> RoutingSample {
         };
     };
     let moe_layers: Vec<bool> = (0..model.num_layers)
-        .map(|l| model.is_layer_moe(l))
+        .map(|l| layers.contains(&l) && model.is_layer_moe(l))
         .collect();
     let resolved = routing::resolve(
         &s.routing,
@@ -170,9 +176,9 @@ fn build_part(
                 s_global.comm.dp_size() as u64,
                 s_global.batch as u64 * queries,
             );
-            sample_routing(s_global, real, dp * tokens - real)
+            sample_routing(s_global, part.layers.clone(), real, dp * tokens - real)
         }
-        None => sample_routing(s, real_tokens, tokens - real_tokens),
+        None => sample_routing(s, part.layers.clone(), real_tokens, tokens - real_tokens),
     };
     let shape = StepShape {
         model,

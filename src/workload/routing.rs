@@ -409,104 +409,81 @@ fn draw_unpicked(cdf: &[f64], picked: &[usize], unit: impl FnOnce() -> f64) -> u
     last
 }
 
-/// The index `cdf.partition_point(|&c| c <= u).min(len - 1)` of a weighted draw, found through
-/// a guide table instead of a binary search (the sampler's hot spot: a 144-rank step draws
-/// 9,217 tokens × 8 experts × 58 layers). The result is the binary search's exactly, so seeded
-/// draws do not change: bucket `b` of `u` is ⌊u·scale⌋ and `start[b]` counts the entries with
-/// fl(c·scale) < b; rounded multiplication by a positive number is monotone, so each of those
-/// has fl(c·scale) < fl(u·scale), hence c < u, and the search can start there and step forward.
-struct GuideTable {
-    start: Vec<u32>,
-    scale: f64,
-    /// The bucket count when `scale` > 0, else 0 (every draw in bucket 0): see `find_draw`.
-    draw_buckets: u64,
-    /// The cdf and PAD × +∞ after it, so the first steps of the scan need no bounds test.
-    cdf: Vec<f64>,
+/// Walker's alias table of a weighted law over n experts: one generator output draws an expert
+/// in constant time, without a branch on the outcome (the sampler's hot spot: a 144-rank step
+/// draws 9,217 tokens × 8 experts × 58 layers). The output x times n, a 128-bit product, gives
+/// the column ⌊x·n / 2⁶⁴⌋ (uniform over the n columns) and its low 64 bits a uniform fraction
+/// within the column; the column's own expert is drawn when that fraction is below its
+/// threshold, its alias otherwise. Built by Vose's method, each expert's mass is exact to
+/// ~2⁻⁶⁴ per column.
+struct AliasTable {
+    /// Threshold of each column, the share (× 2⁶⁴) kept by the column's own expert.
+    thr: Vec<u64>,
+    alias: Vec<u32>,
 }
 
-impl GuideTable {
-    /// Buckets per entry of the cdf: enough that the forward scan mostly stops at once (a
-    /// scan of varying length costs a mispredicted branch per draw), few enough that the
-    /// table stays in the L1 cache (16 × 384 experts × 4 B = 24 KiB).
-    const BUCKETS_PER_ENTRY: usize = 16;
-    /// +∞ entries after the cdf.
-    const PAD: usize = 3;
-
+impl AliasTable {
     fn new() -> Self {
-        GuideTable {
-            start: Vec::new(),
-            scale: 0.0,
-            draw_buckets: 0,
-            cdf: Vec::new(),
+        AliasTable {
+            thr: Vec::new(),
+            alias: Vec::new(),
         }
     }
 
-    /// Rebuilds the table for a non-decreasing `cdf` of non-negative partial sums.
-    fn build(&mut self, cdf: &[f64]) {
-        let buckets = (cdf.len() * Self::BUCKETS_PER_ENTRY).max(1);
-        let total = cdf.last().copied().unwrap_or(0.0);
-        // scale 0 (a degenerate cdf) puts every draw in bucket 0: a plain forward scan.
-        self.scale = match buckets as f64 / total {
-            x if total > 0.0 && x.is_finite() => x,
-            _ => 0.0,
+    /// Rebuilds the table for the non-negative weights `w` (not all zero; the resolved laws
+    /// are normalised). A degenerate total draws every expert alike.
+    fn build(&mut self, w: &[f64]) {
+        let n = w.len();
+        self.thr.clear();
+        self.thr.resize(n, u64::MAX);
+        self.alias.clear();
+        self.alias.extend(0..n as u32);
+        let total: f64 = w.iter().sum();
+        if !(total > 0.0 && total.is_finite()) || n == 0 {
+            return;
+        }
+        let mut p: Vec<f64> = w.iter().map(|&x| x * n as f64 / total).collect();
+        let (mut small, mut large): (Vec<u32>, Vec<u32>) =
+            (0..n as u32).partition(|&i| p[i as usize] < 1.0);
+        let share = |x: f64| -> u64 {
+            // 2⁶⁴ · x, saturating at a full column.
+            if x >= 1.0 {
+                u64::MAX
+            } else {
+                (x.max(0.0) * 18_446_744_073_709_551_616.0) as u64
+            }
         };
-        self.draw_buckets = if self.scale > 0.0 { buckets as u64 } else { 0 };
-        self.start.clear();
-        self.start.resize(buckets, 0);
-        // start[b] = #{i : fl(cdf[i]·scale) < b}; the set is a prefix (cdf is non-decreasing).
-        let mut i = 0usize;
-        for (b, s) in self.start.iter_mut().enumerate() {
-            while i < cdf.len() && cdf[i] * self.scale < b as f64 {
-                i += 1;
-            }
-            *s = i as u32;
-        }
-        self.cdf.clear();
-        self.cdf.extend_from_slice(cdf);
-        self.cdf.extend([f64::INFINITY; Self::PAD]);
-    }
-
-    /// `cdf.partition_point(|&c| c <= u).min(cdf.len() - 1)` for the (non-empty) `cdf` the
-    /// table was built from.
-    #[cfg(test)]
-    fn find(&self, u: f64) -> usize {
-        // A float-to-int cast saturates (NaN gives 0): bucket ≤ u·scale holds in every case.
-        let b = ((u * self.scale) as usize).min(self.start.len() - 1);
-        let (cdf, len) = (&self.cdf, self.cdf.len() - Self::PAD);
-        let mut i = self.start[b] as usize;
-        // One step without a branch (the start is nearly always the answer or one short of
-        // it; i ≤ len, and cdf[len] = +∞), then a loop that rarely runs.
-        i += usize::from(cdf[i] <= u);
-        while i < len && cdf[i] <= u {
-            i += 1;
-        }
-        i.min(len - 1)
-    }
-
-    /// `find(u)` for the draw `u = unit_of(x) · total` of a generator output `x` (`total` the
-    /// cdf's last entry), without the float-to-int conversion of `find`: the bucket comes from
-    /// x's top 32 bits in integers, b = ⌊⌊x / 2³²⌋ · B / 2³²⌋ − 1 (saturating), which is at
-    /// most ⌊unit·B⌋ − 1 < fl(u·scale) (u·scale is unit·B within a few ulps, far less than
-    /// 1 for any bucket count B < 2³²), so b ≤ fl(u·scale) and the argument of `find` holds:
-    /// every entry start[b] counts is below u. The bucket is at most one early; the answer is
-    /// nearly always among the three entries from start[b] on.
-    #[inline]
-    fn find_draw(&self, x: u64, u: f64) -> usize {
-        let b = (((x >> 32) * self.draw_buckets) >> 32).saturating_sub(1) as usize;
-        let (cdf, len) = (&self.cdf, self.cdf.len() - Self::PAD);
-        let s = self.start[b.min(self.start.len() - 1)] as usize;
-        // s ≤ len and cdf[len..] = +∞ > u, so the three entries exist; they are loaded at
-        // once (the cdf rises, so the ones ≤ u are a prefix of them) rather than one step
-        // after another.
-        let c = &cdf[s..s + 3];
-        let mut i = s + usize::from(c[0] <= u) + usize::from(c[1] <= u);
-        if c[2] <= u {
-            i = s + 2;
-            while i < len && cdf[i] <= u {
-                i += 1;
+        while let (Some(&s), Some(&l)) = (small.last(), large.last()) {
+            small.pop();
+            let (si, li) = (s as usize, l as usize);
+            self.thr[si] = share(p[si]);
+            self.alias[si] = l;
+            p[li] -= 1.0 - p[si];
+            if p[li] < 1.0 {
+                large.pop();
+                small.push(l);
             }
         }
-        i.min(len - 1)
+        // What is left is full up to rounding (threshold 2⁶⁴ − 1 and alias itself, from the
+        // reset above), but an expert of weight 0 is never drawn: its column goes to the
+        // heaviest expert.
+        let heaviest = (0..n).fold(0, |b, i| if w[i] > w[b] { i } else { b });
+        for &s in &small {
+            if w[s as usize] <= 0.0 {
+                self.thr[s as usize] = 0;
+                self.alias[s as usize] = heaviest as u32;
+            }
+        }
+    }
+
+    /// The expert generator output `x` draws.
+    #[inline(always)]
+    fn draw(&self, x: u64) -> usize {
+        let m = x as u128 * self.thr.len() as u128;
+        let col = (m >> 64) as usize;
+        let alias = self.alias[col] as usize;
+        // The outcome is random: a conditional move, not a branch that would mispredict.
+        std::hint::select_unpredictable((m as u64) < self.thr[col], col, alias)
     }
 }
 
@@ -517,94 +494,83 @@ fn unit_of(x: u64) -> f64 {
     (x >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
 }
 
-/// The weighted sampler's stream of draws, generated and mapped to experts in blocks: every
+/// One layer's stream of weighted draws, generated and mapped to experts in blocks: every
 /// weighted draw takes exactly one 64-bit output of the generator, in order, whatever it is
-/// used for, so the outputs can be produced ahead in a tight loop and looked up in the guide
-/// table in bulk (no branch depends on them there), leaving the token loop only the
-/// rejections. Which output lands on which draw, and so every seeded draw, is as when each
-/// draw called the generator itself.
+/// used for, so the outputs can be produced ahead in a tight loop and looked up in the alias
+/// table in bulk, leaving the token loop only the rejections. Which output lands on which draw,
+/// and so every seeded draw, is as when each draw called the generator itself.
 struct DrawStream {
     rng: SmallRng,
     /// Generator outputs, `raw[pos..]` not yet used.
     raw: Vec<u64>,
-    /// The expert each output draws under the current layer's law.
+    /// The expert each output draws.
     expert: Vec<u32>,
     pos: usize,
 }
 
 impl DrawStream {
-    /// Outputs generated at a time (4 KiB of outputs and 2 KiB of experts: they stay in L1).
+    /// Outputs generated at a time at most (4 KiB of outputs and 2 KiB of experts: they stay
+    /// in L1); fewer when the layer needs fewer.
     const BLOCK: usize = 512;
 
-    fn new(rng: SmallRng) -> Self {
+    /// A stream for a layer of about `needed` draws.
+    fn new(rng: SmallRng, needed: u64) -> Self {
+        let block = (needed.max(8) as usize).min(Self::BLOCK);
         DrawStream {
             rng,
-            raw: vec![0; Self::BLOCK],
-            expert: vec![0; Self::BLOCK],
-            pos: Self::BLOCK,
+            raw: vec![0; block],
+            expert: vec![0; block],
+            pos: block,
         }
-    }
-
-    /// Maps `raw` to the experts its outputs draw: `u01 · total` looked up in `guide`.
-    fn map(guide: &GuideTable, total: f64, raw: &[u64], expert: &mut [u32]) {
-        for (e, &x) in expert.iter_mut().zip(raw) {
-            *e = guide.find_draw(x, unit_of(x) * total) as u32;
-        }
-    }
-
-    /// Re-maps the outputs not yet used to a new layer's law (they are that layer's first).
-    fn relaw(&mut self, guide: &GuideTable, total: f64) {
-        let p = self.pos;
-        Self::map(guide, total, &self.raw[p..], &mut self.expert[p..]);
     }
 
     /// The next block of outputs, mapped (out of line: the token loop keeps its registers).
     #[inline(never)]
-    fn refill(&mut self, guide: &GuideTable, total: f64) {
+    fn refill(&mut self, table: &AliasTable) {
         // A local copy of the generator's state stays in registers through the loop.
         let mut rng = self.rng.clone();
         for x in self.raw.iter_mut() {
             *x = rng.next_u64();
         }
         self.rng = rng;
-        Self::map(guide, total, &self.raw, &mut self.expert);
+        for (e, &x) in self.expert.iter_mut().zip(&self.raw) {
+            *e = table.draw(x) as u32;
+        }
         self.pos = 0;
     }
 
     /// The index in `raw`/`expert` of the next output.
     #[inline(always)]
-    fn advance(&mut self, guide: &GuideTable, total: f64) -> usize {
+    fn advance(&mut self, table: &AliasTable) -> usize {
         if self.pos == self.raw.len() {
-            self.refill(guide, total);
+            self.refill(table);
         }
         self.pos += 1;
         self.pos - 1
     }
 
-    /// One layer's draws: `draws` tokens each pick `picked.len()` distinct experts, counted
-    /// with `rows_of(token)` rows in `counts`. An expert is in the current token's `picked`
-    /// when its `mark` is the token's stamp (`stamp` counts the tokens drawn so far, so the
-    /// marks need no reset between tokens).
-    #[inline(never)]
-    #[allow(clippy::too_many_arguments)]
+    /// One layer's draws: `draws` tokens each pick `k` distinct experts, counted with
+    /// `rows_of(token)` rows in the returned counts.
     fn draw_layer(
         &mut self,
-        guide: &GuideTable,
+        table: &AliasTable,
         cdf: &[f64],
         draws: u64,
+        k: usize,
         rows_of: impl Fn(u64) -> u32,
-        picked: &mut [usize],
-        mark: &mut [u64],
-        stamp: &mut u64,
-        counts: &mut [u32],
-    ) {
-        let k = picked.len();
-        let total = cdf[cdf.len() - 1];
-        self.relaw(guide, total);
+    ) -> Vec<u32> {
+        let experts = cdf.len();
+        let mut counts = vec![0u32; experts];
+        let mut picked = vec![0usize; k];
+        // An expert is in the current token's `picked` when its mark is the token's number
+        // (plus one), so the marks need no reset between tokens.
+        let mut mark = vec![0u64; experts];
+        // The stream's position kept in a register through the loop (written back around a
+        // refill or the exact fallback, which read it from `self`).
+        let mut pos = self.pos;
         for token in 0..draws {
             let rows = rows_of(token);
-            *stamp += 1;
-            let this = *stamp;
+            let this = token + 1;
             // Successive weighted draws by rejection: a repeat is drawn again. When a few
             // experts hold nearly all the mass, rejection could take ~1/(mass left) draws (a
             // logged count of 1e15 against 0.5: forever), so after MAX_REJECTIONS the next
@@ -612,13 +578,20 @@ impl DrawStream {
             let (mut n, mut rejected) = (0usize, 0u32);
             while n < k {
                 let e = if rejected >= MAX_REJECTIONS {
-                    draw_unpicked(cdf, &picked[..n], || {
-                        let i = self.advance(guide, total);
+                    self.pos = pos;
+                    let e = draw_unpicked(cdf, &picked[..n], || {
+                        let i = self.advance(table);
                         unit_of(self.raw[i])
-                    })
+                    });
+                    pos = self.pos;
+                    e
                 } else {
-                    let i = self.advance(guide, total);
-                    self.expert[i] as usize
+                    if pos == self.expert.len() {
+                        self.refill(table);
+                        pos = 0;
+                    }
+                    pos += 1;
+                    self.expert[pos - 1] as usize
                 };
                 // Without a branch on the outcome (a repeat is rare and unpredictable): a
                 // repeat writes `picked[n]`, to be overwritten by the next draw, and adds 0.
@@ -630,7 +603,55 @@ impl DrawStream {
                 rejected += u32::from(!fresh);
             }
         }
+        self.pos = pos;
+        counts
     }
+}
+
+/// The generator of one layer's stream (`salt` tells the draws from the placement), seeded by
+/// the step's seed and the layer: layers draw independently, in any order, on any thread.
+fn layer_rng(seed: u64, salt: u64, layer: usize) -> SmallRng {
+    SmallRng::seed_from_u64(seed ^ salt ^ (layer as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15))
+}
+
+/// Weighted draws in a step above which its layers are drawn on every core (a few hundred
+/// microseconds of draws; below, the threads would cost more than they save).
+const PARALLEL_DRAWS: u64 = 1 << 16;
+
+/// One MoE layer's weighted routing: the law `w` placed at the layer's seeded positions (a
+/// file's vector as given), then `draws` tokens' top-k drawn from the layer's own stream.
+fn weighted_layer(
+    w: &[f64],
+    place: bool,
+    layer: usize,
+    seed: u64,
+    k: usize,
+    draws: u64,
+    rows_of: impl Fn(u64) -> u32,
+) -> Vec<u32> {
+    let experts = w.len();
+    let placed: Vec<f64> = if place {
+        let mut perm: Vec<usize> = (0..experts).collect();
+        let mut place_rng = layer_rng(seed, 0x0e1a_ce5e, layer);
+        for i in (1..experts).rev() {
+            perm.swap(i, place_rng.random_range(0..=i));
+        }
+        perm.iter().map(|&e| w[e]).collect()
+    } else {
+        w.to_vec()
+    };
+    let mut acc = 0.0;
+    let cdf: Vec<f64> = placed
+        .iter()
+        .map(|x| {
+            acc += x;
+            acc
+        })
+        .collect();
+    let mut table = AliasTable::new();
+    table.build(&placed);
+    let mut stream = DrawStream::new(layer_rng(seed, 0x5eed_0fe4, layer), draws * k as u64);
+    stream.draw_layer(&table, &cdf, draws, k, rows_of)
 }
 
 /// One step's routing as sampled, per layer.
@@ -660,8 +681,9 @@ impl RoutingSample {
     }
 }
 
-/// Samples one step's routing: `moe_layers[l]` says whether layer l is MoE. Uniform routing
-/// draws exactly as decodesim always did (same seed, same counts as before routing models).
+/// Samples one step's routing: `moe_layers[l]` says whether layer l is MoE (a layer marked
+/// false is not drawn and stays empty). Each MoE layer draws from its own seeded streams, so a
+/// layer's draws do not depend on which other layers are drawn, nor on the thread.
 pub fn sample(
     resolved: &Resolved,
     moe_layers: &[bool],
@@ -675,7 +697,7 @@ pub fn sample(
 
 /// [`sample`] plus `dummy_rows` CUDA-graph padding rows: their hidden states are identical
 /// (zero input), so per layer they all route to ONE top-k set, drawn like one more token after
-/// the real ones (no draw at all when there is no padding, so unpadded steps sample as before).
+/// the real ones (no draw at all when there is no padding).
 pub(crate) fn sample_padded(
     resolved: &Resolved,
     moe_layers: &[bool],
@@ -694,85 +716,37 @@ pub(crate) fn sample_padded(
         return out;
     }
     let k = top_k.min(experts);
-    let mut rng = SmallRng::seed_from_u64(seed ^ 0x5eed_0fe4);
     let draws = tokens + u64::from(dummy_rows > 0);
     let rows_of = |token: u64| if token < tokens { 1 } else { dummy_rows as u32 };
-    let weighted = match resolved {
-        Resolved::Uniform => None,
+    // Uniform routing is the law of equal weights (its alias table draws the column alone).
+    let equal = vec![1.0; experts];
+    let no_file = Vec::new();
+    let (per_layer, default, from_law) = match resolved {
+        Resolved::Uniform => (&no_file, &equal, false),
         Resolved::Weights {
             per_layer,
             default,
             place,
-        } => Some((per_layer, default, *place)),
+        } => (per_layer, default, *place),
     };
-    let Some((per_layer, default, from_law)) = weighted else {
-        // Uniform: one `random_range` per draw, rejecting repeats (the historical draws).
-        let mut picked = Vec::with_capacity(k);
-        let mut in_picked = vec![false; experts];
-        for (layer, &is_moe) in moe_layers.iter().enumerate() {
-            if !is_moe {
-                continue;
-            }
-            let mut counts = vec![0u32; experts];
-            for token in 0..draws {
-                picked.clear();
-                while picked.len() < k {
-                    let e = rng.random_range(0..experts);
-                    if !in_picked[e] {
-                        in_picked[e] = true;
-                        picked.push(e);
-                    }
-                }
-                for &e in &picked {
-                    counts[e] += rows_of(token);
-                    in_picked[e] = false;
-                }
-            }
-            out.experts_touched[layer] = counts.iter().filter(|&&c| c > 0).count() as u32;
-            out.expert_tokens[layer] = counts;
-        }
-        return out;
-    };
-    // Where each layer's hot experts sit: a separate stream, so uniform draws stay as they were.
-    let mut place_rng = SmallRng::seed_from_u64(seed ^ 0x0e1a_ce5e);
-    let mut picked = vec![0usize; k];
-    // Whether each expert is in `picked` (one load per draw instead of a scan of `picked`).
-    let (mut mark, mut stamp) = (vec![0u64; experts], 0u64);
-    let mut cdf = vec![0.0; experts];
-    let mut perm: Vec<usize> = (0..experts).collect();
-    let mut guide = GuideTable::new();
-    let mut stream = DrawStream::new(rng);
-    for (layer, &is_moe) in moe_layers.iter().enumerate() {
-        if !is_moe {
-            continue;
-        }
-        let mut counts = vec![0u32; experts];
-        let w = per_layer
+    // Each layer from its own streams: large steps draw their layers on every core.
+    let moe: Vec<usize> = (0..layers).filter(|&l| moe_layers[l]).collect();
+    let law = |layer: usize| {
+        per_layer
             .get(layer)
             .and_then(|w| w.as_ref())
-            .unwrap_or(default);
-        // A popularity vector from a file names its experts; a power law places them.
-        for i in (1..experts).rev() {
-            perm.swap(i, place_rng.random_range(0..=i));
-        }
-        let mut acc = 0.0;
-        for (e, c) in cdf.iter_mut().enumerate() {
-            acc += if from_law { w[perm[e]] } else { w[e] };
-            *c = acc;
-        }
-        guide.build(&cdf);
-        stream.draw_layer(
-            &guide,
-            &cdf,
-            draws,
-            rows_of,
-            &mut picked,
-            &mut mark,
-            &mut stamp,
-            &mut counts,
-        );
-        out.experts_touched[layer] = counts.iter().filter(|&&c| c > 0).count() as u32;
-        out.expert_tokens[layer] = counts;
+            .unwrap_or(default)
+    };
+    let one = |&layer: &usize| weighted_layer(law(layer), from_law, layer, seed, k, draws, rows_of);
+    let counts: Vec<Vec<u32>> = if draws * (k * moe.len()) as u64 >= PARALLEL_DRAWS {
+        use rayon::prelude::*;
+        moe.par_iter().map(one).collect()
+    } else {
+        moe.iter().map(one).collect()
+    };
+    for (&layer, c) in moe.iter().zip(counts) {
+        out.experts_touched[layer] = c.iter().filter(|&&x| x > 0).count() as u32;
+        out.expert_tokens[layer] = c;
     }
     out
 }
@@ -860,8 +834,7 @@ mod tests {
     }
 
     #[test]
-    fn uniform_draws_are_the_historical_ones() {
-        // The pre-routing sampler's count for seed 0, 32 tokens, first MoE layer of Kimi.
+    fn uniform_draws_give_each_token_k_experts() {
         let s = sample(&Resolved::Uniform, &[false, true, true], 384, 8, 32, 0);
         assert_eq!(s.experts_touched[0], 0);
         let total: u32 = s.expert_tokens[1].iter().sum();
@@ -872,10 +845,12 @@ mod tests {
         );
     }
 
+    /// Laws of every shape the sampler builds (uniform, steep, with zero weights and ties, one
+    /// expert holding nearly all, random): the mass the alias table gives each expert, read off
+    /// its columns exactly, is the expert's weight over the total, and a weight of 0 is never
+    /// drawn.
     #[test]
-    fn guide_table_finds_what_the_binary_search_finds() {
-        // Laws of every shape the sampler builds (uniform, steep, with zero weights and ties,
-        // one expert holding nearly all), at random points and at every step of the cdf.
+    fn alias_table_gives_each_expert_its_weight() {
         let mut rng = SmallRng::seed_from_u64(11);
         let mut laws: Vec<Vec<f64>> = vec![
             zipf(256, 0.66),
@@ -884,53 +859,53 @@ mod tests {
             vec![0.0, 0.5, 0.0, 0.0, 0.5, 0.0],
             vec![1e15, 0.5, 0.5, 0.5],
             vec![1.0],
+            vec![0.0, 0.0, 1e-300, 0.0],
         ];
         laws.push((0..300).map(|_| rng.random::<f64>().powi(4)).collect());
-        let mut guide = GuideTable::new();
+        laws.push(
+            (0..300)
+                .map(|i| if i % 3 == 0 { 0.0 } else { rng.random() })
+                .collect(),
+        );
+        let mut table = AliasTable::new();
         for w in &laws {
-            let mut acc = 0.0;
-            let cdf: Vec<f64> = w
-                .iter()
-                .map(|x| {
-                    acc += x;
-                    acc
-                })
-                .collect();
-            guide.build(&cdf);
-            let total = cdf[cdf.len() - 1];
-            let points = (0..20_000)
-                .map(|_| rng.random::<f64>() * total)
-                .chain(cdf.iter().copied())
-                .chain([0.0, f64::MIN_POSITIVE, total, f64::NAN]);
-            for u in points {
-                let want = cdf.partition_point(|&c| c <= u).min(cdf.len() - 1);
-                assert_eq!(guide.find(u), want, "u={u} over {} entries", cdf.len());
+            table.build(w);
+            let n = w.len() as f64;
+            let total: f64 = w.iter().sum();
+            let mut mass = vec![0.0f64; w.len()];
+            for (col, (&t, &a)) in table.thr.iter().zip(&table.alias).enumerate() {
+                let own = if t == u64::MAX {
+                    1.0
+                } else {
+                    t as f64 / 2f64.powi(64)
+                };
+                mass[col] += own / n;
+                mass[a as usize] += (1.0 - own) / n;
             }
-            // Generator outputs, random and at the edges of the buckets' top bits.
-            let edges = (0..cdf.len() as u64 * 16).flat_map(|b| {
-                let top = ((b << 32) / (cdf.len() as u64 * 16)) << 32;
-                [top, top.wrapping_sub(1), top | 0xffff_ffff]
-            });
-            for x in (0..20_000)
-                .map(|_| rng.next_u64())
-                .chain(edges)
-                .chain([0, u64::MAX])
-            {
-                let u = unit_of(x) * total;
-                let want = cdf.partition_point(|&c| c <= u).min(cdf.len() - 1);
-                assert_eq!(
-                    guide.find_draw(x, u),
-                    want,
-                    "x={x} over {} entries",
-                    cdf.len()
+            for (e, (&m, &x)) in mass.iter().zip(w).enumerate() {
+                assert!(
+                    (m - x / total).abs() < 1e-12,
+                    "expert {e} of {}: mass {m} vs {}",
+                    w.len(),
+                    x / total
                 );
+                if x == 0.0 {
+                    // Never its column's own expert nor anyone's alias.
+                    assert_eq!(table.thr[e], 0, "expert {e}");
+                    assert!(table.alias.iter().all(|&a| a as usize != e));
+                }
+            }
+            // Draws land on experts of positive weight only, at the ends of the output range
+            // too.
+            for x in (0..2_000).map(|_| rng.next_u64()).chain([0, u64::MAX]) {
+                assert!(w[table.draw(x)] > 0.0, "x={x}");
             }
         }
     }
 
-    /// The sampler as it drew before its draws were generated in blocks: one generator call
-    /// and one binary search per weighted draw (the guide table finds the same index, see
-    /// above), the same rejections and the same exact fallback.
+    /// The sampler as it would draw without blocks: one generator call and one alias lookup
+    /// per weighted draw from each layer's own streams, the same rejections and the same exact
+    /// fallback.
     fn sample_per_draw(
         resolved: &Resolved,
         moe_layers: &[bool],
@@ -940,27 +915,37 @@ mod tests {
         dummy_rows: u64,
         seed: u64,
     ) -> Vec<Vec<u32>> {
-        let Resolved::Weights {
-            per_layer,
-            default,
-            place,
-        } = resolved
-        else {
-            unreachable!("weighted laws only")
+        let equal = vec![1.0; experts];
+        let (per_layer, default, place) = match resolved {
+            Resolved::Uniform => (&vec![None; moe_layers.len()], &equal, &false),
+            Resolved::Weights {
+                per_layer,
+                default,
+                place,
+            } => (per_layer, default, place),
         };
-        let mut rng = SmallRng::seed_from_u64(seed ^ 0x5eed_0fe4);
-        let mut place_rng = SmallRng::seed_from_u64(seed ^ 0x0e1a_ce5e);
-        let mut perm: Vec<usize> = (0..experts).collect();
         let mut out = vec![Vec::new(); moe_layers.len()];
         for (layer, _) in moe_layers.iter().enumerate().filter(|(_, &m)| m) {
-            let w = per_layer[layer].as_ref().unwrap_or(default);
-            for i in (1..experts).rev() {
-                perm.swap(i, place_rng.random_range(0..=i));
+            let mut rng = layer_rng(seed, 0x5eed_0fe4, layer);
+            let mut place_rng = layer_rng(seed, 0x0e1a_ce5e, layer);
+            let mut perm: Vec<usize> = (0..experts).collect();
+            let w = per_layer
+                .get(layer)
+                .and_then(|w| w.as_ref())
+                .unwrap_or(default);
+            if *place {
+                for i in (1..experts).rev() {
+                    perm.swap(i, place_rng.random_range(0..=i));
+                }
             }
+            let placed: Vec<f64> = perm.iter().map(|&e| w[e]).collect();
+            let mut table = AliasTable::new();
+            table.build(&placed);
             let mut acc = 0.0;
-            let cdf: Vec<f64> = (0..experts)
-                .map(|e| {
-                    acc += if *place { w[perm[e]] } else { w[e] };
+            let cdf: Vec<f64> = placed
+                .iter()
+                .map(|x| {
+                    acc += x;
                     acc
                 })
                 .collect();
@@ -972,8 +957,7 @@ mod tests {
                     let e = if rejected >= MAX_REJECTIONS {
                         draw_unpicked(&cdf, &picked, || rng.random::<f64>())
                     } else {
-                        let u = rng.random::<f64>() * cdf[experts - 1];
-                        cdf.partition_point(|&c| c <= u).min(experts - 1)
+                        table.draw(rng.next_u64())
                     };
                     if picked.contains(&e) {
                         rejected += 1;
@@ -998,7 +982,8 @@ mod tests {
             unit_of(rng.next_u64()) == twin.random::<f64>()
         }));
         // Power laws (placed), a file's per-layer vectors with a near-degenerate layer (the
-        // exact fallback runs), padding rows, more draws than one block, dense layers between.
+        // exact fallback runs), padding rows, more draws than one block, dense layers between,
+        // and a step large enough that its layers are drawn on every core.
         let mut heavy = vec![0.5; 16];
         heavy[3] = 1e15;
         let file = Resolved::Weights {
@@ -1007,6 +992,7 @@ mod tests {
             place: false,
         };
         let cases = [
+            (Resolved::Uniform, 384, 8),
             (
                 resolve(&Routing::PowerLaw { alpha: 0.66 }, 256, 8, 4),
                 256,
@@ -1017,10 +1003,30 @@ mod tests {
         ];
         let moe = [true, true, false, true];
         for (res, experts, k) in &cases {
-            for (tokens, dummy, seed) in [(1u64, 0u64, 0u64), (300, 7, 1), (2_000, 0, 42)] {
+            for (tokens, dummy, seed) in [(1u64, 0u64, 0u64), (300, 7, 1), (3_000, 0, 42)] {
                 let s = sample_padded(res, &moe, *experts, *k, tokens, dummy, seed);
                 let want = sample_per_draw(res, &moe, *experts, *k, tokens, dummy, seed);
                 assert_eq!(s.expert_tokens, want, "{experts} experts, {tokens} tokens");
+            }
+        }
+    }
+
+    /// A pipeline stage draws only its own layers: each gets the draws it gets in the whole
+    /// step, at any size (both sides of the parallel threshold).
+    #[test]
+    fn a_layer_draws_the_same_whatever_else_is_drawn() {
+        let r = resolve(&Routing::PowerLaw { alpha: 0.66 }, 256, 8, 8);
+        for tokens in [5u64, 4_000] {
+            let all = sample(&r, &[true; 8], 256, 8, tokens, 9);
+            let mut part = [false; 8];
+            part[3..5].fill(true);
+            let some = sample(&r, &part, 256, 8, tokens, 9);
+            for l in 0..8 {
+                if part[l] {
+                    assert_eq!(some.expert_tokens[l], all.expert_tokens[l], "layer {l}");
+                } else {
+                    assert!(some.expert_tokens[l].is_empty());
+                }
             }
         }
     }

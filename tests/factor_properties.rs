@@ -208,6 +208,19 @@ fn sim(s: &Scenario, p: &CalibrationProfile) -> Simulation {
     simulate_loaded(s.clone(), p.clone()).unwrap()
 }
 
+/// The timeline's step time, mean over 16 seeds from the scenario's.
+fn mean_step(s: &Scenario, p: &CalibrationProfile) -> f64 {
+    let seeds = 16u64;
+    (0..seeds)
+        .map(|k| {
+            let mut s2 = s.clone();
+            s2.seed = s.seed.wrapping_add(k);
+            sim(&s2, p).step_time_us()
+        })
+        .sum::<f64>()
+        / seeds as f64
+}
+
 fn rel(a: f64, b: f64) -> f64 {
     (a - b).abs() / a.abs().max(b.abs()).max(1e-9)
 }
@@ -228,10 +241,12 @@ fn every_factor_acts_on_its_family_whatever_priced_it() {
     for (source, s, p) in sources() {
         let before = sim(&s, &p);
         let (fast_t0, fast_b0) = fast(&s, &p);
+        // The fast path takes the routing's expectation; the timeline draws it per seed, and
+        // with 4 layers one seed's draws move the step by up to ~0.7%: held to the mean.
+        let mean = mean_step(&s, &p);
         assert!(
-            rel(fast_t0, before.step_time_us()) < 0.005,
-            "{source}: fast {fast_t0} vs timeline {}",
-            before.step_time_us()
+            rel(fast_t0, mean) < 0.005,
+            "{source}: fast {fast_t0} vs timeline mean over seeds {mean}"
         );
         for case in cases() {
             let mut p2 = p.clone();
@@ -308,14 +323,12 @@ fn every_factor_acts_on_its_family_whatever_priced_it() {
                     );
                 }
             }
-            // The step moves by the same amount on both paths (their absolute gap, from the
-            // fast path's expected routing against the timeline's sampled one, stays).
-            let (d_fast, d_tl) = (
-                fast_t1 - fast_t0,
-                after.step_time_us() - before.step_time_us(),
-            );
+            // The step moves by the same amount on both paths, the timeline's over the same
+            // seeds (a factor on the experts' weights moves one seed's step with its draws of
+            // the experts touched, the fast path's with their expectation).
+            let (d_fast, d_tl) = (fast_t1 - fast_t0, mean_step(&s, &p2) - mean);
             assert!(
-                (d_fast - d_tl).abs() <= 0.005 * before.step_time_us(),
+                (d_fast - d_tl).abs() <= 0.005 * mean,
                 "{source}, {}: step moved {d_fast} on the fast path, {d_tl} on the timeline",
                 case.name,
             );

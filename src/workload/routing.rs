@@ -14,7 +14,7 @@
 use crate::scenario::routing::MAX_ALPHA;
 pub use crate::scenario::routing::{Routing, AIC_EQUIVALENT_ALPHA, DEFAULT_ROUTING};
 use rand::rngs::SmallRng;
-use rand::{Rng, RngCore, SeedableRng};
+use rand::{RngCore, SeedableRng};
 
 /// How a routing model turns into draws once the model's expert count and top-k are known.
 #[derive(Debug, Clone, PartialEq)]
@@ -409,81 +409,104 @@ fn draw_unpicked(cdf: &[f64], picked: &[usize], unit: impl FnOnce() -> f64) -> u
     last
 }
 
-/// Walker's alias table of a weighted law over n experts: one generator output draws an expert
-/// in constant time, without a branch on the outcome (the sampler's hot spot: a 144-rank step
-/// draws 9,217 tokens × 8 experts × 58 layers). The output x times n, a 128-bit product, gives
-/// the column ⌊x·n / 2⁶⁴⌋ (uniform over the n columns) and its low 64 bits a uniform fraction
-/// within the column; the column's own expert is drawn when that fraction is below its
-/// threshold, its alias otherwise. Built by Vose's method, each expert's mass is exact to
-/// ~2⁻⁶⁴ per column.
-struct AliasTable {
-    /// Threshold of each column, the share (× 2⁶⁴) kept by the column's own expert.
-    thr: Vec<u64>,
-    alias: Vec<u32>,
+/// The index `cdf.partition_point(|&c| c <= u).min(len - 1)` of a weighted draw, found through
+/// a guide table instead of a binary search (the sampler's hot spot: a 144-rank step draws
+/// 9,217 tokens × 8 experts × 58 layers). The result is the binary search's exactly, so seeded
+/// draws do not change: bucket `b` of `u` is ⌊u·scale⌋ and `start[b]` counts the entries with
+/// fl(c·scale) < b; rounded multiplication by a positive number is monotone, so each of those
+/// has fl(c·scale) < fl(u·scale), hence c < u, and the search can start there and step forward.
+struct GuideTable {
+    start: Vec<u32>,
+    scale: f64,
+    /// The bucket count when `scale` > 0, else 0 (every draw in bucket 0): see `find_draw`.
+    draw_buckets: u64,
+    /// The cdf and PAD × +∞ after it, so the first steps of the scan need no bounds test.
+    cdf: Vec<f64>,
 }
 
-impl AliasTable {
+impl GuideTable {
+    /// Buckets per entry of the cdf: enough that the forward scan mostly stops at once (a
+    /// scan of varying length costs a mispredicted branch per draw), few enough that the
+    /// table stays in the L1 cache (16 × 384 experts × 4 B = 24 KiB).
+    const BUCKETS_PER_ENTRY: usize = 16;
+    /// +∞ entries after the cdf.
+    const PAD: usize = 3;
+
     fn new() -> Self {
-        AliasTable {
-            thr: Vec::new(),
-            alias: Vec::new(),
+        GuideTable {
+            start: Vec::new(),
+            scale: 0.0,
+            draw_buckets: 0,
+            cdf: Vec::new(),
         }
     }
 
-    /// Rebuilds the table for the non-negative weights `w` (not all zero; the resolved laws
-    /// are normalised). A degenerate total draws every expert alike.
-    fn build(&mut self, w: &[f64]) {
-        let n = w.len();
-        self.thr.clear();
-        self.thr.resize(n, u64::MAX);
-        self.alias.clear();
-        self.alias.extend(0..n as u32);
-        let total: f64 = w.iter().sum();
-        if !(total > 0.0 && total.is_finite()) || n == 0 {
-            return;
-        }
-        let mut p: Vec<f64> = w.iter().map(|&x| x * n as f64 / total).collect();
-        let (mut small, mut large): (Vec<u32>, Vec<u32>) =
-            (0..n as u32).partition(|&i| p[i as usize] < 1.0);
-        let share = |x: f64| -> u64 {
-            // 2⁶⁴ · x, saturating at a full column.
-            if x >= 1.0 {
-                u64::MAX
-            } else {
-                (x.max(0.0) * 18_446_744_073_709_551_616.0) as u64
-            }
+    /// Rebuilds the table for a non-decreasing `cdf` of non-negative partial sums.
+    fn build(&mut self, cdf: &[f64]) {
+        let buckets = (cdf.len() * Self::BUCKETS_PER_ENTRY).max(1);
+        let total = cdf.last().copied().unwrap_or(0.0);
+        // scale 0 (a degenerate cdf) puts every draw in bucket 0: a plain forward scan.
+        self.scale = match buckets as f64 / total {
+            x if total > 0.0 && x.is_finite() => x,
+            _ => 0.0,
         };
-        while let (Some(&s), Some(&l)) = (small.last(), large.last()) {
-            small.pop();
-            let (si, li) = (s as usize, l as usize);
-            self.thr[si] = share(p[si]);
-            self.alias[si] = l;
-            p[li] -= 1.0 - p[si];
-            if p[li] < 1.0 {
-                large.pop();
-                small.push(l);
+        self.draw_buckets = if self.scale > 0.0 { buckets as u64 } else { 0 };
+        self.start.clear();
+        self.start.resize(buckets, 0);
+        // start[b] = #{i : fl(cdf[i]·scale) < b}; the set is a prefix (cdf is non-decreasing).
+        let mut i = 0usize;
+        for (b, s) in self.start.iter_mut().enumerate() {
+            while i < cdf.len() && cdf[i] * self.scale < b as f64 {
+                i += 1;
             }
+            *s = i as u32;
         }
-        // What is left is full up to rounding (threshold 2⁶⁴ − 1 and alias itself, from the
-        // reset above), but an expert of weight 0 is never drawn: its column goes to the
-        // heaviest expert.
-        let heaviest = (0..n).fold(0, |b, i| if w[i] > w[b] { i } else { b });
-        for &s in &small {
-            if w[s as usize] <= 0.0 {
-                self.thr[s as usize] = 0;
-                self.alias[s as usize] = heaviest as u32;
-            }
-        }
+        self.cdf.clear();
+        self.cdf.extend_from_slice(cdf);
+        self.cdf.extend([f64::INFINITY; Self::PAD]);
     }
 
-    /// The expert generator output `x` draws.
-    #[inline(always)]
-    fn draw(&self, x: u64) -> usize {
-        let m = x as u128 * self.thr.len() as u128;
-        let col = (m >> 64) as usize;
-        let alias = self.alias[col] as usize;
-        // The outcome is random: a conditional move, not a branch that would mispredict.
-        std::hint::select_unpredictable((m as u64) < self.thr[col], col, alias)
+    /// `cdf.partition_point(|&c| c <= u).min(cdf.len() - 1)` for the (non-empty) `cdf` the
+    /// table was built from.
+    #[cfg(test)]
+    fn find(&self, u: f64) -> usize {
+        // A float-to-int cast saturates (NaN gives 0): bucket ≤ u·scale holds in every case.
+        let b = ((u * self.scale) as usize).min(self.start.len() - 1);
+        let (cdf, len) = (&self.cdf, self.cdf.len() - Self::PAD);
+        let mut i = self.start[b] as usize;
+        // One step without a branch (the start is nearly always the answer or one short of
+        // it; i ≤ len, and cdf[len] = +∞), then a loop that rarely runs.
+        i += usize::from(cdf[i] <= u);
+        while i < len && cdf[i] <= u {
+            i += 1;
+        }
+        i.min(len - 1)
+    }
+
+    /// `find(u)` for the draw `u = unit_of(x) · total` of a generator output `x` (`total` the
+    /// cdf's last entry), without the float-to-int conversion of `find`: the bucket comes from
+    /// x's top 32 bits in integers, b = ⌊⌊x / 2³²⌋ · B / 2³²⌋ − 1 (saturating), which is at
+    /// most ⌊unit·B⌋ − 1 < fl(u·scale) (u·scale is unit·B within a few ulps, far less than
+    /// 1 for any bucket count B < 2³²), so b ≤ fl(u·scale) and the argument of `find` holds:
+    /// every entry start[b] counts is below u. The bucket is at most one early; the answer is
+    /// nearly always among the three entries from start[b] on.
+    #[inline]
+    fn find_draw(&self, x: u64, u: f64) -> usize {
+        let b = (((x >> 32) * self.draw_buckets) >> 32).saturating_sub(1) as usize;
+        let (cdf, len) = (&self.cdf, self.cdf.len() - Self::PAD);
+        let s = self.start[b.min(self.start.len() - 1)] as usize;
+        // s ≤ len and cdf[len..] = +∞ > u, so the three entries exist; they are loaded at
+        // once (the cdf rises, so the ones ≤ u are a prefix of them) rather than one step
+        // after another.
+        let c = &cdf[s..s + 3];
+        let mut i = s + usize::from(c[0] <= u) + usize::from(c[1] <= u);
+        if c[2] <= u {
+            i = s + 2;
+            while i < len && cdf[i] <= u {
+                i += 1;
+            }
+        }
+        i.min(len - 1)
     }
 }
 
@@ -496,7 +519,7 @@ fn unit_of(x: u64) -> f64 {
 
 /// One layer's stream of weighted draws, generated and mapped to experts in blocks: every
 /// weighted draw takes exactly one 64-bit output of the generator, in order, whatever it is
-/// used for, so the outputs can be produced ahead in a tight loop and looked up in the alias
+/// used for, so the outputs can be produced ahead in a tight loop and looked up in the guide
 /// table in bulk, leaving the token loop only the rejections. Which output lands on which draw,
 /// and so every seeded draw, is as when each draw called the generator itself.
 struct DrawStream {
@@ -513,37 +536,51 @@ impl DrawStream {
     /// in L1); fewer when the layer needs fewer.
     const BLOCK: usize = 512;
 
-    /// A stream for a layer of about `needed` draws.
-    fn new(rng: SmallRng, needed: u64) -> Self {
-        let block = (needed.max(8) as usize).min(Self::BLOCK);
+    fn new() -> Self {
         DrawStream {
-            rng,
-            raw: vec![0; block],
-            expert: vec![0; block],
-            pos: block,
+            rng: SmallRng::seed_from_u64(0),
+            raw: Vec::new(),
+            expert: Vec::new(),
+            pos: 0,
         }
+    }
+
+    /// Starts the stream of a layer of about `needed` draws from `rng`.
+    fn reset(&mut self, rng: SmallRng, needed: u64) {
+        let block = (needed.max(8) as usize).min(Self::BLOCK);
+        self.rng = rng;
+        self.raw.resize(block, 0);
+        self.expert.resize(block, 0);
+        self.pos = block;
     }
 
     /// The next block of outputs, mapped (out of line: the token loop keeps its registers).
     #[inline(never)]
-    fn refill(&mut self, table: &AliasTable) {
+    fn refill(&mut self, law: &Law, at: &Placement) {
         // A local copy of the generator's state stays in registers through the loop.
         let mut rng = self.rng.clone();
         for x in self.raw.iter_mut() {
             *x = rng.next_u64();
         }
         self.rng = rng;
-        for (e, &x) in self.expert.iter_mut().zip(&self.raw) {
-            *e = table.draw(x) as u32;
+        let (guide, total) = (&law.guide, law.total);
+        if at.placed {
+            for (e, &x) in self.expert.iter_mut().zip(&self.raw) {
+                *e = at.expert_of[guide.find_draw(x, unit_of(x) * total)];
+            }
+        } else {
+            for (e, &x) in self.expert.iter_mut().zip(&self.raw) {
+                *e = guide.find_draw(x, unit_of(x) * total) as u32;
+            }
         }
         self.pos = 0;
     }
 
     /// The index in `raw`/`expert` of the next output.
     #[inline(always)]
-    fn advance(&mut self, table: &AliasTable) -> usize {
+    fn advance(&mut self, law: &Law, at: &Placement) -> usize {
         if self.pos == self.raw.len() {
-            self.refill(table);
+            self.refill(law, at);
         }
         self.pos += 1;
         self.pos - 1
@@ -551,26 +588,28 @@ impl DrawStream {
 
     /// One layer's draws: `draws` tokens each pick `k` distinct experts, counted with
     /// `rows_of(token)` rows in the returned counts.
+    #[allow(clippy::too_many_arguments)]
     fn draw_layer(
         &mut self,
-        table: &AliasTable,
-        cdf: &[f64],
+        law: &Law,
+        at: &Placement,
         draws: u64,
-        k: usize,
+        picked: &mut [usize],
+        mark: &mut [u64],
+        stamp: &mut u64,
         rows_of: impl Fn(u64) -> u32,
     ) -> Vec<u32> {
-        let experts = cdf.len();
+        let (experts, k) = (law.cdf.len(), picked.len());
         let mut counts = vec![0u32; experts];
-        let mut picked = vec![0usize; k];
-        // An expert is in the current token's `picked` when its mark is the token's number
-        // (plus one), so the marks need no reset between tokens.
-        let mut mark = vec![0u64; experts];
         // The stream's position kept in a register through the loop (written back around a
         // refill or the exact fallback, which read it from `self`).
         let mut pos = self.pos;
         for token in 0..draws {
             let rows = rows_of(token);
-            let this = token + 1;
+            // An expert is in this token's `picked` when its mark is the token's stamp (one
+            // more per token, on from layer to layer: the marks are never reset).
+            *stamp += 1;
+            let this = *stamp;
             // Successive weighted draws by rejection: a repeat is drawn again. When a few
             // experts hold nearly all the mass, rejection could take ~1/(mass left) draws (a
             // logged count of 1e15 against 0.5: forever), so after MAX_REJECTIONS the next
@@ -578,16 +617,18 @@ impl DrawStream {
             let (mut n, mut rejected) = (0usize, 0u32);
             while n < k {
                 let e = if rejected >= MAX_REJECTIONS {
+                    // In the law's own order (its cdf's), then back to the expert placed there.
                     self.pos = pos;
-                    let e = draw_unpicked(cdf, &picked[..n], || {
-                        let i = self.advance(table);
+                    let taken: Vec<usize> = picked[..n].iter().map(|&e| at.rank_of(e)).collect();
+                    let j = draw_unpicked(&law.cdf, &taken, || {
+                        let i = self.advance(law, at);
                         unit_of(self.raw[i])
                     });
                     pos = self.pos;
-                    e
+                    at.expert(j)
                 } else {
                     if pos == self.expert.len() {
-                        self.refill(table);
+                        self.refill(law, at);
                         pos = 0;
                     }
                     pos += 1;
@@ -618,10 +659,127 @@ fn layer_rng(seed: u64, salt: u64, layer: usize) -> SmallRng {
 /// microseconds of draws; below, the threads would cost more than they save).
 const PARALLEL_DRAWS: u64 = 1 << 16;
 
-/// One MoE layer's weighted routing: the law `w` placed at the layer's seeded positions (a
-/// file's vector as given), then `draws` tokens' top-k drawn from the layer's own stream.
+/// A popularity law ready to draw from by inversion of its cdf, in the law's own order (the
+/// guide table, and the cdf for the exact fallback). Built once per law, not per layer.
+/// Inversion keeps draws monotone in the law: with the same seed, a slightly different law (a
+/// fitted `routing_alpha`, a `--vary` of the routing) moves few draws, so fits and paired
+/// comparisons over the law see a smooth response, not one jump per draw.
+struct Law {
+    guide: GuideTable,
+    cdf: Vec<f64>,
+    total: f64,
+}
+
+impl Law {
+    fn new(w: &[f64]) -> Self {
+        let mut acc = 0.0;
+        let cdf: Vec<f64> = w
+            .iter()
+            .map(|x| {
+                acc += x;
+                acc
+            })
+            .collect();
+        let mut guide = GuideTable::new();
+        guide.build(&cdf);
+        Law {
+            guide,
+            total: cdf.last().copied().unwrap_or(0.0),
+            cdf,
+        }
+    }
+}
+
+/// Where a layer places a law's entries: entry j (the j-th in the law's order) is expert
+/// `expert_of[j]`; `rank_of` is the inverse. Unplaced (a file's vector, uniform): entry j is
+/// expert j.
+struct Placement {
+    placed: bool,
+    expert_of: Vec<u32>,
+    rank_of: Vec<u32>,
+}
+
+impl Placement {
+    #[inline]
+    fn expert(&self, j: usize) -> usize {
+        if self.placed {
+            self.expert_of[j] as usize
+        } else {
+            j
+        }
+    }
+
+    #[inline]
+    fn rank_of(&self, e: usize) -> usize {
+        if self.placed {
+            self.rank_of[e] as usize
+        } else {
+            e
+        }
+    }
+
+    /// A seeded uniform permutation of `n` positions (Fisher–Yates): the hot entries of a
+    /// law land on random experts, differently in every layer.
+    fn shuffle(&mut self, n: usize, rng: &mut SmallRng) {
+        self.placed = true;
+        let perm = &mut self.rank_of;
+        perm.clear();
+        perm.extend(0..n as u32);
+        for i in (1..n).rev() {
+            perm.swap(i, below(rng, i as u64 + 1) as usize);
+        }
+        // rank_of[e] is the law's entry placed at expert e; expert_of inverts it.
+        self.expert_of.resize(n, 0);
+        for (e, &j) in perm.iter().enumerate() {
+            self.expert_of[j as usize] = e as u32;
+        }
+    }
+}
+
+/// A uniform integer in 0..n (n > 0), exactly: Lemire's multiply-and-reject.
+#[inline]
+fn below(rng: &mut SmallRng, n: u64) -> u64 {
+    let mut m = rng.next_u64() as u128 * n as u128;
+    if (m as u64) < n {
+        let floor = n.wrapping_neg() % n;
+        while (m as u64) < floor {
+            m = rng.next_u64() as u128 * n as u128;
+        }
+    }
+    (m >> 64) as u64
+}
+
+/// What drawing a layer needs besides its law, kept from layer to layer on a thread.
+struct LayerScratch {
+    at: Placement,
+    stream: DrawStream,
+    picked: Vec<usize>,
+    mark: Vec<u64>,
+    stamp: u64,
+}
+
+impl LayerScratch {
+    fn new() -> Self {
+        LayerScratch {
+            at: Placement {
+                placed: false,
+                expert_of: Vec::new(),
+                rank_of: Vec::new(),
+            },
+            stream: DrawStream::new(),
+            picked: Vec::new(),
+            mark: Vec::new(),
+            stamp: 0,
+        }
+    }
+}
+
+/// One MoE layer's weighted routing: the law placed at the layer's seeded positions (a file's
+/// vector as given), then `draws` tokens' top-k drawn from the layer's own stream.
+#[allow(clippy::too_many_arguments)]
 fn weighted_layer(
-    w: &[f64],
+    sc: &mut LayerScratch,
+    law: &Law,
     place: bool,
     layer: usize,
     seed: u64,
@@ -629,29 +787,26 @@ fn weighted_layer(
     draws: u64,
     rows_of: impl Fn(u64) -> u32,
 ) -> Vec<u32> {
-    let experts = w.len();
-    let placed: Vec<f64> = if place {
-        let mut perm: Vec<usize> = (0..experts).collect();
-        let mut place_rng = layer_rng(seed, 0x0e1a_ce5e, layer);
-        for i in (1..experts).rev() {
-            perm.swap(i, place_rng.random_range(0..=i));
-        }
-        perm.iter().map(|&e| w[e]).collect()
+    let experts = law.cdf.len();
+    if place {
+        sc.at
+            .shuffle(experts, &mut layer_rng(seed, 0x0e1a_ce5e, layer));
     } else {
-        w.to_vec()
-    };
-    let mut acc = 0.0;
-    let cdf: Vec<f64> = placed
-        .iter()
-        .map(|x| {
-            acc += x;
-            acc
-        })
-        .collect();
-    let mut table = AliasTable::new();
-    table.build(&placed);
-    let mut stream = DrawStream::new(layer_rng(seed, 0x5eed_0fe4, layer), draws * k as u64);
-    stream.draw_layer(&table, &cdf, draws, k, rows_of)
+        sc.at.placed = false;
+    }
+    sc.stream
+        .reset(layer_rng(seed, 0x5eed_0fe4, layer), draws * k as u64);
+    sc.picked.resize(k, 0);
+    sc.mark.resize(experts, 0);
+    sc.stream.draw_layer(
+        law,
+        &sc.at,
+        draws,
+        &mut sc.picked,
+        &mut sc.mark,
+        &mut sc.stamp,
+        rows_of,
+    )
 }
 
 /// One step's routing as sampled, per layer.
@@ -718,7 +873,7 @@ pub(crate) fn sample_padded(
     let k = top_k.min(experts);
     let draws = tokens + u64::from(dummy_rows > 0);
     let rows_of = |token: u64| if token < tokens { 1 } else { dummy_rows as u32 };
-    // Uniform routing is the law of equal weights (its alias table draws the column alone).
+    // Uniform routing is the law of equal weights.
     let equal = vec![1.0; experts];
     let no_file = Vec::new();
     let (per_layer, default, from_law) = match resolved {
@@ -731,18 +886,21 @@ pub(crate) fn sample_padded(
     };
     // Each layer from its own streams: large steps draw their layers on every core.
     let moe: Vec<usize> = (0..layers).filter(|&l| moe_layers[l]).collect();
-    let law = |layer: usize| {
-        per_layer
-            .get(layer)
-            .and_then(|w| w.as_ref())
-            .unwrap_or(default)
+    // The shared law's table built once; a layer with a vector of its own builds its own.
+    let shared = Law::new(default);
+    let one = |sc: &mut LayerScratch, &layer: &usize| match per_layer.get(layer) {
+        Some(Some(w)) => {
+            let own = Law::new(w);
+            weighted_layer(sc, &own, from_law, layer, seed, k, draws, rows_of)
+        }
+        _ => weighted_layer(sc, &shared, from_law, layer, seed, k, draws, rows_of),
     };
-    let one = |&layer: &usize| weighted_layer(law(layer), from_law, layer, seed, k, draws, rows_of);
     let counts: Vec<Vec<u32>> = if draws * (k * moe.len()) as u64 >= PARALLEL_DRAWS {
         use rayon::prelude::*;
-        moe.par_iter().map(one).collect()
+        moe.par_iter().map_init(LayerScratch::new, one).collect()
     } else {
-        moe.iter().map(one).collect()
+        let mut sc = LayerScratch::new();
+        moe.iter().map(|l| one(&mut sc, l)).collect()
     };
     for (&layer, c) in moe.iter().zip(counts) {
         out.experts_touched[layer] = c.iter().filter(|&&x| x > 0).count() as u32;
@@ -754,6 +912,7 @@ pub(crate) fn sample_padded(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rand::Rng;
 
     fn mean_sampled(r: &Routing, tokens: u64, layers: usize) -> f64 {
         let res = resolve(r, 384, 8, layers);
@@ -845,12 +1004,10 @@ mod tests {
         );
     }
 
-    /// Laws of every shape the sampler builds (uniform, steep, with zero weights and ties, one
-    /// expert holding nearly all, random): the mass the alias table gives each expert, read off
-    /// its columns exactly, is the expert's weight over the total, and a weight of 0 is never
-    /// drawn.
     #[test]
-    fn alias_table_gives_each_expert_its_weight() {
+    fn guide_table_finds_what_the_binary_search_finds() {
+        // Laws of every shape the sampler builds (uniform, steep, with zero weights and ties,
+        // one expert holding nearly all), at random points and at every step of the cdf.
         let mut rng = SmallRng::seed_from_u64(11);
         let mut laws: Vec<Vec<f64>> = vec![
             zipf(256, 0.66),
@@ -859,53 +1016,54 @@ mod tests {
             vec![0.0, 0.5, 0.0, 0.0, 0.5, 0.0],
             vec![1e15, 0.5, 0.5, 0.5],
             vec![1.0],
-            vec![0.0, 0.0, 1e-300, 0.0],
         ];
         laws.push((0..300).map(|_| rng.random::<f64>().powi(4)).collect());
-        laws.push(
-            (0..300)
-                .map(|i| if i % 3 == 0 { 0.0 } else { rng.random() })
-                .collect(),
-        );
-        let mut table = AliasTable::new();
+        let mut guide = GuideTable::new();
         for w in &laws {
-            table.build(w);
-            let n = w.len() as f64;
-            let total: f64 = w.iter().sum();
-            let mut mass = vec![0.0f64; w.len()];
-            for (col, (&t, &a)) in table.thr.iter().zip(&table.alias).enumerate() {
-                let own = if t == u64::MAX {
-                    1.0
-                } else {
-                    t as f64 / 2f64.powi(64)
-                };
-                mass[col] += own / n;
-                mass[a as usize] += (1.0 - own) / n;
+            let mut acc = 0.0;
+            let cdf: Vec<f64> = w
+                .iter()
+                .map(|x| {
+                    acc += x;
+                    acc
+                })
+                .collect();
+            guide.build(&cdf);
+            let total = cdf[cdf.len() - 1];
+            let points = (0..20_000)
+                .map(|_| rng.random::<f64>() * total)
+                .chain(cdf.iter().copied())
+                .chain([0.0, f64::MIN_POSITIVE, total, f64::NAN]);
+            for u in points {
+                let want = cdf.partition_point(|&c| c <= u).min(cdf.len() - 1);
+                assert_eq!(guide.find(u), want, "u={u} over {} entries", cdf.len());
             }
-            for (e, (&m, &x)) in mass.iter().zip(w).enumerate() {
-                assert!(
-                    (m - x / total).abs() < 1e-12,
-                    "expert {e} of {}: mass {m} vs {}",
-                    w.len(),
-                    x / total
+            // Generator outputs, random and at the edges of the buckets' top bits.
+            let edges = (0..cdf.len() as u64 * 16).flat_map(|b| {
+                let top = ((b << 32) / (cdf.len() as u64 * 16)) << 32;
+                [top, top.wrapping_sub(1), top | 0xffff_ffff]
+            });
+            for x in (0..20_000)
+                .map(|_| rng.next_u64())
+                .chain(edges)
+                .chain([0, u64::MAX])
+            {
+                let u = unit_of(x) * total;
+                let want = cdf.partition_point(|&c| c <= u).min(cdf.len() - 1);
+                assert_eq!(
+                    guide.find_draw(x, u),
+                    want,
+                    "x={x} over {} entries",
+                    cdf.len()
                 );
-                if x == 0.0 {
-                    // Never its column's own expert nor anyone's alias.
-                    assert_eq!(table.thr[e], 0, "expert {e}");
-                    assert!(table.alias.iter().all(|&a| a as usize != e));
-                }
-            }
-            // Draws land on experts of positive weight only, at the ends of the output range
-            // too.
-            for x in (0..2_000).map(|_| rng.next_u64()).chain([0, u64::MAX]) {
-                assert!(w[table.draw(x)] > 0.0, "x={x}");
             }
         }
     }
 
-    /// The sampler as it would draw without blocks: one generator call and one alias lookup
-    /// per weighted draw from each layer's own streams, the same rejections and the same exact
-    /// fallback.
+    /// The sampler as it would draw without blocks: one generator call and one binary search
+    /// of the law's cdf per weighted draw (the guide table finds the same index, see above)
+    /// from each layer's own streams, mapped through the layer's placement, the same rejections
+    /// and the same exact fallback.
     fn sample_per_draw(
         resolved: &Resolved,
         moe_layers: &[bool],
@@ -928,21 +1086,23 @@ mod tests {
         for (layer, _) in moe_layers.iter().enumerate().filter(|(_, &m)| m) {
             let mut rng = layer_rng(seed, 0x5eed_0fe4, layer);
             let mut place_rng = layer_rng(seed, 0x0e1a_ce5e, layer);
-            let mut perm: Vec<usize> = (0..experts).collect();
             let w = per_layer
                 .get(layer)
                 .and_then(|w| w.as_ref())
                 .unwrap_or(default);
+            // The law's entries in its own order; entry j lands on expert at[j].
+            let mut perm: Vec<usize> = (0..experts).collect();
             if *place {
                 for i in (1..experts).rev() {
-                    perm.swap(i, place_rng.random_range(0..=i));
+                    perm.swap(i, below(&mut place_rng, i as u64 + 1) as usize);
                 }
             }
-            let placed: Vec<f64> = perm.iter().map(|&e| w[e]).collect();
-            let mut table = AliasTable::new();
-            table.build(&placed);
+            let mut at = vec![0usize; experts];
+            for (e, &j) in perm.iter().enumerate() {
+                at[j] = e;
+            }
             let mut acc = 0.0;
-            let cdf: Vec<f64> = placed
+            let cdf: Vec<f64> = w
                 .iter()
                 .map(|x| {
                     acc += x;
@@ -955,9 +1115,11 @@ mod tests {
                 let mut rejected = 0;
                 while picked.len() < k {
                     let e = if rejected >= MAX_REJECTIONS {
-                        draw_unpicked(&cdf, &picked, || rng.random::<f64>())
+                        let taken: Vec<usize> = picked.iter().map(|&e| perm[e]).collect();
+                        at[draw_unpicked(&cdf, &taken, || rng.random::<f64>())]
                     } else {
-                        table.draw(rng.next_u64())
+                        let u = rng.random::<f64>() * cdf[experts - 1];
+                        at[cdf.partition_point(|&c| c <= u).min(experts - 1)]
                     };
                     if picked.contains(&e) {
                         rejected += 1;
@@ -991,8 +1153,16 @@ mod tests {
             default: zipf(16, 1.0),
             place: false,
         };
+        // The same near-degenerate vector as a placed law: the fallback maps through the
+        // layer's placement.
+        let placed_heavy = Resolved::Weights {
+            per_layer: Vec::new(),
+            default: normalise(&heavy, 16),
+            place: true,
+        };
         let cases = [
             (Resolved::Uniform, 384, 8),
+            (placed_heavy, 16, 4),
             (
                 resolve(&Routing::PowerLaw { alpha: 0.66 }, 256, 8, 4),
                 256,

@@ -422,6 +422,9 @@ struct GuideTable {
     draw_buckets: u64,
     /// The cdf and PAD × +∞ after it, so the first steps of the scan need no bounds test.
     cdf: Vec<f64>,
+    /// The answer of every draw whose output's top bits fall in bucket b, when no entry of the
+    /// cdf lies within the draws' range of that bucket (most buckets); `NOT_DIRECT` otherwise.
+    direct: Vec<u32>,
 }
 
 impl GuideTable {
@@ -431,6 +434,8 @@ impl GuideTable {
     const BUCKETS_PER_ENTRY: usize = 16;
     /// +∞ entries after the cdf.
     const PAD: usize = 3;
+    /// A bucket whose draws need the search.
+    const NOT_DIRECT: u32 = u32::MAX;
 
     fn new() -> Self {
         GuideTable {
@@ -438,6 +443,7 @@ impl GuideTable {
             scale: 0.0,
             draw_buckets: 0,
             cdf: Vec::new(),
+            direct: Vec::new(),
         }
     }
 
@@ -464,6 +470,28 @@ impl GuideTable {
         self.cdf.clear();
         self.cdf.extend_from_slice(cdf);
         self.cdf.extend([f64::INFINITY; Self::PAD]);
+        // An output x whose top 32 bits t fall in bucket b = ⌊t·B / 2³²⌋ draws u = unit·total
+        // with t·2⁻³² ≤ unit < (t+1)·2⁻³², so b/B·total ≤ u < ((b+1)/B + 2⁻³²)·total, up to an
+        // ulp of rounding: the margin (1e-9 of the total, above 2⁻³²) covers both. A bucket
+        // with no entry but the last (never passed: the answer is capped at it) in that range
+        // draws one answer, the count of entries below it.
+        self.direct.clear();
+        self.direct.resize(buckets, Self::NOT_DIRECT);
+        if self.draw_buckets > 0 {
+            let last = cdf.len() - 1;
+            let margin = 1e-9 * total;
+            let mut below = 0usize;
+            for (b, d) in self.direct.iter_mut().enumerate() {
+                let lo = b as f64 / buckets as f64 * total - margin;
+                let hi = (b + 1) as f64 / buckets as f64 * total + margin;
+                while below < last && cdf[below] < lo {
+                    below += 1;
+                }
+                if below >= last || cdf[below] > hi {
+                    *d = below as u32;
+                }
+            }
+        }
     }
 
     /// `cdf.partition_point(|&c| c <= u).min(cdf.len() - 1)` for the (non-empty) `cdf` the
@@ -484,14 +512,26 @@ impl GuideTable {
     }
 
     /// `find(u)` for the draw `u = unit_of(x) · total` of a generator output `x` (`total` the
-    /// cdf's last entry), without the float-to-int conversion of `find`: the bucket comes from
+    /// cdf's last entry): the bucket's direct answer when it has one (`build`), else the
+    /// search, without the float-to-int conversion of `find`: the bucket comes from
     /// x's top 32 bits in integers, b = ⌊⌊x / 2³²⌋ · B / 2³²⌋ − 1 (saturating), which is at
     /// most ⌊unit·B⌋ − 1 < fl(u·scale) (u·scale is unit·B within a few ulps, far less than
     /// 1 for any bucket count B < 2³²), so b ≤ fl(u·scale) and the argument of `find` holds:
     /// every entry start[b] counts is below u. The bucket is at most one early; the answer is
     /// nearly always among the three entries from start[b] on.
-    #[inline]
-    fn find_draw(&self, x: u64, u: f64) -> usize {
+    #[inline(always)]
+    fn find_draw(&self, x: u64, total: f64) -> usize {
+        let b = ((x >> 32) * self.draw_buckets) >> 32;
+        let d = self.direct[(b as usize).min(self.direct.len() - 1)];
+        if d != Self::NOT_DIRECT {
+            return d as usize;
+        }
+        self.search_draw(x, unit_of(x) * total)
+    }
+
+    /// `find_draw` in a bucket that holds an entry of the cdf (out of line: rare).
+    #[inline(never)]
+    fn search_draw(&self, x: u64, u: f64) -> usize {
         let b = (((x >> 32) * self.draw_buckets) >> 32).saturating_sub(1) as usize;
         let (cdf, len) = (&self.cdf, self.cdf.len() - Self::PAD);
         let s = self.start[b.min(self.start.len() - 1)] as usize;
@@ -566,11 +606,11 @@ impl DrawStream {
         let (guide, total) = (&law.guide, law.total);
         if at.placed {
             for (e, &x) in self.expert.iter_mut().zip(&self.raw) {
-                *e = at.expert_of[guide.find_draw(x, unit_of(x) * total)];
+                *e = at.expert_of[guide.find_draw(x, total)];
             }
         } else {
             for (e, &x) in self.expert.iter_mut().zip(&self.raw) {
-                *e = guide.find_draw(x, unit_of(x) * total) as u32;
+                *e = guide.find_draw(x, total) as u32;
             }
         }
         self.pos = 0;
@@ -594,19 +634,19 @@ impl DrawStream {
         law: &Law,
         at: &Placement,
         draws: u64,
-        picked: &mut [usize],
+        k: usize,
         mark: &mut [u64],
         stamp: &mut u64,
         rows_of: impl Fn(u64) -> u32,
     ) -> Vec<u32> {
-        let (experts, k) = (law.cdf.len(), picked.len());
+        let experts = law.cdf.len();
         let mut counts = vec![0u32; experts];
         // The stream's position kept in a register through the loop (written back around a
         // refill or the exact fallback, which read it from `self`).
         let mut pos = self.pos;
         for token in 0..draws {
             let rows = rows_of(token);
-            // An expert is in this token's `picked` when its mark is the token's stamp (one
+            // An expert is among this token's picks when its mark is the token's stamp (one
             // more per token, on from layer to layer: the marks are never reset).
             *stamp += 1;
             let this = *stamp;
@@ -617,9 +657,13 @@ impl DrawStream {
             let (mut n, mut rejected) = (0usize, 0u32);
             while n < k {
                 let e = if rejected >= MAX_REJECTIONS {
-                    // In the law's own order (its cdf's), then back to the expert placed there.
+                    // In the law's own order (its cdf's), then back to the expert placed there;
+                    // the token's experts so far are the ones marked with its stamp.
                     self.pos = pos;
-                    let taken: Vec<usize> = picked[..n].iter().map(|&e| at.rank_of(e)).collect();
+                    let taken: Vec<usize> = (0..experts)
+                        .filter(|&e| mark[e] == this)
+                        .map(|e| at.rank_of(e))
+                        .collect();
                     let j = draw_unpicked(&law.cdf, &taken, || {
                         let i = self.advance(law, at);
                         unit_of(self.raw[i])
@@ -635,10 +679,9 @@ impl DrawStream {
                     self.expert[pos - 1] as usize
                 };
                 // Without a branch on the outcome (a repeat is rare and unpredictable): a
-                // repeat writes `picked[n]`, to be overwritten by the next draw, and adds 0.
+                // repeat adds 0.
                 let fresh = mark[e] != this;
                 mark[e] = this;
-                picked[n] = e;
                 counts[e] += rows * u32::from(fresh);
                 n += usize::from(fresh);
                 rejected += u32::from(!fresh);
@@ -753,7 +796,6 @@ fn below(rng: &mut SmallRng, n: u64) -> u64 {
 struct LayerScratch {
     at: Placement,
     stream: DrawStream,
-    picked: Vec<usize>,
     mark: Vec<u64>,
     stamp: u64,
 }
@@ -767,7 +809,6 @@ impl LayerScratch {
                 rank_of: Vec::new(),
             },
             stream: DrawStream::new(),
-            picked: Vec::new(),
             mark: Vec::new(),
             stamp: 0,
         }
@@ -796,17 +837,9 @@ fn weighted_layer(
     }
     sc.stream
         .reset(layer_rng(seed, 0x5eed_0fe4, layer), draws * k as u64);
-    sc.picked.resize(k, 0);
     sc.mark.resize(experts, 0);
-    sc.stream.draw_layer(
-        law,
-        &sc.at,
-        draws,
-        &mut sc.picked,
-        &mut sc.mark,
-        &mut sc.stamp,
-        rows_of,
-    )
+    sc.stream
+        .draw_layer(law, &sc.at, draws, k, &mut sc.mark, &mut sc.stamp, rows_of)
 }
 
 /// One step's routing as sampled, per layer.
@@ -1051,7 +1084,7 @@ mod tests {
                 let u = unit_of(x) * total;
                 let want = cdf.partition_point(|&c| c <= u).min(cdf.len() - 1);
                 assert_eq!(
-                    guide.find_draw(x, u),
+                    guide.find_draw(x, total),
                     want,
                     "x={x} over {} entries",
                     cdf.len()

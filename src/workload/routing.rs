@@ -430,7 +430,7 @@ struct GuideTable {
 impl GuideTable {
     /// Buckets per entry of the cdf: enough that the forward scan mostly stops at once (a
     /// scan of varying length costs a mispredicted branch per draw), few enough that the
-    /// table stays in the L1 cache (16 × 384 experts × 4 B = 24 KiB).
+    /// tables stay near the core (16 × 384 experts × 4 B = 24 KiB each, `start` and `direct`).
     const BUCKETS_PER_ENTRY: usize = 16;
     /// +∞ entries after the cdf.
     const PAD: usize = 3;

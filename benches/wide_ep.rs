@@ -8,6 +8,7 @@
 use criterion::{criterion_group, criterion_main, Criterion};
 use decodesim::scenario::deployment::EpComm;
 use decodesim::sim::{engine_config, Engine, ScenarioRequest, Timeline};
+use decodesim::workload::routing::Routing;
 use decodesim::{cost, workload};
 use std::hint::black_box;
 
@@ -39,6 +40,12 @@ fn bench(c: &mut Criterion) {
     });
     g.bench_function("workload: ops and routing draws, 144 ranks", |b| {
         b.iter(|| black_box(workload::build(black_box(&scenario))))
+    });
+    // A layer's fixed cost (placement, stream set-up), which the sweep's DP draws pay up to 512
+    // times per batch: 512 layers of no token, per layer = the time / 512.
+    let law = workload::routing::resolve(&Routing::PowerLaw { alpha: 0.66 }, 256, 8, 512);
+    g.bench_function("routing: 512 layers of no token (fixed cost x 512)", |b| {
+        b.iter(|| black_box(workload::routing::sample(&law, &[true; 512], 256, 8, 0, 7)))
     });
     let w = workload::build(&scenario);
     let pricing = cost::price(&w, &scenario, &profile).expect("priced");

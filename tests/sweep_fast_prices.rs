@@ -81,3 +81,58 @@ fn warm_sweep_steps_equal_steps_priced_alone() {
     }
     assert_eq!(compared, 576 + 2 * 192);
 }
+
+/// A sweep prices a batch's next contexts together (`step_us_busy_lanes`): each lane's step and
+/// busy time are those of the context priced on its own, bit for bit, on tensor-parallel and
+/// data-parallel (wide expert parallelism) layouts, with CUDA graphs and eager launches, and on
+/// contexts whose prices are new, already kept, or repeated within one call.
+#[test]
+fn contexts_priced_together_equal_each_context_alone() {
+    let dp16 = ScenarioRequest {
+        model: "deepseek-v3".into(),
+        system: "h200-hgx-2node-ib".into(),
+        tp: Some(1),
+        ..ScenarioRequest::default()
+    };
+    let mut dp16 = dp16;
+    dp16.comm.dp = Some(16);
+    dp16.comm.ep_comm = decodesim::scenario::deployment::EpComm::RdmaLl;
+    let reqs = [
+        ScenarioRequest::default(),
+        ScenarioRequest {
+            model: "llama-3.1-70b".into(),
+            system: "h200-8x-nvlink".into(),
+            ..ScenarioRequest::default()
+        },
+        dp16,
+    ];
+    for req in reqs {
+        let (s, p) = req.load().expect("scenario loads");
+        let fast = FastScenario::new(&s, &p, None).expect("fitted");
+        let coll = Collectives::new(&s, &p).expect("collectives");
+        for graphs in [true, false] {
+            let launch = Launch::new(&p, graphs);
+            for batch in [1u32, 33, 250] {
+                for contexts in [
+                    [1000u64, 1001, 1002, 1003],
+                    [1002, 1003, 1004, 1005],
+                    [70_000, 512, 70_000, 9],
+                ] {
+                    let together = fast.step_us_busy_lanes(batch, contexts, &launch, &coll);
+                    for (c, got) in contexts.iter().zip(together) {
+                        fast.clear_memo();
+                        let alone = fast.step_us_busy(batch, *c, &launch, &coll);
+                        assert!(
+                            got.0.to_bits() == alone.0.to_bits() && got.1 == alone.1,
+                            "{} on {}, graphs {graphs}, batch {batch}, context {c}: {:?} together vs {:?} alone",
+                            s.model.name,
+                            s.system.name,
+                            got.0,
+                            alone.0
+                        );
+                    }
+                }
+            }
+        }
+    }
+}

@@ -339,10 +339,42 @@ pub fn prepare<'a>(
     })
 }
 
+/// Where row `i` lies in the grid: its layout and its index in each list.
+#[derive(Clone, Copy)]
+struct Cell {
+    lay: usize,
+    bi: usize,
+    xi: usize,
+    ki: usize,
+    li: usize,
+    di: usize,
+}
+
+/// A row before it is priced (`Prepared::rows_into` fills every slot).
+const BLANK: Row = Row {
+    pp: 0,
+    dp: 0,
+    batch: 0,
+    context: 0,
+    proto: Proto::Ll,
+    algo: Algo::Ring,
+    cuda_graphs: false,
+    draft_tokens: 0,
+    step_time_us: f64::NAN,
+    tokens_per_s: f64::NAN,
+    tokens_per_s_per_user: f64::NAN,
+    mean_acceptance_length: f64::NAN,
+    busy_us: [f64::NAN; Category::ALL.len()],
+    fits: false,
+};
+
+/// Contexts of one batch and setting priced together (`FastScenario::step_us_busy_lanes`).
+const LANES: usize = 4;
+
 impl Prepared<'_> {
-    /// Row `i` in the grid's nested order: pp, batch, context, proto × algo, graphs, draft
-    /// tokens.
-    fn row(&self, i: usize) -> Row {
+    /// Where row `i` lies, in the grid's nested order: pp × dp, batch, context, proto × algo,
+    /// graphs, draft tokens.
+    fn cell(&self, i: usize) -> Cell {
         let req = self.req;
         let (nb, nc, nk, nl, nd) = (
             req.batch.len(),
@@ -351,18 +383,33 @@ impl Prepared<'_> {
             req.cuda_graphs.len(),
             req.draft_tokens.len(),
         );
-        let di = i % nd;
-        let li = (i / nd) % nl;
-        let ki = (i / (nd * nl)) % nk;
-        let xi = (i / (nd * nl * nk)) % nc;
-        let bi = (i / (nd * nl * nk * nc)) % nb;
-        let lay = &self.layouts[i / (nd * nl * nk * nc * nb)];
-        let (batch, context) = (req.batch[bi], req.context[xi]);
-        let (proto, algo, coll) = &lay.colls[ki];
-        let (graphs, launch, kv) = &lay.launches[li];
-        let k = req.draft_tokens[di];
+        Cell {
+            di: i % nd,
+            li: (i / nd) % nl,
+            ki: (i / (nd * nl)) % nk,
+            xi: (i / (nd * nl * nk)) % nc,
+            bi: (i / (nd * nl * nk * nc)) % nb,
+            lay: i / (nd * nl * nk * nc * nb),
+        }
+    }
+
+    /// Rows between one context and the next of the same batch and setting.
+    fn context_stride(&self) -> usize {
+        let req = self.req;
+        req.proto.len() * req.algo.len() * req.cuda_graphs.len() * req.draft_tokens.len()
+    }
+
+    /// Row `i` in the grid's nested order.
+    fn row(&self, i: usize) -> Row {
+        let c = self.cell(i);
+        let req = self.req;
+        let lay = &self.layouts[c.lay];
+        let (batch, context) = (req.batch[c.bi], req.context[c.xi]);
+        let (_, _, coll) = &lay.colls[c.ki];
+        let (_, launch, _) = &lay.launches[c.li];
+        let k = req.draft_tokens[c.di];
         let fast = &lay.fast;
-        let (step, busy) = if k == 0 {
+        let priced = if k == 0 {
             fast.step_us_busy(batch, context, launch, coll)
         } else {
             match fast.spec_step_us_busy(batch, context, k, launch, coll) {
@@ -371,7 +418,18 @@ impl Prepared<'_> {
                 None => (f64::NAN, [f64::NAN; Category::ALL.len()]),
             }
         };
-        let per_user = self.mean_len[di] / step * 1e6;
+        self.row_of(c, priced)
+    }
+
+    /// The row of cell `c` priced at (step µs, busy per category).
+    fn row_of(&self, c: Cell, (step, busy): (f64, [f64; Category::ALL.len()])) -> Row {
+        let req = self.req;
+        let lay = &self.layouts[c.lay];
+        let (batch, context) = (req.batch[c.bi], req.context[c.xi]);
+        let (proto, algo, _) = &lay.colls[c.ki];
+        let (graphs, _, kv) = &lay.launches[c.li];
+        let k = req.draft_tokens[c.di];
+        let per_user = self.mean_len[c.di] / step * 1e6;
         Row {
             pp: lay.pp,
             dp: lay.dp,
@@ -384,12 +442,48 @@ impl Prepared<'_> {
             step_time_us: step,
             tokens_per_s: per_user * batch as f64,
             tokens_per_s_per_user: per_user,
-            mean_acceptance_length: self.mean_len[di],
+            mean_acceptance_length: self.mean_len[c.di],
             busy_us: busy,
             // vLLM reserves k lookahead slots per sequence for the draft tokens. With data
             // parallel attention each DP rank is its own engine (its own KV cache and
             // max_num_seqs, the budget's): the largest DP rank's sequences must fit.
             fits: kv.fits(batch.div_ceil(lay.dp.max(1)), context + k as u64),
+        }
+    }
+
+    /// Rows `a..b` into `rows`, in grid order. A plain step's row and the rows of the next
+    /// contexts at the same batch and setting are priced together ([`LANES`] at a time): the
+    /// same figures as `row` gives each.
+    fn rows_into(&self, a: usize, b: usize, rows: &mut Vec<Row>, done: &mut Vec<bool>) {
+        let stride = self.context_stride();
+        let nc = self.req.context.len();
+        // Every slot is written below, in grid order or ahead of it.
+        rows.clear();
+        rows.resize(b - a, BLANK);
+        done.clear();
+        done.resize(b - a, false);
+        for i in a..b {
+            if done[i - a] {
+                continue;
+            }
+            let c = self.cell(i);
+            let last = i + (LANES - 1) * stride;
+            if self.req.draft_tokens[c.di] == 0 && c.xi + LANES <= nc && last < b {
+                let lay = &self.layouts[c.lay];
+                let (_, _, coll) = &lay.colls[c.ki];
+                let (_, launch, _) = &lay.launches[c.li];
+                let contexts: [u64; LANES] = std::array::from_fn(|l| self.req.context[c.xi + l]);
+                let priced =
+                    lay.fast
+                        .step_us_busy_lanes(self.req.batch[c.bi], contexts, launch, coll);
+                for (l, p) in priced.into_iter().enumerate() {
+                    let j = i + l * stride - a;
+                    rows[j] = self.row_of(Cell { xi: c.xi + l, ..c }, p);
+                    done[j] = true;
+                }
+            } else {
+                rows[i - a] = self.row(i);
+            }
         }
     }
 
@@ -403,25 +497,26 @@ impl Prepared<'_> {
         // One (rows, text) buffer per task of a chunk, kept from chunk to chunk: a fresh
         // 1024-row text buffer per task is a large allocation, handed back to the system and
         // faulted in again every time (a third of a sweep's CPU time was page faults).
-        let mut parts: Vec<(usize, Vec<Row>, Vec<u8>)> = Vec::new();
+        let mut parts: Vec<(usize, Vec<Row>, Vec<u8>, Vec<bool>)> = Vec::new();
         let mut lo = 0usize;
         while lo < n {
             let hi = (lo + CHUNK).min(n);
             let tasks = (hi - lo).div_ceil(TASK);
             if parts.len() < tasks {
-                parts.resize_with(tasks, || (0, Vec::new(), Vec::new()));
+                parts.resize_with(tasks, || (0, Vec::new(), Vec::new(), Vec::new()));
             }
             for (t, p) in parts.iter_mut().enumerate() {
                 p.0 = lo + t * TASK;
             }
-            parts[..tasks].par_iter_mut().for_each(|(a, rows, text)| {
-                let b = (*a + TASK).min(hi);
-                rows.clear();
-                rows.extend((*a..b).map(|i| self.row(i)));
-                text.clear();
-                fmt(rows, text);
-            });
-            for (_, rows, text) in &parts[..tasks] {
+            parts[..tasks]
+                .par_iter_mut()
+                .for_each(|(a, rows, text, done)| {
+                    let b = (*a + TASK).min(hi);
+                    self.rows_into(*a, b, rows, done);
+                    text.clear();
+                    fmt(rows, text);
+                });
+            for (_, rows, text, _) in &parts[..tasks] {
                 for r in rows {
                     track.add(r);
                 }

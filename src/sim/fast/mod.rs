@@ -397,12 +397,30 @@ impl FastScenario {
 
     /// Plays `at.repeat` passes of `pm` on `st` at (batch, queries, context).
     fn play(&self, m: &mut Memo, pm: &PassModel, st: &mut State, at: PassAt, set: Setting<'_>) {
+        self.play_lanes(m, pm, std::array::from_mut(st), at, [at.context], set)
+    }
+
+    /// [`FastScenario::play`] at `W` contexts at once, each on its own state (`at.context` is
+    /// not read): the shapes that follow the tokens are looked up once, and the lanes' max-plus
+    /// recursions run interleaved (`play_lanes_regime`), so that their dependency chains
+    /// overlap. Each lane does, bit for bit, what `play` does at its context. More than one
+    /// lane needs `at.repeat` 1.
+    fn play_lanes<const W: usize>(
+        &self,
+        m: &mut Memo,
+        pm: &PassModel,
+        sts: &mut [State; W],
+        at: PassAt,
+        contexts: [u64; W],
+        set: Setting<'_>,
+    ) {
         let PassAt {
             batch,
             queries,
-            context,
             repeat,
+            ..
         } = at;
+        let context = contexts[0];
         let Setting { launch, coll } = set;
         let q = queries.max(1);
         let tokens = batch as u64 * q as u64;
@@ -502,45 +520,6 @@ impl FastScenario {
                     collectives: Vec::new(),
                 }
             });
-        // The context read last first (a sweep plays each context's rows together); at most
-        // CONTEXTS_PER_ENTRY kept per entry, the oldest replaced, so that a sweep over
-        // thousands of contexts neither scans nor holds them all.
-        let hit = match e.context.get(e.last) {
-            Some(c) if c.0 == context => Some(e.last),
-            _ => e.context.iter().rposition(|c| c.0 == context),
-        };
-        let ci = match hit {
-            Some(i) => i,
-            None => {
-                s.batch = batch;
-                s.context = context;
-                let x = pm.vars(local, q, context, e.touched, padded).basis();
-                let unique = regime.context_layout.iter().filter(|x| x.1).count();
-                // Once full, the oldest slot is priced over in place (no allocation per row).
-                let i = if e.context.len() >= CONTEXTS_PER_ENTRY {
-                    let i = e.evict;
-                    e.evict = (i + 1) % CONTEXTS_PER_ENTRY;
-                    i
-                } else {
-                    *stored += unique;
-                    e.context
-                        .push((0, vec![0.0; unique].into_boxed_slice(), [0.0; NCAT]));
-                    e.context.len() - 1
-                };
-                let (at, us, busy) = &mut e.context[i];
-                *at = context;
-                let layout = &regime.context_layout;
-                if price_layout_into(w_context, regime, layout, &x, s, p, None, us).is_err() {
-                    us.fill(f64::NAN);
-                }
-                *busy = [0.0; NCAT];
-                for (&j, &(c, repeat)) in regime.context_from.iter().zip(&regime.context_busy) {
-                    busy[c] += us[j] * repeat;
-                }
-                i
-            }
-        };
-        e.last = ci;
         let ki = match e
             .collectives
             .iter()
@@ -567,18 +546,64 @@ impl FastScenario {
                 e.collectives.len() - 1
             }
         };
+        let n = regime.ops.len();
         d.clear();
-        d.extend_from_slice(&e.tokens_us);
-        let (_, cus, cbusy) = &e.context[ci];
-        for (&i, &j) in regime.context_ops.iter().zip(&regime.context_from) {
-            d[i] = cus[j];
-        }
-        let (_, _, kus, kbusy) = &e.collectives[ki];
-        for (&i, &v) in regime.collective_ops.iter().zip(kus.iter()) {
-            d[i] = v;
-        }
-        for c in 0..NCAT {
-            st.busy[c] += (e.tokens_busy[c] + cbusy[c] + kbusy[c]) * repeat as f64;
+        d.resize(n * W, 0.0);
+        for (lane, &context) in contexts.iter().enumerate() {
+            // The context read last first (a sweep plays each context's rows together); at
+            // most CONTEXTS_PER_ENTRY kept per entry, the oldest replaced, so that a sweep over
+            // thousands of contexts neither scans nor holds them all. A lane's prices are
+            // copied out before the next lane may replace their slot.
+            let hit = match e.context.get(e.last) {
+                Some(c) if c.0 == context => Some(e.last),
+                _ => e.context.iter().rposition(|c| c.0 == context),
+            };
+            let ci = match hit {
+                Some(i) => i,
+                None => {
+                    s.batch = batch;
+                    s.context = context;
+                    let x = pm.vars(local, q, context, e.touched, padded).basis();
+                    let unique = regime.context_layout.iter().filter(|x| x.1).count();
+                    // Once full, the oldest slot is priced over in place (no allocation per
+                    // row).
+                    let i = if e.context.len() >= CONTEXTS_PER_ENTRY {
+                        let i = e.evict;
+                        e.evict = (i + 1) % CONTEXTS_PER_ENTRY;
+                        i
+                    } else {
+                        *stored += unique;
+                        e.context
+                            .push((0, vec![0.0; unique].into_boxed_slice(), [0.0; NCAT]));
+                        e.context.len() - 1
+                    };
+                    let (at, us, busy) = &mut e.context[i];
+                    *at = context;
+                    let layout = &regime.context_layout;
+                    if price_layout_into(w_context, regime, layout, &x, s, p, None, us).is_err() {
+                        us.fill(f64::NAN);
+                    }
+                    *busy = [0.0; NCAT];
+                    for (&j, &(c, repeat)) in regime.context_from.iter().zip(&regime.context_busy) {
+                        busy[c] += us[j] * repeat;
+                    }
+                    i
+                }
+            };
+            e.last = ci;
+            let dl = &mut d[lane * n..(lane + 1) * n];
+            dl.copy_from_slice(&e.tokens_us);
+            let (_, cus, cbusy) = &e.context[ci];
+            for (&i, &j) in regime.context_ops.iter().zip(&regime.context_from) {
+                dl[i] = cus[j];
+            }
+            let (_, _, kus, kbusy) = &e.collectives[ki];
+            for (&i, &v) in regime.collective_ops.iter().zip(kus.iter()) {
+                dl[i] = v;
+            }
+            for c in 0..NCAT {
+                sts[lane].busy[c] += (e.tokens_busy[c] + cbusy[c] + kbusy[c]) * repeat as f64;
+            }
         }
         if let Some(dr) = draw {
             let lat = if dr.splits_collectives() && !regime.collective_ops.is_empty() {
@@ -596,7 +621,9 @@ impl FastScenario {
             } else {
                 &[][..]
             };
-            dr.apply(regime, d, lat);
+            for dl in d.chunks_mut(n) {
+                dr.apply(regime, dl, lat);
+            }
         }
         let sg = match batch % dp {
             0 => &self.straggler,
@@ -608,7 +635,14 @@ impl FastScenario {
                 )
             }),
         };
-        play_regime(regime, d, &e.excess, st, launch, repeat, sg);
+        match W {
+            1 => play_regime(regime, d, &e.excess, &mut sts[0], launch, repeat, sg),
+            _ => {
+                debug_assert_eq!(repeat, 1, "lanes play one pass");
+                let ds: [&[f64]; W] = std::array::from_fn(|l| &d[l * n..(l + 1) * n]);
+                play_lanes_regime(regime, &ds, &e.excess, sts, launch, sg);
+            }
+        }
     }
 
     /// The plain step's time (µs) at this batch and context.
@@ -637,6 +671,32 @@ impl FastScenario {
                 Setting { launch, coll },
             );
             (st.window_us(), st.busy)
+        })
+    }
+
+    /// [`FastScenario::step_us_busy`] at `W` contexts of one batch and setting, priced
+    /// together (the sweep's rows along its context axis): the same figures, bit for bit.
+    pub fn step_us_busy_lanes<const W: usize>(
+        &self,
+        batch: u32,
+        contexts: [u64; W],
+        launch: &Launch,
+        coll: &Collectives,
+    ) -> [(f64, Busy); W] {
+        if self.pipeline.is_some() {
+            return contexts.map(|c| self.step_us_busy(batch, c, launch, coll));
+        }
+        self.with_memo(|m| {
+            let mut sts = [State::new(launch); W];
+            self.play_lanes(
+                m,
+                &self.target,
+                &mut sts,
+                PassAt::plain(batch, contexts[0]),
+                contexts,
+                Setting { launch, coll },
+            );
+            sts.map(|st| (st.window_us(), st.busy))
         })
     }
 

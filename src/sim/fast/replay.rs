@@ -128,6 +128,72 @@ fn play_regime_as<const GRAPHS: bool, const SG: bool>(
     }
 }
 
+/// [`play_regime`] once (no repeat) on `W` states at once, lane `l` with durations `ds[l]`:
+/// each op is stepped on every lane before the next, so that the lanes' dependency chains
+/// (each op waits for its stream's previous one) run side by side rather than one after the
+/// other. A lane does exactly what `play_regime` does on its own state; a run of identical
+/// layers goes on until every lane has reached its steady state, a lane that has stopped
+/// playing no further layer.
+pub(super) fn play_lanes_regime<const W: usize>(
+    regime: &Regime,
+    ds: &[&[f64]; W],
+    ex: &[f64],
+    sts: &mut [State; W],
+    launch: &Launch,
+    sg: &Straggler,
+) {
+    match (launch.launch == 0.0, sg.on) {
+        (true, true) => play_lanes_as::<true, true, W>(regime, ds, ex, sts, launch, sg),
+        (true, false) => play_lanes_as::<true, false, W>(regime, ds, ex, sts, launch, sg),
+        (false, true) => play_lanes_as::<false, true, W>(regime, ds, ex, sts, launch, sg),
+        (false, false) => play_lanes_as::<false, false, W>(regime, ds, ex, sts, launch, sg),
+    }
+}
+
+fn play_lanes_as<const GRAPHS: bool, const SG: bool, const W: usize>(
+    regime: &Regime,
+    ds: &[&[f64]; W],
+    ex: &[f64],
+    sts: &mut [State; W],
+    launch: &Launch,
+    sg: &Straggler,
+) {
+    for seg in &regime.segments {
+        let kinds = &regime.kinds[seg.start..seg.end];
+        let layer = |sts: &mut [State; W], live: [bool; W]| {
+            for (j, &kind) in kinds.iter().enumerate() {
+                let i = seg.start + j;
+                let x = if SG && !ex.is_empty() { ex[i] } else { 0.0 };
+                for l in 0..W {
+                    if live[l] {
+                        if SG && !ex.is_empty() {
+                            sts[l].excess += x;
+                        }
+                        step::<GRAPHS, SG>(&mut sts[l], kind, ds[l][i], launch, sg);
+                    }
+                }
+            }
+        };
+        if seg.repeat == 1 {
+            layer(sts, [true; W]);
+            continue;
+        }
+        let mut runs: [Run; W] = std::array::from_fn(|l| Run::start(&sts[l], launch));
+        let mut live = [true; W];
+        for k in 0..seg.repeat {
+            layer(sts, live);
+            for l in 0..W {
+                if live[l] && runs[l].steady(&mut sts[l], launch, seg.repeat - k - 1) {
+                    live[l] = false;
+                }
+            }
+            if !live.contains(&true) {
+                break;
+            }
+        }
+    }
+}
+
 /// Detects the steady state of a run of identical layers (or passes) and skips to its end.
 pub(super) struct Run {
     pub(super) rel: [f64; 3],

@@ -184,6 +184,9 @@ fn without_jitter_the_fast_path_is_the_timeline() {
         ("llama-3.1-70b", "rtx-pro-6000-2node-roce", 8, 2, 3, 6),
         ("llama-3.1-70b", "h200-hgx-2node-ib", 4, 4, 256, 8),
         ("qwen3-235b-a22b", "h200-hgx-2node-ib", 4, 2, 256, 5),
+        // A deep pipeline: its middle stages play the same (each played once per row) and its
+        // schedule repeats within a few cycles (the fast path stops there).
+        ("llama-3.1-70b", "h200-hgx-18node-ib", 8, 18, 200, 80),
     ] {
         let mut req = ScenarioRequest {
             model: model.into(),
@@ -201,6 +204,14 @@ fn without_jitter_the_fast_path_is_the_timeline() {
         p.variability.collective_cv = 0.0;
         p.variability.launch_skew_us = 0.0;
         let fast = FastScenario::new(&s, &p, None).expect("fitted");
+        if pp == 18 {
+            // 80 layers over 18 stages: stages of 5 and of 4 layers, the first and last apart.
+            assert!(
+                fast.distinct_stages() <= 4,
+                "{} distinct stages",
+                fast.distinct_stages()
+            );
+        }
         let quick = fast.step_us(
             s.batch,
             s.context,

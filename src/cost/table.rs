@@ -13,8 +13,27 @@ type Key = (KernelFamily, u64, u64, u64);
 #[derive(Debug, Clone)]
 pub struct KernelTable {
     pub path: PathBuf,
-    /// (family, n, k, batch) → points (m, context, µs).
-    groups: HashMap<Key, Vec<(f64, f64, f64)>>,
+    /// (family, n, k, batch) → its points (a sorted list is looked up by bisection: a table
+    /// has a few hundred groups, and a sweep reads one per priced shape).
+    groups: Vec<(Key, Group)>,
+}
+
+/// One shape's points, laid out for lookup without allocation.
+#[derive(Debug, Clone)]
+struct Group {
+    /// (m, µs) of every point, sorted by (context, m).
+    line: Vec<(f64, f64)>,
+    /// The distinct contexts, ascending, and where each one's points start in `line` (one
+    /// more: the end).
+    ctxs: Vec<f64>,
+    starts: Vec<usize>,
+}
+
+impl Group {
+    /// The points at the `i`-th distinct context, as (m, µs).
+    fn at_context(&self, i: usize) -> &[(f64, f64)] {
+        &self.line[self.starts[i]..self.starts[i + 1]]
+    }
 }
 
 impl PartialEq for KernelTable {
@@ -44,29 +63,51 @@ impl KernelTable {
     }
 
     pub fn from_points(path: &Path, pts: &[KernelPoint]) -> Self {
-        let mut groups: HashMap<Key, Vec<(f64, f64, f64)>> = HashMap::new();
+        let mut points: HashMap<Key, Vec<(f64, f64, f64)>> = HashMap::new();
         for p in pts {
             // The INT4 rows differ by group size, which the key does not carry.
             if p.family == KernelFamily::GemmInt4 {
                 continue;
             }
             let key = (p.family, p.n, p.k, batch_key(p.family, p.batch));
-            groups
+            points
                 .entry(key)
                 .or_default()
                 .push((p.m, p.context as f64, p.median_us));
         }
-        for v in groups.values_mut() {
-            v.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.total_cmp(&b.0)));
-        }
+        let mut groups: Vec<(Key, Group)> = points
+            .into_iter()
+            .map(|(key, mut v)| {
+                v.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.total_cmp(&b.0)));
+                let (mut ctxs, mut starts) = (Vec::new(), Vec::new());
+                for (i, p) in v.iter().enumerate() {
+                    if ctxs.last() != Some(&p.1) {
+                        ctxs.push(p.1);
+                        starts.push(i);
+                    }
+                }
+                starts.push(v.len());
+                let line = v.iter().map(|p| (p.0, p.2)).collect();
+                (key, Group { line, ctxs, starts })
+            })
+            .collect();
+        groups.sort_by_key(|g| g.0);
         KernelTable {
             path: path.to_path_buf(),
             groups,
         }
     }
 
+    fn group(&self, key: &MeasureKey) -> Option<&Group> {
+        // A family the harness does not measure has no table entry: the law prices it.
+        let family: KernelFamily = key.family.parse().ok()?;
+        let k = (family, key.n, key.k, batch_key(family, key.batch));
+        let i = self.groups.binary_search_by_key(&k, |g| g.0).ok()?;
+        Some(&self.groups[i].1)
+    }
+
     pub fn len(&self) -> usize {
-        self.groups.values().map(Vec::len).sum()
+        self.groups.iter().map(|g| g.1.line.len()).sum()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -74,29 +115,16 @@ impl KernelTable {
     }
 
     pub fn price(&self, key: &MeasureKey) -> Option<TablePrice> {
-        // A family the harness does not measure has no table entry: the law prices it.
-        let family: KernelFamily = key.family.parse().ok()?;
-        let g = self
-            .groups
-            .get(&(family, key.n, key.k, batch_key(family, key.batch)))?;
+        let g = self.group(key)?;
         if key.context == 0 {
-            let line: Vec<(f64, f64)> = g.iter().map(|p| (p.0, p.2)).collect();
-            return interp(&line, key.m as f64);
+            return interp(&g.line, key.m as f64);
         }
         // Two axes: interpolate along m at the two bracketing contexts, then along context.
-        let mut ctxs: Vec<f64> = g.iter().map(|p| p.1).collect();
-        ctxs.dedup();
+        let ctxs = &g.ctxs;
         let c = key.context as f64;
-        let (lo, hi) = bracket(&ctxs, c)?;
-        let at = |ctx: f64| {
-            let line: Vec<(f64, f64)> = g
-                .iter()
-                .filter(|p| p.1 == ctx)
-                .map(|p| (p.0, p.2))
-                .collect();
-            interp(&line, key.m as f64)
-        };
-        let (a, b) = (at(ctxs[lo])?, at(ctxs[hi])?);
+        let (lo, hi) = bracket(ctxs, c)?;
+        let at = |i: usize| interp(g.at_context(i), key.m as f64);
+        let (a, b) = (at(lo)?, at(hi)?);
         let us = log_lerp(ctxs[lo], a.us, ctxs[hi], b.us, c);
         Some(TablePrice {
             us,
@@ -115,11 +143,8 @@ impl KernelTable {
         if key.context == 0 {
             return None;
         }
-        let family: KernelFamily = key.family.parse().ok()?;
-        let g = self
-            .groups
-            .get(&(family, key.n, key.k, batch_key(family, key.batch)))?;
-        g.first().map(|p| p.1 as u64)
+        let g = self.group(key)?;
+        g.ctxs.first().map(|&c| c as u64)
     }
 }
 

@@ -796,6 +796,43 @@ fn same_op_in_other_layer(a: &OpT, b: &OpT) -> bool {
         && fields_close(&a.fields, &b.fields)
 }
 
+/// Whether two regimes play and price the same: the same op sequence (op for op the same ops in
+/// other layers), segments, layouts and collectives.
+fn same_regime(a: &Regime, b: &Regime) -> bool {
+    let seg = |x: &Segment, y: &Segment| (x.start, x.end, x.repeat) == (y.start, y.end, y.repeat);
+    a.ops.len() == b.ops.len()
+        && a.kinds == b.kinds
+        && a.segments.len() == b.segments.len()
+        && a.segments.iter().zip(&b.segments).all(|(x, y)| seg(x, y))
+        && a.tokens_layout == b.tokens_layout
+        && a.context_layout == b.context_layout
+        && a.context_ops == b.context_ops
+        && a.context_from == b.context_from
+        && a.context_busy == b.context_busy
+        && a.collective_ops == b.collective_ops
+        && a.ops
+            .iter()
+            .zip(&b.ops)
+            .all(|(x, y)| same_op_in_other_layer(x, y))
+}
+
+impl PassModel {
+    /// Whether `other` (another pipeline stage's model) gives this model's step at every
+    /// batch, context and setting: its regimes are the same ops in other layers (each stage's
+    /// layers differ only in their numbers), with the same padding and routing.
+    pub(super) fn plays_as(&self, other: &PassModel) -> bool {
+        self.threshold == other.threshold
+            && self.experts == other.experts
+            && self.sms == other.sms
+            && self.verify == other.verify
+            && self.sizes == other.sizes
+            && self.ep.is_none()
+            && other.ep.is_none()
+            && same_regime(&self.low, &other.low)
+            && same_regime(&self.high, &other.high)
+    }
+}
+
 /// Splits a layout into its units (a kept op and the helpers priced after it), keeps the first
 /// of each set of units that are the same ops in different layers, and says where each kept op
 /// of the full layout finds its price: (deduplicated layout, kept ops, their price positions).

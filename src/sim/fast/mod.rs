@@ -364,6 +364,13 @@ impl FastScenario {
         self.pipeline.as_ref().map_or(1, |f| f.stages())
     }
 
+    /// Pipeline stages a row plays (stages whose models play the same are played once).
+    pub fn distinct_stages(&self) -> usize {
+        self.pipeline.as_ref().map_or(1, |f| {
+            f.twin.iter().enumerate().filter(|&(i, &t)| t == i).count()
+        })
+    }
+
     /// Segment shapes (ops, repeat) of the target, verify, first and later draft passes.
     pub fn shapes(&self) -> Vec<Vec<(usize, u32)>> {
         self.passes().map(|m| m.shape()).collect()

@@ -23,6 +23,10 @@ pub(super) struct PipelineFit {
     pub(super) rest: Vec<PassModel>,
     /// The sampled tokens' return to stage 0 (µs).
     pub(super) ret_us: f64,
+    /// Per stage, the first stage whose model plays the same (itself if none before it): a
+    /// pipeline's middle stages hold as many layers of the same kind each, and a row plays
+    /// each distinct stage once.
+    pub(super) twin: Vec<usize>,
 }
 
 impl PipelineFit {
@@ -43,6 +47,13 @@ impl PipelineFit {
                 PassModel::fit_probes(s, &build, i, false, [&low, &high])
             })
             .collect::<Result<Vec<_>>>()?;
+        let twin = (0..models.len())
+            .map(|i| {
+                (0..i)
+                    .find(|&j| models[j].plays_as(&models[i]))
+                    .unwrap_or(i)
+            })
+            .collect();
         let first = models.remove(0);
         Ok((
             first,
@@ -50,6 +61,7 @@ impl PipelineFit {
                 pp: s.comm.pp_size(),
                 rest: models,
                 ret_us: pl::token_return_us(s),
+                twin,
             },
         ))
     }
@@ -126,6 +138,14 @@ impl FastScenario {
         let mut send = vec![0.0; (n - 1) * k_n];
         let mut stage_busy = vec![[0.0; NCAT]; n * k_n];
         for st in 0..n {
+            let twin = fit.twin[st];
+            if twin < st {
+                for k in 0..k_n {
+                    span[st * k_n + k] = span[twin * k_n + k];
+                    stage_busy[st * k_n + k] = stage_busy[twin * k_n + k];
+                }
+                continue;
+            }
             let pm = self.stage_model(fit, st);
             for (k, &b) in sizes.iter().enumerate() {
                 let mut state = State::new(set.launch);
@@ -151,16 +171,13 @@ impl FastScenario {
                 send[from * k_n + k] = us;
             }
         }
-        let w = pl::schedule(
-            &pl::Times {
-                size: &size,
-                sizes: k_n,
-                span: &span,
-                send: &send,
-                ret: fit.ret_us,
-            },
-            &mut |_| {},
-        );
+        let w = pl::schedule_windows(&pl::Times {
+            size: &size,
+            sizes: k_n,
+            span: &span,
+            send: &send,
+            ret: fit.ret_us,
+        });
         let comm = Category::Communication.index();
         let mut busy = [0.0; NCAT];
         for st in 0..n {

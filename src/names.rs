@@ -30,12 +30,21 @@ macro_rules! enum_names {
             pub(crate) fn name(self) -> &'static str {
                 match self { $( $v => [$($s),+][0], )+ }
             }
+            /// The choice `s` spells (any spelling, any case, surrounding blanks ignored), if
+            /// any: `FromStr` without building the error (pricing asks per op).
+            #[allow(dead_code)] // not every enum is looked up without its error
+            pub(crate) fn from_name(s: &str) -> Option<Self> {
+                let s = s.trim();
+                $( if [$($s),+].iter().any(|n| n.eq_ignore_ascii_case(s)) { return Some($v); } )+
+                None
+            }
         }
         impl std::str::FromStr for $t {
             type Err = $crate::error::Error;
             fn from_str(s: &str) -> $crate::error::Result<Self> {
-                let l = s.trim().to_ascii_lowercase();
-                $( if [$($s),+].iter().any(|n| n.to_ascii_lowercase() == l) { return Ok($v); } )+
+                if let Some(v) = Self::from_name(s) {
+                    return Ok(v);
+                }
                 Err($crate::error::Error::Unknown {
                     kind: $what,
                     name: $crate::units::echo(s),

@@ -100,7 +100,7 @@ impl KernelTable {
 
     fn group(&self, key: &MeasureKey) -> Option<&Group> {
         // A family the harness does not measure has no table entry: the law prices it.
-        let family: KernelFamily = key.family.parse().ok()?;
+        let family = KernelFamily::from_name(key.family)?;
         let k = (family, key.n, key.k, batch_key(family, key.batch));
         let i = self.groups.binary_search_by_key(&k, |g| g.0).ok()?;
         Some(&self.groups[i].1)

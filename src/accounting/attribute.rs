@@ -12,6 +12,8 @@
 use crate::category::Category;
 
 const N: usize = Category::COUNT;
+// The running categories are the bits of a u32.
+const _: () = assert!(N <= 32);
 
 /// One kernel (or other GPU activity) as the accounting sees it.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -50,23 +52,26 @@ pub(crate) fn attribute(
         (e > s && iv.category != Category::Idle).then_some((s, e))
     };
     let mut active = [0i32; N];
+    // Bit i: category i has a kernel running (most instants have one or two of the N).
+    let mut running = 0u32;
     let mut t = window_start;
     let mut sweep = |(time, delta, cat): (f64, i32, u8)| {
         if time > t {
             let dt = time - t;
-            let mut top = Category::Idle.index();
-            for (i, &n) in active.iter().enumerate() {
-                if n > 0 {
-                    out.busy_us[i] += dt;
-                    if i < top {
-                        top = i;
-                    }
-                }
+            // The first running category in `Category::ALL`, else idle (trailing_zeros of
+            // none is 32).
+            let top = (running.trailing_zeros() as usize).min(Category::Idle.index());
+            let mut bits = running;
+            while bits != 0 {
+                out.busy_us[bits.trailing_zeros() as usize] += dt;
+                bits &= bits - 1;
             }
             out.exclusive_us[top] += dt;
             t = time;
         }
-        active[cat as usize] += delta;
+        let c = cat as usize;
+        active[c] += delta;
+        running = (running & !(1 << c)) | (u32::from(active[c] > 0) << c);
     };
     scratch.clear();
     match lanes(intervals, &clip) {

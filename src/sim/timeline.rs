@@ -75,36 +75,38 @@ impl Timeline {
 
     /// One breakdown per rank over its own step window.
     pub fn rank_breakdowns(&self, w: &Workload) -> Vec<Breakdown> {
-        // Records by rank, in recorded order (one pass, not one scan of all records per rank).
-        let mut by_rank: Vec<Vec<u32>> = vec![Vec::new(); self.ranks];
-        for (i, r) in self.records.iter().enumerate() {
-            if let Some(v) = by_rank.get_mut(r.rank as usize) {
-                v.push(i as u32);
-            }
-        }
         // Each op's category once (a record's op is a large struct; reading it per record
         // touches a cache line per record).
         let categories: Vec<Category> = w.ops.iter().map(|op| op.category).collect();
-        let one = |(intervals, scratch): &mut (Vec<Interval>, Vec<_>), rank: usize| {
-            intervals.clear();
-            let (mut wait, mut transfer) = (0.0, 0.0);
-            for r in by_rank[rank].iter().map(|&i| &self.records[i as usize]) {
-                let category = categories[r.op as usize];
-                if category == Category::Communication {
-                    wait += r.wait_us;
-                    transfer += r.end_us - r.start_us - r.wait_us;
-                }
-                intervals.push(Interval {
-                    start_us: r.start_us,
-                    end_us: r.end_us,
-                    category,
-                });
+        // Every rank's intervals and communication wait and transfer, in recorded order, from
+        // one pass over the records: the engine records op by op, so one rank's records lie a
+        // rank count apart, and reading them rank by rank would miss the cache at each one.
+        let per = self.records.len() / self.ranks.max(1) + 1;
+        let mut intervals: Vec<Vec<Interval>> =
+            (0..self.ranks).map(|_| Vec::with_capacity(per)).collect();
+        let mut comm = vec![(0.0, 0.0); self.ranks];
+        for r in &self.records {
+            let rank = r.rank as usize;
+            let Some(list) = intervals.get_mut(rank) else {
+                continue;
+            };
+            let category = categories[r.op as usize];
+            if category == Category::Communication {
+                let c = &mut comm[rank];
+                c.0 += r.wait_us;
+                c.1 += r.end_us - r.start_us - r.wait_us;
             }
+            list.push(Interval {
+                start_us: r.start_us,
+                end_us: r.end_us,
+                category,
+            });
+        }
+        let one = |scratch: &mut Vec<_>, rank: usize| {
             let (start, end) = (self.rank_start_us[rank], self.rank_end_us[rank]);
-            let a = attribute(intervals, start, end, scratch);
+            let a = attribute(&intervals[rank], start, end, scratch);
             let mut b = Breakdown::from_attribution(end - start, a);
-            b.comm_wait_us = wait;
-            b.comm_transfer_us = transfer;
+            (b.comm_wait_us, b.comm_transfer_us) = comm[rank];
             b
         };
         // Ranks are independent: a large timeline (hundreds of ranks) is read on every core.
@@ -112,12 +114,12 @@ impl Timeline {
             use rayon::prelude::*;
             (0..self.ranks)
                 .into_par_iter()
-                .map_init(|| (Vec::new(), Vec::new()), one)
+                .map_init(Vec::new, one)
                 .collect()
         } else {
-            let mut buffers = (Vec::new(), Vec::new());
+            let mut scratch = Vec::new();
             (0..self.ranks)
-                .map(|rank| one(&mut buffers, rank))
+                .map(|rank| one(&mut scratch, rank))
                 .collect()
         }
     }

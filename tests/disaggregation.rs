@@ -39,8 +39,8 @@ fn close(a: f64, b: f64) {
 fn kimi_kv_transfer_over_ndr_infiniband_by_hand() {
     let m = model("kimi-k2.5");
     let sys = system("h200-hgx-2node-ib");
-    let link = KvLink::net(&sys, &sys, 8).unwrap();
-    let t = kv_transfer(&m, 8, 2.0, 2000.0, &link);
+    let link = KvLink::net(&sys, 8, &sys, 8).unwrap();
+    let t = kv_transfer(&m, 8, 8, 2.0, 2000.0, &link);
     // MLA latent (kv_lora_rank 512 + qk_rope_head_dim 64) × 2 B (BF16) × 61 layers = 70,272 B
     // per token, on every TP rank; the decode rank needs the whole prompt's.
     let bytes = 2000.0 * (512.0 + 64.0) * 2.0 * 61.0;
@@ -61,27 +61,27 @@ fn kimi_kv_transfer_over_ndr_infiniband_by_hand() {
 fn kv_transfer_over_roce_without_gpudirect_and_over_tcp_by_hand() {
     let m = model("kimi-k2.5");
     let roce = system("rtx-pro-6000-2node-roce");
-    let l = KvLink::net(&roce, &roce, 8).unwrap();
+    let l = KvLink::net(&roce, 8, &roce, 8).unwrap();
     // 2 NICs of 200 Gb/s per node (25 GB/s each) shared by the 8 ranks of the node:
     // 6.25 GB/s per rank; no GPUDirect on either end: + 14 µs host staging at each end.
     close(l.rank_gbps, 2.0 * 25.0 / 8.0);
     close(l.latency_us, 2.0 * 2.0 + 14.0 + 14.0);
-    let t = kv_transfer(&m, 8, 1.0, 1000.0, &l);
+    let t = kv_transfer(&m, 8, 8, 1.0, 1000.0, &l);
     let bytes = 1000.0 * 576.0 * 1.0 * 61.0; // FP8 KV cache
     close(t.time_us, 32.0 + bytes / (6.25 * RDMA_EFFICIENCY * 1e3));
 
     let tcp = system("rtx-pro-6000-2node-tcp");
-    let l = KvLink::net(&tcp, &tcp, 8).unwrap();
+    let l = KvLink::net(&tcp, 8, &tcp, 8).unwrap();
     // 1 NIC of 100 Gb/s per node, 8 ranks; TCP efficiency; 15 µs each way + staging.
     close(l.rank_gbps, 12.5 / 8.0);
     assert_eq!(l.efficiency, TCP_EFFICIENCY);
     close(l.latency_us, 2.0 * 15.0 + 28.0);
     // A TCP end makes the path TCP even when the other end is RDMA; the slower end's rate.
-    let mixed = KvLink::net(&roce, &tcp, 8).unwrap();
+    let mixed = KvLink::net(&roce, 8, &tcp, 8).unwrap();
     assert_eq!(mixed.efficiency, TCP_EFFICIENCY);
     close(mixed.rank_gbps, 12.5 / 8.0);
     // A single-node system has no network.
-    assert!(KvLink::net(&system("h200-8x-nvlink"), &roce, 8).is_none());
+    assert!(KvLink::net(&system("h200-8x-nvlink"), 8, &roce, 8).is_none());
 }
 
 #[test]
@@ -90,11 +90,74 @@ fn gqa_kv_transfer_within_an_nvlink_node_by_hand() {
     let sys = system("h200-8x-nvlink");
     let l = KvLink::intra(&sys);
     assert_eq!(l.class, "nvlink");
-    let t = kv_transfer(&m, 2, 2.0, 4096.0, &l);
+    let t = kv_transfer(&m, 2, 2, 2.0, 4096.0, &l);
     // 8 KV heads over TP=2: 4 per rank; K and V of head_dim 128 in BF16, 80 layers.
     let bytes = 4096.0 * 2.0 * 4.0 * 128.0 * 2.0 * 80.0;
     assert_eq!(t.bytes_per_rank, bytes);
     close(t.time_us, 0.6 + bytes / (450.0 * NVLINK_EFFICIENCY * 1e3));
+}
+
+/// Prefill and decode instances of different TPs: every decode rank receives what it stores,
+/// the prefill ranks share the sending, and the slower end sets the time.
+#[test]
+fn kv_transfer_between_different_tps_by_hand() {
+    // Llama-3.1-70B (GQA, 8 KV heads) from a TP=2 prefill instance to a TP=8 decode instance
+    // over the RoCE pair: a decode rank stores 1 KV head; 8 decode ranks need 8 heads' worth,
+    // sent by 2 prefill ranks, 4 heads' worth each. 2 NICs of 200 Gb/s per node: shared by the
+    // 2 prefill ranks of their node, 25 GB/s each; by the 8 decode ranks of theirs, 6.25.
+    let m = model("llama-3.1-70b");
+    let roce = system("rtx-pro-6000-2node-roce");
+    let l = KvLink::net(&roce, 2, &roce, 8).unwrap();
+    close(l.send_gbps, 2.0 * 25.0 / 2.0);
+    close(l.recv_gbps, 2.0 * 25.0 / 8.0);
+    let t = kv_transfer(&m, 2, 8, 2.0, 1000.0, &l);
+    let head = 1000.0 * 2.0 * 128.0 * 2.0 * 80.0; // K and V of one head, BF16, 80 layers
+    assert_eq!(t.bytes_per_rank, head);
+    assert_eq!(t.ranks, 8);
+    assert_eq!(t.total_bytes, 8.0 * head);
+    // Sending 4 heads at 25 GB/s, receiving 1 at 6.25 GB/s: the same time at both ends.
+    let send = 4.0 * head / (25.0 * RDMA_EFFICIENCY * 1e3);
+    let recv = head / (6.25 * RDMA_EFFICIENCY * 1e3);
+    close(send, recv);
+    close(t.busy_us, send);
+    close(t.time_us, l.latency_us + send);
+    // TP=4 prefill to TP=8 decode: 2 heads sent at 12.5 GB/s, 1 received at 6.25 GB/s, again
+    // even; TP=8 to TP=2: each decode rank receives 4 heads at 25 GB/s, the 8 prefill ranks
+    // send 1 each at 6.25 GB/s; TP=2 to TP=4 on the H200 pair (one 50 GB/s NIC per GPU): 4
+    // heads sent per prefill rank, 2 received per decode rank, the prefill end binds.
+    let t = kv_transfer(
+        &m,
+        4,
+        8,
+        2.0,
+        1000.0,
+        &KvLink::net(&roce, 4, &roce, 8).unwrap(),
+    );
+    close(t.busy_us, 2.0 * head / (12.5 * RDMA_EFFICIENCY * 1e3));
+    let back = kv_transfer(
+        &m,
+        8,
+        2,
+        2.0,
+        1000.0,
+        &KvLink::net(&roce, 8, &roce, 2).unwrap(),
+    );
+    assert_eq!(back.bytes_per_rank, 4.0 * head);
+    close(back.busy_us, 4.0 * head / (25.0 * RDMA_EFFICIENCY * 1e3));
+    let ib = system("h200-hgx-2node-ib");
+    let t = kv_transfer(&m, 2, 4, 2.0, 1000.0, &KvLink::net(&ib, 2, &ib, 4).unwrap());
+    assert_eq!(t.bytes_per_rank, 2.0 * head);
+    close(t.busy_us, 4.0 * head / (50.0 * RDMA_EFFICIENCY * 1e3));
+    // Equal TPs are the rank-to-rank transfer of before.
+    let same = kv_transfer(
+        &m,
+        8,
+        8,
+        2.0,
+        1000.0,
+        &KvLink::net(&roce, 8, &roce, 8).unwrap(),
+    );
+    close(same.busy_us, head / (6.25 * RDMA_EFFICIENCY * 1e3));
 }
 
 /// Llama-3.1-70B at TP=2 on the 2-node H200 system (8 layers simulated, for speed): 1P:1D
@@ -104,6 +167,17 @@ fn study(
     output: u64,
     tpot: Option<f64>,
     ttft: Option<f64>,
+) -> (Disaggregation, decodesim::capacity::Capacity) {
+    study_with(input, output, tpot, ttft, None)
+}
+
+/// [`study`] with the prefill instances at a TP of their own.
+fn study_with(
+    input: u64,
+    output: u64,
+    tpot: Option<f64>,
+    ttft: Option<f64>,
+    prefill_tp: Option<u32>,
 ) -> (Disaggregation, decodesim::capacity::Capacity) {
     let req = CapacityRequest {
         scenario: ScenarioRequest {
@@ -131,6 +205,7 @@ fn study(
     let o = DisaggOptions {
         max_ttft_ms: ttft,
         prefill_system: None,
+        prefill_tp,
         max_instances: 4,
     };
     disagg::precheck(&req, &o).unwrap();
@@ -297,6 +372,45 @@ fn refused(args: &[&str], needles: &[&str]) {
     }
 }
 
+/// `--prefill-tp`: TP=4 prefill instances beside TP=2 decode instances. Every ratio counts
+/// 4 GPUs per prefill and 2 per decode instance, fits one node of 8 while it can, and moves
+/// the KV cache from 4 ranks to 2; the prefill pool is priced at TP=4 (a prompt token costs
+/// less time on twice the GPUs).
+#[test]
+fn prefill_instances_at_a_tp_of_their_own() {
+    let (same, _) = study_with(2000, 200, None, None, None);
+    let (wide, _) = study_with(2000, 200, None, None, Some(4));
+    assert_eq!((same.prefill.tp, wide.prefill.tp), (2, 4));
+    assert_eq!(wide.tp, 2);
+    assert!(
+        wide.prefill.us_per_token < same.prefill.us_per_token,
+        "TP=4 prefill {} µs per token against TP=2 {}",
+        wide.prefill.us_per_token,
+        same.prefill.us_per_token
+    );
+    for r in &wide.rows {
+        let (x, y) = (r.prefill_instances, r.decode_instances);
+        assert_eq!(r.gpus, 4 * x + 2 * y, "{x}P:{y}D");
+        let one_node = 4 * x + 2 * y <= 8;
+        assert_eq!(r.link, if one_node { "nvlink" } else { "net" }, "{x}P:{y}D");
+    }
+    // The transfer each row uses, by hand: 8 layers simulated; a TP=2 decode rank stores 4 of
+    // the 8 KV heads, 2,000 tokens × K and V × 128 × 2 B each; the 4 prefill ranks send 2
+    // heads' worth each. The decode end binds on either link (both ends at the same rate).
+    let head = 2000.0 * 2.0 * 128.0 * 2.0 * 8.0;
+    let sys = system("h200-hgx-2node-ib");
+    for (class, l) in [
+        ("nvlink", KvLink::intra(&sys)),
+        ("net", KvLink::net(&sys, 4, &sys, 2).unwrap()),
+    ] {
+        let by_hand = l.latency_us
+            + (2.0 * head / (l.send_gbps * l.efficiency * 1e3))
+                .max(4.0 * head / (l.recv_gbps * l.efficiency * 1e3));
+        let row = wide.rows.iter().find(|r| r.link == class).expect(class);
+        close(row.kv_transfer_ms, by_hand / 1e3);
+    }
+}
+
 #[test]
 fn bad_disaggregation_flags_are_refused_by_name() {
     let base = [
@@ -350,7 +464,29 @@ fn bad_disaggregation_flags_are_refused_by_name() {
     // A prefill system that cannot run the decode instance's TP.
     refused(
         &with(&["--prefill-system", "h200-2x-nvlink"]),
-        &["--prefill-system h200-2x-nvlink", "TP=8"],
+        &["--prefill-system h200-2x-nvlink", "TP=8", "--prefill-tp"],
+    );
+    // A prefill TP of its own that the system or the model cannot run.
+    refused(&with(&["--prefill-tp", "0"]), &["--prefill-tp 0"]);
+    refused(
+        &with(&["--prefill-system", "h200-2x-nvlink", "--prefill-tp", "4"]),
+        &["--prefill-tp 4", "h200-2x-nvlink"],
+    );
+    refused(&with(&["--prefill-tp", "3"]), &["--prefill-tp 3"]);
+    // Only with --disaggregate.
+    refused(
+        &[
+            "capacity",
+            "--system",
+            "h200-hgx-2node-ib",
+            "--input-len",
+            "1000",
+            "--output-len",
+            "100",
+            "--prefill-tp",
+            "4",
+        ],
+        &["--prefill-tp", "--disaggregate"],
     );
     // No prompts to separate.
     refused(

@@ -2,8 +2,8 @@
 //! cache of every prompt moved between them, and the prefill:decode ratio that serves a request
 //! mix best under TPOT and TTFT targets, held against the co-located (chunked-prefill) answer.
 //!
-//! **Prefill pool.** A prefill instance (same TP as the decode instance, on `--prefill-system`,
-//! default the decode system) runs steps of `max_num_batched_tokens` prompt tokens; one prompt
+//! **Prefill pool.** A prefill instance (on `--prefill-system`, default the decode system; at
+//! `--prefill-tp`, default the decode instance's TP) runs steps of `max_num_batched_tokens` prompt tokens; one prompt
 //! token costs what `curve::prefill_cost` prices at that chunk (the step's layer kernels at the
 //! chunk / the chunk + the prefill-attention roofline at the mean input). So one request of the
 //! mean input occupies the instance `S = input × cost` and an instance serves
@@ -59,6 +59,8 @@ pub struct DisaggOptions {
     pub max_ttft_ms: Option<f64>,
     /// The prefill pool's system (None: the decode system).
     pub prefill_system: Option<String>,
+    /// The prefill instance's TP (None: the decode instance's).
+    pub prefill_tp: Option<u32>,
     /// Ratios xP:yD with x and y from 1 to this.
     pub max_instances: u32,
 }
@@ -68,6 +70,7 @@ impl Default for DisaggOptions {
         DisaggOptions {
             max_ttft_ms: None,
             prefill_system: None,
+            prefill_tp: None,
             max_instances: DEFAULT_POOL_INSTANCES,
         }
     }
@@ -77,6 +80,9 @@ impl DisaggOptions {
     fn check(&self) -> Result<()> {
         if let Some(t) = self.max_ttft_ms {
             limits::flag_in("--max-ttft-ms", t, &limits::MAX_TPOT_MS)?;
+        }
+        if let Some(t) = self.prefill_tp {
+            limits::flag_int_in("--prefill-tp", t as u64, &(1..=u32::MAX as u64))?;
         }
         limits::flag_int_in(
             "--max-pool-instances",
@@ -198,7 +204,8 @@ fn lengths(spec: &DemandSpec, d: &Demand) -> Result<(f64, f64, f64)> {
     Ok((d.input_len, longest, d.output_len))
 }
 
-/// The prefill scenario: the decode scenario's request on `--prefill-system` at the same TP.
+/// The prefill scenario: the decode scenario's request on `--prefill-system` at `--prefill-tp`
+/// (by default the decode instance's system and TP).
 fn prefill_scenario(
     req: &CapacityRequest,
     o: &DisaggOptions,
@@ -206,26 +213,41 @@ fn prefill_scenario(
     p: &CalibrationProfile,
     d: &Demand,
 ) -> Result<(Scenario, CalibrationProfile)> {
-    let name = match &o.prefill_system {
-        Some(n) if *n != req.scenario.system => n.clone(),
-        _ => return Ok((s.clone(), p.clone())),
-    };
-    // An unknown name is refused by the flag that gave it.
-    crate::scenario::catalog::resolve_system(&name).map_err(|e| Error::Flag {
-        flag: "--prefill-system",
-        value: crate::units::echo(&name),
-        expected: e.to_string(),
-    })?;
+    let other = o
+        .prefill_system
+        .clone()
+        .filter(|n| *n != req.scenario.system);
+    let tp = o.prefill_tp.unwrap_or(s.tp);
+    if other.is_none() && tp == s.tp {
+        return Ok((s.clone(), p.clone()));
+    }
     let mut r = req.scenario.clone();
-    r.system = name.clone();
-    r.tp = Some(s.tp);
-    r.calibration = None;
+    if let Some(name) = &other {
+        // An unknown name is refused by the flag that gave it.
+        crate::scenario::catalog::resolve_system(name).map_err(|e| Error::Flag {
+            flag: "--prefill-system",
+            value: crate::units::echo(name),
+            expected: e.to_string(),
+        })?;
+        r.system = name.clone();
+        r.calibration = None;
+    }
+    r.tp = Some(tp);
     let (mut ps, pp) = super::load(&r, d).map_err(|e| match e.scenario_problem() {
+        // A TP of its own that the model or the system cannot run is the TP flag's problem.
+        Some(why) if tp != s.tp => Error::Flag {
+            flag: "--prefill-tp",
+            value: tp.to_string(),
+            expected: format!(
+                "a TP the prefill system ({}) and the model run: {why}",
+                other.as_deref().unwrap_or(&req.scenario.system)
+            ),
+        },
         Some(why) => Error::Flag {
             flag: "--prefill-system",
-            value: crate::units::echo(&name),
+            value: crate::units::echo(other.as_deref().unwrap_or_default()),
             expected: format!(
-                "a system that runs the decode instance's TP={} (the KV cache moves rank to rank): {why}",
+                "a system that runs the decode instance's TP={} (the KV cache moves rank to rank; --prefill-tp gives the prefill instance a TP of its own): {why}",
                 s.tp
             ),
         },
@@ -264,12 +286,12 @@ fn placement(
     ps: &Scenario,
     s: &Scenario,
 ) -> Result<(bool, Option<KvLink>, Option<KvLink>)> {
-    let tp = s.tp;
+    let (tp_p, tp) = (ps.tp, s.tp);
     let same_system = ps.system.source == s.system.source;
     let intra = same_system.then(|| KvLink::intra(&s.system));
-    let net = KvLink::net(&ps.system, &s.system, tp);
+    let net = KvLink::net(&ps.system, tp_p, &s.system, tp);
     // The smallest ratio, 1P:1D, is the one most likely to fit on one node.
-    let one_node = same_system && 2 * tp <= s.system.gpus_per_node && o.max_instances >= 1;
+    let one_node = same_system && tp_p + tp <= s.system.gpus_per_node && o.max_instances >= 1;
     if !one_node && net.is_none() {
         let lacking: Vec<&str> = [&ps.system, &s.system]
             .iter()
@@ -284,8 +306,13 @@ fn placement(
             },
             value: lacking.join(", "),
             expected: format!(
-                "a system with a [network] section for --disaggregate: a prefill and a decode instance of TP={tp} need {} GPUs{}, so the KV cache crosses the network between nodes (multi-node systems: h200-hgx-2node-ib, h100-hgx-2node-ib, rtx-pro-6000-2node-roce, rtx-pro-6000-2node-tcp)",
-                2 * tp,
+                "a system with a [network] section for --disaggregate: {} need {} GPUs{}, so the KV cache crosses the network between nodes (multi-node systems: h200-hgx-2node-ib, h100-hgx-2node-ib, rtx-pro-6000-2node-roce, rtx-pro-6000-2node-tcp)",
+                if tp_p == tp {
+                    format!("a prefill and a decode instance of TP={tp}")
+                } else {
+                    format!("a prefill instance of TP={tp_p} and a decode instance of TP={tp}")
+                },
+                tp_p + tp,
                 if same_system {
                     format!(", more than one node of {} GPUs", s.system.gpus_per_node)
                 } else {
@@ -366,10 +393,11 @@ pub fn disaggregate(
     };
 
     // Links.
-    let tp = s.tp;
+    let (tp_p, tp) = (ps.tp, s.tp);
     let n = o.max_instances;
     let (same_system, intra, net) = placement(o, &ps, s)?;
-    let fits_node = |x: u32, y: u32| same_system && (x + y) * tp <= s.system.gpus_per_node;
+    let gpus_of = |x: u32, y: u32| x * tp_p + y * tp;
+    let fits_node = |x: u32, y: u32| same_system && gpus_of(x, y) <= s.system.gpus_per_node;
     // Decode pool: the same curve without prefill's share.
     let decode_curve = curve::build(
         s,
@@ -382,8 +410,9 @@ pub fn disaggregate(
     )?;
     let decode_limit = best_point(&decode_curve.points, req.max_tpot_ms, |_| true).copied();
 
-    let kv =
-        |len: f64, link: &KvLink| kv_transfer::kv_transfer(&s.model, tp, s.kv_bytes, len, link);
+    let kv = |len: f64, link: &KvLink| {
+        kv_transfer::kv_transfer(&s.model, tp_p, tp, s.kv_bytes, len, link)
+    };
     let mut transfers = Vec::new();
     if let Some(l) = &intra {
         if (1..=n).any(|x| (1..=n).any(|y| fits_node(x, y))) {
@@ -404,7 +433,7 @@ pub fn disaggregate(
     let mut rows = Vec::new();
     for x in 1..=n {
         for y in 1..=n {
-            let gpus = (x + y) * tp;
+            let gpus = gpus_of(x, y);
             let mut row = RatioRow {
                 prefill_instances: x,
                 decode_instances: y,
@@ -527,7 +556,8 @@ pub fn disaggregate(
             row.prefill_utilization = rho;
             row.ttft_ms = with_wait.map(|w| w / 1e3);
             row.usd_per_hour = match (price_p, price_d) {
-                (Some(a), Some(b)) => Some((x as f64 * a + y as f64 * b) * tp as f64),
+                (Some(a), Some(b)) if tp_p == tp => Some((x as f64 * a + y as f64 * b) * tp as f64),
+                (Some(a), Some(b)) => Some(x as f64 * a * tp_p as f64 + y as f64 * b * tp as f64),
                 _ => None,
             };
             row.usd_per_million_tokens = per_million(row.usd_per_hour, row.tokens_per_s);

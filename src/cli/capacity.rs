@@ -122,9 +122,12 @@ pub struct CapacityArgs {
     /// prefill queue's wait).
     #[arg(long, value_name = "MS", requires = "disaggregate")]
     max_ttft_ms: Option<f64>,
-    /// System of the prefill pool [default: --system]; same TP as the decode instances.
+    /// System of the prefill pool [default: --system].
     #[arg(long, value_name = "NAME", requires = "disaggregate")]
     prefill_system: Option<String>,
+    /// TP of a prefill instance [default: the decode instance's --tp].
+    #[arg(long, value_name = "N", requires = "disaggregate")]
+    prefill_tp: Option<u32>,
     /// Ratios xP:yD for x and y from 1 to N (at most 16).
     #[arg(long, value_name = "N", default_value_t = crate::capacity::disagg::DEFAULT_POOL_INSTANCES)]
     max_pool_instances: u32,
@@ -730,6 +733,7 @@ fn disagg_options(a: &CapacityArgs) -> Option<crate::capacity::disagg::DisaggOpt
     Some(crate::capacity::disagg::DisaggOptions {
         max_ttft_ms: a.max_ttft_ms,
         prefill_system: a.prefill_system.clone(),
+        prefill_tp: a.prefill_tp,
         max_instances: a.max_pool_instances,
     })
 }

@@ -9,9 +9,14 @@
 //! vLLM's NIXL connector pairs them when both instances run the same TP (vLLM
 //! `distributed/kv_transfer/kv_connector/v1/nixl_connector.py`; UNVERIFIED against 0.33). For
 //! MLA every rank moves the whole latent: sending it once per node and fanning it out over
-//! NVLink is not modelled (an upper bound on the bytes that cross the network).
+//! NVLink is not modelled (an upper bound on the bytes that cross the network). When the two
+//! instances run different TPs (`capacity --prefill-tp`), every decode rank still receives
+//! what it stores, and the prefill ranks share the sending evenly: each sends the decode
+//! ranks' bytes over its count (ASSUMPTION: a connector that regroups heads across TPs, as
+//! NIXL's heterogeneous-TP mode is described; UNVERIFIED against a vLLM release).
 //!
-//! **Time.** One rank's transfer is `latency + bytes_per_rank / (rate × efficiency)`:
+//! **Time.** One rank's transfer is `latency + bytes_per_rank / (rate × efficiency)`, the
+//! slower of the sending and the receiving end (their bytes and rates differ between TPs):
 //!
 //! - **between nodes** (the pools on different nodes): `rate` is the rank's share of its node's
 //!   NICs — `nics_per_node × min(NIC line rate, GPU–NIC path) / ranks of the instance on the
@@ -52,8 +57,14 @@ pub const NVLINK_EFFICIENCY: f64 = 0.85;
 pub struct KvLink {
     /// `net` between nodes, `nvlink` or `pcie` within one.
     pub class: &'static str,
-    /// GB/s per direction available to one rank before the efficiency.
+    /// GB/s per direction available to one rank before the efficiency (the slower end's).
     pub rank_gbps: f64,
+    /// The same at the sending (prefill) and receiving (decode) end: they differ when the two
+    /// instances run different TPs (each end's NICs shared by its own ranks on a node).
+    #[serde(skip)]
+    pub send_gbps: f64,
+    #[serde(skip)]
+    pub recv_gbps: f64,
     pub efficiency: f64,
     /// The fixed part of one transfer (µs).
     pub latency_us: f64,
@@ -67,12 +78,16 @@ pub struct KvTransfer {
     pub input_len: f64,
     /// Bytes one decode rank receives (its whole KV cache of the prompt).
     pub bytes_per_rank: f64,
-    /// Ranks transferring at once (the instance's TP).
+    /// Decode ranks receiving at once (the decode instance's TP).
     pub ranks: u32,
+    /// Prefill ranks sending at once (the prefill instance's TP), and the bytes each sends.
+    pub sending_ranks: u32,
+    pub bytes_per_sending_rank: f64,
     /// Bytes over all ranks.
     pub total_bytes: f64,
     pub link: KvLink,
-    /// `latency_us + bytes_per_rank / (rank_gbps × efficiency)`.
+    /// `latency_us + bytes_per_rank / (rank_gbps × efficiency)` at equal TPs (see
+    /// [`kv_transfer`]).
     pub time_us: f64,
     /// The part that grows with the bytes (what occupies the link).
     pub busy_us: f64,
@@ -120,21 +135,19 @@ fn net_end(sys: &SystemSpec, tp: u32) -> Option<(f64, f64, f64, Transport, Strin
 }
 
 impl KvLink {
-    /// The network between a prefill instance on `a` and a decode instance on `b`, both at TP
-    /// `tp`; None when either system has no `[network]`.
-    pub fn net(a: &SystemSpec, b: &SystemSpec, tp: u32) -> Option<KvLink> {
-        let (ga, la, sa, ta, wa) = net_end(a, tp)?;
-        let (gb, lb, sb, tb, wb) = net_end(b, tp)?;
+    /// The network between a prefill instance of TP `tp_a` on `a` and a decode instance of TP
+    /// `tp_b` on `b`; None when either system has no `[network]`.
+    pub fn net(a: &SystemSpec, tp_a: u32, b: &SystemSpec, tp_b: u32) -> Option<KvLink> {
+        let (ga, la, sa, ta, wa) = net_end(a, tp_a)?;
+        let (gb, lb, sb, tb, wb) = net_end(b, tp_b)?;
         let tcp = ta == Transport::Tcp || tb == Transport::Tcp;
         let efficiency = if tcp { TCP_EFFICIENCY } else { RDMA_EFFICIENCY };
-        let ends = if a.name == b.name {
-            wa
-        } else {
-            format!("{wa}; {wb}")
-        };
+        let ends = if wa == wb { wa } else { format!("{wa}; {wb}") };
         Some(KvLink {
             class: LinkClass::Net.name(),
             rank_gbps: ga.min(gb),
+            send_gbps: ga,
+            recv_gbps: gb,
             efficiency,
             latency_us: 2.0 * la.max(lb) + sa + sb,
             source: format!(
@@ -152,6 +165,8 @@ impl KvLink {
             return KvLink {
                 class: LinkClass::Nvlink.name(),
                 rank_gbps: ic.nvlink_gbps,
+                send_gbps: ic.nvlink_gbps,
+                recv_gbps: ic.nvlink_gbps,
                 efficiency: NVLINK_EFFICIENCY,
                 latency_us: ic.p2p_latency_us,
                 source: format!(
@@ -177,6 +192,8 @@ impl KvLink {
         KvLink {
             class: LinkClass::Pcie.name(),
             rank_gbps: rate,
+            send_gbps: rate,
+            recv_gbps: rate,
             efficiency: 1.0,
             latency_us: lat,
             source: format!(
@@ -192,23 +209,37 @@ impl KvLink {
     }
 }
 
-/// The transfer of one prompt of `input_len` tokens from a TP=`tp` prefill instance to a TP=`tp`
-/// decode instance over `link` (see the module notes).
+/// The transfer of one prompt of `input_len` tokens from a TP=`tp_p` prefill instance to a
+/// TP=`tp_d` decode instance over `link` (see the module notes). Every decode rank receives
+/// what it stores of the prompt; the prefill ranks share the sending evenly (each holds its
+/// heads, or the whole MLA latent, and sends its part of the decode ranks' bytes). The slower
+/// end sets the time: `max(sent per prefill rank / its rate, received per decode rank / its
+/// rate)`, at equal TPs the bytes per rank over the slower end's rate.
 pub fn kv_transfer(
     m: &ModelSpec,
-    tp: u32,
+    tp_p: u32,
+    tp_d: u32,
     kv_elem_bytes: f64,
     input_len: f64,
     link: &KvLink,
 ) -> KvTransfer {
-    let bytes = kv_bytes_per_rank(m, tp, kv_elem_bytes, input_len);
+    let bytes = kv_bytes_per_rank(m, tp_d, kv_elem_bytes, input_len);
+    let total = bytes * tp_d as f64;
+    let sent = if tp_p == tp_d {
+        bytes
+    } else {
+        total / tp_p.max(1) as f64
+    };
     // GB/s = 1e3 bytes per µs.
-    let busy = bytes / (link.effective_gbps().max(1e-9) * 1e3);
+    let at = |b: f64, gbps: f64| b / ((gbps * link.efficiency).max(1e-9) * 1e3);
+    let busy = at(sent, link.send_gbps).max(at(bytes, link.recv_gbps));
     KvTransfer {
         input_len,
         bytes_per_rank: bytes,
-        ranks: tp,
-        total_bytes: bytes * tp as f64,
+        ranks: tp_d,
+        sending_ranks: tp_p,
+        bytes_per_sending_rank: sent,
+        total_bytes: total,
         link: link.clone(),
         time_us: link.latency_us + busy,
         busy_us: busy,

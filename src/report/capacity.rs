@@ -432,6 +432,25 @@ pub fn render_disagg_table(d: &crate::capacity::disagg::Disaggregation) -> Strin
         p.prefill_ms_longest
     ));
     for t in &d.transfers {
+        if t.sending_ranks != t.ranks {
+            // Instances of different TPs: each end's ranks, bytes and rate.
+            let eff = |g: f64| g * t.link.efficiency;
+            out.push_str(&format!(
+                "KV transfer over {}: {} from each of {} prefill ranks at {:.1} GB/s, {} to each of {} decode ranks at {:.1} GB/s ({:.0} input tokens), the slower end + {:.1} µs = {:.3} ms ({})\n",
+                t.link.class,
+                bytes(t.bytes_per_sending_rank),
+                t.sending_ranks,
+                eff(t.link.send_gbps),
+                bytes(t.bytes_per_rank),
+                t.ranks,
+                eff(t.link.recv_gbps),
+                t.input_len,
+                t.link.latency_us,
+                t.time_us / 1e3,
+                t.link.source
+            ));
+            continue;
+        }
         out.push_str(&format!(
             "KV transfer over {}: {} per rank × {} ranks ({:.0} input tokens) at {:.1} GB/s per rank + {:.1} µs = {:.3} ms ({})\n",
             t.link.class,

@@ -473,6 +473,11 @@ fn bad_disaggregation_flags_are_refused_by_name() {
         &["--prefill-tp 4", "h200-2x-nvlink"],
     );
     refused(&with(&["--prefill-tp", "3"]), &["--prefill-tp 3"]);
+    // Kimi-K2.5's weights do not fit 4 H200s: the prefill TP's problem, by name.
+    refused(
+        &with(&["--prefill-tp", "4"]),
+        &["--prefill-tp 4", "does not fit"],
+    );
     // Only with --disaggregate.
     refused(
         &[

@@ -233,7 +233,10 @@ fn prefill_scenario(
         r.calibration = None;
     }
     r.tp = Some(tp);
-    let (mut ps, pp) = super::load(&r, d).map_err(|e| match e.scenario_problem() {
+    // What the prefill instance cannot run (its TP, its system's GPUs, its memory) is the
+    // problem of the flag that chose it.
+    let blame = |e: Error| {
+        match e.scenario_problem() {
         // A TP of its own that the model or the system cannot run is the TP flag's problem.
         Some(why) if tp != s.tp => Error::Flag {
             flag: "--prefill-tp",
@@ -252,8 +255,11 @@ fn prefill_scenario(
             ),
         },
         None => e,
-    })?;
+    }
+    };
+    let (mut ps, pp) = super::load(&r, d).map_err(blame)?;
     ps.gpu_memory_utilization = req.memory.gpu_memory_utilization;
+    super::memory::account(&ps, &pp, &req.memory).map_err(blame)?;
     Ok((ps, pp))
 }
 

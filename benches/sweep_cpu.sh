@@ -8,7 +8,9 @@
 #             (each (batch, context) shared by 8 scenarios);
 #   dp16:     DeepSeek-V3 on h200-hgx-2node-ib, --tp 1 --dp 16 --ep-comm rdma-ll, batch 1..=250
 #             x N/250 contexts (data-parallel attention with wide expert parallelism: each new
-#             batch draws the ranks' expert loads).
+#             batch draws the ranks' expert loads);
+#   pp18:     Kimi-K2.5 on h200-hgx-18node-ib, --tp 8 --pp 18, batch 1..=250 x N/2500 contexts
+#             (a tenth of the size: a 144-GPU pipeline's row plays each distinct stage).
 # CPU = user + sys of the process (GNU time when present, else bash's `times` of the child);
 # peak RSS = GNU time's maximum resident set, else the child's VmHWM read through /proc.
 set -euo pipefail
@@ -50,4 +52,7 @@ for n in "${sizes[@]}"; do
         --nccl-proto LL,Simple --cuda-graphs on,off --draft-tokens 0,1 --acceptance-rate 0.5
     run dp16 $((250 * c)) --model deepseek-v3 --system h200-hgx-2node-ib --tp 1 --dp 16 \
         --ep-comm rdma-ll --batch 1..=250 --context "1000..=$((999 + c))"
+    p=$((n / 2500)); [ "$p" -ge 1 ] || p=1
+    run pp18 $((250 * p)) --model kimi-k2.5 --system h200-hgx-18node-ib --tp 8 --pp 18 \
+        --batch 1..=250 --context "1000..=$((999 + p))"
 done

@@ -409,9 +409,8 @@ impl FastScenario {
 
     /// [`FastScenario::play`] at `W` contexts at once, each on its own state (`at.context` is
     /// not read): the shapes that follow the tokens are looked up once, and the lanes' max-plus
-    /// recursions run interleaved (`play_lanes_regime`), so that their dependency chains
-    /// overlap. Each lane does, bit for bit, what `play` does at its context. More than one
-    /// lane needs `at.repeat` 1.
+    /// recursions run interleaved (`replay::play_regime`), so that their dependency chains
+    /// overlap. Each lane does, bit for bit, what `play` does at its context.
     fn play_lanes<const W: usize>(
         &self,
         m: &mut Memo,
@@ -642,14 +641,8 @@ impl FastScenario {
                 )
             }),
         };
-        match W {
-            1 => play_regime(regime, d, &e.excess, &mut sts[0], launch, repeat, sg),
-            _ => {
-                debug_assert_eq!(repeat, 1, "lanes play one pass");
-                let ds: [&[f64]; W] = std::array::from_fn(|l| &d[l * n..(l + 1) * n]);
-                play_lanes_regime(regime, &ds, &e.excess, sts, launch, sg);
-            }
-        }
+        let ds: [&[f64]; W] = std::array::from_fn(|l| &d[l * n..(l + 1) * n]);
+        play_regime(regime, &ds, &e.excess, sts, launch, repeat, sg);
     }
 
     /// The plain step's time (µs) at this batch and context.

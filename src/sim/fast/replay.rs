@@ -57,138 +57,90 @@ impl State {
     }
 }
 
-/// Plays one regime's segments `repeat` times (identical passes) with op durations `d`.
-pub(super) fn play_regime(
+/// Plays one regime's segments `repeat` times (identical passes) on `W` states at once, lane
+/// `l` with op durations `ds[l]` (a sweep's next contexts of one batch; one lane elsewhere).
+/// Each op is stepped on every lane before the next, so that the lanes' dependency chains (each
+/// op waits for its stream's previous one) run side by side rather than one after the other. A
+/// lane does exactly what it would do alone: a run of identical layers (or passes) goes on until
+/// every lane has reached its steady state, and a lane that has stopped plays no further layer.
+pub(super) fn play_regime<const W: usize>(
     regime: &Regime,
-    d: &[f64],
+    ds: &[&[f64]; W],
     ex: &[f64],
-    st: &mut State,
+    sts: &mut [State; W],
     launch: &Launch,
     repeat: u32,
     sg: &Straggler,
 ) {
     // The recursion specialised (at compile time) for the launch mode and whether straggler
     // spreads are tracked: the same operations in the same order, fewer tests per op.
+    let at = (regime, ds, ex);
     match (launch.launch == 0.0, sg.on) {
-        (true, true) => play_regime_as::<true, true>(regime, d, ex, st, launch, repeat, sg),
-        (true, false) => play_regime_as::<true, false>(regime, d, ex, st, launch, repeat, sg),
-        (false, true) => play_regime_as::<false, true>(regime, d, ex, st, launch, repeat, sg),
-        (false, false) => play_regime_as::<false, false>(regime, d, ex, st, launch, repeat, sg),
+        (true, true) => play_regime_as::<true, true, W>(at, sts, launch, repeat, sg),
+        (true, false) => play_regime_as::<true, false, W>(at, sts, launch, repeat, sg),
+        (false, true) => play_regime_as::<false, true, W>(at, sts, launch, repeat, sg),
+        (false, false) => play_regime_as::<false, false, W>(at, sts, launch, repeat, sg),
     }
 }
 
 /// [`play_regime`] with `GRAPHS`: no launch cost (`launch.launch == 0`), and `SG`: `sg.on`.
-fn play_regime_as<const GRAPHS: bool, const SG: bool>(
-    regime: &Regime,
-    d: &[f64],
-    ex: &[f64],
-    st: &mut State,
+fn play_regime_as<const GRAPHS: bool, const SG: bool, const W: usize>(
+    (regime, ds, ex): (&Regime, &[&[f64]; W], &[f64]),
+    sts: &mut [State; W],
     launch: &Launch,
     repeat: u32,
     sg: &Straggler,
 ) {
     // The whole pass may itself repeat (identical draft passes): a run like a segment's. A
     // run of one (a segment or pass played once) has nothing to skip: no steady-state test.
-    let mut pass = (repeat > 1).then(|| Run::start(st, launch));
+    let mut pass: Option<[Run; W]> =
+        (repeat > 1).then(|| std::array::from_fn(|l| Run::start(&sts[l], launch)));
+    let mut playing = [true; W];
     for r in 0..repeat {
         for seg in &regime.segments {
             let kinds = &regime.kinds[seg.start..seg.end];
-            let ds = &d[seg.start..seg.end];
-            let layer = |st: &mut State| {
-                if SG && !ex.is_empty() {
-                    // Expert parallelism: each loaded op's excess over the mean rank joins the
-                    // straggler wait of the collective that closes its window.
-                    for ((&kind, &dur), &x) in kinds.iter().zip(ds).zip(&ex[seg.start..seg.end]) {
-                        st.excess += x;
-                        step::<GRAPHS, SG>(st, kind, dur, launch, sg);
-                    }
-                } else {
-                    for (&kind, &dur) in kinds.iter().zip(ds) {
-                        step::<GRAPHS, SG>(st, kind, dur, launch, sg);
+            let layer = |sts: &mut [State; W], live: [bool; W]| {
+                for (j, &kind) in kinds.iter().enumerate() {
+                    let i = seg.start + j;
+                    for l in 0..W {
+                        if live[l] {
+                            if SG && !ex.is_empty() {
+                                // Expert parallelism: each loaded op's excess over the mean
+                                // rank joins the straggler wait of the collective that closes
+                                // its window.
+                                sts[l].excess += ex[i];
+                            }
+                            step::<GRAPHS, SG>(&mut sts[l], kind, ds[l][i], launch, sg);
+                        }
                     }
                 }
             };
             if seg.repeat == 1 {
-                layer(st);
+                layer(sts, playing);
                 continue;
             }
-            let mut run = Run::start(st, launch);
+            let mut runs: [Run; W] = std::array::from_fn(|l| Run::start(&sts[l], launch));
+            let mut live = playing;
             for k in 0..seg.repeat {
-                layer(st);
-                if run.steady(st, launch, seg.repeat - k - 1) {
+                layer(sts, live);
+                for l in 0..W {
+                    if live[l] && runs[l].steady(&mut sts[l], launch, seg.repeat - k - 1) {
+                        live[l] = false;
+                    }
+                }
+                if !live.contains(&true) {
                     break;
                 }
             }
         }
         if let Some(p) = pass.as_mut() {
-            if p.steady(st, launch, repeat - r - 1) {
-                return;
-            }
-        }
-    }
-}
-
-/// [`play_regime`] once (no repeat) on `W` states at once, lane `l` with durations `ds[l]`:
-/// each op is stepped on every lane before the next, so that the lanes' dependency chains
-/// (each op waits for its stream's previous one) run side by side rather than one after the
-/// other. A lane does exactly what `play_regime` does on its own state; a run of identical
-/// layers goes on until every lane has reached its steady state, a lane that has stopped
-/// playing no further layer.
-pub(super) fn play_lanes_regime<const W: usize>(
-    regime: &Regime,
-    ds: &[&[f64]; W],
-    ex: &[f64],
-    sts: &mut [State; W],
-    launch: &Launch,
-    sg: &Straggler,
-) {
-    match (launch.launch == 0.0, sg.on) {
-        (true, true) => play_lanes_as::<true, true, W>(regime, ds, ex, sts, launch, sg),
-        (true, false) => play_lanes_as::<true, false, W>(regime, ds, ex, sts, launch, sg),
-        (false, true) => play_lanes_as::<false, true, W>(regime, ds, ex, sts, launch, sg),
-        (false, false) => play_lanes_as::<false, false, W>(regime, ds, ex, sts, launch, sg),
-    }
-}
-
-fn play_lanes_as<const GRAPHS: bool, const SG: bool, const W: usize>(
-    regime: &Regime,
-    ds: &[&[f64]; W],
-    ex: &[f64],
-    sts: &mut [State; W],
-    launch: &Launch,
-    sg: &Straggler,
-) {
-    for seg in &regime.segments {
-        let kinds = &regime.kinds[seg.start..seg.end];
-        let layer = |sts: &mut [State; W], live: [bool; W]| {
-            for (j, &kind) in kinds.iter().enumerate() {
-                let i = seg.start + j;
-                let x = if SG && !ex.is_empty() { ex[i] } else { 0.0 };
-                for l in 0..W {
-                    if live[l] {
-                        if SG && !ex.is_empty() {
-                            sts[l].excess += x;
-                        }
-                        step::<GRAPHS, SG>(&mut sts[l], kind, ds[l][i], launch, sg);
-                    }
-                }
-            }
-        };
-        if seg.repeat == 1 {
-            layer(sts, [true; W]);
-            continue;
-        }
-        let mut runs: [Run; W] = std::array::from_fn(|l| Run::start(&sts[l], launch));
-        let mut live = [true; W];
-        for k in 0..seg.repeat {
-            layer(sts, live);
             for l in 0..W {
-                if live[l] && runs[l].steady(&mut sts[l], launch, seg.repeat - k - 1) {
-                    live[l] = false;
+                if playing[l] && p[l].steady(&mut sts[l], launch, repeat - r - 1) {
+                    playing[l] = false;
                 }
             }
-            if !live.contains(&true) {
-                break;
+            if !playing.contains(&true) {
+                return;
             }
         }
     }

@@ -6,6 +6,7 @@
 use super::units::{grouped, us};
 use crate::category::Category;
 use crate::error::{Error, Result};
+use crate::scenario::{Algo, Proto};
 use crate::whatif::sweep::{Meta, Output, Row, RowFormat, Summary};
 use crate::whatif::uncertainty::Interval;
 use std::io::Write;
@@ -51,19 +52,44 @@ fn push_u64(out: &mut Vec<u8>, v: u64) {
 /// often (a 4-decimal table value times a layer count), which `format!` prints slowly.
 #[inline]
 fn push_fixed(out: &mut Vec<u8>, v: f64, decimals: u32) {
+    match fixed_text(v, decimals) {
+        Some((buf, len)) => push_text(out, &buf, len),
+        None => {
+            let _ = write!(out, "{v:.*}", decimals as usize);
+        }
+    }
+}
+
+/// Appends the first `len` bytes of `buf` as one fixed 32-byte move (no `memcpy` call).
+#[inline(always)]
+fn push_text(out: &mut Vec<u8>, buf: &[u8; 32], len: usize) {
+    debug_assert!(len <= 32);
+    out.reserve(32);
+    // SAFETY: `reserve` left at least 32 bytes of spare capacity after `len()`; any byte is a
+    // valid u8, and only the `len` bytes of text are taken into the vector.
+    unsafe {
+        let at = out.len();
+        std::ptr::copy_nonoverlapping(buf.as_ptr(), out.as_mut_ptr().add(at), 32);
+        out.set_len(at + len);
+    }
+}
+
+/// [`push_fixed`]'s text in a 32-byte buffer and its length; `None` where `format!` must
+/// write it (non-finite values, exact ties, values of 2^53 / 10^decimals or more, more than
+/// six decimals).
+#[inline]
+fn fixed_text(v: f64, decimals: u32) -> Option<([u8; 32], usize)> {
     const POW: [f64; 7] = [1.0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6];
     let d = decimals as usize;
     if d >= POW.len() {
-        let _ = write!(out, "{v:.*}", d);
-        return;
+        return None;
     }
     let scale = POW[d];
     let av = v.abs();
     let y = av * scale;
     if !(y < 9.007e15) {
         // NaN, infinities and values beyond exact integers: `format!` (rare).
-        let _ = write!(out, "{v:.*}", d);
-        return;
+        return None;
     }
     let mut m = y as u64;
     let frac = y - m as f64;
@@ -73,13 +99,11 @@ fn push_fixed(out: &mut Vec<u8>, v: f64, decimals: u32) {
         let err = av.mul_add(scale, -y);
         if err == 0.0 {
             // An exact tie: `format!`'s own rule decides.
-            let _ = write!(out, "{v:.*}", d);
-            return;
+            return None;
         }
         m += (err > 0.0) as u64;
     }
-    // Digits written right to left into a stack buffer, then moved into `out` as one fixed
-    // 32-byte copy (no `memcpy` call, no division by a run-time power of ten).
+    // Digits written right to left (no division by a run-time power of ten).
     let neg = v.is_sign_negative() as usize;
     let digits = (m.checked_ilog10().unwrap_or(0) as usize + 1).max(d + 1);
     let len = neg + digits + (d > 0) as usize;
@@ -94,14 +118,7 @@ fn push_fixed(out: &mut Vec<u8>, v: f64, decimals: u32) {
     }
     put_digits(&mut buf, &mut i, &mut m, digits - d);
     debug_assert_eq!(i, neg);
-    out.reserve(buf.len());
-    // SAFETY: `reserve` left at least 32 bytes of spare capacity after `len()`; any byte is a
-    // valid u8, and only the `len` bytes written above are taken into the vector.
-    unsafe {
-        let at = out.len();
-        std::ptr::copy_nonoverlapping(buf.as_ptr(), out.as_mut_ptr().add(at), buf.len());
-        out.set_len(at + len);
-    }
+    Some((buf, len))
 }
 
 /// Writes the `n` lowest decimal digits of `m` into `buf` right to left, ending at `*i`, two at a
@@ -177,78 +194,161 @@ impl LastText {
         }
     }
 
-    /// Writes column `c`'s value `v` with `decimals` digits: the text kept when the bits are
-    /// the last value's, else `push_fixed`'s (then kept; a text over 32 bytes is not).
+    /// Writes column `c`'s value `v` with `decimals` digits and then `sep`: the text kept when
+    /// the bits are the last value's, else `fixed_text`'s (then kept).
     #[inline]
-    fn put(&mut self, out: &mut Vec<u8>, c: usize, v: f64, decimals: u32) {
+    fn put(&mut self, out: &mut Vec<u8>, c: usize, v: f64, decimals: u32, sep: u8) {
         let b = v.to_bits();
         if b == self.bits[c] && self.has[c] {
-            let len = self.len[c] as usize;
-            out.reserve(32);
-            // SAFETY: `reserve` left at least 32 bytes of spare capacity after `len()`; the
-            // whole 32-byte text buffer is copied (one fixed-size move, no `memcpy` call) and
-            // only its first `len` bytes, the kept text, are taken into the vector.
-            unsafe {
-                let at = out.len();
-                std::ptr::copy_nonoverlapping(self.text[c].as_ptr(), out.as_mut_ptr().add(at), 32);
-                out.set_len(at + len);
-            }
+            push_text(out, &self.text[c], self.len[c] as usize);
             return;
         }
-        let at = out.len();
-        push_fixed(out, v, decimals);
-        let t = &out[at..];
-        if t.len() <= 32 {
-            self.text[c][..t.len()].copy_from_slice(t);
-            self.len[c] = t.len() as u8;
-            self.bits[c] = b;
-            self.has[c] = true;
+        match fixed_text(v, decimals) {
+            Some((mut buf, len)) if len < 32 => {
+                buf[len] = sep;
+                push_text(out, &buf, len + 1);
+                self.text[c] = buf;
+                self.len[c] = len as u8 + 1;
+                self.bits[c] = b;
+                self.has[c] = true;
+            }
+            _ => {
+                push_fixed(out, v, decimals);
+                out.push(sep);
+            }
+        }
+    }
+}
+
+/// The start of a row, `model,system,calibration,batch,`, kept while the batch stays.
+struct Head {
+    batch: Option<u32>,
+    len: usize,
+    text: [u8; 128],
+}
+
+impl Head {
+    fn new() -> Self {
+        Head {
+            batch: None,
+            len: 0,
+            text: [0; 128],
+        }
+    }
+
+    #[inline]
+    fn put(&mut self, out: &mut Vec<u8>, prefix: &[u8], batch: u32) {
+        let digits = itoa::Buffer::new();
+        if self.batch != Some(batch) {
+            let mut digits = digits;
+            let b = digits.format(batch).as_bytes();
+            let len = prefix.len() + b.len() + 1;
+            if len > self.text.len() {
+                // A long model or system name: written field by field.
+                out.extend_from_slice(prefix);
+                out.extend_from_slice(b);
+                out.push(b',');
+                return;
+            }
+            self.text[..prefix.len()].copy_from_slice(prefix);
+            self.text[prefix.len()..len - 1].copy_from_slice(b);
+            self.text[len - 1] = b',';
+            self.len = len;
+            self.batch = Some(batch);
+        }
+        out.reserve(self.text.len());
+        // SAFETY: as `push_text`, with the 128-byte buffer.
+        unsafe {
+            let at = out.len();
+            std::ptr::copy_nonoverlapping(self.text.as_ptr(), out.as_mut_ptr().add(at), 128);
+            out.set_len(at + self.len);
+        }
+    }
+}
+
+/// The text a row's settings (protocol, algorithm, graphs, draft tokens) take, with its
+/// commas, kept while they stay.
+struct Settings {
+    key: Option<(Proto, Algo, bool, u32)>,
+    len: usize,
+    text: [u8; 32],
+}
+
+impl Settings {
+    #[inline]
+    fn put(&mut self, out: &mut Vec<u8>, r: &Row) {
+        let key = (r.proto, r.algo, r.cuda_graphs, r.draft_tokens);
+        if self.key != Some(key) {
+            let mut t = Vec::with_capacity(32);
+            t.extend_from_slice(r.proto.name().as_bytes());
+            t.push(b',');
+            t.extend_from_slice(r.algo.name().as_bytes());
+            t.push(b',');
+            t.extend_from_slice(onoff(r.cuda_graphs).as_bytes());
+            t.push(b',');
+            push_u64(&mut t, r.draft_tokens as u64);
+            t.push(b',');
+            if t.len() > self.text.len() {
+                out.extend_from_slice(&t);
+                return;
+            }
+            self.text[..t.len()].copy_from_slice(&t);
+            self.len = t.len();
+            self.key = Some(key);
+        }
+        push_text(out, &self.text, self.len);
+    }
+}
+
+/// What consecutive rows repeat, kept from row to row.
+struct Kept {
+    head: Head,
+    settings: Settings,
+    numbers: LastText,
+}
+
+impl Kept {
+    fn new() -> Self {
+        Kept {
+            head: Head::new(),
+            settings: Settings {
+                key: None,
+                len: 0,
+                text: [0; 32],
+            },
+            numbers: LastText::new(),
         }
     }
 }
 
 /// Consecutive CSV rows, `csv_row`'s bytes for each (see [`NUM_COLS`]).
 pub fn csv_rows(out: &mut Vec<u8>, prefix: &[u8], rows: &[Row]) {
-    let mut last = LastText::new();
+    let mut kept = Kept::new();
     for r in rows {
-        csv_row_with(out, prefix, r, &mut last);
+        csv_row_with(out, prefix, r, &mut kept);
     }
 }
 
 /// One CSV row; `prefix` is `model,system,calibration,`.
 pub fn csv_row(out: &mut Vec<u8>, prefix: &[u8], r: &Row) {
-    csv_row_with(out, prefix, r, &mut LastText::new());
+    csv_row_with(out, prefix, r, &mut Kept::new());
 }
 
-fn csv_row_with(out: &mut Vec<u8>, prefix: &[u8], r: &Row, last: &mut LastText) {
+fn csv_row_with(out: &mut Vec<u8>, prefix: &[u8], r: &Row, kept: &mut Kept) {
     out.reserve(prefix.len() + 64 + 24 * NUM_COLS);
-    out.extend_from_slice(prefix);
-    push_u64(out, r.batch as u64);
-    out.push(b',');
+    kept.head.put(out, prefix, r.batch);
     push_u64(out, r.context);
     out.push(b',');
-    out.extend_from_slice(r.proto.name().as_bytes());
-    out.push(b',');
-    out.extend_from_slice(r.algo.name().as_bytes());
-    out.push(b',');
-    out.extend_from_slice(onoff(r.cuda_graphs).as_bytes());
-    out.push(b',');
-    push_u64(out, r.draft_tokens as u64);
-    out.push(b',');
-    last.put(out, 0, r.mean_acceptance_length, 4);
-    out.push(b',');
-    last.put(out, 1, r.step_time_us, 3);
-    out.push(b',');
-    last.put(out, 2, r.tokens_per_s, 3);
-    out.push(b',');
-    last.put(out, 3, r.tokens_per_s_per_user, 4);
-    out.push(b',');
-    out.extend_from_slice(if r.fits { b"true" } else { b"false" });
+    kept.settings.put(out, r);
+    let last = &mut kept.numbers;
+    last.put(out, 0, r.mean_acceptance_length, 4, b',');
+    last.put(out, 1, r.step_time_us, 3, b',');
+    last.put(out, 2, r.tokens_per_s, 3, b',');
+    last.put(out, 3, r.tokens_per_s_per_user, 4, b',');
+    out.extend_from_slice(if r.fits { b"true," } else { b"false," });
     for (c, &b) in r.busy_us.iter().enumerate() {
-        out.push(b',');
-        last.put(out, 4 + c, b, 3);
+        last.put(out, 4 + c, b, 3, b',');
     }
-    out.push(b',');
     push_u64(out, r.pp as u64);
     out.push(b',');
     push_u64(out, r.dp as u64);

@@ -369,7 +369,7 @@ const BLANK: Row = Row {
 };
 
 /// Contexts of one batch and setting priced together (`FastScenario::step_us_busy_lanes`).
-const LANES: usize = 4;
+const LANES: usize = 8;
 
 impl Prepared<'_> {
     /// Where row `i` lies, in the grid's nested order: pp × dp, batch, context, proto × algo,

@@ -251,6 +251,10 @@ pub(super) struct Regime {
     pub(super) ops: Vec<OpT>,
     /// `ops[i].kind`, packed: the recursion walks this, not the (large) ops.
     pub(super) kinds: Vec<Kind>,
+    /// For each op, the end of the run of kernels on its stream that it starts within its
+    /// segment (`i + 1` for an op that is not such a kernel): the recursion plays a run of
+    /// kernels in one tight loop (`replay::play_regime`).
+    pub(super) run_end: Vec<u32>,
     pub(super) segments: Vec<Segment>,
     /// Ops priced together per group, in program order: (op, kept). An op whose price reads
     /// its successor (a table entry that includes the next kernel, attention's split-KV
@@ -698,8 +702,10 @@ impl PassModel {
         let collective_ops = (0..ops.len())
             .filter(|&i| ops[i].group == Group::Collective)
             .collect();
+        let kinds: Vec<Kind> = ops.iter().map(|o| o.kind).collect();
         Ok(Regime {
-            kinds: ops.iter().map(|o| o.kind).collect(),
+            run_end: kernel_runs(&kinds, &segments),
+            kinds,
             ops,
             segments,
             tokens_layout,
@@ -1027,6 +1033,26 @@ pub(super) fn price_layout_into(
         *o = v;
     }
     Ok(())
+}
+
+/// [`Regime::run_end`]: runs of kernels on one stream that add no expert-parallel excess
+/// (not `loaded`), each within one segment.
+fn kernel_runs(kinds: &[Kind], segments: &[Segment]) -> Vec<u32> {
+    let mut end: Vec<u32> = (1..=kinds.len() as u32).collect();
+    let stream = |k: Kind| match k {
+        Kind::Kernel { aux, loaded: false } => Some(aux),
+        _ => None,
+    };
+    for seg in segments {
+        for i in (seg.start..seg.end).rev() {
+            if let Some(a) = stream(kinds[i]) {
+                if i + 1 < seg.end && stream(kinds[i + 1]) == Some(a) {
+                    end[i] = end[i + 1];
+                }
+            }
+        }
+    }
+    end
 }
 
 /// Busy time per category of `ops` at durations `us`, over their segments' repeats.

@@ -58,8 +58,13 @@ pub(super) struct Memo {
     pub(super) passes: Vec<EntryMap>,
     /// Prices stored, to bound the memory a long-lived thread keeps.
     pub(super) stored: usize,
-    /// Scratch: one pass's op durations.
+    /// Scratch: one pass's op durations, `W` lanes of them.
     pub(super) d: Vec<f64>,
+    /// What `d` holds outside its context ops: the token-dependent and collective prices of
+    /// (pass slot, high regime, batch, queries, padded rows, collectives id, graphs, lanes);
+    /// `None` after a Monte Carlo draw changed them. A sweep's next lanes at the same batch
+    /// and setting then write their context ops only.
+    pub(super) d_from: Option<DFrom>,
     /// Scratch: the workload each layout is priced in (`price_layout_in`), by
     /// [`scratch_index`] (pass slot, regime, layout).
     pub(super) scratch: Vec<Scratch>,
@@ -79,6 +84,9 @@ pub(super) const LAYOUTS: usize = 3;
 pub(super) fn scratch_index(slot: usize, high: bool, layout: usize) -> usize {
     (slot * 2 + high as usize) * LAYOUTS + layout
 }
+
+/// See [`Memo::d_from`].
+pub(super) type DFrom = (usize, bool, u32, u32, u32, u64, bool, usize);
 
 /// (pass slot, batch, queries, padded rows, collectives id, graphs).
 pub(super) type LatencyKey = (usize, u32, u32, u32, u64, bool);

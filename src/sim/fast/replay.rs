@@ -58,23 +58,25 @@ impl State {
 }
 
 /// Plays one regime's segments `repeat` times (identical passes) on `W` states at once, lane
-/// `l` with op durations `ds[l]` (a sweep's next contexts of one batch; one lane elsewhere).
-/// Each op is stepped on every lane before the next, so that the lanes' dependency chains (each
-/// op waits for its stream's previous one) run side by side rather than one after the other. A
-/// lane does exactly what it would do alone: a run of identical layers (or passes) goes on until
-/// every lane has reached its steady state, and a lane that has stopped plays no further layer.
+/// `l` with op `i`'s duration at `d[i * W + l]` (a sweep's next contexts of one batch; one lane
+/// elsewhere). Each op is stepped on every lane before the next, so that the lanes' dependency
+/// chains (each op waits for its stream's previous one) run side by side rather than one after
+/// the other. A lane does exactly what it would do alone: a run of identical layers (or passes)
+/// goes on until every lane has reached its steady state, and a lane that has stopped plays no
+/// further layer.
 pub(super) fn play_regime<const W: usize>(
     regime: &Regime,
-    ds: &[&[f64]; W],
+    d: &[f64],
     ex: &[f64],
     sts: &mut [State; W],
     launch: &Launch,
     repeat: u32,
     sg: &Straggler,
 ) {
+    debug_assert_eq!(d.len(), regime.kinds.len() * W);
     // The recursion specialised (at compile time) for the launch mode and whether straggler
     // spreads are tracked: the same operations in the same order, fewer tests per op.
-    let at = (regime, ds, ex);
+    let at = (regime, d, ex);
     match (launch.launch == 0.0, sg.on) {
         (true, true) => play_regime_as::<true, true, W>(at, sts, launch, repeat, sg),
         (true, false) => play_regime_as::<true, false, W>(at, sts, launch, repeat, sg),
@@ -85,7 +87,7 @@ pub(super) fn play_regime<const W: usize>(
 
 /// [`play_regime`] with `GRAPHS`: no launch cost (`launch.launch == 0`), and `SG`: `sg.on`.
 fn play_regime_as<const GRAPHS: bool, const SG: bool, const W: usize>(
-    (regime, ds, ex): (&Regime, &[&[f64]; W], &[f64]),
+    (regime, d, ex): (&Regime, &[f64], &[f64]),
     sts: &mut [State; W],
     launch: &Launch,
     repeat: u32,
@@ -98,10 +100,27 @@ fn play_regime_as<const GRAPHS: bool, const SG: bool, const W: usize>(
     let mut playing = [true; W];
     for r in 0..repeat {
         for seg in &regime.segments {
-            let kinds = &regime.kinds[seg.start..seg.end];
             let layer = |sts: &mut [State; W], live: [bool; W]| {
-                for (j, &kind) in kinds.iter().enumerate() {
-                    let i = seg.start + j;
+                if live == [true; W] && ex.is_empty() {
+                    let mut i = seg.start;
+                    while i < seg.end {
+                        let end = regime.run_end[i] as usize;
+                        if end > i + 1 && sts.iter().all(|st| !st.first_start.is_nan()) {
+                            kernel_run::<SG, W>(sts, regime.kinds[i], &d[i * W..end * W], launch);
+                            i = end;
+                            continue;
+                        }
+                        let kind = regime.kinds[i];
+                        let di = &d[i * W..(i + 1) * W];
+                        for l in 0..W {
+                            step::<GRAPHS, SG>(&mut sts[l], kind, di[l], launch, sg);
+                        }
+                        i += 1;
+                    }
+                    return;
+                }
+                for i in seg.start..seg.end {
+                    let kind = regime.kinds[i];
                     for l in 0..W {
                         if live[l] {
                             if SG && !ex.is_empty() {
@@ -110,7 +129,7 @@ fn play_regime_as<const GRAPHS: bool, const SG: bool, const W: usize>(
                                 // its window.
                                 sts[l].excess += ex[i];
                             }
-                            step::<GRAPHS, SG>(&mut sts[l], kind, ds[l][i], launch, sg);
+                            step::<GRAPHS, SG>(&mut sts[l], kind, d[i * W + l], launch, sg);
                         }
                     }
                 }
@@ -142,6 +161,70 @@ fn play_regime_as<const GRAPHS: bool, const SG: bool, const W: usize>(
             if !playing.contains(&true) {
                 return;
             }
+        }
+    }
+}
+
+/// A run of kernels on one stream (`kind`'s), none of them `loaded`, on every lane, after the
+/// step's first kernel: what [`step`] does kernel by kernel, with the stream's free time, the
+/// CPU's clock and the stream's spread held in registers, lanes side by side (`d` op-major).
+/// The same operations in the same order per lane, so the same bits: the launch clock moves
+/// by the launch cost (0 under graphs), a kernel it binds counts and starts the spread afresh
+/// (`keep` 0; x × 1 + d is x + d), the kernel starts at the later of its stream and the clock.
+#[inline(always)]
+fn kernel_run<const SG: bool, const W: usize>(
+    sts: &mut [State; W],
+    kind: Kind,
+    d: &[f64],
+    l: &Launch,
+) {
+    let Kind::Kernel { aux, loaded: false } = kind else {
+        unreachable!("a run holds kernels that are not loaded");
+    };
+    let mut free: [f64; W] = std::array::from_fn(|j| if aux { sts[j].aux } else { sts[j].main });
+    let mut cpu: [f64; W] = std::array::from_fn(|j| sts[j].cpu);
+    let mut sum: [f64; W] = std::array::from_fn(|j| {
+        if aux {
+            sts[j].aux_sp.sum
+        } else {
+            sts[j].main_sp.sum
+        }
+    });
+    let mut sq: [f64; W] = std::array::from_fn(|j| {
+        if aux {
+            sts[j].aux_sp.sq
+        } else {
+            sts[j].main_sp.sq
+        }
+    });
+    let mut binds = [0u64; W];
+    for di in d.chunks_exact(W) {
+        for j in 0..W {
+            cpu[j] += l.launch;
+            let ready = free[j] + l.gap;
+            let bound = cpu[j] > ready;
+            binds[j] += bound as u64;
+            free[j] = later(ready, cpu[j]) + di[j];
+            if SG {
+                let keep = (!bound) as u8 as f64;
+                sum[j] = sum[j] * keep + di[j];
+                sq[j] = sq[j] * keep + di[j] * di[j];
+            }
+        }
+    }
+    for (j, st) in sts.iter_mut().enumerate() {
+        st.cpu = cpu[j];
+        st.cpu_binds += binds[j];
+        let (f, sp) = if aux {
+            (&mut st.aux, &mut st.aux_sp)
+        } else {
+            (&mut st.main, &mut st.main_sp)
+        };
+        *f = free[j];
+        if SG {
+            sp.sum = sum[j];
+            sp.sq = sq[j];
+            sp.launch |= binds[j] > 0;
         }
     }
 }

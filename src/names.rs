@@ -34,6 +34,8 @@ macro_rules! enum_names {
             /// any: `FromStr` without building the error (pricing asks per op).
             #[allow(dead_code)] // not every enum is looked up without its error
             pub(crate) fn from_name(s: &str) -> Option<Self> {
+                // The exact spelling first (names written in code, looked up per op priced).
+                $( if [$($s),+].contains(&s) { return Some($v); } )+
                 let s = s.trim();
                 $( if [$($s),+].iter().any(|n| n.eq_ignore_ascii_case(s)) { return Some($v); } )+
                 None

@@ -83,9 +83,10 @@ fn warm_sweep_steps_equal_steps_priced_alone() {
 }
 
 /// A sweep prices a batch's next contexts together (`step_us_busy_lanes`): each lane's step and
-/// busy time are those of the context priced on its own, bit for bit, on tensor-parallel and
-/// data-parallel (wide expert parallelism) layouts, with CUDA graphs and eager launches, and on
-/// contexts whose prices are new, already kept, or repeated within one call.
+/// busy time are those of the context priced on its own, bit for bit, on tensor-parallel,
+/// data-parallel (wide expert parallelism) and pipeline layouts, with CUDA graphs and eager
+/// launches, four or eight lanes, and on contexts whose prices are new, already kept, or
+/// repeated within one call.
 #[test]
 fn contexts_priced_together_equal_each_context_alone() {
     let dp16 = ScenarioRequest {
@@ -97,6 +98,13 @@ fn contexts_priced_together_equal_each_context_alone() {
     let mut dp16 = dp16;
     dp16.comm.dp = Some(16);
     dp16.comm.ep_comm = decodesim::scenario::deployment::EpComm::RdmaLl;
+    let mut pp2 = ScenarioRequest {
+        model: "llama-3.1-70b".into(),
+        system: "h200-hgx-2node-ib".into(),
+        tp: Some(8),
+        ..ScenarioRequest::default()
+    };
+    pp2.comm.pp = Some(2);
     let reqs = [
         ScenarioRequest::default(),
         ScenarioRequest {
@@ -105,6 +113,7 @@ fn contexts_priced_together_equal_each_context_alone() {
             ..ScenarioRequest::default()
         },
         dp16,
+        pp2,
     ];
     for req in reqs {
         let (s, p) = req.load().expect("scenario loads");
@@ -118,21 +127,36 @@ fn contexts_priced_together_equal_each_context_alone() {
                     [1002, 1003, 1004, 1005],
                     [70_000, 512, 70_000, 9],
                 ] {
-                    let together = fast.step_us_busy_lanes(batch, contexts, &launch, &coll);
-                    for (c, got) in contexts.iter().zip(together) {
-                        fast.clear_memo();
-                        let alone = fast.step_us_busy(batch, *c, &launch, &coll);
-                        assert!(
-                            got.0.to_bits() == alone.0.to_bits() && got.1 == alone.1,
-                            "{} on {}, graphs {graphs}, batch {batch}, context {c}: {:?} together vs {:?} alone",
-                            s.model.name,
-                            s.system.name,
-                            got.0,
-                            alone.0
-                        );
-                    }
+                    same_together_as_alone(&fast, &s, graphs, batch, contexts, &launch, &coll);
                 }
+                let eight = [3000u64, 3001, 1002, 3003, 3004, 9, 3006, 3001];
+                same_together_as_alone(&fast, &s, graphs, batch, eight, &launch, &coll);
             }
         }
+    }
+}
+
+fn same_together_as_alone<const W: usize>(
+    fast: &FastScenario,
+    s: &decodesim::scenario::Scenario,
+    graphs: bool,
+    batch: u32,
+    contexts: [u64; W],
+    launch: &Launch,
+    coll: &Collectives,
+) {
+    let together = fast.step_us_busy_lanes(batch, contexts, launch, coll);
+    for (c, got) in contexts.iter().zip(together) {
+        fast.clear_memo();
+        let alone = fast.step_us_busy(batch, *c, launch, coll);
+        assert!(
+            got.0.to_bits() == alone.0.to_bits() && got.1 == alone.1,
+            "{} on {} (pp {}), graphs {graphs}, batch {batch}, context {c}: {:?} together vs {:?} alone",
+            s.model.name,
+            s.system.name,
+            s.comm.pp_size(),
+            got.0,
+            alone.0
+        );
     }
 }

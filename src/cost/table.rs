@@ -27,12 +27,17 @@ struct Group {
     /// more: the end).
     ctxs: Vec<f64>,
     starts: Vec<usize>,
+    /// (ln m, ln µs) of every point of `line`, and ln of every context: the interpolation's
+    /// logarithms of the measured points, taken once (a sweep prices a new context per row).
+    logs: Vec<(f64, f64)>,
+    ctx_logs: Vec<f64>,
 }
 
 impl Group {
-    /// The points at the `i`-th distinct context, as (m, µs).
-    fn at_context(&self, i: usize) -> &[(f64, f64)] {
-        &self.line[self.starts[i]..self.starts[i + 1]]
+    /// The points at the `i`-th distinct context, as (m, µs), and their logarithms.
+    fn at_context(&self, i: usize) -> (&[(f64, f64)], &[(f64, f64)]) {
+        let r = self.starts[i]..self.starts[i + 1];
+        (&self.line[r.clone()], &self.logs[r])
     }
 }
 
@@ -87,8 +92,19 @@ impl KernelTable {
                     }
                 }
                 starts.push(v.len());
-                let line = v.iter().map(|p| (p.0, p.2)).collect();
-                (key, Group { line, ctxs, starts })
+                let line: Vec<(f64, f64)> = v.iter().map(|p| (p.0, p.2)).collect();
+                let logs = line.iter().map(|p| (p.0.ln(), p.1.ln())).collect();
+                let ctx_logs = ctxs.iter().map(|c| c.ln()).collect();
+                (
+                    key,
+                    Group {
+                        line,
+                        ctxs,
+                        starts,
+                        logs,
+                        ctx_logs,
+                    },
+                )
             })
             .collect();
         groups.sort_by_key(|g| g.0);
@@ -117,15 +133,24 @@ impl KernelTable {
     pub fn price(&self, key: &MeasureKey) -> Option<TablePrice> {
         let g = self.group(key)?;
         if key.context == 0 {
-            return interp(&g.line, key.m as f64);
+            return interp_ln(&g.line, &g.logs, key.m as f64);
         }
         // Two axes: interpolate along m at the two bracketing contexts, then along context.
         let ctxs = &g.ctxs;
         let c = key.context as f64;
         let (lo, hi) = bracket(ctxs, c)?;
-        let at = |i: usize| interp(g.at_context(i), key.m as f64);
+        let at = |i: usize| {
+            let (line, logs) = g.at_context(i);
+            interp_ln(line, logs, key.m as f64)
+        };
         let (a, b) = (at(lo)?, at(hi)?);
-        let us = log_lerp(ctxs[lo], a.us, ctxs[hi], b.us, c);
+        let us = log_lerp_ln(
+            (ctxs[lo], g.ctx_logs[lo]),
+            (a.us, a.us.ln()),
+            (ctxs[hi], g.ctx_logs[hi]),
+            (b.us, b.us.ln()),
+            c,
+        );
         Some(TablePrice {
             us,
             extrapolated: a.extrapolated
@@ -197,6 +222,26 @@ pub(crate) fn log_lerp_ln(
     }
     let t = (x.ln() - lx0) / (lx1 - lx0);
     (ly0 + t * (ly1 - ly0)).exp()
+}
+
+/// [`interp`] over a line whose points' logarithms are kept (`logs[i]` is (ln x, ln y) of
+/// `line[i]`): the same operations, the same bits.
+fn interp_ln(line: &[(f64, f64)], logs: &[(f64, f64)], x: f64) -> Option<TablePrice> {
+    let n = line.len();
+    let (lo, hi) = match n {
+        0 => return None,
+        1 => (0, 0),
+        _ => {
+            let hi = line.partition_point(|p| p.0 <= x).clamp(1, n - 1);
+            (hi - 1, hi)
+        }
+    };
+    let (a, b, la, lb) = (line[lo], line[hi], logs[lo], logs[hi]);
+    let us = log_lerp_ln((a.0, la.0), (a.1, la.1), (b.0, lb.0), (b.1, lb.1), x);
+    Some(TablePrice {
+        us,
+        extrapolated: x < line[0].0 || x > line[n - 1].0,
+    })
 }
 
 pub(crate) fn interp(line: &[(f64, f64)], x: f64) -> Option<TablePrice> {

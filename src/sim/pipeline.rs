@@ -250,7 +250,7 @@ pub fn schedule_windows(t: &Times<'_>) -> Windows {
     let mut at = Cycles::new(t, n_stages);
     let (mut rel, mut prev) = (Vec::new(), Vec::new());
     for c in 0..last {
-        at.cycle(t, None, None, false);
+        at.cycle_plain(t);
         let origin = at.free[0];
         rel.clear();
         rel.extend(at.free[1..].iter().chain(&at.ready0).map(|x| x - origin));
@@ -298,6 +298,27 @@ impl Cycles {
         self.cycle(t, Some(&mut w.start), event.as_deref_mut(), false);
         self.cycle(t, Some(&mut w.next), None, true);
         w
+    }
+
+    /// [`Cycles::cycle`] with no window, no event, every micro-batch: the same arithmetic in
+    /// the same order, without the tests (a sweep's pipeline row plays a few cycles of
+    /// stages × micro-batches).
+    fn cycle_plain(&mut self, t: &Times<'_>) {
+        let (free, ready0) = (&mut self.free[..], &mut self.ready0[..]);
+        let n_stages = free.len();
+        let sizes = t.sizes;
+        for (j, &k) in t.size.iter().enumerate() {
+            let at = free[0].max(ready0[j]);
+            let mut end = at + t.span[k];
+            for st in 0..n_stages - 1 {
+                let start = end.max(free[st + 1]);
+                let stop = start + t.send[st * sizes + k];
+                free[st] = stop;
+                end = stop + t.span[(st + 1) * sizes + k];
+            }
+            free[n_stages - 1] = end;
+            ready0[j] = end + t.ret;
+        }
     }
 
     /// One cycle: every micro-batch through every stage. `win`: each stage's window start as

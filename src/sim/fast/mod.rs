@@ -715,10 +715,11 @@ impl FastScenario {
         launch: &Launch,
         coll: &Collectives,
     ) -> [(f64, Busy); W] {
-        if self.pipeline.is_some() {
-            return contexts.map(|c| self.step_us_busy(batch, c, launch, coll));
-        }
         self.with_memo(|m| {
+            if let Some(fit) = &self.pipeline {
+                let set = Setting { launch, coll };
+                return self.pipeline_step_lanes(m, fit, batch, contexts, set, 0.0);
+            }
             let mut sts = [State::new(launch); W];
             self.play_lanes(
                 m,

@@ -129,30 +129,57 @@ impl FastScenario {
         set: Setting<'_>,
         overhead: f64,
     ) -> (f64, Busy) {
-        let (batch, context) = at;
+        let [r] = self.pipeline_step_lanes(m, fit, at.0, [at.1], set, overhead);
+        r
+    }
+
+    /// [`FastScenario::pipeline_step`] at `W` contexts of one batch: each distinct stage's
+    /// plays run as lanes (`play_lanes`), the sends are priced once, the schedule is composed
+    /// per context. The same figures, bit for bit.
+    pub(super) fn pipeline_step_lanes<const W: usize>(
+        &self,
+        m: &mut Memo,
+        fit: &PipelineFit,
+        batch: u32,
+        contexts: [u64; W],
+        set: Setting<'_>,
+        overhead: f64,
+    ) -> [(f64, Busy); W] {
         let micro = pl::micro_batches(batch, fit.pp);
         let (sizes, size) = pl::micro_sizes(&micro);
         let n = fit.stages();
         let k_n = sizes.len();
-        let mut span = vec![0.0; n * k_n];
+        // Only the distinct stages are played; lane l's (distinct stage d, size k) at
+        // [(d * k_n + k) * W + l], stage st's at its twin's.
+        let distinct = fit
+            .twin
+            .iter()
+            .enumerate()
+            .filter(|&(i, &t)| t == i)
+            .count();
+        let mut slot = vec![0usize; n];
+        let mut span = Vec::with_capacity(distinct * k_n * W);
+        let mut stage_busy = Vec::with_capacity(distinct * k_n * W);
         let mut send = vec![0.0; (n - 1) * k_n];
-        let mut stage_busy = vec![[0.0; NCAT]; n * k_n];
         for st in 0..n {
             let twin = fit.twin[st];
             if twin < st {
-                for k in 0..k_n {
-                    span[st * k_n + k] = span[twin * k_n + k];
-                    stage_busy[st * k_n + k] = stage_busy[twin * k_n + k];
-                }
+                slot[st] = slot[twin];
                 continue;
             }
+            slot[st] = span.len() / (k_n * W);
             let pm = self.stage_model(fit, st);
-            for (k, &b) in sizes.iter().enumerate() {
-                let mut state = State::new(set.launch);
-                state.step_overhead += overhead;
-                self.play(m, pm, &mut state, PassAt::plain(b, context), set);
-                span[st * k_n + k] = state.window_us();
-                stage_busy[st * k_n + k] = state.busy;
+            for &b in &sizes {
+                let mut states = [State::new(set.launch); W];
+                for state in &mut states {
+                    state.step_overhead += overhead;
+                }
+                let at = PassAt::plain(b, contexts[0]);
+                self.play_lanes(m, pm, &mut states, at, contexts, set);
+                for state in &states {
+                    span.push(state.window_us());
+                    stage_busy.push(state.busy);
+                }
             }
         }
         let draw = m.draw;
@@ -171,31 +198,39 @@ impl FastScenario {
                 send[from * k_n + k] = us;
             }
         }
-        let w = pl::schedule_windows(&pl::Times {
-            size: &size,
-            sizes: k_n,
-            span: &span,
-            send: &send,
-            ret: fit.ret_us,
-        });
         let comm = Category::Communication.index();
-        let mut busy = [0.0; NCAT];
-        for st in 0..n {
-            for &k in &size {
-                for (b, x) in busy.iter_mut().zip(&stage_busy[st * k_n + k]) {
-                    *b += x;
-                }
-                if st + 1 < n {
-                    busy[comm] += send[st * k_n + k];
-                }
-                if st > 0 {
-                    busy[comm] += send[(st - 1) * k_n + k];
+        let mut lane_span = vec![0.0; n * k_n];
+        std::array::from_fn(|l| {
+            for (x, v) in lane_span.iter_mut().enumerate() {
+                let (st, k) = (x / k_n, x % k_n);
+                *v = span[(slot[st] * k_n + k) * W + l];
+            }
+            let w = pl::schedule_windows(&pl::Times {
+                size: &size,
+                sizes: k_n,
+                span: &lane_span,
+                send: &send,
+                ret: fit.ret_us,
+            });
+            let mut busy = [0.0; NCAT];
+            for st in 0..n {
+                for &k in &size {
+                    let sb = &stage_busy[(slot[st] * k_n + k) * W + l];
+                    for (b, x) in busy.iter_mut().zip(sb) {
+                        *b += x;
+                    }
+                    if st + 1 < n {
+                        busy[comm] += send[st * k_n + k];
+                    }
+                    if st > 0 {
+                        busy[comm] += send[(st - 1) * k_n + k];
+                    }
                 }
             }
-        }
-        for b in &mut busy {
-            *b /= n as f64;
-        }
-        (w.step_time_us(), busy)
+            for b in &mut busy {
+                *b /= n as f64;
+            }
+            (w.step_time_us(), busy)
+        })
     }
 }

@@ -101,18 +101,32 @@ fn play_regime_as<const GRAPHS: bool, const SG: bool, const W: usize>(
     for r in 0..repeat {
         for seg in &regime.segments {
             let layer = |sts: &mut [State; W], live: [bool; W]| {
-                if live == [true; W] && ex.is_empty() {
+                // Expert parallelism: each loaded op's excess over the mean rank joins the
+                // straggler wait of the collective that closes its window (other ops add 0).
+                let excess = SG && !ex.is_empty();
+                if live == [true; W] {
                     let mut i = seg.start;
                     while i < seg.end {
                         let end = regime.run_end[i] as usize;
                         if end > i + 1 && sts.iter().all(|st| !st.first_start.is_nan()) {
-                            kernel_run::<SG, W>(sts, regime.kinds[i], &d[i * W..end * W], launch);
+                            let run = &d[i * W..end * W];
+                            kernel_run::<SG, W>(sts, regime.kinds[i], run, launch);
+                            if excess {
+                                for &x in &ex[i..end] {
+                                    for st in sts.iter_mut() {
+                                        st.excess += x;
+                                    }
+                                }
+                            }
                             i = end;
                             continue;
                         }
                         let kind = regime.kinds[i];
                         let di = &d[i * W..(i + 1) * W];
                         for l in 0..W {
+                            if excess {
+                                sts[l].excess += ex[i];
+                            }
                             step::<GRAPHS, SG>(&mut sts[l], kind, di[l], launch, sg);
                         }
                         i += 1;
@@ -123,10 +137,7 @@ fn play_regime_as<const GRAPHS: bool, const SG: bool, const W: usize>(
                     let kind = regime.kinds[i];
                     for l in 0..W {
                         if live[l] {
-                            if SG && !ex.is_empty() {
-                                // Expert parallelism: each loaded op's excess over the mean
-                                // rank joins the straggler wait of the collective that closes
-                                // its window.
+                            if excess {
                                 sts[l].excess += ex[i];
                             }
                             step::<GRAPHS, SG>(&mut sts[l], kind, d[i * W + l], launch, sg);

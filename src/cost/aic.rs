@@ -879,6 +879,11 @@ fn moe_modules(
     dir: &str,
 ) {
     let Some(moe) = &s.model.moe else { return };
+    // No MoE module op to price (a partial workload, e.g. the fast path's attention): skip
+    // the routing's table name and the grouping.
+    if !w.ops.iter().any(is_moe_module_op) {
+        return;
+    }
     let dist = moe_table_distribution(&s.routing);
     let mut layers: BTreeMap<i32, Vec<usize>> = BTreeMap::new();
     for (i, op) in w.ops.iter().enumerate() {

@@ -52,6 +52,83 @@ fn push_u64(out: &mut Vec<u8>, v: u64) {
 /// often (a 4-decimal table value times a layer count), which `format!` prints slowly.
 #[inline]
 fn push_fixed(out: &mut Vec<u8>, v: f64, decimals: u32) {
+    match decimals {
+        3 => push_fixed_d::<3>(out, v),
+        4 => push_fixed_d::<4>(out, v),
+        _ => push_fixed_any(out, v, decimals),
+    }
+}
+
+/// [`push_fixed`] at `D` decimals, the sweep's columns: the same rounding as
+/// [`fixed_text`], the digits written right to left with divisions by constants.
+#[inline]
+fn push_fixed_d<const D: u32>(out: &mut Vec<u8>, v: f64) {
+    const POW: [f64; 7] = [1.0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6];
+    let scale = POW[D as usize];
+    let av = v.abs();
+    let y = av * scale;
+    if !(y < 9.007e15) {
+        let _ = write!(out, "{v:.*}", D as usize);
+        return;
+    }
+    let mut m = y as u64;
+    let frac = y - m as f64;
+    if frac > 0.5 {
+        m += 1;
+    } else if frac == 0.5 {
+        let err = av.mul_add(scale, -y);
+        if err == 0.0 {
+            let _ = write!(out, "{v:.*}", D as usize);
+            return;
+        }
+        m += (err > 0.0) as u64;
+    }
+    let p = 10u64.pow(D);
+    let (mut q, mut r) = (m / p, m % p);
+    // The text ends at byte 64 of the buffer and is at most 1 + 13 + 1 + D bytes long, so the
+    // 32 bytes from its start lie within the buffer.
+    let mut buf = [0u8; 96];
+    let mut i = 64;
+    for _ in 0..D {
+        i -= 1;
+        buf[i] = b'0' + (r % 10) as u8;
+        r /= 10;
+    }
+    i -= 1;
+    buf[i] = b'.';
+    while q >= 100 {
+        let two = (q % 100) as usize * 2;
+        q /= 100;
+        i -= 2;
+        buf[i] = DIGIT_PAIRS[two];
+        buf[i + 1] = DIGIT_PAIRS[two + 1];
+    }
+    if q >= 10 {
+        let two = q as usize * 2;
+        i -= 2;
+        buf[i] = DIGIT_PAIRS[two];
+        buf[i + 1] = DIGIT_PAIRS[two + 1];
+    } else {
+        i -= 1;
+        buf[i] = b'0' + q as u8;
+    }
+    if v.is_sign_negative() {
+        i -= 1;
+        buf[i] = b'-';
+    }
+    let len = 64 - i;
+    out.reserve(32);
+    // SAFETY: `reserve` left at least 32 bytes of spare capacity after `len()`; `i + 32` is
+    // within the 96-byte buffer (i ≥ 64 - 22); only the `len` bytes of text are taken.
+    unsafe {
+        let at = out.len();
+        std::ptr::copy_nonoverlapping(buf.as_ptr().add(i), out.as_mut_ptr().add(at), 32);
+        out.set_len(at + len);
+    }
+}
+
+/// [`push_fixed`] at any number of decimals.
+fn push_fixed_any(out: &mut Vec<u8>, v: f64, decimals: u32) {
     match fixed_text(v, decimals) {
         Some((buf, len)) => push_text(out, &buf, len),
         None => {
@@ -169,53 +246,99 @@ fn onoff(b: bool) -> &'static str {
     }
 }
 
-/// Number columns of a CSV row (acceptance length, step, tokens/s, per user, busy times): each
-/// remembers the last value it wrote (by its bits) and that value's text, because consecutive
-/// rows of a sweep repeat most of them (a context's rows change the attention busy time and the
-/// rates only; a batch's token-dependent busy times stay put for every context).
-const NUM_COLS: usize = 4 + Category::ALL.len();
+/// The columns after a row's settings: acceptance length, step, tokens/s, per user, fits, the
+/// busy times, pp, dp. Consecutive rows of a sweep repeat most of them (a context's rows change
+/// the attention busy time and the rates only; a batch's token-dependent busy times stay put for
+/// every context), so each row copies the runs of columns whose values are the last row's from
+/// the last row's text and formats the others.
+const NUM_COLS: usize = 4 + 1 + Category::ALL.len() + 2;
 
-/// The last text of each number column (`CsvRows`).
-struct LastText {
-    /// Whether the column has a kept text yet.
-    has: [bool; NUM_COLS],
+/// Room for the columns' text: at most 32 bytes each (a longer number falls back to writing
+/// every column afresh).
+const NUM_TEXT: usize = 32 * NUM_COLS;
+
+/// The last row's column values (as bits) and text (`Numbers::put`).
+struct Numbers {
+    has: bool,
     bits: [u64; NUM_COLS],
-    len: [u8; NUM_COLS],
-    text: [[u8; 32]; NUM_COLS],
+    /// Column c's text, its separator included, at `text[start[c]..start[c + 1]]`.
+    start: [u16; NUM_COLS + 1],
+    text: Box<[u8; NUM_TEXT]>,
 }
 
-impl LastText {
+impl Numbers {
     fn new() -> Self {
-        LastText {
-            has: [false; NUM_COLS],
+        Numbers {
+            has: false,
             bits: [0; NUM_COLS],
-            len: [0; NUM_COLS],
-            text: [[0; 32]; NUM_COLS],
+            start: [0; NUM_COLS + 1],
+            text: Box::new([0; NUM_TEXT]),
         }
     }
 
-    /// Writes column `c`'s value `v` with `decimals` digits and then `sep`: the text kept when
-    /// the bits are the last value's, else `fixed_text`'s (then kept).
+    /// Writes row `r`'s columns from the acceptance length to the end of the line.
     #[inline]
-    fn put(&mut self, out: &mut Vec<u8>, c: usize, v: f64, decimals: u32, sep: u8) {
-        let b = v.to_bits();
-        if b == self.bits[c] && self.has[c] {
-            push_text(out, &self.text[c], self.len[c] as usize);
-            return;
+    fn put(&mut self, out: &mut Vec<u8>, r: &Row) {
+        let mut bits = [0u64; NUM_COLS];
+        bits[0] = r.mean_acceptance_length.to_bits();
+        bits[1] = r.step_time_us.to_bits();
+        bits[2] = r.tokens_per_s.to_bits();
+        bits[3] = r.tokens_per_s_per_user.to_bits();
+        bits[4] = r.fits as u64;
+        for (b, v) in bits[5..5 + Category::ALL.len()].iter_mut().zip(&r.busy_us) {
+            *b = v.to_bits();
         }
-        match fixed_text(v, decimals) {
-            Some((mut buf, len)) if len < 32 => {
-                buf[len] = sep;
-                push_text(out, &buf, len + 1);
-                self.text[c] = buf;
-                self.len[c] = len as u8 + 1;
-                self.bits[c] = b;
-                self.has[c] = true;
+        bits[NUM_COLS - 2] = r.pp as u64;
+        bits[NUM_COLS - 1] = r.dp as u64;
+        out.reserve(NUM_TEXT + 32);
+        let base = out.len();
+        let mut start = [0u16; NUM_COLS + 1];
+        let mut c = 0;
+        while c < NUM_COLS {
+            if self.has && bits[c] == self.bits[c] {
+                // A run of columns as the last row wrote them.
+                let mut e = c + 1;
+                while e < NUM_COLS && bits[e] == self.bits[e] {
+                    e += 1;
+                }
+                let (from, to) = (self.start[c] as usize, self.start[e] as usize);
+                let at = (out.len() - base) as u16;
+                for j in c..e {
+                    start[j] = at + (self.start[j] - self.start[c]);
+                }
+                out.extend_from_slice(&self.text[from..to]);
+                c = e;
+                continue;
             }
-            _ => {
-                push_fixed(out, v, decimals);
-                out.push(sep);
+            start[c] = (out.len() - base) as u16;
+            let sep = if c + 1 == NUM_COLS { b'\n' } else { b',' };
+            match c {
+                4 => out.extend_from_slice(if r.fits { b"true" } else { b"false" }),
+                _ if c >= NUM_COLS - 2 => push_u64(out, bits[c]),
+                _ => {
+                    let (v, d) = match c {
+                        0 => (r.mean_acceptance_length, 4),
+                        1 => (r.step_time_us, 3),
+                        2 => (r.tokens_per_s, 3),
+                        3 => (r.tokens_per_s_per_user, 4),
+                        _ => (r.busy_us[c - 5], 3),
+                    };
+                    push_fixed(out, v, d);
+                }
             }
+            out.push(sep);
+            c += 1;
+        }
+        let len = out.len() - base;
+        start[NUM_COLS] = len as u16;
+        if len <= NUM_TEXT {
+            self.text[..len].copy_from_slice(&out[base..]);
+            self.start = start;
+            self.bits = bits;
+            self.has = true;
+        } else {
+            // Too long to keep (numbers beyond 32 bytes): the next row writes every column.
+            self.has = false;
         }
     }
 }
@@ -304,7 +427,7 @@ impl Settings {
 struct Kept {
     head: Head,
     settings: Settings,
-    numbers: LastText,
+    numbers: Numbers,
 }
 
 impl Kept {
@@ -316,7 +439,7 @@ impl Kept {
                 len: 0,
                 text: [0; 32],
             },
-            numbers: LastText::new(),
+            numbers: Numbers::new(),
         }
     }
 }
@@ -340,19 +463,7 @@ fn csv_row_with(out: &mut Vec<u8>, prefix: &[u8], r: &Row, kept: &mut Kept) {
     push_u64(out, r.context);
     out.push(b',');
     kept.settings.put(out, r);
-    let last = &mut kept.numbers;
-    last.put(out, 0, r.mean_acceptance_length, 4, b',');
-    last.put(out, 1, r.step_time_us, 3, b',');
-    last.put(out, 2, r.tokens_per_s, 3, b',');
-    last.put(out, 3, r.tokens_per_s_per_user, 4, b',');
-    out.extend_from_slice(if r.fits { b"true," } else { b"false," });
-    for (c, &b) in r.busy_us.iter().enumerate() {
-        last.put(out, 4 + c, b, 3, b',');
-    }
-    push_u64(out, r.pp as u64);
-    out.push(b',');
-    push_u64(out, r.dp as u64);
-    out.push(b'\n');
+    kept.numbers.put(out, r);
 }
 
 /// One row as a JSON object (no model/system: they are the document's).

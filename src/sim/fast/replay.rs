@@ -108,9 +108,15 @@ fn play_regime_as<const GRAPHS: bool, const SG: bool, const W: usize>(
                     let mut i = seg.start;
                     while i < seg.end {
                         let end = regime.run_end[i] as usize;
-                        if end > i + 1 && sts.iter().all(|st| !st.first_start.is_nan()) {
+                        let run_on = match regime.kinds[i] {
+                            Kind::Kernel { aux, loaded: false } if end > i + 1 => Some(aux),
+                            _ => None,
+                        };
+                        if let (Some(aux), true) =
+                            (run_on, sts.iter().all(|st| !st.first_start.is_nan()))
+                        {
                             let run = &d[i * W..end * W];
-                            kernel_run::<SG, W>(sts, regime.kinds[i], run, launch);
+                            kernel_run::<SG, W>(sts, aux, run, launch);
                             if excess {
                                 for &x in &ex[i..end] {
                                     for st in sts.iter_mut() {
@@ -176,8 +182,8 @@ fn play_regime_as<const GRAPHS: bool, const SG: bool, const W: usize>(
     }
 }
 
-/// A run of kernels on one stream (`kind`'s), none of them `loaded`, on every lane, after the
-/// step's first kernel: what [`step`] does kernel by kernel, with the stream's free time, the
+/// A run of kernels on one stream (`aux`: the auxiliary), none of them `loaded`, on every lane,
+/// after the step's first kernel: what [`step`] does kernel by kernel, with the stream's free time, the
 /// CPU's clock and the stream's spread held in registers, lanes side by side (`d` op-major).
 /// The same operations in the same order per lane, so the same bits: the launch clock moves
 /// by the launch cost (0 under graphs), a kernel it binds counts and starts the spread afresh
@@ -185,13 +191,10 @@ fn play_regime_as<const GRAPHS: bool, const SG: bool, const W: usize>(
 #[inline(always)]
 fn kernel_run<const SG: bool, const W: usize>(
     sts: &mut [State; W],
-    kind: Kind,
+    aux: bool,
     d: &[f64],
     l: &Launch,
 ) {
-    let Kind::Kernel { aux, loaded: false } = kind else {
-        unreachable!("a run holds kernels that are not loaded");
-    };
     let mut free: [f64; W] = std::array::from_fn(|j| if aux { sts[j].aux } else { sts[j].main });
     let mut cpu: [f64; W] = std::array::from_fn(|j| sts[j].cpu);
     let mut sum: [f64; W] = std::array::from_fn(|j| {

@@ -227,40 +227,38 @@ pub(crate) fn log_lerp_ln(
 /// [`interp`] over a line whose points' logarithms are kept (`logs[i]` is (ln x, ln y) of
 /// `line[i]`): the same operations, the same bits.
 fn interp_ln(line: &[(f64, f64)], logs: &[(f64, f64)], x: f64) -> Option<TablePrice> {
-    let n = line.len();
-    let (lo, hi) = match n {
-        0 => return None,
-        1 => (0, 0),
-        _ => {
-            let hi = line.partition_point(|p| p.0 <= x).clamp(1, n - 1);
-            (hi - 1, hi)
-        }
-    };
+    let (lo, hi) = line_bracket(line, x)?;
     let (a, b, la, lb) = (line[lo], line[hi], logs[lo], logs[hi]);
     let us = log_lerp_ln((a.0, la.0), (a.1, la.1), (b.0, lb.0), (b.1, lb.1), x);
-    Some(TablePrice {
-        us,
-        extrapolated: x < line[0].0 || x > line[n - 1].0,
-    })
+    Some(line_price(line, us, x))
 }
 
 pub(crate) fn interp(line: &[(f64, f64)], x: f64) -> Option<TablePrice> {
-    // `bracket` over the points' x, read in place: no axis is collected (this runs per priced
-    // shape, a sweep's hot path).
+    let (lo, hi) = line_bracket(line, x)?;
+    let us = log_lerp(line[lo].0, line[lo].1, line[hi].0, line[hi].1, x);
+    Some(line_price(line, us, x))
+}
+
+/// [`bracket`] over a line's points' x, read in place: no axis is collected (this runs per
+/// priced shape, a sweep's hot path).
+fn line_bracket(line: &[(f64, f64)], x: f64) -> Option<(usize, usize)> {
     let n = line.len();
-    let (lo, hi) = match n {
-        0 => return None,
-        1 => (0, 0),
+    match n {
+        0 => None,
+        1 => Some((0, 0)),
         _ => {
             let hi = line.partition_point(|p| p.0 <= x).clamp(1, n - 1);
-            (hi - 1, hi)
+            Some((hi - 1, hi))
         }
-    };
-    let us = log_lerp(line[lo].0, line[lo].1, line[hi].0, line[hi].1, x);
-    Some(TablePrice {
+    }
+}
+
+/// `us` read off `line` at `x`, flagged when x lies outside the measured points.
+fn line_price(line: &[(f64, f64)], us: f64, x: f64) -> TablePrice {
+    TablePrice {
         us,
-        extrapolated: x < line[0].0 || x > line[n - 1].0,
-    })
+        extrapolated: x < line[0].0 || x > line[line.len() - 1].0,
+    }
 }
 
 #[cfg(test)]

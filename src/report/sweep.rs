@@ -53,14 +53,21 @@ fn push_u64(out: &mut Vec<u8>, v: u64) {
 #[inline]
 fn push_fixed(out: &mut Vec<u8>, v: f64, decimals: u32) {
     match decimals {
+        0 => push_fixed_d::<0>(out, v),
+        1 => push_fixed_d::<1>(out, v),
+        2 => push_fixed_d::<2>(out, v),
         3 => push_fixed_d::<3>(out, v),
         4 => push_fixed_d::<4>(out, v),
-        _ => push_fixed_any(out, v, decimals),
+        5 => push_fixed_d::<5>(out, v),
+        6 => push_fixed_d::<6>(out, v),
+        _ => {
+            let _ = write!(out, "{v:.*}", decimals as usize);
+        }
     }
 }
 
-/// [`push_fixed`] at `D` decimals, the sweep's columns: the same rounding as
-/// [`fixed_text`], the digits written right to left with divisions by constants.
+/// [`push_fixed`] at `D` (at most 6) decimals: the digits written right to left with
+/// divisions by constants.
 #[inline]
 fn push_fixed_d<const D: u32>(out: &mut Vec<u8>, v: f64) {
     const POW: [f64; 7] = [1.0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6];
@@ -85,8 +92,8 @@ fn push_fixed_d<const D: u32>(out: &mut Vec<u8>, v: f64) {
     }
     let p = 10u64.pow(D);
     let (mut q, mut r) = (m / p, m % p);
-    // The text ends at byte 64 of the buffer and is at most 1 + 13 + 1 + D bytes long, so the
-    // 32 bytes from its start lie within the buffer.
+    // The text ends at byte 64 of the buffer and is at most 24 bytes long (a sign, m's 16
+    // digits, the point), so the 32 bytes from its start lie within the buffer.
     let mut buf = [0u8; 96];
     let mut i = 64;
     for _ in 0..D {
@@ -94,8 +101,10 @@ fn push_fixed_d<const D: u32>(out: &mut Vec<u8>, v: f64) {
         buf[i] = b'0' + (r % 10) as u8;
         r /= 10;
     }
-    i -= 1;
-    buf[i] = b'.';
+    if D > 0 {
+        i -= 1;
+        buf[i] = b'.';
+    }
     while q >= 100 {
         let two = (q % 100) as usize * 2;
         q /= 100;
@@ -119,21 +128,11 @@ fn push_fixed_d<const D: u32>(out: &mut Vec<u8>, v: f64) {
     let len = 64 - i;
     out.reserve(32);
     // SAFETY: `reserve` left at least 32 bytes of spare capacity after `len()`; `i + 32` is
-    // within the 96-byte buffer (i ≥ 64 - 22); only the `len` bytes of text are taken.
+    // within the 96-byte buffer (i ≥ 64 - 24); only the `len` bytes of text are taken.
     unsafe {
         let at = out.len();
         std::ptr::copy_nonoverlapping(buf.as_ptr().add(i), out.as_mut_ptr().add(at), 32);
         out.set_len(at + len);
-    }
-}
-
-/// [`push_fixed`] at any number of decimals.
-fn push_fixed_any(out: &mut Vec<u8>, v: f64, decimals: u32) {
-    match fixed_text(v, decimals) {
-        Some((buf, len)) => push_text(out, &buf, len),
-        None => {
-            let _ = write!(out, "{v:.*}", decimals as usize);
-        }
     }
 }
 
@@ -148,71 +147,6 @@ fn push_text(out: &mut Vec<u8>, buf: &[u8; 32], len: usize) {
         let at = out.len();
         std::ptr::copy_nonoverlapping(buf.as_ptr(), out.as_mut_ptr().add(at), 32);
         out.set_len(at + len);
-    }
-}
-
-/// [`push_fixed`]'s text in a 32-byte buffer and its length; `None` where `format!` must
-/// write it (non-finite values, exact ties, values of 2^53 / 10^decimals or more, more than
-/// six decimals).
-#[inline]
-fn fixed_text(v: f64, decimals: u32) -> Option<([u8; 32], usize)> {
-    const POW: [f64; 7] = [1.0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6];
-    let d = decimals as usize;
-    if d >= POW.len() {
-        return None;
-    }
-    let scale = POW[d];
-    let av = v.abs();
-    let y = av * scale;
-    if !(y < 9.007e15) {
-        // NaN, infinities and values beyond exact integers: `format!` (rare).
-        return None;
-    }
-    let mut m = y as u64;
-    let frac = y - m as f64;
-    if frac > 0.5 {
-        m += 1;
-    } else if frac == 0.5 {
-        let err = av.mul_add(scale, -y);
-        if err == 0.0 {
-            // An exact tie: `format!`'s own rule decides.
-            return None;
-        }
-        m += (err > 0.0) as u64;
-    }
-    // Digits written right to left (no division by a run-time power of ten).
-    let neg = v.is_sign_negative() as usize;
-    let digits = (m.checked_ilog10().unwrap_or(0) as usize + 1).max(d + 1);
-    let len = neg + digits + (d > 0) as usize;
-    let mut buf = [0u8; 32];
-    buf[0] = b'-';
-    let mut i = len;
-    // The fraction's digits, then the point, then the integer part's.
-    put_digits(&mut buf, &mut i, &mut m, d);
-    if d > 0 {
-        i -= 1;
-        buf[i] = b'.';
-    }
-    put_digits(&mut buf, &mut i, &mut m, digits - d);
-    debug_assert_eq!(i, neg);
-    Some((buf, len))
-}
-
-/// Writes the `n` lowest decimal digits of `m` into `buf` right to left, ending at `*i`, two at a
-/// time; `m` and `*i` move past them.
-fn put_digits(buf: &mut [u8], i: &mut usize, m: &mut u64, n: usize) {
-    let mut left = n;
-    while left >= 2 {
-        let two = (*m % 100) as usize * 2;
-        *m /= 100;
-        *i -= 2;
-        buf[*i..*i + 2].copy_from_slice(&DIGIT_PAIRS[two..two + 2]);
-        left -= 2;
-    }
-    if left == 1 {
-        *i -= 1;
-        buf[*i] = b'0' + (*m % 10) as u8;
-        *m /= 10;
     }
 }
 
@@ -927,7 +861,7 @@ mod tests {
             7.0e-7,
             123456789.987654,
         ] {
-            for d in [0u32, 3, 4] {
+            for d in [0u32, 1, 3, 4, 5, 6, 7] {
                 let mut out = Vec::new();
                 push_fixed(&mut out, v, d);
                 let got = String::from_utf8(out).unwrap();
@@ -950,7 +884,7 @@ mod tests {
                 2 => ((x % 100_000_000) as f64 * 0.0001) * (1 + i % 61) as f64,
                 _ => -u * 1e4,
             };
-            for d in [3u32, 4] {
+            for d in [0u32, 2, 3, 4, 6] {
                 let mut out = Vec::new();
                 push_fixed(&mut out, v, d);
                 let want = format!("{v:.*}", d as usize);

@@ -489,7 +489,19 @@ impl AicTables {
         batch: f64,
         step: f64,
     ) -> Option<TablePrice> {
-        let (gi, g) = self.mla_grid_at(kv, heads)?;
+        let (gi, _) = self.mla_grid_at(kv, heads)?;
+        self.mla_growth_at(gi, batch, step)
+    }
+
+    /// The grid of `kv` × `heads` ([`Self::mla_attention_growth`] reads it), for callers that
+    /// price many KV lengths under one setting (`cost::attention`).
+    pub(crate) fn mla_grid_index(&self, kv: &str, heads: u64) -> Option<usize> {
+        self.mla_grid_at(kv, heads).map(|(gi, _)| gi)
+    }
+
+    /// [`Self::mla_attention_growth`] in grid `gi` ([`Self::mla_grid_index`]).
+    pub(crate) fn mla_growth_at(&self, gi: usize, batch: f64, step: f64) -> Option<TablePrice> {
+        let g = &self.mla_grid.get(gi)?.2;
         let min = *g.steps.first()?;
         let full = self.mla_module_in(gi, g, batch, step)?;
         // The base depends on the batch only: kept with the batch's lines (the same value).
@@ -741,6 +753,22 @@ impl Prepared {
             mla: t.has("mla_generation.csv"),
             scale: CostFamily::ALL.iter().map(|f| sec.scale(f.key())).collect(),
         })
+    }
+
+    /// Whether the MLA module rows price MLA attention (`cost::attention`).
+    pub(crate) fn prices_mla(&self) -> bool {
+        self.mla
+    }
+
+    /// Whether a GEMM or MoE table may price `op` (`cost::attention` leaves those ops to the
+    /// general pricer).
+    pub(crate) fn prices_family(&self, op: &Op) -> bool {
+        (self.gemm && op.family == CostFamily::GemmBf16) || (self.moe && is_moe_module_op(op))
+    }
+
+    /// The profile's scale of family `f`'s table prices.
+    pub(crate) fn scale(&self, f: CostFamily) -> f64 {
+        self.scale[f as usize]
     }
 
     /// The table prices of `w`'s ops into `o` (its vectors reused; `o.quiet` as asked).
@@ -1010,6 +1038,36 @@ fn moe_modules(
 }
 
 #[allow(clippy::too_many_arguments)]
+/// The MLA module's two kernels priced from its growth (`mla_attention`): (µs, split) of stage 1
+/// and of the split-KV reduce after it ((0, 0) without one).
+pub(crate) struct MlaPair {
+    pub attention: (f64, f64),
+    pub reduce: (f64, f64),
+}
+
+impl MlaPair {
+    /// `growth`: the module's growth from the smallest KV length (µs); `fixed_sum`: both
+    /// kernels' fixed costs; `fp8`: the FP8/BF16 ratio (1 on a BF16 cache); `floor`: stage 1's
+    /// bytes at the DRAM bandwidth; `reduce_law`: the reduce's own law price, when it follows.
+    pub(crate) fn of(
+        growth: f64,
+        fixed_sum: f64,
+        fp8: f64,
+        floor: f64,
+        reduce_law: Option<f64>,
+    ) -> Self {
+        let pair = ((growth + fixed_sum) * fp8).max(floor);
+        let red = reduce_law.map_or(0.0, |r| r.min(0.5 * pair));
+        // The pair's price at the smallest KV length (its fixed costs; a DRAM floor above them
+        // is KV read, i.e. growth) is shared by both kernels in proportion to their prices.
+        let fixed_part = (fixed_sum * fp8).min(pair) / pair.max(1e-12);
+        MlaPair {
+            attention: (pair - red, (pair - red) * fixed_part),
+            reduce: (red, red * fixed_part),
+        }
+    }
+}
+
 fn mla_attention(
     w: &Workload,
     s: &Scenario,
@@ -1087,16 +1145,10 @@ fn mla_attention(
         let fixed_sum = fixed(CostFamily::AttentionMlaDecode)
             + reduce.map_or(0.0, |_| fixed(CostFamily::Elementwise));
         let fp8 = fp8_ratio.map_or(1.0, |r| r.0.value);
-        let pair = ((growth.us + fixed_sum) * fp8).max(op.bytes / bw);
-        let red = reduce.map_or(0.0, |r| r.1.min(0.5 * pair));
-        o.us[i] = Some(pair - red);
-        // The pair's price at the smallest KV length (its fixed costs; a DRAM floor above them
-        // is KV read, i.e. growth) is shared by both kernels in proportion to their prices.
-        let fixed_part = (fixed_sum * fp8).min(pair) / pair.max(1e-12);
-        o.split[i] = (pair - red) * fixed_part;
+        let m = MlaPair::of(growth.us, fixed_sum, fp8, op.bytes / bw, reduce.map(|r| r.1));
+        (o.us[i], o.split[i]) = (Some(m.attention.0), m.attention.1);
         if let Some((j, _)) = reduce {
-            o.us[j] = Some(red);
-            o.split[j] = red * fixed_part;
+            (o.us[j], o.split[j]) = (Some(m.reduce.0), m.reduce.1);
         }
         priced += 1;
     }

@@ -14,6 +14,7 @@ macro_rules! note {
 
 pub mod aic;
 pub mod allreduce;
+pub mod attention;
 pub mod collective;
 pub mod internode;
 pub mod kernel;
@@ -767,20 +768,7 @@ impl<'a> Pricer<'a> {
                 );
             }
         }
-        let parts = kernel::kernel_parts(op, k, &self.s.system.gpu);
-        let us = parts.total();
-        let split = if op.category == Category::Attention {
-            if op.family == CostFamily::KvWrite {
-                us
-            } else {
-                parts.fixed
-            }
-        } else if aic::is_moe_gemm(op.family) {
-            parts.memory
-        } else {
-            0.0
-        };
-        Ok((us, split.min(us)))
+        Ok(law_price(op, k, &self.s.system.gpu))
     }
 
     /// Attention over an FP8 KV cache where the price came from BF16 data (a measured table, a
@@ -878,6 +866,25 @@ impl<'a> Pricer<'a> {
             out.warnings.extend(self.warnings);
         }
     }
+}
+
+/// A kernel's law price and its split (`Pricing::split_us`): attention's fixed cost (a KV write
+/// is all fixed), a routed-expert GEMM's weight read, 0 elsewhere.
+pub(crate) fn law_price(op: &Op, k: &profile::KernelParams, gpu: &crate::scenario::GpuSpec) -> (f64, f64) {
+    let parts = kernel::kernel_parts(op, k, gpu);
+    let us = parts.total();
+    let split = if op.category == Category::Attention {
+        if op.family == CostFamily::KvWrite {
+            us
+        } else {
+            parts.fixed
+        }
+    } else if aic::is_moe_gemm(op.family) {
+        parts.memory
+    } else {
+        0.0
+    };
+    (us, split.min(us))
 }
 
 /// Which all-reduce carries the TP all-reduces (`--allreduce`).

@@ -435,11 +435,7 @@ pub fn apply_factors(f: &Factors, w: &crate::workload::Workload, pricing: &mut s
     }
     let ops = w.ops.iter();
     for ((op, us), split) in ops.zip(&mut pricing.base_us).zip(&mut pricing.split_us) {
-        let (a, b) = f.terms(op);
-        let lo = split.clamp(0.0, us.max(0.0));
-        let rest = *us - lo;
-        *split = lo * a;
-        *us = lo * a + rest * b;
+        apply_terms(f.terms(op), us, split);
     }
     let (a, b) = (f.collective_latency_scale, 1.0 / f.collective_bw_scale);
     for c in &mut pricing.collectives {
@@ -447,6 +443,15 @@ pub fn apply_factors(f: &Factors, w: &crate::workload::Workload, pricing: &mut s
         c.time_us = lo * a + (c.time_us - lo) * b;
         c.latency_us = lo * a;
     }
+}
+
+/// One op's price under its factor terms ([`Factors::terms`]): the split part times the first,
+/// the rest times the second.
+pub(crate) fn apply_terms((a, b): (f64, f64), us: &mut f64, split: &mut f64) {
+    let lo = split.clamp(0.0, us.max(0.0));
+    let rest = *us - lo;
+    *split = lo * a;
+    *us = lo * a + rest * b;
 }
 
 /// The longest fixed cost or latency a profile may state: no call in a decode step takes a second.

@@ -901,6 +901,11 @@ pub(super) struct Scratch {
     pub(super) w: Workload,
     pub(super) x: Option<Coef>,
     pricer: Option<(PricerKey, cost::PreparedPricer)>,
+    /// The lean pricer of these ops under that setting, where it covers them (None inside:
+    /// the general pricer's): `cost::attention`.
+    attention: Option<(PricerKey, Option<cost::attention::AttentionPricer>)>,
+    /// Its prices, one per op of `w`.
+    prices: Vec<f64>,
 }
 
 /// What of the memo's scenario a prepared pricer depends on and a sweep moves (the NCCL
@@ -923,6 +928,8 @@ impl Scratch {
             w: empty_workload(),
             x: None,
             pricer: None,
+            attention: None,
+            prices: Vec::new(),
         }
     }
 }
@@ -990,6 +997,7 @@ pub(super) fn price_layout_into(
             .map(|&(i, _)| regime.ops[i].template.clone())
             .collect();
         scratch.x = None;
+        scratch.attention = None;
     }
     // Columns that moved since the ops were last set (a sweep's next context at the same
     // batch moves the context's columns only): the other fields keep their values.
@@ -1012,10 +1020,26 @@ pub(super) fn price_layout_into(
         // The overridden fields are set afresh by the next pricing.
         scratch.x = None;
     }
+    let key = pricer_key(s, p);
+    if expert_batch.is_none() {
+        // The ops the lean pricer covers (a new context's attention): the same prices.
+        if scratch.attention.as_ref().map(|a| a.0) != Some(key) {
+            scratch.attention = Some((key, cost::attention::AttentionPricer::new(w, s, p)));
+        }
+        if let Some((_, Some(ap))) = &scratch.attention {
+            scratch.prices.resize(w.ops.len(), 0.0);
+            if ap.price(w, s, p, &mut scratch.prices) {
+                let kept = layout.iter().zip(&scratch.prices).filter(|(l, _)| l.1);
+                for (o, (_, &v)) in out.iter_mut().zip(kept) {
+                    *o = v;
+                }
+                return Ok(());
+            }
+        }
+    }
     // Quiet: the report's warnings come from the scenario's own full pricing, never from here.
     // The pricer is prepared once per setting (what `cost::price_quiet` does per call that
     // does not depend on the shapes, batch or context).
-    let key = pricer_key(s, p);
     let pricer = match &mut scratch.pricer {
         Some((k, pr)) if *k == key => pr,
         slot => {

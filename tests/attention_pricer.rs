@@ -25,7 +25,11 @@ fn attention_pair(s: &Scenario) -> Workload {
         })
         .expect("an attention op");
     // With the reduce after it when there is one (the fast path prices them together).
-    let n = if w.ops[i + 1].name.ends_with("mla_decode_reduce") { 2 } else { 1 };
+    let n = if w.ops[i + 1].name.ends_with("mla_decode_reduce") {
+        2
+    } else {
+        1
+    };
     w.ops = w.ops[i..i + n].to_vec();
     w
 }
@@ -75,7 +79,13 @@ fn lean_attention_prices_are_bit_identical_to_the_general_pricer() {
         ("kimi-k2.5", "rtx-pro-6000-8x-pcie", None, 8, 2.0),
         ("kimi-k2.5", "rtx-pro-6000-8x-pcie", None, 4, 2.0),
         ("deepseek-v3", "rtx-pro-6000-8x-pcie", None, 8, 2.0),
-        ("kimi-k2.5", "rtx-pro-6000-8x-pcie", Some("rtx-pro-6000-estimate"), 8, 2.0),
+        (
+            "kimi-k2.5",
+            "rtx-pro-6000-8x-pcie",
+            Some("rtx-pro-6000-estimate"),
+            8,
+            2.0,
+        ),
         ("llama-3.1-70b", "rtx-pro-6000-8x-pcie", None, 8, 2.0),
         ("qwen3-235b-a22b", "rtx-pro-6000-8x-pcie", None, 4, 2.0),
         ("kimi-k2.5", "h200-8x-nvlink", Some("h200-estimate"), 8, 2.0),

@@ -1145,7 +1145,13 @@ fn mla_attention(
         let fixed_sum = fixed(CostFamily::AttentionMlaDecode)
             + reduce.map_or(0.0, |_| fixed(CostFamily::Elementwise));
         let fp8 = fp8_ratio.map_or(1.0, |r| r.0.value);
-        let m = MlaPair::of(growth.us, fixed_sum, fp8, op.bytes / bw, reduce.map(|r| r.1));
+        let m = MlaPair::of(
+            growth.us,
+            fixed_sum,
+            fp8,
+            op.bytes / bw,
+            reduce.map(|r| r.1),
+        );
         (o.us[i], o.split[i]) = (Some(m.attention.0), m.attention.1);
         if let Some((j, _)) = reduce {
             (o.us[j], o.split[j]) = (Some(m.reduce.0), m.reduce.1);

@@ -870,7 +870,11 @@ impl<'a> Pricer<'a> {
 
 /// A kernel's law price and its split (`Pricing::split_us`): attention's fixed cost (a KV write
 /// is all fixed), a routed-expert GEMM's weight read, 0 elsewhere.
-pub(crate) fn law_price(op: &Op, k: &profile::KernelParams, gpu: &crate::scenario::GpuSpec) -> (f64, f64) {
+pub(crate) fn law_price(
+    op: &Op,
+    k: &profile::KernelParams,
+    gpu: &crate::scenario::GpuSpec,
+) -> (f64, f64) {
     let parts = kernel::kernel_parts(op, k, gpu);
     let us = parts.total();
     let split = if op.category == Category::Attention {

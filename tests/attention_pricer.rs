@@ -42,7 +42,7 @@ fn bits(v: &[f64]) -> Vec<u64> {
 /// lean pricer priced (0 when it declined).
 fn held_to_price(s0: &Scenario, p: &CalibrationProfile, what: &str) -> usize {
     let w0 = attention_pair(s0);
-    let Some(ap) = AttentionPricer::new(&w0, s0, p) else {
+    let Some(mut ap) = AttentionPricer::new(&w0, s0, p) else {
         return 0;
     };
     let mut priced = 0;

@@ -58,8 +58,8 @@ pub struct AicTables {
 
 /// The lines of one MLA grid read at one batch (`AicTables::mla_module`): key (tables id,
 /// grid, batch bits), and per line its price at that batch once read.
-#[derive(Default)]
-struct MlaAtBatch {
+#[derive(Debug, Clone, Default)]
+pub(crate) struct MlaAtBatch {
     key: Option<(u64, usize, u64)>,
     lines: Vec<Option<Option<(TablePrice, f64)>>>,
     /// The module at the grid's smallest KV length (`mla_attention_growth`), once read.
@@ -438,27 +438,35 @@ impl AicTables {
 
     /// [`Self::mla_module`] in grid `gi` (`g`), found by the caller.
     fn mla_module_in(&self, gi: usize, g: &MlaGrid, batch: f64, step: f64) -> Option<TablePrice> {
+        MLA_AT_BATCH.with(|c| self.mla_module_kept(&mut c.borrow_mut(), gi, g, batch, step))
+    }
+
+    /// [`Self::mla_module_in`] with the lines at the batch kept in `c`.
+    fn mla_module_kept(
+        &self,
+        c: &mut MlaAtBatch,
+        gi: usize,
+        g: &MlaGrid,
+        batch: f64,
+        step: f64,
+    ) -> Option<TablePrice> {
         let steps = &g.steps;
         let (lo, hi) = bracket(steps, step)?;
         // Each line's price at the batch (and its logarithm), read once per (tables, grid,
         // batch) and thread: a sweep prices many KV lengths at one batch, and the line lookups
         // (two log-log interpolations) were most of an attention price. The same values, bit
         // for bit.
-        let (a, b) = MLA_AT_BATCH.with(|c| {
-            let mut c = c.borrow_mut();
-            let key = (self.id, gi, batch.to_bits());
-            if c.key != Some(key) || c.lines.len() != g.lines.len() {
-                c.key = Some(key);
-                c.base = None;
-                c.lines.clear();
-                c.lines.resize(g.lines.len(), None);
-            }
-            let mut at = |i: usize| {
-                *c.lines[i]
-                    .get_or_insert_with(|| interp(&g.lines[i], batch).map(|p| (p, p.us.ln())))
-            };
-            (at(lo), at(hi))
-        });
+        let key = (self.id, gi, batch.to_bits());
+        if c.key != Some(key) || c.lines.len() != g.lines.len() {
+            c.key = Some(key);
+            c.base = None;
+            c.lines.clear();
+            c.lines.resize(g.lines.len(), None);
+        }
+        let mut at = |i: usize| {
+            *c.lines[i].get_or_insert_with(|| interp(&g.lines[i], batch).map(|p| (p, p.us.ln())))
+        };
+        let (a, b) = (at(lo), at(hi));
         let ((a, ln_a), (b, ln_b)) = (a?, b?);
         Some(TablePrice {
             us: log_lerp_ln(
@@ -501,29 +509,31 @@ impl AicTables {
 
     /// [`Self::mla_attention_growth`] in grid `gi` ([`Self::mla_grid_index`]).
     pub(crate) fn mla_growth_at(&self, gi: usize, batch: f64, step: f64) -> Option<TablePrice> {
+        MLA_AT_BATCH.with(|c| self.mla_growth_kept(&mut c.borrow_mut(), gi, batch, step))
+    }
+
+    /// [`Self::mla_growth_at`] with the lines at the batch kept in `c` (its owner's, not the
+    /// thread's: `cost::attention`).
+    pub(crate) fn mla_growth_kept(
+        &self,
+        c: &mut MlaAtBatch,
+        gi: usize,
+        batch: f64,
+        step: f64,
+    ) -> Option<TablePrice> {
         let g = &self.mla_grid.get(gi)?.2;
         let min = *g.steps.first()?;
-        let full = self.mla_module_in(gi, g, batch, step)?;
+        let full = self.mla_module_kept(c, gi, g, batch, step)?;
         // The base depends on the batch only: kept with the batch's lines (the same value).
         let key = Some((self.id, gi, batch.to_bits()));
-        let kept = MLA_AT_BATCH.with(|c| {
-            let c = c.borrow();
-            if c.key == key {
-                c.base
-            } else {
-                None
-            }
-        });
+        let kept = if c.key == key { c.base } else { None };
         let base = match kept {
             Some(b) => b,
             None => {
-                let b = self.mla_module_in(gi, g, batch, min);
-                MLA_AT_BATCH.with(|c| {
-                    let mut c = c.borrow_mut();
-                    if c.key == key {
-                        c.base = Some(b);
-                    }
-                });
+                let b = self.mla_module_kept(c, gi, g, batch, min);
+                if c.key == key {
+                    c.base = Some(b);
+                }
                 b
             }
         }?;

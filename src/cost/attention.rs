@@ -11,7 +11,7 @@
 //! measured kernel table, an FP8 cache, a GEMM or MoE table, a collective) leaves it to the
 //! general pricer: [`AttentionPricer::new`] gives None.
 
-use super::aic::{self, MlaPair};
+use super::aic::{self, MlaAtBatch, MlaPair};
 use super::profile::{self, KernelParams};
 use super::CalibrationProfile;
 use crate::scenario::Scenario;
@@ -51,6 +51,8 @@ pub struct AttentionPricer {
     /// The profile's factor terms per op (`profile::Factors::terms`); None: the identity.
     terms: Option<Vec<(f64, f64)>>,
     mla: Option<MlaSetup>,
+    /// The MLA lines at the last batch priced (the thread's cache would cost a lookup a call).
+    lines: MlaAtBatch,
 }
 
 impl AttentionPricer {
@@ -137,7 +139,12 @@ impl AttentionPricer {
         });
         let terms = (!p.factors.is_identity())
             .then(|| w.ops.iter().map(|op| p.factors.terms(op)).collect());
-        Some(AttentionPricer { how, terms, mla })
+        Some(AttentionPricer {
+            how,
+            terms,
+            mla,
+            lines: MlaAtBatch::default(),
+        })
     }
 
     /// The price of each of `w`'s ops (its templates those `new` read) at `s`'s batch and
@@ -145,7 +152,7 @@ impl AttentionPricer {
     /// written that counts) where the general pricer would go another way at this shape (no MLA
     /// rows at this batch).
     pub fn price(
-        &self,
+        &mut self,
         w: &Workload,
         s: &Scenario,
         p: &CalibrationProfile,
@@ -162,7 +169,9 @@ impl AttentionPricer {
                         return false;
                     };
                     let ctx = s.context.div_ceil(m.dcp) as f64;
-                    let Some(growth) = t.mla_growth_at(m.grid, s.batch as f64, ctx) else {
+                    let batch = s.batch as f64;
+                    let Some(growth) = t.mla_growth_kept(&mut self.lines, m.grid, batch, ctx)
+                    else {
                         return false;
                     };
                     // The reduce's law price (`aic::LawKernels::law_or_bytes`).

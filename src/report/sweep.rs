@@ -78,8 +78,9 @@ fn push_fixed_d<const D: u32>(out: &mut Vec<u8>, v: f64) {
         let _ = write!(out, "{v:.*}", D as usize);
         return;
     }
-    let mut m = y as u64;
-    let frac = y - m as f64;
+    // Through i64 (y < 2^53): one conversion instruction each way, where u64 takes a dozen.
+    let mut m = y as i64 as u64;
+    let frac = y - m as i64 as f64;
     if frac > 0.5 {
         m += 1;
     } else if frac == 0.5 {
@@ -94,7 +95,7 @@ fn push_fixed_d<const D: u32>(out: &mut Vec<u8>, v: f64) {
     let (mut q, mut r) = (m / p, m % p);
     // The text ends at byte 64 of the buffer and is at most 24 bytes long (a sign, m's 16
     // digits, the point), so the 32 bytes from its start lie within the buffer.
-    let mut buf = [0u8; 96];
+    let mut buf = [0u8; 88];
     let mut i = 64;
     for _ in 0..D {
         i -= 1;
@@ -128,7 +129,7 @@ fn push_fixed_d<const D: u32>(out: &mut Vec<u8>, v: f64) {
     let len = 64 - i;
     out.reserve(32);
     // SAFETY: `reserve` left at least 32 bytes of spare capacity after `len()`; `i + 32` is
-    // within the 96-byte buffer (i ≥ 64 - 24); only the `len` bytes of text are taken.
+    // within the 88-byte buffer (i ≥ 64 - 24); only the `len` bytes of text are taken.
     unsafe {
         let at = out.len();
         std::ptr::copy_nonoverlapping(buf.as_ptr().add(i), out.as_mut_ptr().add(at), 32);
@@ -187,33 +188,37 @@ fn onoff(b: bool) -> &'static str {
 /// the last row's text and formats the others.
 const NUM_COLS: usize = 4 + 1 + Category::ALL.len() + 2;
 
-/// Room for the columns' text: at most 32 bytes each (a longer number falls back to writing
-/// every column afresh).
-const NUM_TEXT: usize = 32 * NUM_COLS;
-
-/// The last row's column values (as bits) and text (`Numbers::put`).
+/// The last row's column values (as bits) and where its text lies in the output
+/// (`Numbers::put`): two slots, the last row's and the one being written, in turn.
 struct Numbers {
     has: bool,
-    bits: [u64; NUM_COLS],
-    /// Column c's text, its separator included, at `text[start[c]..start[c + 1]]`.
-    start: [u16; NUM_COLS + 1],
-    text: Box<[u8; NUM_TEXT]>,
+    /// The slot of the last row.
+    last: usize,
+    bits: [[u64; NUM_COLS]; 2],
+    /// Column c's text, its separator included, at `out[base + start[c]..base + start[c + 1]]`.
+    start: [[u32; NUM_COLS + 1]; 2],
+    /// Where the last row's columns begin in the output (the rows of one `csv_rows` call lie
+    /// in one buffer).
+    base: usize,
 }
 
 impl Numbers {
     fn new() -> Self {
         Numbers {
             has: false,
-            bits: [0; NUM_COLS],
-            start: [0; NUM_COLS + 1],
-            text: Box::new([0; NUM_TEXT]),
+            last: 0,
+            bits: [[0; NUM_COLS]; 2],
+            start: [[0; NUM_COLS + 1]; 2],
+            base: 0,
         }
     }
 
     /// Writes row `r`'s columns from the acceptance length to the end of the line.
     #[inline]
     fn put(&mut self, out: &mut Vec<u8>, r: &Row) {
-        let mut bits = [0u64; NUM_COLS];
+        let now = 1 - self.last;
+        let [b0, b1] = &mut self.bits;
+        let (old_bits, bits) = if now == 1 { (&*b0, b1) } else { (&*b1, b0) };
         bits[0] = r.mean_acceptance_length.to_bits();
         bits[1] = r.step_time_us.to_bits();
         bits[2] = r.tokens_per_s.to_bits();
@@ -224,27 +229,27 @@ impl Numbers {
         }
         bits[NUM_COLS - 2] = r.pp as u64;
         bits[NUM_COLS - 1] = r.dp as u64;
-        out.reserve(NUM_TEXT + 32);
+        let [s0, s1] = &mut self.start;
+        let (old, start) = if now == 1 { (&*s0, s1) } else { (&*s1, s0) };
         let base = out.len();
-        let mut start = [0u16; NUM_COLS + 1];
         let mut c = 0;
         while c < NUM_COLS {
-            if self.has && bits[c] == self.bits[c] {
-                // A run of columns as the last row wrote them.
+            if self.has && bits[c] == old_bits[c] {
+                // A run of columns as the last row wrote them, copied from its text.
                 let mut e = c + 1;
-                while e < NUM_COLS && bits[e] == self.bits[e] {
+                while e < NUM_COLS && bits[e] == old_bits[e] {
                     e += 1;
                 }
-                let (from, to) = (self.start[c] as usize, self.start[e] as usize);
-                let at = (out.len() - base) as u16;
+                let at = (out.len() - base) as u32;
                 for j in c..e {
-                    start[j] = at + (self.start[j] - self.start[c]);
+                    start[j] = at + (old[j] - old[c]);
                 }
-                out.extend_from_slice(&self.text[from..to]);
+                let from = self.base + old[c] as usize;
+                out.extend_from_within(from..self.base + old[e] as usize);
                 c = e;
                 continue;
             }
-            start[c] = (out.len() - base) as u16;
+            start[c] = (out.len() - base) as u32;
             let sep = if c + 1 == NUM_COLS { b'\n' } else { b',' };
             match c {
                 4 => out.extend_from_slice(if r.fits { b"true" } else { b"false" }),
@@ -263,17 +268,10 @@ impl Numbers {
             out.push(sep);
             c += 1;
         }
-        let len = out.len() - base;
-        start[NUM_COLS] = len as u16;
-        if len <= NUM_TEXT {
-            self.text[..len].copy_from_slice(&out[base..]);
-            self.start = start;
-            self.bits = bits;
-            self.has = true;
-        } else {
-            // Too long to keep (numbers beyond 32 bytes): the next row writes every column.
-            self.has = false;
-        }
+        start[NUM_COLS] = (out.len() - base) as u32;
+        self.last = now;
+        self.base = base;
+        self.has = true;
     }
 }
 

@@ -1026,7 +1026,7 @@ pub(super) fn price_layout_into(
         if scratch.attention.as_ref().map(|a| a.0) != Some(key) {
             scratch.attention = Some((key, cost::attention::AttentionPricer::new(w, s, p)));
         }
-        if let Some((_, Some(ap))) = &scratch.attention {
+        if let Some((_, Some(ap))) = &mut scratch.attention {
             scratch.prices.resize(w.ops.len(), 0.0);
             if ap.price(w, s, p, &mut scratch.prices) {
                 let kept = layout.iter().zip(&scratch.prices).filter(|(l, _)| l.1);

@@ -237,9 +237,6 @@ pub fn prepare<'a>(
         return Err(Error::EmptyGrid);
     }
     req.check_work()?;
-    if req.base.comm.tbo {
-        return Err(crate::sim::fast::tbo_refused());
-    }
     // Each pipeline size and data-parallel size loaded and validated as its own scenario
     // (tp × pp or dp × tp GPUs, layers).
     let pps: Vec<Option<u32>> = if req.pp.is_empty() {

@@ -45,6 +45,10 @@ pub(super) struct TboFit {
     /// Per regime (low, high) of the micro-batch pass: which ops are the all-to-alls the
     /// micro-batch is cut at.
     cut: [Box<[bool]>; 2],
+    /// Per regime: the ops that follow each DP rank's own sequences (attention, the KV-cache
+    /// write, sampling: `workload::parallel`'s per-sequence ops), which a DP rank with fewer
+    /// sequences than the largest runs shorter.
+    per_seq: [Box<[bool]>; 2],
 }
 
 /// The refusal of speculative decoding with two-batch overlap on the fast path.
@@ -81,8 +85,22 @@ pub(super) fn fit(
             .map(|o| o.template.family == CostFamily::AllToAll)
             .collect()
     };
+    let per_seq = |r: &Regime| -> Box<[bool]> {
+        r.ops
+            .iter()
+            .map(|o| {
+                let t = &o.template;
+                let suffix = t.name.rsplit_once('.').map_or(t.name.as_str(), |(_, s)| s);
+                matches!(
+                    suffix,
+                    "kv_cache_write" | "mla_decode" | "mla_decode_reduce" | "attention_decode"
+                ) || t.family == CostFamily::Sampling
+            })
+            .collect()
+    };
     fast.tbo = Some(TboFit {
         cut: [cut(&fast.target.low), cut(&fast.target.high)],
+        per_seq: [per_seq(&fast.target.low), per_seq(&fast.target.high)],
     });
     fast.scenario = s.clone();
     Ok(fast)
@@ -168,20 +186,95 @@ impl FastScenario {
                 self.straggler_of(pm, sizes[1]),
             ];
             let regime = |k: usize| {
-                if priced[k].high {
-                    (&pm.high, &fit.cut[1])
-                } else {
-                    (&pm.low, &fit.cut[0])
+                let h = priced[k].high as usize;
+                let r = if priced[k].high { &pm.high } else { &pm.low };
+                Play {
+                    regime: r,
+                    cut: &fit.cut[h],
+                    per_seq: &fit.per_seq[h],
                 }
             };
             let plays = [regime(0), regime(1)];
+            let dp = pm.ep.as_ref().map_or(1, |e| e.dp);
+            let lag = Lag::new(dp, sizes);
             if sgs[0].on || sgs[1].on {
-                interleave::<true>(&mut st, &plays, &priced, set.launch, sgs);
+                interleave::<true>(&mut st, &plays, &priced, set.launch, sgs, lag);
             } else {
-                interleave::<false>(&mut st, &plays, &priced, set.launch, sgs);
+                interleave::<false>(&mut st, &plays, &priced, set.launch, sgs, lag);
             }
         });
         (st.window_us(), st.busy)
+    }
+}
+
+/// One micro-batch's regime and its tables (`TboFit`).
+struct Play<'a> {
+    regime: &'a Regime,
+    cut: &'a [bool],
+    per_seq: &'a [bool],
+}
+
+/// Data-parallel attention at a micro-batch the DP ranks do not share evenly: how far the DP
+/// ranks with fewer sequences are behind the largest ones' compute stream (which the
+/// recursion plays), since the DP ranks last met. The first `b % dp` DP ranks take one
+/// sequence more (`Scenario::dp_batches`), so by the two micro-batches' splits the DP ranks
+/// fall in at most three groups.
+struct Lag {
+    /// Per group: its share of the ranks, and µs behind.
+    weight: [f64; 3],
+    behind: [f64; 3],
+    /// Per micro-batch: the share of a per-sequence op's time each group saves (0 where the
+    /// group holds the most sequences).
+    saves: [[f64; 3]; 2],
+    on: bool,
+    dp: u32,
+}
+
+impl Lag {
+    fn new(dp: u32, sizes: [u32; 2]) -> Self {
+        let mut lag = Lag {
+            weight: [0.0; 3],
+            behind: [0.0; 3],
+            saves: [[0.0; 3]; 2],
+            on: false,
+            dp,
+        };
+        let more = sizes.map(|b| b % dp);
+        if dp <= 1 || more == [0, 0] {
+            return lag;
+        }
+        lag.on = true;
+        // Group bounds: DP ranks below each micro-batch's count of larger ranks.
+        let cut = |b: u32| if b == 0 { dp } else { b };
+        let (lo, hi) = {
+            let (a, b) = (cut(more[0]), cut(more[1]));
+            (a.min(b), a.max(b))
+        };
+        let bounds = [(0, lo), (lo, hi), (hi, dp)];
+        for (g, &(from, to)) in bounds.iter().enumerate() {
+            lag.weight[g] = (to - from) as f64 / dp as f64;
+            for k in 0..2 {
+                // A group holds the fewer sequences of micro-batch k when its ranks are at or
+                // past that micro-batch's count of larger ranks.
+                if more[k] > 0 && from >= more[k] && to > from {
+                    let most = sizes[k].div_ceil(dp) as f64;
+                    let own = (sizes[k] / dp) as f64;
+                    lag.saves[k][g] = 1.0 - own / most;
+                }
+            }
+        }
+        lag
+    }
+
+    /// Every DP rank at the same point.
+    #[inline]
+    fn met(&mut self) {
+        self.behind = [0.0; 3];
+    }
+
+    /// The mean over ranks of how far they are behind.
+    fn mean(&self) -> f64 {
+        (0..3).map(|g| self.weight[g] * self.behind[g]).sum()
     }
 }
 
@@ -245,11 +338,15 @@ impl Chain {
 /// other ranks again (a blocking collective, or a wait the transfer's end binds).
 fn interleave<const SG: bool>(
     st: &mut State,
-    plays: &[(&Regime, &Box<[bool]>); 2],
+    plays: &[Play<'_>; 2],
     priced: &[Priced; 2],
     l: &Launch,
     sgs: [&Straggler; 2],
+    mut lag: Lag,
 ) {
+    // With data-parallel attention a tensor-parallel collective meets one DP rank's ranks
+    // only: the DP ranks' sequences keep them apart until a wide one.
+    let one_group = lag.dp <= 1;
     let mut comm = Comm {
         free: f64::MIN,
         ends: [f64::MIN; 2],
@@ -258,7 +355,7 @@ fn interleave<const SG: bool>(
     let mut cursors = [0, 1].map(|k| Cursor {
         seg: 0,
         rep: 0,
-        i: plays[k].0.segments.first().map_or(0, |s| s.start),
+        i: plays[k].regime.segments.first().map_or(0, |s| s.start),
     });
     let mut pending = [false; 2];
     let mut done = [false; 2];
@@ -269,22 +366,13 @@ fn interleave<const SG: bool>(
             }
             if pending[k] {
                 pending[k] = false;
-                let end = comm.ends[k];
-                let lead = chain.close();
-                if end >= st.main + lead {
-                    // Every rank leaves the all-to-all together.
-                    st.main = end;
-                    st.main_sp = MET;
-                    chain.sq = 0.0;
-                } else if end > st.main {
-                    // The ranks behind the transfer's end meet there; the slowest is still
-                    // past it.
-                    let left = st.main + lead - end;
-                    st.main = end;
-                    chain.sq = left * left;
-                }
+                wait(st, &mut chain, &mut lag, comm.ends[k]);
             }
-            let (regime, cut) = plays[k];
+            let Play {
+                regime,
+                cut,
+                per_seq,
+            } = plays[k];
             let (d, ex) = (&priced[k].d, &priced[k].ex);
             let loaded = !ex.is_empty();
             let sg = sgs[k];
@@ -299,13 +387,23 @@ fn interleave<const SG: bool>(
                     dur -= x;
                     chain.open += x;
                 }
+                if lag.on && per_seq[i] {
+                    for g in 0..3 {
+                        lag.behind[g] += dur * lag.saves[k][g];
+                    }
+                }
                 match regime.kinds[i] {
                     Kind::Collective { wide } => {
                         let lead = chain.close();
                         let a2a = cut[i];
                         let at = (wide, dur, lead);
                         if collective::<SG>(st, &mut comm, at, l, sg, a2a.then_some(k)) {
+                            // A tensor-parallel group's ranks leave together at its slowest
+                            // member's pace; the DP ranks meet only at a wide collective.
                             chain.sq = 0.0;
+                            if wide || one_group {
+                                lag.met();
+                            }
                         }
                         if a2a {
                             pending[k] = true;
@@ -318,8 +416,37 @@ fn interleave<const SG: bool>(
             chain.close();
         }
     }
-    // The step ends when every stream has (the last transfer is waited for above).
-    st.main = later(st.main, comm.free);
+    // The step ends when every stream has (the last transfer is waited for above); the step
+    // is the mean over ranks, the DP ranks with fewer sequences ending earlier.
+    st.main = later(st.main, comm.free) - lag.mean();
+}
+
+/// A wait for an all-to-all that ends at `end` on every rank. The ranks' compute streams lie
+/// about the mean one (`st.main`), the slowest `lead` µs past it: past the end, the wait
+/// holds no rank; before it, the ranks before the end move to it, and the slowest, unless the
+/// end is past it too (then every rank meets there), stays where it was (taken as the mean
+/// rank's new lead over the end: the ranks in between are left out).
+#[inline]
+fn wait(st: &mut State, chain: &mut Chain, lag: &mut Lag, end: f64) {
+    let lead = chain.close();
+    let main = st.main;
+    if end >= main + lead {
+        // Every rank leaves the all-to-all together.
+        st.main = end;
+        st.main_sp = MET;
+        chain.sq = 0.0;
+        lag.met();
+    } else if end > main {
+        let left = main + lead - end;
+        st.main = end;
+        chain.sq = left * left;
+        lag.met();
+    } else if lag.on {
+        // DP ranks further ahead than the transfer's end wait for it.
+        for b in &mut lag.behind {
+            *b = b.min(main - end);
+        }
+    }
 }
 
 /// A collective on the communication stream (`asynchronous`: the all-to-all of that

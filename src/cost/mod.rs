@@ -110,10 +110,7 @@ fn price_micro_batches(
         families: Vec::new(),
         warnings: Vec::new(),
     };
-    for (ix, mb) in parts
-        .iter()
-        .zip(crate::workload::overlap::micro_batches(s))
-    {
+    for (ix, mb) in parts.iter().zip(crate::workload::overlap::micro_batches(s)) {
         let part = Workload {
             ops: ix.iter().map(|&i| w.ops[i].clone()).collect(),
             experts_touched: w.experts_touched.clone(),

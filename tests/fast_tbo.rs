@@ -179,3 +179,100 @@ fn fast_path_matches_the_timeline_mean_with_two_batch_overlap() {
         failures.join("\n")
     );
 }
+
+use common::decodesim_exit as run;
+
+/// `sweep --tbo off,on` writes one row per (tbo, batch, context), the setting in a `tbo`
+/// column after dp, each row's step the fast path's price of that scenario alone (memo
+/// cleared); overlap moves every step. A sweep that lists no `--tbo` keeps its columns.
+#[test]
+fn sweep_rows_over_tbo_equal_each_scenario_priced_alone() {
+    let base = [
+        "sweep",
+        "--model",
+        "deepseek-v3",
+        "--system",
+        "h200-hgx-2node-ib",
+        "--tp",
+        "1",
+        "--dp",
+        "16",
+        "--ep-comm",
+        "rdma-ll",
+        "--batch",
+        "32,33,250",
+        "--context",
+        "1000,4096",
+        "--format",
+        "csv",
+    ];
+    let mut args = base.to_vec();
+    args.extend(["--tbo", "off,on"]);
+    let (code, out, err) = run(&args);
+    assert_eq!(code, 0, "{err}");
+    let mut lines = out.lines();
+    let header: Vec<&str> = lines.next().expect("header").split(',').collect();
+    assert!(header.ends_with(&["pp", "dp", "tbo"]), "{header:?}");
+    let col = |name: &str| header.iter().position(|h| *h == name).expect(name);
+    let (t_c, b_c, c_c, st_c) = (
+        col("tbo"),
+        col("batch"),
+        col("context"),
+        col("step_time_us"),
+    );
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    assert_eq!(rows.len(), 2 * 3 * 2);
+    assert!(rows[..6].iter().all(|r| r[t_c] == "off"));
+    assert!(rows[6..].iter().all(|r| r[t_c] == "on"));
+    let mut steps = std::collections::HashMap::new();
+    for tbo in [false, true] {
+        let mut req = ScenarioRequest {
+            model: "deepseek-v3".into(),
+            system: "h200-hgx-2node-ib".into(),
+            tp: Some(1),
+            ..ScenarioRequest::default()
+        };
+        req.comm.dp = Some(16);
+        req.comm.ep_comm = EpComm::RdmaLl;
+        req.comm.tbo = tbo;
+        let (s, p) = req.load().expect("loads");
+        let fast = FastScenario::new(&s, &p, None).expect("fitted");
+        let (launch, coll) = (
+            Launch::new(&p, s.cuda_graphs),
+            Collectives::new(&s, &p).expect("collectives"),
+        );
+        let name = if tbo { "on" } else { "off" };
+        for r in rows.iter().filter(|r| r[t_c] == name) {
+            let (b, c): (u32, u64) = (r[b_c].parse().unwrap(), r[c_c].parse().unwrap());
+            fast.clear_memo();
+            let alone = fast.step_us(b, c, &launch, &coll);
+            let row: f64 = r[st_c].parse().unwrap();
+            assert!(
+                (row - alone).abs() <= 0.0005 + 1e-12 * alone,
+                "tbo {name} batch {b} context {c}: row {row} vs alone {alone}"
+            );
+            steps.insert((tbo, b, c), row);
+        }
+    }
+    for b in [32, 33, 250] {
+        for c in [1000, 4096] {
+            let (off, on) = (steps[&(false, b, c)], steps[&(true, b, c)]);
+            assert!(
+                (on - off).abs() > 1e-3 * off,
+                "batch {b} context {c}: {on} vs {off}"
+            );
+        }
+    }
+    // No --tbo list: the columns as before.
+    let (code, out, err) = run(&base);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.lines().next().unwrap().ends_with(",pp,dp"), "{out}");
+    // Overlap needs the low-latency all-to-all: refused by name, before any row.
+    let mut args = base.to_vec();
+    args[10] = "all-to-all";
+    args.extend(["--tbo", "on"]);
+    let (code, out, err) = run(&args);
+    assert_ne!(code, 0);
+    assert!(out.is_empty(), "{out}");
+    assert!(err.contains("--tbo") && err.contains("rdma-ll"), "{err}");
+}

@@ -299,10 +299,13 @@ pub fn prepare<'a>(
     };
     // Every grid value is checked before any work starts (the checks of batch and of context
     // are independent, so the lists are checked each against the base, not as a product).
-    for &b in &req.batch {
-        let mut s = scenario.clone();
-        s.batch = b;
-        s.validate()?;
+    // Every layout's: two-batch overlap takes at least 2 sequences.
+    for (scenario, _) in &loaded {
+        for &b in &req.batch {
+            let mut s = scenario.clone();
+            s.batch = b;
+            s.validate()?;
+        }
     }
     for &c in &req.context {
         let mut s = scenario.clone();

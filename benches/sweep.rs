@@ -13,6 +13,7 @@ fn request(batch: Vec<u32>, context: Vec<u64>) -> SweepRequest {
     SweepRequest {
         pp: Vec::new(),
         dp: Vec::new(),
+        tbo: Vec::new(),
         base: ScenarioRequest::default(),
         batch,
         context,

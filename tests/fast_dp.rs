@@ -9,11 +9,11 @@
 
 mod common;
 
-use decodesim::cost::{self, CalibrationProfile};
+use decodesim::cost::CalibrationProfile;
 use decodesim::scenario::deployment::EpComm;
 use decodesim::scenario::Scenario;
 use decodesim::sim::fast::{Collectives, FastScenario, Launch};
-use decodesim::sim::{engine_config, Engine, ScenarioRequest, Timeline};
+use decodesim::sim::{Engine, ScenarioRequest, Timeline};
 use decodesim::workload;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -41,25 +41,6 @@ fn seeds(batch: u32) -> u64 {
 /// rest MoE): enough MoE layers that the seeds' mean of the slowest rank settles.
 const LAYERS: usize = 10;
 
-/// One play on the engine: the step window less the drawn jitter of the collective transfers
-/// (one uniform draw for all ranks, mean zero: a control variate, as tests/fast_vs_seeds.rs).
-fn play(
-    w: &workload::Workload,
-    s: &Scenario,
-    p: &CalibrationProfile,
-    engine: &mut Engine,
-    tl: &mut Timeline,
-) -> f64 {
-    let pricing = cost::price(w, s, p).expect("priced");
-    engine.run(w, &pricing.base_us, &engine_config(s, p), tl);
-    let jitter: f64 = tl
-        .rank_records(0)
-        .filter(|r| w.ops[r.op as usize].family.is_collective())
-        .map(|r| (r.end_us - r.start_us - r.wait_us) - pricing.base_us[r.op as usize])
-        .sum();
-    tl.step_time_us() - jitter
-}
-
 fn timeline_mean(s: &Scenario, p: &CalibrationProfile) -> f64 {
     let (mut engine, mut tl) = (Engine::new(), Timeline::default());
     let mut sum = 0.0;
@@ -67,7 +48,7 @@ fn timeline_mean(s: &Scenario, p: &CalibrationProfile) -> f64 {
     for seed in 0..n {
         let mut s = s.clone();
         s.seed = seed * 7919 + 3;
-        sum += play(&workload::build(&s), &s, p, &mut engine, &mut tl);
+        sum += common::timeline_window(&workload::build(&s), &s, p, &mut engine, &mut tl);
     }
     sum / n as f64
 }

@@ -161,6 +161,7 @@ fn sweep_knobs_reach_the_same_request_through_grid_files_and_flags() {
             "cuda-graphs" => assert_eq!(g.cuda_graphs, vec![want.cuda_graphs]),
             "pp" => assert_eq!(g.pp, vec![want.comm.pp.unwrap()]),
             "dp" => assert_eq!(g.dp, vec![want.comm.dp.unwrap()]),
+            "tbo" => assert_eq!(g.tbo, vec![want.comm.tbo]),
             _ => assert_eq!(g.base, want, "{}", k.flag),
         }
     }

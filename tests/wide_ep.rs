@@ -368,18 +368,21 @@ fn the_binary_refuses_bad_layouts_by_flag_value_and_expectation() {
 #[test]
 fn paths_that_bypass_the_timeline_refuse_wide_ep_by_name() {
     // The sweep's fast path plays DP attention, the RDMA all-to-all and redundant experts
-    // (tests/fast_dp.rs), but not two-batch overlap: refused by name.
-    let mut r = wide(16, 256, EpComm::RdmaLl);
-    r.comm.tbo = true;
-    let (s, p) = r.load().unwrap();
-    let e = decodesim::sim::fast::FastScenario::new(&s, &p, None)
-        .err()
-        .unwrap()
-        .to_string();
-    assert!(e.contains("--tbo on") && e.contains("fast path"), "{e}");
+    // (tests/fast_dp.rs), and two-batch overlap (tests/fast_tbo.rs): a finite step, not the
+    // step without overlap.
+    let step = |tbo: bool| {
+        let mut r = wide(16, 256, EpComm::RdmaLl);
+        r.comm.tbo = tbo;
+        let (s, p) = r.load().unwrap();
+        let fast = decodesim::sim::fast::FastScenario::new(&s, &p, None).expect("fitted");
+        let launch = decodesim::sim::fast::Launch::new(&p, s.cuda_graphs);
+        let coll = decodesim::sim::fast::Collectives::new(&s, &p).unwrap();
+        fast.step_us(s.batch, s.context, &launch, &coll)
+    };
+    let (off, on) = (step(false), step(true));
     assert!(
-        e.contains("two-batch overlap") && e.contains("whatif --vary"),
-        "{e}"
+        on.is_finite() && on > 0.0 && (on - off).abs() > 1e-3 * off,
+        "{on} vs {off}"
     );
     // Nor speculative decoding with expert parallelism (its slowest rank is played for the
     // plain step only).

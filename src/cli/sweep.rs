@@ -18,7 +18,7 @@ use std::path::PathBuf;
 const MAX_PP: u32 = 1024;
 
 /// The grid flags, which `--grid` replaces (a grid file holds the same keys).
-const GRID_FLAGS: [&str; 20] = [
+const GRID_FLAGS: [&str; 21] = [
     "model",
     "system",
     "tp",
@@ -39,6 +39,7 @@ const GRID_FLAGS: [&str; 20] = [
     "ep",
     "ep_comm",
     "redundant_experts",
+    "tbo",
 ];
 
 #[derive(Debug, Clone, clap::Args)]
@@ -59,6 +60,9 @@ pub struct SweepArgs {
     dp: Option<String>,
     #[arg(long, help = knob("ep").help_text())]
     ep: Option<u32>,
+    /// Two-batch overlap: off, on or both (each its own fitted scenario; a `tbo` column).
+    #[arg(long, help = list_help("tbo", "off, on or off,on (each its own fitted scenario; the rows gain a tbo column)."))]
+    tbo: Option<String>,
     #[arg(long, help = knob("ep-comm").help_text())]
     ep_comm: Option<String>,
     #[arg(long, help = knob("redundant-experts").help_text())]
@@ -205,7 +209,9 @@ fn flag_text(key: &str, v: &toml::Value) -> Option<String> {
         V::String(s) => Some(s.clone()),
         V::Integer(i) => Some(i.to_string()),
         V::Float(f) => Some(f.to_string()),
-        V::Boolean(b) if key == "cuda-graphs" => Some(if *b { "on" } else { "off" }.into()),
+        V::Boolean(b) if key == "cuda-graphs" || key == "tbo" => {
+            Some(if *b { "on" } else { "off" }.into())
+        }
         V::Array(items) if !items.is_empty() => items
             .iter()
             .map(|i| match i {
@@ -262,6 +268,12 @@ fn set_flag(a: &mut SweepArgs, key: &str, v: &toml::Value) -> Result<bool> {
         "dp" => match v {
             toml::Value::Integer(_) | toml::Value::String(_) | toml::Value::Array(_) => {
                 a.dp = Some(text)
+            }
+            _ => return Ok(false),
+        },
+        "tbo" => match v {
+            toml::Value::String(_) | toml::Value::Array(_) | toml::Value::Boolean(_) => {
+                a.tbo = Some(text)
             }
             _ => return Ok(false),
         },
@@ -449,10 +461,20 @@ fn request_with_warnings(a: &SweepArgs) -> Result<(SweepRequest, Vec<String>)> {
         ),
         None => Vec::new(),
     };
+    let tbo = match &a.tbo {
+        Some(text) => dedup(
+            "--tbo",
+            axis("tbo", text, |r| r.comm.tbo)?,
+            |b: &bool| if *b { "on" } else { "off" }.to_string(),
+            &mut w,
+        ),
+        None => Vec::new(),
+    };
     let req = SweepRequest {
         base,
         pp,
         dp,
+        tbo,
         batch: dedup(
             "--batch",
             parse_u32_list(

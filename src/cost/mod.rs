@@ -83,9 +83,67 @@ pub fn price_quiet(w: &Workload, s: &Scenario, p: &CalibrationProfile) -> Result
 }
 
 fn price_with(w: &Workload, s: &Scenario, p: &CalibrationProfile, quiet: bool) -> Result<Pricing> {
+    if s.comm.tbo {
+        if let Some(parts) = crate::workload::overlap::micro_batch_ops(w) {
+            return price_micro_batches(w, s, p, quiet, parts);
+        }
+    }
     let mut prepared = PreparedPricer::new(s, p, quiet)?;
     prepared.price(w, s, p)?;
     Ok(prepared.into_pricing())
+}
+
+/// A two-batch-overlap step (`workload::overlap`) priced as its two micro-batches' passes, each
+/// under its own scenario (⌈B/2⌉ and ⌊B/2⌋ sequences): each micro-batch launches its own MoE
+/// call on its own tokens (the expert weights are read once per micro-batch) and its own
+/// attention over its own sequences, as the pass of that batch alone is priced.
+fn price_micro_batches(
+    w: &Workload,
+    s: &Scenario,
+    p: &CalibrationProfile,
+    quiet: bool,
+    parts: [Vec<usize>; 2],
+) -> Result<Pricing> {
+    let mut out = Pricing {
+        base_us: vec![0.0; w.ops.len()],
+        split_us: vec![0.0; w.ops.len()],
+        collectives: Vec::new(),
+        families: Vec::new(),
+        warnings: Vec::new(),
+    };
+    for (ix, mb) in parts.iter().zip(crate::workload::overlap::micro_batches(s)) {
+        let part = Workload {
+            ops: ix.iter().map(|&i| w.ops[i].clone()).collect(),
+            experts_touched: w.experts_touched.clone(),
+            routing: w.routing.clone(),
+        };
+        let priced = price_with(&part, &mb, p, quiet)?;
+        for (k, &i) in ix.iter().enumerate() {
+            out.base_us[i] = priced.base_us[k];
+            out.split_us[i] = priced.split_us[k];
+        }
+        for c in priced.collectives {
+            match out
+                .collectives
+                .iter_mut()
+                .find(|x| x.op == c.op && x.bytes == c.bytes)
+            {
+                Some(x) => x.count += c.count,
+                None => out.collectives.push(c),
+            }
+        }
+        for f in priced.families {
+            if !out.families.contains(&f) {
+                out.families.push(f);
+            }
+        }
+        for m in priced.warnings {
+            if !out.warnings.contains(&m) {
+                out.warnings.push(m);
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// What pricing resolves before it reads a single op, for one scenario and profile: the NCCL

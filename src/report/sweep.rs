@@ -398,6 +398,21 @@ fn csv_row_with(out: &mut Vec<u8>, prefix: &[u8], r: &Row, kept: &mut Kept) {
     kept.numbers.put(out, r);
 }
 
+/// Appends a row's two-batch-overlap setting to the row just written (`Meta::tbo`): the CSV
+/// column after dp, or the JSON object's `tbo`.
+fn push_tbo(out: &mut Vec<u8>, kind: Kind, r: &Row) {
+    out.pop();
+    if kind == Kind::Csv {
+        out.extend_from_slice(if r.tbo { b",on\n" } else { b",off\n" });
+    } else {
+        out.extend_from_slice(if r.tbo {
+            b",\"tbo\":true}"
+        } else {
+            b",\"tbo\":false}"
+        });
+    }
+}
+
 /// One row as a JSON object (no model/system: they are the document's).
 pub fn json_row(out: &mut Vec<u8>, r: &Row) {
     out.extend_from_slice(b"{\"pp\":");
@@ -458,6 +473,8 @@ pub struct Writer<W: Write> {
     /// Intervals on the best rows and the Pareto front (`--intervals`): the rows a decision
     /// is made on, priced once the stream has chosen them.
     pub intervals: Option<DecisionIntervals>,
+    /// Rows name their two-batch-overlap setting (`Meta::tbo`).
+    tbo: bool,
 }
 
 impl<W: Write> Writer<W> {
@@ -472,6 +489,7 @@ impl<W: Write> Writer<W> {
             written: 0,
             io,
             intervals: None,
+            tbo: false,
         }
     }
 
@@ -488,11 +506,20 @@ impl<W: Write> Output for Writer<W> {
     fn begin(&mut self, meta: &Meta) -> Result<()> {
         self.started = std::time::Instant::now();
         self.prefix = format!("{},{},{},", meta.model, meta.system, meta.calibration).into_bytes();
+        self.tbo = meta.tbo;
         match self.kind {
-            Kind::Csv if self.pareto_only && self.intervals.is_some() => {
-                self.put(csv_header_with_intervals().as_bytes())
+            Kind::Csv => {
+                let mut h = csv_header();
+                if self.tbo {
+                    h.pop();
+                    h.push_str(",tbo\n");
+                }
+                if self.pareto_only && self.intervals.is_some() {
+                    h.pop();
+                    h.push_str(",tokens_per_s_p5,tokens_per_s_p95\n");
+                }
+                self.put(h.as_bytes())
             }
-            Kind::Csv => self.put(csv_header().as_bytes()),
             Kind::Json => {
                 let head = format!(
                     "{{\"model\":{},\"system\":{},\"calibration\":{},\"scenarios\":{},\"include_infeasible\":{},\"rows\":[",
@@ -510,8 +537,21 @@ impl<W: Write> Output for Writer<W> {
 
     fn formatter(&self) -> RowFormat<'static> {
         let (kind, now, prefix) = (self.kind, self.rows_now(), self.prefix.clone());
+        let tbo = self.tbo;
         Box::new(move |rows: &[Row], out: &mut Vec<u8>| {
             if !now {
+                return;
+            }
+            if tbo {
+                for r in rows {
+                    if kind == Kind::Csv {
+                        csv_row(out, &prefix, r);
+                    } else {
+                        out.extend_from_slice(b",\n");
+                        json_row(out, r);
+                    }
+                    push_tbo(out, kind, r);
+                }
                 return;
             }
             if kind == Kind::Csv {
@@ -566,6 +606,9 @@ impl<W: Write> Output for Writer<W> {
                     let mut out = Vec::new();
                     for r in &s.front {
                         csv_row(&mut out, &self.prefix, r);
+                        if self.tbo {
+                            push_tbo(&mut out, Kind::Csv, r);
+                        }
                         if let Some(i) = interval_of(r) {
                             // The header named two more columns (`csv_header_with_intervals`).
                             out.pop();
@@ -583,6 +626,9 @@ impl<W: Write> Output for Writer<W> {
                 let mut out = Vec::new();
                 let row = |out: &mut Vec<u8>, r: &Row| {
                     json_row(out, r);
+                    if self.tbo {
+                        push_tbo(out, Kind::Json, r);
+                    }
                     if let Some(i) = interval_of(r) {
                         out.pop();
                         out.extend_from_slice(b",\"tokens_per_s_interval\":{\"p5\":");
@@ -679,6 +725,9 @@ fn describe(r: &Row) -> String {
     };
     if r.dp > 1 {
         pp.push_str(&format!("dp {} ", r.dp));
+    }
+    if r.tbo {
+        pp.push_str("tbo on ");
     }
     format!(
         "{pp}batch {} ctx {} {}/{} graphs {} k {}",
@@ -814,6 +863,7 @@ mod tests {
                 rows.push(Row {
                     pp: 1 + j as u32,
                     dp: 1,
+                    tbo: false,
                     batch: 1 + i as u32,
                     context: 1000 + j,
                     proto: Proto::Ll,

@@ -755,7 +755,8 @@ pub static KNOBS: &[Knob] = &[
         help: "Two-batch overlap: the step in two micro-batches, each one's all-to-all \
                overlapping the other's compute; needs --ep-comm rdma-ll.",
         expected: "on or off",
-        sweep: Sweep::No,
+        // A list in sweeps: the fast path plays each setting (`sim::fast::tbo`).
+        sweep: Sweep::List,
         unset: None,
         parse: on_off,
         set: |r, v| r.comm.tbo = take!(v, Value::Switch(b) => b),

@@ -33,6 +33,9 @@ pub struct SweepRequest {
     /// Data-parallel attention sizes (`--dp`; within each pipeline size, each its own fitted
     /// scenario, EP = DP × TP). Empty: the base request's own.
     pub dp: Vec<u32>,
+    /// Two-batch overlap off and/or on (`--tbo`; within each data-parallel size, each its own
+    /// fitted scenario). Empty: the base request's own, and no `tbo` column.
+    pub tbo: Vec<bool>,
     pub batch: Vec<u32>,
     pub context: Vec<u64>,
     pub proto: Vec<Proto>,
@@ -56,6 +59,8 @@ pub struct Row {
     pub pp: u32,
     /// Data-parallel attention ranks (1: none).
     pub dp: u32,
+    /// Two-batch overlap.
+    pub tbo: bool,
     pub batch: u32,
     pub context: u64,
     pub proto: Proto,
@@ -102,6 +107,8 @@ pub struct Meta {
     pub calibration: String,
     pub scenarios: u64,
     pub include_infeasible: bool,
+    /// The grid lists two-batch overlap (`--tbo`): rows name it (a `tbo` column).
+    pub tbo: bool,
 }
 
 /// What is tracked as the rows go by.
@@ -139,6 +146,7 @@ impl SweepRequest {
         [
             self.pp.len().max(1),
             self.dp.len().max(1),
+            self.tbo.len().max(1),
             self.batch.len(),
             self.context.len(),
             self.proto.len(),
@@ -173,7 +181,7 @@ impl SweepRequest {
     pub fn check_work(&self) -> Result<()> {
         let n = self.count();
         let lists = format!(
-            "{}{}{} batches × {} contexts × {} protocols × {} algorithms × {} graph settings × {} draft-token counts",
+            "{}{}{}{} batches × {} contexts × {} protocols × {} algorithms × {} graph settings × {} draft-token counts",
             match self.pp.len() {
                 0 | 1 => String::new(),
                 n => format!("{n} pipeline sizes × "),
@@ -181,6 +189,10 @@ impl SweepRequest {
             match self.dp.len() {
                 0 | 1 => String::new(),
                 n => format!("{n} data-parallel sizes × "),
+            },
+            match self.tbo.len() {
+                0 | 1 => String::new(),
+                n => format!("{n} two-batch-overlap settings × "),
             },
             self.batch.len(),
             self.context.len(),
@@ -220,6 +232,7 @@ pub struct Prepared<'a> {
 struct Layout {
     pp: u32,
     dp: u32,
+    tbo: bool,
     fast: FastScenario,
     colls: Vec<(Proto, Algo, Collectives)>,
     /// Per CUDA-graph setting: the setting, its launch parameters and its KV budget.
@@ -237,9 +250,6 @@ pub fn prepare<'a>(
         return Err(Error::EmptyGrid);
     }
     req.check_work()?;
-    if req.base.comm.tbo {
-        return Err(crate::sim::fast::tbo_refused());
-    }
     // Each pipeline size and data-parallel size loaded and validated as its own scenario
     // (tp × pp or dp × tp GPUs, layers).
     let pps: Vec<Option<u32>> = if req.pp.is_empty() {
@@ -252,13 +262,21 @@ pub fn prepare<'a>(
     } else {
         req.dp.iter().map(|&n| Some(n)).collect()
     };
+    let tbos: Vec<bool> = if req.tbo.is_empty() {
+        vec![req.base.comm.tbo]
+    } else {
+        req.tbo.clone()
+    };
     let mut loaded = Vec::new();
     for &pp in &pps {
         for &dp in &dps {
-            let mut base = req.base.clone();
-            base.comm.pp = pp;
-            base.comm.dp = dp;
-            loaded.push(base.load()?);
+            for &tbo in &tbos {
+                let mut base = req.base.clone();
+                base.comm.pp = pp;
+                base.comm.dp = dp;
+                base.comm.tbo = tbo;
+                loaded.push(base.load()?);
+            }
         }
     }
     let (scenario, profile) = loaded[0].clone();
@@ -281,10 +299,13 @@ pub fn prepare<'a>(
     };
     // Every grid value is checked before any work starts (the checks of batch and of context
     // are independent, so the lists are checked each against the base, not as a product).
-    for &b in &req.batch {
-        let mut s = scenario.clone();
-        s.batch = b;
-        s.validate()?;
+    // Every layout's: two-batch overlap takes at least 2 sequences.
+    for (scenario, _) in &loaded {
+        for &b in &req.batch {
+            let mut s = scenario.clone();
+            s.batch = b;
+            s.validate()?;
+        }
     }
     for &c in &req.context {
         let mut s = scenario.clone();
@@ -310,6 +331,7 @@ pub fn prepare<'a>(
         layouts.push(Layout {
             pp: scenario.comm.pp_size(),
             dp: scenario.comm.dp_size(),
+            tbo: scenario.comm.tbo,
             fast,
             colls,
             launches,
@@ -330,6 +352,7 @@ pub fn prepare<'a>(
         calibration: profile.profile.name.clone(),
         scenarios: req.count() as u64,
         include_infeasible: req.include_infeasible,
+        tbo: !req.tbo.is_empty(),
     };
     Ok(Prepared {
         req,
@@ -354,6 +377,7 @@ struct Cell {
 const BLANK: Row = Row {
     pp: 0,
     dp: 0,
+    tbo: false,
     batch: 0,
     context: 0,
     proto: Proto::Ll,
@@ -372,7 +396,7 @@ const BLANK: Row = Row {
 const LANES: usize = 8;
 
 impl Prepared<'_> {
-    /// Where row `i` lies, in the grid's nested order: pp × dp, batch, context, proto × algo,
+    /// Where row `i` lies, in the grid's nested order: pp × dp × tbo, batch, context, proto × algo,
     /// graphs, draft tokens.
     fn cell(&self, i: usize) -> Cell {
         let req = self.req;
@@ -433,6 +457,7 @@ impl Prepared<'_> {
         Row {
             pp: lay.pp,
             dp: lay.dp,
+            tbo: lay.tbo,
             batch,
             context,
             proto: *proto,
@@ -618,6 +643,7 @@ mod tests {
         Row {
             pp: 1,
             dp: 1,
+            tbo: false,
             batch: 1,
             context: 1,
             proto: Proto::Ll,

@@ -8,7 +8,7 @@ pub mod memory;
 mod mla;
 mod moe;
 pub(crate) mod op;
-mod overlap;
+pub(crate) mod overlap;
 pub(crate) mod parallel;
 pub mod routing;
 pub mod spec_step;

@@ -20,14 +20,33 @@ use super::Workload;
 use crate::category::Category;
 use crate::scenario::Scenario;
 
-/// The micro-batches' scenarios: ⌈B/2⌉ and ⌊B/2⌋ sequences, overlap off.
+/// The micro-batches' scenarios: ⌈B/2⌉ and ⌊B/2⌋ sequences, overlap off, mb1's routing
+/// seeded apart from mb0's.
 pub(crate) fn micro_batches(s: &Scenario) -> [Scenario; 2] {
     let mut a = s.clone();
     a.comm.tbo = false;
     let mut b = a.clone();
     a.batch = s.batch.div_ceil(2);
     b.batch = s.batch / 2;
+    // mb1's sequences are other sequences than mb0's: their tokens are routed by draws of
+    // their own (the same seed would give mb1 mb0's routing, token for token).
+    b.seed = s.seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
     [a, b]
+}
+
+/// The ops of each micro-batch of a step built by [`interleave`] (by their `mb0.` / `mb1.`
+/// names, waits included), in program order; None for any other workload. Pricing reads them
+/// as two passes (`cost::price`): each micro-batch runs its own kernels on its own tokens.
+pub(crate) fn micro_batch_ops(w: &Workload) -> Option<[Vec<usize>; 2]> {
+    let mut parts = [Vec::new(), Vec::new()];
+    for (i, op) in w.ops.iter().enumerate() {
+        match op.name.as_bytes() {
+            [b'm', b'b', b'0', b'.', ..] => parts[0].push(i),
+            [b'm', b'b', b'1', b'.', ..] => parts[1].push(i),
+            _ => return None,
+        }
+    }
+    (!parts[0].is_empty() && !parts[1].is_empty()).then_some(parts)
 }
 
 /// One micro-batch cut at its all-to-alls: (segment ops, the all-to-all that ends it).

@@ -214,3 +214,29 @@ pub fn decodesim_exit(args: &[&str]) -> (i32, String, String) {
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
 }
+
+/// One play of `w` on the full timeline (every rank), less the drawn jitter of the collective
+/// transfers: one uniform draw for all ranks, mean zero, so subtracting it is a control
+/// variate that leaves the mean over seeds unchanged and narrows its spread (the fast path's
+/// agreement tests compare against this mean).
+pub fn timeline_window(
+    w: &decodesim::workload::Workload,
+    s: &decodesim::scenario::Scenario,
+    p: &decodesim::cost::CalibrationProfile,
+    engine: &mut decodesim::sim::Engine,
+    tl: &mut decodesim::sim::Timeline,
+) -> f64 {
+    let pricing = decodesim::cost::price(w, s, p).expect("priced");
+    engine.run(
+        w,
+        &pricing.base_us,
+        &decodesim::sim::engine_config(s, p),
+        tl,
+    );
+    let jitter: f64 = tl
+        .rank_records(0)
+        .filter(|r| w.ops[r.op as usize].family.is_collective())
+        .map(|r| (r.end_us - r.start_us - r.wait_us) - pricing.base_us[r.op as usize])
+        .sum();
+    tl.step_time_us() - jitter
+}

@@ -1,0 +1,523 @@
+//! Two-batch overlap (`--tbo on`) on the fast path.
+//!
+//! The timeline builds the step as two micro-batches (`workload::overlap`): mb0 of ⌈B/2⌉ and
+//! mb1 of ⌊B/2⌋ sequences, each the plain step of its own batch (split over the DP ranks as a
+//! batch of its own, mb1 routed by its own seed), cut at its all-to-alls and interleaved; each
+//! all-to-all runs asynchronously on the rank's communication stream and a wait holds the
+//! compute stream until it has ended, before that micro-batch's next segment (`sim::engine`).
+//! `cost::price` prices each micro-batch as the pass of its own batch.
+//!
+//! So the fast path prices each micro-batch with the plain step's fitted model
+//! (`FastScenario::target`, fitted on the scenario with overlap off) at its own batch, through
+//! the same memoised pricing as a plain step (`price_lanes`): an odd batch's micro-batches at
+//! ⌈B/2⌉ and ⌊B/2⌋ exactly. Then one rank's max-plus recursion plays the two op lists
+//! interleaved as `overlap::interleave` orders them, with the engine's communication stream:
+//! every collective starts at the later of its stream's readiness (and the launch clock, as
+//! `replay::step`) and the communication stream's free time; an all-to-all leaves the compute
+//! stream where it was and records its end for the micro-batch's next wait; a wait moves the
+//! compute stream to that end. Kernels, fork and join are `replay::step`'s.
+//!
+//! The ranks do not meet at every collective any more: the compute stream runs past an
+//! all-to-all whose end it does not wait for. So the recursion plays the mean rank (the expert
+//! kernels at their mean price) and carries what sets the others apart until they meet again
+//! (a blocking collective, or a wait the transfer's end holds every rank at):
+//! - expert parallelism's slowest rank (`ep`): each window's expected excess of the slowest
+//!   rank over the mean one, the windows' excesses summed as independent spreads (root of the
+//!   sum of squares: the two micro-batches route other tokens, each layer its own draws); a
+//!   collective starts when that slowest rank arrives, combined with the jitter's straggler
+//!   wait as in `replay::step`;
+//! - data-parallel attention at a micro-batch the DP ranks do not share evenly: the DP ranks
+//!   with fewer sequences run their attention shorter and are ahead; the step is the mean over
+//!   ranks, so the step's end is the largest DP ranks' less the mean gap.
+//! A collective queued behind a transfer in flight starts when that transfer has ended on
+//! every rank, so it waits for no straggler.
+//!
+//! Left out (tests/fast_tbo.rs measures it: mean error 0.2%, worst about 1%, the tail at small
+//! batches with data-parallel attention): a wait that holds some ranks and not others (the
+//! mean rank is moved to the transfer's end and the slowest kept where it was), and a rank
+//! speed skew that persists across windows (taken as independent). No steady state is
+//! skipped: the interleaved layers are played one by one.
+
+use super::*;
+
+/// What a two-batch-overlap scenario plays besides the micro-batch pass (`target`).
+#[derive(Debug, Clone)]
+pub(super) struct TboFit {
+    /// Per regime (low, high) of the micro-batch pass: which ops are the all-to-alls the
+    /// micro-batch is cut at.
+    cut: [Box<[bool]>; 2],
+    /// Per regime: the ops that follow each DP rank's own sequences (attention, the KV-cache
+    /// write, sampling: `workload::parallel`'s per-sequence ops), which a DP rank with fewer
+    /// sequences than the largest runs shorter.
+    per_seq: [Box<[bool]>; 2],
+}
+
+/// The refusal of speculative decoding with two-batch overlap on the fast path.
+fn spec_refused() -> Error {
+    Error::ScenarioSetting {
+        flag: "--tbo",
+        value: "on".into(),
+        problem: ": the sweep's fast path plays two-batch overlap for the plain step, not with speculative decoding (draft tokens); `decodesim simulate` and `decodesim whatif --vary --draws 0` play every rank's timeline".into(),
+    }
+}
+
+/// Fits a two-batch-overlap scenario: the plain step of `s` with overlap off (the micro-batch
+/// pass).
+pub(super) fn fit(
+    s: &Scenario,
+    p: &CalibrationProfile,
+    draft: Option<&crate::workload::spec_step::Drafter>,
+) -> Result<FastScenario> {
+    if draft.is_some() {
+        return Err(spec_refused());
+    }
+    let mut micro = s.clone();
+    micro.comm.tbo = false;
+    let mut fast = FastScenario::new(&micro, p, None)?;
+    if fast.pipeline.is_some() {
+        // Refused by the scenario's own checks (`--pp` with `--tbo on`); kept as a value.
+        return Err(Error::Invariant(
+            "fast path: two-batch overlap with pipeline stages",
+        ));
+    }
+    let cut = |r: &Regime| -> Box<[bool]> {
+        r.ops
+            .iter()
+            .map(|o| o.template.family == CostFamily::AllToAll)
+            .collect()
+    };
+    let per_seq = |r: &Regime| -> Box<[bool]> {
+        r.ops
+            .iter()
+            .map(|o| {
+                let t = &o.template;
+                let suffix = t.name.rsplit_once('.').map_or(t.name.as_str(), |(_, s)| s);
+                matches!(
+                    suffix,
+                    "kv_cache_write" | "mla_decode" | "mla_decode_reduce" | "attention_decode"
+                ) || t.family == CostFamily::Sampling
+            })
+            .collect()
+    };
+    fast.tbo = Some(TboFit {
+        cut: [cut(&fast.target.low), cut(&fast.target.high)],
+        per_seq: [per_seq(&fast.target.low), per_seq(&fast.target.high)],
+    });
+    fast.scenario = s.clone();
+    Ok(fast)
+}
+
+/// Just after the ranks met (`replay::Spread::MET`).
+const MET: Spread = Spread {
+    sum: 0.0,
+    sq: 0.0,
+    launch: false,
+};
+
+/// One micro-batch's priced pass, copied out of the memo.
+#[derive(Default)]
+struct Priced {
+    high: bool,
+    d: Vec<f64>,
+    ex: Vec<f64>,
+}
+
+thread_local! {
+    static PRICED: RefCell<[Priced; 2]> = RefCell::new(Default::default());
+}
+
+/// The communication stream and the micro-batches' pending all-to-alls of one rank.
+struct Comm {
+    free: f64,
+    /// When each micro-batch's last all-to-all ends.
+    ends: [f64; 2],
+}
+
+impl FastScenario {
+    /// The straggler wait of a pass of `batch` sequences (as `price_lanes` chooses it: at a
+    /// batch the DP ranks do not share evenly, over the DP ranks with the most sequences).
+    fn straggler_of(&self, pm: &PassModel, batch: u32) -> &Straggler {
+        let dp = match &pm.ep {
+            Some(e) if e.dp > 1 => e.dp,
+            _ => 1,
+        };
+        match batch % dp {
+            0 => &self.straggler,
+            most => self.stragglers_dp[most as usize - 1].get_or_init(|| {
+                Straggler::new(
+                    &self.profile.variability,
+                    self.scenario.tp,
+                    self.scenario.tp * most,
+                )
+            }),
+        }
+    }
+
+    /// One two-batch-overlap step at (batch, context) under `set` (`overhead` µs added to the
+    /// step's end idle): (window µs, busy per category of one rank).
+    pub(super) fn tbo_step(
+        &self,
+        m: &mut Memo,
+        fit: &TboFit,
+        at: (u32, u64),
+        set: Setting<'_>,
+        overhead: f64,
+    ) -> (f64, Busy) {
+        let (batch, context) = at;
+        let mut st = State::new(set.launch);
+        st.step_overhead += overhead;
+        let sizes = [batch.div_ceil(2), batch / 2];
+        PRICED.with(|cell| {
+            let mut priced = cell.borrow_mut();
+            let pm = &self.target;
+            for k in 0..2 {
+                let out = &mut priced[k];
+                let at = PassAt::plain(sizes[k], context);
+                let sts = std::array::from_mut(&mut st);
+                self.price_lanes(m, pm, sts, at, [context], set, |regime, d, ex, _, _| {
+                    out.high = !std::ptr::eq(regime, &pm.low);
+                    out.d.clear();
+                    out.d.extend_from_slice(d);
+                    out.ex.clear();
+                    out.ex.extend_from_slice(ex);
+                });
+            }
+            let sgs = [
+                self.straggler_of(pm, sizes[0]),
+                self.straggler_of(pm, sizes[1]),
+            ];
+            let regime = |k: usize| {
+                let h = priced[k].high as usize;
+                let r = if priced[k].high { &pm.high } else { &pm.low };
+                Play {
+                    regime: r,
+                    cut: &fit.cut[h],
+                    per_seq: &fit.per_seq[h],
+                }
+            };
+            let plays = [regime(0), regime(1)];
+            let dp = pm.ep.as_ref().map_or(1, |e| e.dp);
+            let lag = Lag::new(dp, sizes);
+            if sgs[0].on || sgs[1].on {
+                interleave::<true>(&mut st, &plays, &priced, set.launch, sgs, lag);
+            } else {
+                interleave::<false>(&mut st, &plays, &priced, set.launch, sgs, lag);
+            }
+        });
+        (st.window_us(), st.busy)
+    }
+}
+
+/// One micro-batch's regime and its tables (`TboFit`).
+struct Play<'a> {
+    regime: &'a Regime,
+    cut: &'a [bool],
+    per_seq: &'a [bool],
+}
+
+/// Data-parallel attention at a micro-batch the DP ranks do not share evenly: how far the DP
+/// ranks with fewer sequences are behind the largest ones' compute stream (which the
+/// recursion plays), since the DP ranks last met. The first `b % dp` DP ranks take one
+/// sequence more (`Scenario::dp_batches`), so by the two micro-batches' splits the DP ranks
+/// fall in at most three groups.
+struct Lag {
+    /// Per group: its share of the ranks, and µs behind.
+    weight: [f64; 3],
+    behind: [f64; 3],
+    /// Per micro-batch: the share of a per-sequence op's time each group saves (0 where the
+    /// group holds the most sequences).
+    saves: [[f64; 3]; 2],
+    on: bool,
+    dp: u32,
+}
+
+impl Lag {
+    fn new(dp: u32, sizes: [u32; 2]) -> Self {
+        let mut lag = Lag {
+            weight: [0.0; 3],
+            behind: [0.0; 3],
+            saves: [[0.0; 3]; 2],
+            on: false,
+            dp,
+        };
+        let more = sizes.map(|b| b % dp);
+        if dp <= 1 || more == [0, 0] {
+            return lag;
+        }
+        lag.on = true;
+        // Group bounds: DP ranks below each micro-batch's count of larger ranks.
+        let cut = |b: u32| if b == 0 { dp } else { b };
+        let (lo, hi) = {
+            let (a, b) = (cut(more[0]), cut(more[1]));
+            (a.min(b), a.max(b))
+        };
+        let bounds = [(0, lo), (lo, hi), (hi, dp)];
+        for (g, &(from, to)) in bounds.iter().enumerate() {
+            lag.weight[g] = (to - from) as f64 / dp as f64;
+            for k in 0..2 {
+                // A group holds the fewer sequences of micro-batch k when its ranks are at or
+                // past that micro-batch's count of larger ranks.
+                if more[k] > 0 && from >= more[k] && to > from {
+                    let most = sizes[k].div_ceil(dp) as f64;
+                    let own = (sizes[k] / dp) as f64;
+                    lag.saves[k][g] = 1.0 - own / most;
+                }
+            }
+        }
+        lag
+    }
+
+    /// Every DP rank at the same point.
+    #[inline]
+    fn met(&mut self) {
+        self.behind = [0.0; 3];
+    }
+
+    /// The mean over ranks of how far they are behind.
+    fn mean(&self) -> f64 {
+        (0..3).map(|g| self.weight[g] * self.behind[g]).sum()
+    }
+}
+
+/// Where a micro-batch is in its pass: segment, repeat of it, op.
+struct Cursor {
+    seg: usize,
+    rep: u32,
+    i: usize,
+}
+
+impl Cursor {
+    /// The next op of `r` (each segment's ops `repeat` times), or None at the pass's end.
+    #[inline]
+    fn next(&mut self, r: &Regime) -> Option<usize> {
+        loop {
+            let seg = r.segments.get(self.seg)?;
+            if self.i < seg.end {
+                let i = self.i;
+                self.i += 1;
+                return Some(i);
+            }
+            self.rep += 1;
+            if self.rep < seg.repeat {
+                self.i = seg.start;
+            } else {
+                self.seg += 1;
+                self.rep = 0;
+                if let Some(n) = r.segments.get(self.seg) {
+                    self.i = n.start;
+                }
+            }
+        }
+    }
+}
+
+/// Expert parallelism's slowest rank on the compute stream since its ranks last met: the sum
+/// of squares of the expected slowest-rank excesses of the windows played since (`ep`), and
+/// the excess of the window still open.
+#[derive(Default)]
+struct Chain {
+    sq: f64,
+    open: f64,
+}
+
+impl Chain {
+    /// Closes the open window: its excess joins the others as an independent spread (the two
+    /// micro-batches route other tokens, each layer draws its own routing), so the slowest
+    /// rank's lead over the mean rank is the root of their squares summed.
+    #[inline]
+    fn close(&mut self) -> f64 {
+        self.sq += self.open * self.open;
+        self.open = 0.0;
+        self.sq.sqrt()
+    }
+}
+
+/// Plays the two micro-batches interleaved on `st` as `overlap::interleave` orders them: per
+/// round, each micro-batch in turn waits for its last all-to-all, plays up to its next
+/// all-to-all and starts it. The streams follow the mean rank (the loaded ops at their mean
+/// price); the slowest rank's lead is carried in a `Chain` until the compute stream meets the
+/// other ranks again (a blocking collective, or a wait the transfer's end binds).
+fn interleave<const SG: bool>(
+    st: &mut State,
+    plays: &[Play<'_>; 2],
+    priced: &[Priced; 2],
+    l: &Launch,
+    sgs: [&Straggler; 2],
+    mut lag: Lag,
+) {
+    // With data-parallel attention a tensor-parallel collective meets one DP rank's ranks
+    // only: the DP ranks' sequences keep them apart until a wide one.
+    let one_group = lag.dp <= 1;
+    let mut comm = Comm {
+        free: f64::MIN,
+        ends: [f64::MIN; 2],
+    };
+    let mut chain = Chain::default();
+    let mut cursors = [0, 1].map(|k| Cursor {
+        seg: 0,
+        rep: 0,
+        i: plays[k].regime.segments.first().map_or(0, |s| s.start),
+    });
+    let mut pending = [false; 2];
+    let mut done = [false; 2];
+    while !(done[0] && done[1]) {
+        for k in 0..2 {
+            if done[k] {
+                continue;
+            }
+            if pending[k] {
+                pending[k] = false;
+                wait(st, &mut chain, &mut lag, comm.ends[k]);
+            }
+            let Play {
+                regime,
+                cut,
+                per_seq,
+            } = plays[k];
+            let (d, ex) = (&priced[k].d, &priced[k].ex);
+            let loaded = !ex.is_empty();
+            let sg = sgs[k];
+            loop {
+                let Some(i) = cursors[k].next(regime) else {
+                    done[k] = true;
+                    break;
+                };
+                // The mean rank's duration; the slowest rank's excess joins the window's.
+                let (mut dur, x) = (d[i], if loaded { ex[i] } else { 0.0 });
+                if loaded {
+                    dur -= x;
+                    chain.open += x;
+                }
+                if lag.on && per_seq[i] {
+                    for g in 0..3 {
+                        lag.behind[g] += dur * lag.saves[k][g];
+                    }
+                }
+                match regime.kinds[i] {
+                    Kind::Collective { wide } => {
+                        let lead = chain.close();
+                        let a2a = cut[i];
+                        let at = (wide, dur, lead);
+                        if collective::<SG>(st, &mut comm, at, l, sg, a2a.then_some(k)) {
+                            // A tensor-parallel group's ranks leave together at its slowest
+                            // member's pace; the DP ranks meet only at a wide collective.
+                            chain.sq = 0.0;
+                            if wide || one_group {
+                                lag.met();
+                            }
+                        }
+                        if a2a {
+                            pending[k] = true;
+                            break;
+                        }
+                    }
+                    kind => step::<false, SG>(st, kind, dur, l, sg),
+                }
+            }
+            chain.close();
+        }
+    }
+    // The step ends when every stream has (the last transfer is waited for above); the step
+    // is the mean over ranks, the DP ranks with fewer sequences ending earlier.
+    st.main = later(st.main, comm.free) - lag.mean();
+}
+
+/// A wait for an all-to-all that ends at `end` on every rank. The ranks' compute streams lie
+/// about the mean one (`st.main`), the slowest `lead` µs past it: past the end, the wait
+/// holds no rank; before it, the ranks before the end move to it, and the slowest, unless the
+/// end is past it too (then every rank meets there), stays where it was (taken as the mean
+/// rank's new lead over the end: the ranks in between are left out).
+#[inline]
+fn wait(st: &mut State, chain: &mut Chain, lag: &mut Lag, end: f64) {
+    let lead = chain.close();
+    let main = st.main;
+    if end >= main + lead {
+        // Every rank leaves the all-to-all together.
+        st.main = end;
+        st.main_sp = MET;
+        chain.sq = 0.0;
+        lag.met();
+    } else if end > main {
+        let left = main + lead - end;
+        st.main = end;
+        chain.sq = left * left;
+        lag.met();
+    } else if lag.on {
+        // DP ranks further ahead than the transfer's end wait for it.
+        for b in &mut lag.behind {
+            *b = b.min(main - end);
+        }
+    }
+}
+
+/// A collective on the communication stream (`asynchronous`: the all-to-all of that
+/// micro-batch, which leaves the compute stream where it is) of `wide`, `dur` µs, reached by
+/// the slowest rank `lead` µs after the mean one (expert loads): `replay::step`'s collective,
+/// queued behind the transfer in flight, as the engine queues it. Returns whether the compute
+/// stream met the other ranks (a blocking collective).
+#[inline]
+fn collective<const SG: bool>(
+    st: &mut State,
+    comm: &mut Comm,
+    (wide, dur, lead): (bool, f64, f64),
+    l: &Launch,
+    sg: &Straggler,
+    asynchronous: Option<usize>,
+) -> bool {
+    st.cpu += l.launch;
+    let extra = if st.first_collective {
+        l.first_collective
+    } else {
+        0.0
+    };
+    st.first_collective = false;
+    let ready = st.main + l.gap + extra;
+    let bound = st.cpu > ready;
+    st.cpu_binds += bound as u64;
+    let own = later(ready, st.cpu);
+    if st.first_start.is_nan() {
+        st.first_start = own;
+    }
+    // The jitter's straggler wait and the expert loads' lead are two spreads of the same
+    // ranks: the slowest arrival is the root of their squares summed after the mean one.
+    let mut wait = 0.0;
+    if SG {
+        wait = match (bound, wide) {
+            (true, false) => sg.launch_wait,
+            (true, true) => sg.wide.launch_wait,
+            (false, false) => sg.wait(&st.main_sp),
+            (false, true) => {
+                let sp = st.carry.then(&st.main_sp);
+                (sg.wide.wait(&sp) - st.carried_wait).max(0.0)
+            }
+        };
+        if sg.layered {
+            if wide {
+                st.carry = MET;
+                st.carried_wait = 0.0;
+            } else {
+                st.carry = st.carry.then(&st.main_sp);
+                st.carried_wait += wait;
+            }
+        }
+    }
+    let slowest = if lead > 0.0 {
+        own + (lead * lead + wait * wait).sqrt()
+    } else {
+        own + wait
+    };
+    // Behind a transfer still in flight: the ranks start it together when that one has ended.
+    let end = later(slowest, comm.free) + dur;
+    comm.free = end;
+    match asynchronous {
+        Some(k) => {
+            comm.ends[k] = end;
+            false
+        }
+        None => {
+            st.main = end;
+            st.main_sp = MET;
+            true
+        }
+    }
+}

@@ -922,6 +922,15 @@ fn pricer_key(s: &Scenario, p: &CalibrationProfile) -> PricerKey {
     )
 }
 
+/// `pricer_key(s, p) == *k`, without copying the settings out.
+#[inline]
+fn key_is(k: &PricerKey, s: &Scenario, p: &CalibrationProfile) -> bool {
+    k.0 == p as *const CalibrationProfile as usize
+        && k.3 == s.cuda_graphs
+        && k.1 == s.nccl
+        && k.2 == s.comm
+}
+
 impl Scratch {
     pub(super) fn new() -> Self {
         Scratch {
@@ -1020,11 +1029,15 @@ pub(super) fn price_layout_into(
         // The overridden fields are set afresh by the next pricing.
         scratch.x = None;
     }
-    let key = pricer_key(s, p);
     if expert_batch.is_none() {
         // The ops the lean pricer covers (a new context's attention): the same prices.
-        if scratch.attention.as_ref().map(|a| a.0) != Some(key) {
-            scratch.attention = Some((key, cost::attention::AttentionPricer::new(w, s, p)));
+        if !scratch
+            .attention
+            .as_ref()
+            .is_some_and(|a| key_is(&a.0, s, p))
+        {
+            let ap = cost::attention::AttentionPricer::new(w, s, p);
+            scratch.attention = Some((pricer_key(s, p), ap));
         }
         if let Some((_, Some(ap))) = &mut scratch.attention {
             scratch.prices.resize(w.ops.len(), 0.0);
@@ -1040,6 +1053,7 @@ pub(super) fn price_layout_into(
     // Quiet: the report's warnings come from the scenario's own full pricing, never from here.
     // The pricer is prepared once per setting (what `cost::price_quiet` does per call that
     // does not depend on the shapes, batch or context).
+    let key = pricer_key(s, p);
     let pricer = match &mut scratch.pricer {
         Some((k, pr)) if *k == key => pr,
         slot => {

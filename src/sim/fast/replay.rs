@@ -279,7 +279,8 @@ fn kernel_run<const SG: bool, const W: usize>(
     }
     for (j, st) in sts.iter_mut().enumerate() {
         st.cpu = cpu[j];
-        st.cpu_binds += binds[j] as u64;
+        // Through i64 (a count far below 2^53): one instruction, where u64 takes a dozen.
+        st.cpu_binds += binds[j] as i64 as u64;
         let (f, sp) = if aux {
             (&mut st.aux, &mut st.aux_sp)
         } else {
@@ -687,7 +688,8 @@ fn straggler_wait(
         return 0.0;
     }
     let x = normal / var * (STRAGGLER_POINTS - 1) as f64;
-    let i = (x as usize).min(STRAGGLER_POINTS - 2);
+    // x ≥ 0 (a share of the variance): through i64, one instruction where usize takes a dozen.
+    let i = (x as i64 as usize).min(STRAGGLER_POINTS - 2);
     let t = x - i as f64;
     var.sqrt() * (table[i] + t * (table[i + 1] - table[i]))
 }

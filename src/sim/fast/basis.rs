@@ -383,11 +383,26 @@ pub(super) fn segment(w: &Workload) -> Vec<(Vec<usize>, u32, i32)> {
 
 /// Least squares through one SVD per segment (rank-deficient columns get the minimum-norm
 /// solution), reused for every field of every op of the segment.
+///
+/// The experts touched saturate at the model's expert count once a step has a few hundred
+/// tokens, so in the high regime's probes their column is nearly the constant column: a
+/// minimum-norm solution then spreads a constant field (a norm's width) over both, and the
+/// field moves with the touched count wherever it is evaluated off the probes. Each field is
+/// therefore fitted without that column first, and with it only when it does not fit exactly
+/// without (the expert GEMMs' weight bytes).
 pub(super) struct Fitter {
     pub(super) a: DMatrix<f64>,
     pub(super) svd: nalgebra::linalg::SVD<f64, nalgebra::Dyn, nalgebra::Dyn>,
+    /// `a` with the touched column zeroed, and its SVD.
+    untouched: (
+        DMatrix<f64>,
+        nalgebra::linalg::SVD<f64, nalgebra::Dyn, nalgebra::Dyn>,
+    ),
     pub(super) scale: Coef,
 }
+
+/// The basis column of the experts touched (`Vars::basis`).
+const TOUCHED_COL: usize = 6;
 
 impl Fitter {
     pub(super) fn new(rows: &[Coef]) -> Self {
@@ -406,7 +421,15 @@ impl Fitter {
             }
         });
         let svd = a.clone().svd(true, true);
-        Fitter { a, svd, scale }
+        let mut u = a.clone();
+        u.column_mut(TOUCHED_COL).fill(0.0);
+        let usvd = u.clone().svd(true, true);
+        Fitter {
+            a,
+            svd,
+            untouched: (u, usvd),
+            scale,
+        }
     }
 
     /// None when the field is not linear in the basis (the fit leaves a residual).
@@ -416,10 +439,12 @@ impl Fitter {
             return Some([0.0; NB]);
         }
         let b = DVector::from_iterator(ys.len(), ys.iter().map(|v| v / ymax));
-        let sol = self.svd.solve(&b, 1e-10).ok()?;
-        if (&self.a * &sol - &b).amax() > 1e-7 {
-            return None;
-        }
+        let exact = |a: &DMatrix<f64>, svd: &nalgebra::linalg::SVD<f64, _, _>| {
+            let sol = svd.solve(&b, 1e-10).ok()?;
+            ((a * &sol - &b).amax() <= 1e-7).then_some(sol)
+        };
+        let sol =
+            exact(&self.untouched.0, &self.untouched.1).or_else(|| exact(&self.a, &self.svd))?;
         let mut out = [0.0; NB];
         for j in 0..NB {
             // A coefficient that moves the field by less than 1e-9 of its size is round-off:

@@ -98,14 +98,13 @@ fn draw(rng: &mut SmallRng) -> ScenarioRequest {
 #[test]
 fn fast_path_matches_the_timeline_mean_on_dp_layouts() {
     let mut rng = SmallRng::seed_from_u64(2026);
-    let mut errs = Vec::new();
-    let mut failures = Vec::new();
+    let mut agreement = common::Agreement::default();
     let mut refused = 0;
     let cases = std::env::var("FAST_DP_CASES")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(24);
-    while errs.len() < cases {
+    while agreement.errs.len() < cases {
         let req = draw(&mut rng);
         // Settings the scenario rules refuse (rdma-ll without GPUDirect RDMA, a layout that
         // does not fit, ...) are redrawn; the refusals are tested elsewhere.
@@ -119,7 +118,6 @@ fn fast_path_matches_the_timeline_mean_on_dp_layouts() {
         let coll = Collectives::new(&s, &p).expect("collectives");
         let quick = fast.step_us(s.batch, s.context, &launch, &coll);
         let mean = timeline_mean(&s, &p);
-        let err = (quick - mean) / mean;
         let label = format!(
             "{} on {} tp {} dp {} {} redundant {} batch {} context {} graphs {}",
             s.model.name,
@@ -132,35 +130,18 @@ fn fast_path_matches_the_timeline_mean_on_dp_layouts() {
             s.context,
             s.cuda_graphs
         );
-        if std::env::var_os("FAST_DP_VERBOSE").is_some() {
-            eprintln!(
-                "{:+.3}%  {label}  (fast {quick:.2}, mean {mean:.2})",
-                err * 100.0
-            );
-        }
-        if err.abs() >= 0.005 {
-            failures.push(format!(
-                "{label}: fast {quick:.1} µs vs mean over seeds {mean:.1} µs ({:+.3}%)",
-                err * 100.0
-            ));
-        }
-        errs.push(err);
+        agreement.record(&label, quick, mean, "FAST_DP_VERBOSE");
     }
-    let n = errs.len() as f64;
-    let worst = errs.iter().fold(0.0f64, |m, e| m.max(e.abs()));
     eprintln!(
-        "fast path vs timeline mean on DP layouts, {} scenarios: mean |error| {:.3}%, mean signed {:+.3}%, worst {:.3}%",
-        errs.len(),
-        errs.iter().map(|e| e.abs()).sum::<f64>() / n * 100.0,
-        errs.iter().sum::<f64>() / n * 100.0,
-        worst * 100.0
+        "fast path vs timeline mean on DP layouts, {}",
+        agreement.summary()
     );
     assert!(
-        failures.is_empty(),
+        agreement.beyond.is_empty(),
         "{} of {} scenarios off by 0.5% or more:\n{}",
-        failures.len(),
-        errs.len(),
-        failures.join("\n")
+        agreement.beyond.len(),
+        agreement.errs.len(),
+        agreement.beyond.join("\n")
     );
 }
 

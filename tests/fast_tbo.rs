@@ -96,15 +96,14 @@ fn draw(rng: &mut SmallRng) -> ScenarioRequest {
 #[test]
 fn fast_path_matches_the_timeline_mean_with_two_batch_overlap() {
     let mut rng = SmallRng::seed_from_u64(2027);
-    let mut errs = Vec::new();
-    let mut beyond = Vec::new();
+    let mut agreement = common::Agreement::default();
     let mut refused = 0;
     let (mut odd, mut dp_layouts, mut tp_layouts) = (0, 0, 0);
     let cases = std::env::var("FAST_TBO_CASES")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(24);
-    while errs.len() < cases {
+    while agreement.errs.len() < cases {
         let req = draw(&mut rng);
         // Settings the scenario rules refuse (rdma-ll without GPUDirect RDMA, a layout that
         // does not fit, ...) are redrawn; the refusals are tested elsewhere.
@@ -128,7 +127,6 @@ fn fast_path_matches_the_timeline_mean_with_two_batch_overlap() {
         let coll = Collectives::new(&s, &p).expect("collectives");
         let quick = fast.step_us(s.batch, s.context, &launch, &coll);
         let mean = timeline_mean(&s, &p);
-        let err = (quick - mean) / mean;
         odd += s.batch % 2;
         if s.comm.dp_size() > 1 {
             dp_layouts += 1;
@@ -146,36 +144,20 @@ fn fast_path_matches_the_timeline_mean_with_two_batch_overlap() {
             s.context,
             s.cuda_graphs
         );
-        if std::env::var_os("FAST_TBO_VERBOSE").is_some() {
-            eprintln!(
-                "{:+.3}%  {label}  (fast {quick:.2}, mean {mean:.2})",
-                err * 100.0
-            );
-        }
-        if err.abs() >= 0.005 {
-            beyond.push(format!(
-                "{label}: fast {quick:.1} µs vs mean over seeds {mean:.1} µs ({:+.3}%)",
-                err * 100.0
-            ));
-        }
-        errs.push(err);
+        agreement.record(&label, quick, mean, "FAST_TBO_VERBOSE");
     }
-    let n = errs.len() as f64;
-    let worst = errs.iter().fold(0.0f64, |m, e| m.max(e.abs()));
     eprintln!(
-        "fast path vs timeline mean with two-batch overlap, {} scenarios ({odd} odd batches, {dp_layouts} DP, {tp_layouts} TP layouts): mean |error| {:.3}%, mean signed {:+.3}%, worst {:.3}%",
-        errs.len(),
-        errs.iter().map(|e| e.abs()).sum::<f64>() / n * 100.0,
-        errs.iter().sum::<f64>() / n * 100.0,
-        worst * 100.0
+        "fast path vs timeline mean with two-batch overlap ({odd} odd batches, {dp_layouts} DP, {tp_layouts} TP layouts), {}",
+        agreement.summary()
     );
     // The draw covers what it claims to.
+    let (errs, beyond) = (&agreement.errs, &agreement.beyond);
     assert!(odd > 0 && (odd as usize) < errs.len(), "odd batches: {odd}");
     assert!(dp_layouts > 0 && tp_layouts > 0);
     // Measured (40 draws): mean |error| 0.21%, worst 1.1%, about one in five beyond 0.5% (DP
     // layouts at small batches: `sim::fast::tbo`'s left-out partial waits). The bounds hold
     // that, not the 0.5% the other layouts meet.
-    let mean_abs = errs.iter().map(|e| e.abs()).sum::<f64>() / n;
+    let (mean_abs, worst) = (agreement.mean_abs(), agreement.worst());
     if !beyond.is_empty() {
         eprintln!("beyond 0.5%:\n{}", beyond.join("\n"));
     }

@@ -1048,6 +1048,24 @@ fn moe_modules(
 }
 
 #[allow(clippy::too_many_arguments)]
+/// Whether the MLA module rows price `s`'s attention: its model has the MLA dimensions they
+/// were measured with.
+pub(crate) fn mla_rows_apply(s: &Scenario, sec: &AicSection) -> bool {
+    match (&s.model.mla, sec.mla_dims) {
+        (Some(m), Some(dims)) => {
+            dims == [
+                s.model.hidden as u64,
+                m.q_lora_rank.unwrap_or(0) as u64,
+                m.kv_lora_rank as u64,
+                m.qk_nope_head_dim as u64,
+                m.qk_rope_head_dim as u64,
+                m.v_head_dim as u64,
+            ]
+        }
+        _ => false,
+    }
+}
+
 /// The MLA module's two kernels priced from its growth (`mla_attention`): (µs, split) of stage 1
 /// and of the split-KV reduce after it ((0, 0) without one).
 pub(crate) struct MlaPair {
@@ -1088,18 +1106,7 @@ fn mla_attention(
     o: &mut Overrides,
     dir: &str,
 ) {
-    let (Some(mla), Some(dims)) = (&s.model.mla, sec.mla_dims) else {
-        return;
-    };
-    let ours = [
-        s.model.hidden as u64,
-        mla.q_lora_rank.unwrap_or(0) as u64,
-        mla.kv_lora_rank as u64,
-        mla.qk_nope_head_dim as u64,
-        mla.qk_rope_head_dim as u64,
-        mla.v_head_dim as u64,
-    ];
-    if ours != dims {
+    if !mla_rows_apply(s, sec) {
         return;
     }
     // No attention op to price (a partial workload, e.g. the fast path's): skip the lookups.

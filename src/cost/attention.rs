@@ -68,33 +68,23 @@ impl AttentionPricer {
             .ops
             .iter()
             .any(|o| o.family == CostFamily::AttentionMlaDecode);
-        let mla = match (&prepared, &p.aic, &p.aiconfigurator, &s.model.mla) {
-            (Some(pr), Some(t), Some(sec), Some(m)) if pr.prices_mla() && has_mla => {
-                let ours = [
-                    s.model.hidden as u64,
-                    m.q_lora_rank.unwrap_or(0) as u64,
-                    m.kv_lora_rank as u64,
-                    m.qk_nope_head_dim as u64,
-                    m.qk_rope_head_dim as u64,
-                    m.v_head_dim as u64,
-                ];
-                if sec.mla_dims == Some(ours) {
-                    let dcp = s.comm.dcp_size();
-                    let heads = (s.model.num_heads / s.tp as usize) as u64 * dcp as u64;
-                    // No grid for these heads: the general pricer notes it and uses the law.
-                    let grid = t.mla_grid_index("bfloat16", heads)?;
-                    let fixed = |f: CostFamily| p.kernel(f).map_or(0.0, |k| k.fixed_us);
-                    let attention = fixed(CostFamily::AttentionMlaDecode);
-                    Some(MlaSetup {
-                        grid,
-                        dcp: dcp as u64,
-                        fixed: [attention + 0.0, attention + fixed(CostFamily::Elementwise)],
-                        scale: [0.0; 2],
-                        bw: s.system.gpu.memory_bandwidth_gbps * 1e3,
-                    })
-                } else {
-                    None
-                }
+        let mla = match (&prepared, &p.aic, &p.aiconfigurator) {
+            (Some(pr), Some(t), Some(sec))
+                if pr.prices_mla() && has_mla && aic::mla_rows_apply(s, sec) =>
+            {
+                let dcp = s.comm.dcp_size();
+                let heads = (s.model.num_heads / s.tp as usize) as u64 * dcp as u64;
+                // No grid for these heads: the general pricer notes it and uses the law.
+                let grid = t.mla_grid_index("bfloat16", heads)?;
+                let fixed = |f: CostFamily| p.kernel(f).map_or(0.0, |k| k.fixed_us);
+                let attention = fixed(CostFamily::AttentionMlaDecode);
+                Some(MlaSetup {
+                    grid,
+                    dcp: dcp as u64,
+                    fixed: [attention + 0.0, attention + fixed(CostFamily::Elementwise)],
+                    scale: [0.0; 2],
+                    bw: s.system.gpu.memory_bandwidth_gbps * 1e3,
+                })
             }
             _ => None,
         };

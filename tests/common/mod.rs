@@ -240,3 +240,52 @@ pub fn timeline_window(
         .sum();
     tl.step_time_us() - jitter
 }
+
+/// A fast path's errors against the timeline's mean over seeds, scenario by scenario, and the
+/// scenarios off by 0.5% or more (tests/fast_dp.rs, tests/fast_tbo.rs).
+#[derive(Default)]
+pub struct Agreement {
+    pub errs: Vec<f64>,
+    pub beyond: Vec<String>,
+}
+
+impl Agreement {
+    /// Records one scenario's fast price against the mean; prints it when the environment
+    /// variable `verbose` is set. Returns the relative error.
+    pub fn record(&mut self, label: &str, quick: f64, mean: f64, verbose: &str) -> f64 {
+        let err = (quick - mean) / mean;
+        if std::env::var_os(verbose).is_some() {
+            eprintln!(
+                "{:+.3}%  {label}  (fast {quick:.2}, mean {mean:.2})",
+                err * 100.0
+            );
+        }
+        if err.abs() >= 0.005 {
+            self.beyond.push(format!(
+                "{label}: fast {quick:.1} µs vs mean over seeds {mean:.1} µs ({:+.3}%)",
+                err * 100.0
+            ));
+        }
+        self.errs.push(err);
+        err
+    }
+
+    pub fn mean_abs(&self) -> f64 {
+        self.errs.iter().map(|e| e.abs()).sum::<f64>() / self.errs.len() as f64
+    }
+
+    pub fn worst(&self) -> f64 {
+        self.errs.iter().fold(0.0f64, |m, e| m.max(e.abs()))
+    }
+
+    /// One line: how many, mean |error|, mean signed error, worst (%).
+    pub fn summary(&self) -> String {
+        format!(
+            "{} scenarios: mean |error| {:.3}%, mean signed {:+.3}%, worst {:.3}%",
+            self.errs.len(),
+            self.mean_abs() * 100.0,
+            self.errs.iter().sum::<f64>() / self.errs.len() as f64 * 100.0,
+            self.worst() * 100.0
+        )
+    }
+}

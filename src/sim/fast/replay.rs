@@ -404,6 +404,27 @@ pub(super) fn later(a: f64, b: f64) -> f64 {
     }
 }
 
+/// A collective reached on the compute stream: the launch clock moves, the step's first
+/// collective pays the graph's extra cost; whether the clock bound it, and when it starts.
+#[inline(always)]
+pub(super) fn arrive(st: &mut State, l: &Launch) -> (bool, f64) {
+    st.cpu += l.launch;
+    let extra = if st.first_collective {
+        l.first_collective
+    } else {
+        0.0
+    };
+    st.first_collective = false;
+    let ready = st.main + l.gap + extra;
+    let bound = st.cpu > ready;
+    st.cpu_binds += bound as u64;
+    let a = later(ready, st.cpu);
+    if st.first_start.is_nan() {
+        st.first_start = a;
+    }
+    (bound, a)
+}
+
 /// One op of the engine's recursion on a single rank with jitter off (`GRAPHS`: `l.launch` is
 /// 0; `SG`: `sg.on`).
 #[inline(always)]
@@ -428,20 +449,7 @@ pub(super) fn step<const GRAPHS: bool, const SG: bool>(
             st.main = later(st.main, st.aux)
         }
         Kind::Collective { wide } => {
-            st.cpu += l.launch;
-            let extra = if st.first_collective {
-                l.first_collective
-            } else {
-                0.0
-            };
-            st.first_collective = false;
-            let ready = st.main + l.gap + extra;
-            let bound = st.cpu > ready;
-            st.cpu_binds += bound as u64;
-            let a = later(ready, st.cpu);
-            if st.first_start.is_nan() {
-                st.first_start = a;
-            }
+            let (bound, a) = arrive(st, l);
             // The ranks leave together when the last one arrives: `wait` after the mean one.
             let wait = match (bound, wide) {
                 (true, false) => sg.launch_wait,

@@ -464,20 +464,7 @@ fn collective<const SG: bool>(
     sg: &Straggler,
     asynchronous: Option<usize>,
 ) -> bool {
-    st.cpu += l.launch;
-    let extra = if st.first_collective {
-        l.first_collective
-    } else {
-        0.0
-    };
-    st.first_collective = false;
-    let ready = st.main + l.gap + extra;
-    let bound = st.cpu > ready;
-    st.cpu_binds += bound as u64;
-    let own = later(ready, st.cpu);
-    if st.first_start.is_nan() {
-        st.first_start = own;
-    }
+    let (bound, own) = arrive(st, l);
     // The jitter's straggler wait and the expert loads' lead are two spreads of the same
     // ranks: the slowest arrival is the root of their squares summed after the mean one.
     let mut wait = 0.0;

@@ -13,8 +13,7 @@ use decodesim::cost::CalibrationProfile;
 use decodesim::scenario::deployment::EpComm;
 use decodesim::scenario::Scenario;
 use decodesim::sim::fast::{Collectives, FastScenario, Launch};
-use decodesim::sim::{Engine, ScenarioRequest, Timeline};
-use decodesim::workload;
+use decodesim::sim::ScenarioRequest;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
@@ -42,15 +41,7 @@ fn seeds(batch: u32) -> u64 {
 const LAYERS: usize = 10;
 
 fn timeline_mean(s: &Scenario, p: &CalibrationProfile) -> f64 {
-    let (mut engine, mut tl) = (Engine::new(), Timeline::default());
-    let mut sum = 0.0;
-    let n = seeds(s.batch);
-    for seed in 0..n {
-        let mut s = s.clone();
-        s.seed = seed * 7919 + 3;
-        sum += common::timeline_window(&workload::build(&s), &s, p, &mut engine, &mut tl);
-    }
-    sum / n as f64
+    common::timeline_mean(s, p, seeds(s.batch))
 }
 
 fn draw(rng: &mut SmallRng) -> ScenarioRequest {

@@ -289,3 +289,24 @@ impl Agreement {
         )
     }
 }
+
+/// The mean over `seeds` seeds of [`timeline_window`] on `s`'s step (the fast path's agreement
+/// tests compare against it).
+pub fn timeline_mean(
+    s: &decodesim::scenario::Scenario,
+    p: &decodesim::cost::CalibrationProfile,
+    seeds: u64,
+) -> f64 {
+    let (mut engine, mut tl) = (
+        decodesim::sim::Engine::new(),
+        decodesim::sim::Timeline::default(),
+    );
+    let mut sum = 0.0;
+    for seed in 0..seeds {
+        let mut s = s.clone();
+        s.seed = seed * 7919 + 3;
+        let w = decodesim::workload::build(&s);
+        sum += timeline_window(&w, &s, p, &mut engine, &mut tl);
+    }
+    sum / seeds as f64
+}

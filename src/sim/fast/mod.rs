@@ -697,7 +697,18 @@ impl FastScenario {
                 }
             }
         }
-        let sg = match batch % dp {
+        then(regime, d, &e.excess, sts, self.straggler_of(pm, batch));
+    }
+
+    /// The straggler wait of a pass of `batch` sequences: at a batch the DP ranks do not
+    /// share evenly, over the DP ranks with the most sequences.
+    #[inline]
+    fn straggler_of(&self, pm: &PassModel, batch: u32) -> &Straggler {
+        let dp = match &pm.ep {
+            Some(e) if e.dp > 1 => e.dp,
+            _ => 1,
+        };
+        match batch % dp {
             0 => &self.straggler,
             most => self.stragglers_dp[most as usize - 1].get_or_init(|| {
                 Straggler::new(
@@ -706,8 +717,7 @@ impl FastScenario {
                     self.scenario.tp * most,
                 )
             }),
-        };
-        then(regime, d, &e.excess, sts, sg);
+        }
     }
 
     /// The plain step's time (µs) at this batch and context.

@@ -425,6 +425,37 @@ pub(super) fn arrive(st: &mut State, l: &Launch) -> (bool, f64) {
     (bound, a)
 }
 
+/// The expected wait of a collective after the mean rank's arrival (`bound`: the launch clock
+/// bound it; `wide`: it syncs the whole expert-parallel group): the ranks leave together when
+/// the last one arrives.
+#[inline(always)]
+pub(super) fn collective_wait(st: &State, sg: &Straggler, bound: bool, wide: bool) -> f64 {
+    match (bound, wide) {
+        (true, false) => sg.launch_wait,
+        (true, true) => sg.wide.launch_wait,
+        (false, false) => sg.wait(&st.main_sp),
+        // The whole group's deviation since it last met, less what the TP groups' own
+        // collectives already waited for.
+        (false, true) => {
+            let sp = st.carry.then(&st.main_sp);
+            (sg.wide.wait(&sp) - st.carried_wait).max(0.0)
+        }
+    }
+}
+
+/// After a collective that waited `wait` (layered stragglers): a wide one meets the whole
+/// group; a TP group's carries its path and wait to the next wide one.
+#[inline(always)]
+pub(super) fn carry_past(st: &mut State, wide: bool, wait: f64) {
+    if wide {
+        st.carry = Spread::MET;
+        st.carried_wait = 0.0;
+    } else {
+        st.carry = st.carry.then(&st.main_sp);
+        st.carried_wait += wait;
+    }
+}
+
 /// One op of the engine's recursion on a single rank with jitter off (`GRAPHS`: `l.launch` is
 /// 0; `SG`: `sg.on`).
 #[inline(always)]
@@ -450,18 +481,7 @@ pub(super) fn step<const GRAPHS: bool, const SG: bool>(
         }
         Kind::Collective { wide } => {
             let (bound, a) = arrive(st, l);
-            // The ranks leave together when the last one arrives: `wait` after the mean one.
-            let wait = match (bound, wide) {
-                (true, false) => sg.launch_wait,
-                (true, true) => sg.wide.launch_wait,
-                (false, false) => sg.wait(&st.main_sp),
-                // The whole group's deviation since it last met, less what the TP groups'
-                // own collectives already waited for.
-                (false, true) => {
-                    let sp = st.carry.then(&st.main_sp);
-                    (sg.wide.wait(&sp) - st.carried_wait).max(0.0)
-                }
-            };
+            let wait = collective_wait(st, sg, bound, wide);
             // The loaded ops' excess (the slowest rank's expert loads) and the jitter's wait
             // are two spreads of the same ranks: the slowest arrival is not the sum of the two
             // maxima but, as for normal spreads, the root of their squares summed.
@@ -473,13 +493,7 @@ pub(super) fn step<const GRAPHS: bool, const SG: bool>(
             };
             st.excess = 0.0;
             if SG && sg.layered {
-                if wide {
-                    st.carry = Spread::MET;
-                    st.carried_wait = 0.0;
-                } else {
-                    st.carry = st.carry.then(&st.main_sp);
-                    st.carried_wait += wait;
-                }
+                carry_past(st, wide, wait);
             }
             if GRAPHS {
                 // Under CUDA graphs the CPU clock never advances, so it binds no later kernel

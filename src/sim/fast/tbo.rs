@@ -134,25 +134,6 @@ struct Comm {
 }
 
 impl FastScenario {
-    /// The straggler wait of a pass of `batch` sequences (as `price_lanes` chooses it: at a
-    /// batch the DP ranks do not share evenly, over the DP ranks with the most sequences).
-    fn straggler_of(&self, pm: &PassModel, batch: u32) -> &Straggler {
-        let dp = match &pm.ep {
-            Some(e) if e.dp > 1 => e.dp,
-            _ => 1,
-        };
-        match batch % dp {
-            0 => &self.straggler,
-            most => self.stragglers_dp[most as usize - 1].get_or_init(|| {
-                Straggler::new(
-                    &self.profile.variability,
-                    self.scenario.tp,
-                    self.scenario.tp * most,
-                )
-            }),
-        }
-    }
-
     /// One two-batch-overlap step at (batch, context) under `set` (`overhead` µs added to the
     /// step's end idle): (window µs, busy per category of one rank).
     pub(super) fn tbo_step(
@@ -469,23 +450,9 @@ fn collective<const SG: bool>(
     // ranks: the slowest arrival is the root of their squares summed after the mean one.
     let mut wait = 0.0;
     if SG {
-        wait = match (bound, wide) {
-            (true, false) => sg.launch_wait,
-            (true, true) => sg.wide.launch_wait,
-            (false, false) => sg.wait(&st.main_sp),
-            (false, true) => {
-                let sp = st.carry.then(&st.main_sp);
-                (sg.wide.wait(&sp) - st.carried_wait).max(0.0)
-            }
-        };
+        wait = collective_wait(st, sg, bound, wide);
         if sg.layered {
-            if wide {
-                st.carry = MET;
-                st.carried_wait = 0.0;
-            } else {
-                st.carry = st.carry.then(&st.main_sp);
-                st.carried_wait += wait;
-            }
+            carry_past(st, wide, wait);
         }
     }
     let slowest = if lead > 0.0 {

@@ -66,8 +66,8 @@ fn push_fixed(out: &mut Vec<u8>, v: f64, decimals: u32) {
     }
 }
 
-/// [`push_fixed`] at `D` (at most 6) decimals: the digits written right to left with
-/// divisions by constants.
+/// [`push_fixed`] at `D` (at most 6) decimals: the rounded value's integer and fraction
+/// digits made eight at a time (`digits8`).
 #[inline]
 fn push_fixed_d<const D: u32>(out: &mut Vec<u8>, v: f64) {
     const POW: [f64; 7] = [1.0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6];
@@ -92,11 +92,63 @@ fn push_fixed_d<const D: u32>(out: &mut Vec<u8>, v: f64) {
         m += (err > 0.0) as u64;
     }
     let p = 10u64.pow(D);
-    let (mut q, mut r) = (m / p, m % p);
-    // The text ends at byte 64 of the buffer and is at most 24 bytes long (a sign, m's 16
-    // digits, the point), so the 32 bytes from its start lie within the buffer.
-    let mut buf = [0u8; 88];
-    let mut i = 64;
+    let (q, r) = (m / p, m % p);
+    if q >= 100_000_000 {
+        push_fixed_long::<D>(out, v.is_sign_negative(), q, r);
+        return;
+    }
+    // The integer part's eight digits with its leading zeros dropped (one kept for 0), the
+    // point, the fraction's last D digits: at most 1 + 8 + 1 + 8 bytes written, as words.
+    let int = digits8(q as u32);
+    let lead = ((int.trailing_zeros() / 8) as usize).min(7);
+    out.reserve(32);
+    // SAFETY: `reserve` left at least 32 bytes of spare capacity after `len()`, and at most
+    // 18 bytes are written from there; only the text's bytes are taken into the vector.
+    unsafe {
+        let base = out.as_mut_ptr();
+        let mut at = out.len();
+        if v.is_sign_negative() {
+            *base.add(at) = b'-';
+            at += 1;
+        }
+        let text = (int | ASCII_ZEROS) >> (8 * lead);
+        std::ptr::write_unaligned(base.add(at) as *mut u64, text.to_le());
+        at += 8 - lead;
+        if D > 0 {
+            *base.add(at) = b'.';
+            at += 1;
+            let frac = (digits8(r as u32) | ASCII_ZEROS) >> (8 * (8 - D));
+            std::ptr::write_unaligned(base.add(at) as *mut u64, frac.to_le());
+            at += D as usize;
+        }
+        out.set_len(at);
+    }
+}
+
+/// Eight '0' bytes.
+const ASCII_ZEROS: u64 = 0x3030_3030_3030_3030;
+
+/// The eight decimal digits of `x` (below 10^8, leading zeros kept) as the bytes 0 to 9 of a
+/// word, the most significant digit in its lowest byte (the first in memory, little-endian):
+/// the number split in halves, quarters and digits with multiplications, all lanes at once.
+/// Each lane's quotient by a multiply and shift is exact over its range (n < 10^4 by 100 with
+/// 10486 / 2^20, n < 100 by 10 with 103 / 2^10), and no lane's product reaches the next lane.
+#[inline(always)]
+fn digits8(x: u32) -> u64 {
+    let x = x as u64;
+    // abcd in the low 32 bits, efgh in the high.
+    let v = x / 10_000 | (x % 10_000) << 32;
+    let hundreds = (v * 10_486 >> 20) & 0x0000_007f_0000_007f;
+    let v = hundreds | (v - hundreds * 100) << 16;
+    let tens = (v * 103 >> 10) & 0x000f_000f_000f_000f;
+    tens | (v - tens * 10) << 8
+}
+
+/// [`push_fixed_d`] with an integer part of nine digits or more: written right to left.
+#[cold]
+fn push_fixed_long<const D: u32>(out: &mut Vec<u8>, negative: bool, mut q: u64, mut r: u64) {
+    let mut buf = [0u8; 32];
+    let mut i = buf.len();
     for _ in 0..D {
         i -= 1;
         buf[i] = b'0' + (r % 10) as u8;
@@ -106,35 +158,19 @@ fn push_fixed_d<const D: u32>(out: &mut Vec<u8>, v: f64) {
         i -= 1;
         buf[i] = b'.';
     }
-    while q >= 100 {
-        let two = (q % 100) as usize * 2;
-        q /= 100;
-        i -= 2;
-        buf[i] = DIGIT_PAIRS[two];
-        buf[i + 1] = DIGIT_PAIRS[two + 1];
-    }
-    if q >= 10 {
-        let two = q as usize * 2;
-        i -= 2;
-        buf[i] = DIGIT_PAIRS[two];
-        buf[i + 1] = DIGIT_PAIRS[two + 1];
-    } else {
+    loop {
         i -= 1;
-        buf[i] = b'0' + q as u8;
+        buf[i] = b'0' + (q % 10) as u8;
+        q /= 10;
+        if q == 0 {
+            break;
+        }
     }
-    if v.is_sign_negative() {
+    if negative {
         i -= 1;
         buf[i] = b'-';
     }
-    let len = 64 - i;
-    out.reserve(32);
-    // SAFETY: `reserve` left at least 32 bytes of spare capacity after `len()`; `i + 32` is
-    // within the 88-byte buffer (i ≥ 64 - 24); only the `len` bytes of text are taken.
-    unsafe {
-        let at = out.len();
-        std::ptr::copy_nonoverlapping(buf.as_ptr().add(i), out.as_mut_ptr().add(at), 32);
-        out.set_len(at + len);
-    }
+    out.extend_from_slice(&buf[i..]);
 }
 
 /// Appends the first `len` bytes of `buf` as one fixed 32-byte move (no `memcpy` call).
@@ -150,18 +186,6 @@ fn push_text(out: &mut Vec<u8>, buf: &[u8; 32], len: usize) {
         out.set_len(at + len);
     }
 }
-
-/// "00" to "99".
-const DIGIT_PAIRS: [u8; 200] = {
-    let mut t = [0u8; 200];
-    let mut i = 0;
-    while i < 100 {
-        t[2 * i] = b'0' + (i / 10) as u8;
-        t[2 * i + 1] = b'0' + (i % 10) as u8;
-        i += 1;
-    }
-    t
-};
 
 /// A JSON number: shortest round-trip text (`ryu`), `null` for a non-finite value.
 #[inline]
@@ -244,8 +268,7 @@ impl Numbers {
                 for j in c..e {
                     start[j] = at + (old[j] - old[c]);
                 }
-                let from = self.base + old[c] as usize;
-                out.extend_from_within(from..self.base + old[e] as usize);
+                copy_within_ahead(out, self.base + old[c] as usize, (old[e] - old[c]) as usize);
                 c = e;
                 continue;
             }
@@ -272,6 +295,33 @@ impl Numbers {
         self.last = now;
         self.base = base;
         self.has = true;
+    }
+}
+
+/// Appends `out[from..from + len]` (text already written, ending at or before `len()`) in
+/// 32-byte words: no `memcpy` call for the short runs of a row.
+#[inline(always)]
+fn copy_within_ahead(out: &mut Vec<u8>, from: usize, len: usize) {
+    debug_assert!(from + len <= out.len());
+    out.reserve(len + 32);
+    // SAFETY: `reserve` left len + 32 bytes of spare capacity, so every word written (the last
+    // at most 31 bytes past the text) lies within the allocation, and so does every word read
+    // (from + len ≤ len(): at most 31 bytes past, below the capacity). Each word is read whole
+    // before it is written, as `MaybeUninit` (the bytes past `len()` may be uninitialised), so
+    // the source's words that reach into the bytes being written are read before they change;
+    // the source text itself ends before the first byte written. Only `len` bytes are taken.
+    unsafe {
+        let base = out.as_mut_ptr();
+        let at = out.len();
+        let mut k = 0;
+        while k < len {
+            let w = std::ptr::read_unaligned(
+                base.add(from + k) as *const std::mem::MaybeUninit<[u8; 32]>
+            );
+            std::ptr::write_unaligned(base.add(at + k) as *mut std::mem::MaybeUninit<[u8; 32]>, w);
+            k += 32;
+        }
+        out.set_len(at + len);
     }
 }
 
@@ -908,6 +958,11 @@ mod tests {
             -0.0001,
             7.0e-7,
             123456789.987654,
+            99_999_999.999_999_9,
+            100_000_000.0,
+            12_345_678.0,
+            0.999_999_6,
+            -99_999_999.5,
         ] {
             for d in [0u32, 1, 3, 4, 5, 6, 7] {
                 let mut out = Vec::new();

@@ -476,7 +476,7 @@ impl Prepared<'_> {
         }
     }
 
-    /// Rows `a..b` into `rows`, in grid order. A plain step's row and the rows of the next
+    /// Rows `a..b` into `rows`, in grid order. A step's row (plain or speculative) and the rows of the next
     /// contexts at the same batch and setting are priced together ([`LANES`] at a time): the
     /// same figures as `row` gives each.
     fn rows_into(&self, a: usize, b: usize, rows: &mut Vec<Row>, done: &mut Vec<bool>) {
@@ -493,14 +493,25 @@ impl Prepared<'_> {
             }
             let c = self.cell(i);
             let last = i + (LANES - 1) * stride;
-            if self.req.draft_tokens[c.di] == 0 && c.xi + LANES <= nc && last < b {
+            if c.xi + LANES <= nc && last < b {
                 let lay = &self.layouts[c.lay];
                 let (_, _, coll) = &lay.colls[c.ki];
                 let (_, launch, _) = &lay.launches[c.li];
                 let contexts: [u64; LANES] = std::array::from_fn(|l| self.req.context[c.xi + l]);
-                let priced =
-                    lay.fast
-                        .step_us_busy_lanes(self.req.batch[c.bi], contexts, launch, coll);
+                let (batch, k) = (self.req.batch[c.bi], self.req.draft_tokens[c.di]);
+                let priced = if k == 0 {
+                    lay.fast.step_us_busy_lanes(batch, contexts, launch, coll)
+                } else {
+                    match lay
+                        .fast
+                        .spec_step_us_busy_lanes(batch, contexts, k, launch, coll)
+                    {
+                        Some(p) => p.map(|(s, b)| (s.2, b)),
+                        // Not reached: the drafter is fitted whenever a k above 0 is in the
+                        // grid.
+                        None => [(f64::NAN, [f64::NAN; Category::ALL.len()]); LANES],
+                    }
+                };
                 for (l, p) in priced.into_iter().enumerate() {
                     let j = i + l * stride - a;
                     rows[j] = self.row_of(Cell { xi: c.xi + l, ..c }, p);

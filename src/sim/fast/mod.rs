@@ -784,42 +784,46 @@ impl FastScenario {
     }
 
     /// Plays the windows of the step at `k` (each window's passes on one state, `overhead` µs
-    /// added to each window's end-of-step idle): (draft µs, verify µs, busy of both sides).
-    fn play_spec(
+    /// added to each window's end-of-step idle) at `W` contexts of one batch, the passes' lanes
+    /// side by side (`play_lanes`): per context, (draft µs, verify µs, busy of both sides).
+    fn play_spec<const W: usize>(
         &self,
         m: &mut Memo,
         spec: &SpecFit,
-        step_at: (u32, u64, u32),
+        (batch, contexts, k): (u32, [u64; W], u32),
         set: Setting<'_>,
         overhead: f64,
-    ) -> (f64, f64, Busy) {
-        let (batch, context, k) = step_at;
+    ) -> [(f64, f64, Busy); W] {
         let Setting { launch, coll } = set;
         let step = spec.step(k);
-        let (mut draft_us, mut verify_us, mut busy) = (0.0, 0.0, [0.0; NCAT]);
+        let mut out = [(0.0, 0.0, [0.0; NCAT]); W];
         for win in &step.windows {
-            let mut st = State::new(launch);
-            st.step_overhead += overhead;
+            let mut sts = [State::new(launch); W];
+            for st in &mut sts {
+                st.step_overhead += overhead;
+            }
             for run in &win.passes {
                 let pm = &spec.passes[run.kind as usize];
                 let at = PassAt {
                     batch,
                     queries: run.queries,
-                    context,
+                    context: contexts[0],
                     repeat: run.repeat,
                 };
-                self.play(m, pm, &mut st, at, Setting { launch, coll });
+                self.play_lanes(m, pm, &mut sts, at, contexts, Setting { launch, coll });
             }
-            let us = st.window_us() + win.pass_gaps as f64 * spec.pass_gap_us;
-            match win.side {
-                Side::Verify => verify_us += us,
-                Side::Draft => draft_us += us,
-            }
-            for (b, d) in busy.iter_mut().zip(st.busy) {
-                *b += d;
+            for ((draft_us, verify_us, busy), st) in out.iter_mut().zip(&sts) {
+                let us = st.window_us() + win.pass_gaps as f64 * spec.pass_gap_us;
+                match win.side {
+                    Side::Verify => *verify_us += us,
+                    Side::Draft => *draft_us += us,
+                }
+                for (b, d) in busy.iter_mut().zip(st.busy) {
+                    *b += d;
+                }
             }
         }
-        (draft_us, verify_us, busy)
+        out
     }
 
     /// [`FastScenario::spec_step_us`] with the busy time per category of both sides.
@@ -831,14 +835,30 @@ impl FastScenario {
         launch: &Launch,
         coll: &Collectives,
     ) -> Option<((f64, f64, f64), Busy)> {
+        self.spec_step_us_busy_lanes(batch, [context], k, launch, coll)
+            .map(|[r]| r)
+    }
+
+    /// [`FastScenario::spec_step_us_busy`] at `W` contexts of one batch and setting, priced
+    /// together (a sweep's rows along its context axis): the same figures, bit for bit.
+    pub fn spec_step_us_busy_lanes<const W: usize>(
+        &self,
+        batch: u32,
+        contexts: [u64; W],
+        k: u32,
+        launch: &Launch,
+        coll: &Collectives,
+    ) -> Option<[((f64, f64, f64), Busy); W]> {
         let spec = self.spec.as_ref()?;
         Some(self.with_memo(|m| {
-            let (draft_us, verify_us, busy) =
-                self.play_spec(m, spec, (batch, context, k), Setting { launch, coll }, 0.0);
-            (
-                (draft_us, verify_us, draft_us + verify_us + spec.host_us),
-                busy,
-            )
+            let set = Setting { launch, coll };
+            self.play_spec(m, spec, (batch, contexts, k), set, 0.0)
+                .map(|(draft_us, verify_us, busy)| {
+                    (
+                        (draft_us, verify_us, draft_us + verify_us + spec.host_us),
+                        busy,
+                    )
+                })
         }))
     }
 
@@ -915,10 +935,10 @@ impl FastScenario {
         let spec = self.spec.as_ref()?;
         Some(self.with_memo(|m| {
             m.draw = Some(*draw);
-            let (draft_us, verify_us, _) = self.play_spec(
+            let [(draft_us, verify_us, _)] = self.play_spec(
                 m,
                 spec,
-                (batch, context, k),
+                (batch, [context], k),
                 Setting { launch, coll },
                 draw.step_overhead_us,
             );

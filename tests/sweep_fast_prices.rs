@@ -160,3 +160,50 @@ fn same_together_as_alone<const W: usize>(
         );
     }
 }
+
+/// The same for speculative steps: a drafter's passes and the verify pass played as lanes of
+/// contexts give each context's step, draft and verify times and busy times, bit for bit.
+#[test]
+fn speculative_contexts_priced_together_equal_each_context_alone() {
+    let cases = [
+        (ScenarioRequest::default(), Method::Eagle3),
+        (
+            ScenarioRequest {
+                model: "deepseek-v3".into(),
+                system: "h200-8x-nvlink".into(),
+                ..ScenarioRequest::default()
+            },
+            Method::Mtp,
+        ),
+    ];
+    for (req, method) in cases {
+        let (s, p) = req.load().expect("scenario loads");
+        let draft = Draft::load(method, None, &s.model).expect("drafter");
+        let fast = FastScenario::new(&s, &p, Some(&*draft)).expect("fitted");
+        let coll = Collectives::new(&s, &p).expect("collectives");
+        for graphs in [true, false] {
+            let launch = Launch::new(&p, graphs);
+            for (batch, k) in [(1u32, 1u32), (33, 3), (250, 2)] {
+                let contexts = [3000u64, 3001, 1002, 3003, 3004, 9, 3006, 3001];
+                let together = fast
+                    .spec_step_us_busy_lanes(batch, contexts, k, &launch, &coll)
+                    .expect("drafter fitted");
+                for (c, got) in contexts.iter().zip(together) {
+                    fast.clear_memo();
+                    let alone = fast
+                        .spec_step_us_busy(batch, *c, k, &launch, &coll)
+                        .expect("drafter fitted");
+                    let bits = |t: (f64, f64, f64)| [t.0, t.1, t.2].map(f64::to_bits);
+                    assert!(
+                        bits(got.0) == bits(alone.0) && got.1 == alone.1,
+                        "{}: graphs {graphs}, batch {batch}, k {k}, context {c}: {:?} together vs {:?} alone",
+                        s.model.name,
+                        got.0,
+                        alone.0
+                    );
+                    assert!(got.0 .2.is_finite() && got.0 .2 > got.0 .1);
+                }
+            }
+        }
+    }
+}

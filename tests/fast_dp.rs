@@ -297,3 +297,244 @@ fn sweep_fits_counts_each_dp_rank_as_its_own_engine() {
         "{out}"
     );
 }
+
+/// Expert parallelism wider than top-k × DP (TP 16 × EP 16 on two nodes, EP 32 and 64, DP ×
+/// TP 16 across the 18-node system): the mean rows per EP rank, which the expert kernels' m
+/// rounds, is a fraction of a row at some counts (8 × 7 rows over 16 ranks: 3.5). The fast
+/// path used to refuse these layouts at fit ("the m of op L1.experts_w13 is not linear in the
+/// basis"); it now prices them within 0.5% of the timeline's mean over seeds, at row counts
+/// whose mean rounds (CUDA graphs off, or no capture size) in both regimes and at ones whose
+/// mean is whole.
+#[test]
+fn fast_path_prices_expert_parallelism_wider_than_top_k() {
+    use EpComm::{AllReduce, AllToAll, RdmaLl};
+    // (model, system, dp, tp, ep-comm, redundant experts, batch, context, CUDA graphs)
+    type Case = (
+        &'static str,
+        &'static str,
+        u32,
+        u32,
+        EpComm,
+        u32,
+        u32,
+        u64,
+        bool,
+    );
+    let cases: [Case; 12] = [
+        (
+            "kimi-k2.5",
+            "h200-hgx-2node-ib",
+            1,
+            16,
+            AllReduce,
+            0,
+            1,
+            4096,
+            true,
+        ),
+        (
+            "kimi-k2.5",
+            "h200-hgx-2node-ib",
+            1,
+            16,
+            AllToAll,
+            0,
+            33,
+            4096,
+            false,
+        ),
+        (
+            "kimi-k2.5",
+            "h200-hgx-2node-ib",
+            1,
+            16,
+            RdmaLl,
+            0,
+            301,
+            16384,
+            false,
+        ),
+        (
+            "kimi-k2.5",
+            "h200-hgx-2node-ib",
+            1,
+            16,
+            AllToAll,
+            0,
+            1001,
+            1024,
+            true,
+        ),
+        (
+            "deepseek-v3",
+            "h200-hgx-2node-ib",
+            1,
+            16,
+            AllReduce,
+            0,
+            3,
+            8192,
+            false,
+        ),
+        (
+            "deepseek-v3",
+            "h100-hgx-2node-ib",
+            1,
+            16,
+            RdmaLl,
+            0,
+            33,
+            4096,
+            false,
+        ),
+        (
+            "deepseek-v3",
+            "rtx-pro-6000-2node-roce",
+            1,
+            16,
+            AllToAll,
+            0,
+            64,
+            2048,
+            true,
+        ),
+        (
+            "qwen3-235b-a22b",
+            "h200-hgx-2node-ib",
+            1,
+            16,
+            RdmaLl,
+            0,
+            33,
+            4096,
+            false,
+        ),
+        (
+            "kimi-k2.5",
+            "h200-hgx-18node-ib",
+            1,
+            32,
+            AllToAll,
+            0,
+            66,
+            4096,
+            false,
+        ),
+        (
+            "kimi-k2.5",
+            "h200-hgx-18node-ib",
+            1,
+            64,
+            AllToAll,
+            0,
+            301,
+            4096,
+            false,
+        ),
+        (
+            "kimi-k2.5",
+            "h200-hgx-18node-ib",
+            2,
+            16,
+            RdmaLl,
+            0,
+            66,
+            4096,
+            false,
+        ),
+        (
+            "deepseek-v3",
+            "h200-hgx-18node-ib",
+            9,
+            16,
+            RdmaLl,
+            32,
+            333,
+            4096,
+            false,
+        ),
+    ];
+    let mut agreement = common::Agreement::default();
+    for (model, system, dp, tp, comm, redundant, batch, context, graphs) in cases {
+        let mut req = ScenarioRequest {
+            model: model.into(),
+            system: system.into(),
+            tp: Some(tp),
+            batch,
+            context,
+            cuda_graphs: graphs,
+            layers: Some(LAYERS),
+            ..ScenarioRequest::default()
+        };
+        if dp > 1 {
+            req.comm.dp = Some(dp);
+        } else {
+            req.comm.ep = Some(tp);
+        }
+        req.comm.ep_comm = comm;
+        req.comm.redundant_experts = (redundant > 0).then_some(redundant);
+        let label = format!(
+            "{model} on {system} dp {dp} tp {tp} {comm:?} redundant {redundant} batch {batch} context {context} graphs {graphs}"
+        );
+        let (s, p) = req.load().unwrap_or_else(|e| panic!("{label}: {e}"));
+        let fast = FastScenario::new(&s, &p, None).unwrap_or_else(|e| panic!("{label}: {e}"));
+        let launch = Launch::new(&p, s.cuda_graphs);
+        let coll = Collectives::new(&s, &p).expect("collectives");
+        let quick = fast.step_us(batch, context, &launch, &coll);
+        agreement.record(&label, quick, timeline_mean(&s, &p), "FAST_DP_VERBOSE");
+    }
+    eprintln!(
+        "fast path vs timeline mean, EP wider than top-k x DP: {}",
+        agreement.summary()
+    );
+    assert!(
+        agreement.beyond.is_empty(),
+        "{} of {} scenarios off by 0.5% or more:\n{}",
+        agreement.beyond.len(),
+        agreement.errs.len(),
+        agreement.beyond.join("\n")
+    );
+}
+
+/// `sweep --tp 16 --ep 16` on a two-node system: one row per batch (it used to fail at fit),
+/// each the fast path's price of that scenario alone, and within 1% of `simulate`'s one seed.
+#[test]
+fn sweep_runs_tp16_ep16_on_two_nodes() {
+    let base = [
+        "--model",
+        "kimi-k2.5",
+        "--system",
+        "h200-hgx-2node-ib",
+        "--tp",
+        "16",
+        "--ep",
+        "16",
+        "--context",
+        "4096",
+    ];
+    let mut args = vec!["sweep"];
+    args.extend(base);
+    args.extend(["--batch", "8,63", "--format", "csv"]);
+    let (code, out, err) = run(&args);
+    assert_eq!(code, 0, "{err}");
+    let mut lines = out.lines();
+    let header: Vec<&str> = lines.next().expect("header").split(',').collect();
+    let col = |name: &str| header.iter().position(|h| *h == name).expect(name);
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    assert_eq!(rows.len(), 2, "{out}");
+    for (r, batch) in rows.iter().zip(["8", "63"]) {
+        assert_eq!(r[col("batch")], batch);
+        let row: f64 = r[col("step_time_us")].parse().unwrap();
+        let mut sim = vec!["simulate"];
+        sim.extend(base);
+        sim.extend(["--batch", batch, "--format", "json"]);
+        let (code, json, err) = run(&sim);
+        assert_eq!(code, 0, "{err}");
+        let v: serde_json::Value = serde_json::from_str(&json).expect("json");
+        let one_seed = v["step_time_us"].as_f64().expect("step_time_us");
+        assert!(
+            (row - one_seed).abs() <= 0.01 * one_seed,
+            "batch {batch}: sweep {row} vs simulate {one_seed}"
+        );
+    }
+}

@@ -303,6 +303,15 @@ fn expert_parallel(s: &Scenario, tokens: u64, ep: u32, w: &mut Workload) {
         let (rows, touched) = (rows.clone(), touched.clone());
         let mean = |v: &[f64]| v.iter().sum::<f64>() / n as f64;
         let (rows_mean, touched_mean) = (mean(&rows), mean(&touched));
+        // The kernels' rows: the mean rounded, taken from the routed rows' whole count (the
+        // ranks' rows summed in floating point are off by an ulp under EPLB's split loads,
+        // which would round a mean of exactly half a row either way).
+        let routed: u64 = w
+            .routing
+            .expert_tokens
+            .get(l)
+            .map_or(0, |c| c.iter().map(|&x| x as u64).sum());
+        let rows_rounded = (routed as f64 / n as f64).round() as u64;
         let ratio = |v: Vec<f64>| -> Vec<f64> {
             let m = mean(&v);
             if m > 0.0 {
@@ -336,7 +345,7 @@ fn expert_parallel(s: &Scenario, tokens: u64, ep: u32, w: &mut Workload) {
                     (inf + hf) * ACT_BYTES
                 };
                 let bytes_of = |t: f64, r: f64| t * wts * bpw + r * act_per_row;
-                op.shape.m = rows_mean.round() as u64;
+                op.shape.m = rows_rounded;
                 op.shape.batch = touched_mean.round() as u64;
                 if w13 {
                     op.shape.n = 2 * inter;
@@ -350,7 +359,7 @@ fn expert_parallel(s: &Scenario, tokens: u64, ep: u32, w: &mut Workload) {
                 out.push(op);
             }
             "experts_act_and_mul" => {
-                let r = rows_mean.round() as u64;
+                let r = rows_rounded;
                 op.shape.m = r * 2 * inter;
                 op.shape.n = r * inter;
                 op.flops = op.shape.m as f64;

@@ -15,6 +15,9 @@ pub(super) struct Vars {
     /// One rank's slice of the padded rows under an expert-parallel all-to-all
     /// (⌈padded / TP⌉: what it dispatches; 0 when the pass has no all-to-all).
     pub(super) slice: f64,
+    /// Expert parallelism: the rounding of the mean rows per EP rank (the expert GEMMs' m,
+    /// `EpShape::rounding`); 0 where that mean is always whole.
+    pub(super) rounding: f64,
 }
 
 impl Vars {
@@ -31,6 +34,7 @@ impl Vars {
             self.splits,
             self.padded,
             self.slice,
+            self.rounding,
         ]
     }
 }
@@ -326,6 +330,17 @@ pub(super) const PROBES_HIGH: [(u32, u32, u64); 14] = [
     (88, 4, 600),
 ];
 
+/// Probes made without CUDA graphs where expert parallelism rounds the expert kernels' rows
+/// (`EpShape::rounds`): odd row counts in each regime (the capture sizes are mostly even).
+pub(super) const PROBES_ODD_LOW: [(u32, u32, u64); 4] =
+    [(3, 1, 2048), (45, 1, 5000), (13, 3, 700), (127, 1, 30_000)];
+pub(super) const PROBES_ODD_HIGH: [(u32, u32, u64); 4] = [
+    (1001, 1, 2048),
+    (301, 3, 4096),
+    (777, 1, 20_000),
+    (257, 1, 1024),
+];
+
 /// The padding rule of a pass (as `workload::build_verify` / `build_pass` apply it).
 pub(super) fn pad_rule(verify: bool, q: u32) -> crate::scenario::cudagraph::PadRule {
     use crate::scenario::cudagraph::PadRule;
@@ -390,19 +405,31 @@ pub(super) fn segment(w: &Workload) -> Vec<(Vec<usize>, u32, i32)> {
 /// field moves with the touched count wherever it is evaluated off the probes. Each field is
 /// therefore fitted without that column first, and with it only when it does not fit exactly
 /// without (the expert GEMMs' weight bytes).
+///
+/// The rounding column (`Vars::rounding`) is likewise tried last: only the fields written from
+/// the rounded mean rows per expert-parallel rank need it. Where no probe has a rounding (every
+/// layout whose mean rows are whole), it is left out of the matrices altogether, so that their
+/// fits are the very numbers they were before the column existed.
 pub(super) struct Fitter {
     pub(super) a: DMatrix<f64>,
     pub(super) svd: nalgebra::linalg::SVD<f64, nalgebra::Dyn, nalgebra::Dyn>,
-    /// `a` with the touched column zeroed, and its SVD.
+    /// `a` with the touched (and rounding) columns zeroed, and its SVD.
     untouched: (
         DMatrix<f64>,
         nalgebra::linalg::SVD<f64, nalgebra::Dyn, nalgebra::Dyn>,
     ),
+    /// `a` with the rounding column zeroed, and its SVD (None: no rounding column).
+    unrounded: Option<(
+        DMatrix<f64>,
+        nalgebra::linalg::SVD<f64, nalgebra::Dyn, nalgebra::Dyn>,
+    )>,
     pub(super) scale: Coef,
 }
 
 /// The basis column of the experts touched (`Vars::basis`).
 const TOUCHED_COL: usize = 6;
+/// The basis column of the rounding of the mean rows per expert-parallel rank (the last).
+const ROUNDING_COL: usize = 11;
 
 impl Fitter {
     pub(super) fn new(rows: &[Coef]) -> Self {
@@ -413,7 +440,9 @@ impl Fitter {
                 scale[c] = f64::max(scale[c], v.abs());
             }
         }
-        let a = DMatrix::from_fn(rows.len(), NB, |i, j| {
+        let rounding = scale[ROUNDING_COL] > 0.0;
+        let cols = if rounding { NB } else { ROUNDING_COL };
+        let a = DMatrix::from_fn(rows.len(), cols, |i, j| {
             if scale[j] > 0.0 {
                 rows[i][j] / scale[j]
             } else {
@@ -421,13 +450,27 @@ impl Fitter {
             }
         });
         let svd = a.clone().svd(true, true);
-        let mut u = a.clone();
-        u.column_mut(TOUCHED_COL).fill(0.0);
-        let usvd = u.clone().svd(true, true);
+        let without = |zeroed: &[usize]| {
+            let mut u = a.clone();
+            for &j in zeroed {
+                u.column_mut(j).fill(0.0);
+            }
+            let usvd = u.clone().svd(true, true);
+            (u, usvd)
+        };
+        let (untouched, unrounded) = if rounding {
+            (
+                without(&[TOUCHED_COL, ROUNDING_COL]),
+                Some(without(&[ROUNDING_COL])),
+            )
+        } else {
+            (without(&[TOUCHED_COL]), None)
+        };
         Fitter {
             a,
             svd,
-            untouched: (u, usvd),
+            untouched,
+            unrounded,
             scale,
         }
     }
@@ -443,10 +486,11 @@ impl Fitter {
             let sol = svd.solve(&b, 1e-10).ok()?;
             ((a * &sol - &b).amax() <= 1e-7).then_some(sol)
         };
-        let sol =
-            exact(&self.untouched.0, &self.untouched.1).or_else(|| exact(&self.a, &self.svd))?;
+        let sol = exact(&self.untouched.0, &self.untouched.1)
+            .or_else(|| self.unrounded.as_ref().and_then(|(u, svd)| exact(u, svd)))
+            .or_else(|| exact(&self.a, &self.svd))?;
         let mut out = [0.0; NB];
-        for j in 0..NB {
+        for j in 0..sol.len() {
             // A coefficient that moves the field by less than 1e-9 of its size is round-off:
             // zero it, so that a context-free op is never taken for a context-dependent one.
             if self.scale[j] > 0.0 && sol[j].abs() > 1e-9 {
@@ -490,9 +534,17 @@ impl PassModel {
             .as_ref()
             .map(|m| DistinctExperts::new(&s.routing, m.n_routed_experts, m.top_k));
         let ep = EpShape::of(s);
+        // Where the expert kernels' rows are rounded (`EpShape::rounding`), the capture sizes
+        // the probes pad to are mostly even: a few probes without CUDA graphs add odd row
+        // counts, so that the rounding column is told apart from the padded rows in both
+        // regimes.
+        let odd: [&[(u32, u32, u64)]; 2] = match &ep {
+            Some(e) if e.rounds() => [&PROBES_ODD_LOW, &PROBES_ODD_HIGH],
+            _ => [&[], &[]],
+        };
         let (low, high) = rayon::join(
-            || Self::fit_regime(s, build, probes[0], sms, verify, ep.as_ref()),
-            || Self::fit_regime(s, build, probes[1], sms, verify, ep.as_ref()),
+            || Self::fit_regime(s, build, (probes[0], odd[0]), sms, verify, ep.as_ref()),
+            || Self::fit_regime(s, build, (probes[1], odd[1]), sms, verify, ep.as_ref()),
         );
         Ok(PassModel {
             low: low?,
@@ -510,14 +562,15 @@ impl PassModel {
     pub(super) fn fit_regime(
         s: &Scenario,
         build: &(dyn Fn(&Scenario, u32) -> Workload + Sync),
-        probes: &[(u32, u32, u64)],
+        (probes, odd): (&[(u32, u32, u64)], &[(u32, u32, u64)]),
         sms: u64,
         verify: bool,
         ep: Option<&EpShape>,
     ) -> Result<Regime> {
         let mut ws = Vec::new();
         let mut vars = Vec::new();
-        for &(b, q, c) in probes {
+        let graphs = probes.iter().map(|p| (p, true));
+        for (&(b, q, c), graphs) in graphs.chain(odd.iter().map(|p| (p, false))) {
             let mut ps = s.clone();
             // Shapes are linear in the experts touched whatever the routing; uniform draws
             // are the cheapest to sample (the probes' touched counts are read off each build).
@@ -525,8 +578,8 @@ impl PassModel {
             ps.batch = b;
             ps.context = c.min(s.model.max_position_embeddings as u64);
             // Probed with CUDA graphs on, so that padded rows and real tokens part (the
-            // probes include batches that are not capture sizes).
-            ps.cuda_graphs = true;
+            // probes include batches that are not capture sizes); the odd probes without.
+            ps.cuda_graphs = graphs;
             let mut w = build(&ps, q);
             if let Some(ep) = ep {
                 ep.probe(&mut w);
@@ -580,6 +633,7 @@ impl PassModel {
                         touched,
                         padded: padded as f64,
                         slice: ep.map_or(0.0, |e| e.slice(padded)),
+                        rounding: ep.map_or(0.0, |e| e.rounding(padded)),
                     }
                     .basis()
                 })
@@ -783,6 +837,7 @@ impl PassModel {
             splits: splits(context, self.sms) as f64,
             touched,
             slice: self.ep.as_ref().map_or(0.0, |e| e.slice(padded)),
+            rounding: self.ep.as_ref().map_or(0.0, |e| e.rounding(padded)),
         }
     }
 

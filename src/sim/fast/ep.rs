@@ -54,13 +54,24 @@ pub(super) struct EpShape {
     /// TP size when the MoE layers dispatch and combine by all-to-all (each rank sends its
     /// 1/TP slice of its DP rank's padded rows), else 0.
     pub(super) slice_tp: u64,
+    /// Routed rows of the whole EP group per padded row of one DP rank (top-k × DP: every DP
+    /// rank runs the padded rows of the largest, `workload::sample_routing`), where their mean
+    /// over the `n` ranks is not always whole (a multiple of `n` otherwise: 0).
+    pub(super) rows_per_padded: u64,
 }
 
 impl EpShape {
     pub(super) fn of(s: &Scenario) -> Option<Self> {
         let n = s.comm.ep_size();
-        (n > 1 && s.model.moe.is_some()).then(|| EpShape {
+        let moe = s.model.moe.as_ref()?;
+        let rows = moe.top_k.min(moe.n_routed_experts) as u64 * s.comm.dp_size() as u64;
+        (n > 1).then(|| EpShape {
             n,
+            rows_per_padded: if rows.is_multiple_of(n as u64) {
+                0
+            } else {
+                rows
+            },
             dp: s.comm.dp_size(),
             redundant: s.comm.redundant(),
             slice_tp: if s.comm.ep_comm.is_all_to_all() {
@@ -78,6 +89,25 @@ impl EpShape {
         } else {
             0.0
         }
+    }
+
+    /// The rounding the expert kernels' rows take at `padded` rows per DP rank: their m is
+    /// the mean rows over the EP ranks, rounded (`parallel::expert_parallel`:
+    /// `rows_mean.round()`), which is not linear in the rows once EP exceeds top-k × DP
+    /// (TP 16 × EP 16: half a row at an odd count). The basis carries round(mean) − mean,
+    /// computed as the builder computes the mean (the routed rows summed, over the ranks),
+    /// so that the rounded m is linear in it and the padded rows; 0 where the mean is whole.
+    pub(super) fn rounding(&self, padded: u64) -> f64 {
+        if self.rows_per_padded == 0 {
+            return 0.0;
+        }
+        let mean = (self.rows_per_padded * padded) as f64 / self.n as f64;
+        mean.round() - mean
+    }
+
+    /// Whether some row count has a rounding (the fit then probes odd row counts as well).
+    pub(super) fn rounds(&self) -> bool {
+        self.rows_per_padded > 0
     }
 
     /// A routed-expert GEMM (its `shape.batch` counts experts with tokens).

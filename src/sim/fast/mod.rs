@@ -58,7 +58,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 const NCAT: usize = Category::ALL.len();
 type Busy = [f64; NCAT];
 
-const NB: usize = 11;
+const NB: usize = 12;
 type Coef = [f64; NB];
 
 /// Basis columns that carry the context (directly or through the split-KV count).

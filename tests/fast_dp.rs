@@ -538,3 +538,65 @@ fn sweep_runs_tp16_ep16_on_two_nodes() {
         );
     }
 }
+
+/// Expert parallelism so wide that a tiny batch leaves fewer than one routed row per EP rank
+/// (DeepSeek-V3 top-8 over 32 ranks at batch 1: a quarter row each). The timeline prices the
+/// expert kernels at one row of one expert and scales each rank's work from it, so the step
+/// grows with the batch as at any other width, not to seconds (a table read at zero rows
+/// extrapolates to milliseconds per kernel); the sweep refuses such a batch by name and says
+/// from which batch it prices.
+#[test]
+fn expert_parallelism_wider_than_the_batch_rows() {
+    let base = [
+        "--model",
+        "deepseek-v3",
+        "--system",
+        "h200-hgx-18node-ib",
+        "--tp",
+        "32",
+        "--ep",
+        "32",
+    ];
+    let step = |batch: &str| -> (f64, f64) {
+        let mut sim = vec!["simulate"];
+        sim.extend(base);
+        sim.extend(["--batch", batch, "--format", "json"]);
+        let (code, json, err) = run(&sim);
+        assert_eq!(code, 0, "{err}");
+        let v: serde_json::Value = serde_json::from_str(&json).expect("json");
+        let moe = v["breakdown"]
+            .as_array()
+            .and_then(|c| c.iter().find(|c| c["category"] == "moe"))
+            .and_then(|c| c["busy_us"].as_f64())
+            .unwrap_or_else(|| panic!("moe busy in {json}"));
+        (v["step_time_us"].as_f64().expect("step_time_us"), moe)
+    };
+    let (one, moe_one) = step("1");
+    let (four, moe_four) = step("4");
+    assert!(
+        one < four && one > 0.7 * four,
+        "batch 1 {one} µs vs batch 4 {four} µs"
+    );
+    assert!(
+        moe_one > 0.0 && moe_one < moe_four,
+        "moe busy: batch 1 {moe_one} µs vs batch 4 {moe_four} µs"
+    );
+    let mut sweep = vec!["sweep"];
+    sweep.extend(base);
+    sweep.extend(["--batch", "1..=8", "--format", "csv"]);
+    let (code, _, err) = run(&sweep);
+    assert_eq!(code, 1, "{err}");
+    for want in [
+        "--batch 1",
+        "0.25 routed rows per expert-parallel rank",
+        "from 3 up",
+        "decodesim simulate",
+    ] {
+        assert!(err.contains(want), "{want:?} not in: {err}");
+    }
+    sweep.truncate(sweep.len() - 4);
+    sweep.extend(["--batch", "3..=8", "--format", "csv"]);
+    let (code, out, err) = run(&sweep);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.lines().count(), 7, "{out}");
+}

@@ -327,6 +327,20 @@ pub fn prepare<'a>(
         let mut launches = Vec::new();
         for &g in &req.cuda_graphs {
             launches.push((g, Launch::new(profile, g), budget(scenario, profile, g)?));
+            for &b in &req.batch {
+                if let Some(rows) = fast.thin_batch(b, g) {
+                    return Err(Error::ScenarioSetting {
+                        flag: "--batch",
+                        value: b.to_string(),
+                        problem: format!(
+                            ": {rows:.2} routed rows per expert-parallel rank on average (EP {}, CUDA graphs {}), fewer than one; the sweep's fast path prices expert loads from the mean rank, which holds no whole row here: sweep batches from {} up, or price this one with `decodesim simulate`",
+                            scenario.comm.ep_size(),
+                            if g { "on" } else { "off" },
+                            first_whole_batch(&fast, b, g)
+                        ),
+                    });
+                }
+            }
         }
         layouts.push(Layout {
             pp: scenario.comm.pp_size(),
@@ -565,6 +579,13 @@ impl Prepared<'_> {
         out.finish(&self.meta, &summary)?;
         Ok(summary)
     }
+}
+
+/// The least batch from `b` up that the fast path prices under `graphs` (`thin_batch`).
+fn first_whole_batch(fast: &FastScenario, b: u32, graphs: bool) -> u32 {
+    (b..)
+        .find(|&x| fast.thin_batch(x, graphs).is_none())
+        .unwrap_or(b)
 }
 
 /// Loads, checks and streams a sweep (see [`prepare`] and [`Prepared::stream`]).

@@ -312,6 +312,17 @@ fn expert_parallel(s: &Scenario, tokens: u64, ep: u32, w: &mut Workload) {
             .get(l)
             .map_or(0, |c| c.iter().map(|&x| x as u64).sum());
         let rows_rounded = (routed as f64 / n as f64).round() as u64;
+        // Wide expert parallelism at a tiny batch leaves fewer than half a routed row (or
+        // expert with tokens) per rank on average: the mean rank's shape would round to
+        // nothing, which no table or law prices (a table read at zero rows extrapolates to
+        // seconds). The kernels are then priced at one row of one expert, each rank's work
+        // scaled from that shape (`thin`): a rank with one row of one expert runs that kernel.
+        let (rows_priced, touched_priced) = if routed > 0 {
+            (rows_rounded.max(1), touched_mean.round().max(1.0))
+        } else {
+            (rows_rounded, touched_mean.round())
+        };
+        let thin = rows_priced != rows_rounded || touched_priced != touched_mean.round();
         let ratio = |v: Vec<f64>| -> Vec<f64> {
             let m = mean(&v);
             if m > 0.0 {
@@ -345,8 +356,8 @@ fn expert_parallel(s: &Scenario, tokens: u64, ep: u32, w: &mut Workload) {
                     (inf + hf) * ACT_BYTES
                 };
                 let bytes_of = |t: f64, r: f64| t * wts * bpw + r * act_per_row;
-                op.shape.m = rows_rounded;
-                op.shape.batch = touched_mean.round() as u64;
+                op.shape.m = rows_priced;
+                op.shape.batch = touched_priced as u64;
                 if w13 {
                     op.shape.n = 2 * inter;
                 } else {
@@ -354,17 +365,27 @@ fn expert_parallel(s: &Scenario, tokens: u64, ep: u32, w: &mut Workload) {
                 }
                 op.flops = 2.0 * rows_mean * wts;
                 op.bytes = bytes_of(touched_mean, rows_mean);
-                op.rank_scale = ratio((0..n).map(|r| bytes_of(touched[r], rows[r])).collect());
+                let loads: Vec<f64> = (0..n).map(|r| bytes_of(touched[r], rows[r])).collect();
+                op.rank_scale = if thin {
+                    let priced = bytes_of(touched_priced, rows_priced as f64);
+                    loads.iter().map(|b| b / priced).collect()
+                } else {
+                    ratio(loads)
+                };
                 op.measure = None;
                 out.push(op);
             }
             "experts_act_and_mul" => {
-                let r = rows_rounded;
+                let r = rows_priced;
                 op.shape.m = r * 2 * inter;
                 op.shape.n = r * inter;
                 op.flops = op.shape.m as f64;
                 op.bytes = (op.shape.m + op.shape.n) as f64 * ACT_BYTES;
-                op.rank_scale = ratio(rows.clone());
+                op.rank_scale = if thin {
+                    rows.iter().map(|x| x / r as f64).collect()
+                } else {
+                    ratio(rows.clone())
+                };
                 op.measure = None;
                 out.push(op);
             }

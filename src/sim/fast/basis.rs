@@ -214,6 +214,11 @@ impl OpT {
         u(5, &s[2], &mut op.shape.k);
         if moved(6) {
             op.shape.batch = round_u64(f(6, &s[3]) / self.batch_div);
+            if self.batch_div != 1.0 {
+                // An expert GEMM under expert parallelism: at least one expert with tokens
+                // (`parallel::expert_parallel`).
+                op.shape.batch = op.shape.batch.max(1);
+            }
         }
         if let (Some(mk), Some(c)) = (op.measure.as_mut(), &self.fields.measure) {
             u(7, &c[0], &mut mk.m);

@@ -58,6 +58,8 @@ pub(super) struct EpShape {
     /// rank runs the padded rows of the largest, `workload::sample_routing`), where their mean
     /// over the `n` ranks is not always whole (a multiple of `n` otherwise: 0).
     pub(super) rows_per_padded: u64,
+    /// Routed rows of the whole EP group per padded row of one DP rank (top-k × DP), always.
+    pub(super) routed_per_padded: u64,
 }
 
 impl EpShape {
@@ -72,6 +74,7 @@ impl EpShape {
             } else {
                 rows
             },
+            routed_per_padded: rows,
             dp: s.comm.dp_size(),
             redundant: s.comm.redundant(),
             slice_tp: if s.comm.ep_comm.is_all_to_all() {
@@ -102,7 +105,16 @@ impl EpShape {
             return 0.0;
         }
         let mean = (self.rows_per_padded * padded) as f64 / self.n as f64;
-        mean.round() - mean
+        // At least one row where there are any (`parallel::expert_parallel`'s thin case).
+        mean.round().max(1.0) - mean
+    }
+
+    /// Whether `padded` rows per DP rank leave fewer than one routed row per EP rank on
+    /// average: the timeline then prices the expert kernels at one row of one expert with each
+    /// rank's work scaled from that shape (`parallel::expert_parallel`'s thin case), which the
+    /// fitted loads (ratios to the mean rank) do not follow.
+    pub(super) fn thin(&self, padded: u64) -> bool {
+        self.routed_per_padded * padded < self.n as u64
     }
 
     /// Whether some row count has a rounding (the fit then probes odd row counts as well).
@@ -231,7 +243,7 @@ impl EpLoads {
                 crate::workload::parallel::ep_rank_rows(counts, n, self.redundant);
             let mean = |v: &[f64]| v.iter().sum::<f64>() / n as f64;
             let (rm, tm) = (mean(&rows), mean(&touched));
-            d.rounded.push(tm.round() as u64);
+            d.rounded.push(tm.round().max(1.0) as u64);
             for r in 0..n {
                 d.t.push(if tm > 0.0 { touched[r] / tm } else { 1.0 });
                 d.rows.push(if rm > 0.0 { rows[r] / rm } else { 1.0 });

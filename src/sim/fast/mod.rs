@@ -752,6 +752,18 @@ impl FastScenario {
         })
     }
 
+    /// A batch the fast path does not price for this scenario under `graphs`: expert
+    /// parallelism so wide that the batch leaves fewer than one routed row per EP rank on
+    /// average (`EpShape::thin`). Returns the mean rows per rank.
+    pub fn thin_batch(&self, batch: u32, graphs: bool) -> Option<f64> {
+        let pm = &self.target;
+        let ep = pm.ep.as_ref()?;
+        let local = batch.div_ceil(ep.dp.max(1));
+        let padded = pm.padded(local, 1, graphs);
+        ep.thin(padded)
+            .then(|| (ep.routed_per_padded * padded) as f64 / ep.n as f64)
+    }
+
     /// [`FastScenario::step_us_busy`] at `W` contexts of one batch and setting, priced
     /// together (the sweep's rows along its context axis): the same figures, bit for bit.
     pub fn step_us_busy_lanes<const W: usize>(
@@ -852,13 +864,14 @@ impl FastScenario {
         let spec = self.spec.as_ref()?;
         Some(self.with_memo(|m| {
             let set = Setting { launch, coll };
-            self.play_spec(m, spec, (batch, contexts, k), set, 0.0)
-                .map(|(draft_us, verify_us, busy)| {
+            self.play_spec(m, spec, (batch, contexts, k), set, 0.0).map(
+                |(draft_us, verify_us, busy)| {
                     (
                         (draft_us, verify_us, draft_us + verify_us + spec.host_us),
                         busy,
                     )
-                })
+                },
+            )
         }))
     }
 

@@ -123,17 +123,7 @@ fn fast_path_matches_the_timeline_mean_on_dp_layouts() {
         );
         agreement.record(&label, quick, mean, "FAST_DP_VERBOSE");
     }
-    eprintln!(
-        "fast path vs timeline mean on DP layouts, {}",
-        agreement.summary()
-    );
-    assert!(
-        agreement.beyond.is_empty(),
-        "{} of {} scenarios off by 0.5% or more:\n{}",
-        agreement.beyond.len(),
-        agreement.errs.len(),
-        agreement.beyond.join("\n")
-    );
+    agreement.assert_all_within_half_percent("fast path vs timeline mean on DP layouts");
 }
 
 use common::decodesim_exit as run;
@@ -483,17 +473,8 @@ fn fast_path_prices_expert_parallelism_wider_than_top_k() {
         let quick = fast.step_us(batch, context, &launch, &coll);
         agreement.record(&label, quick, timeline_mean(&s, &p), "FAST_DP_VERBOSE");
     }
-    eprintln!(
-        "fast path vs timeline mean, EP wider than top-k x DP: {}",
-        agreement.summary()
-    );
-    assert!(
-        agreement.beyond.is_empty(),
-        "{} of {} scenarios off by 0.5% or more:\n{}",
-        agreement.beyond.len(),
-        agreement.errs.len(),
-        agreement.beyond.join("\n")
-    );
+    agreement
+        .assert_all_within_half_percent("fast path vs timeline mean, EP wider than top-k x DP");
 }
 
 /// `sweep --tp 16 --ep 16` on a two-node system: one row per batch (it used to fail at fit),

@@ -278,6 +278,18 @@ impl Agreement {
         self.errs.iter().fold(0.0f64, |m, e| m.max(e.abs()))
     }
 
+    /// Prints `what` with the summary, and fails listing every scenario off by 0.5% or more.
+    pub fn assert_all_within_half_percent(&self, what: &str) {
+        eprintln!("{what}: {}", self.summary());
+        assert!(
+            self.beyond.is_empty(),
+            "{} of {} scenarios off by 0.5% or more:\n{}",
+            self.beyond.len(),
+            self.errs.len(),
+            self.beyond.join("\n")
+        );
+    }
+
     /// One line: how many, mean |error|, mean signed error, worst (%).
     pub fn summary(&self) -> String {
         format!(

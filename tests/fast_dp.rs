@@ -581,3 +581,74 @@ fn expert_parallelism_wider_than_the_batch_rows() {
     assert_eq!(code, 0, "{err}");
     assert_eq!(out.lines().count(), 7, "{out}");
 }
+
+/// A sweep says where its fast path is known to read above `simulate`: DP batches that do not
+/// split evenly over the DP ranks, and two-batch overlap at full depth; a grid of even batches
+/// without overlap says nothing.
+#[test]
+fn sweep_warns_where_the_fast_path_reads_high() {
+    let base = [
+        "sweep",
+        "--model",
+        "deepseek-v3",
+        "--system",
+        "h200-hgx-2node-ib",
+        "--tp",
+        "1",
+        "--dp",
+        "4",
+        "--ep-comm",
+        "rdma-ll",
+        "--format",
+        "csv",
+    ];
+    let with = |extra: &[&str]| {
+        let mut a = base.to_vec();
+        a.extend(extra);
+        let (code, out, err) = run(&a);
+        assert_eq!(code, 0, "{err}");
+        assert!(out.lines().count() > 1, "{out}");
+        err
+    };
+    let err = with(&["--batch", "4,8,9,13,14,15"]);
+    assert!(
+        err.contains("warning: --dp 4: batches that do not split evenly")
+            && err.contains("here 9, 13, 14, ...")
+            && err.contains("decodesim simulate"),
+        "{err}"
+    );
+    assert!(!err.contains("--tbo"), "{err}");
+    let err = with(&["--batch", "4,8,64"]);
+    assert!(!err.contains("warning"), "{err}");
+    let err = with(&["--batch", "8", "--tbo", "on"]);
+    assert!(
+        err.contains("warning: --tbo on:") && !err.contains("split evenly"),
+        "{err}"
+    );
+    assert!(!err.contains("expert(s) per rank"), "{err}");
+    // One routed expert per rank (128 experts and 16 replicas over 144 ranks).
+    let (code, _, err) = run(&[
+        "sweep",
+        "--model",
+        "qwen3-235b-a22b",
+        "--system",
+        "h200-hgx-18node-ib",
+        "--tp",
+        "1",
+        "--dp",
+        "144",
+        "--redundant-experts",
+        "16",
+        "--ep-comm",
+        "rdma-ll",
+        "--batch",
+        "144",
+        "--format",
+        "csv",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains("warning: --ep 144: 1 routed expert(s) per rank"),
+        "{err}"
+    );
+}

@@ -617,6 +617,9 @@ pub fn run(a: SweepArgs) -> Result<()> {
         kv_budget(s, p, g, u)
     };
     let prepared = sweep::prepare(&req, &budget)?;
+    for w in &prepared.meta.warnings {
+        super::output::warn(w);
+    }
     let bar = if std::io::stderr().is_terminal() {
         let b = indicatif::ProgressBar::new(prepared.meta.scenarios);
         b.set_style(

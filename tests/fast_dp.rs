@@ -580,6 +580,24 @@ fn expert_parallelism_wider_than_the_batch_rows() {
     let (code, out, err) = run(&sweep);
     assert_eq!(code, 0, "{err}");
     assert_eq!(out.lines().count(), 7, "{out}");
+    // With two-batch overlap each micro-batch is a step: batch 3's smaller one has 1 sequence.
+    sweep.truncate(sweep.len() - 4);
+    sweep.extend([
+        "--ep-comm",
+        "rdma-ll",
+        "--tbo",
+        "on",
+        "--batch",
+        "3",
+        "--format",
+        "csv",
+    ]);
+    let (code, _, err) = run(&sweep);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("--batch 3: 0.25 routed rows per expert-parallel rank on average in the smaller micro-batch"),
+        "{err}"
+    );
 }
 
 /// A sweep says where its fast path is known to read above `simulate`: DP batches that do not

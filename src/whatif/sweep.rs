@@ -336,7 +336,12 @@ pub fn prepare<'a>(
                         flag: "--batch",
                         value: b.to_string(),
                         problem: format!(
-                            ": {rows:.2} routed rows per expert-parallel rank on average (EP {}, CUDA graphs {}), fewer than one; the sweep's fast path prices expert loads from the mean rank, which holds no whole row here: sweep batches from {} up, or price this one with `decodesim simulate`",
+                            ": {rows:.2} routed rows per expert-parallel rank on average{} (EP {}, CUDA graphs {}), fewer than one; the sweep's fast path prices expert loads from the mean rank, which holds no whole row here: sweep batches from {} up, or price this one with `decodesim simulate`",
+                            if scenario.comm.tbo {
+                                " in the smaller micro-batch"
+                            } else {
+                                ""
+                            },
                             scenario.comm.ep_size(),
                             if g { "on" } else { "off" },
                             first_whole_batch(&fast, b, g)

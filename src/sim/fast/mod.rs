@@ -753,11 +753,18 @@ impl FastScenario {
     }
 
     /// A batch the fast path does not price for this scenario under `graphs`: expert
-    /// parallelism so wide that the batch leaves fewer than one routed row per EP rank on
-    /// average (`EpShape::thin`). Returns the mean rows per rank.
+    /// parallelism so wide that the batch (with two-batch overlap, its smaller micro-batch)
+    /// leaves fewer than one routed row per EP rank on average (`EpShape::thin`). Returns the
+    /// mean rows per rank.
     pub fn thin_batch(&self, batch: u32, graphs: bool) -> Option<f64> {
         let pm = &self.target;
         let ep = pm.ep.as_ref()?;
+        // Two-batch overlap prices each micro-batch as a step of its own: the smaller decides.
+        let batch = if self.tbo.is_some() {
+            (batch / 2).max(1)
+        } else {
+            batch
+        };
         let local = batch.div_ceil(ep.dp.max(1));
         let padded = pm.padded(local, 1, graphs);
         ep.thin(padded)

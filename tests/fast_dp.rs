@@ -528,19 +528,12 @@ fn sweep_runs_tp16_ep16_on_two_nodes() {
 /// from which batch it prices.
 #[test]
 fn expert_parallelism_wider_than_the_batch_rows() {
-    let base = [
-        "--model",
-        "deepseek-v3",
-        "--system",
-        "h200-hgx-18node-ib",
-        "--tp",
-        "32",
-        "--ep",
-        "32",
-    ];
+    let base: Vec<&str> = "--model deepseek-v3 --system h200-hgx-18node-ib --tp 32 --ep 32"
+        .split(' ')
+        .collect();
     let step = |batch: &str| -> (f64, f64) {
         let mut sim = vec!["simulate"];
-        sim.extend(base);
+        sim.extend(base.iter().copied());
         sim.extend(["--batch", batch, "--format", "json"]);
         let (code, json, err) = run(&sim);
         assert_eq!(code, 0, "{err}");
@@ -563,7 +556,7 @@ fn expert_parallelism_wider_than_the_batch_rows() {
         "moe busy: batch 1 {moe_one} µs vs batch 4 {moe_four} µs"
     );
     let mut sweep = vec!["sweep"];
-    sweep.extend(base);
+    sweep.extend(base.iter().copied());
     sweep.extend(["--batch", "1..=8", "--format", "csv"]);
     let (code, _, err) = run(&sweep);
     assert_eq!(code, 1, "{err}");
@@ -605,21 +598,10 @@ fn expert_parallelism_wider_than_the_batch_rows() {
 /// without overlap says nothing.
 #[test]
 fn sweep_warns_where_the_fast_path_reads_high() {
-    let base = [
-        "sweep",
-        "--model",
-        "deepseek-v3",
-        "--system",
-        "h200-hgx-2node-ib",
-        "--tp",
-        "1",
-        "--dp",
-        "4",
-        "--ep-comm",
-        "rdma-ll",
-        "--format",
-        "csv",
-    ];
+    let base: Vec<&str> =
+        "sweep --model deepseek-v3 --system h200-hgx-2node-ib --tp 1 --dp 4 --ep-comm rdma-ll --format csv"
+            .split(' ')
+            .collect();
     let with = |extra: &[&str]| {
         let mut a = base.to_vec();
         a.extend(extra);
@@ -645,25 +627,8 @@ fn sweep_warns_where_the_fast_path_reads_high() {
     );
     assert!(!err.contains("expert(s) per rank"), "{err}");
     // One routed expert per rank (128 experts and 16 replicas over 144 ranks).
-    let (code, _, err) = run(&[
-        "sweep",
-        "--model",
-        "qwen3-235b-a22b",
-        "--system",
-        "h200-hgx-18node-ib",
-        "--tp",
-        "1",
-        "--dp",
-        "144",
-        "--redundant-experts",
-        "16",
-        "--ep-comm",
-        "rdma-ll",
-        "--batch",
-        "144",
-        "--format",
-        "csv",
-    ]);
+    let qwen = "sweep --model qwen3-235b-a22b --system h200-hgx-18node-ib --tp 1 --dp 144 --redundant-experts 16 --ep-comm rdma-ll --batch 144 --format csv";
+    let (code, _, err) = run(&qwen.split(' ').collect::<Vec<_>>());
     assert_eq!(code, 0, "{err}");
     assert!(
         err.contains("warning: --ep 144: 1 routed expert(s) per rank"),

@@ -499,9 +499,9 @@ impl Prepared<'_> {
         }
     }
 
-    /// Rows `a..b` into `rows`, in grid order. A step's row (plain or speculative) and the rows of the next
-    /// contexts at the same batch and setting are priced together ([`LANES`] at a time): the
-    /// same figures as `row` gives each.
+    /// Rows `a..b` into `rows`, in grid order. A step's row (plain or speculative) and the
+    /// rows of the next contexts at the same batch and setting are priced together ([`LANES`]
+    /// at a time): the same figures as `row` gives each.
     fn rows_into(&self, a: usize, b: usize, rows: &mut Vec<Row>, done: &mut Vec<bool>) {
         let stride = self.context_stride();
         let nc = self.req.context.len();
@@ -590,8 +590,9 @@ impl Prepared<'_> {
     }
 }
 
-/// The grid's scenarios where the fast path is known to read above the timeline's mean over
-/// seeds by more than its 0.5% (measured in docs/whatif-and-sweeps.md, "fast-path agreement").
+/// The grid's scenarios where the fast path is known to read off the timeline's mean over
+/// seeds by more than its 0.5% (measured in docs/whatif-and-sweeps.md, "Where the fast path is
+/// known to read off").
 fn accuracy_warnings(req: &SweepRequest, layouts: &[Layout]) -> Vec<String> {
     let mut out = Vec::new();
     let mut dps: Vec<u32> = layouts.iter().map(|l| l.dp).filter(|&d| d > 1).collect();

@@ -198,6 +198,23 @@ impl FastScenario {
                 send[from * k_n + k] = us;
             }
         }
+        // Every stage runs each micro-batch once and holds the sends in and out of it: per
+        // size, its count of micro-batches; per distinct stage, its count of stages; the sends'
+        // share is the same for every lane.
+        let mut count = vec![0.0; k_n];
+        for &k in &size {
+            count[k] += 1.0;
+        }
+        let mut stages_of = vec![0.0; distinct];
+        for &sl in &slot {
+            stages_of[sl] += 1.0;
+        }
+        let mut sends = 0.0;
+        for st in 0..n - 1 {
+            for (k, c) in count.iter().enumerate() {
+                sends += 2.0 * c * send[st * k_n + k];
+            }
+        }
         let comm = Category::Communication.index();
         let mut lane_span = vec![0.0; n * k_n];
         std::array::from_fn(|l| {
@@ -213,20 +230,15 @@ impl FastScenario {
                 ret: fit.ret_us,
             });
             let mut busy = [0.0; NCAT];
-            for st in 0..n {
-                for &k in &size {
-                    let sb = &stage_busy[(slot[st] * k_n + k) * W + l];
+            for (sl, &m) in stages_of.iter().enumerate() {
+                for (k, &c) in count.iter().enumerate() {
+                    let sb = &stage_busy[(sl * k_n + k) * W + l];
                     for (b, x) in busy.iter_mut().zip(sb) {
-                        *b += x;
-                    }
-                    if st + 1 < n {
-                        busy[comm] += send[st * k_n + k];
-                    }
-                    if st > 0 {
-                        busy[comm] += send[(st - 1) * k_n + k];
+                        *b += m * c * x;
                     }
                 }
             }
+            busy[comm] += sends;
             for b in &mut busy {
                 *b /= n as f64;
             }

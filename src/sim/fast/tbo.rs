@@ -32,11 +32,13 @@
 //! A collective queued behind a transfer in flight starts when that transfer has ended on
 //! every rank, so it waits for no straggler.
 //!
-//! Left out (tests/fast_tbo.rs measures it: mean error 0.2%, worst about 1%, the tail at small
-//! batches with data-parallel attention): a wait that holds some ranks and not others (the
-//! mean rank is moved to the transfer's end and the slowest kept where it was), and a rank
-//! speed skew that persists across windows (taken as independent). No steady state is
-//! skipped: the interleaved layers are played one by one.
+//! Left out (tests/fast_tbo.rs measures it: eight layers deep, mean error 0.2%, worst about 1%,
+//! the tail at small batches with data-parallel attention; at full depth mean 0.5%, worst 1.2%,
+//! both low): a wait that holds some ranks and not others (the mean rank is moved to the
+//! transfer's end, the slowest kept where it was and the ranks in between left out), and a rank
+//! speed skew that persists across windows (taken as independent). No steady state is skipped:
+//! the jitter's path since the ranks last met grows from layer to layer until a wait binds, so
+//! the state never repeats exactly and the interleaved layers are played one by one.
 
 use super::*;
 
@@ -131,6 +133,8 @@ struct Comm {
     free: f64,
     /// When each micro-batch's last all-to-all ends.
     ends: [f64; 2],
+    /// Whether that all-to-all met the whole expert-parallel group (`Kind::Collective`'s).
+    wide: [bool; 2],
 }
 
 impl FastScenario {
@@ -332,6 +336,7 @@ fn interleave<const SG: bool>(
     let mut comm = Comm {
         free: f64::MIN,
         ends: [f64::MIN; 2],
+        wide: [false; 2],
     };
     let mut chain = Chain::default();
     let mut cursors = [0, 1].map(|k| Cursor {
@@ -348,7 +353,12 @@ fn interleave<const SG: bool>(
             }
             if pending[k] {
                 pending[k] = false;
-                wait(st, &mut chain, &mut lag, comm.ends[k]);
+                let jitter = if SG {
+                    collective_wait(st, sgs[k], false, comm.wide[k])
+                } else {
+                    0.0
+                };
+                wait(st, &mut chain, &mut lag, comm.ends[k], jitter);
             }
             let Play {
                 regime,
@@ -404,23 +414,36 @@ fn interleave<const SG: bool>(
 }
 
 /// A wait for an all-to-all that ends at `end` on every rank. The ranks' compute streams lie
-/// about the mean one (`st.main`), the slowest `lead` µs past it: past the end, the wait
-/// holds no rank; before it, the ranks before the end move to it, and the slowest, unless the
-/// end is past it too (then every rank meets there), stays where it was (taken as the mean
-/// rank's new lead over the end: the ranks in between are left out).
+/// about the mean one (`st.main`), the slowest ahead of it by the expert loads' lead (`chain`)
+/// and the jitter's (`jitter`: the expected straggler wait of the path since the ranks last
+/// met), the two combined as spreads of the same ranks (root of their squares summed). Past
+/// the slowest, the wait holds every rank: they all leave at the end, met. Before it, the
+/// ranks before the end move to it, the mean rank with them, and the slowest, unless the end
+/// is past it too, stays where it was: its lead over the end is carried as the chain's, and
+/// the jitter's path starts afresh there (the ranks held at the end left it together; the
+/// ranks in between are left out). Before the mean rank, only the DP ranks further ahead
+/// than the end wait for it.
 #[inline]
-fn wait(st: &mut State, chain: &mut Chain, lag: &mut Lag, end: f64) {
-    let lead = chain.close();
+fn wait(st: &mut State, chain: &mut Chain, lag: &mut Lag, end: f64, jitter: f64) {
+    let ep = chain.close();
+    let lead = if jitter > 0.0 {
+        (ep * ep + jitter * jitter).sqrt()
+    } else {
+        ep
+    };
     let main = st.main;
     if end >= main + lead {
         // Every rank leaves the all-to-all together.
         st.main = end;
-        st.main_sp = MET;
+        met(st);
         chain.sq = 0.0;
         lag.met();
     } else if end > main {
         let left = main + lead - end;
         st.main = end;
+        if jitter > 0.0 {
+            met(st);
+        }
         chain.sq = left * left;
         lag.met();
     } else if lag.on {
@@ -429,6 +452,15 @@ fn wait(st: &mut State, chain: &mut Chain, lag: &mut Lag, end: f64) {
             *b = b.min(main - end);
         }
     }
+}
+
+/// The jitter's path starts afresh: the ranks left a point together (what a blocking
+/// collective does to `replay::step`'s state).
+#[inline]
+fn met(st: &mut State) {
+    st.main_sp = MET;
+    st.carry = MET;
+    st.carried_wait = 0.0;
 }
 
 /// A collective on the communication stream (`asynchronous`: the all-to-all of that
@@ -466,6 +498,7 @@ fn collective<const SG: bool>(
     match asynchronous {
         Some(k) => {
             comm.ends[k] = end;
+            comm.wide[k] = wide;
             false
         }
         None => {

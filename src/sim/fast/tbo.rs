@@ -36,9 +36,14 @@
 //! the tail at small batches with data-parallel attention; at full depth mean 0.5%, worst 1.2%,
 //! both low): a wait that holds some ranks and not others (the mean rank is moved to the
 //! transfer's end, the slowest kept where it was and the ranks in between left out), and a rank
-//! speed skew that persists across windows (taken as independent). No steady state is skipped:
-//! the jitter's path since the ranks last met grows from layer to layer until a wait binds, so
-//! the state never repeats exactly and the interleaved layers are played one by one.
+//! speed skew that persists across windows (taken as independent).
+//!
+//! Where both micro-batches are in runs of identical layers, the state at the start of a round
+//! (relative to the compute stream: the communication stream, the transfers' ends, the expert
+//! loads' lead, the jitter's path, the DP ranks' gaps) is compared with the one a layer before;
+//! once the two agree to a nanosecond-thousandth (the interleaving settles geometrically, in a
+//! few layers, because each wait that binds pulls the streams together), the layers left are
+//! added as that layer's increment (`Anchor`), as `replay::Run` skips a plain pass's.
 
 use super::*;
 
@@ -346,7 +351,38 @@ fn interleave<const SG: bool>(
     });
     let mut pending = [false; 2];
     let mut done = [false; 2];
+    let mut anchor: Option<Anchor> = None;
     while !(done[0] && done[1]) {
+        if !done[0] && !done[1] {
+            let now = Anchor::at(st, &comm, &chain, &lag, &cursors, pending, l);
+            match anchor.as_mut() {
+                Some(a) if a.pos == now.pos => {
+                    if a.repeats(&now, l) {
+                        let left = cursors
+                            .iter()
+                            .zip(plays)
+                            .map(|(c, p)| p.regime.segments[c.seg].repeat - 1 - c.rep)
+                            .min()
+                            .unwrap_or(0);
+                        a.skip(&now, left, st, &mut comm, &mut cursors);
+                        anchor = None;
+                    } else {
+                        *a = now;
+                    }
+                }
+                // Within the anchor's runs: it is met again a layer on.
+                Some(a) if a.pos[0].0 == now.pos[0].0 && a.pos[1].0 == now.pos[1].0 => {}
+                // A new anchor where both micro-batches are in runs of identical layers.
+                _ if cursors
+                    .iter()
+                    .zip(plays)
+                    .all(|(c, p)| p.regime.segments[c.seg].repeat > 1) =>
+                {
+                    anchor = Some(now)
+                }
+                _ => {}
+            }
+        }
         for k in 0..2 {
             if done[k] {
                 continue;
@@ -373,6 +409,7 @@ fn interleave<const SG: bool>(
                     done[k] = true;
                     break;
                 };
+
                 // The mean rank's duration; the slowest rank's excess joins the window's.
                 let (mut dur, x) = (d[i], if loaded { ex[i] } else { 0.0 });
                 if loaded {
@@ -411,6 +448,118 @@ fn interleave<const SG: bool>(
     // The step ends when every stream has (the last transfer is waited for above); the step
     // is the mean over ranks, the DP ranks with fewer sequences ending earlier.
     st.main = later(st.main, comm.free) - lag.mean();
+}
+
+/// The interleaving's state at the start of a round, relative to the compute stream: where a
+/// round starts from the same ops one layer later in the same state, every later layer of the
+/// two runs repeats it (the recursion is shift-invariant), and the layers left are added as
+/// that layer's increment, as `replay::Run` skips a plain pass's.
+/// A nanosecond, in the recursion's µs.
+const NS: f64 = 1e-3;
+
+struct Anchor {
+    /// Each micro-batch's segment and op.
+    pos: [(usize, usize); 2],
+    rel: [f64; 3],
+    /// The communication stream's free time and each micro-batch's transfer end, from the
+    /// compute stream (None: not yet used).
+    comm: [Option<f64>; 3],
+    chain: f64,
+    behind: [f64; 3],
+    pending: [bool; 2],
+    spreads: [Spread; 3],
+    carried_wait: f64,
+    binds: u64,
+    main: f64,
+    cpu: f64,
+    waited: f64,
+}
+
+impl Anchor {
+    fn at(
+        st: &State,
+        comm: &Comm,
+        chain: &Chain,
+        lag: &Lag,
+        cursors: &[Cursor; 2],
+        pending: [bool; 2],
+        l: &Launch,
+    ) -> Self {
+        let from = |t: f64| (t != f64::MIN).then(|| t - st.main);
+        Anchor {
+            pos: [0, 1].map(|k| (cursors[k].seg, cursors[k].i)),
+            rel: relative(st, l, false),
+            comm: [from(comm.free), from(comm.ends[0]), from(comm.ends[1])],
+            chain: chain.sq,
+            behind: lag.behind,
+            pending,
+            spreads: spreads(st),
+            carried_wait: st.carried_wait,
+            binds: st.cpu_binds,
+            main: st.main,
+            cpu: st.cpu,
+            waited: st.waited,
+        }
+    }
+
+    /// Whether `now`, one layer on, is this state again.
+    fn repeats(&self, now: &Anchor, l: &Launch) -> bool {
+        // The interleaving settles geometrically (a layer's wait pulls the streams together),
+        // to a nanosecond within a few layers: what is left then moves the step by far less
+        // than the output's last digit over the layers skipped.
+        let near = |a: f64, b: f64| (a - b).abs() < 1e-3 * NS;
+        let near_opt = |a: Option<f64>, b: Option<f64>| match (a, b) {
+            (Some(a), Some(b)) => near(a, b),
+            (a, b) => a.is_none() && b.is_none(),
+        };
+        let cpu_ahead =
+            l.launch > 0.0 && now.binds == self.binds && now.cpu - self.cpu <= now.main - self.main;
+        near(self.rel[0], now.rel[0])
+            && (cpu_ahead || near(self.rel[1], now.rel[1]))
+            && self.rel[2] == now.rel[2]
+            && self
+                .comm
+                .iter()
+                .zip(&now.comm)
+                .all(|(&a, &b)| near_opt(a, b))
+            && near(self.chain.sqrt(), now.chain.sqrt())
+            && self
+                .behind
+                .iter()
+                .zip(&now.behind)
+                .all(|(&a, &b)| near(a, b))
+            && self.pending == now.pending
+            && self.spreads == now.spreads
+            && self.carried_wait == now.carried_wait
+            && self.binds == now.binds
+    }
+
+    fn skip(
+        &self,
+        now: &Anchor,
+        left: u32,
+        st: &mut State,
+        comm: &mut Comm,
+        cursors: &mut [Cursor; 2],
+    ) {
+        if left == 0 {
+            return;
+        }
+        let n = left as f64;
+        let dm = (now.main - self.main) * n;
+        st.main += dm;
+        st.aux += dm;
+        st.cpu += (now.cpu - self.cpu) * n;
+        st.waited += (now.waited - self.waited) * n;
+        for t in comm.ends.iter_mut().chain(std::iter::once(&mut comm.free)) {
+            if *t != f64::MIN {
+                *t += dm;
+            }
+        }
+        for c in cursors.iter_mut() {
+            c.rep += left;
+        }
+    }
 }
 
 /// A wait for an all-to-all that ends at `end` on every rank. The ranks' compute streams lie

@@ -268,6 +268,159 @@ pub fn schedule_windows(t: &Times<'_>) -> Windows {
     at.last_two(t, None)
 }
 
+/// [`schedule_windows`]' step time at `W` sets of stage times side by side (a sweep's contexts
+/// of one batch: the sends and micro-batch sizes are the same, `span[st * sizes + k]` holds
+/// each lane's time of stage `st` at size `k`). Each lane plays the same operations in the same
+/// order as [`schedule_windows`] over its own spans, and stops where that does (a lane that
+/// has repeated its cycle is held while the others play on), so its step time is the same,
+/// bit for bit; the lanes' arithmetic runs side by side.
+pub fn schedule_step_lanes<const W: usize>(
+    size: &[usize],
+    sizes: usize,
+    span: &[[f64; W]],
+    send: &[f64],
+    ret: f64,
+) -> [f64; W] {
+    // With AVX2, four lanes to an instruction instead of two; the same IEEE operations (max,
+    // add, select), so the same bits.
+    #[cfg(target_arch = "x86_64")]
+    if W > 1 && std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU has AVX2, checked just above.
+        return unsafe { schedule_step_avx2(size, sizes, span, send, ret) };
+    }
+    schedule_step_any(size, sizes, span, send, ret)
+}
+
+/// [`schedule_step_lanes`] compiled for AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn schedule_step_avx2<const W: usize>(
+    size: &[usize],
+    sizes: usize,
+    span: &[[f64; W]],
+    send: &[f64],
+    ret: f64,
+) -> [f64; W] {
+    schedule_step_any(size, sizes, span, send, ret)
+}
+
+#[inline(always)]
+fn schedule_step_any<const W: usize>(
+    size: &[usize],
+    sizes: usize,
+    span: &[[f64; W]],
+    send: &[f64],
+    ret: f64,
+) -> [f64; W] {
+    let n_stages = span.len() / sizes.max(1);
+    let last = 4 * n_stages + 7;
+    let mut free = vec![[0.0f64; W]; n_stages];
+    let mut ready0 = vec![[0.0f64; W]; size.len()];
+    let mut prev = vec![[0.0; W]; n_stages - 1 + size.len()];
+    let mut live = [true; W];
+    for c in 0..last {
+        for (j, &k) in size.iter().enumerate() {
+            let mut end = [0.0f64; W];
+            for l in 0..W {
+                end[l] = later(free[0][l], ready0[j][l]) + span[k][l];
+            }
+            for st in 0..n_stages - 1 {
+                let d = send[st * sizes + k];
+                let next = &span[(st + 1) * sizes + k];
+                let (head, tail) = free.split_at_mut(st + 1);
+                let (own, receiver) = (&mut head[st], &tail[0]);
+                for l in 0..W {
+                    let stop = later(end[l], receiver[l]) + d;
+                    // A lane that has repeated its cycle keeps its state (a select, so that
+                    // the lanes stay side by side).
+                    own[l] = if live[l] { stop } else { own[l] };
+                    end[l] = stop + next[l];
+                }
+            }
+            let (last_free, back) = (&mut free[n_stages - 1], &mut ready0[j]);
+            for l in 0..W {
+                last_free[l] = if live[l] { end[l] } else { last_free[l] };
+                back[l] = if live[l] { end[l] + ret } else { back[l] };
+            }
+        }
+        let mut playing = false;
+        for l in 0..W {
+            if !live[l] {
+                continue;
+            }
+            let origin = free[0][l];
+            let tol = 1e-12 * origin.abs().max(1.0);
+            let rel = free[1..].iter().chain(&ready0).map(|x| x[l] - origin);
+            if c > 0 && rel.clone().zip(&prev).all(|(a, b)| (a - b[l]).abs() <= tol) {
+                live[l] = false;
+            } else {
+                for (p, r) in prev.iter_mut().zip(rel) {
+                    p[l] = r;
+                }
+                playing = true;
+            }
+        }
+        if !playing {
+            break;
+        }
+    }
+    // The recorded cycle (its windows' starts) and the next one's first micro-batch (their
+    // ends), as `Cycles::last_two` plays them.
+    let mut start = vec![[0.0; W]; n_stages];
+    let mut next = vec![[0.0; W]; n_stages];
+    for (win, first) in [(&mut start, false), (&mut next, true)] {
+        for (j, &k) in size.iter().enumerate() {
+            let mut end = [0.0f64; W];
+            for l in 0..W {
+                let at = free[0][l].max(ready0[j][l]);
+                if j == 0 {
+                    win[0][l] = at;
+                }
+                end[l] = at + span[k][l];
+            }
+            for st in 0..n_stages - 1 {
+                let d = send[st * sizes + k];
+                let next = &span[(st + 1) * sizes + k];
+                for l in 0..W {
+                    let receiver_ready = free[st + 1][l];
+                    if j == 0 {
+                        win[st + 1][l] = receiver_ready;
+                    }
+                    let stop = end[l].max(receiver_ready) + d;
+                    free[st][l] = stop;
+                    end[l] = stop + next[l];
+                }
+            }
+            for l in 0..W {
+                free[n_stages - 1][l] = end[l];
+                ready0[j][l] = end[l] + ret;
+            }
+            if first {
+                break;
+            }
+        }
+    }
+    let n = n_stages.max(1) as f64;
+    std::array::from_fn(|l| {
+        next.iter()
+            .zip(&start)
+            .map(|(b, a)| b[l] - a[l])
+            .sum::<f64>()
+            / n
+    })
+}
+
+/// `a.max(b)` for the schedule's times, none of them NaN (`f64::max`'s NaN test would keep
+/// the lanes from running side by side).
+#[inline(always)]
+fn later(a: f64, b: f64) -> f64 {
+    if a > b {
+        a
+    } else {
+        b
+    }
+}
+
 /// The schedule's state between cycles: when each stage is free and each micro-batch is back
 /// at stage 0.
 struct Cycles {
@@ -649,6 +802,14 @@ mod tests {
             };
             let full = schedule(&t, &mut |_| {}).step_time_us();
             let quick = schedule_windows(&t).step_time_us();
+            // Side by side with other lanes' spans (the lane itself in lane 1), the same bits.
+            let lanes: Vec<[f64; 3]> = span.iter().map(|&x| [x * 0.5, x, x * 1.7]).collect();
+            let side = schedule_step_lanes(&size, sizes, &lanes, &send, t.ret);
+            assert_eq!(
+                side[1].to_bits(),
+                quick.to_bits(),
+                "{n} stages, {micro} micro-batches"
+            );
             assert!(
                 (full - quick).abs() <= 1e-9 * full,
                 "{n} stages, {micro} micro-batches: {quick} vs {full}"

@@ -216,19 +216,14 @@ impl FastScenario {
             }
         }
         let comm = Category::Communication.index();
-        let mut lane_span = vec![0.0; n * k_n];
-        std::array::from_fn(|l| {
-            for (x, v) in lane_span.iter_mut().enumerate() {
+        let lane_span: Vec<[f64; W]> = (0..n * k_n)
+            .map(|x| {
                 let (st, k) = (x / k_n, x % k_n);
-                *v = span[(slot[st] * k_n + k) * W + l];
-            }
-            let w = pl::schedule_windows(&pl::Times {
-                size: &size,
-                sizes: k_n,
-                span: &lane_span,
-                send: &send,
-                ret: fit.ret_us,
-            });
+                std::array::from_fn(|l| span[(slot[st] * k_n + k) * W + l])
+            })
+            .collect();
+        let steps = pl::schedule_step_lanes(&size, k_n, &lane_span, &send, fit.ret_us);
+        std::array::from_fn(|l| {
             let mut busy = [0.0; NCAT];
             for (sl, &m) in stages_of.iter().enumerate() {
                 for (k, &c) in count.iter().enumerate() {
@@ -242,7 +237,7 @@ impl FastScenario {
             for b in &mut busy {
                 *b /= n as f64;
             }
-            (w.step_time_us(), busy)
+            (steps[l], busy)
         })
     }
 }

@@ -300,6 +300,10 @@ pub(super) struct PassModel {
     pub(super) sizes: std::sync::Arc<crate::scenario::cudagraph::CaptureSizes>,
     /// Expert parallelism (`--ep` or `--dp`), if any.
     pub(super) ep: Option<EpShape>,
+    /// Per regime (low, high): an earlier pass's slot whose regime prices the same context ops
+    /// (a pipeline's stages each hold layers of the same attention), whose context prices this
+    /// one takes rather than pricing them again.
+    pub(super) context_twin: [Option<usize>; 2],
 }
 
 pub(super) const PROBES_LOW: [(u32, u32, u64); 14] = [
@@ -561,6 +565,7 @@ impl PassModel {
             verify,
             sizes: s.cuda_graph_sizes.clone(),
             ep,
+            context_twin: [None; 2],
         })
     }
 
@@ -911,6 +916,30 @@ impl PassModel {
     /// Whether `other` (another pipeline stage's model) gives this model's step at every
     /// batch, context and setting: its regimes are the same ops in other layers (each stage's
     /// layers differ only in their numbers), with the same padding and routing.
+    /// Whether `other` (an earlier pipeline stage's model) prices this model's context ops in
+    /// its regime `high` at every batch and context: the same padding, routing and regime
+    /// split, and the same context layout, op for op the same ops in other layers.
+    pub(super) fn prices_context_as(&self, other: &PassModel, high: bool) -> bool {
+        let (a, b) = if high {
+            (&self.high, &other.high)
+        } else {
+            (&self.low, &other.low)
+        };
+        self.threshold == other.threshold
+            && self.experts == other.experts
+            && self.sizes == other.sizes
+            && self.verify == other.verify
+            && self.ep.is_none()
+            && other.ep.is_none()
+            && a.context_layout.len() == b.context_layout.len()
+            && a.context_layout
+                .iter()
+                .zip(&b.context_layout)
+                .all(|(&(i, ki), &(j, kj))| {
+                    ki == kj && same_op_in_other_layer(&a.ops[i], &b.ops[j])
+                })
+    }
+
     pub(super) fn plays_as(&self, other: &PassModel) -> bool {
         self.threshold == other.threshold
             && self.experts == other.experts

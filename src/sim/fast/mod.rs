@@ -492,75 +492,84 @@ impl FastScenario {
         let [w_tokens, w_context, w_coll] = scratch
             .get_disjoint_mut([0, 1, 2].map(|l| scratch_index(pm.slot, high, l)))
             .expect("distinct scratch slots");
-        let e = passes[pm.slot]
-            .entry((batch, q, padded as u32))
-            .or_insert_with(|| {
-                let touched = pm.touched(tokens, rows);
-                s.batch = batch;
-                s.context = context;
-                let x = pm.vars(local, q, context, touched, padded).basis();
-                let nkept = regime.tokens_layout.iter().filter(|x| x.1).count();
-                let draws = match (loads, &pm.ep) {
-                    (Some(l), Some(_)) => Some(l.draws(tokens, rows - tokens)),
-                    _ => None,
-                };
-                let us = match (&draws, &pm.ep) {
-                    // Expert parallelism: the expert GEMMs priced at each rounded mean of the
-                    // experts with tokens per rank the draws meet, weighed by its share.
-                    (Some(d), Some(_)) => {
-                        let mut acc = vec![0.0; nkept];
-                        for (t, share) in d.rounded_touched() {
-                            let u = keep_or_nan(
-                                price_layout_at(
-                                    w_tokens,
-                                    regime,
-                                    &regime.tokens_layout,
-                                    &x,
-                                    s,
-                                    p,
-                                    Some(t),
-                                ),
-                                nkept,
-                            );
-                            for (a, v) in acc.iter_mut().zip(u) {
-                                *a += share * v;
-                            }
+        // A pipeline stage whose context ops an earlier stage prices alike reads that stage's
+        // prices at the same micro-batch and context (priced first: the stages play in order).
+        let (own, twin) = match pm.context_twin[high as usize] {
+            Some(t) if t != pm.slot => {
+                let [a, b] = passes
+                    .get_disjoint_mut([pm.slot, t])
+                    .expect("distinct pass slots");
+                (a, Some(&*b))
+            }
+            _ => (&mut passes[pm.slot], None),
+        };
+        let e = own.entry((batch, q, padded as u32)).or_insert_with(|| {
+            let touched = pm.touched(tokens, rows);
+            s.batch = batch;
+            s.context = context;
+            let x = pm.vars(local, q, context, touched, padded).basis();
+            let nkept = regime.tokens_layout.iter().filter(|x| x.1).count();
+            let draws = match (loads, &pm.ep) {
+                (Some(l), Some(_)) => Some(l.draws(tokens, rows - tokens)),
+                _ => None,
+            };
+            let us = match (&draws, &pm.ep) {
+                // Expert parallelism: the expert GEMMs priced at each rounded mean of the
+                // experts with tokens per rank the draws meet, weighed by its share.
+                (Some(d), Some(_)) => {
+                    let mut acc = vec![0.0; nkept];
+                    for (t, share) in d.rounded_touched() {
+                        let u = keep_or_nan(
+                            price_layout_at(
+                                w_tokens,
+                                regime,
+                                &regime.tokens_layout,
+                                &x,
+                                s,
+                                p,
+                                Some(t),
+                            ),
+                            nkept,
+                        );
+                        for (a, v) in acc.iter_mut().zip(u) {
+                            *a += share * v;
                         }
-                        acc
                     }
-                    _ => keep_or_nan(
-                        price_layout_in(w_tokens, regime, &regime.tokens_layout, &x, s, p),
-                        nkept,
-                    ),
-                };
-                let mut tokens_us = vec![0.0; regime.ops.len()].into_boxed_slice();
-                let kept = regime.tokens_layout.iter().filter(|x| x.1).map(|x| x.0);
-                for (i, v) in kept.clone().zip(&us) {
-                    tokens_us[i] = *v;
+                    acc
                 }
-                let mut excess = Vec::new().into_boxed_slice();
-                if let Some(d) = &draws {
-                    let mean = tokens_us.clone();
-                    slowest_rank(regime, &mut tokens_us, &x, d);
-                    excess = tokens_us
-                        .iter()
-                        .zip(mean.iter())
-                        .map(|(a, b)| a - b)
-                        .collect();
-                }
-                let us: Vec<f64> = kept.clone().map(|i| tokens_us[i]).collect();
-                *stored += regime.ops.len();
-                Entry {
-                    touched,
-                    excess,
-                    tokens_busy: busy_of(regime, kept, &us),
-                    tokens_us,
-                    context: Vec::new(),
-                    evict: 0,
-                    last: 0,
-                    collectives: Vec::new(),
-                }
-            });
+                _ => keep_or_nan(
+                    price_layout_in(w_tokens, regime, &regime.tokens_layout, &x, s, p),
+                    nkept,
+                ),
+            };
+            let mut tokens_us = vec![0.0; regime.ops.len()].into_boxed_slice();
+            let kept = regime.tokens_layout.iter().filter(|x| x.1).map(|x| x.0);
+            for (i, v) in kept.clone().zip(&us) {
+                tokens_us[i] = *v;
+            }
+            let mut excess = Vec::new().into_boxed_slice();
+            if let Some(d) = &draws {
+                let mean = tokens_us.clone();
+                slowest_rank(regime, &mut tokens_us, &x, d);
+                excess = tokens_us
+                    .iter()
+                    .zip(mean.iter())
+                    .map(|(a, b)| a - b)
+                    .collect();
+            }
+            let us: Vec<f64> = kept.clone().map(|i| tokens_us[i]).collect();
+            *stored += regime.ops.len();
+            Entry {
+                touched,
+                excess,
+                tokens_busy: busy_of(regime, kept, &us),
+                tokens_us,
+                context: Vec::new(),
+                evict: 0,
+                last: 0,
+                collectives: Vec::new(),
+            }
+        });
         let ki = match e
             .collectives
             .iter()
@@ -637,7 +646,15 @@ impl FastScenario {
                     let (at, us, busy) = &mut e.context[i];
                     *at = context;
                     let layout = &regime.context_layout;
-                    if price_layout_into(w_context, regime, layout, &x, s, p, None, us).is_err() {
+                    let shared = twin
+                        .and_then(|m| m.get(&(batch, q, padded as u32)))
+                        .and_then(|t| t.context.iter().rfind(|c| c.0 == context))
+                        .filter(|c| c.1.len() == us.len());
+                    if let Some(c) = shared {
+                        us.copy_from_slice(&c.1);
+                    } else if price_layout_into(w_context, regime, layout, &x, s, p, None, us)
+                        .is_err()
+                    {
                         us.fill(f64::NAN);
                     }
                     *busy = [0.0; NCAT];

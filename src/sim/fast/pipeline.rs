@@ -54,6 +54,12 @@ impl PipelineFit {
                     .unwrap_or(i)
             })
             .collect();
+        for i in 1..models.len() {
+            for (h, high) in [false, true].into_iter().enumerate() {
+                models[i].context_twin[h] =
+                    (0..i).find(|&j| models[i].prices_context_as(&models[j], high));
+            }
+        }
         let first = models.remove(0);
         Ok((
             first,

@@ -10,7 +10,9 @@
 #             x N/250 contexts (data-parallel attention with wide expert parallelism: each new
 #             batch draws the ranks' expert loads);
 #   pp18:     Kimi-K2.5 on h200-hgx-18node-ib, --tp 8 --pp 18, batch 1..=250 x N/2500 contexts
-#             (a tenth of the size: a 144-GPU pipeline's row plays each distinct stage).
+#             (a tenth of the size: a 144-GPU pipeline's row plays each distinct stage);
+#   tbo16:    the dp16 layout with two-batch overlap (--tbo on), batch 2..=251 x N/2500 contexts
+#             (a tenth of the size: both micro-batches interleaved until their layers repeat).
 # CPU = user + sys of the process (GNU time when present, else bash's `times` of the child);
 # peak RSS = GNU time's maximum resident set, else the child's VmHWM read through /proc.
 set -euo pipefail
@@ -55,4 +57,6 @@ for n in "${sizes[@]}"; do
     p=$((n / 2500)); [ "$p" -ge 1 ] || p=1
     run pp18 $((250 * p)) --model kimi-k2.5 --system h200-hgx-18node-ib --tp 8 --pp 18 \
         --batch 1..=250 --context "1000..=$((999 + p))"
+    run tbo16 $((250 * p)) --model deepseek-v3 --system h200-hgx-2node-ib --tp 1 --dp 16 \
+        --ep-comm rdma-ll --tbo on --batch 2..=251 --context "1000..=$((999 + p))"
 done

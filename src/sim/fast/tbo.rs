@@ -409,7 +409,6 @@ fn interleave<const SG: bool>(
                     done[k] = true;
                     break;
                 };
-
                 // The mean rank's duration; the slowest rank's excess joins the window's.
                 let (mut dur, x) = (d[i], if loaded { ex[i] } else { 0.0 });
                 if loaded {
@@ -450,13 +449,13 @@ fn interleave<const SG: bool>(
     st.main = later(st.main, comm.free) - lag.mean();
 }
 
+/// A nanosecond, in the recursion's µs.
+const NS: f64 = 1e-3;
+
 /// The interleaving's state at the start of a round, relative to the compute stream: where a
 /// round starts from the same ops one layer later in the same state, every later layer of the
 /// two runs repeats it (the recursion is shift-invariant), and the layers left are added as
 /// that layer's increment, as `replay::Run` skips a plain pass's.
-/// A nanosecond, in the recursion's µs.
-const NS: f64 = 1e-3;
-
 struct Anchor {
     /// Each micro-batch's segment and op.
     pos: [(usize, usize); 2],
@@ -534,6 +533,8 @@ impl Anchor {
             && self.binds == now.binds
     }
 
+    /// Moves the state `left` more layers on (the increment from `self` to `now`), both
+    /// cursors with it.
     fn skip(
         &self,
         now: &Anchor,

@@ -58,13 +58,13 @@ pub(super) struct Memo {
     pub(super) passes: Vec<EntryMap>,
     /// Prices stored, to bound the memory a long-lived thread keeps.
     pub(super) stored: usize,
-    /// Scratch: one pass's op durations, `W` lanes of them.
-    pub(super) d: Vec<f64>,
-    /// What `d` holds outside its context ops: the token-dependent and collective prices of
-    /// (pass slot, high regime, batch, queries, padded rows, collectives id, graphs, lanes);
-    /// `None` after a Monte Carlo draw changed them. A sweep's next lanes at the same batch
-    /// and setting then write their context ops only.
-    pub(super) d_from: Option<DFrom>,
+    /// Scratch by (pass slot, high regime), `slot * 2 + high`: one pass's op durations, `W`
+    /// lanes of them, and what they hold outside their context ops: the token-dependent and
+    /// collective prices of (pass slot, high regime, batch, queries, padded rows, collectives
+    /// id, graphs, lanes); `None` after a Monte Carlo draw changed them. A sweep's next lanes at
+    /// the same batch and setting then write their context ops only, a pipeline's stages each
+    /// in their own.
+    pub(super) d: Vec<(Option<DFrom>, Vec<f64>)>,
     /// Scratch: the workload each layout is priced in (`price_layout_in`), by
     /// [`scratch_index`] (pass slot, regime, layout).
     pub(super) scratch: Vec<Scratch>,
@@ -85,7 +85,7 @@ pub(super) fn scratch_index(slot: usize, high: bool, layout: usize) -> usize {
     (slot * 2 + high as usize) * LAYOUTS + layout
 }
 
-/// See [`Memo::d_from`].
+/// See [`Memo::d`].
 pub(super) type DFrom = (usize, bool, u32, u32, u32, u64, bool, usize);
 
 /// (pass slot, batch, queries, padded rows, collectives id, graphs).

@@ -402,7 +402,6 @@ impl FastScenario {
                     passes: (0..self.slots()).map(|_| Default::default()).collect(),
                     stored: 0,
                     d: Vec::new(),
-                    d_from: None,
                     scratch: (0..self.slots() * 2 * LAYOUTS)
                         .map(|_| Scratch::new())
                         .collect(),
@@ -481,8 +480,7 @@ impl FastScenario {
             s,
             passes,
             stored,
-            d,
-            d_from,
+            d: ds,
             scratch,
             draw,
             latency,
@@ -609,6 +607,11 @@ impl FastScenario {
         );
         // The token-dependent and collective prices already in place (the last call's, at the
         // same batch and setting, undrawn) are kept: only the context ops are written.
+        let di = pm.slot * 2 + high as usize;
+        if ds.len() <= di {
+            ds.resize_with(di + 1, Default::default);
+        }
+        let (d_from, d) = &mut ds[di];
         let kept = draw.is_none() && *d_from == Some(from);
         if !kept {
             d.clear();

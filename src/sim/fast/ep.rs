@@ -169,20 +169,98 @@ const DRAW_BUDGET: u64 = 1 << 16;
 const MIN_DRAWS: u64 = 64;
 const MAX_DRAWS: u64 = 512;
 
-/// The ranks' loads in `k` layer draws, each relative to its draw's mean over ranks.
+/// The ranks' loads in `k` layer draws, each relative to what its draw's expert kernels are
+/// priced at.
 #[derive(Debug, Clone)]
 pub(super) struct Draws {
     n: usize,
-    /// Per draw × rank: experts with tokens over the mean, rows over the mean, the rank's
-    /// speed, a standard normal (its kernels' jitter).
+    /// Per draw × rank: experts with tokens over the draw's `den` experts, rows over the mean
+    /// rows, the rank's speed, a standard normal (its kernels' jitter).
     t: Vec<f64>,
     rows: Vec<f64>,
     v: Vec<f64>,
     z: Vec<f64>,
     kernel_cv: f64,
-    /// Per draw: the mean over ranks of the experts each holds with tokens, rounded (the
-    /// expert GEMMs' `shape.batch`, which the MoE tables are read at).
+    /// Per draw: the mean over ranks of the experts each holds with tokens, rounded, at least
+    /// one (the expert GEMMs' `shape.batch`, which the MoE tables are read at).
     rounded: Vec<u64>,
+    /// Per draw: the mean over ranks of the experts each holds with tokens (the expert GEMMs'
+    /// weight bytes follow it).
+    touched: Vec<f64>,
+    /// Per draw: the experts and rows a rank's expert kernels are scaled from. The mean rank's,
+    /// except where it rounds to no expert or no row (`parallel::expert_parallel`'s thin case):
+    /// the kernels are then priced at the rounded shape (at least one of each), and each rank's
+    /// load taken over that shape's.
+    den: Vec<(f64, f64)>,
+    /// Routed rows per rank on average (the same in every draw: every row is routed).
+    rows_mean: f64,
+}
+
+/// One expert GEMM's bytes as the timeline writes them (`parallel::expert_parallel`'s
+/// `bytes_of`): `weight` per expert with tokens and `act` per routed row.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct ExpertBytes {
+    pub(super) weight: f64,
+    pub(super) act: f64,
+    /// The experts with tokens per rank the fitted bytes hold at the basis they were read at.
+    pub(super) fitted: f64,
+}
+
+impl ExpertBytes {
+    /// Read off an expert GEMM's fields at `x` with `rows_mean` routed rows per rank: the
+    /// activations from its shape (rows × (k + n) BF16 elements in and out), the weights the
+    /// rest of its bytes over the experts with tokens its `shape.batch` holds. Not from the
+    /// fitted coefficient of the experts touched: where every expert has tokens at every probe
+    /// (wide EP, whose probes split evenly over the DP ranks) that column cannot be told from
+    /// the constant, and the fit holds every expert's weights at any basis.
+    pub(super) fn of(op: &OpT, x: &Coef, rows_mean: f64) -> Option<Self> {
+        if !EpShape::is_expert_gemm(&op.template) || op.batch_div == 1.0 {
+            return None;
+        }
+        let f = &op.fields;
+        let act = (round_u64(dot(&f.shape[1], x)) + round_u64(dot(&f.shape[2], x))) as f64
+            * crate::workload::builder::ACT_BYTES;
+        let fitted = dot(&f.shape[3], x) / op.batch_div;
+        let weight = (dot(&f.bytes, x) - act * rows_mean) / fitted;
+        (fitted > 0.0 && weight.is_finite() && weight > 0.0).then_some(ExpertBytes {
+            weight,
+            act,
+            fitted,
+        })
+    }
+
+    /// The weight bytes' share of the kernel's bytes at `t` experts with tokens and `r` rows.
+    fn weight_share(&self, t: f64, r: f64) -> f64 {
+        let w = self.weight * t;
+        let all = w + self.act * r;
+        if all > 0.0 {
+            w / all
+        } else {
+            0.0
+        }
+    }
+}
+
+/// Where the expert GEMMs are priced: the rounded experts with tokens per rank (their
+/// `shape.batch`), the mean experts with tokens per rank (their weight bytes) and the mean
+/// routed rows per rank.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct ExpertsAt {
+    pub(super) rounded: u64,
+    pub(super) touched: f64,
+    pub(super) rows: f64,
+}
+
+/// A window's loaded ops (between two collectives) at the mean rank: each expert GEMM's price
+/// and bytes, the price of the ops that follow the rows over the expert kernels' rows (the
+/// activation), and the rest (rows over the mean).
+#[derive(Debug, Clone, Default)]
+pub(super) struct WindowLoad {
+    gemms: Vec<(f64, Option<ExpertBytes>)>,
+    act: f64,
+    rest: f64,
+    /// Sum of the ops' squared prices (their jitter's variance per kernel CV²).
+    q: f64,
 }
 
 impl EpLoads {
@@ -236,6 +314,9 @@ impl EpLoads {
             z: Vec::with_capacity(k * n),
             kernel_cv: self.kernel_cv,
             rounded: Vec::with_capacity(k),
+            touched: Vec::with_capacity(k),
+            den: Vec::with_capacity(k),
+            rows_mean: (real + dummy) as f64 * self.top_k as f64 / n as f64,
         };
         let mut rng = SmallRng::seed_from_u64(seed ^ 0x5ca1_ab1e);
         for counts in &sample.expert_tokens {
@@ -243,9 +324,26 @@ impl EpLoads {
                 crate::workload::parallel::ep_rank_rows(counts, n, self.redundant);
             let mean = |v: &[f64]| v.iter().sum::<f64>() / n as f64;
             let (rm, tm) = (mean(&rows), mean(&touched));
-            d.rounded.push(tm.round().max(1.0) as u64);
+            // As `parallel::expert_parallel` prices and scales the expert kernels: the rows from
+            // the routed rows' whole count, at least one row and one expert where any are routed.
+            let routed: u64 = counts.iter().map(|&c| c as u64).sum();
+            let rows_rounded = (routed as f64 / n as f64).round();
+            let (rows_priced, touched_priced) = if routed > 0 {
+                (rows_rounded.max(1.0), tm.round().max(1.0))
+            } else {
+                (rows_rounded, tm.round())
+            };
+            let thin = rows_priced != rows_rounded || touched_priced != tm.round();
+            let (td, rd) = if thin {
+                (touched_priced, rows_priced)
+            } else {
+                (tm, rm)
+            };
+            d.rounded.push(touched_priced.max(1.0) as u64);
+            d.touched.push(tm);
+            d.den.push((td, rd));
             for r in 0..n {
-                d.t.push(if tm > 0.0 { touched[r] / tm } else { 1.0 });
+                d.t.push(if td > 0.0 { touched[r] / td } else { 1.0 });
                 d.rows.push(if rm > 0.0 { rows[r] / rm } else { 1.0 });
                 d.v.push(1.0 + self.skew * (2.0 * rng.random::<f64>() - 1.0));
                 // Box-Muller: one standard normal from two uniforms.
@@ -258,40 +356,65 @@ impl EpLoads {
 }
 
 impl Draws {
-    /// The rounded mean experts with tokens per rank the draws give, each with its share of
-    /// the draws. The timeline prices each layer at its own draw's (the MoE tables are read at
-    /// it), so the fast path prices the expert GEMMs at each value the draws meet and weighs
-    /// them: a price at the rounded mean would be off by up to half an expert per rank (a few
-    /// percent of the experts' time when each rank holds a dozen with tokens).
-    pub(super) fn rounded_touched(&self) -> Vec<(u64, f64)> {
-        let mut out: Vec<(u64, f64)> = Vec::new();
-        let w = 1.0 / self.rounded.len().max(1) as f64;
-        for &t in &self.rounded {
-            match out.iter_mut().find(|x| x.0 == t) {
-                Some(x) => x.1 += w,
-                None => out.push((t, w)),
+    /// Where the draws price the expert GEMMs, each with its share of the draws: every rounded
+    /// mean of experts with tokens per rank they meet, at the mean of their draws' experts with
+    /// tokens. The timeline prices each layer at its own draw's (the MoE tables are read at the
+    /// rounded count, the weights' bytes at the mean), so the fast path prices the expert GEMMs
+    /// at each value the draws meet and weighs them: a price at the rounded mean would be off
+    /// by up to half an expert per rank (a few percent of the experts' time when each rank
+    /// holds a dozen with tokens).
+    pub(super) fn experts_at(&self) -> Vec<(ExpertsAt, f64)> {
+        let mut out: Vec<(ExpertsAt, f64)> = Vec::new();
+        for (&t, &tm) in self.rounded.iter().zip(&self.touched) {
+            match out.iter_mut().find(|x| x.0.rounded == t) {
+                Some(x) => {
+                    x.0.touched += tm;
+                    x.1 += 1.0;
+                }
+                None => out.push((
+                    ExpertsAt {
+                        rounded: t,
+                        touched: tm,
+                        rows: self.rows_mean,
+                    },
+                    1.0,
+                )),
             }
         }
-        out.sort_by_key(|x| x.0);
+        for x in out.iter_mut() {
+            x.0.touched /= x.1;
+            x.1 /= self.rounded.len() as f64;
+        }
+        out.sort_by_key(|x| x.0.rounded);
         out
     }
 
-    /// The expected slowest rank's time in a window over its mean rank's, for a window whose
-    /// loaded ops price `w` (the expert GEMMs' weight read) + `r` (the rest) µs at the mean
-    /// rank, `q` the sum of their squared prices (their jitter's variance per kernel CV²).
-    pub(super) fn gain(&self, w: f64, r: f64, q: f64) -> f64 {
-        let total = w + r;
+    /// The expected slowest rank's time in a window over its mean rank's. Rank r's expert GEMM
+    /// takes its price × (weight · t_r + act · n_r) / (weight · t + act · n) at the draw's `den`
+    /// experts t and rows n (the timeline's `rank_scale`), the activation kernels their price ×
+    /// n_r / n, the other loaded ops their price × n_r over the mean rows.
+    pub(super) fn gain(&self, win: &WindowLoad) -> f64 {
+        let total = win.gemms.iter().map(|g| g.0).sum::<f64>() + win.act + win.rest;
         if total <= 0.0 || self.t.is_empty() {
             return 1.0;
         }
-        let sd = self.kernel_cv * q.sqrt() / total;
+        let sd = self.kernel_cv * win.q.sqrt() / total;
         let mut sum = 0.0;
         let draws = self.t.len() / self.n;
         for k in 0..draws {
+            let (td, rd) = self.den[k];
+            let (mut w, mut a) = (0.0, win.act);
+            for &(us, b) in &win.gemms {
+                let phi = b.map_or(0.0, |b| b.weight_share(td, rd));
+                w += us * phi;
+                a += us * (1.0 - phi);
+            }
+            // The activation's rows are over `rd`, the rows ratios over the mean.
+            let per_row = if rd > 0.0 { a * self.rows_mean / rd } else { a } + win.rest;
             let at = k * self.n;
             let mut most = f64::MIN;
             for i in at..at + self.n {
-                let load = w * self.t[i] + r * self.rows[i];
+                let load = w * self.t[i] + per_row * self.rows[i];
                 let x = self.v[i] * load + sd * load * self.z[i];
                 most = most.max(x);
             }
@@ -303,54 +426,88 @@ impl Draws {
 
 /// Scales the loaded ops of `regime` in `us` (µs per op, the token-dependent ones priced at
 /// the mean rank, basis `x`) to the expected slowest rank of each window between collectives.
+///
+/// A window is the loaded ops the ranks run between two collectives in the step as played, the
+/// repeated layers unrolled: a layer whose loaded ops run past its last collective (the expert
+/// kernels of a MoE layer with no combine after them) shares that window with the loaded ops
+/// of the next layer before its first collective. Each op takes the mean of the gains of the
+/// windows its copies fall in.
 pub(super) fn slowest_rank(regime: &Regime, us: &mut [f64], x: &Coef, d: &Draws) {
-    let mut window: Vec<usize> = Vec::new();
-    let flush = |window: &mut Vec<usize>, us: &mut [f64]| {
-        if window.is_empty() {
+    let weigh = |i: usize| -> (f64, Option<ExpertBytes>, bool) {
+        let op = &regime.ops[i];
+        let act = op.template.name.ends_with(".experts_act_and_mul");
+        (us[i], ExpertBytes::of(op, x, d.rows_mean), act)
+    };
+    // Each window as (op, copies of it in the window), and how many times it occurs.
+    let mut gain_sum = vec![0.0; us.len()];
+    let flush = |window: &[(usize, f64)], times: f64, gain_sum: &mut [f64]| {
+        if window.is_empty() || times == 0.0 {
             return;
         }
-        let (mut w, mut r, mut q) = (0.0, 0.0, 0.0);
-        for &i in window.iter() {
-            let op = &regime.ops[i];
-            let p = us[i];
-            // An expert GEMM's bytes are its experts' weights plus its rows' activations in
-            // and out, rows × (k + n) BF16 elements (`parallel::expert_parallel`'s `bytes_of`):
-            // the weights' share follows the experts with tokens, the rest the rows. (Read off
-            // the shape, not the fitted coefficient of the experts touched: where every expert
-            // has tokens at every probe that column cannot be told from the constant.)
-            let phi = if EpShape::is_expert_gemm(&op.template) {
-                let f = &op.fields;
-                let bytes = dot(&f.bytes, x);
-                let (m, n, k) = (
-                    round_u64(dot(&f.shape[0], x)) as f64,
-                    round_u64(dot(&f.shape[1], x)) as f64,
-                    round_u64(dot(&f.shape[2], x)) as f64,
-                );
-                let act = m * (n + k) * crate::workload::builder::ACT_BYTES;
-                if bytes > 0.0 {
-                    (1.0 - act / bytes).clamp(0.0, 1.0)
-                } else {
-                    0.0
+        let mut load = WindowLoad::default();
+        for &(i, copies) in window {
+            let (p, bytes, act) = weigh(i);
+            let p = p * copies;
+            match bytes {
+                Some(b) => load.gemms.push((p, Some(b))),
+                None if EpShape::is_expert_gemm(&regime.ops[i].template) => {
+                    load.gemms.push((p, None))
                 }
-            } else {
-                0.0
-            };
-            w += p * phi;
-            r += p * (1.0 - phi);
-            q += p * p;
+                None if act => load.act += p,
+                None => load.rest += p,
+            }
+            load.q += p * us[i];
         }
-        let g = d.gain(w, r, q);
-        for &i in window.iter() {
-            us[i] *= g;
+        let g = d.gain(&load);
+        for &(i, copies) in window {
+            gain_sum[i] += g * copies * times;
         }
-        window.clear();
     };
-    for (i, op) in regime.ops.iter().enumerate() {
-        match op.kind {
-            Kind::Collective { .. } => flush(&mut window, us),
-            _ if op.loaded => window.push(i),
-            _ => {}
+    let mut open: Vec<(usize, f64)> = Vec::new();
+    for seg in &regime.segments {
+        let range = seg.start..seg.end;
+        let collective = |i: &usize| matches!(regime.ops[*i].kind, Kind::Collective { .. });
+        let loaded = |i: &usize| regime.ops[*i].loaded;
+        let repeat = seg.repeat.max(1) as f64;
+        let Some(first) = range.clone().find(collective) else {
+            // No collective: every copy's loaded ops join the open window.
+            open.extend(range.filter(loaded).map(|i| (i, repeat)));
+            continue;
+        };
+        let last = range.clone().rfind(collective).unwrap_or(first);
+        let head: Vec<(usize, f64)> = (seg.start..first)
+            .filter(loaded)
+            .map(|i| (i, 1.0))
+            .collect();
+        let tail: Vec<(usize, f64)> = (last + 1..seg.end)
+            .filter(loaded)
+            .map(|i| (i, 1.0))
+            .collect();
+        // The first copy's head closes the window before it; every later copy's head closes
+        // the one its previous copy's tail opened.
+        open.extend(head.iter().copied());
+        flush(&open, 1.0, &mut gain_sum);
+        let mut inner: Vec<(usize, f64)> = Vec::new();
+        for i in first + 1..=last {
+            if collective(&i) {
+                flush(&inner, repeat, &mut gain_sum);
+                inner.clear();
+            } else if loaded(&i) {
+                inner.push((i, 1.0));
+            }
+        }
+        let mut wrap = tail.clone();
+        wrap.extend(head.iter().copied());
+        flush(&wrap, repeat - 1.0, &mut gain_sum);
+        open = tail;
+    }
+    flush(&open, 1.0, &mut gain_sum);
+    for seg in &regime.segments {
+        let repeat = seg.repeat.max(1) as f64;
+        for i in seg.start..seg.end {
+            if regime.ops[i].loaded {
+                us[i] *= gain_sum[i] / repeat;
+            }
         }
     }
-    flush(&mut window, us);
 }

@@ -509,7 +509,7 @@ impl FastScenario {
                     // experts with tokens per rank the draws meet, weighed by its share.
                     (Some(d), Some(_)) => {
                         let mut acc = vec![0.0; nkept];
-                        for (t, share) in d.rounded_touched() {
+                        for (t, share) in d.experts_at() {
                             let u = keep_or_nan(
                                 price_layout_at(
                                     w_tokens,

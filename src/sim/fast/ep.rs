@@ -161,13 +161,16 @@ pub(super) struct EpLoads {
     /// both 0 with jitter off.
     skew: f64,
     kernel_cv: f64,
+    /// TP and DP sizes: rank r is of DP rank r / TP.
+    tp: usize,
+    dp: u32,
 }
 
 /// Routed rows the draws of one batch may sample in all (bounds the cost per batch: about a
 /// millisecond), and the least and most layer draws.
-const DRAW_BUDGET: u64 = 1 << 16;
+const DRAW_BUDGET: u64 = 1 << 20;
 const MIN_DRAWS: u64 = 64;
-const MAX_DRAWS: u64 = 512;
+const MAX_DRAWS: u64 = 2048;
 
 /// The ranks' loads in `k` layer draws, each relative to what its draw's expert kernels are
 /// priced at.
@@ -194,6 +197,10 @@ pub(super) struct Draws {
     den: Vec<(f64, f64)>,
     /// Routed rows per rank on average (the same in every draw: every row is routed).
     rows_mean: f64,
+    /// Per rank: whether its DP rank holds the most sequences (every rank at an even split);
+    /// the others attend over `1 - short` of the largest DP rank's sequences.
+    full: Vec<bool>,
+    short: f64,
 }
 
 /// One expert GEMM's bytes as the timeline writes them (`parallel::expert_parallel`'s
@@ -280,6 +287,8 @@ impl EpLoads {
             top_k: moe.top_k,
             n: ep.n as usize,
             redundant: ep.redundant as usize,
+            tp: s.tp.max(1) as usize,
+            dp: ep.dp.max(1),
             skew: if jitter {
                 v.rank_skew_cv * 3f64.sqrt()
             } else {
@@ -291,7 +300,9 @@ impl EpLoads {
 
     /// Layer draws at `real` routed tokens and `dummy` padding rows (the timeline's
     /// `sample_padded` arguments), seeded by them: a sweep gives the same rows on any thread.
-    pub(super) fn draws(&self, real: u64, dummy: u64) -> Draws {
+    /// `batch` sequences split over the DP ranks as the scenario splits them
+    /// (`Scenario::dp_batches`: the first DP ranks take one more).
+    pub(super) fn draws(&self, real: u64, dummy: u64, batch: u32) -> Draws {
         let per = (real + 1) * self.top_k as u64;
         let k = (DRAW_BUDGET / per.max(1)).clamp(MIN_DRAWS, MAX_DRAWS) as usize;
         let seed =
@@ -317,6 +328,14 @@ impl EpLoads {
             touched: Vec::with_capacity(k),
             den: Vec::with_capacity(k),
             rows_mean: (real + dummy) as f64 * self.top_k as f64 / n as f64,
+            full: (0..n)
+                .map(|r| batch.is_multiple_of(self.dp) || ((r / self.tp) as u32) < batch % self.dp)
+                .collect(),
+            short: if batch.is_multiple_of(self.dp) {
+                0.0
+            } else {
+                1.0 - (batch / self.dp) as f64 / batch.div_ceil(self.dp) as f64
+            },
         };
         let mut rng = SmallRng::seed_from_u64(seed ^ 0x5ca1_ab1e);
         for counts in &sample.expert_tokens {
@@ -389,18 +408,19 @@ impl Draws {
         out
     }
 
-    /// The expected slowest rank's time in a window over its mean rank's. Rank r's expert GEMM
-    /// takes its price × (weight · t_r + act · n_r) / (weight · t + act · n) at the draw's `den`
-    /// experts t and rows n (the timeline's `rank_scale`), the activation kernels their price ×
-    /// n_r / n, the other loaded ops their price × n_r over the mean rows.
-    pub(super) fn gain(&self, win: &WindowLoad) -> f64 {
-        let total = win.gemms.iter().map(|g| g.0).sum::<f64>() + win.act + win.rest;
-        if total <= 0.0 || self.t.is_empty() {
-            return 1.0;
+    /// Per draw, the most a rank of the DP ranks with the most sequences and a rank of the
+    /// others spend on a window's loaded ops (µs; the second −∞ at an even split). Rank r's
+    /// expert GEMM takes its price × (weight · t_r + act · n_r) / (weight · t + act · n) at the
+    /// draw's `den` experts t and rows n (the timeline's `rank_scale`), the activation kernels
+    /// their price × n_r / n, the other loaded ops their price × n_r over the mean rows.
+    fn maxima(&self, win: &WindowLoad) -> Vec<(f64, f64)> {
+        let total = win.total();
+        let draws = self.t.len() / self.n;
+        if total <= 0.0 || draws == 0 {
+            return Vec::new();
         }
         let sd = self.kernel_cv * win.q.sqrt() / total;
-        let mut sum = 0.0;
-        let draws = self.t.len() / self.n;
+        let mut out = Vec::with_capacity(draws);
         for k in 0..draws {
             let (td, rd) = self.den[k];
             let (mut w, mut a) = (0.0, win.act);
@@ -412,102 +432,239 @@ impl Draws {
             // The activation's rows are over `rd`, the rows ratios over the mean.
             let per_row = if rd > 0.0 { a * self.rows_mean / rd } else { a } + win.rest;
             let at = k * self.n;
-            let mut most = f64::MIN;
-            for i in at..at + self.n {
+            let (mut full, mut other) = (f64::MIN, f64::MIN);
+            for (i, &f) in (at..at + self.n).zip(&self.full) {
                 let load = w * self.t[i] + per_row * self.rows[i];
                 let x = self.v[i] * load + sd * load * self.z[i];
-                most = most.max(x);
+                if f {
+                    full = full.max(x);
+                } else {
+                    other = other.max(x);
+                }
             }
-            sum += most;
+            out.push((full, other));
         }
-        sum / draws as f64 / total
+        out
+    }
+}
+
+impl WindowLoad {
+    fn total(&self) -> f64 {
+        self.gemms.iter().map(|g| g.0).sum::<f64>() + self.act + self.rest
+    }
+}
+
+/// A window whose loaded ops share it with attention at a batch the DP ranks do not split
+/// evenly. The fast path plays the attention of the largest DP rank (A); the others attend
+/// over (1 − `short`) of it, so the window ends at the latest of A + the loaded ops' maximum
+/// over the largest DP ranks' ranks and (1 − short)·A + their maximum over the others: with a
+/// few experts per rank the hottest ones may sit on a rank that attends over nothing (Qwen3
+/// DP 144 at batch 1: `moe_align_block_size` 6 times the mean rank's on the rank holding the
+/// padding rows' experts). Its expectation over the draws is convex and piecewise linear in
+/// y = short·A, read from the draws sorted by where each one's maximum changes side.
+#[derive(Debug, Clone)]
+pub(super) struct Coupled {
+    /// Loaded ops: (op, its mean-rank µs × its copies in the window × the window's count ÷ its
+    /// segment's repeat, the segment's repeat).
+    ops: Vec<(usize, f64, f64)>,
+    /// Attention (per-sequence) ops and their copies in the window.
+    seq: Vec<(usize, f64)>,
+    short: f64,
+    /// The loaded ops' mean-rank µs in the window.
+    mean: f64,
+    /// Per draw, (the others' maximum − the largest DP ranks'), ascending, with the sums of the
+    /// largest DP ranks' maxima before each and of the others' from each on.
+    delta: Vec<f64>,
+    full_before: Vec<f64>,
+    other_from: Vec<f64>,
+}
+
+impl Coupled {
+    fn new(
+        ops: Vec<(usize, f64, f64)>,
+        seq: Vec<(usize, f64)>,
+        short: f64,
+        mean: f64,
+        maxima: &[(f64, f64)],
+    ) -> Self {
+        let mut m: Vec<(f64, f64)> = maxima.to_vec();
+        m.sort_by(|a, b| (a.1 - a.0).total_cmp(&(b.1 - b.0)));
+        let k = m.len();
+        let mut full_before = vec![0.0; k + 1];
+        let mut other_from = vec![0.0; k + 1];
+        for j in 0..k {
+            full_before[j + 1] = full_before[j] + m[j].0;
+        }
+        for j in (0..k).rev() {
+            other_from[j] = other_from[j + 1] + m[j].1;
+        }
+        Coupled {
+            ops,
+            seq,
+            short,
+            mean,
+            delta: m.iter().map(|x| x.1 - x.0).collect(),
+            full_before,
+            other_from,
+        }
+    }
+
+    pub(super) fn ops(&self) -> &[(usize, f64, f64)] {
+        &self.ops
+    }
+
+    /// The window's loaded ops at the slowest rank beyond the largest DP rank's attention,
+    /// over their mean-rank µs, with `attention` µs of it: E[max(M_full, M_other − y)] / mean.
+    fn gain(&self, attention: f64) -> f64 {
+        let k = self.delta.len();
+        if k == 0 || self.mean <= 0.0 {
+            return 1.0;
+        }
+        let y = self.short * attention;
+        let j = self.delta.partition_point(|&d| d <= y);
+        (self.full_before[j] + self.other_from[j] - (k - j) as f64 * y) / k as f64 / self.mean
+    }
+
+    /// Adds the window's loaded ops' share of their slowest-rank µs to `d` (op-major, `lanes`
+    /// lanes, this lane's attention read from it) and returns the µs it added per category, each
+    /// op counted over its segment's repeats.
+    pub(super) fn apply(
+        windows: &[Coupled],
+        regime: &Regime,
+        d: &mut [f64],
+        lanes: usize,
+        lane: usize,
+        busy: &mut Busy,
+    ) {
+        for c in windows {
+            let attention: f64 = c.seq.iter().map(|&(i, n)| d[i * lanes + lane] * n).sum();
+            let g = c.gain(attention);
+            for &(i, weight, repeat) in &c.ops {
+                d[i * lanes + lane] += g * weight;
+                busy[regime.ops[i].category.index()] += g * weight * repeat;
+            }
+        }
     }
 }
 
 /// Scales the loaded ops of `regime` in `us` (µs per op, the token-dependent ones priced at
 /// the mean rank, basis `x`) to the expected slowest rank of each window between collectives.
+/// Returns the loaded ops' excess over the mean rank, and the windows that share their time
+/// with uneven DP ranks' attention (`Coupled`), whose part the play adds once the attention is
+/// priced.
 ///
 /// A window is the loaded ops the ranks run between two collectives in the step as played, the
 /// repeated layers unrolled: a layer whose loaded ops run past its last collective (the expert
 /// kernels of a MoE layer with no combine after them) shares that window with the loaded ops
 /// of the next layer before its first collective. Each op takes the mean of the gains of the
 /// windows its copies fall in.
-pub(super) fn slowest_rank(regime: &Regime, us: &mut [f64], x: &Coef, d: &Draws) {
-    let weigh = |i: usize| -> (f64, Option<ExpertBytes>, bool) {
-        let op = &regime.ops[i];
-        let act = op.template.name.ends_with(".experts_act_and_mul");
-        (us[i], ExpertBytes::of(op, x, d.rows_mean), act)
+pub(super) fn slowest_rank(
+    regime: &Regime,
+    us: &mut [f64],
+    x: &Coef,
+    d: &Draws,
+) -> (Box<[f64]>, Vec<Coupled>) {
+    let repeat_of: Vec<f64> = {
+        let mut r = vec![1.0; us.len()];
+        for seg in &regime.segments {
+            r[seg.start..seg.end].fill(seg.repeat.max(1) as f64);
+        }
+        r
     };
-    // Each window as (op, copies of it in the window), and how many times it occurs.
+    let seq_op = |i: usize| {
+        matches!(regime.ops[i].kind, Kind::Kernel { .. })
+            && crate::workload::parallel::per_sequence(&regime.ops[i].template)
+    };
+    let uneven = d.short > 0.0;
     let mut gain_sum = vec![0.0; us.len()];
-    let flush = |window: &[(usize, f64)], times: f64, gain_sum: &mut [f64]| {
-        if window.is_empty() || times == 0.0 {
+    // The excess's gains: coupled windows at no attention (their rank maximum over all ranks).
+    let mut excess_sum = vec![0.0; us.len()];
+    let mut coupled: Vec<Coupled> = Vec::new();
+    // Each window as (op, copies of it in the window), and how many times it occurs.
+    let mut flush = |window: &[(usize, f64)], times: f64| {
+        let loaded: Vec<(usize, f64)> = window
+            .iter()
+            .copied()
+            .filter(|&(i, _)| regime.ops[i].loaded)
+            .collect();
+        if loaded.is_empty() || times == 0.0 {
             return;
         }
         let mut load = WindowLoad::default();
-        for &(i, copies) in window {
-            let (p, bytes, act) = weigh(i);
-            let p = p * copies;
-            match bytes {
+        for &(i, copies) in &loaded {
+            let op = &regime.ops[i];
+            let p = us[i] * copies;
+            match ExpertBytes::of(op, x, d.rows_mean) {
                 Some(b) => load.gemms.push((p, Some(b))),
-                None if EpShape::is_expert_gemm(&regime.ops[i].template) => {
-                    load.gemms.push((p, None))
-                }
-                None if act => load.act += p,
+                None if EpShape::is_expert_gemm(&op.template) => load.gemms.push((p, None)),
+                None if op.template.name.ends_with(".experts_act_and_mul") => load.act += p,
                 None => load.rest += p,
             }
             load.q += p * us[i];
         }
-        let g = d.gain(&load);
-        for &(i, copies) in window {
-            gain_sum[i] += g * copies * times;
+        let seq: Vec<(usize, f64)> = window.iter().copied().filter(|&(i, _)| seq_op(i)).collect();
+        let maxima = d.maxima(&load);
+        let total = load.total();
+        let all = if maxima.is_empty() || total <= 0.0 {
+            1.0
+        } else {
+            maxima.iter().map(|m| m.0.max(m.1)).sum::<f64>() / maxima.len() as f64 / total
+        };
+        for &(i, copies) in &loaded {
+            excess_sum[i] += all * copies * times;
+        }
+        if uneven && !seq.is_empty() && !maxima.is_empty() {
+            let ops = loaded
+                .iter()
+                .map(|&(i, copies)| (i, us[i] * copies * times / repeat_of[i], repeat_of[i]))
+                .collect();
+            coupled.push(Coupled::new(ops, seq, d.short, total, &maxima));
+        } else {
+            for &(i, copies) in &loaded {
+                gain_sum[i] += all * copies * times;
+            }
         }
     };
+    let collective = |i: &usize| matches!(regime.ops[*i].kind, Kind::Collective { .. });
+    let kept = |i: &usize| regime.ops[*i].loaded || seq_op(*i);
     let mut open: Vec<(usize, f64)> = Vec::new();
     for seg in &regime.segments {
         let range = seg.start..seg.end;
-        let collective = |i: &usize| matches!(regime.ops[*i].kind, Kind::Collective { .. });
-        let loaded = |i: &usize| regime.ops[*i].loaded;
         let repeat = seg.repeat.max(1) as f64;
         let Some(first) = range.clone().find(collective) else {
-            // No collective: every copy's loaded ops join the open window.
-            open.extend(range.filter(loaded).map(|i| (i, repeat)));
+            // No collective: every copy's ops join the open window.
+            open.extend(range.filter(kept).map(|i| (i, repeat)));
             continue;
         };
         let last = range.clone().rfind(collective).unwrap_or(first);
-        let head: Vec<(usize, f64)> = (seg.start..first)
-            .filter(loaded)
-            .map(|i| (i, 1.0))
-            .collect();
-        let tail: Vec<(usize, f64)> = (last + 1..seg.end)
-            .filter(loaded)
-            .map(|i| (i, 1.0))
-            .collect();
+        let head: Vec<(usize, f64)> = (seg.start..first).filter(kept).map(|i| (i, 1.0)).collect();
+        let tail: Vec<(usize, f64)> = (last + 1..seg.end).filter(kept).map(|i| (i, 1.0)).collect();
         // The first copy's head closes the window before it; every later copy's head closes
         // the one its previous copy's tail opened.
         open.extend(head.iter().copied());
-        flush(&open, 1.0, &mut gain_sum);
+        flush(&open, 1.0);
         let mut inner: Vec<(usize, f64)> = Vec::new();
         for i in first + 1..=last {
             if collective(&i) {
-                flush(&inner, repeat, &mut gain_sum);
+                flush(&inner, repeat);
                 inner.clear();
-            } else if loaded(&i) {
+            } else if kept(&i) {
                 inner.push((i, 1.0));
             }
         }
         let mut wrap = tail.clone();
         wrap.extend(head.iter().copied());
-        flush(&wrap, repeat - 1.0, &mut gain_sum);
+        flush(&wrap, repeat - 1.0);
         open = tail;
     }
-    flush(&open, 1.0, &mut gain_sum);
-    for seg in &regime.segments {
-        let repeat = seg.repeat.max(1) as f64;
-        for i in seg.start..seg.end {
-            if regime.ops[i].loaded {
-                us[i] *= gain_sum[i] / repeat;
-            }
+    flush(&open, 1.0);
+    let mut excess = vec![0.0; us.len()].into_boxed_slice();
+    for i in 0..us.len() {
+        if regime.ops[i].loaded {
+            let mean = us[i];
+            us[i] = mean * gain_sum[i] / repeat_of[i];
+            excess[i] = mean * (excess_sum[i] / repeat_of[i] - 1.0);
         }
     }
+    (excess, coupled)
 }

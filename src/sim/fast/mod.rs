@@ -501,7 +501,7 @@ impl FastScenario {
                 let x = pm.vars(local, q, context, touched, padded).basis();
                 let nkept = regime.tokens_layout.iter().filter(|x| x.1).count();
                 let draws = match (loads, &pm.ep) {
-                    (Some(l), Some(_)) => Some(l.draws(tokens, rows - tokens)),
+                    (Some(l), Some(_)) => Some(l.draws(tokens, rows - tokens, batch)),
                     _ => None,
                 };
                 let us = match (&draws, &pm.ep) {
@@ -538,21 +538,16 @@ impl FastScenario {
                 for (i, v) in kept.clone().zip(&us) {
                     tokens_us[i] = *v;
                 }
-                let mut excess = Vec::new().into_boxed_slice();
-                if let Some(d) = &draws {
-                    let mean = tokens_us.clone();
-                    slowest_rank(regime, &mut tokens_us, &x, d);
-                    excess = tokens_us
-                        .iter()
-                        .zip(mean.iter())
-                        .map(|(a, b)| a - b)
-                        .collect();
-                }
+                let (excess, coupled) = match &draws {
+                    Some(d) => slowest_rank(regime, &mut tokens_us, &x, d),
+                    None => (Vec::new().into_boxed_slice(), Vec::new()),
+                };
                 let us: Vec<f64> = kept.clone().map(|i| tokens_us[i]).collect();
                 *stored += regime.ops.len();
                 Entry {
                     touched,
                     excess,
+                    coupled,
                     tokens_busy: busy_of(regime, kept, &us),
                     tokens_us,
                     context: Vec::new(),
@@ -662,8 +657,19 @@ impl FastScenario {
             for (&i, &j) in regime.context_ops.iter().zip(&regime.context_from) {
                 d[i * W + lane] = cus[j];
             }
+            let mut busy = [0.0; NCAT];
+            if !e.coupled.is_empty() {
+                // Written afresh on every lane: their part follows the lane's attention.
+                for c in &e.coupled {
+                    for &(i, ..) in c.ops() {
+                        d[i * W + lane] = e.tokens_us[i];
+                    }
+                }
+                Coupled::apply(&e.coupled, regime, d, W, lane, &mut busy);
+            }
             for c in 0..NCAT {
-                sts[lane].busy[c] += (e.tokens_busy[c] + cbusy[c] + kbusy[c]) * repeat as f64;
+                sts[lane].busy[c] +=
+                    (e.tokens_busy[c] + cbusy[c] + kbusy[c] + busy[c]) * repeat as f64;
             }
         }
         if let Some(dr) = draw {

@@ -258,16 +258,30 @@ pub(super) struct ExpertsAt {
     pub(super) rows: f64,
 }
 
-/// A window's loaded ops (between two collectives) at the mean rank: each expert GEMM's price
-/// and bytes, the price of the ops that follow the rows over the expert kernels' rows (the
-/// activation), and the rest (rows over the mean).
+/// A window's loaded ops (between two collectives) at the mean rank, by the layer they are of:
+/// the first layer's, and the next layer's where the window runs into it (each layer draws its
+/// own routing).
 #[derive(Debug, Clone, Default)]
 pub(super) struct WindowLoad {
+    layers: [LayerLoad; 2],
+    /// Sum of the ops' squared prices (their jitter's variance per kernel CV²).
+    q: f64,
+}
+
+/// One layer's loaded ops in a window: each expert GEMM's price and bytes, the price of the ops
+/// that follow the rows over the expert kernels' rows (the activation), and the rest (rows over
+/// the mean).
+#[derive(Debug, Clone, Default)]
+struct LayerLoad {
     gemms: Vec<(f64, Option<ExpertBytes>)>,
     act: f64,
     rest: f64,
-    /// Sum of the ops' squared prices (their jitter's variance per kernel CV²).
-    q: f64,
+}
+
+impl LayerLoad {
+    fn sum(&self) -> f64 {
+        self.gemms.iter().map(|g| g.0).sum::<f64>() + self.act + self.rest
+    }
 }
 
 impl EpLoads {
@@ -421,20 +435,36 @@ impl Draws {
         }
         let sd = self.kernel_cv * win.q.sqrt() / total;
         let mut out = Vec::with_capacity(draws);
-        for k in 0..draws {
+        let split = |k: usize, layer: &LayerLoad| {
             let (td, rd) = self.den[k];
-            let (mut w, mut a) = (0.0, win.act);
-            for &(us, b) in &win.gemms {
+            let (mut w, mut a) = (0.0, layer.act);
+            for &(us, b) in &layer.gemms {
                 let phi = b.map_or(0.0, |b| b.weight_share(td, rd));
                 w += us * phi;
                 a += us * (1.0 - phi);
             }
             // The activation's rows are over `rd`, the rows ratios over the mean.
-            let per_row = if rd > 0.0 { a * self.rows_mean / rd } else { a } + win.rest;
-            let at = k * self.n;
+            let per_row = if rd > 0.0 { a * self.rows_mean / rd } else { a } + layer.rest;
+            (w, per_row)
+        };
+        let second = win.layers[1].sum() > 0.0;
+        for k in 0..draws {
+            let (w, per_row) = split(k, &win.layers[0]);
+            // The next layer's ops from the next draw: another layer's routing.
+            let k2 = (k + 1) % draws;
+            let (w2, per_row2) = if second {
+                split(k2, &win.layers[1])
+            } else {
+                (0.0, 0.0)
+            };
+            let (at, at2) = (k * self.n, k2 * self.n);
             let (mut full, mut other) = (f64::MIN, f64::MIN);
-            for (i, &f) in (at..at + self.n).zip(&self.full) {
-                let load = w * self.t[i] + per_row * self.rows[i];
+            for (r, &f) in self.full.iter().enumerate() {
+                let (i, j) = (at + r, at2 + r);
+                let load = w * self.t[i]
+                    + per_row * self.rows[i]
+                    + w2 * self.t[j]
+                    + per_row2 * self.rows[j];
                 let x = self.v[i] * load + sd * load * self.z[i];
                 if f {
                     full = full.max(x);
@@ -446,11 +476,46 @@ impl Draws {
         }
         out
     }
+
+    /// The mean over ranks of a window's loaded ops over the priced mean rank's: 1, except
+    /// where the expert kernels are priced at a rounded shape of one expert (`den`).
+    fn mean_gain(&self, win: &WindowLoad) -> f64 {
+        let total = win.total();
+        let draws = self.t.len() / self.n;
+        if total <= 0.0 || draws == 0 {
+            return 1.0;
+        }
+        let mut sum = 0.0;
+        for (k, &(td, rd)) in self.den.iter().enumerate() {
+            for (part, layer) in win.layers.iter().enumerate() {
+                let (tm, rows) = (self.touched[(k + part) % draws], self.rows_mean);
+                for &(us, b) in &layer.gemms {
+                    sum += match b {
+                        Some(b) => {
+                            us * (b.weight * tm + b.act * rows) / (b.weight * td + b.act * rd)
+                        }
+                        None => us,
+                    };
+                }
+                sum += layer.act * if rd > 0.0 { rows / rd } else { 1.0 } + layer.rest;
+            }
+        }
+        sum / draws as f64 / total
+    }
+}
+
+impl Draws {
+    /// The mean over ranks of their DP rank's sequences over the largest DP rank's.
+    fn mean_share(&self) -> f64 {
+        let full = self.full.iter().filter(|&&f| f).count() as f64;
+        let n = self.full.len().max(1) as f64;
+        (full + (n - full) * (1.0 - self.short)) / n
+    }
 }
 
 impl WindowLoad {
     fn total(&self) -> f64 {
-        self.gemms.iter().map(|g| g.0).sum::<f64>() + self.act + self.rest
+        self.layers[0].sum() + self.layers[1].sum()
     }
 }
 
@@ -551,7 +616,12 @@ impl Coupled {
 /// the mean rank, basis `x`) to the expected slowest rank of each window between collectives.
 /// Returns the loaded ops' excess over the mean rank, and the windows that share their time
 /// with uneven DP ranks' attention (`Coupled`), whose part the play adds once the attention is
-/// priced.
+/// priced, with the step's tail.
+///
+/// The step's tail (after its last collective) is the mean rank's: each rank's step ends with
+/// its own last kernel and the step time is the mean over ranks of their windows
+/// (`Timeline::step_time_us`), so its loaded ops keep their mean-rank price and its attention
+/// and sampling take the mean of the DP ranks' shares (`Tail`).
 ///
 /// A window is the loaded ops the ranks run between two collectives in the step as played, the
 /// repeated layers unrolled: a layer whose loaded ops run past its last collective (the expert
@@ -563,7 +633,7 @@ pub(super) fn slowest_rank(
     us: &mut [f64],
     x: &Coef,
     d: &Draws,
-) -> (Box<[f64]>, Vec<Coupled>) {
+) -> (Box<[f64]>, Vec<Coupled>, Tail) {
     let repeat_of: Vec<f64> = {
         let mut r = vec![1.0; us.len()];
         for seg in &regime.segments {
@@ -581,28 +651,33 @@ pub(super) fn slowest_rank(
     let mut excess_sum = vec![0.0; us.len()];
     let mut coupled: Vec<Coupled> = Vec::new();
     // Each window as (op, copies of it in the window), and how many times it occurs.
-    let mut flush = |window: &[(usize, f64)], times: f64| {
-        let loaded: Vec<(usize, f64)> = window
+    let mut flush = |window: &[(usize, f64, usize)], times: f64| {
+        let loaded: Vec<(usize, f64, usize)> = window
             .iter()
             .copied()
-            .filter(|&(i, _)| regime.ops[i].loaded)
+            .filter(|&(i, ..)| regime.ops[i].loaded)
             .collect();
         if loaded.is_empty() || times == 0.0 {
             return;
         }
         let mut load = WindowLoad::default();
-        for &(i, copies) in &loaded {
+        for &(i, copies, part) in &loaded {
             let op = &regime.ops[i];
             let p = us[i] * copies;
+            let layer = &mut load.layers[part];
             match ExpertBytes::of(op, x, d.rows_mean) {
-                Some(b) => load.gemms.push((p, Some(b))),
-                None if EpShape::is_expert_gemm(&op.template) => load.gemms.push((p, None)),
-                None if op.template.name.ends_with(".experts_act_and_mul") => load.act += p,
-                None => load.rest += p,
+                Some(b) => layer.gemms.push((p, Some(b))),
+                None if EpShape::is_expert_gemm(&op.template) => layer.gemms.push((p, None)),
+                None if op.template.name.ends_with(".experts_act_and_mul") => layer.act += p,
+                None => layer.rest += p,
             }
             load.q += p * us[i];
         }
-        let seq: Vec<(usize, f64)> = window.iter().copied().filter(|&(i, _)| seq_op(i)).collect();
+        let seq: Vec<(usize, f64)> = window
+            .iter()
+            .filter(|&&(i, ..)| seq_op(i))
+            .map(|&(i, copies, _)| (i, copies))
+            .collect();
         let maxima = d.maxima(&load);
         let total = load.total();
         let all = if maxima.is_empty() || total <= 0.0 {
@@ -610,46 +685,53 @@ pub(super) fn slowest_rank(
         } else {
             maxima.iter().map(|m| m.0.max(m.1)).sum::<f64>() / maxima.len() as f64 / total
         };
-        for &(i, copies) in &loaded {
+        for &(i, copies, _) in &loaded {
             excess_sum[i] += all * copies * times;
         }
         if uneven && !seq.is_empty() && !maxima.is_empty() {
             let ops = loaded
                 .iter()
-                .map(|&(i, copies)| (i, us[i] * copies * times / repeat_of[i], repeat_of[i]))
+                .map(|&(i, copies, _)| (i, us[i] * copies * times / repeat_of[i], repeat_of[i]))
                 .collect();
             coupled.push(Coupled::new(ops, seq, d.short, total, &maxima));
         } else {
-            for &(i, copies) in &loaded {
+            for &(i, copies, _) in &loaded {
                 gain_sum[i] += all * copies * times;
             }
         }
     };
     let collective = |i: &usize| matches!(regime.ops[*i].kind, Kind::Collective { .. });
     let kept = |i: &usize| regime.ops[*i].loaded || seq_op(*i);
-    let mut open: Vec<(usize, f64)> = Vec::new();
+    // (op, copies, layer: 0 the window's first, 1 the next one's, drawn apart).
+    let mut open: Vec<(usize, f64, usize)> = Vec::new();
     for seg in &regime.segments {
         let range = seg.start..seg.end;
         let repeat = seg.repeat.max(1) as f64;
         let Some(first) = range.clone().find(collective) else {
             // No collective: every copy's ops join the open window.
-            open.extend(range.filter(kept).map(|i| (i, repeat)));
+            open.extend(range.filter(kept).map(|i| (i, repeat, 0)));
             continue;
         };
         let last = range.clone().rfind(collective).unwrap_or(first);
-        let head: Vec<(usize, f64)> = (seg.start..first).filter(kept).map(|i| (i, 1.0)).collect();
-        let tail: Vec<(usize, f64)> = (last + 1..seg.end).filter(kept).map(|i| (i, 1.0)).collect();
+        let head: Vec<(usize, f64, usize)> = (seg.start..first)
+            .filter(kept)
+            .map(|i| (i, 1.0, 1))
+            .collect();
+        let tail: Vec<(usize, f64, usize)> = (last + 1..seg.end)
+            .filter(kept)
+            .map(|i| (i, 1.0, 0))
+            .collect();
         // The first copy's head closes the window before it; every later copy's head closes
         // the one its previous copy's tail opened.
         open.extend(head.iter().copied());
         flush(&open, 1.0);
-        let mut inner: Vec<(usize, f64)> = Vec::new();
+        let mut inner: Vec<(usize, f64, usize)> = Vec::new();
         for i in first + 1..=last {
             if collective(&i) {
                 flush(&inner, repeat);
                 inner.clear();
             } else if kept(&i) {
-                inner.push((i, 1.0));
+                inner.push((i, 1.0, 0));
             }
         }
         let mut wrap = tail.clone();
@@ -657,7 +739,30 @@ pub(super) fn slowest_rank(
         flush(&wrap, repeat - 1.0);
         open = tail;
     }
-    flush(&open, 1.0);
+    let tail = Tail(
+        open.iter()
+            .filter(|&&(i, ..)| seq_op(i) && d.short > 0.0)
+            .map(|&(i, ..)| (i, d.mean_share(), repeat_of[i]))
+            .collect(),
+    );
+    let mut load = WindowLoad::default();
+    for &(i, copies, part) in open.iter().filter(|&&(i, ..)| regime.ops[i].loaded) {
+        let op = &regime.ops[i];
+        let p = us[i] * copies;
+        let layer = &mut load.layers[part];
+        match ExpertBytes::of(op, x, d.rows_mean) {
+            Some(b) => layer.gemms.push((p, Some(b))),
+            None if EpShape::is_expert_gemm(&op.template) => layer.gemms.push((p, None)),
+            None if op.template.name.ends_with(".experts_act_and_mul") => layer.act += p,
+            None => layer.rest += p,
+        }
+    }
+    let mean = d.mean_gain(&load);
+    for &(i, copies, _) in open.iter().filter(|&&(i, ..)| regime.ops[i].loaded) {
+        gain_sum[i] += mean * copies;
+        // No collective closes the tail: no straggler wait to share a spread with.
+        excess_sum[i] += copies;
+    }
     let mut excess = vec![0.0; us.len()].into_boxed_slice();
     for i in 0..us.len() {
         if regime.ops[i].loaded {
@@ -666,5 +771,40 @@ pub(super) fn slowest_rank(
             excess[i] = mean * (excess_sum[i] / repeat_of[i] - 1.0);
         }
     }
-    (excess, coupled)
+    (excess, coupled, tail)
+}
+
+/// The attention and sampling of the step's tail, each (op, the mean over ranks of their DP
+/// rank's share of the largest's sequences, its segment's repeat): the fast path prices them at
+/// the largest DP rank.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Tail(Vec<(usize, f64, f64)>);
+
+impl Tail {
+    /// Scales this lane's tail ops in `d` (op-major, `lanes` lanes; token-dependent ones read
+    /// afresh from `tokens_us`, the others as written for the lane) and adds the change to
+    /// `busy`.
+    pub(super) fn apply(
+        &self,
+        regime: &Regime,
+        tokens_us: &[f64],
+        d: &mut [f64],
+        (lanes, lane): (usize, usize),
+        busy: &mut Busy,
+    ) {
+        for &(i, share, repeat) in &self.0 {
+            let at = i * lanes + lane;
+            let full = if regime.ops[i].group == Group::Tokens {
+                tokens_us[i]
+            } else {
+                d[at]
+            };
+            d[at] = full * share;
+            busy[regime.ops[i].category.index()] += (share - 1.0) * full * repeat;
+        }
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
 }

@@ -13,29 +13,39 @@
 //!   probe's batch), so that they are linear in the DP rank's own variables (sequences, tokens,
 //!   padded rows, the all-to-all's slice of them) and in the experts touched by all DP ranks'
 //!   tokens together; a scenario is then played at its largest DP rank's share;
-//! - the ops the timeline scales per rank (`loaded`) take, window by window (the ops between
-//!   two collectives), the expected maximum over ranks of their summed time: rank r's time in
-//!   a window is W·t_r/t̄ + R·n_r/n̄ (W: the expert GEMMs' weight-read share of the window's
-//!   price, R: the rest, which follows the rows; t_r experts with tokens and n_r rows on rank r,
-//!   bars the means over ranks, as the timeline's `rank_scale` reads them). Its maximum is
-//!   averaged over seeded routing draws of the scenario's routing model at the step's real and
-//!   padding rows (`routing::sample_padded`, placed by `parallel::ep_rank_rows`, EPLB
-//!   included), once per batch. With jitter on, each draw also carries every rank's speed skew
-//!   and its kernels' jitter, so the loaded ops add nothing to the straggler spread (the
-//!   maximum already holds it); the loaded ops' excess over the mean rank and the straggler
-//!   wait of the rest of the window are combined at the closing collective as two spreads of
-//!   the same ranks (root of the sum of squares, exact for normal spreads: `replay::step`);
+//! - the ops the timeline scales per rank (`loaded`) take, window by window (the loaded ops
+//!   the ranks run between two collectives, the repeated layers unrolled, so that a MoE layer
+//!   with no combine shares its expert kernels' window with the next layer's
+//!   `moe_align_block_size`, drawn from that layer's own routing), the expected maximum over
+//!   ranks of their summed time: rank r's expert GEMM takes its price × (weight·t_r +
+//!   act·n_r) / (weight·t + act·n), t_r experts with tokens and n_r rows on rank r, t and n the
+//!   mean rank's, or the rounded shape's where that rounds to no expert (the timeline's thin
+//!   case: priced at one expert, each rank scaled from it); the other loaded ops follow the
+//!   rows. The weight bytes per expert are read off the shape, not the fitted coefficient of
+//!   the experts touched (`ExpertBytes`). The maximum is averaged over seeded draws of the
+//!   scenario's routing model at the step's real and padding rows (`routing::sample_padded`,
+//!   placed by `parallel::ep_rank_rows`, EPLB included), once per batch. With jitter on, each
+//!   draw also carries every rank's speed skew and its kernels' jitter, so the loaded ops add
+//!   nothing to the straggler spread (the maximum already holds it); the loaded ops' excess
+//!   over the mean rank and the straggler wait of the rest of the window are combined at the
+//!   closing collective as two spreads of the same ranks (root of the sum of squares, exact
+//!   for normal spreads: `replay::step`);
+//! - at a batch the DP ranks do not split evenly, a window that holds attention keeps the
+//!   maximum over the largest DP ranks' ranks and over the others apart, and ends at the later
+//!   of the two, each with its own attention (`Coupled`, added per context);
+//! - the step's tail, after its last collective, is the mean rank's (the step time is the mean
+//!   over ranks of their windows), its attention and sampling at the mean DP rank's share
+//!   (`Tail`);
 //! - the expert GEMMs are priced at each rounded mean of experts with tokens per rank the draws
-//!   meet (the MoE tables are read at it), weighed by its share of the draws;
+//!   meet (the MoE tables are read at it), their weight bytes at the draws' mean experts with
+//!   tokens, weighed by its share of the draws;
 //! - the dispatch and combine sync the whole EP group: their straggler wait is over DP × TP
 //!   ranks and the path since that group last met, less what the TP groups' own collectives
-//!   already waited (`State::carry`); at a batch the DP ranks do not share evenly, over the
-//!   ranks of the DP ranks with the most sequences only (the others attend over fewer).
+//!   already waited (`State::carry`).
 //!
-//! Left out (measured by tests/fast_dp.rs): at a batch the DP ranks do not share evenly, the
-//! rank with the most-loaded experts may not be one of the largest DP ranks, and the small
-//! `moe_align_block_size` shares its window with attention (its maximum is added to the
-//! largest DP rank's attention).
+//! Left out (measured by tests/fast_dp.rs): the attention's own jitter in a window it shares
+//! with the loaded ops, and each rank's speed skew across a window that runs into the next
+//! layer is its first layer's draw's.
 
 use super::*;
 use crate::workload::routing::{self, Resolved};

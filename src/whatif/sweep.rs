@@ -375,7 +375,7 @@ pub fn prepare<'a>(
         scenarios: req.count() as u64,
         include_infeasible: req.include_infeasible,
         tbo: !req.tbo.is_empty(),
-        warnings: accuracy_warnings(req, &layouts),
+        warnings: accuracy_warnings(&layouts),
     };
     Ok(Prepared {
         req,
@@ -593,40 +593,8 @@ impl Prepared<'_> {
 /// The grid's scenarios where the fast path is known to read off the timeline's mean over
 /// seeds by more than its 0.5% (measured in docs/whatif-and-sweeps.md, "Where the fast path is
 /// known to read off").
-fn accuracy_warnings(req: &SweepRequest, layouts: &[Layout]) -> Vec<String> {
+fn accuracy_warnings(layouts: &[Layout]) -> Vec<String> {
     let mut out = Vec::new();
-    let mut dps: Vec<u32> = layouts.iter().map(|l| l.dp).filter(|&d| d > 1).collect();
-    dps.sort_unstable();
-    dps.dedup();
-    for dp in dps {
-        let uneven: Vec<String> = req
-            .batch
-            .iter()
-            .filter(|&&b| b % dp != 0)
-            .take(3)
-            .map(|b| b.to_string())
-            .collect();
-        if !uneven.is_empty() {
-            out.push(format!(
-                "--dp {dp}: batches that do not split evenly over the DP ranks (here {}{}) are priced as if every rank held the largest DP rank's sequences up to each all-to-all, which reads above `decodesim simulate` by up to a few percent at the smallest such batches (DeepSeek-V3 --dp 16: about +4% at batch 1, +1.5% at 17); batches that are multiples of {dp} are the ones held to 0.5%",
-                uneven.join(", "),
-                if req.batch.iter().filter(|&&b| b % dp != 0).count() > 3 { ", ..." } else { "" }
-            ));
-        }
-    }
-    for l in layouts {
-        let s = l.fast.scenario();
-        let (ep, redundant) = (s.comm.ep_size(), s.comm.redundant());
-        if let Some(moe) = s.model.moe.as_ref().filter(|_| ep > 1) {
-            let per_rank = (moe.n_routed_experts as u32 + redundant) / ep;
-            if per_rank <= 2 {
-                out.push(format!(
-                    "--ep {ep}: {per_rank} routed expert(s) per rank; the fast path reads the slowest rank off the mean rank's loads, which is coarse here (Qwen3-235B --dp 144 --tp 1 at batch 1: 34.5 ms against 14.4 ms for `decodesim simulate`, 2.4 times; -2 to -4% at larger batches)"
-                ));
-                break;
-            }
-        }
-    }
     if layouts.iter().any(|l| l.tbo) {
         out.push("--tbo on: the fast path's two-batch overlap agrees with `decodesim simulate` to about 1% (measured: mean 0.2% on short models, 0.5% at full depth, worst 1.2%), not the 0.5% of the other layouts; check a decision that hinges on overlap with `simulate --tbo on`".to_string());
     }

@@ -127,14 +127,19 @@ fn data_parallel_attention(s: &Scenario, w: &mut Workload) {
         .map(|r| shares[r / tp] as f64 / max)
         .collect();
     for op in &mut w.ops {
-        let per_sequence = matches!(
-            suffix(op),
-            "kv_cache_write" | "mla_decode" | "mla_decode_reduce" | "attention_decode"
-        ) || op.family == CostFamily::Sampling;
-        if per_sequence {
+        if per_sequence(op) {
             op.rank_scale = scale.clone();
         }
     }
+}
+
+/// An op that follows its DP rank's own sequences under data-parallel attention (attention, KV
+/// write, sampling); every other op runs the largest DP rank's padded rows.
+pub(crate) fn per_sequence(op: &Op) -> bool {
+    matches!(
+        suffix(op),
+        "kv_cache_write" | "mla_decode" | "mla_decode_reduce" | "attention_decode"
+    ) || op.family == CostFamily::Sampling
 }
 
 /// Tokens (rows) and distinct experts with tokens on each of `n` expert-parallel ranks in one

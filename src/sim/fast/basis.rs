@@ -1079,8 +1079,8 @@ pub(super) fn price_layout_in(
 }
 
 /// [`price_layout_in`] with the expert GEMMs' `shape.batch` (the rounded mean over expert-
-/// parallel ranks of the experts with tokens, `OpT::batch_div`) set to `expert_batch` where
-/// given, every other field as `x` gives it.
+/// parallel ranks of the experts with tokens, `OpT::batch_div`) and their weights' bytes set
+/// where `expert_batch` is given, every other field as `x` gives it.
 pub(super) fn price_layout_at(
     scratch: &mut Scratch,
     regime: &Regime,
@@ -1088,7 +1088,7 @@ pub(super) fn price_layout_at(
     x: &Coef,
     s: &Scenario,
     p: &CalibrationProfile,
-    expert_batch: Option<u64>,
+    expert_batch: Option<super::ep::ExpertsAt>,
 ) -> Result<Vec<f64>> {
     // Sized exactly: the memo boxes it without a reallocation.
     let mut us = vec![0.0; layout.iter().filter(|(_, kept)| *kept).count()];
@@ -1105,7 +1105,7 @@ pub(super) fn price_layout_into(
     x: &Coef,
     s: &Scenario,
     p: &CalibrationProfile,
-    expert_batch: Option<u64>,
+    expert_batch: Option<super::ep::ExpertsAt>,
     out: &mut [f64],
 ) -> Result<()> {
     let w = &mut scratch.w;
@@ -1134,10 +1134,13 @@ pub(super) fn price_layout_into(
         regime.ops[i].instantiate_changed(x, changed, op);
     }
     scratch.x = Some(*x);
-    if let Some(t) = expert_batch {
+    if let Some(at) = expert_batch {
         for (op, &(i, _)) in w.ops.iter_mut().zip(layout) {
             if regime.ops[i].batch_div != 1.0 {
-                op.shape.batch = t;
+                op.shape.batch = at.rounded;
+                if let Some(b) = super::ep::ExpertBytes::of(&regime.ops[i], x, at.rows) {
+                    op.bytes += b.weight * (at.touched - b.fitted);
+                }
             }
         }
         // The overridden fields are set afresh by the next pricing.

@@ -14,6 +14,12 @@ pub(super) struct Entry {
     /// Expert parallelism: per op of the regime, the expected slowest rank's µs beyond the
     /// mean rank's (loaded ops only; empty without expert parallelism).
     pub(super) excess: Box<[f64]>,
+    /// Expert parallelism at a batch the DP ranks do not split evenly: the windows whose
+    /// loaded ops' part follows the attention (`ep::Coupled`), added per context.
+    pub(super) coupled: Vec<Coupled>,
+    /// Expert parallelism at a batch the DP ranks do not split evenly: the step's tail's
+    /// attention and sampling at the mean DP rank's share (`ep::Tail`).
+    pub(super) tail: Tail,
     /// (context, µs of `context_ops`, busy): at most `CONTEXTS_PER_ENTRY`, replaced oldest
     /// first once full (`evict` is the next slot to replace).
     pub(super) context: Vec<(u64, Box<[f64]>, Busy)>,

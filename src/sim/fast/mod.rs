@@ -169,11 +169,6 @@ pub struct FastScenario {
     pipeline: Option<PipelineFit>,
     /// Expert parallelism: the draws of the ranks' expert loads (`ep`).
     loads: Option<EpLoads>,
-    /// Data-parallel attention at a batch the DP ranks do not share evenly: the straggler wait
-    /// of the whole group's collectives over the ranks of the DP ranks with the most sequences
-    /// only (by their count, 1 .. DP), made when first needed. The others attend over fewer
-    /// sequences and arrive earlier by far more than the jitter spreads the ranks.
-    stragglers_dp: std::sync::Arc<[std::sync::OnceLock<Straggler>]>,
     /// Two-batch overlap: `target` is the micro-batch pass, played twice interleaved (`tbo`).
     tbo: Option<tbo::TboFit>,
 }
@@ -260,7 +255,6 @@ impl FastScenario {
                 straggler: Straggler::new(&p.variability, s.tp, s.tp),
                 pipeline: Some(fit),
                 loads: None,
-                stragglers_dp: std::sync::Arc::from(Vec::new()),
                 tbo: None,
             };
             fast.check()?;
@@ -328,9 +322,6 @@ impl FastScenario {
             straggler: Straggler::new(&p.variability, s.tp, s.ranks()),
             pipeline: None,
             loads: EpLoads::new(s, p),
-            stragglers_dp: (0..s.comm.dp_size())
-                .map(|_| std::sync::OnceLock::new())
-                .collect(),
             tbo: None,
         };
         fast.check()?;
@@ -508,7 +499,7 @@ impl FastScenario {
             let x = pm.vars(local, q, context, touched, padded).basis();
             let nkept = regime.tokens_layout.iter().filter(|x| x.1).count();
             let draws = match (loads, &pm.ep) {
-                (Some(l), Some(_)) => Some(l.draws(tokens, rows - tokens)),
+                (Some(l), Some(_)) => Some(l.draws(tokens, rows - tokens, batch)),
                 _ => None,
             };
             let us = match (&draws, &pm.ep) {
@@ -516,7 +507,7 @@ impl FastScenario {
                 // experts with tokens per rank the draws meet, weighed by its share.
                 (Some(d), Some(_)) => {
                     let mut acc = vec![0.0; nkept];
-                    for (t, share) in d.rounded_touched() {
+                    for (t, share) in d.experts_at() {
                         let u = keep_or_nan(
                             price_layout_at(
                                 w_tokens,
@@ -545,21 +536,17 @@ impl FastScenario {
             for (i, v) in kept.clone().zip(&us) {
                 tokens_us[i] = *v;
             }
-            let mut excess = Vec::new().into_boxed_slice();
-            if let Some(d) = &draws {
-                let mean = tokens_us.clone();
-                slowest_rank(regime, &mut tokens_us, &x, d);
-                excess = tokens_us
-                    .iter()
-                    .zip(mean.iter())
-                    .map(|(a, b)| a - b)
-                    .collect();
-            }
+            let (excess, coupled, tail) = match &draws {
+                Some(d) => slowest_rank(regime, &mut tokens_us, &x, d),
+                None => (Vec::new().into_boxed_slice(), Vec::new(), Tail::default()),
+            };
             let us: Vec<f64> = kept.clone().map(|i| tokens_us[i]).collect();
             *stored += regime.ops.len();
             Entry {
                 touched,
                 excess,
+                coupled,
+                tail,
                 tokens_busy: busy_of(regime, kept, &us),
                 tokens_us,
                 context: Vec::new(),
@@ -682,8 +669,22 @@ impl FastScenario {
             for (&i, &j) in regime.context_ops.iter().zip(&regime.context_from) {
                 d[i * W + lane] = cus[j];
             }
+            let mut busy = [0.0; NCAT];
+            if !e.coupled.is_empty() {
+                // Written afresh on every lane: their part follows the lane's attention.
+                for c in &e.coupled {
+                    for &(i, ..) in c.ops() {
+                        d[i * W + lane] = e.tokens_us[i];
+                    }
+                }
+                Coupled::apply(&e.coupled, regime, d, W, lane, &mut busy);
+            }
+            if !e.tail.is_empty() {
+                e.tail.apply(regime, &e.tokens_us, d, (W, lane), &mut busy);
+            }
             for c in 0..NCAT {
-                sts[lane].busy[c] += (e.tokens_busy[c] + cbusy[c] + kbusy[c]) * repeat as f64;
+                sts[lane].busy[c] +=
+                    (e.tokens_busy[c] + cbusy[c] + kbusy[c] + busy[c]) * repeat as f64;
             }
         }
         if let Some(dr) = draw {
@@ -720,24 +721,13 @@ impl FastScenario {
         then(regime, d, &e.excess, sts, self.straggler_of(pm, batch));
     }
 
-    /// The straggler wait of a pass of `batch` sequences: at a batch the DP ranks do not
-    /// share evenly, over the DP ranks with the most sequences.
+    /// The straggler wait of a pass: over the whole group at any batch. At a batch the DP ranks
+    /// do not share evenly the others attend over fewer sequences, but with a few experts per
+    /// rank any rank may hold the hottest ones (`ep::Coupled` plays which side is later), so
+    /// the jitter's maximum is over every rank.
     #[inline]
-    fn straggler_of(&self, pm: &PassModel, batch: u32) -> &Straggler {
-        let dp = match &pm.ep {
-            Some(e) if e.dp > 1 => e.dp,
-            _ => 1,
-        };
-        match batch % dp {
-            0 => &self.straggler,
-            most => self.stragglers_dp[most as usize - 1].get_or_init(|| {
-                Straggler::new(
-                    &self.profile.variability,
-                    self.scenario.tp,
-                    self.scenario.tp * most,
-                )
-            }),
-        }
+    fn straggler_of(&self, _pm: &PassModel, _batch: u32) -> &Straggler {
+        &self.straggler
     }
 
     /// The plain step's time (µs) at this batch and context.

@@ -33,7 +33,7 @@
 //! every rank, so it waits for no straggler.
 //!
 //! Left out (tests/fast_tbo.rs measures it: eight layers deep, mean error 0.2%, worst about 1%,
-//! the tail at small batches with data-parallel attention; at full depth mean 0.5%, worst 1.2%,
+//! the tail at small batches with data-parallel attention; at full depth mean 0.6%, worst 1.2%,
 //! both low): a wait that holds some ranks and not others (the mean rank is moved to the
 //! transfer's end, the slowest kept where it was and the ranks in between left out), and a rank
 //! speed skew that persists across windows (taken as independent).

@@ -755,3 +755,36 @@ fn timeline_ranks_choose_what_the_perfetto_file_shows() {
         );
     }
 }
+
+/// A model without a shared expert (Qwen3-235B: 94 MoE layers, none shared) still sends its
+/// routed rows back: a dispatch and a combine per MoE layer, the combine right after the sum of
+/// each token's top-k rows, with the dispatch's bytes (16 tokens per rank × top-8 × hidden
+/// 4096 × 2 B), in both all-to-all modes.
+#[test]
+fn models_without_a_shared_expert_combine_every_moe_layer() {
+    for comm in [EpComm::AllToAll, EpComm::RdmaLl] {
+        let mut r = wide(16, 256, comm);
+        r.model = "qwen3-235b-a22b".into();
+        let sim = decodesim::simulate(&r).unwrap();
+        let count = |suffix: &str| {
+            sim.workload
+                .ops
+                .iter()
+                .filter(|o| o.name.ends_with(suffix))
+                .count()
+        };
+        assert_eq!(count(".moe_dispatch"), 94, "{comm:?}");
+        assert_eq!(count(".moe_combine"), 94, "{comm:?}");
+        let at = |name: &str| {
+            sim.workload
+                .ops
+                .iter()
+                .position(|o| o.name == name)
+                .unwrap()
+        };
+        assert_eq!(at("L0.moe_combine"), at("L0.moe_sum") + 1, "{comm:?}");
+        if comm == EpComm::AllToAll {
+            assert_eq!(op(&sim, "L0.moe_combine").message_bytes, 16 * 8 * 4096 * 2);
+        }
+    }
+}

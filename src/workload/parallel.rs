@@ -405,7 +405,20 @@ fn expert_parallel(s: &Scenario, tokens: u64, ep: u32, w: &mut Workload) {
                     op.rank_scale = Vec::new();
                 }
                 let align = suffix(&op) == "moe_align_block_size";
+                let combine_here = a2a && shared_inter == 0 && suffix(&op) == "moe_sum";
                 out.push(op);
+                if combine_here {
+                    // Without a shared expert there is no add to combine before: the routed
+                    // rows go back to their tokens' ranks right after the sum.
+                    out.push(collective(
+                        layer,
+                        "moe_combine",
+                        combine_kernel,
+                        CostFamily::AllToAll,
+                        combine_bytes,
+                        a2a_group,
+                    ));
+                }
                 if a2a && align {
                     // Dispatch right after the routing is known (before the expert GEMMs).
                     out.push(collective(

@@ -181,6 +181,10 @@ pub(super) struct EpLoads {
 const DRAW_BUDGET: u64 = 1 << 20;
 const MIN_DRAWS: u64 = 64;
 const MAX_DRAWS: u64 = 2048;
+/// The same where each rank holds more than two experts: its load is the sum of several
+/// experts' and settles in fewer draws (a sixteenth of the cost per batch).
+const DRAW_BUDGET_MANY: u64 = 1 << 16;
+const MAX_DRAWS_MANY: u64 = 512;
 
 /// The ranks' loads in `k` layer draws, each relative to what its draw's expert kernels are
 /// priced at.
@@ -328,7 +332,12 @@ impl EpLoads {
     /// (`Scenario::dp_batches`: the first DP ranks take one more).
     pub(super) fn draws(&self, real: u64, dummy: u64, batch: u32) -> Draws {
         let per = (real + 1) * self.top_k as u64;
-        let k = (DRAW_BUDGET / per.max(1)).clamp(MIN_DRAWS, MAX_DRAWS) as usize;
+        let (budget, most) = if self.experts + self.redundant > 2 * self.n {
+            (DRAW_BUDGET_MANY, MAX_DRAWS_MANY)
+        } else {
+            (DRAW_BUDGET, MAX_DRAWS)
+        };
+        let k = (budget / per.max(1)).clamp(MIN_DRAWS, most) as usize;
         let seed =
             0xd1a7_e9f0_u64 ^ real.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ dummy.rotate_left(32);
         let sample = routing::sample_padded(

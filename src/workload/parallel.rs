@@ -287,6 +287,17 @@ fn expert_parallel(s: &Scenario, tokens: u64, ep: u32, w: &mut Workload) {
         hidden,
         a2a_bytes_per_element(s.comm.ep_comm, false),
     );
+    // The routed rows' way back to their tokens' ranks, once per MoE layer.
+    let combine = |layer: i32| {
+        collective(
+            layer,
+            "moe_combine",
+            combine_kernel,
+            CostFamily::AllToAll,
+            combine_bytes,
+            a2a_group,
+        )
+    };
     let mut out = Vec::with_capacity(w.ops.len() + 3 * s.model.num_layers);
     let ops = std::mem::take(&mut w.ops);
     let mut cached: Option<(usize, Vec<f64>, Vec<f64>)> = None;
@@ -410,14 +421,7 @@ fn expert_parallel(s: &Scenario, tokens: u64, ep: u32, w: &mut Workload) {
                 if combine_here {
                     // Without a shared expert there is no add to combine before: the routed
                     // rows go back to their tokens' ranks right after the sum.
-                    out.push(collective(
-                        layer,
-                        "moe_combine",
-                        combine_kernel,
-                        CostFamily::AllToAll,
-                        combine_bytes,
-                        a2a_group,
-                    ));
+                    out.push(combine(layer));
                 }
                 if a2a && align {
                     // Dispatch right after the routing is known (before the expert GEMMs).
@@ -459,14 +463,7 @@ fn expert_parallel(s: &Scenario, tokens: u64, ep: u32, w: &mut Workload) {
             }
             "add_shared_and_routed" if a2a => {
                 // Combine first, then add the shared expert's slice rows.
-                out.push(collective(
-                    layer,
-                    "moe_combine",
-                    combine_kernel,
-                    CostFamily::AllToAll,
-                    combine_bytes,
-                    a2a_group,
-                ));
+                out.push(combine(layer));
                 op.shape.m = 2 * slice * hidden;
                 op.shape.n = slice * hidden;
                 op.bytes = (op.shape.m + op.shape.n) as f64 * ACT_BYTES;

@@ -466,11 +466,7 @@ fn fast_path_prices_expert_parallelism_wider_than_top_k() {
         let label = format!(
             "{model} on {system} dp {dp} tp {tp} {comm:?} redundant {redundant} batch {batch} context {context} graphs {graphs}"
         );
-        let (s, p) = req.load().unwrap_or_else(|e| panic!("{label}: {e}"));
-        let fast = FastScenario::new(&s, &p, None).unwrap_or_else(|e| panic!("{label}: {e}"));
-        let launch = Launch::new(&p, s.cuda_graphs);
-        let coll = Collectives::new(&s, &p).expect("collectives");
-        let quick = fast.step_us(batch, context, &launch, &coll);
+        let (quick, s, p) = common::fast_step(&req, &label);
         agreement.record(&label, quick, timeline_mean(&s, &p), "FAST_DP_VERBOSE");
     }
     agreement
@@ -726,11 +722,7 @@ fn fast_path_prices_one_or_two_experts_per_rank() {
         let label = format!(
             "{model} on {system} dp {dp} {comm:?} redundant {redundant} batch {batch} context {context} graphs {graphs}"
         );
-        let (s, p) = req.load().unwrap_or_else(|e| panic!("{label}: {e}"));
-        let fast = FastScenario::new(&s, &p, None).unwrap_or_else(|e| panic!("{label}: {e}"));
-        let launch = Launch::new(&p, s.cuda_graphs);
-        let coll = Collectives::new(&s, &p).expect("collectives");
-        let quick = fast.step_us(batch, context, &launch, &coll);
+        let (quick, s, p) = common::fast_step(&req, &label);
         agreement.record(&label, quick, timeline_mean(&s, &p), "FAST_DP_VERBOSE");
         labels.push(label);
     }

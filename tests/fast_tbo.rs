@@ -191,13 +191,9 @@ fn fast_path_follows_the_timeline_with_two_batch_overlap_at_full_depth() {
         req.comm.dp = Some(dp);
         req.comm.ep_comm = EpComm::RdmaLl;
         req.comm.tbo = true;
-        let (s, p) = req.load().expect("a valid scenario");
-        let fast = FastScenario::new(&s, &p, None).expect("fits");
-        let launch = Launch::new(&p, s.cuda_graphs);
-        let coll = Collectives::new(&s, &p).expect("collectives");
-        let quick = fast.step_us(s.batch, s.context, &launch, &coll);
-        let mean = common::timeline_mean(&s, &p, 16);
         let label = format!("{model} on {system} tp {tp} dp {dp} batch {batch} context {context}");
+        let (quick, s, p) = common::fast_step(&req, &label);
+        let mean = common::timeline_mean(&s, &p, 16);
         agreement.record(&label, quick, mean, "FAST_TBO_VERBOSE");
     }
     eprintln!(

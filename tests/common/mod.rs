@@ -322,3 +322,23 @@ pub fn timeline_mean(
     }
     sum / seeds as f64
 }
+
+/// A request loaded and fitted on the fast path: its step (µs) at the scenario's own batch and
+/// context, with the scenario and profile it loaded. A request that does not load or fit fails
+/// the test, naming `label`.
+pub fn fast_step(
+    req: &decodesim::sim::ScenarioRequest,
+    label: &str,
+) -> (
+    f64,
+    decodesim::scenario::Scenario,
+    decodesim::cost::CalibrationProfile,
+) {
+    use decodesim::sim::fast::{Collectives, FastScenario, Launch};
+    let (s, p) = req.load().unwrap_or_else(|e| panic!("{label}: {e}"));
+    let fast = FastScenario::new(&s, &p, None).unwrap_or_else(|e| panic!("{label}: {e}"));
+    let launch = Launch::new(&p, s.cuda_graphs);
+    let coll = Collectives::new(&s, &p).expect("collectives");
+    let quick = fast.step_us(s.batch, s.context, &launch, &coll);
+    (quick, s, p)
+}

@@ -292,6 +292,21 @@ struct LayerLoad {
     rest: f64,
 }
 
+impl WindowLoad {
+    /// A loaded op of layer `part` (0: the window's first, 1: the next) at the mean rank's
+    /// price `p`: an expert GEMM with its bytes, the activation that follows the expert
+    /// kernels' rows, or the rest.
+    fn add(&mut self, op: &OpT, p: f64, part: usize, x: &Coef, rows_mean: f64) {
+        let layer = &mut self.layers[part];
+        match ExpertBytes::of(op, x, rows_mean) {
+            Some(b) => layer.gemms.push((p, Some(b))),
+            None if EpShape::is_expert_gemm(&op.template) => layer.gemms.push((p, None)),
+            None if op.template.name.ends_with(".experts_act_and_mul") => layer.act += p,
+            None => layer.rest += p,
+        }
+    }
+}
+
 impl LayerLoad {
     fn sum(&self) -> f64 {
         self.gemms.iter().map(|g| g.0).sum::<f64>() + self.act + self.rest
@@ -681,15 +696,8 @@ pub(super) fn slowest_rank(
         }
         let mut load = WindowLoad::default();
         for &(i, copies, part) in &loaded {
-            let op = &regime.ops[i];
             let p = us[i] * copies;
-            let layer = &mut load.layers[part];
-            match ExpertBytes::of(op, x, d.rows_mean) {
-                Some(b) => layer.gemms.push((p, Some(b))),
-                None if EpShape::is_expert_gemm(&op.template) => layer.gemms.push((p, None)),
-                None if op.template.name.ends_with(".experts_act_and_mul") => layer.act += p,
-                None => layer.rest += p,
-            }
+            load.add(&regime.ops[i], p, part, x, d.rows_mean);
             load.q += p * us[i];
         }
         let seq: Vec<(usize, f64)> = window
@@ -766,15 +774,7 @@ pub(super) fn slowest_rank(
     );
     let mut load = WindowLoad::default();
     for &(i, copies, part) in open.iter().filter(|&&(i, ..)| regime.ops[i].loaded) {
-        let op = &regime.ops[i];
-        let p = us[i] * copies;
-        let layer = &mut load.layers[part];
-        match ExpertBytes::of(op, x, d.rows_mean) {
-            Some(b) => layer.gemms.push((p, Some(b))),
-            None if EpShape::is_expert_gemm(&op.template) => layer.gemms.push((p, None)),
-            None if op.template.name.ends_with(".experts_act_and_mul") => layer.act += p,
-            None => layer.rest += p,
-        }
+        load.add(&regime.ops[i], us[i] * copies, part, x, d.rows_mean);
     }
     let mean = d.mean_gain(&load);
     for &(i, copies, _) in open.iter().filter(|&&(i, ..)| regime.ops[i].loaded) {

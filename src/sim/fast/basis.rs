@@ -793,7 +793,7 @@ impl PassModel {
             .collect();
         let kinds: Vec<Kind> = ops.iter().map(|o| o.kind).collect();
         Ok(Regime {
-            run_end: kernel_runs(&kinds, &segments),
+            run_end: kernel_runs(&kinds, &segments, false),
             kinds,
             ops,
             segments,
@@ -1190,12 +1190,13 @@ pub(super) fn price_layout_into(
     Ok(())
 }
 
-/// [`Regime::run_end`]: runs of kernels on one stream that add no expert-parallel excess
-/// (not `loaded`), each within one segment.
-fn kernel_runs(kinds: &[Kind], segments: &[Segment]) -> Vec<u32> {
+/// [`Regime::run_end`]: runs of kernels on one stream, each within one segment, that add no
+/// expert-parallel excess (not `loaded`); with `loaded_too`, runs of loaded kernels too (a run
+/// is all of one or all of the other).
+pub(super) fn kernel_runs(kinds: &[Kind], segments: &[Segment], loaded_too: bool) -> Vec<u32> {
     let mut end: Vec<u32> = (1..=kinds.len() as u32).collect();
     let stream = |k: Kind| match k {
-        Kind::Kernel { aux, loaded: false } => Some(aux),
+        Kind::Kernel { aux, loaded } if loaded_too || !loaded => Some((aux, loaded)),
         _ => None,
     };
     for seg in segments {

@@ -238,7 +238,7 @@ fn play_layer<const GRAPHS: bool, const SG: bool, const W: usize>(
 /// by the launch cost (0 under graphs), a kernel it binds counts and starts the spread afresh
 /// (`keep` 0; x × 1 + d is x + d), the kernel starts at the later of its stream and the clock.
 #[inline(always)]
-fn kernel_run<const SG: bool, const W: usize>(
+pub(super) fn kernel_run<const SG: bool, const W: usize>(
     sts: &mut [State; W],
     aux: bool,
     d: &[f64],

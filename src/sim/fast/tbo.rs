@@ -57,6 +57,14 @@ pub(super) struct TboFit {
     /// write, sampling: `workload::parallel`'s per-sequence ops), which a DP rank with fewer
     /// sequences than the largest runs shorter.
     per_seq: [Box<[bool]>; 2],
+    /// Per regime: for each op, the end of the run of kernels on its stream that it starts
+    /// within its segment, all expert-loaded or none (`basis::kernel_runs`), which the
+    /// recursion plays in one tight loop.
+    run_end: [Box<[u32]>; 2],
+    /// Per regime: for each op and one past the last, the first op from it on that is
+    /// `per_seq` (the ops' count if none), so that a run finds its few per-sequence ops
+    /// without testing every op.
+    next_seq: [Box<[u32]>; 2],
 }
 
 /// The refusal of speculative decoding with two-batch overlap on the fast path.
@@ -106,9 +114,23 @@ pub(super) fn fit(
             })
             .collect()
     };
+    let run_end = |r: &Regime| -> Box<[u32]> { kernel_runs(&r.kinds, &r.segments, true).into() };
+    let next_seq = |per_seq: &[bool]| -> Box<[u32]> {
+        // One past the ops, the count: a run's search ends there.
+        let n = per_seq.len();
+        let mut next = vec![n as u32; n + 1];
+        for i in (0..n).rev() {
+            next[i] = if per_seq[i] { i as u32 } else { next[i + 1] };
+        }
+        next.into()
+    };
+    let pm = &fast.target;
+    let per_seq = [per_seq(&pm.low), per_seq(&pm.high)];
     fast.tbo = Some(TboFit {
-        cut: [cut(&fast.target.low), cut(&fast.target.high)],
-        per_seq: [per_seq(&fast.target.low), per_seq(&fast.target.high)],
+        cut: [cut(&pm.low), cut(&pm.high)],
+        run_end: [run_end(&pm.low), run_end(&pm.high)],
+        next_seq: [next_seq(&per_seq[0]), next_seq(&per_seq[1])],
+        per_seq,
     });
     fast.scenario = s.clone();
     Ok(fast)
@@ -166,8 +188,14 @@ impl FastScenario {
                 let sts = std::array::from_mut(&mut st);
                 self.price_lanes(m, pm, sts, at, [context], set, |regime, d, ex, _, _| {
                     out.high = !std::ptr::eq(regime, &pm.low);
+                    // The mean rank's duration: the slowest rank's excess joins its window's
+                    // (`Chain`).
                     out.d.clear();
-                    out.d.extend_from_slice(d);
+                    if ex.is_empty() {
+                        out.d.extend_from_slice(d);
+                    } else {
+                        out.d.extend(d.iter().zip(ex).map(|(&d, &x)| d - x));
+                    }
                     out.ex.clear();
                     out.ex.extend_from_slice(ex);
                 });
@@ -183,6 +211,8 @@ impl FastScenario {
                     regime: r,
                     cut: &fit.cut[h],
                     per_seq: &fit.per_seq[h],
+                    run_end: &fit.run_end[h],
+                    next_seq: &fit.next_seq[h],
                 }
             };
             let plays = [regime(0), regime(1)];
@@ -203,6 +233,8 @@ struct Play<'a> {
     regime: &'a Regime,
     cut: &'a [bool],
     per_seq: &'a [bool],
+    run_end: &'a [u32],
+    next_seq: &'a [u32],
 }
 
 /// Data-parallel attention at a micro-batch the DP ranks do not share evenly: how far the DP
@@ -400,6 +432,8 @@ fn interleave<const SG: bool>(
                 regime,
                 cut,
                 per_seq,
+                run_end,
+                next_seq,
             } = plays[k];
             let (d, ex) = (&priced[k].d, &priced[k].ex);
             let loaded = !ex.is_empty();
@@ -409,11 +443,39 @@ fn interleave<const SG: bool>(
                     done[k] = true;
                     break;
                 };
+                // A run of kernels on one stream, after the step's first kernel: one tight
+                // loop, the same operations in the same order as op by op below.
+                let end = run_end[i] as usize;
+                if end > i + 1 && !st.first_start.is_nan() {
+                    let run = &d[i..end];
+                    if lag.on {
+                        let mut j = next_seq[i] as usize;
+                        while j < end {
+                            for g in 0..3 {
+                                lag.behind[g] += d[j] * lag.saves[k][g];
+                            }
+                            j = next_seq[j + 1] as usize;
+                        }
+                    }
+                    match regime.kinds[i] {
+                        Kind::Kernel { aux, loaded: true } => {
+                            for &x in &ex[i..end] {
+                                chain.open += x;
+                            }
+                            loaded_run(st, aux, run, l);
+                        }
+                        Kind::Kernel { aux, loaded: false } => {
+                            kernel_run::<SG, 1>(std::array::from_mut(st), aux, run, l)
+                        }
+                        _ => unreachable!("a run is of kernels"),
+                    }
+                    cursors[k].i = end;
+                    continue;
+                }
                 // The mean rank's duration; the slowest rank's excess joins the window's.
-                let (mut dur, x) = (d[i], if loaded { ex[i] } else { 0.0 });
+                let dur = d[i];
                 if loaded {
-                    dur -= x;
-                    chain.open += x;
+                    chain.open += ex[i];
                 }
                 if lag.on && per_seq[i] {
                     for g in 0..3 {
@@ -447,6 +509,26 @@ fn interleave<const SG: bool>(
     // The step ends when every stream has (the last transfer is waited for above); the step
     // is the mean over ranks, the DP ranks with fewer sequences ending earlier.
     st.main = later(st.main, comm.free) - lag.mean();
+}
+
+/// A run of expert-loaded kernels on one stream (`aux`: the auxiliary) of durations `d`, after
+/// the step's first kernel: `replay::step` kernel by kernel (their jitter is in the loads'
+/// spread, so the straggler spread stays as it is), with the stream's free time and the CPU's
+/// clock held in registers; the same operations in the same order, so the same bits.
+#[inline(always)]
+fn loaded_run(st: &mut State, aux: bool, d: &[f64], l: &Launch) {
+    let mut free = if aux { st.aux } else { st.main };
+    let mut cpu = st.cpu;
+    let mut binds = 0;
+    for &dj in d {
+        cpu += l.launch;
+        let ready = free + l.gap;
+        binds += (cpu > ready) as u64;
+        free = later(ready, cpu) + dj;
+    }
+    st.cpu = cpu;
+    st.cpu_binds += binds;
+    *(if aux { &mut st.aux } else { &mut st.main }) = free;
 }
 
 /// A nanosecond, in the recursion's µs.

@@ -61,6 +61,9 @@ pub(super) struct TboFit {
     /// within its segment, all expert-loaded or none (`basis::kernel_runs`), which the
     /// recursion plays in one tight loop.
     run_end: [Box<[u32]>; 2],
+    /// Per regime: the first op of each run (`run_end`), where the recursion enters it.
+    run_start: [Box<[bool]>; 2],
+    starts: [Box<[u32]>; 2],
     /// Per regime: for each op and one past the last, the first op from it on that is
     /// `per_seq` (the ops' count if none), so that a run finds its few per-sequence ops
     /// without testing every op.
@@ -124,11 +127,29 @@ pub(super) fn fit(
         }
         next.into()
     };
+    // A run's first op: a kernel that no kernel of the same run precedes.
+    let run_start = |r: &Regime| -> Box<[bool]> {
+        let ends = kernel_runs(&r.kinds, &r.segments, true);
+        (0..ends.len())
+            .map(|i| {
+                matches!(r.kinds[i], Kind::Kernel { .. })
+                    && (i == 0 || ends[i - 1] != ends[i] || r.segments.iter().any(|s| s.start == i))
+            })
+            .collect()
+    };
+    let starts = |first: &[bool]| -> Box<[u32]> {
+        (0..first.len() as u32)
+            .filter(|&i| first[i as usize])
+            .collect()
+    };
     let pm = &fast.target;
+    let run_start = [run_start(&pm.low), run_start(&pm.high)];
     let per_seq = [per_seq(&pm.low), per_seq(&pm.high)];
     fast.tbo = Some(TboFit {
         cut: [cut(&pm.low), cut(&pm.high)],
         run_end: [run_end(&pm.low), run_end(&pm.high)],
+        starts: [starts(&run_start[0]), starts(&run_start[1])],
+        run_start,
         next_seq: [next_seq(&per_seq[0]), next_seq(&per_seq[1])],
         per_seq,
     });
@@ -149,6 +170,53 @@ struct Priced {
     high: bool,
     d: Vec<f64>,
     ex: Vec<f64>,
+    /// Under CUDA graphs, at each run of kernels' first op, the run summed (`RunRest`): every
+    /// layer plays the same runs, so a run is summed once per step.
+    rest: Vec<RunRest>,
+}
+
+/// The ops of a run of kernels, summed: under CUDA graphs the launch clock stays at
+/// the step's start, behind every stream, so it binds no kernel and a run moves its stream by
+/// its gaps and durations, its spread by its durations and their squares (`replay::step`).
+#[derive(Default, Clone, Copy)]
+struct RunRest {
+    /// Gaps and durations.
+    span: f64,
+    sum: f64,
+    sq: f64,
+    /// The expert loads' excesses (`Chain`).
+    ex: f64,
+    /// The durations of its per-sequence ops (`Lag`).
+    seq: f64,
+}
+
+impl Priced {
+    /// Sums each run's ops (`RunRest`, kept at the run's first op) from the priced durations,
+    /// `gap` µs before each kernel; `starts`: the runs' first ops, `run_end` their ends.
+    fn sum_runs(&mut self, starts: &[u32], run_end: &[u32], per_seq: &[bool], gap: f64) {
+        let n = self.d.len();
+        if self.rest.len() != n {
+            self.rest.resize(n, RunRest::default());
+        }
+        let loaded = !self.ex.is_empty();
+        for &s in starts {
+            let s = s as usize;
+            let mut r = RunRest::default();
+            for i in s..run_end[s] as usize {
+                let d = self.d[i];
+                r.span += gap + d;
+                r.sum += d;
+                r.sq += d * d;
+                if loaded {
+                    r.ex += self.ex[i];
+                }
+                if per_seq[i] {
+                    r.seq += d;
+                }
+            }
+            self.rest[s] = r;
+        }
+    }
 }
 
 thread_local! {
@@ -200,6 +268,16 @@ impl FastScenario {
                     out.ex.extend_from_slice(ex);
                 });
             }
+            // Under CUDA graphs (no launch cost: the launch clock binds nothing) a run is
+            // played as its sums.
+            let summed = set.launch.launch == 0.0 && set.launch.gap >= 0.0;
+            if summed {
+                for p in priced.iter_mut() {
+                    let h = p.high as usize;
+                    let (starts, ends) = (&fit.starts[h], &fit.run_end[h]);
+                    p.sum_runs(starts, ends, &fit.per_seq[h], set.launch.gap);
+                }
+            }
             let sgs = [
                 self.straggler_of(pm, sizes[0]),
                 self.straggler_of(pm, sizes[1]),
@@ -212,16 +290,18 @@ impl FastScenario {
                     cut: &fit.cut[h],
                     per_seq: &fit.per_seq[h],
                     run_end: &fit.run_end[h],
+                    run_start: &fit.run_start[h],
                     next_seq: &fit.next_seq[h],
                 }
             };
             let plays = [regime(0), regime(1)];
             let dp = pm.ep.as_ref().map_or(1, |e| e.dp);
             let lag = Lag::new(dp, sizes);
+            let play = (&plays, &*priced, summed);
             if sgs[0].on || sgs[1].on {
-                interleave::<true>(&mut st, &plays, &priced, set.launch, sgs, lag);
+                interleave::<true>(&mut st, play, set.launch, sgs, lag);
             } else {
-                interleave::<false>(&mut st, &plays, &priced, set.launch, sgs, lag);
+                interleave::<false>(&mut st, play, set.launch, sgs, lag);
             }
         });
         (st.window_us(), st.busy)
@@ -234,6 +314,7 @@ struct Play<'a> {
     cut: &'a [bool],
     per_seq: &'a [bool],
     run_end: &'a [u32],
+    run_start: &'a [bool],
     next_seq: &'a [u32],
 }
 
@@ -361,8 +442,7 @@ impl Chain {
 /// other ranks again (a blocking collective, or a wait the transfer's end binds).
 fn interleave<const SG: bool>(
     st: &mut State,
-    plays: &[Play<'_>; 2],
-    priced: &[Priced; 2],
+    (plays, priced, summed): (&[Play<'_>; 2], &[Priced; 2], bool),
     l: &Launch,
     sgs: [&Straggler; 2],
     mut lag: Lag,
@@ -433,6 +513,7 @@ fn interleave<const SG: bool>(
                 cut,
                 per_seq,
                 run_end,
+                run_start,
                 next_seq,
             } = plays[k];
             let (d, ex) = (&priced[k].d, &priced[k].ex);
@@ -443,10 +524,37 @@ fn interleave<const SG: bool>(
                     done[k] = true;
                     break;
                 };
-                // A run of kernels on one stream, after the step's first kernel: one tight
-                // loop, the same operations in the same order as op by op below.
+                // A run of kernels on one stream, after the step's first kernel: its sums
+                // under CUDA graphs (a lone kernel too) where it is entered at its start, else
+                // one tight loop, the same operations in the same order as op by op below.
                 let end = run_end[i] as usize;
-                if end > i + 1 && !st.first_start.is_nan() {
+                let whole = summed && run_start[i];
+                if (whole || end > i + 1) && !st.first_start.is_nan() {
+                    if whole {
+                        let r = priced[k].rest[i];
+                        if lag.on {
+                            for g in 0..3 {
+                                lag.behind[g] += r.seq * lag.saves[k][g];
+                            }
+                        }
+                        let Kind::Kernel { aux, loaded } = regime.kinds[i] else {
+                            unreachable!("a run is of kernels")
+                        };
+                        let (free, sp) = if aux {
+                            (&mut st.aux, &mut st.aux_sp)
+                        } else {
+                            (&mut st.main, &mut st.main_sp)
+                        };
+                        *free += r.span;
+                        if loaded {
+                            chain.open += r.ex;
+                        } else if SG {
+                            sp.sum += r.sum;
+                            sp.sq += r.sq;
+                        }
+                        cursors[k].i = end;
+                        continue;
+                    }
                     let run = &d[i..end];
                     if lag.on {
                         let mut j = next_seq[i] as usize;

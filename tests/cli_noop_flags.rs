@@ -85,6 +85,18 @@ fn gpu_hour_usd_without_a_plan_warns() {
 }
 
 #[test]
+fn planner_flags_without_a_plan_warn() {
+    warns(
+        &["capacity", "--points", "3", "--systems", "h200-8x-nvlink"],
+        "--systems names the systems the planner compares (or the curves of --plot-throughput, --plot-tpot and --plot-memory), and no plan is made without",
+    );
+    warns(
+        &["capacity", "--points", "3", "--max-systems", "4"],
+        "--max-systems bounds the planner's deployments, and no plan is made without",
+    );
+}
+
+#[test]
 fn a_price_for_a_system_not_planned_is_an_error() {
     refuses(
         &[

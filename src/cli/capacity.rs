@@ -219,6 +219,35 @@ fn read_measured(path: &Path) -> Result<Vec<MeasuredPoint>> {
     Ok(out)
 }
 
+/// Whether the planner runs: a target, layouts to compare, a Pareto plot or disaggregation.
+fn plans(a: &CapacityArgs) -> bool {
+    a.target_tokens_per_s.is_some()
+        || a.users.is_some()
+        || a.layouts.is_some()
+        || a.plot_pareto.is_some()
+        || a.disaggregate
+}
+
+/// The planner's own flags where no plan is made (and no plot draws other systems): said to
+/// be ignored, rather than silently dropped.
+fn warn_unplanned(a: &CapacityArgs) {
+    if plans(a) {
+        return;
+    }
+    let plots_systems =
+        a.plot_throughput.is_some() || a.plot_tpot.is_some() || a.plot_memory.is_some();
+    if !a.systems.is_empty() && !plots_systems {
+        super::output::warn(
+            "--systems names the systems the planner compares (or the curves of --plot-throughput, --plot-tpot and --plot-memory), and no plan is made without --target-tokens-per-s, --users, --layouts, --plot-pareto or --disaggregate; ignored",
+        );
+    }
+    if a.max_systems != 1 {
+        super::output::warn(
+            "--max-systems bounds the planner's deployments, and no plan is made without --target-tokens-per-s, --users, --layouts, --plot-pareto or --disaggregate; ignored",
+        );
+    }
+}
+
 /// `--gpu-hour-usd` against what is planned: with no target there is no plan to price (a
 /// warning); a price for a system the planner does not consider (misspelt, or missing from
 /// --systems) is an error naming the planned ones.
@@ -226,12 +255,7 @@ fn check_prices(a: &CapacityArgs, prices: &Prices) -> Result<()> {
     if matches!(prices, Prices::None) {
         return Ok(());
     }
-    if a.target_tokens_per_s.is_none()
-        && a.users.is_none()
-        && a.layouts.is_none()
-        && a.plot_pareto.is_none()
-        && !a.disaggregate
-    {
+    if !plans(a) {
         super::output::warn(
             "--gpu-hour-usd prices the planner's deployments, and no plan is made without --target-tokens-per-s, --users, --layouts, --plot-pareto or --disaggregate; ignored",
         );
@@ -647,6 +671,7 @@ pub fn run(a: CapacityArgs) -> Result<()> {
         capacity::disagg::precheck(&req, o)?;
     }
     check_batches(&a.batches)?;
+    warn_unplanned(&a);
     check_work(&a, &req)?;
     let measured = match &a.measured {
         Some(p) => read_measured(p)?,

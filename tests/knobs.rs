@@ -306,7 +306,7 @@ fn help_shows_defaults_as_values_and_whatif_names_both_studies() {
         "[default: 32]",
         "[default: kimi-k2.5]",
         "power-law:0.66",
-        "[default: every GPU of the system]",
+        "[default: the system's GPUs over --dp × --pp]",
     ] {
         assert!(sim.contains(want), "{want} not in simulate --help");
     }

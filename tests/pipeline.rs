@@ -199,6 +199,21 @@ fn pp2_halves_the_weights_per_gpu_and_grows_the_kv_room() {
 }
 
 #[test]
+fn pipeline_stages_share_the_gpus_when_tp_is_not_given() {
+    let (code, out, err) = run(&[
+        "simulate",
+        "--system",
+        "rtx-pro-6000-2node-roce",
+        "--pp",
+        "2",
+        "--draws",
+        "0",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("TP=8 x PP=2"), "{out}");
+}
+
+#[test]
 fn refusals_name_the_flag_the_value_and_what_is_expected() {
     let (code, _, err) = run(&["simulate", "--tp", "8", "--pp", "2", "--draws", "0"]);
     assert_eq!(code, 1, "{err}");

@@ -285,6 +285,19 @@ fn the_binary_refuses_bad_layouts_by_flag_value_and_expectation() {
         &with(&["--dp", "0"]),
         &["--dp 0", "expected 1 (off) or more data-parallel ranks"],
     );
+    // Without --tp the GPUs are shared out over DP ranks and stages only where they divide.
+    fails(
+        &with(&["--dp", "6", "--ep-comm", "all-to-all"]),
+        &[
+            "--tp not given",
+            "--dp 6 × --pp 1 = 6 does not divide the 16 GPUs",
+            "give --tp N",
+        ],
+    );
+    fails(
+        &with(&["--pp", "3"]),
+        &["--tp not given", "--dp 1 × --pp 3 = 3 does not divide the 16 GPUs"],
+    );
     fails(
         &with(&[
             "--dp",

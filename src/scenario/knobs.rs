@@ -17,7 +17,7 @@ use crate::names::enum_names;
 pub struct ScenarioRequest {
     pub model: String,
     pub system: String,
-    /// Defaults to every GPU of the system.
+    /// Defaults to the system's GPUs shared over the data-parallel ranks and pipeline stages.
     pub tp: Option<u32>,
     pub batch: u32,
     pub context: u64,
@@ -378,7 +378,7 @@ pub static KNOBS: &[Knob] = &[
         help: "Tensor-parallel size.",
         expected: "a whole number of GPUs",
         sweep: Sweep::One,
-        unset: Some(|| "every GPU of the system".into()),
+        unset: Some(|| "the system's GPUs over --dp × --pp".into()),
         parse: |t| Ok(Value::Whole(whole(t, U32, "a whole number of GPUs")?)),
         set: |r, v| r.tp = Some(take!(v, Value::Whole(n) => n as u32)),
         get: |r| r.tp.map(|n| Value::Whole(n.into())),

@@ -4,7 +4,7 @@
 use super::{Engine, EngineConfig, Timeline};
 use crate::accounting::Breakdown;
 use crate::cost::{self, CalibrationProfile, Pricing};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::scenario::catalog;
 use crate::scenario::deployment::DEFAULT_GPU_MEMORY_UTILIZATION;
 use crate::scenario::{ModelSpec, NcclSettings, Scenario, SystemSpec};
@@ -44,9 +44,29 @@ impl ScenarioRequest {
         let cuda_graph_sizes = std::sync::Arc::new(crate::scenario::cudagraph::CaptureSizes::load(
             &system.gpu.compute_capability,
         )?);
-        let tp = self
-            .tp
-            .unwrap_or((system.gpu_count / self.comm.dp_size().max(1)).max(1));
+        // Without --tp, the system's GPUs are shared out over the data-parallel ranks and the
+        // pipeline stages; a share that does not come out whole is the user's to choose.
+        let tp = match self.tp {
+            Some(tp) => tp,
+            None => {
+                let (dp, pp) = (self.comm.dp_size(), self.comm.pp_size());
+                let split = dp * pp;
+                // More ranks than GPUs: one GPU each, for the layout check to refuse by name.
+                if split >= system.gpu_count {
+                    1
+                } else if !system.gpu_count.is_multiple_of(split) {
+                    return Err(Error::FlagUse {
+                        flag: "--tp",
+                        problem: format!(
+                            "not given, and --dp {dp} × --pp {pp} = {split} does not divide the {} GPUs of system '{}' into whole TP groups: give --tp N (--dp × --pp × --tp at most {})",
+                            system.gpu_count, system.name, system.gpu_count
+                        ),
+                    });
+                } else {
+                    system.gpu_count / split
+                }
+            }
+        };
         let mut comm = self.comm;
         // --dp implies vLLM's --enable-expert-parallel: the EP group is DP × TP.
         if comm.dp_size() > 1 && comm.ep.is_none() {

@@ -179,10 +179,21 @@ fn study_with(
     ttft: Option<f64>,
     prefill_tp: Option<u32>,
 ) -> (Disaggregation, decodesim::capacity::Capacity) {
+    study_on("h200-hgx-2node-ib", input, output, (tpot, ttft), prefill_tp)
+}
+
+/// [`study_with`] on `system` (a name or a file).
+fn study_on(
+    system: &str,
+    input: u64,
+    output: u64,
+    (tpot, ttft): (Option<f64>, Option<f64>),
+    prefill_tp: Option<u32>,
+) -> (Disaggregation, decodesim::capacity::Capacity) {
     let req = CapacityRequest {
         scenario: ScenarioRequest {
             model: "llama-3.1-70b".into(),
-            system: "h200-hgx-2node-ib".into(),
+            system: system.into(),
             tp: Some(2),
             layers: Some(8),
             ..ScenarioRequest::default()
@@ -578,4 +589,78 @@ fn the_binary_writes_the_ratios_as_json_and_csv() {
     assert!(out.contains("disaggregated prefill and decode"), "{out}");
     assert!(out.contains("KV transfer over nvlink"), "{out}");
     assert!(out.contains("co-located"), "{out}");
+}
+
+/// A pool's instances packed on a node share its NICs: per node, divided by every rank of the
+/// pool there; per GPU, each rank keeps its own.
+#[test]
+fn a_pools_instances_share_their_nodes_nics() {
+    let roce = system("rtx-pro-6000-2node-roce");
+    // One TP=2 instance alone on its node: 2 NICs of 25 GB/s over its 2 ranks; four packed on
+    // the node: over 8.
+    let alone = KvLink::net(&roce, 2, &roce, 2).unwrap();
+    close(alone.send_gbps, 2.0 * 25.0 / 2.0);
+    let packed = KvLink::net_shared(&roce, (2, 8), &roce, (2, 2)).unwrap();
+    close(packed.send_gbps, 2.0 * 25.0 / 8.0);
+    close(packed.recv_gbps, 2.0 * 25.0 / 2.0);
+    // A pool never has more ranks on a node than the node's GPUs.
+    let over = KvLink::net_shared(&roce, (2, 64), &roce, (2, 2)).unwrap();
+    close(over.send_gbps, packed.send_gbps);
+    // One 400 Gb/s NIC per H200: packing shares nothing.
+    let ib = system("h200-hgx-2node-ib");
+    let (a, b) = (
+        KvLink::net(&ib, 2, &ib, 2).unwrap(),
+        KvLink::net_shared(&ib, (2, 8), &ib, (2, 8)).unwrap(),
+    );
+    close(a.send_gbps, 50.0);
+    close(b.send_gbps, 50.0);
+    close(b.recv_gbps, 50.0);
+}
+
+/// More prefill nodes than decode ones: every prompt's KV arrives through the decode node's
+/// NICs, which bind the ratio; and each pool's rate is taken on its shared links.
+#[test]
+fn the_decode_sides_links_bind_when_more_prefill_nodes_feed_it() {
+    // A slow network (10 GbE, TCP) so that the links, not prefill compute, set the rates.
+    let dir = std::env::temp_dir().join(format!("decodesim-disagg-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let text = std::fs::read_to_string(root().join("data/systems/rtx-pro-6000-2node-tcp.toml"))
+        .unwrap()
+        .replace("name = \"rtx-pro-6000-2node-tcp\"", "name = \"slow-tcp\"")
+        .replace("nic_gbit = 100.0", "nic_gbit = 10.0");
+    assert!(text.contains("nic_gbit = 10.0"));
+    let file = dir.join("slow-tcp.toml");
+    std::fs::write(&file, text).unwrap();
+    let sys = SystemSpec::from_file(&file, &root().join("data/systems/gpus")).unwrap();
+    let m = model("llama-3.1-70b");
+    let (d, _) = study_on(file.to_str().unwrap(), 4000, 32, (None, None), Some(4));
+    // Llama at 8 layers here: scale the model's KV to the study's.
+    let mut m8 = m.clone();
+    m8.num_layers = 8;
+    let net = d.transfers.iter().find(|t| t.link.class == "net").unwrap();
+    close(
+        kv_transfer(&m8, 4, 2, 2.0, 4000.0, &net.link).bytes_per_rank,
+        net.bytes_per_rank,
+    );
+    let mut checked = 0;
+    for r in d.rows.iter().filter(|r| r.meets && r.link == "net") {
+        let (x, y) = (r.prefill_instances, r.decode_instances);
+        let l = KvLink::net_shared(&sys, (4, (4 * x).min(8)), &sys, (2, (2 * y).min(8))).unwrap();
+        let t = kv_transfer(&m8, 4, 2, 2.0, 4000.0, &l);
+        let send = x as f64 * (1e6 / t.send_us).min(d.prefill.compute_requests_per_s);
+        let recv = y as f64 * 1e6 / t.recv_us;
+        let decode = y as f64 * d.decode_limit.unwrap().tokens_per_s / 32.0;
+        close(r.requests_per_s, send.min(recv).min(decode));
+        if recv < send.min(decode) {
+            assert_eq!(r.binds, "KV transfer", "{x}P:{y}D");
+            checked += 1;
+        }
+    }
+    // 2 prefill nodes (TP=4 × 4) into one decode node (TP=2): its one NIC carries every prompt.
+    let r = row(&d, 4, 1);
+    assert_eq!(r.binds, "KV transfer");
+    assert!(checked >= 1);
+    // Its TTFT waits in both queues: finite below saturation and above the lower bound.
+    assert!(r.ttft_ms.is_none_or(|t| t > r.ttft_min_ms));
+    std::fs::remove_dir_all(&dir).ok();
 }

@@ -296,7 +296,10 @@ fn the_binary_refuses_bad_layouts_by_flag_value_and_expectation() {
     );
     fails(
         &with(&["--pp", "3"]),
-        &["--tp not given", "--dp 1 × --pp 3 = 3 does not divide the 16 GPUs"],
+        &[
+            "--tp not given",
+            "--dp 1 × --pp 3 = 3 does not divide the 16 GPUs",
+        ],
     );
     fails(
         &with(&[

@@ -7,8 +7,8 @@
 //! token costs what `curve::prefill_cost` prices at that chunk (the step's layer kernels at the
 //! chunk / the chunk + the prefill-attention roofline at the mean input). So one request of the
 //! mean input occupies the instance `S = input × cost` and an instance serves
-//! `μ = min(1 / S, 1 / KV-transfer busy time)` requests/s (its KV sends overlap the next
-//! prompts' compute, so the link bounds the rate only when it is the slower). A request alone
+//! `μ = min(1 / S, 1 / KV send time)` requests/s (its KV sends overlap the next prompts'
+//! compute, so the link bounds the rate only when it is the slower). A request alone
 //! is prefilled at a chunk of `min(input, max_num_batched_tokens)` tokens (the queueing-free
 //! prefill time of TTFT). The lm_head and sampling of the first token are left out (one token).
 //!
@@ -21,13 +21,16 @@
 //! `--max-tpot-ms` (without it: on the whole curve).
 //!
 //! **A ratio xP:yD.** Requests/s `R = min(x × μ, y × decode tokens/s at its limit /
-//! output_len)`; the decode instances then run at the smallest simulated concurrency that
+//! output_len, y / KV receive time)` (a decode instance receives one prompt's KV at a time, so
+//! more prefill than decode instances can make the decode side's links bind: `binds` = `KV
+//! transfer`); the decode instances then run at the smallest simulated concurrency that
 //! carries `R × output_len / y` tokens/s (lower concurrency, lower TPOT when prefill binds).
 //! TTFT = the prompt's prefill alone + its KV transfer + one decode step at that concurrency
-//! (the queueing-free lower bound, `ttft_min_ms`) + the M/D/1 wait of the prefill queue at that
-//! load: `Wq = ρ S / (2 (1 − ρ))` with `ρ = R / (x μ)` and `S = 1 / μ` (Poisson arrivals split
-//! evenly over the instances, deterministic service; a batching scheduler serves a burst
-//! faster, so this is an estimate). A saturated prefill pool (ρ = 1) has no finite TTFT
+//! (the queueing-free lower bound, `ttft_min_ms`) + the M/D/1 waits of the prefill queue and of
+//! the decode side's receiving queue at that load: `Wq = ρ S / (2 (1 − ρ))` with `ρ = R / (x μ)`
+//! and `S = 1 / μ`, and with `ρ = R × receive time / y` and `S` = the receive time (Poisson
+//! arrivals split evenly over the instances, deterministic service; a batching scheduler serves
+//! a burst faster, so this is an estimate). A saturated prefill pool (ρ = 1) has no finite TTFT
 //! (`ttft_ms` null). `--max-tpot-ms` caps the decode point; `--max-ttft-ms` caps the load: `R`
 //! is lowered (bisection; TTFT grows with the load) until the TTFT with the wait meets it and the
 //! longest prompt of a mix meets it at the lower bound (`binds` = `TTFT`).
@@ -486,11 +489,32 @@ pub fn disaggregate(
             let t_mean = kv(input, link);
             let t_long = kv(longest, link);
             row.kv_transfer_ms = t_mean.time_us / 1e3;
-            let net_rate = 1e6 / t_mean.busy_us.max(1e-9);
+            // Each prefill instance sends one prompt's KV at a time, each decode instance
+            // receives one at a time: the sending end bounds a prefill instance's rate, the
+            // receiving end the decode pool's (x prefill instances may feed fewer decode ones).
+            // Across nodes, at load, a pool's instances packed on a node share its NICs.
+            let shared = if link.class == "net" {
+                let g = s.system.gpus_per_node.max(1);
+                let gp = ps.system.gpus_per_node.max(1);
+                KvLink::net_shared(
+                    &ps.system,
+                    (tp_p, (x * tp_p).min(gp)),
+                    &s.system,
+                    (tp, (y * tp).min(g)),
+                )
+                .map(|l| kv(input, &l))
+            } else {
+                None
+            };
+            let t_rate = shared.as_ref().unwrap_or(&t_mean);
+            let net_rate = 1e6 / t_rate.send_us.max(1e-9);
+            let recv_rate = 1e6 / t_rate.recv_us.max(1e-9);
             let mu = prefill.compute_requests_per_s.min(net_rate);
             let s_us = 1e6 / mu;
             let r_p = x as f64 * mu;
-            let r_d = y as f64 * dl.tokens_per_s / output;
+            let r_recv = y as f64 * recv_rate;
+            let r_tokens = y as f64 * dl.tokens_per_s / output;
+            let r_d = r_tokens.min(r_recv);
             let r_cap = r_p.min(r_d);
             // At `r` requests/s: the decode point that carries it, the queueing-free TTFT of the
             // mean and of the longest prompt, and the TTFT with the M/D/1 wait (None: saturated).
@@ -503,10 +527,13 @@ pub fn disaggregate(
                     .min_by_key(|pt| pt.concurrency)
                     .unwrap_or(&dl);
                 let rho = r / (x as f64 * mu);
+                // The decode side's receiving queue, in tandem with the prefill queue.
+                let rho_recv = r / r_recv;
                 let lower = prefill_alone_us + t_mean.time_us + at.step_time_us;
                 let longest_lower = prefill_longest_us + t_long.time_us + at.step_time_us;
-                let with_wait =
-                    (rho < 1.0 - 1e-9).then(|| lower + rho * s_us / (2.0 * (1.0 - rho)));
+                let md1 = |rho: f64, s: f64| rho * s / (2.0 * (1.0 - rho));
+                let with_wait = (rho < 1.0 - 1e-9 && rho_recv < 1.0 - 1e-9)
+                    .then(|| lower + md1(rho, s_us) + md1(rho_recv, t_rate.recv_us));
                 (*at, rho, lower, longest_lower, with_wait)
             };
             let mut r = r_cap;
@@ -516,6 +543,8 @@ pub fn disaggregate(
                 } else {
                     "prefill"
                 }
+            } else if r_recv < r_tokens {
+                "KV transfer"
             } else {
                 "decode"
             };

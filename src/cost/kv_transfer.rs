@@ -31,6 +31,16 @@
 //!   its `p2p_latency_us`, at [`NVLINK_EFFICIENCY`] for NVLink's nominal rate; the PCIe figures
 //!   are measured (facts §2.1), so they are taken as they are.
 //!
+//! **Rates.** A prefill instance sends one prompt's KV at a time and a decode instance
+//! receives one at a time, so each end bounds its pool's requests/s by its own busy time
+//! (`send_us`, `recv_us`): x prefill instances send at most x / `send_us`, y decode instances
+//! receive at most y / `recv_us`. With more prefill than decode instances the decode side's
+//! links carry every prompt's KV and bind first (`capacity::disagg`). A pool's instances
+//! packed on a node share its NICs (`KvLink::net_shared`: NICs per node divided by every rank
+//! of the pool on the node, not the instance's alone; NICs per GPU are not shared), so the
+//! rates are taken on that shared link; a transfer's time in TTFT on the link one instance has
+//! to itself (the queueing wait covers the rest).
+//!
 //! Not modelled: contention with the decode step's own collectives on the same NICs, the
 //! layer-by-layer overlap of the transfer with prefill compute (LMCache/Mooncake-style
 //! pipelining would hide part of it), and the per-block descriptor cost of a paged cache.
@@ -89,8 +99,13 @@ pub struct KvTransfer {
     /// `latency_us + bytes_per_rank / (rank_gbps × efficiency)` at equal TPs (see
     /// [`kv_transfer`]).
     pub time_us: f64,
-    /// The part that grows with the bytes (what occupies the link).
+    /// The part that grows with the bytes (what occupies the link): the slower end's.
     pub busy_us: f64,
+    /// The same at each end: how long one transfer holds a sending prefill rank's share of
+    /// its link, and a receiving decode rank's. A pool's instances send (or receive) one
+    /// transfer at a time each, so these bound the requests/s each end carries.
+    pub send_us: f64,
+    pub recv_us: f64,
 }
 
 /// KV bytes one rank of a TP=`tp` instance holds for a prompt of `input_len` tokens at
@@ -100,10 +115,11 @@ pub fn kv_bytes_per_rank(m: &ModelSpec, tp: u32, kv_elem_bytes: f64, input_len: 
 }
 
 /// One end of a network transfer: (GB/s per rank, one-way latency µs, host staging µs,
-/// transport), or None when the system has no `[network]`.
-fn net_end(sys: &SystemSpec, tp: u32) -> Option<(f64, f64, f64, Transport, String)> {
+/// transport), or None when the system has no `[network]`. `on_node`: the ranks of the pool
+/// on one node that share its NICs (at least the instance's own there).
+fn net_end(sys: &SystemSpec, tp: u32, on_node: u32) -> Option<(f64, f64, f64, Transport, String)> {
     let net = sys.network.as_ref()?;
-    let rpn = tp.clamp(1, sys.gpus_per_node.max(1));
+    let rpn = on_node.max(tp).clamp(1, sys.gpus_per_node.max(1));
     let path = net.gpu_nic_gbps.unwrap_or(match net.gpu_nic_path {
         NicPath::Pcie => sys.pcie_gbps(),
         NicPath::Nvlink => sys.interconnect.nvlink_gbps,
@@ -138,8 +154,20 @@ impl KvLink {
     /// The network between a prefill instance of TP `tp_a` on `a` and a decode instance of TP
     /// `tp_b` on `b`; None when either system has no `[network]`.
     pub fn net(a: &SystemSpec, tp_a: u32, b: &SystemSpec, tp_b: u32) -> Option<KvLink> {
-        let (ga, la, sa, ta, wa) = net_end(a, tp_a)?;
-        let (gb, lb, sb, tb, wb) = net_end(b, tp_b)?;
+        Self::net_shared(a, (tp_a, tp_a), b, (tp_b, tp_b))
+    }
+
+    /// [`KvLink::net`] with each end's NICs shared by every rank its pool has on a node
+    /// (`(tp, ranks on the node)`): the pools' instances packed on their nodes, all sending
+    /// (receiving) at once, as at full load. The rate a loaded pool's links carry.
+    pub fn net_shared(
+        a: &SystemSpec,
+        (tp_a, on_a): (u32, u32),
+        b: &SystemSpec,
+        (tp_b, on_b): (u32, u32),
+    ) -> Option<KvLink> {
+        let (ga, la, sa, ta, wa) = net_end(a, tp_a, on_a)?;
+        let (gb, lb, sb, tb, wb) = net_end(b, tp_b, on_b)?;
         let tcp = ta == Transport::Tcp || tb == Transport::Tcp;
         let efficiency = if tcp { TCP_EFFICIENCY } else { RDMA_EFFICIENCY };
         let ends = if wa == wb { wa } else { format!("{wa}; {wb}") };
@@ -232,7 +260,8 @@ pub fn kv_transfer(
     };
     // GB/s = 1e3 bytes per µs.
     let at = |b: f64, gbps: f64| b / ((gbps * link.efficiency).max(1e-9) * 1e3);
-    let busy = at(sent, link.send_gbps).max(at(bytes, link.recv_gbps));
+    let (send_us, recv_us) = (at(sent, link.send_gbps), at(bytes, link.recv_gbps));
+    let busy = send_us.max(recv_us);
     KvTransfer {
         input_len,
         bytes_per_rank: bytes,
@@ -243,5 +272,7 @@ pub fn kv_transfer(
         link: link.clone(),
         time_us: link.latency_us + busy,
         busy_us: busy,
+        send_us,
+        recv_us,
     }
 }

@@ -549,7 +549,7 @@ pub fn render_disagg_table(d: &crate::capacity::disagg::Disaggregation) -> Strin
         },
     ]);
     out.push_str(&t.render());
-    out.push_str("TTFT min: prefill alone + KV transfer + one decode step, no queueing; TTFT: with the M/D/1 wait of the prefill queue at that load (co-located: the lower bound only)\n");
+    out.push_str("TTFT min: prefill alone + KV transfer + one decode step, no queueing; TTFT: with the M/D/1 waits of the prefill queue and the KV receiving queue at that load (co-located: the lower bound only)\n");
     out.push_str(&d.verdict);
     out.push('\n');
     if !d.warnings.is_empty() {

@@ -32,6 +32,7 @@ fn request() -> CapacityRequest {
         compare_layouts: false,
         max_systems: 1,
         prices: Prices::None,
+        disaggregated: false,
     }
 }
 

@@ -212,6 +212,7 @@ fn study_on(
         compare_layouts: false,
         max_systems: 1,
         prices: Prices::None,
+        disaggregated: true,
     };
     let o = DisaggOptions {
         max_ttft_ms: ttft,

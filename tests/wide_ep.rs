@@ -471,7 +471,168 @@ fn paths_that_bypass_the_timeline_refuse_wide_ep_by_name() {
             "--output-len",
             "100",
         ],
-        &["--dp 16", "chunked-prefill share", "--context"],
+        &[
+            "--dp 16",
+            "chunked-prefill share",
+            "--context",
+            "--disaggregate",
+        ],
+    );
+}
+
+/// Capacity with two-batch overlap: one user cannot be split in two, so that step runs as one
+/// micro-batch; from two users on each step is the overlapped one.
+#[test]
+fn capacity_plays_two_batch_overlap_from_two_users() {
+    use decodesim::capacity::memory::MemoryOptions;
+    use decodesim::capacity::{capacity, CapacityRequest, DemandSpec, Prices};
+    let mut scenario = ScenarioRequest {
+        model: "deepseek-v3".into(),
+        system: "h200-hgx-2node-ib".into(),
+        tp: Some(1),
+        layers: Some(8),
+        ..Default::default()
+    };
+    scenario.comm.dp = Some(16);
+    scenario.comm.ep_comm = EpComm::RdmaLl;
+    scenario.comm.tbo = true;
+    let req = CapacityRequest {
+        scenario: scenario.clone(),
+        memory: MemoryOptions::default(),
+        demand: DemandSpec::Context(4096),
+        points: 4,
+        max_tpot_ms: None,
+        target_tokens_per_s: None,
+        users: None,
+        systems: Vec::new(),
+        layouts: Vec::new(),
+        compare_layouts: false,
+        max_systems: 1,
+        prices: Prices::None,
+        disaggregated: false,
+    };
+    let c = capacity(&req).unwrap();
+    let step = |batch: u32, tbo: bool| {
+        let mut r = scenario.clone();
+        r.batch = batch;
+        r.context = 4096;
+        r.comm.tbo = tbo;
+        decodesim::sim::simulate(&r).unwrap().step_time_us()
+    };
+    let at = |n: u32| c.curve.points.iter().find(|p| p.concurrency == n).unwrap();
+    assert_eq!(at(1).step_time_us, step(1, false));
+    assert_eq!(at(2).step_time_us, step(2, true));
+}
+
+/// A disaggregated study whose decode pool runs data-parallel attention with wide EP: the
+/// prefill instance is a TP engine over as many GPUs, the KV goes to one DP rank's TP group,
+/// each decode instance takes `dp` transfers at once, and the co-located answer is not given.
+#[test]
+fn disaggregation_takes_a_wide_ep_decode_pool() {
+    use decodesim::capacity::disagg::{self, DisaggOptions, Winner};
+    use decodesim::capacity::memory::MemoryOptions;
+    use decodesim::capacity::{capacity, CapacityRequest, DemandSpec, Prices};
+    use decodesim::cost::kv_transfer::{kv_bytes_per_rank, kv_transfer, KvLink};
+    let mut scenario = ScenarioRequest {
+        model: "deepseek-v3".into(),
+        system: "h200-hgx-2node-ib".into(),
+        tp: Some(1),
+        ..Default::default()
+    };
+    scenario.comm.dp = Some(16);
+    scenario.comm.ep_comm = EpComm::RdmaLl;
+    let req = CapacityRequest {
+        scenario,
+        memory: MemoryOptions::default(),
+        demand: DemandSpec::Lengths {
+            input_len: 4000,
+            output_len: 500,
+        },
+        points: 4,
+        max_tpot_ms: Some(60.0),
+        target_tokens_per_s: None,
+        users: None,
+        systems: Vec::new(),
+        layouts: Vec::new(),
+        compare_layouts: false,
+        max_systems: 1,
+        prices: Prices::None,
+        disaggregated: true,
+    };
+    let o = DisaggOptions::default();
+    disagg::precheck(&req, &o).unwrap();
+    let cap = capacity(&req).unwrap();
+    let d = disagg::disaggregate(&req, &o, &cap).unwrap();
+    assert_eq!((d.tp, d.dp), (1, 16));
+    assert_eq!(d.prefill.tp, 16);
+    let r = d
+        .rows
+        .iter()
+        .find(|r| r.prefill_instances == 1 && r.decode_instances == 1)
+        .unwrap();
+    assert_eq!((r.gpus, r.link), (32, "net"));
+    // One DP rank (TP=1) receives the whole MLA latent of the prompt.
+    let s = &cap.reference.scenario;
+    let t = d.transfers.iter().find(|t| t.link.class == "net").unwrap();
+    let bytes = kv_bytes_per_rank(&s.model, 1, s.kv_bytes, 4000.0);
+    assert_eq!(t.bytes_per_rank, bytes);
+    assert_eq!(bytes, 4000.0 * 70_272.0);
+    // The rates: x prefill instances, y decode instances of 16 receiving TP groups each.
+    let sys = &s.system;
+    for r in d.rows.iter().filter(|r| r.meets) {
+        let (x, y) = (r.prefill_instances as f64, r.decode_instances as f64);
+        let l = KvLink::net_shared(sys, (16, 8), sys, (1, 8)).unwrap();
+        let k = kv_transfer(&s.model, 16, 1, s.kv_bytes, 4000.0, &l);
+        let send = x * (1e6 / k.send_us).min(d.prefill.compute_requests_per_s);
+        let recv = y * 16.0 * 1e6 / k.recv_us;
+        assert!(r.requests_per_s <= send.min(recv) * (1.0 + 1e-9), "{r:?}");
+        assert!(r.tpot_ms <= 60.0);
+    }
+    assert!(!d.colocated.modelled && !d.colocated.meets);
+    assert!(d.colocated.note.contains("--dp 16"), "{}", d.colocated.note);
+    assert!(
+        matches!(d.winner, Winner::Disaggregated { .. }),
+        "{}",
+        d.verdict
+    );
+    assert!(
+        d.verdict.contains("co-located is not compared"),
+        "{}",
+        d.verdict
+    );
+    // The command: the decode instance by its layout, the curve said to be the decode pool's.
+    let (ok, out, err) = common::decodesim_bin(&[
+        "capacity",
+        "--model",
+        "deepseek-v3",
+        "--system",
+        "h200-hgx-2node-ib",
+        "--tp",
+        "1",
+        "--dp",
+        "16",
+        "--ep-comm",
+        "rdma-ll",
+        "--disaggregate",
+        "--input-len",
+        "4000",
+        "--output-len",
+        "500",
+        "--max-tpot-ms",
+        "60",
+        "--points",
+        "4",
+        "--draws",
+        "0",
+    ]);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("decode instance: h200-hgx-2node-ib TP=1 × DP=16 without prefill"),
+        "{out}"
+    );
+    assert!(
+        out.contains("--dp 16 with --disaggregate: the capacity curve is the decode pool's"),
+        "{out}"
     );
 }
 
@@ -501,6 +662,7 @@ fn capacity_counts_every_data_parallel_ranks_kv_cache() {
             compare_layouts: false,
             max_systems: 1,
             prices: Prices::None,
+            disaggregated: false,
         }
     };
     let c = capacity(&req(Some(16), 1)).unwrap();

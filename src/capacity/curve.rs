@@ -339,6 +339,10 @@ fn decode_steps(
                 let Some(&c) = grid.get(i) else { break };
                 let mut sc = s.clone();
                 sc.batch = c;
+                // One user cannot be split into two micro-batches: that step runs as one.
+                if c < 2 {
+                    sc.comm.tbo = false;
+                }
                 sc.context = decode_context;
                 let r = crate::sim::simulate_loaded(sc, p.clone()).map(|sim| sim.step_time_us());
                 if let Ok(mut slot) = results[i].lock() {

@@ -146,6 +146,8 @@ pub struct RatioRow {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Colocated {
     pub meets: bool,
+    /// False where the co-located answer is not modelled (data-parallel attention).
+    pub modelled: bool,
     pub note: String,
     pub gpus: u32,
     pub concurrency: u32,
@@ -172,6 +174,8 @@ pub enum Winner {
 pub struct Disaggregation {
     pub decode_system: String,
     pub tp: u32,
+    /// The decode instance's data-parallel attention ranks (1: none).
+    pub dp: u32,
     pub input_len: f64,
     pub longest_input: f64,
     pub output_len: f64,
@@ -220,11 +224,21 @@ fn prefill_scenario(
         .prefill_system
         .clone()
         .filter(|n| *n != req.scenario.system);
-    let tp = o.prefill_tp.unwrap_or(s.tp);
-    if other.is_none() && tp == s.tp {
+    // A decode pool with data-parallel attention: the prefill instance is a tensor-parallel
+    // engine, by default over as many GPUs as a decode instance.
+    let dp = s.comm.dp_size();
+    let tp = o.prefill_tp.unwrap_or(s.tp * dp);
+    if other.is_none() && tp == s.tp && dp == 1 {
         return Ok((s.clone(), p.clone()));
     }
     let mut r = req.scenario.clone();
+    if dp > 1 {
+        r.comm.dp = None;
+        r.comm.ep = None;
+        r.comm.ep_comm = Default::default();
+        r.comm.redundant_experts = None;
+        r.comm.tbo = false;
+    }
     if let Some(name) = &other {
         // An unknown name is refused by the flag that gave it.
         crate::scenario::catalog::resolve_system(name).map_err(|e| Error::Flag {
@@ -241,7 +255,7 @@ fn prefill_scenario(
     let blame = |e: Error| {
         match e.scenario_problem() {
         // A TP of its own that the model or the system cannot run is the TP flag's problem.
-        Some(why) if tp != s.tp => Error::Flag {
+        Some(why) if tp != s.tp || dp > 1 => Error::Flag {
             flag: "--prefill-tp",
             value: tp.to_string(),
             expected: format!(
@@ -260,7 +274,7 @@ fn prefill_scenario(
         None => e,
     }
     };
-    let (mut ps, pp) = super::load(&r, d).map_err(blame)?;
+    let (mut ps, pp) = super::load(&r, d, false).map_err(blame)?;
     ps.gpu_memory_utilization = req.memory.gpu_memory_utilization;
     super::memory::account(&ps, &pp, &req.memory).map_err(blame)?;
     Ok((ps, pp))
@@ -295,12 +309,13 @@ fn placement(
     ps: &Scenario,
     s: &Scenario,
 ) -> Result<(bool, Option<KvLink>, Option<KvLink>)> {
-    let (tp_p, tp) = (ps.tp, s.tp);
+    // A decode instance's GPUs: its data-parallel ranks' TP groups.
+    let (tp_p, tp, gpus_d) = (ps.tp, s.tp, s.tp * s.comm.dp_size());
     let same_system = ps.system.source == s.system.source;
     let intra = same_system.then(|| KvLink::intra(&s.system));
     let net = KvLink::net(&ps.system, tp_p, &s.system, tp);
     // The smallest ratio, 1P:1D, is the one most likely to fit on one node.
-    let one_node = same_system && tp_p + tp <= s.system.gpus_per_node && o.max_instances >= 1;
+    let one_node = same_system && tp_p + gpus_d <= s.system.gpus_per_node && o.max_instances >= 1;
     if !one_node && net.is_none() {
         let lacking: Vec<&str> = [&ps.system, &s.system]
             .iter()
@@ -316,12 +331,14 @@ fn placement(
             value: lacking.join(", "),
             expected: format!(
                 "a system with a [network] section for --disaggregate: {} need {} GPUs{}, so the KV cache crosses the network between nodes (multi-node systems: h200-hgx-2node-ib, h100-hgx-2node-ib, rtx-pro-6000-2node-roce, rtx-pro-6000-2node-tcp)",
-                if tp_p == tp {
-                    format!("a prefill and a decode instance of TP={tp}")
+                if tp_p == gpus_d {
+                    format!("a prefill and a decode instance of {tp_p} GPUs")
                 } else {
-                    format!("a prefill instance of TP={tp_p} and a decode instance of TP={tp}")
+                    format!(
+                        "a prefill instance of TP={tp_p} and a decode instance of {gpus_d} GPUs"
+                    )
                 },
-                tp_p + tp,
+                tp_p + gpus_d,
                 if same_system {
                     format!(", more than one node of {} GPUs", s.system.gpus_per_node)
                 } else {
@@ -338,7 +355,7 @@ pub fn precheck(req: &CapacityRequest, o: &DisaggOptions) -> Result<()> {
     o.check()?;
     let d = req.demand.demand();
     lengths(&req.demand, &d)?;
-    let (s, p) = super::load(&req.scenario, &d)?;
+    let (s, p) = super::load(&req.scenario, &d, true)?;
     let (ps, _) = prefill_scenario(req, o, &s, &p, &d)?;
     placement(o, &ps, &s)?;
     Ok(())
@@ -402,10 +419,12 @@ pub fn disaggregate(
     };
 
     // Links.
-    let (tp_p, tp) = (ps.tp, s.tp);
+    // With data-parallel attention a decode instance is `dp` TP groups: each receives its own
+    // requests' KV, so it takes `dp` transfers at once.
+    let (tp_p, tp, dp) = (ps.tp, s.tp, s.comm.dp_size());
     let n = o.max_instances;
     let (same_system, intra, net) = placement(o, &ps, s)?;
-    let gpus_of = |x: u32, y: u32| x * tp_p + y * tp;
+    let gpus_of = |x: u32, y: u32| x * tp_p + y * tp * dp;
     let fits_node = |x: u32, y: u32| same_system && gpus_of(x, y) <= s.system.gpus_per_node;
     // Decode pool: the same curve without prefill's share.
     let decode_curve = curve::build(
@@ -500,7 +519,7 @@ pub fn disaggregate(
                     &ps.system,
                     (tp_p, (x * tp_p).min(gp)),
                     &s.system,
-                    (tp, (y * tp).min(g)),
+                    (tp, (y * tp * dp).min(g)),
                 )
                 .map(|l| kv(input, &l))
             } else {
@@ -508,7 +527,7 @@ pub fn disaggregate(
             };
             let t_rate = shared.as_ref().unwrap_or(&t_mean);
             let net_rate = 1e6 / t_rate.send_us.max(1e-9);
-            let recv_rate = 1e6 / t_rate.recv_us.max(1e-9);
+            let recv_rate = dp as f64 * 1e6 / t_rate.recv_us.max(1e-9);
             let mu = prefill.compute_requests_per_s.min(net_rate);
             let s_us = 1e6 / mu;
             let r_p = x as f64 * mu;
@@ -531,6 +550,7 @@ pub fn disaggregate(
                 let rho_recv = r / r_recv;
                 let lower = prefill_alone_us + t_mean.time_us + at.step_time_us;
                 let longest_lower = prefill_longest_us + t_long.time_us + at.step_time_us;
+                // (With DP each of the y × dp TP groups is a receiving queue.)
                 let md1 = |rho: f64, s: f64| rho * s / (2.0 * (1.0 - rho));
                 let with_wait = (rho < 1.0 - 1e-9 && rho_recv < 1.0 - 1e-9)
                     .then(|| lower + md1(rho, s_us) + md1(rho_recv, t_rate.recv_us));
@@ -591,8 +611,12 @@ pub fn disaggregate(
             row.prefill_utilization = rho;
             row.ttft_ms = with_wait.map(|w| w / 1e3);
             row.usd_per_hour = match (price_p, price_d) {
-                (Some(a), Some(b)) if tp_p == tp => Some((x as f64 * a + y as f64 * b) * tp as f64),
-                (Some(a), Some(b)) => Some(x as f64 * a * tp_p as f64 + y as f64 * b * tp as f64),
+                (Some(a), Some(b)) if tp_p == tp * dp => {
+                    Some((x as f64 * a + y as f64 * b) * tp_p as f64)
+                }
+                (Some(a), Some(b)) => {
+                    Some(x as f64 * a * tp_p as f64 + y as f64 * b * (tp * dp) as f64)
+                }
                 _ => None,
             };
             row.usd_per_million_tokens = per_million(row.usd_per_hour, row.tokens_per_s);
@@ -605,6 +629,7 @@ pub fn disaggregate(
     Ok(Disaggregation {
         decode_system: s.system.name.clone(),
         tp,
+        dp,
         input_len: input,
         longest_input: longest,
         output_len: output,
@@ -633,6 +658,25 @@ fn colocated(
     price: Option<f64>,
 ) -> Colocated {
     let tp = cap.reference.scenario.tp;
+    let dp = cap.reference.scenario.comm.dp_size();
+    if dp > 1 {
+        return Colocated {
+            meets: false,
+            modelled: false,
+            note: format!(
+                "co-located chunked prefill with data-parallel attention (--dp {dp}) is not modelled"
+            ),
+            gpus: tp * dp,
+            concurrency: 0,
+            requests_per_s: 0.0,
+            tokens_per_s: 0.0,
+            tokens_per_s_per_gpu: 0.0,
+            tpot_ms: 0.0,
+            ttft_min_ms: 0.0,
+            usd_per_hour: None,
+            usd_per_million_tokens: None,
+        };
+    }
     let mnbt = req.memory.max_num_batched_tokens as f64;
     let per_token = cap.curve.prefill.as_ref().map_or(0.0, |c| c.us_per_token);
     let ttft_us = |pt: &CurvePoint, len: f64| {
@@ -647,6 +691,7 @@ fn colocated(
     match best_point(&cap.curve.points, req.max_tpot_ms, ok) {
         Some(pt) => Colocated {
             meets: true,
+            modelled: true,
             note: String::new(),
             gpus: tp,
             concurrency: pt.concurrency,
@@ -662,6 +707,7 @@ fn colocated(
             let first = cap.curve.points.first();
             Colocated {
                 meets: false,
+                modelled: true,
                 note: match first {
                     Some(f) if req.max_tpot_ms.is_some_and(|m| f.tpot_ms > m) => format!(
                         "TPOT binds: one user already takes {:.1} ms per token",
@@ -739,6 +785,8 @@ fn choose(rows: &[RatioRow], co: &Colocated) -> (Winner, String) {
                         co.tpot_ms,
                         co.ttft_min_ms
                     )
+                } else if !co.modelled {
+                    format!("is not compared: {}", co.note)
                 } else {
                     format!("does not meet the targets ({})", co.note)
                 }

@@ -76,6 +76,10 @@ pub struct CapacityRequest {
     pub compare_layouts: bool,
     pub max_systems: u32,
     pub prices: Prices,
+    /// A disaggregated study (`--disaggregate`): with data-parallel attention the curve is the
+    /// decode pool's, without chunked prefill in its steps (which DP attention does not model),
+    /// and the co-located answer is not given.
+    pub disaggregated: bool,
 }
 
 /// Everything `decodesim capacity` reports.
@@ -99,17 +103,23 @@ pub struct Capacity {
     pub(crate) warnings: Vec<String>,
 }
 
-/// Loads the scenario of `req` at `tp` on `system`, checked against the demand.
-fn load(req: &ScenarioRequest, demand: &Demand) -> Result<(Scenario, CalibrationProfile)> {
+/// Loads the scenario of `req` at `tp` on `system`, checked against the demand (`decode_pool`:
+/// a disaggregated study's decode pool, whose steps hold no prefill).
+fn load(
+    req: &ScenarioRequest,
+    demand: &Demand,
+    decode_pool: bool,
+) -> Result<(Scenario, CalibrationProfile)> {
     let mut r = req.clone();
-    r.batch = 1;
+    // Two-batch overlap splits the batch in two: the smallest it takes.
+    r.batch = if r.comm.tbo { 2 } else { 1 };
     r.context = 1;
     let (mut s, p) = r.load()?;
-    if s.comm.dp_size() > 1 && demand.prefill_per_output > 0.0 {
+    if s.comm.dp_size() > 1 && demand.prefill_per_output > 0.0 && !decode_pool {
         return Err(Error::ScenarioSetting {
             flag: "--dp",
             value: s.comm.dp_size().to_string(),
-            problem: ": capacity's chunked-prefill share is priced for one tensor-parallel engine and is not modelled with data-parallel attention (expected a decode-only demand, --context, with --dp above 1)".into(),
+            problem: ": capacity's chunked-prefill share is priced for one tensor-parallel engine and is not modelled with data-parallel attention (expected a decode-only demand, --context, with --dp above 1, or --disaggregate: prefill on instances of its own)".into(),
         });
     }
     demand.check(&s)?;
@@ -140,7 +150,7 @@ fn prefill(
 pub fn capacity(req: &CapacityRequest) -> Result<Capacity> {
     plan::check_target(req.target_tokens_per_s, req.users, req.max_tpot_ms)?;
     let demand = req.demand.demand();
-    let (mut s, p) = load(&req.scenario, &demand)?;
+    let (mut s, p) = load(&req.scenario, &demand, req.disaggregated)?;
     s.gpu_memory_utilization = req.memory.gpu_memory_utilization;
     let mem = memory::account(&s, &p, &req.memory)?;
     let kv_limit = mem.kv_limit(demand.tokens_per_request);
@@ -163,7 +173,16 @@ pub fn capacity(req: &CapacityRequest) -> Result<Capacity> {
             req.memory.dcp, req.memory.dcp
         ));
     }
-    let pre = prefill(&s, &p, &demand, &req.memory)?;
+    let dp_pool = req.disaggregated && s.comm.dp_size() > 1 && demand.prefill_per_output > 0.0;
+    let pre = if dp_pool {
+        warnings.push(format!(
+            "--dp {} with --disaggregate: the capacity curve is the decode pool's, without chunked prefill in its steps; co-located chunked prefill with data-parallel attention is not modelled",
+            s.comm.dp_size()
+        ));
+        None
+    } else {
+        prefill(&s, &p, &demand, &req.memory)?
+    };
     if pre.is_some() && s.nccl.proto == crate::scenario::Proto::Ll {
         warnings.push(
             "prefill's large all-reduces are priced with the forced NCCL_PROTO=LL (--nccl-proto LL, the default scenario's setting), which is slow for big messages; a deployment that leaves NCCL_PROTO unset gets Simple for them: compare --nccl-proto auto".into(),
@@ -261,7 +280,7 @@ fn candidates(
                 ));
                 continue;
             }
-            let loaded = lay.apply(&mut r).and_then(|_| load(&r, demand));
+            let loaded = lay.apply(&mut r).and_then(|_| load(&r, demand, false));
             let (mut s, p) = match loaded {
                 Ok(x) => x,
                 // An infeasible shape (any invalid-scenario error) is skipped with its reason.

@@ -350,6 +350,7 @@ fn request(a: &CapacityArgs) -> Result<CapacityRequest> {
             check_prices(a, &prices)?;
             prices
         },
+        disaggregated: a.disaggregate,
     })
 }
 

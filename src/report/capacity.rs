@@ -174,6 +174,11 @@ pub fn render_table(c: &Capacity) -> String {
             pc.chunk_tokens,
             pc.attention_us_per_token
         ));
+    } else if c.demand.prefill_per_output > 0.0 {
+        // A disaggregated study's decode pool (data-parallel attention): prefill runs elsewhere.
+        out.push_str(
+            "prefill: on instances of its own (--disaggregate, below); this curve is the decode pool's, without prefill in its steps\n",
+        );
     } else {
         out.push_str(
             "prefill: not counted (decode only; give --input-len/--output-len or --request-mix)\n",
@@ -465,9 +470,10 @@ pub fn render_disagg_table(d: &crate::capacity::disagg::Disaggregation) -> Strin
     }
     match &d.decode_limit {
         Some(l) => out.push_str(&format!(
-            "decode instance: {} TP={} without prefill: at most {} users, {} tokens/s, TPOT {:.2} ms{}\n",
+            "decode instance: {} TP={}{} without prefill: at most {} users, {} tokens/s, TPOT {:.2} ms{}\n",
             d.decode_system,
             d.tp,
+            if d.dp > 1 { format!(" × DP={}", d.dp) } else { String::new() },
             l.concurrency,
             grouped(l.tokens_per_s, 1),
             l.tpot_ms,

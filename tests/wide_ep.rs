@@ -238,6 +238,31 @@ fn experts_per_gpu_fall_with_ep_and_kv_follows_the_dp_rank() {
     assert_eq!(sim.memory.weights_bytes, w16);
 }
 
+/// A capacity request of `scenario` for `demand`, four points, no target: what these tests
+/// share.
+fn capacity_request(
+    scenario: ScenarioRequest,
+    demand: decodesim::capacity::DemandSpec,
+    max_tpot_ms: Option<f64>,
+    disaggregated: bool,
+) -> decodesim::capacity::CapacityRequest {
+    decodesim::capacity::CapacityRequest {
+        scenario,
+        memory: decodesim::capacity::memory::MemoryOptions::default(),
+        demand,
+        points: 4,
+        max_tpot_ms,
+        target_tokens_per_s: None,
+        users: None,
+        systems: Vec::new(),
+        layouts: Vec::new(),
+        compare_layouts: false,
+        max_systems: 1,
+        prices: decodesim::capacity::Prices::None,
+        disaggregated,
+    }
+}
+
 fn fails(args: &[&str], needles: &[&str]) {
     let (ok, _out, err) = common::decodesim_bin(args);
     assert!(!ok, "{args:?} succeeded");
@@ -484,8 +509,7 @@ fn paths_that_bypass_the_timeline_refuse_wide_ep_by_name() {
 /// micro-batch; from two users on each step is the overlapped one.
 #[test]
 fn capacity_plays_two_batch_overlap_from_two_users() {
-    use decodesim::capacity::memory::MemoryOptions;
-    use decodesim::capacity::{capacity, CapacityRequest, DemandSpec, Prices};
+    use decodesim::capacity::{capacity, DemandSpec};
     let mut scenario = ScenarioRequest {
         model: "deepseek-v3".into(),
         system: "h200-hgx-2node-ib".into(),
@@ -496,21 +520,7 @@ fn capacity_plays_two_batch_overlap_from_two_users() {
     scenario.comm.dp = Some(16);
     scenario.comm.ep_comm = EpComm::RdmaLl;
     scenario.comm.tbo = true;
-    let req = CapacityRequest {
-        scenario: scenario.clone(),
-        memory: MemoryOptions::default(),
-        demand: DemandSpec::Context(4096),
-        points: 4,
-        max_tpot_ms: None,
-        target_tokens_per_s: None,
-        users: None,
-        systems: Vec::new(),
-        layouts: Vec::new(),
-        compare_layouts: false,
-        max_systems: 1,
-        prices: Prices::None,
-        disaggregated: false,
-    };
+    let req = capacity_request(scenario.clone(), DemandSpec::Context(4096), None, false);
     let c = capacity(&req).unwrap();
     let step = |batch: u32, tbo: bool| {
         let mut r = scenario.clone();
@@ -530,8 +540,7 @@ fn capacity_plays_two_batch_overlap_from_two_users() {
 #[test]
 fn disaggregation_takes_a_wide_ep_decode_pool() {
     use decodesim::capacity::disagg::{self, DisaggOptions, Winner};
-    use decodesim::capacity::memory::MemoryOptions;
-    use decodesim::capacity::{capacity, CapacityRequest, DemandSpec, Prices};
+    use decodesim::capacity::{capacity, DemandSpec};
     use decodesim::cost::kv_transfer::{kv_bytes_per_rank, kv_transfer, KvLink};
     let mut scenario = ScenarioRequest {
         model: "deepseek-v3".into(),
@@ -541,24 +550,11 @@ fn disaggregation_takes_a_wide_ep_decode_pool() {
     };
     scenario.comm.dp = Some(16);
     scenario.comm.ep_comm = EpComm::RdmaLl;
-    let req = CapacityRequest {
-        scenario,
-        memory: MemoryOptions::default(),
-        demand: DemandSpec::Lengths {
-            input_len: 4000,
-            output_len: 500,
-        },
-        points: 4,
-        max_tpot_ms: Some(60.0),
-        target_tokens_per_s: None,
-        users: None,
-        systems: Vec::new(),
-        layouts: Vec::new(),
-        compare_layouts: false,
-        max_systems: 1,
-        prices: Prices::None,
-        disaggregated: true,
+    let lengths = DemandSpec::Lengths {
+        input_len: 4000,
+        output_len: 500,
     };
+    let req = capacity_request(scenario, lengths, Some(60.0), true);
     let o = DisaggOptions::default();
     disagg::precheck(&req, &o).unwrap();
     let cap = capacity(&req).unwrap();
@@ -638,8 +634,7 @@ fn disaggregation_takes_a_wide_ep_decode_pool() {
 
 #[test]
 fn capacity_counts_every_data_parallel_ranks_kv_cache() {
-    use decodesim::capacity::memory::MemoryOptions;
-    use decodesim::capacity::{capacity, CapacityRequest, DemandSpec, Prices};
+    use decodesim::capacity::{capacity, DemandSpec};
     let req = |dp: Option<u32>, tp: u32| {
         let mut scenario = ScenarioRequest {
             model: "deepseek-v3".into(),
@@ -649,21 +644,7 @@ fn capacity_counts_every_data_parallel_ranks_kv_cache() {
         };
         scenario.comm.dp = dp;
         scenario.comm.ep_comm = EpComm::AllToAll;
-        CapacityRequest {
-            scenario,
-            memory: MemoryOptions::default(),
-            demand: DemandSpec::Context(4096),
-            points: 4,
-            max_tpot_ms: None,
-            target_tokens_per_s: None,
-            users: None,
-            systems: Vec::new(),
-            layouts: Vec::new(),
-            compare_layouts: false,
-            max_systems: 1,
-            prices: Prices::None,
-            disaggregated: false,
-        }
+        capacity_request(scenario, DemandSpec::Context(4096), None, false)
     };
     let c = capacity(&req(Some(16), 1)).unwrap();
     // Each of the 16 DP ranks holds its own KV cache: the concurrency is 16 × one rank's, each

@@ -15,7 +15,9 @@
 //! every collective starts at the later of its stream's readiness (and the launch clock, as
 //! `replay::step`) and the communication stream's free time; an all-to-all leaves the compute
 //! stream where it was and records its end for the micro-batch's next wait; a wait moves the
-//! compute stream to that end. Kernels, fork and join are `replay::step`'s.
+//! compute stream to that end. Kernels, fork and join are `replay::step`'s; a run of kernels on
+//! one stream is played in one loop, and under CUDA graphs (where the launch clock binds no
+//! kernel) as its sums, taken once per step since every layer plays the same runs.
 //!
 //! The ranks do not meet at every collective any more: the compute stream runs past an
 //! all-to-all whose end it does not wait for. So the recursion plays the mean rank (the expert
@@ -527,58 +529,31 @@ fn interleave<const SG: bool>(
                 // A run of kernels on one stream, after the step's first kernel: its sums
                 // under CUDA graphs (a lone kernel too) where it is entered at its start, else
                 // one tight loop, the same operations in the same order as op by op below.
-                let end = run_end[i] as usize;
-                let whole = summed && run_start[i];
-                if (whole || end > i + 1) && !st.first_start.is_nan() {
-                    if whole {
-                        let r = priced[k].rest[i];
-                        if lag.on {
-                            for g in 0..3 {
-                                lag.behind[g] += r.seq * lag.saves[k][g];
-                            }
-                        }
-                        let Kind::Kernel { aux, loaded } = regime.kinds[i] else {
-                            unreachable!("a run is of kernels")
-                        };
-                        let (free, sp) = if aux {
-                            (&mut st.aux, &mut st.aux_sp)
-                        } else {
-                            (&mut st.main, &mut st.main_sp)
-                        };
-                        *free += r.span;
-                        if loaded {
-                            chain.open += r.ex;
-                        } else if SG {
-                            sp.sum += r.sum;
-                            sp.sq += r.sq;
-                        }
+                if let Kind::Kernel { aux, loaded } = regime.kinds[i] {
+                    let end = run_end[i] as usize;
+                    let whole = summed && run_start[i];
+                    if (whole || end > i + 1) && !st.first_start.is_nan() {
+                        play_run::<SG>(
+                            st,
+                            (&mut chain, &mut lag),
+                            (aux, loaded),
+                            k,
+                            {
+                                if whole {
+                                    Run::Summed(&priced[k].rest[i])
+                                } else {
+                                    Run::Ops {
+                                        d: &d[i..end],
+                                        ex: ex.get(i..end).unwrap_or_default(),
+                                        seq: (&next_seq[i..=end], i),
+                                    }
+                                }
+                            },
+                            l,
+                        );
                         cursors[k].i = end;
                         continue;
                     }
-                    let run = &d[i..end];
-                    if lag.on {
-                        let mut j = next_seq[i] as usize;
-                        while j < end {
-                            for g in 0..3 {
-                                lag.behind[g] += d[j] * lag.saves[k][g];
-                            }
-                            j = next_seq[j + 1] as usize;
-                        }
-                    }
-                    match regime.kinds[i] {
-                        Kind::Kernel { aux, loaded: true } => {
-                            for &x in &ex[i..end] {
-                                chain.open += x;
-                            }
-                            loaded_run(st, aux, run, l);
-                        }
-                        Kind::Kernel { aux, loaded: false } => {
-                            kernel_run::<SG, 1>(std::array::from_mut(st), aux, run, l)
-                        }
-                        _ => unreachable!("a run is of kernels"),
-                    }
-                    cursors[k].i = end;
-                    continue;
                 }
                 // The mean rank's duration; the slowest rank's excess joins the window's.
                 let dur = d[i];
@@ -617,6 +592,76 @@ fn interleave<const SG: bool>(
     // The step ends when every stream has (the last transfer is waited for above); the step
     // is the mean over ranks, the DP ranks with fewer sequences ending earlier.
     st.main = later(st.main, comm.free) - lag.mean();
+}
+
+/// A run of kernels as `interleave` plays it: its sums, or its ops one by one (`seq`: the
+/// run's slice of `next_seq` and the run's first op, which `next_seq` counts from).
+enum Run<'a> {
+    Summed(&'a RunRest),
+    Ops {
+        d: &'a [f64],
+        ex: &'a [f64],
+        seq: (&'a [u32], usize),
+    },
+}
+
+/// Plays a run of kernels on stream `aux` (`loaded`: every kernel of it expert-loaded) of
+/// micro-batch `k`: the stream, the jitter's spread (plain kernels), the expert loads' open
+/// window (`Chain`) and the DP ranks' lag (`Lag`, per-sequence ops).
+#[inline(always)]
+fn play_run<const SG: bool>(
+    st: &mut State,
+    (chain, lag): (&mut Chain, &mut Lag),
+    (aux, loaded): (bool, bool),
+    k: usize,
+    run: Run<'_>,
+    l: &Launch,
+) {
+    match run {
+        Run::Summed(r) => {
+            if lag.on {
+                for g in 0..3 {
+                    lag.behind[g] += r.seq * lag.saves[k][g];
+                }
+            }
+            let (free, sp) = if aux {
+                (&mut st.aux, &mut st.aux_sp)
+            } else {
+                (&mut st.main, &mut st.main_sp)
+            };
+            *free += r.span;
+            if loaded {
+                chain.open += r.ex;
+            } else if SG {
+                sp.sum += r.sum;
+                sp.sq += r.sq;
+            }
+        }
+        Run::Ops {
+            d,
+            ex,
+            seq: (next_seq, first),
+        } => {
+            if lag.on {
+                // `next_seq` holds absolute op indices; the run is ops first..first + d.len().
+                let mut j = next_seq[0] as usize;
+                while j < first + d.len() {
+                    for g in 0..3 {
+                        lag.behind[g] += d[j - first] * lag.saves[k][g];
+                    }
+                    j = next_seq[j + 1 - first] as usize;
+                }
+            }
+            if loaded {
+                for &x in ex {
+                    chain.open += x;
+                }
+                loaded_run(st, aux, d, l);
+            } else {
+                kernel_run::<SG, 1>(std::array::from_mut(st), aux, d, l);
+            }
+        }
+    }
 }
 
 /// A run of expert-loaded kernels on one stream (`aux`: the auxiliary) of durations `d`, after

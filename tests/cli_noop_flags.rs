@@ -219,3 +219,19 @@ fn ll128_without_nvlink_warns_where_the_report_would_not_say_it() {
         "{out}"
     );
 }
+
+#[test]
+fn sweep_ep_comm_without_expert_parallelism_warns() {
+    warns(
+        &[
+            "sweep",
+            "--ep-comm",
+            "rdma-ll",
+            "--batch",
+            "8",
+            "--format",
+            "csv",
+        ],
+        "--ep-comm rdma-ll does nothing without --ep N (expert parallelism, N > 1) or --dp N",
+    );
+}

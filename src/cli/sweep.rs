@@ -530,6 +530,13 @@ fn request_with_warnings(a: &SweepArgs) -> Result<(SweepRequest, Vec<String>)> {
             &req.base,
         ));
     }
+    // As `simulate` says it: no layout of the grid has expert parallelism for --ep-comm.
+    if a.ep_comm.is_some() && req.base.comm.ep.unwrap_or(1) <= 1 && req.dp.iter().all(|&d| d <= 1) {
+        w.push(format!(
+            "--ep-comm {} does nothing without --ep N (expert parallelism, N > 1) or --dp N; ignored",
+            a.ep_comm.as_deref().unwrap_or_default()
+        ));
+    }
     Ok((req, w))
 }
 

@@ -317,11 +317,12 @@ fn placement(
     // The smallest ratio, 1P:1D, is the one most likely to fit on one node.
     let one_node = same_system && tp_p + gpus_d <= s.system.gpus_per_node && o.max_instances >= 1;
     if !one_node && net.is_none() {
-        let lacking: Vec<&str> = [&ps.system, &s.system]
+        let mut lacking: Vec<&str> = [&ps.system, &s.system]
             .iter()
             .filter(|x| x.network.is_none())
             .map(|x| x.name.as_str())
             .collect();
+        lacking.dedup();
         return Err(Error::Flag {
             flag: if s.system.network.is_none() {
                 "--system"

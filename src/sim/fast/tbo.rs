@@ -65,7 +65,6 @@ pub(super) struct TboFit {
     run_end: [Box<[u32]>; 2],
     /// Per regime: the first op of each run (`run_end`), where the recursion enters it.
     run_start: [Box<[bool]>; 2],
-    starts: [Box<[u32]>; 2],
     /// Per regime: for each op and one past the last, the first op from it on that is
     /// `per_seq` (the ops' count if none), so that a run finds its few per-sequence ops
     /// without testing every op.
@@ -119,7 +118,6 @@ pub(super) fn fit(
             })
             .collect()
     };
-    let run_end = |r: &Regime| -> Box<[u32]> { kernel_runs(&r.kinds, &r.segments, true).into() };
     let next_seq = |per_seq: &[bool]| -> Box<[u32]> {
         // One past the ops, the count: a run's search ends there.
         let n = per_seq.len();
@@ -129,29 +127,26 @@ pub(super) fn fit(
         }
         next.into()
     };
-    // A run's first op: a kernel that no kernel of the same run precedes.
-    let run_start = |r: &Regime| -> Box<[bool]> {
-        let ends = kernel_runs(&r.kinds, &r.segments, true);
+    // A run's first op: a kernel that no kernel of the same run precedes (runs end at their
+    // segment's end, so one that starts a segment is first too).
+    let run_start = |r: &Regime, ends: &[u32]| -> Box<[bool]> {
         (0..ends.len())
             .map(|i| {
-                matches!(r.kinds[i], Kind::Kernel { .. })
-                    && (i == 0 || ends[i - 1] != ends[i] || r.segments.iter().any(|s| s.start == i))
+                matches!(r.kinds[i], Kind::Kernel { .. }) && (i == 0 || ends[i - 1] != ends[i])
             })
             .collect()
     };
-    let starts = |first: &[bool]| -> Box<[u32]> {
-        (0..first.len() as u32)
-            .filter(|&i| first[i as usize])
-            .collect()
-    };
     let pm = &fast.target;
-    let run_start = [run_start(&pm.low), run_start(&pm.high)];
+    let run_end: [Box<[u32]>; 2] =
+        [&pm.low, &pm.high].map(|r| kernel_runs(&r.kinds, &r.segments, true).into());
     let per_seq = [per_seq(&pm.low), per_seq(&pm.high)];
     fast.tbo = Some(TboFit {
         cut: [cut(&pm.low), cut(&pm.high)],
-        run_end: [run_end(&pm.low), run_end(&pm.high)],
-        starts: [starts(&run_start[0]), starts(&run_start[1])],
-        run_start,
+        run_start: [
+            run_start(&pm.low, &run_end[0]),
+            run_start(&pm.high, &run_end[1]),
+        ],
+        run_end,
         next_seq: [next_seq(&per_seq[0]), next_seq(&per_seq[1])],
         per_seq,
     });
@@ -194,15 +189,14 @@ struct RunRest {
 
 impl Priced {
     /// Sums each run's ops (`RunRest`, kept at the run's first op) from the priced durations,
-    /// `gap` µs before each kernel; `starts`: the runs' first ops, `run_end` their ends.
-    fn sum_runs(&mut self, starts: &[u32], run_end: &[u32], per_seq: &[bool], gap: f64) {
+    /// `gap` µs before each kernel; `run_start`: the runs' first ops, `run_end` their ends.
+    fn sum_runs(&mut self, run_start: &[bool], run_end: &[u32], per_seq: &[bool], gap: f64) {
         let n = self.d.len();
         if self.rest.len() != n {
             self.rest.resize(n, RunRest::default());
         }
         let loaded = !self.ex.is_empty();
-        for &s in starts {
-            let s = s as usize;
+        for s in (0..n).filter(|&s| run_start[s]) {
             let mut r = RunRest::default();
             for i in s..run_end[s] as usize {
                 let d = self.d[i];
@@ -276,7 +270,7 @@ impl FastScenario {
             if summed {
                 for p in priced.iter_mut() {
                     let h = p.high as usize;
-                    let (starts, ends) = (&fit.starts[h], &fit.run_end[h]);
+                    let (starts, ends) = (&fit.run_start[h], &fit.run_end[h]);
                     p.sum_runs(starts, ends, &fit.per_seq[h], set.launch.gap);
                 }
             }

@@ -299,6 +299,95 @@ fn sweep_rows_over_pp_equal_each_scenario_priced_alone() {
     assert!(step("2", "1", "1024") > step("1", "1", "1024"));
 }
 
+/// A sweep along its batch axis plays each (stage, micro-batch size, contexts) once and hands it
+/// out again at the next batch of the same sizes: every row of a grid whose batches share their
+/// micro-batch sizes (pp 4: batches 8..=15 split in micro-batches of 2 to 4), over eight
+/// contexts (one row's lanes), two NCCL protocols and CUDA graphs on and off, equals that
+/// scenario priced alone with a fresh memo, to the CSV's last digit.
+#[test]
+fn sweep_rows_sharing_micro_batch_sizes_equal_each_priced_alone() {
+    let (code, out, err) = run(&[
+        "sweep",
+        "--model",
+        "deepseek-v3",
+        "--system",
+        "h200-hgx-2node-ib",
+        "--tp",
+        "4",
+        "--pp",
+        "4",
+        "--batch",
+        "8..=15",
+        "--context",
+        "1000..=1007",
+        "--nccl-proto",
+        "LL,Simple",
+        "--cuda-graphs",
+        "on,off",
+        "--format",
+        "csv",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let mut lines = out.lines();
+    let header: Vec<&str> = lines.next().expect("header").split(',').collect();
+    let col = |name: &str| header.iter().position(|h| *h == name).expect(name);
+    let (b_c, c_c, st_c, pr_c, g_c) = (
+        col("batch"),
+        col("context"),
+        col("step_time_us"),
+        col("nccl_proto"),
+        col("cuda_graphs"),
+    );
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    assert_eq!(rows.len(), 8 * 8 * 2 * 2);
+    let mut req = ScenarioRequest {
+        model: "deepseek-v3".into(),
+        system: "h200-hgx-2node-ib".into(),
+        tp: Some(4),
+        ..ScenarioRequest::default()
+    };
+    req.comm.pp = Some(4);
+    let (s, p) = req.load().expect("loads");
+    let fast = FastScenario::new(&s, &p, None).expect("fitted");
+    let mut checked = 0;
+    for r in &rows {
+        let (b, c): (u32, u64) = (r[b_c].parse().unwrap(), r[c_c].parse().unwrap());
+        let mut s = s.clone();
+        s.nccl.proto = match r[pr_c] {
+            "LL" => Proto::Ll,
+            "Simple" => Proto::Simple,
+            other => panic!("protocol {other}"),
+        };
+        s.cuda_graphs = r[g_c] == "on";
+        fast.clear_memo();
+        let alone = fast.step_us(
+            b,
+            c,
+            &Launch::new(&p, s.cuda_graphs),
+            &Collectives::new(&s, &p).expect("collectives"),
+        );
+        let row: f64 = r[st_c].parse().unwrap();
+        assert!(
+            (row - alone).abs() <= 0.0005 + 1e-12 * alone,
+            "batch {b} context {c} {} graphs {}: row {row} vs alone {alone}",
+            r[pr_c],
+            r[g_c]
+        );
+        checked += 1;
+    }
+    assert_eq!(checked, 256);
+    // Graphs and protocols move the step: the memo does not hand one setting's play to another.
+    let step = |proto: &str, graphs: &str| -> f64 {
+        rows.iter()
+            .find(|r| r[b_c] == "12" && r[c_c] == "1003" && r[pr_c] == proto && r[g_c] == graphs)
+            .expect("row")[st_c]
+            .parse()
+            .unwrap()
+    };
+    assert_ne!(step("LL", "on"), step("LL", "off"));
+    assert_ne!(step("LL", "on"), step("Simple", "on"));
+}
+
 /// A grid file takes `pp` as a list too; a pp the system cannot hold is refused by name.
 #[test]
 fn grid_files_take_pp_lists_and_refusals_name_the_value() {

@@ -314,54 +314,76 @@ fn schedule_step_any<const W: usize>(
 ) -> [f64; W] {
     let n_stages = span.len() / sizes.max(1);
     let last = 4 * n_stages + 7;
+    // Per size k, the stages' times from stage 1 on and the sends (`(stage, send from the one
+    // before)` at `k * (n_stages - 1) + st - 1`), so that a micro-batch walks one slice.
+    let hops: Vec<([f64; W], f64)> = (0..sizes)
+        .flat_map(|k| {
+            (1..n_stages).map(move |st| (span[st * sizes + k], send[(st - 1) * sizes + k]))
+        })
+        .collect();
     let mut free = vec![[0.0f64; W]; n_stages];
     let mut ready0 = vec![[0.0f64; W]; size.len()];
     let mut prev = vec![[0.0; W]; n_stages - 1 + size.len()];
-    let mut live = [true; W];
+    // A lane that has repeated its cycle is kept as it was then (`held`) while the others play
+    // on: the lanes play every cycle alike, with no per-lane test in the cycle itself.
+    let mut held: Vec<Option<(Vec<f64>, Vec<f64>)>> = vec![None; W];
     for c in 0..last {
         for (j, &k) in size.iter().enumerate() {
             let mut end = [0.0f64; W];
             for l in 0..W {
                 end[l] = later(free[0][l], ready0[j][l]) + span[k][l];
             }
-            for st in 0..n_stages - 1 {
-                let d = send[st * sizes + k];
-                let next = &span[(st + 1) * sizes + k];
-                let (head, tail) = free.split_at_mut(st + 1);
-                let (own, receiver) = (&mut head[st], &tail[0]);
-                for l in 0..W {
-                    let stop = later(end[l], receiver[l]) + d;
-                    // A lane that has repeated its cycle keeps its state (a select, so that
-                    // the lanes stay side by side).
-                    own[l] = if live[l] { stop } else { own[l] };
-                    end[l] = stop + next[l];
-                }
+            let walk = &hops[k * (n_stages - 1)..(k + 1) * (n_stages - 1)];
+            for (st, (next, d)) in walk.iter().enumerate() {
+                // Whole lanes as values: the stores to `free[st]` then alias no later load.
+                let receiver: [f64; W] = free[st + 1];
+                let stop: [f64; W] = std::array::from_fn(|l| later(end[l], receiver[l]) + d);
+                free[st] = stop;
+                end = std::array::from_fn(|l| stop[l] + next[l]);
             }
-            let (last_free, back) = (&mut free[n_stages - 1], &mut ready0[j]);
+            free[n_stages - 1] = end;
             for l in 0..W {
-                last_free[l] = if live[l] { end[l] } else { last_free[l] };
-                back[l] = if live[l] { end[l] + ret } else { back[l] };
+                ready0[j][l] = end[l] + ret;
             }
+        }
+        // Per lane, whether every stage and micro-batch is where it was a cycle before
+        // relative to stage 0, the lanes side by side.
+        let origin: [f64; W] = free[0];
+        let tol: [f64; W] = std::array::from_fn(|l| 1e-12 * origin[l].abs().max(1.0));
+        let mut same = [c > 0; W];
+        for (p, x) in prev.iter_mut().zip(free[1..].iter().chain(&ready0)) {
+            let rel: [f64; W] = std::array::from_fn(|l| x[l] - origin[l]);
+            for l in 0..W {
+                same[l] &= (rel[l] - p[l]).abs() <= tol[l];
+            }
+            *p = rel;
         }
         let mut playing = false;
         for l in 0..W {
-            if !live[l] {
+            if held[l].is_some() {
                 continue;
             }
-            let origin = free[0][l];
-            let tol = 1e-12 * origin.abs().max(1.0);
-            let rel = free[1..].iter().chain(&ready0).map(|x| x[l] - origin);
-            if c > 0 && rel.clone().zip(&prev).all(|(a, b)| (a - b[l]).abs() <= tol) {
-                live[l] = false;
+            if same[l] {
+                held[l] = Some((
+                    free.iter().map(|x| x[l]).collect(),
+                    ready0.iter().map(|x| x[l]).collect(),
+                ));
             } else {
-                for (p, r) in prev.iter_mut().zip(rel) {
-                    p[l] = r;
-                }
                 playing = true;
             }
         }
         if !playing {
             break;
+        }
+    }
+    for (l, h) in held.iter().enumerate() {
+        if let Some((f, r)) = h {
+            for (x, v) in free.iter_mut().zip(f) {
+                x[l] = *v;
+            }
+            for (x, v) in ready0.iter_mut().zip(r) {
+                x[l] = *v;
+            }
         }
     }
     // The recorded cycle (its windows' starts) and the next one's first micro-batch (their
@@ -370,31 +392,23 @@ fn schedule_step_any<const W: usize>(
     let mut next = vec![[0.0; W]; n_stages];
     for (win, first) in [(&mut start, false), (&mut next, true)] {
         for (j, &k) in size.iter().enumerate() {
-            let mut end = [0.0f64; W];
-            for l in 0..W {
-                let at = free[0][l].max(ready0[j][l]);
+            let at: [f64; W] = std::array::from_fn(|l| later(free[0][l], ready0[j][l]));
+            if j == 0 {
+                win[0] = at;
+            }
+            let mut end: [f64; W] = std::array::from_fn(|l| at[l] + span[k][l]);
+            let walk = &hops[k * (n_stages - 1)..(k + 1) * (n_stages - 1)];
+            for (st, (next, d)) in walk.iter().enumerate() {
+                let receiver: [f64; W] = free[st + 1];
                 if j == 0 {
-                    win[0][l] = at;
+                    win[st + 1] = receiver;
                 }
-                end[l] = at + span[k][l];
+                let stop: [f64; W] = std::array::from_fn(|l| later(end[l], receiver[l]) + d);
+                free[st] = stop;
+                end = std::array::from_fn(|l| stop[l] + next[l]);
             }
-            for st in 0..n_stages - 1 {
-                let d = send[st * sizes + k];
-                let next = &span[(st + 1) * sizes + k];
-                for l in 0..W {
-                    let receiver_ready = free[st + 1][l];
-                    if j == 0 {
-                        win[st + 1][l] = receiver_ready;
-                    }
-                    let stop = end[l].max(receiver_ready) + d;
-                    free[st][l] = stop;
-                    end[l] = stop + next[l];
-                }
-            }
-            for l in 0..W {
-                free[n_stages - 1][l] = end[l];
-                ready0[j][l] = end[l] + ret;
-            }
+            free[n_stages - 1] = end;
+            ready0[j] = std::array::from_fn(|l| end[l] + ret);
             if first {
                 break;
             }

@@ -80,7 +80,35 @@ pub(super) struct Memo {
     /// graphs), as a fraction of its price: only drawn steps that scale latency and bandwidth
     /// apart read it.
     pub(super) latency: HashMap<LatencyKey, Box<[f64]>>,
+    /// A pipeline's stage plays (see [`StagePlays`]).
+    pub(super) stage_plays: StagePlays,
 }
+
+/// A pipeline stage played at one micro-batch size for a sweep's lanes of contexts: (stage
+/// slot, micro-batch size, collectives id, graphs, the overhead's bits, lanes, first context).
+/// A pipeline of `pp` stages splits a batch in `pp` micro-batches, so every batch from
+/// `pp × (b - 1) + 1` to `pp × (b + 1) - 1` plays micro-batches of `b` sequences: a sweep along
+/// its batch axis plays the same (stage, size, contexts) for up to `2 pp - 1` batches.
+pub(super) type StagePlayKey = (usize, u32, u64, bool, u64, usize, u64);
+
+/// A stage play's lanes: their contexts, then per lane its window (µs), then per lane its busy
+/// time per category.
+pub(super) struct StagePlay {
+    pub(super) contexts: Box<[u64]>,
+    pub(super) values: Box<[f64]>,
+}
+
+/// The stage plays kept, and how many values they hold.
+#[derive(Default)]
+pub(super) struct StagePlays {
+    pub(super) map: HashMap<StagePlayKey, StagePlay, BuildHasherDefault<KeyHasher>>,
+    pub(super) values: usize,
+}
+
+/// Beyond this many values (~8 MB) the stage plays of micro-batch sizes the batch at hand
+/// does not play are dropped (and all of them if that is not enough): a sweep moves along its
+/// batch axis, and the sizes it has left behind do not come back.
+pub(super) const STAGE_PLAYS_MAX_VALUES: usize = 1 << 20;
 
 /// The layouts priced per regime: the token-dependent ops, the context-dependent ones, the
 /// collectives.

@@ -398,6 +398,7 @@ impl FastScenario {
                         .collect(),
                     draw: None,
                     latency: HashMap::new(),
+                    stage_plays: StagePlays::default(),
                 }));
             }
             f(slot.as_mut().expect("memo set above"))

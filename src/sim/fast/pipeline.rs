@@ -122,6 +122,82 @@ impl FastScenario {
         (us, lat)
     }
 
+    /// Stage `st` played at micro-batch size `b` for `W` contexts: each lane's window and busy
+    /// time handed to `put`, in lane order. A sweep's batches share their micro-batch sizes, so
+    /// a play is kept (`Memo::stage_plays`) and handed out again at the next batch of the same
+    /// size; a Monte Carlo draw's plays are not kept (their prices are drawn).
+    fn stage_play<const W: usize>(
+        &self,
+        m: &mut Memo,
+        fit: &PipelineFit,
+        (st, b): (usize, u32),
+        contexts: [u64; W],
+        set: Setting<'_>,
+        overhead: f64,
+        mut put: impl FnMut(f64, &Busy),
+    ) {
+        let key = (
+            st,
+            b,
+            set.coll.id,
+            set.launch.graphs,
+            overhead.to_bits(),
+            W,
+            contexts[0],
+        );
+        let keep = m.draw.is_none();
+        if keep {
+            if let Some(p) = m.stage_plays.map.get(&key) {
+                if p.contexts[..] == contexts[..] {
+                    let (span, busy) = p.values.split_at(W);
+                    for (w, b) in span.iter().zip(busy.chunks_exact(NCAT)) {
+                        put(*w, b.try_into().expect("NCAT values per lane"));
+                    }
+                    return;
+                }
+            }
+        }
+        let mut states = [State::new(set.launch); W];
+        for state in &mut states {
+            state.step_overhead += overhead;
+        }
+        let at = PassAt::plain(b, contexts[0]);
+        self.play_lanes(m, self.stage_model(fit, st), &mut states, at, contexts, set);
+        for state in &states {
+            put(state.window_us(), &state.busy);
+        }
+        if !keep {
+            return;
+        }
+        let plays = &mut m.stage_plays;
+        let len = W * (1 + NCAT);
+        if plays.values + len > STAGE_PLAYS_MAX_VALUES {
+            // A batch's micro-batches are of two sizes next to each other.
+            plays.map.retain(|k, _| k.1.abs_diff(b) <= 1);
+            plays.values = plays.map.values().map(|p| p.values.len()).sum();
+            if plays.values + len > STAGE_PLAYS_MAX_VALUES {
+                plays.map.clear();
+                plays.values = 0;
+            }
+        }
+        let mut values = Vec::with_capacity(len);
+        values.extend(states.iter().map(|s| s.window_us()));
+        for s in &states {
+            values.extend_from_slice(&s.busy);
+        }
+        plays.values += len;
+        let old = plays.map.insert(
+            key,
+            StagePlay {
+                contexts: contexts.into(),
+                values: values.into(),
+            },
+        );
+        if let Some(o) = old {
+            plays.values -= o.values.len();
+        }
+    }
+
     /// One pipeline step at (batch, context): every (stage, micro-batch size) played on its
     /// own state (`overhead` µs added to each one's end-of-step idle), the sends priced, and
     /// `sim::pipeline::schedule` composing them. Returns the time per output token and the busy
@@ -174,18 +250,11 @@ impl FastScenario {
                 continue;
             }
             slot[st] = span.len() / (k_n * W);
-            let pm = self.stage_model(fit, st);
             for &b in &sizes {
-                let mut states = [State::new(set.launch); W];
-                for state in &mut states {
-                    state.step_overhead += overhead;
-                }
-                let at = PassAt::plain(b, contexts[0]);
-                self.play_lanes(m, pm, &mut states, at, contexts, set);
-                for state in &states {
-                    span.push(state.window_us());
-                    stage_busy.push(state.busy);
-                }
+                self.stage_play(m, fit, (st, b), contexts, set, overhead, |w, busy| {
+                    span.push(w);
+                    stage_busy.push(*busy);
+                });
             }
         }
         let draw = m.draw;

@@ -137,10 +137,10 @@ const ASCII_ZEROS: u64 = 0x3030_3030_3030_3030;
 fn digits8(x: u32) -> u64 {
     let x = x as u64;
     // abcd in the low 32 bits, efgh in the high.
-    let v = x / 10_000 | (x % 10_000) << 32;
-    let hundreds = (v * 10_486 >> 20) & 0x0000_007f_0000_007f;
+    let v = (x / 10_000) | ((x % 10_000) << 32);
+    let hundreds = ((v * 10_486) >> 20) & 0x0000_007f_0000_007f;
     let v = hundreds | (v - hundreds * 100) << 16;
-    let tens = (v * 103 >> 10) & 0x000f_000f_000f_000f;
+    let tens = ((v * 103) >> 10) & 0x000f_000f_000f_000f;
     tens | (v - tens * 10) << 8
 }
 

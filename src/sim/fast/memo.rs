@@ -98,16 +98,20 @@ pub(super) struct StagePlay {
     pub(super) values: Box<[f64]>,
 }
 
-/// The stage plays kept, and how many values they hold.
+/// The stage plays kept, how many values they hold, and the least and greatest micro-batch
+/// size among them.
 #[derive(Default)]
 pub(super) struct StagePlays {
     pub(super) map: HashMap<StagePlayKey, StagePlay, BuildHasherDefault<KeyHasher>>,
     pub(super) values: usize,
+    pub(super) sizes: (u32, u32),
 }
 
-/// Beyond this many values (~8 MB) the stage plays of micro-batch sizes the batch at hand
-/// does not play are dropped (and all of them if that is not enough): a sweep moves along its
-/// batch axis, and the sizes it has left behind do not come back.
+/// Beyond this many values (~8 MB, the plays of ~7,000 contexts per batch at PP18) the stage
+/// plays of micro-batch sizes the batch at hand does not play are dropped (a sweep moves along
+/// its batch axis, and the sizes it has left behind do not come back); if that is not enough,
+/// no more are kept until it is, so that a grid of more contexts neither grows the memory nor
+/// pays for plays it cannot keep long enough to use.
 pub(super) const STAGE_PLAYS_MAX_VALUES: usize = 1 << 20;
 
 /// The layouts priced per regime: the token-dependent ops, the context-dependent ones, the

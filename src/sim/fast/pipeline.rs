@@ -172,14 +172,27 @@ impl FastScenario {
         let plays = &mut m.stage_plays;
         let len = W * (1 + NCAT);
         if plays.values + len > STAGE_PLAYS_MAX_VALUES {
-            // A batch's micro-batches are of two sizes next to each other.
-            plays.map.retain(|k, _| k.1.abs_diff(b) <= 1);
-            plays.values = plays.map.values().map(|p| p.values.len()).sum();
+            // A batch's micro-batches are of two sizes next to each other: the plays of sizes
+            // further away are dropped, once per move of the batch.
+            if plays.sizes.0.abs_diff(b) > 1 || plays.sizes.1.abs_diff(b) > 1 {
+                plays.map.retain(|k, _| k.1.abs_diff(b) <= 1);
+                plays.values = plays.map.values().map(|p| p.values.len()).sum();
+                plays.sizes = plays
+                    .map
+                    .keys()
+                    .fold((b, b), |(lo, hi), k| (lo.min(k.1), hi.max(k.1)));
+            }
+            // Still full (more contexts per batch than it holds): the plays kept stay, the
+            // others are played each time.
             if plays.values + len > STAGE_PLAYS_MAX_VALUES {
-                plays.map.clear();
-                plays.values = 0;
+                return;
             }
         }
+        plays.sizes = if plays.map.is_empty() {
+            (b, b)
+        } else {
+            (plays.sizes.0.min(b), plays.sizes.1.max(b))
+        };
         let mut values = Vec::with_capacity(len);
         values.extend(states.iter().map(|s| s.window_us()));
         for s in &states {

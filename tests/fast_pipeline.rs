@@ -231,6 +231,13 @@ fn without_jitter_the_fast_path_is_the_timeline() {
 
 use common::decodesim_exit as run;
 
+/// A CSV sweep's header and rows, split at commas (no field of a sweep row holds one).
+fn csv_table(out: &str) -> (Vec<&str>, Vec<Vec<&str>>) {
+    let mut lines = out.lines();
+    let header = lines.next().expect("header").split(',').collect();
+    (header, lines.map(|l| l.split(',').collect()).collect())
+}
+
 /// `sweep --pp 1,2,4` writes one row per (pp, batch, context), each with the fast path's price
 /// of that scenario alone (memo cleared), and its pp in the `pp` column.
 #[test]
@@ -253,11 +260,9 @@ fn sweep_rows_over_pp_equal_each_scenario_priced_alone() {
         "csv",
     ]);
     assert_eq!(code, 0, "{err}");
-    let mut lines = out.lines();
-    let header: Vec<&str> = lines.next().expect("header").split(',').collect();
+    let (header, rows) = csv_table(&out);
     let col = |name: &str| header.iter().position(|h| *h == name).expect(name);
     let (pp_c, b_c, c_c, st_c) = (col("pp"), col("batch"), col("context"), col("step_time_us"));
-    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
     assert_eq!(rows.len(), 3 * 3 * 2);
     let mut checked = 0;
     for pp in [1u32, 2, 4] {
@@ -328,8 +333,7 @@ fn sweep_rows_sharing_micro_batch_sizes_equal_each_priced_alone() {
         "csv",
     ]);
     assert_eq!(code, 0, "{err}");
-    let mut lines = out.lines();
-    let header: Vec<&str> = lines.next().expect("header").split(',').collect();
+    let (header, rows) = csv_table(&out);
     let col = |name: &str| header.iter().position(|h| *h == name).expect(name);
     let (b_c, c_c, st_c, pr_c, g_c) = (
         col("batch"),
@@ -338,7 +342,6 @@ fn sweep_rows_sharing_micro_batch_sizes_equal_each_priced_alone() {
         col("nccl_proto"),
         col("cuda_graphs"),
     );
-    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
     assert_eq!(rows.len(), 8 * 8 * 2 * 2);
     let mut req = ScenarioRequest {
         model: "deepseek-v3".into(),
@@ -472,8 +475,7 @@ fn sweep_intervals_run_over_pp() {
         "40",
     ]);
     assert_eq!(code, 0, "{err}");
-    let mut lines = out.lines();
-    let header: Vec<&str> = lines.next().expect("header").split(',').collect();
+    let (header, rows) = csv_table(&out);
     let col = |name: &str| header.iter().position(|h| *h == name).expect(name);
     let (pp_c, t_c, p5_c, p95_c) = (
         col("pp"),
@@ -481,7 +483,6 @@ fn sweep_intervals_run_over_pp() {
         col("tokens_per_s_p5"),
         col("tokens_per_s_p95"),
     );
-    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
     assert!(rows.iter().any(|r| r[pp_c] == "2"), "{out}");
     for r in &rows {
         let (t, p5, p95): (f64, f64, f64) = (

@@ -107,11 +107,11 @@ pub(super) struct StagePlays {
     pub(super) sizes: (u32, u32),
 }
 
-/// Beyond this many values (~8 MB, the plays of ~7,000 contexts per batch at PP18) the stage
-/// plays of micro-batch sizes the batch at hand does not play are dropped (a sweep moves along
-/// its batch axis, and the sizes it has left behind do not come back); if that is not enough,
-/// no more are kept until it is, so that a grid of more contexts neither grows the memory nor
-/// pays for plays it cannot keep long enough to use.
+/// Beyond this many values (~8 MB: the plays of several thousand contexts per batch at PP18)
+/// the stage plays of micro-batch sizes the batch at hand does not play are dropped (a sweep
+/// moves along its batch axis, and the sizes it has left behind do not come back); if that is
+/// not enough, no more are kept until it is, so that a grid of more contexts neither grows the
+/// memory nor pays for plays it cannot keep long enough to use.
 pub(super) const STAGE_PLAYS_MAX_VALUES: usize = 1 << 20;
 
 /// The layouts priced per regime: the token-dependent ops, the context-dependent ones, the

@@ -324,9 +324,11 @@ fn schedule_step_any<const W: usize>(
     let mut free = vec![[0.0f64; W]; n_stages];
     let mut ready0 = vec![[0.0f64; W]; size.len()];
     let mut prev = vec![[0.0; W]; n_stages - 1 + size.len()];
-    // A lane that has repeated its cycle is kept as it was then (`held`) while the others play
-    // on: the lanes play every cycle alike, with no per-lane test in the cycle itself.
-    let mut held: Vec<Option<(Vec<f64>, Vec<f64>)>> = vec![None; W];
+    // A lane that has repeated its cycle is saved as it was then (`held`, its column of
+    // `saved_free` and `saved_ready0`) while the others play on: the lanes play every cycle
+    // alike, with no per-lane test in the cycle itself.
+    let mut held = [false; W];
+    let (mut saved_free, mut saved_ready0) = (free.clone(), ready0.clone());
     for c in 0..last {
         for (j, &k) in size.iter().enumerate() {
             let mut end = [0.0f64; W];
@@ -360,14 +362,17 @@ fn schedule_step_any<const W: usize>(
         }
         let mut playing = false;
         for l in 0..W {
-            if held[l].is_some() {
+            if held[l] {
                 continue;
             }
             if same[l] {
-                held[l] = Some((
-                    free.iter().map(|x| x[l]).collect(),
-                    ready0.iter().map(|x| x[l]).collect(),
-                ));
+                held[l] = true;
+                for (to, from) in saved_free.iter_mut().zip(&free) {
+                    to[l] = from[l];
+                }
+                for (to, from) in saved_ready0.iter_mut().zip(&ready0) {
+                    to[l] = from[l];
+                }
             } else {
                 playing = true;
             }
@@ -376,14 +381,12 @@ fn schedule_step_any<const W: usize>(
             break;
         }
     }
-    for (l, h) in held.iter().enumerate() {
-        if let Some((f, r)) = h {
-            for (x, v) in free.iter_mut().zip(f) {
-                x[l] = *v;
-            }
-            for (x, v) in ready0.iter_mut().zip(r) {
-                x[l] = *v;
-            }
+    for l in (0..W).filter(|&l| held[l]) {
+        for (x, v) in free.iter_mut().zip(&saved_free) {
+            x[l] = v[l];
+        }
+        for (x, v) in ready0.iter_mut().zip(&saved_ready0) {
+            x[l] = v[l];
         }
     }
     // The recorded cycle (its windows' starts) and the next one's first micro-batch (their

@@ -798,7 +798,7 @@ impl FastScenario {
             }
             if let Some(fit) = &self.tbo {
                 let set = Setting { launch, coll };
-                return contexts.map(|c| self.tbo_step(m, fit, (batch, c), set, 0.0));
+                return self.tbo_step_lanes(m, fit, batch, contexts, set, 0.0);
             }
             let mut sts = [State::new(launch); W];
             self.play_lanes(

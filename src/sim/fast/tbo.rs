@@ -161,14 +161,16 @@ const MET: Spread = Spread {
     launch: false,
 };
 
-/// One micro-batch's priced pass, copied out of the memo.
+/// One micro-batch's priced pass for the lanes played together, copied out of the memo.
 #[derive(Default)]
 struct Priced {
     high: bool,
+    /// The mean rank's durations, op-major: op `i` of lane `j` at `d[i * W + j]`.
     d: Vec<f64>,
     ex: Vec<f64>,
-    /// Under CUDA graphs, at each run of kernels' first op, the run summed (`RunRest`): every
-    /// layer plays the same runs, so a run is summed once per step.
+    /// Under CUDA graphs, at each run of kernels' first op `s`, the run summed (`RunRest`) for
+    /// lane `j` at `rest[s * W + j]`: every layer plays the same runs, so a run is summed once
+    /// per step.
     rest: Vec<RunRest>,
 }
 
@@ -188,29 +190,41 @@ struct RunRest {
 }
 
 impl Priced {
-    /// Sums each run's ops (`RunRest`, kept at the run's first op) from the priced durations,
-    /// `gap` µs before each kernel; `run_start`: the runs' first ops, `run_end` their ends.
-    fn sum_runs(&mut self, run_start: &[bool], run_end: &[u32], per_seq: &[bool], gap: f64) {
-        let n = self.d.len();
-        if self.rest.len() != n {
-            self.rest.resize(n, RunRest::default());
+    /// Sums each run's ops on each of `W` lanes (`RunRest`, kept at the run's first op) from
+    /// the priced durations, `gap` µs before each kernel; `run_start`: the runs' first ops,
+    /// `run_end` their ends. Each lane's sums take its ops in order, as one lane alone would.
+    fn sum_runs<const W: usize>(
+        &mut self,
+        run_start: &[bool],
+        run_end: &[u32],
+        per_seq: &[bool],
+        gap: f64,
+    ) {
+        let n = run_start.len();
+        if self.rest.len() != n * W {
+            self.rest.resize(n * W, RunRest::default());
         }
         let loaded = !self.ex.is_empty();
         for s in (0..n).filter(|&s| run_start[s]) {
-            let mut r = RunRest::default();
+            let mut r = [RunRest::default(); W];
             for i in s..run_end[s] as usize {
-                let d = self.d[i];
-                r.span += gap + d;
-                r.sum += d;
-                r.sq += d * d;
-                if loaded {
-                    r.ex += self.ex[i];
-                }
-                if per_seq[i] {
-                    r.seq += d;
+                let di: &[f64; W] = self.d[i * W..(i + 1) * W]
+                    .try_into()
+                    .expect("W lanes per op");
+                let x = if loaded { self.ex[i] } else { 0.0 };
+                for (r, &d) in r.iter_mut().zip(di) {
+                    r.span += gap + d;
+                    r.sum += d;
+                    r.sq += d * d;
+                    if loaded {
+                        r.ex += x;
+                    }
+                    if per_seq[i] {
+                        r.seq += d;
+                    }
                 }
             }
-            self.rest[s] = r;
+            self.rest[s * W..(s + 1) * W].copy_from_slice(&r);
         }
     }
 }
@@ -220,6 +234,7 @@ thread_local! {
 }
 
 /// The communication stream and the micro-batches' pending all-to-alls of one rank.
+#[derive(Clone, Copy)]
 struct Comm {
     free: f64,
     /// When each micro-batch's last all-to-all ends.
@@ -235,22 +250,37 @@ impl FastScenario {
         &self,
         m: &mut Memo,
         fit: &TboFit,
-        at: (u32, u64),
+        (batch, context): (u32, u64),
         set: Setting<'_>,
         overhead: f64,
     ) -> (f64, Busy) {
-        let (batch, context) = at;
-        let mut st = State::new(set.launch);
-        st.step_overhead += overhead;
+        let [one] = self.tbo_step_lanes(m, fit, batch, [context], set, overhead);
+        one
+    }
+
+    /// [`FastScenario::tbo_step`] at `W` contexts of one batch, played side by side (the
+    /// sweep's rows along its context axis): the same figures, bit for bit.
+    pub(super) fn tbo_step_lanes<const W: usize>(
+        &self,
+        m: &mut Memo,
+        fit: &TboFit,
+        batch: u32,
+        contexts: [u64; W],
+        set: Setting<'_>,
+        overhead: f64,
+    ) -> [(f64, Busy); W] {
+        let mut sts = [State::new(set.launch); W];
+        for st in &mut sts {
+            st.step_overhead += overhead;
+        }
         let sizes = [batch.div_ceil(2), batch / 2];
         PRICED.with(|cell| {
             let mut priced = cell.borrow_mut();
             let pm = &self.target;
             for k in 0..2 {
                 let out = &mut priced[k];
-                let at = PassAt::plain(sizes[k], context);
-                let sts = std::array::from_mut(&mut st);
-                self.price_lanes(m, pm, sts, at, [context], set, |regime, d, ex, _, _| {
+                let at = PassAt::plain(sizes[k], contexts[0]);
+                self.price_lanes(m, pm, &mut sts, at, contexts, set, |regime, d, ex, _, _| {
                     out.high = !std::ptr::eq(regime, &pm.low);
                     // The mean rank's duration: the slowest rank's excess joins its window's
                     // (`Chain`).
@@ -258,7 +288,9 @@ impl FastScenario {
                     if ex.is_empty() {
                         out.d.extend_from_slice(d);
                     } else {
-                        out.d.extend(d.iter().zip(ex).map(|(&d, &x)| d - x));
+                        for (di, &x) in d.chunks_exact(W).zip(ex) {
+                            out.d.extend(di.iter().map(|&d| d - x));
+                        }
                     }
                     out.ex.clear();
                     out.ex.extend_from_slice(ex);
@@ -271,7 +303,7 @@ impl FastScenario {
                 for p in priced.iter_mut() {
                     let h = p.high as usize;
                     let (starts, ends) = (&fit.run_start[h], &fit.run_end[h]);
-                    p.sum_runs(starts, ends, &fit.per_seq[h], set.launch.gap);
+                    p.sum_runs::<W>(starts, ends, &fit.per_seq[h], set.launch.gap);
                 }
             }
             let sgs = [
@@ -295,12 +327,12 @@ impl FastScenario {
             let lag = Lag::new(dp, sizes);
             let play = (&plays, &*priced, summed);
             if sgs[0].on || sgs[1].on {
-                interleave::<true>(&mut st, play, set.launch, sgs, lag);
+                interleave::<true, W>(&mut sts, play, set.launch, sgs, lag);
             } else {
-                interleave::<false>(&mut st, play, set.launch, sgs, lag);
+                interleave::<false, W>(&mut sts, play, set.launch, sgs, lag);
             }
         });
-        (st.window_us(), st.busy)
+        sts.map(|st| (st.window_us(), st.busy))
     }
 }
 
@@ -319,6 +351,7 @@ struct Play<'a> {
 /// recursion plays), since the DP ranks last met. The first `b % dp` DP ranks take one
 /// sequence more (`Scenario::dp_batches`), so by the two micro-batches' splits the DP ranks
 /// fall in at most three groups.
+#[derive(Clone, Copy)]
 struct Lag {
     /// Per group: its share of the ranks, and µs behind.
     weight: [f64; 3],
@@ -379,6 +412,7 @@ impl Lag {
 }
 
 /// Where a micro-batch is in its pass: segment, repeat of it, op.
+#[derive(Clone, Copy, PartialEq)]
 struct Cursor {
     seg: usize,
     rep: u32,
@@ -413,7 +447,7 @@ impl Cursor {
 /// Expert parallelism's slowest rank on the compute stream since its ranks last met: the sum
 /// of squares of the expected slowest-rank excesses of the windows played since (`ep`), and
 /// the excess of the window still open.
-#[derive(Default)]
+#[derive(Default, Clone, Copy)]
 struct Chain {
     sq: f64,
     open: f64,
@@ -431,27 +465,36 @@ impl Chain {
     }
 }
 
-/// Plays the two micro-batches interleaved on `st` as `overlap::interleave` orders them: per
+/// Plays the two micro-batches interleaved on `W` lanes (`sts`: the next contexts of one
+/// batch, lane `j`'s op `i` at `d[i * W + j]`) as `overlap::interleave` orders them: per
 /// round, each micro-batch in turn waits for its last all-to-all, plays up to its next
 /// all-to-all and starts it. The streams follow the mean rank (the loaded ops at their mean
 /// price); the slowest rank's lead is carried in a `Chain` until the compute stream meets the
 /// other ranks again (a blocking collective, or a wait the transfer's end binds).
-fn interleave<const SG: bool>(
-    st: &mut State,
+///
+/// The lanes share the control flow (which op, which run, which micro-batch) and each op is
+/// stepped on every lane before the next, so that their dependency chains run side by side.
+/// Each lane does exactly what it would do alone: where some lanes' rounds repeat before the
+/// others', those lanes are moved on by their own increment and put aside (`Parked`) until
+/// the others reach where that move left them.
+fn interleave<const SG: bool, const W: usize>(
+    sts: &mut [State; W],
     (plays, priced, summed): (&[Play<'_>; 2], &[Priced; 2], bool),
     l: &Launch,
     sgs: [&Straggler; 2],
-    mut lag: Lag,
+    lag: Lag,
 ) {
     // With data-parallel attention a tensor-parallel collective meets one DP rank's ranks
     // only: the DP ranks' sequences keep them apart until a wide one.
     let one_group = lag.dp <= 1;
-    let mut comm = Comm {
+    let lag_on = lag.on;
+    let mut lags = [lag; W];
+    let mut comm = [Comm {
         free: f64::MIN,
         ends: [f64::MIN; 2],
         wide: [false; 2],
-    };
-    let mut chain = Chain::default();
+    }; W];
+    let mut chain = [Chain::default(); W];
     let mut cursors = [0, 1].map(|k| Cursor {
         seg: 0,
         rep: 0,
@@ -459,37 +502,12 @@ fn interleave<const SG: bool>(
     });
     let mut pending = [false; 2];
     let mut done = [false; 2];
-    let mut anchor: Option<Anchor> = None;
+    let mut anchors: [Option<Anchor>; W] = std::array::from_fn(|_| None);
+    let mut parked: Option<Parked<W>> = None;
     while !(done[0] && done[1]) {
         if !done[0] && !done[1] {
-            let now = Anchor::at(st, &comm, &chain, &lag, &cursors, pending, l);
-            match anchor.as_mut() {
-                Some(a) if a.pos == now.pos => {
-                    if a.repeats(&now, l) {
-                        let left = cursors
-                            .iter()
-                            .zip(plays)
-                            .map(|(c, p)| p.regime.segments[c.seg].repeat - 1 - c.rep)
-                            .min()
-                            .unwrap_or(0);
-                        a.skip(&now, left, st, &mut comm, &mut cursors);
-                        anchor = None;
-                    } else {
-                        *a = now;
-                    }
-                }
-                // Within the anchor's runs: it is met again a layer on.
-                Some(a) if a.pos[0].0 == now.pos[0].0 && a.pos[1].0 == now.pos[1].0 => {}
-                // A new anchor where both micro-batches are in runs of identical layers.
-                _ if cursors
-                    .iter()
-                    .zip(plays)
-                    .all(|(c, p)| p.regime.segments[c.seg].repeat > 1) =>
-                {
-                    anchor = Some(now)
-                }
-                _ => {}
-            }
+            let lanes = (&mut *sts, &mut comm, &mut chain, &mut lags);
+            round_start(lanes, &mut anchors, &mut parked, &mut cursors, (plays, pending), l);
         }
         for k in 0..2 {
             if done[k] {
@@ -497,12 +515,15 @@ fn interleave<const SG: bool>(
             }
             if pending[k] {
                 pending[k] = false;
-                let jitter = if SG {
-                    collective_wait(st, sgs[k], false, comm.wide[k])
-                } else {
-                    0.0
-                };
-                wait(st, &mut chain, &mut lag, comm.ends[k], jitter);
+                for j in 0..W {
+                    let jitter = if SG {
+                        collective_wait(&sts[j], sgs[k], false, comm[j].wide[k])
+                    } else {
+                        0.0
+                    };
+                    let end = comm[j].ends[k];
+                    wait(&mut sts[j], &mut chain[j], &mut lags[j], end, jitter);
+                }
             }
             let Play {
                 regime,
@@ -520,56 +541,58 @@ fn interleave<const SG: bool>(
                     done[k] = true;
                     break;
                 };
-                // A run of kernels on one stream, after the step's first kernel: its sums
-                // under CUDA graphs (a lone kernel too) where it is entered at its start, else
-                // one tight loop, the same operations in the same order as op by op below.
+                // A run of kernels on one stream, after the step's first kernel (the same op
+                // on every lane: it is the pass's first start): its sums under CUDA graphs (a
+                // lone kernel too) where it is entered at its start, else one tight loop, the
+                // same operations in the same order as op by op below.
                 if let Kind::Kernel { aux, loaded } = regime.kinds[i] {
                     let end = run_end[i] as usize;
                     let whole = summed && run_start[i];
-                    if (whole || end > i + 1) && !st.first_start.is_nan() {
-                        play_run::<SG>(
-                            st,
-                            (&mut chain, &mut lag),
-                            (aux, loaded),
-                            k,
-                            {
-                                if whole {
-                                    Run::Summed(&priced[k].rest[i])
-                                } else {
-                                    Run::Ops {
-                                        d: &d[i..end],
-                                        ex: ex.get(i..end).unwrap_or_default(),
-                                        seq: (&next_seq[i..=end], i),
-                                    }
-                                }
-                            },
-                            l,
-                        );
+                    if (whole || end > i + 1) && !sts[0].first_start.is_nan() {
+                        let run = if whole {
+                            let seq = next_seq[i] < run_end[i];
+                            Run::Summed(&priced[k].rest[i * W..(i + 1) * W], seq)
+                        } else {
+                            Run::Ops {
+                                d: &d[i * W..end * W],
+                                ex: ex.get(i..end).unwrap_or_default(),
+                                seq: (&next_seq[i..=end], i),
+                            }
+                        };
+                        let lanes = (&mut *sts, &mut chain, &mut lags);
+                        play_run::<SG, W>(lanes, (aux, loaded), k, run, l);
                         cursors[k].i = end;
                         continue;
                     }
                 }
                 // The mean rank's duration; the slowest rank's excess joins the window's.
-                let dur = d[i];
+                let di: &[f64; W] = d[i * W..(i + 1) * W].try_into().expect("W lanes");
                 if loaded {
-                    chain.open += ex[i];
+                    for c in &mut chain {
+                        c.open += ex[i];
+                    }
                 }
-                if lag.on && per_seq[i] {
-                    for g in 0..3 {
-                        lag.behind[g] += dur * lag.saves[k][g];
+                if lag_on && per_seq[i] {
+                    for (lag, &dur) in lags.iter_mut().zip(di) {
+                        for g in 0..3 {
+                            lag.behind[g] += dur * lag.saves[k][g];
+                        }
                     }
                 }
                 match regime.kinds[i] {
                     Kind::Collective { wide } => {
-                        let lead = chain.close();
                         let a2a = cut[i];
-                        let at = (wide, dur, lead);
-                        if collective::<SG>(st, &mut comm, at, l, sg, a2a.then_some(k)) {
-                            // A tensor-parallel group's ranks leave together at its slowest
-                            // member's pace; the DP ranks meet only at a wide collective.
-                            chain.sq = 0.0;
-                            if wide || one_group {
-                                lag.met();
+                        for j in 0..W {
+                            let lead = chain[j].close();
+                            let at = (wide, di[j], lead);
+                            let (st, c) = (&mut sts[j], &mut comm[j]);
+                            if collective::<SG>(st, c, at, l, sg, a2a.then_some(k)) {
+                                // A tensor-parallel group's ranks leave together at its slowest
+                                // member's pace; the DP ranks meet only at a wide collective.
+                                chain[j].sq = 0.0;
+                                if wide || one_group {
+                                    lags[j].met();
+                                }
                             }
                         }
                         if a2a {
@@ -577,21 +600,129 @@ fn interleave<const SG: bool>(
                             break;
                         }
                     }
-                    kind => step::<false, SG>(st, kind, dur, l, sg),
+                    kind => {
+                        for (st, &dur) in sts.iter_mut().zip(di) {
+                            step::<false, SG>(st, kind, dur, l, sg);
+                        }
+                    }
                 }
             }
-            chain.close();
+            for c in &mut chain {
+                c.close();
+            }
         }
     }
     // The step ends when every stream has (the last transfer is waited for above); the step
     // is the mean over ranks, the DP ranks with fewer sequences ending earlier.
-    st.main = later(st.main, comm.free) - lag.mean();
+    for j in 0..W {
+        sts[j].main = later(sts[j].main, comm[j].free) - lags[j].mean();
+    }
+    debug_assert!(parked.is_none(), "a parked lane was never taken back");
 }
 
-/// A run of kernels as `interleave` plays it: its sums, or its ops one by one (`seq`: the
-/// run's slice of `next_seq` and the run's first op, which `next_seq` counts from).
+/// Lanes whose rounds repeated before the others': each one's state moved on to the end of
+/// its run of identical layers (`Anchor::skip`), and the cursors that move left them at.
+/// Meanwhile the lanes are played on with the others as ballast, their results unused.
+struct Parked<const W: usize> {
+    at: [Cursor; 2],
+    lanes: [Option<(State, Comm, Chain, Lag)>; W],
+}
+
+/// The start of a round on every lane: where a lane's round repeats its anchor's a layer on,
+/// the layers left are added as that layer's increment. When every lane still played
+/// repeats, the cursors move on; a lane that repeats before the others is parked where its
+/// move left it, and taken back when the cursors get there.
+fn round_start<const W: usize>(
+    (sts, comm, chain, lags): (&mut [State; W], &mut [Comm; W], &mut [Chain; W], &mut [Lag; W]),
+    anchors: &mut [Option<Anchor>; W],
+    parked: &mut Option<Parked<W>>,
+    cursors: &mut [Cursor; 2],
+    (plays, pending): (&[Play<'_>; 2], [bool; 2]),
+    l: &Launch,
+) {
+    let in_runs = cursors
+        .iter()
+        .zip(plays)
+        .all(|(c, p)| p.regime.segments[c.seg].repeat > 1);
+    let left = || {
+        cursors
+            .iter()
+            .zip(plays)
+            .map(|(c, p)| p.regime.segments[c.seg].repeat - 1 - c.rep)
+            .min()
+            .unwrap_or(0)
+    };
+    let pos = [0, 1].map(|k| (cursors[k].seg, cursors[k].i));
+    let mut skipped = [false; W];
+    let mut live = 0;
+    for j in 0..W {
+        if parked.as_ref().is_some_and(|p| p.lanes[j].is_some()) {
+            continue;
+        }
+        live += 1;
+        let at = anchors[j].as_ref().map(|a| a.pos);
+        // Within the anchor's runs (it is met again a layer on), or outside runs of identical
+        // layers: nothing to compare or keep.
+        let fresh = match at {
+            Some(a) if a == pos => false,
+            Some(a) if a[0].0 == pos[0].0 && a[1].0 == pos[1].0 => continue,
+            _ if in_runs => true,
+            _ => continue,
+        };
+        let now = Anchor::at(&sts[j], &comm[j], &chain[j], &lags[j], cursors, pending, l);
+        match anchors[j].as_mut() {
+            Some(a) if !fresh => {
+                if a.repeats(&now, l) {
+                    let n = left();
+                    a.skip(&now, n, &mut sts[j], &mut comm[j]);
+                    anchors[j] = None;
+                    skipped[j] = n > 0;
+                } else {
+                    *a = now;
+                }
+            }
+            // A new anchor where both micro-batches are in runs of identical layers.
+            _ => anchors[j] = Some(now),
+        }
+    }
+    let moved = skipped.iter().filter(|&&s| s).count();
+    if moved > 0 {
+        let n = left();
+        let mut at = *cursors;
+        for c in &mut at {
+            c.rep += n;
+        }
+        if moved == live {
+            *cursors = at;
+        } else {
+            let p = parked.get_or_insert_with(|| Parked {
+                at,
+                lanes: [None; W],
+            });
+            debug_assert!(p.at == at, "lanes parked at two places");
+            for j in (0..W).filter(|&j| skipped[j]) {
+                p.lanes[j] = Some((sts[j], comm[j], chain[j], lags[j]));
+            }
+        }
+    }
+    // Lanes parked where the cursors now are come back, as a lane alone goes on from its move.
+    if let Some(p) = parked.take_if(|p| p.at == *cursors) {
+        for (j, lane) in p.lanes.into_iter().enumerate() {
+            if let Some((st, c, ch, lag)) = lane {
+                (sts[j], comm[j], chain[j], lags[j]) = (st, c, ch, lag);
+                anchors[j] = None;
+            }
+        }
+    }
+}
+
+/// A run of kernels as `interleave` plays it on its lanes: its sums (one per lane), or its
+/// ops one by one (`d` op-major; `seq`: the run's slice of `next_seq` and the run's first op,
+/// which `next_seq` counts from).
 enum Run<'a> {
-    Summed(&'a RunRest),
+    /// The sums, and whether the run holds a per-sequence op (else its `seq` is 0 and the
+    /// DP ranks' lag stays as it is).
+    Summed(&'a [RunRest], bool),
     Ops {
         d: &'a [f64],
         ex: &'a [f64],
@@ -600,35 +731,36 @@ enum Run<'a> {
 }
 
 /// Plays a run of kernels on stream `aux` (`loaded`: every kernel of it expert-loaded) of
-/// micro-batch `k`: the stream, the jitter's spread (plain kernels), the expert loads' open
-/// window (`Chain`) and the DP ranks' lag (`Lag`, per-sequence ops).
+/// micro-batch `k` on every lane: the stream, the jitter's spread (plain kernels), the expert
+/// loads' open window (`Chain`) and the DP ranks' lag (`Lag`, per-sequence ops).
 #[inline(always)]
-fn play_run<const SG: bool>(
-    st: &mut State,
-    (chain, lag): (&mut Chain, &mut Lag),
+fn play_run<const SG: bool, const W: usize>(
+    (sts, chain, lags): (&mut [State; W], &mut [Chain; W], &mut [Lag; W]),
     (aux, loaded): (bool, bool),
     k: usize,
     run: Run<'_>,
     l: &Launch,
 ) {
     match run {
-        Run::Summed(r) => {
-            if lag.on {
-                for g in 0..3 {
-                    lag.behind[g] += r.seq * lag.saves[k][g];
+        Run::Summed(rs, seq) => {
+            for (((st, chain), lag), r) in sts.iter_mut().zip(chain).zip(lags).zip(rs) {
+                if seq && lag.on {
+                    for g in 0..3 {
+                        lag.behind[g] += r.seq * lag.saves[k][g];
+                    }
                 }
-            }
-            let (free, sp) = if aux {
-                (&mut st.aux, &mut st.aux_sp)
-            } else {
-                (&mut st.main, &mut st.main_sp)
-            };
-            *free += r.span;
-            if loaded {
-                chain.open += r.ex;
-            } else if SG {
-                sp.sum += r.sum;
-                sp.sq += r.sq;
+                let (free, sp) = if aux {
+                    (&mut st.aux, &mut st.aux_sp)
+                } else {
+                    (&mut st.main, &mut st.main_sp)
+                };
+                *free += r.span;
+                if loaded {
+                    chain.open += r.ex;
+                } else if SG {
+                    sp.sum += r.sum;
+                    sp.sq += r.sq;
+                }
             }
         }
         Run::Ops {
@@ -636,46 +768,57 @@ fn play_run<const SG: bool>(
             ex,
             seq: (next_seq, first),
         } => {
-            if lag.on {
-                // `next_seq` holds absolute op indices; the run is ops first..first + d.len().
-                let mut j = next_seq[0] as usize;
-                while j < first + d.len() {
-                    for g in 0..3 {
-                        lag.behind[g] += d[j - first] * lag.saves[k][g];
+            let ops = d.len() / W;
+            if lags[0].on {
+                // `next_seq` holds absolute op indices; the run is ops first..first + ops.
+                let mut i = next_seq[0] as usize;
+                while i < first + ops {
+                    let di = &d[(i - first) * W..(i - first + 1) * W];
+                    for (lag, &dur) in lags.iter_mut().zip(di) {
+                        for g in 0..3 {
+                            lag.behind[g] += dur * lag.saves[k][g];
+                        }
                     }
-                    j = next_seq[j + 1 - first] as usize;
+                    i = next_seq[i + 1 - first] as usize;
                 }
             }
             if loaded {
-                for &x in ex {
-                    chain.open += x;
+                for c in chain.iter_mut() {
+                    for &x in ex {
+                        c.open += x;
+                    }
                 }
-                loaded_run(st, aux, d, l);
+                loaded_run(sts, aux, d, l);
             } else {
-                kernel_run::<SG, 1>(std::array::from_mut(st), aux, d, l);
+                kernel_run::<SG, W>(sts, aux, d, l);
             }
         }
     }
 }
 
-/// A run of expert-loaded kernels on one stream (`aux`: the auxiliary) of durations `d`, after
-/// the step's first kernel: `replay::step` kernel by kernel (their jitter is in the loads'
-/// spread, so the straggler spread stays as it is), with the stream's free time and the CPU's
-/// clock held in registers; the same operations in the same order, so the same bits.
+/// A run of expert-loaded kernels on one stream (`aux`: the auxiliary) of durations `d`
+/// (op-major, `W` lanes), after the step's first kernel: `replay::step` kernel by kernel (their
+/// jitter is in the loads' spread, so the straggler spread stays as it is), with the stream's
+/// free time and the CPU's clock held in registers; the same operations in the same order, so
+/// the same bits.
 #[inline(always)]
-fn loaded_run(st: &mut State, aux: bool, d: &[f64], l: &Launch) {
-    let mut free = if aux { st.aux } else { st.main };
-    let mut cpu = st.cpu;
-    let mut binds = 0;
-    for &dj in d {
-        cpu += l.launch;
-        let ready = free + l.gap;
-        binds += (cpu > ready) as u64;
-        free = later(ready, cpu) + dj;
+fn loaded_run<const W: usize>(sts: &mut [State; W], aux: bool, d: &[f64], l: &Launch) {
+    let mut free: [f64; W] = std::array::from_fn(|j| if aux { sts[j].aux } else { sts[j].main });
+    let mut cpu: [f64; W] = std::array::from_fn(|j| sts[j].cpu);
+    let mut binds = [0u64; W];
+    for di in d.as_chunks::<W>().0 {
+        for j in 0..W {
+            cpu[j] += l.launch;
+            let ready = free[j] + l.gap;
+            binds[j] += (cpu[j] > ready) as u64;
+            free[j] = later(ready, cpu[j]) + di[j];
+        }
     }
-    st.cpu = cpu;
-    st.cpu_binds += binds;
-    *(if aux { &mut st.aux } else { &mut st.main }) = free;
+    for (j, st) in sts.iter_mut().enumerate() {
+        st.cpu = cpu[j];
+        st.cpu_binds += binds[j];
+        *(if aux { &mut st.aux } else { &mut st.main }) = free[j];
+    }
 }
 
 /// A nanosecond, in the recursion's µs.
@@ -762,16 +905,9 @@ impl Anchor {
             && self.binds == now.binds
     }
 
-    /// Moves the state `left` more layers on (the increment from `self` to `now`), both
-    /// cursors with it.
-    fn skip(
-        &self,
-        now: &Anchor,
-        left: u32,
-        st: &mut State,
-        comm: &mut Comm,
-        cursors: &mut [Cursor; 2],
-    ) {
+    /// Moves the state `left` more layers on (the increment from `self` to `now`); the
+    /// cursors are moved by the caller.
+    fn skip(&self, now: &Anchor, left: u32, st: &mut State, comm: &mut Comm) {
         if left == 0 {
             return;
         }
@@ -786,11 +922,7 @@ impl Anchor {
                 *t += dm;
             }
         }
-        for c in cursors.iter_mut() {
-            c.rep += left;
-        }
-    }
-}
+    }}
 
 /// A wait for an all-to-all that ends at `end` on every rank. The ranks' compute streams lie
 /// about the mean one (`st.main`), the slowest ahead of it by the expert loads' lead (`chain`)
@@ -847,7 +979,7 @@ fn met(st: &mut State) {
 /// the slowest rank `lead` µs after the mean one (expert loads): `replay::step`'s collective,
 /// queued behind the transfer in flight, as the engine queues it. Returns whether the compute
 /// stream met the other ranks (a blocking collective).
-#[inline]
+#[inline(always)]
 fn collective<const SG: bool>(
     st: &mut State,
     comm: &mut Comm,

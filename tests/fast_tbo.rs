@@ -306,3 +306,58 @@ fn sweep_rows_over_tbo_equal_each_scenario_priced_alone() {
     assert!(out.is_empty(), "{out}");
     assert!(err.contains("--tbo") && err.contains("rdma-ll"), "{err}");
 }
+
+/// The sweep prices eight contexts of one batch side by side (`step_us_busy_lanes`). Each lane
+/// must be exactly the scenario priced alone: the same step and busy times, bit for bit,
+/// whichever contexts share its lanes. Contexts far apart settle into their repeating layers
+/// at different layers, so a lane that settles first is moved on and put aside while the
+/// others play on: layouts with and without data-parallel attention, graphs on and off.
+#[test]
+fn overlap_lanes_equal_each_context_priced_alone() {
+    const SPREAD: [u64; 8] = [16, 700, 3000, 9000, 17000, 32000, 60000, 128000];
+    let layouts: [(&str, &str, u32, Option<u32>, Option<u32>); 3] = [
+        ("deepseek-v3", "h200-hgx-2node-ib", 1, Some(16), None),
+        ("minimax-m2.5", "h200-hgx-2node-ib", 2, Some(8), None),
+        ("kimi-k2.5", "h200-hgx-2node-ib", 8, None, Some(8)),
+    ];
+    let mut compared = 0;
+    for (model, system, tp, dp, ep) in layouts {
+        for graphs in [true, false] {
+            let mut req = ScenarioRequest {
+                model: model.into(),
+                system: system.into(),
+                tp: Some(tp),
+                cuda_graphs: graphs,
+                ..ScenarioRequest::default()
+            };
+            req.comm.dp = dp;
+            req.comm.ep = ep;
+            req.comm.ep_comm = EpComm::RdmaLl;
+            req.comm.tbo = true;
+            let (s, p) = req.load().expect("loads");
+            let fast = FastScenario::new(&s, &p, None).expect("fitted");
+            let (launch, coll) = (
+                Launch::new(&p, s.cuda_graphs),
+                Collectives::new(&s, &p).expect("collectives"),
+            );
+            for batch in [2, 3, 17, 64, 97, 250] {
+                let lanes = fast.step_us_busy_lanes(batch, SPREAD, &launch, &coll);
+                for (&c, (us, busy)) in SPREAD.iter().zip(lanes) {
+                    fast.clear_memo();
+                    let (alone, alone_busy) = fast.step_us_busy(batch, c, &launch, &coll);
+                    assert!(
+                        us.to_bits() == alone.to_bits()
+                            && busy
+                                .iter()
+                                .zip(&alone_busy)
+                                .all(|(a, b)| a.to_bits() == b.to_bits()),
+                        "{model} tp {tp} dp {dp:?} ep {ep:?} graphs {graphs} batch {batch} \
+                         context {c}: lane {us} vs alone {alone}"
+                    );
+                    compared += 1;
+                }
+            }
+        }
+    }
+    assert_eq!(compared, 3 * 2 * 6 * 8);
+}

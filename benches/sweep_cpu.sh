@@ -12,8 +12,9 @@
 #   pp18:     Kimi-K2.5 on h200-hgx-18node-ib, --tp 8 --pp 18, batch 1..=250 x N/250 contexts
 #             (a 144-GPU pipeline: each distinct stage played once per micro-batch size and
 #             kept for the batches that share it, the micro-batch schedule composed per row);
-#   tbo16:    the dp16 layout with two-batch overlap (--tbo on), batch 2..=251 x N/2500 contexts
-#             (a tenth of the size: both micro-batches interleaved until their layers repeat).
+#   tbo16:    the dp16 layout with two-batch overlap (--tbo on), batch 2..=251 x N/250 contexts
+#             (both micro-batches interleaved until their layers repeat, eight contexts of a
+#             batch side by side).
 # CPU = user + sys of the process (GNU time when present, else bash's `times` of the child);
 # peak RSS = GNU time's maximum resident set, else the child's VmHWM read through /proc.
 set -euo pipefail
@@ -55,9 +56,8 @@ for n in "${sizes[@]}"; do
         --nccl-proto LL,Simple --cuda-graphs on,off --draft-tokens 0,1 --acceptance-rate 0.5
     run dp16 $((250 * c)) --model deepseek-v3 --system h200-hgx-2node-ib --tp 1 --dp 16 \
         --ep-comm rdma-ll --batch 1..=250 --context "1000..=$((999 + c))"
-    p=$((n / 2500)); [ "$p" -ge 1 ] || p=1
     run pp18 $((250 * c)) --model kimi-k2.5 --system h200-hgx-18node-ib --tp 8 --pp 18 \
         --batch 1..=250 --context "1000..=$((999 + c))"
-    run tbo16 $((250 * p)) --model deepseek-v3 --system h200-hgx-2node-ib --tp 1 --dp 16 \
-        --ep-comm rdma-ll --tbo on --batch 2..=251 --context "1000..=$((999 + p))"
+    run tbo16 $((250 * c)) --model deepseek-v3 --system h200-hgx-2node-ib --tp 1 --dp 16 \
+        --ep-comm rdma-ll --tbo on --batch 2..=251 --context "1000..=$((999 + c))"
 done

@@ -9,6 +9,9 @@ use decodesim::cost::internode::{AllToAllBytes, AllToAllMode, Hierarchy};
 use decodesim::scenario::deployment::EpComm;
 use decodesim::scenario::CommPath;
 use decodesim::sim::ScenarioRequest;
+use decodesim::whatif::acceptance::Acceptance;
+use decodesim::whatif::draft::{Draft, Method};
+use decodesim::whatif::spec_decode::{self, SpecDecodeRequest};
 use decodesim::workload::memory::weight_bytes_layout;
 use decodesim::workload::CostFamily;
 
@@ -465,17 +468,23 @@ fn paths_that_bypass_the_timeline_refuse_wide_ep_by_name() {
             "--dp",
             "16",
             "--ep-comm",
-            "all-to-all",
+            "rdma-ll",
             "--acceptance-rate",
             "0.6",
             "--draft-tokens",
             "1",
             "--crossover-batches",
             "none",
+            "--tbo",
+            "on",
             "--draws",
             "0",
         ],
-        &["--dp 16", "whatif spec-decode does not model"],
+        &[
+            "--tbo on",
+            "whatif spec-decode does not model two-batch overlap",
+            "simulate",
+        ],
     );
     // Capacity planning: the chunked-prefill share is not modelled with DP attention.
     fails(
@@ -946,4 +955,90 @@ fn models_without_a_shared_expert_combine_every_moe_layer() {
             assert_eq!(op(&sim, "L0.moe_combine").message_bytes, 16 * 8 * 4096 * 2);
         }
     }
+}
+
+/// Speculative decoding with data-parallel attention: each DP rank speculates for its own
+/// sequences, so a rank's verify pass runs its share × (k + 1) tokens through the all-to-all,
+/// and its sampler, proposer and MTP projection see that share, not the whole batch.
+#[test]
+fn speculative_decoding_runs_each_dp_ranks_own_sequences() {
+    // 64 sequences over DP 16: 4 per rank; k = 1 verifies 2 tokens per sequence.
+    let (s, _) = wide(16, 64, EpComm::RdmaLl).load().expect("loads");
+    let verify = spec_decode::verify_workload(&s, 1);
+    let plain = decodesim::workload::build(&s);
+    let bytes = |w: &decodesim::workload::Workload, name: &str| {
+        w.ops
+            .iter()
+            .find(|o| o.name == name)
+            .unwrap_or_else(|| panic!("no op {name}"))
+            .message_bytes
+    };
+    // FP8 dispatch (hidden bytes plus one FP32 scale per 128) of top-8 copies per token.
+    let per_token = 8 * (7168 + 7168 / 128 * 4);
+    assert_eq!(bytes(&plain, "L3.moe_dispatch"), 4 * per_token);
+    assert_eq!(bytes(&verify, "L3.moe_dispatch"), 8 * per_token);
+    assert_eq!(bytes(&verify, "L3.moe_combine"), 8 * 8 * 7168 * 2);
+    let rows = |w: &decodesim::workload::Workload, name: &str| {
+        w.ops
+            .iter()
+            .find(|o| o.name.ends_with(name))
+            .unwrap_or_else(|| panic!("no op {name}"))
+            .shape
+            .m
+    };
+    assert_eq!(rows(&verify, "rejection_greedy_sample"), 8);
+    let draft = Draft::load(Method::Mtp, None, &s.model).expect("MTP draft");
+    let ds = draft.scenario(&s).expect("draft scenario");
+    let drafts = spec_decode::draft_workload(&draft, &ds, 1);
+    assert_eq!(rows(&drafts, "mtp_eh_proj"), 8);
+    assert_eq!(rows(&drafts, "prepare_next_token_inputs"), 8);
+    // The study itself: the verify pass moves twice the tokens through every layer, yet
+    // decode is bound by weights, so it costs well under twice the plain step.
+    let req = SpecDecodeRequest {
+        base: wide(16, 64, EpComm::RdmaLl),
+        method: Method::Mtp,
+        draft: None,
+        acceptance: Acceptance::Rate(0.8),
+        draft_tokens: vec![1],
+        crossover_batches: Vec::new(),
+        mc_users: 20,
+        output_tokens: 50,
+    };
+    let study = spec_decode::run(&req).expect("spec-decode runs with --dp");
+    let plain_us = decodesim::simulate(&req.base).unwrap().step_time_us();
+    let v = &study.variants[0];
+    assert!(
+        v.verify_time_us > plain_us && v.verify_time_us < 1.5 * plain_us,
+        "verify {} vs plain {plain_us}",
+        v.verify_time_us
+    );
+    assert!(v.draft_time_us > 0.0 && v.draft_time_us < 0.2 * plain_us);
+    // The binary answers with points (the draws' fast path does not play it), saying so.
+    let (code, out, err) = common::decodesim_exit(&[
+        "whatif",
+        "spec-decode",
+        "--model",
+        "deepseek-v3",
+        "--system",
+        "h200-hgx-2node-ib",
+        "--tp",
+        "1",
+        "--dp",
+        "16",
+        "--ep-comm",
+        "rdma-ll",
+        "--batch",
+        "64",
+        "--method",
+        "mtp",
+        "--acceptance-rate",
+        "0.8",
+        "--draft-tokens",
+        "1",
+        "--crossover-batches",
+        "none",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("no intervals"), "{err}");
+    assert!(out.contains("method mtp"), "{out}");
 }

@@ -679,42 +679,6 @@ impl Scenario {
         }
         Ok(())
     }
-
-    /// Refuses the settings a path that does not play every rank's timeline cannot stand for
-    /// (`what`: the path, e.g. "the sweep's fast path"): data-parallel attention, the
-    /// low-latency RDMA all-to-all, redundant experts and two-batch overlap. The error names
-    /// the knob and points at `simulate` / `whatif --vary`, which play them.
-    pub fn refuse_wide_ep(&self, what: &str) -> Result<()> {
-        self.comm.refuse_wide_ep(what)
-    }
-}
-
-impl CommKnobs {
-    /// [`Scenario::refuse_wide_ep`] on the knobs alone (before a scenario loads).
-    pub fn refuse_wide_ep(&self, what: &str) -> Result<()> {
-        let k = self;
-        let hit: Option<(&'static str, String)> = if k.dp_size() > 1 {
-            Some(("--dp", k.dp_size().to_string()))
-        } else if k.tbo {
-            Some(("--tbo", "on".into()))
-        } else if k.redundant() > 0 {
-            Some(("--redundant-experts", k.redundant().to_string()))
-        } else if k.ep_comm == EpComm::RdmaLl && k.ep_size() > 1 {
-            Some(("--ep-comm", "rdma-ll".into()))
-        } else {
-            None
-        };
-        match hit {
-            Some((flag, value)) => Err(Error::ScenarioSetting {
-                flag,
-                value,
-                problem: format!(
-                    ": {what} does not model data-parallel attention, the low-latency all-to-all, redundant experts or two-batch overlap (one rank's recursion cannot stand for ranks with their own loads); `decodesim simulate` and `decodesim whatif --vary --draws 0` play every rank's timeline"
-                ),
-            }),
-            None => Ok(()),
-        }
-    }
 }
 
 impl Scenario {

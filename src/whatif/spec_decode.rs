@@ -323,7 +323,15 @@ pub(crate) fn simulate_costs(req: &SpecDecodeRequest) -> Result<SpecDecodeCosts>
     if scenario.comm.pp_size() > 1 {
         return Err(crate::sim::fast::pp_refused(scenario.comm.pp_size()));
     }
-    scenario.refuse_wide_ep("whatif spec-decode")?;
+    if scenario.comm.tbo {
+        // vLLM overlaps the micro-batches of a plain decode step; the draft and verify passes
+        // as micro-batches are not modelled.
+        return Err(Error::ScenarioSetting {
+            flag: "--tbo",
+            value: "on".into(),
+            problem: ": whatif spec-decode does not model two-batch overlap with speculative decoding (draft and verify passes split in micro-batches); `decodesim simulate --tbo on` plays the plain step".into(),
+        });
+    }
     spec_params(&profile)?;
     let draft = Draft::load(req.method, req.draft.as_deref(), &scenario.model)?;
     for &k in &req.draft_tokens {

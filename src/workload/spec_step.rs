@@ -134,7 +134,7 @@ impl PassKind {
             PassKind::DraftFirst => {
                 let pass = drafter.draft_pass(s, queries, true, index);
                 let mut ops = proposer_bookkeeping(
-                    s.batch as u64,
+                    rank_batch(s),
                     queries.max(1) as u64 - 1,
                     s.model.hidden as u64,
                     drafter.bookkeeping_aux(),
@@ -351,8 +351,14 @@ impl Drafter {
     /// draft pass, which reads the target's hidden states).
     fn draft_pass(&self, ds: &Scenario, queries: u32, first: bool, index: u32) -> Workload {
         let mut w = super::build_pass(ds, queries);
-        // The pass's rows, padded like a decode step of its own token count under graphs.
-        let tokens = ds.padding(queries, PadRule::Decode).padded;
+        // The pass's rows, padded like a decode step of its own token count under graphs (one
+        // DP rank's, the largest, under data-parallel attention, as the pass itself).
+        let local = super::parallel::dp_rank_scenario(ds);
+        let tokens = local
+            .as_ref()
+            .unwrap_or(ds)
+            .padding(queries, PadRule::Decode)
+            .padded;
         let hidden = ds.model.hidden as u64;
         let mut extra = Builder::new();
         match self.method {
@@ -407,9 +413,14 @@ impl Drafter {
 pub(crate) fn verify_pass(s: &Scenario, queries: u32) -> Workload {
     let q = queries.max(1);
     let mut w = super::build_verify(s, q);
-    w.ops
-        .extend(rejection_sampler(s.batch as u64, q as u64 - 1));
+    w.ops.extend(rejection_sampler(rank_batch(s), q as u64 - 1));
     w
+}
+
+/// The sequences one rank's sampler and proposer prepare: the batch, or under data-parallel
+/// attention the largest DP rank's share (each DP rank speculates for its own sequences).
+fn rank_batch(s: &Scenario) -> u64 {
+    super::parallel::dp_rank_scenario(s).map_or(s.batch, |l| l.batch) as u64
 }
 
 /// The greedy rejection sampler vLLM runs after the verify pass, priced by its family.

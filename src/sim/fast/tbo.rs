@@ -46,6 +46,12 @@
 //! once the two agree to a nanosecond-thousandth (the interleaving settles geometrically, in a
 //! few layers, because each wait that binds pulls the streams together), the layers left are
 //! added as that layer's increment (`Anchor`), as `replay::Run` skips a plain pass's.
+//!
+//! A sweep's next contexts of one batch (`step_us_busy_lanes`) are played side by side, each
+//! op stepped on every lane before the next, so that the lanes share the control flow and their
+//! dependency chains overlap. A lane does exactly what it would alone: where its rounds repeat
+//! before the others', it is moved on by its own increment and parked until the others reach
+//! that point (`Parked`).
 
 use super::*;
 
@@ -507,7 +513,14 @@ fn interleave<const SG: bool, const W: usize>(
     while !(done[0] && done[1]) {
         if !done[0] && !done[1] {
             let lanes = (&mut *sts, &mut comm, &mut chain, &mut lags);
-            round_start(lanes, &mut anchors, &mut parked, &mut cursors, (plays, pending), l);
+            round_start(
+                lanes,
+                &mut anchors,
+                &mut parked,
+                &mut cursors,
+                (plays, pending),
+                l,
+            );
         }
         for k in 0..2 {
             if done[k] {
@@ -633,7 +646,12 @@ struct Parked<const W: usize> {
 /// repeats, the cursors move on; a lane that repeats before the others is parked where its
 /// move left it, and taken back when the cursors get there.
 fn round_start<const W: usize>(
-    (sts, comm, chain, lags): (&mut [State; W], &mut [Comm; W], &mut [Chain; W], &mut [Lag; W]),
+    (sts, comm, chain, lags): (
+        &mut [State; W],
+        &mut [Comm; W],
+        &mut [Chain; W],
+        &mut [Lag; W],
+    ),
     anchors: &mut [Option<Anchor>; W],
     parked: &mut Option<Parked<W>>,
     cursors: &mut [Cursor; 2],
@@ -922,7 +940,8 @@ impl Anchor {
                 *t += dm;
             }
         }
-    }}
+    }
+}
 
 /// A wait for an all-to-all that ends at `end` on every rank. The ranks' compute streams lie
 /// about the mean one (`st.main`), the slowest ahead of it by the expert loads' lead (`chain`)

@@ -802,7 +802,11 @@ impl<'a> Pricer<'a> {
             self.families,
             (key.to_string(), k.source.clone())
         );
-        if let Some([lo, hi]) = k.measured_m {
+        // An elementwise op's M is its element count (`Builder::elementwise`), while the
+        // calibration's M is rows: the two do not compare, and its bytes (checked below) are
+        // what the law prices.
+        let m_in_rows = key != CostFamily::Elementwise;
+        if let (Some([lo, hi]), true) = (k.measured_m, m_in_rows) {
             let m = op.shape.m as f64;
             if m < lo || m > hi {
                 note!(

@@ -992,6 +992,17 @@ fn speculative_decoding_runs_each_dp_ranks_own_sequences() {
     let drafts = spec_decode::draft_workload(&draft, &ds, 1);
     assert_eq!(rows(&drafts, "mtp_eh_proj"), 8);
     assert_eq!(rows(&drafts, "prepare_next_token_inputs"), 8);
+    // A dense drafter (Kimi-K2.5's EAGLE-3 head) runs on each DP rank alone: its own four
+    // sequences, no data parallelism of its own.
+    let mut kimi = wide(16, 64, EpComm::RdmaLl);
+    kimi.model = "kimi-k2.5".into();
+    let (ks, _) = kimi.load().expect("loads");
+    let eagle = Draft::load(Method::Eagle3, None, &ks.model).expect("EAGLE-3 draft");
+    let es = eagle.scenario(&ks).expect("a dense draft under --dp");
+    assert_eq!((es.batch, es.comm.dp_size()), (4, 1));
+    let drafts = spec_decode::draft_workload(&eagle, &es, 1);
+    assert_eq!(rows(&drafts, "eagle3_fc"), 8);
+    assert!(drafts.ops.iter().all(|o| o.family != CostFamily::AllToAll));
     // The study itself: the verify pass moves twice the tokens through every layer, yet
     // decode is bound by weights, so it costs well under twice the plain step.
     let req = SpecDecodeRequest {

@@ -743,3 +743,177 @@ fn fast_path_prices_one_or_two_experts_per_rank() {
     assert!(off.is_empty(), "off by 1% or more:\n{}", off.join("\n"));
     assert!(agreement.mean_abs() < 0.005, "{}", agreement.summary());
 }
+
+/// Speculative decoding on expert-parallel layouts, with and without data-parallel attention:
+/// DeepSeek-V3's MTP module (an MoE layer that takes the all-to-all) and Kimi-K2.5's dense
+/// EAGLE-3 head (under DP attention run on each DP rank alone, at the largest DP rank's
+/// share). The fast path's whole speculative step (draft passes, verify pass, host time)
+/// against the mean over seeds of `whatif spec-decode`'s timeline step, within 0.5%.
+#[test]
+fn fast_path_prices_speculative_decoding_on_dp_layouts() {
+    use decodesim::whatif::draft::{Draft, Method};
+    use decodesim::whatif::spec_decode;
+    // (model, drafter, system, tp, dp, batch, context, k, graphs); DP 1 with TP 8: the
+    // experts over the TP group (`--ep 8`).
+    let cases: [(&str, Method, &str, u32, u32, u32, u64, u32, bool); 10] = [
+        (
+            "deepseek-v3",
+            Method::Mtp,
+            "h200-hgx-2node-ib",
+            1,
+            16,
+            16,
+            4096,
+            1,
+            true,
+        ),
+        (
+            "deepseek-v3",
+            Method::Mtp,
+            "h200-hgx-2node-ib",
+            1,
+            16,
+            250,
+            1024,
+            2,
+            true,
+        ),
+        (
+            "deepseek-v3",
+            Method::Mtp,
+            "h200-hgx-4node-ib",
+            1,
+            32,
+            1024,
+            2048,
+            1,
+            false,
+        ),
+        (
+            "deepseek-v3",
+            Method::Mtp,
+            "rtx-pro-6000-2node-roce",
+            1,
+            8,
+            96,
+            16384,
+            1,
+            true,
+        ),
+        (
+            "deepseek-v3",
+            Method::Mtp,
+            "h200-8x-nvlink",
+            8,
+            1,
+            64,
+            4096,
+            2,
+            true,
+        ),
+        (
+            "kimi-k2.5",
+            Method::Eagle3,
+            "h200-hgx-2node-ib",
+            1,
+            16,
+            64,
+            4096,
+            1,
+            true,
+        ),
+        (
+            "kimi-k2.5",
+            Method::Eagle3,
+            "h200-hgx-2node-ib",
+            1,
+            16,
+            37,
+            512,
+            3,
+            true,
+        ),
+        (
+            "kimi-k2.5",
+            Method::Eagle3,
+            "h200-hgx-4node-ib",
+            1,
+            32,
+            512,
+            65536,
+            2,
+            false,
+        ),
+        (
+            "kimi-k2.5",
+            Method::Eagle3,
+            "rtx-pro-6000-2node-roce",
+            1,
+            16,
+            200,
+            4096,
+            1,
+            true,
+        ),
+        (
+            "kimi-k2.5",
+            Method::Eagle3,
+            "rtx-pro-6000-8x-pcie",
+            8,
+            1,
+            32,
+            4096,
+            3,
+            true,
+        ),
+    ];
+    let mut agreement = common::Agreement::default();
+    for (model, method, system, tp, dp, batch, context, k, graphs) in cases {
+        let mut req = ScenarioRequest {
+            model: model.into(),
+            system: system.into(),
+            tp: Some(tp),
+            batch,
+            context,
+            cuda_graphs: graphs,
+            layers: Some(LAYERS),
+            ..ScenarioRequest::default()
+        };
+        req.comm.dp = Some(dp);
+        if dp == 1 {
+            req.comm.ep = Some(tp);
+        }
+        // The PCIe boxes' RoCE has no GPUDirect RDMA: NCCL's all-to-all there.
+        req.comm.ep_comm = if system.starts_with("rtx") {
+            EpComm::AllToAll
+        } else {
+            EpComm::RdmaLl
+        };
+        let (s, p) = req.load().expect("loads");
+        let draft = Draft::load(method, None, &s.model).expect("draft");
+        let fast = FastScenario::new(&s, &p, Some(&*draft)).expect("fits speculation on DP");
+        let launch = Launch::new(&p, s.cuda_graphs);
+        let coll = Collectives::new(&s, &p).expect("collectives");
+        let (_, _, quick) = fast
+            .spec_step_us(s.batch, s.context, k, &launch, &coll)
+            .expect("a speculative step");
+        let (mut engine, mut tl) = (
+            decodesim::sim::Engine::new(),
+            decodesim::sim::Timeline::default(),
+        );
+        let n = seeds(batch);
+        let mut sum = 0.0;
+        for seed in 0..n {
+            let mut s = s.clone();
+            s.seed = seed * 7919 + 3;
+            let c = spec_decode::step_cost(&s, &draft, &p, k, &mut engine, &mut tl)
+                .expect("timeline step");
+            sum += c.draft_us + c.verify_us + c.host_us;
+        }
+        let label = format!(
+            "{model} {method:?} on {system} tp {tp} dp {dp} batch {batch} context {context} k {k} graphs {graphs}"
+        );
+        agreement.record(&label, quick, sum / n as f64, "FAST_DP_VERBOSE");
+    }
+    agreement.assert_all_within_half_percent("fast path vs timeline mean, speculation on DP");
+}

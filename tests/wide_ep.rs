@@ -428,32 +428,39 @@ fn paths_that_bypass_the_timeline_refuse_wide_ep_by_name() {
         on.is_finite() && on > 0.0 && (on - off).abs() > 1e-3 * off,
         "{on} vs {off}"
     );
-    // Nor speculative decoding with expert parallelism (its slowest rank is played for the
-    // plain step only).
-    fails(
-        &[
-            "sweep",
-            "--model",
-            "deepseek-v3",
-            "--system",
-            "h200-hgx-2node-ib",
-            "--tp",
-            "1",
-            "--dp",
-            "16",
-            "--ep-comm",
-            "all-to-all",
-            "--batch",
-            "64,128",
-            "--method",
-            "mtp",
-            "--draft-tokens",
-            "0,1",
-            "--acceptance-rate",
-            "0.6",
-        ],
-        &["--dp 16", "fast path", "speculative decoding", "simulate"],
-    );
+    // Speculative decoding with DP attention too: a row per draft-token count, each its own
+    // step (tests/fast_dp.rs holds them to the timeline's mean).
+    let (code, out, err) = common::decodesim_exit(&[
+        "sweep",
+        "--model",
+        "deepseek-v3",
+        "--system",
+        "h200-hgx-2node-ib",
+        "--tp",
+        "1",
+        "--dp",
+        "16",
+        "--ep-comm",
+        "all-to-all",
+        "--batch",
+        "64,128",
+        "--method",
+        "mtp",
+        "--draft-tokens",
+        "0,1",
+        "--acceptance-rate",
+        "0.6",
+        "--format",
+        "csv",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let steps: Vec<f64> = out
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').nth(10).unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(steps.len(), 4, "{out}");
+    assert!(steps[1] > steps[0] && steps[3] > steps[2], "{steps:?}");
     // Speculative decoding's study.
     fails(
         &[
@@ -1024,7 +1031,7 @@ fn speculative_decoding_runs_each_dp_ranks_own_sequences() {
         v.verify_time_us
     );
     assert!(v.draft_time_us > 0.0 && v.draft_time_us < 0.2 * plain_us);
-    // The binary answers with points (the draws' fast path does not play it), saying so.
+    // The binary answers with intervals.
     let (code, out, err) = common::decodesim_exit(&[
         "whatif",
         "spec-decode",
@@ -1050,6 +1057,44 @@ fn speculative_decoding_runs_each_dp_ranks_own_sequences() {
         "none",
     ]);
     assert_eq!(code, 0, "{err}");
-    assert!(err.contains("no intervals"), "{err}");
     assert!(out.contains("method mtp"), "{out}");
+    // The Monte Carlo draws run on the fast path, which plays it too.
+    assert!(out.contains("speedup intervals at batch 64"), "{out}");
+}
+
+/// Under data-parallel attention each rank attends over its own DP rank's sequences: priced
+/// from the AIConfigurator MLA tables (the RTX PRO 6000 profile), a rank's attention at 13
+/// sequences per DP rank is the same whether the batch is 13 on one DP rank or 208 over
+/// sixteen (it was priced at the whole batch, 15× too high at DP16).
+#[test]
+fn attention_is_priced_at_the_dp_ranks_share_of_the_batch() {
+    let attention = |dp: u32, batch: u32| {
+        let mut r = ScenarioRequest {
+            model: "kimi-k2.5".into(),
+            system: "rtx-pro-6000-2node-roce".into(),
+            tp: Some(1),
+            batch,
+            context: 4096,
+            ..Default::default()
+        };
+        r.comm.dp = Some(dp);
+        r.comm.ep_comm = EpComm::AllToAll;
+        let sim = decodesim::simulate(&r).unwrap();
+        let mla = sim
+            .workload
+            .ops
+            .iter()
+            .position(|o| o.name == "L1.mla_decode")
+            .expect("MLA decode");
+        (sim.pricing.base_us[mla], sim.workload.ops[mla].shape.batch)
+    };
+    let (one, rows) = attention(1, 13);
+    for (dp, batch) in [(4, 52), (16, 208)] {
+        let (us, r) = attention(dp, batch);
+        assert_eq!(r, rows, "dp {dp}: the op's own sequences");
+        assert!(
+            (us - one).abs() <= 1e-9 * one,
+            "dp {dp} batch {batch}: {us} µs vs {one} µs at dp 1 batch 13"
+        );
+    }
 }

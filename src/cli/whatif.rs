@@ -308,14 +308,9 @@ fn run_spec_decode(a: SpecDecodeArgs) -> Result<()> {
             "--timeline-k {k} does nothing without --timeline FILE.json; ignored"
         ));
     }
-    let comm = &a.scenario.request().comm;
-    let mut draws = a.intervals.draws_for_whatif(comm.ep, false)?;
-    if draws > 0 && comm.dp_size() > 1 {
-        super::output::warn(
-            "no intervals: the fast path the Monte Carlo draws run on does not play speculative decoding with data-parallel attention; the answers below are points",
-        );
-        draws = 0;
-    }
+    let draws = a
+        .intervals
+        .draws_for_whatif(a.scenario.request().comm.ep, false)?;
     let (req, acceptances) = spec_decode_request(&a)?;
     // The steps do not depend on the acceptance: simulate once, study each rate.
     let costs = spec_decode::simulate_costs(&req)?;

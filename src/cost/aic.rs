@@ -1122,13 +1122,12 @@ fn mla_attention(
     let dcp = s.comm.dcp_size();
     let heads = (s.model.num_heads / s.tp as usize) as u64 * dcp as u64;
     let ctx = s.context.div_ceil(dcp as u64) as f64;
+    // One rank's sequences: under data-parallel attention a DP rank attends over its own share.
+    let batch = s.rank_batch() as f64;
     // An FP8 cache with BF16 rows only: the BF16 rows times the measured FP8/BF16 ratio.
     let (kv, fp8_ratio) = if kv == "fp8" && t.mla_min_step(kv, heads).is_none() {
         match super::kv_dtype::KvDtypeRatios::bundled() {
-            Ok(r) => (
-                "bfloat16",
-                Some((r.fp8_over_bf16(heads, s.batch as f64, ctx), r)),
-            ),
+            Ok(r) => ("bfloat16", Some((r.fp8_over_bf16(heads, batch, ctx), r))),
             Err(e) => {
                 note!(o.quiet, o.warnings, format!(
                     "attention_mla_decode: FP8 KV not priced from the tables ({e}); priced by the law"
@@ -1139,7 +1138,7 @@ fn mla_attention(
     } else {
         (kv, None)
     };
-    let Some(growth) = t.mla_attention_growth(kv, heads, s.batch as f64, ctx) else {
+    let Some(growth) = t.mla_attention_growth(kv, heads, batch, ctx) else {
         note!(o.quiet, o.warnings, format!(
             "attention_mla_decode: no AIConfigurator MLA module rows for KV {kv} at {heads} heads per rank in {dir}: priced by the law"
         ));
@@ -1204,7 +1203,7 @@ fn mla_attention(
     if growth.extrapolated {
         note!(o.quiet, o.warnings, format!(
             "attention_mla_decode: batch {} x KV {} lies outside the AIConfigurator MLA module rows: extrapolated",
-            s.batch, s.context
+            s.rank_batch(), s.context
         ));
     }
 }

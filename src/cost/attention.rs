@@ -159,7 +159,8 @@ impl AttentionPricer {
                         return false;
                     };
                     let ctx = s.context.div_ceil(m.dcp) as f64;
-                    let batch = s.batch as f64;
+                    // One rank's sequences (a DP rank's share under data-parallel attention).
+                    let batch = s.rank_batch() as f64;
                     let Some(growth) = t.mla_growth_kept(&mut self.lines, m.grid, batch, ctx)
                     else {
                         return false;

@@ -875,7 +875,7 @@ impl<'a> Pricer<'a> {
             let t = kv_dtype::KvDtypeRatios::bundled()?;
             let mk = op.measure.as_ref();
             let ctx = mk.map_or(s.context, |m| m.context) as f64;
-            let r = t.fp8_over_bf16(op.shape.batch, s.batch as f64, ctx);
+            let r = t.fp8_over_bf16(op.shape.batch, s.rank_batch() as f64, ctx);
             base_us[i] *= r.value;
             split_us[i] *= r.value;
             if w.ops

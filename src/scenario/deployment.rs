@@ -394,6 +394,17 @@ impl Scenario {
         self.comm.dp_size() * self.tp
     }
 
+    /// The sequences one rank attends over: the batch, or under data-parallel attention the
+    /// largest DP rank's share (every rank plays the largest DP rank's step, `dp_batches`).
+    pub fn rank_batch(&self) -> u32 {
+        let dp = self.comm.dp_size();
+        if dp > 1 {
+            self.batch.div_ceil(dp).max(1)
+        } else {
+            self.batch
+        }
+    }
+
     /// Sequences of each data-parallel rank: the global batch split as evenly as it goes, the
     /// first ranks taking the remainder (10 over 4: 3, 3, 2, 2). One entry at `--dp 1`.
     pub fn dp_batches(&self) -> Vec<u32> {

@@ -300,6 +300,10 @@ pub(super) struct PassModel {
     pub(super) sizes: std::sync::Arc<crate::scenario::cudagraph::CaptureSizes>,
     /// Expert parallelism (`--ep` or `--dp`), if any.
     pub(super) ep: Option<EpShape>,
+    /// A pass without expert parallelism that runs on one DP rank's share of the batch (a
+    /// dense drafter under data-parallel attention: `Drafter::scenario`): the DP size the
+    /// batch is divided by for its shapes; 1 otherwise.
+    pub(super) dp_share: u32,
     /// Per regime (low, high): an earlier pass's slot whose regime prices the same context ops
     /// (a pipeline's stages each hold layers of the same attention), whose context prices this
     /// one takes rather than pricing them again.
@@ -565,6 +569,7 @@ impl PassModel {
             verify,
             sizes: s.cuda_graph_sizes.clone(),
             ep,
+            dp_share: 1,
             context_twin: [None; 2],
         })
     }

@@ -238,8 +238,8 @@ impl FastScenario {
             return tbo::fit(s, p, draft);
         }
         let ep = s.comm.ep_size() > 1 && s.model.moe.is_some();
-        if ep && (pp > 1 || draft.is_some()) {
-            return Err(ep_refused(s, pp > 1));
+        if ep && pp > 1 {
+            return Err(ep_refused(s));
         }
         if pp > 1 {
             if draft.is_some() {
@@ -285,9 +285,27 @@ impl FastScenario {
             let ds = d.scenario(s)?;
             // Each kind of pass the step runs, fitted on the scenario it is built on.
             let fit = |(i, kind): (usize, &PassKind)| {
-                let build = |ps: &Scenario, q: u32| kind.build(d, ps, q, kind.first_index());
                 let on = if kind.on_draft() { &ds } else { s };
-                PassModel::fit(on, &build, 1 + i, *kind == PassKind::Verify)
+                // Probed like the plain step under data-parallel attention (a batch per DP rank).
+                let pass_dp = on.comm.dp_size();
+                // A dense drafter under data-parallel attention runs on one DP rank's share.
+                let share = if on.comm.dp_size() < s.comm.dp_size() {
+                    s.comm.dp_size()
+                } else {
+                    1
+                };
+                let build = move |ps: &Scenario, q: u32| {
+                    if pass_dp > 1 {
+                        let mut g = ps.clone();
+                        g.batch = ps.batch * pass_dp;
+                        kind.build(d, &g, q, kind.first_index())
+                    } else {
+                        kind.build(d, ps, q, kind.first_index())
+                    }
+                };
+                let mut pm = PassModel::fit(on, &build, 1 + i, *kind == PassKind::Verify)?;
+                pm.dp_share = share;
+                Ok(pm)
             };
             let (t, passes) = rayon::join(
                 || PassModel::fit(s, &build_target, 0, false),
@@ -460,7 +478,7 @@ impl FastScenario {
         // rows together, prices under the whole scenario.
         let (dp, local) = match &pm.ep {
             Some(e) if e.dp > 1 => (e.dp, batch.div_ceil(e.dp)),
-            _ => (1, batch),
+            _ => (1, batch.div_ceil(pm.dp_share)),
         };
         let padded = pm.padded(local, q, launch.graphs);
         let rows = padded * dp as u64;
@@ -1034,10 +1052,10 @@ impl Draw {
     }
 }
 
-/// The refusal of expert parallelism with pipeline parallelism or speculative decoding on the
-/// fast path (its slowest-rank expert loads are played for the plain step only), with the
-/// commands that handle it.
-fn ep_refused(s: &Scenario, pipeline: bool) -> Error {
+/// The refusal of expert parallelism with pipeline parallelism on the fast path (its
+/// slowest-rank expert loads are played for a whole step, not per stage), with the commands
+/// that handle it.
+fn ep_refused(s: &Scenario) -> Error {
     let (flag, value) = if s.comm.dp_size() > 1 {
         ("--dp", s.comm.dp_size())
     } else {
@@ -1046,14 +1064,7 @@ fn ep_refused(s: &Scenario, pipeline: bool) -> Error {
     Error::ScenarioSetting {
         flag,
         value: value.to_string(),
-        problem: format!(
-            ": the sweep's fast path plays expert parallelism's slowest rank for the plain step, not with {}; `decodesim simulate` and `decodesim whatif --vary --draws 0` play every rank's timeline",
-            if pipeline {
-                "pipeline parallelism (--pp)"
-            } else {
-                "speculative decoding (draft tokens)"
-            }
-        ),
+        problem: ": the sweep's fast path plays expert parallelism's slowest rank for a whole step, not with pipeline parallelism (--pp); `decodesim simulate` and `decodesim whatif --vary --draws 0` play every rank's timeline".into(),
     }
 }
 

@@ -107,7 +107,7 @@ fn suffix(op: &Op) -> &str {
 pub(crate) fn dp_rank_scenario(s: &Scenario) -> Option<Scenario> {
     (s.comm.dp_size() > 1).then(|| {
         let mut local = s.clone();
-        local.batch = s.dp_batches().into_iter().max().unwrap_or(1).max(1);
+        local.batch = s.rank_batch();
         local
     })
 }

@@ -134,7 +134,8 @@ impl PassKind {
             PassKind::DraftFirst => {
                 let pass = drafter.draft_pass(s, queries, true, index);
                 let mut ops = proposer_bookkeeping(
-                    rank_batch(s),
+                    // Each DP rank speculates for its own sequences.
+                    s.rank_batch() as u64,
                     queries.max(1) as u64 - 1,
                     s.model.hidden as u64,
                     drafter.bookkeeping_aux(),
@@ -330,9 +331,7 @@ impl Drafter {
             // Under data-parallel attention a dense drafter runs on each DP rank alone (its
             // own sequences, the target's TP, nothing across DP ranks): played as the largest
             // DP rank's share, which the next verify pass's all-to-all waits for.
-            if let Some(local) = super::parallel::dp_rank_scenario(target) {
-                s.batch = local.batch;
-            }
+            s.batch = target.rank_batch();
             s.comm.dp = None;
             s.comm.redundant_experts = None;
             s.comm.tbo = false;
@@ -422,14 +421,10 @@ impl Drafter {
 pub(crate) fn verify_pass(s: &Scenario, queries: u32) -> Workload {
     let q = queries.max(1);
     let mut w = super::build_verify(s, q);
-    w.ops.extend(rejection_sampler(rank_batch(s), q as u64 - 1));
+    // Each DP rank samples its own sequences.
+    w.ops
+        .extend(rejection_sampler(s.rank_batch() as u64, q as u64 - 1));
     w
-}
-
-/// The sequences one rank's sampler and proposer prepare: the batch, or under data-parallel
-/// attention the largest DP rank's share (each DP rank speculates for its own sequences).
-fn rank_batch(s: &Scenario) -> u64 {
-    super::parallel::dp_rank_scenario(s).map_or(s.batch, |l| l.batch) as u64
 }
 
 /// The greedy rejection sampler vLLM runs after the verify pass, priced by its family.

@@ -380,3 +380,79 @@ fn sweep_and_capacity_carry_intervals_when_asked() {
     assert!(q("p5") < q("p50") && q("p50") < q("p95"), "{t}");
     assert!(t["concurrency"].as_u64().unwrap() >= 1);
 }
+
+/// Expert-parallel what-ifs carry intervals (the fast path prices the slowest rank); where the
+/// fast path refuses a scenario (expert parallelism inside a pipeline) the what-if still
+/// answers, with points and a warning that names the refusal.
+#[test]
+fn whatif_intervals_on_expert_parallel_layouts_and_points_where_refused() {
+    let json = |args: &[&str]| {
+        let (ok, out, err) = decodesim_bin(args);
+        assert!(ok, "{args:?}: {err}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        (v, err)
+    };
+    let common = [
+        "--model",
+        "kimi-k2.5",
+        "--layers",
+        "4",
+        "--batch",
+        "64",
+        "--vary",
+        "nccl-proto=LL,Simple",
+        "--draws",
+        "40",
+        "--format",
+        "json",
+    ];
+    for layout in [
+        &["--system", "h200-8x-nvlink", "--tp", "8", "--ep", "8"][..],
+        &[
+            "--system",
+            "h200-hgx-2node-ib",
+            "--tp",
+            "1",
+            "--dp",
+            "16",
+            "--ep",
+            "16",
+            "--ep-comm",
+            "rdma-ll",
+        ][..],
+    ] {
+        let args = [&["whatif"][..], layout, &common].concat();
+        let (v, err) = json(&args);
+        assert!(!err.contains("no interval"), "{layout:?}: {err}");
+        assert_eq!(v["draws"], 40, "{layout:?}: {v}");
+        let s = &v["base"]["intervals"]["step_time_us"];
+        let (p5, p95) = (s["p5"].as_f64().unwrap(), s["p95"].as_f64().unwrap());
+        // The default power-law routing is uncertain: the interval has a width.
+        assert!(p5 < p95, "{layout:?}: {s}");
+        for x in v["variants"].as_array().unwrap() {
+            assert!(x["intervals"]["speedup"]["p50"].is_number(), "{x}");
+        }
+    }
+    let args = [
+        &[
+            "whatif",
+            "--system",
+            "h200-hgx-2node-ib",
+            "--tp",
+            "8",
+            "--pp",
+            "2",
+            "--ep",
+            "8",
+        ][..],
+        &common,
+    ]
+    .concat();
+    let (v, err) = json(&args);
+    assert!(
+        err.contains("no interval") && err.contains("--pp") && err.contains("points"),
+        "{err}"
+    );
+    assert!(v.get("draws").is_none(), "{v}");
+    assert!(v["base"]["step_time_us"].as_f64().unwrap() > 0.0, "{v}");
+}

@@ -29,18 +29,23 @@ impl IntervalArgs {
         }
         Ok(self.draws)
     }
+}
 
-    /// The draws of a what-if: none where expert parallelism makes ranks play differently (the
-    /// fast path the draws run on needs every rank alike), with a warning saying so; the answer
-    /// is then the point, as `simulate` gives it.
-    pub(crate) fn draws_for_whatif(&self, ep: Option<u32>, ep_varied: bool) -> Result<usize> {
-        let n = self.draws()?;
-        if n > 0 && (ep.is_some_and(|e| e > 1) || ep_varied) {
-            super::output::warn(
-                "no intervals: expert parallelism loads ranks unevenly, and the fast path the Monte Carlo draws run on needs every rank alike; the answers below are points",
-            );
-            return Ok(0);
+/// A what-if's intervals, or its points where the fast path the draws run on cannot price one
+/// of its scenarios (`Error::NoIntervals`): the timeline's answer stands, so the refusal is a
+/// warning that names why, and `answer(0)` gives the points. Returns the draws taken.
+pub(crate) fn or_points<T>(
+    draws: usize,
+    mut answer: impl FnMut(usize) -> Result<T>,
+) -> Result<(T, usize)> {
+    if draws == 0 {
+        return Ok((answer(0)?, 0));
+    }
+    match answer(draws) {
+        Err(Error::NoIntervals { why }) => {
+            super::output::warn(&format!("{why}; the answers below are points"));
+            Ok((answer(0)?, 0))
         }
-        Ok(n)
+        other => Ok((other?, draws)),
     }
 }

@@ -146,13 +146,11 @@ fn run_vary(a: VaryArgs) -> Result<()> {
             super::output::warn(&w);
         }
     }
-    let ep_varied = req.axes.iter().any(|(k, _)| k == "ep");
-    let draws = a
-        .intervals
-        .draws_for_whatif(a.scenario.request().comm.ep, ep_varied)?;
+    let draws = a.intervals.draws()?;
     let study = vary::run_bounded(&req, a.max_work)?;
-    let (base_iv, arms) =
-        crate::whatif::uncertainty::vary_intervals(&req, &study, draws, a.intervals.interval_seed)?;
+    let ((base_iv, arms), draws) = super::intervals::or_points(draws, |n| {
+        crate::whatif::uncertainty::vary_intervals(&req, &study, n, a.intervals.interval_seed)
+    })?;
     let text = match a.format {
         Format::Table if draws > 0 => {
             let labels: Vec<String> = study.variants.iter().map(|v| v.label()).collect();
@@ -308,9 +306,7 @@ fn run_spec_decode(a: SpecDecodeArgs) -> Result<()> {
             "--timeline-k {k} does nothing without --timeline FILE.json; ignored"
         ));
     }
-    let draws = a
-        .intervals
-        .draws_for_whatif(a.scenario.request().comm.ep, false)?;
+    let draws = a.intervals.draws()?;
     let (req, acceptances) = spec_decode_request(&a)?;
     // The steps do not depend on the acceptance: simulate once, study each rate.
     let costs = spec_decode::simulate_costs(&req)?;
@@ -335,17 +331,19 @@ fn run_spec_decode(a: SpecDecodeArgs) -> Result<()> {
         report::whatif::plot_speedup(&studies, path, true)?;
         written.push(path);
     }
-    let arms = studies
-        .iter()
-        .map(|st| {
-            crate::whatif::uncertainty::spec_decode_intervals(
-                &req,
-                st,
-                draws,
-                a.intervals.interval_seed,
-            )
-        })
-        .collect::<Result<Vec<_>>>()?;
+    let (arms, draws) = super::intervals::or_points(draws, |n| {
+        studies
+            .iter()
+            .map(|st| {
+                crate::whatif::uncertainty::spec_decode_intervals(
+                    &req,
+                    st,
+                    n,
+                    a.intervals.interval_seed,
+                )
+            })
+            .collect::<Result<Vec<_>>>()
+    })?;
     let text = match a.format {
         Format::Table => studies
             .iter()

@@ -28,6 +28,13 @@ committed files stay small. Written into --out:
   nccl_collectives.csv  op,impl,mode,dtype,nranks,elements,bytes,latency_us   (impl = nccl)
   custom_allreduce.csv  op,impl,mode,dtype,nranks,elements,bytes,latency_us   (impl = vllm_custom,
                       mode = graph | eager: vLLM's custom all-reduce inside / outside a CUDA graph)
+  deepep_ll.csv       phase,hidden,topk,experts,ranks,num_tokens,bytes,latency_us
+                      DeepEP's low-latency dispatch and combine kernels (SGLang's wide-EP collector, table
+                      comm/sglang/<version>/wideep_deepep_ll_perf.parquet): every row, one per phase;
+                      num_tokens per rank, ranks = node_num x the system's GPUs per node, bytes = the rank's
+                      payload as the source's bandwidth column counts it (num_tokens x topk x message: FP8
+                      hidden + hidden/128 float32 scales + a 16-byte header for dispatch, BF16 hidden for
+                      combine); latency_us = the source's avg_t_us.
   MANIFEST.txt, NOTICE, LICENSE (the Apache-2.0 text)
 
 Units: the source latencies are milliseconds; every latency_us here = source * 1000. The collective
@@ -318,6 +325,45 @@ class Converter:
         ]))
 
 
+    # ---------------------------------------------------------------- DeepEP low-latency
+    def deepep_ll(self, backend="sglang", version="0.5.12"):
+        p = self.src("comm", "wideep_deepep_ll_perf.parquet", backend=backend, version=version)
+        cols, rows = read(p)
+        yaml = os.path.join(os.path.dirname(self.data_dir), f"{self.system}.yaml")
+        per_node = None
+        with open(yaml) as f:
+            for ln in f:
+                if ln.strip().startswith("num_gpus_per_node:"):
+                    per_node = int(ln.split(":", 1)[1].split("#")[0])
+        if not per_node:
+            raise SystemExit(f"{yaml}: no num_gpus_per_node")
+        msg = {"dispatch": lambda h: h + h // 128 * 4 + 16, "combine": lambda h: 2 * h}
+        out = []
+        for r in rows:
+            for ph in ("dispatch", "combine"):
+                b = r["num_token"] * r["num_topk"] * msg[ph](r["hidden_size"])
+                t = r[f"{ph}_avg_t_us"]
+                # The source's own bandwidth column fixes what it counted as bytes.
+                counted = r[f"{ph}_bandwidth_gbps"] * 1e3 * t
+                if abs(counted / b - 1) > 1e-3:
+                    raise SystemExit(f"{p}: {ph} bytes {b} disagree with bandwidth x time {counted:.0f}")
+                out.append((ph, r["hidden_size"], r["num_topk"], r["num_experts"], r["node_num"] * per_node,
+                            r["num_token"], b, f"{t:.3f}"))
+        out.sort(key=lambda x: (x[0] != "dispatch", x[1], x[2], x[3], x[4], x[5]))
+        n = write_csv(os.path.join(self.out, "deepep_ll.csv"),
+                      ["phase", "hidden", "topk", "experts", "ranks", "num_tokens", "bytes", "latency_us"], out)
+        self.notes.append(("deepep_ll.csv", self.rel(p), len(rows), n, [
+            f"source columns: {', '.join(cols)}; times in us (avg_t_us), bandwidths in GB/s",
+            f"source: framework {distinct(rows, 'framework')} {distinct(rows, 'version')}, device "
+            f"{distinct(rows, 'device')}, kernel_source {distinct(rows, 'kernel_source')}, op {distinct(rows, 'op_name')}, "
+            f"node_num {distinct(rows, 'node_num')} ({per_node} GPUs per node: {self.system}.yaml)",
+            f"(hidden, topk, experts) present: {' '.join(f'{a}/{b}/{c}' for a, b, c in sorted({(r['hidden_size'], r['num_topk'], r['num_experts']) for r in rows}))}",
+            f"num_token per rank: {' '.join(str(x) for x in distinct(rows, 'num_token'))}",
+            "each source row gives two rows here (dispatch, combine); bytes checked against the source's "
+            "bandwidth x time (dispatch message = hidden + hidden/128 x 4 + 16 B, combine = 2 x hidden B)",
+        ]))
+
+
 def find_license(wheel_dir):
     if not wheel_dir:
         return None
@@ -373,7 +419,7 @@ def main():
     ap.add_argument("--backend-version", default="0.24.0")
     ap.add_argument("--nccl-version", default="2.29.2", help="folder under comm/nccl/")
     ap.add_argument("--tables", default="moe,mla,gemm,collectives",
-                    help="comma-separated subset of moe,mla,gemm,collectives")
+                    help="comma-separated subset of moe,mla,gemm,collectives,deepep_ll")
     ap.add_argument("--license-file", help="Apache-2.0 LICENSE text to copy (default: found under --wheel-dir)")
     ap.add_argument("--wheel-file", help="the .whl the tables came from (only to record its sha256)")
     ap.add_argument("--out", required=True)
@@ -395,7 +441,7 @@ def main():
     c = Converter(data_dir, a.system, a.backend, a.backend_version, a.nccl_version, a.out)
     tables = [t.strip() for t in a.tables.split(",") if t.strip()]
     for t in tables:
-        if t not in ("moe", "mla", "gemm", "collectives"):
+        if t not in ("moe", "mla", "gemm", "collectives", "deepep_ll"):
             raise SystemExit(f"unknown table {t}")
         getattr(c, t)()
 

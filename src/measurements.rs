@@ -831,3 +831,48 @@ pub(crate) fn read_mla_kv_dtype_csv(path: &Path) -> Result<Vec<MlaKvDtypeRow>> {
     }
     Ok(out)
 }
+
+/// One row of a DeepEP low-latency table (`deepep_ll.csv`, harness/aiconfigurator_tables.py):
+/// one phase's kernel time at `num_tokens` tokens per rank over `ranks` ranks, `bytes` the
+/// rank's payload.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeepEpLlRow {
+    /// `dispatch` or `combine`.
+    pub phase: String,
+    pub hidden: u64,
+    pub topk: u64,
+    pub experts: u64,
+    pub ranks: u32,
+    pub tokens: u64,
+    pub bytes: f64,
+    pub latency_us: f64,
+}
+
+/// Reads a DeepEP low-latency table (`deepep_ll.csv`).
+pub fn read_deepep_ll_csv(path: &Path) -> Result<Vec<DeepEpLlRow>> {
+    let cols = [
+        "phase",
+        "hidden",
+        "topk",
+        "experts",
+        "ranks",
+        "num_tokens",
+        "bytes",
+        "latency_us",
+    ];
+    let t = Table::read(path, &cols)?.non_empty()?;
+    let mut out = Vec::with_capacity(t.rows.len());
+    for i in 0..t.rows.len() {
+        out.push(DeepEpLlRow {
+            phase: t.one_of(i, "phase", &["dispatch", "combine"])?,
+            hidden: t.count(i, "hidden", 1.0)?,
+            topk: t.count(i, "topk", 1.0)?,
+            experts: t.count(i, "experts", 1.0)?,
+            ranks: t.ranks(i, "ranks")?,
+            tokens: t.count(i, "num_tokens", 1.0)?,
+            bytes: t.count(i, "bytes", 1.0)? as f64,
+            latency_us: t.time(i, "latency_us")?,
+        });
+    }
+    Ok(out)
+}

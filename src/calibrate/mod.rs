@@ -6,6 +6,7 @@ pub mod aiconfigurator;
 pub mod anchor;
 pub mod bench_serve;
 mod collectives;
+pub mod deepep_ll;
 pub mod from_burst;
 pub mod from_throughput;
 pub mod from_trace;
@@ -306,6 +307,7 @@ pub fn calibrate(
         aiconfigurator: None,
         custom_allreduce: fallback.custom_allreduce.clone(),
         custom_allreduce_pcie: fallback.custom_allreduce_pcie.clone(),
+        deepep_ll: fallback.deepep_ll.clone(),
         nccl: fallback.nccl.clone(),
         path: Default::default(),
         table: None,

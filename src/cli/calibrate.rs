@@ -11,8 +11,8 @@ pub struct CalibrateArgs {
     #[arg(
         long,
         value_name = "DIR",
-        required_unless_present_any = ["from_trace", "from_aiconfigurator", "from_throughput", "from_burst", "from_nccl_tests"],
-        conflicts_with_all = ["from_trace", "from_aiconfigurator", "from_throughput", "from_burst", "from_nccl_tests"]
+        required_unless_present_any = ["from_trace", "from_aiconfigurator", "from_throughput", "from_burst", "from_nccl_tests", "from_deepep_ll"],
+        conflicts_with_all = ["from_trace", "from_aiconfigurator", "from_throughput", "from_burst", "from_nccl_tests", "from_deepep_ll"]
     )]
     measurements: Option<PathBuf>,
     /// Instead: a profile that prices from AIConfigurator's measured tables, converted by
@@ -108,6 +108,16 @@ pub struct CalibrateArgs {
         conflicts_with = "from_trace"
     )]
     from_burst: Option<String>,
+    /// Instead: fit the DeepEP low-latency dispatch and combine laws (`--ep-comm rdma-ll`
+    /// inside one node) to measured kernel times, a CSV
+    /// `phase,hidden,topk,experts,ranks,num_tokens,bytes,latency_us` (phase dispatch|combine,
+    /// tokens and bytes per rank), on top of the base profile (--profile, else the scenario's).
+    #[arg(
+        long,
+        value_name = "FILE.csv",
+        conflicts_with_all = ["from_trace", "from_burst", "from_aiconfigurator", "from_nccl_tests", "from_throughput"]
+    )]
+    from_deepep_ll: Option<PathBuf>,
     /// Print the profile's full provenance (every table and fallback section), not its
     /// one-line summary.
     #[arg(long)]
@@ -124,6 +134,9 @@ pub fn run(a: CalibrateArgs) -> Result<()> {
     }
     if let Some(spec) = &a.from_burst {
         return from_burst(&a, spec);
+    }
+    if let Some(table) = &a.from_deepep_ll {
+        return from_deepep_ll(&a, table);
     }
     if let Some(dir) = &a.from_aiconfigurator {
         return from_aiconfigurator(&a, dir);
@@ -396,6 +409,53 @@ fn from_nccl_tests(a: &CalibrateArgs) -> Result<()> {
         s.push_str(&format!(
             "other tables copied from the base profile: {}\n",
             r.copied.join(", ")
+        ));
+    }
+    print(&s)
+}
+
+fn from_deepep_ll(a: &CalibrateArgs, table: &std::path::Path) -> Result<()> {
+    let mut req = a.scenario.request();
+    if let Some(p) = &a.profile {
+        req.calibration = Some(p.clone());
+    }
+    let (_, base) = req.load()?;
+    let r = crate::calibrate::deepep_ll::from_deepep_ll(
+        table,
+        &base,
+        &a.out,
+        a.name.as_deref(),
+        a.max_median_error,
+        a.allow_poor_fit,
+    )?;
+    let mut s = format!(
+        "wrote {} (profile '{}' = '{}' + DeepEP low-latency laws)\n\nphase     latency µs  bandwidth GB/s  rows  median |rel err|  ranks  bytes measured\n",
+        crate::units::path(&r.out),
+        r.profile.profile.name,
+        r.base
+    );
+    use crate::cost::deepep::Phase;
+    for phase in [Phase::Dispatch, Phase::Combine] {
+        let l = r.section.law(phase);
+        s.push_str(&format!(
+            "{:<9} {:>10.2} {:>15.1} {:>5} {:>16.1}%  {:<6} {}..{}\n",
+            phase.name(),
+            l.latency_us,
+            l.bw_gbps,
+            l.rows,
+            l.median_rel_err * 100.0,
+            l.measured_ranks
+                .iter()
+                .map(|n| n.to_string())
+                .collect::<Vec<_>>()
+                .join(","),
+            crate::units::bytes(l.measured_bytes[0]),
+            crate::units::bytes(l.measured_bytes[1])
+        ));
+    }
+    for m in &r.profile.profile.poor_fit {
+        s.push_str(&format!(
+            "warning: written although the fit breaks the rules: {m}\n"
         ));
     }
     print(&s)

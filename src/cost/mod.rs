@@ -16,6 +16,7 @@ pub mod aic;
 pub mod allreduce;
 pub mod attention;
 pub mod collective;
+pub mod deepep;
 pub mod internode;
 pub mod kernel;
 pub mod kv_dtype;
@@ -432,12 +433,72 @@ impl<'a> Pricer<'a> {
                 return Ok(self.record(op, c));
             }
         }
+        if op.family == CostFamily::AllToAll
+            && self.s.comm.ep_comm == crate::scenario::deployment::EpComm::RdmaLl
+        {
+            if let Some(c) = self.deepep_ll(op) {
+                return Ok(self.record(op, c));
+            }
+        }
         let c = match self.nccl_from_aic(op) {
             Some(c) => self.table_scaled(c),
             None => self.nccl_by_law(op)?,
         };
         let c = self.nccl_knobs(op, c);
         Ok(self.record(op, c))
+    }
+
+    /// DeepEP's low-latency dispatch or combine inside one node, by the profile's fitted law
+    /// (`cost::deepep`); None when the profile has none (the all-gather law prices it).
+    fn deepep_ll(&mut self, op: &Op) -> Option<CollectiveChoice> {
+        let d = self.p.deepep_ll.as_ref()?;
+        let phase = deepep::Phase::of(op)?;
+        let law = d.law(phase);
+        let (n, bytes) = (self.group_of(op), op.message_bytes as f64);
+        if !law.measured_ranks.contains(&n) {
+            note!(
+                self.quiet,
+                self.warnings,
+                format!(
+                    "DeepEP low-latency {}: measured at {:?} ranks, extrapolated to {n}",
+                    phase.name(),
+                    law.measured_ranks
+                )
+            );
+        }
+        let [lo, hi] = law.measured_bytes;
+        if bytes < lo || bytes > hi {
+            note!(
+                self.quiet,
+                self.warnings,
+                format!(
+                "DeepEP low-latency {} of {} is outside the measured range {}..{}: extrapolated",
+                phase.name(),
+                crate::units::bytes(bytes),
+                crate::units::bytes(lo),
+                crate::units::bytes(hi)
+            )
+            );
+        }
+        Some(CollectiveChoice {
+            op: op.family.key(),
+            bytes: op.message_bytes,
+            count: 1,
+            path: self.path.name(),
+            algo: "deepep_ll".into(),
+            proto: "-".into(),
+            time_us: law.time_us(bytes),
+            source: format!(
+                "fitted: DeepEP low-latency {} {:.1} µs + bytes at {:.0} GB/s over {} rows (median |rel err| {:.1}%): {}",
+                phase.name(),
+                law.latency_us,
+                law.bw_gbps,
+                law.rows,
+                law.median_rel_err * 100.0,
+                d.source
+            ),
+            latency_us: law.latency_us,
+        })
     }
 
     /// vLLM's custom all-reduce for one call: the AIConfigurator table where the collection

@@ -198,6 +198,10 @@ pub struct CalibrationProfile {
     /// `--allreduce custom` prices a patched build (community kernels, facts.md §3.3) by this law.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub custom_allreduce_pcie: Option<CustomAllreduce>,
+    /// DeepEP's low-latency dispatch and combine inside one node (`--ep-comm rdma-ll`), fitted
+    /// to measured kernel times (`cost::deepep`); absent: the all-gather entry's law prices them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deepep_ll: Option<super::deepep::DeepEpLl>,
     /// NCCL's defaults on the measured machine, against which `--nccl-max-nchannels` and
     /// `--nccl-buffsize` are priced.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -537,6 +541,36 @@ impl Checker<'_> {
         Ok(())
     }
 
+    /// DeepEP's laws: latencies in [0, 1 s], bandwidths positive and within the GPU's memory
+    /// bandwidth, the measured ranks and payloads sane.
+    fn deepep_ll(&self, d: &super::deepep::DeepEpLl, bw: Option<f64>) -> Result<()> {
+        for (phase, l) in [("dispatch", &d.dispatch), ("combine", &d.combine)] {
+            let f = |s: &str| format!("deepep_ll.{phase}.{s}");
+            self.latency(&f("latency_us"), l.latency_us)?;
+            let max = bw.unwrap_or(crate::scenario::limits::LINK_GBPS.max);
+            let min = crate::scenario::limits::BUS_BW_FLOOR_GBPS;
+            if !(l.bw_gbps.is_finite() && l.bw_gbps >= min && l.bw_gbps <= max) {
+                return Err(self.fail(
+                    &f("bw_gbps"),
+                    crate::scenario::check::show(l.bw_gbps),
+                    &format!("a bandwidth in [{min}, {max}] GB/s (the GPU's memory bandwidth bounds any transfer)"),
+                ));
+            }
+            if l.measured_ranks.is_empty() || l.measured_ranks.contains(&0) {
+                return Err(self.fail(
+                    &f("measured_ranks"),
+                    format!("{:?}", l.measured_ranks),
+                    "the group sizes measured, each at least 1",
+                ));
+            }
+            self.range(&f("measured_bytes"), Some(l.measured_bytes))?;
+            if !(l.median_rel_err.is_finite() && l.median_rel_err >= 0.0) {
+                return Err(self.fail(&f("median_rel_err"), l.median_rel_err, "a fraction ≥ 0"));
+            }
+        }
+        Ok(())
+    }
+
     fn kernel(&self, family: CostFamily, k: &KernelParams) -> Result<()> {
         let f = |s: &str| format!("kernels.{family}.{s}");
         if family.is_collective() || family.is_sync() {
@@ -729,6 +763,9 @@ impl CalibrationProfile {
             if let Some(ca) = ca {
                 c.custom_allreduce(name, ca, bw)?;
             }
+        }
+        if let Some(d) = &self.deepep_ll {
+            c.deepep_ll(d, bw)?;
         }
         if let Some(n) = &self.nccl {
             if !(1..=64).contains(&n.default_nchannels) {

@@ -371,3 +371,102 @@ fn duplicate_and_foreign_rank_files_are_refused_through_the_cli() {
         "{err}"
     );
 }
+
+/// One synthetic rank (a prefill and two decode steps) with `edit` applied to its events.
+fn write_edited(dir: &Path, name: &str, edit: impl Fn(&mut Vec<serde_json::Value>)) -> PathBuf {
+    let mut doc = common::synth_trace(0, &[0.0], 2, true);
+    edit(doc["traceEvents"].as_array_mut().unwrap());
+    let p = dir.join(name);
+    std::fs::write(&p, serde_json::to_string(&doc).unwrap()).unwrap();
+    p
+}
+
+fn summarize_cli(p: &Path, extra: &[&str]) -> (bool, String, String) {
+    let args = [&["trace", "summarize", p.to_str().unwrap()][..], extra].concat();
+    common::decodesim_bin(&args)
+}
+
+/// A kernel whose `ts` lies hours past the rest of the trace is a corrupt timestamp: an error
+/// naming the file, the event and the value, not a step stretched to it.
+#[test]
+fn a_timestamp_far_outside_the_trace_is_an_error_naming_it() {
+    let dir = common::scratch("bad_ts");
+    for (name, ts, shown) in [
+        ("t300.json", 1e300, "1.000e300"),
+        ("t17.json", 1e17, "1.000e17"),
+        ("t10.json", 1e10, "10000000000.000"),
+    ] {
+        let p = write_edited(&dir, name, |ev| {
+            let k = ev
+                .iter()
+                .rposition(|e| e["name"].as_str().is_some_and(|n| n.starts_with("fmha")))
+                .unwrap();
+            ev[k]["ts"] = serde_json::json!(ts);
+        });
+        let (ok, out, err) = summarize_cli(&p, &[]);
+        assert!(!ok, "{out}");
+        assert!(
+            err.contains(name) && err.contains("fmhaSm100f") && err.contains(shown),
+            "{err}"
+        );
+        assert!(err.contains("corrupt 'ts'"), "{err}");
+    }
+}
+
+/// Step markers that cover no GPU work (zero length: the launches fall outside) cannot tell
+/// the steps apart: an error, not a 0 µs step nor the whole trace as one step.
+#[test]
+fn zero_length_step_markers_are_an_error_not_empty_steps() {
+    let dir = common::scratch("bad_markers");
+    let p = write_edited(&dir, "dur0.json", |ev| {
+        for e in ev.iter_mut().filter(|e| e["cat"] == "user_annotation") {
+            e["dur"] = serde_json::json!(0.0);
+        }
+    });
+    let (ok, out, err) = summarize_cli(&p, &[]);
+    assert!(!ok, "{out}");
+    assert!(
+        err.contains("dur0.json")
+            && err.contains("3 step marker(s)")
+            && err.contains("--step-marker"),
+        "{err}"
+    );
+}
+
+/// A step marker whose `dur` overruns into the next steps does not take their work: each step
+/// ends where the next marker starts, so the steps are those of the untouched trace.
+#[test]
+fn an_overrunning_step_marker_does_not_take_the_next_steps() {
+    let dir = common::scratch("overrun_marker");
+    let plain = write_edited(&dir, "plain.json", |_| {});
+    let over = write_edited(&dir, "over.json", |ev| {
+        for e in ev.iter_mut().filter(|e| e["cat"] == "user_annotation") {
+            e["dur"] = serde_json::json!(1e9);
+        }
+    });
+    let json = |p: &Path| {
+        let (ok, out, err) = summarize_cli(p, &["--format", "json"]);
+        assert!(ok, "{err}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        v["ranks"][0]["step_time_us"].clone()
+    };
+    let (a, b) = (json(&plain), json(&over));
+    assert!(a["median"].as_f64().unwrap() > 0.0, "{a}");
+    assert_eq!(a, b);
+}
+
+/// `--step-marker` that matches no annotation is an error naming the pattern and some of the
+/// annotations the traces hold, not one whole-trace step.
+#[test]
+fn a_step_marker_matching_nothing_is_an_error() {
+    let dir = common::scratch("marker_nomatch");
+    let p = write_edited(&dir, "r0.json", |_| {});
+    let (ok, out, err) = summarize_cli(&p, &["--step-marker", "nomatch_xyz"]);
+    assert!(!ok, "{out}");
+    assert!(
+        err.contains("nomatch_xyz") && err.contains("execute_context"),
+        "{err}"
+    );
+    let (ok, _, err) = summarize_cli(&p, &["--step-marker", "execute_context_0"]);
+    assert!(ok, "{err}");
+}

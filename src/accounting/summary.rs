@@ -333,6 +333,50 @@ pub fn summarize_parsed(traces: Vec<ParsedTrace>, opts: &SummaryOptions) -> Resu
     if rank_out.iter().all(|r| r.steps.is_empty()) {
         return Err(TraceError::NoGpuActivity);
     }
+    if let Some(r) = rank_out
+        .iter()
+        .find(|r| r.step_source == StepSource::WholeTrace && r.empty_markers > 0)
+    {
+        return Err(TraceError::EmptyStepMarkers {
+            path: r.path.clone(),
+            count: r.empty_markers,
+        });
+    }
+    // A marker the user named that found no step anywhere is a mistake, not one whole-trace step.
+    if let Some(re) = opts.step_marker {
+        if rank_out.iter().all(|r| r.step_source != StepSource::Custom) {
+            let mut names: Vec<&str> = traces
+                .iter()
+                .flat_map(|t| t.annotations.iter().map(|a| a.name.as_str()))
+                .collect();
+            names.sort_unstable();
+            names.dedup();
+            let matching = names.iter().filter(|n| re.is_match(n)).count();
+            let shown: Vec<String> = names
+                .iter()
+                .take(5)
+                .map(|n| format!("'{}'", crate::units::clip(n, 60)))
+                .collect();
+            let found = if names.is_empty() {
+                "the traces hold no annotations".to_string()
+            } else {
+                format!(
+                    "{matching} of {} distinct annotation names match{}; some: {}",
+                    names.len(),
+                    if matching > 0 {
+                        ", but their windows hold no GPU work"
+                    } else {
+                        ""
+                    },
+                    shown.join(", ")
+                )
+            };
+            return Err(TraceError::StepMarkerUnmatched {
+                pattern: re.as_str().to_string(),
+                found,
+            });
+        }
+    }
 
     // Wait/transfer over the selected steps, aligned across ranks.
     let alignment = split_wait_transfer(&comm_lists);

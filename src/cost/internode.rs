@@ -193,6 +193,9 @@ impl Hierarchy {
             CommPath::PcieP2p => (LinkClass::Pcie, pcie_p2p, 0.0),
             CommPath::Host => (LinkClass::Pcie, pcie_p2p, ic.host_latency_us),
         };
+        // One rank per node has no peer on its node: the intra link carries nothing and bounds
+        // nothing (a node of one PCIe GPU states no P2P bandwidth).
+        let intra_gbps = if rpn == 1 { f64::INFINITY } else { intra_gbps };
         let path_gbps = net.gpu_nic_gbps.unwrap_or(match net.gpu_nic_path {
             NicPath::Pcie => sys.pcie_gbps(),
             NicPath::Nvlink => ic.nvlink_gbps,

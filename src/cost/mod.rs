@@ -239,6 +239,7 @@ impl PreparedPricer {
         // (it replaces the link under the corrected machine): cost::link.
         profile::apply_factors(&p.factors, w, out);
         link::apply(w, s, out);
+        check_finite(w, out)?;
         Ok(out)
     }
 
@@ -246,6 +247,33 @@ impl PreparedPricer {
     pub fn into_pricing(self) -> Pricing {
         self.out
     }
+}
+
+/// Every price a finite time ≥ 0: a zero or infinite bandwidth or time anywhere on an op's
+/// path (a link the system file leaves at 0, a law that divides by it) would otherwise reach the
+/// step as an infinite or NaN time, or vanish from it.
+fn check_finite(w: &Workload, out: &Pricing) -> Result<()> {
+    let Some(i) = out
+        .base_us
+        .iter()
+        .position(|u| !(u.is_finite() && *u >= 0.0))
+    else {
+        return Ok(());
+    };
+    let op = &w.ops[i];
+    let how = out
+        .collectives
+        .iter()
+        .find(|c| c.op == op.family.key() && c.bytes == op.message_bytes)
+        .map(|c| format!(", {} over {} ({})", c.op, c.path, c.source))
+        .unwrap_or_default();
+    Err(Error::ScenarioPart {
+        part: format!("op '{}'", op.name),
+        problem: format!(
+            "priced at {} µs{how}: not a time; some input on its path states a zero or infinite bandwidth or time (the system file's links and network, the profile's laws)",
+            out.base_us[i]
+        ),
+    })
 }
 
 /// The profile's kernel laws by family (`CostFamily as usize`), resolved once per prepared

@@ -54,6 +54,13 @@ pub enum TraceError {
     StepMarker { pattern: String, message: String },
     #[error("no GPU activity in any of the given traces; nothing to summarize")]
     NoGpuActivity,
+    /// Step markers found, none of which covers GPU work: taking the whole trace as one step
+    /// would add several steps up.
+    #[error("{path}: {count} step marker(s) found, but none covers GPU work (zero length, or nothing launched inside it), so the steps cannot be told apart; expected step annotations that enclose their launches, or pass --step-marker REGEX naming annotations that do")]
+    EmptyStepMarkers { path: PathBuf, count: usize },
+    /// `--step-marker` given, and no annotation of any rank both matches it and covers GPU work.
+    #[error("--step-marker '{pattern}': no annotation in the traces matches it and covers GPU work ({found}); expected a regex matching the step annotations (e.g. 'execute_model', 'ProfilerStep'), or leave it out to find the steps from the usual markers")]
+    StepMarkerUnmatched { pattern: String, found: String },
     /// The file itself is unusable (not a regular file, too large), refused before reading.
     #[error("{path}: {problem}")]
     Input { path: PathBuf, problem: String },
@@ -75,6 +82,16 @@ pub enum TraceError {
         event: String,
         value: f64,
         why: String,
+    },
+    /// A GPU op whose timestamp lies far outside the rest of the trace: a corrupt `ts` that
+    /// would otherwise stretch a step to it.
+    #[error("{path}: '{event}' has ts {ts} µs, {gap} µs {side} (more than an hour: no profiled window has such a gap; a corrupt 'ts'); refusing it rather than counting it as step time")]
+    Timestamp {
+        path: PathBuf,
+        event: String,
+        ts: String,
+        gap: String,
+        side: &'static str,
     },
     #[error("{path}: unexpected {found} at byte {offset} after the trace's top-level JSON value ended; the file has trailing garbage (two traces concatenated?)")]
     TrailingData {

@@ -165,6 +165,29 @@ fn check_durations(t: &ParsedTrace, path: &Path) -> Result<()> {
             let lo = if o.start_us == s1 { s2 } else { s1 };
             let hi = if o.end_us == e1 { e2 } else { e1 };
             let span = hi - lo;
+            // A start an hour past the end of everything else (or an end an hour before its
+            // start) is a corrupt timestamp: taken as it is, it would stretch a step to it.
+            if o.start_us > hi + MAX_DURATION_US || o.end_us < lo - MAX_DURATION_US {
+                let (side, gap) = if o.start_us > hi {
+                    ("after the rest of the trace ends", o.start_us - hi)
+                } else {
+                    ("before the rest of the trace starts", lo - o.end_us)
+                };
+                let show = |v: f64| {
+                    if v.abs() < 1e15 {
+                        format!("{v:.3}")
+                    } else {
+                        format!("{v:.3e}")
+                    }
+                };
+                return Err(TraceError::Timestamp {
+                    path: path.to_path_buf(),
+                    event: name(),
+                    ts: show(o.start_us),
+                    gap: show(gap),
+                    side,
+                });
+            }
             if dur > span {
                 return Err(TraceError::Duration {
                     path: path.to_path_buf(),

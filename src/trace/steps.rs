@@ -167,6 +167,7 @@ pub(crate) fn find_steps(
         Some(re) => vec![(StepSource::Custom, re)],
         None => family_regexes().iter().map(|(s, r)| (*s, r)).collect(),
     };
+    let mut empty = 0;
     for side in [Side::Cpu, Side::Gpu] {
         for &(source, re) in &families {
             let marks: Vec<&Annotation> = annotations
@@ -176,10 +177,22 @@ pub(crate) fn find_steps(
             if marks.is_empty() {
                 continue;
             }
-            return windows(source, side, &marks, annotations, launches, &by_corr);
+            let found = windows(source, side, &marks, annotations, launches, &by_corr);
+            // Markers that cover no GPU work (zero length, nothing launched inside) make no
+            // step: the next markers are tried, and the whole trace says how many were empty.
+            if found.steps.is_empty() {
+                if empty == 0 {
+                    empty = found.empty_markers;
+                }
+                continue;
+            }
+            return found;
         }
     }
-    whole_trace(ops)
+    StepFinding {
+        empty_markers: empty,
+        ..whole_trace(ops)
+    }
 }
 
 fn windows(
@@ -206,7 +219,15 @@ fn windows(
 
     let mut steps = Vec::new();
     let mut empty = 0;
-    for m in sorted {
+    // A step's marker ends at the latest where the next one starts: markers of one family are
+    // sequential, and one whose end overruns (a corrupt `dur`) would take the next steps' work.
+    let next_start: Vec<f64> = sorted
+        .iter()
+        .skip(1)
+        .map(|n| n.start_us)
+        .chain(std::iter::once(f64::INFINITY))
+        .collect();
+    for (m, &next) in sorted.into_iter().zip(&next_start) {
         let kind = if source == StepSource::Custom {
             StepKind::Unknown
         } else {
@@ -222,18 +243,23 @@ fn windows(
             graph_ops,
         };
         if side == Side::Gpu {
-            steps.push(make(
-                m.start_us,
-                m.end_us,
-                WindowSource::GpuAnnotation,
-                0,
-                0,
-            ));
+            if m.end_us > m.start_us {
+                steps.push(make(
+                    m.start_us,
+                    m.end_us,
+                    WindowSource::GpuAnnotation,
+                    0,
+                    0,
+                ));
+            } else {
+                empty += 1;
+            }
             continue;
         }
         // Launch calls that start inside the CPU annotation.
         let lo = launches.partition_point(|l| l.start_us < m.start_us);
-        let hi = launches.partition_point(|l| l.start_us <= m.end_us);
+        let end = m.end_us.min(next);
+        let hi = launches.partition_point(|l| l.start_us <= end && l.start_us < next);
         let (mut s, mut e, mut n, mut g) = (f64::INFINITY, f64::NEG_INFINITY, 0, 0);
         for l in &launches[lo..hi] {
             if let Some(&(cs, ce, cn, cg)) = by_corr.get(&l.correlation) {
@@ -255,7 +281,7 @@ fn windows(
                 .map(|p| (p, v))
         });
         match twin {
-            Some((p, v)) => {
+            Some((p, v)) if v[*k + p].end_us > v[*k + p].start_us => {
                 let t = v[*k + p];
                 *k += p + 1;
                 steps.push(make(
@@ -265,6 +291,10 @@ fn windows(
                     0,
                     0,
                 ));
+            }
+            Some((p, _)) => {
+                *k += p + 1;
+                empty += 1;
             }
             None => empty += 1,
         }

@@ -428,6 +428,10 @@ pub fn from_nccl_tests(req: &NcclTestsRequest) -> Result<NcclTestsResult> {
         }
         f.nodes = f.nranks / per_node;
     }
+    for f in &files {
+        check_gpus(f, &req.system)?;
+        check_bus_bandwidth(f, &req.system)?;
+    }
     // (op, nranks, dtype, bytes) → (µs, file, line): one measurement per size.
     let mut table: BTreeMap<(String, u32, String, u64), (f64, u64, &Path, usize)> = BTreeMap::new();
     for f in &files {
@@ -731,6 +735,64 @@ pub fn from_nccl_tests(req: &NcclTestsRequest) -> Result<NcclTestsResult> {
         copied,
         multinode_rows: multi_rows,
     })
+}
+
+/// The GPU model of a name, its first word after the vendor (`H200`, `H100`, `RTX`).
+fn gpu_model(name: &str) -> String {
+    name.split_whitespace()
+        .find(|w| !w.eq_ignore_ascii_case("nvidia"))
+        .unwrap_or("")
+        .to_ascii_uppercase()
+}
+
+/// The ranks' GPUs (the `# Rank` lines) are the system's: timings of another GPU would price
+/// this machine's collectives.
+fn check_gpus(f: &NcclTestsFile, system: &crate::scenario::SystemSpec) -> Result<()> {
+    let want = gpu_model(&system.gpu.display_name);
+    match f.gpus.iter().find(|g| gpu_model(g) != want) {
+        None => Ok(()),
+        Some(g) => Err(Error::field(
+            &f.path,
+            "# Rank lines",
+            format!(
+                "the ranks ran on '{g}', but system '{}' has {} GPUs ('{}'): these timings would price another GPU's collectives; pass the --system they were measured on",
+                system.name, want, system.gpu.display_name
+            ),
+        )),
+    }
+}
+
+/// No row moves data faster than the fastest link a rank has (twice it: NVLink SHARP reduces
+/// in the switch and can beat the per-GPU rate, no file beats it twice): a faster row is a
+/// unit mistake (ms read as µs, a wrong size column).
+fn check_bus_bandwidth(f: &NcclTestsFile, system: &crate::scenario::SystemSpec) -> Result<()> {
+    let ic = &system.interconnect;
+    let link = ic
+        .nvlink_gbps
+        .max(ic.p2p_gbps_same_socket)
+        .max(ic.p2p_gbps_cross_socket)
+        .max(system.pcie_gbps());
+    let n = f.nranks.max(2) as f64;
+    let factor = match f.op.as_str() {
+        "all_reduce" => 2.0 * (n - 1.0) / n,
+        "all_gather" | "reduce_scatter" | "alltoall" => (n - 1.0) / n,
+        _ => 1.0,
+    };
+    for r in &f.rows {
+        let us = r.out_of_place_us.min(r.in_place_us);
+        let bus = factor * r.bytes as f64 / (us * 1e3);
+        if bus > 2.0 * link {
+            return Err(Error::field(
+                &f.path,
+                format!("line {}", r.line),
+                format!(
+                    "{} B in {us} µs is {bus:.0} GB/s of bus bandwidth, more than twice the fastest link of system '{}' ({link:.0} GB/s); expected nccl-tests' times in µs of this machine",
+                    r.bytes, system.name
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn dtype_size(dtype: &str) -> u64 {

@@ -336,10 +336,20 @@ pub fn plan(candidates: &[Candidate], t: &Target) -> Plan {
         None => {
             // The limit that binds is the one the furthest-reaching candidate hit: throughput
             // (it fits and meets TPOT but needs too many systems), then TPOT, then memory.
-            let limit = [Limit::Throughput, Limit::Tpot, Limit::Memory]
+            let found = [Limit::Throughput, Limit::Tpot, Limit::Memory]
                 .into_iter()
-                .find(|l| rows.iter().any(|r| r.limit == Some(*l)))
-                .unwrap_or(Limit::Memory);
+                .find(|l| rows.iter().any(|r| r.limit == Some(*l)));
+            let Some(limit) = found else {
+                // Every candidate was set aside before it ran (a TP that does not divide the
+                // heads, a layout the system cannot hold): no limit bound.
+                return Plan {
+                    target: t.clone(),
+                    best: None,
+                    rows,
+                    binding: None,
+                    message: "no configuration meets the target: no candidate layout could be simulated (each is listed under 'not considered' with the reason)".into(),
+                };
+            };
             let why: Vec<String> = rows
                 .iter()
                 .filter(|r| r.limit == Some(limit))

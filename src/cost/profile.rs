@@ -708,6 +708,24 @@ impl CalibrationProfile {
         let bw = self.gpu_bandwidth()?;
         for (i, e) in self.collectives.iter().enumerate() {
             c.collective(i, e, bw)?;
+            // Two entries for one (op, path, algo, proto): the lookup would take the first and
+            // silently ignore the other.
+            if let Some(j) = self.collectives[..i]
+                .iter()
+                .position(|d| (d.op, d.path, d.algo, d.proto) == (e.op, e.path, e.algo, e.proto))
+            {
+                return Err(c.fail(
+                    &format!("collectives[{i}]"),
+                    format!(
+                        "a second entry for {}/{}/{}/{} (the first is collectives[{j}])",
+                        e.op.name(),
+                        e.path,
+                        e.algo.name(),
+                        e.proto.name()
+                    ),
+                    "one entry per (op, path, algo, proto)",
+                ));
+            }
         }
         self.factors.check(&c)?;
         let l = &self.launch;

@@ -102,9 +102,14 @@ pub(crate) fn resolve_profile(arg: &str) -> Result<PathBuf> {
         return Ok(as_path.join("profile.toml"));
     }
     if arg.contains('/') || arg.ends_with(".toml") {
+        let why = if as_path.exists() {
+            "not a regular file or a folder holding profile.toml"
+        } else {
+            "no such file"
+        };
         return Err(Error::Read {
             path: as_path.to_path_buf(),
-            source: std::io::Error::new(std::io::ErrorKind::NotFound, "no such file"),
+            source: std::io::Error::new(std::io::ErrorKind::NotFound, why),
         });
     }
     let p = calibration_dir().join(arg).join("profile.toml");

@@ -316,7 +316,13 @@ impl Routing {
                         return Err(Error::field(
                             source,
                             "tokens",
-                            format!("every count of layer {layer:?} is 0: no token was routed"),
+                            format!(
+                                "every count {} is 0: no token was routed",
+                                match layer {
+                                    Some(l) => format!("of layer {l}"),
+                                    None => "of the table (no layer column)".to_string(),
+                                }
+                            ),
                         ));
                     }
                 }

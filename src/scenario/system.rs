@@ -276,6 +276,20 @@ impl Interconnect {
                     ),
                 ))
             }
+            // GPUs on two sockets talk across the CPUs' link: a figure of its own (0 would
+            // price it silently at the same-socket rate).
+            LinkKind::Pcie
+                if gpu_count > 1 && self.sockets > 1 && self.p2p_gbps_cross_socket <= 0.0 =>
+            {
+                return Err(Error::field(
+                    path,
+                    f("p2p_gbps_cross_socket"),
+                    format!(
+                        "found {}, a PCIe system of GPUs on {} sockets needs the P2P bandwidth between GPUs on different sockets (measured as for p2p_gbps_same_socket, across NUMA nodes)",
+                        self.p2p_gbps_cross_socket, self.sockets
+                    ),
+                ))
+            }
             _ => {}
         }
         check::int_in(

@@ -136,6 +136,14 @@ impl Acceptance {
                 "the histogram is empty (expected at least one positive count)",
             ));
         }
+        if counts.len() < 2 {
+            // Only the bonus token ever: nothing tells how many drafts were proposed.
+            return Err(Error::field(
+                path,
+                "acceptance_length",
+                "every row has length 1 (no draft token ever accepted), so the histogram cannot tell how many draft tokens were proposed; expected lengths up to k + 1 for k drafts (a row of k + 1 with count 0 states k)",
+            ));
+        }
         Ok(Acceptance::Lengths {
             path: path.to_path_buf(),
             counts,

@@ -87,7 +87,7 @@ impl Draft {
                         flag: "--method",
                         value: "draft-model".into(),
                         problem:
-                            " needs --draft-model NAME|PATH (a bundled model name or a config.json)"
+                            " needs a draft model, a bundled model name or a config.json: --draft-model NAME|PATH in `whatif spec-decode`, --draft in `sweep`"
                                 .into(),
                     });
                 };

@@ -245,7 +245,7 @@ pub enum Error {
         tp: u32,
         gpu: String,
         need: String,
-        utilization: f64,
+        utilization: String,
         allows: String,
     },
 }

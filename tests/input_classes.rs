@@ -180,3 +180,56 @@ fn refusals_name_the_real_reason() {
         &["--draft in `sweep`"],
     );
 }
+
+/// Group-limited routing that cannot be: groups that do not split the experts evenly, or too
+/// few groups to hold the top-k.
+#[test]
+fn impossible_expert_groups_are_refused() {
+    let text = std::fs::read_to_string("models/deepseek-v3.json").unwrap();
+    let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    v["n_group"] = 7.into();
+    let p = scratch("groups", "g7.json", &v.to_string());
+    fails(
+        &["simulate", "--model", p.to_str().unwrap(), "--draws", "0"],
+        &["g7.json", "n_group", "divisor of the 256"],
+    );
+    v["n_group"] = 256.into();
+    v["topk_group"] = 1.into();
+    let p = scratch("groups", "g256.json", &v.to_string());
+    fails(
+        &["simulate", "--model", p.to_str().unwrap(), "--draws", "0"],
+        &["g256.json", "topk_group", "top-8"],
+    );
+}
+
+/// Huge and tiny values are echoed as typed (`1e308`, `1e-300`), not as 300 digits.
+#[test]
+fn extreme_values_are_echoed_as_typed() {
+    let (ok, _, err) = decodesim_bin(&[
+        "capacity",
+        "--gpu-memory-utilization",
+        "1e-300",
+        "--draws",
+        "0",
+    ]);
+    assert!(!ok);
+    assert!(err.contains("1e-300") && err.len() < 600, "{err}");
+    let text =
+        std::fs::read_to_string("data/calibration/rtx-pro-6000-estimate/profile.toml").unwrap();
+    let i = text.find("m_half = ").unwrap();
+    let j = i + text[i..].find('\n').unwrap();
+    let bad = format!("{}m_half = 1e308{}", &text[..i], &text[j..]);
+    let p = scratch("huge", "huge.toml", &bad);
+    fails(
+        &[
+            "simulate",
+            "--calibration",
+            p.to_str().unwrap(),
+            "--draws",
+            "0",
+        ],
+        &["huge.toml", "m_half", "1e308"],
+    );
+    let (_, _, err) = decodesim_bin(&["simulate", "--calibration", p.to_str().unwrap()]);
+    assert!(err.len() < 600, "{err}");
+}

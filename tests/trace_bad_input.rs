@@ -271,8 +271,15 @@ fn a_kernel_longer_than_the_trace_is_an_error_naming_file_event_and_value() {
             err.contains(name) && err.contains("fmhaSm100f") && err.contains(why),
             "{err}"
         );
+        // Written as typed (1e23, not 24 digits).
         let v: f64 = dur.parse().unwrap();
-        assert!(err.contains(&format!("dur {v}")), "{err}");
+        let shown = if v < 1e15 {
+            v.to_string()
+        } else {
+            format!("{v:e}")
+        };
+        assert!(err.contains(&format!("dur {shown} µs")), "{err}");
+        assert!(err.len() < 400, "{err}");
     }
 }
 

@@ -237,7 +237,7 @@ pub fn account(s: &Scenario, p: &CalibrationProfile, o: &MemoryOptions) -> Resul
             tp: s.tp,
             gpu: s.system.gpu.name.clone(),
             need: crate::units::bytes(non_kv),
-            utilization: o.gpu_memory_utilization,
+            utilization: crate::scenario::check::show(o.gpu_memory_utilization),
             allows: crate::units::bytes(requested),
         });
     }

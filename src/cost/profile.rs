@@ -468,6 +468,12 @@ struct Checker<'a> {
 
 impl Checker<'_> {
     fn fail(&self, field: &str, v: impl std::fmt::Display, allowed: &str) -> Error {
+        // A number as typed (`1e308`, not 309 digits), anything else clipped.
+        let v = v.to_string();
+        let v = match v.parse::<f64>() {
+            Ok(x) if v.len() > 24 => crate::scenario::check::show(x),
+            _ => crate::units::clip(&v, 80),
+        };
         Error::field(self.path, field, format!("found {v}, expected {allowed}"))
     }
 

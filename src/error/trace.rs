@@ -76,7 +76,7 @@ pub enum TraceError {
     },
     /// A GPU op lasting longer than the trace itself: a corrupt or mis-scaled duration that
     /// would otherwise become the step time.
-    #[error("{path}: '{event}' has dur {value} µs, {why}; refusing it rather than counting it as step time")]
+    #[error("{path}: '{event}' has dur {} µs, {why}; refusing it rather than counting it as step time", if value.abs() < 1e15 { value.to_string() } else { format!("{value:e}") })]
     Duration {
         path: PathBuf,
         event: String,

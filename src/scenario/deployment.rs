@@ -369,7 +369,7 @@ impl Scenario {
         if !(u.is_finite() && u > 0.0 && u <= 1.0) {
             return Err(Error::ScenarioRange {
                 flag: "--gpu-memory-utilization",
-                value: u.to_string(),
+                value: crate::scenario::check::show(u),
                 expected: format!("expected a share above 0 and at most 1 (vLLM's default is {DEFAULT_GPU_MEMORY_UTILIZATION})"),
             });
         }

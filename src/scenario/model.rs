@@ -413,6 +413,26 @@ fn moe_dims(f: &Fields, num_layers: usize) -> Result<Option<MoeDims>> {
             };
             let n_group = f.int("n_group", 1..=n as u64)?.unwrap_or(1);
             let topk_group = f.int("topk_group", 1..=n_group as u64)?.unwrap_or(1);
+            // Group-limited routing (vLLM's grouped top-k): the experts split evenly in
+            // n_group groups, and the top_k experts come from the topk_group best groups.
+            if n % n_group != 0 {
+                return Err(Error::field(
+                    path,
+                    f.name("n_group"),
+                    format!("found {n_group}, expected a divisor of the {n} routed experts (the groups are equal)"),
+                ));
+            }
+            if top_k > topk_group * (n / n_group) {
+                return Err(Error::field(
+                    path,
+                    f.name("topk_group"),
+                    format!(
+                        "found {topk_group}: {topk_group} group(s) of {} experts cannot hold the top-{top_k} experts; expected at least {}",
+                        n / n_group,
+                        top_k.div_ceil(n / n_group)
+                    ),
+                ));
+            }
             let mlp_only_layers = f.int_list("mlp_only_layers", num_layers)?;
             let dims = MoeDims {
                 n_routed_experts: n,

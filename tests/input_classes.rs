@@ -233,3 +233,25 @@ fn extreme_values_are_echoed_as_typed() {
     let (_, _, err) = decodesim_bin(&["simulate", "--calibration", p.to_str().unwrap()]);
     assert!(err.len() < 600, "{err}");
 }
+
+/// A GPU file whose driver total (`memory_total_mib`) is not the memory its `memory_gb` states
+/// is refused; every bundled GPU agrees with itself.
+#[test]
+fn a_gpu_whose_two_memory_figures_disagree_is_refused() {
+    for e in std::fs::read_dir("data/systems/gpus").unwrap() {
+        let p = e.unwrap().path();
+        decodesim::scenario::GpuSpec::from_file(&p).unwrap();
+    }
+    let text = std::fs::read_to_string("data/systems/gpus/h200-sxm.toml").unwrap();
+    let i = text.find("memory_total_mib").unwrap();
+    let j = i + text[i..].find('\n').unwrap();
+    let bad = format!("{}memory_total_mib = 4194304.0{}", &text[..i], &text[j..]);
+    let p = scratch("gpu_mem", "h200-4tib.toml", &bad);
+    let e = decodesim::scenario::GpuSpec::from_file(&p)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("h200-4tib.toml") && e.contains("memory_total_mib") && e.contains("memory_gb"),
+        "{e}"
+    );
+}

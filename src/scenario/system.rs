@@ -123,6 +123,21 @@ impl GpuSpec {
         check::float_in(path, "memory_gb", self.memory_gb, &MEMORY_GB)?;
         if let Some(mib) = self.memory_total_mib {
             check::float_in(path, "memory_total_mib", mib, &MEMORY_MIB)?;
+            // The driver's total and the marketing figure are one memory: the bundled GPUs'
+            // ratios lie in 1.00..1.07 (GiB read as GB, less the driver's reserve).
+            let ratio = mib * 1_048_576.0 / (self.memory_gb * 1e9);
+            if !(0.9..=1.15).contains(&ratio) {
+                return Err(Error::field(
+                    path,
+                    "memory_total_mib",
+                    format!(
+                        "found {} MiB ({:.1} GB), {ratio:.2} times memory_gb = {}: expected the same memory as the driver reports it (0.9 to 1.15 times memory_gb)",
+                        check::show(mib),
+                        mib * 1_048_576.0 / 1e9,
+                        check::show(self.memory_gb)
+                    ),
+                ));
+            }
         }
         check::float_in(
             path,

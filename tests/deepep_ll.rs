@@ -13,6 +13,38 @@ fn rel(a: f64, b: f64) -> f64 {
     (a / b - 1.0).abs()
 }
 
+/// `simulate --format json` of DeepSeek-V3 at TP 1 under DP `dp` with DeepEP's low-latency
+/// all-to-all on `system`, with `extra` flags.
+fn simulate_dp(system: &str, dp: u32, batch: u32, extra: &[&str]) -> serde_json::Value {
+    let (dp, batch) = (dp.to_string(), batch.to_string());
+    let args = [
+        &[
+            "simulate",
+            "--model",
+            "deepseek-v3",
+            "--system",
+            system,
+            "--tp",
+            "1",
+            "--dp",
+            &dp,
+            "--ep-comm",
+            "rdma-ll",
+            "--batch",
+            &batch,
+            "--draws",
+            "0",
+            "--format",
+            "json",
+        ][..],
+        extra,
+    ]
+    .concat();
+    let (ok, out, err) = decodesim_bin(&args);
+    assert!(ok, "{err}");
+    serde_json::from_str(&out).unwrap()
+}
+
 /// The bundled H200 profile's `[deepep_ll]` is the fit of the committed table, as
 /// `DeepEpLl::fit` computes it: its numbers have a provenance that can be re-run.
 #[test]
@@ -51,27 +83,7 @@ fn the_h200_profile_s_law_is_the_fit_of_the_committed_table() {
 #[test]
 fn dispatch_and_combine_inside_one_node_are_priced_from_deepep_measurements() {
     for (batch, dispatch, combine) in [(1024, 35.119, 67.745), (64, 12.317, 15.031)] {
-        let (ok, out, err) = decodesim_bin(&[
-            "simulate",
-            "--model",
-            "deepseek-v3",
-            "--system",
-            "h200-8x-nvlink",
-            "--tp",
-            "1",
-            "--dp",
-            "8",
-            "--ep-comm",
-            "rdma-ll",
-            "--batch",
-            &batch.to_string(),
-            "--draws",
-            "0",
-            "--format",
-            "json",
-        ]);
-        assert!(ok, "{err}");
-        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        let v = simulate_dp("h200-8x-nvlink", 8, batch, &[]);
         let a2a: Vec<&serde_json::Value> = v["collectives"]
             .as_array()
             .unwrap()
@@ -106,27 +118,7 @@ fn dispatch_and_combine_inside_one_node_are_priced_from_deepep_measurements() {
         );
     }
     // Across nodes the RDMA law prices it, as before.
-    let (ok, out, err) = decodesim_bin(&[
-        "simulate",
-        "--model",
-        "deepseek-v3",
-        "--system",
-        "h200-hgx-2node-ib",
-        "--tp",
-        "1",
-        "--dp",
-        "16",
-        "--ep-comm",
-        "rdma-ll",
-        "--batch",
-        "1024",
-        "--draws",
-        "0",
-        "--format",
-        "json",
-    ]);
-    assert!(ok, "{err}");
-    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let v = simulate_dp("h200-hgx-2node-ib", 16, 1024, &[]);
     for c in v["collectives"].as_array().unwrap() {
         if c["op"] == "all_to_all" {
             assert_eq!(c["algo"], "rdma_ll", "{c}");
@@ -251,29 +243,12 @@ fn calibrate_from_deepep_ll_writes_the_laws_on_a_base_profile() {
         rel(a.combine.latency_us, b.combine.latency_us) < 1e-9,
         "{a:?}"
     );
-    let (ok, json, err) = decodesim_bin(&[
-        "simulate",
-        "--model",
-        "deepseek-v3",
-        "--system",
+    let v = simulate_dp(
         "h200-8x-nvlink",
-        "--tp",
-        "1",
-        "--dp",
-        "8",
-        "--ep-comm",
-        "rdma-ll",
-        "--batch",
-        "64",
-        "--draws",
-        "0",
-        "--format",
-        "json",
-        "--calibration",
-        out.to_str().unwrap(),
-    ]);
-    assert!(ok, "{err}");
-    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+        8,
+        64,
+        &["--calibration", out.to_str().unwrap()],
+    );
     assert!(
         v["collectives"]
             .as_array()

@@ -12,6 +12,13 @@ fn scratch(name: &str, file: &str, text: &str) -> PathBuf {
     p
 }
 
+/// `text` with the first line that starts with `key` replaced by `line`.
+fn with_line(text: &str, key: &str, line: &str) -> String {
+    let i = text.find(key).unwrap();
+    let j = i + text[i..].find('\n').unwrap();
+    format!("{}{line}{}", &text[..i], &text[j..])
+}
+
 fn fails(args: &[&str], must: &[&str]) {
     let (ok, out, err) = decodesim_bin(args);
     assert!(!ok, "{args:?} succeeded: {out}");
@@ -26,9 +33,7 @@ fn fails(args: &[&str], must: &[&str]) {
 #[test]
 fn a_two_socket_pcie_system_without_a_cross_socket_bandwidth_is_refused() {
     let text = std::fs::read_to_string("data/systems/rtx-pro-6000-8x-pcie.toml").unwrap();
-    let i = text.find("p2p_gbps_cross_socket").unwrap();
-    let j = i + text[i..].find('\n').unwrap();
-    let bad = format!("{}p2p_gbps_cross_socket = 0{}", &text[..i], &text[j..]);
+    let bad = with_line(&text, "p2p_gbps_cross_socket", "p2p_gbps_cross_socket = 0");
     let p = scratch("cross0", "cross0.toml", &bad);
     fails(
         &["simulate", "--system", p.to_str().unwrap(), "--draws", "0"],
@@ -216,9 +221,7 @@ fn extreme_values_are_echoed_as_typed() {
     assert!(err.contains("1e-300") && err.len() < 600, "{err}");
     let text =
         std::fs::read_to_string("data/calibration/rtx-pro-6000-estimate/profile.toml").unwrap();
-    let i = text.find("m_half = ").unwrap();
-    let j = i + text[i..].find('\n').unwrap();
-    let bad = format!("{}m_half = 1e308{}", &text[..i], &text[j..]);
+    let bad = with_line(&text, "m_half = ", "m_half = 1e308");
     let p = scratch("huge", "huge.toml", &bad);
     fails(
         &[
@@ -243,9 +246,7 @@ fn a_gpu_whose_two_memory_figures_disagree_is_refused() {
         decodesim::scenario::GpuSpec::from_file(&p).unwrap();
     }
     let text = std::fs::read_to_string("data/systems/gpus/h200-sxm.toml").unwrap();
-    let i = text.find("memory_total_mib").unwrap();
-    let j = i + text[i..].find('\n').unwrap();
-    let bad = format!("{}memory_total_mib = 4194304.0{}", &text[..i], &text[j..]);
+    let bad = with_line(&text, "memory_total_mib", "memory_total_mib = 4194304.0");
     let p = scratch("gpu_mem", "h200-4tib.toml", &bad);
     let e = decodesim::scenario::GpuSpec::from_file(&p)
         .unwrap_err()

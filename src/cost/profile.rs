@@ -517,6 +517,21 @@ impl Checker<'_> {
         }
     }
 
+    /// A law's bandwidth: at least the slowest GPU link's floor, at most the GPU's memory
+    /// bandwidth (`bw`, when the profile names a GPU of the catalog), which bounds any transfer.
+    fn link_bandwidth(&self, field: &str, v: f64, bw: Option<f64>) -> Result<()> {
+        let max = bw.unwrap_or(crate::scenario::limits::LINK_GBPS.max);
+        let min = crate::scenario::limits::BUS_BW_FLOOR_GBPS;
+        if v.is_finite() && v >= min && v <= max {
+            return Ok(());
+        }
+        Err(self.fail(
+            field,
+            crate::scenario::check::show(v),
+            &format!("a bandwidth in [{min}, {max}] GB/s (the slowest GPU link; the GPU's memory bandwidth bounds any transfer)"),
+        ))
+    }
+
     /// A custom all-reduce law: latencies in [0, 1 s], bandwidths positive and within the GPU's
     /// memory bandwidth, `max_size` in [1, 2^40] bytes.
     fn custom_allreduce(&self, name: &str, ca: &CustomAllreduce, bw: Option<f64>) -> Result<()> {
@@ -526,15 +541,7 @@ impl Checker<'_> {
             let f = |s: &str| format!("{name}.{mode}.{s}");
             self.latency(&f("base_us"), l.base_us)?;
             self.latency(&f("per_rank_us"), l.per_rank_us)?;
-            let max = bw.unwrap_or(crate::scenario::limits::LINK_GBPS.max);
-            let min = crate::scenario::limits::BUS_BW_FLOOR_GBPS;
-            if !(l.bw_gbps.is_finite() && l.bw_gbps >= min && l.bw_gbps <= max) {
-                return Err(self.fail(
-                    &f("bw_gbps"),
-                    crate::scenario::check::show(l.bw_gbps),
-                    &format!("a bandwidth in [{min}, {max}] GB/s (the slowest GPU link; the GPU's memory bandwidth bounds any transfer)"),
-                ));
-            }
+            self.link_bandwidth(&f("bw_gbps"), l.bw_gbps, bw)?;
             self.range(&f("measured_bytes"), l.measured_bytes)?;
         }
         if ca.max_size_bytes == 0 || ca.max_size_bytes > 1 << 40 {
@@ -553,15 +560,7 @@ impl Checker<'_> {
         for (phase, l) in [("dispatch", &d.dispatch), ("combine", &d.combine)] {
             let f = |s: &str| format!("deepep_ll.{phase}.{s}");
             self.latency(&f("latency_us"), l.latency_us)?;
-            let max = bw.unwrap_or(crate::scenario::limits::LINK_GBPS.max);
-            let min = crate::scenario::limits::BUS_BW_FLOOR_GBPS;
-            if !(l.bw_gbps.is_finite() && l.bw_gbps >= min && l.bw_gbps <= max) {
-                return Err(self.fail(
-                    &f("bw_gbps"),
-                    crate::scenario::check::show(l.bw_gbps),
-                    &format!("a bandwidth in [{min}, {max}] GB/s (the GPU's memory bandwidth bounds any transfer)"),
-                ));
-            }
+            self.link_bandwidth(&f("bw_gbps"), l.bw_gbps, bw)?;
             if l.measured_ranks.is_empty() || l.measured_ranks.contains(&0) {
                 return Err(self.fail(
                     &f("measured_ranks"),

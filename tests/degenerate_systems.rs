@@ -50,7 +50,7 @@ gpu_nic_path = "pcie"
     path
 }
 
-fn request(system: &PathBuf, model: &str) -> ScenarioRequest {
+fn request(system: &std::path::Path, model: &str) -> ScenarioRequest {
     ScenarioRequest {
         model: model.into(),
         system: system.display().to_string(),

@@ -448,10 +448,25 @@ impl<'a> Pricer<'a> {
         let h = internode::Hierarchy::of(&self.s.system, self.group_of(op), self.path);
         if let Some(h) = h {
             let proto = self.proto_for(op.message_bytes);
-            let (c, note) =
+            let (mut c, note) =
                 internode::price_op(&h, self.s, self.p, op.family, op.message_bytes, proto)?;
             if let Some(n) = note {
                 note!(self.quiet, self.warnings, n);
+            }
+            // DeepEP's kernels cost their own fixed time whatever carries the bytes (measured
+            // inside a node, where NVLink's share is small): the RDMA law's latency is the
+            // wire's alone, which would price two nodes below one.
+            if c.algo == "rdma_ll" {
+                if let (Some(d), Some(phase)) = (&self.p.deepep_ll, deepep::Phase::of(op)) {
+                    let fixed = d.law(phase).latency_us;
+                    c.time_us += fixed;
+                    c.latency_us += fixed;
+                    c.source = format!(
+                        "{}; + DeepEP low-latency {} kernels' fixed {fixed:.1} µs (the profile's [deepep_ll], measured inside a node)",
+                        c.source,
+                        phase.name()
+                    );
+                }
             }
             return Ok(self.record(op, c));
         }

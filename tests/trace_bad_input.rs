@@ -477,3 +477,26 @@ fn a_step_marker_matching_nothing_is_an_error() {
     let (ok, _, err) = summarize_cli(&p, &["--step-marker", "execute_context_0"]);
     assert!(ok, "{err}");
 }
+
+/// Launches of different steps carrying one correlation id (a merged or rewritten trace): the
+/// GPU work cannot be matched to its steps, so it is an error, not every step taking all work.
+#[test]
+fn a_correlation_id_shared_by_launches_is_an_error() {
+    let dir = common::scratch("shared_corr");
+    let p = write_edited(&dir, "corr.json", |ev| {
+        for e in ev.iter_mut() {
+            if e["args"]["correlation"].is_number() {
+                e["args"]["correlation"] = 1.into();
+            }
+            if e["cat"] == "ac2g" {
+                e["id"] = 1.into();
+            }
+        }
+    });
+    let (ok, out, err) = summarize_cli(&p, &[]);
+    assert!(!ok, "{out}");
+    assert!(
+        err.contains("corr.json") && err.contains("correlation id 1"),
+        "{err}"
+    );
+}

@@ -134,6 +134,8 @@ pub struct RankSummary {
     pub step_source: StepSource,
     pub(crate) marker_side: &'static str,
     pub empty_markers: usize,
+    /// A correlation id two launches of the steps' windows share (`steps::StepFinding`).
+    pub(crate) shared_correlation: Option<u64>,
     pub steps: Vec<StepSummary>,
     /// "decode" when decode steps were found and only they are counted, else "all".
     pub selection: &'static str,
@@ -332,6 +334,15 @@ pub fn summarize_parsed(traces: Vec<ParsedTrace>, opts: &SummaryOptions) -> Resu
     }
     if rank_out.iter().all(|r| r.steps.is_empty()) {
         return Err(TraceError::NoGpuActivity);
+    }
+    if let Some((r, id)) = rank_out
+        .iter()
+        .find_map(|r| r.shared_correlation.map(|id| (r, id)))
+    {
+        return Err(TraceError::SharedCorrelation {
+            path: r.path.clone(),
+            id,
+        });
     }
     if let Some(r) = rank_out
         .iter()
@@ -600,6 +611,7 @@ fn summarize_rank(
             step_source: finding.source,
             marker_side: finding.marker_side,
             empty_markers: finding.empty_markers,
+            shared_correlation: finding.shared_correlation,
             selection: if any_decode { "decode" } else { "all" },
             step_time,
             breakdown: Breakdown::mean(sel.iter().map(|s| &s.breakdown)),

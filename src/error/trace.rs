@@ -54,6 +54,9 @@ pub enum TraceError {
     StepMarker { pattern: String, message: String },
     #[error("no GPU activity in any of the given traces; nothing to summarize")]
     NoGpuActivity,
+    /// Two launches in the steps' windows carry one correlation id.
+    #[error("{path}: correlation id {id} is carried by two kernel launches of the steps; the profiler gives each launch its own, so this trace's GPU work cannot be matched to its steps (a merged or rewritten trace?); expected one id per launch")]
+    SharedCorrelation { path: PathBuf, id: u64 },
     /// Step markers found, none of which covers GPU work: taking the whole trace as one step
     /// would add several steps up.
     #[error("{path}: {count} step marker(s) found, but none covers GPU work (zero length, or nothing launched inside it), so the steps cannot be told apart; expected step annotations that enclose their launches, or pass --step-marker REGEX naming annotations that do")]

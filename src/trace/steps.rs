@@ -84,6 +84,9 @@ pub(crate) struct StepFinding {
     pub(crate) steps: Vec<Step>,
     /// Markers that matched but launched no GPU work (e.g. the last, unfinished ProfilerStep).
     pub(crate) empty_markers: usize,
+    /// A correlation id carried by two launches in the steps' windows: the profiler gives each
+    /// launch its own, so the trace's ids cannot match GPU work to its steps.
+    pub(crate) shared_correlation: Option<u64>,
 }
 
 fn family_regexes() -> &'static [(StepSource, Regex)] {
@@ -219,6 +222,8 @@ fn windows(
 
     let mut steps = Vec::new();
     let mut empty = 0;
+    let mut seen = std::collections::HashSet::new();
+    let mut shared = None;
     // A step's marker ends at the latest where the next one starts: markers of one family are
     // sequential, and one whose end overruns (a corrupt `dur`) would take the next steps' work.
     let next_start: Vec<f64> = sorted
@@ -263,6 +268,9 @@ fn windows(
         let (mut s, mut e, mut n, mut g) = (f64::INFINITY, f64::NEG_INFINITY, 0, 0);
         for l in &launches[lo..hi] {
             if let Some(&(cs, ce, cn, cg)) = by_corr.get(&l.correlation) {
+                if !seen.insert(l.correlation) {
+                    shared = shared.or(Some(l.correlation));
+                }
                 s = s.min(cs);
                 e = e.max(ce);
                 n += cn;
@@ -304,6 +312,7 @@ fn windows(
         marker_side: if side == Side::Cpu { "cpu" } else { "gpu" },
         steps,
         empty_markers: empty,
+        shared_correlation: shared,
     }
 }
 
@@ -331,6 +340,7 @@ fn whole_trace(ops: &[GpuOp]) -> StepFinding {
         marker_side: "none",
         steps,
         empty_markers: 0,
+        shared_correlation: None,
     }
 }
 

@@ -7,13 +7,15 @@ which ships per-system measurement tables under `aiconfigurator_core/systems/dat
   <family>/<backend>/<backend_version>/<table>.parquet   + collection_meta.yaml beside it
   comm/nccl/<nccl_version>/nccl_perf.parquet
 
-Only a Kimi-K2.5-shaped subset is kept, so that the Rust side can read plain CSV (no Parquet) and the
+Only the shapes of the bundled models are kept (Kimi-K2.5 for every table; the MoE table also the other
+bundled MoE models' routed experts), so that the Rust side can read plain CSV (no Parquet) and the
 committed files stay small. Written into --out:
 
   moe.csv             distribution,quant,experts,hidden,inter,topk,moe_tp,moe_ep,num_tokens,latency_us
-                      the fused MoE layer (vLLM FusedMoE, Marlin W4A16 kernel) at Kimi-K2.5's exact shape:
-                      int4_wo, 384 experts, hidden 7168, inter 2048, top-8; every moe_tp/moe_ep/num_tokens and
-                      the three token->expert distributions of the source.
+                      the fused MoE layer (vLLM FusedMoE) at the routed-expert shape and weight format of
+                      each bundled MoE model (MOE_SHAPES: Kimi-K2.5 int4_wo, DeepSeek-V3 and MiniMax-M2.5
+                      fp8_block, Qwen3-235B bfloat16), where the source has them; every moe_tp/moe_ep/
+                      num_tokens and the three token->expert distributions of the source.
   mla_generation.csv  kernel,kv_dtype,gemm_dtype,num_heads,tp,batch,isl,step,latency_us
                       vLLM MLA decode module (TRITON_MLA) measured on DeepSeek-V3 weights at tp_size 1 with
                       num_heads = heads per rank; Kimi-K2.5 has the same MLA dimensions (hidden 7168, q_lora
@@ -70,6 +72,16 @@ KIMI = dict(hidden=7168, experts=384, moe_inter=2048, topk=8, heads=64, q_lora=1
             dense_inter=18432, vocab=163840, moe_quant="int4_wo")
 TPS = (1, 2, 4, 8)
 MOE_KERNEL = {"int4_wo": "vllm_compressedtensorswna16marlinmoe_marlin_marlinexperts"}
+# The routed experts of every bundled MoE model (models/<name>.json: quantization_config or
+# torch_dtype; n_routed_experts / num_experts / num_local_experts; hidden_size; moe_intermediate_size
+# or intermediate_size; num_experts_per_tok): (moe_dtype as the source spells it, experts, hidden,
+# inter, topk). The MoE table keeps the rows of these shapes only.
+MOE_SHAPES = {
+    "kimi-k2.5": ("int4_wo", 384, 7168, 2048, 8),          # compressed-tensors pack-quantized W4A16
+    "deepseek-v3": ("fp8_block", 256, 7168, 2048, 8),      # fp8, weight_block_size [128, 128]
+    "minimax-m2.5": ("fp8_block", 256, 3072, 1536, 8),     # fp8, weight_block_size [128, 128]
+    "qwen3-235b-a22b": ("bfloat16", 128, 4096, 1536, 8),   # torch_dtype bfloat16
+}
 DTYPE_BYTES = {"half": 2, "float16": 2, "bfloat16": 2, "int8": 1, "fp8": 1, "float": 4, "float32": 4}
 
 
@@ -157,32 +169,52 @@ class Converter:
     def moe(self):
         p = self.src("moe", "moe_perf.parquet")
         cols, rows = read(p)
-        q = KIMI["moe_quant"]
-        sel = [r for r in rows if r["moe_dtype"] == q and r["num_experts"] == KIMI["experts"]
-               and r["hidden_size"] == KIMI["hidden"] and r["inter_size"] == KIMI["moe_inter"]
-               and r["topk"] == KIMI["topk"]]
-        kernels = distinct(sel, "kernel_source")
-        if kernels != [MOE_KERNEL[q]]:
-            raise SystemExit(f"{p}: expected kernel {MOE_KERNEL[q]} for the Kimi shape, found {kernels}")
-        key = lambda r: (r["distribution"], r["moe_tp_size"], r["moe_ep_size"], r["num_tokens"])
+        key = lambda r: (r["moe_dtype"], r["num_experts"], r["hidden_size"], r["inter_size"], r["topk"],
+                         r["distribution"], r["moe_tp_size"], r["moe_ep_size"], r["num_tokens"])
+        sel, details = [], []
+        for name, (q, experts, hidden, inter, topk) in MOE_SHAPES.items():
+            part = [r for r in rows if r["moe_dtype"] == q and r["num_experts"] == experts
+                    and r["hidden_size"] == hidden and r["inter_size"] == inter and r["topk"] == topk]
+            if not part:
+                details.append(f"{name} ({q}, {experts} experts, hidden {hidden}, inter {inter}, "
+                               f"top-{topk}): no rows in the source")
+                continue
+            if name == "kimi-k2.5" and distinct(part, "kernel_source") != [MOE_KERNEL[q]]:
+                raise SystemExit(f"{p}: expected kernel {MOE_KERNEL[q]} for the Kimi shape, "
+                                 f"found {distinct(part, 'kernel_source')}")
+            # Which kernel vLLM ran at each (moe_tp, moe_ep): one per setting, or the rows would
+            # mix two implementations of the same call.
+            by_setting = {}
+            for r in part:
+                by_setting.setdefault((r["moe_tp_size"], r["moe_ep_size"]), set()).add(r["kernel_source"])
+            mixed = [k for k, v in by_setting.items() if len(v) > 1]
+            if mixed:
+                raise SystemExit(f"{p}: two kernels at (moe_tp, moe_ep) {mixed} for {name}")
+            kernels = {}
+            for (tp, ep), v in sorted(by_setting.items()):
+                kernels.setdefault(next(iter(v)), []).append(f"{tp}x{ep}")
+            sel += part
+            details += [
+                f"{name} (models/{name}.json): moe_dtype={q}, num_experts={experts}, hidden_size={hidden}, "
+                f"inter_size={inter}, topk={topk}: {len(part)} rows; device '{part[0]['device']}', "
+                f"framework {part[0]['framework']} {part[0]['version']}",
+                *(f"  kernel_source {k} at (moe_tp x moe_ep) {' '.join(v)}" for k, v in kernels.items()),
+                f"  num_tokens: {' '.join(str(x) for x in distinct(part, 'num_tokens'))}",
+                f"  distributions: {', '.join(distinct(part, 'distribution'))}",
+            ]
         if len({key(r) for r in sel}) != len(sel):
-            raise SystemExit(f"{p}: duplicate keys in the Kimi subset")
+            raise SystemExit(f"{p}: duplicate keys in the kept subset")
         sel.sort(key=key)
-        out = [(r["distribution"], q, r["num_experts"], r["hidden_size"], r["inter_size"], r["topk"],
-                r["moe_tp_size"], r["moe_ep_size"], r["num_tokens"], us(r["latency"])) for r in sel]
+        out = [(r["distribution"], r["moe_dtype"], r["num_experts"], r["hidden_size"], r["inter_size"],
+                r["topk"], r["moe_tp_size"], r["moe_ep_size"], r["num_tokens"], us(r["latency"])) for r in sel]
         n = write_csv(os.path.join(self.out, "moe.csv"),
                       ["distribution", "quant", "experts", "hidden", "inter", "topk", "moe_tp", "moe_ep",
                        "num_tokens", "latency_us"], out)
-        tpep = sorted({(r["moe_tp_size"], r["moe_ep_size"]) for r in sel})
         self.notes.append(("moe.csv", self.rel(p), len(rows), n, [
             f"source columns: {', '.join(cols)}; latency in ms",
-            f"filter: moe_dtype={q}, num_experts={KIMI['experts']}, hidden_size={KIMI['hidden']}, "
-            f"inter_size={KIMI['moe_inter']}, topk={KIMI['topk']} (kernel_source {kernels[0]}; device "
-            f"'{sel[0]['device']}', framework {sel[0]['framework']} {sel[0]['version']})",
-            f"(moe_tp, moe_ep) present: {' '.join(f'{a}x{b}' for a, b in tpep)}",
-            f"num_tokens: {' '.join(str(x) for x in distinct(sel, 'num_tokens'))}",
-            f"distributions: {', '.join(distinct(sel, 'distribution'))}",
-            "inter = the full expert intermediate size (2048), not the per-rank shard: moe_tp splits it",
+            "filter: the routed-expert shape and weight format of each bundled MoE model:",
+            *details,
+            "inter = the full expert intermediate size, not the per-rank shard: moe_tp splits it",
         ]))
 
     # ---------------------------------------------------------------- MLA
@@ -505,8 +537,9 @@ def main():
         f"Copyright (c) 2025-2026 NVIDIA CORPORATION & AFFILIATES, licensed under the Apache License,\n"
         f"Version 2.0 (see LICENSE in this folder; https://github.com/ai-dynamo/aiconfigurator).\n"
         f"\n"
-        f"Changes: rows filtered to Kimi-K2.5 shapes, Parquet converted to CSV, latency converted from\n"
-        f"milliseconds to microseconds, collective sizes converted from elements to bytes, columns renamed.\n"
+        f"Changes: rows filtered to the bundled models' shapes (Kimi-K2.5; the MoE table also DeepSeek-V3,\n"
+        f"MiniMax-M2.5 and Qwen3-235B), Parquet converted to CSV, latency converted from milliseconds to\n"
+        f"microseconds, collective sizes converted from elements to bytes, columns renamed.\n"
         f"The conversion is done by harness/aiconfigurator_tables.py; MANIFEST.txt gives the details.\n"
     )
     with open(os.path.join(a.out, "NOTICE"), "w") as f:

@@ -490,3 +490,157 @@ fn tables_of_another_gpu_are_refused_for_this_system() {
     .to_string();
     assert!(e.contains("NVIDIA H200") && e.contains("--system"), "{e}");
 }
+
+// ----- expert parallelism -----
+
+/// One MoE layer's routed-expert call as `req`'s profile prices it (the module's ops summed),
+/// the row of `key` (EP size `ep`, `local` experts per rank) it should read: the rank's routed
+/// rows over top-k, or its touched experts over top-k where it touches fewer than it holds;
+/// and the pricing's warnings.
+fn ep_call(req: &ScenarioRequest, dir: &str, key: MoeKey, local: f64) -> (f64, f64, Vec<String>) {
+    use decodesim::cost::aic::is_moe_module_op;
+    let (s, p) = req.load().expect("loads");
+    let w = decodesim::workload::build(&s);
+    let priced = decodesim::cost::price(&w, &s, &p).expect("priced");
+    let layer = w
+        .ops
+        .iter()
+        .find(|o| is_moe_module_op(o))
+        .expect("a MoE layer")
+        .layer;
+    let module = |o: &&decodesim::workload::Op| o.layer == layer && is_moe_module_op(o);
+    let call: f64 = w
+        .ops
+        .iter()
+        .zip(&priced.base_us)
+        .filter(|(o, _)| module(o))
+        .map(|(_, us)| us)
+        .sum();
+    let gemm = w
+        .ops
+        .iter()
+        .filter(module)
+        .find(|o| o.name.ends_with("experts_w13"))
+        .expect("the experts' first GEMM");
+    let (rows, touched) = (gemm.shape.m as f64, gemm.shape.batch as f64);
+    let topk = key.5 as f64;
+    let x = if touched < local {
+        (touched / topk).max(1.0)
+    } else {
+        (rows / topk).round().max(1.0)
+    };
+    let row = tables(dir).moe(&key, x).expect("a row").us;
+    (call, row, priced.warnings.clone())
+}
+
+fn kimi_ep(tp: u32, dp: u32, batch: u32) -> ScenarioRequest {
+    let mut req = ScenarioRequest {
+        tp: Some(tp),
+        batch,
+        context: 1000,
+        routing: Some(Routing::Uniform),
+        ..Default::default()
+    };
+    req.comm.ep = Some(8);
+    if dp > 1 {
+        req.comm.dp = Some(dp);
+        req.comm.ep_comm = decodesim::scenario::deployment::EpComm::AllToAll;
+    }
+    req
+}
+
+#[test]
+fn expert_parallel_ranks_read_the_table_at_their_own_rows() {
+    // AIConfigurator's num_tokens gives every rank num_tokens × top-k routed rows: a rank of
+    // EP 8 at batch 512 runs about 512 × 8 / 8 = 512 rows, the row at 64 tokens, not at 512.
+    let key: MoeKey = (
+        "balanced".into(),
+        "int4_wo".into(),
+        384,
+        7168,
+        2048,
+        8,
+        1,
+        8,
+    );
+    let (call, row, warnings) = ep_call(&kimi_ep(8, 1, 512), RTX, key.clone(), 48.0);
+    assert!(
+        close(call, row),
+        "TP8 x EP8: the call {call} us, the row {row} us"
+    );
+    assert!(
+        !warnings.iter().any(|w| w.starts_with("moe:")),
+        "{warnings:?}"
+    );
+    let at_batch = tables(RTX).moe(&key, 512.0).unwrap().us;
+    assert!(at_batch > 1.15 * call, "{at_batch} vs {call}");
+    // Data-parallel attention: the experts span the DP x TP ranks (moe_tp 1, not 1/8), and
+    // each rank's rows are its share of every DP rank's tokens.
+    let (call, row, warnings) = ep_call(&kimi_ep(1, 8, 512), RTX, key, 48.0);
+    assert!(
+        close(call, row),
+        "DP8 x EP8: the call {call} us, the row {row} us"
+    );
+    assert!(
+        !warnings.iter().any(|w| w.starts_with("moe:")),
+        "{warnings:?}"
+    );
+}
+
+#[test]
+fn an_unmeasured_ep_size_reads_the_rows_of_as_many_experts_per_rank() {
+    let t = tables(H200);
+    let key = |ep: u32| -> MoeKey {
+        (
+            "balanced".into(),
+            "fp8_block".into(),
+            256,
+            7168,
+            2048,
+            8,
+            1,
+            ep,
+        )
+    };
+    assert!(t.moe_rows(&key(144)).is_none());
+    // A size between two measured ones is interpolated log-log in the EP size.
+    let (lo, hi) = (
+        t.moe(&key(128), 64.0).unwrap().us,
+        t.moe(&key(256), 64.0).unwrap().us,
+    );
+    let mid = t.moe(&key(181), 64.0).unwrap().us;
+    assert!(mid < lo.max(hi) && mid > lo.min(hi), "{lo} {mid} {hi}");
+    let geo = (lo.ln() + (hi / lo).ln() * (181f64 / 128.0).ln() / 2f64.ln()).exp();
+    assert!(close(mid, geo), "{mid} vs {geo}");
+    assert!(
+        t.moe(&key(512), 64.0).is_none(),
+        "beyond the largest measured EP: none"
+    );
+    // DeepSeek-V3 over 144 ranks with 32 redundant experts holds two per rank, as EP 128
+    // does: a profile of the H200 tables prices it from those rows, and says so.
+    let out = write_profile(H200, "h200-hgx-18node-ib", "ep144");
+    let mut req = ScenarioRequest {
+        model: "deepseek-v3".into(),
+        system: "h200-hgx-18node-ib".into(),
+        tp: Some(1),
+        batch: 144 * 8,
+        context: 1000,
+        routing: Some(Routing::Uniform),
+        calibration: Some(out.display().to_string()),
+        ..Default::default()
+    };
+    req.comm.dp = Some(144);
+    req.comm.redundant_experts = Some(32);
+    req.comm.ep_comm = decodesim::scenario::deployment::EpComm::RdmaLl;
+    let (call, row, warnings) = ep_call(&req, H200, key(128), 2.0);
+    assert!(
+        close(call, row),
+        "EP144: the call {call} us, the EP 128 row {row} us"
+    );
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.contains("expert parallelism 144") && w.contains("read at EP 128")),
+        "{warnings:?}"
+    );
+}

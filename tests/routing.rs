@@ -102,7 +102,8 @@ fn aic_equivalents_reproduce_the_table_ratios() {
     let mut rows: Vec<(String, u64, f64)> = Vec::new();
     for l in text.lines().skip(1) {
         let f: Vec<&str> = l.split(',').collect();
-        if f[6] == "8" && f[7] == "1" {
+        // Kimi-K2.5's rows (the table holds other models' routed experts too).
+        if f[1] == "int4_wo" && f[6] == "8" && f[7] == "1" {
             rows.push((
                 f[0].to_string(),
                 f[8].parse().unwrap(),

@@ -388,9 +388,34 @@ impl AicTables {
         self.files.contains_key(file)
     }
 
-    /// The routed-expert call at `tokens` (interpolated log-log between the rows).
+    /// The routed-expert call at `tokens` (interpolated log-log between the rows). An
+    /// expert-parallel size between two measured ones (EP 144 between 128 and 256) is read off
+    /// both at `tokens` and interpolated log-log in the EP size; outside them, none.
     pub fn moe(&self, key: &MoeKey, tokens: f64) -> Option<TablePrice> {
-        interp(self.moe.get(key)?, tokens)
+        if let Some(rows) = self.moe.get(key) {
+            return interp(rows, tokens);
+        }
+        if key.6 != 1 {
+            return None;
+        }
+        let same = |k: &&MoeKey| {
+            (&k.0, &k.1, k.2, k.3, k.4, k.5, k.6)
+                == (&key.0, &key.1, key.2, key.3, key.4, key.5, key.6)
+        };
+        let mut eps: Vec<u32> = self.moe.keys().filter(same).map(|k| k.7).collect();
+        eps.sort_unstable();
+        let lo = eps.iter().rev().find(|&&e| e < key.7)?;
+        let hi = eps.iter().find(|&&e| e > key.7)?;
+        let at = |ep: u32| {
+            let mut k = key.clone();
+            k.7 = ep;
+            interp(self.moe.get(&k)?, tokens)
+        };
+        let (a, b) = (at(*lo)?, at(*hi)?);
+        Some(TablePrice {
+            us: crate::cost::table::log_lerp(*lo as f64, a.us, *hi as f64, b.us, key.7 as f64),
+            extrapolated: a.extrapolated || b.extrapolated,
+        })
     }
 
     /// Token counts of one MoE row set, for tests and reports.
@@ -755,11 +780,12 @@ pub struct Prepared {
 
 impl Prepared {
     /// None when the profile has no AIConfigurator tables.
-    pub fn new(_s: &Scenario, p: &CalibrationProfile) -> Option<Self> {
+    pub fn new(s: &Scenario, p: &CalibrationProfile) -> Option<Self> {
         let (t, sec) = (p.aic.as_ref()?, p.aiconfigurator.as_ref()?);
         Some(Prepared {
             gemm: t.has("gemm.csv"),
-            moe: t.has("moe.csv"),
+            // The tables time vLLM's fused MoE; the reference step runs its own grouped GEMMs.
+            moe: t.has("moe.csv") && s.runtime == crate::scenario::Runtime::Vllm,
             mla: t.has("mla_generation.csv"),
             scale: CostFamily::ALL.iter().map(|f| sec.scale(f.key())).collect(),
         })
@@ -922,7 +948,14 @@ fn moe_modules(
     if !w.ops.iter().any(is_moe_module_op) {
         return;
     }
-    let dist = moe_table_distribution(&s.routing);
+    // Under expert parallelism each rank's own load is the routing model's (`Op::rank_scale`):
+    // the table prices the mean rank, which the balanced rows are (the skewed rows time a rank
+    // the source does not name).
+    let dist = if s.comm.ep_size() > 1 {
+        "balanced"
+    } else {
+        moe_table_distribution(&s.routing)
+    };
     let mut layers: BTreeMap<i32, Vec<usize>> = BTreeMap::new();
     for (i, op) in w.ops.iter().enumerate() {
         if is_moe_module_op(op) {
@@ -931,6 +964,8 @@ fn moe_modules(
     }
     let mut n = Tally::default();
     let mut missing = None;
+    let mut between_ep = None;
+    let mut read_as = None;
     for idx in layers.values() {
         let Some(gemm) = idx
             .iter()
@@ -939,31 +974,47 @@ fn moe_modules(
         else {
             continue;
         };
-        let key: MoeKey = (
+        let mut key: MoeKey = (
             dist.to_string(),
             quant_of(gemm.family).to_string(),
             moe.n_routed_experts as u64,
             s.model.hidden as u64,
             moe.moe_intermediate as u64,
             moe.top_k as u64,
-            // Expert parallelism: whole experts (moe_tp 1) over the EP group.
-            s.tp / s.comm.ep_size(),
+            // The experts span the TP group of every data-parallel rank; expert parallelism
+            // splits them into whole experts (moe_tp 1) over the EP group.
+            (s.tp * s.comm.dp_size() / s.comm.ep_size()).max(1),
             s.comm.ep_size(),
         );
         let touched = gemm.shape.batch;
-        // The pass's tokens, not the batch: a verify pass carries k+1 per sequence, and its
-        // routed rows are tokens × top_k. Under expert parallelism the rows are a rank's slice,
-        // so the scenario's tokens stand (the table's rows are the whole batch's).
-        let tokens = if s.comm.ep_size() > 1 {
-            s.tokens() as u64
-        } else {
-            (gemm.shape.m / key.5.max(1)).max(1)
-        };
-        let x = moe_tokens_for_lookup(dist, tokens, touched, key.2, key.5);
+        // The table's num_tokens gives each rank num_tokens × top_k routed rows (under expert
+        // parallelism too: at EP 64 its 8,192-token rows take 4.7 ms, the time of 65,536 rows
+        // on a rank's four experts, not of 1,024), so a rank's mean routed rows over top_k is
+        // the row to read: the pass's tokens in a plain or verify pass (tokens × top_k rows),
+        // a rank's share of them under expert parallelism.
+        let topk = key.5.max(1);
+        let tokens = ((gemm.shape.m + topk / 2) / topk).max(1);
+        // A rank's own experts: all of them, or its EP slice (with the redundant copies).
+        let local = ((key.2 + s.comm.redundant() as u64) / key.7.max(1) as u64).max(1);
+        let x = moe_tokens_for_lookup(dist, tokens, touched, local, key.5);
+        // An EP size the table lacks whose ranks hold as many experts as a measured one's
+        // (EP 144 with 32 redundant copies: two per rank, as at EP 128) reads that one's rows:
+        // a rank's call is its rows on its own experts, whatever the group's size.
+        if key.7 > 1 && t.moe_rows(&key).is_none() && key.2 % local == 0 {
+            let mut same = key.clone();
+            same.7 = (key.2 / local) as u32;
+            if t.moe_rows(&same).is_some() {
+                read_as = Some((key.7, same.7, local));
+                key = same;
+            }
+        }
         let Some(tp) = t.moe(&key, x) else {
             missing = Some(key);
             break;
         };
+        if t.moe_rows(&key).is_none() {
+            between_ep = Some(key.7);
+        }
         let laws: Vec<f64> = idx.iter().map(|&i| lk.law_or_bytes(&w.ops[i])).collect();
         let bytes: f64 = idx.iter().map(|&i| w.ops[i].bytes).sum();
         let floor = bytes / bw;
@@ -1028,6 +1079,16 @@ fn moe_modules(
         if o.us[i].is_some() && is_moe_module_op(op) {
             note!(o.quiet, o.families, (op.family.to_string(), src.clone()));
         }
+    }
+    if let Some((ep, at, local)) = read_as {
+        note!(o.quiet, o.warnings, format!(
+            "moe: no AIConfigurator MoE rows at expert parallelism {ep} in {dir}: read at EP {at}, whose ranks also hold {local} experts each"
+        ));
+    }
+    if let Some(ep) = between_ep {
+        note!(o.quiet, o.warnings, format!(
+            "moe: no AIConfigurator MoE rows at expert parallelism {ep} in {dir}: read off the measured EP sizes either side and interpolated log-log in the EP size"
+        ));
     }
     if n.extrapolated > 0 {
         note!(

@@ -702,11 +702,6 @@ impl Scenario {
         }
     }
 
-    /// Tokens processed in this step (one per sequence in plain decode).
-    pub(crate) fn tokens(&self) -> u32 {
-        self.batch
-    }
-
     /// The padding of a pass with `queries` tokens per sequence under `rule` (a plain step:
     /// `padding(1, PadRule::Decode)`): with CUDA graphs on, up to the next captured size.
     pub fn padding(

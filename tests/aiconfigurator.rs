@@ -644,3 +644,139 @@ fn an_unmeasured_ep_size_reads_the_rows_of_as_many_experts_per_rank() {
         "{warnings:?}"
     );
 }
+
+#[test]
+fn each_pass_of_a_step_is_its_own_routed_expert_call() {
+    use decodesim::cost::aic::is_moe_module_op;
+    // Two-batch overlap repeats every layer number in its two micro-batches: each is one call
+    // of the table at its own rows, not one call shared by both.
+    let mut req = kimi_ep(1, 8, 512);
+    req.comm.tbo = true;
+    req.comm.ep_comm = decodesim::scenario::deployment::EpComm::RdmaLl;
+    let (s, p) = req.load().expect("loads");
+    let w = decodesim::workload::build(&s);
+    let priced = decodesim::cost::price(&w, &s, &p).expect("priced");
+    let layer = w
+        .ops
+        .iter()
+        .find(|o| is_moe_module_op(o))
+        .expect("a MoE layer")
+        .layer;
+    let t = tables(RTX);
+    for mb in ["mb0.", "mb1."] {
+        let module = |o: &&decodesim::workload::Op| {
+            o.layer == layer && is_moe_module_op(o) && o.name.starts_with(mb)
+        };
+        let call: f64 = w
+            .ops
+            .iter()
+            .zip(&priced.base_us)
+            .filter(|(o, _)| module(o))
+            .map(|(_, us)| us)
+            .sum();
+        let gemm = w
+            .ops
+            .iter()
+            .filter(module)
+            .find(|o| o.name.ends_with("experts_w13"))
+            .expect("the micro-batch's expert GEMM");
+        let key: MoeKey = (
+            "balanced".into(),
+            "int4_wo".into(),
+            384,
+            7168,
+            2048,
+            8,
+            1,
+            8,
+        );
+        let (rows, touched) = (gemm.shape.m as f64, gemm.shape.batch as f64);
+        let x = if touched < 48.0 {
+            (touched / 8.0).max(1.0)
+        } else {
+            (rows / 8.0).round()
+        };
+        // No table price beats reading the call's bytes from DRAM (`cost::aic`).
+        let bytes: f64 = w.ops.iter().filter(module).map(|o| o.bytes).sum();
+        let floor = bytes / (s.system.gpu.memory_bandwidth_gbps * 1e3);
+        let row = t.moe(&key, x).unwrap().us.max(floor);
+        assert!(
+            close(call, row),
+            "{mb}: the call {call} us, its row {row} us"
+        );
+    }
+}
+
+#[test]
+fn the_h200_profile_prices_the_measured_models_routed_experts_from_the_tables() {
+    // DeepSeek-V3 at TP 8, batch 1: one FP8-block fused-MoE call of 1 token per layer, the
+    // table's row (moe.csv: balanced,fp8_block,256,7168,2048,8,8,1,1,55.243), not the law.
+    let req = ScenarioRequest {
+        model: "deepseek-v3".into(),
+        system: "h200-8x-nvlink".into(),
+        tp: Some(8),
+        batch: 1,
+        context: 1000,
+        routing: Some(Routing::Uniform),
+        ..Default::default()
+    };
+    let key: MoeKey = (
+        "balanced".into(),
+        "fp8_block".into(),
+        256,
+        7168,
+        2048,
+        8,
+        8,
+        1,
+    );
+    let (call, row, _) = ep_call(&req, H200, key, 256.0);
+    assert!(close(row, 55.243), "{row}");
+    assert!(close(call, row), "the call {call} us, its row {row} us");
+    // Only the MoE table: the GEMMs, attention and collectives keep the profile's laws.
+    let (_, p) = req.load().expect("loads");
+    let t = p
+        .aic
+        .as_ref()
+        .expect("the h200 profile reads its MoE table");
+    assert!(t.has("moe.csv"));
+    for other in ["gemm.csv", "mla_generation.csv", "nccl_collectives.csv"] {
+        assert!(!t.has(other), "{other} is not the h200 profile's");
+    }
+}
+
+#[test]
+fn a_bad_only_list_names_the_profile_field_and_the_file() {
+    // The profile beside copies of the files it names; its tables where they are.
+    let d = tmp("only");
+    for f in std::fs::read_dir("data/calibration/h200").unwrap() {
+        let f = f.unwrap().path();
+        if f.is_file() {
+            std::fs::copy(&f, d.join(f.file_name().unwrap())).unwrap();
+        }
+    }
+    let tables = std::fs::canonicalize(H200).unwrap();
+    let profile = std::fs::read_to_string("data/calibration/h200/profile.toml").unwrap();
+    let profile = profile.replace(
+        "tables = \"../aiconfigurator/h200_sxm\"",
+        &format!("tables = {:?}", tables.to_str().unwrap()),
+    );
+    for (only, says) in [
+        ("[\"moe.json\"]", "'moe.json' is none of them"),
+        (
+            "[\"custom_allreduce.csv\", \"nccl_multinode.csv\"]",
+            "is not there",
+        ),
+    ] {
+        let path = d.join("profile.toml");
+        let text = profile.replace("only = [\"moe.csv\"]", &format!("only = {only}"));
+        std::fs::write(&path, text).unwrap();
+        let e = decodesim::cost::CalibrationProfile::from_file(&path)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("profile.toml") && e.contains("aiconfigurator.only") && e.contains(says),
+            "{e}"
+        );
+    }
+}

@@ -22,7 +22,10 @@ fn elementwise_ops_are_held_to_their_measured_bytes_not_to_rows() {
     };
     req.comm.dp = Some(16);
     req.comm.ep_comm = EpComm::RdmaLl;
-    let (s, p) = req.load().expect("loads");
+    let (s, mut p) = req.load().expect("loads");
+    // The profile's laws, not its measured fused-MoE tables, price the routed experts here.
+    p.aic = None;
+    p.aiconfigurator = None;
     let w = workload::build(&s);
     // The h200 profile measured elementwise kernels at 1 to 4,096 rows; these ops hold more
     // elements than that.

@@ -116,6 +116,7 @@ pub fn from_aiconfigurator(req: &AicRequest) -> Result<AicResult> {
         nvlink,
         mla_dims,
         scales: Default::default(),
+        only: None,
     });
     p.custom_allreduce = custom_allreduce(&tables, nvlink, &aic_system, &mut notes)
         .or(base.custom_allreduce.clone());

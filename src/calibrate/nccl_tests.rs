@@ -484,12 +484,16 @@ pub fn from_nccl_tests(req: &NcclTestsRequest) -> Result<NcclTestsResult> {
             single_rows += 1;
         }
     }
+    // The base's tables that its profile prices from (`aiconfigurator.only` may leave some of
+    // its folder's files unused: those stay unused).
+    let base_uses = |name: &str| req.base.aic.as_ref().is_some_and(|t| t.has(name));
     let base_dir = req.base.aic.as_ref().map(|t| t.dir.clone());
     let mut kept_single = false;
     if single_rows > 0 {
         crate::files::write_atomic_bytes(&tables_dir.join("nccl_collectives.csv"), csv.as_bytes())?;
     } else if let Some(src) = base_dir
         .as_ref()
+        .filter(|_| base_uses("nccl_collectives.csv"))
         .map(|d| d.join("nccl_collectives.csv"))
         .filter(|p| p.is_file())
     {
@@ -521,8 +525,13 @@ pub fn from_nccl_tests(req: &NcclTestsRequest) -> Result<NcclTestsResult> {
             "LICENSE",
             "NOTICE",
         ] {
+            let used = match name {
+                "gemm_shapes.csv" => base_uses("gemm.csv"),
+                "LICENSE" | "NOTICE" => true,
+                table => base_uses(table),
+            };
             let src = dir.join(name);
-            if src.is_file() {
+            if used && src.is_file() {
                 let bytes = std::fs::read(&src).map_err(|e| Error::Read {
                     path: src.clone(),
                     source: e,
@@ -601,8 +610,21 @@ pub fn from_nccl_tests(req: &NcclTestsRequest) -> Result<NcclTestsResult> {
         nvlink,
         mla_dims: None,
         scales: Default::default(),
+        only: None,
     });
     sec.tables = relative_to(&tables_dir, &out_dir);
+    // A base restricted to some of its tables: the new collective tables join them.
+    if let Some(only) = &mut sec.only {
+        let written = [
+            ("nccl_collectives.csv", single_rows > 0 || kept_single),
+            (crate::cost::internode::MULTINODE_CSV, multi_rows > 0),
+        ];
+        for (name, w) in written {
+            if w && !only.iter().any(|n| n == name) {
+                only.push(name.to_string());
+            }
+        }
+    }
     sec.nccl_path = if nvlink {
         CommPath::Nvlink
     } else {

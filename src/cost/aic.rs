@@ -235,10 +235,25 @@ pub fn moe_tokens_for_lookup(
     }
 }
 
+/// The files a converted tables folder may hold (harness/aiconfigurator_tables.py writes them).
+pub const TABLE_FILES: [&str; 6] = [
+    "moe.csv",
+    "gemm.csv",
+    "mla_generation.csv",
+    "nccl_collectives.csv",
+    "custom_allreduce.csv",
+    super::internode::MULTINODE_CSV,
+];
+
 impl AicTables {
     /// Reads the converted tables present in `dir` (moe.csv, gemm.csv, mla_generation.csv,
     /// nccl_collectives.csv, custom_allreduce.csv); at least one must be there.
     pub fn read(dir: &Path) -> Result<Self> {
+        Self::read_only(dir, None)
+    }
+
+    /// [`AicTables::read`], of the files named in `only` where given (`TABLE_FILES` names).
+    pub fn read_only(dir: &Path, only: Option<&[String]>) -> Result<Self> {
         if !dir.is_dir() {
             return Err(Error::Read {
                 path: dir.to_path_buf(),
@@ -254,7 +269,8 @@ impl AicTables {
         };
         let present = |name: &str| {
             let p = dir.join(name);
-            p.exists().then_some(p)
+            let wanted = only.is_none_or(|o| o.iter().any(|n| n == name));
+            (wanted && p.exists()).then_some(p)
         };
         if let Some(p) = present("moe.csv") {
             let rows = read_aic_moe_csv(&p)?;
@@ -956,10 +972,14 @@ fn moe_modules(
     } else {
         moe_table_distribution(&s.routing)
     };
-    let mut layers: BTreeMap<i32, Vec<usize>> = BTreeMap::new();
+    // One call per layer of each pass: a step of several passes (a speculative step's draft
+    // passes, two-batch overlap's micro-batches) repeats a layer number, and its ops' names
+    // tell the passes apart (`draft1.L0.`, `mb1.L3.`: the name less the op's own).
+    let mut layers: BTreeMap<(i32, &str), Vec<usize>> = BTreeMap::new();
     for (i, op) in w.ops.iter().enumerate() {
         if is_moe_module_op(op) {
-            layers.entry(op.layer).or_default().push(i);
+            let pass = op.name.rsplit_once('.').map_or("", |(p, _)| p);
+            layers.entry((op.layer, pass)).or_default().push(i);
         }
     }
     let mut n = Tally::default();

@@ -239,6 +239,10 @@ pub struct AicSection {
     /// to a measured step (`calibrate --from-trace`) as it scales the laws' parameters; absent: 1.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub scales: BTreeMap<String, f64>,
+    /// The folder's files this profile prices from (`["moe.csv"]`: the routed experts only, the
+    /// rest by the profile's own laws); absent: every table the folder holds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub only: Option<Vec<String>>,
 }
 
 impl AicSection {
@@ -650,7 +654,29 @@ impl CalibrationProfile {
         if let Some(a) = &p.aiconfigurator {
             // Relative to the profile's own folder, wherever decodesim runs from.
             let dir = path.parent().unwrap_or(Path::new("."));
-            let tables = super::aic::AicTables::read(&dir.join(&a.tables))?;
+            let tables_dir = dir.join(&a.tables);
+            if let Some(only) = &a.only {
+                for name in only {
+                    let known = super::aic::TABLE_FILES.contains(&name.as_str());
+                    if !known || !tables_dir.join(name).is_file() {
+                        return Err(Error::Field {
+                            path: path.to_path_buf(),
+                            field: "aiconfigurator.only".into(),
+                            expected: format!(
+                                "file names of the tables folder {} (one of {}; '{name}' {})",
+                                crate::units::path(&tables_dir),
+                                super::aic::TABLE_FILES.join(", "),
+                                if known {
+                                    "is not there"
+                                } else {
+                                    "is none of them"
+                                }
+                            ),
+                        });
+                    }
+                }
+            }
+            let tables = super::aic::AicTables::read_only(&tables_dir, a.only.as_deref())?;
             p.check_tables_device(path, &tables)?;
             p.aic = Some(std::sync::Arc::new(tables));
         }

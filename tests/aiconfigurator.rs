@@ -780,3 +780,55 @@ fn a_bad_only_list_names_the_profile_field_and_the_file() {
         );
     }
 }
+
+#[test]
+fn a_call_on_fewer_experts_than_the_first_row_is_that_row_less_their_reads() {
+    // DeepSeek-V3 at DP 32, EP 32, batch 1: 8 routed rows (and the padding rows) over 32 ranks
+    // of 8 experts each, under one expert with tokens on the mean rank, priced at one. The
+    // table's first row (1 token: 8 rows on the rank's 8 experts) is 90.981 µs; a call on one
+    // expert is that less 7 experts' weight reads at H200's 4.8 TB/s.
+    let mut req = ScenarioRequest {
+        model: "deepseek-v3".into(),
+        system: "h200-hgx-4node-ib".into(),
+        tp: Some(1),
+        batch: 1,
+        context: 2048,
+        routing: Some(Routing::Uniform),
+        ..Default::default()
+    };
+    req.comm.dp = Some(32);
+    req.comm.ep_comm = decodesim::scenario::deployment::EpComm::RdmaLl;
+    let key: MoeKey = (
+        "balanced".into(),
+        "fp8_block".into(),
+        256,
+        7168,
+        2048,
+        8,
+        1,
+        32,
+    );
+    let (call, row, warnings) = ep_call(&req, H200, key, 8.0);
+    assert!(close(row, 90.981), "{row}");
+    let (s, _) = req.load().expect("loads");
+    assert_eq!(s.system.gpu.memory_bandwidth_gbps, 4800.0);
+    // gate, up and down: 3 × 7168 × 2048 FP8 weights with a 4-byte scale per 128 × 128 tile.
+    let expert_us = 3.0 * 7168.0 * 2048.0 * (1.0 + 4.0 / 16384.0) / 4.8e6;
+    let want = 90.981 - 7.0 * expert_us;
+    assert!(close(call, want), "the call {call} us, want {want} us");
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.contains("fewer experts per rank") && w.contains("on 8 experts")),
+        "{warnings:?}"
+    );
+    // Batch 1 no longer costs more than batch 32 by a third (20 ms against 15 when a
+    // one-expert call was priced as the eight-expert row): within the ranks' jitter of it.
+    let step = |b: u32| {
+        let mut r = req.clone();
+        r.batch = b;
+        simulate(&r).expect("simulates").step_time_us()
+    };
+    let (b1, b32) = (step(1), step(32));
+    assert!(b1 < b32 * 1.05, "batch 1: {b1} us, batch 32: {b32} us");
+}

@@ -725,6 +725,7 @@ pub struct Overrides {
 struct Tally {
     floored: usize,
     extrapolated: usize,
+    below_first_row: usize,
     priced: usize,
 }
 
@@ -986,6 +987,7 @@ fn moe_modules(
     let mut missing = None;
     let mut between_ep = None;
     let mut read_as = None;
+    let mut first_row = 0.0;
     for idx in layers.values() {
         let Some(gemm) = idx
             .iter()
@@ -1038,10 +1040,40 @@ fn moe_modules(
         let laws: Vec<f64> = idx.iter().map(|&i| lk.law_or_bytes(&w.ops[i])).collect();
         let bytes: f64 = idx.iter().map(|&i| w.ops[i].bytes).sum();
         let floor = bytes / bw;
-        n.floored += usize::from(tp.us < floor);
+        let gemm_read: f64 = idx
+            .iter()
+            .filter(|&&i| is_moe_gemm(w.ops[i].family))
+            .map(|&i| w.ops[i].bytes / bw)
+            .sum();
+        // The table's first row (one token, top_k rows) touches top_k of a rank's experts, or
+        // all of them when it holds fewer. A call touching fewer (wide expert parallelism at a
+        // tiny batch, under one row per expert on the mean rank) is that row less the weight
+        // reads of the experts it leaves alone, at the DRAM roofline: the row's excess over its
+        // own reads is the call's fixed cost, which every call pays.
+        let first_touches = key.5.min(local) as f64;
+        let (row_us, below_rows) = if (touched as f64) < first_touches && x <= 1.0 {
+            // One expert's gate, up and down weights on a rank (its 1/moe_tp slice).
+            let bpw = s
+                .model
+                .weight_format(&format!(
+                    "model.layers.{}.mlp.experts.0.gate_proj",
+                    gemm.layer
+                ))
+                .bytes_per_weight();
+            let per_expert = 3.0 * key.3 as f64 * (key.4 as f64 / key.6.max(1) as f64) * bpw / bw;
+            let us = tp.us - (first_touches - touched as f64) * per_expert;
+            (us.max(gemm_read), true)
+        } else {
+            (tp.us, tp.extrapolated)
+        };
+        n.floored += usize::from(row_us < floor);
         n.extrapolated += usize::from(tp.extrapolated);
+        if below_rows && !tp.extrapolated {
+            n.below_first_row += 1;
+            first_row = first_touches;
+        }
         n.priced += 1;
-        let total = tp.us.max(floor);
+        let total = row_us.max(floor);
         // The table times the whole call; its kernels share it in proportion to their laws.
         let sum: f64 = laws.iter().sum::<f64>().max(1e-9);
         for (&i, l) in idx.iter().zip(&laws) {
@@ -1055,9 +1087,8 @@ fn moe_modules(
             .filter(gemm)
             .map(|&i| o.us[i].unwrap_or(0.0))
             .sum();
-        let read: f64 = idx.iter().filter(gemm).map(|&i| w.ops[i].bytes / bw).sum();
         let f = if share > 0.0 {
-            (read / share).min(1.0)
+            (gemm_read / share).min(1.0)
         } else {
             0.0
         };
@@ -1119,6 +1150,12 @@ fn moe_modules(
             n.extrapolated
         )
         );
+    }
+    if n.below_first_row > 0 {
+        note!(o.quiet, o.warnings, format!(
+            "moe: {} layers' calls touch fewer experts per rank than the AIConfigurator MoE rows' first (one token on {first_row} experts): priced as that row less the weight reads of the experts left alone (extrapolated)",
+            n.below_first_row
+        ));
     }
     if n.floored > 0 {
         note!(o.quiet, o.warnings, format!(

@@ -406,7 +406,13 @@ fn expert_parallel(s: &Scenario, tokens: u64, ep: u32, w: &mut Workload) {
                 out.push(op);
             }
             "moe_sum" | "moe_align_block_size" | "moe_permute" => {
-                op.rank_scale = ratio(rows.clone());
+                // Thin: priced at one row, so a rank's rows are its multiple of that (the
+                // ratio to a mean of under one row would multiply the price many times over).
+                op.rank_scale = if thin {
+                    rows.iter().map(|x| x / rows_priced as f64).collect()
+                } else {
+                    ratio(rows.clone())
+                };
                 if a2a && suffix(&op) == "moe_sum" {
                     // The combine sums each slice token's top-k rows after the all-to-all.
                     let t = slice as f64;

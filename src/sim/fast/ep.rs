@@ -282,9 +282,9 @@ pub(super) struct WindowLoad {
     q: f64,
 }
 
-/// One layer's loaded ops in a window: each expert GEMM's price and bytes, the price of the ops
-/// that follow the rows over the expert kernels' rows (the activation), and the rest (rows over
-/// the mean).
+/// One layer's loaded ops in a window: each expert GEMM's price and bytes, the activation's
+/// price and the rest's (`moe_align_block_size`, `moe_sum`); both follow a rank's rows over the
+/// rows the expert kernels are priced at.
 #[derive(Debug, Clone, Default)]
 struct LayerLoad {
     gemms: Vec<(f64, Option<ExpertBytes>)>,
@@ -460,7 +460,7 @@ impl Draws {
     /// others spend on a window's loaded ops (µs; the second −∞ at an even split). Rank r's
     /// expert GEMM takes its price × (weight · t_r + act · n_r) / (weight · t + act · n) at the
     /// draw's `den` experts t and rows n (the timeline's `rank_scale`), the activation kernels
-    /// their price × n_r / n, the other loaded ops their price × n_r over the mean rows.
+    /// and the other loaded ops (their rows priced as the activation's) their price × n_r / n.
     fn maxima(&self, win: &WindowLoad) -> Vec<(f64, f64)> {
         let total = win.total();
         let draws = self.t.len() / self.n;
@@ -478,7 +478,8 @@ impl Draws {
                 a += us * (1.0 - phi);
             }
             // The activation's rows are over `rd`, the rows ratios over the mean.
-            let per_row = if rd > 0.0 { a * self.rows_mean / rd } else { a } + layer.rest;
+            let a = a + layer.rest;
+            let per_row = if rd > 0.0 { a * self.rows_mean / rd } else { a };
             (w, per_row)
         };
         let second = win.layers[1].sum() > 0.0;
@@ -531,7 +532,7 @@ impl Draws {
                         None => us,
                     };
                 }
-                sum += layer.act * if rd > 0.0 { rows / rd } else { 1.0 } + layer.rest;
+                sum += (layer.act + layer.rest) * if rd > 0.0 { rows / rd } else { 1.0 };
             }
         }
         sum / draws as f64 / total

@@ -123,10 +123,13 @@ def subcommands(*path: str) -> tuple[str, ...]:
             inside = True
             continue
         if inside:
-            match = re.match(r"^\s{2}(\S+)", line)
-            if not match:
+            # A name at two spaces; its description on the same line or, in clap's next-line
+            # layout, on the lines below at a deeper indent. A blank or unindented line ends it.
+            match = re.match(r"^ {2}(\S+)", line)
+            if match:
+                names.append(match.group(1))
+            elif not line.startswith("   "):
                 break
-            names.append(match.group(1))
     return tuple(names)
 
 

@@ -767,6 +767,7 @@ fn a_bad_only_list_names_the_profile_field_and_the_file() {
             "[\"custom_allreduce.csv\", \"nccl_multinode.csv\"]",
             "is not there",
         ),
+        ("[]", "at least one table name"),
     ] {
         let path = d.join("profile.toml");
         let text = profile.replace("only = [\"moe.csv\"]", &format!("only = {only}"));

@@ -656,6 +656,16 @@ impl CalibrationProfile {
             let dir = path.parent().unwrap_or(Path::new("."));
             let tables_dir = dir.join(&a.tables);
             if let Some(only) = &a.only {
+                if only.is_empty() {
+                    return Err(Error::Field {
+                        path: path.to_path_buf(),
+                        field: "aiconfigurator.only".into(),
+                        expected: format!(
+                            "at least one table name of {} (leave the field out to price from every table there)",
+                            crate::units::path(&tables_dir)
+                        ),
+                    });
+                }
                 for name in only {
                     let known = super::aic::TABLE_FILES.contains(&name.as_str());
                     if !known || !tables_dir.join(name).is_file() {

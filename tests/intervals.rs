@@ -456,3 +456,64 @@ fn whatif_intervals_on_expert_parallel_layouts_and_points_where_refused() {
     assert!(v.get("draws").is_none(), "{v}");
     assert!(v["base"]["step_time_us"].as_f64().unwrap() > 0.0, "{v}");
 }
+
+/// The leave-one-out rms log error of log-log interpolation over the MoE rows of one shape
+/// (quant, experts, hidden, inter, top-k), from the CSV: each inner row of a line (one
+/// distribution, moe_tp and moe_ep, by tokens) predicted from its neighbours.
+fn moe_rows_loo(csv: &str, shape: [&str; 5]) -> f64 {
+    let text = std::fs::read_to_string(root(csv)).unwrap();
+    let mut lines: std::collections::BTreeMap<String, Vec<(f64, f64)>> = Default::default();
+    for row in text.lines().skip(1) {
+        let f: Vec<&str> = row.split(',').collect();
+        if f[1..6] != shape {
+            continue;
+        }
+        let key = format!("{},{},{}", f[0], f[6], f[7]);
+        lines
+            .entry(key)
+            .or_default()
+            .push((f[8].parse().unwrap(), f[9].parse().unwrap()));
+    }
+    let (mut sum, mut n) = (0.0, 0);
+    for pts in lines.values_mut() {
+        pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+        for w in pts.windows(3) {
+            let t = (w[1].0.ln() - w[0].0.ln()) / (w[2].0.ln() - w[0].0.ln());
+            let pred = (w[0].1.ln() + t * (w[2].1.ln() - w[0].1.ln())).exp();
+            sum += (w[1].1 / pred).ln().powi(2);
+            n += 1;
+        }
+    }
+    (sum / n as f64).sqrt()
+}
+
+#[test]
+fn the_moe_tables_error_is_that_of_the_models_own_rows() {
+    let sigma_of = |model: &str, system: &str| {
+        let req = ScenarioRequest {
+            model: model.into(),
+            system: system.into(),
+            ..ScenarioRequest::default()
+        };
+        let (s, p) = req.load().expect("loads");
+        let u = Uncertainty::from_profile(&p, &s).unwrap();
+        u.sources
+            .iter()
+            .find(|x| x.name() == "table_moe")
+            .map(|x| (x.sigma, x.provenance().to_string()))
+    };
+    // Kimi-K2.5 on the RTX tables: its INT4 rows only, not the Qwen3 BF16 rows beside them.
+    let (sigma, says) = sigma_of("kimi-k2.5", "rtx-pro-6000-8x-pcie").expect("table_moe");
+    let rtx = "data/calibration/aiconfigurator/rtx_pro_6000_server/moe.csv";
+    let want = moe_rows_loo(rtx, ["int4_wo", "384", "7168", "2048", "8"]);
+    assert!(rel(sigma, want) < 1e-12, "{sigma} vs {want}");
+    assert!(says.contains("int4_wo 384 experts"), "{says}");
+    // DeepSeek-V3 on H200: its FP8-block rows.
+    let (sigma, _) = sigma_of("deepseek-v3", "h200-8x-nvlink").expect("table_moe");
+    let h200 = "data/calibration/aiconfigurator/h200_sxm/moe.csv";
+    let want = moe_rows_loo(h200, ["fp8_block", "256", "7168", "2048", "8"]);
+    assert!(rel(sigma, want) < 1e-12, "{sigma} vs {want}");
+    // A BF16 Kimi is a shape the tables lack: the law prices its experts, and the table's
+    // error is not drawn for them.
+    assert_eq!(sigma_of("kimi-k2.5-bf16", "rtx-pro-6000-8x-pcie"), None);
+}

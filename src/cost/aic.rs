@@ -942,6 +942,51 @@ pub fn is_moe_gemm(f: CostFamily) -> bool {
     )
 }
 
+/// The leave-one-out rms log error of log-log interpolation along each line of rows (x, µs):
+/// every inner row predicted from its two neighbours.
+fn loo(lines: &mut dyn Iterator<Item = Vec<(f64, f64)>>) -> Option<f64> {
+    let (mut sum, mut n) = (0.0, 0usize);
+    for line in lines {
+        for w in line.windows(3) {
+            let (a, b, c) = (w[0], w[1], w[2]);
+            let ok = |p: (f64, f64)| p.0 > 0.0 && p.1 > 0.0;
+            if !(ok(a) && ok(b) && ok(c)) || a.0 >= b.0 || b.0 >= c.0 {
+                continue;
+            }
+            let pred = log_lerp(a.0, a.1, c.0, c.1, b.0);
+            if pred > 0.0 && pred.is_finite() {
+                sum += (b.1 / pred).ln().powi(2);
+                n += 1;
+            }
+        }
+    }
+    (n > 0).then(|| (sum / n as f64).sqrt())
+}
+
+/// A model's routed-expert shape as the MoE rows key it: (quant, experts, hidden,
+/// intermediate, top-k).
+pub type MoeShape = (&'static str, u64, u64, u64, u64);
+
+/// The shape at which a scenario's routed experts read the MoE rows, where a table prices them
+/// (vLLM's fused MoE: not the reference step's grouped GEMM).
+pub fn moe_shape(s: &Scenario) -> Option<MoeShape> {
+    let moe = s.model.moe.as_ref()?;
+    if s.runtime != crate::scenario::Runtime::Vllm {
+        return None;
+    }
+    let layer = (0..s.model.num_layers).find(|&l| s.model.is_layer_moe(l))?;
+    let w = s
+        .model
+        .weight_format(&format!("model.layers.{layer}.mlp.experts.0.gate_proj"));
+    Some((
+        quant_of(CostFamily::moe_gemm_for(w)),
+        moe.n_routed_experts as u64,
+        s.model.hidden as u64,
+        moe.moe_intermediate as u64,
+        moe.top_k as u64,
+    ))
+}
+
 fn quant_of(f: CostFamily) -> &'static str {
     match f {
         CostFamily::MoeGemmInt4 => "int4_wo",
@@ -1332,25 +1377,19 @@ fn mla_attention(
 /// between rows may be off by; `whatif::uncertainty` draws it. Families with fewer than one
 /// interior row are absent.
 impl AicTables {
+    /// [`AicTables::interpolation_rms_log_error`]'s MoE figure over the rows of one shape
+    /// ([`moe_shape`]); None where the table holds none of them (the law prices those experts).
+    pub fn moe_rms_log_error_for(&self, shape: &MoeShape) -> Option<f64> {
+        loo(&mut self
+            .moe
+            .iter()
+            .filter(|(k, _)| {
+                (k.1.as_str(), k.2, k.3, k.4, k.5) == (shape.0, shape.1, shape.2, shape.3, shape.4)
+            })
+            .map(|(_, v)| v.clone()))
+    }
+
     pub fn interpolation_rms_log_error(&self) -> BTreeMap<&'static str, f64> {
-        fn loo(lines: &mut dyn Iterator<Item = Vec<(f64, f64)>>) -> Option<f64> {
-            let (mut sum, mut n) = (0.0, 0usize);
-            for line in lines {
-                for w in line.windows(3) {
-                    let (a, b, c) = (w[0], w[1], w[2]);
-                    let ok = |p: (f64, f64)| p.0 > 0.0 && p.1 > 0.0;
-                    if !(ok(a) && ok(b) && ok(c)) || a.0 >= b.0 || b.0 >= c.0 {
-                        continue;
-                    }
-                    let pred = log_lerp(a.0, a.1, c.0, c.1, b.0);
-                    if pred > 0.0 && pred.is_finite() {
-                        sum += (b.1 / pred).ln().powi(2);
-                        n += 1;
-                    }
-                }
-            }
-            (n > 0).then(|| (sum / n as f64).sqrt())
-        }
         let mut out = BTreeMap::new();
         let moe = loo(&mut self.moe.values().cloned());
         let gemm = loo(&mut self.gemm.values().flat_map(|g| g.values().cloned()));

@@ -146,6 +146,18 @@ pub struct Source {
     log: bool,
 }
 
+impl Source {
+    /// The source's name as reports list it (`table_moe`, `routing`, a factor's).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Where its spread comes from.
+    pub fn provenance(&self) -> &str {
+        &self.provenance
+    }
+}
+
 /// How a fitted factor reaches the prices: +1 the price grows with it, −1 as its inverse.
 /// New factors plug in here (name as in the profile's `[factors]`).
 #[derive(Debug, Clone, Copy)]
@@ -380,7 +392,28 @@ impl Uncertainty {
                 log: true,
             });
         }
-        for (family, sigma) in table_errors(p) {
+        for (family, pooled) in table_errors(p) {
+            // The MoE rows of the scenario's own expert shape, where the table prices them; a
+            // shape the table lacks is priced by the law, which the table's error is not of.
+            let (sigma, of) = if family == "moe" {
+                let own = crate::cost::aic::moe_shape(s).and_then(|sh| {
+                    let t = p.aic.as_ref()?;
+                    let sigma = t.moe_rms_log_error_for(&sh)?;
+                    Some((sigma, sh))
+                });
+                match own {
+                    Some((sigma, sh)) => (
+                        sigma,
+                        format!(
+                            ", the rows of this model's shape ({} {} experts, hidden {}, inter {}, top-{})",
+                            sh.0, sh.1, sh.2, sh.3, sh.4
+                        ),
+                    ),
+                    None => continue,
+                }
+            } else {
+                (pooled, String::new())
+            };
             let fams = match family {
                 "moe" => MOE,
                 "gemm" => GEMM,
@@ -391,7 +424,7 @@ impl Uncertainty {
                 sources.push(Source {
                     name: format!("table_{family}"),
                     provenance: format!(
-                        "AIConfigurator {family} table ({}): leave-one-out rms log error of its interpolation {sigma:.4}",
+                        "AIConfigurator {family} table ({}{of}): leave-one-out rms log error of its interpolation {sigma:.4}",
                         p.aic.as_ref().map_or(String::new(), |t| crate::units::path(&t.dir))
                     ),
                     target: Target::Families(fams.to_vec()),

@@ -497,31 +497,56 @@ fn tables_of_another_gpu_are_refused_for_this_system() {
 /// the row of `key` (EP size `ep`, `local` experts per rank) it should read: the rank's routed
 /// rows over top-k, or its touched experts over top-k where it touches fewer than it holds;
 /// and the pricing's warnings.
-fn ep_call(req: &ScenarioRequest, dir: &str, key: MoeKey, local: f64) -> (f64, f64, Vec<String>) {
-    use decodesim::cost::aic::is_moe_module_op;
-    let (s, p) = req.load().expect("loads");
-    let w = decodesim::workload::build(&s);
-    let priced = decodesim::cost::price(&w, &s, &p).expect("priced");
-    let layer = w
+/// The summed price of the ops `module` picks (one routed-expert call), and its experts'
+/// first GEMM.
+fn call_of<'a>(
+    w: &'a decodesim::workload::Workload,
+    base_us: &[f64],
+    module: impl Fn(&decodesim::workload::Op) -> bool,
+) -> (f64, &'a decodesim::workload::Op) {
+    let call = w
         .ops
         .iter()
-        .find(|o| is_moe_module_op(o))
-        .expect("a MoE layer")
-        .layer;
-    let module = |o: &&decodesim::workload::Op| o.layer == layer && is_moe_module_op(o);
-    let call: f64 = w
-        .ops
-        .iter()
-        .zip(&priced.base_us)
+        .zip(base_us)
         .filter(|(o, _)| module(o))
         .map(|(_, us)| us)
         .sum();
     let gemm = w
         .ops
         .iter()
-        .filter(module)
+        .filter(|o| module(o))
         .find(|o| o.name.ends_with("experts_w13"))
-        .expect("the experts' first GEMM");
+        .expect("the call's first expert GEMM");
+    (call, gemm)
+}
+
+/// A scenario's step, its workload and prices, and its first MoE layer.
+fn priced_step(
+    req: &ScenarioRequest,
+) -> (
+    decodesim::scenario::Scenario,
+    decodesim::workload::Workload,
+    decodesim::cost::Pricing,
+    i32,
+) {
+    let (s, p) = req.load().expect("loads");
+    let w = decodesim::workload::build(&s);
+    let priced = decodesim::cost::price(&w, &s, &p).expect("priced");
+    let layer = w
+        .ops
+        .iter()
+        .find(|o| decodesim::cost::aic::is_moe_module_op(o))
+        .expect("a MoE layer")
+        .layer;
+    (s, w, priced, layer)
+}
+
+fn ep_call(req: &ScenarioRequest, dir: &str, key: MoeKey, local: f64) -> (f64, f64, Vec<String>) {
+    use decodesim::cost::aic::is_moe_module_op;
+    let (_, w, priced, layer) = priced_step(req);
+    let (call, gemm) = call_of(&w, &priced.base_us, |o| {
+        o.layer == layer && is_moe_module_op(o)
+    });
     let (rows, touched) = (gemm.shape.m as f64, gemm.shape.batch as f64);
     let topk = key.5 as f64;
     let x = if touched < local {
@@ -653,33 +678,13 @@ fn each_pass_of_a_step_is_its_own_routed_expert_call() {
     let mut req = kimi_ep(1, 8, 512);
     req.comm.tbo = true;
     req.comm.ep_comm = decodesim::scenario::deployment::EpComm::RdmaLl;
-    let (s, p) = req.load().expect("loads");
-    let w = decodesim::workload::build(&s);
-    let priced = decodesim::cost::price(&w, &s, &p).expect("priced");
-    let layer = w
-        .ops
-        .iter()
-        .find(|o| is_moe_module_op(o))
-        .expect("a MoE layer")
-        .layer;
+    let (s, w, priced, layer) = priced_step(&req);
     let t = tables(RTX);
     for mb in ["mb0.", "mb1."] {
-        let module = |o: &&decodesim::workload::Op| {
+        let module = |o: &decodesim::workload::Op| {
             o.layer == layer && is_moe_module_op(o) && o.name.starts_with(mb)
         };
-        let call: f64 = w
-            .ops
-            .iter()
-            .zip(&priced.base_us)
-            .filter(|(o, _)| module(o))
-            .map(|(_, us)| us)
-            .sum();
-        let gemm = w
-            .ops
-            .iter()
-            .filter(module)
-            .find(|o| o.name.ends_with("experts_w13"))
-            .expect("the micro-batch's expert GEMM");
+        let (call, gemm) = call_of(&w, &priced.base_us, module);
         let key: MoeKey = (
             "balanced".into(),
             "int4_wo".into(),
@@ -697,7 +702,7 @@ fn each_pass_of_a_step_is_its_own_routed_expert_call() {
             (rows / 8.0).round()
         };
         // No table price beats reading the call's bytes from DRAM (`cost::aic`).
-        let bytes: f64 = w.ops.iter().filter(module).map(|o| o.bytes).sum();
+        let bytes: f64 = w.ops.iter().filter(|o| module(o)).map(|o| o.bytes).sum();
         let floor = bytes / (s.system.gpu.memory_bandwidth_gbps * 1e3);
         let row = t.moe(&key, x).unwrap().us.max(floor);
         assert!(

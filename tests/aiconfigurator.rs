@@ -31,6 +31,27 @@ fn moe_key(dist: &str, tp: u32) -> MoeKey {
     (dist.into(), "int4_wo".into(), 384, 7168, 2048, 8, tp, 1)
 }
 
+/// DeepSeek-V3's FP8-block balanced rows at (moe_tp, moe_ep).
+fn deepseek_key(tp: u32, ep: u32) -> MoeKey {
+    (
+        "balanced".into(),
+        "fp8_block".into(),
+        256,
+        7168,
+        2048,
+        8,
+        tp,
+        ep,
+    )
+}
+
+/// Kimi's balanced rows with whole experts over `ep` ranks (moe_tp 1).
+fn kimi_ep_key(ep: u32) -> MoeKey {
+    let mut k = moe_key("balanced", 1);
+    k.7 = ep;
+    k
+}
+
 #[test]
 fn lookups_equal_the_table_rows_at_grid_points() {
     let t = tables(RTX);
@@ -578,16 +599,7 @@ fn kimi_ep(tp: u32, dp: u32, batch: u32) -> ScenarioRequest {
 fn expert_parallel_ranks_read_the_table_at_their_own_rows() {
     // AIConfigurator's num_tokens gives every rank num_tokens × top-k routed rows: a rank of
     // EP 8 at batch 512 runs about 512 × 8 / 8 = 512 rows, the row at 64 tokens, not at 512.
-    let key: MoeKey = (
-        "balanced".into(),
-        "int4_wo".into(),
-        384,
-        7168,
-        2048,
-        8,
-        1,
-        8,
-    );
+    let key = kimi_ep_key(8);
     let (call, row, warnings) = ep_call(&kimi_ep(8, 1, 512), RTX, key.clone(), 48.0);
     assert!(
         close(call, row),
@@ -685,16 +697,7 @@ fn each_pass_of_a_step_is_its_own_routed_expert_call() {
             o.layer == layer && is_moe_module_op(o) && o.name.starts_with(mb)
         };
         let (call, gemm) = call_of(&w, &priced.base_us, module);
-        let key: MoeKey = (
-            "balanced".into(),
-            "int4_wo".into(),
-            384,
-            7168,
-            2048,
-            8,
-            1,
-            8,
-        );
+        let key = kimi_ep_key(8);
         let (rows, touched) = (gemm.shape.m as f64, gemm.shape.batch as f64);
         let x = if touched < 48.0 {
             (touched / 8.0).max(1.0)
@@ -725,16 +728,7 @@ fn the_h200_profile_prices_the_measured_models_routed_experts_from_the_tables() 
         routing: Some(Routing::Uniform),
         ..Default::default()
     };
-    let key: MoeKey = (
-        "balanced".into(),
-        "fp8_block".into(),
-        256,
-        7168,
-        2048,
-        8,
-        8,
-        1,
-    );
+    let key = deepseek_key(8, 1);
     let (call, row, _) = ep_call(&req, H200, key, 256.0);
     assert!(close(row, 55.243), "{row}");
     assert!(close(call, row), "the call {call} us, its row {row} us");
@@ -804,16 +798,7 @@ fn a_call_on_fewer_experts_than_the_first_row_is_that_row_less_their_reads() {
     };
     req.comm.dp = Some(32);
     req.comm.ep_comm = decodesim::scenario::deployment::EpComm::RdmaLl;
-    let key: MoeKey = (
-        "balanced".into(),
-        "fp8_block".into(),
-        256,
-        7168,
-        2048,
-        8,
-        1,
-        32,
-    );
+    let key = deepseek_key(1, 32);
     let (call, row, warnings) = ep_call(&req, H200, key, 8.0);
     assert!(close(row, 90.981), "{row}");
     let (s, _) = req.load().expect("loads");

@@ -975,16 +975,19 @@ pub fn moe_shape(s: &Scenario) -> Option<MoeShape> {
         return None;
     }
     let layer = (0..s.model.num_layers).find(|&l| s.model.is_layer_moe(l))?;
-    let w = s
-        .model
-        .weight_format(&format!("model.layers.{layer}.mlp.experts.0.gate_proj"));
     Some((
-        quant_of(CostFamily::moe_gemm_for(w)),
+        quant_of(CostFamily::moe_gemm_for(expert_format(s, layer))),
         moe.n_routed_experts as u64,
         s.model.hidden as u64,
         moe.moe_intermediate as u64,
         moe.top_k as u64,
     ))
+}
+
+/// How a MoE layer's routed experts are stored (as `workload::moe` builds their GEMMs).
+fn expert_format(s: &Scenario, layer: usize) -> crate::scenario::model::WeightFormat {
+    s.model
+        .weight_format(&format!("model.layers.{layer}.mlp.experts.0.gate_proj"))
 }
 
 fn quant_of(f: CostFamily) -> &'static str {
@@ -1098,13 +1101,7 @@ fn moe_modules(
         let first_touches = key.5.min(local) as f64;
         let (row_us, below_rows) = if (touched as f64) < first_touches && x <= 1.0 {
             // One expert's gate, up and down weights on a rank (its 1/moe_tp slice).
-            let bpw = s
-                .model
-                .weight_format(&format!(
-                    "model.layers.{}.mlp.experts.0.gate_proj",
-                    gemm.layer
-                ))
-                .bytes_per_weight();
+            let bpw = expert_format(s, gemm.layer as usize).bytes_per_weight();
             let per_expert = 3.0 * key.3 as f64 * (key.4 as f64 / key.6.max(1) as f64) * bpw / bw;
             let us = tp.us - (first_touches - touched as f64) * per_expert;
             (us.max(gemm_read), true)

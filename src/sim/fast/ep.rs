@@ -282,34 +282,31 @@ pub(super) struct WindowLoad {
     q: f64,
 }
 
-/// One layer's loaded ops in a window: each expert GEMM's price and bytes, the activation's
-/// price and the rest's (`moe_align_block_size`, `moe_sum`); both follow a rank's rows over the
-/// rows the expert kernels are priced at.
+/// One layer's loaded ops in a window: each expert GEMM's price and bytes, and the price of
+/// the others (the activation, `moe_align_block_size`, `moe_sum`), which follow a rank's rows
+/// over the rows the expert kernels are priced at.
 #[derive(Debug, Clone, Default)]
 struct LayerLoad {
     gemms: Vec<(f64, Option<ExpertBytes>)>,
-    act: f64,
-    rest: f64,
+    rows: f64,
 }
 
 impl WindowLoad {
     /// A loaded op of layer `part` (0: the window's first, 1: the next) at the mean rank's
-    /// price `p`: an expert GEMM with its bytes, the activation that follows the expert
-    /// kernels' rows, or the rest.
+    /// price `p`: an expert GEMM with its bytes, or an op that follows the rows.
     fn add(&mut self, op: &OpT, p: f64, part: usize, x: &Coef, rows_mean: f64) {
         let layer = &mut self.layers[part];
         match ExpertBytes::of(op, x, rows_mean) {
             Some(b) => layer.gemms.push((p, Some(b))),
             None if EpShape::is_expert_gemm(&op.template) => layer.gemms.push((p, None)),
-            None if op.template.name.ends_with(".experts_act_and_mul") => layer.act += p,
-            None => layer.rest += p,
+            None => layer.rows += p,
         }
     }
 }
 
 impl LayerLoad {
     fn sum(&self) -> f64 {
-        self.gemms.iter().map(|g| g.0).sum::<f64>() + self.act + self.rest
+        self.gemms.iter().map(|g| g.0).sum::<f64>() + self.rows
     }
 }
 
@@ -471,14 +468,13 @@ impl Draws {
         let mut out = Vec::with_capacity(draws);
         let split = |k: usize, layer: &LayerLoad| {
             let (td, rd) = self.den[k];
-            let (mut w, mut a) = (0.0, layer.act);
+            let (mut w, mut a) = (0.0, layer.rows);
             for &(us, b) in &layer.gemms {
                 let phi = b.map_or(0.0, |b| b.weight_share(td, rd));
                 w += us * phi;
                 a += us * (1.0 - phi);
             }
-            // The activation's rows are over `rd`, the rows ratios over the mean.
-            let a = a + layer.rest;
+            // The ops' rows are over `rd`, the rows ratios over the mean.
             let per_row = if rd > 0.0 { a * self.rows_mean / rd } else { a };
             (w, per_row)
         };
@@ -532,7 +528,7 @@ impl Draws {
                         None => us,
                     };
                 }
-                sum += (layer.act + layer.rest) * if rd > 0.0 { rows / rd } else { 1.0 };
+                sum += layer.rows * if rd > 0.0 { rows / rd } else { 1.0 };
             }
         }
         sum / draws as f64 / total

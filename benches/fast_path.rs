@@ -1,6 +1,6 @@
 //! The aggregate fast path: scenarios per second per core for the default Kimi-K2.5 scenario
 //! (plain step amortised over a sweep and cold, and a speculative step at k = 3), a DP 16 wide-EP
-//! step, beside the full 8-rank timeline.
+//! step and its two-batch-overlap rows, beside the full 8-rank timeline.
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use decodesim::sim::fast::{Collectives, FastScenario, Launch};
@@ -62,6 +62,33 @@ fn bench(c: &mut Criterion) {
             black_box(wfast.step_us(black_box(batch), context, &wlaunch, &wcoll))
         })
     });
+    // Two-batch overlap on that layout, as a sweep walks it: a batch's contexts 1000..=4999
+    // eight at a time (knots played, the rows between them interpolated: `sim::fast::tbo_knots`),
+    // then the next batch.
+    let mut overlap = wide.clone();
+    overlap.comm.tbo = true;
+    let (ts, tp) = overlap.load().expect("overlap scenario");
+    let tfast = FastScenario::new(&ts, &tp, None).expect("fitted");
+    let (tlaunch, tcoll) = (
+        Launch::new(&tp, true),
+        Collectives::new(&ts, &tp).expect("collectives"),
+    );
+    g.throughput(Throughput::Elements(8));
+    let (mut tbatch, mut first) = (2u32, 1000u64);
+    g.bench_function(
+        "deepseek-v3 dp16 tbo, 8 contexts of a batch (8 scenarios)",
+        |b| {
+            b.iter(|| {
+                let contexts: [u64; 8] = std::array::from_fn(|j| first + j as u64);
+                first += 8;
+                if first >= 5000 {
+                    first = 1000;
+                    tbatch = tbatch % 250 + 2;
+                }
+                black_box(tfast.step_us_busy_lanes(black_box(tbatch), contexts, &tlaunch, &tcoll))
+            })
+        },
+    );
     g.finish();
     c.bench_function("full timeline: simulate_loaded, default scenario", |b| {
         b.iter(|| {

@@ -13,8 +13,8 @@
 #             (a 144-GPU pipeline: each distinct stage played once per micro-batch size and
 #             kept for the batches that share it, the micro-batch schedule composed per row);
 #   tbo16:    the dp16 layout with two-batch overlap (--tbo on), batch 2..=251 x N/250 contexts
-#             (both micro-batches interleaved until their layers repeat, eight contexts of a
-#             batch side by side).
+#             (both micro-batches interleaved until their layers repeat at each knot context,
+#             a multiple of 8, eight side by side; the rows between knots interpolated).
 # CPU = user + sys of the process (GNU time when present, else bash's `times` of the child);
 # peak RSS = GNU time's maximum resident set, else the child's VmHWM read through /proc.
 set -euo pipefail

@@ -82,6 +82,8 @@ pub(super) struct Memo {
     pub(super) latency: HashMap<LatencyKey, Box<[f64]>>,
     /// A pipeline's stage plays (see [`StagePlays`]).
     pub(super) stage_plays: StagePlays,
+    /// Two-batch-overlap plays at knot contexts (`tbo_knots`).
+    pub(super) knots: super::tbo_knots::KnotPlays,
 }
 
 /// A pipeline stage played at one micro-batch size for a sweep's lanes of contexts: (stage

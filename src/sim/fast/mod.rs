@@ -71,6 +71,7 @@ mod memo;
 mod pipeline;
 mod replay;
 mod tbo;
+mod tbo_knots;
 
 use basis::*;
 use ep::*;
@@ -417,6 +418,7 @@ impl FastScenario {
                     draw: None,
                     latency: HashMap::new(),
                     stage_plays: StagePlays::default(),
+                    knots: Default::default(),
                 }));
             }
             f(slot.as_mut().expect("memo set above"))
@@ -629,50 +631,15 @@ impl FastScenario {
             // most CONTEXTS_PER_ENTRY kept per entry, the oldest replaced, so that a sweep over
             // thousands of contexts neither scans nor holds them all. A lane's prices are
             // copied out before the next lane may replace their slot.
-            let hit = match e.context.get(e.last) {
-                Some(c) if c.0 == context => Some(e.last),
-                _ => e.context.iter().rposition(|c| c.0 == context),
-            };
-            let ci = match hit {
-                Some(i) => i,
-                None => {
-                    s.batch = batch;
-                    s.context = context;
-                    let x = pm.vars(local, q, context, e.touched, padded).basis();
-                    let unique = regime.context_layout.iter().filter(|x| x.1).count();
-                    // Once full, the oldest slot is priced over in place (no allocation per
-                    // row).
-                    let i = if e.context.len() >= CONTEXTS_PER_ENTRY {
-                        let i = e.evict;
-                        e.evict = (i + 1) % CONTEXTS_PER_ENTRY;
-                        i
-                    } else {
-                        *stored += unique;
-                        e.context
-                            .push((0, vec![0.0; unique].into_boxed_slice(), [0.0; NCAT]));
-                        e.context.len() - 1
-                    };
-                    let (at, us, busy) = &mut e.context[i];
-                    *at = context;
-                    let layout = &regime.context_layout;
-                    let shared = twin
-                        .and_then(|m| m.get(&(batch, q, padded as u32)))
-                        .and_then(|t| t.context.iter().rfind(|c| c.0 == context))
-                        .filter(|c| c.1.len() == us.len());
-                    if let Some(c) = shared {
-                        us.copy_from_slice(&c.1);
-                    } else if price_layout_into(w_context, regime, layout, &x, s, p, None, us)
-                        .is_err()
-                    {
-                        us.fill(f64::NAN);
-                    }
-                    *busy = [0.0; NCAT];
-                    for (&j, &(c, repeat)) in regime.context_from.iter().zip(&regime.context_busy) {
-                        busy[c] += us[j] * repeat;
-                    }
-                    i
-                }
-            };
+            let ci = context_slot(
+                e,
+                twin,
+                (batch, q, padded as u32),
+                (regime, pm, p),
+                (&mut *s, &mut *w_context, &mut *stored),
+                (local, padded),
+                context,
+            );
             e.last = ci;
             // Op-major: op i's lanes side by side (`replay::play_regime`).
             let (_, cus, cbusy) = &e.context[ci];
@@ -740,6 +707,59 @@ impl FastScenario {
         then(regime, d, &e.excess, sts, self.straggler_of(pm, batch));
     }
 
+    /// The unique context-dependent prices of pass `pm` (one query per sequence) at `batch`
+    /// and `context` (`Regime::context_layout`'s kept ops, `Regime::context_from` maps each
+    /// context op to one), copied to `out`, through the memo; and the regime they belong to.
+    /// None where the pass is not priced at that batch yet (its token-dependent entry, which
+    /// the first play at the batch makes).
+    fn context_prices<'r>(
+        &'r self,
+        m: &mut Memo,
+        pm: &'r PassModel,
+        (batch, context): (u32, u64),
+        graphs: bool,
+        out: &mut Vec<f64>,
+    ) -> Option<&'r Regime> {
+        let local = match &pm.ep {
+            Some(e) if e.dp > 1 => batch.div_ceil(e.dp),
+            _ => batch.div_ceil(pm.dp_share),
+        };
+        let padded = pm.padded(local, 1, graphs);
+        let regime = pm.regime(padded as f64);
+        let high = !std::ptr::eq(regime, &pm.low);
+        let Memo {
+            s,
+            passes,
+            stored,
+            scratch,
+            ..
+        } = m;
+        let w_context = &mut scratch[scratch_index(pm.slot, high, 1)];
+        let (own, twin) = match pm.context_twin[high as usize] {
+            Some(t) if t != pm.slot => {
+                let [a, b] = passes
+                    .get_disjoint_mut([pm.slot, t])
+                    .expect("distinct pass slots");
+                (a, Some(&*b))
+            }
+            _ => (&mut passes[pm.slot], None),
+        };
+        let key = (batch, 1, padded as u32);
+        let e = own.get_mut(&key)?;
+        let ci = context_slot(
+            e,
+            twin,
+            key,
+            (regime, pm, &self.profile),
+            (s, w_context, stored),
+            (local, padded),
+            context,
+        );
+        out.clear();
+        out.extend_from_slice(&e.context[ci].1);
+        Some(regime)
+    }
+
     /// The straggler wait of a pass: over the whole group at any batch. At a batch the DP ranks
     /// do not share evenly the others attend over fewer sequences, but with a few experts per
     /// rank any rank may hold the hottest ones (`ep::Coupled` plays which side is later), so
@@ -767,7 +787,9 @@ impl FastScenario {
                 return self.pipeline_step(m, fit, (batch, context), Setting { launch, coll }, 0.0);
             }
             if let Some(fit) = &self.tbo {
-                return self.tbo_step(m, fit, (batch, context), Setting { launch, coll }, 0.0);
+                let set = Setting { launch, coll };
+                let [one] = self.tbo_rows(m, fit, batch, [context], set, 0.0);
+                return one;
             }
             let mut st = State::new(launch);
             self.play(
@@ -816,7 +838,7 @@ impl FastScenario {
             }
             if let Some(fit) = &self.tbo {
                 let set = Setting { launch, coll };
-                return self.tbo_step_lanes(m, fit, batch, contexts, set, 0.0);
+                return self.tbo_rows(m, fit, batch, contexts, set, 0.0);
             }
             let mut sts = [State::new(launch); W];
             self.play_lanes(
@@ -952,8 +974,7 @@ impl FastScenario {
             }
             if let Some(fit) = &self.tbo {
                 let set = Setting { launch, coll };
-                let at = (batch, context);
-                let us = self.tbo_step(m, fit, at, set, draw.step_overhead_us).0;
+                let [(us, _)] = self.tbo_rows(m, fit, batch, [context], set, draw.step_overhead_us);
                 m.draw = None;
                 return us;
             }
@@ -1078,4 +1099,60 @@ pub(crate) fn pp_refused(pp: u32) -> Error {
             "{pp}: speculative decoding is not modelled with pipeline parallelism (its draft and verify passes are not composed with the pipeline's micro-batches); price the pipeline without drafts: `decodesim simulate --pp {pp}`, `decodesim whatif --vary pp=1,{pp}`, `decodesim sweep --pp 1,{pp}` or `decodesim capacity --pp {pp}`"
         ),
     }
+}
+
+/// The slot of `e`'s context prices at `context`, priced there if not kept: the slot read last
+/// first (a sweep plays each context's rows together), at most `CONTEXTS_PER_ENTRY` kept, the
+/// oldest replaced, so that a sweep over thousands of contexts neither scans nor holds them
+/// all. A pipeline stage whose context ops an earlier stage prices alike (`twin`) reads that
+/// stage's prices at the same micro-batch and context.
+fn context_slot(
+    e: &mut Entry,
+    twin: Option<&EntryMap>,
+    key: (u32, u32, u32),
+    (regime, pm, p): (&Regime, &PassModel, &CalibrationProfile),
+    (s, w_context, stored): (&mut Scenario, &mut Scratch, &mut usize),
+    (local, padded): (u32, u64),
+    context: u64,
+) -> usize {
+    let hit = match e.context.get(e.last) {
+        Some(c) if c.0 == context => Some(e.last),
+        _ => e.context.iter().rposition(|c| c.0 == context),
+    };
+    if let Some(i) = hit {
+        return i;
+    }
+    let (batch, q, _) = key;
+    s.batch = batch;
+    s.context = context;
+    let x = pm.vars(local, q, context, e.touched, padded).basis();
+    let unique = regime.context_layout.iter().filter(|x| x.1).count();
+    // Once full, the oldest slot is priced over in place (no allocation per row).
+    let i = if e.context.len() >= CONTEXTS_PER_ENTRY {
+        let i = e.evict;
+        e.evict = (i + 1) % CONTEXTS_PER_ENTRY;
+        i
+    } else {
+        *stored += unique;
+        e.context
+            .push((0, vec![0.0; unique].into_boxed_slice(), [0.0; NCAT]));
+        e.context.len() - 1
+    };
+    let (at, us, busy) = &mut e.context[i];
+    *at = context;
+    let layout = &regime.context_layout;
+    let shared = twin
+        .and_then(|m| m.get(&key))
+        .and_then(|t| t.context.iter().rfind(|c| c.0 == context))
+        .filter(|c| c.1.len() == us.len());
+    if let Some(c) = shared {
+        us.copy_from_slice(&c.1);
+    } else if price_layout_into(w_context, regime, layout, &x, s, p, None, us).is_err() {
+        us.fill(f64::NAN);
+    }
+    *busy = [0.0; NCAT];
+    for (&j, &(c, repeat)) in regime.context_from.iter().zip(&regime.context_busy) {
+        busy[c] += us[j] * repeat;
+    }
+    i
 }

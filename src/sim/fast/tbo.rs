@@ -52,6 +52,9 @@
 //! dependency chains overlap. A lane does exactly what it would alone: where its rounds repeat
 //! before the others', it is moved on by its own increment and parked until the others reach
 //! that point (`Parked`).
+//!
+//! A row of the sweep is such a play at a knot context, or the knots' plays interpolated
+//! (`tbo_knots`).
 
 use super::*;
 
@@ -160,6 +163,11 @@ pub(super) fn fit(
     Ok(fast)
 }
 
+/// The micro-batches' sizes of a step of `batch` sequences: ⌈B/2⌉ and ⌊B/2⌋.
+pub(super) fn micro_batches(batch: u32) -> [u32; 2] {
+    [batch.div_ceil(2), batch / 2]
+}
+
 /// Just after the ranks met (`replay::Spread::MET`).
 const MET: Spread = Spread {
     sum: 0.0,
@@ -250,22 +258,10 @@ struct Comm {
 }
 
 impl FastScenario {
-    /// One two-batch-overlap step at (batch, context) under `set` (`overhead` µs added to the
-    /// step's end idle): (window µs, busy per category of one rank).
-    pub(super) fn tbo_step(
-        &self,
-        m: &mut Memo,
-        fit: &TboFit,
-        (batch, context): (u32, u64),
-        set: Setting<'_>,
-        overhead: f64,
-    ) -> (f64, Busy) {
-        let [one] = self.tbo_step_lanes(m, fit, batch, [context], set, overhead);
-        one
-    }
-
-    /// [`FastScenario::tbo_step`] at `W` contexts of one batch, played side by side (the
-    /// sweep's rows along its context axis): the same figures, bit for bit.
+    /// One two-batch-overlap step played at each of `W` contexts of one batch under `set`
+    /// (`overhead` µs added to the step's end idle), side by side: per context (window µs, busy
+    /// per category of one rank), each the same, bit for bit, as played alone. A row is this
+    /// play or its knots' interpolated (`tbo_knots`).
     pub(super) fn tbo_step_lanes<const W: usize>(
         &self,
         m: &mut Memo,
@@ -279,7 +275,7 @@ impl FastScenario {
         for st in &mut sts {
             st.step_overhead += overhead;
         }
-        let sizes = [batch.div_ceil(2), batch / 2];
+        let sizes = micro_batches(batch);
         PRICED.with(|cell| {
             let mut priced = cell.borrow_mut();
             let pm = &self.target;

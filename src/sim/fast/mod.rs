@@ -478,10 +478,7 @@ impl FastScenario {
         // With data-parallel attention every rank plays its DP rank's share, padded to the
         // largest (`ep`): shapes are read at that share, the experts touched at every DP rank's
         // rows together, prices under the whole scenario.
-        let (dp, local) = match &pm.ep {
-            Some(e) if e.dp > 1 => (e.dp, batch.div_ceil(e.dp)),
-            _ => (1, batch.div_ceil(pm.dp_share)),
-        };
+        let (dp, local) = dp_share(pm, batch);
         let padded = pm.padded(local, q, launch.graphs);
         let rows = padded * dp as u64;
         // vLLM picks the shared expert's stream by the rows the pass runs (padded).
@@ -502,17 +499,7 @@ impl FastScenario {
         let [w_tokens, w_context, w_coll] = scratch
             .get_disjoint_mut([0, 1, 2].map(|l| scratch_index(pm.slot, high, l)))
             .expect("distinct scratch slots");
-        // A pipeline stage whose context ops an earlier stage prices alike reads that stage's
-        // prices at the same micro-batch and context (priced first: the stages play in order).
-        let (own, twin) = match pm.context_twin[high as usize] {
-            Some(t) if t != pm.slot => {
-                let [a, b] = passes
-                    .get_disjoint_mut([pm.slot, t])
-                    .expect("distinct pass slots");
-                (a, Some(&*b))
-            }
-            _ => (&mut passes[pm.slot], None),
-        };
+        let (own, twin) = own_and_twin(passes, pm, high);
         let e = own.entry((batch, q, padded as u32)).or_insert_with(|| {
             let touched = pm.touched(tokens, rows);
             s.batch = batch;
@@ -720,10 +707,7 @@ impl FastScenario {
         graphs: bool,
         out: &mut Vec<f64>,
     ) -> Option<&'r Regime> {
-        let local = match &pm.ep {
-            Some(e) if e.dp > 1 => batch.div_ceil(e.dp),
-            _ => batch.div_ceil(pm.dp_share),
-        };
+        let (_, local) = dp_share(pm, batch);
         let padded = pm.padded(local, 1, graphs);
         let regime = pm.regime(padded as f64);
         let high = !std::ptr::eq(regime, &pm.low);
@@ -735,15 +719,7 @@ impl FastScenario {
             ..
         } = m;
         let w_context = &mut scratch[scratch_index(pm.slot, high, 1)];
-        let (own, twin) = match pm.context_twin[high as usize] {
-            Some(t) if t != pm.slot => {
-                let [a, b] = passes
-                    .get_disjoint_mut([pm.slot, t])
-                    .expect("distinct pass slots");
-                (a, Some(&*b))
-            }
-            _ => (&mut passes[pm.slot], None),
-        };
+        let (own, twin) = own_and_twin(passes, pm, high);
         let key = (batch, 1, padded as u32);
         let e = own.get_mut(&key)?;
         let ci = context_slot(
@@ -1098,6 +1074,35 @@ pub(crate) fn pp_refused(pp: u32) -> Error {
         problem: format!(
             "{pp}: speculative decoding is not modelled with pipeline parallelism (its draft and verify passes are not composed with the pipeline's micro-batches); price the pipeline without drafts: `decodesim simulate --pp {pp}`, `decodesim whatif --vary pp=1,{pp}`, `decodesim sweep --pp 1,{pp}` or `decodesim capacity --pp {pp}`"
         ),
+    }
+}
+
+/// With data-parallel attention: the DP ranks, and the sequences of the largest one's share
+/// of `batch` (each rank plays its DP rank's share, padded to the largest); else 1 and the
+/// pass's own share.
+fn dp_share(pm: &PassModel, batch: u32) -> (u32, u32) {
+    match &pm.ep {
+        Some(e) if e.dp > 1 => (e.dp, batch.div_ceil(e.dp)),
+        _ => (1, batch.div_ceil(pm.dp_share)),
+    }
+}
+
+/// The memo's entries of pass `pm`, and those of the earlier pipeline stage whose context ops
+/// it prices alike (`PassModel::context_twin`), if any: a stage reads that stage's prices at
+/// the same micro-batch and context (priced first: the stages play in order).
+fn own_and_twin<'a>(
+    passes: &'a mut [EntryMap],
+    pm: &PassModel,
+    high: bool,
+) -> (&'a mut EntryMap, Option<&'a EntryMap>) {
+    match pm.context_twin[high as usize] {
+        Some(t) if t != pm.slot => {
+            let [a, b] = passes
+                .get_disjoint_mut([pm.slot, t])
+                .expect("distinct pass slots");
+            (a, Some(&*b))
+        }
+        _ => (&mut passes[pm.slot], None),
     }
 }
 

@@ -406,8 +406,8 @@ mod tests {
     /// The benchmark's grid (`benches/sweep_cpu.sh`'s tbo16: DeepSeek-V3 DP16, batch 2..=251 ×
     /// context 1000..=4999, 10^6 rows) as a sweep reads it against every row played: the share
     /// of rows whose step time prints the same (three decimals) and the worst relative
-    /// difference. Measured: 99.8% and 8.3e-5. Takes about half a minute in a release build:
-    /// `cargo test --release --lib benchmark_grid -- --ignored --nocapture`.
+    /// difference: 99.8% and 8.3e-5. Takes about half a minute in a release build:
+    /// `cargo test --release --lib benchmark_grid -- --ignored`.
     #[test]
     #[ignore]
     fn benchmark_grid_against_every_row_played() {
@@ -431,11 +431,12 @@ mod tests {
             }
         }
         let share = same as f64 / rows as f64;
-        eprintln!(
-            "{rows} rows: {:.1}% print the same step time, worst {worst:.2e}",
+        assert_eq!(rows, 1_000_000);
+        // The figures the docs cite (a change of the model that moves them fails here).
+        assert!(
+            (share * 1000.0).round() == 998.0 && (worst * 1e6).round() == 83.0,
+            "{:.2}% print the same step time, worst {worst:.3e}",
             share * 100.0
         );
-        assert_eq!(rows, 1_000_000);
-        assert!(share > 0.99 && worst < 1e-4, "{share} {worst:e}");
     }
 }

@@ -724,6 +724,9 @@ pub struct Overrides {
 #[derive(Default)]
 struct Tally {
     floored: usize,
+    /// Calls priced by the DRAM-bound rows' line (`resident`), with the last line used.
+    by_dram_line: usize,
+    line: Option<super::resident::DramLine>,
     extrapolated: usize,
     below_first_row: usize,
     priced: usize,
@@ -985,6 +988,42 @@ pub fn moe_shape(s: &Scenario) -> Option<MoeShape> {
 }
 
 /// How a MoE layer's routed experts are stored (as `workload::moe` builds their GEMMs).
+/// The DRAM-bound rows' line (`resident::dram_line`) of the balanced rows of `key`'s shape (a
+/// balanced row of x tokens touches min(x × top-k, local experts), so its working set is known),
+/// remembered per thread for the last shape asked.
+fn dram_line_of(
+    t: &AicTables,
+    key: &MoeKey,
+    expert_bytes: f64,
+    local: u64,
+    s: &Scenario,
+    bw: f64,
+) -> Option<super::resident::DramLine> {
+    thread_local! {
+        static LAST: std::cell::RefCell<Option<(MoeKey, u64, u64, Option<super::resident::DramLine>)>> =
+            const { std::cell::RefCell::new(None) };
+    }
+    let l2 = s.system.gpu.l2_mb * 1e6;
+    let mut balanced = key.clone();
+    balanced.0 = "balanced".to_string();
+    let tag = (expert_bytes.to_bits(), (l2 * bw).to_bits());
+    if let Some(hit) = LAST.with(|c| {
+        c.borrow()
+            .as_ref()
+            .filter(|(k, e, g, _)| *k == balanced && *e == tag.0 && *g == tag.1)
+            .map(|v| v.3)
+    }) {
+        return hit;
+    }
+    let topk = key.5.max(1) as f64;
+    let line = t.moe_rows(&balanced).and_then(|rows| {
+        let bytes_at = |x: f64| (x * topk).min(local as f64) * expert_bytes;
+        super::resident::dram_line(rows, bytes_at, local as f64 / topk, l2, bw)
+    });
+    LAST.with(|c| *c.borrow_mut() = Some((balanced, tag.0, tag.1, line)));
+    line
+}
+
 fn expert_format(s: &Scenario, layer: usize) -> crate::scenario::model::WeightFormat {
     s.model
         .weight_format(&format!("model.layers.{layer}.mlp.experts.0.gate_proj"))
@@ -1099,14 +1138,23 @@ fn moe_modules(
         // reads of the experts it leaves alone, at the DRAM roofline: the row's excess over its
         // own reads is the call's fixed cost, which every call pays.
         let first_touches = key.5.min(local) as f64;
-        let (row_us, below_rows) = if (touched as f64) < first_touches && x <= 1.0 {
-            // One expert's gate, up and down weights on a rank (its 1/moe_tp slice).
-            let bpw = expert_format(s, gemm.layer as usize).bytes_per_weight();
-            let per_expert = 3.0 * key.3 as f64 * (key.4 as f64 / key.6.max(1) as f64) * bpw / bw;
-            let us = tp.us - (first_touches - touched as f64) * per_expert;
-            (us.max(gemm_read), true)
-        } else {
-            (tp.us, tp.extrapolated)
+        // One expert's gate, up and down weights on a rank (its 1/moe_tp slice), in bytes.
+        let bpw = expert_format(s, gemm.layer as usize).bytes_per_weight();
+        let expert_bytes = 3.0 * key.3 as f64 * (key.4 as f64 / key.6.max(1) as f64) * bpw;
+        // Rows that ran from L2 in the collector never price a step's DRAM-bound call: below
+        // the first DRAM-bound row, the line fitted to those rows prices the call's own bytes.
+        let line = dram_line_of(t, &key, expert_bytes, local, s, bw);
+        let (row_us, below_rows) = match line {
+            Some(l) if x < l.first_dram_x => {
+                n.by_dram_line += 1;
+                n.line = Some(l);
+                (l.us(touched as f64 * expert_bytes), false)
+            }
+            _ if (touched as f64) < first_touches && x <= 1.0 => {
+                let us = tp.us - (first_touches - touched as f64) * expert_bytes / bw;
+                (us.max(gemm_read), true)
+            }
+            _ => (tp.us, tp.extrapolated),
         };
         n.floored += usize::from(row_us < floor);
         n.extrapolated += usize::from(tp.extrapolated);
@@ -1115,11 +1163,23 @@ fn moe_modules(
             first_row = first_touches;
         }
         n.priced += 1;
-        let total = row_us.max(floor);
-        // The table times the whole call; its kernels share it in proportion to their laws.
+        // Each kernel's own roofline (`physics`): its share never below it.
+        let floors: Vec<f64> = idx
+            .iter()
+            .map(|&i| super::physics::floor_us(&w.ops[i], s))
+            .collect();
+        let total = row_us.max(floor).max(floors.iter().sum());
+        // The table times the whole call; its kernels share what their rooflines leave in
+        // proportion to their laws.
         let sum: f64 = laws.iter().sum::<f64>().max(1e-9);
-        for (&i, l) in idx.iter().zip(&laws) {
-            o.us[i] = Some(total * l / sum);
+        let plain = laws.iter().zip(&floors).all(|(l, f)| total * l / sum >= *f);
+        let spare = total - floors.iter().sum::<f64>();
+        for ((&i, l), f) in idx.iter().zip(&laws).zip(&floors) {
+            o.us[i] = Some(if plain {
+                total * l / sum
+            } else {
+                f + spare * l / sum
+            });
         }
         // The expert GEMMs' weight read: their bytes at the DRAM roofline, the floor no table
         // row may beat; the rest of their share is the per-token work.
@@ -1197,6 +1257,12 @@ fn moe_modules(
         note!(o.quiet, o.warnings, format!(
             "moe: {} layers' calls touch fewer experts per rank than the AIConfigurator MoE rows' first (one token on {first_row} experts): priced as that row less the weight reads of the experts left alone (extrapolated)",
             n.below_first_row
+        ));
+    }
+    if let (Some(l), true) = (n.line, n.by_dram_line > 0) {
+        note!(o.quiet, o.warnings, format!(
+            "moe: {} layers' calls priced from the DRAM-bound rows' line ({:.1} µs + the touched experts' bytes at {:.0} GB/s, fitted to {} rows): the table's rows below {} tokens ran from L2 in the collector's repeated calls (working set within the GPU's {:.0} MB L2 or faster than DRAM)",
+            n.by_dram_line, l.fixed_us, l.gbps(), l.rows, l.first_dram_x, s.system.gpu.l2_mb
         ));
     }
     if n.floored > 0 {
@@ -1282,11 +1348,23 @@ fn mla_attention(
     let dcp = s.comm.dcp_size();
     let heads = (s.model.num_heads / s.tp as usize) as u64 * dcp as u64;
     let ctx = s.context.div_ceil(dcp as u64) as f64;
-    // One rank's sequences: under data-parallel attention a DP rank attends over its own share.
-    let batch = s.rank_batch() as f64;
+    // One rank's sequences (under data-parallel attention a DP rank attends over its own
+    // share), times the KV reads per sequence of a verify pass's layout (`workload::mla`): the
+    // op's measurement key carries both.
+    let batch = w
+        .ops
+        .iter()
+        .find(|o| o.family == CostFamily::AttentionMlaDecode)
+        .and_then(|o| o.measure.as_ref())
+        .map_or(s.rank_batch() as f64, |m| m.m as f64);
     // An FP8 cache with BF16 rows only: the BF16 rows times the measured FP8/BF16 ratio.
+    // Where the ratio was measured on another GPU, the BF16 rows' price stands (`kv_dtype`).
     let (kv, fp8_ratio) = if kv == "fp8" && t.mla_min_step(kv, heads).is_none() {
         match super::kv_dtype::KvDtypeRatios::bundled() {
+            Ok(r) if !r.applies_to(&s.system.gpu.compute_capability) => {
+                note!(o.quiet, o.warnings, super::kv_dtype::unmeasured_note(&s.system.gpu.name, r.fp8_over_bf16(heads, batch, ctx).value));
+                ("bfloat16", None)
+            }
             Ok(r) => ("bfloat16", Some((r.fp8_over_bf16(heads, batch, ctx), r))),
             Err(e) => {
                 note!(o.quiet, o.warnings, format!(

@@ -159,8 +159,9 @@ impl AttentionPricer {
                         return false;
                     };
                     let ctx = s.context.div_ceil(m.dcp) as f64;
-                    // One rank's sequences (a DP rank's share under data-parallel attention).
-                    let batch = s.rank_batch() as f64;
+                    // One rank's sequences (a DP rank's share under data-parallel attention)
+                    // times a verify pass's KV reads per sequence: the op's measurement key.
+                    let batch = op.measure.as_ref().map_or(s.rank_batch() as f64, |k| k.m as f64);
                     let Some(growth) = t.mla_growth_kept(&mut self.lines, m.grid, batch, ctx)
                     else {
                         return false;
@@ -183,7 +184,8 @@ impl AttentionPricer {
             if let Some(t) = &self.terms {
                 profile::apply_terms(t[i], &mut us, &mut split);
             }
-            out[i] = us;
+            // As `PreparedPricer::price` ends: the roofline floor (`physics`).
+            out[i] = super::physics::floored(us, super::physics::floor_us(op, s));
         }
         true
     }

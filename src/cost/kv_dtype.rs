@@ -30,6 +30,9 @@ const PRICED_VARIANT: &str = "fp8";
 pub struct KvDtypeRatios {
     path: PathBuf,
     grids: BTreeMap<u64, Grid>,
+    /// Compute capability of the GPU the ratios were measured on (`env.txt` beside the table,
+    /// `gpu0: ... sm=9.0`); None where the folder does not say.
+    measured_on: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -62,7 +65,20 @@ impl KvDtypeRatios {
     }
 
     pub fn read(path: &Path) -> Result<Self> {
-        Self::from_rows(path, &read_mla_kv_dtype_csv(path)?)
+        let mut t = Self::from_rows(path, &read_mla_kv_dtype_csv(path)?)?;
+        t.measured_on = path
+            .parent()
+            .and_then(|d| std::fs::read_to_string(d.join("env.txt")).ok())
+            .and_then(|env| measured_capability(&env));
+        Ok(t)
+    }
+
+    /// Whether the ratios were measured on a GPU of compute capability `cc`: a ratio of one
+    /// architecture's kernels is not the other's (the dequantisation's cost against the bytes
+    /// saved depends on the chip), so elsewhere an FP8 cache is priced at the BF16 price and
+    /// the ratio only bounds its interval.
+    pub fn applies_to(&self, cc: &str) -> bool {
+        self.measured_on.as_deref() == Some(cc)
     }
 
     /// Pairs every FP8 row with the BF16 row of the same shape; each head count must cover a
@@ -137,6 +153,7 @@ impl KvDtypeRatios {
         Ok(KvDtypeRatios {
             path: path.to_path_buf(),
             grids,
+            measured_on: None,
         })
     }
 
@@ -174,6 +191,22 @@ impl KvDtypeRatios {
             crate::units::path(&self.path)
         )
     }
+}
+
+/// The report's line where an FP8 cache is priced at the BF16 price because the GPU's own FP8
+/// attention is unmeasured; `h200_ratio`: the H200's ratio at this shape (the interval's upper
+/// bound; the byte-halved law is the lower).
+pub fn unmeasured_note(gpu: &str, h200_ratio: f64) -> String {
+    format!(
+        "attention_mla_decode with an FP8 KV cache: FP8 attention is not measured on {gpu}; priced at the BF16 price (the H200's FP8/BF16 ratio, x{h200_ratio:.2} here, and the byte-halved law bound its interval)"
+    )
+}
+
+/// The compute capability `harness/env_info.py` printed for the first GPU (`sm=9.0`).
+fn measured_capability(env: &str) -> Option<String> {
+    let line = env.lines().find(|l| l.starts_with("gpu0:"))?;
+    let sm = line.split_whitespace().find_map(|w| w.strip_prefix("sm="))?;
+    Some(sm.to_string())
 }
 
 /// Index of the cell holding `x` in ascending `axis`, the fraction within it, and whether `x`
@@ -252,6 +285,18 @@ mod tests {
         let dup = vec![rows[0].clone(), rows[0].clone(), rows[1].clone()];
         let e = KvDtypeRatios::from_rows(Path::new("t.csv"), &dup).unwrap_err();
         assert!(e.to_string().contains("two bf16 rows"), "{e}");
+    }
+
+    #[test]
+    fn the_bundled_ratios_apply_to_the_gpu_they_were_measured_on_only() {
+        let t = KvDtypeRatios::bundled().unwrap();
+        assert!(t.applies_to("9.0"));
+        assert!(!t.applies_to("12.0") && !t.applies_to("10.0"));
+        assert!(!table().applies_to("9.0"), "a table without env.txt applies nowhere");
+        assert_eq!(
+            measured_capability("x\ngpu0: NVIDIA H200 sm=9.0 SMs=132\n").as_deref(),
+            Some("9.0")
+        );
     }
 
     #[test]

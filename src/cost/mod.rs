@@ -22,7 +22,9 @@ pub mod kernel;
 pub mod kv_dtype;
 pub mod kv_transfer;
 pub mod link;
+pub mod physics;
 pub mod profile;
+pub mod resident;
 pub mod table;
 
 pub use profile::CalibrationProfile;
@@ -239,6 +241,13 @@ impl PreparedPricer {
         // (it replaces the link under the corrected machine): cost::link.
         profile::apply_factors(&p.factors, w, out);
         link::apply(w, s, out);
+        // Last, over whatever priced each op: nothing beats its roofline (`physics`).
+        let raised = physics::apply(w, s, out);
+        if !o.quiet {
+            if let Some(line) = raised.note() {
+                out.warnings.push(line);
+            }
+        }
         check_finite(w, out)?;
         Ok(out)
     }
@@ -980,6 +989,11 @@ impl<'a> Pricer<'a> {
             let mk = op.measure.as_ref();
             let ctx = mk.map_or(s.context, |m| m.context) as f64;
             let r = t.fp8_over_bf16(op.shape.batch, s.rank_batch() as f64, ctx);
+            if !t.applies_to(&s.system.gpu.compute_capability) {
+                // The BF16 price stands: a ratio of the H200's kernels is not this GPU's.
+                note!(self.quiet, self.warnings, kv_dtype::unmeasured_note(&s.system.gpu.name, r.value));
+                continue;
+            }
             base_us[i] *= r.value;
             split_us[i] *= r.value;
             if w.ops

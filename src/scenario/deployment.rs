@@ -211,6 +211,9 @@ pub struct Scenario {
     /// vLLM's CUDA-graph capture sizes for this GPU (`data/vllm/cudagraph.toml`): with
     /// `cuda_graphs` on, a pass's tokens are padded up to one of them.
     pub(crate) cuda_graph_sizes: std::sync::Arc<super::cudagraph::CaptureSizes>,
+    /// vLLM's MLA decode backend for this GPU and its verify-pass layout
+    /// (`data/vllm/mla_backends.toml`).
+    pub(crate) mla_backend: std::sync::Arc<super::mla_backend::MlaBackend>,
 }
 
 /// vLLM's default `gpu_memory_utilization` (vllm/config/cache.py `CacheConfig`).

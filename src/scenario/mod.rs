@@ -6,6 +6,7 @@ pub mod cudagraph;
 pub mod deployment;
 pub mod knobs;
 pub mod limits;
+pub mod mla_backend;
 pub mod model;
 pub mod network;
 pub mod routing;

@@ -44,6 +44,9 @@ impl ScenarioRequest {
         let cuda_graph_sizes = std::sync::Arc::new(crate::scenario::cudagraph::CaptureSizes::load(
             &system.gpu.compute_capability,
         )?);
+        let mla_backend = std::sync::Arc::new(crate::scenario::mla_backend::MlaBackend::load(
+            &system.gpu.compute_capability,
+        )?);
         // Without --tp, the system's GPUs are shared out over the data-parallel ranks and the
         // pipeline stages; a share that does not come out whole is the user's to choose.
         let tp = match self.tp {
@@ -74,6 +77,7 @@ impl ScenarioRequest {
         }
         let scenario = Scenario {
             cuda_graph_sizes,
+            mla_backend,
             tp,
             model,
             system,

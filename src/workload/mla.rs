@@ -117,12 +117,17 @@ pub(crate) fn attention_block(b: &mut Builder, s: &StepShape, mla: &MlaDims, lay
     // Decode attention over the latent: every rank reads every sequence's full latent cache.
     let ctx = s.context as f64;
     let seqs = s.batch as f64;
-    // With k+1 queries per sequence (speculative verify) the latent cache is still read once
-    // per sequence; FLOPs and the query/output rows scale with the queries.
+    // With k+1 queries per sequence (speculative verify) the backend reads each sequence's
+    // latent span once per row of its layout (one per query token in TRITON_MLA's row layout,
+    // one per tile of token-head rows where the tokens are folded beside the heads): the pass
+    // costs the plain call at batch x that factor (measured: data/calibration/mla-verify).
+    // FLOPs and the query/output rows scale with the queries.
     let q = s.queries as f64;
     let rows = s.batch as u64 * s.queries;
+    let reads = s.verify_layout.read_factor(s.queries, heads);
+    let read_rows = (seqs * reads).ceil() as u64;
     let hf = heads as f64;
-    let kv_bytes = seqs * ctx * latent as f64 * s.kv_bytes;
+    let kv_bytes = seqs * reads * ctx * latent as f64 * s.kv_bytes;
     let q_out_bytes = seqs * q * hf * (latent + kv_lora) as f64 * ACT_BYTES;
     b.push(
         "mla_decode",
@@ -139,13 +144,12 @@ pub(crate) fn attention_block(b: &mut Builder, s: &StepShape, mla: &MlaDims, lay
         2.0 * seqs * q * hf * ctx * (latent + kv_lora) as f64,
         kv_bytes + q_out_bytes,
     );
-    // A measured table knows single-query decode only: k+1 queries are priced as k+1 decode
-    // rows (an upper bound; the law above counts the cache read once).
+    // A table measured at one query token prices the pass at its reads: batch x the factor.
     b.measured(MeasureKey {
         context: s.context,
-        batch: rows,
+        batch: read_rows,
         includes_next: true,
-        ..MeasureKey::new("attention_mla_decode", rows, heads, latent)
+        ..MeasureKey::new("attention_mla_decode", read_rows, heads, latent)
     });
     // The split-KV partial results are reduced by a second kernel (TRITON_MLA).
     let splits = s.kv_splits();

@@ -42,6 +42,8 @@ struct StepShape<'a> {
     /// Query tokens per sequence: 1 in plain decode, k+1 in a speculative verify pass (every
     /// GEMM's M, every activation collective and attention's queries scale with it).
     queries: u64,
+    /// How the attention backend lays out a pass's query tokens (`scenario::mla_backend`).
+    verify_layout: crate::scenario::mla_backend::VerifyLayout,
     kv_bytes: f64,
     sms: u32,
     shared_expert_stream_threshold: u64,
@@ -188,6 +190,7 @@ fn build_part(
         tokens,
         real_tokens,
         queries,
+        verify_layout: s.mla_backend.verify,
         kv_bytes: s.kv_bytes,
         sms: s.system.gpu.sms,
         shared_expert_stream_threshold: SHARED_EXPERT_STREAM_TOKEN_THRESHOLD,

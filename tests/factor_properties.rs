@@ -269,7 +269,11 @@ fn every_factor_acts_on_its_family_whatever_priced_it() {
                     // (steps × Δlatency), added after the factors: they scale the measured
                     // latency only (cost::link).
                     let shift = link_shift(&s, op);
-                    let want = (lo - shift) * a + shift + (t0 - lo) * b;
+                    // ... and no factor takes a price below its roofline (`cost::physics`).
+                    let want = decodesim::cost::physics::floored(
+                        (lo - shift) * a + shift + (t0 - lo) * b,
+                        decodesim::cost::physics::floor_us(op, &s),
+                    );
                     assert!(
                         rel(t1, want) < 1e-9,
                         "{source}, {}: {} priced {t1}, expected {want} (split {lo} of {t0})",

@@ -1356,7 +1356,9 @@ fn mla_attention(
         .iter()
         .find(|o| o.family == CostFamily::AttentionMlaDecode)
         .and_then(|o| o.measure.as_ref())
-        .map_or(s.rank_batch() as f64, |m| m.m as f64);
+        .map_or(s.rank_batch() as f64, |m| {
+            crate::scenario::mla_backend::lookup_rows(s.mla_backend.verify, m.m, m.batch, m.n)
+        });
     // An FP8 cache with BF16 rows only: the BF16 rows times the measured FP8/BF16 ratio.
     // Where the ratio was measured on another GPU, the BF16 rows' price stands (`kv_dtype`).
     let (kv, fp8_ratio) = if kv == "fp8" && t.mla_min_step(kv, heads).is_none() {

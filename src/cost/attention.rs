@@ -161,7 +161,14 @@ impl AttentionPricer {
                     let ctx = s.context.div_ceil(m.dcp) as f64;
                     // One rank's sequences (a DP rank's share under data-parallel attention)
                     // times a verify pass's KV reads per sequence: the op's measurement key.
-                    let batch = op.measure.as_ref().map_or(s.rank_batch() as f64, |k| k.m as f64);
+                    let batch = op.measure.as_ref().map_or(s.rank_batch() as f64, |k| {
+                        crate::scenario::mla_backend::lookup_rows(
+                            s.mla_backend.verify,
+                            k.m,
+                            k.batch,
+                            k.n,
+                        )
+                    });
                     let Some(growth) = t.mla_growth_kept(&mut self.lines, m.grid, batch, ctx)
                     else {
                         return false;

@@ -859,6 +859,20 @@ impl<'a> Pricer<'a> {
     /// GEMM's DRAM roofline of its bytes (the weight read).
     fn from_table(&mut self, op: &Op, next: Option<&Op>) -> Option<(f64, f64)> {
         let (table, mk) = (self.p.table.as_ref()?, op.measure.as_ref()?);
+        // MLA decode is measured at one query token: a verify pass reads at its layout's rows.
+        let read = (op.family == CostFamily::AttentionMlaDecode).then(|| {
+            let rows = crate::scenario::mla_backend::lookup_rows(
+                self.s.mla_backend.verify,
+                mk.m,
+                mk.batch,
+                mk.n,
+            );
+            crate::workload::op::MeasureKey {
+                m: rows.round().max(1.0) as u64,
+                ..*mk
+            }
+        });
+        let mk = read.as_ref().unwrap_or(mk);
         let tp = table.price(mk)?;
         let mut us = tp.us;
         if mk.includes_next {

@@ -58,6 +58,15 @@ impl VerifyLayout {
     }
 }
 
+/// The rows at which a table measured at one query token prices an MLA decode call whose
+/// measurement key holds `rows` query rows over `seqs` sequences at `heads` heads per rank: the
+/// sequences times the layout's KV reads per sequence.
+pub fn lookup_rows(layout: VerifyLayout, rows: u64, seqs: u64, heads: u64) -> f64 {
+    let seqs = seqs.max(1);
+    let q = rows.div_ceil(seqs);
+    seqs as f64 * layout.read_factor(q, heads)
+}
+
 /// The backend a GPU runs and its verify layout, with where that comes from.
 #[derive(Debug, Clone, PartialEq)]
 pub struct MlaBackend {

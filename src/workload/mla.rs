@@ -120,12 +120,17 @@ pub(crate) fn attention_block(b: &mut Builder, s: &StepShape, mla: &MlaDims, lay
     // With k+1 queries per sequence (speculative verify) the backend reads each sequence's
     // latent span once per row of its layout (one per query token in TRITON_MLA's row layout,
     // one per tile of token-head rows where the tokens are folded beside the heads): the pass
-    // costs the plain call at batch x that factor (measured: data/calibration/mla-verify).
-    // FLOPs and the query/output rows scale with the queries.
+    // costs the plain call at batch x that factor (measured: data/calibration/mla-verify). The
+    // table key carries rows (m) and sequences (batch); the factor is read off them where the
+    // price is looked up (`scenario::mla_backend::lookup_rows`). The bytes count the reads
+    // every layout makes at least (the row layout's q; one elsewhere), so the roofline floor
+    // stays a floor. FLOPs and the query/output rows scale with the queries.
     let q = s.queries as f64;
     let rows = s.batch as u64 * s.queries;
-    let reads = s.verify_layout.read_factor(s.queries, heads);
-    let read_rows = (seqs * reads).ceil() as u64;
+    let reads = match s.verify_layout {
+        crate::scenario::mla_backend::VerifyLayout::Rows => q,
+        crate::scenario::mla_backend::VerifyLayout::Folded { .. } => 1.0,
+    };
     let hf = heads as f64;
     let kv_bytes = seqs * reads * ctx * latent as f64 * s.kv_bytes;
     let q_out_bytes = seqs * q * hf * (latent + kv_lora) as f64 * ACT_BYTES;
@@ -144,12 +149,11 @@ pub(crate) fn attention_block(b: &mut Builder, s: &StepShape, mla: &MlaDims, lay
         2.0 * seqs * q * hf * ctx * (latent + kv_lora) as f64,
         kv_bytes + q_out_bytes,
     );
-    // A table measured at one query token prices the pass at its reads: batch x the factor.
     b.measured(MeasureKey {
         context: s.context,
-        batch: read_rows,
+        batch: s.batch as u64,
         includes_next: true,
-        ..MeasureKey::new("attention_mla_decode", read_rows, heads, latent)
+        ..MeasureKey::new("attention_mla_decode", rows, heads, latent)
     });
     // The split-KV partial results are reduced by a second kernel (TRITON_MLA).
     let splits = s.kv_splits();

@@ -417,8 +417,13 @@ fn from_nccl_tests(a: &CalibrateArgs) -> Result<()> {
     );
     for f in &r.files {
         s.push_str(&format!(
-            "  {}: {} at {} ranks{}{}, {} rows{}\n",
+            "  {}{}: {} at {} ranks{}{}, {} rows{}\n",
             crate::units::path(&f.path),
+            if f.line > 1 {
+                format!(" (log from line {})", f.line)
+            } else {
+                String::new()
+            },
             f.op,
             f.nranks,
             if f.nodes > 1 {
@@ -465,6 +470,26 @@ fn from_nccl_tests(a: &CalibrateArgs) -> Result<()> {
             crate::units::path(&r.tables_dir.join(crate::cost::internode::MULTINODE_CSV))
         ));
     }
+    // Exactly what the written table measures, and from where: the files, or the base.
+    let list = |m: &[((String, u32), usize)]| {
+        m.iter()
+            .map(|((op, n), rows)| format!("{op} at {n} ranks ({rows} rows)"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    if !r.measured.is_empty() {
+        s.push_str(&format!("measured by these files: {}\n", list(&r.measured)));
+    }
+    if !r.kept.is_empty() {
+        s.push_str(&format!(
+            "kept from the base profile's measured table (the files do not measure them): {}\n",
+            list(&r.kept)
+        ));
+    }
+    if r.kept_multinode {
+        s.push_str("multi-node table kept from the base profile (no file ran over several nodes)\n");
+    }
+    s.push_str("every other collective and rank count: priced by the profile's collective laws\n");
     if !r.copied.is_empty() {
         s.push_str(&format!(
             "other tables copied from the base profile: {}\n",

@@ -524,6 +524,45 @@ mod tests {
     }
 
     #[test]
+    fn a_staged_folder_replaces_the_old_one_whole_or_not_at_all() {
+        let dir = std::env::temp_dir().join(format!("decodesim-staged-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let target = dir.join("tables");
+        std::fs::create_dir_all(&target).unwrap();
+        std::fs::write(target.join("a.csv"), "old").unwrap();
+        let listing = || {
+            let mut v: Vec<String> = std::fs::read_dir(&dir)
+                .unwrap()
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect();
+            v.sort();
+            v
+        };
+        // Dropped without a commit: the stage is removed, the old folder untouched.
+        let s = StagedFolder::new(&target).unwrap();
+        std::fs::write(s.path().join("a.csv"), "new").unwrap();
+        drop(s);
+        assert_eq!(listing(), vec!["tables"]);
+        assert_eq!(std::fs::read_to_string(target.join("a.csv")).unwrap(), "old");
+        // The file written with it fails: the old folder is put back.
+        let s = StagedFolder::new(&target).unwrap();
+        std::fs::write(s.path().join("a.csv"), "new").unwrap();
+        let e = s.commit(|| Err(Error::NoInput { flag: "--x", what: "file" }));
+        assert!(e.is_err());
+        assert_eq!(listing(), vec!["tables"]);
+        assert_eq!(std::fs::read_to_string(target.join("a.csv")).unwrap(), "old");
+        // It succeeds: the new folder is in place and nothing else is left.
+        let s = StagedFolder::new(&target).unwrap();
+        std::fs::write(s.path().join("b.csv"), "new").unwrap();
+        s.commit(|| Ok(())).unwrap();
+        assert_eq!(listing(), vec!["tables"]);
+        assert!(!target.join("a.csv").exists());
+        assert_eq!(std::fs::read_to_string(target.join("b.csv")).unwrap(), "new");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn atomic_write_creates_folders_and_leaves_no_temp_files() {
         let dir = std::env::temp_dir().join(format!("decodesim-atomic-{}", std::process::id()));
         let p = dir.join("a/b/out.txt");

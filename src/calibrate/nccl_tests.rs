@@ -10,9 +10,12 @@
 //! LL→Simple switch found in the curve for a forced protocol). A measured curve prices better
 //! than a latency + bytes / bandwidth law fitted to it (the law cannot follow the protocol
 //! switch or the channel ramp), and it is the path the tool already has. The base profile's
-//! other AIConfigurator tables, if any, are copied along; its NCCL rows are replaced, not
-//! merged (they were measured on another machine): an op or rank count the files do not hold
-//! falls back to the profile's collective laws.
+//! other AIConfigurator tables, if any, are copied along; its NCCL rows of an (op, ranks) the
+//! files measure are replaced, the others kept (an all_reduce file alone must not turn the
+//! base's measured all_gather into a law's guess); what neither holds is priced by the
+//! profile's collective laws. A file may hold several logs run one after the other: each is
+//! its own collective, checked against its own header. The tables are built in a staged
+//! folder and put in place together with the profile (`files::StagedFolder`).
 
 use super::aiconfigurator::relative_to;
 use super::output::{render_profile, today};

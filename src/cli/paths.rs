@@ -173,11 +173,24 @@ impl Paths {
         if let Ok(p) = catalog::resolve_model(&r.model) {
             self.input("--model", &p);
         }
-        if let Ok(p) = catalog::resolve_system(&r.system) {
-            self.input("--system", &p);
+        let system = catalog::resolve_system(&r.system).ok();
+        if let Some(p) = &system {
+            self.input("--system", p);
         }
-        if let Some(c) = &r.calibration {
-            self.profile("--calibration", c);
+        match &r.calibration {
+            Some(c) => {
+                self.profile("--calibration", c);
+            }
+            // The system's own profile is read as well when none is named.
+            None => {
+                let own = system
+                    .and_then(|p| crate::files::read_text(&p, crate::files::InputKind::SystemToml).ok())
+                    .and_then(|t| t.parse::<toml::Table>().ok())
+                    .and_then(|v| v.get("calibration")?.as_str().map(str::to_string));
+                if let Some(name) = own {
+                    self.profile("the system's profile", &name);
+                }
+            }
         }
         match &r.routing {
             Some(crate::scenario::routing::Routing::Popularity { source, .. })

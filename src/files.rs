@@ -425,9 +425,7 @@ impl StagedFolder {
         let had = std::fs::symlink_metadata(&self.target).is_ok();
         if had {
             if !std::fs::metadata(&self.target).is_ok_and(|m| m.is_dir()) {
-                return Err(werr(std::io::Error::other(
-                    "is not a folder; not replaced",
-                )));
+                return Err(werr(std::io::Error::other("is not a folder; not replaced")));
             }
             std::fs::rename(&self.target, &old).map_err(werr)?;
         }
@@ -544,21 +542,35 @@ mod tests {
         std::fs::write(s.path().join("a.csv"), "new").unwrap();
         drop(s);
         assert_eq!(listing(), vec!["tables"]);
-        assert_eq!(std::fs::read_to_string(target.join("a.csv")).unwrap(), "old");
+        assert_eq!(
+            std::fs::read_to_string(target.join("a.csv")).unwrap(),
+            "old"
+        );
         // The file written with it fails: the old folder is put back.
         let s = StagedFolder::new(&target).unwrap();
         std::fs::write(s.path().join("a.csv"), "new").unwrap();
-        let e = s.commit(|| Err(Error::NoInput { flag: "--x", what: "file" }));
+        let e = s.commit(|| {
+            Err(Error::NoInput {
+                flag: "--x",
+                what: "file",
+            })
+        });
         assert!(e.is_err());
         assert_eq!(listing(), vec!["tables"]);
-        assert_eq!(std::fs::read_to_string(target.join("a.csv")).unwrap(), "old");
+        assert_eq!(
+            std::fs::read_to_string(target.join("a.csv")).unwrap(),
+            "old"
+        );
         // It succeeds: the new folder is in place and nothing else is left.
         let s = StagedFolder::new(&target).unwrap();
         std::fs::write(s.path().join("b.csv"), "new").unwrap();
         s.commit(|| Ok(())).unwrap();
         assert_eq!(listing(), vec!["tables"]);
         assert!(!target.join("a.csv").exists());
-        assert_eq!(std::fs::read_to_string(target.join("b.csv")).unwrap(), "new");
+        assert_eq!(
+            std::fs::read_to_string(target.join("b.csv")).unwrap(),
+            "new"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

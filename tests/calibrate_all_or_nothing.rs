@@ -96,8 +96,15 @@ fn a_refused_calibration_leaves_the_profile_and_tables_that_were_there() {
     let half = d.join("ar_half.txt");
     std::fs::write(&half, as_type(&text, "half")).unwrap();
     let bf16 = d.join("ar_bf16.txt");
-    std::fs::write(&bf16, as_type(&text, "bfloat16").replace("   20.00 ", "   21.00 ")).unwrap();
-    assert!(as_type(&text, "half") != text, "the type column was relabelled");
+    std::fs::write(
+        &bf16,
+        as_type(&text, "bfloat16").replace("   20.00 ", "   21.00 "),
+    )
+    .unwrap();
+    assert!(
+        as_type(&text, "half") != text,
+        "the type column was relabelled"
+    );
     let (code, _, err) = calibrate(&[half.clone(), bf16.clone()], &out);
     assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("ar_half.txt line 19"), "{err}");
@@ -166,7 +173,12 @@ fn one_collective_measured_keeps_the_base_profiles_measured_others() {
     .unwrap();
     assert_eq!(price(&mine), price(&base));
     // The all_reduce curve is the file's.
-    let c = mine.aic.as_ref().unwrap().nccl_curve("all_reduce", 8).unwrap();
+    let c = mine
+        .aic
+        .as_ref()
+        .unwrap()
+        .nccl_curve("all_reduce", 8)
+        .unwrap();
     assert_eq!(c.pts[0].1, 20.0);
 
     // The command says exactly what is measured, and from where.
@@ -182,7 +194,10 @@ fn one_collective_measured_keeps_the_base_profiles_measured_others() {
         "{stdout}"
     );
     let manifest = std::fs::read_to_string(d.join("q/tables/MANIFEST.txt")).unwrap();
-    assert!(manifest.contains("also keeps the base profile's measured rows"), "{manifest}");
+    assert!(
+        manifest.contains("also keeps the base profile's measured rows"),
+        "{manifest}"
+    );
     std::fs::remove_dir_all(&d).unwrap();
 }
 
@@ -199,7 +214,10 @@ fn a_file_of_two_logs_is_read_as_two_collectives() {
     let f = d.join("both.txt");
     std::fs::write(&f, two_logs()).unwrap();
     let s = nccl_tests::read_sections(&f).unwrap();
-    let got: Vec<_> = s.iter().map(|x| (x.op.as_str(), x.nranks, x.rows.len())).collect();
+    let got: Vec<_> = s
+        .iter()
+        .map(|x| (x.op.as_str(), x.nranks, x.rows.len()))
+        .collect();
     assert_eq!(got, vec![("all_reduce", 8, 24), ("all_gather", 8, 24)]);
     assert_eq!(s[0].line, 1);
     assert!(s[1].line > 30, "{}", s[1].line);
@@ -250,7 +268,10 @@ fn logs_run_together_are_checked_against_their_headers() {
     std::fs::write(&f, text).unwrap();
     let (code, _, err) = calibrate(&[f], &d.join("p/profile.toml"));
     assert_eq!(code, Some(1), "{err}");
-    assert!(err.contains("odd.txt") && err.contains("3 GPU(s) per process"), "{err}");
+    assert!(
+        err.contains("odd.txt") && err.contains("3 GPU(s) per process"),
+        "{err}"
+    );
     // The GPU of each log is checked: a second log run on another GPU is refused by its lines.
     let other = two_logs();
     let n = other.matches("NVIDIA RTX PRO 6000").count();
@@ -262,7 +283,10 @@ fn logs_run_together_are_checked_against_their_headers() {
             let l = if l.contains("NVIDIA RTX PRO 6000") {
                 k += 1;
                 if k > 8 {
-                    l.replace("NVIDIA RTX PRO 6000 Blackwell Server Edition", "NVIDIA H100 80GB HBM3")
+                    l.replace(
+                        "NVIDIA RTX PRO 6000 Blackwell Server Edition",
+                        "NVIDIA H100 80GB HBM3",
+                    )
                 } else {
                     l.to_string()
                 }

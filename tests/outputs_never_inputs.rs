@@ -24,7 +24,10 @@ fn run(dir: &Path, args: &[&str]) -> (Option<i32>, String) {
         .args(args)
         .output()
         .unwrap();
-    (o.status.code(), String::from_utf8_lossy(&o.stderr).into_owned())
+    (
+        o.status.code(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
 }
 
 /// Asserts a refusal naming both flags, with `file` holding `bytes` still.
@@ -35,7 +38,11 @@ fn refused(dir: &Path, args: &[&str], flags: [&str; 2], file: &Path, bytes: &[u8
         assert!(err.contains(f), "{args:?}: {f} not named in {err}");
     }
     assert!(!err.contains("panicked"), "{err}");
-    assert_eq!(std::fs::read(file).unwrap(), bytes, "{args:?} changed {file:?}");
+    assert_eq!(
+        std::fs::read(file).unwrap(),
+        bytes,
+        "{args:?} changed {file:?}"
+    );
 }
 
 fn nccl_file() -> PathBuf {
@@ -54,7 +61,15 @@ fn an_output_naming_an_input_is_refused_and_the_input_kept() {
     for out in ["P.toml", "./P.toml", "link.toml", "hard.toml"] {
         refused(
             &d,
-            &["simulate", "--layers", "2", "--calibration", "P.toml", "--timeline", out],
+            &[
+                "simulate",
+                "--layers",
+                "2",
+                "--calibration",
+                "P.toml",
+                "--timeline",
+                out,
+            ],
             ["--timeline", "--calibration"],
             &p,
             &bytes,
@@ -76,7 +91,13 @@ fn an_output_naming_an_input_is_refused_and_the_input_kept() {
     let xb = std::fs::read(&x).unwrap();
     refused(
         &d,
-        &["calibrate", "--from-throughput", "X.json", "--out", "X.json"],
+        &[
+            "calibrate",
+            "--from-throughput",
+            "X.json",
+            "--out",
+            "X.json",
+        ],
         ["--out", "--from-throughput"],
         &x,
         &xb,
@@ -106,7 +127,13 @@ fn two_outputs_to_one_file_are_refused() {
     let d = tmp("two");
     let (code, err) = run(
         &d,
-        &["capacity", "--plot-throughput", "p.svg", "--plot-tpot", "p.svg"],
+        &[
+            "capacity",
+            "--plot-throughput",
+            "p.svg",
+            "--plot-tpot",
+            "p.svg",
+        ],
     );
     assert_eq!(code, Some(1), "{err}");
     assert!(
@@ -120,11 +147,19 @@ fn two_outputs_to_one_file_are_refused() {
     let (code, err) = run(
         &d,
         &[
-            "whatif", "spec-decode", "--timeline", "t.json", "--plot", "./t.json",
+            "whatif",
+            "spec-decode",
+            "--timeline",
+            "t.json",
+            "--plot",
+            "./t.json",
         ],
     );
     assert_eq!(code, Some(1), "{err}");
-    assert!(err.contains("--timeline") && err.contains("--plot"), "{err}");
+    assert!(
+        err.contains("--timeline") && err.contains("--plot"),
+        "{err}"
+    );
     assert!(!d.join("t.json").exists());
     std::fs::remove_dir_all(&d).unwrap();
 }
@@ -135,7 +170,13 @@ fn a_calibration_may_not_replace_the_tables_its_base_profile_reads() {
     let f = nccl_file().display().to_string();
     let (code, err) = run(
         &d,
-        &["calibrate", "--from-nccl-tests", &f, "--out", "D/profile.toml"],
+        &[
+            "calibrate",
+            "--from-nccl-tests",
+            &f,
+            "--out",
+            "D/profile.toml",
+        ],
     );
     assert_eq!(code, Some(0), "{err}");
     let table = d.join("D/tables/nccl_collectives.csv");
@@ -163,10 +204,19 @@ fn a_calibration_may_not_replace_the_tables_its_base_profile_reads() {
     assert_eq!(std::fs::read(&table).unwrap(), before);
     assert!(!d.join("D/second.toml").exists());
     // An input file inside that folder is refused the same way.
-    let inside = d.join("D/tables/nccl_collectives.csv").display().to_string();
+    let inside = d
+        .join("D/tables/nccl_collectives.csv")
+        .display()
+        .to_string();
     let (code, err) = run(
         &d,
-        &["calibrate", "--from-nccl-tests", &inside, "--out", "D/profile.toml"],
+        &[
+            "calibrate",
+            "--from-nccl-tests",
+            &inside,
+            "--out",
+            "D/profile.toml",
+        ],
     );
     assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("--from-nccl-tests"), "{err}");
@@ -180,9 +230,7 @@ fn devices_and_distinct_files_are_not_refused() {
     // /dev/null is written in place, never replaced: naming it twice loses nothing.
     let (code, err) = run(
         &d,
-        &[
-            "simulate", "--layers", "2", "--timeline", "/dev/null",
-        ],
+        &["simulate", "--layers", "2", "--timeline", "/dev/null"],
     );
     assert_eq!(code, Some(0), "{err}");
     std::fs::remove_dir_all(&d).unwrap();

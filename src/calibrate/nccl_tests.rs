@@ -158,7 +158,10 @@ pub fn parse_sections(text: &str, path: &Path) -> Result<Vec<NcclTestsFile>> {
             has_rows = false;
         }
         has_rows |= row.is_match(l);
-        sections.last_mut().expect("one section at least").push((i + 1, raw));
+        sections
+            .last_mut()
+            .expect("one section at least")
+            .push((i + 1, raw));
     }
     sections
         .iter()
@@ -347,17 +350,25 @@ fn parse_section(lines: &[(usize, &str)], path: &Path) -> Result<NcclTestsFile> 
             in_place_us: ip,
         });
     }
+    // A log after the first is named by the line it starts at.
+    let part = |what: &str| {
+        if first_line > 1 {
+            format!("{what} of the log from line {first_line}")
+        } else {
+            what.to_string()
+        }
+    };
     let Some(nt) = nt else {
         return Err(Error::field(
             path,
-            "header",
+            part("header"),
             "no '# nThread N nGpus G ...' line: cannot tell how many GPUs took part (keep the header nccl-tests prints)",
         ));
     };
     if rows.is_empty() {
         return Err(Error::field(
             path,
-            "table",
+            part("table"),
             "no data rows: expected the nccl-tests table (size count type redop root time algbw busbw #wrong time algbw busbw #wrong)",
         ));
     }
@@ -388,7 +399,8 @@ fn parse_section(lines: &[(usize, &str)], path: &Path) -> Result<NcclTestsFile> 
     };
     // Under MPI each process runs nThread x nGpus GPUs, so the ranks listed are a whole number
     // of processes of that size, numbered 0..n-1.
-    if ranks > 0 && (ranks % nt != 0 || rank_lines.keys().next_back() != Some(&(ranks as u64 - 1))) {
+    if ranks > 0 && (ranks % nt != 0 || rank_lines.keys().next_back() != Some(&(ranks as u64 - 1)))
+    {
         return Err(bad(
             threads_at,
             format!(
@@ -742,8 +754,10 @@ pub fn from_nccl_tests(req: &NcclTestsRequest) -> Result<NcclTestsResult> {
             path: req.files[0].clone(),
             problem: format!(
                 "the collective table made from the given file(s) does not load: {}",
-                e.to_string()
-                    .replace(&stage.display().to_string(), &tables_dir.display().to_string())
+                e.to_string().replace(
+                    &stage.display().to_string(),
+                    &tables_dir.display().to_string()
+                )
             ),
         }
     })?;
@@ -766,7 +780,10 @@ pub fn from_nccl_tests(req: &NcclTestsRequest) -> Result<NcclTestsResult> {
     if let Some(only) = &mut sec.only {
         let written = [
             ("nccl_collectives.csv", single_rows > 0),
-            (crate::cost::internode::MULTINODE_CSV, multi_rows > 0 || kept_multinode),
+            (
+                crate::cost::internode::MULTINODE_CSV,
+                multi_rows > 0 || kept_multinode,
+            ),
         ];
         for (name, w) in written {
             if w && !only.iter().any(|n| n == name) {
@@ -920,7 +937,11 @@ fn same_size_conflicts(
     table: &BTreeMap<(String, u32, String, u64), (f64, u64, &Path, usize)>,
     files: &[NcclTestsFile],
 ) -> Result<()> {
-    let single = |op: &str, n: u32| files.iter().any(|f| f.op == op && f.nranks == n && f.nodes == 1);
+    let single = |op: &str, n: u32| {
+        files
+            .iter()
+            .any(|f| f.op == op && f.nranks == n && f.nodes == 1)
+    };
     let two_byte = |op: &str, n: u32| {
         table
             .keys()

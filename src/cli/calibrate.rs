@@ -487,7 +487,9 @@ fn from_nccl_tests(a: &CalibrateArgs) -> Result<()> {
         ));
     }
     if r.kept_multinode {
-        s.push_str("multi-node table kept from the base profile (no file ran over several nodes)\n");
+        s.push_str(
+            "multi-node table kept from the base profile (no file ran over several nodes)\n",
+        );
     }
     s.push_str("every other collective and rank count: priced by the profile's collective laws\n");
     if !r.copied.is_empty() {

@@ -90,10 +90,7 @@ fn written_in_place(path: &Path) -> bool {
 }
 
 fn shown(flag: &str, path: &Path) -> String {
-    format!(
-        "{flag} {}",
-        crate::units::echo(&path.display().to_string())
-    )
+    format!("{flag} {}", crate::units::echo(&path.display().to_string()))
 }
 
 impl Paths {
@@ -184,7 +181,9 @@ impl Paths {
             // The system's own profile is read as well when none is named.
             None => {
                 let own = system
-                    .and_then(|p| crate::files::read_text(&p, crate::files::InputKind::SystemToml).ok())
+                    .and_then(|p| {
+                        crate::files::read_text(&p, crate::files::InputKind::SystemToml).ok()
+                    })
                     .and_then(|t| t.parse::<toml::Table>().ok())
                     .and_then(|v| v.get("calibration")?.as_str().map(str::to_string));
                 if let Some(name) = own {
@@ -232,8 +231,9 @@ impl Paths {
                 return Err(Error::Conflict {
                     first: shown(f2, p2),
                     second: shown(flag, path),
-                    problem: "two outputs name one file, so one would be lost; give each its own path"
-                        .into(),
+                    problem:
+                        "two outputs name one file, so one would be lost; give each its own path"
+                            .into(),
                 });
             }
         }
@@ -286,7 +286,8 @@ mod tests {
             assert!(e.contains("--output") && e.contains("--grid"), "{e}");
         }
         let mut p = Paths::new();
-        p.input("--grid", &f).output("--output", Some(&d.join("new.csv")));
+        p.input("--grid", &f)
+            .output("--output", Some(&d.join("new.csv")));
         assert!(p.check().is_ok());
         std::fs::remove_dir_all(&d).unwrap();
     }
@@ -301,7 +302,10 @@ mod tests {
         p.output("--plot-throughput", Some(&a))
             .output("--plot-tpot", Some(&b));
         let e = p.check().unwrap_err().to_string();
-        assert!(e.contains("--plot-throughput") && e.contains("--plot-tpot"), "{e}");
+        assert!(
+            e.contains("--plot-throughput") && e.contains("--plot-tpot"),
+            "{e}"
+        );
         // /dev/null is written in place: naming it twice loses nothing.
         let mut p = Paths::new();
         p.output("--plot-throughput", Some(Path::new("/dev/null")))

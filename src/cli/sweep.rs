@@ -604,7 +604,11 @@ fn output_kind(format: Option<Format>) -> Kind {
 fn sweep_paths(a: &SweepArgs) -> super::paths::Paths {
     let mut p = super::paths::Paths::new();
     p.input_opt("--grid", a.grid.as_deref());
-    for (flag, list) in [("--model", Some(&a.model)), ("--system", Some(&a.system)), ("--draft", a.draft.as_ref())] {
+    for (flag, list) in [
+        ("--model", Some(&a.model)),
+        ("--system", Some(&a.system)),
+        ("--draft", a.draft.as_ref()),
+    ] {
         for item in list.into_iter().flat_map(|l| l.split(',')) {
             p.input_if_file(flag, Some(item.trim()));
         }

@@ -225,7 +225,7 @@ fn a_file_of_two_logs_is_read_as_two_collectives() {
     let e = nccl_tests::read(&f).unwrap_err().to_string();
     assert!(e.contains("2 logs in one file"), "{e}");
     // The calibration measures both from the one file.
-    let (code, stdout, err) = calibrate(&[f.clone()], &d.join("p/profile.toml"));
+    let (code, stdout, err) = calibrate(std::slice::from_ref(&f), &d.join("p/profile.toml"));
     assert_eq!(code, Some(0), "{err}");
     assert!(
         stdout.contains("all_reduce at 8 ranks (24 rows), all_gather at 8 ranks (24 rows)")

@@ -496,6 +496,9 @@ pub struct NcclTestsResult {
     pub kept_multinode: bool,
 }
 
+/// (op, ranks, dtype, bytes) → (µs, elements, file, line): one measurement per size.
+type Measured<'a> = BTreeMap<(String, u32, String, u64), (f64, u64, &'a Path, usize)>;
+
 /// Reads the files, writes `tables/` and the profile.
 pub fn from_nccl_tests(req: &NcclTestsRequest) -> Result<NcclTestsResult> {
     if req.files.is_empty() {
@@ -532,7 +535,7 @@ pub fn from_nccl_tests(req: &NcclTestsRequest) -> Result<NcclTestsResult> {
         check_bus_bandwidth(f, &req.system)?;
     }
     // (op, nranks, dtype, bytes) → (µs, file, line): one measurement per size.
-    let mut table: BTreeMap<(String, u32, String, u64), (f64, u64, &Path, usize)> = BTreeMap::new();
+    let mut table: Measured = BTreeMap::new();
     for f in &files {
         for r in &f.rows {
             let key = (f.op.clone(), f.nranks, r.dtype.clone(), r.bytes);
@@ -933,10 +936,7 @@ pub fn from_nccl_tests(req: &NcclTestsRequest) -> Result<NcclTestsResult> {
 /// rows when it has any (`cost::aic`): two files (or logs) of one collective at one rank count
 /// in dtypes of one size would give one size two prices. Refused here, by the user's files and
 /// lines, rather than by the generated table when it is read back.
-fn same_size_conflicts(
-    table: &BTreeMap<(String, u32, String, u64), (f64, u64, &Path, usize)>,
-    files: &[NcclTestsFile],
-) -> Result<()> {
+fn same_size_conflicts(table: &Measured, files: &[NcclTestsFile]) -> Result<()> {
     let single = |op: &str, n: u32| {
         files
             .iter()
@@ -947,7 +947,9 @@ fn same_size_conflicts(
             .keys()
             .any(|(o, m, d, _)| o == op && *m == n && dtype_size(d) == 2)
     };
-    let mut seen: BTreeMap<(&str, u32, u64), (f64, &str, &Path, usize)> = BTreeMap::new();
+    // (op, ranks, bytes) → (µs, dtype, file, line) of the first row seen.
+    type Seen<'a> = BTreeMap<(&'a str, u32, u64), (f64, &'a str, &'a Path, usize)>;
+    let mut seen: Seen = BTreeMap::new();
     for ((op, n, dtype, bytes), (us, _, path, line)) in table {
         if !single(op, *n) || (two_byte(op, *n) && dtype_size(dtype) != 2) {
             continue;

@@ -123,6 +123,33 @@ fn an_output_naming_an_input_is_refused_and_the_input_kept() {
 }
 
 #[test]
+fn a_model_named_in_a_grid_file_is_an_input_too() {
+    let d = tmp("grid");
+    let m = d.join("m.json");
+    std::fs::copy(root().join("models/kimi-k2.5.json"), &m).unwrap();
+    let mb = std::fs::read(&m).unwrap();
+    std::fs::write(d.join("G.toml"), "model = \"m.json\"\nbatch = [1, 2]\n").unwrap();
+    refused(
+        &d,
+        &["sweep", "--grid", "G.toml", "--output", "m.json"],
+        ["--output", "--model"],
+        &m,
+        &mb,
+    );
+    // And the same file named directly.
+    refused(
+        &d,
+        &[
+            "sweep", "--model", "m.json", "--batch", "1", "--output", "m.json",
+        ],
+        ["--output", "--model"],
+        &m,
+        &mb,
+    );
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
 fn two_outputs_to_one_file_are_refused() {
     let d = tmp("two");
     let (code, err) = run(

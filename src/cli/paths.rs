@@ -164,16 +164,25 @@ impl Paths {
         self
     }
 
+    /// A model (name or path) as the scenario resolves it.
+    pub(crate) fn model(&mut self, flag: &str, name: &str) -> &mut Self {
+        if let Ok(p) = crate::scenario::catalog::resolve_model(name) {
+            self.input(flag, &p);
+        }
+        self
+    }
+
+    /// A system (name or path) as the scenario resolves it; its file, if it resolves.
+    pub(crate) fn system(&mut self, flag: &str, name: &str) -> Option<PathBuf> {
+        let p = crate::scenario::catalog::resolve_system(name).ok()?;
+        self.input(flag, &p);
+        Some(p)
+    }
+
     /// The files a scenario reads: model, system, profile, a routing file.
     pub(crate) fn scenario(&mut self, r: &ScenarioRequest) -> &mut Self {
-        use crate::scenario::catalog;
-        if let Ok(p) = catalog::resolve_model(&r.model) {
-            self.input("--model", &p);
-        }
-        let system = catalog::resolve_system(&r.system).ok();
-        if let Some(p) = &system {
-            self.input("--system", p);
-        }
+        self.model("--model", &r.model);
+        let system = self.system("--system", &r.system);
         match &r.calibration {
             Some(c) => {
                 self.profile("--calibration", c);

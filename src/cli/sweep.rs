@@ -604,14 +604,14 @@ fn output_kind(format: Option<Format>) -> Kind {
 fn sweep_paths(a: &SweepArgs) -> super::paths::Paths {
     let mut p = super::paths::Paths::new();
     p.input_opt("--grid", a.grid.as_deref());
-    for (flag, list) in [
-        ("--model", Some(&a.model)),
-        ("--system", Some(&a.system)),
-        ("--draft", a.draft.as_ref()),
-    ] {
-        for item in list.into_iter().flat_map(|l| l.split(',')) {
-            p.input_if_file(flag, Some(item.trim()));
-        }
+    for item in a.model.split(',') {
+        p.model("--model", item.trim());
+    }
+    for item in a.system.split(',') {
+        p.system("--system", item.trim());
+    }
+    for item in a.draft.iter().flat_map(|l| l.split(',')) {
+        p.input_if_file("--draft", Some(item.trim()));
     }
     for item in a.calibration.iter().flat_map(|l| l.split(',')) {
         p.profile("--calibration", item.trim());
@@ -623,6 +623,10 @@ fn sweep_paths(a: &SweepArgs) -> super::paths::Paths {
 pub fn run(a: SweepArgs) -> Result<()> {
     super::output::check_output_flag("--output", a.output.as_deref())?;
     sweep_paths(&a).check()?;
+    // The models, systems and profiles a grid file names are read too.
+    if let Some(expanded) = a.grid.as_ref().and_then(|g| grid_args(g, &a).ok()) {
+        sweep_paths(&expanded).check()?;
+    }
     // Decided before the sweep runs, so a bad extension costs nothing.
     let format = match (a.format, &a.output) {
         (None, Some(path)) => Some(format_for_output(path)?),

@@ -244,7 +244,8 @@ pub struct TempFilesRemoved(#[allow(dead_code)] MutexGuard<'static, Vec<PathBuf>
 pub fn remove_temp_files() -> TempFilesRemoved {
     let temps = temp_files();
     for p in temps.iter() {
-        let _ = std::fs::remove_file(p);
+        // A staged folder ([`StagedFolder`]) is registered as well as temporary files.
+        let _ = std::fs::remove_file(p).or_else(|_| std::fs::remove_dir_all(p));
     }
     TempFilesRemoved(temps)
 }
@@ -377,6 +378,109 @@ pub fn write_atomic(
     result.map_err(werr)
 }
 
+/// A folder built under a temporary name beside `target` and put in its place whole by
+/// [`StagedFolder::commit`], so that what readers find at `target` is the old folder or the
+/// complete new one. Dropped without a commit (an error on the way), it is removed and the
+/// target stays as it was.
+pub(crate) struct StagedFolder {
+    target: PathBuf,
+    stage: PathBuf,
+    committed: bool,
+}
+
+impl StagedFolder {
+    /// Creates the temporary folder beside `target` (its parent is created if missing).
+    pub(crate) fn new(target: &Path) -> Result<Self> {
+        let werr = |source| Error::Write {
+            path: target.to_path_buf(),
+            source,
+        };
+        let stage = sibling(target, "tmp");
+        if let Some(dir) = stage.parent() {
+            std::fs::create_dir_all(dir).map_err(werr)?;
+        }
+        let mut temps = temp_files();
+        std::fs::create_dir(&stage).map_err(werr)?;
+        temps.push(stage.clone());
+        Ok(StagedFolder {
+            target: target.to_path_buf(),
+            stage,
+            committed: false,
+        })
+    }
+
+    /// Where to build the folder's contents.
+    pub(crate) fn path(&self) -> &Path {
+        &self.stage
+    }
+
+    /// Puts the folder in place, then runs `then` (writing the file that refers to it). If
+    /// `then` fails, the previous folder is put back: the pair changes together or not at all.
+    pub(crate) fn commit(mut self, then: impl FnOnce() -> Result<()>) -> Result<()> {
+        let werr = |source| Error::Write {
+            path: self.target.clone(),
+            source,
+        };
+        let old = sibling(&self.target, "old");
+        let had = std::fs::symlink_metadata(&self.target).is_ok();
+        if had {
+            if !std::fs::metadata(&self.target).is_ok_and(|m| m.is_dir()) {
+                return Err(werr(std::io::Error::other("is not a folder; not replaced")));
+            }
+            std::fs::rename(&self.target, &old).map_err(werr)?;
+        }
+        if let Err(e) = std::fs::rename(&self.stage, &self.target) {
+            if had {
+                let _ = std::fs::rename(&old, &self.target);
+            }
+            return Err(werr(e));
+        }
+        self.committed = true;
+        forget_temp(&self.stage);
+        match then() {
+            Ok(()) => {
+                if had {
+                    let _ = std::fs::remove_dir_all(&old);
+                }
+                Ok(())
+            }
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&self.target);
+                if had {
+                    let _ = std::fs::rename(&old, &self.target);
+                }
+                Err(e)
+            }
+        }
+    }
+}
+
+impl Drop for StagedFolder {
+    fn drop(&mut self) {
+        if !self.committed {
+            let _ = std::fs::remove_dir_all(&self.stage);
+            forget_temp(&self.stage);
+        }
+    }
+}
+
+/// A hidden name beside `target` that no other run uses: `.NAME.KIND.PID.N`.
+fn sibling(target: &Path, kind: &str) -> PathBuf {
+    let dir = match target.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let name = target
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "out".to_string());
+    dir.join(format!(
+        ".{name}.{kind}.{}.{}",
+        std::process::id(),
+        TEMP_COUNTER.fetch_add(1, Ordering::Relaxed)
+    ))
+}
+
 /// [`write_atomic`] for bytes already in memory.
 pub(crate) fn write_atomic_bytes(path: &Path, bytes: &[u8]) -> Result<()> {
     write_atomic(path, |w| w.write_all(bytes))
@@ -413,6 +517,59 @@ mod tests {
             e.to_string()
                 .contains("larger than a model config.json may be"),
             "{e}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_staged_folder_replaces_the_old_one_whole_or_not_at_all() {
+        let dir = std::env::temp_dir().join(format!("decodesim-staged-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let target = dir.join("tables");
+        std::fs::create_dir_all(&target).unwrap();
+        std::fs::write(target.join("a.csv"), "old").unwrap();
+        let listing = || {
+            let mut v: Vec<String> = std::fs::read_dir(&dir)
+                .unwrap()
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect();
+            v.sort();
+            v
+        };
+        // Dropped without a commit: the stage is removed, the old folder untouched.
+        let s = StagedFolder::new(&target).unwrap();
+        std::fs::write(s.path().join("a.csv"), "new").unwrap();
+        drop(s);
+        assert_eq!(listing(), vec!["tables"]);
+        assert_eq!(
+            std::fs::read_to_string(target.join("a.csv")).unwrap(),
+            "old"
+        );
+        // The file written with it fails: the old folder is put back.
+        let s = StagedFolder::new(&target).unwrap();
+        std::fs::write(s.path().join("a.csv"), "new").unwrap();
+        let e = s.commit(|| {
+            Err(Error::NoInput {
+                flag: "--x",
+                what: "file",
+            })
+        });
+        assert!(e.is_err());
+        assert_eq!(listing(), vec!["tables"]);
+        assert_eq!(
+            std::fs::read_to_string(target.join("a.csv")).unwrap(),
+            "old"
+        );
+        // It succeeds: the new folder is in place and nothing else is left.
+        let s = StagedFolder::new(&target).unwrap();
+        std::fs::write(s.path().join("b.csv"), "new").unwrap();
+        s.commit(|| Ok(())).unwrap();
+        assert_eq!(listing(), vec!["tables"]);
+        assert!(!target.join("a.csv").exists());
+        assert_eq!(
+            std::fs::read_to_string(target.join("b.csv")).unwrap(),
+            "new"
         );
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -625,10 +625,10 @@ pub(crate) struct AicCommRow {
     /// `all_reduce`, `all_gather`, `reduce_scatter` or `alltoall`.
     pub(crate) op: String,
     /// `nccl` or `vllm_custom`.
-    impl_name: String,
+    pub(crate) impl_name: String,
     /// `graph`, `eager` or `unspecified`.
     pub(crate) mode: String,
-    dtype: String,
+    pub(crate) dtype: String,
     pub(crate) nranks: u32,
     pub(crate) elements: u64,
     pub(crate) bytes: u64,

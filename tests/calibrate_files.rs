@@ -81,9 +81,18 @@ fn nccl_tests_files_become_the_machines_collective_table() {
     let d = tmp("nccl");
     let out = d.join("mine/profile.toml");
     let r = nccl_tests::from_nccl_tests(&nccl_request(&out, Column::OutOfPlace)).unwrap();
-    // The table holds every measured row, at the measured rank count.
+    // The table holds every measured row, at the measured rank count, and the base's measured
+    // rows of the collectives and rank counts the files do not measure.
     let csv = std::fs::read_to_string(d.join("mine/tables/nccl_collectives.csv")).unwrap();
-    assert_eq!(csv.lines().count(), 1 + 24 + 24);
+    let kept: usize = r.kept.iter().map(|(_, rows)| rows).sum();
+    assert_eq!(csv.lines().count(), 1 + 24 + 24 + kept);
+    assert!(
+        r.kept
+            .iter()
+            .all(|((op, n), _)| *n != 8 || !["all_reduce", "all_gather"].contains(&op.as_str())),
+        "{:?}",
+        r.kept
+    );
     assert!(
         csv.contains("all_reduce,nccl,unspecified,float32,8,4096,16384,24.100"),
         "{csv}"

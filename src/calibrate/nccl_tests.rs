@@ -10,12 +10,15 @@
 //! LL→Simple switch found in the curve for a forced protocol). A measured curve prices better
 //! than a latency + bytes / bandwidth law fitted to it (the law cannot follow the protocol
 //! switch or the channel ramp), and it is the path the tool already has. The base profile's
-//! other AIConfigurator tables, if any, are copied along; its NCCL rows are replaced, not
-//! merged (they were measured on another machine): an op or rank count the files do not hold
-//! falls back to the profile's collective laws.
+//! other AIConfigurator tables, if any, are copied along; its NCCL rows of an (op, ranks) the
+//! files measure are replaced, the others kept (an all_reduce file alone must not turn the
+//! base's measured all_gather into a law's guess); what neither holds is priced by the
+//! profile's collective laws. A file may hold several logs run one after the other: each is
+//! its own collective, checked against its own header. The tables are built in a staged
+//! folder and put in place together with the profile (`files::StagedFolder`).
 
 use super::aiconfigurator::relative_to;
-use super::output::{today, write_profile};
+use super::output::{render_profile, today};
 use crate::cost::aic::{comm_price, AicTables};
 use crate::cost::profile::AicSection;
 use crate::cost::CalibrationProfile;
@@ -68,6 +71,8 @@ impl Row {
 #[derive(Debug, Clone, PartialEq)]
 pub struct NcclTestsFile {
     pub path: PathBuf,
+    /// The line its log starts at (a file may hold several logs, one after the other).
+    pub line: usize,
     /// The collective, as the AIConfigurator table spells it (`all_reduce`, `all_gather`, ...).
     pub op: String,
     /// Ranks in the job: the `# Rank` lines, else nThread × nGpus.
@@ -110,13 +115,62 @@ fn re(s: &str) -> regex::Regex {
     regex::Regex::new(s).expect("valid regex")
 }
 
-/// Reads one nccl-tests output file.
+/// Reads one nccl-tests output file holding one log.
 pub fn read(path: &Path) -> Result<NcclTestsFile> {
     let text = crate::files::read_text(path, InputKind::MeasurementCsv)?;
     parse(&text, path)
 }
 
+/// Reads one nccl-tests output file: each log in it (`all_reduce_perf` then
+/// `all_gather_perf`, run one after the other into one file) is its own collective.
+pub fn read_sections(path: &Path) -> Result<Vec<NcclTestsFile>> {
+    let text = crate::files::read_text(path, InputKind::MeasurementCsv)?;
+    parse_sections(&text, path)
+}
+
+/// A file of one log; a file of several is refused here (read it with [`parse_sections`]).
 pub fn parse(text: &str, path: &Path) -> Result<NcclTestsFile> {
+    let mut s = parse_sections(text, path)?;
+    if s.len() > 1 {
+        return Err(Error::field(
+            path,
+            format!("line {}", s[1].line),
+            format!("{} logs in one file; expected one", s.len()),
+        ));
+    }
+    Ok(s.remove(0))
+}
+
+/// Splits a file into its logs and reads each. A log starts at a header line (`# nccl-tests
+/// version`, `# Collective test starting`, `# nThread`) that follows data rows: reading two
+/// logs as one would count both logs' `# Rank` lines as one job of twice the ranks and take
+/// the second test's rows for the first's collective.
+pub fn parse_sections(text: &str, path: &Path) -> Result<Vec<NcclTestsFile>> {
+    let mpi = re(r"^\[\d+,\d+\]<std(out|err)>:");
+    let starts = re(r"^#\s*(nccl-tests version|Collective test starting|nThread\s)");
+    let row = re(r"^\d+\s");
+    let mut sections: Vec<Vec<(usize, &str)>> = vec![Vec::new()];
+    let mut has_rows = false;
+    for (i, raw) in text.lines().enumerate() {
+        let l = mpi.find(raw).map_or(raw, |m| &raw[m.end()..]).trim();
+        if has_rows && starts.is_match(l) {
+            sections.push(Vec::new());
+            has_rows = false;
+        }
+        has_rows |= row.is_match(l);
+        sections
+            .last_mut()
+            .expect("one section at least")
+            .push((i + 1, raw));
+    }
+    sections
+        .iter()
+        .map(|lines| parse_section(lines, path))
+        .collect()
+}
+
+/// Reads one log: its lines with their line numbers in the file.
+fn parse_section(lines: &[(usize, &str)], path: &Path) -> Result<NcclTestsFile> {
     let mpi = re(r"^\[\d+,\d+\]<std(out|err)>:");
     let threads = re(r"nThread\s+(\d+)\s+nGpus\s+(\d+)");
     let rank = re(r"^#\s*Rank\s+\d+\b.*\bdevice\s+\d+\s+\[[^\]]*\]\s+(.+?)\s*$");
@@ -130,8 +184,11 @@ pub fn parse(text: &str, path: &Path) -> Result<NcclTestsFile> {
     let mut hosts: Vec<(String, u32)> = Vec::new();
     let mut rows = Vec::new();
     let bad = |line: usize, what: String| Error::field(path, format!("line {line}"), what);
-    for (i, raw) in text.lines().enumerate() {
-        let line = i + 1;
+    let first_line = lines.first().map_or(1, |l| l.0);
+    let rank_no = re(r"^#\s*Rank\s+(\d+)\b");
+    let mut rank_lines: BTreeMap<u64, usize> = BTreeMap::new();
+    let mut threads_at = first_line;
+    for &(line, raw) in lines {
         let l = mpi.replace(raw, "");
         let l = l.trim();
         if l.starts_with('#') {
@@ -152,6 +209,16 @@ pub fn parse(text: &str, path: &Path) -> Result<NcclTestsFile> {
                     }
                 }
                 threads_line = l.trim_start_matches('#').trim().to_string();
+                threads_at = line;
+            }
+            if let Some(c) = rank_no.captures(l) {
+                let k = c[1].parse::<u64>().unwrap_or(u64::MAX);
+                if let Some(first) = rank_lines.insert(k, line) {
+                    return Err(bad(
+                        line,
+                        format!("rank {k} listed again (first at line {first}): two logs run together without their headers; keep each log's '# nThread' header, or put each log in its own file"),
+                    ));
+                }
             }
             if let Some(c) = host.captures(l) {
                 match hosts.iter_mut().find(|(h, _)| h.as_str() == &c[1]) {
@@ -283,17 +350,25 @@ pub fn parse(text: &str, path: &Path) -> Result<NcclTestsFile> {
             in_place_us: ip,
         });
     }
+    // A log after the first is named by the line it starts at.
+    let part = |what: &str| {
+        if first_line > 1 {
+            format!("{what} of the log from line {first_line}")
+        } else {
+            what.to_string()
+        }
+    };
     let Some(nt) = nt else {
         return Err(Error::field(
             path,
-            "header",
+            part("header"),
             "no '# nThread N nGpus G ...' line: cannot tell how many GPUs took part (keep the header nccl-tests prints)",
         ));
     };
     if rows.is_empty() {
         return Err(Error::field(
             path,
-            "table",
+            part("table"),
             "no data rows: expected the nccl-tests table (size count type redop root time algbw busbw #wrong time algbw busbw #wrong)",
         ));
     }
@@ -322,6 +397,20 @@ pub fn parse(text: &str, path: &Path) -> Result<NcclTestsFile> {
             format!("{op}_perf: decodesim prices all_reduce, all_gather, reduce_scatter and alltoall from tables, not {op}"),
         ));
     };
+    // Under MPI each process runs nThread x nGpus GPUs, so the ranks listed are a whole number
+    // of processes of that size, numbered 0..n-1.
+    if ranks > 0 && (ranks % nt != 0 || rank_lines.keys().next_back() != Some(&(ranks as u64 - 1)))
+    {
+        return Err(bad(
+            threads_at,
+            format!(
+                "the header '{}' runs {nt} GPU(s) per process, but the log lists {ranks} '# Rank' line(s) numbered {}..{}: expected a whole number of processes of {nt}, numbered from 0",
+                crate::units::clip(&threads_line, 60),
+                rank_lines.keys().next().copied().unwrap_or(0),
+                rank_lines.keys().next_back().copied().unwrap_or(0)
+            ),
+        ));
+    }
     let nranks = if ranks > 0 { ranks } else { nt };
     if nranks < 2 {
         return Err(Error::field(
@@ -351,6 +440,7 @@ pub fn parse(text: &str, path: &Path) -> Result<NcclTestsFile> {
     }
     Ok(NcclTestsFile {
         path: path.to_path_buf(),
+        line: first_line,
         op: key.to_string(),
         nranks,
         threads_line,
@@ -398,7 +488,16 @@ pub struct NcclTestsResult {
     pub copied: Vec<String>,
     /// Rows written to the multi-node table (`cost::internode::MULTINODE_CSV`).
     pub multinode_rows: usize,
+    /// (op, ranks) → rows of the single-node table measured by the files.
+    pub measured: Vec<((String, u32), usize)>,
+    /// (op, ranks) → rows kept from the base profile's table (what the files do not measure).
+    pub kept: Vec<((String, u32), usize)>,
+    /// Whether the base's multi-node table was kept (no file here ran over several nodes).
+    pub kept_multinode: bool,
 }
+
+/// (op, ranks, dtype, bytes) → (µs, elements, file, line): one measurement per size.
+type Measured<'a> = BTreeMap<(String, u32, String, u64), (f64, u64, &'a Path, usize)>;
 
 /// Reads the files, writes `tables/` and the profile.
 pub fn from_nccl_tests(req: &NcclTestsRequest) -> Result<NcclTestsResult> {
@@ -408,7 +507,10 @@ pub fn from_nccl_tests(req: &NcclTestsRequest) -> Result<NcclTestsResult> {
             what: "file",
         });
     }
-    let mut files: Vec<NcclTestsFile> = req.files.iter().map(|f| read(f)).collect::<Result<_>>()?;
+    let mut files: Vec<NcclTestsFile> = Vec::new();
+    for f in &req.files {
+        files.extend(read_sections(f)?);
+    }
     // A file whose rank lines name no host but which has more ranks than one node of the
     // system holds ran over several nodes of it.
     let per_node = req.system.gpus_per_node.max(1);
@@ -433,7 +535,7 @@ pub fn from_nccl_tests(req: &NcclTestsRequest) -> Result<NcclTestsResult> {
         check_bus_bandwidth(f, &req.system)?;
     }
     // (op, nranks, dtype, bytes) → (µs, file, line): one measurement per size.
-    let mut table: BTreeMap<(String, u32, String, u64), (f64, u64, &Path, usize)> = BTreeMap::new();
+    let mut table: Measured = BTreeMap::new();
     for f in &files {
         for r in &f.rows {
             let key = (f.op.clone(), f.nranks, r.dtype.clone(), r.bytes);
@@ -451,17 +553,19 @@ pub fn from_nccl_tests(req: &NcclTestsRequest) -> Result<NcclTestsResult> {
             );
         }
     }
+    same_size_conflicts(&table, &files)?;
     let out_dir = req
         .out
         .parent()
         .filter(|d| !d.as_os_str().is_empty())
         .unwrap_or(Path::new("."))
         .to_path_buf();
+    // The tables are written into a folder beside the final one and take its place only once
+    // the profile that reads them is ready (`files::StagedFolder`): a refused or failed run
+    // leaves the profile and tables that were there as they were.
     let tables_dir = out_dir.join("tables");
-    std::fs::create_dir_all(&tables_dir).map_err(|e| Error::Write {
-        path: tables_dir.clone(),
-        source: e,
-    })?;
+    let staged = crate::files::StagedFolder::new(&tables_dir)?;
+    let stage = staged.path().to_path_buf();
     // Files of several nodes go to the multi-node table (cost::internode::MultiNodeTable),
     // keyed by their node count; the others replace the single-node rows.
     let nodes_of: BTreeMap<(String, u32), u32> = files
@@ -469,9 +573,17 @@ pub fn from_nccl_tests(req: &NcclTestsRequest) -> Result<NcclTestsResult> {
         .map(|f| ((f.op.clone(), f.nranks), f.nodes))
         .collect();
     let multi = |op: &String, n: &u32| nodes_of.get(&(op.clone(), *n)).copied().unwrap_or(1) > 1;
+    let put = |name: &str, bytes: &[u8]| -> Result<()> {
+        let path = stage.join(name);
+        std::fs::write(&path, bytes).map_err(|source| Error::Write {
+            path: tables_dir.join(name),
+            source,
+        })
+    };
     let mut csv = String::from("op,impl,mode,dtype,nranks,elements,bytes,latency_us\n");
     let mut mn = format!("{}\n", crate::cost::internode::MULTINODE_HEADER);
     let (mut single_rows, mut multi_rows) = (0usize, 0usize);
+    let mut measured: BTreeMap<(String, u32), usize> = BTreeMap::new();
     for ((op, n, dtype, bytes), (us, elements, _, _)) in &table {
         if multi(op, n) {
             let nodes = nodes_of[&(op.clone(), *n)];
@@ -482,34 +594,54 @@ pub fn from_nccl_tests(req: &NcclTestsRequest) -> Result<NcclTestsResult> {
                 "{op},nccl,unspecified,{dtype},{n},{elements},{bytes},{us:.3}\n"
             ));
             single_rows += 1;
+            *measured.entry((op.clone(), *n)).or_default() += 1;
         }
     }
     // The base's tables that its profile prices from (`aiconfigurator.only` may leave some of
     // its folder's files unused: those stay unused).
     let base_uses = |name: &str| req.base.aic.as_ref().is_some_and(|t| t.has(name));
     let base_dir = req.base.aic.as_ref().map(|t| t.dir.clone());
-    let mut kept_single = false;
-    if single_rows > 0 {
-        crate::files::write_atomic_bytes(&tables_dir.join("nccl_collectives.csv"), csv.as_bytes())?;
-    } else if let Some(src) = base_dir
+    // The base's measured rows of the collectives and rank counts the files do not measure
+    // stay: an all_reduce file alone must not turn a measured all_gather into a law's guess.
+    let mut kept: BTreeMap<(String, u32), usize> = BTreeMap::new();
+    if let Some(src) = base_dir
         .as_ref()
         .filter(|_| base_uses("nccl_collectives.csv"))
         .map(|d| d.join("nccl_collectives.csv"))
         .filter(|p| p.is_file())
     {
-        // Only multi-node files: the base's single-node rows stay.
+        for r in crate::measurements::read_aic_comm_csv(&src)? {
+            let key = (r.op.clone(), r.nranks);
+            if r.impl_name != "nccl" || measured.contains_key(&key) {
+                continue;
+            }
+            csv.push_str(&format!(
+                "{},{},{},{},{},{},{},{}\n",
+                r.op, r.impl_name, r.mode, r.dtype, r.nranks, r.elements, r.bytes, r.latency_us
+            ));
+            single_rows += 1;
+            *kept.entry(key).or_default() += 1;
+        }
+    }
+    if single_rows > 0 {
+        put("nccl_collectives.csv", csv.as_bytes())?;
+    }
+    // The base's multi-node table stays when no file here ran over several nodes.
+    let mut kept_multinode = false;
+    if multi_rows > 0 {
+        put(crate::cost::internode::MULTINODE_CSV, mn.as_bytes())?;
+    } else if let Some(src) = base_dir
+        .as_ref()
+        .filter(|_| base_uses(crate::cost::internode::MULTINODE_CSV))
+        .map(|d| d.join(crate::cost::internode::MULTINODE_CSV))
+        .filter(|p| p.is_file())
+    {
         let bytes = std::fs::read(&src).map_err(|e| Error::Read {
             path: src.clone(),
             source: e,
         })?;
-        crate::files::write_atomic_bytes(&tables_dir.join("nccl_collectives.csv"), &bytes)?;
-        kept_single = true;
-    }
-    if multi_rows > 0 {
-        crate::files::write_atomic_bytes(
-            &tables_dir.join(crate::cost::internode::MULTINODE_CSV),
-            mn.as_bytes(),
-        )?;
+        put(crate::cost::internode::MULTINODE_CSV, &bytes)?;
+        kept_multinode = true;
     }
     // The base's other tables come along (the section names one folder).
     let mut copied = Vec::new();
@@ -536,18 +668,29 @@ pub fn from_nccl_tests(req: &NcclTestsRequest) -> Result<NcclTestsResult> {
                     path: src.clone(),
                     source: e,
                 })?;
-                crate::files::write_atomic_bytes(&tables_dir.join(name), &bytes)?;
+                put(name, &bytes)?;
                 copied.push(name.to_string());
             }
         }
         base_manifest = std::fs::read_to_string(dir.join("MANIFEST.txt")).unwrap_or_default();
     }
+    let curves_text = |m: &BTreeMap<(String, u32), usize>| {
+        m.iter()
+            .map(|((op, n), rows)| format!("{op} at {n} ranks ({rows} rows)"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
     let date = today();
     let column = req.column.name();
     let describe = |f: &NcclTestsFile| {
         format!(
-            "{} ({}_perf, {} ranks{}{}, {} rows, {}{})",
+            "{}{} ({}_perf, {} ranks{}{}, {} rows, {}{})",
             crate::units::path(&f.path),
+            if f.line > 1 {
+                format!(" from line {}", f.line)
+            } else {
+                String::new()
+            },
             f.op,
             f.nranks,
             if f.nodes > 1 {
@@ -586,19 +729,42 @@ pub fn from_nccl_tests(req: &NcclTestsRequest) -> Result<NcclTestsResult> {
             req.system.name
         ));
     }
-    if kept_single {
-        manifest.push_str("\nnccl_collectives.csv: no single-node file was given; the base profile's single-node rows are kept unchanged\n");
+    if !kept.is_empty() {
+        manifest.push_str(&format!(
+            "\nnccl_collectives.csv also keeps the base profile's measured rows of what the files above do not measure: {}\n",
+            curves_text(&kept)
+        ));
+    }
+    if kept_multinode {
+        manifest.push_str(&format!(
+            "\n{}: no file above ran over several nodes; the base profile's multi-node table is kept unchanged\n",
+            crate::cost::internode::MULTINODE_CSV
+        ));
     }
     if let Some(dir) = &base_tables {
         manifest.push_str(&format!(
-            "\nCopied unchanged from {} ({}); its NCCL rows are replaced by the measurements above. Its manifest follows.\n\n{base_manifest}",
+            "\nCopied unchanged from {} ({}); its NCCL rows of the collectives measured above are replaced by the measurements. Its manifest follows.\n\n{base_manifest}",
             crate::units::path(dir),
             if copied.is_empty() { "nothing".to_string() } else { copied.join(", ") }
         ));
     }
-    crate::files::write_atomic_bytes(&tables_dir.join("MANIFEST.txt"), manifest.as_bytes())?;
+    put("MANIFEST.txt", manifest.as_bytes())?;
 
-    let aic = AicTables::read(&tables_dir)?;
+    let mut aic = AicTables::read(&stage).map_err(|e| {
+        // Checked above for what the files could get wrong; anything left is named by the
+        // files it was made from, not the folder it was staged in.
+        Error::Input {
+            path: req.files[0].clone(),
+            problem: format!(
+                "the collective table made from the given file(s) does not load: {}",
+                e.to_string().replace(
+                    &stage.display().to_string(),
+                    &tables_dir.display().to_string()
+                )
+            ),
+        }
+    })?;
+    aic.dir = tables_dir.clone();
     let nvlink = req.system.interconnect.kind == LinkKind::Nvlink;
     let mut p = req.base.clone();
     super::from_throughput::relocate(&mut p, &req.base, &req.out);
@@ -616,8 +782,11 @@ pub fn from_nccl_tests(req: &NcclTestsRequest) -> Result<NcclTestsResult> {
     // A base restricted to some of its tables: the new collective tables join them.
     if let Some(only) = &mut sec.only {
         let written = [
-            ("nccl_collectives.csv", single_rows > 0 || kept_single),
-            (crate::cost::internode::MULTINODE_CSV, multi_rows > 0),
+            ("nccl_collectives.csv", single_rows > 0),
+            (
+                crate::cost::internode::MULTINODE_CSV,
+                multi_rows > 0 || kept_multinode,
+            ),
         ];
         for (name, w) in written {
             if w && !only.iter().any(|n| n == name) {
@@ -748,15 +917,60 @@ pub fn from_nccl_tests(req: &NcclTestsRequest) -> Result<NcclTestsResult> {
         req.base.profile.name,
         what
     );
-    write_profile(&req.out, &header, &p)?;
+    let text = render_profile(&req.out, &header, &p)?;
+    staged.commit(|| crate::files::write_atomic_bytes(&req.out, &text))?;
     Ok(NcclTestsResult {
         profile: p,
         tables_dir,
         files,
         curves,
         copied,
+        measured: measured.into_iter().collect(),
+        kept: kept.into_iter().collect(),
+        kept_multinode,
         multinode_rows: multi_rows,
     })
+}
+
+/// The table prices a single-node (op, ranks) curve by message size alone, from its 2-byte
+/// rows when it has any (`cost::aic`): two files (or logs) of one collective at one rank count
+/// in dtypes of one size would give one size two prices. Refused here, by the user's files and
+/// lines, rather than by the generated table when it is read back.
+fn same_size_conflicts(table: &Measured, files: &[NcclTestsFile]) -> Result<()> {
+    let single = |op: &str, n: u32| {
+        files
+            .iter()
+            .any(|f| f.op == op && f.nranks == n && f.nodes == 1)
+    };
+    let two_byte = |op: &str, n: u32| {
+        table
+            .keys()
+            .any(|(o, m, d, _)| o == op && *m == n && dtype_size(d) == 2)
+    };
+    // (op, ranks, bytes) → (µs, dtype, file, line) of the first row seen.
+    type Seen<'a> = BTreeMap<(&'a str, u32, u64), (f64, &'a str, &'a Path, usize)>;
+    let mut seen: Seen = BTreeMap::new();
+    for ((op, n, dtype, bytes), (us, _, path, line)) in table {
+        if !single(op, *n) || (two_byte(op, *n) && dtype_size(dtype) != 2) {
+            continue;
+        }
+        match seen.get(&(op.as_str(), *n, *bytes)) {
+            Some(&(v, d, p, l)) if v != *us => {
+                return Err(Error::Conflict {
+                    first: format!("{} line {l}", crate::units::path(p)),
+                    second: format!("{} line {line}", crate::units::path(path)),
+                    problem: format!(
+                        "{op} of {bytes} B at {n} ranks measured in {d} and in {dtype} with different times ({v} and {us} µs); the table prices a collective by its size in bytes, so keep one data type per test and rank count"
+                    ),
+                })
+            }
+            Some(_) => {}
+            None => {
+                seen.insert((op, *n, *bytes), (*us, dtype, path, *line));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The GPU model of a name, its first word after the vendor (`H200`, `H100`, `RTX`).

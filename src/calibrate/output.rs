@@ -128,6 +128,14 @@ pub(crate) fn table_reference(table: &Path, out: &Path) -> String {
 
 /// Checks the profile as a reader would, then writes it atomically under a comment header.
 pub fn write_profile(path: &Path, header: &str, p: &CalibrationProfile) -> Result<()> {
+    let text = render_profile(path, header, p)?;
+    crate::files::write_atomic_bytes(path, &text)
+}
+
+/// The text of the profile to be written at `path` (paths relative to its folder), checked as
+/// a reader would check it: a caller writing more than the profile (its tables) renders first,
+/// so a profile that would be refused is refused before anything is replaced.
+pub fn render_profile(path: &Path, header: &str, p: &CalibrationProfile) -> Result<Vec<u8>> {
     p.validate(path)?;
     let mut p = super::aiconfigurator::rebase_tables(p, path);
     // A measurement table named by an absolute path is written relative to the profile.
@@ -146,11 +154,7 @@ pub fn write_profile(path: &Path, header: &str, p: &CalibrationProfile) -> Resul
         what: "profile",
         message: e.to_string(),
     })?;
-    crate::files::write_atomic(path, |w| {
-        w.write_all(header.as_bytes())?;
-        w.write_all(b"\n")?;
-        w.write_all(body.as_bytes())
-    })
+    Ok(format!("{header}\n{body}").into_bytes())
 }
 
 /// Today's date (UTC): a written profile's `created`.

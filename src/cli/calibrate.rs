@@ -3,7 +3,7 @@
 use super::{print, ScenarioArgs};
 use crate::error::Result;
 use crate::report;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 #[derive(Debug, clap::Args)]
 pub struct CalibrateArgs {
@@ -126,6 +126,7 @@ pub struct CalibrateArgs {
 
 pub fn run(a: CalibrateArgs) -> Result<()> {
     super::output::check_output_flag("--out", Some(&a.out))?;
+    paths(&a).check()?;
     if !a.from_throughput.is_empty() {
         return from_throughput(&a);
     }
@@ -157,6 +158,57 @@ pub fn run(a: CalibrateArgs) -> Result<()> {
         allow_poor_fit: a.allow_poor_fit,
     })?;
     print(&report::calibration::render_fit(&result, &a.out, a.verbose))
+}
+
+/// The tables folder `--from-nccl-tests` writes beside the profile (replaced whole).
+fn tables_beside(out: &Path) -> PathBuf {
+    out.parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
+        .join("tables")
+}
+
+/// The files a folder input stands for: the files directly in it.
+fn folder_files(p: &mut super::paths::Paths, flag: &str, dir: &Path) {
+    p.input(flag, dir);
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        if e.path().is_file() {
+            p.input(flag, &e.path());
+        }
+    }
+}
+
+/// Every file the calibration reads and the profile (and tables) it writes.
+fn paths(a: &CalibrateArgs) -> super::paths::Paths {
+    let mut p = super::paths::Paths::new();
+    p.scenario(&a.scenario.request());
+    if let Some(d) = &a.measurements {
+        folder_files(&mut p, "--measurements", d);
+        p.profile("--fallback", &a.fallback);
+    }
+    if let Some(d) = &a.from_aiconfigurator {
+        folder_files(&mut p, "--from-aiconfigurator", d);
+        p.profile("--fallback", &a.fallback);
+    }
+    p.traces("--from-trace", &a.from_trace);
+    for f in &a.from_throughput {
+        p.input("--from-throughput", f);
+    }
+    for f in &a.from_nccl_tests {
+        p.input("--from-nccl-tests", f);
+    }
+    if let Some(b) = &a.from_burst {
+        p.input_if_file("--from-burst", Some(b));
+    }
+    p.input_opt("--from-deepep-ll", a.from_deepep_ll.as_deref());
+    if let Some(base) = &a.profile {
+        p.profile("--profile", base);
+    }
+    p.output("--out", Some(&a.out));
+    if !a.from_nccl_tests.is_empty() {
+        p.output_folder("--out (its tables/ folder)", &tables_beside(&a.out));
+    }
+    p
 }
 
 fn from_trace(a: &CalibrateArgs) -> Result<()> {
@@ -338,6 +390,14 @@ fn from_nccl_tests(a: &CalibrateArgs) -> Result<()> {
         req.calibration = Some(p.clone());
     }
     let (scenario, base) = req.load()?;
+    // The base as loaded (the system's own when none was named) is read again while the new
+    // profile is written: neither it nor its tables may be what is replaced.
+    let mut p = paths(a);
+    p.input("the base profile", &base.path);
+    if let Some(t) = &base.aic {
+        p.input("the base profile's tables", &t.dir);
+    }
+    p.check()?;
     let r = crate::calibrate::nccl_tests::from_nccl_tests(
         &crate::calibrate::nccl_tests::NcclTestsRequest {
             files: a.from_nccl_tests.clone(),
@@ -357,8 +417,13 @@ fn from_nccl_tests(a: &CalibrateArgs) -> Result<()> {
     );
     for f in &r.files {
         s.push_str(&format!(
-            "  {}: {} at {} ranks{}{}, {} rows{}\n",
+            "  {}{}: {} at {} ranks{}{}, {} rows{}\n",
             crate::units::path(&f.path),
+            if f.line > 1 {
+                format!(" (log from line {})", f.line)
+            } else {
+                String::new()
+            },
             f.op,
             f.nranks,
             if f.nodes > 1 {
@@ -405,6 +470,28 @@ fn from_nccl_tests(a: &CalibrateArgs) -> Result<()> {
             crate::units::path(&r.tables_dir.join(crate::cost::internode::MULTINODE_CSV))
         ));
     }
+    // Exactly what the written table measures, and from where: the files, or the base.
+    let list = |m: &[((String, u32), usize)]| {
+        m.iter()
+            .map(|((op, n), rows)| format!("{op} at {n} ranks ({rows} rows)"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    if !r.measured.is_empty() {
+        s.push_str(&format!("measured by these files: {}\n", list(&r.measured)));
+    }
+    if !r.kept.is_empty() {
+        s.push_str(&format!(
+            "kept from the base profile's measured table (the files do not measure them): {}\n",
+            list(&r.kept)
+        ));
+    }
+    if r.kept_multinode {
+        s.push_str(
+            "multi-node table kept from the base profile (no file ran over several nodes)\n",
+        );
+    }
+    s.push_str("every other collective and rank count: priced by the profile's collective laws\n");
     if !r.copied.is_empty() {
         s.push_str(&format!(
             "other tables copied from the base profile: {}\n",

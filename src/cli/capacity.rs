@@ -665,6 +665,16 @@ pub fn run(a: CapacityArgs) -> Result<()> {
     check_output_flag("--plot-memory", a.plot_memory.as_deref())?;
     check_output_flag("--plot-breakdown", a.plot_breakdown.as_deref())?;
     check_output_flag("--plot-pareto", a.plot_pareto.as_deref())?;
+    super::paths::Paths::new()
+        .scenario(&a.scenario.request())
+        .input_opt("--request-mix", a.request_mix.as_deref())
+        .input_opt("--measured", a.measured.as_deref())
+        .output("--plot-throughput", a.plot_throughput.as_deref())
+        .output("--plot-tpot", a.plot_tpot.as_deref())
+        .output("--plot-memory", a.plot_memory.as_deref())
+        .output("--plot-breakdown", a.plot_breakdown.as_deref())
+        .output("--plot-pareto", a.plot_pareto.as_deref())
+        .check()?;
     a.scenario.warn_noop_flags();
     let req = request(&a)?;
     let disagg_opts = disagg_options(&a);

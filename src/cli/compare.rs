@@ -14,6 +14,12 @@ pub struct CompareArgs {
 
 pub fn run(a: CompareArgs) -> Result<()> {
     super::output::check_output_flag("--plot", a.measured.plot.as_deref())?;
+    super::paths::Paths::new()
+        .scenario(&a.scenario.request())
+        .traces("--trace", &a.measured.traces)
+        .input_opt("--rules", a.measured.read.rules.as_deref())
+        .output("--plot", a.measured.plot.as_deref())
+        .check()?;
     a.scenario.warn_noop_flags();
     let sim = sim::simulate(&a.scenario.request())?;
     let title = format!(

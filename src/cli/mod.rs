@@ -6,6 +6,7 @@ pub mod compare;
 mod intervals;
 mod list;
 mod output;
+mod paths;
 mod scenario_args;
 pub mod simulate;
 pub mod sweep;

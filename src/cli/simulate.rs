@@ -36,6 +36,10 @@ pub struct SimulateArgs {
 
 pub fn run(a: SimulateArgs) -> Result<()> {
     super::output::check_output_flag("--timeline", a.timeline.as_deref())?;
+    super::paths::Paths::new()
+        .scenario(&a.scenario.request())
+        .output("--timeline", a.timeline.as_deref())
+        .check()?;
     a.scenario.warn_noop_flags();
     let draws = a.intervals.draws()?;
     let sim =

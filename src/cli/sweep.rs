@@ -599,8 +599,34 @@ fn output_kind(format: Option<Format>) -> Kind {
     }
 }
 
+/// The files a sweep reads (the grid file, the models, systems, profiles and drafts its lists
+/// name) and the one it writes.
+fn sweep_paths(a: &SweepArgs) -> super::paths::Paths {
+    let mut p = super::paths::Paths::new();
+    p.input_opt("--grid", a.grid.as_deref());
+    for item in a.model.split(',') {
+        p.model("--model", item.trim());
+    }
+    for item in a.system.split(',') {
+        p.system("--system", item.trim());
+    }
+    for item in a.draft.iter().flat_map(|l| l.split(',')) {
+        p.input_if_file("--draft", Some(item.trim()));
+    }
+    for item in a.calibration.iter().flat_map(|l| l.split(',')) {
+        p.profile("--calibration", item.trim());
+    }
+    p.output("--output", a.output.as_deref());
+    p
+}
+
 pub fn run(a: SweepArgs) -> Result<()> {
     super::output::check_output_flag("--output", a.output.as_deref())?;
+    sweep_paths(&a).check()?;
+    // The models, systems and profiles a grid file names are read too.
+    if let Some(expanded) = a.grid.as_ref().and_then(|g| grid_args(g, &a).ok()) {
+        sweep_paths(&expanded).check()?;
+    }
     // Decided before the sweep runs, so a bad extension costs nothing.
     let format = match (a.format, &a.output) {
         (None, Some(path)) => Some(format_for_output(path)?),

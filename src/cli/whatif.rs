@@ -300,6 +300,15 @@ fn run_spec_decode(a: SpecDecodeArgs) -> Result<()> {
     check_output_flag("--timeline", a.timeline.as_deref())?;
     check_output_flag("--plot", a.plot.as_deref())?;
     check_output_flag("--plot-heatmap", a.plot_heatmap.as_deref())?;
+    super::paths::Paths::new()
+        .scenario(&a.scenario.request())
+        .input_if_file("--draft-config", a.draft_config.as_deref())
+        .input_if_file("--draft-model", a.draft_model.as_deref())
+        .input_opt("--acceptance-lengths", a.acceptance_lengths.as_deref())
+        .output("--timeline", a.timeline.as_deref())
+        .output("--plot", a.plot.as_deref())
+        .output("--plot-heatmap", a.plot_heatmap.as_deref())
+        .check()?;
     a.scenario.warn_noop_flags();
     if let (Some(k), None) = (a.timeline_k, &a.timeline) {
         super::output::warn(&format!(

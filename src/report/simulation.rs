@@ -429,21 +429,29 @@ fn memory_and_sources(out: &mut String, sim: &Simulation) {
         ));
     }
     if let Some(a) = &sim.profile.aiconfigurator {
-        let mut from_tables: Vec<&str> = sim
+        let mut from_tables: Vec<String> = sim
             .pricing
             .families
             .iter()
             .filter(|(_, src)| src.starts_with("measured: AIConfigurator"))
-            .map(|(k, _)| k.as_str())
+            .map(|(k, _)| k.clone())
             .collect();
         from_tables.dedup();
-        if sim
-            .pricing
-            .collectives
-            .iter()
-            .any(|c| c.source.contains("AIConfigurator"))
-        {
-            from_tables.push("collectives");
+        // Each collective named as measured or not: a table holding some collectives prices
+        // the others by the profile's laws, and the line must not claim them.
+        let (mut measured, mut by_law): (Vec<&str>, Vec<&str>) = (Vec::new(), Vec::new());
+        for c in &sim.pricing.collectives {
+            let list = if c.source.contains("AIConfigurator") {
+                &mut measured
+            } else {
+                &mut by_law
+            };
+            if !list.contains(&c.op) {
+                list.push(c.op);
+            }
+        }
+        if !measured.is_empty() {
+            from_tables.push(format!("collectives ({})", measured.join(", ")));
         }
         if !from_tables.is_empty() {
             out.push_str(&format!(
@@ -452,6 +460,13 @@ fn memory_and_sources(out: &mut String, sim: &Simulation) {
                 a.tables,
                 from_tables.join(", ")
             ));
+            by_law.retain(|op| !measured.contains(op));
+            if !by_law.is_empty() {
+                out.push_str(&format!(
+                    "not from those tables (priced by the profile's laws): {}\n",
+                    by_law.join(", ")
+                ));
+            }
         }
     }
 }

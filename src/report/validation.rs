@@ -4,7 +4,7 @@
 use super::table::{pct, Table};
 use crate::error::{Error, Result};
 use crate::units::{path, us};
-use crate::validate::{Summary, Validation};
+use crate::validate::{IntervalCheck, Summary, Validation};
 use std::collections::BTreeMap;
 
 fn signed_pct(e: f64) -> String {
@@ -84,6 +84,9 @@ pub(crate) fn render(v: &Validation) -> String {
     out.push_str(&t.render());
     out.push('\n');
     out.push_str(&summary_line("summary", &v.summary));
+    if let Some(iv) = &v.intervals {
+        out.push_str(&intervals(iv));
+    }
     if let Some(a) = &v.anchor {
         out.push_str(&format!(
             "\nsingle anchor: calibrated from {} only, then predicted\n",
@@ -115,6 +118,57 @@ pub(crate) fn render(v: &Validation) -> String {
         }
         out.push_str(&summary_line("anchor, all configurations", &a.all));
     }
+    out
+}
+
+/// The intervals against the measured steps: one row per configuration, then coverage and width.
+fn intervals(iv: &IntervalCheck) -> String {
+    let mut out = format!(
+        "\nintervals: p5 / p50 / p95 of each predicted step over {} draws (the profile's sources, and the model-form error of the other {} configurations: leave-one-out)\n",
+        iv.draws,
+        iv.cases.len().saturating_sub(1)
+    );
+    let mut t = Table::new(&[
+        "configuration",
+        "measured (µs)",
+        "p5 (µs)",
+        "p50 (µs)",
+        "p95 (µs)",
+        "width",
+        "inside",
+    ]);
+    for c in &iv.cases {
+        t.row(vec![
+            c.configuration.clone(),
+            us(c.measured),
+            us(c.p5),
+            us(c.p50),
+            us(c.p95),
+            pct(c.width),
+            if c.inside { "yes" } else { "no" }.into(),
+        ]);
+    }
+    out.push_str(&t.render());
+    out.push('\n');
+    let inside = iv.cases.iter().filter(|c| c.inside).count();
+    out.push_str(&format!(
+        "coverage: {inside} of {} measured steps inside p5–p95 ({}); median width (p95 − p5) / p50 {}\n",
+        iv.cases.len(),
+        pct(iv.coverage),
+        pct(iv.median_width)
+    ));
+    let m = &iv.model_error;
+    let fams: Vec<String> = m
+        .families
+        .iter()
+        .map(|(n, rms, _, _)| format!("{n} {rms:.3}"))
+        .collect();
+    out.push_str(&format!(
+        "model-form error over all {} configurations (σ of ln(measured / predicted)): {}; idle σ {:.1} µs per step\n",
+        m.points,
+        fams.join(", "),
+        m.idle_rms_us
+    ));
     out
 }
 

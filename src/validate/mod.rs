@@ -144,7 +144,7 @@ pub struct CaseResult {
 pub struct Summary {
     pub cases: usize,
     pub median_abs_step_error: f64,
-    pub(crate) worst_abs_step_error: f64,
+    pub worst_abs_step_error: f64,
     pub(crate) worst_case: String,
     /// Median over all (case, category) pairs of |share error|.
     pub median_share_error: f64,

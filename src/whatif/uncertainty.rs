@@ -46,7 +46,7 @@ pub const DEFAULT_DRAWS: usize = 200;
 /// 4th draws from either end.
 pub const MIN_DRAWS: usize = 50;
 /// Seed of the draws unless `--seed` says otherwise.
-pub(crate) const DEFAULT_SEED: u64 = 0x1D7E_57A7;
+pub const DEFAULT_SEED: u64 = 0x1D7E_57A7;
 
 /// The standard normal's 97.5% quantile: a 95% interval is ±1.96 σ.
 const Z975: f64 = 1.959_963_984_540_054;
@@ -721,7 +721,18 @@ impl Drawn {
         n: usize,
         seed: u64,
     ) -> Result<Self> {
-        let uncertainty = Uncertainty::from_profile(p, s)?;
+        Self::with_uncertainty(s, p, draft, Uncertainty::from_profile(p, s)?, n, seed)
+    }
+
+    /// [`Drawn::new`] drawing `uncertainty`'s sources.
+    pub fn with_uncertainty(
+        s: &Scenario,
+        p: &CalibrationProfile,
+        draft: Option<&super::draft::Draft>,
+        uncertainty: Uncertainty,
+        n: usize,
+        seed: u64,
+    ) -> Result<Self> {
         let fast = FastScenario::new(s, p, draft.map(|d| &d.drafter))?;
         Ok(Drawn {
             launch: Launch::new(p, s.cuda_graphs),
@@ -839,15 +850,33 @@ pub fn scenario_intervals(
     n: usize,
     seed: u64,
 ) -> Result<(std::result::Result<Intervals, String>, Uncertainty)> {
+    if n == 0 {
+        let point = Intervals::from_ratios(&[], step_us, tokens_per_s);
+        return Ok((Ok(point), Uncertainty::default()));
+    }
+    scenario_intervals_with(s, p, step_us, tokens_per_s, n, seed, &ModelError::bundled()?)
+}
+
+/// [`scenario_intervals`] with a model-form error of the caller's (none: `ModelError::default()`).
+#[allow(clippy::too_many_arguments)]
+pub fn scenario_intervals_with(
+    s: &Scenario,
+    p: &CalibrationProfile,
+    step_us: f64,
+    tokens_per_s: f64,
+    n: usize,
+    seed: u64,
+    model: &ModelError,
+) -> Result<(std::result::Result<Intervals, String>, Uncertainty)> {
     let point = Intervals::from_ratios(&[], step_us, tokens_per_s);
     if n == 0 {
         return Ok((Ok(point), Uncertainty::default()));
     }
-    let u = Uncertainty::from_profile(p, s)?;
+    let u = Uncertainty::from_profile_with(p, s, model)?;
     if u.is_empty() {
         return Ok((Ok(point), u));
     }
-    match Drawn::new(s, p, None, n, seed) {
+    match Drawn::with_uncertainty(s, p, None, u.clone(), n, seed) {
         Ok(d) => {
             let iv =
                 Intervals::from_ratios(&d.step_ratios(s.batch, s.context), step_us, tokens_per_s);
@@ -1044,16 +1073,34 @@ pub fn vary_intervals(
         };
         arms_in.push((i, s, p, v.step_time_us, v.tokens_per_s));
     }
-    // The fits are independent: one per core.
+    // The fits are independent: one per core. A scenario the fast path refuses is drawn
+    // through the timeline instead, arm by arm (the same seeded draws: still paired).
     use rayon::prelude::*;
     let fits = loaded
         .par_iter()
-        .map(|(s, p)| drawn_or_hint(s, p, None, n, seed))
+        .map(|(s, p)| match Drawn::new(s, p, None, n, seed) {
+            Ok(d) => Ok(Some(d)),
+            Err(_) => {
+                // A malformed interval in the profile is its own error, by file and field;
+                // else the fast path refused the scenario.
+                Uncertainty::from_profile(p, s)?;
+                Ok(None)
+            }
+        })
         .collect::<Result<Vec<_>>>()?;
-    let base_ratios = fits[0].step_ratios(b.scenario.batch, b.scenario.context);
+    let ratios_of = |i: usize, s: &Scenario, p: &CalibrationProfile| -> Result<Vec<f64>> {
+        match &fits[i] {
+            Some(d) => d.step_ratios_of(s, p),
+            None => {
+                let u = Uncertainty::from_profile(p, s)?;
+                timeline_step_ratios(s, p, &u, n, seed)
+            }
+        }
+    };
+    let base_ratios = ratios_of(0, &b.scenario, &b.profile)?;
     let mut arms = Vec::with_capacity(arms_in.len());
     for (i, s, p, vs, vt) in arms_in {
-        let ratios = fits[i].step_ratios_of(&s, &p)?;
+        let ratios = ratios_of(i, &s, &p)?;
         // tokens/s per draw ∝ tokens per step / step time: speedup_i = point × base_i / var_i.
         arms.push(ArmIntervals {
             intervals: Intervals::from_ratios(&ratios, vs, vt),

@@ -7,8 +7,8 @@ use decodesim::scenario::routing::Routing;
 use decodesim::scenario::Proto;
 use decodesim::sim::{simulate, ScenarioRequest};
 use decodesim::whatif::uncertainty::{
-    scenario_intervals, scenario_intervals_with, vary_intervals, ModelError, Target,
-    Uncertainty, Verdict,
+    scenario_intervals, scenario_intervals_with, timeline_step_ratios, vary_intervals, Drawn,
+    Interval, ModelError, Target, Uncertainty, Verdict,
 };
 use decodesim::whatif::vary::{self, VaryRequest};
 use std::path::{Path, PathBuf};
@@ -159,6 +159,46 @@ fn dcp_answers_carry_intervals_drawn_through_the_timeline() {
         assert!(sp["p5"].as_f64().unwrap() <= sp["p95"].as_f64().unwrap(), "{x}");
         assert!(x["verdict"].is_string(), "{x}");
     }
+    // Speculative decoding over DCP: every window on the timeline, paired with the plain step.
+    let (ok, out, err) = decodesim_bin(&[
+        "whatif", "spec-decode", "--layers", "4", "--dcp", "2", "--draft-tokens", "1,2",
+        "--acceptance-rate", "0.6", "--crossover-batches", "none", "--format", "json",
+        "--draws", "50",
+    ]);
+    assert!(ok, "{err}");
+    assert!(!err.contains("no interval"), "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["draws"], 50);
+    for x in v["variants"].as_array().unwrap() {
+        let sp = &x["intervals"]["speedup"];
+        let (p5, p50, p95) = (
+            sp["p5"].as_f64().unwrap(),
+            sp["p50"].as_f64().unwrap(),
+            sp["p95"].as_f64().unwrap(),
+        );
+        assert!(p5 < p50 && p50 < p95, "{x}");
+        assert!(x["verdict"].is_string(), "{x}");
+    }
+}
+
+/// The timeline's draws and the fast path's agree where both price a scenario: the same seeded
+/// draws on the default 4-layer step give quantiles within 2% of each other.
+#[test]
+fn timeline_draws_agree_with_the_fast_paths() {
+    let sim = simulate(&ScenarioRequest {
+        layers: Some(4),
+        ..ScenarioRequest::default()
+    })
+    .unwrap();
+    let (s, p) = (&sim.scenario, &sim.profile);
+    let u = Uncertainty::from_profile(p, s).unwrap();
+    let fast = Drawn::new(s, p, None, 200, 9).unwrap().step_ratios(s.batch, s.context);
+    let timeline = timeline_step_ratios(s, p, &u, 200, 9).unwrap();
+    let (f, t) = (Interval::of(&fast), Interval::of(&timeline));
+    for (a, b) in [(f.p5, t.p5), (f.p50, t.p50), (f.p95, t.p95)] {
+        assert!(rel(a, b) < 0.02, "fast {f:?} timeline {t:?}");
+    }
+    assert!(t.p95 - t.p5 > 0.05, "{t:?}");
 }
 
 #[test]
@@ -534,7 +574,7 @@ fn whatif_intervals_on_expert_parallel_layouts_and_points_where_refused() {
         let args = [&["whatif"][..], layout, &common].concat();
         let (v, err) = json(&args);
         assert!(!err.contains("no interval"), "{layout:?}: {err}");
-        assert_eq!(v["draws"], 40, "{layout:?}: {v}");
+        assert_eq!(v["draws"], 50, "{layout:?}: {v}");
         let s = &v["base"]["intervals"]["step_time_us"];
         let (p5, p95) = (s["p5"].as_f64().unwrap(), s["p95"].as_f64().unwrap());
         // The default power-law routing is uncertain: the interval has a width.

@@ -924,18 +924,74 @@ pub fn timeline_step_ratios(
         .draws(n, seed)
         .iter()
         .map(|d| {
-            for (i, op) in w.ops.iter().enumerate() {
-                let b = pricing.base_us[i];
-                let m = d.family[op.family as usize];
-                prices[i] = if op.family.is_collective() {
-                    let lat = pricing.split_us[i].clamp(0.0, b.max(0.0));
-                    lat * d.collective_latency + (b - lat) * m
-                } else {
-                    b * m
-                };
-            }
+            drawn_prices(&w, &pricing, d, &mut prices);
             engine.run(&w, &prices, &cfg, &mut tl);
             ((tl.step_time_us() + d.step_overhead_us) / point).max(0.0)
+        })
+        .collect())
+}
+
+/// `w`'s timeline prices under draw `d`: each op's price times its family's multiplier, a
+/// collective's latency term (the pricing's split) times the latency multiplier.
+fn drawn_prices(
+    w: &crate::workload::Workload,
+    pricing: &crate::cost::Pricing,
+    d: &Draw,
+    out: &mut Vec<f64>,
+) {
+    out.clear();
+    out.extend(w.ops.iter().enumerate().map(|(i, op)| {
+        let b = pricing.base_us[i];
+        let m = d.family[op.family as usize];
+        if op.family.is_collective() {
+            let lat = pricing.split_us[i].clamp(0.0, b.max(0.0));
+            lat * d.collective_latency + (b - lat) * m
+        } else {
+            b * m
+        }
+    }));
+}
+
+/// [`timeline_step_ratios`] of the speculative step at `k` with `draft`: each window of the
+/// step played under the draw as `whatif spec-decode` plays it (pass gaps and the exposed host
+/// time undrawn, a draw's idle added per window, as the fast path adds it per pass window).
+fn timeline_spec_ratios(
+    s: &Scenario,
+    p: &CalibrationProfile,
+    draft: &super::draft::Draft,
+    u: &Uncertainty,
+    k: u32,
+    n: usize,
+    seed: u64,
+) -> Result<Vec<f64>> {
+    let (windows, host_us) = super::spec_decode::step_windows(s, draft, p, k)?;
+    let priced = windows
+        .into_iter()
+        .map(|(w, gap, _)| Ok((crate::cost::price_quiet(&w, s, p)?, w, gap)))
+        .collect::<Result<Vec<_>>>()?;
+    let cfg = crate::sim::simulate::engine_config(s, p);
+    let mut engine = crate::sim::Engine::new();
+    let mut tl = crate::sim::Timeline::default();
+    let mut point = host_us;
+    for (pricing, w, gap) in &priced {
+        engine.run(w, &pricing.base_us, &cfg, &mut tl);
+        point += tl.step_time_us() + gap;
+    }
+    if !(point > 0.0) {
+        return Ok(Vec::new());
+    }
+    let mut prices = Vec::new();
+    Ok(u
+        .draws(n, seed)
+        .iter()
+        .map(|d| {
+            let mut step = host_us;
+            for (pricing, w, gap) in &priced {
+                drawn_prices(w, pricing, d, &mut prices);
+                engine.run(w, &prices, &cfg, &mut tl);
+                step += tl.step_time_us() + gap + d.step_overhead_us;
+            }
+            (step / point).max(0.0)
         })
         .collect())
 }
@@ -1128,7 +1184,27 @@ pub(crate) fn spec_decode_intervals(
     let s = &study.baseline.scenario;
     let p = &study.baseline.profile;
     let draft = super::draft::Draft::load(req.method, req.draft.as_deref(), &s.model)?;
-    let d = drawn_or_hint(s, p, Some(&draft), n, seed)?;
+    let d = match Drawn::new(s, p, Some(&draft), n, seed) {
+        Ok(d) => d,
+        Err(_) => {
+            // The fast path refuses (decode-context parallelism): every window on the timeline,
+            // under the same seeded draws (paired with the plain step's).
+            let u = Uncertainty::from_profile(p, s)?;
+            let base = timeline_step_ratios(s, p, &u, n, seed)?;
+            return study
+                .variants
+                .iter()
+                .map(|v| {
+                    let ratios =
+                        timeline_spec_ratios(s, p, &draft, &u, v.draft_tokens, n, seed)?;
+                    Ok(ArmIntervals {
+                        intervals: Intervals::from_ratios(&ratios, v.step_time_us, v.tokens_per_s),
+                        speedup: speedup_interval(v.speedup, &base, &ratios),
+                    })
+                })
+                .collect();
+        }
+    };
     let base = d.step_ratios(s.batch, s.context);
     let mut out = Vec::with_capacity(study.variants.len());
     for v in &study.variants {

@@ -130,7 +130,9 @@ fn validation_against_the_captured_traces() {
     assert!(iv.median_width <= 0.12, "width {}", iv.median_width);
     // The bundled model-form error is this fit (`validate --write-model-error` wrote it).
     let committed = ModelError::from_file(&root("data/calibration/model_error.toml")).unwrap();
-    let fit = iv.model_error.model_error(&root("data/calibration/model_error.toml"));
+    let fit = iv
+        .model_error
+        .model_error(&root("data/calibration/model_error.toml"));
     assert_eq!(committed.sigma.len(), fit.sigma.len());
     for (name, sd) in &fit.sigma {
         assert!((committed.sigma[name] - sd).abs() < 1e-4, "{name}: {sd}");

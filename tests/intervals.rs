@@ -120,7 +120,11 @@ fn a_malformed_model_error_file_names_the_file_and_field() {
     for (text, field, says) in [
         ("[sigma]\nmoe = -0.1\n", "sigma.moe", "[0, 2]"),
         ("[sigma]\nwarp = 0.1\n", "sigma.warp", "attention"),
-        ("[sigma]\nmoe = 0.1\n[idle]\nsigma_us = \"x\"\n", "idle.sigma_us", "µs"),
+        (
+            "[sigma]\nmoe = 0.1\n[idle]\nsigma_us = \"x\"\n",
+            "idle.sigma_us",
+            "µs",
+        ),
         ("[idle]\nsigma_us = 1.0\n", "sigma", "[sigma]"),
     ] {
         let p = dir.join("model_error.toml");
@@ -156,14 +160,30 @@ fn dcp_answers_carry_intervals_drawn_through_the_timeline() {
     assert_eq!(v["draws"], 50);
     for x in v["variants"].as_array().unwrap() {
         let sp = &x["intervals"]["speedup"];
-        assert!(sp["p5"].as_f64().unwrap() <= sp["p95"].as_f64().unwrap(), "{x}");
+        assert!(
+            sp["p5"].as_f64().unwrap() <= sp["p95"].as_f64().unwrap(),
+            "{x}"
+        );
         assert!(x["verdict"].is_string(), "{x}");
     }
     // Speculative decoding over DCP: every window on the timeline, paired with the plain step.
     let (ok, out, err) = decodesim_bin(&[
-        "whatif", "spec-decode", "--layers", "4", "--dcp", "2", "--draft-tokens", "1,2",
-        "--acceptance-rate", "0.6", "--crossover-batches", "none", "--format", "json",
-        "--draws", "50",
+        "whatif",
+        "spec-decode",
+        "--layers",
+        "4",
+        "--dcp",
+        "2",
+        "--draft-tokens",
+        "1,2",
+        "--acceptance-rate",
+        "0.6",
+        "--crossover-batches",
+        "none",
+        "--format",
+        "json",
+        "--draws",
+        "50",
     ]);
     assert!(ok, "{err}");
     assert!(!err.contains("no interval"), "{err}");
@@ -192,7 +212,9 @@ fn timeline_draws_agree_with_the_fast_paths() {
     .unwrap();
     let (s, p) = (&sim.scenario, &sim.profile);
     let u = Uncertainty::from_profile(p, s).unwrap();
-    let fast = Drawn::new(s, p, None, 200, 9).unwrap().step_ratios(s.batch, s.context);
+    let fast = Drawn::new(s, p, None, 200, 9)
+        .unwrap()
+        .step_ratios(s.batch, s.context);
     let timeline = timeline_step_ratios(s, p, &u, 200, 9).unwrap();
     let (f, t) = (Interval::of(&fast), Interval::of(&timeline));
     for (a, b) in [(f.p5, t.p5), (f.p50, t.p50), (f.p95, t.p95)] {

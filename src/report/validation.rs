@@ -172,8 +172,9 @@ fn intervals(iv: &IntervalCheck) -> String {
     out
 }
 
-/// One row per configuration, raw numbers (µs, fractions); the single-anchor prediction in the
-/// last two columns when there is one.
+/// One row per configuration, raw numbers (µs, fractions); the single-anchor prediction when
+/// there is one, then the step's interval and whether the measured step lies in it (empty with
+/// `--draws 0`).
 pub(crate) fn to_csv(v: &Validation) -> Result<String> {
     let anchor: BTreeMap<&str, (f64, f64)> = v
         .anchor
@@ -204,12 +205,33 @@ pub(crate) fn to_csv(v: &Validation) -> Result<String> {
         "predicted_wait_share",
         "anchor_predicted_step_us",
         "anchor_step_error",
+        "interval_p5_us",
+        "interval_p50_us",
+        "interval_p95_us",
+        "inside_interval",
     ])
     .map_err(err)?;
+    let intervals: BTreeMap<&str, &crate::validate::CaseInterval> = v
+        .intervals
+        .iter()
+        .flat_map(|iv| iv.cases.iter())
+        .map(|c| (c.configuration.as_str(), c))
+        .collect();
     for r in &v.results {
         let (ap, ae) = anchor
             .get(r.case.name.as_str())
             .map(|&(p, e)| (p.to_string(), e.to_string()))
+            .unwrap_or_default();
+        let [p5, p50, p95, inside] = intervals
+            .get(r.case.name.as_str())
+            .map(|c| {
+                [
+                    c.p5.to_string(),
+                    c.p50.to_string(),
+                    c.p95.to_string(),
+                    c.inside.to_string(),
+                ]
+            })
             .unwrap_or_default();
         w.write_record([
             r.case.name.clone(),
@@ -229,6 +251,10 @@ pub(crate) fn to_csv(v: &Validation) -> Result<String> {
             r.predicted_wait_share.to_string(),
             ap,
             ae,
+            p5,
+            p50,
+            p95,
+            inside,
         ])
         .map_err(err)?;
     }

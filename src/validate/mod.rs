@@ -12,7 +12,9 @@ use crate::error::{Error, Result};
 use crate::scenario::{Algo, Proto, Runtime};
 use crate::sim::{simulate_loaded, ScenarioRequest};
 use crate::trace::classify::Classifier;
-use crate::whatif::uncertainty::{timeline_step_ratios, Interval, ModelError, Uncertainty, MODEL_FAMILIES};
+use crate::whatif::uncertainty::{
+    timeline_step_ratios, Interval, ModelError, Uncertainty, MODEL_FAMILIES,
+};
 use regex::Regex;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -230,21 +232,31 @@ impl ModelErrorFit {
         out.push_str("# The model's own error: how far decodesim's prices are from measured ones, per cost family,\n");
         out.push_str("# beyond the tables' interpolation error, routing and fitted factors. Every interval draws it\n");
         out.push_str("# (ln of each family's price multiplier ~ N(0, sigma); idle per pass ~ N(0, sigma_us) µs).\n");
-        out.push_str("# Written by `decodesim validate --write-model-error`: do not edit by hand.\n\n");
+        out.push_str(
+            "# Written by `decodesim validate --write-model-error`: do not edit by hand.\n\n",
+        );
         out.push_str("[provenance]\n");
         out.push_str(&format!("command = {}\n", toml_str(command)));
         out.push_str(&format!(
             "how = {}\n",
             toml_str("per family (the validation's categories), sigma = rms over the validation's configurations of ln(measured / predicted) of the category's time in the step (communication holds its waiting); idle sigma_us = rms of measured minus predicted idle per step; mean = the bias, for the record (draws are centred on the point)")
         ));
-        out.push_str(&format!("traces = {}\n", toml_str(&crate::units::path(traces))));
-        out.push_str(&format!("profile = {}\n", toml_str(&crate::units::path(Path::new(profile)))));
+        out.push_str(&format!(
+            "traces = {}\n",
+            toml_str(&crate::units::path(traces))
+        ));
+        out.push_str(&format!(
+            "profile = {}\n",
+            toml_str(&crate::units::path(Path::new(profile)))
+        ));
         out.push_str(&format!("configurations = {}\n\n", self.points));
         out.push_str("# sigma of ln(measured / predicted) per family\n[sigma]\n");
         for (n, rms, _, _) in &self.families {
             out.push_str(&format!("{n} = {rms:.4}\n"));
         }
-        out.push_str("\n# mean of ln(measured / predicted) and points per family (not drawn)\n[bias]\n");
+        out.push_str(
+            "\n# mean of ln(measured / predicted) and points per family (not drawn)\n[bias]\n",
+        );
         for (n, _, mean, k) in &self.families {
             out.push_str(&format!("{n} = {{ mean = {mean:.4}, points = {k} }}\n"));
         }

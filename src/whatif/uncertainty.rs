@@ -489,7 +489,11 @@ impl Uncertainty {
 
     /// [`Uncertainty::from_profile`] with a model-form error of the caller's (the validation's
     /// leave-one-out σ).
-    pub fn from_profile_with(p: &CalibrationProfile, s: &Scenario, model: &ModelError) -> Result<Self> {
+    pub fn from_profile_with(
+        p: &CalibrationProfile,
+        s: &Scenario,
+        model: &ModelError,
+    ) -> Result<Self> {
         let mut sources = Vec::new();
         let cis = factor_intervals(p)?;
         let src = |what: &str| format!("{}: {what}", p.path.display());
@@ -854,7 +858,15 @@ pub fn scenario_intervals(
         let point = Intervals::from_ratios(&[], step_us, tokens_per_s);
         return Ok((Ok(point), Uncertainty::default()));
     }
-    scenario_intervals_with(s, p, step_us, tokens_per_s, n, seed, &ModelError::bundled()?)
+    scenario_intervals_with(
+        s,
+        p,
+        step_us,
+        tokens_per_s,
+        n,
+        seed,
+        &ModelError::bundled()?,
+    )
 }
 
 /// [`scenario_intervals`] with a model-form error of the caller's (none: `ModelError::default()`).
@@ -920,8 +932,7 @@ pub fn timeline_step_ratios(
         return Ok(Vec::new());
     }
     let mut prices = vec![0.0; w.ops.len()];
-    Ok(u
-        .draws(n, seed)
+    Ok(u.draws(n, seed)
         .iter()
         .map(|d| {
             drawn_prices(&w, &pricing, d, &mut prices);
@@ -981,8 +992,7 @@ fn timeline_spec_ratios(
         return Ok(Vec::new());
     }
     let mut prices = Vec::new();
-    Ok(u
-        .draws(n, seed)
+    Ok(u.draws(n, seed)
         .iter()
         .map(|d| {
             let mut step = host_us;
@@ -1195,8 +1205,7 @@ pub(crate) fn spec_decode_intervals(
                 .variants
                 .iter()
                 .map(|v| {
-                    let ratios =
-                        timeline_spec_ratios(s, p, &draft, &u, v.draft_tokens, n, seed)?;
+                    let ratios = timeline_spec_ratios(s, p, &draft, &u, v.draft_tokens, n, seed)?;
                     Ok(ArmIntervals {
                         intervals: Intervals::from_ratios(&ratios, v.step_time_us, v.tokens_per_s),
                         speedup: speedup_interval(v.speedup, &base, &ratios),

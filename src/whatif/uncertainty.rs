@@ -365,6 +365,13 @@ impl ModelError {
         if let Some(v) = cache.lock().ok().and_then(|c| c.get(&path).cloned()) {
             return Ok(v);
         }
+        if !path.is_file() {
+            return Err(Error::field(
+                &path,
+                "model_error",
+                "missing: every interval draws the model's own error from this file (`decodesim validate --write-model-error FILE` writes it; the bundled data holds one); pass --draws 0 for points",
+            ));
+        }
         let v = Self::from_file(&path)?;
         if let Ok(mut c) = cache.lock() {
             c.insert(path, v.clone());
@@ -384,7 +391,7 @@ impl ModelError {
                 out.push(Source {
                     name: format!("model_{name}"),
                     provenance: format!(
-                        "{file}: the model's own error on {name} prices, rms of ln(measured / predicted) over the validation {sigma:.4}"
+                        "{file}: the model's own error on {name} prices, rms of ln(measured/predicted) over the validation {sigma:.4}"
                     ),
                     target: Target::Families(fams.to_vec()),
                     mu: 0.0,

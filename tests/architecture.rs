@@ -73,6 +73,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "accounting",
             "trace",
             "calibrate",
+            "whatif",
         ],
     ),
     (

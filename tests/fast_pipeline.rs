@@ -472,7 +472,7 @@ fn sweep_intervals_run_over_pp() {
         "--pareto",
         "--intervals",
         "--draws",
-        "40",
+        "50",
     ]);
     assert_eq!(code, 0, "{err}");
     let (header, rows) = csv_table(&out);

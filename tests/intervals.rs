@@ -7,7 +7,8 @@ use decodesim::scenario::routing::Routing;
 use decodesim::scenario::Proto;
 use decodesim::sim::{simulate, ScenarioRequest};
 use decodesim::whatif::uncertainty::{
-    scenario_intervals, vary_intervals, Target, Uncertainty, Verdict,
+    scenario_intervals, scenario_intervals_with, timeline_step_ratios, vary_intervals, Drawn,
+    Interval, ModelError, Target, Uncertainty, Verdict,
 };
 use decodesim::whatif::vary::{self, VaryRequest};
 use std::path::{Path, PathBuf};
@@ -43,17 +44,19 @@ fn rel(a: f64, b: f64) -> f64 {
 }
 
 #[test]
-fn without_intervals_or_tables_the_interval_is_the_point() {
+fn without_intervals_tables_or_model_error_the_interval_is_the_point() {
     let sim = simulate(&plain_request()).unwrap();
-    let u = Uncertainty::from_profile(&sim.profile, &sim.scenario).unwrap();
+    let none = ModelError::default();
+    let u = Uncertainty::from_profile_with(&sim.profile, &sim.scenario, &none).unwrap();
     assert!(u.is_empty(), "{u:?}");
-    let (iv, _) = scenario_intervals(
+    let (iv, _) = scenario_intervals_with(
         &sim.scenario,
         &sim.profile,
         sim.step_time_us(),
         sim.tokens_per_s(),
         200,
         1,
+        &none,
     )
     .unwrap();
     let iv = iv.unwrap();
@@ -73,6 +76,171 @@ fn without_intervals_or_tables_the_interval_is_the_point() {
     }
 }
 
+/// The model's own error is drawn for every answer: the bundled file's σ per family (from the
+/// H200 validation) reach the families they name, so even a profile with nothing uncertain of
+/// its own has an interval around its point.
+#[test]
+fn the_models_own_error_is_drawn_from_the_bundled_file() {
+    let sim = simulate(&plain_request()).unwrap();
+    let bundled = ModelError::bundled().unwrap();
+    assert!(bundled.path.ends_with("data/calibration/model_error.toml"));
+    let u = Uncertainty::from_profile(&sim.profile, &sim.scenario).unwrap();
+    assert!(!u.is_empty());
+    for name in ["moe", "gemm", "attention", "communication"] {
+        let src = u
+            .sources
+            .iter()
+            .find(|x| x.name() == format!("model_{name}"))
+            .unwrap_or_else(|| panic!("model_{name} in {u:?}"));
+        assert_eq!(src.sigma, bundled.sigma[name]);
+        assert!(src.provenance().contains("model_error.toml"), "{src:?}");
+    }
+    let idle = u.sources.iter().find(|x| x.name() == "model_idle").unwrap();
+    assert_eq!(idle.target, Target::Idle);
+    assert_eq!(idle.sigma, bundled.idle_sigma_us);
+    let (iv, _) = scenario_intervals(
+        &sim.scenario,
+        &sim.profile,
+        sim.step_time_us(),
+        sim.tokens_per_s(),
+        200,
+        1,
+    )
+    .unwrap();
+    let s = iv.unwrap().step_time_us;
+    let point = sim.step_time_us();
+    assert!(s.p5 < point && point < s.p95, "{s:?} vs {point}");
+    assert!(rel(s.p50, point) < 0.02, "{s:?} vs {point}");
+}
+
+#[test]
+fn a_malformed_model_error_file_names_the_file_and_field() {
+    let dir = scratch("intervals_bad_model_error");
+    std::fs::create_dir_all(&dir).unwrap();
+    for (text, field, says) in [
+        ("[sigma]\nmoe = -0.1\n", "sigma.moe", "[0, 2]"),
+        ("[sigma]\nwarp = 0.1\n", "sigma.warp", "attention"),
+        (
+            "[sigma]\nmoe = 0.1\n[idle]\nsigma_us = \"x\"\n",
+            "idle.sigma_us",
+            "µs",
+        ),
+        ("[idle]\nsigma_us = 1.0\n", "sigma", "[sigma]"),
+    ] {
+        let p = dir.join("model_error.toml");
+        std::fs::write(&p, text).unwrap();
+        let e = ModelError::from_file(&p).unwrap_err().to_string();
+        assert!(e.contains("model_error.toml"), "{e}");
+        assert!(e.contains(field), "{e}");
+        assert!(e.contains(says), "{e}");
+    }
+}
+
+/// Where the fast path refuses a scenario (decode-context parallelism: its KV-cache write is
+/// not linear in the fast path's basis), the draws act on the timeline's prices: the answer
+/// has an interval, and a what-if over it a verdict.
+#[test]
+fn dcp_answers_carry_intervals_drawn_through_the_timeline() {
+    let (ok, out, err) = decodesim_bin(&[
+        "simulate", "--layers", "4", "--dcp", "2", "--format", "json", "--draws", "50",
+    ]);
+    assert!(ok, "{err}");
+    assert!(!err.contains("no interval"), "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let s = &v["intervals"]["step_time_us"];
+    let (p5, p95) = (s["p5"].as_f64().unwrap(), s["p95"].as_f64().unwrap());
+    let point = v["step_time_us"].as_f64().unwrap();
+    assert!(p5 < point && point < p95, "{s} vs {point}");
+    let (ok, out, err) = decodesim_bin(&[
+        "whatif", "--layers", "4", "--vary", "dcp=1,2", "--format", "json", "--draws", "50",
+    ]);
+    assert!(ok, "{err}");
+    assert!(!err.contains("no interval"), "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["draws"], 50);
+    for x in v["variants"].as_array().unwrap() {
+        let sp = &x["intervals"]["speedup"];
+        assert!(
+            sp["p5"].as_f64().unwrap() <= sp["p95"].as_f64().unwrap(),
+            "{x}"
+        );
+        assert!(x["verdict"].is_string(), "{x}");
+    }
+    // Speculative decoding over DCP: every window on the timeline, paired with the plain step.
+    let (ok, out, err) = decodesim_bin(&[
+        "whatif",
+        "spec-decode",
+        "--layers",
+        "4",
+        "--dcp",
+        "2",
+        "--draft-tokens",
+        "1,2",
+        "--acceptance-rate",
+        "0.6",
+        "--crossover-batches",
+        "none",
+        "--format",
+        "json",
+        "--draws",
+        "50",
+    ]);
+    assert!(ok, "{err}");
+    assert!(!err.contains("no interval"), "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["draws"], 50);
+    for x in v["variants"].as_array().unwrap() {
+        let sp = &x["intervals"]["speedup"];
+        let (p5, p50, p95) = (
+            sp["p5"].as_f64().unwrap(),
+            sp["p50"].as_f64().unwrap(),
+            sp["p95"].as_f64().unwrap(),
+        );
+        assert!(p5 < p50 && p50 < p95, "{x}");
+        assert!(x["verdict"].is_string(), "{x}");
+    }
+}
+
+/// The timeline's draws and the fast path's agree where both price a scenario: the same seeded
+/// draws on the default 4-layer step give quantiles within 2% of each other.
+#[test]
+fn timeline_draws_agree_with_the_fast_paths() {
+    let sim = simulate(&ScenarioRequest {
+        layers: Some(4),
+        ..ScenarioRequest::default()
+    })
+    .unwrap();
+    let (s, p) = (&sim.scenario, &sim.profile);
+    let u = Uncertainty::from_profile(p, s).unwrap();
+    let fast = Drawn::new(s, p, None, 200, 9)
+        .unwrap()
+        .step_ratios(s.batch, s.context);
+    let timeline = timeline_step_ratios(s, p, &u, 200, 9).unwrap();
+    let (f, t) = (Interval::of(&fast), Interval::of(&timeline));
+    for (a, b) in [(f.p5, t.p5), (f.p50, t.p50), (f.p95, t.p95)] {
+        assert!(rel(a, b) < 0.02, "fast {f:?} timeline {t:?}");
+    }
+    assert!(t.p95 - t.p5 > 0.05, "{t:?}");
+}
+
+#[test]
+fn fewer_than_fifty_draws_are_refused_for_an_interval() {
+    for args in [
+        &["simulate", "--layers", "4", "--draws", "1"][..],
+        &["simulate", "--layers", "4", "--draws", "49"][..],
+        &["sweep", "--batch", "1,16", "--intervals", "--draws", "0"][..],
+        &["sweep", "--batch", "1,16", "--intervals", "--draws", "10"][..],
+    ] {
+        let (ok, _, err) = decodesim_bin(args);
+        assert!(!ok, "{args:?}");
+        assert!(err.contains("--draws"), "{args:?}: {err}");
+        assert!(err.contains("50"), "{args:?}: {err}");
+    }
+    // 0 still turns a command's intervals off, and 50 is enough.
+    let (ok, _, err) = decodesim_bin(&["simulate", "--layers", "4", "--draws", "50"]);
+    assert!(ok, "{err}");
+}
+
 /// A PCIe all-reduce-bound step (Simple protocol, batch 256: megabyte messages over PCIe).
 fn allreduce_bound(profile: &Path) -> ScenarioRequest {
     ScenarioRequest {
@@ -90,19 +258,22 @@ fn a_wide_bandwidth_interval_widens_an_allreduce_bound_step_around_its_point() {
         "[fit.from_throughput]\ncollective_bw_scale_ci95 = [0.5, 2.0]",
     );
     let sim = simulate(&allreduce_bound(&p)).unwrap();
-    let u = Uncertainty::from_profile(&sim.profile, &sim.scenario).unwrap();
+    // The factor's interval alone (the model's own error is another test's).
+    let none = ModelError::default();
+    let u = Uncertainty::from_profile_with(&sim.profile, &sim.scenario, &none).unwrap();
     assert_eq!(u.sources.len(), 1, "{u:?}");
     assert_eq!(u.sources[0].target, Target::CollectiveBandwidth);
     // ln 2 / 1.96: the stated interval is the draw's 95% interval.
     assert!((u.sources[0].sigma - 2f64.ln() / 1.959964).abs() < 1e-6);
     let point = sim.step_time_us();
-    let (iv, _) = scenario_intervals(
+    let (iv, _) = scenario_intervals_with(
         &sim.scenario,
         &sim.profile,
         point,
         sim.tokens_per_s(),
         400,
         3,
+        &none,
     )
     .unwrap();
     let iv = iv.unwrap();
@@ -118,13 +289,14 @@ fn a_wide_bandwidth_interval_widens_an_allreduce_bound_step_around_its_point() {
         "[fit.from_throughput]\ncollective_bw_scale_ci95 = [0.95, 1.0526]",
     );
     let sim2 = simulate(&allreduce_bound(&narrow)).unwrap();
-    let (iv2, _) = scenario_intervals(
+    let (iv2, _) = scenario_intervals_with(
         &sim2.scenario,
         &sim2.profile,
         sim2.step_time_us(),
         sim2.tokens_per_s(),
         400,
         3,
+        &none,
     )
     .unwrap();
     let iv2 = iv2.unwrap();
@@ -402,7 +574,7 @@ fn whatif_intervals_on_expert_parallel_layouts_and_points_where_refused() {
         "--vary",
         "nccl-proto=LL,Simple",
         "--draws",
-        "40",
+        "50",
         "--format",
         "json",
     ];
@@ -424,7 +596,7 @@ fn whatif_intervals_on_expert_parallel_layouts_and_points_where_refused() {
         let args = [&["whatif"][..], layout, &common].concat();
         let (v, err) = json(&args);
         assert!(!err.contains("no interval"), "{layout:?}: {err}");
-        assert_eq!(v["draws"], 40, "{layout:?}: {v}");
+        assert_eq!(v["draws"], 50, "{layout:?}: {v}");
         let s = &v["base"]["intervals"]["step_time_us"];
         let (p5, p95) = (s["p5"].as_f64().unwrap(), s["p95"].as_f64().unwrap());
         // The default power-law routing is uncertain: the interval has a width.

@@ -1,7 +1,7 @@
 //! `--draws` and `--interval-seed`: the Monte Carlo intervals the answering commands add.
 
 use crate::error::{Error, Result};
-use crate::whatif::uncertainty::{DEFAULT_DRAWS, DEFAULT_SEED};
+use crate::whatif::uncertainty::{DEFAULT_DRAWS, DEFAULT_SEED, MIN_DRAWS};
 
 /// Most draws one interval may take (p5 and p95 are steady well before).
 const MAX_DRAWS: usize = 100_000;
@@ -18,16 +18,33 @@ pub(crate) struct IntervalArgs {
 }
 
 impl IntervalArgs {
-    /// The draw count, checked.
+    /// The draw count, checked: 0 (no intervals) or 50 to 100,000.
     pub(crate) fn draws(&self) -> Result<usize> {
-        if self.draws > MAX_DRAWS {
+        if self.draws > MAX_DRAWS || (self.draws > 0 && self.draws < MIN_DRAWS) {
             return Err(Error::ScenarioRange {
                 flag: "--draws",
                 value: self.draws.to_string(),
-                expected: format!("expected 0 (no intervals) to {MAX_DRAWS}"),
+                expected: format!(
+                    "expected 0 (no intervals) or {MIN_DRAWS} to {MAX_DRAWS} draws (fewer than {MIN_DRAWS} cannot place p5 and p95)"
+                ),
             });
         }
         Ok(self.draws)
+    }
+
+    /// The draw count where an interval is asked for (`sweep --intervals`): 0 is refused too.
+    pub(crate) fn draws_for_interval(&self, asked_by: &str) -> Result<usize> {
+        let n = self.draws()?;
+        if n == 0 {
+            return Err(Error::ScenarioRange {
+                flag: "--draws",
+                value: "0".into(),
+                expected: format!(
+                    "expected {MIN_DRAWS} to {MAX_DRAWS} draws: {asked_by} asks for intervals, which rest on at least {MIN_DRAWS} draws (leave out {asked_by} for points)"
+                ),
+            });
+        }
+        Ok(n)
     }
 }
 

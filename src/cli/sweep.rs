@@ -737,7 +737,7 @@ fn decision_intervals(
             expected: "intervals on the decisions: the summary, --format json (best rows and front), or --format csv --pareto (the front with tokens_per_s_p5/p95 columns)".into(),
         });
     }
-    let draws = a.interval_args.draws()?;
+    let draws = a.interval_args.draws_for_interval("--intervals")?;
     let seed = a.interval_args.interval_seed;
     let req = req.clone();
     Ok(Some(Box::new(move |rows: &[sweep::Row]| {

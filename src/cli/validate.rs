@@ -30,6 +30,12 @@ pub struct ValidateArgs {
     /// Validate even when --layers or a configuration's name differs from what its trace shows.
     #[arg(long)]
     allow_mismatch: bool,
+    /// Write the model-form error the residuals give (σ per cost family and of the idle per
+    /// step) to FILE, the format of data/calibration/model_error.toml that every interval draws.
+    #[arg(long, value_name = "FILE")]
+    write_model_error: Option<PathBuf>,
+    #[command(flatten)]
+    intervals: super::intervals::IntervalArgs,
     #[command(flatten)]
     pub read: super::trace::TraceReadArgs,
     #[command(flatten)]
@@ -38,6 +44,11 @@ pub struct ValidateArgs {
 
 pub fn run(a: ValidateArgs) -> Result<()> {
     let classifier = super::trace::classifier(&a.read)?;
+    let draws = if a.write_model_error.is_some() {
+        a.intervals.draws_for_interval("--write-model-error")?
+    } else {
+        a.intervals.draws()?
+    };
     let v = crate::validate::validate_with(
         &a.traces,
         &crate::validate::ValidateOptions {
@@ -46,12 +57,24 @@ pub fn run(a: ValidateArgs) -> Result<()> {
             calibration: a.calibration.clone(),
             layers: a.layers,
             anchor: a.anchor.clone(),
+            draws,
+            seed: a.intervals.interval_seed,
         },
         crate::validate::ValidateChecks {
             ranks: a.ranks.policy(),
             allow_mismatch: a.allow_mismatch,
         },
     )?;
+    if let (Some(path), Some(iv)) = (&a.write_model_error, &v.intervals) {
+        let command = format!(
+            "decodesim validate --traces {} --calibration {} --write-model-error {}",
+            crate::units::path(&a.traces),
+            a.calibration,
+            crate::units::path(path)
+        );
+        let text = iv.model_error.to_toml(&a.traces, &v.profile, &command);
+        crate::files::write_atomic_bytes(path, text.as_bytes())?;
+    }
     match a.format {
         Format::Json => print(
             &(serde_json::to_string_pretty(&v).map_err(|e| crate::Error::WriteReport {

@@ -11,7 +11,12 @@ fn sources_line(u: &Uncertainty) -> String {
     let names: Vec<String> = u
         .sources
         .iter()
-        .map(|s| format!("{} (σ {:.3})", s.name, s.sigma))
+        .map(|s| match s.target {
+            crate::whatif::uncertainty::Target::Idle => {
+                format!("{} (σ {:.1} µs)", s.name, s.sigma)
+            }
+            _ => format!("{} (σ {:.3})", s.name, s.sigma),
+        })
         .collect();
     format!("drawn: {}", names.join(", "))
 }

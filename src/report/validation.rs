@@ -4,7 +4,7 @@
 use super::table::{pct, Table};
 use crate::error::{Error, Result};
 use crate::units::{path, us};
-use crate::validate::{Summary, Validation};
+use crate::validate::{IntervalCheck, Summary, Validation};
 use std::collections::BTreeMap;
 
 fn signed_pct(e: f64) -> String {
@@ -84,6 +84,9 @@ pub(crate) fn render(v: &Validation) -> String {
     out.push_str(&t.render());
     out.push('\n');
     out.push_str(&summary_line("summary", &v.summary));
+    if let Some(iv) = &v.intervals {
+        out.push_str(&intervals(iv));
+    }
     if let Some(a) = &v.anchor {
         out.push_str(&format!(
             "\nsingle anchor: calibrated from {} only, then predicted\n",
@@ -118,8 +121,60 @@ pub(crate) fn render(v: &Validation) -> String {
     out
 }
 
-/// One row per configuration, raw numbers (µs, fractions); the single-anchor prediction in the
-/// last two columns when there is one.
+/// The intervals against the measured steps: one row per configuration, then coverage and width.
+fn intervals(iv: &IntervalCheck) -> String {
+    let mut out = format!(
+        "\nintervals: p5 / p50 / p95 of each predicted step over {} draws (the profile's sources, and the model-form error of the other {} configurations: leave-one-out)\n",
+        iv.draws,
+        iv.cases.len().saturating_sub(1)
+    );
+    let mut t = Table::new(&[
+        "configuration",
+        "measured (µs)",
+        "p5 (µs)",
+        "p50 (µs)",
+        "p95 (µs)",
+        "width",
+        "inside",
+    ]);
+    for c in &iv.cases {
+        t.row(vec![
+            c.configuration.clone(),
+            us(c.measured),
+            us(c.p5),
+            us(c.p50),
+            us(c.p95),
+            pct(c.width),
+            if c.inside { "yes" } else { "no" }.into(),
+        ]);
+    }
+    out.push_str(&t.render());
+    out.push('\n');
+    let inside = iv.cases.iter().filter(|c| c.inside).count();
+    out.push_str(&format!(
+        "coverage: {inside} of {} measured steps inside p5–p95 ({}); median width (p95 − p5) / p50 {}\n",
+        iv.cases.len(),
+        pct(iv.coverage),
+        pct(iv.median_width)
+    ));
+    let m = &iv.model_error;
+    let fams: Vec<String> = m
+        .families
+        .iter()
+        .map(|(n, rms, _, _)| format!("{n} {rms:.3}"))
+        .collect();
+    out.push_str(&format!(
+        "model-form error over all {} configurations (σ of ln(measured / predicted)): {}; idle σ {:.1} µs per step\n",
+        m.points,
+        fams.join(", "),
+        m.idle_rms_us
+    ));
+    out
+}
+
+/// One row per configuration, raw numbers (µs, fractions); the single-anchor prediction when
+/// there is one, then the step's interval and whether the measured step lies in it (empty with
+/// `--draws 0`).
 pub(crate) fn to_csv(v: &Validation) -> Result<String> {
     let anchor: BTreeMap<&str, (f64, f64)> = v
         .anchor
@@ -150,12 +205,33 @@ pub(crate) fn to_csv(v: &Validation) -> Result<String> {
         "predicted_wait_share",
         "anchor_predicted_step_us",
         "anchor_step_error",
+        "interval_p5_us",
+        "interval_p50_us",
+        "interval_p95_us",
+        "inside_interval",
     ])
     .map_err(err)?;
+    let intervals: BTreeMap<&str, &crate::validate::CaseInterval> = v
+        .intervals
+        .iter()
+        .flat_map(|iv| iv.cases.iter())
+        .map(|c| (c.configuration.as_str(), c))
+        .collect();
     for r in &v.results {
         let (ap, ae) = anchor
             .get(r.case.name.as_str())
             .map(|&(p, e)| (p.to_string(), e.to_string()))
+            .unwrap_or_default();
+        let [p5, p50, p95, inside] = intervals
+            .get(r.case.name.as_str())
+            .map(|c| {
+                [
+                    c.p5.to_string(),
+                    c.p50.to_string(),
+                    c.p95.to_string(),
+                    c.inside.to_string(),
+                ]
+            })
             .unwrap_or_default();
         w.write_record([
             r.case.name.clone(),
@@ -175,6 +251,10 @@ pub(crate) fn to_csv(v: &Validation) -> Result<String> {
             r.predicted_wait_share.to_string(),
             ap,
             ae,
+            p5,
+            p50,
+            p95,
+            inside,
         ])
         .map_err(err)?;
     }

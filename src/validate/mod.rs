@@ -12,6 +12,9 @@ use crate::error::{Error, Result};
 use crate::scenario::{Algo, Proto, Runtime};
 use crate::sim::{simulate_loaded, ScenarioRequest};
 use crate::trace::classify::Classifier;
+use crate::whatif::uncertainty::{
+    timeline_step_ratios, Interval, ModelError, Uncertainty, MODEL_FAMILIES,
+};
 use regex::Regex;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -143,7 +146,7 @@ pub struct CaseResult {
 pub struct Summary {
     pub cases: usize,
     pub median_abs_step_error: f64,
-    pub(crate) worst_abs_step_error: f64,
+    pub worst_abs_step_error: f64,
     pub(crate) worst_case: String,
     /// Median over all (case, category) pairs of |share error|.
     pub median_share_error: f64,
@@ -164,16 +167,193 @@ pub struct Validation {
     pub results: Vec<CaseResult>,
     pub summary: Summary,
     pub anchor: Option<AnchorReport>,
+    /// The model-form error the residuals give, and how often the intervals hold the measured
+    /// step; None with `draws` 0.
+    pub intervals: Option<IntervalCheck>,
+}
+
+/// One configuration's step interval, drawn with the model-form error of the other
+/// configurations (leave-one-out).
+#[derive(Debug, Clone, Serialize)]
+pub struct CaseInterval {
+    pub configuration: String,
+    pub p5: f64,
+    pub p50: f64,
+    pub p95: f64,
+    pub measured: f64,
+    /// The measured step lies in [p5, p95].
+    pub inside: bool,
+    /// (p95 − p5) / p50.
+    pub width: f64,
+}
+
+/// The intervals held against the validation's own measurements.
+#[derive(Debug, Clone, Serialize)]
+pub struct IntervalCheck {
+    pub draws: usize,
+    pub seed: u64,
+    pub cases: Vec<CaseInterval>,
+    /// Share of configurations whose measured step lies in p5–p95.
+    pub coverage: f64,
+    /// Median over configurations of (p95 − p5) / p50.
+    pub median_width: f64,
+    /// The model-form error over every configuration (what `--write-model-error` writes).
+    pub model_error: ModelErrorFit,
+}
+
+/// Residuals per family over the validation: rms and mean of ln(measured / predicted) of each
+/// category's time, and of measured − predicted idle (µs).
+#[derive(Debug, Clone, Serialize)]
+pub struct ModelErrorFit {
+    /// (family, rms, mean, points) of ln(measured / predicted).
+    pub families: Vec<(String, f64, f64, usize)>,
+    pub idle_rms_us: f64,
+    pub idle_mean_us: f64,
+    pub points: usize,
+}
+
+impl ModelErrorFit {
+    /// The fit as a model error to draw from.
+    pub fn model_error(&self, path: &Path) -> ModelError {
+        ModelError {
+            sigma: self
+                .families
+                .iter()
+                .map(|(n, rms, _, _)| (n.clone(), *rms))
+                .collect(),
+            idle_sigma_us: self.idle_rms_us,
+            path: path.to_path_buf(),
+        }
+    }
+
+    /// The text of `data/calibration/model_error.toml`, provenance first.
+    pub fn to_toml(&self, traces: &Path, profile: &str, command: &str) -> String {
+        let mut out = String::new();
+        out.push_str("# The model's own error: how far decodesim's prices are from measured ones, per cost family,\n");
+        out.push_str("# beyond the tables' interpolation error, routing and fitted factors. Every interval draws it\n");
+        out.push_str("# (ln of each family's price multiplier ~ N(0, sigma); idle per pass ~ N(0, sigma_us) µs).\n");
+        out.push_str(
+            "# Written by `decodesim validate --write-model-error`: do not edit by hand.\n\n",
+        );
+        out.push_str("[provenance]\n");
+        out.push_str(&format!("command = {}\n", toml_str(command)));
+        out.push_str(&format!(
+            "how = {}\n",
+            toml_str("per family (the validation's categories), sigma = rms over the validation's configurations of ln(measured / predicted) of the category's time in the step (communication holds its waiting); idle sigma_us = rms of measured minus predicted idle per step; mean = the bias, for the record (draws are centred on the point)")
+        ));
+        out.push_str(&format!(
+            "traces = {}\n",
+            toml_str(&crate::units::path(traces))
+        ));
+        out.push_str(&format!(
+            "profile = {}\n",
+            toml_str(&crate::units::path(Path::new(profile)))
+        ));
+        out.push_str(&format!("configurations = {}\n\n", self.points));
+        out.push_str("# sigma of ln(measured / predicted) per family\n[sigma]\n");
+        for (n, rms, _, _) in &self.families {
+            out.push_str(&format!("{n} = {rms:.4}\n"));
+        }
+        out.push_str(
+            "\n# mean of ln(measured / predicted) and points per family (not drawn)\n[bias]\n",
+        );
+        for (n, _, mean, k) in &self.families {
+            out.push_str(&format!("{n} = {{ mean = {mean:.4}, points = {k} }}\n"));
+        }
+        out.push_str(&format!(
+            "\n# idle per step no op prices, measured minus predicted (µs)\n[idle]\nsigma_us = {:.1}\nmean_us = {:.1}\n",
+            self.idle_rms_us, self.idle_mean_us
+        ));
+        out
+    }
+}
+
+fn toml_str(s: &str) -> String {
+    toml::Value::String(s.to_string()).to_string()
+}
+
+/// Per configuration, (family, ln(measured / predicted)) of each category both sides hold, and
+/// measured − predicted idle (µs).
+fn residuals(r: &CaseResult) -> (Vec<(&'static str, f64)>, f64) {
+    let mut out = Vec::new();
+    let mut idle = 0.0;
+    for row in &r.comparison.rows {
+        if row.category == Category::Idle {
+            idle = row.measured_us - row.predicted_us;
+            continue;
+        }
+        let Some((name, _)) = MODEL_FAMILIES
+            .iter()
+            .find(|(n, _)| *n == row.category.to_string())
+        else {
+            continue;
+        };
+        if row.measured_us > 0.0 && row.predicted_us > 0.0 {
+            out.push((*name, (row.measured_us / row.predicted_us).ln()));
+        }
+    }
+    (out, idle)
+}
+
+/// The model-form error over `results` less the one at `leave_out`.
+fn fit_model_error(results: &[CaseResult], leave_out: Option<usize>) -> ModelErrorFit {
+    let mut by: BTreeMap<&'static str, Vec<f64>> = BTreeMap::new();
+    let mut idle = Vec::new();
+    for (i, r) in results.iter().enumerate() {
+        if Some(i) == leave_out {
+            continue;
+        }
+        let (res, d) = residuals(r);
+        for (n, x) in res {
+            by.entry(n).or_default().push(x);
+        }
+        idle.push(d);
+    }
+    let rms = |v: &[f64]| (v.iter().map(|x| x * x).sum::<f64>() / v.len().max(1) as f64).sqrt();
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
+    ModelErrorFit {
+        families: MODEL_FAMILIES
+            .iter()
+            .filter_map(|(n, _)| {
+                let v = by.get(n)?;
+                Some((n.to_string(), rms(v), mean(v), v.len()))
+            })
+            .collect(),
+        idle_rms_us: rms(&idle),
+        idle_mean_us: mean(&idle),
+        points: idle.len(),
+    }
 }
 
 /// The measured step as the mean over ranks of each rank's mean step, leaving out steps longer
 /// than twice the median step of all ranks: the first profiled step of a fresh process group
 /// can hold hundreds of milliseconds of one-off waiting (profiler and NCCL start-up).
 pub(crate) fn robust_breakdown(summary: &crate::accounting::TraceSummary) -> (Breakdown, usize) {
+    robust_breakdown_with(summary, false)
+}
+
+/// [`robust_breakdown`]; with `after_barrier`, each rank's first profiled step is left out too
+/// where the rank has later ones. The harness profiles its reference steps straight after a
+/// `dist.barrier()` (data/traces/h200/MANIFEST.txt): the ranks leave the barrier up to
+/// milliseconds apart, and the first step's first all-reduce holds that gap as waiting
+/// (rank 1 of `refstep_b4_c32768_default`: 4,942 µs against 3,112 and 3,115 µs for its next
+/// two steps, under the twice-the-median rule). Later steps start from a step whose last
+/// collective ended on both ranks at once, as every step of a running server does.
+pub(crate) fn robust_breakdown_with(
+    summary: &crate::accounting::TraceSummary,
+    after_barrier: bool,
+) -> (Breakdown, usize) {
+    let skip = |r: &crate::accounting::summary::RankSummary| {
+        usize::from(after_barrier && r.selected_steps().count() > 1)
+    };
     let mut times: Vec<f64> = summary
         .ranks
         .iter()
-        .flat_map(|r| r.selected_steps().map(|s| s.breakdown.step_time_us))
+        .flat_map(|r| {
+            r.selected_steps()
+                .skip(skip(r))
+                .map(|s| s.breakdown.step_time_us)
+        })
         .collect();
     let limit = 2.0 * crate::calibrate::regression::median(&mut times);
     let mut excluded = 0;
@@ -181,8 +361,11 @@ pub(crate) fn robust_breakdown(summary: &crate::accounting::TraceSummary) -> (Br
         .ranks
         .iter()
         .filter_map(|r| {
+            let first = skip(r);
+            excluded += first;
             let kept: Vec<&Breakdown> = r
                 .selected_steps()
+                .skip(first)
                 .map(|s| &s.breakdown)
                 .filter(|b| {
                     let keep = b.step_time_us <= limit;
@@ -234,6 +417,10 @@ pub struct ValidateOptions<'a> {
     /// Case name used as the single anchor; None picks batch 16 (or the nearest), context
     /// 8192 (or the nearest), setting `default`.
     pub anchor: Option<String>,
+    /// Monte Carlo draws of each configuration's interval (0: no intervals).
+    pub draws: usize,
+    /// Seed of the draws.
+    pub seed: u64,
 }
 
 /// The checks of the traces that the user may relax.
@@ -271,7 +458,7 @@ pub(crate) fn validate_with(
             case: case.name.clone(),
             error: Box::new(e.into()),
         })?;
-        let (measured, excluded) = robust_breakdown(&summary);
+        let (measured, excluded) = robust_breakdown_with(&summary, true);
         let inferred = infer_scenario(&summary);
         // Each layer has two all-reduces; the step adds the embedding's and the logits gather
         // (accounting::infer). --layers wins, and is then checked against the trace.
@@ -339,12 +526,70 @@ pub(crate) fn validate_with(
         .collect();
     let summary = summarize_errors(&rows, &mut share_errors);
     let anchor = anchor_mode(&results, &profile, &profile_path, o)?;
+    let intervals = check_intervals(&results, &profile, &profile_path, o)?;
     Ok(Validation {
         profile: profile_path.display().to_string(),
         results,
         summary,
         anchor,
+        intervals,
     })
+}
+
+/// Each configuration's step interval with the model-form error of the others (leave-one-out)
+/// and the profile's own sources, drawn through the timeline, held against its measured step.
+fn check_intervals(
+    results: &[CaseResult],
+    profile: &CalibrationProfile,
+    profile_path: &Path,
+    o: &ValidateOptions,
+) -> Result<Option<IntervalCheck>> {
+    if o.draws == 0 || results.is_empty() {
+        return Ok(None);
+    }
+    let mut cases = Vec::with_capacity(results.len());
+    for (i, r) in results.iter().enumerate() {
+        let req = request_for(
+            &r.case,
+            r.ranks as u32,
+            r.layers,
+            &o.system,
+            &profile_path.display().to_string(),
+        )?;
+        let (scenario, _) = req.load()?;
+        let model = if results.len() > 1 {
+            fit_model_error(results, Some(i)).model_error(Path::new("leave-one-out"))
+        } else {
+            ModelError::default()
+        };
+        let u = Uncertainty::from_profile_with(profile, &scenario, &model)?;
+        let ratios = timeline_step_ratios(&scenario, profile, &u, o.draws, o.seed)?;
+        let steps: Vec<f64> = ratios.iter().map(|x| x * r.predicted_step_us).collect();
+        let q = if steps.is_empty() {
+            Interval::of(&[r.predicted_step_us])
+        } else {
+            Interval::of(&steps)
+        };
+        cases.push(CaseInterval {
+            configuration: r.case.name.clone(),
+            p5: q.p5,
+            p50: q.p50,
+            p95: q.p95,
+            measured: r.measured_step_us,
+            inside: (q.p5..=q.p95).contains(&r.measured_step_us),
+            width: (q.p95 - q.p5) / q.p50,
+        });
+    }
+    let coverage = cases.iter().filter(|c| c.inside).count() as f64 / cases.len() as f64;
+    let mut widths: Vec<f64> = cases.iter().map(|c| c.width).collect();
+    Ok(Some(IntervalCheck {
+        draws: o.draws,
+        seed: o.seed,
+        coverage,
+        median_width: crate::calibrate::regression::median(&mut widths),
+        cases,
+        model_error: fit_model_error(results, None),
+    }))
 }
 
 fn anchor_mode(

@@ -204,6 +204,35 @@ pub fn step_cost(
     Ok(c)
 }
 
+/// The windows of the step at `k` as [`step_cost`] plays them: each window's workload, the µs
+/// of its pass gaps and whether it verifies; and the profile's exposed host time (for the
+/// timeline's interval draws).
+pub(crate) fn step_windows(
+    s: &Scenario,
+    draft: &Draft,
+    p: &CalibrationProfile,
+    k: u32,
+) -> Result<(Vec<(Workload, f64, bool)>, f64)> {
+    if s.comm.pp_size() > 1 {
+        return Err(crate::sim::fast::pp_refused(s.comm.pp_size()));
+    }
+    let sd = spec_params(p)?;
+    let ds = draft.scenario(s)?;
+    let step = SpecStep::new(draft.method, k);
+    let windows = step
+        .windows
+        .iter()
+        .map(|win| {
+            (
+                step.window_workload(win, draft, s, &ds),
+                win.pass_gaps as f64 * sd.pass_gap_us,
+                win.side == Side::Verify,
+            )
+        })
+        .collect();
+    Ok((windows, sd.exposed_host_us))
+}
+
 /// Seeded Monte Carlo: each user decodes `output_tokens` tokens, one step at a time, taking
 /// 1 + accepted tokens per step; TPOT = its steps × step time / its tokens. p50/p90/p99 over
 /// users, in ms.

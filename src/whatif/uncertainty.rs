@@ -1,6 +1,7 @@
 //! Intervals: what is uncertain in a price, propagated by Monte Carlo over the fast path.
 //!
-//! Three sources, each drawn lognormally per draw as a multiplier of the prices it reaches:
+//! Four sources, each drawn per draw as a multiplier of the prices it reaches (lognormal), or
+//! as µs of idle added to each pass:
 //! - fitted factors' 95% intervals (`<factor>_ci95 = [lo, hi]`, written by `calibrate
 //!   --from-throughput` into the profile's `[fit.*]` tables): each factor is drawn so that its
 //!   95% interval is the stated one, and its draw scales the prices the factor scales;
@@ -9,7 +10,14 @@
 //!   interpolation_rms_log_error`, computed once per table folder and cached);
 //! - routing: under the default routing (`power-law:0.66`) the MoE price's rms log error of that
 //!   law against AIConfigurator's measured rows (0.112, README "Routing"); under a fitted
-//!   `routing_alpha` with an interval, the change of the experts touched across it.
+//!   `routing_alpha` with an interval, the change of the experts touched across it;
+//! - the model's own error ([`ModelError`], `data/calibration/model_error.toml`): per cost
+//!   family, the rms of ln(measured / predicted) over the validation against the H200 traces
+//!   (`decodesim validate --write-model-error`), and the idle per step the model lacks (µs).
+//!
+//! Where the fast path refuses a scenario (decode-context parallelism, expert parallelism inside
+//! a pipeline), the same draws act on the timeline's own prices and the engine plays each
+//! ([`timeline_step_ratios`]).
 //!
 //! A draw is applied after the fast path's memoised prices, per op family (`fast::Draw`), so a
 //! warm memo prices a draw in the time of one replay of the recursion. Intervals are of the
@@ -34,8 +42,11 @@ use std::sync::{Mutex, OnceLock};
 
 /// Draws per interval unless `--draws` says otherwise: p5 and p95 then rest on 10 draws each.
 pub const DEFAULT_DRAWS: usize = 200;
+/// Fewest draws an interval may rest on (`--draws`): p5 and p95 then lie between the 3rd and
+/// 4th draws from either end.
+pub const MIN_DRAWS: usize = 50;
 /// Seed of the draws unless `--seed` says otherwise.
-pub(crate) const DEFAULT_SEED: u64 = 0x1D7E_57A7;
+pub const DEFAULT_SEED: u64 = 0x1D7E_57A7;
 
 /// The standard normal's 97.5% quantile: a 95% interval is ±1.96 σ.
 const Z975: f64 = 1.959_963_984_540_054;
@@ -130,6 +141,9 @@ pub enum Target {
     CollectiveLatency,
     /// µs added at the end of every pass (the draw of `step_overhead_us` minus its value).
     StepOverhead { value_us: f64 },
+    /// µs of idle added at the end of every pass, drawn N(0, σ): the model-form error of the
+    /// idle a step holds (launch stalls, host gaps) that no op prices.
+    Idle,
 }
 
 /// One uncertain input: ln(multiplier) ~ N(mu, sigma) (for `StepOverhead`, the overhead in µs
@@ -210,6 +224,199 @@ pub struct Uncertainty {
     pub sources: Vec<Source>,
 }
 
+/// The model-form error's families: the validation's categories, each with the cost families
+/// whose prices its draw multiplies (a collective family's latency term too). Idle is apart: an
+/// additive draw per pass ([`Target::Idle`]).
+pub const MODEL_FAMILIES: &[(&str, &[CostFamily])] = &[
+    (
+        "moe",
+        &[
+            CostFamily::MoeGemmBf16,
+            CostFamily::MoeGemmInt4,
+            CostFamily::MoeGemmFp8,
+            CostFamily::MoeAlign,
+            CostFamily::MoeSum,
+        ],
+    ),
+    (
+        "gemm",
+        &[
+            CostFamily::GemmBf16,
+            CostFamily::GemmInt4,
+            CostFamily::GemmFp8,
+        ],
+    ),
+    (
+        "attention",
+        &[
+            CostFamily::AttentionMlaDecode,
+            CostFamily::AttentionGqaDecode,
+            CostFamily::KvWrite,
+        ],
+    ),
+    ("norm", &[CostFamily::Norm]),
+    (
+        "elementwise",
+        &[CostFamily::Elementwise, CostFamily::Embedding],
+    ),
+    ("router", &[CostFamily::RouterTopk]),
+    ("sampling", &[CostFamily::Sampling]),
+    (
+        "communication",
+        &[
+            CostFamily::AllReduce,
+            CostFamily::AllGather,
+            CostFamily::AllToAll,
+            CostFamily::ReduceScatter,
+            CostFamily::SendRecv,
+        ],
+    ),
+];
+
+/// Where the bundled model-form error lives, under the data root.
+pub const MODEL_ERROR_FILE: &str = "data/calibration/model_error.toml";
+
+/// Largest σ of ln(measured / predicted) a model-error file may state (a factor e^2 ≈ 7.4 at
+/// one σ: beyond it the family is not modelled at all).
+const MAX_LOG_SIGMA: f64 = 2.0;
+/// Largest idle σ a model-error file may state, µs per pass.
+const MAX_IDLE_SIGMA_US: f64 = 100_000.0;
+
+/// The model's own error: how far its prices are from measured ones, per family, beyond what the
+/// tables and fitted factors say. Read from `data/calibration/model_error.toml`, which
+/// `decodesim validate --write-model-error` writes from the validation's residuals.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ModelError {
+    /// σ of ln(measured / predicted) per family of [`MODEL_FAMILIES`] (absent: not drawn).
+    pub sigma: BTreeMap<String, f64>,
+    /// σ of the idle per pass the model lacks, µs.
+    pub idle_sigma_us: f64,
+    /// The file it came from, for reports.
+    pub path: PathBuf,
+}
+
+impl ModelError {
+    /// Reads and checks a model-error file; an error names the file and field.
+    pub fn from_file(path: &std::path::Path) -> Result<Self> {
+        let v: toml::Value = crate::files::read_toml(path, crate::files::InputKind::Profile)?;
+        let mut out = ModelError {
+            path: path.to_path_buf(),
+            ..Default::default()
+        };
+        let num = |x: &toml::Value| x.as_float().or_else(|| x.as_integer().map(|i| i as f64));
+        let sigma = v.get("sigma").and_then(|t| t.as_table()).ok_or_else(|| {
+            Error::field(
+                path,
+                "sigma",
+                "a table [sigma] of family = σ of ln(measured / predicted)",
+            )
+        })?;
+        for (name, x) in sigma {
+            if !MODEL_FAMILIES.iter().any(|f| f.0 == name) {
+                return Err(Error::field(
+                    path,
+                    format!("sigma.{name}"),
+                    format!(
+                        "a family of the model-form error: {}",
+                        MODEL_FAMILIES
+                            .iter()
+                            .map(|f| f.0)
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                ));
+            }
+            match num(x) {
+                Some(sd) if sd.is_finite() && (0.0..=MAX_LOG_SIGMA).contains(&sd) => {
+                    out.sigma.insert(name.clone(), sd);
+                }
+                _ => {
+                    return Err(Error::field(
+                        path,
+                        format!("sigma.{name}"),
+                        format!("found {x}, expected a σ of ln(measured / predicted) in [0, {MAX_LOG_SIGMA}]"),
+                    ))
+                }
+            }
+        }
+        if let Some(x) = v.get("idle").and_then(|t| t.get("sigma_us")) {
+            match num(x) {
+                Some(sd) if sd.is_finite() && (0.0..=MAX_IDLE_SIGMA_US).contains(&sd) => {
+                    out.idle_sigma_us = sd;
+                }
+                _ => {
+                    return Err(Error::field(
+                        path,
+                        "idle.sigma_us",
+                        format!("found {x}, expected µs in [0, {MAX_IDLE_SIGMA_US}]"),
+                    ))
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// The bundled file (`data/calibration/model_error.toml` under the data root), read once
+    /// per process.
+    pub fn bundled() -> Result<Self> {
+        static CACHE: OnceLock<Mutex<BTreeMap<PathBuf, ModelError>>> = OnceLock::new();
+        let path = crate::bundle::data_root().join(MODEL_ERROR_FILE);
+        let cache = CACHE.get_or_init(Default::default);
+        if let Some(v) = cache.lock().ok().and_then(|c| c.get(&path).cloned()) {
+            return Ok(v);
+        }
+        if !path.is_file() {
+            return Err(Error::field(
+                &path,
+                "model_error",
+                "missing: every interval draws the model's own error from this file (`decodesim validate --write-model-error FILE` writes it; the bundled data holds one); pass --draws 0 for points",
+            ));
+        }
+        let v = Self::from_file(&path)?;
+        if let Ok(mut c) = cache.lock() {
+            c.insert(path, v.clone());
+        }
+        Ok(v)
+    }
+
+    /// Its sources: one lognormal multiplier per family with a σ, and the idle per pass.
+    fn sources(&self) -> Vec<Source> {
+        let file = crate::units::path(&self.path);
+        let mut out = Vec::new();
+        for (name, fams) in MODEL_FAMILIES {
+            let Some(&sigma) = self.sigma.get(*name) else {
+                continue;
+            };
+            if sigma > 0.0 {
+                out.push(Source {
+                    name: format!("model_{name}"),
+                    provenance: format!(
+                        "{file}: the model's own error on {name} prices, rms of ln(measured/predicted) over the validation {sigma:.4}"
+                    ),
+                    target: Target::Families(fams.to_vec()),
+                    mu: 0.0,
+                    sigma,
+                    log: true,
+                });
+            }
+        }
+        if self.idle_sigma_us > 0.0 {
+            out.push(Source {
+                name: "model_idle".into(),
+                provenance: format!(
+                    "{file}: the idle per step no op prices (launch stalls, host gaps), rms of measured minus predicted {:.1} µs",
+                    self.idle_sigma_us
+                ),
+                target: Target::Idle,
+                mu: 0.0,
+                sigma: self.idle_sigma_us,
+                log: false,
+            });
+        }
+        out
+    }
+}
+
 /// Interpolation errors per AIConfigurator table folder, computed once per process.
 fn table_errors(p: &CalibrationProfile) -> BTreeMap<&'static str, f64> {
     static CACHE: OnceLock<Mutex<BTreeMap<PathBuf, BTreeMap<&'static str, f64>>>> = OnceLock::new();
@@ -281,8 +488,19 @@ fn factor_value(p: &CalibrationProfile, name: &str) -> Option<f64> {
 
 impl Uncertainty {
     /// The sources of `s`'s prices under `p`: its fitted factors' intervals, its tables'
-    /// interpolation errors, and its routing. An error names the profile's malformed interval.
+    /// interpolation errors, its routing, and the bundled model-form error. An error names the
+    /// profile's malformed interval or the model-error file's malformed field.
     pub fn from_profile(p: &CalibrationProfile, s: &Scenario) -> Result<Self> {
+        Self::from_profile_with(p, s, &ModelError::bundled()?)
+    }
+
+    /// [`Uncertainty::from_profile`] with a model-form error of the caller's (the validation's
+    /// leave-one-out σ).
+    pub fn from_profile_with(
+        p: &CalibrationProfile,
+        s: &Scenario,
+        model: &ModelError,
+    ) -> Result<Self> {
         let mut sources = Vec::new();
         let cis = factor_intervals(p)?;
         let src = |what: &str| format!("{}: {what}", p.path.display());
@@ -434,6 +652,7 @@ impl Uncertainty {
                 });
             }
         }
+        sources.extend(model.sources());
         Ok(Uncertainty { sources })
     }
 
@@ -473,6 +692,7 @@ impl Uncertainty {
                     let v = if s.log { x.exp() } else { x.max(0.0) };
                     d.step_overhead_us += v - value_us;
                 }
+                Target::Idle => d.step_overhead_us += x,
             }
         }
         d
@@ -512,7 +732,18 @@ impl Drawn {
         n: usize,
         seed: u64,
     ) -> Result<Self> {
-        let uncertainty = Uncertainty::from_profile(p, s)?;
+        Self::with_uncertainty(s, p, draft, Uncertainty::from_profile(p, s)?, n, seed)
+    }
+
+    /// [`Drawn::new`] drawing `uncertainty`'s sources.
+    pub fn with_uncertainty(
+        s: &Scenario,
+        p: &CalibrationProfile,
+        draft: Option<&super::draft::Draft>,
+        uncertainty: Uncertainty,
+        n: usize,
+        seed: u64,
+    ) -> Result<Self> {
         let fast = FastScenario::new(s, p, draft.map(|d| &d.drafter))?;
         Ok(Drawn {
             launch: Launch::new(p, s.cuda_graphs),
@@ -630,22 +861,156 @@ pub fn scenario_intervals(
     n: usize,
     seed: u64,
 ) -> Result<(std::result::Result<Intervals, String>, Uncertainty)> {
+    if n == 0 {
+        let point = Intervals::from_ratios(&[], step_us, tokens_per_s);
+        return Ok((Ok(point), Uncertainty::default()));
+    }
+    scenario_intervals_with(
+        s,
+        p,
+        step_us,
+        tokens_per_s,
+        n,
+        seed,
+        &ModelError::bundled()?,
+    )
+}
+
+/// [`scenario_intervals`] with a model-form error of the caller's (none: `ModelError::default()`).
+#[allow(clippy::too_many_arguments)]
+pub fn scenario_intervals_with(
+    s: &Scenario,
+    p: &CalibrationProfile,
+    step_us: f64,
+    tokens_per_s: f64,
+    n: usize,
+    seed: u64,
+    model: &ModelError,
+) -> Result<(std::result::Result<Intervals, String>, Uncertainty)> {
     let point = Intervals::from_ratios(&[], step_us, tokens_per_s);
     if n == 0 {
         return Ok((Ok(point), Uncertainty::default()));
     }
-    let u = Uncertainty::from_profile(p, s)?;
+    let u = Uncertainty::from_profile_with(p, s, model)?;
     if u.is_empty() {
         return Ok((Ok(point), u));
     }
-    match Drawn::new(s, p, None, n, seed) {
+    match Drawn::with_uncertainty(s, p, None, u.clone(), n, seed) {
         Ok(d) => {
             let iv =
                 Intervals::from_ratios(&d.step_ratios(s.batch, s.context), step_us, tokens_per_s);
             Ok((Ok(iv), d.uncertainty))
         }
-        Err(e) => Ok((Err(unavailable(&e)), u)),
+        // The fast path refuses: draw through the timeline.
+        Err(e) => match timeline_step_ratios(s, p, &u, n, seed) {
+            Ok(r) => Ok((Ok(Intervals::from_ratios(&r, step_us, tokens_per_s)), u)),
+            Err(Error::NoIntervals { why }) => Ok((Err(format!("{why}; {}", unavailable(&e))), u)),
+            Err(e2) => Err(e2),
+        },
     }
+}
+
+/// Per draw of `u`, the timeline's drawn step over its undrawn step at `s`'s own batch and
+/// context: each draw scales the op prices the timeline plays (a collective's latency term by the
+/// latency draw, its bytes term by its family's), the engine plays the step, and a draw's idle is
+/// added to it. Where the fast path refuses a scenario (decode-context parallelism, expert
+/// parallelism inside a pipeline), intervals come from here; a pipeline (`--pp`) is composed of
+/// stage plays this does not draw, and is refused.
+pub fn timeline_step_ratios(
+    s: &Scenario,
+    p: &CalibrationProfile,
+    u: &Uncertainty,
+    n: usize,
+    seed: u64,
+) -> Result<Vec<f64>> {
+    if s.comm.pp_size() > 1 {
+        return Err(Error::NoIntervals {
+            why: "no interval: neither the fast path nor the timeline's draws price this pipeline (--pp) scenario".into(),
+        });
+    }
+    let w = crate::workload::build(s);
+    let pricing = crate::cost::price_quiet(&w, s, p)?;
+    let cfg = crate::sim::simulate::engine_config(s, p);
+    let mut engine = crate::sim::Engine::new();
+    let mut tl = crate::sim::Timeline::default();
+    engine.run(&w, &pricing.base_us, &cfg, &mut tl);
+    let point = tl.step_time_us();
+    if !(point > 0.0) {
+        return Ok(Vec::new());
+    }
+    let mut prices = vec![0.0; w.ops.len()];
+    Ok(u.draws(n, seed)
+        .iter()
+        .map(|d| {
+            drawn_prices(&w, &pricing, d, &mut prices);
+            engine.run(&w, &prices, &cfg, &mut tl);
+            ((tl.step_time_us() + d.step_overhead_us) / point).max(0.0)
+        })
+        .collect())
+}
+
+/// `w`'s timeline prices under draw `d`: each op's price times its family's multiplier, a
+/// collective's latency term (the pricing's split) times the latency multiplier.
+fn drawn_prices(
+    w: &crate::workload::Workload,
+    pricing: &crate::cost::Pricing,
+    d: &Draw,
+    out: &mut Vec<f64>,
+) {
+    out.clear();
+    out.extend(w.ops.iter().enumerate().map(|(i, op)| {
+        let b = pricing.base_us[i];
+        let m = d.family[op.family as usize];
+        if op.family.is_collective() {
+            let lat = pricing.split_us[i].clamp(0.0, b.max(0.0));
+            lat * d.collective_latency + (b - lat) * m
+        } else {
+            b * m
+        }
+    }));
+}
+
+/// [`timeline_step_ratios`] of the speculative step at `k` with `draft`: each window of the
+/// step played under the draw as `whatif spec-decode` plays it (pass gaps and the exposed host
+/// time undrawn, a draw's idle added per window, as the fast path adds it per pass window).
+fn timeline_spec_ratios(
+    s: &Scenario,
+    p: &CalibrationProfile,
+    draft: &super::draft::Draft,
+    u: &Uncertainty,
+    k: u32,
+    n: usize,
+    seed: u64,
+) -> Result<Vec<f64>> {
+    let (windows, host_us) = super::spec_decode::step_windows(s, draft, p, k)?;
+    let priced = windows
+        .into_iter()
+        .map(|(w, gap, _)| Ok((crate::cost::price_quiet(&w, s, p)?, w, gap)))
+        .collect::<Result<Vec<_>>>()?;
+    let cfg = crate::sim::simulate::engine_config(s, p);
+    let mut engine = crate::sim::Engine::new();
+    let mut tl = crate::sim::Timeline::default();
+    let mut point = host_us;
+    for (pricing, w, gap) in &priced {
+        engine.run(w, &pricing.base_us, &cfg, &mut tl);
+        point += tl.step_time_us() + gap;
+    }
+    if !(point > 0.0) {
+        return Ok(Vec::new());
+    }
+    let mut prices = Vec::new();
+    Ok(u.draws(n, seed)
+        .iter()
+        .map(|d| {
+            let mut step = host_us;
+            for (pricing, w, gap) in &priced {
+                drawn_prices(w, pricing, d, &mut prices);
+                engine.run(w, &prices, &cfg, &mut tl);
+                step += tl.step_time_us() + gap + d.step_overhead_us;
+            }
+            (step / point).max(0.0)
+        })
+        .collect())
 }
 
 /// Why a scenario has no interval: the fast path's refusal.
@@ -781,16 +1146,34 @@ pub fn vary_intervals(
         };
         arms_in.push((i, s, p, v.step_time_us, v.tokens_per_s));
     }
-    // The fits are independent: one per core.
+    // The fits are independent: one per core. A scenario the fast path refuses is drawn
+    // through the timeline instead, arm by arm (the same seeded draws: still paired).
     use rayon::prelude::*;
     let fits = loaded
         .par_iter()
-        .map(|(s, p)| drawn_or_hint(s, p, None, n, seed))
+        .map(|(s, p)| match Drawn::new(s, p, None, n, seed) {
+            Ok(d) => Ok(Some(d)),
+            Err(_) => {
+                // A malformed interval in the profile is its own error, by file and field;
+                // else the fast path refused the scenario.
+                Uncertainty::from_profile(p, s)?;
+                Ok(None)
+            }
+        })
         .collect::<Result<Vec<_>>>()?;
-    let base_ratios = fits[0].step_ratios(b.scenario.batch, b.scenario.context);
+    let ratios_of = |i: usize, s: &Scenario, p: &CalibrationProfile| -> Result<Vec<f64>> {
+        match &fits[i] {
+            Some(d) => d.step_ratios_of(s, p),
+            None => {
+                let u = Uncertainty::from_profile(p, s)?;
+                timeline_step_ratios(s, p, &u, n, seed)
+            }
+        }
+    };
+    let base_ratios = ratios_of(0, &b.scenario, &b.profile)?;
     let mut arms = Vec::with_capacity(arms_in.len());
     for (i, s, p, vs, vt) in arms_in {
-        let ratios = fits[i].step_ratios_of(&s, &p)?;
+        let ratios = ratios_of(i, &s, &p)?;
         // tokens/s per draw ∝ tokens per step / step time: speedup_i = point × base_i / var_i.
         arms.push(ArmIntervals {
             intervals: Intervals::from_ratios(&ratios, vs, vt),
@@ -818,7 +1201,26 @@ pub(crate) fn spec_decode_intervals(
     let s = &study.baseline.scenario;
     let p = &study.baseline.profile;
     let draft = super::draft::Draft::load(req.method, req.draft.as_deref(), &s.model)?;
-    let d = drawn_or_hint(s, p, Some(&draft), n, seed)?;
+    let d = match Drawn::new(s, p, Some(&draft), n, seed) {
+        Ok(d) => d,
+        Err(_) => {
+            // The fast path refuses (decode-context parallelism): every window on the timeline,
+            // under the same seeded draws (paired with the plain step's).
+            let u = Uncertainty::from_profile(p, s)?;
+            let base = timeline_step_ratios(s, p, &u, n, seed)?;
+            return study
+                .variants
+                .iter()
+                .map(|v| {
+                    let ratios = timeline_spec_ratios(s, p, &draft, &u, v.draft_tokens, n, seed)?;
+                    Ok(ArmIntervals {
+                        intervals: Intervals::from_ratios(&ratios, v.step_time_us, v.tokens_per_s),
+                        speedup: speedup_interval(v.speedup, &base, &ratios),
+                    })
+                })
+                .collect();
+        }
+    };
     let base = d.step_ratios(s.batch, s.context);
     let mut out = Vec::with_capacity(study.variants.len());
     for v in &study.variants {

@@ -66,6 +66,11 @@ pub struct Crossover {
     pub(crate) draft_tokens: Vec<u32>,
     /// Speedup of every k at every grid batch: `speedups[batch index][k index]`.
     pub(crate) speedups: Vec<Vec<f64>>,
+    /// Whether each grid batch fits in memory (the plain step's weights and KV cache); the
+    /// paying range above counts only batches that fit.
+    pub(crate) fits: Vec<bool>,
+    /// The largest batch that fits, up to the largest grid batch (None: not even batch 1).
+    pub(crate) max_fitting_batch: Option<u32>,
 }
 
 /// Step times of one crossover batch, before acceptance is applied.
@@ -101,6 +106,10 @@ pub struct SpecDecodeStudy {
     pub(crate) baseline: Simulation,
     pub variants: Vec<Variant>,
     pub crossover: Option<Crossover>,
+    /// Whether the scenario's batch fits in memory (weights and KV cache of the plain step;
+    /// the draft's weights are not counted), and the largest batch that does.
+    pub(crate) fits: bool,
+    pub(crate) max_fitting_batch: Option<u32>,
     pub(crate) warnings: Vec<String>,
 }
 
@@ -442,11 +451,20 @@ pub(crate) fn study(
                 (g.batch, best.0, best.1)
             })
             .collect();
-        let first_losing = grid.iter().position(|g| g.2 <= 1.0);
+        let top = grid.last().map_or(1, |g| g.0);
+        let max_fitting_batch = crate::sim::max_fitting_batch(scenario, top);
+        let fits: Vec<bool> = grid
+            .iter()
+            .map(|g| max_fitting_batch.is_some_and(|m| g.0 <= m))
+            .collect();
+        // The range where speculation pays ends at what fits.
+        let fitting: Vec<&(u32, u32, f64)> =
+            grid.iter().zip(&fits).filter(|(_, f)| **f).map(|(g, _)| g).collect();
+        let first_losing = fitting.iter().position(|g| g.2 <= 1.0);
         let (last_paying_batch, first_losing_batch) = match first_losing {
-            None => (grid.last().map(|g| g.0), None),
-            Some(0) => (None, Some(grid[0].0)),
-            Some(i) => (Some(grid[i - 1].0), Some(grid[i].0)),
+            None => (fitting.last().map(|g| g.0), None),
+            Some(0) => (None, Some(fitting[0].0)),
+            Some(i) => (Some(fitting[i - 1].0), Some(fitting[i].0)),
         };
         Some(Crossover {
             grid,
@@ -454,6 +472,8 @@ pub(crate) fn study(
             first_losing_batch,
             draft_tokens: req.draft_tokens.clone(),
             speedups,
+            fits,
+            max_fitting_batch,
         })
     };
 
@@ -507,6 +527,8 @@ pub(crate) fn study(
         baseline: costs.baseline.clone(),
         variants,
         crossover,
+        fits: costs.baseline.memory_fit.fits(),
+        max_fitting_batch: crate::sim::max_fitting_batch(scenario, scenario.batch),
         warnings,
     })
 }

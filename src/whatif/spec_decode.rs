@@ -322,6 +322,15 @@ pub fn run(req: &SpecDecodeRequest) -> Result<SpecDecodeStudy> {
 /// Checks the request and simulates every step it needs: the plain step, each k at the
 /// scenario's batch, and each k and the plain step at every crossover batch.
 pub(crate) fn simulate_costs(req: &SpecDecodeRequest) -> Result<SpecDecodeCosts> {
+    simulate_costs_with(req, &mut |_, _| {})
+}
+
+/// [`simulate_costs`], calling `progress(done, total)` after each batch's timelines (the
+/// scenario's batch first, then each crossover batch).
+pub(crate) fn simulate_costs_with(
+    req: &SpecDecodeRequest,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<SpecDecodeCosts> {
     if req.draft_tokens.is_empty() {
         return Err(Error::FlagUse {
             flag: "--draft-tokens",
@@ -368,8 +377,13 @@ pub(crate) fn simulate_costs(req: &SpecDecodeRequest) -> Result<SpecDecodeCosts>
     let mut batches = req.crossover_batches.clone();
     batches.sort_unstable();
     batches.dedup();
+    let total = batches.len() as u64 + 1;
+    progress(1, total);
     let mut grid = Vec::new();
-    for b in batches {
+    for (i, b) in batches.into_iter().enumerate() {
+        if i > 0 {
+            progress(i as u64 + 1, total);
+        }
         let mut s = scenario.clone();
         s.batch = b;
         let base_step_us = play(&workload::build(&s), &s, &profile, &mut engine, &mut tl)?;
@@ -384,6 +398,7 @@ pub(crate) fn simulate_costs(req: &SpecDecodeRequest) -> Result<SpecDecodeCosts>
             spec_step_us,
         });
     }
+    progress(total, total);
     Ok(SpecDecodeCosts {
         baseline,
         draft_source: draft.source.clone(),

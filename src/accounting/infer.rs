@@ -141,11 +141,13 @@ pub(crate) fn same_gpu(trace: &str, system: &str) -> bool {
 
 /// What `s` shows of the scenario it was captured from (module doc: the rules).
 pub fn infer_scenario(s: &TraceSummary) -> Inferred {
-    let mut out = Inferred::default();
-    out.gpu = s.ranks.iter().find_map(|r| r.device.clone()).map(|g| Found {
-        value: g,
-        how: "deviceProperties".into(),
-    });
+    let mut out = Inferred {
+        gpu: s.ranks.iter().find_map(|r| r.device.clone()).map(|g| Found {
+            value: g,
+            how: "deviceProperties".into(),
+        }),
+        ..Inferred::default()
+    };
     let world = s.ranks.iter().find_map(|r| r.world_size);
     out.ranks = Some(match world.and_then(|w| u32::try_from(w).ok()) {
         Some(w) => Found {

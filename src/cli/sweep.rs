@@ -736,7 +736,7 @@ pub(crate) fn rate_key(state: &indicatif::ProgressState, w: &mut dyn std::fmt::W
 mod tests {
     #[test]
     fn the_rate_prints_whole_items_with_separators() {
-        assert_eq!(super::rate_text(49_007.7601), "49,008/s");
+        assert_eq!(super::rate_text(49_007.760_1), "49,008/s");
         assert_eq!(super::rate_text(3.25), "3.2/s");
         assert_eq!(super::rate_text(0.0), "0.0/s");
     }

@@ -41,6 +41,10 @@ fn spec_decode_marks_an_answer_whose_batch_does_not_fit_and_ends_the_crossover_a
         "{crossover}"
     );
     assert!(out.contains("    128       3") && out.contains("x  does not fit"), "{out}");
+    assert!(
+        out.contains("speedup intervals at batch 64 (DOES NOT FIT in memory)"),
+        "{out}"
+    );
     // No progress bar when standard error is not a terminal.
     assert!(!err.contains("batches ("), "{err}");
 

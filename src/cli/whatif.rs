@@ -375,7 +375,11 @@ fn run_spec_decode(a: SpecDecodeArgs) -> Result<()> {
                         .map(|v| format!("k={}", v.draft_tokens))
                         .collect();
                     t += &report::intervals::arms_table(
-                        &format!("speedup intervals at batch {}", st.baseline.scenario.batch),
+                        &format!(
+                            "speedup intervals at batch {}{}",
+                            st.baseline.scenario.batch,
+                            if st.fits { "" } else { " (DOES NOT FIT in memory)" }
+                        ),
                         &labels,
                         arms,
                         draws,

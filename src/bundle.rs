@@ -3,13 +3,22 @@
 //! copied binary works with no source tree.
 //!
 //! Resolution, first match wins:
-//! 1. `--data-dir DIR` ([`set_data_dir`]) or `$DECODESIM_HOME`: files on disk;
-//! 2. the source tree the binary was built from, while it still exists (so `cargo run` and
-//!    `cargo test` read the working tree); `$DECODESIM_NO_SOURCE_TREE` skips it, as if the
-//!    binary were installed elsewhere;
-//! 3. the embedded files, extracted once to `$XDG_CACHE_HOME/decodesim/<version>-<hash>`
-//!    (else `$HOME/.cache/...`, else the system temp folder). Extraction writes a temporary
-//!    folder and renames it into place, so concurrent first runs never see a partial root.
+//! 1. `--data-dir DIR` ([`set_data_dir`]) or `$DECODESIM_HOME`: files on disk (the CLI checks
+//!    that either holds `models/` or `data/` before anything runs);
+//! 2. the source tree the binary was built from, only while the binary runs from that tree:
+//!    the executable lies below the tree's `target/` (or the target folder it was built in), or
+//!    `cargo run` / `cargo test` started it from that tree. `$DECODESIM_NO_SOURCE_TREE` skips
+//!    it. An installed copy (`cargo install`, a copied binary) never reads the tree;
+//! 3. the embedded files, extracted to `<cache>/decodesim/<version>-<hash>`, where `<cache>` is
+//!    `$XDG_CACHE_HOME` when it is an absolute path (a relative one is ignored, as the XDG
+//!    specification says), else `$HOME/.cache`, else a folder of the user's own in the system
+//!    temp folder (`decodesim-<uid>`). A cache folder is used only when the user owns it and
+//!    no one else can write to it, nor to any folder above it (a folder writable by others
+//!    counts only with the sticky bit, as `/tmp` has): a folder a stranger planted is never
+//!    read. The extracted copy is held against the embedded bytes once per run (every file's
+//!    size and contents, and no file more): a copy that differs is extracted again
+//!    ([`repair_note`] says so). Extraction writes a temporary folder and renames it into
+//!    place, so concurrent first runs never see a partial root.
 //!
 //! Every reader then works on plain files, unchanged.
 
@@ -24,7 +33,13 @@ mod embedded {
 const COMPLETE: &str = ".decodesim-complete";
 
 static DATA_DIR: OnceLock<PathBuf> = OnceLock::new();
-static EXTRACTED: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+static EXTRACTED: OnceLock<Result<Extracted, String>> = OnceLock::new();
+
+/// The cache folder in use, and why it was extracted again, if it was.
+struct Extracted {
+    dir: PathBuf,
+    repaired: Option<String>,
+}
 
 /// Uses `dir` as the data root for the rest of the process (the `--data-dir` flag); the first
 /// call wins.
@@ -33,9 +48,15 @@ pub(crate) fn set_data_dir(dir: PathBuf) {
 }
 
 /// The embedded files: (path relative to the data root, contents).
-#[cfg(test)]
 fn embedded_files() -> &'static [(&'static str, &'static [u8])] {
     embedded::FILES
+}
+
+/// `$DECODESIM_HOME` when set and not empty.
+pub(crate) fn home_var() -> Option<PathBuf> {
+    std::env::var_os("DECODESIM_HOME")
+        .filter(|p| !p.is_empty())
+        .map(PathBuf::from)
 }
 
 /// The folder holding `models/` and `data/`.
@@ -43,121 +64,341 @@ pub(crate) fn data_root() -> PathBuf {
     if let Some(d) = DATA_DIR.get() {
         return d.clone();
     }
-    match std::env::var_os("DECODESIM_HOME") {
-        Some(p) if !p.is_empty() => return PathBuf::from(p),
-        _ => {}
+    if let Some(p) = home_var() {
+        return p;
     }
     if let Some(src) = source_tree() {
         return src;
     }
     match extracted() {
-        Ok(p) => p.clone(),
+        Ok(e) => e.dir.clone(),
         // Readers then report the missing file; `extract_problem` says why it is missing.
-        Err(_) => cache_bases()
-            .into_iter()
-            .next()
-            .unwrap_or_else(std::env::temp_dir)
-            .join(folder_name()),
+        Err(_) => PathBuf::from("/nonexistent-decodesim-cache").join(folder_name()),
     }
 }
 
 /// Why the embedded files could not be extracted, when the data root is the embedded set and
-/// no cache folder was writable.
+/// no cache folder was usable.
 pub(crate) fn extract_problem() -> Option<String> {
-    if DATA_DIR.get().is_some()
-        || std::env::var_os("DECODESIM_HOME").is_some_and(|p| !p.is_empty())
-        || source_tree().is_some()
-    {
+    if !uses_embedded() {
         return None;
     }
     extracted().as_ref().err().cloned()
 }
 
+/// Whether the data root is the embedded set (no `--data-dir`, `$DECODESIM_HOME` or source
+/// tree).
+fn uses_embedded() -> bool {
+    DATA_DIR.get().is_none() && home_var().is_none() && source_tree().is_none()
+}
+
+/// When this run found the extracted copy different from the embedded files (a truncated or
+/// edited file, a file more) and extracted it again: what differed, for a warning.
+pub fn repair_note() -> Option<String> {
+    if !uses_embedded() {
+        return None;
+    }
+    EXTRACTED
+        .get()
+        .and_then(|r| r.as_ref().ok())
+        .and_then(|e| e.repaired.clone())
+}
+
+/// The source tree, when this binary runs from it (module doc).
 fn source_tree() -> Option<PathBuf> {
     if std::env::var_os("DECODESIM_NO_SOURCE_TREE").is_some_and(|v| !v.is_empty()) {
         return None;
     }
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    (p.join("data").is_dir() && p.join("models").is_dir()).then_some(p)
+    if !(p.join("data").is_dir() && p.join("models").is_dir()) {
+        return None;
+    }
+    runs_from_tree(&p).then_some(p)
+}
+
+/// Whether the running executable belongs to the source tree `tree`: it lies below
+/// `tree/target` or the profile folder it was built in, or cargo (`cargo run`, `cargo test`)
+/// started it for that very package.
+fn runs_from_tree(tree: &Path) -> bool {
+    let canon = |p: &Path| p.canonicalize().ok();
+    if let Some(m) = std::env::var_os("CARGO_MANIFEST_DIR") {
+        if canon(Path::new(&m)).is_some() && canon(Path::new(&m)) == canon(tree) {
+            return true;
+        }
+    }
+    let Some(exe) = std::env::current_exe().ok().and_then(|e| canon(&e)) else {
+        return false;
+    };
+    // OUT_DIR is <target>/[<triple>/]<profile>/build/<package>-<hash>/out.
+    let profile = Path::new(env!("OUT_DIR")).ancestors().nth(3).and_then(canon);
+    [canon(&tree.join("target")), profile]
+        .into_iter()
+        .flatten()
+        .any(|t| exe.starts_with(t))
 }
 
 fn folder_name() -> String {
     format!("{}-{:016x}", env!("CARGO_PKG_VERSION"), embedded::HASH)
 }
 
-/// Where the cache folder may go, in order of preference.
-fn cache_bases() -> Vec<PathBuf> {
+/// Where the cache folder may go, in order of preference, each with the variable it came from.
+fn cache_bases() -> Vec<(PathBuf, String)> {
     let mut out = Vec::new();
     if let Some(x) = std::env::var_os("XDG_CACHE_HOME").filter(|x| !x.is_empty()) {
-        out.push(PathBuf::from(x).join("decodesim"));
+        let x = PathBuf::from(x);
+        // The XDG Base Directory specification: a relative path is invalid and ignored.
+        if x.is_absolute() {
+            out.push((x.join("decodesim"), "$XDG_CACHE_HOME".into()));
+        }
     }
     if let Some(h) = std::env::var_os("HOME").filter(|x| !x.is_empty()) {
-        out.push(PathBuf::from(h).join(".cache").join("decodesim"));
+        let h = PathBuf::from(h);
+        if h.is_absolute() {
+            out.push((h.join(".cache").join("decodesim"), "$HOME/.cache".into()));
+        }
     }
-    out.push(std::env::temp_dir().join("decodesim"));
+    out.push((
+        std::env::temp_dir().join(format!("decodesim-{}", user_tag())),
+        "the temp folder".into(),
+    ));
     out
 }
 
-fn extracted() -> &'static Result<PathBuf, String> {
+#[cfg(unix)]
+fn euid() -> u32 {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+fn user_tag() -> String {
+    #[cfg(unix)]
+    {
+        euid().to_string()
+    }
+    #[cfg(not(unix))]
+    {
+        std::env::var("USERNAME").unwrap_or_else(|_| "user".into())
+    }
+}
+
+fn extracted() -> &'static Result<Extracted, String> {
     EXTRACTED.get_or_init(|| {
         let mut problems = Vec::new();
-        for base in cache_bases() {
+        for (base, from) in cache_bases() {
             match extract_into(&base) {
-                Ok(p) => return Ok(p),
-                Err(e) => problems.push(format!("{}: {e}", base.display())),
+                Ok(e) => return Ok(e),
+                Err(e) => problems.push(format!("{} ({from}): {e}", base.display())),
             }
         }
         Err(format!(
-            "the bundled data could not be extracted to a cache folder ({}); use --data-dir DIR or DECODESIM_HOME",
+            "the bundled data could not be extracted to a cache folder of the user's own ({}); use --data-dir DIR or DECODESIM_HOME",
             problems.join("; ")
         ))
     })
 }
 
-/// Extracts the embedded files to `base/<version>-<hash>` unless a complete copy is there.
-fn extract_into(base: &Path) -> std::io::Result<PathBuf> {
-    let target = base.join(folder_name());
-    if target.join(COMPLETE).is_file() {
-        return Ok(target);
+fn other(msg: String) -> std::io::Error {
+    std::io::Error::other(msg)
+}
+
+/// Refuses a folder that is not the user's own: a folder (not a link) owned by the user that no
+/// one else can write to.
+#[cfg(unix)]
+fn check_private_dir(p: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::symlink_metadata(p)?;
+    if !m.file_type().is_dir() {
+        return Err(other(format!("{} is not a folder", p.display())));
     }
-    std::fs::create_dir_all(base)?;
+    if m.uid() != euid() {
+        return Err(other(format!(
+            "{} belongs to user id {}, not to this user ({}); a cache folder must be the user's own",
+            p.display(),
+            m.uid(),
+            euid()
+        )));
+    }
+    if m.mode() & 0o022 != 0 {
+        return Err(other(format!(
+            "{} can be written by others (mode {:o}); a cache folder must be writable by its owner alone",
+            p.display(),
+            m.mode() & 0o7777
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(not(unix))]
+fn check_private_dir(p: &Path) -> std::io::Result<()> {
+    let m = std::fs::symlink_metadata(p)?;
+    if m.file_type().is_dir() {
+        Ok(())
+    } else {
+        Err(other(format!("{} is not a folder", p.display())))
+    }
+}
+
+/// Refuses a cache folder below a folder another user could rename it out of: every folder
+/// above must belong to the user or to root, and one writable by others must have the sticky
+/// bit (as `/tmp` has).
+#[cfg(unix)]
+fn check_ancestors(p: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let canon = p.canonicalize()?;
+    for a in canon.ancestors().skip(1) {
+        let m = std::fs::metadata(a)?;
+        if m.uid() != euid() && m.uid() != 0 {
+            return Err(other(format!(
+                "{} (above the cache folder) belongs to user id {}, neither this user ({}) nor root",
+                a.display(),
+                m.uid(),
+                euid()
+            )));
+        }
+        if m.mode() & 0o022 != 0 && m.mode() & 0o1000 == 0 {
+            return Err(other(format!(
+                "{} (above the cache folder) can be written by others without the sticky bit (mode {:o})",
+                a.display(),
+                m.mode() & 0o7777
+            )));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(not(unix))]
+fn check_ancestors(_: &Path) -> std::io::Result<()> {
+    Ok(())
+}
+
+/// Creates `p` (and missing parents) readable and writable by the user alone.
+fn create_private_dir(p: &Path) -> std::io::Result<()> {
+    let mut b = std::fs::DirBuilder::new();
+    b.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut b, 0o700);
+    b.create(p)
+}
+
+/// Extracts the embedded files to `base/<version>-<hash>` unless an intact copy is there,
+/// refusing a `base` that is not the user's own.
+fn extract_into(base: &Path) -> std::io::Result<Extracted> {
+    if std::fs::symlink_metadata(base).is_err() {
+        create_private_dir(base)?;
+    }
+    check_private_dir(base)?;
+    check_ancestors(base)?;
+    let target = base.join(folder_name());
+    let mut repaired = None;
+    if std::fs::symlink_metadata(&target).is_ok() {
+        match verify(&target) {
+            Ok(()) => {
+                return Ok(Extracted {
+                    dir: target,
+                    repaired,
+                })
+            }
+            // A folder an older run left unfinished is replaced without a word; one that
+            // differs from the embedded files is replaced and reported.
+            Err(e) if target.join(COMPLETE).is_file() => repaired = Some(e),
+            Err(_) => {}
+        }
+    }
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.subsec_nanos());
-    let tmp = base.join(format!(
-        ".tmp-{}-{}-{nanos}",
-        folder_name(),
-        std::process::id()
-    ));
-    let result = write_all(&tmp).and_then(|()| match std::fs::rename(&tmp, &target) {
-        Ok(()) => Ok(()),
-        // Another run finished first (the target exists and is not empty): use its copy.
-        Err(_) if target.join(COMPLETE).is_file() => Ok(()),
-        Err(e) => {
-            // A stale, incomplete folder (a run killed before this scheme): replace it.
-            if target.is_dir() && !target.join(COMPLETE).exists() {
-                std::fs::remove_dir_all(&target)?;
-                std::fs::rename(&tmp, &target)
-            } else {
-                Err(e)
+    let tag = format!("{}-{}-{nanos}", folder_name(), std::process::id());
+    let tmp = base.join(format!(".tmp-{tag}"));
+    let stale = base.join(format!(".stale-{tag}"));
+    let result = write_all(&tmp).and_then(|()| {
+        if std::fs::symlink_metadata(&target).is_ok() {
+            // Moved aside first (a rename cannot replace a folder that holds files).
+            match std::fs::rename(&target, &stale) {
+                Ok(()) => {}
+                // Another run moved it first.
+                Err(_) if std::fs::symlink_metadata(&target).is_err() => {}
+                Err(e) => return Err(e),
             }
         }
+        match std::fs::rename(&tmp, &target) {
+            Ok(()) => Ok(()),
+            // Another run put its fresh copy in first: use it if it is intact.
+            Err(e) => verify(&target).map_err(|why| other(format!("{e}; {why}"))),
+        }
     });
-    if tmp.exists() {
-        let _ = std::fs::remove_dir_all(&tmp);
+    for t in [&tmp, &stale] {
+        if std::fs::symlink_metadata(t).is_ok() {
+            let _ = std::fs::remove_dir_all(t);
+        }
     }
-    result.map(|()| target)
+    result?;
+    Ok(Extracted {
+        dir: target,
+        repaired: repaired.map(|why| {
+            format!(
+                "the cached copy of the bundled data in {} did not match this binary ({why}); it was extracted again",
+                base.display()
+            )
+        }),
+    })
 }
 
 fn write_all(dir: &Path) -> std::io::Result<()> {
-    for (rel, bytes) in embedded::FILES {
+    create_private_dir(dir)?;
+    for (rel, bytes) in embedded_files() {
         let p = dir.join(rel);
         if let Some(parent) = p.parent() {
-            std::fs::create_dir_all(parent)?;
+            create_private_dir(parent)?;
         }
         std::fs::write(&p, bytes)?;
     }
     std::fs::write(dir.join(COMPLETE), folder_name())
+}
+
+/// Holds an extracted copy against the embedded files: the completion marker, every file's
+/// size and bytes, no other file and no link, every folder the user's own. `Err` says the
+/// first difference.
+fn verify(dir: &Path) -> Result<(), String> {
+    check_private_dir(dir).map_err(|e| e.to_string())?;
+    if std::fs::read(dir.join(COMPLETE)).ok().as_deref() != Some(folder_name().as_bytes()) {
+        return Err(format!("{COMPLETE} missing or not this version's"));
+    }
+    for (rel, bytes) in embedded_files() {
+        let p = dir.join(rel);
+        let m = std::fs::symlink_metadata(&p).map_err(|e| format!("{rel}: {e}"))?;
+        if !m.file_type().is_file() {
+            return Err(format!("{rel}: not a plain file"));
+        }
+        if m.len() != bytes.len() as u64 {
+            return Err(format!(
+                "{rel}: {} bytes, expected {}",
+                m.len(),
+                bytes.len()
+            ));
+        }
+        let on_disk = std::fs::read(&p).map_err(|e| format!("{rel}: {e}"))?;
+        if on_disk != *bytes {
+            return Err(format!("{rel}: contents differ"));
+        }
+    }
+    // Nothing more: a file added to the copy (a model, a system) would be listed and used.
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        check_private_dir(&d).map_err(|e| e.to_string())?;
+        let entries = std::fs::read_dir(&d).map_err(|e| format!("{}: {e}", d.display()))?;
+        for e in entries {
+            let e = e.map_err(|e| format!("{}: {e}", d.display()))?;
+            let p = e.path();
+            let rel = p.strip_prefix(dir).unwrap_or(&p).to_string_lossy().into_owned();
+            let t = e.file_type().map_err(|e| format!("{rel}: {e}"))?;
+            if t.is_dir() {
+                stack.push(p);
+            } else if !(rel == COMPLETE || embedded_files().iter().any(|(r, _)| *r == rel)) {
+                return Err(format!("{rel}: not a bundled file"));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// `p` relative to the data root when it lies below it (`models/kimi-k2.5.json`), so reports
@@ -224,14 +465,57 @@ mod tests {
         let base =
             std::env::temp_dir().join(format!("decodesim-bundle-test-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&base);
-        let dir = extract_into(&base).unwrap();
+        let dir = extract_into(&base).unwrap().dir;
         for (rel, bytes) in embedded_files() {
             assert_eq!(&std::fs::read(dir.join(rel)).unwrap(), bytes, "{rel}");
         }
         // A second extraction finds the complete copy and leaves no temporary folder behind.
-        assert_eq!(extract_into(&base).unwrap(), dir);
+        let again = extract_into(&base).unwrap();
+        assert_eq!(again.dir, dir);
+        assert!(again.repaired.is_none());
         let entries: Vec<_> = std::fs::read_dir(&base).unwrap().flatten().collect();
         assert_eq!(entries.len(), 1, "{entries:?}");
+        std::fs::remove_dir_all(&base).unwrap();
+    }
+
+    #[test]
+    fn a_copy_that_differs_is_extracted_again_and_a_folder_others_can_write_is_refused() {
+        let base = std::env::temp_dir().join(format!(
+            "decodesim-bundle-verify-test-{}",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_dir_all(&base);
+        let dir = extract_into(&base).unwrap().dir;
+        let (rel, bytes) = embedded_files()
+            .iter()
+            .find(|(r, _)| r.ends_with("moe.csv"))
+            .unwrap();
+        let f = dir.join(rel);
+        std::fs::write(&f, &bytes[..bytes.len() / 2]).unwrap();
+        let why = verify(&dir).unwrap_err();
+        assert!(why.contains("moe.csv") && why.contains("bytes, expected"), "{why}");
+        let again = extract_into(&base).unwrap();
+        assert!(again.repaired.unwrap().contains("moe.csv"));
+        assert_eq!(std::fs::read(&f).unwrap(), *bytes);
+        // Same size, other bytes.
+        let mut flipped = bytes.to_vec();
+        flipped[0] ^= 1;
+        std::fs::write(&f, &flipped).unwrap();
+        assert!(verify(&dir).unwrap_err().contains("contents differ"));
+        // A file added.
+        std::fs::write(&f, bytes).unwrap();
+        std::fs::write(dir.join("models/planted.json"), "{}").unwrap();
+        assert!(verify(&dir).unwrap_err().contains("models/planted.json"));
+        std::fs::remove_file(dir.join("models/planted.json")).unwrap();
+        verify(&dir).unwrap();
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o777)).unwrap();
+            let e = extract_into(&base).err().unwrap().to_string();
+            assert!(e.contains("can be written by others"), "{e}");
+            std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o700)).unwrap();
+        }
         std::fs::remove_dir_all(&base).unwrap();
     }
 }

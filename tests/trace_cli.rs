@@ -226,6 +226,8 @@ fn compare_command_end_to_end() {
     // The synthetic trace shows 2 ranks and batch 8 (no layer count: one collective per step).
     let (ok, out, err) = decodesim(&[
         "compare",
+        "--system",
+        "h200-2x-nvlink",
         "--tp",
         "2",
         "--batch",
@@ -249,6 +251,8 @@ fn compare_command_end_to_end() {
     assert_eq!(v["inferred"]["batch"]["value"], 8);
     let (ok, out, err) = decodesim(&[
         "compare",
+        "--system",
+        "h200-2x-nvlink",
         "--tp",
         "2",
         "--batch",
@@ -285,7 +289,17 @@ fn compare_refuses_a_scenario_that_is_not_the_trace() {
     // printed +360% with no warning.
     let dir = h200_capture("refstep_b16_c8192_default", "cli_mismatch");
     let d = dir.to_str().unwrap();
-    let (ok, out, err) = decodesim(&["compare", "--trace", d]);
+    let (ok, out, err) = decodesim(&[
+        "compare",
+        "--tp",
+        "8",
+        "--batch",
+        "32",
+        "--layers",
+        "61",
+        "--trace",
+        d,
+    ]);
     assert!(!ok, "{out}");
     assert!(
         err.contains("does not match the trace")
@@ -293,6 +307,8 @@ fn compare_refuses_a_scenario_that_is_not_the_trace() {
             && err.contains("layers: scenario 61")
             && err.contains("trace 4")
             && err.contains("batch: scenario 32 (--batch), trace 16")
+            && err.contains("GPU: scenario NVIDIA RTX PRO 6000")
+            && err.contains("trace NVIDIA H200 (deviceProperties)")
             && err.contains("--allow-mismatch"),
         "{err}"
     );
@@ -328,12 +344,66 @@ fn compare_refuses_a_scenario_that_is_not_the_trace() {
     );
 
     // --allow-mismatch: compared, with the mismatch in the report.
-    let (ok, out, err) = decodesim(&["compare", "--trace", d, "--allow-mismatch"]);
+    let (ok, out, err) = decodesim(&["compare", "--tp", "8", "--trace", d, "--allow-mismatch"]);
     assert!(ok, "{err}");
     assert!(
-        out.contains("MISMATCH (allowed by --allow-mismatch): ranks"),
+        out.contains("MISMATCH (allowed by --allow-mismatch): ranks")
+            && out.contains("MISMATCH (allowed by --allow-mismatch): GPU"),
         "{out}"
     );
+}
+
+#[test]
+fn compare_takes_what_the_trace_shows_for_the_flags_not_given_and_checks_the_gpu() {
+    let dir = h200_capture("refstep_b16_c8192_default", "cli_defaults");
+    let d = dir.to_str().unwrap();
+    // No --tp, --batch or --layers: the trace's 2 ranks, batch 16 and 4 layers are used; the
+    // system's GPU is still checked against the trace's.
+    let (ok, out, err) = decodesim(&["compare", "--trace", d]);
+    assert!(!ok, "{out}");
+    assert!(out.is_empty(), "{out}");
+    assert!(
+        err.contains("GPU: scenario NVIDIA RTX PRO 6000 Blackwell Server Edition (rtx-pro-6000-8x-pcie, --system), trace NVIDIA H200 (deviceProperties)")
+            && !err.contains("ranks:")
+            && !err.contains("batch:")
+            && !err.contains("layers:"),
+        "{err}"
+    );
+    let (ok, out, err) = decodesim(&[
+        "compare",
+        "--system",
+        "h200-2x-nvlink",
+        "--model",
+        "kimi-k2.5-bf16",
+        "--trace",
+        d,
+        "--format",
+        "json",
+    ]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let taken = v["checks"][0].as_str().unwrap();
+    assert!(
+        taken.starts_with("scenario flags not given, taken from the trace: --tp 2")
+            && taken.contains("--batch 16")
+            && taken.contains("--layers 4"),
+        "{taken}"
+    );
+    assert_eq!(v["inferred"]["gpu"]["value"], "NVIDIA H200");
+    // A flag given wins over the trace and is checked against it.
+    let (ok, _, err) = decodesim(&[
+        "compare",
+        "--system",
+        "h200-2x-nvlink",
+        "--model",
+        "kimi-k2.5-bf16",
+        "--batch",
+        "64",
+        "--trace",
+        d,
+    ]);
+    assert!(!ok);
+    assert!(err.contains("batch: scenario 64 (--batch), trace 16"), "{err}");
 }
 
 #[test]
@@ -396,15 +466,24 @@ fn a_simulated_timeline_reads_back_with_the_simulators_categories() {
     assert!(ok, "{err}");
     let read: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(read["unclassified_us"].as_f64().unwrap(), 0.0);
-    // The file holds every rank (one process each); the reader analyses rank 0.
-    let rank0 = &sim.per_rank[0];
-    for e in read["breakdown"].as_array().unwrap() {
-        let c: Category = e["category"].as_str().unwrap().parse().unwrap();
-        let (t, p) = (e["time_us"].as_f64().unwrap(), rank0.time(c));
-        assert!(
-            (t - p).abs() < 1e-3,
-            "{c}: simulated {p} µs on rank 0, read back {t} µs"
-        );
+    // The file holds every rank (one process each); each is read back as its own rank.
+    let ranks = read["ranks"].as_array().unwrap();
+    assert_eq!(ranks.len(), sim.per_rank.len());
+    for (r, got) in ranks.iter().enumerate() {
+        assert_eq!(got["rank"], r as u64);
+        assert_eq!(got["rank_source"], "simulated_timeline");
+        assert!(got["warnings"].as_array().unwrap().iter().all(|w| !w
+            .as_str()
+            .unwrap()
+            .contains("other devices ignored")));
+        for e in got["breakdown"].as_array().unwrap() {
+            let c: Category = e["category"].as_str().unwrap().parse().unwrap();
+            let (t, p) = (e["time_us"].as_f64().unwrap(), sim.per_rank[r].time(c));
+            assert!(
+                (t - p).abs() < 1e-3,
+                "{c}: simulated {p} µs on rank {r}, read back {t} µs"
+            );
+        }
     }
-    assert!(rank0.time(Category::Sampling) > 100.0);
+    assert!(sim.per_rank[0].time(Category::Sampling) > 100.0);
 }

@@ -40,6 +40,8 @@ pub struct Inferred {
     pub batch: Option<Found<u32>>,
     /// Mean tokens already in each sequence's KV cache.
     pub context: Option<Found<f64>>,
+    /// The GPU the trace ran on (`deviceProperties`' name of the analysed device).
+    pub gpu: Option<Found<String>>,
     /// Why a quantity is unknown, one line each.
     pub(crate) unknown: Vec<String>,
 }
@@ -95,9 +97,57 @@ fn step_batch(name: &str) -> Option<(u32, Option<u64>, &'static str)> {
     Some((c[1].parse().ok()?, None, "step annotations' bs={B}"))
 }
 
+impl<T> Found<T> {
+    /// How the value was found (`distributedInfo.world_size`).
+    pub(crate) fn how(&self) -> &str {
+        &self.how
+    }
+}
+
+/// The words of a GPU name that tell the model: lower-case, vendor and family words dropped
+/// (`NVIDIA H200 SXM` → `h200 sxm`, `AMD Instinct MI300X` → `mi300x`).
+fn gpu_words(name: &str) -> Vec<String> {
+    const VENDOR: &[&str] = &["nvidia", "amd", "instinct", "radeon", "geforce", "tesla", "intel"];
+    name.split(|c: char| !c.is_ascii_alphanumeric())
+        .map(str::to_ascii_lowercase)
+        .filter(|w| !w.is_empty() && !VENDOR.contains(&w.as_str()))
+        .collect()
+}
+
+/// Whether a trace's GPU name and a system's GPU (its display name) are one model: the first
+/// word holding a digit (the model number: `h200`, `mi300x`, `6000`) is the same, and every
+/// other word of the shorter name is in the longer (`RTX PRO 6000 Blackwell` is not an
+/// `RTX 6000 Ada`).
+pub(crate) fn same_gpu(trace: &str, system: &str) -> bool {
+    let (a, b) = (gpu_words(trace), gpu_words(system));
+    let model = |w: &[String]| w.iter().find(|x| x.chars().any(|c| c.is_ascii_digit())).cloned();
+    match (model(&a), model(&b)) {
+        (Some(x), Some(y)) if x == y => {
+            // Memory sizes and form factors (`80gb`, `hbm3`, `sxm`, `pcie`, `server`,
+            // `edition`) differ between how drivers and spec sheets name one GPU.
+            let loose = |w: &str| {
+                w.ends_with("gb")
+                    || w.starts_with("hbm")
+                    || ["sxm", "sxm5", "pcie", "nvl", "server", "edition", "workstation", "oam"]
+                        .contains(&w)
+            };
+            let (short, long) = if a.len() <= b.len() { (&a, &b) } else { (&b, &a) };
+            short.iter().filter(|w| !loose(w)).all(|w| long.contains(w))
+        }
+        (None, _) | (_, None) => a == b,
+        _ => false,
+    }
+}
+
 /// What `s` shows of the scenario it was captured from (module doc: the rules).
 pub fn infer_scenario(s: &TraceSummary) -> Inferred {
-    let mut out = Inferred::default();
+    let mut out = Inferred {
+        gpu: s.ranks.iter().find_map(|r| r.device.clone()).map(|g| Found {
+            value: g,
+            how: "deviceProperties".into(),
+        }),
+        ..Inferred::default()
+    };
     let world = s.ranks.iter().find_map(|r| r.world_size);
     out.ranks = Some(match world.and_then(|w| u32::try_from(w).ok()) {
         Some(w) => Found {
@@ -193,6 +243,9 @@ impl Inferred {
         if let Some(c) = &self.context {
             v.push(format!("context {:.0} ({})", c.value, c.how));
         }
+        if let Some(g) = &self.gpu {
+            v.push(format!("GPU {} ({})", g.value, g.how));
+        }
         v.extend(self.unknown.iter().map(|u| format!("{u} (not checked)")));
         v
     }
@@ -239,6 +292,15 @@ fn check_against(scenario: &Scenario, inferred: &Inferred) -> Result<Vec<String>
             ));
         }
     }
+    if let Some(g) = &inferred.gpu {
+        let sys = &scenario.system.gpu;
+        if !same_gpu(&g.value, &sys.display_name) {
+            problems.push(format!(
+                "GPU: scenario {} ({}, --system), trace {} ({}); pass a --system of the trace's GPU (`decodesim list` shows them)",
+                sys.display_name, scenario.system.name, g.value, g.how
+            ));
+        }
+    }
     if problems.is_empty() {
         Ok(inferred.lines())
     } else {
@@ -280,6 +342,19 @@ mod tests {
         assert_eq!((b, sk), (16, None));
         assert_eq!(step_batch("step[DECODE bs=8]").unwrap().0, 8);
         assert!(step_batch("ProfilerStep#3").is_none());
+    }
+
+    #[test]
+    fn gpu_names_of_one_model_match_and_others_do_not() {
+        assert!(same_gpu("NVIDIA H200", "NVIDIA H200 SXM"));
+        assert!(same_gpu("NVIDIA H100 80GB HBM3", "NVIDIA H100 SXM"));
+        assert!(same_gpu(
+            "NVIDIA RTX PRO 6000 Blackwell Server Edition",
+            "NVIDIA RTX PRO 6000 Blackwell Server Edition"
+        ));
+        assert!(!same_gpu("AMD Instinct MI300X", "NVIDIA H200 SXM"));
+        assert!(!same_gpu("NVIDIA H100 80GB HBM3", "NVIDIA H200 SXM"));
+        assert!(!same_gpu("NVIDIA RTX 6000 Ada Generation", "NVIDIA RTX PRO 6000 Blackwell Server Edition"));
     }
 
     #[test]

@@ -309,15 +309,56 @@ pub fn summarize(paths: &[PathBuf], opts: &SummaryOptions) -> Result<TraceSummar
     summarize_parsed(traces, opts)
 }
 
+/// A decodesim timeline (`--timeline`) holds every simulated rank in one file, each rank its
+/// own process and device: split it into one trace per device, read as that rank, as if each
+/// had its own file (true where it was split). Profiler traces pass unchanged.
+fn split_simulated_ranks(traces: Vec<ParsedTrace>) -> (Vec<ParsedTrace>, Vec<bool>) {
+    let mut out = Vec::with_capacity(traces.len());
+    let mut split = Vec::with_capacity(traces.len());
+    for mut t in traces {
+        let mut devices: Vec<i64> = t.gpu_ops.iter().map(|o| o.device).collect();
+        devices.sort_unstable();
+        devices.dedup();
+        if !t.meta.declares_categories || devices.len() < 2 {
+            out.push(t);
+            split.push(false);
+            continue;
+        }
+        let ops = std::mem::take(&mut t.gpu_ops);
+        for d in devices {
+            let mut meta = t.meta.clone();
+            meta.rank = Some(d);
+            out.push(ParsedTrace {
+                path: t.path.clone(),
+                meta,
+                gpu_ops: ops.iter().filter(|o| o.device == d).copied().collect(),
+                annotations: t.annotations.clone(),
+                launches: t.launches.clone(),
+                names: t.names.clone(),
+                counts: t.counts,
+                warnings: t.warnings.clone(),
+            });
+            split.push(true);
+        }
+    }
+    (out, split)
+}
+
 /// Summarizes traces already parsed (one per rank).
 pub fn summarize_parsed(traces: Vec<ParsedTrace>, opts: &SummaryOptions) -> Result<TraceSummary> {
+    let (traces, split) = split_simulated_ranks(traces);
     let paths: Vec<PathBuf> = traces.iter().map(|t| t.path.clone()).collect();
     let meta: Vec<Option<i64>> = traces.iter().map(|t| t.meta.rank).collect();
     let metas: Vec<&crate::trace::model::TraceMeta> = traces.iter().map(|t| &t.meta).collect();
     if !opts.ranks.allow_mixed_runs && !traces.is_empty() {
         check_one_run(&paths, &metas)?;
     }
-    let ranks = assign_ranks(&paths, &meta)?;
+    let mut ranks = assign_ranks(&paths, &meta)?;
+    for (r, s) in ranks.iter_mut().zip(&split) {
+        if *s {
+            r.1 = RankSource::SimulatedTimeline;
+        }
+    }
     if !opts.ranks.allow_partial {
         check_complete(&paths, &metas, &ranks)?;
     }

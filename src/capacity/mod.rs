@@ -101,6 +101,9 @@ pub struct Capacity {
     /// Planner candidates that were not considered, with why (TP not dividing the model, ...).
     pub(crate) skipped: Vec<String>,
     pub(crate) warnings: Vec<String>,
+    /// `--min-tokens-per-s-per-user` when it sets the TPOT limit (1,000 / it ms, the stricter
+    /// of it and `--max-tpot-ms`), for the reports to name.
+    pub(crate) min_tokens_per_s_per_user: Option<f64>,
 }
 
 /// Loads the scenario of `req` at `tp` on `system`, checked against the demand (`decode_pool`:
@@ -237,6 +240,7 @@ pub fn capacity(req: &CapacityRequest) -> Result<Capacity> {
         candidates: compared,
         skipped,
         warnings,
+        min_tokens_per_s_per_user: None,
     })
 }
 

@@ -57,6 +57,10 @@ pub struct CapacityArgs {
     /// TPOT limit in ms: the highest concurrency that meets it (and the planner's limit).
     #[arg(long, value_name = "MS")]
     max_tpot_ms: Option<f64>,
+    /// Tokens per second each user must see (1,000 / TPOT in ms): the TPOT limit this sets,
+    /// 1,000 / N ms, holds as --max-tpot-ms does (the stricter of the two when both are given).
+    #[arg(long, value_name = "N")]
+    min_tokens_per_s_per_user: Option<f64>,
     /// Plan for this many output tokens per second in total.
     #[arg(long, value_name = "N")]
     target_tokens_per_s: Option<f64>,
@@ -454,7 +458,14 @@ fn interval_at_chosen(
     let chosen = cap
         .curve
         .max_concurrency_at_tpot
-        .map(|c| (c, "most users within --max-tpot-ms"))
+        .map(|c| {
+            let why = if per_user_binds(a).is_some() {
+                "most users within --min-tokens-per-s-per-user"
+            } else {
+                "most users within --max-tpot-ms"
+            };
+            (c, why)
+        })
         .or(cap.curve.knee.map(|c| (c, "knee")))
         .or(cap
             .curve
@@ -658,7 +669,34 @@ fn breakdown_plot(
     Ok(())
 }
 
-pub fn run(a: CapacityArgs) -> Result<()> {
+/// Turns `--min-tokens-per-s-per-user N` into the TPOT limit it means (1,000 / N ms), kept
+/// with `--max-tpot-ms` as the stricter of the two; both checked against their ranges first.
+fn per_user_target(a: &mut CapacityArgs) -> Result<()> {
+    use crate::scenario::limits;
+    if let Some(n) = a.min_tokens_per_s_per_user {
+        limits::flag_in(
+            "--min-tokens-per-s-per-user",
+            n,
+            &limits::TOKENS_PER_S_PER_USER,
+        )?;
+        if let Some(t) = a.max_tpot_ms {
+            limits::flag_in("--max-tpot-ms", t, &limits::MAX_TPOT_MS)?;
+        }
+        let ms = 1000.0 / n;
+        a.max_tpot_ms = Some(a.max_tpot_ms.map_or(ms, |m| m.min(ms)));
+    }
+    Ok(())
+}
+
+/// Whether `--min-tokens-per-s-per-user` is what sets the TPOT limit (its 1,000 / N ms is
+/// the stricter, or `--max-tpot-ms` is not given).
+fn per_user_binds(a: &CapacityArgs) -> Option<f64> {
+    let n = a.min_tokens_per_s_per_user?;
+    (a.max_tpot_ms == Some(1000.0 / n)).then_some(n)
+}
+
+pub fn run(mut a: CapacityArgs) -> Result<()> {
+    per_user_target(&mut a)?;
     use super::output::check_output_flag;
     check_output_flag("--plot-throughput", a.plot_throughput.as_deref())?;
     check_output_flag("--plot-tpot", a.plot_tpot.as_deref())?;
@@ -689,7 +727,8 @@ pub fn run(a: CapacityArgs) -> Result<()> {
         None => Vec::new(),
     };
     let draws = a.intervals.draws()?;
-    let cap = capacity::capacity(&req)?;
+    let mut cap = capacity::capacity(&req)?;
+    cap.min_tokens_per_s_per_user = per_user_binds(&a);
     let interval = interval_at_chosen(&a, &cap, draws)?;
     let mut written = Vec::new();
 
@@ -718,9 +757,18 @@ pub fn run(a: CapacityArgs) -> Result<()> {
                 metric: CurveMetric::TpotMs,
                 series: &series,
                 measured: &measured,
-                limit: a
-                    .max_tpot_ms
-                    .map(|m| (m, format!("TPOT limit {m} ms (--max-tpot-ms)"))),
+                limit: a.max_tpot_ms.map(|m| {
+                    (
+                        m,
+                        match per_user_binds(&a) {
+                            Some(n) => format!(
+                                "TPOT limit {} ms (--min-tokens-per-s-per-user {n})",
+                                crate::units::grouped(m, 2)
+                            ),
+                            None => format!("TPOT limit {m} ms (--max-tpot-ms)"),
+                        },
+                    )
+                }),
             },
             p,
         )?;

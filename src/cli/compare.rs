@@ -12,7 +12,7 @@ pub struct CompareArgs {
     pub measured: super::trace::CompareTraceArgs,
 }
 
-pub fn run(a: CompareArgs) -> Result<()> {
+pub fn run(mut a: CompareArgs) -> Result<()> {
     super::output::check_output_flag("--plot", a.measured.plot.as_deref())?;
     super::paths::Paths::new()
         .scenario(&a.scenario.request())
@@ -21,6 +21,10 @@ pub fn run(a: CompareArgs) -> Result<()> {
         .output("--plot", a.measured.plot.as_deref())
         .check()?;
     a.scenario.warn_noop_flags();
+    let measured = super::trace::load_measured(&a.measured)?;
+    // What the trace shows stands in for the scenario flags not given.
+    let inferred = crate::accounting::infer::infer_scenario(&measured);
+    let defaults = a.scenario.defaults_from_trace(&inferred);
     let sim = sim::simulate(&a.scenario.request())?;
     let title = format!(
         "{} on {}, TP={}, batch {}, context {}",
@@ -30,10 +34,12 @@ pub fn run(a: CompareArgs) -> Result<()> {
         sim.scenario.batch,
         sim.scenario.context
     );
-    super::trace::run_compare(
+    super::trace::compare_loaded(
         &sim.mean,
         Some(&sim.scenario),
         &a.measured,
+        &measured,
+        &defaults,
         &title,
         &mut super::output::Stdout,
     )

@@ -157,21 +157,41 @@ fn wrap(text: &str, width: usize) -> String {
 
 /// Runs a command; standard output is flushed and its errors mapped by [`output::finish`].
 pub fn run(cli: Cli) -> Result<()> {
-    output::finish(dispatch(cli))
+    let r = dispatch(cli);
+    if let Some(note) = crate::bundle::repair_note() {
+        output::warn(&note);
+    }
+    output::finish(r)
+}
+
+/// Refuses a data folder (`--data-dir`, `$DECODESIM_HOME`) holding neither `models/` nor
+/// `data/`: every name would then be unknown, with no choices to list.
+fn check_data_dir(dir: &std::path::Path, what: &str) -> Result<()> {
+    if !dir.join("models").is_dir() && !dir.join("data").is_dir() {
+        let why = if dir.is_dir() {
+            "holds neither models/ nor data/"
+        } else if dir.exists() {
+            "is not a folder"
+        } else {
+            "does not exist"
+        };
+        return Err(crate::error::Error::Read {
+            path: dir.to_path_buf(),
+            source: std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                format!("{what} {why}; expected a folder holding models/ and data/"),
+            ),
+        });
+    }
+    Ok(())
 }
 
 fn dispatch(cli: Cli) -> Result<()> {
     if let Some(dir) = cli.data_dir {
-        if !dir.join("models").is_dir() && !dir.join("data").is_dir() {
-            return Err(crate::error::Error::Read {
-                path: dir,
-                source: std::io::Error::new(
-                    std::io::ErrorKind::NotFound,
-                    "--data-dir expects a folder holding models/ and data/",
-                ),
-            });
-        }
+        check_data_dir(&dir, "--data-dir")?;
         crate::bundle::set_data_dir(dir);
+    } else if let Some(dir) = crate::bundle::home_var() {
+        check_data_dir(&dir, "DECODESIM_HOME")?;
     }
     match cli.command {
         Command::Simulate(a) => simulate::run(a),

@@ -101,6 +101,20 @@ pub(crate) fn finish(result: Result<()>) -> Result<()> {
     }
 }
 
+/// A progress bar on standard error for a study of `total` steps, only when standard error is
+/// a terminal (never in a pipe, a file or a test): `what` names the steps (`timelines`).
+pub(crate) fn progress_bar(total: u64, what: &str) -> Option<indicatif::ProgressBar> {
+    use std::io::IsTerminal;
+    if !std::io::stderr().is_terminal() || total < 2 {
+        return None;
+    }
+    let b = indicatif::ProgressBar::new(total);
+    let template = format!("{{bar:40}} {{pos}}/{{len}} {what} ({{rate}}, {{eta}})");
+    let style = indicatif::ProgressStyle::with_template(&template).ok()?;
+    b.set_style(style.with_key("rate", super::sweep::rate_key));
+    Some(b)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -124,3 +138,4 @@ mod tests {
         );
     }
 }
+

@@ -70,6 +70,48 @@ impl ScenarioArgs {
             ));
         }
     }
+    /// Takes what a trace shows for the flags not given: its ranks as `--tp` (when neither
+    /// `--tp`, `--dp` nor `--pp` is given), its batch, context (the mean, rounded) and decoder
+    /// layers. Returns one note saying what was taken, or none.
+    pub(crate) fn defaults_from_trace(
+        &mut self,
+        inferred: &crate::accounting::infer::Inferred,
+    ) -> Vec<String> {
+        let mut taken = Vec::new();
+        if let Some(r) = &inferred.ranks {
+            if !self.given("tp") && !self.given("dp") && !self.given("pp") && r.value > 0 {
+                self.request.tp = Some(r.value);
+                taken.push(format!("--tp {} ({})", r.value, r.how()));
+            }
+        }
+        if let Some(b) = &inferred.batch {
+            if !self.given("batch") && b.value > 0 {
+                self.request.batch = b.value;
+                taken.push(format!("--batch {} ({})", b.value, b.how()));
+            }
+        }
+        if let Some(c) = &inferred.context {
+            if !self.given("context") && c.value.is_finite() && c.value >= 0.0 {
+                let v = c.value.round() as u64;
+                self.request.context = v;
+                taken.push(format!("--context {v} ({})", c.how()));
+            }
+        }
+        if let Some(l) = &inferred.layers {
+            if !self.given("layers") && l.value > 0 {
+                self.request.layers = Some(l.value);
+                taken.push(format!("--layers {} ({})", l.value, l.how()));
+            }
+        }
+        if taken.is_empty() {
+            Vec::new()
+        } else {
+            vec![format!(
+                "scenario flags not given, taken from the trace: {}",
+                taken.join("; ")
+            )]
+        }
+    }
     pub fn request(&self) -> ScenarioRequest {
         self.request.clone()
     }

@@ -657,9 +657,10 @@ pub fn run(a: SweepArgs) -> Result<()> {
         let b = indicatif::ProgressBar::new(prepared.meta.scenarios);
         b.set_style(
             indicatif::ProgressStyle::with_template(
-                "{bar:40} {pos}/{len} scenarios ({per_sec}, {eta})",
+                "{bar:40} {pos}/{len} scenarios ({rate}, {eta})",
             )
-            .expect("static template"),
+            .expect("static template")
+            .with_key("rate", rate_key),
         );
         Some(b)
     } else {
@@ -743,4 +744,26 @@ fn decision_intervals(
     Ok(Some(Box::new(move |rows: &[sweep::Row]| {
         crate::whatif::uncertainty::sweep_intervals(&req, rows, draws, seed)
     })))
+}
+
+/// A progress bar's rate as a person reads it: whole items per second with thousands
+/// separators (`49,008/s`), one decimal below 10 per second.
+pub(crate) fn rate_text(per_sec: f64) -> String {
+    let decimals = if per_sec < 10.0 { 1 } else { 0 };
+    format!("{}/s", crate::units::grouped(per_sec, decimals))
+}
+
+/// The `{rate}` key of the progress bars' templates ([`rate_text`]).
+pub(crate) fn rate_key(state: &indicatif::ProgressState, w: &mut dyn std::fmt::Write) {
+    let _ = w.write_str(&rate_text(state.per_sec()));
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_rate_prints_whole_items_with_separators() {
+        assert_eq!(super::rate_text(49_007.760_1), "49,008/s");
+        assert_eq!(super::rate_text(3.25), "3.2/s");
+        assert_eq!(super::rate_text(0.0), "0.0/s");
+    }
 }

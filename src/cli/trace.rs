@@ -196,13 +196,34 @@ pub fn run_compare(
     out: &mut dyn Write,
 ) -> Result<Comparison> {
     check_fail_above(args.fail_above)?;
-    let measured = load_with(&args.traces, &args.read, args.ranks.policy())?;
-    let inferred = infer_scenario(&measured);
-    let notes = match scenario {
+    let measured = load_measured(args)?;
+    compare_loaded(predicted, scenario, args, &measured, &[], title, out)
+}
+
+/// The traces of `compare`, read as its flags say.
+pub(crate) fn load_measured(args: &CompareTraceArgs) -> Result<TraceSummary> {
+    load_with(&args.traces, &args.read, args.ranks.policy())
+}
+
+/// [`run_compare`] of traces already read; `defaults` are notes on the scenario settings
+/// taken from the trace (flags not given), printed first.
+pub(crate) fn compare_loaded(
+    predicted: &Breakdown,
+    scenario: Option<&Scenario>,
+    args: &CompareTraceArgs,
+    measured: &TraceSummary,
+    defaults: &[String],
+    title: &str,
+    out: &mut dyn Write,
+) -> Result<Comparison> {
+    check_fail_above(args.fail_above)?;
+    let inferred = infer_scenario(measured);
+    let mut notes: Vec<String> = defaults.to_vec();
+    notes.extend(match scenario {
         Some(sc) => check_or_allow(sc, &inferred, args.allow_mismatch)?,
         None => inferred.lines(),
-    };
-    let c = compare_with_trace(predicted, &measured);
+    });
+    let c = compare_with_trace(predicted, measured);
     let text = render_comparison(&c, &inferred, &notes, args.format);
     out.write_all(text.as_bytes()).map_err(Error::Output)?;
     if let Some(p) = &args.plot {

@@ -147,7 +147,16 @@ fn run_vary(a: VaryArgs) -> Result<()> {
         }
     }
     let draws = a.intervals.draws()?;
-    let study = vary::run_bounded(&req, a.max_work)?;
+    let bar = std::cell::OnceCell::new();
+    let study = vary::run_bounded_with(&req, a.max_work, &mut |done, total| {
+        if let Some(b) = bar.get_or_init(|| super::output::progress_bar(total, "timelines")) {
+            b.set_position(done);
+        }
+    });
+    if let Some(Some(b)) = bar.get() {
+        b.finish_and_clear();
+    }
+    let study = study?;
     let ((base_iv, arms), draws) = super::intervals::or_points(draws, |n| {
         crate::whatif::uncertainty::vary_intervals(&req, &study, n, a.intervals.interval_seed)
     })?;
@@ -318,7 +327,16 @@ fn run_spec_decode(a: SpecDecodeArgs) -> Result<()> {
     let draws = a.intervals.draws()?;
     let (req, acceptances) = spec_decode_request(&a)?;
     // The steps do not depend on the acceptance: simulate once, study each rate.
-    let costs = spec_decode::simulate_costs(&req)?;
+    let bar = std::cell::OnceCell::new();
+    let costs = spec_decode::simulate_costs_with(&req, &mut |done, total| {
+        if let Some(b) = bar.get_or_init(|| super::output::progress_bar(total, "batches")) {
+            b.set_position(done);
+        }
+    });
+    if let Some(Some(b)) = bar.get() {
+        b.finish_and_clear();
+    }
+    let costs = costs?;
     let studies = acceptances
         .iter()
         .map(|acc| spec_decode::study(&req, &costs, acc))
@@ -366,7 +384,11 @@ fn run_spec_decode(a: SpecDecodeArgs) -> Result<()> {
                         .map(|v| format!("k={}", v.draft_tokens))
                         .collect();
                     t += &report::intervals::arms_table(
-                        &format!("speedup intervals at batch {}", st.baseline.scenario.batch),
+                        &format!(
+                            "speedup intervals at batch {}{}",
+                            st.baseline.scenario.batch,
+                            if st.fits { "" } else { " (DOES NOT FIT in memory)" }
+                        ),
                         &labels,
                         arms,
                         draws,

@@ -47,9 +47,13 @@ pub fn to_json(c: &Capacity) -> Value {
         "demand": c.demand,
         "curve": c.curve.points,
         "knee_concurrency": c.curve.knee,
+        "knee_padding": knee_padding(c).map(|(k, n, padded)| json!({
+            "knee": k, "next_concurrency": n, "padded_to": padded,
+        })),
         "plateau_concurrency": c.curve.plateau,
         "still_climbing": c.curve.still_climbing,
         "max_tpot_ms": c.curve.max_tpot_ms,
+        "min_tokens_per_s_per_user": c.min_tokens_per_s_per_user,
         "max_concurrency_at_tpot": c.curve.max_concurrency_at_tpot,
         "prefill": c.curve.prefill,
         "plan": c.plan,
@@ -228,12 +232,25 @@ pub fn render_table(c: &Capacity) -> String {
             ""
         }
     ));
+    if let Some((k, n, padded)) = knee_padding(c) {
+        out.push_str(&format!(
+            "  CUDA-graph padding shapes the curve at the knee: vLLM runs concurrency {n} as a batch of {padded} (the next captured size), so its step costs what {padded} users' does and tokens/s climbs in steps between captured sizes; the knee at {k} marks a padding step as much as a saturation (--cuda-graphs off shows the curve unpadded)\n"
+        ));
+    }
     if let Some(limit) = c.curve.max_tpot_ms {
+        let flag = match c.min_tokens_per_s_per_user {
+            Some(n) => format!(
+                "--min-tokens-per-s-per-user {n} (TPOT at most {} ms)",
+                grouped(limit, 2)
+            ),
+            None => format!("--max-tpot-ms {limit}"),
+        };
         out.push_str(&match c.curve.max_concurrency_at_tpot {
-            Some(n) => format!("--max-tpot-ms {limit}: at most {n} concurrent users\n"),
+            Some(n) => format!("{flag}: at most {n} concurrent users\n"),
             None => format!(
-                "--max-tpot-ms {limit}: not met even by one user (TPOT {:.2} ms)\n",
-                c.curve.points.first().map_or(f64::NAN, |p| p.tpot_ms)
+                "{flag}: not met even by one user (TPOT {:.2} ms, {:.2} tokens/s per user)\n",
+                c.curve.points.first().map_or(f64::NAN, |p| p.tpot_ms),
+                c.curve.points.first().map_or(f64::NAN, |p| p.tokens_per_s_per_user)
             ),
         });
     }
@@ -565,4 +582,33 @@ pub fn render_disagg_table(d: &crate::capacity::disagg::Disaggregation) -> Strin
         }
     }
     out
+}
+
+/// Where CUDA-graph padding shapes the knee: the knee, the curve point after it and the batch
+/// that point runs as when vLLM pads it to the next captured size (None: graphs off, or
+/// neither point padded).
+pub(crate) fn knee_padding(c: &Capacity) -> Option<(u32, u32, u64)> {
+    let k = c.curve.knee?;
+    let s = &c.reference.scenario;
+    if !s.cuda_graphs {
+        return None;
+    }
+    let next = c
+        .curve
+        .points
+        .iter()
+        .map(|p| p.concurrency)
+        .filter(|&x| x > k)
+        .min()?;
+    let padded = |b: u32| {
+        let mut t = s.clone();
+        t.batch = b;
+        let p = t.padding(1, crate::scenario::cudagraph::PadRule::Decode);
+        p.captured.then_some(p.padded)
+    };
+    match (padded(k), padded(next)) {
+        (Some(pk), _) if pk > u64::from(k) => Some((k, k, pk)),
+        (_, Some(pn)) if pn > u64::from(next) => Some((k, next, pn)),
+        _ => None,
+    }
 }

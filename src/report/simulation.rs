@@ -61,7 +61,7 @@ pub fn to_json(sim: &Simulation) -> Value {
             "exposed_us": m.exclusive_us[comm],
             "overlapped_us": m.comm_overlapped_us(),
         },
-        "collectives": sim.pricing.collectives,
+        "collectives": collectives_json(sim),
         "ranks": sim.per_rank.iter().enumerate().map(|(r, b)| json!({
             "rank": r,
             "end_us": sim.timeline.rank_end_us[r],
@@ -329,7 +329,41 @@ fn step_and_categories(out: &mut String, sim: &Simulation) {
     ));
 }
 
-/// The collectives of one step, per rank.
+/// The share of the step one collective op takes on a rank: its count times its transfer time
+/// (no wait) over the step time.
+fn share_of_step(c: &crate::cost::CollectiveChoice, step_us: f64) -> f64 {
+    if step_us > 0.0 {
+        f64::from(c.count) * c.time_us / step_us
+    } else {
+        f64::NAN
+    }
+}
+
+/// The collectives as the pricing chose them, each with `total_us` (count × time, no wait) and
+/// `share_of_step` (that over the step time, 0..1).
+fn collectives_json(sim: &Simulation) -> Value {
+    let step = sim.step_time_us();
+    Value::Array(
+        sim.pricing
+            .collectives
+            .iter()
+            .map(|c| {
+                let mut v = serde_json::to_value(c).unwrap_or(Value::Null);
+                if let Value::Object(o) = &mut v {
+                    o.insert("total_us".into(), json!(f64::from(c.count) * c.time_us));
+                    let share = share_of_step(c, step);
+                    o.insert(
+                        "share_of_step".into(),
+                        if share.is_finite() { json!(share) } else { Value::Null },
+                    );
+                }
+                v
+            })
+            .collect(),
+    )
+}
+
+/// The collectives of one step, per rank, each with its share of the step.
 fn collectives(out: &mut String, sim: &Simulation) {
     out.push_str("\ncollectives per step (per rank)\n");
     let mut t = Table::new(&[
@@ -340,7 +374,9 @@ fn collectives(out: &mut String, sim: &Simulation) {
         "algo",
         "proto",
         "µs each, no wait",
+        "share of step",
     ]);
+    let step = sim.step_time_us();
     for c in &sim.pricing.collectives {
         t.row(vec![
             c.op.to_string(),
@@ -350,6 +386,7 @@ fn collectives(out: &mut String, sim: &Simulation) {
             c.algo.clone(),
             c.proto.clone(),
             us(c.time_us),
+            pct(share_of_step(c, step)),
         ]);
     }
     out.push_str(&t.render());

@@ -21,13 +21,14 @@ pub(crate) fn spec_decode_json(s: &SpecDecodeStudy) -> Value {
                 "mean_acceptance_length": v.mean_acceptance_length,
                 "tokens_per_s": v.tokens_per_s,
                 "speedup": v.speedup,
+                "fits": s.fits,
                 "tpot_ms": {"p50": v.tpot_ms[0], "p90": v.tpot_ms[1], "p99": v.tpot_ms[2]},
             })
         })
         .collect();
     let best = s
         .best()
-        .map(|b| json!({"draft_tokens": b.draft_tokens, "speedup": b.speedup}))
+        .map(|b| json!({"draft_tokens": b.draft_tokens, "speedup": b.speedup, "fits": s.fits}))
         .unwrap_or(Value::Null);
     let crossover = s
         .crossover
@@ -36,10 +37,12 @@ pub(crate) fn spec_decode_json(s: &SpecDecodeStudy) -> Value {
             json!({
                 "last_paying_batch": c.last_paying_batch,
                 "first_losing_batch": c.first_losing_batch,
-                "grid": c.grid.iter().zip(&c.speedups).map(|((b, k, sp), all)| json!({
+                "max_fitting_batch": c.max_fitting_batch,
+                "grid": c.grid.iter().zip(&c.speedups).zip(&c.fits).map(|(((b, k, sp), all), fits)| json!({
                     "batch": b,
                     "best_draft_tokens": k,
                     "speedup": sp,
+                    "fits": fits,
                     "speedup_by_draft_tokens": c.draft_tokens.iter().zip(all)
                         .map(|(k, x)| json!({"draft_tokens": k, "speedup": x}))
                         .collect::<Vec<_>>(),
@@ -56,6 +59,8 @@ pub(crate) fn spec_decode_json(s: &SpecDecodeStudy) -> Value {
         "draft": s.draft_source,
         "acceptance": s.acceptance,
         "acceptance_rate": s.acceptance_rate,
+        "fits": s.fits,
+        "max_fitting_batch": s.max_fitting_batch,
         "variants": variants,
         "best": best,
         "crossover": crossover,
@@ -115,6 +120,12 @@ pub fn plot_speedup(
             (Some(b), Some(l)) => note.push_str(&format!("; pays up to batch {b}, not at {l}")),
             (Some(_), None) => note.push_str("; pays at every batch"),
             _ => {}
+        }
+        if c.fits.iter().any(|f| !f) {
+            match c.max_fitting_batch {
+                Some(m) => note.push_str(&format!("; above batch {m} does not fit")),
+                None => note.push_str("; no batch fits"),
+            }
         }
         let label = match s.acceptance.split_once(" (") {
             Some((head, _)) => head.to_string(),
@@ -261,8 +272,20 @@ pub(crate) fn spec_decode_table(s: &SpecDecodeStudy) -> String {
     }
     out.push_str(&t.render());
     if let Some(best) = s.best() {
+        let fit = if s.fits {
+            String::new()
+        } else {
+            format!(
+                "; DOES NOT FIT: batch {} needs more memory than vLLM may use, {}",
+                sc.batch,
+                match s.max_fitting_batch {
+                    Some(m) => format!("at most {m} fit"),
+                    None => "not even batch 1 fits".into(),
+                }
+            )
+        };
         out.push_str(&format!(
-            "\nbest: k = {} at {:.2}x ({})\n",
+            "\nbest: k = {} at {:.2}x ({}{fit})\n",
             best.draft_tokens,
             best.speedup,
             if best.speedup > 1.0 {
@@ -277,19 +300,34 @@ pub(crate) fn spec_decode_table(s: &SpecDecodeStudy) -> String {
             (Some(b), Some(l)) => {
                 format!("crossover: speculation pays up to batch {b} and stops paying by batch {l}")
             }
+            (Some(b), None) if c.fits.iter().any(|f| !f) => {
+                format!("crossover: speculation pays at every batch simulated that fits (up to {b})")
+            }
             (Some(b), None) => {
                 format!("crossover: speculation pays at every batch simulated (up to {b})")
             }
             (None, Some(l)) => {
                 format!("crossover: speculation does not pay at any batch simulated (from {l})")
             }
+            (None, None) if !c.grid.is_empty() => {
+                "crossover: no batch simulated fits in memory".into()
+            }
             (None, None) => "crossover: no batch simulated".into(),
         };
         out.push_str(&line);
+        if c.fits.iter().any(|f| !f) {
+            match c.max_fitting_batch {
+                Some(m) => out.push_str(&format!(
+                    "; batches above {m} do not fit in memory and are not counted"
+                )),
+                None => out.push_str("; not even batch 1 fits in memory"),
+            }
+        }
         out.push('\n');
         out.push_str("  batch  best k  speedup\n");
-        for (b, k, sp) in &c.grid {
-            out.push_str(&format!("  {b:>5}  {k:>6}  {sp:>6.2}x\n"));
+        for ((b, k, sp), fits) in c.grid.iter().zip(&c.fits) {
+            let mark = if *fits { "" } else { "  does not fit" };
+            out.push_str(&format!("  {b:>5}  {k:>6}  {sp:>6.2}x{mark}\n"));
         }
     }
     if !s.warnings.is_empty() {

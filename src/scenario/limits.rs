@@ -71,6 +71,10 @@ pub const USERS: std::ops::RangeInclusive<u64> = 1..=100_000_000;
 /// A TPOT limit: 0.01 ms (no GPU decodes a token in 10 µs: one kernel launch takes ~5 µs) to one
 /// hour per token.
 pub const MAX_TPOT_MS: FloatRange = FloatRange::between(0.01, 3_600_000.0, "ms");
+/// A per-user speed target (`--min-tokens-per-s-per-user`): the TPOT limit's range turned
+/// over (1,000 / ms): 0.001 tokens/s (one token every 17 minutes) to 100,000 (a 0.01 ms TPOT).
+pub const TOKENS_PER_S_PER_USER: FloatRange =
+    FloatRange::between(1e-3, 100_000.0, "tokens/s per user");
 /// A GPU-hour price: 0 (owned hardware) to 1,000 USD, a hundred times the dearest on-demand
 /// cloud price of one GPU (about 10 USD per H100/H200-hour); beyond it the cost per hour of a
 /// plan overflows into nonsense.

@@ -162,6 +162,52 @@ impl MemoryFit {
     }
 }
 
+/// The footprint per GPU of `s` (weights and KV cache at its batch and context) and how it
+/// fits: the memory check every report of a step makes.
+pub fn memory_check(scenario: &Scenario) -> (MemoryFootprint, MemoryFit) {
+    let memory = if scenario.comm.pp_size() > 1 {
+        footprint_pp(
+            &scenario.model,
+            scenario.tp as usize,
+            scenario.comm.pp_size(),
+            scenario.batch as u64,
+            scenario.context,
+            scenario.kv_bytes,
+        )
+    } else {
+        footprint_of(scenario)
+    };
+    let fit = MemoryFit::new(&memory, scenario);
+    (memory, fit)
+}
+
+/// The largest batch of `s` at most `up_to` whose memory fits (None: not even batch 1); the
+/// footprint grows with the batch, so a bisection finds it.
+pub fn max_fitting_batch(s: &Scenario, up_to: u32) -> Option<u32> {
+    let fits = |b: u32| {
+        let mut t = s.clone();
+        t.batch = b;
+        memory_check(&t).1.fits()
+    };
+    if up_to == 0 || !fits(1) {
+        return None;
+    }
+    let (mut lo, mut hi) = (1u32, up_to);
+    if fits(hi) {
+        return Some(hi);
+    }
+    // fits(lo), not fits(hi).
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if fits(mid) {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    Some(lo)
+}
+
 impl Simulation {
     pub fn step_time_us(&self) -> f64 {
         self.timeline.step_time_us()
@@ -220,19 +266,7 @@ pub(crate) fn finish(
 ) -> Result<Simulation> {
     let per_rank = timeline.rank_breakdowns(&workload);
     let mean = Breakdown::mean(&per_rank);
-    let memory = if scenario.comm.pp_size() > 1 {
-        footprint_pp(
-            &scenario.model,
-            scenario.tp as usize,
-            scenario.comm.pp_size(),
-            scenario.batch as u64,
-            scenario.context,
-            scenario.kv_bytes,
-        )
-    } else {
-        footprint_of(&scenario)
-    };
-    let memory_fit = MemoryFit::new(&memory, &scenario);
+    let (memory, memory_fit) = memory_check(&scenario);
     let mut warnings = pricing.warnings.clone();
     let pad = scenario.padding(1, crate::scenario::cudagraph::PadRule::Decode);
     if scenario.cuda_graphs && !pad.captured {

@@ -26,6 +26,9 @@ pub enum RankSource {
     DistributedInfo,
     FileName,
     FileOrder,
+    /// A decodesim `--timeline` holding every simulated rank in one file: each rank is its own
+    /// process (device) there.
+    SimulatedTimeline,
 }
 
 impl RankSource {
@@ -34,6 +37,7 @@ impl RankSource {
             RankSource::DistributedInfo => "distributedInfo.rank",
             RankSource::FileName => "file name",
             RankSource::FileOrder => "file order",
+            RankSource::SimulatedTimeline => "the simulated timeline's process id",
         }
     }
 }

@@ -66,6 +66,11 @@ pub struct Crossover {
     pub(crate) draft_tokens: Vec<u32>,
     /// Speedup of every k at every grid batch: `speedups[batch index][k index]`.
     pub(crate) speedups: Vec<Vec<f64>>,
+    /// Whether each grid batch fits in memory (the plain step's weights and KV cache); the
+    /// paying range above counts only batches that fit.
+    pub(crate) fits: Vec<bool>,
+    /// The largest batch that fits, up to the largest grid batch (None: not even batch 1).
+    pub(crate) max_fitting_batch: Option<u32>,
 }
 
 /// Step times of one crossover batch, before acceptance is applied.
@@ -101,6 +106,10 @@ pub struct SpecDecodeStudy {
     pub(crate) baseline: Simulation,
     pub variants: Vec<Variant>,
     pub crossover: Option<Crossover>,
+    /// Whether the scenario's batch fits in memory (weights and KV cache of the plain step;
+    /// the draft's weights are not counted), and the largest batch that does.
+    pub(crate) fits: bool,
+    pub(crate) max_fitting_batch: Option<u32>,
     pub(crate) warnings: Vec<String>,
 }
 
@@ -342,6 +351,15 @@ pub fn run(req: &SpecDecodeRequest) -> Result<SpecDecodeStudy> {
 /// Checks the request and simulates every step it needs: the plain step, each k at the
 /// scenario's batch, and each k and the plain step at every crossover batch.
 pub(crate) fn simulate_costs(req: &SpecDecodeRequest) -> Result<SpecDecodeCosts> {
+    simulate_costs_with(req, &mut |_, _| {})
+}
+
+/// [`simulate_costs`], calling `progress(done, total)` after each batch's timelines (the
+/// scenario's batch first, then each crossover batch).
+pub(crate) fn simulate_costs_with(
+    req: &SpecDecodeRequest,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<SpecDecodeCosts> {
     if req.draft_tokens.is_empty() {
         return Err(Error::FlagUse {
             flag: "--draft-tokens",
@@ -388,8 +406,13 @@ pub(crate) fn simulate_costs(req: &SpecDecodeRequest) -> Result<SpecDecodeCosts>
     let mut batches = req.crossover_batches.clone();
     batches.sort_unstable();
     batches.dedup();
+    let total = batches.len() as u64 + 1;
+    progress(1, total);
     let mut grid = Vec::new();
-    for b in batches {
+    for (i, b) in batches.into_iter().enumerate() {
+        if i > 0 {
+            progress(i as u64 + 1, total);
+        }
         let mut s = scenario.clone();
         s.batch = b;
         let base_step_us = play(&workload::build(&s), &s, &profile, &mut engine, &mut tl)?;
@@ -404,6 +427,7 @@ pub(crate) fn simulate_costs(req: &SpecDecodeRequest) -> Result<SpecDecodeCosts>
             spec_step_us,
         });
     }
+    progress(total, total);
     Ok(SpecDecodeCosts {
         baseline,
         draft_source: draft.source.clone(),
@@ -471,11 +495,20 @@ pub(crate) fn study(
                 (g.batch, best.0, best.1)
             })
             .collect();
-        let first_losing = grid.iter().position(|g| g.2 <= 1.0);
+        let top = grid.last().map_or(1, |g| g.0);
+        let max_fitting_batch = crate::sim::max_fitting_batch(scenario, top);
+        let fits: Vec<bool> = grid
+            .iter()
+            .map(|g| max_fitting_batch.is_some_and(|m| g.0 <= m))
+            .collect();
+        // The range where speculation pays ends at what fits.
+        let fitting: Vec<&(u32, u32, f64)> =
+            grid.iter().zip(&fits).filter(|(_, f)| **f).map(|(g, _)| g).collect();
+        let first_losing = fitting.iter().position(|g| g.2 <= 1.0);
         let (last_paying_batch, first_losing_batch) = match first_losing {
-            None => (grid.last().map(|g| g.0), None),
-            Some(0) => (None, Some(grid[0].0)),
-            Some(i) => (Some(grid[i - 1].0), Some(grid[i].0)),
+            None => (fitting.last().map(|g| g.0), None),
+            Some(0) => (None, Some(fitting[0].0)),
+            Some(i) => (Some(fitting[i - 1].0), Some(fitting[i].0)),
         };
         Some(Crossover {
             grid,
@@ -483,6 +516,8 @@ pub(crate) fn study(
             first_losing_batch,
             draft_tokens: req.draft_tokens.clone(),
             speedups,
+            fits,
+            max_fitting_batch,
         })
     };
 
@@ -536,6 +571,8 @@ pub(crate) fn study(
         baseline: costs.baseline.clone(),
         variants,
         crossover,
+        fits: costs.baseline.memory_fit.fits(),
+        max_fitting_batch: crate::sim::max_fitting_batch(scenario, scenario.batch),
         warnings,
     })
 }

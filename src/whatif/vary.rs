@@ -201,6 +201,15 @@ pub fn run(req: &VaryRequest) -> Result<VaryStudy> {
 /// Checks the work (each variant and the base is a full timeline) against `max_work` and every
 /// variant, then simulates the base and each variant.
 pub(crate) fn run_bounded(req: &VaryRequest, max_work: u64) -> Result<VaryStudy> {
+    run_bounded_with(req, max_work, &mut |_, _| {})
+}
+
+/// [`run_bounded`], calling `progress(done, total)` after each timeline (the base first).
+pub(crate) fn run_bounded_with(
+    req: &VaryRequest,
+    max_work: u64,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<VaryStudy> {
     let n = variant_count(&req.axes, req.one_at_a_time);
     crate::error::check_work(
         "whatif --vary",
@@ -239,11 +248,14 @@ pub(crate) fn run_bounded(req: &VaryRequest, max_work: u64) -> Result<VaryStudy>
         })?;
         reqs.push((settings, r));
     }
+    let total = reqs.len() as u64 + 1;
     let base = simulate(&req.base)?;
+    progress(1, total);
     let mut variants = Vec::with_capacity(reqs.len());
-    for (settings, r) in reqs {
+    for (i, (settings, r)) in reqs.into_iter().enumerate() {
         let v = simulate(&r)?;
         variants.push(compare(&base, &v, settings));
+        progress(i as u64 + 2, total);
     }
     variants.sort_by(|a, b| b.tokens_per_s.total_cmp(&a.tokens_per_s));
     Ok(VaryStudy { base, variants })

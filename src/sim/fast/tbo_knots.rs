@@ -381,24 +381,34 @@ mod tests {
         }
     }
 
-    /// Where the recursion changes branch between two knots (DeepSeek-V3 DP16 at batch 246,
-    /// full depth, between the knots 4352 and 4360, every price on its line), the line misses
-    /// the kink, by less than a ten-thousandth of the step (7.9e-5 here).
+    /// Where the recursion changes branch between two knots (DeepSeek-V3 DP16, full depth, on the
+    /// benchmark's context range: the branch points move as prices change, so the test looks for
+    /// them, batch after batch), the line misses the kink by less than a ten-thousandth of the
+    /// step, and every row elsewhere is its own play.
     #[test]
     fn a_kink_between_knots_costs_under_a_ten_thousandth() {
-        let batch = 246;
-        let (fast, launch, coll) = deepseek_dp16(batch, 61);
-        let set = Setting {
-            launch: &launch,
-            coll: &coll,
-        };
-        let mut worst: f64 = 0.0;
-        for c in 4353..=4359 {
-            let row = fast.step_us_busy(batch, c, &launch, &coll).0;
-            let own = played(&fast, batch, c, set).0;
-            worst = worst.max((row - own).abs() / own);
+        let (mut worst, mut kinks): (f64, usize) = (0.0, 0);
+        for batch in [246, 200, 151, 97] {
+            let (fast, launch, coll) = deepseek_dp16(batch, 61);
+            let set = Setting {
+                launch: &launch,
+                coll: &coll,
+            };
+            for knot in (1000..4992u64).step_by(8) {
+                let mut cell: f64 = 0.0;
+                for c in knot + 1..knot + 8 {
+                    let row = fast.step_us_busy(batch, c, &launch, &coll).0;
+                    let own = played(&fast, batch, c, set).0;
+                    cell = cell.max((row - own).abs() / own);
+                }
+                kinks += usize::from(cell > 1e-5);
+                worst = worst.max(cell);
+            }
+            if kinks > 0 {
+                break;
+            }
         }
-        assert!(worst > 1e-5, "no kink here any more: {worst:e}");
+        assert!(kinks > 0, "no kink found any more: {worst:e}");
         assert!(worst < 1e-4, "{worst:e}");
     }
 

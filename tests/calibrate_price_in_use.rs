@@ -141,3 +141,134 @@ fn bursts_of_several_sizes_move_the_latency_and_the_bandwidth_of_the_step_price(
     }
     assert!(Path::new(&out).exists());
 }
+
+/// A copy of the bundled H200 reference trace (batch 16, context 8192) whose sampler kernels
+/// (the argmax over the logits) take `factor` times as long, every later event of the rank
+/// shifted by the time added, written to `dir`.
+fn slow_sampler_trace(dir: &Path, factor: f64) -> Vec<String> {
+    use std::io::{Read, Write};
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/traces/h200");
+    let mut names: Vec<_> = std::fs::read_dir(&src)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("refstep_b16_c8192_default_rank"))
+        .collect();
+    names.sort();
+    assert_eq!(names.len(), 2);
+    let sampler = regex::Regex::new("(?i)argmax").unwrap();
+    names
+        .iter()
+        .map(|n| {
+            let mut text = String::new();
+            flate2::read::GzDecoder::new(std::fs::File::open(src.join(n)).unwrap())
+                .read_to_string(&mut text)
+                .unwrap();
+            let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
+            let ev = v["traceEvents"].as_array_mut().unwrap();
+            let mut added = Vec::new();
+            for e in ev.iter_mut() {
+                let kernel = e["cat"] == "kernel"
+                    && e["name"].as_str().is_some_and(|s| sampler.is_match(s));
+                if kernel {
+                    let (ts, dur) = (e["ts"].as_f64().unwrap(), e["dur"].as_f64().unwrap());
+                    added.push((ts + dur, dur * (factor - 1.0)));
+                    e["dur"] = (dur * factor).into();
+                }
+            }
+            assert!(!added.is_empty(), "no sampler kernel in {n}");
+            for e in ev.iter_mut() {
+                if let Some(ts) = e.get("ts").and_then(|t| t.as_f64()) {
+                    let shift: f64 = added.iter().filter(|a| ts >= a.0).map(|a| a.1).sum();
+                    e["ts"] = (ts + shift).into();
+                }
+            }
+            let out = dir.join(n);
+            let mut gz = flate2::write::GzEncoder::new(
+                std::fs::File::create(&out).unwrap(),
+                flate2::Compression::fast(),
+            );
+            gz.write_all(v.to_string().as_bytes()).unwrap();
+            gz.finish().unwrap();
+            out.to_str().unwrap().to_string()
+        })
+        .collect()
+}
+
+const H200_REFSTEP: [&str; 12] = [
+    "--model",
+    "kimi-k2.5-bf16",
+    "--layers",
+    "4",
+    "--system",
+    "h200-2x-nvlink",
+    "--runtime",
+    "reference",
+    "--nccl-proto",
+    "auto",
+    "--nccl-algo",
+    "auto",
+];
+
+#[test]
+fn a_trace_whose_sampler_is_100x_the_table_writes_a_profile_that_loads_and_prices_it() {
+    let d = scratch("price-in-use-trace");
+    let traces = slow_sampler_trace(&d, 100.0);
+    let out = d.join("anchored/profile.toml");
+    let out_s = out.to_str().unwrap();
+    let mut args = vec!["calibrate", "--from-trace"];
+    args.extend(traces.iter().map(String::as_str));
+    args.extend([
+        "--out",
+        out_s,
+        "--calibration",
+        "h200",
+        "--batch",
+        "16",
+        "--context",
+        "8192",
+    ]);
+    args.extend(H200_REFSTEP);
+    let (ok, text, err) = decodesim_bin(&args);
+    assert!(ok, "{err}");
+    // The sampler's time is written as measured, with a warning that says why it may be so.
+    let line = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("sampling "))
+        .unwrap_or_else(|| panic!("{text}"));
+    let f: f64 = line.split('x').next_back().unwrap().trim().parse().unwrap();
+    assert!(f > 50.0 && f < 200.0, "{line}");
+    assert!(
+        text.contains("warning: sampling: the trace's time is")
+            && text.contains("written as measured")
+            && text.contains("top-k/top-p"),
+        "{text}"
+    );
+    // The profile loads, and a step priced with it charges the sampler what the trace took.
+    let mut sim = vec![
+        "simulate",
+        "--format",
+        "json",
+        "--draws",
+        "0",
+        "--calibration",
+        out_s,
+        "--batch",
+        "16",
+        "--context",
+        "8192",
+    ];
+    sim.extend(H200_REFSTEP);
+    let (ok, json, err) = decodesim_bin(&sim);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let sampling = v["breakdown"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["category"] == "sampling")
+        .unwrap_or_else(|| panic!("{}", v["breakdown"]))["time_us"]
+        .as_f64()
+        .unwrap();
+    // The trace: 11.1 µs x 100 = 1,109 µs of sampling per step.
+    assert!((sampling / 1109.0 - 1.0).abs() < 0.1, "{sampling}");
+}

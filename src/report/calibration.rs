@@ -96,6 +96,9 @@ pub(crate) fn render_from_trace(r: &TraceCalibration, excluded: usize, notes: &[
         }
     }
     text.push_str(&super::comparison::to_table(&r.after));
+    for w in &r.fit.warnings {
+        text.push_str(&format!("warning: {w}\n"));
+    }
     text.push_str(&format!(
         "\nprofile written to {}\n",
         super::units::path(&r.out)

@@ -235,7 +235,7 @@ fn from_aiconfigurator(a: &CalibrateArgs, dir: &std::path::Path) -> Result<()> {
 
 fn from_throughput(a: &CalibrateArgs) -> Result<()> {
     use crate::calibrate::from_throughput::{
-        fit_throughput, read_inputs, ThroughputFit, ThroughputRequest,
+        fit_throughput_with, read_inputs, ThroughputFit, ThroughputLimits, ThroughputRequest,
     };
     let files = &a.from_throughput;
     let points = read_inputs(
@@ -244,14 +244,20 @@ fn from_throughput(a: &CalibrateArgs) -> Result<()> {
             metric: a.bench_metric,
         },
     )?;
-    let r = fit_throughput(&ThroughputRequest {
-        base: a.scenario.request(),
-        points,
-        source: files[0].clone(),
-        factors: a.factors.clone(),
-        out: a.out.clone(),
-        name: a.name.clone(),
-    })?;
+    let r = fit_throughput_with(
+        &ThroughputRequest {
+            base: a.scenario.request(),
+            points,
+            source: files[0].clone(),
+            factors: a.factors.clone(),
+            out: a.out.clone(),
+            name: a.name.clone(),
+        },
+        &ThroughputLimits {
+            max_median_error_pct: Some(a.max_median_error),
+            allow_poor_fit: a.allow_poor_fit,
+        },
+    )?;
     let names = files
         .iter()
         .map(|f| crate::units::path(f))
@@ -293,7 +299,7 @@ fn from_throughput(a: &CalibrateArgs) -> Result<()> {
         }
     }
     s.push_str(
-        "\npoint                                   measured   before    error   after    error\n",
+        "\npoint                                   measured   before    error   after    error  weight  left out\n",
     );
     for (b, x) in r.before.iter().zip(&r.residuals) {
         let file = if files.len() > 1 {
@@ -309,7 +315,7 @@ fn from_throughput(a: &CalibrateArgs) -> Result<()> {
             String::new()
         };
         s.push_str(&format!(
-            "{:<38} {:>9.1} {:>8.1} {:>+7.1}% {:>8.1} {:>+7.1}%\n",
+            "{:<38} {:>9.1} {:>8.1} {:>+7.1}% {:>8.1} {:>+7.1}% {:>7.2} {:>9}\n",
             format!(
                 "{file}line {}: c={} ctx={}{}",
                 x.point.line,
@@ -321,8 +327,25 @@ fn from_throughput(a: &CalibrateArgs) -> Result<()> {
             b.predicted,
             100.0 * b.rel_err,
             x.predicted,
-            100.0 * x.rel_err
+            100.0 * x.rel_err,
+            x.weight,
+            match x.loo_rel_err {
+                Some(e) => format!("{:+.1}%", 100.0 * e),
+                None => "-".into(),
+            }
         ));
+    }
+    s.push_str("(weight: the point's weight in the robust fit; left out: the error at the point when the fit is made without it)\n");
+    for x in &r.residuals {
+        if let Some(why) = &x.far_off {
+            s.push_str(&format!(
+                "far off: line {}: c={} ctx={}: {why}\n",
+                x.point.line, x.point.concurrency, x.point.context
+            ));
+        }
+    }
+    for m in &r.profile.profile.poor_fit {
+        s.push_str(&format!("warning: written although the fit breaks the rules: {m}\n"));
     }
     s.push_str(&format!(
         "rms error: before {:.1}%, after {:.1}%\n",

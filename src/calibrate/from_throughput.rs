@@ -857,6 +857,8 @@ pub struct ThroughputFit {
     pub before: Vec<Residual>,
     pub residuals: Vec<Residual>,
     pub(crate) iterations: usize,
+    /// What the report says about the fit besides the tables.
+    pub notes: Vec<String>,
     pub(crate) out: PathBuf,
 }
 
@@ -1517,16 +1519,23 @@ fn starting_point(model: &Model, which: &[Factor]) -> Vec<f64> {
     theta0
 }
 
+/// The fitted factors with their intervals, and the first factor that ran to its bound and the
+/// first whose interval spans everything, each with why.
+struct Intervals {
+    fitted: Vec<FittedFactor>,
+    bound: Option<(usize, String)>,
+    wide: Option<(usize, String)>,
+}
+
 /// Each fitted factor's value and 95% interval (Student's t on the residual scatter), and the
 /// first factor whose interval says the points do not pin it down, with why.
-#[allow(clippy::type_complexity)]
 fn fitted_intervals(
     which: &[Factor],
     theta: &[f64],
     j: &DMatrix<f64>,
     final_r: &[f64],
     src: &str,
-) -> Result<(Vec<FittedFactor>, Option<(usize, String)>)> {
+) -> Result<Intervals> {
     let n = final_r.len();
     let p = which.len();
     let dof = n - p;
@@ -1537,6 +1546,7 @@ fn fitted_intervals(
     let inv = (j.transpose() * j).try_inverse();
     let mut fitted = Vec::new();
     let mut wide = None;
+    let mut bound = None;
     for (c, k) in which.iter().enumerate() {
         let se = inv
             .as_ref()
@@ -1560,8 +1570,8 @@ fn fitted_intervals(
         let (lo, hi) = k.bounds();
         let at_bound = k.kind() != FactorKind::Overhead
             && (v - lo < 1e-3 * k.unit() || hi - v < 1e-3 * k.unit());
-        if at_bound && wide.is_none() {
-            wide = Some((
+        if at_bound && bound.is_none() {
+            bound = Some((
                 c,
                 format!(
                     "not fitted: it ran to its bound ({value:.4}, the most the fit allows): the points ask for more than this factor can mean, so the model misses them for another reason (another factor, or a setting the scenario lacks)"
@@ -1583,7 +1593,11 @@ fn fitted_intervals(
             ci95,
         });
     }
-    Ok((fitted, wide))
+    Ok(Intervals {
+        fitted,
+        bound,
+        wide,
+    })
 }
 
 /// The first choice of factors: the auto choice (`choose`), or the named ones that the points
@@ -1728,6 +1742,8 @@ struct Solved {
     /// The robust fit's weights and its weighted Jacobian, for the leave-one-out residuals.
     weights: Vec<f64>,
     jacobian: DMatrix<f64>,
+    /// What the report says about the fit (a named factor kept with a wide interval).
+    notes: Vec<String>,
 }
 
 /// The fit's result: the profile written with the fitted factors, and the residuals before
@@ -1800,6 +1816,7 @@ fn fit_result(
         before,
         residuals,
         iterations: s.iterations,
+        notes: s.notes,
         out: req.out.clone(),
     })
 }
@@ -1949,7 +1966,7 @@ pub fn fit_throughput_with(
     // Auto: factors refused after a fit for their interval, with the row that says why.
     let mut dropped: Vec<FactorChoice> = Vec::new();
     let mut keep_theta = start_of(&which, &all, &theta0);
-    let (mut fitted, mut iterations, mut final_r, mut weights, mut jacobian);
+    let (mut fitted, mut iterations, mut final_r, mut weights, mut jacobian, mut notes);
     loop {
         if which.is_empty() {
             return Err(nothing_identified(n, &src, &refused));
@@ -1958,15 +1975,32 @@ pub fn fit_throughput_with(
         iterations = it;
         final_r = r;
         let rw: Vec<f64> = final_r.iter().zip(&w).map(|(r, w)| r * w.sqrt()).collect();
-        let (f, mut wide) = fitted_intervals(&which, &theta, &j, &rw, &src)?;
-        fitted = f;
+        let iv = fitted_intervals(&which, &theta, &j, &rw, &src)?;
+        fitted = iv.fitted;
         weights = w;
         jacobian = j;
+        // Named factors are kept with a wide interval (the points pin them down loosely; the
+        // report says so); the automatic choice drops them for a factor the points pin down.
+        let mut wide = if auto {
+            iv.bound.clone().or(iv.wide.clone())
+        } else {
+            iv.bound.clone()
+        };
         // Auto, with every interval narrow: a fit that did not reduce the error drops a factor.
         let stuck_why = no_progress(&final_r, &before_pred, &meas, &weights)
             .filter(|_| auto && wide.is_none());
         let stuck = stuck_why.is_some();
         wide = wide.or(stuck_why.map(|why| (which.len() - 1, why)));
+        notes = match (&wide, &iv.wide) {
+            (None, Some((c, _))) => vec![format!(
+                "{}: its 95% interval [{:.4}, {:.4}] is wide: these points pin it down loosely (rms error after the fit {:.1}%); more points, or points that vary what it scales, narrow it",
+                which[*c],
+                fitted[*c].ci95[0],
+                fitted[*c].ci95[1],
+                100.0 * (final_r.iter().map(|x| x * x).sum::<f64>() / n as f64).sqrt()
+            )],
+            _ => Vec::new(),
+        };
         match wide {
             Some((c, why)) if auto => {
                 // Fewer factors first (each one fewer leaves a degree of freedom to the
@@ -2004,6 +2038,7 @@ pub fn fit_throughput_with(
         iterations,
         weights,
         jacobian,
+        notes,
     };
     fit_result(req, &model, &meas, &before_pred, solved, limits)
 }

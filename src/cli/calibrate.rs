@@ -344,6 +344,9 @@ fn from_throughput(a: &CalibrateArgs) -> Result<()> {
             ));
         }
     }
+    for n in &r.notes {
+        s.push_str(&format!("note: {n}\n"));
+    }
     for m in &r.profile.profile.poor_fit {
         s.push_str(&format!("warning: written although the fit breaks the rules: {m}\n"));
     }

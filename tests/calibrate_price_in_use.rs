@@ -272,3 +272,207 @@ fn a_trace_whose_sampler_is_100x_the_table_writes_a_profile_that_loads_and_price
     // The trace: 11.1 µs x 100 = 1,109 µs of sampling per step.
     assert!((sampling / 1109.0 - 1.0).abs() < 0.1, "{sampling}");
 }
+
+use decodesim::calibrate::from_throughput::{
+    fit_throughput, fit_throughput_with, Factor, Point, ThroughputLimits, ThroughputRequest,
+};
+use decodesim::cost::profile::Factors;
+use decodesim::sim::{simulate_loaded, ScenarioRequest};
+
+/// The default scenario cut to 4 layers (fast).
+fn four_layers() -> ScenarioRequest {
+    ScenarioRequest {
+        layers: Some(4),
+        ..ScenarioRequest::default()
+    }
+}
+
+/// Tokens/s of the 4-layer default scenario under `truth` at these concurrencies and context,
+/// with a deterministic ±0.4% of noise.
+fn points_under(truth: &Factors, batches: &[u32], context: u64) -> Vec<Point> {
+    batches
+        .iter()
+        .enumerate()
+        .map(|(i, &batch)| {
+            let (s, mut p) = ScenarioRequest {
+                batch,
+                context,
+                ..four_layers()
+            }
+            .load()
+            .unwrap();
+            p.factors = truth.clone();
+            let tps = simulate_loaded(s, p).unwrap().tokens_per_s();
+            Point {
+                line: i + 2,
+                concurrency: batch,
+                context,
+                tokens_per_s: tps * (1.0 + 0.004 * ((i % 3) as f64 - 1.0)),
+                ..Default::default()
+            }
+        })
+        .collect()
+}
+
+fn request(points: Vec<Point>, factors: &[Factor], out: &Path) -> ThroughputRequest {
+    ThroughputRequest {
+        base: four_layers(),
+        points,
+        source: "synthetic.csv".into(),
+        factors: factors.to_vec(),
+        out: out.to_path_buf(),
+        name: None,
+    }
+}
+
+#[test]
+fn one_low_point_of_several_does_not_pull_the_fit_and_is_flagged() {
+    let d = scratch("robust-fit");
+    let truth = Factors {
+        moe_efficiency: 0.85,
+        collective_latency_scale: 1.3,
+        ..Factors::default()
+    };
+    let mut points = points_under(&truth, &[1, 2, 4, 8, 16, 32], 4096);
+    // The concurrency-8 point measured 20% low (a slow run), the others on the curve.
+    points[3].tokens_per_s *= 0.8;
+    let named = [Factor::MoeEfficiency, Factor::CollectiveLatency];
+    let r = fit_throughput(&request(points, &named, &d.join("fit.toml"))).unwrap();
+    let value = |f: Factor| r.fitted.iter().find(|x| x.factor == f).unwrap().value;
+    assert!((value(Factor::MoeEfficiency) / 0.85 - 1.0).abs() < 0.03, "{:?}", r.fitted);
+    assert!((value(Factor::CollectiveLatency) / 1.3 - 1.0).abs() < 0.06, "{:?}", r.fitted);
+    for (i, x) in r.residuals.iter().enumerate() {
+        if i == 3 {
+            // Down-weighted, about 25% above its measurement, and flagged from its
+            // leave-one-out error.
+            assert!(x.weight < 0.5, "{x:?}");
+            assert!(x.rel_err > 0.18, "{x:?}");
+            assert!(x.loo_rel_err.unwrap() > 0.18, "{x:?}");
+            assert!(x.far_off.as_deref().unwrap().contains("fitted without it"), "{x:?}");
+        } else {
+            // The others stay on their curve: the low point did not drag them.
+            assert!(x.rel_err.abs() < 0.02, "point {i}: {x:?}");
+            assert_eq!(x.weight, 1.0, "point {i}: {x:?}");
+            assert!(x.far_off.is_none(), "point {i}: {x:?}");
+        }
+    }
+}
+
+#[test]
+fn a_factor_is_fitted_only_where_the_points_vary_what_it_scales() {
+    let d = scratch("unvaried");
+    let truth = Factors {
+        moe_efficiency: 0.9,
+        ..Factors::default()
+    };
+    // Every point at one context: attention's growth with the context cannot be told apart.
+    let points = points_under(&truth, &[1, 4, 16], 2500);
+    let named = [Factor::MoeEfficiency, "attention_growth_scale".parse().unwrap()];
+    let r = fit_throughput(&request(points.clone(), &named, &d.join("a.toml"))).unwrap();
+    let (f, why) = r
+        .refused
+        .iter()
+        .find(|(f, _)| f.name() == "attention_growth_scale")
+        .expect("attention_growth_scale refused");
+    assert!(
+        why.contains("every point is at context 2500") && why.contains("two values"),
+        "{f}: {why}"
+    );
+    assert_eq!(r.fitted.len(), 1);
+    assert!((r.fitted[0].value / 0.9 - 1.0).abs() < 0.03, "{:?}", r.fitted);
+    // A hand-chosen pair the points identify is fitted, not refused.
+    let pair = [Factor::MoeEfficiency, Factor::CollectiveLatency];
+    let r = fit_throughput(&request(points, &pair, &d.join("b.toml"))).unwrap();
+    assert_eq!(r.fitted.len(), 2, "{:?}", r.refused);
+}
+
+#[test]
+fn a_scale_that_runs_to_its_bound_is_not_fitted() {
+    let d = scratch("bound");
+    // Three times faster than the model at every concurrency: no collective bandwidth explains
+    // that (the collectives are a fraction of the step), so the scale would run to x100.
+    let mut points = points_under(&Factors::default(), &[1, 4, 16, 64], 4096);
+    for p in &mut points {
+        p.tokens_per_s *= 3.0;
+    }
+    let e = fit_throughput(&request(points, &[Factor::CollectiveBw], &d.join("c.toml")))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("collective_bw_scale") && e.contains("ran to its bound"), "{e}");
+    assert!(!d.join("c.toml").exists());
+}
+
+#[test]
+fn max_median_error_is_honoured_by_from_throughput() {
+    let d = scratch("max-median");
+    let truth = Factors::default();
+    let mut points = points_under(&truth, &[1, 4, 16], 4096);
+    // A flat curve no MoE factor explains.
+    let flat = points[1].tokens_per_s;
+    for p in &mut points {
+        p.tokens_per_s = flat;
+    }
+    let limits = |pct: f64, allow: bool| ThroughputLimits {
+        max_median_error_pct: Some(pct),
+        allow_poor_fit: allow,
+    };
+    let out = d.join("never.toml");
+    let e = fit_throughput_with(
+        &request(points.clone(), &[Factor::MoeEfficiency], &out),
+        &limits(15.0, false),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("calibration refused")
+            && e.contains("--max-median-error")
+            && e.contains("limit 15%")
+            && e.contains("--allow-poor-fit"),
+        "{e}"
+    );
+    assert!(!out.exists());
+    let out = d.join("marked.toml");
+    let r = fit_throughput_with(
+        &request(points.clone(), &[Factor::MoeEfficiency], &out),
+        &limits(15.0, true),
+    )
+    .unwrap();
+    assert!(r.profile.profile.poor_fit[0].contains("--max-median-error"), "{:?}", r.profile.profile.poor_fit);
+    let back = decodesim::cost::CalibrationProfile::from_file(&out).unwrap();
+    assert!(back.poor_fit_marks().iter().any(|m| m.contains("from-throughput")));
+    // Through the command line: the flag and its default both apply.
+    let csv = d.join("flat.csv");
+    std::fs::write(
+        &csv,
+        format!("concurrency,context,tokens_per_s\n1,4096,{flat}\n4,4096,{flat}\n16,4096,{flat}\n"),
+    )
+    .unwrap();
+    let out = d.join("cli.toml");
+    let (ok, _, err) = decodesim_bin(&[
+        "calibrate",
+        "--from-throughput",
+        csv.to_str().unwrap(),
+        "--layers",
+        "4",
+        "--factors",
+        "moe_efficiency",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(!ok && err.contains("limit 15%") && !err.contains("panicked"), "{err}");
+    assert!(!out.exists());
+    let (ok, _, err) = decodesim_bin(&[
+        "calibrate",
+        "--from-throughput",
+        csv.to_str().unwrap(),
+        "--layers",
+        "4",
+        "--factors",
+        "moe_efficiency",
+        "--max-median-error",
+        "90",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(ok, "{err}");
+}

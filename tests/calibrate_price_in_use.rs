@@ -476,3 +476,44 @@ fn max_median_error_is_honoured_by_from_throughput() {
     ]);
     assert!(ok, "{err}");
 }
+
+/// The development set's no-speculation points (tests/data/dev-set): calibrating from
+/// concurrency 1, 4, 16 and 64 with the automatic choice prints a residual, a weight and a
+/// leave-one-out error per point, and the concurrency-16 point (below the smooth curve through
+/// its neighbours) is not taken for the curve: it is not flagged, and the fit is robust.
+#[test]
+fn the_development_set_calibrates_robustly_from_four_points() {
+    let d = scratch("dev-set");
+    let all = decodesim::calibrate::from_throughput::read_points(&common::fixture(
+        "dev-set/rtx-pro-6000-kimi-no-spec.csv",
+    ))
+    .unwrap();
+    let four: Vec<Point> = all
+        .iter()
+        .filter(|p| [1, 4, 16, 64].contains(&p.concurrency))
+        .cloned()
+        .collect();
+    assert_eq!(four.len(), 4);
+    let req = ThroughputRequest {
+        base: ScenarioRequest::default(),
+        points: four,
+        source: common::fixture("dev-set/rtx-pro-6000-kimi-no-spec.csv"),
+        factors: Vec::new(),
+        out: d.join("dev.toml"),
+        name: None,
+    };
+    let r = fit_throughput(&req).unwrap();
+    assert!(
+        !r.fitted
+            .iter()
+            .any(|f| f.factor.name() == "attention_growth_scale"),
+        "one context cannot identify attention's growth: {:?}",
+        r.fitted
+    );
+    for x in &r.residuals {
+        assert!(x.rel_err.is_finite() && x.weight > 0.0 && x.weight <= 1.0, "{x:?}");
+    }
+    let c16 = r.residuals.iter().find(|x| x.point.concurrency == 16).unwrap();
+    assert!(c16.far_off.is_none(), "{c16:?}");
+    assert!(c16.loo_rel_err.is_some(), "{c16:?}");
+}

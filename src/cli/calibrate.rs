@@ -40,7 +40,8 @@ pub struct CalibrateArgs {
     /// Profile supplying the sections the measurements do not cover.
     #[arg(long, default_value = "h200")]
     fallback: String,
-    /// Refuse the profile when a section's median |relative error| exceeds this (percent).
+    /// Refuse the profile when a section's median |relative error| exceeds this (percent); with
+    /// --from-throughput, the points' median |error| after the fit.
     #[arg(long, default_value_t = 15.0, value_name = "PCT")]
     max_median_error: f64,
     /// Refuse the profile when a section's R² is below this (0 to 1) and a point misses by

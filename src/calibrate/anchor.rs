@@ -27,6 +27,10 @@ use std::collections::BTreeMap;
 /// (`calibrate::from_trace`), not a clamp, says when the scenario does not describe the trace.
 const MIN_RATIO: f64 = crate::cost::profile::TIME_SCALE[0];
 const MAX_RATIO: f64 = crate::cost::profile::TIME_SCALE[1];
+/// A measured table's prices stand within this factor of a trace's time for the family (its own
+/// interpolation error and the in-step effects a single step shows, cache and overlap); beyond
+/// it the trace measures other work than the table's (another kernel, more work per call).
+const TABLE_TRUST: f64 = 2.0;
 /// Beyond this multiplier (or below its inverse) the result warns and says what may cause it.
 const WARN_RATIO: f64 = 10.0;
 
@@ -40,6 +44,8 @@ pub struct AnchorResult {
     /// Families whose time the trace puts beyond 10x (or below 1/10) of the profile's, each with
     /// what may explain it; and any multiplier held at the range a profile may state.
     pub warnings: Vec<String>,
+    /// What the report says besides (the families whose measured table kept its prices).
+    pub notes: Vec<String>,
 }
 
 fn ratio(measured: f64, predicted: f64) -> f64 {
@@ -148,8 +154,17 @@ pub fn fit_to_step(
                 scale_law(k, r, &ops, &scenario.system.gpu);
             }
             factors.insert(fam.to_string(), cum * r);
+            // A measurement table is a measurement of every shape it holds: within a factor of
+            // TABLE_TRUST of the trace it keeps its prices (the factor then applies to the shapes
+            // it lacks, through the law); beyond, the trace runs other work than the table
+            // measured, and the family's time is written as the trace measured it.
             if p.table.is_some() {
-                *p.table_scales.entry(fam.to_string()).or_insert(1.0) *= r;
+                let f = cum * r;
+                if (1.0 / TABLE_TRUST..=TABLE_TRUST).contains(&f) {
+                    p.table_scales.remove(&fam.to_string());
+                } else {
+                    p.table_scales.insert(fam.to_string(), f);
+                }
             }
             if let Some(a) = p.aiconfigurator.as_mut() {
                 *a.scales.entry(fam.to_string()).or_insert(1.0) *= r;
@@ -209,6 +224,32 @@ pub fn fit_to_step(
         profile.profile.provenance
     );
     let mut warnings = Vec::new();
+    // Families the measured table prices in this step.
+    let in_table: std::collections::BTreeSet<String> = match &p.table {
+        Some(t) => sim
+            .workload
+            .ops
+            .iter()
+            .filter(|op| op.measure.as_ref().is_some_and(|m| t.price(m).is_some()))
+            .map(|op| op.family.to_string())
+            .collect(),
+        None => Default::default(),
+    };
+    let kept: Vec<String> = factors
+        .iter()
+        .filter(|(k, f)| {
+            in_table.contains(*k) && (**f - 1.0).abs() > 1e-9 && !p.table_scales.contains_key(*k)
+        })
+        .map(|(k, _)| k.clone())
+        .collect();
+    let notes = match (&p.table, kept.is_empty()) {
+        (Some(t), false) => vec![format!(
+            "the measured table {} keeps its prices for {} (the trace is within {TABLE_TRUST}x of them): their factors apply to the shapes the table does not hold",
+            crate::units::path(&t.path),
+            kept.join(", ")
+        )],
+        _ => Vec::new(),
+    };
     for (key, &f) in &factors {
         let is_scale = p.kernels.keys().any(|k| k.to_string() == *key)
             || key == "collectives"
@@ -233,5 +274,6 @@ pub fn fit_to_step(
         before,
         after: sim,
         warnings,
+        notes,
     })
 }

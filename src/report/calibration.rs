@@ -96,6 +96,9 @@ pub(crate) fn render_from_trace(r: &TraceCalibration, excluded: usize, notes: &[
         }
     }
     text.push_str(&super::comparison::to_table(&r.after));
+    for n in &r.fit.notes {
+        text.push_str(&format!("note: {n}\n"));
+    }
     for w in &r.fit.warnings {
         text.push_str(&format!("warning: {w}\n"));
     }

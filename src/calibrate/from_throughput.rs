@@ -1557,7 +1557,9 @@ fn fitted_intervals(
         let (value, ci95) = if k.is_log() {
             (v.exp(), [(v - half).exp(), (v + half).exp()])
         } else {
-            (v, [v - half, v + half])
+            // Within what the parameter can be (no negative overhead or exponent).
+            let (lo, hi) = k.bounds();
+            (v, [(v - half).max(lo), (v + half).min(hi)])
         };
         // An interval spanning a factor of 10 (scales), the whole exponent range, or
         // more than ±10 ms of overhead says the points do not pin the factor down.

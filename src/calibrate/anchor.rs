@@ -17,12 +17,22 @@ use crate::error::Result;
 use crate::scenario::Scenario;
 use crate::sim::{simulate_loaded, Simulation};
 use crate::workload::CostFamily;
+use crate::cost::profile::MAX_US;
+use crate::scenario::limits::BUS_BW_FLOOR_GBPS;
 use std::collections::BTreeMap;
 
-/// Ratios are clamped: a factor outside this range means the scenario does not describe the
-/// trace, and a wild profile would hide that.
-const MIN_RATIO: f64 = 0.2;
-const MAX_RATIO: f64 = 5.0;
+/// The widest time multiplier a family (or the collectives) may take: the range the profile
+/// loader accepts for `aiconfigurator.scales` (`cost::profile::TIME_SCALE`), so a profile this
+/// writes always loads. A measured time is written as measured within it; the step-error limit
+/// (`calibrate::from_trace`), not a clamp, says when the scenario does not describe the trace.
+const MIN_RATIO: f64 = crate::cost::profile::TIME_SCALE[0];
+const MAX_RATIO: f64 = crate::cost::profile::TIME_SCALE[1];
+/// A measured table's prices stand within this factor of a trace's time for the family (its own
+/// interpolation error and the in-step effects a single step shows, cache and overlap); beyond
+/// it the trace measures other work than the table's (another kernel, more work per call).
+const TABLE_TRUST: f64 = 2.0;
+/// Beyond this multiplier (or below its inverse) the result warns and says what may cause it.
+const WARN_RATIO: f64 = 10.0;
 
 #[derive(Debug, Clone)]
 pub struct AnchorResult {
@@ -31,6 +41,11 @@ pub struct AnchorResult {
     pub factors: BTreeMap<String, f64>,
     pub before: Simulation,
     pub after: Simulation,
+    /// Families whose time the trace puts beyond 10x (or below 1/10) of the profile's, each with
+    /// what may explain it; and any multiplier held at the range a profile may state.
+    pub warnings: Vec<String>,
+    /// What the report says besides (the families whose measured table kept its prices).
+    pub notes: Vec<String>,
 }
 
 fn ratio(measured: f64, predicted: f64) -> f64 {
@@ -39,6 +54,58 @@ fn ratio(measured: f64, predicted: f64) -> f64 {
     } else {
         1.0
     }
+}
+
+/// `k` scaled so that its law prices the family's ops of the step (`ops`) `r` times as long:
+/// the fixed cost times `r` and the efficiencies divided by it. An efficiency that would fall
+/// below the lowest a profile may state (`scenario::limits::EFFICIENCY`) is held there and the
+/// fixed cost takes the rest of the step's time, so the family's time in the anchor step is
+/// still `r` times the law's.
+fn scale_law(
+    k: &mut crate::cost::profile::KernelParams,
+    r: f64,
+    ops: &[&crate::workload::Op],
+    gpu: &crate::scenario::GpuSpec,
+) {
+    use crate::cost::kernel::kernel_us;
+    let floor = crate::scenario::limits::EFFICIENCY.min;
+    let before: f64 = ops.iter().map(|op| kernel_us(op, k, gpu)).sum();
+    let mut next = k.clone();
+    next.fixed_us = k.fixed_us * r;
+    // No efficiency above the hardware's peak: a faster trace than that is the fixed cost's to
+    // explain.
+    next.mem_efficiency = (k.mem_efficiency / r).clamp(floor, 1.0);
+    next.compute_efficiency = (k.compute_efficiency / r).clamp(floor, 1.0);
+    let held = next.mem_efficiency != k.mem_efficiency / r
+        || next.compute_efficiency != k.compute_efficiency / r;
+    if held && r > 1.0 && !ops.is_empty() {
+        let after: f64 = ops.iter().map(|op| kernel_us(op, &next, gpu)).sum();
+        let short = r * before - after;
+        if short > 0.0 {
+            next.fixed_us += short / ops.len() as f64;
+        }
+    }
+    next.fixed_us = next.fixed_us.min(crate::cost::profile::MAX_US);
+    *k = next;
+}
+
+/// Why a family's time in a trace may be far from the profile's (`WARN_RATIO`).
+fn why_far(family: &str, r: f64) -> String {
+    let slower = r > 1.0;
+    let specific = match (family, slower) {
+        ("sampling", true) => "the traced sampler does more than a greedy argmax over the logits (top-k/top-p sorting, penalties, logprobs, structured-output masks, a host synchronisation inside the kernel's time), ",
+        (f, true) if f.starts_with("moe") => "the traced experts run a slower kernel or routing than the table's (another quantization, an unfused path, skewed routing), ",
+        ("collectives", true) => "the traced collectives wait for a slower path than the profile's (P2P off, another NCCL protocol, a PCIe switch shared with other traffic), ",
+        _ => "",
+    };
+    let far = if slower {
+        "beyond 10x"
+    } else {
+        "below 1/10"
+    };
+    format!(
+        "{family}: the trace's time is {r:.3}x the profile's, written as measured. A factor {far} usually means {specific}the kernel rules (data/rules/kernels.toml) file other kernels under this category, or the scenario (batch, context, model, layers, --runtime) is not the traced one; compare `decodesim trace summarize` with `decodesim simulate` category by category"
+    )
 }
 
 pub fn fit_to_step(
@@ -73,25 +140,47 @@ pub fn fit_to_step(
                     per_cat[i] / total * ratio(measured.busy_us[i], pred.busy_us[i])
                 })
                 .sum();
+            // The family's multiplier so far, and this pass's within the range a profile
+            // may state.
+            let cum = factors.get(&fam.to_string()).copied().unwrap_or(1.0);
+            let r = (cum * r).clamp(MIN_RATIO, MAX_RATIO) / cum;
+            let ops: Vec<&crate::workload::Op> = sim
+                .workload
+                .ops
+                .iter()
+                .filter(|op| op.family == fam)
+                .collect();
             if let Some(k) = p.kernels.get_mut(&fam) {
-                k.fixed_us *= r;
-                // No efficiency above the hardware's peak: a faster trace than that is the
-                // fixed cost's to explain.
-                k.mem_efficiency = (k.mem_efficiency / r).min(1.0);
-                k.compute_efficiency = (k.compute_efficiency / r).min(1.0);
-                *factors.entry(fam.to_string()).or_insert(1.0) *= r;
+                scale_law(k, r, &ops, &scenario.system.gpu);
+            }
+            factors.insert(fam.to_string(), cum * r);
+            // A measurement table is a measurement of every shape it holds: within a factor of
+            // TABLE_TRUST of the trace it keeps its prices (the factor then applies to the shapes
+            // it lacks, through the law); beyond, the trace runs other work than the table
+            // measured, and the family's time is written as the trace measured it.
+            if p.table.is_some() {
+                let f = cum * r;
+                if (1.0 / TABLE_TRUST..=TABLE_TRUST).contains(&f) {
+                    p.table_scales.remove(&fam.to_string());
+                } else {
+                    p.table_scales.insert(fam.to_string(), f);
+                }
             }
             if let Some(a) = p.aiconfigurator.as_mut() {
                 *a.scales.entry(fam.to_string()).or_insert(1.0) *= r;
             }
         }
-        let rc = ratio(measured.comm_transfer_us, pred.comm_transfer_us);
+        let cum = factors.get("collectives").copied().unwrap_or(1.0);
+        let rc = (cum * ratio(measured.comm_transfer_us, pred.comm_transfer_us))
+            .clamp(MIN_RATIO, MAX_RATIO)
+            / cum;
+        let max_bw = scenario.system.gpu.memory_bandwidth_gbps;
         for c in &mut p.collectives {
-            c.base_us *= rc;
-            c.hop_us *= rc;
-            c.bus_bw_gbps /= rc;
+            c.base_us = (c.base_us * rc).min(MAX_US);
+            c.hop_us = (c.hop_us * rc).min(MAX_US);
+            c.bus_bw_gbps = (c.bus_bw_gbps / rc).clamp(BUS_BW_FLOOR_GBPS, max_bw.max(c.bus_bw_gbps));
         }
-        *factors.entry("collectives".into()).or_insert(1.0) *= rc;
+        factors.insert("collectives".into(), cum * rc);
         if let Some(a) = p.aiconfigurator.as_mut() {
             *a.scales.entry("collectives".into()).or_insert(1.0) *= rc;
         }
@@ -100,13 +189,13 @@ pub fn fit_to_step(
         let idle_gap = measured.time(Category::Idle) - pred.time(Category::Idle);
         if scenario.cuda_graphs {
             p.launch.graph_first_collective_us =
-                (p.launch.graph_first_collective_us + idle_gap).max(0.0);
+                (p.launch.graph_first_collective_us + idle_gap).clamp(0.0, MAX_US);
             *factors
                 .entry("graph_first_collective_us".into())
                 .or_insert(0.0) = p.launch.graph_first_collective_us;
         } else {
             let ri = ratio(measured.time(Category::Idle), pred.time(Category::Idle));
-            p.launch.eager_kernel_gap_us *= ri;
+            p.launch.eager_kernel_gap_us = (p.launch.eager_kernel_gap_us * ri).min(MAX_US);
             *factors.entry("launch".into()).or_insert(1.0) *= ri;
         }
         // Waiting beyond what jitter explains is launch skew between ranks: with starts drawn
@@ -116,7 +205,7 @@ pub fn fit_to_step(
             let per_skew = n / (n + 1.0) - 0.5;
             let missing = measured.comm_wait_us - pred.comm_wait_us;
             p.variability.launch_skew_us =
-                (p.variability.launch_skew_us + missing / per_skew).max(0.0);
+                (p.variability.launch_skew_us + missing / per_skew).clamp(0.0, MAX_US);
             *factors.entry("launch_skew_us".into()).or_insert(0.0) = p.variability.launch_skew_us;
         }
         sim = simulate_loaded(scenario.clone(), p.clone())?;
@@ -134,10 +223,57 @@ pub fn fit_to_step(
         "per-category factors fitted to one measured step ({anchor_name}); base: {}",
         profile.profile.provenance
     );
+    let mut warnings = Vec::new();
+    // Families the measured table prices in this step.
+    let in_table: std::collections::BTreeSet<String> = match &p.table {
+        Some(t) => sim
+            .workload
+            .ops
+            .iter()
+            .filter(|op| op.measure.as_ref().is_some_and(|m| t.price(m).is_some()))
+            .map(|op| op.family.to_string())
+            .collect(),
+        None => Default::default(),
+    };
+    let kept: Vec<String> = factors
+        .iter()
+        .filter(|(k, f)| {
+            in_table.contains(*k) && (**f - 1.0).abs() > 1e-9 && !p.table_scales.contains_key(*k)
+        })
+        .map(|(k, _)| k.clone())
+        .collect();
+    let notes = match (&p.table, kept.is_empty()) {
+        (Some(t), false) => vec![format!(
+            "the measured table {} keeps its prices for {} (the trace is within {TABLE_TRUST}x of them): their factors apply to the shapes the table does not hold",
+            crate::units::path(&t.path),
+            kept.join(", ")
+        )],
+        _ => Vec::new(),
+    };
+    for (key, &f) in &factors {
+        let is_scale = p.kernels.keys().any(|k| k.to_string() == *key)
+            || key == "collectives"
+            || p.table_scales.contains_key(key)
+            || p.aiconfigurator.as_ref().is_some_and(|a| a.scales.contains_key(key));
+        if !is_scale || key.ends_with("_us") || key == "launch" {
+            continue;
+        }
+        if f >= MAX_RATIO || f <= MIN_RATIO {
+            warnings.push(format!(
+                "{key}: the trace asks for more than {}x (or less than 1/{}); held at the most a profile may state, so this category's time is not reproduced",
+                MAX_RATIO, MAX_RATIO
+            ));
+        }
+        if !(1.0 / WARN_RATIO..=WARN_RATIO).contains(&f) {
+            warnings.push(why_far(key, f));
+        }
+    }
     Ok(AnchorResult {
         profile: p,
         factors,
         before,
         after: sim,
+        warnings,
+        notes,
     })
 }

@@ -1,13 +1,15 @@
 //! `calibrate --from-burst COUNT,BYTES,TOTAL_US` (or a CSV `count,bytes,total_us`): allreduce
 //! bursts timed end to end fit the collective latency and bandwidth scales of the scenario's
 //! profile. Per collective, time = latency_scale × L + X / bw_scale, where L and X are the
-//! latency and bytes terms the profile's entry gives for that message (linear least squares in
-//! latency_scale and 1/bw_scale). One burst size identifies one scale: the term that dominates
-//! at that size is fitted and the other is held at its value, and the report says so.
+//! latency and bytes terms of the price a step of the scenario uses for that message
+//! ([`terms`]: the measured table, vLLM's custom all-reduce, the cross-node price or the law,
+//! whichever prices it), so the written profile prices that allreduce inside a step as the burst
+//! timed it (linear least squares in latency_scale and 1/bw_scale). One burst size identifies
+//! one scale: the term that dominates at that size is fitted and the other is held at its
+//! value, and the report says so.
 
 use super::output::write_profile;
 use super::regression::weighted_least_squares;
-use crate::cost::collective;
 use crate::cost::CalibrationProfile;
 use crate::error::{Error, Result};
 use crate::files::{field, HandCsv};
@@ -219,39 +221,48 @@ pub struct BurstFit {
     pub(crate) out: PathBuf,
 }
 
-/// The latency and bytes terms the profile gives one allreduce of `bytes` in this scenario,
-/// and which entry gave them.
+/// The latency and bytes terms of one allreduce of `bytes` as a step of this scenario prices
+/// it, and what priced it: the price source steps really use (a measured table where the
+/// profile has one, vLLM's custom all-reduce where `--allreduce` dispatches to it, NCCL's
+/// hierarchical price where the group spans nodes, else the law), split into the latency
+/// term and the bytes term that `collective_latency_scale` and `collective_bw_scale` act on
+/// (`cost::profile::apply_factors`). The terms are read with the profile's collective scales at
+/// 1 and without a hypothetical link (`--link-gbps`, which replaces the link after the factors
+/// correct the machine), so `latency_scale × L + X / bw_scale` is the step's price under any
+/// scales.
 pub fn terms(s: &Scenario, p: &CalibrationProfile, bytes: u64) -> Result<(f64, f64, String)> {
-    let cands = collective::candidates(
-        &p.collectives,
-        CostFamily::AllReduce,
-        s.comm_path(),
-        s.nccl.algo,
-        s.nccl.proto,
-    );
-    let (c, t) =
-        collective::choose(&cands, CostFamily::AllReduce, s.tp, bytes).ok_or_else(|| {
-            Error::field(
-                &p.path,
-                "collectives",
-                format!(
-                    "no all_reduce entry for path '{}' with algo '{}' and proto '{}'",
-                    s.comm_path(),
-                    s.nccl.algo,
-                    s.nccl.proto
-                ),
-            )
-        })?;
-    let l = collective::time_us(c, CostFamily::AllReduce, s.tp, 0);
+    let mut s = s.clone();
+    s.comm.link_gbps = None;
+    s.comm.link_latency_us = None;
+    let mut p = p.clone();
+    p.factors.collective_latency_scale = 1.0;
+    p.factors.collective_bw_scale = 1.0;
+    let mut b = crate::workload::builder::Builder::new();
+    b.collective("all_reduce", "nccl", CostFamily::AllReduce, bytes);
+    let w = crate::workload::Workload {
+        ops: b.ops,
+        experts_touched: Vec::new(),
+        routing: Default::default(),
+    };
+    let priced = crate::cost::price_quiet(&w, &s, &p)?;
+    let (Some(&t), Some(&l), Some(c)) = (
+        priced.base_us.first(),
+        priced.split_us.first(),
+        priced.collectives.first(),
+    ) else {
+        return Err(Error::field(
+            &p.path,
+            "collectives",
+            format!("no price for an all_reduce of {bytes} B on path '{}'", s.comm_path()),
+        ));
+    };
+    let l = l.clamp(0.0, t);
+    // "measured: AIConfigurator nccl_collectives.csv (DIR), ..." -> its first clause.
+    let from = c.source.split(" (").next().unwrap_or(&c.source).trim();
     Ok((
         l,
         t - l,
-        format!(
-            "{}/{}/{}",
-            c.path,
-            c.algo.name().to_ascii_lowercase(),
-            c.proto
-        ),
+        format!("{}/{}/{} [{}]", c.path, c.algo, c.proto, crate::units::clip(from, 90)),
     ))
 }
 

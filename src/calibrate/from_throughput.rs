@@ -52,8 +52,38 @@ pub struct FactorSpec {
     /// takes these only once every coarse factor is chosen or refused, so a few points pin down
     /// the coarse picture before the curve's shape.
     pub fine: bool,
+    /// What the points must vary for the factor to be identified (`None`: any points).
+    varies: Option<Axis>,
     get: fn(&Factors) -> Option<f64>,
     set: fn(&mut Factors, f64),
+}
+
+/// A quantity a factor scales the effect of, which the points must vary to identify it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Axis {
+    /// The decode context (KV length): attention's growth with it.
+    Context,
+    /// The tokens per step (concurrency; a speculative point's verify pass multiplies it): the
+    /// split of a family's price into a part that grows with the tokens and one that does not.
+    Tokens,
+}
+
+impl Axis {
+    /// The point's value on this axis.
+    fn of(self, p: &Point) -> u64 {
+        match self {
+            Axis::Context => p.context,
+            Axis::Tokens => {
+                p.concurrency as u64 * p.spec.as_ref().map_or(1, |s| 1 + s.draft_tokens as u64)
+            }
+        }
+    }
+    fn what(self) -> &'static str {
+        match self {
+            Axis::Context => "context",
+            Axis::Tokens => "tokens per step (concurrency)",
+        }
+    }
 }
 
 const fn scale(
@@ -67,6 +97,7 @@ const fn scale(
         alias,
         kind: FactorKind::Scale,
         fine: false,
+        varies: None,
         get,
         set,
     }
@@ -88,6 +119,13 @@ macro_rules! scale_factor {
             ..scale_factor!($field, $alias)
         }
     };
+    ($field:ident, $alias:literal, fine, $axis:expr) => {
+        FactorSpec {
+            fine: true,
+            varies: Some($axis),
+            ..scale_factor!($field, $alias)
+        }
+    };
 }
 
 /// Every factor a throughput fit can speak to, in order of preference when two are equally
@@ -101,6 +139,7 @@ pub static FACTORS: &[FactorSpec] = &[
         alias: "routing",
         kind: FactorKind::Routing,
         fine: false,
+        varies: None,
         get: |f| f.routing_alpha,
         set: |f, v| f.routing_alpha = Some(v),
     },
@@ -109,15 +148,18 @@ pub static FACTORS: &[FactorSpec] = &[
         alias: "overhead",
         kind: FactorKind::Overhead,
         fine: false,
+        varies: None,
         get: |f| Some(f.step_overhead_us),
         set: |f, v| f.step_overhead_us = v,
     },
     // The curve factors (cost::profile::Factors): attention's growth with the KV length and its
     // fixed cost, the routed experts' weight read and per-token work, the dense GEMMs.
-    scale_factor!(attention_growth_scale, "attention_growth", fine),
+    // Attention's growth with the KV length needs points at two contexts at least; the
+    // routed experts' split into the weight read and per-token work, two token counts.
+    scale_factor!(attention_growth_scale, "attention_growth", fine, Axis::Context),
     scale_factor!(attention_fixed_scale, "attention_fixed", fine),
-    scale_factor!(moe_weight_scale, "moe_weight", fine),
-    scale_factor!(moe_token_scale, "moe_token", fine),
+    scale_factor!(moe_weight_scale, "moe_weight", fine, Axis::Tokens),
+    scale_factor!(moe_token_scale, "moe_token", fine, Axis::Tokens),
     scale_factor!(dense_gemm_scale, "dense_gemm", fine),
 ];
 
@@ -777,6 +819,14 @@ pub struct Residual {
     pub predicted: f64,
     /// predicted / measured − 1.
     pub rel_err: f64,
+    /// The point's weight in the robust fit (1: counted fully; below 1: down-weighted as far
+    /// from the others' curve).
+    pub weight: f64,
+    /// predicted / measured − 1 of a fit without this point (leverage estimate); None before a
+    /// fit, or where the fit rests on this point alone.
+    pub loo_rel_err: Option<f64>,
+    /// Why the point is far off, when its leave-one-out error is far beyond the others'.
+    pub far_off: Option<String>,
 }
 
 /// One row of the "what was chosen and why" table.
@@ -807,6 +857,8 @@ pub struct ThroughputFit {
     pub before: Vec<Residual>,
     pub residuals: Vec<Residual>,
     pub(crate) iterations: usize,
+    /// What the report says about the fit besides the tables.
+    pub notes: Vec<String>,
     pub(crate) out: PathBuf,
 }
 
@@ -1173,18 +1225,32 @@ fn identifiable(which: &mut Vec<Factor>, j: &DMatrix<f64>, refused: &mut Vec<(Fa
     *which = cols.iter().map(|&c| which[c]).collect();
 }
 
-/// Levenberg–Marquardt on the log residuals; returns θ, the residuals and the Jacobian there.
+/// Levenberg–Marquardt on the log residuals, point i weighted by `w[i]` (the robust fit's
+/// weights, [`huber_weights`]); returns θ, the unweighted residuals, the weighted Jacobian there
+/// and the iterations.
 fn solve(
     model: &Model,
     which: &[Factor],
     mut theta: Vec<f64>,
     meas: &[f64],
+    w: &[f64],
 ) -> Result<(Vec<f64>, Vec<f64>, DMatrix<f64>, usize)> {
-    let mut r = model.residuals(which, &theta, meas)?;
+    let sw: Vec<f64> = w.iter().map(|x| x.sqrt()).collect();
+    let weigh = |r: &[f64]| -> Vec<f64> { r.iter().zip(&sw).map(|(a, b)| a * b).collect() };
+    let weigh_j = |mut j: DMatrix<f64>| {
+        for i in 0..j.nrows() {
+            for c in 0..j.ncols() {
+                j[(i, c)] *= sw[i];
+            }
+        }
+        j
+    };
+    let mut ru = model.residuals(which, &theta, meas)?;
+    let mut r = weigh(&ru);
     let mut cost: f64 = r.iter().map(|x| x * x).sum();
     let mut lambda = 1e-3;
     let mut it = 0;
-    let mut j = model.jacobian(which, &theta, &r, meas)?;
+    let mut j = weigh_j(model.jacobian(which, &theta, &ru, meas)?);
     while it < 30 {
         it += 1;
         let jt = j.transpose();
@@ -1206,7 +1272,8 @@ fn solve(
                 .zip(step.iter())
                 .map(|((t, k), s)| (t + s).clamp(k.bounds().0, k.bounds().1))
                 .collect();
-            let rt = model.residuals(which, &trial, meas)?;
+            let rtu = model.residuals(which, &trial, meas)?;
+            let rt = weigh(&rtu);
             let ct: f64 = rt.iter().map(|x| x * x).sum();
             if ct < cost {
                 let moved = trial
@@ -1217,13 +1284,14 @@ fn solve(
                     .fold(0.0, f64::max);
                 let gain = cost - ct;
                 theta = trial;
+                ru = rtu;
                 r = rt;
                 cost = ct;
                 lambda = (lambda / 10.0).max(1e-9);
                 improved = true;
                 if moved < 1e-4 || gain < 1e-10 {
-                    let j = model.jacobian(which, &theta, &r, meas)?;
-                    return Ok((theta, r, j, it));
+                    let j = weigh_j(model.jacobian(which, &theta, &ru, meas)?);
+                    return Ok((theta, ru, j, it));
                 }
                 break;
             }
@@ -1232,9 +1300,104 @@ fn solve(
         if !improved {
             break;
         }
-        j = model.jacobian(which, &theta, &r, meas)?;
+        j = weigh_j(model.jacobian(which, &theta, &ru, meas)?);
     }
-    Ok((theta, r, j, it))
+    Ok((theta, ru, j, it))
+}
+
+/// Huber's tuning constant: residuals within this many robust standard deviations count fully
+/// (95% efficiency when the errors are normal), larger ones with weight c / |r|.
+const HUBER_K: f64 = 1.345;
+/// The smallest scatter the robust scale assumes, as a relative error: a throughput benchmark
+/// repeats to about 1%, so residuals within a few percent are never down-weighted.
+const NOISE_FLOOR: f64 = 0.01;
+/// Iterations of reweighting at most (each refits from the last values, so the later are short).
+const MAX_REWEIGHT: usize = 8;
+/// A point whose leave-one-out error is more than this many times the others' typical one
+/// (robust standard deviations) is flagged as far off.
+const FAR_OFF: f64 = 3.0;
+
+/// The median of |v| (0 when empty).
+fn median_abs(v: &[f64]) -> f64 {
+    let mut a: Vec<f64> = v.iter().map(|x| x.abs()).collect();
+    a.sort_by(f64::total_cmp);
+    match a.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => a[n / 2],
+        n => (a[n / 2 - 1] + a[n / 2]) / 2.0,
+    }
+}
+
+/// Huber weights of log residuals: 1 within `HUBER_K` robust standard deviations (1.4826 x the
+/// median |r|, at least `NOISE_FLOOR`), c / |r| beyond, so one point far off weighs as if it
+/// were at c and cannot pull every other point off to meet it.
+fn huber_weights(r: &[f64]) -> Vec<f64> {
+    let c = HUBER_K * (1.4826 * median_abs(r)).max(NOISE_FLOOR);
+    r.iter()
+        .map(|x| if x.abs() <= c { 1.0 } else { c / x.abs() })
+        .collect()
+}
+
+/// The robust fit: least squares reweighted by [`huber_weights`] until the weights settle.
+/// Returns θ, the unweighted residuals, the weighted Jacobian, the iterations and the weights.
+#[allow(clippy::type_complexity)]
+fn solve_robust(
+    model: &Model,
+    which: &[Factor],
+    theta: Vec<f64>,
+    meas: &[f64],
+) -> Result<(Vec<f64>, Vec<f64>, DMatrix<f64>, usize, Vec<f64>)> {
+    let mut w = vec![1.0; meas.len()];
+    let (mut theta, mut r, mut j, mut it) = solve(model, which, theta, meas, &w)?;
+    for _ in 0..MAX_REWEIGHT {
+        let next = huber_weights(&r);
+        if next.iter().zip(&w).all(|(a, b)| (a - b).abs() < 1e-3) {
+            break;
+        }
+        w = next;
+        let (t, rr, jj, i) = solve(model, which, theta, meas, &w)?;
+        (theta, r, j, it) = (t, rr, jj, it + i);
+    }
+    Ok((theta, r, j, it, w))
+}
+
+/// Each point's leave-one-out log residual, r / (1 − h) with h its leverage in the weighted
+/// Jacobian (exact for a linear least-squares fit, a close estimate here); None where the fit
+/// rests on the point alone (h ≈ 1).
+fn leave_one_out(r: &[f64], j: &DMatrix<f64>) -> Vec<Option<f64>> {
+    let Some(inv) = (j.transpose() * j).try_inverse() else {
+        return vec![None; r.len()];
+    };
+    (0..r.len())
+        .map(|i| {
+            let row = j.row(i);
+            let h = (row * &inv * row.transpose())[(0, 0)];
+            (h < 0.999).then(|| r[i] / (1.0 - h))
+        })
+        .collect()
+}
+
+/// Why a point is far off (`FAR_OFF`): its leave-one-out error against the others' (None: not).
+fn far_off(i: usize, loo: &[Option<f64>]) -> Option<String> {
+    let mine = loo[i]?;
+    let others: Vec<f64> = loo
+        .iter()
+        .enumerate()
+        .filter(|(k, _)| *k != i)
+        .filter_map(|(_, v)| *v)
+        .collect();
+    if others.is_empty() {
+        return None;
+    }
+    let sigma = (1.4826 * median_abs(&others)).max(NOISE_FLOOR);
+    (mine.abs() > FAR_OFF * sigma).then(|| {
+        format!(
+            "fitted without it, the model misses it by {:+.1}%, {:.1}x the others' typical error ({:.1}%): check this measurement (a warm-up, another setting or run), or what the model lacks at this point",
+            100.0 * mine.exp_m1(),
+            mine.abs() / sigma,
+            100.0 * sigma
+        )
+    })
 }
 
 /// Points a copy of `base` written to `out` at the files `base` references relative to itself
@@ -1274,6 +1437,9 @@ fn residual_rows(points: &[Point], pred: &[f64]) -> Vec<Residual> {
             point: p.clone(),
             predicted: x,
             rel_err: x / p.tokens_per_s - 1.0,
+            weight: 1.0,
+            loo_rel_err: None,
+            far_off: None,
         })
         .collect()
 }
@@ -1353,16 +1519,23 @@ fn starting_point(model: &Model, which: &[Factor]) -> Vec<f64> {
     theta0
 }
 
+/// The fitted factors with their intervals, and the first factor that ran to its bound and the
+/// first whose interval spans everything, each with why.
+struct Intervals {
+    fitted: Vec<FittedFactor>,
+    bound: Option<(usize, String)>,
+    wide: Option<(usize, String)>,
+}
+
 /// Each fitted factor's value and 95% interval (Student's t on the residual scatter), and the
 /// first factor whose interval says the points do not pin it down, with why.
-#[allow(clippy::type_complexity)]
 fn fitted_intervals(
     which: &[Factor],
     theta: &[f64],
     j: &DMatrix<f64>,
     final_r: &[f64],
     src: &str,
-) -> Result<(Vec<FittedFactor>, Option<(usize, String)>)> {
+) -> Result<Intervals> {
     let n = final_r.len();
     let p = which.len();
     let dof = n - p;
@@ -1373,6 +1546,7 @@ fn fitted_intervals(
     let inv = (j.transpose() * j).try_inverse();
     let mut fitted = Vec::new();
     let mut wide = None;
+    let mut bound = None;
     for (c, k) in which.iter().enumerate() {
         let se = inv
             .as_ref()
@@ -1383,13 +1557,28 @@ fn fitted_intervals(
         let (value, ci95) = if k.is_log() {
             (v.exp(), [(v - half).exp(), (v + half).exp()])
         } else {
-            (v, [v - half, v + half])
+            // Within what the parameter can be (no negative overhead or exponent).
+            let (lo, hi) = k.bounds();
+            (v, [(v - half).max(lo), (v + half).min(hi)])
         };
         // An interval spanning a factor of 10 (scales), the whole exponent range, or
         // more than ±10 ms of overhead says the points do not pin the factor down.
         let too_wide = k.too_wide(half);
         if half.is_finite() && half <= 1e-12 * v.abs().max(1.0) {
             return Err(Error::CalibrationRefused { reason: format!("{} = {value:.4} with a zero-width 95% interval: the {n} point(s) of {src} are fitted exactly ({n} point(s) for {p} factor(s) leave no scatter to measure), so the interval would claim a certainty the data does not have; add a distinct point (another concurrency or context), or repeat a measurement with its own run-to-run scatter", k.name()) });
+        }
+        // A factor at its bound (x0.01 or x100 for a scale, the largest routing exponent) is
+        // not a measurement of it: the points ask for more than it can mean.
+        let (lo, hi) = k.bounds();
+        let at_bound = k.kind() != FactorKind::Overhead
+            && (v - lo < 1e-3 * k.unit() || hi - v < 1e-3 * k.unit());
+        if at_bound && bound.is_none() {
+            bound = Some((
+                c,
+                format!(
+                    "not fitted: it ran to its bound ({value:.4}, the most the fit allows): the points ask for more than this factor can mean, so the model misses them for another reason (another factor, or a setting the scenario lacks)"
+                ),
+            ));
         }
         if too_wide && wide.is_none() {
             wide = Some((
@@ -1406,7 +1595,11 @@ fn fitted_intervals(
             ci95,
         });
     }
-    Ok((fitted, wide))
+    Ok(Intervals {
+        fitted,
+        bound,
+        wide,
+    })
 }
 
 /// The first choice of factors: the auto choice (`choose`), or the named ones that the points
@@ -1417,7 +1610,7 @@ fn first_choices(
     j0: &DMatrix<f64>,
     cap: usize,
     refused: &mut Vec<(Factor, String)>,
-    routing_fixed: bool,
+    fixed: &[(Factor, String)],
 ) -> Vec<FactorChoice> {
     let mut choices = choose(which, j0, cap);
     if auto {
@@ -1442,17 +1635,16 @@ fn first_choices(
             };
         }
     }
-    if let Some((f, why)) = refused
-        .iter()
-        .find(|(f, _)| *f == Factor::RoutingAlpha && routing_fixed)
-    {
-        choices.push(FactorChoice {
-            factor: *f,
-            sensitivity: 0.0,
-            independent: 0.0,
-            chosen: false,
-            why: why.clone(),
-        });
+    for (f, why) in fixed {
+        if !choices.iter().any(|c| c.factor == *f) {
+            choices.push(FactorChoice {
+                factor: *f,
+                sensitivity: 0.0,
+                independent: 0.0,
+                chosen: false,
+                why: why.clone(),
+            });
+        }
     }
     choices
 }
@@ -1501,9 +1693,9 @@ fn nothing_identified(n: usize, src: &str, refused: &[(Factor, String)]) -> Erro
 /// Why the last factor is not identifiable when a fit leaves the error where it was (a factor
 /// whose effect is steps, e.g. the seeded routing draw, or one the solver cannot move); None
 /// when the fit reduced it.
-fn no_progress(final_r: &[f64], before_pred: &[f64], meas: &[f64]) -> Option<String> {
+fn no_progress(final_r: &[f64], before_pred: &[f64], meas: &[f64], w: &[f64]) -> Option<String> {
     let n = meas.len();
-    let sumsq = |v: &[f64]| v.iter().map(|x| x * x).sum::<f64>();
+    let sumsq = |v: &[f64]| v.iter().zip(w).map(|(x, w)| w * x * x).sum::<f64>();
     let r_before: Vec<f64> = before_pred
         .iter()
         .zip(meas)
@@ -1549,6 +1741,11 @@ struct Solved {
     choices: Vec<FactorChoice>,
     final_r: Vec<f64>,
     iterations: usize,
+    /// The robust fit's weights and its weighted Jacobian, for the leave-one-out residuals.
+    weights: Vec<f64>,
+    jacobian: DMatrix<f64>,
+    /// What the report says about the fit (a named factor kept with a wide interval).
+    notes: Vec<String>,
 }
 
 /// The fit's result: the profile written with the fitted factors, and the residuals before
@@ -1559,6 +1756,7 @@ fn fit_result(
     meas: &[f64],
     before_pred: &[f64],
     s: Solved,
+    limits: &ThroughputLimits,
 ) -> Result<ThroughputFit> {
     let theta: Vec<f64> = s
         .fitted
@@ -1578,8 +1776,30 @@ fn fit_result(
         .zip(meas)
         .map(|(r, m)| m * r.exp())
         .collect();
-    let residuals = residual_rows(&req.points, &pred);
+    let mut residuals = residual_rows(&req.points, &pred);
+    let loo = leave_one_out(&s.final_r, &s.jacobian);
+    for (i, r) in residuals.iter_mut().enumerate() {
+        r.weight = s.weights.get(i).copied().unwrap_or(1.0);
+        r.loo_rel_err = loo[i].map(f64::exp_m1);
+        r.far_off = far_off(i, &loo);
+    }
     let before = residual_rows(&req.points, before_pred);
+    let errs: Vec<f64> = residuals.iter().map(|r| r.rel_err).collect();
+    let median = 100.0 * median_abs(&errs);
+    let mut poor = None;
+    if let Some(limit) = limits.max_median_error_pct.filter(|&l| median > l) {
+        let why = format!(
+            "median |error| after the fit {median:.1}% over {} point(s) of {} (limit {limit}%, --max-median-error)",
+            residuals.len(),
+            sources_text(req)
+        );
+        if !limits.allow_poor_fit {
+            return Err(Error::CalibrationRefused {
+                reason: format!("{why}: the fitted factors do not explain these points (the model misses them for another reason, or the points measure another setting than the scenario's). No profile written; --allow-poor-fit writes it anyway, marked"),
+            });
+        }
+        poor = Some(format!("from-throughput: {why}"));
+    }
     let profile = write_fitted(
         req,
         &model.profile,
@@ -1587,6 +1807,7 @@ fn fit_result(
         &s.fitted,
         &s.refused,
         &residuals,
+        poor,
     )?;
     Ok(ThroughputFit {
         profile,
@@ -1597,6 +1818,7 @@ fn fit_result(
         before,
         residuals,
         iterations: s.iterations,
+        notes: s.notes,
         out: req.out.clone(),
     })
 }
@@ -1613,6 +1835,35 @@ fn refuse_fixed_routing(which: &mut Vec<Factor>, routing_fixed: bool) -> Vec<(Fa
             ));
         }
     }
+    refused
+}
+
+/// The factors whose quantity the points do not vary (`FactorSpec::varies`) leave `which`,
+/// each refused with why: points all at one context cannot tell attention's growth with the
+/// context from anything else that grows with the batch.
+fn refuse_unvaried(which: &mut Vec<Factor>, points: &[Point]) -> Vec<(Factor, String)> {
+    let mut refused = Vec::new();
+    which.retain(|f| {
+        let Some(axis) = f.spec().varies else {
+            return true;
+        };
+        let mut seen: Vec<u64> = points.iter().map(|p| axis.of(p)).collect();
+        seen.sort_unstable();
+        seen.dedup();
+        if seen.len() >= 2 {
+            return true;
+        }
+        refused.push((
+            *f,
+            format!(
+                "not identifiable: every point is at {} {}; it scales what changes with the {}, so it needs points at two values of it or more",
+                axis.what(),
+                seen.first().copied().unwrap_or(0),
+                axis.what()
+            ),
+        ));
+        false
+    });
     refused
 }
 
@@ -1653,8 +1904,41 @@ fn drop_factor(
     }
 }
 
-/// Fits the factors and writes the profile.
+/// What a fit must achieve to be written (`--max-median-error`, `--allow-poor-fit`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ThroughputLimits {
+    /// Refuse when the median |relative error| after the fit exceeds this, percent (None: no
+    /// limit).
+    pub max_median_error_pct: Option<f64>,
+    /// Write a fit beyond the limit anyway, marked in `[profile] poor_fit`.
+    pub allow_poor_fit: bool,
+}
+
+/// Fits the factors and writes the profile, with no limit on the error left.
 pub fn fit_throughput(req: &ThroughputRequest) -> Result<ThroughputFit> {
+    fit_throughput_with(
+        req,
+        &ThroughputLimits {
+            max_median_error_pct: None,
+            allow_poor_fit: false,
+        },
+    )
+}
+
+/// Fits the factors and writes the profile when the median error left is within `limits`.
+pub fn fit_throughput_with(
+    req: &ThroughputRequest,
+    limits: &ThroughputLimits,
+) -> Result<ThroughputFit> {
+    if let Some(l) = limits.max_median_error_pct {
+        if !(l.is_finite() && l > 0.0) {
+            return Err(Error::Flag {
+                flag: "--max-median-error",
+                value: l.to_string(),
+                expected: "expected a percentage above 0".into(),
+            });
+        }
+    }
     let n = req.points.len();
     let auto = req.factors.is_empty();
     let src = sources_text(req);
@@ -1662,6 +1946,10 @@ pub fn fit_throughput(req: &ThroughputRequest) -> Result<ThroughputFit> {
     let model = Model::new(req)?;
     let meas: Vec<f64> = req.points.iter().map(|p| p.tokens_per_s).collect();
     let mut refused = refuse_fixed_routing(&mut which, model.routing_fixed);
+    refused.extend(refuse_unvaried(&mut which, &req.points));
+    if which.is_empty() {
+        return Err(nothing_identified(n, &src, &refused));
+    }
     let before_pred = model.predict(&model.profile.factors)?;
     let theta0 = starting_point(&model, &which);
     let r0 = model.residuals(&which, &theta0, &meas)?;
@@ -1675,26 +1963,46 @@ pub fn fit_throughput(req: &ThroughputRequest) -> Result<ThroughputFit> {
         &j0,
         cap,
         &mut refused,
-        model.routing_fixed,
+        &fixed_refusals,
     );
     // Auto: factors refused after a fit for their interval, with the row that says why.
     let mut dropped: Vec<FactorChoice> = Vec::new();
     let mut keep_theta = start_of(&which, &all, &theta0);
-    let (mut fitted, mut iterations, mut final_r);
+    let (mut fitted, mut iterations, mut final_r, mut weights, mut jacobian, mut notes);
     loop {
         if which.is_empty() {
             return Err(nothing_identified(n, &src, &refused));
         }
-        let (theta, r, j, it) = solve(&model, &which, keep_theta.clone(), &meas)?;
+        let (theta, r, j, it, w) = solve_robust(&model, &which, keep_theta.clone(), &meas)?;
         iterations = it;
         final_r = r;
-        let (f, mut wide) = fitted_intervals(&which, &theta, &j, &final_r, &src)?;
-        fitted = f;
+        let rw: Vec<f64> = final_r.iter().zip(&w).map(|(r, w)| r * w.sqrt()).collect();
+        let iv = fitted_intervals(&which, &theta, &j, &rw, &src)?;
+        fitted = iv.fitted;
+        weights = w;
+        jacobian = j;
+        // Named factors are kept with a wide interval (the points pin them down loosely; the
+        // report says so); the automatic choice drops them for a factor the points pin down.
+        let mut wide = if auto {
+            iv.bound.clone().or(iv.wide.clone())
+        } else {
+            iv.bound.clone()
+        };
         // Auto, with every interval narrow: a fit that did not reduce the error drops a factor.
-        let stuck_why =
-            no_progress(&final_r, &before_pred, &meas).filter(|_| auto && wide.is_none());
+        let stuck_why = no_progress(&final_r, &before_pred, &meas, &weights)
+            .filter(|_| auto && wide.is_none());
         let stuck = stuck_why.is_some();
         wide = wide.or(stuck_why.map(|why| (which.len() - 1, why)));
+        notes = match (&wide, &iv.wide) {
+            (None, Some((c, _))) => vec![format!(
+                "{}: its 95% interval [{:.4}, {:.4}] is wide: these points pin it down loosely (rms error after the fit {:.1}%); more points, or points that vary what it scales, narrow it",
+                which[*c],
+                fitted[*c].ci95[0],
+                fitted[*c].ci95[1],
+                100.0 * (final_r.iter().map(|x| x * x).sum::<f64>() / n as f64).sqrt()
+            )],
+            _ => Vec::new(),
+        };
         match wide {
             Some((c, why)) if auto => {
                 // Fewer factors first (each one fewer leaves a degree of freedom to the
@@ -1730,8 +2038,11 @@ pub fn fit_throughput(req: &ThroughputRequest) -> Result<ThroughputFit> {
         choices,
         final_r,
         iterations,
+        weights,
+        jacobian,
+        notes,
     };
-    fit_result(req, &model, &meas, &before_pred, solved)
+    fit_result(req, &model, &meas, &before_pred, solved, limits)
 }
 
 fn write_fitted(
@@ -1741,6 +2052,7 @@ fn write_fitted(
     fitted: &[FittedFactor],
     refused: &[(Factor, String)],
     residuals: &[Residual],
+    poor: Option<String>,
 ) -> Result<CalibrationProfile> {
     let src = sources_text(req);
     let points: Vec<String> = req
@@ -1769,6 +2081,7 @@ fn write_fitted(
     );
     let mut p = base.clone();
     p.factors = factors;
+    p.profile.poor_fit.extend(poor);
     p.profile.name = req.name.clone().unwrap_or_else(|| {
         req.out
             .file_stem()
@@ -1780,7 +2093,7 @@ fn write_fitted(
         base.profile.name
     );
     p.profile.method = format!(
-        "Levenberg-Marquardt least squares on ln(predicted/measured tokens/s) over the simulator (forward-difference Jacobian), 95% CIs from Student's t (statrs) with {} dof; {}",
+        "Levenberg-Marquardt least squares on ln(predicted/measured tokens/s) over the simulator (forward-difference Jacobian), reweighted to Huber's loss (c = 1.345 robust standard deviations), 95% CIs from Student's t (statrs) with {} dof; {}",
         req.points.len() - fitted.len(),
         base.profile.method
     );
@@ -1823,6 +2136,15 @@ fn write_fitted(
             residuals
                 .iter()
                 .map(|r| toml::Value::Float(r.rel_err))
+                .collect(),
+        ),
+    );
+    t.insert(
+        "weight".into(),
+        toml::Value::Array(
+            residuals
+                .iter()
+                .map(|r| toml::Value::Float(r.weight))
                 .collect(),
         ),
     );

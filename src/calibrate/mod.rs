@@ -302,6 +302,7 @@ pub fn calibrate(
         variability,
         spec_decode: fallback.spec_decode.clone(),
         measurements: o.table.clone(),
+        table_scales: Default::default(),
         fit: fit_records(&quality),
         factors: fallback.factors.clone(),
         aiconfigurator: None,

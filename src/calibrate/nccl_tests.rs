@@ -801,6 +801,10 @@ pub fn from_nccl_tests(req: &NcclTestsRequest) -> Result<NcclTestsResult> {
     };
     // An earlier anchoring scale of the old table does not apply to the new measurements.
     sec.scales.remove("collectives");
+    // Nor do collective factors fitted to the old prices (a burst, throughput points): the
+    // measured curve is the price steps use.
+    p.factors.collective_latency_scale = 1.0;
+    p.factors.collective_bw_scale = 1.0;
     let what = format!(
         "nccl_collectives.csv from nccl-tests ({column} column) of {}, written {date}",
         sources.join("; ")

@@ -40,7 +40,8 @@ pub struct CalibrateArgs {
     /// Profile supplying the sections the measurements do not cover.
     #[arg(long, default_value = "h200")]
     fallback: String,
-    /// Refuse the profile when a section's median |relative error| exceeds this (percent).
+    /// Refuse the profile when a section's median |relative error| exceeds this (percent); with
+    /// --from-throughput, the points' median |error| after the fit.
     #[arg(long, default_value_t = 15.0, value_name = "PCT")]
     max_median_error: f64,
     /// Refuse the profile when a section's R² is below this (0 to 1) and a point misses by
@@ -287,7 +288,7 @@ fn from_aiconfigurator(a: &CalibrateArgs, dir: &std::path::Path) -> Result<()> {
 
 fn from_throughput(a: &CalibrateArgs) -> Result<()> {
     use crate::calibrate::from_throughput::{
-        fit_throughput, read_inputs, ThroughputFit, ThroughputRequest,
+        fit_throughput_with, read_inputs, ThroughputFit, ThroughputLimits, ThroughputRequest,
     };
     let files = &a.from_throughput;
     let points = read_inputs(
@@ -296,14 +297,20 @@ fn from_throughput(a: &CalibrateArgs) -> Result<()> {
             metric: a.bench_metric,
         },
     )?;
-    let r = fit_throughput(&ThroughputRequest {
-        base: a.scenario.request(),
-        points,
-        source: files[0].clone(),
-        factors: a.factors.clone(),
-        out: a.out.clone(),
-        name: a.name.clone(),
-    })?;
+    let r = fit_throughput_with(
+        &ThroughputRequest {
+            base: a.scenario.request(),
+            points,
+            source: files[0].clone(),
+            factors: a.factors.clone(),
+            out: a.out.clone(),
+            name: a.name.clone(),
+        },
+        &ThroughputLimits {
+            max_median_error_pct: Some(a.max_median_error),
+            allow_poor_fit: a.allow_poor_fit,
+        },
+    )?;
     let names = files
         .iter()
         .map(|f| crate::units::path(f))
@@ -345,7 +352,7 @@ fn from_throughput(a: &CalibrateArgs) -> Result<()> {
         }
     }
     s.push_str(
-        "\npoint                                   measured   before    error   after    error\n",
+        "\npoint                                   measured   before    error   after    error  weight  left out\n",
     );
     for (b, x) in r.before.iter().zip(&r.residuals) {
         let file = if files.len() > 1 {
@@ -361,7 +368,7 @@ fn from_throughput(a: &CalibrateArgs) -> Result<()> {
             String::new()
         };
         s.push_str(&format!(
-            "{:<38} {:>9.1} {:>8.1} {:>+7.1}% {:>8.1} {:>+7.1}%\n",
+            "{:<38} {:>9.1} {:>8.1} {:>+7.1}% {:>8.1} {:>+7.1}% {:>7.2} {:>9}\n",
             format!(
                 "{file}line {}: c={} ctx={}{}",
                 x.point.line,
@@ -373,8 +380,28 @@ fn from_throughput(a: &CalibrateArgs) -> Result<()> {
             b.predicted,
             100.0 * b.rel_err,
             x.predicted,
-            100.0 * x.rel_err
+            100.0 * x.rel_err,
+            x.weight,
+            match x.loo_rel_err {
+                Some(e) => format!("{:+.1}%", 100.0 * e),
+                None => "-".into(),
+            }
         ));
+    }
+    s.push_str("(weight: the point's weight in the robust fit; left out: the error at the point when the fit is made without it)\n");
+    for x in &r.residuals {
+        if let Some(why) = &x.far_off {
+            s.push_str(&format!(
+                "far off: line {}: c={} ctx={}: {why}\n",
+                x.point.line, x.point.concurrency, x.point.context
+            ));
+        }
+    }
+    for n in &r.notes {
+        s.push_str(&format!("note: {n}\n"));
+    }
+    for m in &r.profile.profile.poor_fit {
+        s.push_str(&format!("warning: written although the fit breaks the rules: {m}\n"));
     }
     s.push_str(&format!(
         "rms error: before {:.1}%, after {:.1}%\n",

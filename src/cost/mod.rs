@@ -897,7 +897,9 @@ impl<'a> Pricer<'a> {
             );
         }
         self.from_table += 1;
-        let split = if op.category == Category::Attention {
+        // A family's time anchored to a measured step (`table_scales`) scales price and split.
+        let f = self.p.table_scale(op.family.key());
+        let split = f * if op.category == Category::Attention {
             match table.min_context(mk) {
                 None => us,
                 Some(c) => table
@@ -909,7 +911,7 @@ impl<'a> Pricer<'a> {
         } else {
             0.0
         };
-        Some((us, split))
+        Some((f * us, split))
     }
 
     /// The roofline law's price and its split (`Pricing::split_us`): attention's fixed cost (all

@@ -181,6 +181,11 @@ pub struct CalibrationProfile {
     /// by interpolation before the roofline law is used.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub measurements: Option<String>,
+    /// Multipliers of the measurement table's prices (`measurements`) per kernel family, set by
+    /// anchoring to a measured step (`calibrate --from-trace`) as it scales the laws' parameters
+    /// and the AIConfigurator tables' (`aiconfigurator.scales`); absent: 1.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub table_scales: BTreeMap<String, f64>,
     /// Fit-quality records written by `decodesim calibrate` (free-form tables).
     #[serde(default)]
     pub fit: BTreeMap<String, toml::Value>,
@@ -249,6 +254,13 @@ impl AicSection {
     /// The multiplier of a family's (or `collectives`') table prices.
     pub fn scale(&self, key: &str) -> f64 {
         self.scales.get(key).copied().unwrap_or(1.0)
+    }
+}
+
+impl CalibrationProfile {
+    /// The multiplier of a family's measurement-table prices (`table_scales`).
+    pub fn table_scale(&self, key: &str) -> f64 {
+        self.table_scales.get(key).copied().unwrap_or(1.0)
     }
 }
 
@@ -463,7 +475,12 @@ pub(crate) fn apply_terms((a, b): (f64, f64), us: &mut f64, split: &mut f64) {
 }
 
 /// The longest fixed cost or latency a profile may state: no call in a decode step takes a second.
-const MAX_US: f64 = 1e6;
+pub(crate) const MAX_US: f64 = 1e6;
+
+/// The range of a table price multiplier (`aiconfigurator.scales`): a family's time measured in
+/// a trace (`calibrate --from-trace`) up to a thousand times the table's either way is written
+/// as measured.
+pub const TIME_SCALE: [f64; 2] = [1e-3, 1e3];
 
 /// Checks of one profile's numbers, each error naming the file, the field and the value.
 struct Checker<'a> {
@@ -804,13 +821,22 @@ impl CalibrationProfile {
     /// The custom all-reduce law and NCCL defaults: latencies in [0, 1 s], bandwidths positive
     /// and within the GPU's memory bandwidth, NCCL's channel count within its MAXCHANNELS (64).
     fn validate_comm_sections(&self, c: &Checker, bw: Option<f64>) -> Result<()> {
+        for (k, v) in &self.table_scales {
+            if !(v.is_finite() && (TIME_SCALE[0]..=TIME_SCALE[1]).contains(v)) {
+                return Err(c.fail(
+                    &format!("table_scales.{k}"),
+                    v,
+                    "a scale in [0.001, 1000] (1 = the table as measured)",
+                ));
+            }
+        }
         if let Some(a) = &self.aiconfigurator {
             for (k, v) in &a.scales {
-                if !(v.is_finite() && (0.01..=100.0).contains(v)) {
+                if !(v.is_finite() && (TIME_SCALE[0]..=TIME_SCALE[1]).contains(v)) {
                     return Err(c.fail(
                         &format!("aiconfigurator.scales.{k}"),
                         v,
-                        "a scale in [0.01, 100] (1 = the table as measured)",
+                        "a scale in [0.001, 1000] (1 = the table as measured)",
                     ));
                 }
             }

@@ -96,6 +96,12 @@ pub(crate) fn render_from_trace(r: &TraceCalibration, excluded: usize, notes: &[
         }
     }
     text.push_str(&super::comparison::to_table(&r.after));
+    for n in &r.fit.notes {
+        text.push_str(&format!("note: {n}\n"));
+    }
+    for w in &r.fit.warnings {
+        text.push_str(&format!("warning: {w}\n"));
+    }
     text.push_str(&format!(
         "\nprofile written to {}\n",
         super::units::path(&r.out)

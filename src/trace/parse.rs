@@ -495,8 +495,7 @@ fn warn(out: &mut ParsedTrace, msg: String) {
 /// Kineto writes `cat` near the start of every event; a `"cat"` inside `args` or inside an
 /// escaped string is not mistaken for it because the key must follow `{` or `,`.
 fn sniff_cat(raw: &[u8]) -> Option<&[u8]> {
-    let finder = memchr::memmem::find_iter(raw, b"\"cat\"");
-    for at in finder {
+    for at in finders().cat.find_iter(raw) {
         let before = raw[..at]
             .iter()
             .rev()
@@ -524,6 +523,21 @@ fn sniff_cat(raw: &[u8]) -> Option<&[u8]> {
         return Some(&rest[..end]);
     }
     None
+}
+
+/// Substring searchers built once: `memmem::find` builds its searcher on every call, which cost
+/// more than the search itself on events of a few hundred bytes.
+struct Finders {
+    cat: memchr::memmem::Finder<'static>,
+    profiler_step: memchr::memmem::Finder<'static>,
+}
+
+fn finders() -> &'static Finders {
+    static F: std::sync::OnceLock<Finders> = std::sync::OnceLock::new();
+    F.get_or_init(|| Finders {
+        cat: memchr::memmem::Finder::new(b"\"cat\""),
+        profiler_step: memchr::memmem::Finder::new(b"ProfilerStep#"),
+    })
 }
 
 /// Why a kept event cannot be read.
@@ -561,7 +575,7 @@ fn handle_event(
         // Old-style `ProfilerStep#N` and user markers may be cpu ops; other ops are not needed,
         // and checking the raw bytes first avoids decoding tens of thousands of them.
         Want::CpuOp => {
-            if opts.step_marker.is_some() || memchr::memmem::find(raw, b"ProfilerStep#").is_some() {
+            if opts.step_marker.is_some() || finders().profiler_step.find(raw).is_some() {
                 Want::CpuOp
             } else {
                 Want::Skip

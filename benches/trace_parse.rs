@@ -33,12 +33,14 @@ fn generated(c: &mut Criterion) {
     g.throughput(Throughput::Bytes(json.len() as u64));
     g.sample_size(20);
     g.bench_function("parse_generated_mi300x_like", |b| {
-        b.iter(|| parse_bytes(&json, path, &ParseOptions::default()).expect("generated trace parses"))
+        b.iter(|| {
+            parse_bytes(&json, path, &ParseOptions::default()).expect("generated trace parses")
+        })
     });
     g.bench_function("parse_classify_breakdown_generated_mi300x_like", |b| {
         b.iter(|| {
-            let t = parse_bytes(&json, path, &ParseOptions::default())
-                .expect("generated trace parses");
+            let t =
+                parse_bytes(&json, path, &ParseOptions::default()).expect("generated trace parses");
             summarize_parsed(vec![t], &opts).expect("generated trace summarizes")
         })
     });

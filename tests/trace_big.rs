@@ -136,7 +136,12 @@ fn only_linked_work_is_kept() {
     );
     let steps = 3;
     let json = kineto_like::trace_bytes(steps);
-    let t = parse_bytes(&json, std::path::Path::new("g.json"), &ParseOptions::default()).unwrap();
+    let t = parse_bytes(
+        &json,
+        std::path::Path::new("g.json"),
+        &ParseOptions::default(),
+    )
+    .unwrap();
     let kernels = steps * kineto_like::KERNELS_PER_STEP;
     // Per kernel: 17 python_function, a cpu_op, 2 or 3 runtime queries, a launch, 2 flow events
     // and the kernel.

@@ -168,7 +168,7 @@ fn only_linked_work_is_kept() {
     );
 }
 
-/// The figure of issue 38: a 1 GB trace of real-looking events (the public MI300X profile's
+/// The figure docs/performance.md cites: a 1 GB trace of real-looking events (the public MI300X profile's
 /// proportions, `tests/common/kineto_like.rs`) summarized within 64 MiB.
 #[test]
 #[ignore = "writes a 1 GB trace; run with --ignored (see the file header)"]

@@ -346,7 +346,7 @@ fn split_simulated_ranks(traces: Vec<ParsedTrace>) -> (Vec<ParsedTrace>, Vec<boo
 
 /// Summarizes traces already parsed (one per rank).
 pub fn summarize_parsed(traces: Vec<ParsedTrace>, opts: &SummaryOptions) -> Result<TraceSummary> {
-    let (traces, split) = split_simulated_ranks(traces);
+    let (mut traces, split) = split_simulated_ranks(traces);
     let paths: Vec<PathBuf> = traces.iter().map(|t| t.path.clone()).collect();
     let meta: Vec<Option<i64>> = traces.iter().map(|t| t.meta.rank).collect();
     let metas: Vec<&crate::trace::model::TraceMeta> = traces.iter().map(|t| &t.meta).collect();
@@ -369,7 +369,7 @@ pub fn summarize_parsed(traces: Vec<ParsedTrace>, opts: &SummaryOptions) -> Resu
     let mut comm_lists = Vec::new();
     for i in order {
         let (rank, src) = ranks[i];
-        let (summary, comm) = summarize_rank(&traces[i], rank, src, opts);
+        let (summary, comm) = summarize_rank(&mut traces[i], rank, src, opts);
         rank_out.push(summary);
         comm_lists.push(comm);
     }
@@ -498,25 +498,24 @@ fn main_device(ops: &[GpuOp]) -> Option<i64> {
         .map(|(d, _)| d)
 }
 
-/// One rank's summary, and the (start, end) of its collectives in each selected step.
+/// One rank's summary, and the (start, end) of its collectives in each selected step. The
+/// trace's GPU ops and launches are taken out of it, filtered and sorted in place, and dropped
+/// at the end: copies of them were most of a large trace's peak memory.
 fn summarize_rank(
-    trace: &ParsedTrace,
+    trace: &mut ParsedTrace,
     rank: u32,
     rank_source: RankSource,
     opts: &SummaryOptions,
 ) -> (RankSummary, Vec<Vec<(f64, f64)>>) {
     let mut warnings = trace.warnings.clone();
     let device = main_device(&trace.gpu_ops);
-    let mut ops: Vec<GpuOp> = trace
-        .gpu_ops
-        .iter()
-        .filter(|o| Some(o.device) == device)
-        .copied()
-        .collect();
-    if ops.len() < trace.gpu_ops.len() {
+    let mut ops = std::mem::take(&mut trace.gpu_ops);
+    let all = ops.len();
+    ops.retain(|o| Some(o.device) == device);
+    if ops.len() < all {
         warnings.push(format!(
             "{} GPU ops on other devices ignored; analysed device {} (the one with the most ops)",
-            trace.gpu_ops.len() - ops.len(),
+            all - ops.len(),
             device.unwrap_or(0)
         ));
     }
@@ -524,8 +523,9 @@ fn summarize_rank(
         warnings.push("no GPU kernels, memcpy or memset in this trace".into());
     }
     ops.sort_by(|a, b| a.start_us.total_cmp(&b.start_us));
-    let mut launches = trace.launches.clone();
+    let mut launches = std::mem::take(&mut trace.launches);
     launches.sort_by(|a, b| a.start_us.total_cmp(&b.start_us));
+    let trace = &*trace;
     let launch_at: HashMap<u64, f64> = launches
         .iter()
         .map(|l| (l.correlation, l.start_us))
@@ -774,10 +774,9 @@ mod tests {
             kind: crate::trace::model::GpuKind::Kernel,
             name: 0,
             device: 0,
-            stream: 0,
             correlation: None,
-            graph_id: None,
-            collective: None,
+            graph: false,
+            collective: false,
             declared: None,
         }
     }

@@ -159,7 +159,7 @@ impl Classifier {
         if op.kind != GpuKind::Kernel {
             return (Category::Memcpy, Verdict::ByCat);
         }
-        if op.collective.is_some() {
+        if op.collective {
             return (Category::Communication, Verdict::Collective);
         }
         let id = op.name as usize;

@@ -111,7 +111,23 @@ fn parse_reader<R: Read>(
     let mut out = p.out;
     out.names = p.interner.into_names();
     check_durations(&out, path)?;
+    keep_linked_launches(&mut out);
     Ok(out)
+}
+
+/// Drops the runtime calls whose correlation id no GPU op carries, once their spans have been
+/// checked ([`check_durations`]): only a call that launched GPU work can put it in a step
+/// (`steps::find_steps` looks launches up among the ops' ids) or blame a gap on the CPU
+/// (`summary::gap_stats` looks ops' ids up among the launches), so the summary is the same
+/// without them. In a real trace three quarters of the runtime calls are device queries and
+/// attribute calls; keeping them cost 32 bytes each for the whole summary.
+fn keep_linked_launches(out: &mut ParsedTrace) {
+    let mut ids: Vec<u64> = out.gpu_ops.iter().filter_map(|o| o.correlation).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    out.launches
+        .retain(|l| ids.binary_search(&l.correlation).is_ok());
+    out.launches.shrink_to_fit();
 }
 
 /// Refuses GPU ops longer than [`MAX_DURATION_US`] or than the span of the rest of the trace
@@ -495,8 +511,7 @@ fn warn(out: &mut ParsedTrace, msg: String) {
 /// Kineto writes `cat` near the start of every event; a `"cat"` inside `args` or inside an
 /// escaped string is not mistaken for it because the key must follow `{` or `,`.
 fn sniff_cat(raw: &[u8]) -> Option<&[u8]> {
-    let finder = memchr::memmem::find_iter(raw, b"\"cat\"");
-    for at in finder {
+    for at in finders().cat.find_iter(raw) {
         let before = raw[..at]
             .iter()
             .rev()
@@ -524,6 +539,21 @@ fn sniff_cat(raw: &[u8]) -> Option<&[u8]> {
         return Some(&rest[..end]);
     }
     None
+}
+
+/// Substring searchers built once: `memmem::find` builds its searcher on every call, which cost
+/// more than the search itself on events of a few hundred bytes.
+struct Finders {
+    cat: memchr::memmem::Finder<'static>,
+    profiler_step: memchr::memmem::Finder<'static>,
+}
+
+fn finders() -> &'static Finders {
+    static F: std::sync::OnceLock<Finders> = std::sync::OnceLock::new();
+    F.get_or_init(|| Finders {
+        cat: memchr::memmem::Finder::new(b"\"cat\""),
+        profiler_step: memchr::memmem::Finder::new(b"ProfilerStep#"),
+    })
 }
 
 /// Why a kept event cannot be read.
@@ -561,7 +591,7 @@ fn handle_event(
         // Old-style `ProfilerStep#N` and user markers may be cpu ops; other ops are not needed,
         // and checking the raw bytes first avoids decoding tens of thousands of them.
         Want::CpuOp => {
-            if opts.step_marker.is_some() || memchr::memmem::find(raw, b"ProfilerStep#").is_some() {
+            if opts.step_marker.is_some() || finders().profiler_step.find(raw).is_some() {
                 Want::CpuOp
             } else {
                 Want::Skip
@@ -630,24 +660,15 @@ fn handle_event(
                 .or(ev.pid)
                 .map(|d| d.0 as i64)
                 .unwrap_or(0);
-            let stream = args
-                .and_then(|a| a.stream)
-                .or(ev.tid)
-                .map(|d| d.0 as i64)
-                .unwrap_or(0);
-            let collective = args
-                .and_then(|a| a.collective.as_ref())
-                .map(|c| interner.intern(&c.0));
             out.gpu_ops.push(GpuOp {
                 start_us: ts.0,
                 end_us: ts.0 + dur,
                 kind,
                 name: interner.intern(&name.0),
                 device,
-                stream,
                 correlation: args.and_then(|a| a.correlation).map(|c| c.0),
-                graph_id: args.and_then(|a| a.graph_id).map(|c| c.0),
-                collective,
+                graph: args.is_some_and(|a| a.graph_id.is_some()),
+                collective: args.is_some_and(|a| a.collective.is_some()),
                 declared: args
                     .and_then(|a| a.category.as_ref())
                     .and_then(|c| c.0.parse::<crate::category::Category>().ok()),
@@ -710,7 +731,10 @@ struct RawEvent<'a> {
 struct RawArgs<'a> {
     #[serde(default)]
     correlation: Option<Id>,
+    /// Not kept (the analysis never read it), but still decoded, so that a stream that is no
+    /// id (an object, an array) is refused as before.
     #[serde(default)]
+    #[allow(dead_code)]
     stream: Option<Id>,
     #[serde(default)]
     device: Option<Id>,
@@ -917,11 +941,11 @@ mod tests {
     #[test]
     fn huge_ints_and_string_ids_are_ids_not_errors() {
         let t = parse(
-            r#"[{"ph":"X","cat":"Kernel","name":"k","pid":"0","tid":"stream 7","ts":1,"dur":1,
+            r#"[{"ph":"X","cat":"Kernel","name":"k","pid":"GPU 3","tid":"stream 7","ts":1,"dur":1,
                "args":{"correlation":123456789012345678901234567890,"external id":-5}}]"#,
         )
         .unwrap();
-        assert_eq!(t.gpu_ops[0].stream, 7);
+        assert_eq!(t.gpu_ops[0].device, 3);
         assert!(t.gpu_ops[0].correlation.is_some());
     }
 

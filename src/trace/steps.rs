@@ -160,7 +160,7 @@ pub(crate) fn find_steps(
             e.0 = e.0.min(op.start_us);
             e.1 = e.1.max(op.end_us);
             e.2 += 1;
-            if op.graph_id.is_some() || graph_corr.contains(&c) {
+            if op.graph || graph_corr.contains(&c) {
                 e.3 += 1;
             }
         }
@@ -332,7 +332,7 @@ fn whole_trace(ops: &[GpuOp]) -> StepFinding {
             end_us: e,
             window: WindowSource::WholeTrace,
             linked_ops: ops.len(),
-            graph_ops: ops.iter().filter(|o| o.graph_id.is_some()).count(),
+            graph_ops: ops.iter().filter(|o| o.graph).count(),
         }]
     };
     StepFinding {
@@ -411,10 +411,9 @@ mod tests {
             kind: GpuKind::Kernel,
             name: 0,
             device: 0,
-            stream: 7,
             correlation: Some(corr),
-            graph_id: None,
-            collective: None,
+            graph: false,
+            collective: false,
             declared: None,
         }
     }

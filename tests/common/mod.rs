@@ -8,6 +8,8 @@
 
 #![allow(dead_code)]
 
+pub mod kineto_like;
+
 use serde_json::{json, Value};
 use std::io::Write;
 use std::path::{Path, PathBuf};

@@ -1,6 +1,6 @@
 //! The development set: decode throughput measured on the default machine (8x RTX PRO 6000,
 //! Kimi INT4, vLLM TP8, FP8 KV cache, the PCIe custom all-reduce below 56 KiB and NCCL above;
-//! `tests/data/measured/rtx-pro-6000-kimi.md` with its source) against the bottom-up prediction
+//! `tests/data/dev-set/rtx-pro-6000-kimi.md` with its source) against the bottom-up prediction
 //! of the shipped profile. These bounds hold the accuracy reached as a regression guard, not as
 //! a target: no constant is fitted to these points, and the figures are reported in
 //! docs/trust.md.
@@ -53,7 +53,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 #[test]
 fn bottom_up_throughput_on_the_development_set() {
     let mut errors = Vec::new();
-    for r in rows("measured/rtx-pro-6000-kimi.csv") {
+    for r in rows("dev-set/rtx-pro-6000-kimi-no-spec.csv") {
         let batch = (r[0] as u32).to_string();
         let mut args = vec!["simulate", "--batch", &batch];
         args.extend(SETUP);
@@ -72,7 +72,7 @@ fn bottom_up_throughput_on_the_development_set() {
 #[test]
 fn eagle3_speedups_on_the_development_set() {
     let mut diffs = Vec::new();
-    for r in rows("measured/rtx-pro-6000-kimi-eagle3.csv") {
+    for r in rows("dev-set/rtx-pro-6000-kimi-eagle3.csv") {
         let batch = (r[0] as u32).to_string();
         let measured = r[3] / r[4];
         // The server-reported acceptance spans 0.316 (concurrency 1) to 0.430 (128): its middle.

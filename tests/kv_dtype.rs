@@ -1,6 +1,8 @@
 //! An FP8 KV cache priced from the measured FP8/BF16 ratio (cost::kv_dtype), not by halving
-//! the cache's bytes: on the AIConfigurator tables (BF16 rows only), on the H200 profile's
-//! measured table and laws, and on the fast path alike.
+//! the cache's bytes, on the GPU the ratio was measured on (the H200 profile's measured table and
+//! laws); on a GPU whose own FP8 attention is unmeasured (the RTX PRO 6000's AIConfigurator
+//! tables, BF16 rows only) at the BF16 price, the ratio and the byte-halved law bounding its
+//! interval; on the fast path alike.
 
 use decodesim::cost::kv_dtype::KvDtypeRatios;
 use decodesim::cost::price;
@@ -49,22 +51,61 @@ fn fp8_attention_is_the_bf16_price_times_the_measured_ratio() {
             };
             let (bf16, _) = mla_attention_us(&req, 2.0);
             let (fp8, warnings) = mla_attention_us(&req, 1.0);
-            let r = ratios.fp8_over_bf16(8, batch as f64, context as f64).value;
+            let h200_ratio = ratios.fp8_over_bf16(8, batch as f64, context as f64).value;
             let got = fp8 / bf16;
-            assert!(
-                (got - r).abs() / r < 0.01,
-                "{profile} batch {batch} context {context}: FP8/BF16 {got:.3}, measured ratio {r:.3}"
-            );
-            // Slower, not the 0.5x a byte law would say.
-            assert!(got > 1.1, "{profile}: {got}");
-            assert!(
-                warnings
-                    .iter()
-                    .any(|w| w.contains("FP8 KV cache") && w.contains("measured on an H200")),
-                "{profile}: {warnings:?}"
-            );
+            if profile == "h200" {
+                assert!(
+                    (got - h200_ratio).abs() / h200_ratio < 0.01,
+                    "{profile} batch {batch} context {context}: FP8/BF16 {got:.3}, measured ratio {h200_ratio:.3}"
+                );
+                // Slower, not the 0.5x a byte law would say.
+                assert!(got > 1.1, "{profile}: {got}");
+                assert!(
+                    warnings
+                        .iter()
+                        .any(|w| w.contains("FP8 KV cache") && w.contains("measured on an H200")),
+                    "{profile}: {warnings:?}"
+                );
+            } else {
+                // The H200's ratio is not this GPU's: the BF16 price, and the report says so.
+                assert!(
+                    (got - 1.0).abs() < 1e-9,
+                    "{profile} batch {batch} context {context}: FP8/BF16 {got:.3}"
+                );
+                assert!(
+                    warnings.iter().any(|w| w.contains("FP8 attention is not measured on")
+                        && w.contains("priced at the BF16 price")),
+                    "{profile}: {warnings:?}"
+                );
+            }
         }
     }
+}
+
+#[test]
+fn the_interval_of_an_unmeasured_fp8_attention_spans_the_law_and_the_h200_ratio() {
+    use decodesim::whatif::uncertainty::Uncertainty;
+    let (mut s, p) = ScenarioRequest::default().load().unwrap();
+    s.kv_bytes = 1.0;
+    let u = Uncertainty::from_profile(&p, &s).unwrap();
+    let fp8 = u
+        .sources
+        .iter()
+        .find(|x| x.name() == "fp8_kv_transfer")
+        .expect("an FP8 source on the RTX PRO 6000");
+    assert!(fp8.provenance().contains("byte-halved law"), "{}", fp8.provenance());
+    // ln 0.5 .. ln(ratio) as the 95% interval: a wide draw.
+    assert!(fp8.sigma > 0.2, "{}", fp8.sigma);
+    // On the H200 the ratio is measured: no such draw.
+    let (mut h, hp) = ScenarioRequest {
+        system: "h200-8x-nvlink".into(),
+        ..ScenarioRequest::default()
+    }
+    .load()
+    .unwrap();
+    h.kv_bytes = 1.0;
+    let u = Uncertainty::from_profile(&hp, &h).unwrap();
+    assert!(u.sources.iter().all(|x| x.name() != "fp8_kv_transfer"));
 }
 
 #[test]

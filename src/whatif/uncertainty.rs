@@ -273,6 +273,37 @@ pub const MODEL_FAMILIES: &[(&str, &[CostFamily])] = &[
     ),
 ];
 
+/// An FP8 cache's MLA attention on a GPU whose own FP8 attention is unmeasured is priced at the
+/// BF16 price (`cost::kv_dtype`); what it really costs lies between the byte-halved law (at
+/// most half the BF16 time: only the cache's bytes halve) and the FP8/BF16 ratio measured on the
+/// H200 at this shape. Those two bound the draw's 95% interval.
+fn fp8_transfer_source(s: &Scenario) -> Option<Source> {
+    if s.kv_bytes != 1.0 || s.model.mla.is_none() {
+        return None;
+    }
+    let t = crate::cost::kv_dtype::KvDtypeRatios::bundled().ok()?;
+    if t.applies_to(&s.system.gpu.compute_capability) {
+        return None;
+    }
+    let heads = (s.model.num_heads / s.tp as usize).max(1) as u64;
+    let hi = t
+        .fp8_over_bf16(heads, s.rank_batch() as f64, s.context as f64)
+        .value
+        .max(1.0);
+    let lo = 0.5_f64;
+    Some(Source {
+        name: "fp8_kv_transfer".into(),
+        provenance: format!(
+            "FP8 KV attention unmeasured on {}: between the byte-halved law (x{lo}) and the H200's FP8/BF16 ratio (x{hi:.2})",
+            s.system.gpu.name
+        ),
+        target: Target::Families(MLA.to_vec()),
+        mu: (lo.ln() + hi.ln()) / 2.0,
+        sigma: (hi.ln() - lo.ln()) / (2.0 * Z975),
+        log: true,
+    })
+}
+
 /// Where the bundled model-form error lives, under the data root.
 pub const MODEL_ERROR_FILE: &str = "data/calibration/model_error.toml";
 
@@ -593,6 +624,9 @@ impl Uncertainty {
                     });
                 }
             }
+        }
+        if let Some(src) = fp8_transfer_source(s) {
+            sources.push(src);
         }
         if s.model.moe.is_some()
             && p.factors.routing_alpha.is_none()

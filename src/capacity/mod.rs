@@ -91,6 +91,8 @@ pub struct Capacity {
     pub max_concurrency: u64,
     /// The KV limit alone.
     pub(crate) kv_limit: u64,
+    /// What sets `max_concurrency`.
+    pub binds: Binds,
     pub curve: Curve,
     /// The simulated step at the highest concurrency (its scenario and calibration go in the
     /// report the way `simulate` writes them).
@@ -101,6 +103,27 @@ pub struct Capacity {
     /// Planner candidates that were not considered, with why (TP not dividing the model, ...).
     pub(crate) skipped: Vec<String>,
     pub(crate) warnings: Vec<String>,
+}
+
+/// The limit that sets a deployment's highest concurrency.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Binds {
+    /// The KV cache's blocks.
+    KvCache,
+    /// vLLM's `max_num_seqs` (per data-parallel rank).
+    MaxNumSeqs,
+    /// The simulator's largest batch (`MAX_BATCH` per data-parallel rank): the global cap.
+    BatchLimit(u64),
+}
+
+impl Binds {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Binds::KvCache => "kv_cache",
+            Binds::MaxNumSeqs => "max_num_seqs",
+            Binds::BatchLimit(_) => "batch_limit",
+        }
+    }
 }
 
 /// Loads the scenario of `req` at `tp` on `system`, checked against the demand (`decode_pool`:
@@ -154,9 +177,18 @@ pub fn capacity(req: &CapacityRequest) -> Result<Capacity> {
     s.gpu_memory_utilization = req.memory.gpu_memory_utilization;
     let mem = memory::account(&s, &p, &req.memory)?;
     let kv_limit = mem.kv_limit(demand.tokens_per_request);
-    let max_c = mem
-        .max_concurrency(demand.tokens_per_request)
-        .min(crate::scenario::deployment::MAX_BATCH as u64);
+    let seqs_limit = mem.max_concurrency(demand.tokens_per_request);
+    // The simulator's batch limit is per data-parallel rank (each its own engine).
+    let batch_cap =
+        crate::scenario::deployment::MAX_BATCH as u64 * s.comm.dp_size().max(1) as u64;
+    let max_c = seqs_limit.min(batch_cap);
+    let binds = if max_c < seqs_limit {
+        Binds::BatchLimit(batch_cap)
+    } else if seqs_limit < kv_limit {
+        Binds::MaxNumSeqs
+    } else {
+        Binds::KvCache
+    };
     if max_c == 0 {
         return Err(Error::KvDoesNotFit {
             tokens: demand.tokens_per_request.ceil(),
@@ -231,6 +263,7 @@ pub fn capacity(req: &CapacityRequest) -> Result<Capacity> {
         memory: mem,
         max_concurrency: max_c,
         kv_limit,
+        binds,
         curve,
         reference,
         plan,
@@ -312,7 +345,10 @@ fn candidates(
                     Ok(m) => {
                         let c = m
                             .max_concurrency(demand.tokens_per_request)
-                            .min(crate::scenario::deployment::MAX_BATCH as u64);
+                            .min(
+                                crate::scenario::deployment::MAX_BATCH as u64
+                                    * s.comm.dp_size().max(1) as u64,
+                            );
                         let note = (c == 0).then(|| {
                             format!(
                                 "one request of {:.0} KV tokens does not fit in {} KV tokens",

@@ -207,7 +207,8 @@ impl SweepRequest {
     ///   with expert parallelism the expected slowest rank is fitted from seeded routing draws
     ///   over every rank: [`crate::error::WORK_EP_LAYOUT_PER_RANK`] more per EP rank);
     /// - every row replays the step's recursion ([`crate::error::WORK_FAST_SCENARIO`]), once per
-    ///   pipeline stage, twice under two-batch overlap (two micro-batches interleaved);
+    ///   pipeline stage, twice under two-batch overlap (two micro-batches interleaved), a
+    ///   speculative row ([`crate::error::WORK_FAST_SPEC_ROW`]) its draft and verify passes;
     /// - with expert parallelism every distinct batch (per draft-token count and graph
     ///   setting) draws the expert loads of every rank again: [`crate::error::WORK_EP_BATCH_PER_RANK`]
     ///   per EP rank and [`crate::error::WORK_EP_BATCH_PER_SEQ`] per sequence of the batch.
@@ -218,18 +219,23 @@ impl SweepRequest {
     pub fn work(&self) -> (f64, String) {
         use crate::error::{
             WORK_EP_BATCH_PER_RANK, WORK_EP_BATCH_PER_SEQ, WORK_EP_LAYOUT_PER_RANK,
-            WORK_FAST_SCENARIO, WORK_SWEEP_LAYOUT,
+            WORK_FAST_SCENARIO, WORK_FAST_SPEC_ROW, WORK_SWEEP_LAYOUT,
         };
+        // A speculative row (k > 0) plays a draft and a verify pass and the acceptance.
+        let draft_weight: f64 = self
+            .draft_tokens
+            .iter()
+            .map(|&k| if k > 0 { WORK_FAST_SPEC_ROW } else { 1.0 })
+            .sum();
         let per_layout_rows = [
             self.batch.len(),
             self.context.len(),
             self.proto.len(),
             self.algo.len(),
             self.cuda_graphs.len(),
-            self.draft_tokens.len(),
         ]
         .iter()
-        .fold(1.0f64, |n, &l| n * l as f64);
+        .fold(draft_weight, |n, &l| n * l as f64);
         let mut batches: Vec<u32> = self.batch.clone();
         batches.sort_unstable();
         batches.dedup();

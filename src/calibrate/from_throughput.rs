@@ -870,28 +870,6 @@ impl Model {
                 problem: e.to_string(),
             };
             let (s, prof) = r.load().map_err(invalid)?;
-            // What the result says the server ran, held against the scenario.
-            if let Some(tp) = p.tp.filter(|&tp| tp != s.tp) {
-                return Err(Error::PointInvalid {
-                    point: p.origin(&req.source).to_string(),
-                    problem: format!(
-                        "the result's tensor_parallel_size is {tp}, the scenario's --tp {}: give --tp {tp} (or correct the result's metadata)",
-                        s.tp
-                    ),
-                });
-            }
-            if let Some(id) = p.model_id.as_deref() {
-                if !model_id_matches(id, &s.model.name) {
-                    return Err(Error::PointInvalid {
-                        point: p.origin(&req.source).to_string(),
-                        problem: format!(
-                            "the result's model_id '{}' is not the scenario's model '{}': give --model for the served model",
-                            crate::units::clip(id, 80),
-                            s.model.name
-                        ),
-                    });
-                }
-            }
             let spec = match &p.spec {
                 None => None,
                 Some(sp) => {
@@ -1700,7 +1678,49 @@ fn drop_factor(
 }
 
 /// Fits the factors and writes the profile.
+/// What each result says its server ran (`tensor_parallel_size`, `model_id`), held against the
+/// scenario before anything is fitted.
+fn check_servers(req: &ThroughputRequest) -> Result<()> {
+    if req.points.iter().all(|p| p.tp.is_none() && p.model_id.is_none()) {
+        return Ok(());
+    }
+    for p in &req.points {
+        let mut r = req.base.clone();
+        for (k, v) in p.settings() {
+            k.apply(&mut r, v);
+        }
+        let (s, _) = r.load().map_err(|e| Error::PointInvalid {
+            point: p.origin(&req.source).to_string(),
+            problem: e.to_string(),
+        })?;
+        // What the result says the server ran, held against the scenario.
+        if let Some(tp) = p.tp.filter(|&tp| tp != s.tp) {
+            return Err(Error::PointInvalid {
+                point: p.origin(&req.source).to_string(),
+                problem: format!(
+                    "the result's tensor_parallel_size is {tp}, the scenario's --tp {}: give --tp {tp} (or correct the result's metadata)",
+                    s.tp
+                ),
+            });
+        }
+        if let Some(id) = p.model_id.as_deref() {
+            if !model_id_matches(id, &s.model.name) {
+                return Err(Error::PointInvalid {
+                    point: p.origin(&req.source).to_string(),
+                    problem: format!(
+                        "the result's model_id '{}' is not the scenario's model '{}': give --model for the served model",
+                        crate::units::clip(id, 80),
+                        s.model.name
+                    ),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
 pub fn fit_throughput(req: &ThroughputRequest) -> Result<ThroughputFit> {
+    check_servers(req)?;
     let n = req.points.len();
     let auto = req.factors.is_empty();
     let src = sources_text(req);

@@ -320,6 +320,14 @@ pub(crate) const WORK_EP_LAYOUT_PER_RANK: f64 = 20_000.0;
 /// 3 µs per sequence.
 pub(crate) const WORK_EP_BATCH_PER_RANK: f64 = 80.0;
 pub(crate) const WORK_EP_BATCH_PER_SEQ: f64 = 3.0;
+/// `whatif --vary` loads every variant as its own scenario (model, system, profile and its
+/// measured tables): about 20 ms each measured, more than its timeline (32 variants at batch
+/// 32..63 took 0.66 s of CPU without intervals, at TP8 and at DP128 alike).
+pub(crate) const WORK_VARIANT_LOAD: f64 = 20_000.0;
+/// Each interval draw of a variant replays it: about 50 µs plus 4 µs per expert-parallel rank
+/// (200 draws over 32 variants: 0.34 s more at TP8, 3.5 s more at DP128).
+pub(crate) const WORK_VARIANT_DRAW: f64 = 50.0;
+pub(crate) const WORK_VARIANT_DRAW_PER_RANK: f64 = 4.0;
 /// One full-timeline simulation of a step, workload build and pricing included (benches
 /// `simulate`: 1.7 ms for the default Kimi-K2.5 scenario; rounded up for larger systems).
 pub(crate) const WORK_TIMELINE_STEP: f64 = 2_500.0;

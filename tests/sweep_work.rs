@@ -106,6 +106,41 @@ fn the_estimate_follows_each_layout_path() {
     assert_eq!(spec - plain, 128 * 4, "a speculative row plays its draft and verify");
 }
 
+/// `whatif --vary`: every variant is loaded (about 20 ms) and played, and each interval draw
+/// replays it on every expert-parallel rank.
+#[test]
+fn vary_counts_loading_and_draws_per_rank() {
+    let batches = format!(
+        "batch={}",
+        (32..64).map(|b| b.to_string()).collect::<Vec<_>>().join(",")
+    );
+    let est = |extra: &[&str]| {
+        let mut a = vec!["whatif", "--vary", &batches];
+        a.extend(extra);
+        estimate(&a)
+    };
+    // 33 timelines (32 variants and the base): loading and the timeline, 22,500 each.
+    assert_eq!(est(&["--draws", "0"]), 33 * 22_500);
+    // 200 draws at one expert-parallel rank: 200 × 54 µs more each.
+    assert_eq!(est(&["--draws", "200"]), 33 * (22_500 + 200 * 54));
+    // At DP128 each draw replays 128 ranks.
+    let dp128 = est(&[
+        "--model",
+        "deepseek-v3",
+        "--system",
+        "h200-hgx-18node-ib",
+        "--dp",
+        "128",
+        "--tp",
+        "1",
+        "--ep-comm",
+        "rdma-ll",
+        "--draws",
+        "200",
+    ]);
+    assert_eq!(dp128, 33 * (22_500 + 200 * (50 + 4 * 128)));
+}
+
 /// CPU seconds of this process's waited-for children (Linux: `/proc/self/stat`, fields
 /// cutime and cstime in clock ticks of 1/100 s).
 #[cfg(target_os = "linux")]
@@ -124,7 +159,8 @@ fn children_cpu_s() -> f64 {
 /// development machine (estimate / CPU): plain TP8 0.16 / 0.19 s, PP2 0.13 / 0.10 s, DP16
 /// all-to-all 1.49 / 0.99 s, DP16 rdma-ll with two-batch overlap 0.90 / 0.58 s, DP128 rdma-ll
 /// 4.04 / 4.21 s (128 batches near one sequence per rank) and 4.89 / 4.05 s (64 batches of
-/// 8,192), speculative TP8 0.31 / 0.35 s, speculative DP16 1.75 / 1.74 s.
+/// 8,192), speculative TP8 0.31 / 0.35 s, speculative DP16 1.75 / 1.74 s; `whatif --vary`
+/// over 32 batches with 200 interval draws at TP8 1.10 / 1.00 s and at DP128 4.45 / 4.35 s.
 #[test]
 #[ignore = "measures CPU time: run with --release -- --ignored"]
 #[cfg(target_os = "linux")]
@@ -242,6 +278,44 @@ fn the_estimate_is_within_3x_of_the_cpu_each_layout_kind_takes() {
         ),
     ];
     let mut off = Vec::new();
+    let batches = format!(
+        "batch={}",
+        (32..64).map(|b| b.to_string()).collect::<Vec<_>>().join(",")
+    );
+    let vary: [(&str, Vec<&str>); 2] = [
+        ("vary-tp8", vec!["whatif", "--vary", &batches]),
+        (
+            "vary-dp128",
+            vec![
+                "whatif",
+                "--vary",
+                &batches,
+                "--model",
+                "deepseek-v3",
+                "--system",
+                "h200-hgx-18node-ib",
+                "--dp",
+                "128",
+                "--tp",
+                "1",
+                "--ep-comm",
+                "rdma-ll",
+            ],
+        ),
+    ];
+    for (name, args) in vary {
+        let mut args = args.clone();
+        let est = estimate(&args) as f64 / 1e6;
+        args.extend(["--max-work", "100000000000"]);
+        let before = children_cpu_s();
+        let (code, _, err) = decodesim(&args);
+        let cpu = children_cpu_s() - before;
+        assert_eq!(code, Some(0), "{name}: {err}");
+        let ratio = est / cpu.max(0.01);
+        if !(1.0 / 3.0..=3.0).contains(&ratio) {
+            off.push(format!("{name}: estimate {est:.2} s, CPU {cpu:.2} s"));
+        }
+    }
     for (name, extra) in kinds {
         let mut args = vec!["sweep", "--format", "csv", "--output", "/dev/null"];
         args.extend(extra);

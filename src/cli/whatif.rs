@@ -147,7 +147,7 @@ fn run_vary(a: VaryArgs) -> Result<()> {
         }
     }
     let draws = a.intervals.draws()?;
-    let study = vary::run_bounded(&req, a.max_work)?;
+    let study = vary::run_bounded(&req, a.max_work, draws)?;
     let ((base_iv, arms), draws) = super::intervals::or_points(draws, |n| {
         crate::whatif::uncertainty::vary_intervals(&req, &study, n, a.intervals.interval_seed)
     })?;

@@ -73,9 +73,16 @@ fn simulate_and_capacity_hold_the_same_memory_for_dcp_pp_and_dp() {
             s.batch = batch as u32;
             MemoryFit::of(&s, &p).1
         };
-        assert!(at(limit).fits(), "{name}: capacity holds {limit}, simulate must fit it");
+        assert!(
+            at(limit).fits(),
+            "{name}: capacity holds {limit}, simulate must fit it"
+        );
         // One more sequence on the largest DP rank does not fit.
-        assert!(!at(limit + dp).fits(), "{name}: {} must not fit", limit + dp);
+        assert!(
+            !at(limit + dp).fits(),
+            "{name}: {} must not fit",
+            limit + dp
+        );
         assert_eq!(at(limit).blocks_available, a.num_blocks, "{name}");
     }
 }
@@ -98,7 +105,11 @@ fn simulate_dcp8_shards_the_kv_cache_as_capacity_does() {
     let sim1 = simulate(&plain).unwrap();
     assert!(!sim1.memory_fit.fits());
     assert!((sim1.memory.kv_cache_bytes / sharded - 8.0).abs() < 1e-9);
-    assert!(sim1.warnings[0].starts_with("does not fit"), "{:?}", sim1.warnings);
+    assert!(
+        sim1.warnings[0].starts_with("does not fit"),
+        "{:?}",
+        sim1.warnings
+    );
 }
 
 #[test]
@@ -152,7 +163,9 @@ fn the_cuda_graph_warning_counts_one_dp_rank_s_tokens() {
     // 1,024 sequences over 16 DP ranks: 64 each, inside the captured sizes.
     let sim = simulate(&wide(1024)).unwrap();
     assert!(
-        !sim.warnings.iter().any(|w| w.contains("largest captured size")),
+        !sim.warnings
+            .iter()
+            .any(|w| w.contains("largest captured size")),
         "{:?}",
         sim.warnings
     );
@@ -183,14 +196,21 @@ fn the_batch_limit_is_per_data_parallel_rank() {
     let (s, p) = r.load().expect("a DP72 pool takes 20,000 sequences");
     // Its KV cache holds far more than one engine's 16,384.
     let a = account(&s, &p, &MemoryOptions::of_scenario(&s)).unwrap();
-    assert!(a.max_concurrency(2048.0) > 20_000, "{}", a.max_concurrency(2048.0));
+    assert!(
+        a.max_concurrency(2048.0) > 20_000,
+        "{}",
+        a.max_concurrency(2048.0)
+    );
     // One engine does not.
     let one = ScenarioRequest {
         batch: 20_000,
         ..Default::default()
     };
     let e = one.load().unwrap_err().to_string();
-    assert!(e.contains("--batch 20000") && e.contains("1 to 16384"), "{e}");
+    assert!(
+        e.contains("--batch 20000") && e.contains("1 to 16384"),
+        "{e}"
+    );
 }
 
 #[test]

@@ -84,7 +84,10 @@ fn the_sweep_limit_is_exact_and_raised_by_the_flag() {
     // One layout loaded and fitted (100,000 units) and 8 rows of one unit.
     let mut over = args.to_vec();
     over.extend(["--max-work", "100007"]);
-    refused(&over, &["8 scenarios", "--max-work 100007", "at least 100008"]);
+    refused(
+        &over,
+        &["8 scenarios", "--max-work 100007", "at least 100008"],
+    );
     let mut at = args.to_vec();
     at.extend(["--max-work", "100008"]);
     let (code, out, err) = decodesim(&at);

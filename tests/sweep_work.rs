@@ -78,7 +78,14 @@ fn a_dp128_sweep_over_every_batch_is_refused_at_its_real_cost() {
 
 #[test]
 fn the_estimate_follows_each_layout_path() {
-    let grid = ["--batch", "16..=79", "--context", "1024,2048", "--format", "csv"];
+    let grid = [
+        "--batch",
+        "16..=79",
+        "--context",
+        "1024,2048",
+        "--format",
+        "csv",
+    ];
     let with = |extra: &[&str]| {
         let mut a = vec!["sweep"];
         a.extend(grid);
@@ -88,7 +95,14 @@ fn the_estimate_follows_each_layout_path() {
     let plain = with(&[]);
     // One layout loaded and 128 rows: about 0.1 s.
     assert!((100_000..110_000).contains(&plain), "{plain}");
-    let pp2 = with(&["--system", "rtx-pro-6000-2node-roce", "--tp", "8", "--pp", "2"]);
+    let pp2 = with(&[
+        "--system",
+        "rtx-pro-6000-2node-roce",
+        "--tp",
+        "8",
+        "--pp",
+        "2",
+    ]);
     assert_eq!(pp2 - plain, 128, "a pipeline row plays each stage");
     let dp16 = with(&[
         "--system",
@@ -103,7 +117,11 @@ fn the_estimate_follows_each_layout_path() {
     // 16 ranks fitted (20 ms each) and 64 distinct batches drawn at 16 ranks.
     assert!(dp16 > plain + 16 * 20_000 + 64 * 16 * 80, "{dp16}");
     let spec = with(&["--draft-tokens", "0,2", "--acceptance-rate", "0.6"]);
-    assert_eq!(spec - plain, 128 * 4, "a speculative row plays its draft and verify");
+    assert_eq!(
+        spec - plain,
+        128 * 4,
+        "a speculative row plays its draft and verify"
+    );
 }
 
 /// `whatif --vary`: every variant is loaded (about 20 ms) and played, and each interval draw
@@ -112,7 +130,10 @@ fn the_estimate_follows_each_layout_path() {
 fn vary_counts_loading_and_draws_per_rank() {
     let batches = format!(
         "batch={}",
-        (32..64).map(|b| b.to_string()).collect::<Vec<_>>().join(",")
+        (32..64)
+            .map(|b| b.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
     );
     let est = |extra: &[&str]| {
         let mut a = vec!["whatif", "--vary", &batches];
@@ -169,7 +190,10 @@ fn the_estimate_is_within_3x_of_the_cpu_each_layout_kind_takes() {
         return;
     }
     let kinds: [(&str, Vec<&str>); 7] = [
-        ("tp8", vec!["--batch", "1..=1024", "--context", "1024..=1087"]),
+        (
+            "tp8",
+            vec!["--batch", "1..=1024", "--context", "1024..=1087"],
+        ),
         (
             "pp2",
             vec![
@@ -280,7 +304,10 @@ fn the_estimate_is_within_3x_of_the_cpu_each_layout_kind_takes() {
     let mut off = Vec::new();
     let batches = format!(
         "batch={}",
-        (32..64).map(|b| b.to_string()).collect::<Vec<_>>().join(",")
+        (32..64)
+            .map(|b| b.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
     );
     let vary: [(&str, Vec<&str>); 2] = [
         ("vary-tp8", vec!["whatif", "--vary", &batches]),

@@ -1681,7 +1681,11 @@ fn drop_factor(
 /// What each result says its server ran (`tensor_parallel_size`, `model_id`), held against the
 /// scenario before anything is fitted.
 fn check_servers(req: &ThroughputRequest) -> Result<()> {
-    if req.points.iter().all(|p| p.tp.is_none() && p.model_id.is_none()) {
+    if req
+        .points
+        .iter()
+        .all(|p| p.tp.is_none() && p.model_id.is_none())
+    {
         return Ok(());
     }
     for p in &req.points {

@@ -179,8 +179,7 @@ pub fn capacity(req: &CapacityRequest) -> Result<Capacity> {
     let kv_limit = mem.kv_limit(demand.tokens_per_request);
     let seqs_limit = mem.max_concurrency(demand.tokens_per_request);
     // The simulator's batch limit is per data-parallel rank (each its own engine).
-    let batch_cap =
-        crate::scenario::deployment::MAX_BATCH as u64 * s.comm.dp_size().max(1) as u64;
+    let batch_cap = crate::scenario::deployment::MAX_BATCH as u64 * s.comm.dp_size().max(1) as u64;
     let max_c = seqs_limit.min(batch_cap);
     let binds = if max_c < seqs_limit {
         Binds::BatchLimit(batch_cap)
@@ -343,12 +342,10 @@ fn candidates(
                 };
                 match memory::account(&s, &p, &o) {
                     Ok(m) => {
-                        let c = m
-                            .max_concurrency(demand.tokens_per_request)
-                            .min(
-                                crate::scenario::deployment::MAX_BATCH as u64
-                                    * s.comm.dp_size().max(1) as u64,
-                            );
+                        let c = m.max_concurrency(demand.tokens_per_request).min(
+                            crate::scenario::deployment::MAX_BATCH as u64
+                                * s.comm.dp_size().max(1) as u64,
+                        );
                         let note = (c == 0).then(|| {
                             format!(
                                 "one request of {:.0} KV tokens does not fit in {} KV tokens",

@@ -151,7 +151,11 @@ pub fn render_table(c: &Capacity) -> String {
         format!(
             "max_num_seqs {} binds before the KV cache{}",
             m.max_num_seqs,
-            if m.dp > 1 { " (per data-parallel rank)" } else { "" }
+            if m.dp > 1 {
+                " (per data-parallel rank)"
+            } else {
+                ""
+            }
         )
     } else {
         format!(

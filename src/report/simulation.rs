@@ -245,7 +245,11 @@ fn header(out: &mut String, sim: &Simulation, verbose: bool) {
         out.push_str(&format!(
             "CUDA graph pads {} tokens{} to {} (the next captured size, {})\n",
             pad.tokens,
-            if s.comm.dp_size() > 1 { " per DP rank" } else { "" },
+            if s.comm.dp_size() > 1 {
+                " per DP rank"
+            } else {
+                ""
+            },
             pad.padded,
             path(&s.cuda_graph_sizes.path)
         ));

@@ -307,7 +307,10 @@ impl SweepRequest {
         let (units, how) = self.work();
         crate::error::check_work(
             "sweep",
-            format!("the grid of {} scenarios ({lists}; {how})", scenarios_text(n)),
+            format!(
+                "the grid of {} scenarios ({lists}; {how})",
+                scenarios_text(n)
+            ),
             units,
             self.max_work,
             "shorten the lists",

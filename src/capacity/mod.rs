@@ -5,7 +5,9 @@
 pub mod curve;
 pub mod disagg;
 pub mod layout;
-pub mod memory;
+/// GPU memory as vLLM accounts it: `sim::memory`, the one memory model `simulate`, `sweep`,
+/// `capacity` and the what-ifs share.
+pub use crate::sim::memory;
 pub mod plan;
 
 use crate::cost::CalibrationProfile;

@@ -118,7 +118,7 @@ pub struct Simulation {
 }
 
 /// Whether the rank's memory fits in the share of GPU memory vLLM may use, as `capacity`
-/// accounts it (`capacity::memory::rank_memory`: weights, activation peak, CUDA graphs and
+/// accounts it (`sim::memory::rank_memory`: weights, activation peak, CUDA graphs and
 /// buffers, then the KV cache in whole blocks, sharded by `--dcp`, of the largest DP rank's
 /// sequences, on the pipeline stage with the fewest blocks).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -138,7 +138,7 @@ pub struct MemoryFit {
 impl MemoryFit {
     /// The memory of one rank of `s` as vLLM accounts it, and its footprint.
     pub fn of(s: &Scenario, p: &CalibrationProfile) -> (MemoryFootprint, Self) {
-        use crate::capacity::memory::{rank_memory, MemoryOptions};
+        use super::memory::{rank_memory, MemoryOptions};
         let r = rank_memory(s, p, &MemoryOptions::of_scenario(s));
         let memory = MemoryFootprint {
             weights_bytes: r.weights_bytes,

@@ -9,7 +9,7 @@ pub struct MemoryFootprint {
     pub weights_bytes: f64,
     pub kv_cache_bytes: f64,
     /// What vLLM holds besides weights and KV cache: the activation peak of its profiling
-    /// pass, CUDA graphs, NCCL and custom all-reduce buffers (`capacity::memory`; 0 in the
+    /// pass, CUDA graphs, NCCL and custom all-reduce buffers (`sim::memory`; 0 in the
     /// footprints of this module, which count weights and KV alone).
     pub other_bytes: f64,
 }
@@ -134,7 +134,7 @@ pub fn footprint(
 /// The footprint of one GPU of a scenario: weights as its layout shards them
 /// ([`weight_bytes_layout`]) and the KV cache of the sequences its data-parallel rank holds
 /// (the largest DP rank's share of the batch; all of it at `--dp 1`), sharded over the
-/// decode-context-parallel ranks (`--dcp`). Under `--pp`, use `capacity::memory::rank_memory`
+/// decode-context-parallel ranks (`--dcp`). Under `--pp`, use `sim::memory::rank_memory`
 /// (the stage that binds), which `simulate` reports.
 pub fn footprint_of(s: &crate::scenario::Scenario) -> MemoryFootprint {
     let tp = s.tp as usize;

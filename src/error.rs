@@ -303,6 +303,31 @@ pub(crate) const DEFAULT_MAX_WORK: u64 = 10_000_000;
 /// items the bounded commands count. A sweep scenario on the fast path (benches/sweep_cpu.sh:
 /// under 1 µs each end to end, CSV written).
 pub(crate) const WORK_FAST_SCENARIO: f64 = 1.0;
+/// Loading one layout of a sweep and fitting its fast path (model, system, profile, the
+/// basis probes, the collectives of every NCCL setting): 0.05–0.13 s measured for a TP or PP
+/// layout.
+pub(crate) const WORK_SWEEP_LAYOUT: f64 = 100_000.0;
+/// A speculative row (draft tokens above 0): its draft passes, the verify pass and the
+/// acceptance, about 3.5 µs measured (a plain row about 1).
+pub(crate) const WORK_FAST_SPEC_ROW: f64 = 4.0;
+/// With expert parallelism the fast path fits the expected slowest rank from seeded routing
+/// draws over every EP rank: 0.36 s at EP 16, 0.65 s at EP 32, 2.5 s at EP 128 measured, about
+/// 20 ms per rank.
+pub(crate) const WORK_EP_LAYOUT_PER_RANK: f64 = 20_000.0;
+/// Each distinct batch of an expert-parallel layout draws every rank's expert loads again:
+/// measured 1 ms per batch at EP 16, 1.5 ms at EP 32, 11 ms at EP 128 (batches near 1 per
+/// rank), growing to 24 and 52 ms at 8,192 and 16,368 sequences: about 80 µs per rank plus
+/// 3 µs per sequence.
+pub(crate) const WORK_EP_BATCH_PER_RANK: f64 = 80.0;
+pub(crate) const WORK_EP_BATCH_PER_SEQ: f64 = 3.0;
+/// `whatif --vary` loads every variant as its own scenario (model, system, profile and its
+/// measured tables): about 20 ms each measured, more than its timeline (32 variants at batch
+/// 32..63 took 0.66 s of CPU without intervals, at TP8 and at DP128 alike).
+pub(crate) const WORK_VARIANT_LOAD: f64 = 20_000.0;
+/// Each interval draw of a variant replays it: about 50 µs plus 4 µs per expert-parallel rank
+/// (200 draws over 32 variants: 0.34 s more at TP8, 3.5 s more at DP128).
+pub(crate) const WORK_VARIANT_DRAW: f64 = 50.0;
+pub(crate) const WORK_VARIANT_DRAW_PER_RANK: f64 = 4.0;
 /// One full-timeline simulation of a step, workload build and pricing included (benches
 /// `simulate`: 1.7 ms for the default Kimi-K2.5 scenario; rounded up for larger systems).
 pub(crate) const WORK_TIMELINE_STEP: f64 = 2_500.0;

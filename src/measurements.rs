@@ -873,6 +873,28 @@ pub fn read_deepep_ll_csv(path: &Path) -> Result<Vec<DeepEpLlRow>> {
             bytes: t.count(i, "bytes", 1.0)? as f64,
             latency_us: t.time(i, "latency_us")?,
         });
+        // The payload DeepEP moves per rank is tokens × top-k × hidden elements: FP8 with
+        // per-128 scales on dispatch (about 1.03 B each), BF16 on combine (2 B). Bytes far
+        // from that are another unit (KiB, bits) or another shape: refused by line, as a fit
+        // to them would price every step wrong.
+        let r = &out[i];
+        let elements = r.tokens as f64 * r.topk as f64 * r.hidden as f64;
+        let per = r.bytes / elements;
+        if !(DEEPEP_BYTES_PER_ELEMENT.0..=DEEPEP_BYTES_PER_ELEMENT.1).contains(&per) {
+            return Err(t.bad(
+                i,
+                "bytes",
+                format!(
+                    "about num_tokens × topk × hidden = {} elements at 1 (FP8 dispatch, scales included) to 2 (BF16) bytes each; {} is {per:.4} B per element (bytes in another unit, such as KiB or bits?)",
+                    crate::units::grouped(elements, 0),
+                    crate::units::grouped(r.bytes, 0)
+                ),
+            ));
+        }
     }
     Ok(out)
 }
+
+/// Bytes per (token × top-k × hidden) element a DeepEP low-latency row may state: FP8 dispatch
+/// with its scales is 1.03 to 1.04, BF16 dispatch or combine 2 (and a little for headers).
+const DEEPEP_BYTES_PER_ELEMENT: (f64, f64) = (0.9, 2.5);

@@ -428,7 +428,7 @@ fn grid_files_take_pp_lists_and_refusals_name_the_value() {
         "{err}"
     );
     // A pipeline's scenario counts once per stage against --max-work: 200 scenarios at pp 1
-    // and 4 are 500 units.
+    // and 4 are 500 units, and each of the two layouts is loaded and fitted (100,000 each).
     let (code, _, err) = run(&[
         "sweep",
         "--tp",
@@ -440,12 +440,12 @@ fn grid_files_take_pp_lists_and_refusals_name_the_value() {
         "--context",
         "1024",
         "--max-work",
-        "499",
+        "200499",
     ]);
     assert_eq!(code, 1, "{err}");
     assert!(
         err.contains("the grid of 200 scenarios (2 pipeline sizes × 100 batches")
-            && err.contains("about 500 work units, above --max-work 499"),
+            && err.contains("about 200,500 work units, above --max-work 200499"),
         "{err}"
     );
     let _ = std::fs::remove_dir_all(&dir);

@@ -46,7 +46,7 @@ fn a_sweep_of_billions_is_refused_at_once() {
         &[
             "4,294,967,296 scenarios",
             "16384 batches × 262144 contexts",
-            "at least 4294967296",
+            "at least 4295067296",
         ],
     );
     // Six long lists: far beyond u64 scenarios is still a clear refusal.
@@ -81,11 +81,15 @@ fn the_sweep_limit_is_exact_and_raised_by_the_flag() {
         "--format",
         "csv",
     ];
+    // One layout loaded and fitted (100,000 units) and 8 rows of one unit.
     let mut over = args.to_vec();
-    over.extend(["--max-work", "7"]);
-    refused(&over, &["8 scenarios", "--max-work 7", "at least 8"]);
+    over.extend(["--max-work", "100007"]);
+    refused(
+        &over,
+        &["8 scenarios", "--max-work 100007", "at least 100008"],
+    );
     let mut at = args.to_vec();
-    at.extend(["--max-work", "8"]);
+    at.extend(["--max-work", "100008"]);
     let (code, out, err) = decodesim(&at);
     assert_eq!(code, Some(0), "{err}");
     assert_eq!(out.lines().count(), 1 + 8, "header and 8 rows:\n{out}");

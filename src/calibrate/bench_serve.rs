@@ -3,7 +3,9 @@
 //! `--append-result`.
 //!
 //! - batch = `max_concurrency` (null when the run was not concurrency-bound: refused, its batch
-//!   is unknown);
+//!   is unknown), or `num_prompts` when fewer prompts were sent (no more ran at once);
+//! - `tensor_parallel_size` (a `--metadata` key) and `model_id` are held against the
+//!   scenario's `--tp` and model (`from_throughput`);
 //! - tokens/s = `output_throughput` (which includes the time spent in prefill, so at low
 //!   concurrency it is below concurrency / TPOT), or concurrency / `median_tpot_ms` or
 //!   `mean_tpot_ms` with `--bench-metric`;
@@ -167,6 +169,17 @@ fn point(v: &Value, line: usize, many: bool, path: &Path, opt: &BenchOptions) ->
             format!("found {concurrency}, expected a whole number 1..{max_b}"),
         ));
     }
+    // Fewer prompts than --max-concurrency: never more than num_prompts requests ran at once,
+    // so the effective concurrency is the smaller.
+    let concurrency = match number("num_prompts", "a whole number of prompts")? {
+        Some(n) => concurrency.min(whole(
+            "num_prompts",
+            n,
+            1.0,
+            "a whole number of prompts, at least 1",
+        )?),
+        None => concurrency,
+    };
     let concurrency = concurrency as u32;
     let (tokens_per_s, measured) = match opt.metric {
         BenchMetric::OutputThroughput => {
@@ -279,6 +292,26 @@ fn point(v: &Value, line: usize, many: bool, path: &Path, opt: &BenchOptions) ->
             format!("found '{}', expected {want}", crate::units::clip(&v, 40)),
         )
     })?;
+    // The server's TP, when the user recorded it (--metadata tensor_parallel_size=N).
+    let tp = match text(&["tensor_parallel_size", "tp"])? {
+        None => None,
+        Some(v) => Some(
+            v.parse::<u32>()
+                .ok()
+                .filter(|d| (1..=4096).contains(d))
+                .ok_or_else(|| {
+                    Error::field(
+                        path,
+                        at("tensor_parallel_size"),
+                        format!(
+                            "found '{}', expected a whole number 1..4096",
+                            crate::units::clip(&v, 40)
+                        ),
+                    )
+                })?,
+        ),
+    };
+    let model_id = text(&["model_id"])?.filter(|m| !m.is_empty());
     Ok(Point {
         file: path.to_path_buf(),
         line,
@@ -292,5 +325,7 @@ fn point(v: &Value, line: usize, many: bool, path: &Path, opt: &BenchOptions) ->
         p2p: None,
         dcp,
         spec,
+        tp,
+        model_id,
     })
 }

@@ -338,6 +338,28 @@ pub struct Point {
     pub p2p: Option<bool>,
     pub dcp: Option<u32>,
     pub spec: Option<SpecPoint>,
+    /// The server's tensor-parallel size the result states (`tensor_parallel_size` in a
+    /// `vllm bench serve` result's metadata): checked against the scenario's `--tp`.
+    pub tp: Option<u32>,
+    /// The served model the result names (`model_id`): checked against the scenario's model.
+    pub model_id: Option<String>,
+}
+
+/// A served model's id (`moonshotai/Kimi-K2.5`) names the scenario's model (`kimi-k2.5`): the
+/// last path segments, lowercased and without punctuation, one within the other. A model read
+/// from a bare `config.json` has no name to hold against.
+pub(crate) fn model_id_matches(id: &str, model: &str) -> bool {
+    let norm = |t: &str| -> String {
+        t.rsplit('/')
+            .next()
+            .unwrap_or(t)
+            .chars()
+            .filter(|c| c.is_ascii_alphanumeric())
+            .flat_map(|c| c.to_lowercase())
+            .collect()
+    };
+    let (a, b) = (norm(id), norm(model));
+    b.is_empty() || b == "config" || a.contains(&b) || b.contains(&a)
 }
 
 impl Point {
@@ -623,6 +645,8 @@ fn parse_csv(text: &str, path: &Path) -> Result<Vec<Point>> {
             p2p,
             dcp,
             spec,
+            tp: None,
+            model_id: None,
         });
     }
     if points.is_empty() {
@@ -1904,6 +1928,51 @@ fn drop_factor(
     }
 }
 
+/// What each result says its server ran (`tensor_parallel_size`, `model_id`), held against the
+/// scenario before anything is fitted.
+fn check_servers(req: &ThroughputRequest) -> Result<()> {
+    if req
+        .points
+        .iter()
+        .all(|p| p.tp.is_none() && p.model_id.is_none())
+    {
+        return Ok(());
+    }
+    for p in &req.points {
+        let mut r = req.base.clone();
+        for (k, v) in p.settings() {
+            k.apply(&mut r, v);
+        }
+        let (s, _) = r.load().map_err(|e| Error::PointInvalid {
+            point: p.origin(&req.source).to_string(),
+            problem: e.to_string(),
+        })?;
+        // What the result says the server ran, held against the scenario.
+        if let Some(tp) = p.tp.filter(|&tp| tp != s.tp) {
+            return Err(Error::PointInvalid {
+                point: p.origin(&req.source).to_string(),
+                problem: format!(
+                    "the result's tensor_parallel_size is {tp}, the scenario's --tp {}: give --tp {tp} (or correct the result's metadata)",
+                    s.tp
+                ),
+            });
+        }
+        if let Some(id) = p.model_id.as_deref() {
+            if !model_id_matches(id, &s.model.name) {
+                return Err(Error::PointInvalid {
+                    point: p.origin(&req.source).to_string(),
+                    problem: format!(
+                        "the result's model_id '{}' is not the scenario's model '{}': give --model for the served model",
+                        crate::units::clip(id, 80),
+                        s.model.name
+                    ),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
 /// What a fit must achieve to be written (`--max-median-error`, `--allow-poor-fit`).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ThroughputLimits {
@@ -1939,6 +2008,7 @@ pub fn fit_throughput_with(
             });
         }
     }
+    check_servers(req)?;
     let n = req.points.len();
     let auto = req.factors.is_empty();
     let src = sources_text(req);

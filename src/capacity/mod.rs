@@ -5,7 +5,9 @@
 pub mod curve;
 pub mod disagg;
 pub mod layout;
-pub mod memory;
+/// GPU memory as vLLM accounts it: `sim::memory`, the one memory model `simulate`, `sweep`,
+/// `capacity` and the what-ifs share.
+pub use crate::sim::memory;
 pub mod plan;
 
 use crate::cost::CalibrationProfile;
@@ -91,6 +93,8 @@ pub struct Capacity {
     pub max_concurrency: u64,
     /// The KV limit alone.
     pub(crate) kv_limit: u64,
+    /// What sets `max_concurrency`.
+    pub binds: Binds,
     pub curve: Curve,
     /// The simulated step at the highest concurrency (its scenario and calibration go in the
     /// report the way `simulate` writes them).
@@ -104,6 +108,27 @@ pub struct Capacity {
     /// `--min-tokens-per-s-per-user` when it sets the TPOT limit (1,000 / it ms, the stricter
     /// of it and `--max-tpot-ms`), for the reports to name.
     pub(crate) min_tokens_per_s_per_user: Option<f64>,
+}
+
+/// The limit that sets a deployment's highest concurrency.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Binds {
+    /// The KV cache's blocks.
+    KvCache,
+    /// vLLM's `max_num_seqs` (per data-parallel rank).
+    MaxNumSeqs,
+    /// The simulator's largest batch (`MAX_BATCH` per data-parallel rank): the global cap.
+    BatchLimit(u64),
+}
+
+impl Binds {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Binds::KvCache => "kv_cache",
+            Binds::MaxNumSeqs => "max_num_seqs",
+            Binds::BatchLimit(_) => "batch_limit",
+        }
+    }
 }
 
 /// Loads the scenario of `req` at `tp` on `system`, checked against the demand (`decode_pool`:
@@ -157,9 +182,17 @@ pub fn capacity(req: &CapacityRequest) -> Result<Capacity> {
     s.gpu_memory_utilization = req.memory.gpu_memory_utilization;
     let mem = memory::account(&s, &p, &req.memory)?;
     let kv_limit = mem.kv_limit(demand.tokens_per_request);
-    let max_c = mem
-        .max_concurrency(demand.tokens_per_request)
-        .min(crate::scenario::deployment::MAX_BATCH as u64);
+    let seqs_limit = mem.max_concurrency(demand.tokens_per_request);
+    // The simulator's batch limit is per data-parallel rank (each its own engine).
+    let batch_cap = crate::scenario::deployment::MAX_BATCH as u64 * s.comm.dp_size().max(1) as u64;
+    let max_c = seqs_limit.min(batch_cap);
+    let binds = if max_c < seqs_limit {
+        Binds::BatchLimit(batch_cap)
+    } else if seqs_limit < kv_limit {
+        Binds::MaxNumSeqs
+    } else {
+        Binds::KvCache
+    };
     if max_c == 0 {
         return Err(Error::KvDoesNotFit {
             tokens: demand.tokens_per_request.ceil(),
@@ -234,6 +267,7 @@ pub fn capacity(req: &CapacityRequest) -> Result<Capacity> {
         memory: mem,
         max_concurrency: max_c,
         kv_limit,
+        binds,
         curve,
         reference,
         plan,
@@ -314,9 +348,10 @@ fn candidates(
                 };
                 match memory::account(&s, &p, &o) {
                     Ok(m) => {
-                        let c = m
-                            .max_concurrency(demand.tokens_per_request)
-                            .min(crate::scenario::deployment::MAX_BATCH as u64);
+                        let c = m.max_concurrency(demand.tokens_per_request).min(
+                            crate::scenario::deployment::MAX_BATCH as u64
+                                * s.comm.dp_size().max(1) as u64,
+                        );
                         let note = (c == 0).then(|| {
                             format!(
                                 "one request of {:.0} KV tokens does not fit in {} KV tokens",

@@ -480,7 +480,7 @@ fn request_with_warnings(a: &SweepArgs) -> Result<(SweepRequest, Vec<String>)> {
             parse_u32_list(
                 "--batch",
                 &a.batch,
-                1..=crate::scenario::deployment::MAX_BATCH,
+                1..=crate::scenario::deployment::MAX_BATCH_ANY_DP,
             )?,
             num,
             &mut w,
@@ -569,9 +569,10 @@ fn kv_budget(
     let mut s = s.clone();
     s.cuda_graphs = graphs;
     s.gpu_memory_utilization = utilization;
+    // The scenario's own --dcp shards the KV cache, as in `capacity` and `simulate`.
     let o = MemoryOptions {
         gpu_memory_utilization: utilization,
-        ..MemoryOptions::default()
+        ..MemoryOptions::of_scenario(&s)
     };
     let tokens_per_block = o.block_size as u64 * o.dcp as u64;
     match account(&s, p, &o) {

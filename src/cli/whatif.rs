@@ -148,7 +148,7 @@ fn run_vary(a: VaryArgs) -> Result<()> {
     }
     let draws = a.intervals.draws()?;
     let bar = std::cell::OnceCell::new();
-    let study = vary::run_bounded_with(&req, a.max_work, &mut |done, total| {
+    let study = vary::run_bounded_with(&req, a.max_work, draws, &mut |done, total| {
         if let Some(b) = bar.get_or_init(|| super::output::progress_bar(total, "timelines")) {
             b.set_position(done);
         }

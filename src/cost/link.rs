@@ -59,18 +59,28 @@ pub fn apply(w: &Workload, s: &Scenario, pricing: &mut Pricing) {
         let lat = lat.clamp(0.0, t);
         (lat + steps * dlat).max(0.0) + (t - lat) * bw_ratio
     };
+    // A group that spans nodes is priced over the network (`cost::internode`; DeepEP's
+    // low-latency mode sends every peer through the NIC): the link inside a node does not set
+    // its price, and the pricer says so in its warnings.
+    let across = |n: u32| super::internode::Hierarchy::of(&s.system, n, s.comm_path()).is_some();
     let ops = w.ops.iter().zip(&mut pricing.base_us);
     for ((op, us), lat) in ops.zip(&mut pricing.split_us) {
         if !op.family.is_collective() {
             continue;
         }
         let n = if op.group > 0 { op.group } else { s.tp };
+        if across(n) {
+            continue;
+        }
         let steps = collective::steps(op.family, n);
         let old = lat.clamp(0.0, us.max(0.0));
         *us = rescale(*us, old, steps);
         *lat = (old + steps * dlat).clamp(0.0, *us);
     }
     for c in pricing.collectives.iter_mut() {
+        if c.path.ends_with("+net") {
+            continue;
+        }
         let family = crate::workload::CostFamily::from_key(c.op)
             .unwrap_or(crate::workload::CostFamily::AllReduce);
         let steps = collective::steps(family, s.tp);

@@ -462,6 +462,43 @@ impl<'a> Pricer<'a> {
             if let Some(n) = note {
                 note!(self.quiet, self.warnings, n);
             }
+            let k = self.s.comm;
+            let rdma = c.algo == "rdma_ll";
+            // NCCL's knobs do not reach a collective priced across nodes: the hierarchical law
+            // has no channel count or buffer, and DeepEP's kernels are not NCCL's. Said, not
+            // silently ignored.
+            if k.nccl_max_nchannels.is_some() || k.nccl_buffsize.is_some() {
+                note!(self.quiet, self.warnings, format!(
+                    "--nccl-max-nchannels / --nccl-buffsize do not change the {} across {} nodes ({} ranks): {}; its price is unchanged (they act on collectives inside a node)",
+                    op.family,
+                    h.nodes,
+                    h.ranks(),
+                    if rdma {
+                        "DeepEP's low-latency kernels do not use NCCL"
+                    } else {
+                        "NCCL's hierarchical law across nodes has no channel count or buffer size"
+                    }
+                ));
+            }
+            if k.link_gbps.is_some() || k.link_latency_us.is_some() {
+                note!(self.quiet, self.warnings, format!(
+                    "--link-gbps / --link-latency-us set the link inside a node; the {} across {} nodes ({} ranks) is priced over the network ({}) and keeps its price",
+                    op.family,
+                    h.nodes,
+                    h.ranks(),
+                    if rdma {
+                        "DeepEP's low-latency mode sends every peer through the NIC"
+                    } else {
+                        "give a system file with other links to change it"
+                    }
+                ));
+            }
+            if rdma && !self.s.nccl.p2p {
+                note!(self.quiet, self.warnings, format!(
+                    "--p2p off (NCCL_P2P_DISABLE) does not reach DeepEP's low-latency {} across nodes (its RDMA path is NVSHMEM's, not NCCL's): its price is unchanged",
+                    op.family
+                ));
+            }
             // DeepEP's kernels cost their own fixed time whatever carries the bytes (measured
             // inside a node, where NVLink's share is small): the RDMA law's latency is the
             // wire's alone, which would price two nodes below one.
@@ -489,6 +526,19 @@ impl<'a> Pricer<'a> {
             && self.s.comm.ep_comm == crate::scenario::deployment::EpComm::RdmaLl
         {
             if let Some(c) = self.deepep_ll(op) {
+                let k = self.s.comm;
+                if !self.s.nccl.p2p {
+                    note!(self.quiet, self.warnings, format!(
+                        "--p2p off (NCCL_P2P_DISABLE) does not reach DeepEP's low-latency {} (NVSHMEM over NVLink, not NCCL): its price is unchanged",
+                        op.family
+                    ));
+                }
+                if k.nccl_max_nchannels.is_some() || k.nccl_buffsize.is_some() {
+                    note!(self.quiet, self.warnings, format!(
+                        "--nccl-max-nchannels / --nccl-buffsize do not change DeepEP's low-latency {} (not NCCL's kernels): its price is unchanged",
+                        op.family
+                    ));
+                }
                 return Ok(self.record(op, c));
             }
         }

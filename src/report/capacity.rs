@@ -35,6 +35,7 @@ pub fn to_json(c: &Capacity) -> Value {
         "kv_cache_tokens": m.kv_cache_tokens,
         "max_concurrency": c.max_concurrency,
         "kv_limit_concurrency": c.kv_limit,
+        "binds": c.binds.name(),
         "max_num_seqs": m.max_num_seqs,
         "memory": m.terms,
         "memory_total_bytes": m.total_bytes,
@@ -144,8 +145,22 @@ pub fn render_table(c: &Capacity) -> String {
     out.push_str(&t.render());
     out.push('\n');
     out.push_str(&format!("{}\n{}\n", kv_cache_line(c), concurrency_line(c)));
-    let binds = if c.max_concurrency < c.kv_limit {
-        format!("max_num_seqs {} binds before the KV cache", m.max_num_seqs)
+    let binds = if let crate::capacity::Binds::BatchLimit(cap) = c.binds {
+        format!(
+            "the simulator's largest batch binds before the KV cache and max_num_seqs: {} sequences ({} per data-parallel rank)",
+            grouped(cap as f64, 0),
+            grouped(crate::scenario::deployment::MAX_BATCH as f64, 0)
+        )
+    } else if c.binds == crate::capacity::Binds::MaxNumSeqs {
+        format!(
+            "max_num_seqs {} binds before the KV cache{}",
+            m.max_num_seqs,
+            if m.dp > 1 {
+                " (per data-parallel rank)"
+            } else {
+                ""
+            }
+        )
     } else {
         format!(
             "the KV cache binds: {} blocks of {} tokens, {} B per token per GPU",

@@ -22,7 +22,7 @@ pub(crate) fn scenario_json(sim: &Simulation) -> Value {
         "gpu": s.system.gpu.display_name,
         "gpus": s.system.gpu_count,
         // Tokens the step's kernels run over after CUDA-graph padding (= batch when not padded).
-        "padded_tokens": s.padding(1, crate::scenario::cudagraph::PadRule::Decode).padded,
+        "padded_tokens": s.rank_padding(1, crate::scenario::cudagraph::PadRule::Decode).padded,
         "comm_path": s.comm_path().name(),
         "kv_cache_bytes_per_elem": s.kv_bytes,
         "gpu_memory_utilization": s.gpu_memory_utilization,
@@ -75,6 +75,9 @@ pub fn to_json(sim: &Simulation) -> Value {
         "memory_per_gpu": {
             "weights_bytes": sim.memory.weights_bytes,
             "kv_cache_bytes": sim.memory.kv_cache_bytes,
+            "other_bytes": sim.memory.other_bytes,
+            "kv_blocks_needed": sim.memory_fit.blocks_needed,
+            "kv_blocks_available": sim.memory_fit.blocks_available,
             "capacity_bytes": sim.memory_fit.capacity_bytes,
             "gpu_memory_utilization": sim.memory_fit.gpu_memory_utilization,
             "usable_bytes": sim.memory_fit.usable_bytes(),
@@ -237,11 +240,16 @@ fn header(out: &mut String, sim: &Simulation, verbose: bool) {
         s.comm_path().name(),
         s.seed
     ));
-    let pad = s.padding(1, crate::scenario::cudagraph::PadRule::Decode);
+    let pad = s.rank_padding(1, crate::scenario::cudagraph::PadRule::Decode);
     if pad.padded > pad.tokens {
         out.push_str(&format!(
-            "CUDA graph pads {} tokens to {} (the next captured size, {})\n",
+            "CUDA graph pads {} tokens{} to {} (the next captured size, {})\n",
             pad.tokens,
+            if s.comm.dp_size() > 1 {
+                " per DP rank"
+            } else {
+                ""
+            },
             pad.padded,
             path(&s.cuda_graph_sizes.path)
         ));
@@ -444,9 +452,15 @@ fn ranks(out: &mut String, sim: &Simulation) {
 /// Memory per GPU, and which kernel families are priced from estimates or measured tables.
 fn memory_and_sources(out: &mut String, sim: &Simulation) {
     out.push_str(&format!(
-        "\nmemory per GPU: weights {} + KV cache {} = {} of {} usable ({:.2} of {})\n",
+        "\nmemory per GPU: weights {} + activations, graphs, buffers {} + KV cache {}{} = {} of {} usable ({:.2} of {})\n",
         bytes(sim.memory.weights_bytes),
+        bytes(sim.memory.other_bytes),
         bytes(sim.memory.kv_cache_bytes),
+        if sim.memory_fit.dcp > 1 {
+            format!(" (sharded over DCP={})", sim.memory_fit.dcp)
+        } else {
+            String::new()
+        },
         bytes(sim.memory.total()),
         bytes(sim.memory_fit.usable_bytes()),
         sim.memory_fit.gpu_memory_utilization,

@@ -181,7 +181,12 @@ fn k_dp(k: &CommKnobs) -> u32 {
 }
 
 /// Largest batch and context the simulator accepts: beyond these a typo is likelier than intent.
+/// `MAX_BATCH` is per data-parallel rank (the global batch of `--dp N` may be N times it).
 pub const MAX_BATCH: u32 = 16_384;
+/// The largest batch a list flag takes before its layout is known (`sweep --batch`,
+/// `--crossover-batches`): 4,096 data-parallel ranks of [`MAX_BATCH`]; each layout then
+/// checks its own.
+pub const MAX_BATCH_ANY_DP: u32 = MAX_BATCH * 4096;
 pub const MAX_CONTEXT: u64 = 10_000_000;
 
 #[derive(Debug, Clone)]
@@ -334,11 +339,19 @@ impl Scenario {
                 ),
             });
         }
-        if self.batch == 0 || self.batch > MAX_BATCH {
+        // The limit is per data-parallel rank: each DP rank is an engine of its own, so a
+        // DP72 pool holds 72 times one engine's sequences.
+        let dp = self.comm.dp_size();
+        let max = MAX_BATCH.saturating_mul(dp);
+        if self.batch == 0 || self.batch > max {
             return Err(Error::ScenarioRange {
                 flag: "--batch",
                 value: self.batch.to_string(),
-                expected: format!("expected 1 to {MAX_BATCH} sequences"),
+                expected: if dp > 1 {
+                    format!("expected 1 to {max} sequences ({MAX_BATCH} per data-parallel rank × --dp {dp})")
+                } else {
+                    format!("expected 1 to {MAX_BATCH} sequences")
+                },
             });
         }
         if self.context == 0 {
@@ -713,6 +726,19 @@ impl Scenario {
         rule: super::cudagraph::PadRule,
     ) -> super::cudagraph::Padding {
         let tokens = self.batch as u64 * queries.max(1) as u64;
+        self.cuda_graph_sizes
+            .padding(tokens, rule, self.cuda_graphs)
+    }
+
+    /// [`Self::padding`] of the tokens one rank runs: under data-parallel attention the
+    /// largest DP rank's share of the batch (each DP rank captures and replays its own
+    /// graphs), else the whole batch.
+    pub fn rank_padding(
+        &self,
+        queries: u32,
+        rule: super::cudagraph::PadRule,
+    ) -> super::cudagraph::Padding {
+        let tokens = self.rank_batch() as u64 * queries.max(1) as u64;
         self.cuda_graph_sizes
             .padding(tokens, rule, self.cuda_graphs)
     }

@@ -3,6 +3,7 @@
 
 mod engine;
 pub mod fast;
+pub mod memory;
 pub mod pipeline;
 pub mod simulate;
 pub mod timeline;

@@ -8,7 +8,7 @@ use crate::error::{Error, Result};
 use crate::scenario::catalog;
 use crate::scenario::deployment::DEFAULT_GPU_MEMORY_UTILIZATION;
 use crate::scenario::{ModelSpec, NcclSettings, Scenario, SystemSpec};
-use crate::workload::memory::{footprint_of, footprint_pp, MemoryFootprint};
+use crate::workload::memory::MemoryFootprint;
 use crate::workload::{self, Workload};
 
 /// What a user asks for: the settings of [`crate::scenario::knobs`] (defined there, with the
@@ -121,40 +121,68 @@ pub struct Simulation {
     pub warnings: Vec<String>,
 }
 
-/// Whether the weights and KV cache fit in the share of GPU memory vLLM may use.
+/// Whether the rank's memory fits in the share of GPU memory vLLM may use, as `capacity`
+/// accounts it (`sim::memory::rank_memory`: weights, activation peak, CUDA graphs and
+/// buffers, then the KV cache in whole blocks, sharded by `--dcp`, of the largest DP rank's
+/// sequences, on the pipeline stage with the fewest blocks).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct MemoryFit {
-    /// Weights plus KV cache per GPU.
+    /// Weights, other terms and KV cache per GPU.
     needed_bytes: f64,
     /// The GPU's memory as the driver reports it (`GpuSpec::memory_total_bytes`).
     pub(crate) capacity_bytes: f64,
     pub(crate) gpu_memory_utilization: f64,
+    /// The KV blocks the sequences take and the blocks left for them.
+    pub blocks_needed: u64,
+    pub blocks_available: u64,
+    pub(crate) dcp: u32,
+    pub(crate) sequences: u64,
 }
 
 impl MemoryFit {
-    pub fn new(memory: &MemoryFootprint, s: &Scenario) -> Self {
-        MemoryFit {
+    /// The memory of one rank of `s` as vLLM accounts it, and its footprint.
+    pub fn of(s: &Scenario, p: &CalibrationProfile) -> (MemoryFootprint, Self) {
+        use super::memory::{rank_memory, MemoryOptions};
+        let r = rank_memory(s, p, &MemoryOptions::of_scenario(s));
+        let memory = MemoryFootprint {
+            weights_bytes: r.weights_bytes,
+            kv_cache_bytes: r.kv_cache_bytes,
+            other_bytes: r.other_bytes,
+        };
+        let fit = MemoryFit {
             needed_bytes: memory.total(),
             capacity_bytes: s.system.gpu.memory_total_bytes(),
             gpu_memory_utilization: s.gpu_memory_utilization,
-        }
+            blocks_needed: r.blocks_needed,
+            blocks_available: r.blocks_available,
+            dcp: r.dcp,
+            sequences: r.sequences,
+        };
+        (memory, fit)
     }
     /// What vLLM may use: capacity × gpu_memory_utilization.
     pub(crate) fn usable_bytes(&self) -> f64 {
         self.capacity_bytes * self.gpu_memory_utilization
     }
     pub fn fits(&self) -> bool {
-        self.needed_bytes <= self.usable_bytes()
+        self.blocks_needed <= self.blocks_available
     }
     /// One line a person reads: "needs 81.2 GiB per GPU (...), has 80.5 GiB (... 0.90 of the
     /// 89.4 GiB of each ...)".
     pub(crate) fn describe(&self, memory: &MemoryFootprint, gpu: &str) -> String {
         use crate::units::bytes;
         format!(
-            "needs {} per GPU (weights {} + KV cache {}), has {} (--gpu-memory-utilization {:.2} of the {} of each {gpu})",
+            "needs {} per GPU (weights {} + activations, CUDA graphs and buffers {} + KV cache {} of {} sequence(s){}), has {} (--gpu-memory-utilization {:.2} of the {} of each {gpu})",
             bytes(self.needed_bytes),
             bytes(memory.weights_bytes),
+            bytes(memory.other_bytes),
             bytes(memory.kv_cache_bytes),
+            self.sequences,
+            if self.dcp > 1 {
+                format!(", sharded over DCP={}", self.dcp)
+            } else {
+                String::new()
+            },
             bytes(self.usable_bytes()),
             self.gpu_memory_utilization,
             bytes(self.capacity_bytes),
@@ -162,32 +190,19 @@ impl MemoryFit {
     }
 }
 
-/// The footprint per GPU of `s` (weights and KV cache at its batch and context) and how it
-/// fits: the memory check every report of a step makes.
-pub fn memory_check(scenario: &Scenario) -> (MemoryFootprint, MemoryFit) {
-    let memory = if scenario.comm.pp_size() > 1 {
-        footprint_pp(
-            &scenario.model,
-            scenario.tp as usize,
-            scenario.comm.pp_size(),
-            scenario.batch as u64,
-            scenario.context,
-            scenario.kv_bytes,
-        )
-    } else {
-        footprint_of(scenario)
-    };
-    let fit = MemoryFit::new(&memory, scenario);
-    (memory, fit)
+/// The footprint per GPU of `s` under `p` (as `capacity` accounts it) and how it fits: the
+/// memory check every report of a step makes.
+pub fn memory_check(scenario: &Scenario, p: &CalibrationProfile) -> (MemoryFootprint, MemoryFit) {
+    MemoryFit::of(scenario, p)
 }
 
 /// The largest batch of `s` at most `up_to` whose memory fits (None: not even batch 1); the
 /// footprint grows with the batch, so a bisection finds it.
-pub fn max_fitting_batch(s: &Scenario, up_to: u32) -> Option<u32> {
+pub fn max_fitting_batch(s: &Scenario, p: &CalibrationProfile, up_to: u32) -> Option<u32> {
     let fits = |b: u32| {
         let mut t = s.clone();
         t.batch = b;
-        memory_check(&t).1.fits()
+        memory_check(&t, p).1.fits()
     };
     if up_to == 0 || !fits(1) {
         return None;
@@ -266,9 +281,10 @@ pub(crate) fn finish(
 ) -> Result<Simulation> {
     let per_rank = timeline.rank_breakdowns(&workload);
     let mean = Breakdown::mean(&per_rank);
-    let (memory, memory_fit) = memory_check(&scenario);
+    let (memory, memory_fit) = memory_check(&scenario, &profile);
     let mut warnings = pricing.warnings.clone();
-    let pad = scenario.padding(1, crate::scenario::cudagraph::PadRule::Decode);
+    // The tokens one rank runs: under data-parallel attention its DP rank's share.
+    let pad = scenario.rank_padding(1, crate::scenario::cudagraph::PadRule::Decode);
     if scenario.cuda_graphs && !pad.captured {
         warnings.push(format!(
             "CUDA graphs: {} tokens are above the largest captured size {} ({}): vLLM runs this step without a full CUDA graph and does not pad it; decodesim still prices its launches as graph replays (pass --cuda-graphs off for eager launches)",

@@ -496,7 +496,7 @@ pub(crate) fn study(
             })
             .collect();
         let top = grid.last().map_or(1, |g| g.0);
-        let max_fitting_batch = crate::sim::max_fitting_batch(scenario, top);
+        let max_fitting_batch = crate::sim::max_fitting_batch(scenario, &costs.baseline.profile, top);
         let fits: Vec<bool> = grid
             .iter()
             .map(|g| max_fitting_batch.is_some_and(|m| g.0 <= m))
@@ -572,7 +572,7 @@ pub(crate) fn study(
         variants,
         crossover,
         fits: costs.baseline.memory_fit.fits(),
-        max_fitting_batch: crate::sim::max_fitting_batch(scenario, scenario.batch),
+        max_fitting_batch: crate::sim::max_fitting_batch(scenario, &costs.baseline.profile, scenario.batch),
         warnings,
     })
 }

@@ -170,17 +170,117 @@ impl SweepRequest {
         self.count() == 0
     }
 
-    /// Pipeline stages per scenario, averaged over the grid: a pipeline's row plays every
-    /// stage (about one plain row's work each).
-    fn mean_stages(&self) -> f64 {
-        if self.pp.is_empty() {
-            return self.base.comm.pp_size() as f64;
+    /// The layouts the grid loads (one per pipeline size × data-parallel size × overlap
+    /// setting): (pp, dp, tbo).
+    fn layout_list(&self) -> Vec<(u32, u32, bool)> {
+        let pps: Vec<u32> = if self.pp.is_empty() {
+            vec![self.base.comm.pp_size()]
+        } else {
+            self.pp.iter().map(|&p| p.max(1)).collect()
+        };
+        let dps: Vec<u32> = if self.dp.is_empty() {
+            vec![self.base.comm.dp_size()]
+        } else {
+            self.dp.iter().map(|&d| d.max(1)).collect()
+        };
+        let tbos: Vec<bool> = if self.tbo.is_empty() {
+            vec![self.base.comm.tbo]
+        } else {
+            self.tbo.clone()
+        };
+        let mut out = Vec::new();
+        for &pp in &pps {
+            for &dp in &dps {
+                for &tbo in &tbos {
+                    out.push((pp, dp, tbo));
+                }
+            }
         }
-        self.pp.iter().map(|&p| p.max(1) as f64).sum::<f64>() / self.pp.len() as f64
+        out
     }
 
-    /// Refuses a grid above `--max-work` before anything is loaded or priced (a pipeline's
-    /// scenario counts once per stage).
+    /// The work of the grid in units (about 1 µs of CPU each), from the cost of the path
+    /// each layout takes (measured with the release build; `tests/sweep_work.rs` holds the
+    /// estimate against the measured time of every layout kind):
+    ///
+    /// - every layout is loaded and its fast path fitted once ([`crate::error::WORK_SWEEP_LAYOUT`];
+    ///   with expert parallelism the expected slowest rank is fitted from seeded routing draws
+    ///   over every rank: [`crate::error::WORK_EP_LAYOUT_PER_RANK`] more per EP rank);
+    /// - every row replays the step's recursion ([`crate::error::WORK_FAST_SCENARIO`]), once per
+    ///   pipeline stage, twice under two-batch overlap (two micro-batches interleaved), a
+    ///   speculative row ([`crate::error::WORK_FAST_SPEC_ROW`]) its draft and verify passes;
+    /// - with expert parallelism every distinct batch (per draft-token count and graph
+    ///   setting) draws the expert loads of every rank again: [`crate::error::WORK_EP_BATCH_PER_RANK`]
+    ///   per EP rank and [`crate::error::WORK_EP_BATCH_PER_SEQ`] per sequence of the batch.
+    ///
+    /// The EP group is `--ep`, else `--dp` × `--tp` (`--tp` 1 when not given: the grid is
+    /// counted before the system is read). Returns the units and a line that says what was
+    /// counted.
+    pub fn work(&self) -> (f64, String) {
+        use crate::error::{
+            WORK_EP_BATCH_PER_RANK, WORK_EP_BATCH_PER_SEQ, WORK_EP_LAYOUT_PER_RANK,
+            WORK_FAST_SCENARIO, WORK_FAST_SPEC_ROW, WORK_SWEEP_LAYOUT,
+        };
+        // A speculative row (k > 0) plays a draft and a verify pass and the acceptance.
+        let draft_weight: f64 = self
+            .draft_tokens
+            .iter()
+            .map(|&k| if k > 0 { WORK_FAST_SPEC_ROW } else { 1.0 })
+            .sum();
+        let per_layout_rows = [
+            self.batch.len(),
+            self.context.len(),
+            self.proto.len(),
+            self.algo.len(),
+            self.cuda_graphs.len(),
+        ]
+        .iter()
+        .fold(draft_weight, |n, &l| n * l as f64);
+        let mut batches: Vec<u32> = self.batch.clone();
+        batches.sort_unstable();
+        batches.dedup();
+        let batch_sum: f64 = batches.iter().map(|&b| b as f64).sum();
+        let batch_settings = (self.draft_tokens.len() * self.cuda_graphs.len()) as f64;
+        let layouts = self.layout_list();
+        let (mut total, mut ep_layouts, mut max_ep) = (0.0f64, 0usize, 0u32);
+        for &(pp, dp, tbo) in &layouts {
+            let row = WORK_FAST_SCENARIO * pp as f64 * if tbo { 2.0 } else { 1.0 };
+            let ep = match self.base.comm.ep {
+                Some(ep) if dp <= 1 => ep.max(1),
+                _ if dp > 1 => dp.saturating_mul(self.base.tp.unwrap_or(1).max(1)),
+                _ => 1,
+            };
+            let mut units = WORK_SWEEP_LAYOUT + per_layout_rows * row;
+            if ep > 1 {
+                ep_layouts += 1;
+                max_ep = max_ep.max(ep);
+                let ep = ep as f64;
+                units += WORK_EP_LAYOUT_PER_RANK * ep
+                    + batch_settings
+                        * (batches.len() as f64 * WORK_EP_BATCH_PER_RANK * ep
+                            + batch_sum * WORK_EP_BATCH_PER_SEQ);
+            }
+            total += units;
+        }
+        let how = if ep_layouts > 0 {
+            format!(
+                "; {} layout(s) with expert parallelism (up to {max_ep} ranks) draw every rank's expert loads again at each of {} distinct batches",
+                ep_layouts,
+                crate::units::grouped(batches.len() as f64, 0)
+            )
+        } else {
+            String::new()
+        };
+        (
+            total,
+            format!(
+                "{} layout(s) loaded and fitted, rows replayed once per pipeline stage (twice under two-batch overlap){how}",
+                layouts.len()
+            ),
+        )
+    }
+
+    /// Refuses a grid above `--max-work` before anything is loaded or priced ([`Self::work`]).
     pub fn check_work(&self) -> Result<()> {
         let n = self.count();
         let lists = format!(
@@ -204,10 +304,14 @@ impl SweepRequest {
             self.cuda_graphs.len(),
             self.draft_tokens.len()
         );
+        let (units, how) = self.work();
         crate::error::check_work(
             "sweep",
-            format!("the grid of {} scenarios ({lists})", scenarios_text(n)),
-            n as f64 * self.mean_stages() * crate::error::WORK_FAST_SCENARIO,
+            format!(
+                "the grid of {} scenarios ({lists}; {how})",
+                scenarios_text(n)
+            ),
+            units,
             self.max_work,
             "shorten the lists",
         )

@@ -193,32 +193,53 @@ fn variant_count(axes: &[(String, Vec<String>)], one_at_a_time: bool) -> f64 {
     }
 }
 
-/// [`run_bounded`] at the default `--max-work`.
+/// [`run_bounded`] at the default `--max-work`, without intervals.
 pub fn run(req: &VaryRequest) -> Result<VaryStudy> {
-    run_bounded(req, crate::error::DEFAULT_MAX_WORK)
+    run_bounded(req, crate::error::DEFAULT_MAX_WORK, 0)
 }
 
-/// Checks the work (each variant and the base is a full timeline) against `max_work` and every
-/// variant, then simulates the base and each variant.
-pub(crate) fn run_bounded(req: &VaryRequest, max_work: u64) -> Result<VaryStudy> {
-    run_bounded_with(req, max_work, &mut |_, _| {})
+/// Checks the work against `max_work` and every variant, then simulates the base and each
+/// variant. Each variant and the base is loaded (model, system, profile and its tables:
+/// [`crate::error::WORK_VARIANT_LOAD`]), played as a full timeline and, with `draws` interval
+/// draws to come, replayed per draw on every expert-parallel rank
+/// ([`crate::error::WORK_VARIANT_DRAW`] + [`crate::error::WORK_VARIANT_DRAW_PER_RANK`] per rank).
+pub(crate) fn run_bounded(req: &VaryRequest, max_work: u64, draws: usize) -> Result<VaryStudy> {
+    run_bounded_with(req, max_work, draws, &mut |_, _| {})
 }
 
 /// [`run_bounded`], calling `progress(done, total)` after each timeline (the base first).
 pub(crate) fn run_bounded_with(
     req: &VaryRequest,
     max_work: u64,
+    draws: usize,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<VaryStudy> {
+    use crate::error::{
+        WORK_TIMELINE_STEP, WORK_VARIANT_DRAW, WORK_VARIANT_DRAW_PER_RANK, WORK_VARIANT_LOAD,
+    };
     let n = variant_count(&req.axes, req.one_at_a_time);
+    let k = req.base.comm;
+    let ep = match k.ep {
+        Some(ep) => ep.max(1),
+        None if k.dp_size() > 1 => k.dp_size().saturating_mul(req.base.tp.unwrap_or(1).max(1)),
+        None => 1,
+    } as f64;
+    let per_variant = WORK_VARIANT_LOAD
+        + WORK_TIMELINE_STEP
+        + draws as f64 * (WORK_VARIANT_DRAW + WORK_VARIANT_DRAW_PER_RANK * ep);
     crate::error::check_work(
         "whatif --vary",
         format!(
-            "{} variants and the base, each a full timeline ({})",
+            "{} variants and the base, each loaded and played as a full timeline{} ({})",
             if n < 1e15 {
                 crate::units::grouped(n, 0)
             } else {
                 format!("{n:.2e}")
+            },
+            if draws > 0 {
+                format!(" with {draws} interval draws")
+            } else {
+                String::new()
             },
             if req.one_at_a_time {
                 "the sum of the lists, --one-at-a-time"
@@ -226,7 +247,7 @@ pub(crate) fn run_bounded_with(
                 "the product of the lists"
             }
         ),
-        (n + 1.0) * crate::error::WORK_TIMELINE_STEP,
+        (n + 1.0) * per_variant,
         max_work,
         "shorten the lists or use --one-at-a-time",
     )?;

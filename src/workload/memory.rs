@@ -8,11 +8,15 @@ use serde::Serialize;
 pub struct MemoryFootprint {
     pub weights_bytes: f64,
     pub kv_cache_bytes: f64,
+    /// What vLLM holds besides weights and KV cache: the activation peak of its profiling
+    /// pass, CUDA graphs, NCCL and custom all-reduce buffers (`sim::memory`; 0 in the
+    /// footprints of this module, which count weights and KV alone).
+    pub other_bytes: f64,
 }
 
 impl MemoryFootprint {
     pub fn total(&self) -> f64 {
-        self.weights_bytes + self.kv_cache_bytes
+        self.weights_bytes + self.kv_cache_bytes + self.other_bytes
     }
 }
 
@@ -123,17 +127,21 @@ pub fn footprint(
     MemoryFootprint {
         weights_bytes: weight_bytes_per_rank(m, tp),
         kv_cache_bytes: per_token * batch as f64 * context as f64,
+        other_bytes: 0.0,
     }
 }
 
 /// The footprint of one GPU of a scenario: weights as its layout shards them
 /// ([`weight_bytes_layout`]) and the KV cache of the sequences its data-parallel rank holds
-/// (the largest DP rank's share of the batch; all of it at `--dp 1`).
+/// (the largest DP rank's share of the batch; all of it at `--dp 1`), sharded over the
+/// decode-context-parallel ranks (`--dcp`). Under `--pp`, use `sim::memory::rank_memory`
+/// (the stage that binds), which `simulate` reports.
 pub fn footprint_of(s: &crate::scenario::Scenario) -> MemoryFootprint {
     let tp = s.tp as usize;
     let seqs = s.dp_batches().into_iter().max().unwrap_or(0) as u64;
-    let per_token =
-        s.model.kv_bytes_per_token_per_layer(tp, s.kv_bytes) * s.model.num_layers as f64;
+    let per_token = s.model.kv_bytes_per_token_per_layer(tp, s.kv_bytes)
+        * s.model.num_layers as f64
+        / s.comm.dcp_size() as f64;
     MemoryFootprint {
         weights_bytes: weight_bytes_layout(
             &s.model,
@@ -142,6 +150,7 @@ pub fn footprint_of(s: &crate::scenario::Scenario) -> MemoryFootprint {
             s.comm.redundant() as usize,
         ),
         kv_cache_bytes: per_token * seqs as f64 * s.context as f64,
+        other_bytes: 0.0,
     }
 }
 
@@ -178,6 +187,7 @@ pub fn stage_footprints(
                     * stage.layers.len() as f64
                     * batch as f64
                     * context as f64,
+                other_bytes: 0.0,
             }
         })
         .collect()

@@ -298,6 +298,83 @@ pub fn account(s: &Scenario, p: &CalibrationProfile, o: &MemoryOptions) -> Resul
     })
 }
 
+impl MemoryOptions {
+    /// vLLM's defaults with the scenario's own settings: its `gpu_memory_utilization` and its
+    /// `--dcp` (the KV cache sharded over the DCP ranks). What `simulate`, `sweep` and the
+    /// what-ifs hold a scenario's memory against, so that they agree with `capacity`.
+    pub fn of_scenario(s: &Scenario) -> Self {
+        MemoryOptions {
+            gpu_memory_utilization: s.gpu_memory_utilization,
+            dcp: s.comm.dcp_size(),
+            ..MemoryOptions::default()
+        }
+    }
+}
+
+/// One GPU's memory for a scenario's own batch, as [`account`] counts it: the rank of the
+/// pipeline stage with the fewest KV blocks, the largest data-parallel rank's sequences, each
+/// in whole blocks of `block_size` × DCP tokens of its context.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RankMemory {
+    pub weights_bytes: f64,
+    /// Activation peak, CUDA graphs, NCCL and custom all-reduce buffers.
+    pub other_bytes: f64,
+    /// The KV cache of the rank's sequences (whole blocks).
+    pub kv_cache_bytes: f64,
+    /// Sequences the rank holds (the largest DP rank's share of the batch).
+    pub sequences: u64,
+    /// KV blocks the sequences take and the blocks the rank has (0 when the rest alone does
+    /// not fit).
+    pub blocks_needed: u64,
+    pub blocks_available: u64,
+    /// Decode context parallelism the KV cache is sharded over.
+    pub dcp: u32,
+}
+
+impl RankMemory {
+    /// The sequences' blocks fit in what the rank has: exactly `capacity`'s KV limit (its
+    /// `kv_limit` at the scenario's context is at least the batch).
+    pub fn fits(&self) -> bool {
+        self.blocks_needed <= self.blocks_available
+    }
+}
+
+/// [`RankMemory`] of scenario `s` at its batch and context, with the knobs of `o`.
+pub fn rank_memory(s: &Scenario, p: &CalibrationProfile, o: &MemoryOptions) -> RankMemory {
+    let requested = s.system.gpu.memory_total_bytes() * o.gpu_memory_utilization;
+    let stage = binding_stage(s, p, o, requested);
+    let terms = stage_terms(s, p, o, &stage);
+    let weights: f64 = terms
+        .iter()
+        .filter(|t| t.component == "weights")
+        .map(|t| t.bytes)
+        .sum();
+    let non_kv: f64 = terms.iter().map(|t| t.bytes).sum();
+    let dcp = o.dcp.max(1);
+    let per_block = stage_kv_bytes_per_token(s, &stage) * o.block_size.max(1) as f64;
+    let blocks_per_seq = s
+        .context
+        .max(1)
+        .div_ceil(o.block_size.max(1) as u64 * dcp as u64);
+    let sequences = s.dp_batches().into_iter().max().unwrap_or(0) as u64;
+    let budget = requested - non_kv;
+    let blocks_available = if budget > 0.0 && per_block > 0.0 {
+        (budget / per_block).floor() as u64
+    } else {
+        0
+    };
+    let blocks_needed = sequences.saturating_mul(blocks_per_seq);
+    RankMemory {
+        weights_bytes: weights,
+        other_bytes: non_kv - weights,
+        kv_cache_bytes: blocks_needed as f64 * per_block,
+        sequences,
+        blocks_needed,
+        blocks_available,
+        dcp,
+    }
+}
+
 /// The terms vLLM counts before the KV cache: weights, activation peak, CUDA graphs, NCCL and
 /// custom all-reduce buffers.
 /// Under `--pp`, those of the stage whose rank leaves the least room for the KV cache.

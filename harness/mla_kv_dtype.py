@@ -5,7 +5,7 @@ Why: the RTX PRO 6000 MLA table (AIConfigurator) has BF16-KV rows only, and an F
 cannot be priced by halving bytes: a split-KV decode kernel at small batch is bound by its split
 structure (one program per head block x split x sequence, each reading a short run of tokens,
 then a reduce), not by DRAM bytes.  This script measures the FP8/BF16 ratio on the structure of
-vLLM's TRITON_MLA backend (stage 1 over KV splits + stage 2 reduce; facts.md §3.2):
+vLLM's TRITON_MLA backend (stage 1 over KV splits + stage 2 reduce; docs/sources.md §3.2):
 
   * stage 1: grid (head blocks, KV splits, batch); scores over the 512-wide latent plus the
     64-wide rope part; the latent tile is also the value (weight absorption).  The FP8 variant
@@ -101,7 +101,7 @@ def stage1_kernel(QN, QP, KV, MID_O, MID_LSE, sm_scale, kv_scale, seq_len, H, to
 
 
 def triton_mla_splits(max_seq_len, n_sm):
-    """TRITON_MLA's split count (facts.md §3.2)."""
+    """TRITON_MLA's split count (docs/sources.md §3.2)."""
     return max(1, min(triton.next_power_of_2(max(1, max_seq_len // 512)), 2 * n_sm))
 
 

@@ -7,7 +7,7 @@ how the kernel lays the tokens out, not on FLOPs:
 
   * `rows`: each query token is its own row of the grid (batch x q rows), with its own sequence
     length, as vLLM's Triton MLA decode kernel runs a verify block when the builder expands it
-    (the UNIFORM patch of TRITON_MLA used on RTX PRO 6000 boxes; facts.md §8.1-8.2).  Every row
+    (the UNIFORM patch of TRITON_MLA used on RTX PRO 6000 boxes; docs/sources.md §8.1-8.2).  Every row
     loops over its own KV span: the KV of a sequence is fetched once per query token from the
     memory system (L2 may absorb the re-reads, which is what this measures).
   * `folded16` / `folded32`: the q tokens folded into the head dimension, one program per tile of
@@ -127,7 +127,7 @@ def verify_stage2(MID_O, MID_LSE, OUT, num_splits, s_mo_b, s_mo_r, s_mo_s, s_ml_
 
 
 def triton_mla_splits(max_seq_len, n_sm):
-    """TRITON_MLA's split count (facts.md §3.2)."""
+    """TRITON_MLA's split count (docs/sources.md §3.2)."""
     return max(1, min(triton.next_power_of_2(max(1, max_seq_len // 512)), 2 * n_sm))
 
 

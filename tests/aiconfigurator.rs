@@ -285,7 +285,7 @@ fn allreduce_dispatch_follows_vllm() {
 
 #[test]
 fn the_custom_law_is_near_the_published_pcie_one_shot_figures() {
-    // facts.md §3.5: a one-shot P2P all-reduce on 4x RTX PRO 6000 (R6K) measures 6.1, 9.2, 17.6
+    // docs/sources.md §3.5: a one-shot P2P all-reduce on 4x RTX PRO 6000 (R6K) measures 6.1, 9.2, 17.6
     // and 28.7 us at 1, 32, 128 and 256 KB. The law fitted to AIConfigurator's 2-GPU rows
     // extrapolated to 4 ranks stays within 35% of them (it knows no per-rank latency).
     let out = write_profile(RTX, "rtx-pro-6000-8x-pcie", "oneshot");

@@ -275,7 +275,7 @@ fn a_mixture_of_plain_and_speculative_points_fits() {
     let d = tmp("mix");
     let csv = d.join("spec.csv");
     // EAGLE-3 k=3 points of the same machine, measured as TPOT with vLLM's mean acceptance
-    // length (2.6, as the Kimi drafts report on MT-Bench: facts.md §5).
+    // length (2.6, as the Kimi drafts report on MT-Bench: docs/sources.md §5).
     std::fs::write(
         &csv,
         "concurrency,context,tpot_ms,kv_cache_dtype,spec_method,draft_tokens,acceptance_length\n\

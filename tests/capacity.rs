@@ -39,14 +39,14 @@ fn request() -> CapacityRequest {
 #[test]
 fn kimi_weights_at_tp8_are_about_76_gb_per_gpu() {
     let w = weight_bytes_per_rank(&kimi(), 8);
-    // facts.md §1.1: about 76 GB per GPU at TP8 (derived).
+    // docs/sources.md §1.1: about 76 GB per GPU at TP8 (derived).
     assert!((75.5e9..76.5e9).contains(&w), "{w}");
 }
 
 #[test]
 fn kimi_mla_latent_is_70272_bytes_per_token_in_bf16_on_every_rank() {
     let m = kimi();
-    // (512 + 64) × 2 B × 61 layers (facts.md §1.1), replicated: the same at every TP.
+    // (512 + 64) × 2 B × 61 layers (docs/sources.md §1.1), replicated: the same at every TP.
     for tp in [1, 2, 8] {
         assert_eq!(kv_bytes_per_token_per_rank(&m, tp, 2.0), 70_272.0);
         assert_eq!(kv_bytes_per_token_per_rank(&m, tp, 1.0), 35_136.0);
@@ -78,7 +78,7 @@ fn memory_terms_sum_to_the_driver_total_and_kv_is_whole_blocks() {
     let (s, p) = ScenarioRequest::default().load().unwrap();
     let o = MemoryOptions::default();
     let a = memory::account(&s, &p, &o).unwrap();
-    // RTX PRO 6000: 97,887 MiB as nvidia-smi reports it (facts.md §2 (c)).
+    // RTX PRO 6000: 97,887 MiB as nvidia-smi reports it (docs/sources.md §2 (c)).
     assert_eq!(a.total_bytes, 97_887.0 * 1_048_576.0);
     assert!((a.requested_bytes - 0.9 * a.total_bytes).abs() < 1.0);
     let sum: f64 = a.terms.iter().map(|t| t.bytes).sum();
@@ -103,7 +103,7 @@ fn memory_terms_sum_to_the_driver_total_and_kv_is_whole_blocks() {
     assert!((a.vllm_concurrency(4096.0) - a.kv_cache_tokens as f64 / 4096.0).abs() < 1e-9);
     // Every term says where it comes from.
     assert!(a.terms.iter().all(|t| !t.source.is_empty()));
-    // No custom all-reduce on 8 PCIe GPUs (facts.md §3.3).
+    // No custom all-reduce on 8 PCIe GPUs (docs/sources.md §3.3).
     assert_eq!(a.term("custom_allreduce"), 0.0);
 }
 

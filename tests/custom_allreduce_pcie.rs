@@ -55,7 +55,7 @@ fn patched_custom_allreduce_is_priced_by_the_published_pcie_law() {
         "{:?}",
         sim.warnings
     );
-    // Cheaper than NCCL's measured 27 us at this size (facts.md §3.5).
+    // Cheaper than NCCL's measured 27 us at this size (docs/sources.md §3.5).
     let nccl = simulate(&req(1, AllreduceImpl::Nccl)).unwrap();
     assert!(all_reduce(&nccl, 14_336).time_us > 25.0);
     assert!(sim.step_time_us() < nccl.step_time_us());

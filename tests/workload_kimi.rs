@@ -1,5 +1,5 @@
 //! Kimi-K2.5 at TP=8: kernel counts, FLOPs and bytes checked against hand arithmetic.
-//! Shapes per rank (facts.md §1.1, §3.1): hidden 7168, 64/8 = 8 heads, q_lora 1536,
+//! Shapes per rank (docs/sources.md §1.1, §3.1): hidden 7168, 64/8 = 8 heads, q_lora 1536,
 //! kv_lora 512, rope 64, nope 128, v 128, experts 384 top-8 of width 2048/8 = 256,
 //! shared expert 2048/8 = 256, dense layer-0 MLP 18432/8 = 2304, vocab 163840/8 = 20480.
 
@@ -134,7 +134,7 @@ fn gemm_bytes_match_hand_arithmetic() {
         );
         if batch == 1 {
             // One token touches exactly its 8 experts in each of the 60 MoE layers, so a
-            // rank reads about 6.0 GB of weights per step (facts.md §1.1).
+            // rank reads about 6.0 GB of weights per step (docs/sources.md §1.1).
             assert_eq!(touched, 480.0);
             let weights = bf16_weights + expert_weights;
             assert_eq!(weights, 6_028_132_352.0);
@@ -160,7 +160,7 @@ fn gemm_bytes_match_hand_arithmetic() {
 fn weights_per_gpu_at_tp8_are_about_76_gb() {
     let s = scenario(1);
     let bytes = decodesim::workload::memory::weight_bytes_per_rank(&s.model, 8);
-    // facts.md §1.1: routed experts 60 × 384 × 44,040,192 params × 4.5 bits / 8 ranks
+    // docs/sources.md §1.1: routed experts 60 × 384 × 44,040,192 params × 4.5 bits / 8 ranks
     // = 71.35 GB; replicated qkv_a 1.84 GB; gate 0.33 GB; the rest of the BF16 weights / 8.
     let experts: f64 = 60.0 * 384.0 * 44_040_192.0 * (0.5 + 2.0 / 32.0) / 8.0;
     assert!((experts / 1e9 - 71.35).abs() < 0.01);

@@ -18,7 +18,7 @@ use crate::scenario::system::LinkKind;
 use crate::scenario::{catalog, CommPath, ModelSpec, SystemSpec};
 use std::path::{Component, Path, PathBuf};
 
-/// vLLM's default `max_size` of its custom all-reduce (facts.md §3.3: 8 MiB).
+/// vLLM's default `max_size` of its custom all-reduce (docs/sources.md §3.3: 8 MiB).
 const CUSTOM_AR_MAX_SIZE: u64 = 8 << 20;
 
 /// What `calibrate --from-aiconfigurator` is asked.
@@ -260,12 +260,12 @@ fn pcie_nccl_defaults() -> NcclDefaults {
         buffsize_bytes: 4 << 20,
         steps_per_buffer: 8,
         simple_hop_us: 5.7,
-        source: "buffsize: NCCL DEFAULT_BUFFSIZE 4 MiB (facts.md §4.3); 8 slots: NCCL_STEPS (NCCL src/include/device.h); Simple hop: Ring Simple hwLat PCI 5.7 µs (facts.md §4.1); 2 channels: ASSUMPTION, not in the tables: NCCL's ring search on a PCIe-only node builds few channels, and facts.md §2.1 reports 22.2 GB/s bus bandwidth with defaults against 37.6-41.1 GB/s with NCCL_MIN_NCHANNELS=8; set it from your NCCL log ('Channel 00/0N')".into(),
+        source: "buffsize: NCCL DEFAULT_BUFFSIZE 4 MiB (docs/sources.md §4.3); 8 slots: NCCL_STEPS (NCCL src/include/device.h); Simple hop: Ring Simple hwLat PCI 5.7 µs (docs/sources.md §4.1); 2 channels: ASSUMPTION, not in the tables: NCCL's ring search on a PCIe-only node builds few channels, and docs/sources.md §2.1 reports 22.2 GB/s bus bandwidth with defaults against 37.6-41.1 GB/s with NCCL_MIN_NCHANNELS=8; set it from your NCCL log ('Channel 00/0N')".into(),
     }
 }
 
 /// Fits vLLM's custom all-reduce law to the table rows where the custom kernel ran: every
-/// supported world size on a fully NVLink-connected machine, else 2 GPUs only (facts.md §3.3;
+/// supported world size on a fully NVLink-connected machine, else 2 GPUs only (docs/sources.md §3.3;
 /// other rows are NCCL's fallback), and sizes below max_size.
 fn custom_allreduce(
     t: &AicTables,
@@ -351,7 +351,7 @@ fn custom_allreduce(
         graph,
         eager,
         max_size_bytes: CUSTOM_AR_MAX_SIZE,
-        source: "vLLM custom all-reduce: one stage at 2 GPUs (every rank reads its peer's buffer), two stages beyond vLLM's size thresholds on NVLink; max_size 8 MiB (facts.md §3.3)".into(),
+        source: "vLLM custom all-reduce: one stage at 2 GPUs (every rank reads its peer's buffer), two stages beyond vLLM's size thresholds on NVLink; max_size 8 MiB (docs/sources.md §3.3)".into(),
     })
 }
 

@@ -1,5 +1,5 @@
 //! `vllm bench serve --save-result` JSON files as throughput points (format in
-//! /work/shared/reference/facts.md §7.2): one object per file, or one per line with
+//! docs/sources.md §7.2): one object per file, or one per line with
 //! `--append-result`.
 //!
 //! - batch = `max_concurrency` (null when the run was not concurrency-bound: refused, its batch

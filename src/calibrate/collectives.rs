@@ -11,7 +11,7 @@ use crate::scenario::{Algo, CommPath, Proto};
 use crate::workload::CostFamily;
 use std::collections::{BTreeMap, BTreeSet};
 
-/// NCCL's base latency per protocol (facts.md §4.1, Ring), used when one rank count cannot
+/// NCCL's base latency per protocol (docs/sources.md §4.1, Ring), used when one rank count cannot
 /// separate the base from the per-step latency.
 fn nccl_base_us(proto: Proto) -> f64 {
     match proto {

@@ -271,7 +271,7 @@ impl Factor {
     }
 }
 
-/// How a point's acceptance was measured (vLLM's terms, facts.md §5).
+/// How a point's acceptance was measured (vLLM's terms, docs/sources.md §5).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum MeasuredAcceptance {
     /// Draft acceptance rate: accepted / drafted tokens.

@@ -1,5 +1,5 @@
 //! `calibrate --from-nccl-tests FILE...`: nccl-tests output (`all_reduce_perf`,
-//! `all_gather_perf`, ...; format in /work/shared/reference/facts.md §7.1) becomes the measured
+//! `all_gather_perf`, ...; format in docs/sources.md §7.1) becomes the measured
 //! collective table of the user's machine.
 //!
 //! The measured times go, row for row, into an AIConfigurator-format `nccl_collectives.csv`

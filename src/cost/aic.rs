@@ -106,7 +106,7 @@ impl PartialEq for AicTables {
 
 /// One collective's latency against message bytes, and where NCCL's tuner switched from LL to
 /// Simple in it: the row at 64 KiB or more where the incremental cost per byte falls most, and
-/// by more than 1/0.6 (LL moves half its bytes as flags, facts.md §4.2, so the switch shows as a
+/// by more than 1/0.6 (LL moves half its bytes as flags, docs/sources.md §4.2, so the switch shows as a
 /// drop in latency or a sharp kink).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct CommCurve {
@@ -1400,9 +1400,24 @@ fn mla_attention(
             .map(|n| (i + 1, lk.law_or_bytes(n)));
         let fixed_sum = fixed(CostFamily::AttentionMlaDecode)
             + reduce.map_or(0.0, |_| fixed(CostFamily::Elementwise));
-        let fp8 = fp8_ratio.map_or(1.0, |r| r.0.value);
+        // A step of several passes (a speculative step's verify and draft passes) holds calls
+        // at different rows: each is read at its own (the growth looked up above is the first's).
+        let own = op.measure.as_ref().map_or(batch, |m| {
+            crate::scenario::mla_backend::lookup_rows(s.mla_backend.verify, m.m, m.batch, m.n)
+        });
+        let (growth_us, fp8) = if own == batch {
+            (growth.us, fp8_ratio.map_or(1.0, |r| r.0.value))
+        } else {
+            (
+                t.mla_attention_growth(kv, heads, own, ctx)
+                    .map_or(growth.us, |g| g.us),
+                fp8_ratio.map_or(1.0, |(_, table)| {
+                    table.fp8_over_bf16(heads, own, ctx).value
+                }),
+            )
+        };
         let m = MlaPair::of(
-            growth.us,
+            growth_us,
             fixed_sum,
             fp8,
             op.bytes / bw,

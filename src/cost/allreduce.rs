@@ -1,20 +1,20 @@
-//! The all-reduce paths vLLM takes (facts.md §3.3) and the NCCL knobs that change a
-//! collective's cost (facts.md §4.3).
+//! The all-reduce paths vLLM takes (docs/sources.md §3.3) and the NCCL knobs that change a
+//! collective's cost (docs/sources.md §4.3).
 //!
 //! vLLM's dispatch, as `--allreduce auto` follows it: its custom all-reduce runs when the world
 //! size is one it supports (2, 4, 6, 8, 16) and the GPUs are either two or fully NVLink-connected
 //! (`custom_all_reduce.py`: "Custom allreduce is disabled because it's not supported on more
 //! than two PCIe-only GPUs"), and per call when the message is a multiple of 16 bytes and below
 //! `max_size` (8 MiB by default); every other all-reduce goes to NCCL (pynccl). On sm_120 the
-//! FlashInfer and torch symmetric-memory paths are off (facts.md §3.3), so on 8x RTX PRO 6000
+//! FlashInfer and torch symmetric-memory paths are off (docs/sources.md §3.3), so on 8x RTX PRO 6000
 //! over PCIe every all-reduce is NCCL's.
 
 use super::profile::{CustomArLaw, NcclDefaults};
 use crate::workload::CostFamily;
 
-/// vLLM's `CustomAllreduce._SUPPORTED_WORLD_SIZES` (facts.md §3.3).
+/// vLLM's `CustomAllreduce._SUPPORTED_WORLD_SIZES` (docs/sources.md §3.3).
 pub const CUSTOM_AR_WORLD_SIZES: [u32; 5] = [2, 4, 6, 8, 16];
-/// `should_custom_ar`: the byte size must be a multiple of this (facts.md §3.3).
+/// `should_custom_ar`: the byte size must be a multiple of this (docs/sources.md §3.3).
 pub const CUSTOM_AR_ALIGN_BYTES: u64 = 16;
 
 /// Why vLLM would not run its custom all-reduce: the rule, as vLLM states it.

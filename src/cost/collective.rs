@@ -1,4 +1,4 @@
-//! Collective cost in NCCL's own terms (facts.md §4.2): a latency of `base + steps × hop`
+//! Collective cost in NCCL's own terms (docs/sources.md §4.2): a latency of `base + steps × hop`
 //! plus the message over the algorithm bandwidth derived from the bus bandwidth.
 
 use super::profile::{CollectiveOp, CollectiveParams};
@@ -6,7 +6,7 @@ use crate::scenario::{Algo, CommPath, Proto};
 use crate::workload::CostFamily;
 
 /// Ring steps of a collective over `n` ranks: 2(n−1) for all-reduce, n−1 for all-gather,
-/// reduce-scatter and all-to-all (NCCL's `nsteps`, facts.md §4.2; all-to-all: n−1 peer
+/// reduce-scatter and all-to-all (NCCL's `nsteps`, docs/sources.md §4.2; all-to-all: n−1 peer
 /// exchanges).
 pub fn steps(family: CostFamily, n: u32) -> f64 {
     let n = n.max(1) as f64;

@@ -1,4 +1,4 @@
-//! Collectives across nodes: NCCL's hierarchical cost model (facts.md §4, NCCL 2.30
+//! Collectives across nodes: NCCL's hierarchical cost model (docs/sources.md §4, NCCL 2.30
 //! `src/graph/tuning.cc`) for a group of ranks spread over several nodes of a system, and the
 //! all-to-all of expert parallelism across nodes in two flavours.
 //!
@@ -15,17 +15,17 @@
 //!   reduce-scatter.
 //! - **Tree** (all-reduce only): a chain inside each node and a double binary tree between the
 //!   nodes. Latency `base + 2 × ((ranks_per_node − 1) × intraLat + log2(nodes) × interLat)`
-//!   (facts.md §4.2 gives the single-node form; the `log2i(nNodes) × interLat` term is
+//!   (docs/sources.md §4.2 gives the single-node form; the `log2i(nNodes) × interLat` term is
 //!   tuning.cc's), bus bandwidth capped by `nChannels × perChMaxTreeBw` for the node count
-//!   (facts.md §4.1) and halved into the algorithm bandwidth.
+//!   (docs/sources.md §4.1) and halved into the algorithm bandwidth.
 //!
-//! `interLat` is NCCL's `hwLat[NET]` (facts.md §4.1) plus what the system file says the network
+//! `interLat` is NCCL's `hwLat[NET]` (docs/sources.md §4.1) plus what the system file says the network
 //! adds: its one-way NIC latency and, without GPUDirect RDMA, the host-memory staging
 //! (`interconnect.host_latency_us`). NCCL's tuner prices every (algorithm, protocol) pair and
-//! takes the cheapest (facts.md §4.2), as `choose` does.
+//! takes the cheapest (docs/sources.md §4.2), as `choose` does.
 //!
 //! Not modelled (say so where it matters): NCCL's size-dependent `treeCorrectionFactor`, the
-//! lower `llMaxBw` NCCL uses for more than one node (facts.md §4.1 gives only the single-node
+//! lower `llMaxBw` NCCL uses for more than one node (docs/sources.md §4.1 gives only the single-node
 //! value, used here for every node count), NVLS/CollNet (SHARP) algorithms, and PXN.
 //!
 //! All-to-all across nodes (`alltoall`): NCCL's all-to-all (grouped send/recv, a kernel that
@@ -38,10 +38,10 @@ use crate::scenario::network::{LinkClass, NicPath, Transport};
 use crate::scenario::{Algo, CommPath, Proto, SystemSpec};
 use crate::workload::CostFamily;
 
-/// NCCL's `baseLat` in µs, {LL, LL128, Simple} (facts.md §4.1).
+/// NCCL's `baseLat` in µs, {LL, LL128, Simple} (docs/sources.md §4.1).
 const BASE_TREE: [f64; 3] = [6.8, 14.0, 8.4];
 const BASE_RING: [f64; 3] = [6.6, 14.0, 8.4];
-/// `hwLat` per hop in µs, {LL, LL128, Simple} (facts.md §4.1).
+/// `hwLat` per hop in µs, {LL, LL128, Simple} (docs/sources.md §4.1).
 const HW_NVLINK_TREE: [f64; 3] = [0.6, 1.25, 4.0];
 const HW_NVLINK_RING: [f64; 3] = [0.6, 1.9, 3.4];
 const HW_PCI_TREE: [f64; 3] = [1.0, 1.9, 4.0];
@@ -49,7 +49,7 @@ const HW_PCI_RING: [f64; 3] = [1.0, 2.5, 5.7];
 const HW_NET_TREE: [f64; 3] = [5.0, 8.5, 14.0];
 const HW_NET_RING: [f64; 3] = [2.7, 4.0, 14.0];
 
-/// The per-channel caps of facts.md §4.1 for one GPU generation.
+/// The per-channel caps of docs/sources.md §4.1 for one GPU generation.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Caps {
     /// `llMaxBws` for a single node (GB/s).
@@ -61,20 +61,20 @@ pub struct Caps {
     pub tree_per_ch: [f64; 3],
 }
 
-/// Hopper column of facts.md §4.1 (also used for older GPUs, which facts.md does not list).
+/// Hopper column of docs/sources.md §4.1 (also used for older GPUs, which docs/sources.md does not list).
 pub const HOPPER: Caps = Caps {
     ll_max_bw: 141.0,
     ring_ll128_per_ch: 36.7,
     tree_per_ch: [38.7, 41.4, 36.0],
 };
-/// Blackwell column of facts.md §4.1; sm_120 counts as Blackwell there.
+/// Blackwell column of docs/sources.md §4.1; sm_120 counts as Blackwell there.
 pub const BLACKWELL: Caps = Caps {
     ll_max_bw: 282.0,
     ring_ll128_per_ch: 40.0,
     tree_per_ch: [70.0, 42.8, 24.0],
 };
 
-/// NCCL's MAXCHANNELS (facts.md §4.3).
+/// NCCL's MAXCHANNELS (docs/sources.md §4.3).
 const MAX_CHANNELS: u32 = 64;
 
 /// A group of ranks over several nodes and the links between them, as the law sees it.
@@ -116,7 +116,7 @@ pub enum AllToAllMode {
 }
 
 /// What bounds a collective's bandwidth: a link, or one of NCCL's per-channel or protocol caps
-/// (facts.md §4.1: `llMaxBw`, `perChMaxRingLL128Bw`, `perChMaxTreeBw`).
+/// (docs/sources.md §4.1: `llMaxBw`, `perChMaxRingLL128Bw`, `perChMaxTreeBw`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Bound {
     Link(LinkClass),
@@ -221,7 +221,7 @@ impl Hierarchy {
             net_node_gbps: nics as f64 * per_nic,
             net_extra_us: net.latency_us + staging,
             // NCCL's search gives each NIC its rings and doubles them where bandwidth allows
-            // (search.cc; not in facts.md, UNVERIFIED): two channels per NIC, at least 2, at most
+            // (search.cc; not in docs/sources.md, UNVERIFIED): two channels per NIC, at least 2, at most
             // MAXCHANNELS. Only the per-channel caps read it, and on the bundled systems they
             // do not bind (16 x 36.7 GB/s > 400 GB/s of NICs).
             channels: (2 * nics).clamp(2, MAX_CHANNELS),
@@ -307,9 +307,9 @@ impl Hierarchy {
                 let lat = BASE_TREE[p] + 2.0 * (intra + inter);
                 let tree_cap = ch * self.caps.tree_per_ch[node_idx];
                 let (scaled, cap) = match proto {
-                    // Tree LL: ×1/3.8, at most llMaxBw (facts.md §4.2).
+                    // Tree LL: ×1/3.8, at most llMaxBw (docs/sources.md §4.2).
                     Proto::Ll => (raw * 0.92 / 3.8, (tree_cap / 3.8).min(self.caps.ll_max_bw)),
-                    // Tree LL128 across nodes: ×120/128 (tuning.cc; facts.md §4.2 gives the
+                    // Tree LL128 across nodes: ×120/128 (tuning.cc; docs/sources.md §4.2 gives the
                     // single-node 7/9 only).
                     Proto::Ll128 => (raw * 0.92 * 120.0 / 128.0, tree_cap * 120.0 / 128.0),
                     _ => (raw * 0.92, tree_cap),
@@ -391,7 +391,7 @@ impl Hierarchy {
             AllToAllMode::Nccl => {
                 // Peers on the node over the intra link, peers off it through the rank's share of
                 // the NICs, both at once; latency: one p2p exchange at NCCL's Simple constants
-                // (baseLat 8.4 + hwLat NET 14 µs, facts.md §4.1) and the network's own.
+                // (baseLat 8.4 + hwLat NET 14 µs, docs/sources.md §4.1) and the network's own.
                 let t_intra = split.intra / (self.intra_gbps * 1e3);
                 let t_inter = split.inter / (per_rank_net * 1e3);
                 let lat = BASE_RING[2] + self.hw_net(Algo::Ring, Proto::Simple);
@@ -857,7 +857,7 @@ pub(crate) fn price_op(
             proto: c.proto.into(),
             time_us: c.time_us,
             source: format!(
-                "NCCL hierarchical law across nodes (cost::internode; facts.md §4): {} nodes x {} ranks over {net}, bus {:.1} GB/s bound by {}{}",
+                "NCCL hierarchical law across nodes (cost::internode; docs/sources.md §4): {} nodes x {} ranks over {net}, bus {:.1} GB/s bound by {}{}",
                 h.nodes,
                 h.ranks_per_node,
                 c.bus_gbps,
@@ -871,14 +871,14 @@ pub(crate) fn price_op(
 }
 
 /// NCCL's default `NCCL_P2P_LL_THRESHOLD` (bytes): point-to-point messages up to it go with
-/// LL, larger ones with Simple. UNVERIFIED: NCCL's documented default, not in facts.md.
+/// LL, larger ones with Simple. UNVERIFIED: NCCL's documented default, not in docs/sources.md.
 pub const P2P_LL_THRESHOLD: u64 = 16_384;
 
 /// One NCCL send/recv of `bytes` from rank `from` to rank `to` of `sys` (the pipeline's
 /// stage-to-stage send of one rank's slice), while `senders_per_node` ranks of the sender's
 /// node send at once (they share the node's NICs when the NICs are per node).
 ///
-/// The law is NCCL's model for one hop (facts.md §4.1 constants; NCCL's tuner has no
+/// The law is NCCL's model for one hop (docs/sources.md §4.1 constants; NCCL's tuner has no
 /// send/recv entry, so this is an ASSUMPTION built from its parts): `baseLat + hwLat(link)`
 /// for the protocol, plus what the link adds (host staging on the host path or without
 /// GPUDirect RDMA, the network's one-way latency), then the bytes at the link's bandwidth (LL

@@ -29,7 +29,7 @@
 //! - **within a node** (both pools on one node): the intra-node link of `[interconnect]`
 //!   (NVLink `nvlink_gbps`, else PCIe P2P `p2p_gbps_*`, or the host path when P2P is off) at
 //!   its `p2p_latency_us`, at [`NVLINK_EFFICIENCY`] for NVLink's nominal rate; the PCIe figures
-//!   are measured (facts §2.1), so they are taken as they are.
+//!   are measured (docs/sources.md §2.1), so they are taken as they are.
 //!
 //! **Rates.** A prefill instance sends one prompt's KV at a time and a decode instance
 //! receives one at a time, so each end bounds its pool's requests/s by its own busy time

@@ -2,7 +2,7 @@
 //! path priced as if its link had another bandwidth or latency.
 //!
 //! How it maps onto the two ways a collective is priced:
-//! - the NCCL law (`base + steps × hop + bytes / algbw`, facts.md §4.2): the bus bandwidth is
+//! - the NCCL law (`base + steps × hop + bytes / algbw`, docs/sources.md §4.2): the bus bandwidth is
 //!   the link's bandwidth times a channel/efficiency factor, so `algbw` scales by new/old link
 //!   bandwidth, and `hop` (NCCL's per-step `hwLat`) moves by the change of the link latency;
 //! - a measured table (AIConfigurator's nccl-tests rows): its price at the message size is split

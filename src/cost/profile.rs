@@ -76,7 +76,7 @@ mod algo_lower {
 
 /// NCCL-style collective cost on one path, algorithm and protocol:
 /// `time = base_us + steps × hop_us + bytes / algbw`, with `algbw` derived from `bus_bw_gbps`
-/// the way NCCL's tuner does (facts.md §4.2).
+/// the way NCCL's tuner does (docs/sources.md §4.2).
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct CollectiveParams {
@@ -200,7 +200,7 @@ pub struct CalibrationProfile {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub custom_allreduce: Option<CustomAllreduce>,
     /// A custom all-reduce over more than two PCIe-only GPUs, which mainline vLLM refuses:
-    /// `--allreduce custom` prices a patched build (community kernels, facts.md §3.3) by this law.
+    /// `--allreduce custom` prices a patched build (community kernels, docs/sources.md §3.3) by this law.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub custom_allreduce_pcie: Option<CustomAllreduce>,
     /// DeepEP's low-latency dispatch and combine inside one node (`--ep-comm rdma-ll`), fitted
@@ -233,7 +233,7 @@ pub struct AicSection {
     #[serde(with = "crate::names::by_name")]
     pub nccl_path: CommPath,
     /// Whether the collection machine's GPUs were fully NVLink-connected: vLLM ran its custom
-    /// all-reduce there at every supported world size, else at 2 GPUs only (facts.md §3.3).
+    /// all-reduce there at every supported world size, else at 2 GPUs only (docs/sources.md §3.3).
     pub nvlink: bool,
     /// MLA dimensions of the model the module rows were measured with (hidden, q_lora_rank,
     /// kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim): the rows price a

@@ -77,7 +77,7 @@ fn rank_json(r: &RankSummary) -> Value {
     })
 }
 
-/// The JSON document (schema in docs/trace.md).
+/// The JSON document (schema in docs/data-formats.md).
 pub fn to_json(s: &TraceSummary) -> Value {
     let steps: Vec<Value> = s
         .ranks

@@ -49,7 +49,7 @@ enum_names!(CommPath, "communication path",
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Runtime {
-    /// vLLM's decode step (facts.md §3.1).
+    /// vLLM's decode step (docs/sources.md §3.1).
     Vllm,
     /// The project's PyTorch reference step (`harness/refstep.py`, data/README.md): vLLM's
     /// sequence with an explicit token permutation before the grouped expert GEMMs, the shared
@@ -72,7 +72,7 @@ pub enum AllreduceImpl {
     /// NCCL (vLLM's pynccl) for every all-reduce.
     Nccl,
     /// vLLM's custom all-reduce kernels where vLLM would run them; an error where vLLM refuses
-    /// the world size or topology (facts.md §3.3).
+    /// the world size or topology (docs/sources.md §3.3).
     Custom,
     /// vLLM's own dispatch for this GPU and topology (custom where it allows it, else NCCL).
     #[default]
@@ -84,7 +84,7 @@ enum_names!(AllreduceImpl, "all-reduce implementation",
     AllreduceImpl::Auto => ["auto"]);
 
 /// How collectives are carried beyond NCCL's protocol and algorithm: the all-reduce
-/// implementation and the NCCL environment knobs that change cost (facts.md §4.3), plus the
+/// implementation and the NCCL environment knobs that change cost (docs/sources.md §4.3), plus the
 /// parallelism and link overrides that change what the step communicates (`--ep`, `--dcp`,
 /// `--link-gbps`, `--link-latency-us`; `workload::parallel`, `cost::link`).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Default)]

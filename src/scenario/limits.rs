@@ -14,11 +14,11 @@ use crate::error::{Error, Result};
 /// Slowest link a collective may be priced on: 0.1 GB/s per direction, below 1 Gigabit Ethernet
 /// (0.125 GB/s) and PCIe Gen1 x1 (2.5 GT/s x 1 lane / 8 = 0.31 GB/s signalling), the slowest
 /// links any GPU server has. Fastest: 10,000 GB/s, 11x NVLink5's 900 GB/s per direction
-/// (facts.md §2) and above the HBM bandwidth of every GPU there (B200: 7,700 GB/s), which would
+/// (docs/sources.md §2) and above the HBM bandwidth of every GPU there (B200: 7,700 GB/s), which would
 /// have to feed it.
 pub const LINK_GBPS: FloatRange = FloatRange::between(0.1, 10_000.0, "GB/s per direction");
 
-/// Per-hop link latency: 0 (an ideal link, for what-ifs) to 1 ms; facts.md §2.1 gives ~14 µs for
+/// Per-hop link latency: 0 (an ideal link, for what-ifs) to 1 ms; docs/sources.md §2.1 gives ~14 µs for
 /// the slowest GPU path (PCIe through host memory), so a millisecond is a unit mistake.
 pub const LINK_LATENCY_US: FloatRange = FloatRange::non_negative(1_000.0, "µs per hop");
 
@@ -28,27 +28,27 @@ pub const P2P_FLOOR_GBPS: f64 = 0.1;
 /// direction per link; a GPU with NVLink has at least one).
 pub const NVLINK_FLOOR_GBPS: f64 = 10.0;
 
-/// `--nccl-max-nchannels`: 1 to 64, NCCL's MAXCHANNELS (facts.md §4.3; the profile's
+/// `--nccl-max-nchannels`: 1 to 64, NCCL's MAXCHANNELS (docs/sources.md §4.3; the profile's
 /// `[nccl] default_nchannels` is held to the same).
 pub const NCCL_CHANNELS: std::ops::RangeInclusive<u64> = 1..=64;
-/// `--nccl-buffsize`: 1 KiB to 16 GiB around NCCL's default 4 MiB (facts.md §4.3), as the
+/// `--nccl-buffsize`: 1 KiB to 16 GiB around NCCL's default 4 MiB (docs/sources.md §4.3), as the
 /// flag's parser takes it (the library checks it again for `--vary` and sweep grids). NCCL
-/// pipelines a buffer in steps (NCCL_STEPS = 8 in NCCL's device.h, not in facts.md): below 1 KiB
+/// pipelines a buffer in steps (NCCL_STEPS = 8 in NCCL's device.h, not in docs/sources.md): below 1 KiB
 /// a step is smaller than one 128-byte LL128 line. Above 16 GiB, one channel's buffers to its
-/// two ring peers alone take 32 GiB, and 64 channels 2 TiB: more than any GPU has (facts.md §2:
+/// two ring peers alone take 32 GiB, and 64 channels 2 TiB: more than any GPU has (docs/sources.md §2:
 /// at most 180 GiB).
 pub const NCCL_BUFFSIZE: std::ops::RangeInclusive<u64> = 1_024..=(1 << 34);
 
 /// GPU memory: 1 GB to 4,096 GB. Every CUDA GPU one would serve an LLM on has more than 1 GB
-/// (the smallest in facts.md §2 has 48 GB); the ceiling is an order of magnitude above the
+/// (the smallest in docs/sources.md §2 has 48 GB); the ceiling is an order of magnitude above the
 /// largest (B200: 180 GiB).
 pub const GPU_MEMORY_GB: FloatRange = FloatRange::between(1.0, 4_096.0, "GB");
 pub const GPU_MEMORY_MIB: FloatRange = FloatRange::between(1_024.0, 4_096.0 * 1_024.0, "MiB");
 /// DRAM bandwidth: 10 GB/s (below a single DDR4 channel, 25.6 GB/s; the slowest data-centre GPU,
-/// T4, has 320 GB/s) to 100,000 GB/s (13x B200's 7,700 GB/s, facts.md §2).
+/// T4, has 320 GB/s) to 100,000 GB/s (13x B200's 7,700 GB/s, docs/sources.md §2).
 pub const GPU_BANDWIDTH_GBPS: FloatRange = FloatRange::between(10.0, 100_000.0, "GB/s");
 /// Dense tensor throughput: 1 TFLOP/s (a 2012 K20 did 3.5 FP32) to 100,000 TFLOP/s (22x B200's
-/// 4,500 FP8, facts.md §2). A value below is TFLOP/s given in PFLOP/s, above is FLOP/s.
+/// 4,500 FP8, docs/sources.md §2). A value below is TFLOP/s given in PFLOP/s, above is FLOP/s.
 pub const GPU_TFLOPS: FloatRange = FloatRange::between(1.0, 100_000.0, "TFLOP/s");
 /// L2: zero (not modelled) to 4 GB.
 pub const GPU_L2_MB: FloatRange = FloatRange::non_negative(4_096.0, "MB");

@@ -168,8 +168,8 @@ impl GpuSpec {
 }
 
 /// Per-direction link ceilings. NVLink: NVLink5's 900 GB/s per direction per GPU, the fastest
-/// in facts.md §2 (raise this when a faster generation is added with its source). PCIe: the
-/// signalling rate, GT/s × lanes / 8, before encoding overhead (Gen5 x16 = 64 GB/s; facts.md
+/// in docs/sources.md §2 (raise this when a faster generation is added with its source). PCIe: the
+/// signalling rate, GT/s × lanes / 8, before encoding overhead (Gen5 x16 = 64 GB/s; docs/sources.md
 /// §2.1 gives "about 63 GB/s per direction" theoretical); measured P2P cannot exceed it.
 const NVLINK_MAX_GBPS: f64 = 900.0;
 
@@ -189,7 +189,7 @@ fn pcie_gts(gen: u32) -> Option<f64> {
 
 /// Most GPUs one system file describes (one NVLink domain such as GB200 NVL72 fits well).
 const MAX_GPUS: u64 = 1_024;
-/// A latency above a millisecond is a unit mistake (facts.md §2.1: PCIe host path ~14 µs).
+/// A latency above a millisecond is a unit mistake (docs/sources.md §2.1: PCIe host path ~14 µs).
 const LATENCY_US: FloatRange = super::limits::LINK_LATENCY_US;
 
 impl Interconnect {

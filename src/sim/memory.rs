@@ -8,7 +8,7 @@
 //! pass and the memory allocated outside PyTorch (NCCL, the custom all-reduce). The KV cache is
 //! cut into blocks of `block_size` tokens and vLLM logs `GPU KV cache size: N tokens` and
 //! `Maximum concurrency for L tokens per request: X.XXx`. (Structure read from vLLM's sources as
-//! facts.md §3 summarises them; the function names are UNVERIFIED against vLLM 0.33.)
+//! docs/sources.md §3 summarises them; the function names are UNVERIFIED against vLLM 0.33.)
 //!
 //! What is an estimate and is labelled so: the activation peak (a formula of the largest tensors
 //! alive in one layer, documented at [`activation_peak_bytes`]), the CUDA-graph pool
@@ -29,7 +29,7 @@ pub(crate) const DEFAULT_MAX_NUM_SEQS: u32 = 1024;
 /// vLLM's default KV block size for CUDA attention backends (`CacheConfig.block_size` = 16;
 /// FlashMLA and CUTLASS MLA use 64 and 128: pass `--block-size`).
 pub(crate) const DEFAULT_BLOCK_SIZE: u32 = 16;
-/// Largest CUDA-graph capture size: 512, or 1024 on datacenter Blackwell (facts.md §3.4).
+/// Largest CUDA-graph capture size: 512, or 1024 on datacenter Blackwell (docs/sources.md §3.4).
 const MAX_CAPTURE: u32 = 512;
 const MAX_CAPTURE_SM100: u32 = 1024;
 /// Device memory a captured graph keeps per kernel node (instantiated kernel parameters and
@@ -38,16 +38,16 @@ const MAX_CAPTURE_SM100: u32 = 1024;
 /// `--cuda-graph-mib` to replace the whole term.
 const GRAPH_BYTES_PER_NODE: f64 = 8.0 * 1024.0;
 /// NCCL's per-connection buffers besides the Simple one (`NCCL_BUFFSIZE`, 4 MiB default,
-/// facts.md §4.3): LL = 8 lines × 512 threads × 8 steps × 16 B = 512 KiB and
+/// docs/sources.md §4.3): LL = 8 lines × 512 threads × 8 steps × 16 B = 512 KiB and
 /// LL128 = 120 elements × 640 threads × 8 steps × 8 B = 4,800 KiB (NCCL `src/include/device.h`
-/// constants; UNVERIFIED: not in facts.md).
+/// constants; UNVERIFIED: not in docs/sources.md).
 const NCCL_LL_BUFFER: f64 = 524_288.0;
 const NCCL_LL128_BUFFER: f64 = 4_915_200.0;
 /// NCCL communicators per TP group in a vLLM worker: PyTorch's ProcessGroupNCCL (the device
 /// group) and vLLM's own pynccl communicator (`distributed/parallel_state.py`).
 const NCCL_COMMUNICATORS: f64 = 2.0;
 /// vLLM's custom all-reduce (`distributed/device_communicators/custom_all_reduce.py`): a
-/// `max_size` (8 MiB, facts.md §3.3) IPC buffer, a signal/meta buffer of about `max_size` and
+/// `max_size` (8 MiB, docs/sources.md §3.3) IPC buffer, a signal/meta buffer of about `max_size` and
 /// an 8 MiB `rank_data` tensor for graph-captured pointers.
 const CUSTOM_AR_BYTES: f64 = 3.0 * 8.0 * 1_048_576.0;
 
@@ -446,7 +446,7 @@ fn stage_terms(
             stage,
         ),
         source: format!(
-            "workload::memory: every module at its stored size ({formats}, scales included), sharded /TP={tp}; replicated on every rank: MLA fused q_a/kv_a, router gate, norms (facts.md §1.1){}",
+            "workload::memory: every module at its stored size ({formats}, scales included), sharded /TP={tp}; replicated on every rank: MLA fused q_a/kv_a, router gate, norms (docs/sources.md §1.1){}",
             stage_note(stage)
         ),
     });
@@ -476,7 +476,7 @@ fn stage_terms(
                 component: "cuda_graphs",
                 bytes,
                 source: format!(
-                    "estimate (UNVERIFIED): FULL_AND_PIECEWISE captures {sizes} batch sizes twice (facts.md §3.4), {} kernel nodes × 8 KiB, plus the shared pool of the largest capture's activations; counted inside the budget (conservative)",
+                    "estimate (UNVERIFIED): FULL_AND_PIECEWISE captures {sizes} batch sizes twice (docs/sources.md §3.4), {} kernel nodes × 8 KiB, plus the shared pool of the largest capture's activations; counted inside the budget (conservative)",
                     crate::units::grouped(nodes, 0)
                 ),
             }
@@ -488,7 +488,7 @@ fn stage_terms(
         component: "nccl_buffers",
         bytes: nccl,
         source: format!(
-            "estimate: 2 communicators (torch + pynccl) × {channels} channels × one ring connection × (Simple {} + LL 512 KiB + LL128 4,800 KiB); NCCL_BUFFSIZE 4 MiB default (facts.md §4.3), channels from the profile's [nccl]; AIC observes 392 MB of NCCL memory at TP8 (systems/*.yaml nccl_mem), which includes more than the buffers",
+            "estimate: 2 communicators (torch + pynccl) × {channels} channels × one ring connection × (Simple {} + LL 512 KiB + LL128 4,800 KiB); NCCL_BUFFSIZE 4 MiB default (docs/sources.md §4.3), channels from the profile's [nccl]; AIC observes 392 MB of NCCL memory at TP8 (systems/*.yaml nccl_mem), which includes more than the buffers",
             crate::units::bytes(buffsize)
         ),
     });
@@ -497,10 +497,10 @@ fn stage_terms(
         component: "custom_allreduce",
         bytes: custom,
         source: if custom > 0.0 {
-            "vLLM custom all-reduce: 8 MiB IPC buffer + ~8 MiB signal buffer + 8 MiB rank_data (custom_all_reduce.py; max_size 8 MiB, facts.md §3.3)".into()
+            "vLLM custom all-reduce: 8 MiB IPC buffer + ~8 MiB signal buffer + 8 MiB rank_data (custom_all_reduce.py; max_size 8 MiB, docs/sources.md §3.3)".into()
         } else {
             format!(
-                "none: vLLM runs no custom all-reduce at TP={} on the {} path (facts.md §3.3)",
+                "none: vLLM runs no custom all-reduce at TP={} on the {} path (docs/sources.md §3.3)",
                 s.tp,
                 s.comm_path().name()
             )
@@ -582,7 +582,7 @@ pub fn activation_peak_bytes(m: &ModelSpec, tp: usize, tokens: f64, seqs: f64) -
 
 /// The CUDA-graph estimate: (bytes, captured sizes, kernel nodes). vLLM captures the sizes
 /// `[1, 2, 4] + range(8, 256, 8) + range(256, max + 1, 16)` up to min(max capture, 2 ×
-/// max_num_seqs) (facts.md §3.4), each as one FULL graph and as PIECEWISE pieces holding about
+/// max_num_seqs) (docs/sources.md §3.4), each as one FULL graph and as PIECEWISE pieces holding about
 /// the same kernels, all sharing one memory pool sized by the largest capture's activations.
 fn cuda_graph_bytes(s: &Scenario, max_num_seqs: u32) -> (f64, usize, f64) {
     let cap_max = if s.system.gpu.compute_capability.starts_with("10.") {
@@ -607,7 +607,7 @@ fn cuda_graph_bytes(s: &Scenario, max_num_seqs: u32) -> (f64, usize, f64) {
     (nodes * GRAPH_BYTES_PER_NODE + pool, sizes.len(), nodes)
 }
 
-/// vLLM's default capture sizes up to `max` (facts.md §3.4).
+/// vLLM's default capture sizes up to `max` (docs/sources.md §3.4).
 fn capture_sizes(max: u32) -> Vec<u32> {
     let mut v: Vec<u32> = [1, 2, 4].into_iter().collect();
     v.extend((8..256).step_by(8));
@@ -642,7 +642,7 @@ fn nccl_buffer_bytes(s: &Scenario, p: &CalibrationProfile) -> (f64, u32, f64) {
     )
 }
 
-/// vLLM's custom all-reduce buffers, where vLLM enables it (facts.md §3.3).
+/// vLLM's custom all-reduce buffers, where vLLM enables it (docs/sources.md §3.3).
 pub fn custom_ar_bytes(s: &Scenario) -> f64 {
     use crate::scenario::deployment::AllreduceImpl;
     // Not when the group spans nodes: vLLM disables it there (cost::custom_ar_dispatch).

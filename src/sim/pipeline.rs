@@ -2,7 +2,7 @@
 //! per-stage runs of the event engine into one timeline of tp × pp ranks.
 //!
 //! **How vLLM V1 decodes with PP** (ASSUMPTION: from memory of vLLM's `EngineCore`
-//! `step_with_batch_queue`; facts.md has no entry): the engine keeps a queue of `pp` batches in
+//! `step_with_batch_queue`; docs/sources.md has no entry): the engine keeps a queue of `pp` batches in
 //! flight, and a request is in at most one of them, so the running sequences split into
 //! `min(pp, B)` micro-batches of ⌈B/pp⌉ or ⌊B/pp⌋ sequences (batch 1: one micro-batch). Each
 //! micro-batch runs stage 0, sends its intermediate tensors to stage 1, ..., and the last

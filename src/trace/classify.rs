@@ -181,7 +181,7 @@ mod tests {
         assert_eq!(c.fallback, Category::Elementwise);
     }
 
-    /// The pitfalls of trace-analysis.md §3, one name each.
+    /// The pitfalls known trace tools hit when they classify kernels by name, one name each.
     #[test]
     fn rule_order_pitfalls() {
         let c = Classifier::builtin();

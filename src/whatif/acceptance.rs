@@ -1,4 +1,4 @@
-//! How many drafted tokens the target accepts, in vLLM's own terms (facts.md §5,
+//! How many drafted tokens the target accepts, in vLLM's own terms (docs/sources.md §5,
 //! `v1/spec_decode/metrics.py`): the draft acceptance rate is accepted / drafted tokens, the mean
 //! acceptance length is 1 + accepted / drafts (the bonus token included), and the per-position
 //! rate at position i is the share of drafts whose i-th token was accepted.

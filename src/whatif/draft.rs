@@ -234,7 +234,7 @@ fn eagle3_model(path: &Path, target: &ModelSpec) -> Result<ModelSpec> {
 }
 
 /// DeepSeek-V3's MTP module: one full decoder layer (MLA + MoE) of the target's own shape with
-/// the shared embedding and lm_head. Refused for models without one (Kimi-K2.5: facts.md §5).
+/// the shared embedding and lm_head. Refused for models without one (Kimi-K2.5: docs/sources.md §5).
 fn mtp_model(target: &ModelSpec) -> Result<ModelSpec> {
     let text = crate::files::read_text(&target.source, crate::files::InputKind::ModelConfig)?;
     let root: Value = serde_json::from_str(&text).unwrap_or(Value::Null);

@@ -1,5 +1,5 @@
 //! What surrounds the decoder layers: the vocab-parallel embedding, the final norm, lm_head,
-//! the logits all-gather and sampling (facts.md §3.1, collectives list).
+//! the logits all-gather and sampling (docs/sources.md §3.1, collectives list).
 
 use super::builder::{Builder, ACT_BYTES};
 use super::op::{CostFamily, MeasureKey, Shape};

@@ -21,7 +21,7 @@ impl MemoryFootprint {
 }
 
 /// Weight bytes one rank holds at tensor parallelism `tp`. Replicated on every rank, as vLLM
-/// does: MLA's fused q_a/kv_a projection and the router gate (facts.md §1.1).
+/// does: MLA's fused q_a/kv_a projection and the router gate (docs/sources.md §1.1).
 pub fn weight_bytes_per_rank(m: &ModelSpec, tp: usize) -> f64 {
     weight_bytes_of(m, tp, 1, 0, &Stage::whole(m.num_layers))
 }

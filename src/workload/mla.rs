@@ -1,5 +1,5 @@
 //! Multi-head latent attention (DeepSeek-V3 / Kimi-K2) as vLLM runs it in decode: absorbed
-//! projections and a decode kernel over the 576-wide latent (facts.md §3.1 steps 1-10).
+//! projections and a decode kernel over the 576-wide latent (docs/sources.md §3.1 steps 1-10).
 
 use super::builder::{Builder, ACT_BYTES};
 use super::op::{CostFamily, MeasureKey, Shape};

@@ -1,5 +1,5 @@
 //! Turns a scenario into the ordered list of kernels one rank launches in one decode step.
-//! One builder per model family; the sequence mirrors vLLM's (facts.md §3.1).
+//! One builder per model family; the sequence mirrors vLLM's (docs/sources.md §3.1).
 
 pub(crate) mod builder;
 mod frame;
@@ -21,7 +21,7 @@ use crate::scenario::cudagraph::PadRule;
 use crate::scenario::{Family, ModelSpec, Runtime, Scenario};
 
 /// vLLM runs the shared expert on an auxiliary stream when the step has at most this many
-/// tokens (`VLLM_SHARED_EXPERTS_STREAM_TOKEN_THRESHOLD`, default 256; facts.md §3.1).
+/// tokens (`VLLM_SHARED_EXPERTS_STREAM_TOKEN_THRESHOLD`, default 256; docs/sources.md §3.1).
 pub(crate) const SHARED_EXPERT_STREAM_TOKEN_THRESHOLD: u64 = 256;
 
 /// The numbers every op builder needs, derived once from the scenario.
@@ -65,7 +65,7 @@ impl StepShape<'_> {
         self.tokens * self.model.hidden as u64 * 2
     }
 
-    /// TRITON_MLA's split count: min(next_pow2(max_seq_len / 512), 2 × SMs) (facts.md §3.2).
+    /// TRITON_MLA's split count: min(next_pow2(max_seq_len / 512), 2 × SMs) (docs/sources.md §3.2).
     fn kv_splits(&self) -> u64 {
         let by_len = (self.context / 512).max(1).next_power_of_two();
         by_len.min(2 * self.sms as u64).max(1)

@@ -1,5 +1,5 @@
 //! Feed-forward blocks: the routed mixture of experts (with its shared expert on an auxiliary
-//! stream, facts.md §3.1 step 12) and the dense MLP.
+//! stream, docs/sources.md §3.1 step 12) and the dense MLP.
 
 use super::builder::{Builder, ACT_BYTES};
 use super::op::{CostFamily, MeasureKey, Shape};

@@ -2,7 +2,7 @@
 //! ⌈B/2⌉ sequences, mb1 ⌊B/2⌋; each split over the DP ranks as a batch of its own), each
 //! built as a step of its own, then interleaved so that one micro-batch's expert-parallel
 //! all-to-all flies while the other computes — the schedule SGLang's and DeepSeek's decode
-//! overlap run (as remembered; facts.md has no entry, ASSUMPTION).
+//! overlap run (as remembered; docs/sources.md has no entry, ASSUMPTION).
 //!
 //! Each micro-batch's op list is cut at its dispatch/combine all-to-alls into segments
 //! s0, a2a0, s1, a2a1, ... The step plays, for k = 0, 1, ...: wait for mb0's a2a(k−1), mb0's

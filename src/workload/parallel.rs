@@ -9,7 +9,7 @@
 //! seeded routing), so the expert GEMMs carry a per-rank factor (`Op::rank_scale`): the
 //! rank's weight + activation bytes over the mean rank's (decode expert GEMMs are
 //! memory-bound); the slowest rank sets the pace at the next collective. Communication
-//! (`EpComm`; facts.md has no entry on vLLM's EP backends, so this is an ASSUMPTION):
+//! (`EpComm`; docs/sources.md has no entry on vLLM's EP backends, so this is an ASSUMPTION):
 //! - `all-to-all` (default): DeepEP-style. Each rank dispatches its 1/N slice of the
 //!   (replicated) batch, top-k copies per token (`moe_dispatch`, all_to_all of
 //!   ⌈T/N⌉·top_k·hidden·2 B per rank), combines the expert outputs back the same way
@@ -37,7 +37,7 @@
 //! T·heads·D·576·2 B), and the partial outputs are merged with their log-sum-exps: an
 //! all-gather of the LSEs (`dcp_lse_all_gather`, fp32) and a reduce-scatter of the outputs
 //! (`dcp_out_reduce_scatter`, T·heads·D·kv_lora·2 B) back to each rank's own heads. The names
-//! follow vLLM's `cp_lse_ag_out_rs` as remembered; facts.md has no entry (ASSUMPTION).
+//! follow vLLM's `cp_lse_ag_out_rs` as remembered; docs/sources.md has no entry (ASSUMPTION).
 
 use super::builder::ACT_BYTES;
 use super::op::{CostFamily, Op, Shape, Stream};
@@ -103,7 +103,7 @@ fn suffix(op: &Op) -> &str {
 /// The scenario one data-parallel rank builds its step from: the largest DP rank's share of
 /// the batch (vLLM pads every DP rank's tokens to the most across DP ranks, so that the MoE
 /// collectives and CUDA graphs see one size: `coordinate_batch_across_dp`, as remembered;
-/// facts.md has no entry, ASSUMPTION). None at `--dp 1`.
+/// docs/sources.md has no entry, ASSUMPTION). None at `--dp 1`.
 pub(crate) fn dp_rank_scenario(s: &Scenario) -> Option<Scenario> {
     (s.comm.dp_size() > 1).then(|| {
         let mut local = s.clone();
@@ -147,7 +147,7 @@ pub(crate) fn per_sequence(op: &Op) -> bool {
 ///
 /// Without redundant experts vLLM places experts in contiguous blocks (rank r holds experts
 /// r·E/n ..). With `redundant` > 0 (EPLB), the placement rule is DeepSeek's EPLB as vLLM runs
-/// it (`vllm/distributed/eplb/rebalance_algo.py`, as remembered; facts.md has no entry,
+/// it (`vllm/distributed/eplb/rebalance_algo.py`, as remembered; docs/sources.md has no entry,
 /// ASSUMPTION): each extra replica goes, one at a time, to the expert with the most tokens
 /// per replica, an expert's tokens split evenly over its replicas; then the (E + N) replicas,
 /// heaviest first, each go to the rank with the fewest tokens that still has one of its
@@ -232,7 +232,7 @@ impl Eq for LeastLoaded {}
 
 /// Bytes per token of one all-to-all message: BF16 rows, except the low-latency RDMA mode's
 /// dispatch, which DeepEP sends in FP8 with one FP32 scale per 128 elements
-/// (`low_latency_dispatch(use_fp8=True)`, its default, as remembered; facts.md has no entry,
+/// (`low_latency_dispatch(use_fp8=True)`, its default, as remembered; docs/sources.md has no entry,
 /// UNVERIFIED). The combine returns BF16 rows in both modes.
 pub fn a2a_bytes_per_element(comm: EpComm, dispatch: bool) -> f64 {
     if comm == EpComm::RdmaLl && dispatch {

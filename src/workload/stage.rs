@@ -5,7 +5,7 @@
 //! `layers / pp` layers and the remainder goes one each to the stages before the last, from the
 //! second-to-last backwards (`partitions[-i] += 1` for i in 2 ..= remainder + 1), so the last
 //! stage, which also runs the final norm, lm_head and the sampler, keeps the smaller share.
-//! ASSUMPTION: from memory of vLLM's source (facts.md has no entry); `VLLM_PP_LAYER_PARTITION`
+//! ASSUMPTION: from memory of vLLM's source (docs/sources.md has no entry); `VLLM_PP_LAYER_PARTITION`
 //! (a user-given split) is not modelled. Stage 0 also holds the embedding; the last stage the
 //! final norm, lm_head and sampling.
 //!

@@ -40,7 +40,11 @@ fn spec_decode_marks_an_answer_whose_batch_does_not_fit_and_ends_the_crossover_a
         crossover.contains("that fits") && crossover.contains("do not fit in memory"),
         "{crossover}"
     );
-    assert!(out.contains("    128       3") && out.contains("x  does not fit"), "{out}");
+    assert!(
+        out.lines()
+            .any(|l| l.trim_start().starts_with("128 ") && l.ends_with("x  does not fit")),
+        "{out}"
+    );
     assert!(
         out.contains("speedup intervals at batch 64 (DOES NOT FIT in memory)"),
         "{out}"

@@ -100,7 +100,9 @@ fn context_and_kv_dtype_change_only_attention() {
     let b = simulate(&base()).unwrap();
     for (k, v) in [("context", "32768"), ("kv-cache-dtype", "fp8")] {
         let c = changed(&b, &with(k, v));
-        assert!(!c.is_empty(), "{k}: nothing changed");
+        // FP8 attention is unmeasured on the default GPU: priced at the BF16 price, so the KV
+        // dtype may change nothing there (cost::kv_dtype); the context always changes attention.
+        assert!(k == "kv-cache-dtype" || !c.is_empty(), "{k}: nothing changed");
         assert!(
             c.iter().all(|(_, _, cat)| *cat == Category::Attention),
             "{k}: {:?}",
@@ -109,9 +111,10 @@ fn context_and_kv_dtype_change_only_attention() {
                 .collect::<Vec<_>>()
         );
     }
-    // fp8 KV also halves the KV-cache write.
+    // On the default GPU an FP8 cache's attention is the BF16 price (its FP8 attention is
+    // unmeasured there): the MLA decode kernels keep their prices.
     let c = changed(&b, &with("kv-cache-dtype", "fp8"));
-    assert!(c
+    assert!(!c
         .iter()
         .any(|(_, f, _)| *f == CostFamily::AttentionMlaDecode));
 }

@@ -130,7 +130,10 @@ fn runs_from_tree(tree: &Path) -> bool {
         return false;
     };
     // OUT_DIR is <target>/[<triple>/]<profile>/build/<package>-<hash>/out.
-    let profile = Path::new(env!("OUT_DIR")).ancestors().nth(3).and_then(canon);
+    let profile = Path::new(env!("OUT_DIR"))
+        .ancestors()
+        .nth(3)
+        .and_then(canon);
     [canon(&tree.join("target")), profile]
         .into_iter()
         .flatten()
@@ -389,7 +392,11 @@ fn verify(dir: &Path) -> Result<(), String> {
         for e in entries {
             let e = e.map_err(|e| format!("{}: {e}", d.display()))?;
             let p = e.path();
-            let rel = p.strip_prefix(dir).unwrap_or(&p).to_string_lossy().into_owned();
+            let rel = p
+                .strip_prefix(dir)
+                .unwrap_or(&p)
+                .to_string_lossy()
+                .into_owned();
             let t = e.file_type().map_err(|e| format!("{rel}: {e}"))?;
             if t.is_dir() {
                 stack.push(p);
@@ -493,7 +500,10 @@ mod tests {
         let f = dir.join(rel);
         std::fs::write(&f, &bytes[..bytes.len() / 2]).unwrap();
         let why = verify(&dir).unwrap_err();
-        assert!(why.contains("moe.csv") && why.contains("bytes, expected"), "{why}");
+        assert!(
+            why.contains("moe.csv") && why.contains("bytes, expected"),
+            "{why}"
+        );
         let again = extract_into(&base).unwrap();
         assert!(again.repaired.unwrap().contains("moe.csv"));
         assert_eq!(std::fs::read(&f).unwrap(), *bytes);

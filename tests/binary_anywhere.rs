@@ -266,7 +266,12 @@ fn a_file_added_to_the_cache_is_never_listed() {
     let inst = Installed::new("planted-model");
     stdout(&inst.run(&["list"]));
     let cache = inst.dir.join("cache/decodesim");
-    let version = std::fs::read_dir(&cache).unwrap().flatten().next().unwrap().path();
+    let version = std::fs::read_dir(&cache)
+        .unwrap()
+        .flatten()
+        .next()
+        .unwrap()
+        .path();
     std::fs::copy(
         version.join("models/kimi-k2.5.json"),
         version.join("models/planted-kimi.json"),
@@ -275,7 +280,8 @@ fn a_file_added_to_the_cache_is_never_listed() {
     let out = inst.run(&["list"]);
     let text = stdout(&out);
     assert!(!text.contains("planted-kimi"), "{text}");
-    assert!(String::from_utf8_lossy(&out.stderr).contains("models/planted-kimi.json: not a bundled file"));
+    assert!(String::from_utf8_lossy(&out.stderr)
+        .contains("models/planted-kimi.json: not a bundled file"));
     assert!(!version.join("models/planted-kimi.json").exists());
 }
 
@@ -377,7 +383,10 @@ fn an_installed_binary_reads_the_embedded_copy_not_the_source_tree() {
             .unwrap()
     };
     stdout(&run(&bin));
-    assert!(cache.join("decodesim").is_dir(), "the installed copy did not extract");
+    assert!(
+        cache.join("decodesim").is_dir(),
+        "the installed copy did not extract"
+    );
     // The binary inside the tree's target/ reads the tree: nothing more is extracted.
     std::fs::remove_dir_all(cache.join("decodesim")).unwrap();
     stdout(&run(Path::new(env!("CARGO_BIN_EXE_decodesim"))));

@@ -42,7 +42,10 @@ fn the_seed_burst_sets_the_price_a_step_charges_for_that_allreduce() {
     ]);
     assert!(ok, "{err}");
     // Fitted against the measured table the step prices from, and it says so.
-    assert!(text.contains("[measured: AIConfigurator nccl_collectives.csv]"), "{text}");
+    assert!(
+        text.contains("[measured: AIConfigurator nccl_collectives.csv]"),
+        "{text}"
+    );
     let each = 6810.0 / 122.0; // 55.82 µs
     for (batch, context) in [("1", "1024"), ("1", "8192")] {
         let args = [
@@ -56,7 +59,10 @@ fn the_seed_burst_sets_the_price_a_step_charges_for_that_allreduce() {
             out_s,
         ];
         let us = step_allreduce_us(&args, 14_336);
-        assert!((us / each - 1.0).abs() < 0.05, "{us} µs vs the burst's {each}");
+        assert!(
+            (us / each - 1.0).abs() < 0.05,
+            "{us} µs vs the burst's {each}"
+        );
     }
     // Uncalibrated, the table prices it at about half the burst's figure; the sizes around it
     // (batch 2: 28 KiB, latency-bound too) move by about the same ratio.
@@ -80,7 +86,10 @@ fn the_seed_burst_sets_the_price_a_step_charges_for_that_allreduce() {
         out2.to_str().unwrap(),
     ]);
     assert!(ok, "{err}");
-    assert!(text.contains("nvlink+net") && text.contains("at 16 ranks"), "{text}");
+    assert!(
+        text.contains("nvlink+net") && text.contains("at 16 ranks"),
+        "{text}"
+    );
     let us = step_allreduce_us(
         &[
             "--batch",
@@ -167,8 +176,8 @@ fn slow_sampler_trace(dir: &Path, factor: f64) -> Vec<String> {
             let ev = v["traceEvents"].as_array_mut().unwrap();
             let mut added = Vec::new();
             for e in ev.iter_mut() {
-                let kernel = e["cat"] == "kernel"
-                    && e["name"].as_str().is_some_and(|s| sampler.is_match(s));
+                let kernel =
+                    e["cat"] == "kernel" && e["name"].as_str().is_some_and(|s| sampler.is_match(s));
                 if kernel {
                     let (ts, dur) = (e["ts"].as_f64().unwrap(), e["dur"].as_f64().unwrap());
                     added.push((ts + dur, dur * (factor - 1.0)));
@@ -339,8 +348,16 @@ fn one_low_point_of_several_does_not_pull_the_fit_and_is_flagged() {
     let named = [Factor::MoeEfficiency, Factor::CollectiveLatency];
     let r = fit_throughput(&request(points, &named, &d.join("fit.toml"))).unwrap();
     let value = |f: Factor| r.fitted.iter().find(|x| x.factor == f).unwrap().value;
-    assert!((value(Factor::MoeEfficiency) / 0.85 - 1.0).abs() < 0.03, "{:?}", r.fitted);
-    assert!((value(Factor::CollectiveLatency) / 1.3 - 1.0).abs() < 0.06, "{:?}", r.fitted);
+    assert!(
+        (value(Factor::MoeEfficiency) / 0.85 - 1.0).abs() < 0.03,
+        "{:?}",
+        r.fitted
+    );
+    assert!(
+        (value(Factor::CollectiveLatency) / 1.3 - 1.0).abs() < 0.06,
+        "{:?}",
+        r.fitted
+    );
     for (i, x) in r.residuals.iter().enumerate() {
         if i == 3 {
             // Down-weighted, about 25% above its measurement, and flagged from its
@@ -348,7 +365,10 @@ fn one_low_point_of_several_does_not_pull_the_fit_and_is_flagged() {
             assert!(x.weight < 0.5, "{x:?}");
             assert!(x.rel_err > 0.18, "{x:?}");
             assert!(x.loo_rel_err.unwrap() > 0.18, "{x:?}");
-            assert!(x.far_off.as_deref().unwrap().contains("fitted without it"), "{x:?}");
+            assert!(
+                x.far_off.as_deref().unwrap().contains("fitted without it"),
+                "{x:?}"
+            );
         } else {
             // The others stay on their curve: the low point did not drag them.
             assert!(x.rel_err.abs() < 0.02, "point {i}: {x:?}");
@@ -367,7 +387,10 @@ fn a_factor_is_fitted_only_where_the_points_vary_what_it_scales() {
     };
     // Every point at one context: attention's growth with the context cannot be told apart.
     let points = points_under(&truth, &[1, 4, 16], 2500);
-    let named = [Factor::MoeEfficiency, "attention_growth_scale".parse().unwrap()];
+    let named = [
+        Factor::MoeEfficiency,
+        "attention_growth_scale".parse().unwrap(),
+    ];
     let r = fit_throughput(&request(points.clone(), &named, &d.join("a.toml"))).unwrap();
     let (f, why) = r
         .refused
@@ -379,7 +402,11 @@ fn a_factor_is_fitted_only_where_the_points_vary_what_it_scales() {
         "{f}: {why}"
     );
     assert_eq!(r.fitted.len(), 1);
-    assert!((r.fitted[0].value / 0.9 - 1.0).abs() < 0.03, "{:?}", r.fitted);
+    assert!(
+        (r.fitted[0].value / 0.9 - 1.0).abs() < 0.03,
+        "{:?}",
+        r.fitted
+    );
     // A hand-chosen pair the points identify is fitted, not refused.
     let pair = [Factor::MoeEfficiency, Factor::CollectiveLatency];
     let r = fit_throughput(&request(points, &pair, &d.join("b.toml"))).unwrap();
@@ -398,7 +425,10 @@ fn a_scale_that_runs_to_its_bound_is_not_fitted() {
     let e = fit_throughput(&request(points, &[Factor::CollectiveBw], &d.join("c.toml")))
         .unwrap_err()
         .to_string();
-    assert!(e.contains("collective_bw_scale") && e.contains("ran to its bound"), "{e}");
+    assert!(
+        e.contains("collective_bw_scale") && e.contains("ran to its bound"),
+        "{e}"
+    );
     assert!(!d.join("c.toml").exists());
 }
 
@@ -437,9 +467,16 @@ fn max_median_error_is_honoured_by_from_throughput() {
         &limits(15.0, true),
     )
     .unwrap();
-    assert!(r.profile.profile.poor_fit[0].contains("--max-median-error"), "{:?}", r.profile.profile.poor_fit);
+    assert!(
+        r.profile.profile.poor_fit[0].contains("--max-median-error"),
+        "{:?}",
+        r.profile.profile.poor_fit
+    );
     let back = decodesim::cost::CalibrationProfile::from_file(&out).unwrap();
-    assert!(back.poor_fit_marks().iter().any(|m| m.contains("from-throughput")));
+    assert!(back
+        .poor_fit_marks()
+        .iter()
+        .any(|m| m.contains("from-throughput")));
     // Through the command line: the flag and its default both apply.
     let csv = d.join("flat.csv");
     std::fs::write(
@@ -459,7 +496,10 @@ fn max_median_error_is_honoured_by_from_throughput() {
         "--out",
         out.to_str().unwrap(),
     ]);
-    assert!(!ok && err.contains("limit 15%") && !err.contains("panicked"), "{err}");
+    assert!(
+        !ok && err.contains("limit 15%") && !err.contains("panicked"),
+        "{err}"
+    );
     assert!(!out.exists());
     let (ok, _, err) = decodesim_bin(&[
         "calibrate",
@@ -511,9 +551,16 @@ fn the_development_set_calibrates_robustly_from_four_points() {
         r.fitted
     );
     for x in &r.residuals {
-        assert!(x.rel_err.is_finite() && x.weight > 0.0 && x.weight <= 1.0, "{x:?}");
+        assert!(
+            x.rel_err.is_finite() && x.weight > 0.0 && x.weight <= 1.0,
+            "{x:?}"
+        );
     }
-    let c16 = r.residuals.iter().find(|x| x.point.concurrency == 16).unwrap();
+    let c16 = r
+        .residuals
+        .iter()
+        .find(|x| x.point.concurrency == 16)
+        .unwrap();
     assert!(c16.far_off.is_none(), "{c16:?}");
     assert!(c16.loo_rel_err.is_some(), "{c16:?}");
 }

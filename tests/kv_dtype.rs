@@ -73,8 +73,10 @@ fn fp8_attention_is_the_bf16_price_times_the_measured_ratio() {
                     "{profile} batch {batch} context {context}: FP8/BF16 {got:.3}"
                 );
                 assert!(
-                    warnings.iter().any(|w| w.contains("FP8 attention is not measured on")
-                        && w.contains("priced at the BF16 price")),
+                    warnings
+                        .iter()
+                        .any(|w| w.contains("FP8 attention is not measured on")
+                            && w.contains("priced at the BF16 price")),
                     "{profile}: {warnings:?}"
                 );
             }
@@ -93,7 +95,11 @@ fn the_interval_of_an_unmeasured_fp8_attention_spans_the_law_and_the_h200_ratio(
         .iter()
         .find(|x| x.name() == "fp8_kv_transfer")
         .expect("an FP8 source on the RTX PRO 6000");
-    assert!(fp8.provenance().contains("byte-halved law"), "{}", fp8.provenance());
+    assert!(
+        fp8.provenance().contains("byte-halved law"),
+        "{}",
+        fp8.provenance()
+    );
     // ln 0.5 .. ln(ratio) as the 95% interval: a wide draw.
     assert!(fp8.sigma > 0.2, "{}", fp8.sigma);
     // On the H200 the ratio is measured: no such draw.

@@ -77,7 +77,14 @@ fn spec_decode_marks_an_answer_whose_batch_does_not_fit_and_ends_the_crossover_a
 
     // A batch that fits: the answer line carries no mark, JSON says it fits.
     let mut args = SPEC[..6].to_vec();
-    args.extend(["--batch", "8", "--crossover-batches", "none", "--format", "json"]);
+    args.extend([
+        "--batch",
+        "8",
+        "--crossover-batches",
+        "none",
+        "--format",
+        "json",
+    ]);
     let v = json(&args);
     assert_eq!(v["fits"], true);
     assert_eq!(v["best"]["fits"], true);
@@ -110,7 +117,10 @@ fn capacity_takes_a_tokens_per_second_per_user_target() {
         .iter()
         .find(|p| p["concurrency"].as_u64() == Some(users))
         .unwrap();
-    assert!(at["tokens_per_s_per_user"].as_f64().unwrap() >= 30.0, "{at}");
+    assert!(
+        at["tokens_per_s_per_user"].as_f64().unwrap() >= 30.0,
+        "{at}"
+    );
 
     let (code, out, err) = decodesim_exit(&["capacity", "--min-tokens-per-s-per-user", "30"]);
     assert_eq!(code, 0, "{err}");
@@ -201,7 +211,8 @@ fn the_capacity_knee_says_where_cuda_graph_padding_shapes_it() {
 
 #[test]
 fn the_readme_installs_the_tested_crate_versions() {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
     for line in readme.lines().filter(|l| l.contains("cargo install")) {
         assert!(line.contains("--locked"), "{line}");
     }

@@ -109,7 +109,10 @@ fn a_table_price_below_the_roofline_is_raised_and_reported() {
         ),
     );
     // The scale section goes right after `[aiconfigurator]`'s own keys (before `[custom_allreduce]`).
-    assert!(!text.contains("[aiconfigurator.scales]"), "the shipped profile has no scales");
+    assert!(
+        !text.contains("[aiconfigurator.scales]"),
+        "the shipped profile has no scales"
+    );
     let text = text.replacen(
         "\n[custom_allreduce]\n",
         "\n[aiconfigurator.scales]\nmoe_gemm_int4 = 0.01\n\n[custom_allreduce]\n",
@@ -134,7 +137,11 @@ fn a_table_price_below_the_roofline_is_raised_and_reported() {
         .unwrap_or_else(|| panic!("no physics line in {:?}", priced.warnings));
     assert!(line.contains("moe_gemm_int4"), "{line}");
     for (op, us) in w.ops.iter().zip(&priced.base_us) {
-        assert!(*us >= physics::floor_us(op, &s) * (1.0 - 1e-9), "{}", op.name);
+        assert!(
+            *us >= physics::floor_us(op, &s) * (1.0 - 1e-9),
+            "{}",
+            op.name
+        );
     }
 }
 
@@ -156,7 +163,9 @@ fn fast(
         batch: 8,
         ..ScenarioRequest::default()
     };
-    let (s, p) = req.load().unwrap_or_else(|e| panic!("{model} on {system}: {e}"));
+    let (s, p) = req
+        .load()
+        .unwrap_or_else(|e| panic!("{model} on {system}: {e}"));
     let f = FastScenario::new(&s, &p, None).unwrap_or_else(|e| panic!("{model}: {e}"));
     let launch = Launch::new(&p, s.cuda_graphs);
     let coll = Collectives::new(&s, &p).expect("collectives");

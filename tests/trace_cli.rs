@@ -290,15 +290,7 @@ fn compare_refuses_a_scenario_that_is_not_the_trace() {
     let dir = h200_capture("refstep_b16_c8192_default", "cli_mismatch");
     let d = dir.to_str().unwrap();
     let (ok, out, err) = decodesim(&[
-        "compare",
-        "--tp",
-        "8",
-        "--batch",
-        "32",
-        "--layers",
-        "61",
-        "--trace",
-        d,
+        "compare", "--tp", "8", "--batch", "32", "--layers", "61", "--trace", d,
     ]);
     assert!(!ok, "{out}");
     assert!(
@@ -403,7 +395,10 @@ fn compare_takes_what_the_trace_shows_for_the_flags_not_given_and_checks_the_gpu
         d,
     ]);
     assert!(!ok);
-    assert!(err.contains("batch: scenario 64 (--batch), trace 16"), "{err}");
+    assert!(
+        err.contains("batch: scenario 64 (--batch), trace 16"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -472,10 +467,11 @@ fn a_simulated_timeline_reads_back_with_the_simulators_categories() {
     for (r, got) in ranks.iter().enumerate() {
         assert_eq!(got["rank"], r as u64);
         assert_eq!(got["rank_source"], "simulated_timeline");
-        assert!(got["warnings"].as_array().unwrap().iter().all(|w| !w
-            .as_str()
+        assert!(got["warnings"]
+            .as_array()
             .unwrap()
-            .contains("other devices ignored")));
+            .iter()
+            .all(|w| !w.as_str().unwrap().contains("other devices ignored")));
         for e in got["breakdown"].as_array().unwrap() {
             let c: Category = e["category"].as_str().unwrap().parse().unwrap();
             let (t, p) = (e["time_us"].as_f64().unwrap(), sim.per_rank[r].time(c));

@@ -102,7 +102,10 @@ fn context_and_kv_dtype_change_only_attention() {
         let c = changed(&b, &with(k, v));
         // FP8 attention is unmeasured on the default GPU: priced at the BF16 price, so the KV
         // dtype may change nothing there (cost::kv_dtype); the context always changes attention.
-        assert!(k == "kv-cache-dtype" || !c.is_empty(), "{k}: nothing changed");
+        assert!(
+            k == "kv-cache-dtype" || !c.is_empty(),
+            "{k}: nothing changed"
+        );
         assert!(
             c.iter().all(|(_, _, cat)| *cat == Category::Attention),
             "{k}: {:?}",

@@ -107,7 +107,9 @@ impl<T> Found<T> {
 /// The words of a GPU name that tell the model: lower-case, vendor and family words dropped
 /// (`NVIDIA H200 SXM` → `h200 sxm`, `AMD Instinct MI300X` → `mi300x`).
 fn gpu_words(name: &str) -> Vec<String> {
-    const VENDOR: &[&str] = &["nvidia", "amd", "instinct", "radeon", "geforce", "tesla", "intel"];
+    const VENDOR: &[&str] = &[
+        "nvidia", "amd", "instinct", "radeon", "geforce", "tesla", "intel",
+    ];
     name.split(|c: char| !c.is_ascii_alphanumeric())
         .map(str::to_ascii_lowercase)
         .filter(|w| !w.is_empty() && !VENDOR.contains(&w.as_str()))
@@ -120,7 +122,11 @@ fn gpu_words(name: &str) -> Vec<String> {
 /// `RTX 6000 Ada`).
 pub(crate) fn same_gpu(trace: &str, system: &str) -> bool {
     let (a, b) = (gpu_words(trace), gpu_words(system));
-    let model = |w: &[String]| w.iter().find(|x| x.chars().any(|c| c.is_ascii_digit())).cloned();
+    let model = |w: &[String]| {
+        w.iter()
+            .find(|x| x.chars().any(|c| c.is_ascii_digit()))
+            .cloned()
+    };
     match (model(&a), model(&b)) {
         (Some(x), Some(y)) if x == y => {
             // Memory sizes and form factors (`80gb`, `hbm3`, `sxm`, `pcie`, `server`,
@@ -128,10 +134,23 @@ pub(crate) fn same_gpu(trace: &str, system: &str) -> bool {
             let loose = |w: &str| {
                 w.ends_with("gb")
                     || w.starts_with("hbm")
-                    || ["sxm", "sxm5", "pcie", "nvl", "server", "edition", "workstation", "oam"]
-                        .contains(&w)
+                    || [
+                        "sxm",
+                        "sxm5",
+                        "pcie",
+                        "nvl",
+                        "server",
+                        "edition",
+                        "workstation",
+                        "oam",
+                    ]
+                    .contains(&w)
             };
-            let (short, long) = if a.len() <= b.len() { (&a, &b) } else { (&b, &a) };
+            let (short, long) = if a.len() <= b.len() {
+                (&a, &b)
+            } else {
+                (&b, &a)
+            };
             short.iter().filter(|w| !loose(w)).all(|w| long.contains(w))
         }
         (None, _) | (_, None) => a == b,
@@ -142,10 +161,14 @@ pub(crate) fn same_gpu(trace: &str, system: &str) -> bool {
 /// What `s` shows of the scenario it was captured from (module doc: the rules).
 pub fn infer_scenario(s: &TraceSummary) -> Inferred {
     let mut out = Inferred {
-        gpu: s.ranks.iter().find_map(|r| r.device.clone()).map(|g| Found {
-            value: g,
-            how: "deviceProperties".into(),
-        }),
+        gpu: s
+            .ranks
+            .iter()
+            .find_map(|r| r.device.clone())
+            .map(|g| Found {
+                value: g,
+                how: "deviceProperties".into(),
+            }),
         ..Inferred::default()
     };
     let world = s.ranks.iter().find_map(|r| r.world_size);
@@ -354,7 +377,10 @@ mod tests {
         ));
         assert!(!same_gpu("AMD Instinct MI300X", "NVIDIA H200 SXM"));
         assert!(!same_gpu("NVIDIA H100 80GB HBM3", "NVIDIA H200 SXM"));
-        assert!(!same_gpu("NVIDIA RTX 6000 Ada Generation", "NVIDIA RTX PRO 6000 Blackwell Server Edition"));
+        assert!(!same_gpu(
+            "NVIDIA RTX 6000 Ada Generation",
+            "NVIDIA RTX PRO 6000 Blackwell Server Edition"
+        ));
     }
 
     #[test]

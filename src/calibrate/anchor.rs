@@ -12,13 +12,13 @@
 
 use crate::accounting::Breakdown;
 use crate::category::Category;
+use crate::cost::profile::MAX_US;
 use crate::cost::CalibrationProfile;
 use crate::error::Result;
+use crate::scenario::limits::BUS_BW_FLOOR_GBPS;
 use crate::scenario::Scenario;
 use crate::sim::{simulate_loaded, Simulation};
 use crate::workload::CostFamily;
-use crate::cost::profile::MAX_US;
-use crate::scenario::limits::BUS_BW_FLOOR_GBPS;
 use std::collections::BTreeMap;
 
 /// The widest time multiplier a family (or the collectives) may take: the range the profile
@@ -98,11 +98,7 @@ fn why_far(family: &str, r: f64) -> String {
         ("collectives", true) => "the traced collectives wait for a slower path than the profile's (P2P off, another NCCL protocol, a PCIe switch shared with other traffic), ",
         _ => "",
     };
-    let far = if slower {
-        "beyond 10x"
-    } else {
-        "below 1/10"
-    };
+    let far = if slower { "beyond 10x" } else { "below 1/10" };
     format!(
         "{family}: the trace's time is {r:.3}x the profile's, written as measured. A factor {far} usually means {specific}the kernel rules (data/rules/kernels.toml) file other kernels under this category, or the scenario (batch, context, model, layers, --runtime) is not the traced one; compare `decodesim trace summarize` with `decodesim simulate` category by category"
     )
@@ -178,7 +174,8 @@ pub fn fit_to_step(
         for c in &mut p.collectives {
             c.base_us = (c.base_us * rc).min(MAX_US);
             c.hop_us = (c.hop_us * rc).min(MAX_US);
-            c.bus_bw_gbps = (c.bus_bw_gbps / rc).clamp(BUS_BW_FLOOR_GBPS, max_bw.max(c.bus_bw_gbps));
+            c.bus_bw_gbps =
+                (c.bus_bw_gbps / rc).clamp(BUS_BW_FLOOR_GBPS, max_bw.max(c.bus_bw_gbps));
         }
         factors.insert("collectives".into(), cum * rc);
         if let Some(a) = p.aiconfigurator.as_mut() {
@@ -254,7 +251,9 @@ pub fn fit_to_step(
         let is_scale = p.kernels.keys().any(|k| k.to_string() == *key)
             || key == "collectives"
             || p.table_scales.contains_key(key)
-            || p.aiconfigurator.as_ref().is_some_and(|a| a.scales.contains_key(key));
+            || p.aiconfigurator
+                .as_ref()
+                .is_some_and(|a| a.scales.contains_key(key));
         if !is_scale || key.ends_with("_us") || key == "launch" {
             continue;
         }

@@ -253,7 +253,10 @@ pub fn terms(s: &Scenario, p: &CalibrationProfile, bytes: u64) -> Result<(f64, f
         return Err(Error::field(
             &p.path,
             "collectives",
-            format!("no price for an all_reduce of {bytes} B on path '{}'", s.comm_path()),
+            format!(
+                "no price for an all_reduce of {bytes} B on path '{}'",
+                s.comm_path()
+            ),
         ));
     };
     let l = l.clamp(0.0, t);
@@ -262,7 +265,13 @@ pub fn terms(s: &Scenario, p: &CalibrationProfile, bytes: u64) -> Result<(f64, f
     Ok((
         l,
         t - l,
-        format!("{}/{}/{} [{}]", c.path, c.algo, c.proto, crate::units::clip(from, 90)),
+        format!(
+            "{}/{}/{} [{}]",
+            c.path,
+            c.algo,
+            c.proto,
+            crate::units::clip(from, 90)
+        ),
     ))
 }
 

@@ -156,7 +156,12 @@ pub static FACTORS: &[FactorSpec] = &[
     // fixed cost, the routed experts' weight read and per-token work, the dense GEMMs.
     // Attention's growth with the KV length needs points at two contexts at least; the
     // routed experts' split into the weight read and per-token work, two token counts.
-    scale_factor!(attention_growth_scale, "attention_growth", fine, Axis::Context),
+    scale_factor!(
+        attention_growth_scale,
+        "attention_growth",
+        fine,
+        Axis::Context
+    ),
     scale_factor!(attention_fixed_scale, "attention_fixed", fine),
     scale_factor!(moe_weight_scale, "moe_weight", fine, Axis::Tokens),
     scale_factor!(moe_token_scale, "moe_token", fine, Axis::Tokens),
@@ -2027,14 +2032,7 @@ pub fn fit_throughput_with(
     let all = which.clone();
     let fixed_refusals = refused.clone();
     let mut cap = if auto { n - 1 } else { which.len() };
-    let mut choices = first_choices(
-        auto,
-        &mut which,
-        &j0,
-        cap,
-        &mut refused,
-        &fixed_refusals,
-    );
+    let mut choices = first_choices(auto, &mut which, &j0, cap, &mut refused, &fixed_refusals);
     // Auto: factors refused after a fit for their interval, with the row that says why.
     let mut dropped: Vec<FactorChoice> = Vec::new();
     let mut keep_theta = start_of(&which, &all, &theta0);
@@ -2059,8 +2057,8 @@ pub fn fit_throughput_with(
             iv.bound.clone()
         };
         // Auto, with every interval narrow: a fit that did not reduce the error drops a factor.
-        let stuck_why = no_progress(&final_r, &before_pred, &meas, &weights)
-            .filter(|_| auto && wide.is_none());
+        let stuck_why =
+            no_progress(&final_r, &before_pred, &meas, &weights).filter(|_| auto && wide.is_none());
         let stuck = stuck_why.is_some();
         wide = wide.or(stuck_why.map(|why| (which.len() - 1, why)));
         notes = match (&wide, &iv.wide) {

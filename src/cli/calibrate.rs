@@ -401,7 +401,9 @@ fn from_throughput(a: &CalibrateArgs) -> Result<()> {
         s.push_str(&format!("note: {n}\n"));
     }
     for m in &r.profile.profile.poor_fit {
-        s.push_str(&format!("warning: written although the fit breaks the rules: {m}\n"));
+        s.push_str(&format!(
+            "warning: written although the fit breaks the rules: {m}\n"
+        ));
     }
     s.push_str(&format!(
         "rms error: before {:.1}%, after {:.1}%\n",

@@ -387,7 +387,11 @@ fn run_spec_decode(a: SpecDecodeArgs) -> Result<()> {
                         &format!(
                             "speedup intervals at batch {}{}",
                             st.baseline.scenario.batch,
-                            if st.fits { "" } else { " (DOES NOT FIT in memory)" }
+                            if st.fits {
+                                ""
+                            } else {
+                                " (DOES NOT FIT in memory)"
+                            }
                         ),
                         &labels,
                         arms,

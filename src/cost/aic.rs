@@ -1364,7 +1364,14 @@ fn mla_attention(
     let (kv, fp8_ratio) = if kv == "fp8" && t.mla_min_step(kv, heads).is_none() {
         match super::kv_dtype::KvDtypeRatios::bundled() {
             Ok(r) if !r.applies_to(&s.system.gpu.compute_capability) => {
-                note!(o.quiet, o.warnings, super::kv_dtype::unmeasured_note(&s.system.gpu.name, r.fp8_over_bf16(heads, batch, ctx).value));
+                note!(
+                    o.quiet,
+                    o.warnings,
+                    super::kv_dtype::unmeasured_note(
+                        &s.system.gpu.name,
+                        r.fp8_over_bf16(heads, batch, ctx).value
+                    )
+                );
                 ("bfloat16", None)
             }
             Ok(r) => ("bfloat16", Some((r.fp8_over_bf16(heads, batch, ctx), r))),
@@ -1411,9 +1418,7 @@ fn mla_attention(
             (
                 t.mla_attention_growth(kv, heads, own, ctx)
                     .map_or(growth.us, |g| g.us),
-                fp8_ratio.map_or(1.0, |(_, table)| {
-                    table.fp8_over_bf16(heads, own, ctx).value
-                }),
+                fp8_ratio.map_or(1.0, |(_, table)| table.fp8_over_bf16(heads, own, ctx).value),
             )
         };
         let m = MlaPair::of(

@@ -205,7 +205,9 @@ pub fn unmeasured_note(gpu: &str, h200_ratio: f64) -> String {
 /// The compute capability `harness/env_info.py` printed for the first GPU (`sm=9.0`).
 fn measured_capability(env: &str) -> Option<String> {
     let line = env.lines().find(|l| l.starts_with("gpu0:"))?;
-    let sm = line.split_whitespace().find_map(|w| w.strip_prefix("sm="))?;
+    let sm = line
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("sm="))?;
     Some(sm.to_string())
 }
 
@@ -292,7 +294,10 @@ mod tests {
         let t = KvDtypeRatios::bundled().unwrap();
         assert!(t.applies_to("9.0"));
         assert!(!t.applies_to("12.0") && !t.applies_to("10.0"));
-        assert!(!table().applies_to("9.0"), "a table without env.txt applies nowhere");
+        assert!(
+            !table().applies_to("9.0"),
+            "a table without env.txt applies nowhere"
+        );
         assert_eq!(
             measured_capability("x\ngpu0: NVIDIA H200 sm=9.0 SMs=132\n").as_deref(),
             Some("9.0")

@@ -1057,7 +1057,11 @@ impl<'a> Pricer<'a> {
             let r = t.fp8_over_bf16(op.shape.batch, s.rank_batch() as f64, ctx);
             if !t.applies_to(&s.system.gpu.compute_capability) {
                 // The BF16 price stands: a ratio of the H200's kernels is not this GPU's.
-                note!(self.quiet, self.warnings, kv_dtype::unmeasured_note(&s.system.gpu.name, r.value));
+                note!(
+                    self.quiet,
+                    self.warnings,
+                    kv_dtype::unmeasured_note(&s.system.gpu.name, r.value)
+                );
                 continue;
             }
             base_us[i] *= r.value;

@@ -132,7 +132,11 @@ mod tests {
         // least their bytes at the DRAM bandwidth.
         let at4 = line.us(kimi_bytes(4.0));
         assert!(at4 > 45.733 && at4 >= kimi_bytes(4.0) / bw, "{at4}");
-        assert!((0.5..1.6).contains(&(line.gbps() / 1e3)), "{} GB/s", line.gbps());
+        assert!(
+            (0.5..1.6).contains(&(line.gbps() / 1e3)),
+            "{} GB/s",
+            line.gbps()
+        );
     }
 
     #[test]

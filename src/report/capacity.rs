@@ -265,7 +265,10 @@ pub fn render_table(c: &Capacity) -> String {
             None => format!(
                 "{flag}: not met even by one user (TPOT {:.2} ms, {:.2} tokens/s per user)\n",
                 c.curve.points.first().map_or(f64::NAN, |p| p.tpot_ms),
-                c.curve.points.first().map_or(f64::NAN, |p| p.tokens_per_s_per_user)
+                c.curve
+                    .points
+                    .first()
+                    .map_or(f64::NAN, |p| p.tokens_per_s_per_user)
             ),
         });
     }

@@ -362,7 +362,11 @@ fn collectives_json(sim: &Simulation) -> Value {
                     let share = share_of_step(c, step);
                     o.insert(
                         "share_of_step".into(),
-                        if share.is_finite() { json!(share) } else { Value::Null },
+                        if share.is_finite() {
+                            json!(share)
+                        } else {
+                            Value::Null
+                        },
                     );
                 }
                 v

@@ -301,7 +301,9 @@ pub(crate) fn spec_decode_table(s: &SpecDecodeStudy) -> String {
                 format!("crossover: speculation pays up to batch {b} and stops paying by batch {l}")
             }
             (Some(b), None) if c.fits.iter().any(|f| !f) => {
-                format!("crossover: speculation pays at every batch simulated that fits (up to {b})")
+                format!(
+                    "crossover: speculation pays at every batch simulated that fits (up to {b})"
+                )
             }
             (Some(b), None) => {
                 format!("crossover: speculation pays at every batch simulated (up to {b})")

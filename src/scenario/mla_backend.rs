@@ -182,14 +182,20 @@ mod tests {
         )
         .unwrap();
         let e = MlaBackend::from_file(&p, "9.0").unwrap_err().to_string();
-        assert!(e.contains("default.tile") && e.contains("needs a tile"), "{e}");
+        assert!(
+            e.contains("default.tile") && e.contains("needs a tile"),
+            "{e}"
+        );
         std::fs::write(
             &p,
             "[default]\nbackend = \"X\"\nlayout = \"diagonal\"\nsource = \"s\"\n",
         )
         .unwrap();
         let e = MlaBackend::from_file(&p, "9.0").unwrap_err().to_string();
-        assert!(e.contains("default.layout") && e.contains("'diagonal'"), "{e}");
+        assert!(
+            e.contains("default.layout") && e.contains("'diagonal'"),
+            "{e}"
+        );
         std::fs::remove_dir_all(&dir).ok();
     }
 }

@@ -11,7 +11,7 @@ pub mod timeline;
 pub use engine::{Engine, EngineConfig};
 pub(crate) use simulate::simulate_with_memory_utilization;
 pub use simulate::{
-    engine_config, max_fitting_batch, memory_check, simulate, simulate_loaded, simulate_workload, MemoryFit, ScenarioRequest,
-    Simulation,
+    engine_config, max_fitting_batch, memory_check, simulate, simulate_loaded, simulate_workload,
+    MemoryFit, ScenarioRequest, Simulation,
 };
 pub use timeline::{KernelRecord, Timeline};

@@ -496,14 +496,19 @@ pub(crate) fn study(
             })
             .collect();
         let top = grid.last().map_or(1, |g| g.0);
-        let max_fitting_batch = crate::sim::max_fitting_batch(scenario, &costs.baseline.profile, top);
+        let max_fitting_batch =
+            crate::sim::max_fitting_batch(scenario, &costs.baseline.profile, top);
         let fits: Vec<bool> = grid
             .iter()
             .map(|g| max_fitting_batch.is_some_and(|m| g.0 <= m))
             .collect();
         // The range where speculation pays ends at what fits.
-        let fitting: Vec<&(u32, u32, f64)> =
-            grid.iter().zip(&fits).filter(|(_, f)| **f).map(|(g, _)| g).collect();
+        let fitting: Vec<&(u32, u32, f64)> = grid
+            .iter()
+            .zip(&fits)
+            .filter(|(_, f)| **f)
+            .map(|(g, _)| g)
+            .collect();
         let first_losing = fitting.iter().position(|g| g.2 <= 1.0);
         let (last_paying_batch, first_losing_batch) = match first_losing {
             None => (fitting.last().map(|g| g.0), None),
@@ -572,7 +577,11 @@ pub(crate) fn study(
         variants,
         crossover,
         fits: costs.baseline.memory_fit.fits(),
-        max_fitting_batch: crate::sim::max_fitting_batch(scenario, &costs.baseline.profile, scenario.batch),
+        max_fitting_batch: crate::sim::max_fitting_batch(
+            scenario,
+            &costs.baseline.profile,
+            scenario.batch,
+        ),
         warnings,
     })
 }

@@ -29,6 +29,7 @@ const SAMPLES: &[(&str, &str)] = &[
     ("routing", "uniform"),
     ("allreduce", "nccl"),
     ("nccl-max-nchannels", "16"),
+    ("nccl-min-nchannels", "8"),
     ("nccl-buffsize", "8388608"),
     ("ep", "8"),
     ("ep-comm", "all-to-all"),

@@ -271,9 +271,10 @@ mod tests {
         let d = defaults();
         let eight = Channels::of(&d, Some(8), None, 45.0).unwrap();
         assert_eq!((eight.measured, eight.run), (2, 8));
-        // 24 GB/s measured at 2 channels: x4 would be 96, the link gives 45 (LL: 22.5).
+        // 24 GB/s measured at 2 channels: x4 would be 96, the link gives 45; LL 8 GB/s x4
+        // would be 32, LL's half of the link gives 22.5.
         assert_eq!(eight.bus_gbps(24.0, false), 45.0);
-        assert_eq!(eight.bus_gbps(24.0, true), 22.5);
+        assert_eq!(eight.bus_gbps(8.0, true), 22.5);
         // 4 GB/s x 4 = 16 fits under the link.
         assert_eq!(eight.bus_gbps(4.0, false), 16.0);
         // A measured figure above the link stays (the channels never make it slower).

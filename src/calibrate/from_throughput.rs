@@ -784,7 +784,7 @@ fn check_points(points: &[Point]) -> Result<()> {
                 let r = hi.tokens_per_s / lo.tokens_per_s;
                 if r == 1.0 {
                     Some("the same measurement repeated (same settings, same rate): a copy adds no information and would shrink the confidence interval to nothing; keep one".to_string())
-                } else if r > SLACK || r < 1.0 / SLACK {
+                } else if !(1.0 / SLACK..=SLACK).contains(&r) {
                     Some(format!(
                         "contradictory: the same settings measured twice with rates {:.1} and {:.1} tok/s, more than 25% apart",
                         lo.tokens_per_s, hi.tokens_per_s
@@ -950,7 +950,7 @@ impl Model {
             points.push(Priced { scenario: s, spec });
             profile = Some(prof);
         }
-        let profile = profile.ok_or_else(|| Error::Invariant("no points"))?;
+        let profile = profile.ok_or(Error::Invariant("no points"))?;
         let start_alpha = match &points[0].scenario.routing {
             Routing::PowerLaw { alpha } => *alpha,
             _ => 0.0,
@@ -1254,6 +1254,9 @@ fn identifiable(which: &mut Vec<Factor>, j: &DMatrix<f64>, refused: &mut Vec<(Fa
     *which = cols.iter().map(|&c| which[c]).collect();
 }
 
+/// A solve's result: θ, the unweighted residuals, the weighted Jacobian there, the iterations.
+type LmSolution = (Vec<f64>, Vec<f64>, DMatrix<f64>, usize);
+
 /// Levenberg–Marquardt on the log residuals, point i weighted by `w[i]` (the robust fit's
 /// weights, [`huber_weights`]); returns θ, the unweighted residuals, the weighted Jacobian there
 /// and the iterations.
@@ -1263,7 +1266,7 @@ fn solve(
     mut theta: Vec<f64>,
     meas: &[f64],
     w: &[f64],
-) -> Result<(Vec<f64>, Vec<f64>, DMatrix<f64>, usize)> {
+) -> Result<LmSolution> {
     let sw: Vec<f64> = w.iter().map(|x| x.sqrt()).collect();
     let weigh = |r: &[f64]| -> Vec<f64> { r.iter().zip(&sw).map(|(a, b)| a * b).collect() };
     let weigh_j = |mut j: DMatrix<f64>| {

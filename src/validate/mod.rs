@@ -487,7 +487,7 @@ pub(crate) fn validate_with(
         let checks = check_or_allow(&scenario, &inferred, checks.allow_mismatch).map_err(|e| {
             Error::Case {
                 case: case.name.clone(),
-                error: Box::new(e.into()),
+                error: Box::new(e),
             }
         })?;
         let sim = simulate_loaded(scenario, profile.clone())?;

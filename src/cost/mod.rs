@@ -18,6 +18,7 @@ pub mod attention;
 pub mod collective;
 pub mod deepep;
 pub mod internode;
+pub mod isotonic;
 pub mod kernel;
 pub mod kv_dtype;
 pub mod kv_transfer;

@@ -45,7 +45,7 @@ pub struct BenchOptions {
 }
 
 /// The result objects of a file with the line each starts on.
-fn objects(text: &str, path: &Path) -> Result<Vec<(usize, Value, bool)>> {
+pub(crate) fn objects(text: &str, path: &Path) -> Result<Vec<(usize, Value, bool)>> {
     let first = text
         .lines()
         .position(|l| !l.trim().is_empty())

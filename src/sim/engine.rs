@@ -27,6 +27,11 @@ pub struct EngineConfig {
     /// expert-parallel all-to-all at `--dp` > 1) syncs blocks of its own size.
     pub(crate) tp: u32,
     pub(crate) cuda_graphs: bool,
+    /// Piecewise CUDA graphs (vLLM's PIECEWISE mode, a batch that carries prefill): per op,
+    /// whether it launches eagerly between the graph pieces (`workload::mixed::runs_eager`);
+    /// each piece after an eager run costs one more graph launch. None: every op in the mode
+    /// `cuda_graphs` says.
+    pub(crate) eager_ops: Option<std::sync::Arc<[bool]>>,
     pub(crate) launch: LaunchParams,
     pub(crate) variability: Variability,
     pub(crate) seed: u64,
@@ -126,6 +131,8 @@ impl Engine {
         self.comm_free.clear();
         self.comm_free.resize(ranks, 0.0);
         let mut first_collective = cfg.cuda_graphs;
+        let pieces = cfg.eager_ops.as_deref().filter(|_| cfg.cuda_graphs);
+        let mut in_eager_run = false;
         self.arrival.clear();
         self.arrival.resize(ranks, 0.0);
         out.clear(ranks);
@@ -134,6 +141,24 @@ impl Engine {
         for (i, op) in w.ops.iter().enumerate() {
             let base = base_us[i];
             let idx = i as u32;
+            let (launch, gap) = match pieces {
+                Some(mask) if !op.family.is_sync() => {
+                    if mask.get(i).copied().unwrap_or(false) {
+                        in_eager_run = true;
+                        (cfg.launch.eager_launch_us, cfg.launch.eager_kernel_gap_us)
+                    } else {
+                        if in_eager_run {
+                            // The next graph piece: one more graph launch on the CPU.
+                            for c in self.cpu.iter_mut() {
+                                *c += cfg.launch.graph_launch_us;
+                            }
+                            in_eager_run = false;
+                        }
+                        (0.0, gap)
+                    }
+                }
+                _ => (launch, gap),
+            };
             match op.family {
                 CostFamily::Fork => {
                     for r in 0..ranks {

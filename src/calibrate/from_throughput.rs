@@ -348,6 +348,9 @@ pub struct Point {
     pub tp: Option<u32>,
     /// The served model the result names (`model_id`): checked against the scenario's model.
     pub model_id: Option<String>,
+    /// A `vllm bench serve` result read in the serving mode: the run it replays
+    /// (`calibrate::serving`); None: one decode step at `context`.
+    pub serving: Option<super::serving::ServeShape>,
 }
 
 /// A served model's id (`moonshotai/Kimi-K2.5`) names the scenario's model (`kimi-k2.5`): the
@@ -652,6 +655,7 @@ fn parse_csv(text: &str, path: &Path) -> Result<Vec<Point>> {
             spec,
             tp: None,
             model_id: None,
+            serving: None,
         });
     }
     if points.is_empty() {
@@ -902,6 +906,7 @@ impl ThroughputFit {
 struct Priced {
     scenario: Scenario,
     spec: Option<(Draft, u32, Acceptance)>,
+    serving: Option<super::serving::ServeShape>,
 }
 
 /// The loaded scenarios of the points, priced under trial factors.
@@ -947,7 +952,11 @@ impl Model {
                     Some((draft, sp.draft_tokens, acc))
                 }
             };
-            points.push(Priced { scenario: s, spec });
+            points.push(Priced {
+                scenario: s,
+                spec,
+                serving: p.serving.clone(),
+            });
             profile = Some(prof);
         }
         let profile = profile.ok_or_else(|| Error::Invariant("no points"))?;
@@ -983,9 +992,10 @@ impl Model {
             if let (Some(a), false) = (f.routing_alpha, self.routing_fixed) {
                 s.routing = Routing::power_law(a)?;
             }
-            let tps = match &p.spec {
-                None => simulate_loaded(s, profile.clone())?.tokens_per_s(),
-                Some((draft, k, acc)) => {
+            let tps = match (&p.spec, &p.serving) {
+                (None, Some(run)) => super::serving::tokens_per_s(&s, &profile, run)?,
+                (None, None) => simulate_loaded(s, profile.clone())?.tokens_per_s(),
+                (Some((draft, k, acc)), _) => {
                     // As `whatif spec-decode` prices it: draft + verify + host per step, the
                     // mean acceptance length tokens per sequence per step.
                     let c = crate::whatif::spec_decode::step_cost(

@@ -44,6 +44,9 @@ pub struct MeasuredServe {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ServeShape {
     pub options: ServeOptions,
+    /// Which of the run's numbers a throughput fit holds it to (`--bench-metric`).
+    #[serde(skip)]
+    pub metric: super::bench_serve::BenchMetric,
     /// Every request's (input, output) lengths, when the result saved them.
     #[serde(skip)]
     pub lengths: Option<Vec<(u64, u64)>>,
@@ -171,7 +174,7 @@ impl Keys<'_> {
     }
 }
 
-fn serve_point(v: &Value, line: usize, many: bool, path: &Path) -> Result<ServePoint> {
+pub(crate) fn serve_point(v: &Value, line: usize, many: bool, path: &Path) -> Result<ServePoint> {
     let obj = v.as_object().ok_or_else(|| {
         Error::field(
             path,
@@ -231,12 +234,12 @@ fn serve_point(v: &Value, line: usize, many: bool, path: &Path) -> Result<ServeP
     let mean_len = |t: f64| ((t / completed as f64).round() as u64).max(1);
     let inputs = k.lens("input_lens", 1)?;
     let outputs = k.lens("output_lens", 1)?;
-    let lengths =
-        match (inputs, outputs) {
-            (Some(i), Some(o)) if i.len() == o.len() && !i.is_empty() => {
-                Some(i.into_iter().zip(o).collect::<Vec<_>>())
-            }
-            (Some(i), Some(o)) => return Err(Error::field(
+    let lengths = match (inputs, outputs) {
+        (Some(i), Some(o)) if i.len() == o.len() && !i.is_empty() => {
+            Some(i.into_iter().zip(o).collect::<Vec<_>>())
+        }
+        (Some(i), Some(o)) => {
+            return Err(Error::field(
                 path,
                 k.at("output_lens"),
                 format!(
@@ -244,9 +247,10 @@ fn serve_point(v: &Value, line: usize, many: bool, path: &Path) -> Result<ServeP
                     o.len(),
                     i.len()
                 ),
-            )),
-            _ => None,
-        };
+            ))
+        }
+        _ => None,
+    };
     let range_ratio = k
         .number("random_range_ratio", "a share from 0 up to 1")?
         .unwrap_or(0.0);
@@ -288,7 +292,11 @@ fn serve_point(v: &Value, line: usize, many: bool, path: &Path) -> Result<ServeP
     Ok(ServePoint {
         file: path.to_path_buf(),
         line,
-        shape: ServeShape { options, lengths },
+        shape: ServeShape {
+            options,
+            lengths,
+            metric: Default::default(),
+        },
         measured: MeasuredServe {
             ttft: k.stat("ttft")?,
             tpot: k.stat("tpot")?,
@@ -345,4 +353,29 @@ pub fn predict_point(
         Some(l) => serving::serve_lengths(s, p, &o, l.clone()),
         None => serving::serve(s, p, &o),
     }
+}
+
+/// The predicted number a throughput fit holds a serving-mode point to (its `metric`): the
+/// run's output tokens/s, or concurrency / its median or mean TPOT.
+pub(crate) fn tokens_per_s(s: &Scenario, p: &CalibrationProfile, run: &ServeShape) -> Result<f64> {
+    use super::bench_serve::BenchMetric;
+    let base = ServeOptions {
+        seed: s.seed,
+        ..ServeOptions::default()
+    };
+    let r = predict_point(s, p, run, &base)?;
+    let tpot = match run.metric {
+        BenchMetric::OutputThroughput => return Ok(r.output_throughput),
+        BenchMetric::MedianTpot => r.tpot.median_ms,
+        BenchMetric::MeanTpot => r.tpot.mean_ms,
+    };
+    if tpot <= 0.0 {
+        return Err(Error::FlagUse {
+            flag: "--bench-metric",
+            problem:
+                "takes TPOT, which a run of one-token outputs does not have: use output-throughput"
+                    .into(),
+        });
+    }
+    Ok(r.options.concurrency as f64 * 1e3 / tpot)
 }

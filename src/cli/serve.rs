@@ -3,7 +3,7 @@
 //! measured numbers beside the predicted.
 
 use super::{print, ScenarioArgs};
-use crate::calibrate::serving::{self as bench, ServePoint};
+use crate::calibrate::serving as bench;
 use crate::error::{Error, Result};
 use crate::report::serving::{self as report, ServeReport, ServeRow};
 use crate::report::Format;
@@ -79,8 +79,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
     let rows = if a.from_bench_serve.is_empty() {
         predicted_rows(&s, &p, &base, &a.concurrency)?
     } else {
-        let points = bench::read_serve_points(&a.from_bench_serve)?;
-        measured_rows(&s, &p, &base, points)?
+        measured_rows(&req, &base, &a.from_bench_serve)?
     };
     let r = ServeReport {
         scenario: &s,
@@ -122,25 +121,39 @@ fn predicted_rows(
 }
 
 fn measured_rows(
-    s: &crate::scenario::Scenario,
-    p: &crate::cost::CalibrationProfile,
+    req: &crate::sim::ScenarioRequest,
     base: &ServeOptions,
-    points: Vec<ServePoint>,
+    files: &[PathBuf],
 ) -> Result<Vec<ServeRow>> {
-    points
-        .into_iter()
-        .map(|pt| {
-            bench::check_point(&pt, s)?;
+    let mut rows = Vec::new();
+    for f in files {
+        let text = crate::files::read_text(f, crate::files::InputKind::MeasurementCsv)?;
+        // The server settings a result records (--metadata: KV dtype, DCP, TP) as scenario
+        // knobs, and what it measured.
+        let opt = crate::calibrate::bench_serve::BenchOptions {
+            serving: true,
+            ..Default::default()
+        };
+        let settings = crate::calibrate::bench_serve::parse_bench(&text, f, &opt)?;
+        let measured = bench::read_serve_points(std::slice::from_ref(f))?;
+        for (point, pt) in settings.iter().zip(measured) {
             let origin = format!("{} line {}", crate::units::path(&pt.file), pt.line);
-            let result =
-                bench::predict_point(s, p, &pt.shape, base).map_err(|e| Error::PointInvalid {
-                    point: origin.clone(),
-                    problem: e.to_string(),
-                })?;
-            Ok(ServeRow {
+            let invalid = |e: Error| Error::PointInvalid {
+                point: origin.clone(),
+                problem: e.to_string(),
+            };
+            let mut r = req.clone();
+            for (k, v) in point.settings() {
+                k.apply(&mut r, v);
+            }
+            let (s, p) = r.load().map_err(invalid)?;
+            bench::check_point(&pt, &s)?;
+            let result = bench::predict_point(&s, &p, &pt.shape, base).map_err(invalid)?;
+            rows.push(ServeRow {
                 result,
                 measured: Some((origin, pt.measured)),
-            })
-        })
-        .collect()
+            });
+        }
+    }
+    Ok(rows)
 }

@@ -249,6 +249,12 @@ pub fn serve_lengths(
     let mut pricer = price::StepPricer::new(s, p, o.bucket_bits);
     let played = scheduler::play(&lengths, o.concurrency, limits, &mut |st| pricer.price(st))?;
     let mut warnings: Vec<String> = pricer.warnings.iter().cloned().collect();
+    if s.nccl.proto == crate::scenario::Proto::Ll && played.prefill_tokens > 0 {
+        warnings.push(format!(
+            "--nccl-proto LL: the prefill steps' all-reduces (up to {} tokens x {} x 2 bytes) are priced at NCCL's LL protocol, which NCCL's own choice keeps for small messages; pass --nccl-proto auto unless the server sets NCCL_PROTO=LL",
+            o.max_num_batched_tokens, s.model.hidden
+        ));
+    }
     if played.preemptions > 0 {
         warnings.push(format!(
             "the KV cache ({} tokens) ran out: {} preemption(s), each recomputing its request's prompt and output so far",

@@ -3,7 +3,6 @@
 //! measured numbers beside the predicted.
 
 use super::{print, ScenarioArgs};
-use crate::calibrate::serving as bench;
 use crate::error::{Error, Result};
 use crate::report::serving::{self as report, ServeReport, ServeRow};
 use crate::report::Format;
@@ -125,35 +124,11 @@ fn measured_rows(
     base: &ServeOptions,
     files: &[PathBuf],
 ) -> Result<Vec<ServeRow>> {
-    let mut rows = Vec::new();
-    for f in files {
-        let text = crate::files::read_text(f, crate::files::InputKind::MeasurementCsv)?;
-        // The server settings a result records (--metadata: KV dtype, DCP, TP) as scenario
-        // knobs, and what it measured.
-        let opt = crate::calibrate::bench_serve::BenchOptions {
-            serving: true,
-            ..Default::default()
-        };
-        let settings = crate::calibrate::bench_serve::parse_bench(&text, f, &opt)?;
-        let measured = bench::read_serve_points(std::slice::from_ref(f))?;
-        for (point, pt) in settings.iter().zip(measured) {
-            let origin = format!("{} line {}", crate::units::path(&pt.file), pt.line);
-            let invalid = |e: Error| Error::PointInvalid {
-                point: origin.clone(),
-                problem: e.to_string(),
-            };
-            let mut r = req.clone();
-            for (k, v) in point.settings() {
-                k.apply(&mut r, v);
-            }
-            let (s, p) = r.load().map_err(invalid)?;
-            bench::check_point(&pt, &s)?;
-            let result = bench::predict_point(&s, &p, &pt.shape, base).map_err(invalid)?;
-            rows.push(ServeRow {
-                result,
-                measured: Some((origin, pt.measured)),
-            });
-        }
-    }
-    Ok(rows)
+    Ok(crate::validate::serving::replay(req, base, files)?
+        .into_iter()
+        .map(|c| ServeRow {
+            result: c.predicted,
+            measured: Some((c.origin, c.measured)),
+        })
+        .collect())
 }

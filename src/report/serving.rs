@@ -235,3 +235,15 @@ pub fn to_csv(r: &ServeReport) -> String {
     }
     out
 }
+
+/// `validate --bench-serve`'s summary: the median |error| of each metric over the results.
+pub fn error_lines(e: &crate::validate::serving::ServingErrors) -> String {
+    let show = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{:.1}%", 100.0 * v));
+    format!(
+        "\nmedian |predicted / measured - 1| over the results: mean TPOT {}, median TPOT {}, mean TTFT {}, output throughput {}\n",
+        show(e.mean_tpot),
+        show(e.median_tpot),
+        show(e.mean_ttft),
+        show(e.output_throughput)
+    )
+}

@@ -221,3 +221,40 @@ fn bad_inputs_are_refused_by_name() {
         assert!(err.contains(name) && err.contains(want), "{name}: {err}");
     }
 }
+
+#[test]
+fn validate_bench_serve_reports_the_median_errors() {
+    let files: Vec<String> = serving_fixtures()
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect();
+    let mut args = vec![
+        "validate",
+        "--system",
+        "rtx-pro-6000-8x-pcie",
+        "--calibration",
+        "rtx-pro-6000",
+        "--layers",
+        "4",
+        "--bench-serve",
+    ];
+    args.extend(files.iter().map(String::as_str));
+    let (code, out, err) = decodesim_exit(&args);
+    assert_eq!(code, 0, "{err}");
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("median |predicted / measured - 1|"))
+        .unwrap_or_else(|| panic!("{out}"));
+    // The fixtures were made with the routed experts 1 / 0.8 slower: the default profile's
+    // output throughput is a few percent high, within the noise and the MoE share of the step.
+    let tput: f64 = line
+        .rsplit("output throughput ")
+        .next()
+        .and_then(|v| v.trim().trim_end_matches('%').parse().ok())
+        .unwrap();
+    assert!((1.0..10.0).contains(&tput), "{line}");
+    // Without --traces or --bench-serve: refused by name.
+    let (code, _, err) = decodesim_exit(&["validate"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--traces"), "{err}");
+}

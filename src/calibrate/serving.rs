@@ -192,36 +192,37 @@ pub(crate) fn serve_point(v: &Value, line: usize, many: bool, path: &Path) -> Re
         line,
         many,
     };
+    let (shape, completed) = run_shape(&k)?;
+    Ok(ServePoint {
+        file: path.to_path_buf(),
+        line,
+        shape,
+        measured: measured(&k, completed)?,
+        tp: tensor_parallel_size(&k)?,
+        model_id: k.text(&["model_id"]),
+    })
+}
+
+/// The run a result describes (its clients, prompts and lengths) and its completed requests.
+fn run_shape(k: &Keys) -> Result<(ServeShape, u64)> {
     let max_b = crate::scenario::deployment::MAX_BATCH;
     let conc_what = format!("a whole number 1..{max_b}");
-    if obj.get("max_concurrency").is_some_and(Value::is_null) {
-        return Err(Error::field(path, k.at("max_concurrency"), "null: the run was not concurrency-bound (no --max-concurrency), so its clients are unknown; rerun vllm bench serve with --max-concurrency N"));
+    if k.obj.get("max_concurrency").is_some_and(Value::is_null) {
+        return Err(Error::field(k.path, k.at("max_concurrency"), "null: the run was not concurrency-bound (no --max-concurrency), so its clients are unknown; rerun vllm bench serve with --max-concurrency N"));
     }
+    let missing = |key: &str, what: &str| {
+        Error::field(k.path, k.at(key), format!("missing: expected {what}"))
+    };
     let conc = k
         .whole("max_concurrency", 1.0, &conc_what)?
-        .ok_or_else(|| {
-            Error::field(
-                path,
-                k.at("max_concurrency"),
-                format!("missing: expected {conc_what}"),
-            )
-        })?;
+        .ok_or_else(|| missing("max_concurrency", &conc_what))?;
     if conc > max_b as u64 {
-        return Err(k.bad("max_concurrency", &obj["max_concurrency"], &conc_what));
+        return Err(k.bad("max_concurrency", &k.obj["max_concurrency"], &conc_what));
     }
+    let completed_what = "a whole number of completed requests, at least 1";
     let completed = k
-        .whole(
-            "completed",
-            1.0,
-            "a whole number of completed requests, at least 1",
-        )?
-        .ok_or_else(|| {
-            Error::field(
-                path,
-                k.at("completed"),
-                "missing: expected the number of completed requests",
-            )
-        })?;
+        .whole("completed", 1.0, completed_what)?
+        .ok_or_else(|| missing("completed", completed_what))?;
     let prompts = k
         .whole("num_prompts", 1.0, "a whole number of prompts, at least 1")?
         .unwrap_or(completed)
@@ -232,15 +233,13 @@ pub(crate) fn serve_point(v: &Value, line: usize, many: bool, path: &Path) -> Re
         "a whole number of tokens, at least 1",
     )?;
     let mean_len = |t: f64| ((t / completed as f64).round() as u64).max(1);
-    let inputs = k.lens("input_lens", 1)?;
-    let outputs = k.lens("output_lens", 1)?;
-    let lengths = match (inputs, outputs) {
+    let lengths = match (k.lens("input_lens", 1)?, k.lens("output_lens", 1)?) {
         (Some(i), Some(o)) if i.len() == o.len() && !i.is_empty() => {
             Some(i.into_iter().zip(o).collect::<Vec<_>>())
         }
         (Some(i), Some(o)) => {
             return Err(Error::field(
-                path,
+                k.path,
                 k.at("output_lens"),
                 format!(
                     "{} lengths beside {} input_lens: expected one output length per input length",
@@ -251,64 +250,61 @@ pub(crate) fn serve_point(v: &Value, line: usize, many: bool, path: &Path) -> Re
         }
         _ => None,
     };
-    let range_ratio = k
-        .number("random_range_ratio", "a share from 0 up to 1")?
-        .unwrap_or(0.0);
     let options = ServeOptions {
         input_len: mean_len(tin),
         output_len: mean_len(tout),
         concurrency: conc.min(prompts) as u32,
         num_prompts: lengths.as_ref().map_or(prompts, |l| l.len() as u64) as u32,
-        range_ratio,
+        range_ratio: k
+            .number("random_range_ratio", "a share from 0 up to 1")?
+            .unwrap_or(0.0),
         ..ServeOptions::default()
     };
-    let output_throughput =
-        k.required("output_throughput", "a positive number of output tokens/s")?;
-    if output_throughput <= 0.0 {
-        return Err(k.bad(
-            "output_throughput",
-            &obj["output_throughput"],
-            "a positive number of output tokens/s",
-        ));
-    }
-    let tp = match k.text(&["tensor_parallel_size", "tp"]) {
-        None => None,
-        Some(t) => Some(
-            t.parse::<u32>()
-                .ok()
-                .filter(|d| (1..=4096).contains(d))
-                .ok_or_else(|| {
-                    Error::field(
-                        path,
-                        k.at("tensor_parallel_size"),
-                        format!(
-                            "found '{}', expected a whole number 1..4096",
-                            crate::units::clip(&t, 40)
-                        ),
-                    )
-                })?,
-        ),
+    let shape = ServeShape {
+        options,
+        lengths,
+        metric: Default::default(),
     };
-    Ok(ServePoint {
-        file: path.to_path_buf(),
-        line,
-        shape: ServeShape {
-            options,
-            lengths,
-            metric: Default::default(),
-        },
-        measured: MeasuredServe {
-            ttft: k.stat("ttft")?,
-            tpot: k.stat("tpot")?,
-            itl: k.stat("itl")?,
-            output_throughput,
-            request_throughput: k.number("request_throughput", "requests/s")?,
-            duration_s: k.number("duration", "seconds")?,
-            completed,
-        },
-        tp,
-        model_id: k.text(&["model_id"]),
+    Ok((shape, completed))
+}
+
+/// What a result measured.
+fn measured(k: &Keys, completed: u64) -> Result<MeasuredServe> {
+    let what = "a positive number of output tokens/s";
+    let output_throughput = k.required("output_throughput", what)?;
+    if output_throughput <= 0.0 {
+        return Err(k.bad("output_throughput", &k.obj["output_throughput"], what));
+    }
+    Ok(MeasuredServe {
+        ttft: k.stat("ttft")?,
+        tpot: k.stat("tpot")?,
+        itl: k.stat("itl")?,
+        output_throughput,
+        request_throughput: k.number("request_throughput", "requests/s")?,
+        duration_s: k.number("duration", "seconds")?,
+        completed,
     })
+}
+
+/// The server's TP a result records (`--metadata tensor_parallel_size=N`).
+fn tensor_parallel_size(k: &Keys) -> Result<Option<u32>> {
+    let Some(t) = k.text(&["tensor_parallel_size", "tp"]) else {
+        return Ok(None);
+    };
+    t.parse::<u32>()
+        .ok()
+        .filter(|d| (1..=4096).contains(d))
+        .map(Some)
+        .ok_or_else(|| {
+            Error::field(
+                k.path,
+                k.at("tensor_parallel_size"),
+                format!(
+                    "found '{}', expected a whole number 1..4096",
+                    crate::units::clip(&t, 40)
+                ),
+            )
+        })
 }
 
 /// Holds a point's recorded server settings against the scenario.

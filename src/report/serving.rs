@@ -45,6 +45,11 @@ fn measured_cells(s: &Option<MeasuredStat>) -> Vec<String> {
 }
 
 pub fn render_table(r: &ServeReport) -> String {
+    header(r) + &runs_table(r).render() + &steps_and_warnings(r)
+}
+
+/// The scenario, the run's settings and the profile.
+fn header(r: &ServeReport) -> String {
     let s = r.scenario;
     let mut out = format!("decodesim serve: {}\n", super::simulation::headline(s));
     if let Some(first) = r.rows.first() {
@@ -79,6 +84,11 @@ pub fn render_table(r: &ServeReport) -> String {
         r.profile.profile.name,
         path(&r.profile.path)
     );
+    out
+}
+
+/// One row per run (and the measured and error rows of a replayed result).
+fn runs_table(r: &ServeReport) -> Table {
     let mut t = Table::new(&[
         "users",
         "",
@@ -143,7 +153,12 @@ pub fn render_table(r: &ServeReport) -> String {
             t.row(error_cells(x, m));
         }
     }
-    out += &t.render();
+    t
+}
+
+/// Each run's steps by graph mode, its prefill per step and preemptions; the warnings.
+fn steps_and_warnings(r: &ServeReport) -> String {
+    let mut out = String::new();
     out += "\nsteps per run: full graph / piecewise (prefill) / no graph; mean prefill tokens per step; preemptions\n";
     for row in &r.rows {
         let x = &row.result;

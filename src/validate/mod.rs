@@ -20,6 +20,8 @@ use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+pub mod serving;
+
 /// One captured configuration: the files of all its ranks.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub(crate) struct Case {

@@ -31,7 +31,7 @@ use crate::sim::ScenarioRequest;
 pub use factors::{Factor, FactorSpec, ALL_FACTORS, FACTORS};
 pub use model::predict;
 use model::{starting_point, Model};
-pub(crate) use points::{kv_dtype_bytes, spec_point};
+pub(crate) use points::{kv_dtype_bytes, model_id_matches, spec_point};
 pub use points::{read_inputs, read_points, Measured, MeasuredAcceptance, Point, SpecPoint};
 use result::{fit_result, fitted_intervals, no_progress, Solved};
 use select::{

@@ -20,6 +20,7 @@ use std::path::{Path, PathBuf};
 pub(super) struct Priced {
     scenario: Scenario,
     spec: Option<(Draft, u32, Acceptance)>,
+    serving: Option<crate::calibrate::serving::ServeShape>,
 }
 
 /// The loaded scenarios of the points, priced under trial factors.
@@ -65,7 +66,11 @@ impl Model {
                     Some((draft, sp.draft_tokens, acc))
                 }
             };
-            points.push(Priced { scenario: s, spec });
+            points.push(Priced {
+                scenario: s,
+                spec,
+                serving: p.serving.clone(),
+            });
             profile = Some(prof);
         }
         let profile = profile.ok_or(Error::Invariant("no points"))?;
@@ -101,9 +106,10 @@ impl Model {
             if let (Some(a), false) = (f.routing_alpha, self.routing_fixed) {
                 s.routing = Routing::power_law(a)?;
             }
-            let tps = match &p.spec {
-                None => simulate_loaded(s, profile.clone())?.tokens_per_s(),
-                Some((draft, k, acc)) => {
+            let tps = match (&p.spec, &p.serving) {
+                (None, Some(run)) => crate::calibrate::serving::tokens_per_s(&s, &profile, run)?,
+                (None, None) => simulate_loaded(s, profile.clone())?.tokens_per_s(),
+                (Some((draft, k, acc)), _) => {
                     // As `whatif spec-decode` prices it: draft + verify + host per step, the
                     // mean acceptance length tokens per sequence per step.
                     let c = crate::whatif::spec_decode::step_cost(

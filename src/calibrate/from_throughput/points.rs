@@ -82,6 +82,9 @@ pub struct Point {
     pub tp: Option<u32>,
     /// The served model the result names (`model_id`): checked against the scenario's model.
     pub model_id: Option<String>,
+    /// A `vllm bench serve` result read in the serving mode: the run it replays
+    /// (`calibrate::serving`); None: one decode step at `context`.
+    pub serving: Option<crate::calibrate::serving::ServeShape>,
 }
 
 /// A served model's id (`moonshotai/Kimi-K2.5`) names the scenario's model (`kimi-k2.5`): the
@@ -386,6 +389,7 @@ pub(super) fn parse_csv(text: &str, path: &Path) -> Result<Vec<Point>> {
             spec,
             tp: None,
             model_id: None,
+            serving: None,
         });
     }
     if points.is_empty() {

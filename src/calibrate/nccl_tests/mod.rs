@@ -84,58 +84,8 @@ type Measured<'a> = BTreeMap<(String, u32, String, u64), (f64, u64, &'a Path, us
 
 /// Reads the files, writes `tables/` and the profile.
 pub fn from_nccl_tests(req: &NcclTestsRequest) -> Result<NcclTestsResult> {
-    if req.files.is_empty() {
-        return Err(Error::NoInput {
-            flag: "--from-nccl-tests",
-            what: "file",
-        });
-    }
-    let mut files: Vec<NcclTestsFile> = Vec::new();
-    for f in &req.files {
-        files.extend(read_sections(f)?);
-    }
-    // A file whose rank lines name no host but which has more ranks than one node of the
-    // system holds ran over several nodes of it.
-    let per_node = req.system.gpus_per_node.max(1);
-    for f in files
-        .iter_mut()
-        .filter(|f| f.nodes == 1 && f.nranks > per_node)
-    {
-        if !f.nranks.is_multiple_of(per_node) {
-            return Err(Error::field(
-                &f.path,
-                "header",
-                format!(
-                    "{} ranks, more than the {per_node} GPUs of one node of system '{}' and not a whole number of its nodes; keep the '# Rank ... on HOST device ...' lines so the hosts can be counted",
-                    f.nranks, req.system.name
-                ),
-            ));
-        }
-        f.nodes = f.nranks / per_node;
-    }
-    for f in &files {
-        check_gpus(f, &req.system)?;
-        check_bus_bandwidth(f, &req.system)?;
-    }
-    // (op, nranks, dtype, bytes) → (µs, file, line): one measurement per size.
-    let mut table: Measured = BTreeMap::new();
-    for f in &files {
-        for r in &f.rows {
-            let key = (f.op.clone(), f.nranks, r.dtype.clone(), r.bytes);
-            if let Some((_, _, p, l)) = table.get(&key) {
-                return Err(Error::Conflict { first: format!("{} line {l}", crate::units::path(p)), second: format!("{} line {}", crate::units::path(&f.path), r.line), problem: format!("{} of {} B at {} ranks measured twice; keep one run per test and rank count", f.op, r.bytes, f.nranks) });
-            }
-            table.insert(
-                key,
-                (
-                    r.us(req.column),
-                    r.bytes / dtype_size(&r.dtype),
-                    &f.path,
-                    r.line,
-                ),
-            );
-        }
-    }
+    let files = read_checked(req)?;
+    let table = measured_table(req, &files)?;
     same_size_conflicts(&table, &files)?;
     let out_dir = req
         .out
@@ -265,36 +215,6 @@ pub fn from_nccl_tests(req: &NcclTestsRequest) -> Result<NcclTestsResult> {
     };
     let date = today();
     let column = req.column.name();
-    let describe = |f: &NcclTestsFile| {
-        format!(
-            "{}{} ({}_perf, {} ranks{}{}, {} rows, {}{})",
-            crate::units::path(&f.path),
-            if f.line > 1 {
-                format!(" from line {}", f.line)
-            } else {
-                String::new()
-            },
-            f.op,
-            f.nranks,
-            if f.nodes > 1 {
-                format!(" on {} nodes", f.nodes)
-            } else {
-                String::new()
-            },
-            if f.gpus.is_empty() {
-                String::new()
-            } else {
-                format!(" of {}", f.gpus.join(" / "))
-            },
-            f.rows.len(),
-            f.threads_line,
-            if f.versions.is_empty() {
-                String::new()
-            } else {
-                format!("; {}", f.versions.join("; "))
-            }
-        )
-    };
     let sources: Vec<String> = files.iter().map(describe).collect();
     let mut manifest = format!(
         "{}: collective table from nccl-tests, written by decodesim calibrate --from-nccl-tests on {date}\n\nnccl_collectives.csv: the {column} time of every row of\n",
@@ -419,6 +339,136 @@ pub fn from_nccl_tests(req: &NcclTestsRequest) -> Result<NcclTestsResult> {
         sources.join("; "),
         req.base.profile.provenance
     );
+    p.fit.insert(
+        "nccl_tests".into(),
+        toml::Value::Table(fit_record(&files, column, &date)),
+    );
+
+    let curves = written_curves(&files, p.aic.as_deref(), base_aic.as_deref());
+    let header = format!(
+        "# Written by `decodesim calibrate --from-nccl-tests {}` from profile '{}' on {date}.\n# Collectives: {}",
+        files.iter().map(|f| crate::units::path(&f.path)).collect::<Vec<_>>().join(" "),
+        req.base.profile.name,
+        what
+    );
+    let text = render_profile(&req.out, &header, &p)?;
+    staged.commit(|| crate::files::write_atomic_bytes(&req.out, &text))?;
+    Ok(NcclTestsResult {
+        profile: p,
+        tables_dir,
+        files,
+        curves,
+        copied,
+        measured: measured.into_iter().collect(),
+        kept: kept.into_iter().collect(),
+        kept_multinode,
+        multinode_rows: multi_rows,
+    })
+}
+
+/// Reads every file (each log of a file its own collective), infers the nodes of a file whose
+/// rank lines name no host, and checks each against the system.
+fn read_checked(req: &NcclTestsRequest) -> Result<Vec<NcclTestsFile>> {
+    if req.files.is_empty() {
+        return Err(Error::NoInput {
+            flag: "--from-nccl-tests",
+            what: "file",
+        });
+    }
+    let mut files: Vec<NcclTestsFile> = Vec::new();
+    for f in &req.files {
+        files.extend(read_sections(f)?);
+    }
+    // A file whose rank lines name no host but which has more ranks than one node of the
+    // system holds ran over several nodes of it.
+    let per_node = req.system.gpus_per_node.max(1);
+    for f in files
+        .iter_mut()
+        .filter(|f| f.nodes == 1 && f.nranks > per_node)
+    {
+        if !f.nranks.is_multiple_of(per_node) {
+            return Err(Error::field(
+                &f.path,
+                "header",
+                format!(
+                    "{} ranks, more than the {per_node} GPUs of one node of system '{}' and not a whole number of its nodes; keep the '# Rank ... on HOST device ...' lines so the hosts can be counted",
+                    f.nranks, req.system.name
+                ),
+            ));
+        }
+        f.nodes = f.nranks / per_node;
+    }
+    for f in &files {
+        check_gpus(f, &req.system)?;
+        check_bus_bandwidth(f, &req.system)?;
+    }
+    Ok(files)
+}
+
+/// The files' rows as one table, refused where two files measure the same size.
+fn measured_table<'a>(req: &NcclTestsRequest, files: &'a [NcclTestsFile]) -> Result<Measured<'a>> {
+    // (op, nranks, dtype, bytes) → (µs, file, line): one measurement per size.
+    let mut table: Measured = BTreeMap::new();
+    for f in files {
+        for r in &f.rows {
+            let key = (f.op.clone(), f.nranks, r.dtype.clone(), r.bytes);
+            if let Some((_, _, p, l)) = table.get(&key) {
+                return Err(Error::Conflict { first: format!("{} line {l}", crate::units::path(p)), second: format!("{} line {}", crate::units::path(&f.path), r.line), problem: format!("{} of {} B at {} ranks measured twice; keep one run per test and rank count", f.op, r.bytes, f.nranks) });
+            }
+            table.insert(
+                key,
+                (
+                    r.us(req.column),
+                    r.bytes / dtype_size(&r.dtype),
+                    &f.path,
+                    r.line,
+                ),
+            );
+        }
+    }
+    Ok(table)
+}
+
+/// One file as the profile's provenance names it: path, first line, collective, ranks, nodes,
+/// GPUs, rows, the header's threads line and versions.
+fn describe(f: &NcclTestsFile) -> String {
+    format!(
+        "{}{} ({}_perf, {} ranks{}{}, {} rows, {}{})",
+        crate::units::path(&f.path),
+        if f.line > 1 {
+            format!(" from line {}", f.line)
+        } else {
+            String::new()
+        },
+        f.op,
+        f.nranks,
+        if f.nodes > 1 {
+            format!(" on {} nodes", f.nodes)
+        } else {
+            String::new()
+        },
+        if f.gpus.is_empty() {
+            String::new()
+        } else {
+            format!(" of {}", f.gpus.join(" / "))
+        },
+        f.rows.len(),
+        f.threads_line,
+        if f.versions.is_empty() {
+            String::new()
+        } else {
+            format!("; {}", f.versions.join("; "))
+        }
+    )
+}
+
+/// The profile's `[fit.nccl_tests]` record: the files, their versions, headers, GPUs and
+/// nodes, the time column and the date.
+fn fit_record(
+    files: &[NcclTestsFile],
+    column: &str,
+    date: &str,
+) -> toml::map::Map<String, toml::Value> {
     let mut t = toml::map::Map::new();
     let s = |x: &str| toml::Value::String(x.to_string());
     t.insert(
@@ -462,9 +512,16 @@ pub fn from_nccl_tests(req: &NcclTestsRequest) -> Result<NcclTestsResult> {
         ),
     );
     t.insert("column".into(), s(column));
-    t.insert("written".into(), s(&date));
-    p.fit.insert("nccl_tests".into(), toml::Value::Table(t));
+    t.insert("written".into(), s(date));
+    t
+}
 
+/// The single-node curves written, each with its end points and the base table's price there.
+fn written_curves(
+    files: &[NcclTestsFile],
+    aic: Option<&AicTables>,
+    base_aic: Option<&AicTables>,
+) -> Vec<Curve> {
     let mut curves = Vec::new();
     let mut keys: Vec<(String, u32)> = files
         .iter()
@@ -473,21 +530,17 @@ pub fn from_nccl_tests(req: &NcclTestsRequest) -> Result<NcclTestsResult> {
         .collect();
     keys.sort();
     keys.dedup();
-    let aic = p.aic.clone();
     for (op, n) in keys {
-        let Some(c) = aic.as_ref().and_then(|a| a.nccl_curve(&op, n)) else {
+        let Some(c) = aic.and_then(|a| a.nccl_curve(&op, n)) else {
             continue;
         };
         let (first, last) = (c.pts[0], c.pts[c.pts.len() - 1]);
-        let base_us = base_aic
-            .as_ref()
-            .and_then(|b| b.nccl_curve(&op, n))
-            .and_then(|bc| {
-                Some([
-                    comm_price(&bc.pts, first.0)?.us,
-                    comm_price(&bc.pts, last.0)?.us,
-                ])
-            });
+        let base_us = base_aic.and_then(|b| b.nccl_curve(&op, n)).and_then(|bc| {
+            Some([
+                comm_price(&bc.pts, first.0)?.us,
+                comm_price(&bc.pts, last.0)?.us,
+            ])
+        });
         curves.push(Curve {
             op,
             nranks: n,
@@ -498,23 +551,5 @@ pub fn from_nccl_tests(req: &NcclTestsRequest) -> Result<NcclTestsResult> {
             switch_bytes: c.switch_bytes(),
         });
     }
-    let header = format!(
-        "# Written by `decodesim calibrate --from-nccl-tests {}` from profile '{}' on {date}.\n# Collectives: {}",
-        files.iter().map(|f| crate::units::path(&f.path)).collect::<Vec<_>>().join(" "),
-        req.base.profile.name,
-        what
-    );
-    let text = render_profile(&req.out, &header, &p)?;
-    staged.commit(|| crate::files::write_atomic_bytes(&req.out, &text))?;
-    Ok(NcclTestsResult {
-        profile: p,
-        tables_dir,
-        files,
-        curves,
-        copied,
-        measured: measured.into_iter().collect(),
-        kept: kept.into_iter().collect(),
-        kept_multinode,
-        multinode_rows: multi_rows,
-    })
+    curves
 }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Code-shape counts of src/ (the renovation's measures): functions over 80 lines, files over
-# 800 lines, `pub` items, and error sites that carry only a string (`Error::Other(String)` /
+# Code-shape counts of src/ (the renovation's measures): functions over 80 (and 150) lines,
+# files over 800 lines, glob imports outside test modules (`use a::*;`), `pub` items, and error sites that carry only a string (`Error::Other(String)` /
 # `Error::Scenario(String)`) among all error sites. Run from anywhere: scripts/code_counts.sh
 # [--list] (with --list, the long functions and files are named).
 set -euo pipefail
@@ -20,6 +20,8 @@ long_fns, long_files = [], []
 pub_items = pub_crate = 0
 string_only = all_sites = 0
 string_only_by_file = {}
+glob_re = re.compile(r"^\s*(pub(\([^)]*\))?\s+)?use\s+[\w:]+::\*;")
+globs = []
 site_re = re.compile(r"\b(Error|TraceError|PlotError)::[A-Z]\w*|\bError::field\(")
 string_re = re.compile(r"\bError::(Other|Scenario)\(")
 for path in files:
@@ -28,6 +30,17 @@ for path in files:
         lines.pop()
     if len(lines) > 800:
         long_files.append((len(lines), path))
+    # A test module's `use super::*;` is the convention; other glob imports are counted.
+    in_tests, depth = False, 0
+    for i, line in enumerate(lines):
+        if re.match(r"^\s*mod tests\s*\{", line):
+            in_tests, depth = True, 0
+        if in_tests:
+            depth += line.count("{") - line.count("}")
+            in_tests = depth > 0
+            continue
+        if glob_re.match(line):
+            globs.append(f"{path}:{i + 1}")
     for i, line in enumerate(lines):
         m = fn_re.match(line)
         if m and not line.rstrip().endswith(";"):
@@ -58,7 +71,9 @@ for path in files:
 print(f"source files:                 {len(files)}")
 print(f"lines:                        {sum(len(open(p).read().splitlines()) for p in files)}")
 print(f"functions over 80 lines:      {len(long_fns)}")
+print(f"functions over 150 lines:     {sum(1 for n, _ in long_fns if n > 150)}")
 print(f"files over 800 lines:         {len(long_files)}")
+print(f"glob imports (not in tests):  {len(globs)}")
 print(f"pub items (plain `pub`):      {pub_items}")
 print(f"pub(crate)/pub(super) items:  {pub_crate}")
 print(f"error sites:                  {all_sites}")
@@ -70,6 +85,9 @@ if listing:
     print("\nfiles over 800 lines:")
     for n, what in sorted(long_files, reverse=True):
         print(f"  {n:5} {what}")
+    print("\nglob imports outside test modules:")
+    for what in globs:
+        print(f"  {what}")
     print("\nstring-only error sites by file:")
     for p, k in sorted(string_only_by_file.items(), key=lambda x: -x[1]):
         print(f"  {k:5} {p}")

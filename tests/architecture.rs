@@ -485,9 +485,9 @@ fn the_import_parser_sees_use_trees_and_relative_paths() {
         ]
     );
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    // accounting/summary.rs reads traces through the trace reader's parse module
-    let deps = file_imports(&src, &src.join("accounting/summary.rs"));
-    assert!(deps.contains(&src.join("trace/parse.rs")), "{deps:?}");
+    // accounting/summary/mod.rs reads traces through the trace reader's parse module
+    let deps = file_imports(&src, &src.join("accounting/summary/mod.rs"));
+    assert!(deps.contains(&src.join("trace/parse/mod.rs")), "{deps:?}");
     // error.rs names its submodules by their bare names
     let deps = file_imports(&src, &src.join("error.rs"));
     assert!(deps.contains(&src.join("error/trace.rs")), "{deps:?}");

@@ -1,0 +1,371 @@
+//! The draws: each source's normal deviate from (seed, draw, name), the prices it scales, and
+//! the quantiles of the results.
+
+use super::model_error::{
+    factor_intervals, factor_value, fp8_transfer_source, table_errors, ModelError,
+};
+use super::{
+    Effect, Interval, Source, Target, Uncertainty, COLLECTIVES, DEFAULT_ROUTING_RMS_LOG_ERROR,
+    FACTOR_EFFECTS, GEMM, MLA, MOE, Z975,
+};
+use crate::cost::CalibrationProfile;
+use crate::error::Result;
+use crate::scenario::routing::Routing;
+use crate::scenario::Scenario;
+use crate::sim::fast::{Collectives, Draw, FastScenario, Launch};
+use crate::workload::routing::DistinctExperts;
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use serde::Serialize;
+
+impl Uncertainty {
+    /// The sources of `s`'s prices under `p`: its fitted factors' intervals, its tables'
+    /// interpolation errors, its routing, and the bundled model-form error. An error names the
+    /// profile's malformed interval or the model-error file's malformed field.
+    pub fn from_profile(p: &CalibrationProfile, s: &Scenario) -> Result<Self> {
+        Self::from_profile_with(p, s, &ModelError::bundled()?)
+    }
+
+    /// [`Uncertainty::from_profile`] with a model-form error of the caller's (the validation's
+    /// leave-one-out σ).
+    pub fn from_profile_with(
+        p: &CalibrationProfile,
+        s: &Scenario,
+        model: &ModelError,
+    ) -> Result<Self> {
+        let mut sources = Vec::new();
+        let cis = factor_intervals(p)?;
+        let src = |what: &str| format!("{}: {what}", p.path.display());
+        for (name, effect) in FACTOR_EFFECTS {
+            let Some(&[lo, hi]) = cis.get(*name) else {
+                continue;
+            };
+            let value = factor_value(p, name);
+            let what = src(&format!("{name} 95% interval [{lo}, {hi}]"));
+            let log_source = |target: Target, sign: f64, v: f64| {
+                // ln X ~ N(m, σ) with [lo, hi] its 95% interval; the price multiplier is
+                // (X / v)^sign, lognormal too.
+                let (m, sd) = (
+                    (lo.ln() + hi.ln()) / 2.0,
+                    (hi.ln() - lo.ln()) / (2.0 * Z975),
+                );
+                Source {
+                    name: name.to_string(),
+                    provenance: what.clone(),
+                    target,
+                    mu: sign * (m - v.ln()),
+                    sigma: sd,
+                    log: true,
+                }
+            };
+            match *effect {
+                Effect::Families(fams, sign) => {
+                    let v = value.unwrap_or(1.0);
+                    sources.push(log_source(Target::Families(fams.to_vec()), sign, v));
+                }
+                Effect::CollectiveBandwidth => {
+                    let v = value.unwrap_or(1.0);
+                    sources.push(log_source(Target::CollectiveBandwidth, -1.0, v));
+                }
+                Effect::CollectiveLatency => {
+                    let v = value.unwrap_or(1.0);
+                    sources.push(log_source(Target::CollectiveLatency, 1.0, v));
+                }
+                Effect::StepOverhead => {
+                    let v = value.unwrap_or(0.0);
+                    let log = lo > 0.0;
+                    let (mu, sigma) = if log {
+                        (
+                            (lo.ln() + hi.ln()) / 2.0,
+                            (hi.ln() - lo.ln()) / (2.0 * Z975),
+                        )
+                    } else {
+                        ((lo + hi) / 2.0, (hi - lo) / (2.0 * Z975))
+                    };
+                    sources.push(Source {
+                        name: name.to_string(),
+                        provenance: what,
+                        target: Target::StepOverhead { value_us: v },
+                        mu,
+                        sigma,
+                        log,
+                    });
+                }
+                Effect::Routing => {
+                    // Only where the scenario runs the fitted alpha (not a `--routing` of its own).
+                    let (Some(v), Some(moe)) = (value, s.model.moe.as_ref()) else {
+                        continue;
+                    };
+                    if Routing::power_law(v).ok().as_ref() != Some(&s.routing) {
+                        continue;
+                    }
+                    // The MoE price follows the experts touched (the weights read): its log
+                    // changes by e per unit of alpha at this step's tokens.
+                    let tokens = (s.batch as u64).max(1);
+                    let at = |a: f64| {
+                        Routing::power_law(a.clamp(0.0, crate::scenario::routing::MAX_ALPHA))
+                            .map(|r| {
+                                DistinctExperts::new(&r, moe.n_routed_experts, moe.top_k).at(tokens)
+                            })
+                            .unwrap_or(f64::NAN)
+                    };
+                    let (a, b) = (at(lo), at(hi));
+                    if !(a > 0.0 && b > 0.0) {
+                        continue;
+                    }
+                    sources.push(Source {
+                        name: name.to_string(),
+                        provenance: format!(
+                            "{what}: experts touched at {tokens} tokens {a:.1} to {b:.1}"
+                        ),
+                        target: Target::Families(MOE.to_vec()),
+                        mu: 0.0,
+                        sigma: (b / a).ln().abs() / (2.0 * Z975),
+                        log: true,
+                    });
+                }
+            }
+        }
+        if let Some(src) = fp8_transfer_source(s) {
+            sources.push(src);
+        }
+        if s.model.moe.is_some()
+            && p.factors.routing_alpha.is_none()
+            && s.routing == Routing::default()
+        {
+            sources.push(Source {
+                name: "routing".into(),
+                provenance: format!(
+                    "default routing {}: the MoE price's rms log error {DEFAULT_ROUTING_RMS_LOG_ERROR} against AIConfigurator's power_law_1.01 rows",
+                    Routing::default()
+                ),
+                target: Target::Families(MOE.to_vec()),
+                mu: 0.0,
+                sigma: DEFAULT_ROUTING_RMS_LOG_ERROR,
+                log: true,
+            });
+        }
+        for (family, pooled) in table_errors(p) {
+            // The MoE rows of the scenario's own expert shape, where the table prices them; a
+            // shape the table lacks is priced by the law, which the table's error is not of.
+            let (sigma, of) = if family == "moe" {
+                let own = crate::cost::aic::moe_shape(s).and_then(|sh| {
+                    let t = p.aic.as_ref()?;
+                    let sigma = t.moe_rms_log_error_for(&sh)?;
+                    Some((sigma, sh))
+                });
+                match own {
+                    Some((sigma, sh)) => (
+                        sigma,
+                        format!(
+                            ", the rows of this model's shape ({} {} experts, hidden {}, inter {}, top-{})",
+                            sh.0, sh.1, sh.2, sh.3, sh.4
+                        ),
+                    ),
+                    None => continue,
+                }
+            } else {
+                (pooled, String::new())
+            };
+            let fams = match family {
+                "moe" => MOE,
+                "gemm" => GEMM,
+                "mla" => MLA,
+                _ => COLLECTIVES,
+            };
+            if sigma > 0.0 {
+                sources.push(Source {
+                    name: format!("table_{family}"),
+                    provenance: format!(
+                        "AIConfigurator {family} table ({}{of}): leave-one-out rms log error of its interpolation {sigma:.4}",
+                        p.aic.as_ref().map_or(String::new(), |t| crate::units::path(&t.dir))
+                    ),
+                    target: Target::Families(fams.to_vec()),
+                    mu: 0.0,
+                    sigma,
+                    log: true,
+                });
+            }
+        }
+        sources.extend(model.sources());
+        Ok(Uncertainty { sources })
+    }
+
+    /// Nothing is uncertain: every interval is the point.
+    pub fn is_empty(&self) -> bool {
+        self.sources.iter().all(|s| s.sigma == 0.0 && s.mu == 0.0)
+    }
+
+    /// `n` draws under `seed`. Each source's normal deviate is a function of (seed, draw index,
+    /// source name) only, so another scenario's draws share it (paired draws).
+    pub(super) fn draws(&self, n: usize, seed: u64) -> Vec<Draw> {
+        (0..n).map(|i| self.draw(i as u64, seed)).collect()
+    }
+
+    fn draw(&self, i: u64, seed: u64) -> Draw {
+        let mut d = Draw::default();
+        for s in &self.sources {
+            let z = normal(seed, i, &s.name);
+            let x = s.mu + s.sigma * z;
+            match &s.target {
+                Target::Families(fams) => {
+                    for &f in fams {
+                        d.family[f as usize] *= x.exp();
+                    }
+                    // A collective family's error scales its whole price, latency term too.
+                    if fams.iter().any(|f| f.is_collective()) {
+                        d.collective_latency *= x.exp();
+                    }
+                }
+                Target::CollectiveBandwidth => {
+                    for &f in COLLECTIVES {
+                        d.family[f as usize] *= x.exp();
+                    }
+                }
+                Target::CollectiveLatency => d.collective_latency *= x.exp(),
+                Target::StepOverhead { value_us } => {
+                    let v = if s.log { x.exp() } else { x.max(0.0) };
+                    d.step_overhead_us += v - value_us;
+                }
+                Target::Idle => d.step_overhead_us += x,
+            }
+        }
+        d
+    }
+}
+
+/// A standard normal deviate determined by (seed, draw, source name) (Box–Muller).
+pub(super) fn normal(seed: u64, draw: u64, name: &str) -> f64 {
+    // FNV-1a of the name: stable across runs and platforms.
+    let h = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
+    });
+    let mut rng = SmallRng::seed_from_u64(
+        seed ^ h.rotate_left(17) ^ draw.wrapping_mul(0x9E37_79B9_7F4A_7C15),
+    );
+    let u1: f64 = rng.random::<f64>().max(f64::MIN_POSITIVE);
+    let u2: f64 = rng.random::<f64>();
+    (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
+}
+
+/// A scenario ready for drawing: its fast path, launch and collective settings, the draws, and
+/// the undrawn fast-path step the drawn ones are taken relative to.
+pub struct Drawn {
+    pub fast: FastScenario,
+    launch: Launch,
+    coll: Collectives,
+    pub(super) draws: Vec<Draw>,
+    pub(super) uncertainty: Uncertainty,
+}
+
+impl Drawn {
+    /// Fits `s`'s fast path (with `draft`, its speculative passes too) and draws `n` draws.
+    pub fn new(
+        s: &Scenario,
+        p: &CalibrationProfile,
+        draft: Option<&crate::whatif::draft::Draft>,
+        n: usize,
+        seed: u64,
+    ) -> Result<Self> {
+        Self::with_uncertainty(s, p, draft, Uncertainty::from_profile(p, s)?, n, seed)
+    }
+
+    /// [`Drawn::new`] drawing `uncertainty`'s sources.
+    pub fn with_uncertainty(
+        s: &Scenario,
+        p: &CalibrationProfile,
+        draft: Option<&crate::whatif::draft::Draft>,
+        uncertainty: Uncertainty,
+        n: usize,
+        seed: u64,
+    ) -> Result<Self> {
+        let fast = FastScenario::new(s, p, draft.map(|d| &d.drafter))?;
+        Ok(Drawn {
+            launch: Launch::new(p, s.cuda_graphs),
+            coll: Collectives::new(s, p)?,
+            draws: uncertainty.draws(n, seed),
+            fast,
+            uncertainty,
+        })
+    }
+
+    /// Per draw, the plain step's drawn time over its undrawn time at (batch, context).
+    pub fn step_ratios(&self, batch: u32, context: u64) -> Vec<f64> {
+        let base = self.fast.step_us(batch, context, &self.launch, &self.coll);
+        self.draws
+            .iter()
+            .map(|d| {
+                self.fast
+                    .step_us_drawn(batch, context, &self.launch, &self.coll, d)
+                    / base
+            })
+            .collect()
+    }
+
+    /// [`Drawn::step_ratios`] for a scenario that differs from the fitted one only in what the
+    /// fast path takes per call (batch, context, NCCL protocol and algorithm, CUDA graphs), as
+    /// a sweep prices its grid: no second fit.
+    pub(super) fn step_ratios_of(&self, s: &Scenario, p: &CalibrationProfile) -> Result<Vec<f64>> {
+        let launch = Launch::new(p, s.cuda_graphs);
+        let coll = Collectives::new(s, p)?;
+        let base = self.fast.step_us(s.batch, s.context, &launch, &coll);
+        Ok(self
+            .draws
+            .iter()
+            .map(|d| {
+                self.fast
+                    .step_us_drawn(s.batch, s.context, &launch, &coll, d)
+                    / base
+            })
+            .collect())
+    }
+
+    /// Per draw, the speculative step's drawn time over its undrawn time (k draft tokens);
+    /// None without a drafter.
+    pub fn spec_step_ratios(&self, batch: u32, context: u64, k: u32) -> Option<Vec<f64>> {
+        let base = self
+            .fast
+            .spec_step_us(batch, context, k, &self.launch, &self.coll)?
+            .2;
+        self.draws
+            .iter()
+            .map(|d| {
+                self.fast
+                    .spec_step_us_drawn(batch, context, k, &self.launch, &self.coll, d)
+                    .map(|x| x.2 / base)
+            })
+            .collect()
+    }
+}
+
+/// Intervals of one answer: the step time and tokens/s.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Intervals {
+    pub step_time_us: Interval,
+    pub tokens_per_s: Interval,
+}
+
+impl Intervals {
+    /// From per-draw step-time ratios around the point step time (tokens/s ∝ 1 / step time).
+    pub(super) fn from_ratios(ratios: &[f64], step_us: f64, tokens_per_s: f64) -> Self {
+        let steps: Vec<f64> = ratios.iter().map(|r| r * step_us).collect();
+        let tps: Vec<f64> = ratios.iter().map(|r| tokens_per_s / r).collect();
+        if ratios.is_empty() {
+            return Intervals {
+                step_time_us: Interval::point(step_us),
+                tokens_per_s: Interval::point(tokens_per_s),
+            };
+        }
+        Intervals {
+            step_time_us: Interval::of(&steps),
+            tokens_per_s: Interval::of(&tps),
+        }
+    }
+
+    pub(crate) fn json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "step_time_us": self.step_time_us.json(),
+            "tokens_per_s": self.tokens_per_s.json(),
+        })
+    }
+}

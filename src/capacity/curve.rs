@@ -362,40 +362,55 @@ fn decode_steps(
         .collect()
 }
 
-/// Full timelines one curve of about `points` concurrencies may take: the grid (the points plus
-/// powers of two up to the largest batch) and, with a TPOT limit, the bisection between two grid
-/// points (at most one step per power of two).
-fn simulations_per_curve(points: usize, max_tpot: bool) -> f64 {
-    let powers = (crate::scenario::deployment::MAX_BATCH as f64)
-        .log2()
-        .ceil()
-        + 1.0;
-    points as f64 + powers + if max_tpot { powers } else { 0.0 }
+/// The work of one curve of `layout` up to `max` concurrencies, and its full timelines:
+/// each grid concurrency's timeline at its own batch ([`crate::sim::work::timeline_units`]) and,
+/// with a TPOT limit, the bisection between two grid points (at most one step per power of
+/// two, each counted at `max`).
+pub(crate) fn curve_units(
+    layout: crate::sim::work::TimelineLayout,
+    max: u32,
+    points: usize,
+    max_tpot: bool,
+) -> (f64, usize) {
+    use crate::sim::work::timeline_units;
+    let g = grid(max, points);
+    let mut units: f64 = g.iter().map(|&c| timeline_units(layout, c as u64)).sum();
+    let mut sims = g.len();
+    if max_tpot {
+        let steps = (max.max(1) as f64).log2().ceil() as usize + 1;
+        units += steps as f64 * timeline_units(layout, max as u64);
+        sims += steps;
+    }
+    (units, sims)
 }
 
 /// Refuses a capacity study above `max_work` before anything is simulated: `curves` curves of
-/// `points` concurrencies and `extra` single steps (the reference step, breakdown batches), each
-/// a full timeline.
+/// `per_curve` units (`sims` full timelines each, [`curve_units`]) and `extra` more units of
+/// `singles` single steps (the reference step, breakdown batches) and the interval, described
+/// by `what`.
 pub(crate) fn check_work(
-    points: usize,
-    max_tpot: bool,
+    per_curve: (f64, usize),
     curves: f64,
-    extra: f64,
+    (extra, singles): (f64, usize),
+    what: String,
     max_work: u64,
 ) -> Result<()> {
-    let sims = curves * simulations_per_curve(points, max_tpot) + extra;
+    let (units, sims) = per_curve;
     crate::error::check_work(
         "capacity",
         format!(
-            "up to {} full timelines ({} curves of about {points} concurrencies{}, and {} single steps)",
-            crate::units::grouped(sims.min(1e15), 0),
-            crate::units::grouped(curves.min(1e15), 0),
-            if max_tpot { " with a TPOT bisection" } else { "" },
-            crate::units::grouped(extra.min(1e15), 0)
+            "{} of {} full timelines each and {} single steps ({what})",
+            if curves == 1.0 {
+                "1 curve".to_string()
+            } else {
+                format!("{} curves", crate::units::grouped(curves.min(1e15), 0))
+            },
+            crate::units::grouped(sims as f64, 0),
+            crate::units::grouped(singles as f64, 0),
         ),
-        sims * crate::error::WORK_TIMELINE_STEP,
+        curves * units + extra,
         max_work,
-        "fewer --points, --systems or --batches",
+        "fewer --points, --systems, --layouts, --batches or --draws",
     )
 }
 

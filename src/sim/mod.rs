@@ -7,6 +7,7 @@ pub mod memory;
 pub mod pipeline;
 pub mod simulate;
 pub mod timeline;
+pub(crate) mod work;
 
 pub use engine::{Engine, EngineConfig};
 pub(crate) use simulate::simulate_with_memory_utilization;

@@ -384,18 +384,54 @@ pub(crate) fn curve_units(
     (units, sims)
 }
 
-/// Refuses a capacity study above `max_work` before anything is simulated: `curves` curves of
-/// `per_curve` units (`sims` full timelines each, [`curve_units`]) and `extra` more units of
-/// `singles` single steps (the reference step, breakdown batches) and the interval, described
-/// by `what`.
+/// Refuses a capacity study above `max_work` before any step is simulated: `curves` curves,
+/// each counted as the scenario's own ([`curve_units`] at its layout and up to the largest
+/// concurrency its memory holds: the scenario is loaded and its memory accounted first), the
+/// step at that concurrency, the `breakdown` batches' steps and an interval of `draws` draws.
 pub(crate) fn check_work(
-    per_curve: (f64, usize),
+    req: &super::CapacityRequest,
     curves: f64,
-    (extra, singles): (f64, usize),
-    what: String,
+    breakdown: &[u32],
+    draws: usize,
     max_work: u64,
 ) -> Result<()> {
-    let (units, sims) = per_curve;
+    use crate::error::WORK_VARIANT_LOAD;
+    use crate::sim::work::{interval_units, timeline_units, TimelineLayout};
+    let sized = super::sized(req)?;
+    let mut s = sized.scenario.clone();
+    let layout = TimelineLayout::of(&s);
+    let max_c = sized.max_concurrency.min(u32::MAX as u64) as u32;
+    let (per_curve, sims) = curve_units(layout, max_c, req.points, req.max_tpot_ms.is_some());
+    s.batch = max_c;
+    // The scenario is loaded twice (its memory accounted for this check, then the study).
+    let extra = 2.0 * WORK_VARIANT_LOAD
+        + timeline_units(layout, max_c as u64)
+        + breakdown
+            .iter()
+            .map(|&b| timeline_units(layout, b as u64))
+            .sum::<f64>()
+        + interval_units(&s, draws, 1.0);
+    let grouped = |v: f64| crate::units::grouped(v.min(1e15), 0);
+    let what = format!(
+        "concurrencies up to {} over {} ranks{}, the step at the largest{}{}",
+        grouped(max_c as f64),
+        layout.ranks,
+        if req.max_tpot_ms.is_some() {
+            " with a TPOT bisection"
+        } else {
+            ""
+        },
+        if breakdown.is_empty() {
+            String::new()
+        } else {
+            format!(", {} breakdown batches", breakdown.len())
+        },
+        if draws > 0 {
+            format!(", an interval of {draws} draws")
+        } else {
+            String::new()
+        }
+    );
     crate::error::check_work(
         "capacity",
         format!(
@@ -403,12 +439,12 @@ pub(crate) fn check_work(
             if curves == 1.0 {
                 "1 curve".to_string()
             } else {
-                format!("{} curves", crate::units::grouped(curves.min(1e15), 0))
+                format!("{} curves", grouped(curves))
             },
-            crate::units::grouped(sims as f64, 0),
-            crate::units::grouped(singles as f64, 0),
+            grouped(sims as f64),
+            grouped(1.0 + breakdown.len() as f64),
         ),
-        curves * units + extra,
+        curves * per_curve + extra,
         max_work,
         "fewer --points, --systems, --layouts, --batches or --draws",
     )

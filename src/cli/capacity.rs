@@ -420,8 +420,6 @@ fn check_batches(batches: &[u32]) -> Result<()> {
 /// The work bounded before anything is simulated: the main curve, every planner candidate
 /// (each system at up to 4 TP sizes, twice with --dcp) and each plotted system's curve.
 fn check_work(a: &CapacityArgs, req: &CapacityRequest) -> Result<()> {
-    use crate::error::WORK_VARIANT_LOAD;
-    use crate::sim::work::{interval_units, timeline_units, TimelineLayout};
     let planning = req.target_tokens_per_s.is_some() || req.users.is_some() || req.compare_layouts;
     let plots = a.plot_throughput.is_some() || a.plot_tpot.is_some() || a.plot_memory.is_some();
     let systems = a.systems.len().max(1) as f64;
@@ -436,60 +434,12 @@ fn check_work(a: &CapacityArgs, req: &CapacityRequest) -> Result<()> {
         + if a.disaggregate { 1.0 } else { 0.0 }
         + if planning { systems * layouts } else { 0.0 }
         + if plots { systems } else { 0.0 };
-    // The scenario's own curve is counted at its ranks and largest concurrency (its memory
-    // accounted first, no step simulated); every other curve is counted like it.
-    let sized = capacity::sized(req)?;
-    let mut s = sized.scenario.clone();
-    let layout = TimelineLayout::of(&s);
-    let ranks = layout.ranks;
-    let max_c = sized.max_concurrency.min(u32::MAX as u64) as u32;
-    let per_curve =
-        crate::capacity::curve::curve_units(layout, max_c, req.points, req.max_tpot_ms.is_some());
-    let breakdown: f64 = if a.plot_breakdown.is_some() {
-        a.batches
-            .iter()
-            .map(|&b| timeline_units(layout, b as u64))
-            .sum()
+    let breakdown: &[u32] = if a.plot_breakdown.is_some() {
+        &a.batches
     } else {
-        0.0
+        &[]
     };
-    s.batch = max_c;
-    let draws = a.intervals.draws()?;
-    // The scenario is loaded twice (its memory accounted for this check, then the study).
-    let extra = 2.0 * WORK_VARIANT_LOAD
-        + timeline_units(layout, max_c as u64)
-        + breakdown
-        + interval_units(&s, draws, 1.0);
-    let singles = 1 + if a.plot_breakdown.is_some() {
-        a.batches.len()
-    } else {
-        0
-    };
-    crate::capacity::curve::check_work(
-        per_curve,
-        curves,
-        (extra, singles),
-        format!(
-            "concurrencies up to {} over {ranks} ranks{}, the step at the largest{}{}",
-            units::grouped(max_c as f64, 0),
-            if req.max_tpot_ms.is_some() {
-                " with a TPOT bisection"
-            } else {
-                ""
-            },
-            if a.plot_breakdown.is_some() {
-                format!(", {} breakdown batches", a.batches.len())
-            } else {
-                String::new()
-            },
-            if draws > 0 {
-                format!(", an interval of {draws} draws")
-            } else {
-                String::new()
-            }
-        ),
-        a.max_work,
-    )
+    crate::capacity::curve::check_work(req, curves, breakdown, a.intervals.draws()?, a.max_work)
 }
 /// The throughput interval (`--draws`) at the chosen point: the most users within the TPOT
 /// limit, else the knee, else the last; with the concurrency and why it was chosen.

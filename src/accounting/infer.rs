@@ -171,6 +171,11 @@ pub fn infer_scenario(s: &TraceSummary) -> Inferred {
             }),
         ..Inferred::default()
     };
+    if out.gpu.is_none() {
+        // Said, not passed over: a trace of another GPU would be compared without a word.
+        out.unknown
+            .push("GPU: the trace names no device (no deviceProperties)".into());
+    }
     let world = s.ranks.iter().find_map(|r| r.world_size);
     out.ranks = Some(match world.and_then(|w| u32::try_from(w).ok()) {
         Some(w) => Found {

@@ -362,40 +362,91 @@ fn decode_steps(
         .collect()
 }
 
-/// Full timelines one curve of about `points` concurrencies may take: the grid (the points plus
-/// powers of two up to the largest batch) and, with a TPOT limit, the bisection between two grid
-/// points (at most one step per power of two).
-fn simulations_per_curve(points: usize, max_tpot: bool) -> f64 {
-    let powers = (crate::scenario::deployment::MAX_BATCH as f64)
-        .log2()
-        .ceil()
-        + 1.0;
-    points as f64 + powers + if max_tpot { powers } else { 0.0 }
-}
-
-/// Refuses a capacity study above `max_work` before anything is simulated: `curves` curves of
-/// `points` concurrencies and `extra` single steps (the reference step, breakdown batches), each
-/// a full timeline.
-pub(crate) fn check_work(
+/// The work of one curve of `layout` up to `max` concurrencies, and its full timelines:
+/// each grid concurrency's timeline at its own batch ([`crate::sim::work::timeline_units`]) and,
+/// with a TPOT limit, the bisection between two grid points (at most one step per power of
+/// two, each counted at `max`).
+pub(crate) fn curve_units(
+    layout: crate::sim::work::TimelineLayout,
+    max: u32,
     points: usize,
     max_tpot: bool,
+) -> (f64, usize) {
+    use crate::sim::work::timeline_units;
+    let g = grid(max, points);
+    let mut units: f64 = g.iter().map(|&c| timeline_units(layout, c as u64)).sum();
+    let mut sims = g.len();
+    if max_tpot {
+        let steps = (max.max(1) as f64).log2().ceil() as usize + 1;
+        units += steps as f64 * timeline_units(layout, max as u64);
+        sims += steps;
+    }
+    (units, sims)
+}
+
+/// Refuses a capacity study above `max_work` before any step is simulated: `curves` curves,
+/// each counted as the scenario's own ([`curve_units`] at its layout and up to the largest
+/// concurrency its memory holds: the scenario is loaded and its memory accounted first), the
+/// step at that concurrency, the `breakdown` batches' steps and an interval of `draws` draws.
+pub(crate) fn check_work(
+    req: &super::CapacityRequest,
     curves: f64,
-    extra: f64,
+    breakdown: &[u32],
+    draws: usize,
     max_work: u64,
 ) -> Result<()> {
-    let sims = curves * simulations_per_curve(points, max_tpot) + extra;
+    use crate::error::WORK_VARIANT_LOAD;
+    use crate::sim::work::{interval_units, timeline_units, TimelineLayout};
+    let sized = super::sized(req)?;
+    let mut s = sized.scenario.clone();
+    let layout = TimelineLayout::of(&s);
+    let max_c = sized.max_concurrency.min(u32::MAX as u64) as u32;
+    let (per_curve, sims) = curve_units(layout, max_c, req.points, req.max_tpot_ms.is_some());
+    s.batch = max_c;
+    // The scenario is loaded twice (its memory accounted for this check, then the study).
+    let extra = 2.0 * WORK_VARIANT_LOAD
+        + timeline_units(layout, max_c as u64)
+        + breakdown
+            .iter()
+            .map(|&b| timeline_units(layout, b as u64))
+            .sum::<f64>()
+        + interval_units(&s, draws, 1.0);
+    let grouped = |v: f64| crate::units::grouped(v.min(1e15), 0);
+    let what = format!(
+        "concurrencies up to {} over {} ranks{}, the step at the largest{}{}",
+        grouped(max_c as f64),
+        layout.ranks,
+        if req.max_tpot_ms.is_some() {
+            " with a TPOT bisection"
+        } else {
+            ""
+        },
+        if breakdown.is_empty() {
+            String::new()
+        } else {
+            format!(", {} breakdown batches", breakdown.len())
+        },
+        if draws > 0 {
+            format!(", an interval of {draws} draws")
+        } else {
+            String::new()
+        }
+    );
     crate::error::check_work(
         "capacity",
         format!(
-            "up to {} full timelines ({} curves of about {points} concurrencies{}, and {} single steps)",
-            crate::units::grouped(sims.min(1e15), 0),
-            crate::units::grouped(curves.min(1e15), 0),
-            if max_tpot { " with a TPOT bisection" } else { "" },
-            crate::units::grouped(extra.min(1e15), 0)
+            "{} of {} full timelines each and {} single steps ({what})",
+            if curves == 1.0 {
+                "1 curve".to_string()
+            } else {
+                format!("{} curves", grouped(curves))
+            },
+            grouped(sims as f64),
+            grouped(1.0 + breakdown.len() as f64),
         ),
-        sims * crate::error::WORK_TIMELINE_STEP,
+        curves * per_curve + extra,
         max_work,
-        "fewer --points, --systems or --batches",
+        "fewer --points, --systems, --layouts, --batches or --draws",
     )
 }
 

@@ -174,9 +174,20 @@ fn prefill(
     }
 }
 
-/// Runs the capacity analysis of `req`.
-pub fn capacity(req: &CapacityRequest) -> Result<Capacity> {
-    plan::check_target(req.target_tokens_per_s, req.users, req.max_tpot_ms)?;
+/// The scenario of a capacity request loaded for its demand, its memory account and the
+/// highest concurrency it holds, with what sets it: what the curve is built up to.
+pub(crate) struct Sized {
+    pub(crate) scenario: Scenario,
+    profile: CalibrationProfile,
+    demand: Demand,
+    mem: MemoryAccount,
+    kv_limit: u64,
+    pub(crate) max_concurrency: u64,
+    binds: Binds,
+}
+
+/// Loads `req`'s scenario and accounts its memory (no step simulated): [`Sized`].
+pub(crate) fn sized(req: &CapacityRequest) -> Result<Sized> {
     let demand = req.demand.demand();
     let (mut s, p) = load(&req.scenario, &demand, req.disaggregated)?;
     s.gpu_memory_utilization = req.memory.gpu_memory_utilization;
@@ -202,6 +213,29 @@ pub fn capacity(req: &CapacityRequest) -> Result<Capacity> {
             tp: s.tp,
         });
     }
+    Ok(Sized {
+        scenario: s,
+        profile: p,
+        demand,
+        mem,
+        kv_limit,
+        max_concurrency: max_c,
+        binds,
+    })
+}
+
+/// Runs the capacity analysis of `req`.
+pub fn capacity(req: &CapacityRequest) -> Result<Capacity> {
+    plan::check_target(req.target_tokens_per_s, req.users, req.max_tpot_ms)?;
+    let Sized {
+        scenario: s,
+        profile: p,
+        demand,
+        mem,
+        kv_limit,
+        max_concurrency: max_c,
+        binds,
+    } = sized(req)?;
     let mut warnings = Vec::new();
     if req.memory.dcp != s.comm.dcp.unwrap_or(1) {
         warnings.push(format!(

@@ -115,7 +115,8 @@ pub struct CapacityArgs {
     #[arg(long, value_name = "CSV")]
     pub measured: Option<PathBuf>,
     /// Most work the study may take, in units of about 1 µs of CPU (a full timeline is about
-    /// 2,500); more is refused before anything is simulated.
+    /// 2,500 plus 80 per rank and 3 per sequence); more is refused before anything is
+    /// simulated.
     #[arg(long, default_value_t = crate::error::DEFAULT_MAX_WORK, value_name = "UNITS")]
     max_work: u64,
     /// Disaggregated prefill and decode: separate pools, the KV cache moved between them; the
@@ -433,19 +434,12 @@ fn check_work(a: &CapacityArgs, req: &CapacityRequest) -> Result<()> {
         + if a.disaggregate { 1.0 } else { 0.0 }
         + if planning { systems * layouts } else { 0.0 }
         + if plots { systems } else { 0.0 };
-    let extra = 1.0
-        + if a.plot_breakdown.is_some() {
-            a.batches.len() as f64
-        } else {
-            0.0
-        };
-    crate::capacity::curve::check_work(
-        req.points,
-        req.max_tpot_ms.is_some(),
-        curves,
-        extra,
-        a.max_work,
-    )
+    let breakdown: &[u32] = if a.plot_breakdown.is_some() {
+        &a.batches
+    } else {
+        &[]
+    };
+    crate::capacity::curve::check_work(req, curves, breakdown, a.intervals.draws()?, a.max_work)
 }
 /// The throughput interval (`--draws`) at the chosen point: the most users within the TPOT
 /// limit, else the knee, else the last; with the concurrency and why it was chosen.

@@ -111,7 +111,8 @@ struct SpecDecodeArgs {
     #[arg(long, value_name = "FILE.png|svg")]
     plot_heatmap: Option<PathBuf>,
     /// Most work the study may take, in units of about 1 µs of CPU (a full timeline is about
-    /// 2,500, a Monte Carlo output token 0.01); more is refused before anything is simulated.
+    /// 2,500 plus 80 per rank and 3 per token, a Monte Carlo output token 0.01); more is
+    /// refused before anything is simulated.
     #[arg(long, default_value_t = crate::error::DEFAULT_MAX_WORK, value_name = "UNITS")]
     max_work: u64,
     #[command(flatten)]
@@ -300,7 +301,7 @@ fn spec_decode_request(a: &SpecDecodeArgs) -> Result<(SpecDecodeRequest, Vec<Acc
         mc_users: a.mc_users,
         output_tokens: a.output_tokens,
     };
-    spec_decode::check_work(&req, acceptances.len(), a.max_work)?;
+    spec_decode::check_work(&req, acceptances.len(), a.intervals.draws()?, a.max_work)?;
     Ok((req, acceptances))
 }
 

@@ -8,6 +8,7 @@ pub mod pipeline;
 pub mod serving;
 pub mod simulate;
 pub mod timeline;
+pub(crate) mod work;
 
 pub use engine::{Engine, EngineConfig};
 pub(crate) use simulate::simulate_with_memory_utilization;

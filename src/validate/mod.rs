@@ -472,7 +472,13 @@ pub(crate) fn validate_with(
                     case: case.name.clone(),
                     problem: format!(
                         "cannot infer the layer count ({}); pass --layers",
-                        inferred.unknown.join("; ")
+                        inferred
+                            .unknown
+                            .iter()
+                            .filter(|u| u.starts_with("layers"))
+                            .cloned()
+                            .collect::<Vec<_>>()
+                            .join("; ")
                     ),
                 })
             }

@@ -306,18 +306,54 @@ fn variant(
     }
 }
 
-/// Refuses a study above `max_work` before anything is simulated: full timelines (the plain
-/// step, then per k a verify and a draft side, at the scenario's batch and at each crossover
-/// batch) and Monte Carlo draws (at most users × output tokens per k and per acceptance rate:
-/// each step yields at least one token).
-pub(crate) fn check_work(req: &SpecDecodeRequest, rates: usize, max_work: u64) -> Result<()> {
+/// Refuses a study above `max_work` before anything is simulated (the scenario is loaded to
+/// know its ranks), counting what each part costs on the path it takes ([`crate::sim::work`]):
+/// full timelines over every rank of the layout (the plain step, then per k a verify pass of
+/// batch × (k + 1) tokens and a draft side's build and play, at the scenario's batch and at
+/// each crossover batch), the intervals of `draws` draws per acceptance rate (the fast path fitted, or the
+/// timeline where it refuses, and every window of every arm replayed per draw) and Monte Carlo
+/// draws (at most users × output tokens per k and per acceptance rate: each step yields at
+/// least one token).
+pub(crate) fn check_work(
+    req: &SpecDecodeRequest,
+    rates: usize,
+    draws: usize,
+    max_work: u64,
+) -> Result<()> {
     use crate::error::{check_work, WORK_MC_DRAW, WORK_TIMELINE_STEP};
+    use crate::sim::work::{interval_units, timeline_units, TimelineLayout};
+    let (scenario, _) = req.base.load()?;
+    let layout = TimelineLayout::of(&scenario);
+    let ranks = layout.ranks;
     let ks = req.draft_tokens.len() as f64;
     let mut batches = req.crossover_batches.clone();
     batches.sort_unstable();
     batches.dedup();
+    let at_batch = |b: u32| -> f64 {
+        let b = b as u64;
+        // The draft side is a drafter of a layer or so: its build and play, no routing to
+        // speak of.
+        timeline_units(layout, b)
+            + req
+                .draft_tokens
+                .iter()
+                .map(|&k| {
+                    timeline_units(layout, b.saturating_mul(k as u64 + 1)) + WORK_TIMELINE_STEP
+                })
+                .sum::<f64>()
+    };
     let sims = 1.0 + 2.0 * ks + batches.len() as f64 * (1.0 + 2.0 * ks);
-    let draws = rates as f64 * ks * req.mc_users as f64 * req.output_tokens as f64;
+    let timelines: f64 =
+        at_batch(scenario.batch) + batches.iter().map(|&b| at_batch(b)).sum::<f64>();
+    // Each arm replays its windows per draw: the plain step one, k's its verify and k drafts.
+    let plays = 1.0
+        + req
+            .draft_tokens
+            .iter()
+            .map(|&k| 1.0 + k as f64)
+            .sum::<f64>();
+    let intervals = rates as f64 * interval_units(&scenario, draws, plays);
+    let mc = rates as f64 * ks * req.mc_users as f64 * req.output_tokens as f64;
     let big = |v: f64| {
         if v < 1e15 {
             crate::units::grouped(v, 0)
@@ -325,21 +361,26 @@ pub(crate) fn check_work(req: &SpecDecodeRequest, rates: usize, max_work: u64) -
             format!("{v:.2e}")
         }
     };
+    let interval_text = if draws > 0 {
+        format!(", intervals of {draws} draws per acceptance rate")
+    } else {
+        String::new()
+    };
     check_work(
         "whatif spec-decode",
         format!(
-            "{} full timelines ({} draft-token counts, {} crossover batches) and up to {} Monte Carlo draws ({rates} acceptance rates × {} k × --mc-users {} × --output-tokens {})",
+            "{} full timelines over {ranks} ranks ({} draft-token counts, {} crossover batches){interval_text} and up to {} Monte Carlo draws ({rates} acceptance rates × {} k × --mc-users {} × --output-tokens {})",
             big(sims),
             req.draft_tokens.len(),
             batches.len(),
-            big(draws),
+            big(mc),
             req.draft_tokens.len(),
             req.mc_users,
             req.output_tokens
         ),
-        sims * WORK_TIMELINE_STEP + draws * WORK_MC_DRAW,
+        timelines + intervals + mc * WORK_MC_DRAW,
         max_work,
-        "fewer --draft-tokens, --crossover-batches, acceptance rates, --mc-users or --output-tokens",
+        "fewer --draft-tokens, --crossover-batches, acceptance rates, --draws, --mc-users or --output-tokens",
     )
 }
 

@@ -218,9 +218,9 @@ impl SweepRequest {
     /// counted.
     pub fn work(&self) -> (f64, String) {
         use crate::error::{
-            WORK_EP_BATCH_PER_RANK, WORK_EP_BATCH_PER_SEQ, WORK_EP_LAYOUT_PER_RANK,
-            WORK_FAST_SCENARIO, WORK_FAST_SPEC_ROW, WORK_SWEEP_LAYOUT,
+            WORK_EP_LAYOUT_PER_RANK, WORK_FAST_SCENARIO, WORK_FAST_SPEC_ROW, WORK_SWEEP_LAYOUT,
         };
+        use crate::sim::work::{ep_ranks, routing_units};
         // A speculative row (k > 0) plays a draft and a verify pass and the acceptance.
         let draft_weight: f64 = self
             .draft_tokens
@@ -239,17 +239,12 @@ impl SweepRequest {
         let mut batches: Vec<u32> = self.batch.clone();
         batches.sort_unstable();
         batches.dedup();
-        let batch_sum: f64 = batches.iter().map(|&b| b as f64).sum();
         let batch_settings = (self.draft_tokens.len() * self.cuda_graphs.len()) as f64;
         let layouts = self.layout_list();
         let (mut total, mut ep_layouts, mut max_ep) = (0.0f64, 0usize, 0u32);
         for &(pp, dp, tbo) in &layouts {
             let row = WORK_FAST_SCENARIO * pp as f64 * if tbo { 2.0 } else { 1.0 };
-            let ep = match self.base.comm.ep {
-                Some(ep) if dp <= 1 => ep.max(1),
-                _ if dp > 1 => dp.saturating_mul(self.base.tp.unwrap_or(1).max(1)),
-                _ => 1,
-            };
+            let ep = ep_ranks(self.base.comm.ep, dp, self.base.tp);
             let mut units = WORK_SWEEP_LAYOUT + per_layout_rows * row;
             if ep > 1 {
                 ep_layouts += 1;
@@ -257,8 +252,10 @@ impl SweepRequest {
                 let ep = ep as f64;
                 units += WORK_EP_LAYOUT_PER_RANK * ep
                     + batch_settings
-                        * (batches.len() as f64 * WORK_EP_BATCH_PER_RANK * ep
-                            + batch_sum * WORK_EP_BATCH_PER_SEQ);
+                        * batches
+                            .iter()
+                            .map(|&b| routing_units(ep, b as f64))
+                            .sum::<f64>();
             }
             total += units;
         }

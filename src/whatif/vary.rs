@@ -219,11 +219,7 @@ pub(crate) fn run_bounded_with(
     };
     let n = variant_count(&req.axes, req.one_at_a_time);
     let k = req.base.comm;
-    let ep = match k.ep {
-        Some(ep) => ep.max(1),
-        None if k.dp_size() > 1 => k.dp_size().saturating_mul(req.base.tp.unwrap_or(1).max(1)),
-        None => 1,
-    } as f64;
+    let ep = crate::sim::work::ep_ranks(k.ep, k.dp_size(), req.base.tp) as f64;
     let per_variant = WORK_VARIANT_LOAD
         + WORK_TIMELINE_STEP
         + draws as f64 * (WORK_VARIANT_DRAW + WORK_VARIANT_DRAW_PER_RANK * ep);
@@ -252,14 +248,21 @@ pub(crate) fn run_bounded_with(
         "shorten the lists or use --one-at-a-time",
     )?;
     let combos = combinations(&req.axes, req.one_at_a_time);
-    req.base.load()?;
+    // Once loaded, each timeline is counted at its own ranks and batch (a variant at DP128 or
+    // at 16,384 sequences costs more than the 2,500 counted above) and the bound checked again,
+    // still before anything is simulated.
+    let timeline = |s: &crate::scenario::Scenario| {
+        crate::sim::work::timeline_units(crate::sim::work::TimelineLayout::of(s), s.batch as u64)
+            - WORK_TIMELINE_STEP
+    };
+    let mut played = timeline(&req.base.load()?.0);
     let mut reqs = Vec::with_capacity(combos.len());
     for settings in combos {
         let mut r = req.base.clone();
         for (k, v) in &settings {
             set(&mut r, k, v)?;
         }
-        r.load().map_err(|e| {
+        let (s, _) = r.load().map_err(|e| {
             let label: Vec<String> = settings.iter().map(|(k, v)| format!("{k}={v}")).collect();
             let why = e.scenario_problem().unwrap_or_else(|| e.to_string());
             Error::FlagUse {
@@ -267,8 +270,24 @@ pub(crate) fn run_bounded_with(
                 problem: format!("variant [{}]: {why}", label.join(" ")),
             }
         })?;
+        played += timeline(&s);
         reqs.push((settings, r));
     }
+    crate::error::check_work(
+        "whatif --vary",
+        format!(
+            "{} variants and the base, loaded, each timeline at its own ranks and batch{}",
+            crate::units::grouped(n, 0),
+            if draws > 0 {
+                format!(" with {draws} interval draws")
+            } else {
+                String::new()
+            },
+        ),
+        (n + 1.0) * per_variant + played,
+        max_work,
+        "shorten the lists or use --one-at-a-time",
+    )?;
     let total = reqs.len() as u64 + 1;
     let base = simulate(&req.base)?;
     progress(1, total);

@@ -16,6 +16,7 @@ pub mod nccl_tests;
 pub mod output;
 pub mod regression;
 mod transfer;
+pub mod transfer_profile;
 
 pub use output::{calibrate_dir, DirRequest};
 pub(crate) use transfer::transfer;
@@ -308,6 +309,8 @@ pub fn calibrate(
         aiconfigurator: None,
         custom_allreduce: fallback.custom_allreduce.clone(),
         custom_allreduce_pcie: fallback.custom_allreduce_pcie.clone(),
+        fused_allreduce_rms: fallback.fused_allreduce_rms.clone(),
+        transfer: None,
         deepep_ll: fallback.deepep_ll.clone(),
         nccl: fallback.nccl.clone(),
         path: Default::default(),

@@ -311,6 +311,7 @@ pub fn calibrate(
         custom_allreduce_pcie: fallback.custom_allreduce_pcie.clone(),
         fused_allreduce_rms: fallback.fused_allreduce_rms.clone(),
         transfer: None,
+        measured_rules: None,
         deepep_ll: fallback.deepep_ll.clone(),
         nccl: fallback.nccl.clone(),
         path: Default::default(),

@@ -30,6 +30,8 @@ fn request(batch: Vec<u32>, context: Vec<u64>) -> SweepRequest {
 }
 
 fn bench(c: &mut Criterion) {
+    // The signature the sweep takes, the crate's error included.
+    #[allow(clippy::result_large_err)]
     let budget = |_: &decodesim::scenario::Scenario, _: &decodesim::cost::CalibrationProfile, _| {
         Ok(KvBudget {
             num_blocks: 1 << 20,

@@ -144,8 +144,8 @@ pub(crate) fn provenance_summary(provenance: &str) -> String {
             heads.push(short);
         }
     };
-    for i in 0..=chars.len() {
-        let c = chars.get(i).copied();
+    // One step past the end (`None`) closes the last clause.
+    for (i, c) in chars.iter().copied().map(Some).chain([None]).enumerate() {
         match c {
             Some('(') if matched[i] => depth += 1,
             Some(')') if matched[i] => depth -= 1,

@@ -58,9 +58,11 @@ fn lookups_equal_the_table_rows_at_grid_points() {
     // moe.csv: balanced,int4_wo,384,7168,2048,8,8,1,32,517.221
     let p = t.moe(&moe_key("balanced", 8), 32.0).unwrap();
     assert!(close(p.us, 517.221) && !p.extrapolated, "{p:?}");
-    // gemm.csv: bfloat16,32,2048,7168,22.173
+    // gemm.csv: bfloat16,32,2048,7168,22.173, in a line whose 20 rows m = 1..=48 are flat
+    // with noise (23.987 at m = 1, 22.200 at m = 7, ...): the isotonic fit pools them to their
+    // mean, 22.74335 (cost::isotonic).
     let p = t.gemm("bfloat16", 32, 2048, 7168).unwrap();
-    assert!(close(p.us, 22.173) && !p.extrapolated, "{p:?}");
+    assert!(close(p.us, 22.74335) && !p.extrapolated, "{p:?}");
     // mla_generation.csv: TRITON_MLA,bfloat16,bfloat16,8,8,32,1,4096,260.600
     let p = t.mla_module("bfloat16", 8, 32.0, 4096.0).unwrap();
     assert!(close(p.us, 260.6) && !p.extrapolated, "{p:?}");
@@ -343,7 +345,7 @@ fn nccl_knobs_change_cost_only_where_they_bind() {
     assert!(many
         .warnings
         .iter()
-        .any(|w| w.contains("NCCL_MAX_NCHANNELS changes nothing")));
+        .any(|w| w.contains("the NCCL channel settings change nothing here")));
     // A small NCCL_BUFFSIZE adds ring loops to the Simple all-reduces of 1.8 MB.
     let small = simulate(&ScenarioRequest {
         batch: 128,

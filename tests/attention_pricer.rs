@@ -125,8 +125,8 @@ fn lean_attention_prices_are_bit_identical_to_the_general_pricer() {
     let priced = |i: usize| counts[i].1;
     // Every bf16 case without measured kernel tables is priced lean at every shape (MLA from
     // the module rows, GQA and the estimate profiles by the law) ...
-    for i in 0..7 {
-        assert_eq!(priced(i), 72, "{}", counts[i].0);
+    for (what, n) in &counts[..7] {
+        assert_eq!(*n, 72, "{what}");
     }
     // ... and the others are declined, left to the general pricer.
     assert_eq!(priced(7), 0, "{}", counts[7].0);

@@ -178,6 +178,7 @@ fn bench_serve_results_are_points() {
         &bench_files()[..1],
         &BenchOptions {
             metric: BenchMetric::MedianTpot,
+            ..Default::default()
         },
     )
     .unwrap();

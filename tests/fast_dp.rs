@@ -110,12 +110,12 @@ fn fast_path_matches_the_timeline_mean_on_dp_layouts() {
         let quick = fast.step_us(s.batch, s.context, &launch, &coll);
         let mean = timeline_mean(&s, &p);
         let label = format!(
-            "{} on {} tp {} dp {} {} redundant {} batch {} context {} graphs {}",
+            "{} on {} tp {} dp {} {:?} redundant {} batch {} context {} graphs {}",
             s.model.name,
             s.system.name,
             s.tp,
             s.comm.dp_size(),
-            format!("{:?}", s.comm.ep_comm),
+            s.comm.ep_comm,
             s.comm.redundant(),
             s.batch,
             s.context,
@@ -755,6 +755,8 @@ fn fast_path_prices_speculative_decoding_on_dp_layouts() {
     use decodesim::whatif::spec_decode;
     // (model, drafter, system, tp, dp, batch, context, k, graphs); DP 1 with TP 8: the
     // experts over the TP group (`--ep 8`).
+    // A table of cases reads best with its columns spelled out where it is written.
+    #[allow(clippy::type_complexity)]
     let cases: [(&str, Method, &str, u32, u32, u32, u64, u32, bool); 10] = [
         (
             "deepseek-v3",

@@ -148,7 +148,8 @@ fn pipeline_fast_path_matches_the_mean_over_seeds() {
         if std::env::var_os("FAST_VS_SEEDS_VERBOSE").is_some() {
             eprintln!("{:+.3}%  {} ({seeds} seeds)", err * 100.0, label(s, p));
         }
-        if !(err.abs() < 0.005) {
+        // A NaN error fails too.
+        if err.is_nan() || err.abs() >= 0.005 {
             failures.push(format!(
                 "{}: fast {quick:.1} µs vs mean over {seeds} seeds {mean:.1} µs ({:+.3}%)",
                 label(s, p),

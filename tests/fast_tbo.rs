@@ -315,6 +315,8 @@ fn sweep_rows_over_tbo_equal_each_scenario_priced_alone() {
 #[test]
 fn overlap_lanes_equal_each_context_priced_alone() {
     const SPREAD: [u64; 8] = [16, 700, 3000, 9000, 17000, 32000, 60000, 128000];
+    // A table of cases reads best with its columns spelled out where it is written.
+    #[allow(clippy::type_complexity)]
     let layouts: [(&str, &str, u32, Option<u32>, Option<u32>); 3] = [
         ("deepseek-v3", "h200-hgx-2node-ib", 1, Some(16), None),
         ("minimax-m2.5", "h200-hgx-2node-ib", 2, Some(8), None),

@@ -649,6 +649,8 @@ fn moe_rows_loo(csv: &str, shape: [&str; 5]) -> f64 {
     let (mut sum, mut n) = (0.0, 0);
     for pts in lines.values_mut() {
         pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+        // As the tables are read: fitted monotone along the tokens (cost::isotonic).
+        decodesim::cost::isotonic::fit_rows(pts);
         for w in pts.windows(3) {
             let t = (w[1].0.ln() - w[0].0.ln()) / (w[2].0.ln() - w[0].0.ln());
             let pred = (w[0].1.ln() + t * (w[2].1.ln() - w[0].1.ln())).exp();

@@ -30,6 +30,7 @@ const SAMPLES: &[(&str, &str)] = &[
     ("allreduce", "nccl"),
     ("fuse-allreduce-rms", "on"),
     ("nccl-max-nchannels", "16"),
+    ("nccl-min-nchannels", "8"),
     ("nccl-buffsize", "8388608"),
     ("ep", "8"),
     ("ep-comm", "all-to-all"),

@@ -271,6 +271,8 @@ fn intra_node_knobs_do_not_reprice_a_cross_node_deepep_all_to_all() {
     };
     let base = simulate(&req(&|_| {})).unwrap();
     assert!(!a2a(&base).is_empty());
+    // A table of cases reads best with its columns spelled out where it is written.
+    #[allow(clippy::type_complexity)]
     let cases: [(&dyn Fn(&mut ScenarioRequest), &str); 4] = [
         (
             &|r| r.comm.link_gbps = Some(10.0),
@@ -382,7 +384,7 @@ fn fewer_prompts_than_max_concurrency_run_at_the_smaller() {
             .replace(r#""completed": 64"#, r#""completed": 3"#),
     )
     .unwrap();
-    let p = read_inputs(&[f.clone()], &BenchOptions::default()).unwrap();
+    let p = read_inputs(std::slice::from_ref(&f), &BenchOptions::default()).unwrap();
     assert_eq!(p[0].concurrency, 3);
     std::fs::write(&f, GOOD).unwrap();
     let p = read_inputs(&[f], &BenchOptions::default()).unwrap();

@@ -184,10 +184,12 @@ fn the_step_never_gets_faster_as_the_context_grows() {
                     let mut ctx = 256u64;
                     while ctx <= max {
                         let t = f.step_us(batch, ctx, &launch, &coll);
-                        // Within 0.2%: the MLA table's rows are interpolated as measured, and
-                        // where two rows' growth is not monotone a step may dip by that much.
+                        // BF16: the tables are fitted monotone at load (cost::isotonic), so
+                        // within float rounding. FP8 on the H200 multiplies by the FP8/BF16
+                        // ratio measured per KV length, whose rows may dip by 0.2%.
+                        let tol = if kv == 2.0 { 1e-9 } else { 2e-3 };
                         assert!(
-                            t >= last * (1.0 - 2e-3),
+                            t >= last * (1.0 - tol),
                             "{model} on {system} (kv {kv} B), batch {batch}: {t} µs at context {ctx} < {last} µs at the context before"
                         );
                         last = t;

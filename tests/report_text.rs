@@ -89,7 +89,7 @@ fn text_reports_write_microseconds_as_mu_s() {
         ),
         (
             vec!["sweep", "--batch", "1,2", "--context", "1024"],
-            "step 13,167.6 µs".into(),
+            "step 13,008.8 µs".into(),
         ),
         (
             vec![

@@ -95,9 +95,12 @@ fn quantization_config_of_the_wrong_type_is_an_error_not_bf16() {
     );
 }
 
+/// A change to a model's config.json.
+type Edit = Box<dyn Fn(&mut Value)>;
+
 #[test]
 fn other_wrong_types_and_ranges_are_refused() {
-    let cases: Vec<(&str, Box<dyn Fn(&mut Value)>, Vec<&str>)> = vec![
+    let cases: Vec<(&str, Edit, Vec<&str>)> = vec![
         (
             "topk",
             Box::new(|v| v["text_config"]["num_experts_per_tok"] = json!(500)),

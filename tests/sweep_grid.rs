@@ -23,6 +23,9 @@ fn grid(tag: &str, text: &str) -> PathBuf {
     p
 }
 
+// The crate's own `Result`, as its API returns it: boxing the error here would only hide what
+// a caller gets.
+#[allow(clippy::result_large_err)]
 fn from_grid(tag: &str, text: &str) -> decodesim::Result<decodesim::whatif::sweep::SweepRequest> {
     let p = grid(tag, text);
     request(&args(&["--grid", p.to_str().unwrap()]))

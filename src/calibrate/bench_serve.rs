@@ -42,10 +42,13 @@ crate::names::enum_names!(BenchMetric, "bench metric",
 #[derive(Debug, Clone, Copy, Default)]
 pub struct BenchOptions {
     pub metric: BenchMetric,
+    /// Read each result as the serving run it was (`calibrate::serving`), not as one decode
+    /// step at the mean context.
+    pub serving: bool,
 }
 
 /// The result objects of a file with the line each starts on.
-fn objects(text: &str, path: &Path) -> Result<Vec<(usize, Value, bool)>> {
+pub(crate) fn objects(text: &str, path: &Path) -> Result<Vec<(usize, Value, bool)>> {
     let first = text
         .lines()
         .position(|l| !l.trim().is_empty())
@@ -312,6 +315,21 @@ fn point(v: &Value, line: usize, many: bool, path: &Path, opt: &BenchOptions) ->
         ),
     };
     let model_id = text(&["model_id"])?.filter(|m| !m.is_empty());
+    let serving = match (opt.serving, &spec) {
+        (false, _) => None,
+        (true, Some(_)) => {
+            return Err(Error::field(
+                path,
+                at("spec_method"),
+                "a speculative-decoding result: the serving mode does not model speculative decoding; leave out --serving to price it as whatif spec-decode does",
+            ))
+        }
+        (true, None) => {
+            let mut run = super::serving::serve_point(v, line, many, path)?.shape;
+            run.metric = opt.metric;
+            Some(run)
+        }
+    };
     Ok(Point {
         file: path.to_path_buf(),
         line,
@@ -327,5 +345,6 @@ fn point(v: &Value, line: usize, many: bool, path: &Path, opt: &BenchOptions) ->
         spec,
         tp,
         model_id,
+        serving,
     })
 }

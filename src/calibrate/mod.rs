@@ -15,6 +15,7 @@ mod launch;
 pub mod nccl_tests;
 pub mod output;
 pub mod regression;
+pub mod serving;
 mod transfer;
 pub mod transfer_profile;
 

@@ -357,7 +357,7 @@ fn decode_steps(
             m.into_inner()
                 .ok()
                 .flatten()
-                .unwrap_or_else(|| Err(Error::Invariant("a curve simulation did not finish")))
+                .unwrap_or(Err(Error::Invariant("a curve simulation did not finish")))
         })
         .collect()
 }

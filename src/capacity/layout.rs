@@ -157,7 +157,7 @@ impl Layout {
         let per_node = system.gpus_per_node.max(1);
         let mut out: Vec<Layout> = (1..=gpus)
             .rev()
-            .filter(|t| gpus % t == 0)
+            .filter(|t| gpus.is_multiple_of(*t))
             .map(Layout::tp)
             .collect();
         let nodes = system.nodes.max(1);

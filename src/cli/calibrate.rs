@@ -91,6 +91,11 @@ pub struct CalibrateArgs {
     /// mean-tpot (tokens/s = concurrency / TPOT: decode only).
     #[arg(long, default_value = "output-throughput")]
     bench_metric: crate::calibrate::bench_serve::BenchMetric,
+    /// With --from-throughput: price each `vllm bench serve` result as the serving run it was
+    /// (`decodesim serve`: its lengths, clients and prompts, chunked prefill mixed into the
+    /// decode steps) instead of one decode step at its mean context.
+    #[arg(long)]
+    serving: bool,
     /// Instead: price NCCL collectives from nccl-tests output of this machine
     /// (all_reduce_perf, all_gather_perf, ...): writes a tables/ folder beside --out and a profile
     /// (--profile, else the scenario's) that prices from it.
@@ -328,6 +333,7 @@ fn from_throughput(a: &CalibrateArgs) -> Result<()> {
         files,
         &crate::calibrate::bench_serve::BenchOptions {
             metric: a.bench_metric,
+            serving: a.serving,
         },
     )?;
     let r = fit_throughput_with(

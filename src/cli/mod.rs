@@ -8,6 +8,7 @@ mod list;
 mod output;
 mod paths;
 mod scenario_args;
+pub mod serve;
 pub mod simulate;
 pub mod sweep;
 pub mod trace;
@@ -34,6 +35,9 @@ pub struct Cli {
     data_dir: Option<std::path::PathBuf>,
 }
 
+// The enum is built once per run from the command line; boxing the large argument structs
+// would only add noise to clap's derive.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Simulate one decode step on every rank and show where the time goes.
@@ -57,6 +61,9 @@ pub enum Command {
     Whatif(whatif::WhatifArgs),
     /// A grid of scenarios (lists and ranges of knobs) priced by the aggregate fast path.
     Sweep(sweep::SweepArgs),
+    /// A `vllm bench serve` run played step by step, chunked prefill mixed into the decode
+    /// steps: TTFT, TPOT, ITL and throughput as the benchmark reports them.
+    Serve(serve::ServeArgs),
 }
 
 /// The width every line of `--help` fits in.
@@ -203,6 +210,7 @@ fn dispatch(cli: Cli) -> Result<()> {
         Command::Whatif(a) => whatif::run(a),
         Command::Sweep(a) => sweep::run(a),
         Command::Capacity(a) => capacity::run(a),
+        Command::Serve(a) => serve::run(a),
     }
 }
 

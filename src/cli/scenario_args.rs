@@ -70,6 +70,12 @@ impl ScenarioArgs {
             ));
         }
     }
+    /// Warns about each of the knobs `names` that was given: `why` says what takes its place.
+    pub(crate) fn warn_given(&self, names: &[&str], why: &str) {
+        for n in names.iter().filter(|n| self.given(n)) {
+            super::output::warn(&format!("--{n} does nothing here: {why}; ignored"));
+        }
+    }
     /// Takes what a trace shows for the flags not given: its ranks as `--tp` (when neither
     /// `--tp`, `--dp` nor `--pp` is given), its batch, context (the mean, rounded) and decoder
     /// layers. Returns one note saying what was taken, or none.

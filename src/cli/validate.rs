@@ -8,8 +8,13 @@ use std::path::PathBuf;
 #[derive(Debug, clap::Args)]
 pub struct ValidateArgs {
     /// Folder of reference-step traces (refstep_b<B>_c<CTX>_<setting>_rank<R>.*.json.gz).
-    #[arg(long, value_name = "DIR")]
-    pub traces: PathBuf,
+    #[arg(long, value_name = "DIR", required_unless_present = "bench_serve")]
+    pub traces: Option<PathBuf>,
+    /// Instead of --traces: `vllm bench serve --save-result` files, each held against its
+    /// serving run (`decodesim serve`) under --system, --calibration and --layers (Kimi-K2.5,
+    /// the system's GPUs as TP, NCCL's own protocol choice; --metadata keys for the rest).
+    #[arg(long, value_name = "FILE", num_args = 1.., conflicts_with_all = ["traces", "anchor", "write_model_error"])]
+    bench_serve: Vec<PathBuf>,
     /// Calibration profile to validate (name or path).
     #[arg(long, default_value = "h200")]
     calibration: String,
@@ -43,6 +48,9 @@ pub struct ValidateArgs {
 }
 
 pub fn run(a: ValidateArgs) -> Result<()> {
+    let Some(traces) = a.traces.clone() else {
+        return bench_serve(&a);
+    };
     let classifier = super::trace::classifier(&a.read)?;
     let draws = if a.write_model_error.is_some() {
         a.intervals.draws_for_interval("--write-model-error")?
@@ -50,7 +58,7 @@ pub fn run(a: ValidateArgs) -> Result<()> {
         a.intervals.draws()?
     };
     let v = crate::validate::validate_with(
-        &a.traces,
+        &traces,
         &crate::validate::ValidateOptions {
             classifier: &classifier,
             system: a.system.clone(),
@@ -68,11 +76,11 @@ pub fn run(a: ValidateArgs) -> Result<()> {
     if let (Some(path), Some(iv)) = (&a.write_model_error, &v.intervals) {
         let command = format!(
             "decodesim validate --traces {} --calibration {} --write-model-error {}",
-            crate::units::path(&a.traces),
+            crate::units::path(&traces),
             a.calibration,
             crate::units::path(path)
         );
-        let text = iv.model_error.to_toml(&a.traces, &v.profile, &command);
+        let text = iv.model_error.to_toml(&traces, &v.profile, &command);
         crate::files::write_atomic_bytes(path, text.as_bytes())?;
     }
     match a.format {
@@ -84,5 +92,48 @@ pub fn run(a: ValidateArgs) -> Result<()> {
         ),
         Format::Csv => print(&report::validation::to_csv(&v)?),
         Format::Table => print(&report::validation::render(&v)),
+    }
+}
+
+/// `--bench-serve`: each result against its serving run, the median errors below.
+fn bench_serve(a: &ValidateArgs) -> Result<()> {
+    let mut paths = super::paths::Paths::new();
+    for f in &a.bench_serve {
+        paths.input("--bench-serve", f);
+    }
+    paths.check()?;
+    let req = crate::sim::ScenarioRequest {
+        system: a.system.clone(),
+        calibration: Some(a.calibration.clone()),
+        layers: a.layers,
+        proto: crate::scenario::Proto::Auto,
+        ..Default::default()
+    };
+    let base = crate::sim::serving::ServeOptions::default();
+    let v = crate::validate::serving::validate_serving(&req, &base, &a.bench_serve)?;
+    let (s, p) = req.load()?;
+    let r = report::serving::ServeReport {
+        scenario: &s,
+        profile: &p,
+        rows: v
+            .runs
+            .iter()
+            .map(|c| report::serving::ServeRow {
+                result: c.predicted.clone(),
+                measured: Some((c.origin.clone(), c.measured.clone())),
+            })
+            .collect(),
+    };
+    match a.format {
+        Format::Json => print(
+            &(serde_json::to_string_pretty(&v).map_err(|e| crate::Error::WriteReport {
+                what: "JSON report",
+                message: e.to_string(),
+            })? + "\n"),
+        ),
+        Format::Csv => print(&report::serving::to_csv(&r)),
+        Format::Table => {
+            print(&(report::serving::render_table(&r) + &report::serving::error_lines(&v.errors)))
+        }
     }
 }

@@ -39,6 +39,9 @@ pub struct AicTables {
     pub device: Option<String>,
     /// File name → data rows, for provenance.
     pub files: BTreeMap<String, usize>,
+    /// File name → rows the isotonic fit changed (`cost::isotonic`): rows below a smaller
+    /// shape's time in the same line, pooled with it.
+    pub isotonic: BTreeMap<String, usize>,
     moe: HashMap<MoeKey, Vec<(f64, f64)>>,
     /// dtype → (n, k) → (m, µs) sorted by m.
     gemm: HashMap<String, BTreeMap<(u64, u64), Vec<(f64, f64)>>>,
@@ -303,9 +306,12 @@ impl AicTables {
                     .or_default()
                     .push((r.tokens as f64, r.latency_us));
             }
+            let mut pooled = 0;
             for v in t.moe.values_mut() {
                 v.sort_by(|a, b| a.0.total_cmp(&b.0));
+                pooled += super::isotonic::fit_rows(v);
             }
+            t.isotonic.insert("moe.csv".into(), pooled);
         }
         if let Some(p) = present("gemm.csv") {
             let rows = read_aic_gemm_csv(&p)?;
@@ -327,9 +333,12 @@ impl AicTables {
                     .or_default()
                     .push((r.m as f64, r.latency_us));
             }
+            let mut pooled = 0;
             for v in t.gemm.values_mut().flat_map(|g| g.values_mut()) {
                 v.sort_by(|a, b| a.0.total_cmp(&b.0));
+                pooled += super::isotonic::fit_rows(v);
             }
+            t.isotonic.insert("gemm.csv".into(), pooled);
         }
         if let Some(p) = present("mla_generation.csv") {
             let rows = read_aic_mla_csv(&p)?;
@@ -357,9 +366,12 @@ impl AicTables {
                     r.latency_us,
                 ));
             }
+            let mut pooled = 0;
             for v in t.mla.values_mut() {
                 v.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.total_cmp(&b.0)));
+                pooled += super::isotonic::fit_grid(v);
             }
+            t.isotonic.insert("mla_generation.csv".into(), pooled);
             t.mla_grid = t
                 .mla
                 .iter()
@@ -859,6 +871,25 @@ impl Prepared {
         }
         if self.mla {
             mla_attention(w, s, &lk, t, sec, bw, o, &dir);
+        }
+        let used = [
+            (self.gemm, "gemm.csv"),
+            (self.moe, "moe.csv"),
+            (self.mla, "mla_generation.csv"),
+        ];
+        let pooled: Vec<String> = used
+            .iter()
+            .filter(|(on, _)| *on)
+            .filter_map(|(_, f)| {
+                let n = *t.isotonic.get(*f)?;
+                (n > 0).then(|| format!("{f} {n} of {}", t.files.get(*f).copied().unwrap_or(0)))
+            })
+            .collect();
+        if !pooled.is_empty() {
+            note!(o.quiet, o.warnings, format!(
+                "isotonic fit of {dir}: {} rows pooled, each below a smaller shape's time in its line (collector noise: the time never falls as the work grows)",
+                pooled.join(", ")
+            ));
         }
         for ((us, split), op) in o.us.iter_mut().zip(&mut o.split).zip(&w.ops) {
             if let Some(v) = us {

@@ -121,13 +121,83 @@ pub fn custom_law_us(l: &CustomArLaw, world: u32, bytes: u64) -> (f64, f64) {
     (lat + stage_bytes(world, bytes) / (l.bw_gbps * 1e3), lat)
 }
 
-/// How much the bandwidth term grows under `NCCL_MAX_NCHANNELS`: NCCL spreads a collective over
-/// its channels, so capping them below the count the profile was measured with divides the bus
-/// bandwidth in proportion; a cap at or above it changes nothing (the cap only lowers).
-pub fn channel_factor(d: &NcclDefaults, max_nchannels: Option<u32>) -> f64 {
-    match max_nchannels {
-        Some(m) if m >= 1 && m < d.default_nchannels => d.default_nchannels as f64 / m as f64,
-        _ => 1.0,
+/// The channels NCCL runs a collective on against those the profile was measured with
+/// (`[nccl] default_nchannels`), under `NCCL_MIN_NCHANNELS` / `NCCL_MAX_NCHANNELS`, and the link
+/// that bounds what more channels can give.
+///
+/// NCCL's tuner (docs/sources.md §4.2) sets a collective's bus bandwidth to `nChannels × bwIntra`
+/// per protocol, so the bytes term of a price measured at `measured` channels scales by
+/// `measured / run`; adding channels stops paying where the bus bandwidth reaches the link the
+/// ring crosses (Simple carries its payload at the link's rate; LL's 8-byte lines carry 4 bytes
+/// of data beside 4 of flags, half of it). In the same model the LL/Simple crossover, where
+/// Simple's extra latency equals LL's halved bandwidth, lies at a message size proportional to
+/// the bus bandwidth: the measured switch moves with the channels.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Channels {
+    pub measured: u32,
+    pub run: u32,
+    /// The link's bandwidth per direction (GB/s) on the collective's path (`cost::link`).
+    pub link_gbps: f64,
+}
+
+impl Channels {
+    /// The channels a collective runs on: the measured count raised to `NCCL_MIN_NCHANNELS`,
+    /// then capped at `NCCL_MAX_NCHANNELS` (NCCL applies the cap last); None when that is the
+    /// measured count.
+    pub fn of(
+        d: &NcclDefaults,
+        min: Option<u32>,
+        max: Option<u32>,
+        link_gbps: f64,
+    ) -> Option<Channels> {
+        let mut run = d.default_nchannels.max(min.unwrap_or(1));
+        if let Some(m) = max {
+            run = run.min(m.max(1));
+        }
+        (run != d.default_nchannels).then_some(Channels {
+            measured: d.default_nchannels,
+            run,
+            link_gbps,
+        })
+    }
+
+    /// The most bus bandwidth (GB/s) the link gives this protocol.
+    fn cap_gbps(&self, ll: bool) -> f64 {
+        if ll {
+            0.5 * self.link_gbps
+        } else {
+            self.link_gbps
+        }
+    }
+
+    /// A bus bandwidth measured at `measured` channels, run at `run`: in proportion, and when
+    /// raised no higher than the link allows (a measured figure above it is kept).
+    pub fn bus_gbps(&self, measured_gbps: f64, ll: bool) -> f64 {
+        let scaled = measured_gbps * self.run as f64 / self.measured as f64;
+        if self.run > self.measured {
+            measured_gbps.max(scaled.min(self.cap_gbps(ll)))
+        } else {
+            scaled
+        }
+    }
+
+    /// The bytes term of a price (µs) measured at `measured` channels, run at `run`;
+    /// `wire_bytes` is what each rank sends (steps / ranks × the message for a ring).
+    pub fn bytes_us(&self, measured_us: f64, wire_bytes: f64, ll: bool) -> f64 {
+        let scaled = measured_us * self.measured as f64 / self.run as f64;
+        if self.run > self.measured {
+            let floor = wire_bytes / (self.cap_gbps(ll) * 1e3);
+            measured_us.min(scaled.max(floor))
+        } else {
+            scaled
+        }
+    }
+
+    /// Where NCCL switches from LL to Simple at `run` channels, from the measured switch (the
+    /// last LL and first Simple size at `measured`): their geometric middle, moved in
+    /// proportion to the channels.
+    pub fn switch_bytes(&self, last_ll: f64, first_simple: f64) -> f64 {
+        (last_ll * first_simple).sqrt() * self.run as f64 / self.measured as f64
     }
 }
 
@@ -145,13 +215,13 @@ fn loops(bytes: u64, nranks: u32, channels: u32, buffsize: u64, steps: u32) -> u
 pub fn buffsize_extra_us(
     d: &NcclDefaults,
     buffsize: Option<u64>,
-    max_nchannels: Option<u32>,
+    channels: Option<Channels>,
     family: CostFamily,
     nranks: u32,
     bytes: u64,
 ) -> f64 {
     let Some(b) = buffsize else { return 0.0 };
-    let ch = max_nchannels.map_or(d.default_nchannels, |m| m.min(d.default_nchannels));
+    let ch = channels.map_or(d.default_nchannels, |c| c.run);
     let now = loops(bytes, nranks, ch, b, d.steps_per_buffer);
     let then = loops(bytes, nranks, ch, d.buffsize_bytes, d.steps_per_buffer);
     now.saturating_sub(then) as f64 * super::collective::steps(family, nranks) * d.simple_hop_us
@@ -192,9 +262,16 @@ mod tests {
     #[test]
     fn knobs_matter_only_where_they_bind() {
         let d = defaults();
-        assert_eq!(channel_factor(&d, None), 1.0);
-        assert_eq!(channel_factor(&d, Some(64)), 1.0);
-        assert_eq!(channel_factor(&d, Some(1)), 2.0);
+        assert_eq!(Channels::of(&d, None, None, 45.0), None);
+        assert_eq!(Channels::of(&d, None, Some(64), 45.0), None);
+        assert_eq!(Channels::of(&d, Some(1), None, 45.0), None);
+        let one = Channels::of(&d, None, Some(1), 45.0).unwrap();
+        assert_eq!(one.run, 1);
+        // Half the channels: the bytes term doubles, whatever the link.
+        assert_eq!(one.bytes_us(100.0, 1e6, false), 200.0);
+        assert_eq!(one.bus_gbps(20.0, false), 10.0);
+        // The cap wins over the minimum, as in NCCL.
+        assert_eq!(Channels::of(&d, Some(8), Some(4), 45.0).unwrap().run, 4);
         // 1.8 MB over 8 ranks x 2 channels x 512 KiB slots: one loop either way.
         let b = 1_835_008;
         assert_eq!(
@@ -204,5 +281,33 @@ mod tests {
         // 128 KiB buffers: 16 KiB slots, 256 KiB per loop: 7 loops, 6 extra passes of 14 steps.
         let x = buffsize_extra_us(&d, Some(128 << 10), None, CostFamily::AllReduce, 8, b);
         assert!((x - 6.0 * 14.0 * 5.7).abs() < 1e-9, "{x}");
+    }
+
+    #[test]
+    fn more_channels_pay_up_to_the_link() {
+        let d = defaults();
+        let eight = Channels::of(&d, Some(8), None, 45.0).unwrap();
+        assert_eq!((eight.measured, eight.run), (2, 8));
+        // 24 GB/s measured at 2 channels: x4 would be 96, the link gives 45; LL 8 GB/s x4
+        // would be 32, LL's half of the link gives 22.5.
+        assert_eq!(eight.bus_gbps(24.0, false), 45.0);
+        assert_eq!(eight.bus_gbps(8.0, true), 22.5);
+        // 4 GB/s x 4 = 16 fits under the link.
+        assert_eq!(eight.bus_gbps(4.0, false), 16.0);
+        // A measured figure above the link stays (the channels never make it slower).
+        assert_eq!(eight.bus_gbps(60.0, false), 60.0);
+        // A 1.8 MB all-reduce's bytes term of 170 us at 2 channels: /4 = 42.5 us, but 8 ranks
+        // send 14/8 x 1.8 MB = 3.21 MB, 71.4 us at 45 GB/s.
+        let wire = 14.0 / 8.0 * 1_835_008.0;
+        let t = eight.bytes_us(170.0, wire, false);
+        assert!((t - wire / 45e3).abs() < 1e-9, "{t}");
+        assert!((t - 71.36).abs() < 0.01, "{t}");
+        // The LL/Simple switch moves with the channels: 512 KiB and 1 MiB rows at 2 channels,
+        // the middle 724 KiB, x4 at 8.
+        let s = eight.switch_bytes(524_288.0, 1_048_576.0);
+        assert!(
+            (s - 4.0 * (524_288.0f64 * 1_048_576.0).sqrt()).abs() < 1e-6,
+            "{s}"
+        );
     }
 }

@@ -19,6 +19,7 @@ pub mod collective;
 pub mod deepep;
 pub mod fusion;
 pub mod internode;
+pub mod isotonic;
 pub mod kernel;
 pub mod kv_dtype;
 pub mod kv_transfer;
@@ -500,9 +501,12 @@ impl<'a> Pricer<'a> {
             // NCCL's knobs do not reach a collective priced across nodes: the hierarchical law
             // has no channel count or buffer, and DeepEP's kernels are not NCCL's. Said, not
             // silently ignored.
-            if k.nccl_max_nchannels.is_some() || k.nccl_buffsize.is_some() {
+            if k.nccl_max_nchannels.is_some()
+                || k.nccl_min_nchannels.is_some()
+                || k.nccl_buffsize.is_some()
+            {
                 note!(self.quiet, self.warnings, format!(
-                    "--nccl-max-nchannels / --nccl-buffsize do not change the {} across {} nodes ({} ranks): {}; its price is unchanged (they act on collectives inside a node)",
+                    "--nccl-min-nchannels / --nccl-max-nchannels / --nccl-buffsize do not change the {} across {} nodes ({} ranks): {}; its price is unchanged (they act on collectives inside a node)",
                     op.family,
                     h.nodes,
                     h.ranks(),
@@ -566,20 +570,23 @@ impl<'a> Pricer<'a> {
                         op.family
                     ));
                 }
-                if k.nccl_max_nchannels.is_some() || k.nccl_buffsize.is_some() {
+                if k.nccl_max_nchannels.is_some()
+                    || k.nccl_min_nchannels.is_some()
+                    || k.nccl_buffsize.is_some()
+                {
                     note!(self.quiet, self.warnings, format!(
-                        "--nccl-max-nchannels / --nccl-buffsize do not change DeepEP's low-latency {} (not NCCL's kernels): its price is unchanged",
+                        "--nccl-min-nchannels / --nccl-max-nchannels / --nccl-buffsize do not change DeepEP's low-latency {} (not NCCL's kernels): its price is unchanged",
                         op.family
                     ));
                 }
                 return Ok(c);
             }
         }
-        let c = match self.nccl_from_aic(op) {
-            Some(c) => self.table_scaled(c),
-            None => self.nccl_by_law(op)?,
+        let (c, law) = match self.nccl_from_aic(op) {
+            Some(c) => (self.table_scaled(c), false),
+            None => (self.nccl_by_law(op)?, true),
         };
-        let c = self.nccl_knobs(op, c);
+        let c = self.nccl_knobs(op, c, law);
         Ok(c)
     }
 
@@ -771,8 +778,24 @@ impl<'a> Pricer<'a> {
             f => f.key(),
         };
         let curve = t.nccl_curve(key, n)?;
-        let rows = curve.regime(forced)?;
         let bytes = op.message_bytes as f64;
+        let threshold = self
+            .s
+            .comm
+            .nccl_ll_threshold
+            .filter(|_| self.proto == Proto::Auto);
+        // Under other channels than measured, NCCL's LL/Simple switch moves with them.
+        let moved = match (forced, self.channels(), curve.switch_bytes()) {
+            (Proto::Auto, Some(ch), Some((ll, simple))) => {
+                Some(if bytes <= ch.switch_bytes(ll, simple) {
+                    Proto::Ll
+                } else {
+                    Proto::Simple
+                })
+            }
+            _ => None,
+        };
+        let rows = curve.regime(moved.unwrap_or(forced))?;
         let tp = aic::comm_price(rows, bytes)?;
         if tp.extrapolated {
             note!(
@@ -789,13 +812,9 @@ impl<'a> Pricer<'a> {
                 )
             );
         }
-        let threshold = self
-            .s
-            .comm
-            .nccl_ll_threshold
-            .filter(|_| self.proto == Proto::Auto);
         let proto = match (forced, curve.switch_bytes()) {
             (p, _) if threshold.is_some() => format!("threshold: {}", p.name()),
+            (_, _) if moved.is_some() => format!("auto: {}", moved.unwrap_or(forced).name()),
             (Proto::Auto, Some((ll, _))) if bytes <= ll => "auto: LL".to_string(),
             (Proto::Auto, Some((_, simple))) if bytes >= simple => "auto: Simple".to_string(),
             (Proto::Auto, Some(_)) => "auto: LL/Simple".to_string(),
@@ -831,27 +850,43 @@ impl<'a> Pricer<'a> {
         })
     }
 
-    /// `NCCL_MAX_NCHANNELS` and `NCCL_BUFFSIZE` against the defaults the profile was measured
-    /// with (cost::allreduce): a note when they change nothing.
-    fn nccl_knobs(&mut self, op: &Op, mut c: CollectiveChoice) -> CollectiveChoice {
+    /// The channels NCCL runs on when `--nccl-min-nchannels` / `--nccl-max-nchannels` move them
+    /// off the count the profile was measured with (`cost::allreduce::Channels`); None otherwise
+    /// or when the profile does not state that count.
+    fn channels(&self) -> Option<allreduce::Channels> {
         let k = self.s.comm;
-        if k.nccl_max_nchannels.is_none() && k.nccl_buffsize.is_none() {
+        let d = self.p.nccl.as_ref()?;
+        allreduce::Channels::of(
+            d,
+            k.nccl_min_nchannels,
+            k.nccl_max_nchannels,
+            link::system_link(self.s).0,
+        )
+    }
+
+    /// `NCCL_MIN_NCHANNELS`, `NCCL_MAX_NCHANNELS` and `NCCL_BUFFSIZE` against the defaults the
+    /// profile was measured with (cost::allreduce): a note when they change nothing. `law`: the
+    /// price came from the profile's laws, whose bus bandwidth the channels already scaled.
+    fn nccl_knobs(&mut self, op: &Op, mut c: CollectiveChoice, law: bool) -> CollectiveChoice {
+        let k = self.s.comm;
+        let set_channels = k.nccl_max_nchannels.is_some() || k.nccl_min_nchannels.is_some();
+        if !set_channels && k.nccl_buffsize.is_none() {
             return c;
         }
         let Some(d) = &self.p.nccl else {
             note!(self.quiet, self.warnings, format!(
-                "NCCL_MAX_NCHANNELS / NCCL_BUFFSIZE not priced: profile '{}' has no [nccl] section stating the channels and buffer it was measured with",
+                "NCCL_MIN_NCHANNELS / NCCL_MAX_NCHANNELS / NCCL_BUFFSIZE not priced: profile '{}' has no [nccl] section stating the channels and buffer it was measured with",
                 self.p.profile.name
             ));
             return c;
         };
-        let f = allreduce::channel_factor(d, k.nccl_max_nchannels);
+        let channels = self.channels();
         let simple = c.proto.ends_with("Simple");
         let extra = if simple {
             allreduce::buffsize_extra_us(
                 d,
                 k.nccl_buffsize,
-                k.nccl_max_nchannels,
+                channels,
                 op.family,
                 self.s.tp,
                 op.message_bytes,
@@ -859,9 +894,9 @@ impl<'a> Pricer<'a> {
         } else {
             0.0
         };
-        if k.nccl_max_nchannels.is_some() && f == 1.0 {
+        if set_channels && channels.is_none() {
             note!(self.quiet, self.warnings, format!(
-                "NCCL_MAX_NCHANNELS changes nothing here: it only caps channels, and the profile was measured with {} (at or below the cap)",
+                "the NCCL channel settings change nothing here: NCCL runs the {} channels the profile was measured with",
                 d.default_nchannels
             ));
         }
@@ -871,7 +906,19 @@ impl<'a> Pricer<'a> {
             );
         }
         let lat = c.latency_us.clamp(0.0, c.time_us);
-        c.time_us = lat + (c.time_us - lat) * f + extra;
+        let mut bytes_us = c.time_us - lat;
+        if let (Some(ch), false) = (channels, law) {
+            let n = self.group_of(op);
+            let wire = collective::steps(op.family, n) / n.max(1) as f64 * op.message_bytes as f64;
+            bytes_us = ch.bytes_us(bytes_us, wire, c.proto.ends_with("LL"));
+        }
+        if let Some(ch) = channels {
+            c.source = format!(
+                "{}; at {} NCCL channels against the {} measured (bytes term in proportion, no faster than the {:.1} GB/s link)",
+                c.source, ch.run, ch.measured, ch.link_gbps
+            );
+        }
+        c.time_us = lat + bytes_us + extra;
         c.latency_us = lat + extra;
         c
     }
@@ -881,6 +928,23 @@ impl<'a> Pricer<'a> {
         let proto = self.proto_for(op.message_bytes);
         let cands =
             collective::candidates(&p.collectives, op.family, path, self.s.nccl.algo, proto);
+        // Other channels than measured: each candidate's bus bandwidth moves with them before
+        // the tuner's choice, as NCCL's own model has it.
+        let scaled: Vec<profile::CollectiveParams> = match self.channels() {
+            Some(ch) => cands
+                .iter()
+                .map(|c| profile::CollectiveParams {
+                    bus_bw_gbps: ch.bus_gbps(c.bus_bw_gbps, c.proto == Proto::Ll),
+                    ..(*c).clone()
+                })
+                .collect(),
+            None => Vec::new(),
+        };
+        let cands: Vec<&profile::CollectiveParams> = if scaled.is_empty() {
+            cands
+        } else {
+            scaled.iter().collect()
+        };
         let Some((c, t)) = collective::choose(&cands, op.family, n, op.message_bytes) else {
             return Err(Error::field(
                 &p.path,

@@ -6,6 +6,7 @@ pub mod chrome;
 pub(crate) mod comparison;
 pub(crate) mod intervals;
 pub mod plot;
+pub mod serving;
 pub(crate) mod simulation;
 pub mod sweep;
 pub(crate) mod table;

@@ -92,6 +92,8 @@ pub struct CommKnobs {
     pub allreduce: AllreduceImpl,
     /// `NCCL_MAX_NCHANNELS` (None: unset).
     pub nccl_max_nchannels: Option<u32>,
+    /// `NCCL_MIN_NCHANNELS` (None: unset).
+    pub nccl_min_nchannels: Option<u32>,
     /// `NCCL_BUFFSIZE` in bytes (None: unset, NCCL's 4 MiB).
     pub nccl_buffsize: Option<u64>,
     /// Expert-parallel size (`--ep`, vLLM's `--enable-expert-parallel`); None or 1: off.
@@ -632,6 +634,20 @@ impl Scenario {
                 n as u64,
                 &super::limits::NCCL_CHANNELS,
             )?;
+        }
+        if let Some(n) = k.nccl_min_nchannels {
+            super::limits::flag_int_in(
+                "--nccl-min-nchannels",
+                n as u64,
+                &super::limits::NCCL_CHANNELS,
+            )?;
+            if let Some(m) = k.nccl_max_nchannels.filter(|&m| m < n) {
+                return Err(Error::ScenarioRange {
+                    flag: "--nccl-min-nchannels",
+                    value: n.to_string(),
+                    expected: format!("expected at most --nccl-max-nchannels ({m}): NCCL would cap the minimum at the maximum"),
+                });
+            }
         }
         if let Some(b) = k.nccl_buffsize {
             super::limits::flag_int_in("--nccl-buffsize", b, &super::limits::NCCL_BUFFSIZE)?;

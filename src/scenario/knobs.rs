@@ -584,7 +584,7 @@ pub static KNOBS: &[Knob] = &[
         flag: "--nccl-max-nchannels",
         value_name: "N",
         help: "NCCL_MAX_NCHANNELS: caps NCCL's channels (matters only below the count the profile \
-               was measured with; see the profile's [nccl] section).",
+               was measured with or --nccl-min-nchannels; see the profile's [nccl] section).",
         expected: "a whole number of channels, 1..=64",
         sweep: Sweep::No,
         unset: Some(|| "unset (NCCL's own)".into()),
@@ -598,6 +598,26 @@ pub static KNOBS: &[Knob] = &[
         set: |r, v| r.comm.nccl_max_nchannels = Some(take!(v, Value::Whole(n) => n as u32)),
         get: |r| r.comm.nccl_max_nchannels.map(|n| Value::Whole(n.into())),
         loaded: Some(|s| s.comm.nccl_max_nchannels.map(|n| Value::Whole(n.into()))),
+    },
+    Knob {
+        flag: "--nccl-min-nchannels",
+        value_name: "N",
+        help: "NCCL_MIN_NCHANNELS: raises NCCL's channels above the count the profile was \
+               measured with (the bytes term shrinks in proportion, no faster than the link; \
+               see the profile's [nccl] section).",
+        expected: "a whole number of channels, 1..=64",
+        sweep: Sweep::No,
+        unset: Some(|| "unset (NCCL's own)".into()),
+        parse: |t| {
+            Ok(Value::Whole(whole_in(
+                t,
+                super::limits::NCCL_CHANNELS,
+                "a whole number of channels",
+            )?))
+        },
+        set: |r, v| r.comm.nccl_min_nchannels = Some(take!(v, Value::Whole(n) => n as u32)),
+        get: |r| r.comm.nccl_min_nchannels.map(|n| Value::Whole(n.into())),
+        loaded: Some(|s| s.comm.nccl_min_nchannels.map(|n| Value::Whole(n.into()))),
     },
     Knob {
         flag: "--nccl-buffsize",

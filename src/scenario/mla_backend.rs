@@ -110,7 +110,7 @@ impl MlaBackend {
             ("folded", t) => {
                 return Err(Error::field(
                     path,
-                    &format!("{section}.tile"),
+                    format!("{section}.tile"),
                     format!(
                         "{}: a folded layout needs a tile of 1 to {MAX_TILE} query rows",
                         t.map_or("missing".to_string(), |t| t.to_string())
@@ -120,7 +120,7 @@ impl MlaBackend {
             ("rows", Some(_)) => {
                 return Err(Error::field(
                     path,
-                    &format!("{section}.tile"),
+                    format!("{section}.tile"),
                     "a rows layout takes no tile".to_string(),
                 ))
             }
@@ -128,7 +128,7 @@ impl MlaBackend {
                 let v: String = other.chars().take(80).collect();
                 return Err(Error::field(
                     path,
-                    &format!("{section}.layout"),
+                    format!("{section}.layout"),
                     format!("'{v}' is not a layout: expected rows or folded"),
                 ));
             }

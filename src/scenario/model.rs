@@ -75,8 +75,8 @@ impl MoeDims {
     /// vLLM's rule for which layers are MoE (see [`ModelSpec::is_layer_moe`]).
     fn is_layer_moe(&self, layer: usize) -> bool {
         layer >= self.first_k_dense
-            && layer % self.moe_layer_freq.max(1) == 0
-            && (layer + 1) % self.decoder_sparse_step.max(1) == 0
+            && layer.is_multiple_of(self.moe_layer_freq.max(1))
+            && (layer + 1).is_multiple_of(self.decoder_sparse_step.max(1))
             && !self.mlp_only_layers.contains(&layer)
     }
 

@@ -27,6 +27,11 @@ pub struct EngineConfig {
     /// expert-parallel all-to-all at `--dp` > 1) syncs blocks of its own size.
     pub(crate) tp: u32,
     pub(crate) cuda_graphs: bool,
+    /// Piecewise CUDA graphs (vLLM's PIECEWISE mode, a batch that carries prefill): per op,
+    /// whether it launches eagerly between the graph pieces (`workload::mixed::runs_eager`);
+    /// each piece after an eager run costs one more graph launch. None: every op in the mode
+    /// `cuda_graphs` says.
+    pub(crate) eager_ops: Option<std::sync::Arc<[bool]>>,
     pub(crate) launch: LaunchParams,
     pub(crate) variability: Variability,
     pub(crate) seed: u64,
@@ -126,6 +131,8 @@ impl Engine {
         self.comm_free.clear();
         self.comm_free.resize(ranks, 0.0);
         let mut first_collective = cfg.cuda_graphs;
+        let pieces = cfg.eager_ops.as_deref().filter(|_| cfg.cuda_graphs);
+        let mut in_eager_run = false;
         self.arrival.clear();
         self.arrival.resize(ranks, 0.0);
         out.clear(ranks);
@@ -134,6 +141,24 @@ impl Engine {
         for (i, op) in w.ops.iter().enumerate() {
             let base = base_us[i];
             let idx = i as u32;
+            let (launch, gap) = match pieces {
+                Some(mask) if !op.family.is_sync() => {
+                    if mask.get(i).copied().unwrap_or(false) {
+                        in_eager_run = true;
+                        (cfg.launch.eager_launch_us, cfg.launch.eager_kernel_gap_us)
+                    } else {
+                        if in_eager_run {
+                            // The next graph piece: one more graph launch on the CPU.
+                            for c in self.cpu.iter_mut() {
+                                *c += cfg.launch.graph_launch_us;
+                            }
+                            in_eager_run = false;
+                        }
+                        (0.0, gap)
+                    }
+                }
+                _ => (launch, gap),
+            };
             match op.family {
                 CostFamily::Fork => {
                     for r in 0..ranks {
@@ -239,5 +264,93 @@ impl Engine {
                 out.rank_start_us[r] = rec.start_us;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::category::Category;
+    use crate::workload::builder::Builder;
+    use crate::workload::routing::RoutingSample;
+    use crate::workload::Shape;
+
+    /// Four kernels: a graph piece, two attention kernels, a graph piece.
+    fn four_ops() -> Workload {
+        let mut b = Builder::new();
+        for (name, cat) in [
+            ("a", Category::Gemm),
+            ("attn1", Category::Attention),
+            ("attn2", Category::Attention),
+            ("d", Category::Gemm),
+        ] {
+            let shape = Shape::default();
+            b.push(name, "", CostFamily::Elementwise, cat, shape, "-", 0.0, 0.0);
+        }
+        Workload {
+            ops: b.ops,
+            experts_touched: Vec::new(),
+            routing: RoutingSample {
+                experts_touched: Vec::new(),
+                expert_tokens: Vec::new(),
+            },
+        }
+    }
+
+    fn config(eager: Option<Vec<bool>>) -> EngineConfig {
+        EngineConfig {
+            ranks: 1,
+            tp: 1,
+            cuda_graphs: true,
+            eager_ops: eager.map(Into::into),
+            launch: LaunchParams {
+                graph_launch_us: 10.0,
+                graph_kernel_gap_us: 1.0,
+                eager_launch_us: 5.0,
+                eager_kernel_gap_us: 2.0,
+                graph_first_collective_us: 0.0,
+                source: String::new(),
+            },
+            variability: Variability {
+                kernel_cv: 0.0,
+                rank_skew_cv: 0.0,
+                collective_cv: 0.0,
+                launch_skew_us: 0.0,
+                source: String::new(),
+            },
+            seed: 0,
+            step_overhead_us: 0.0,
+        }
+    }
+
+    fn spans(w: &Workload, base: &[f64], cfg: &EngineConfig) -> Vec<(f64, f64)> {
+        let mut tl = Timeline::default();
+        Engine::new().run(w, base, cfg, &mut tl);
+        tl.records.iter().map(|r| (r.start_us, r.end_us)).collect()
+    }
+
+    #[test]
+    fn piecewise_graphs_launch_attention_eagerly_by_hand() {
+        let w = four_ops();
+        let eager = Some(vec![false, true, true, false]);
+        // GPU-bound: a 20 µs piece hides the CPU's launches. Full graph: graph launch 10, then
+        // every kernel 1 µs after the last.
+        let base = [20.0, 3.0, 3.0, 20.0];
+        assert_eq!(
+            spans(&w, &base, &config(None)),
+            vec![(11.0, 31.0), (32.0, 35.0), (36.0, 39.0), (40.0, 60.0)]
+        );
+        // Piecewise: the attention kernels 2 µs apart (eager gap), the second piece 1 µs.
+        assert_eq!(
+            spans(&w, &base, &config(eager.clone())),
+            vec![(11.0, 31.0), (33.0, 36.0), (38.0, 41.0), (42.0, 62.0)]
+        );
+        // CPU-bound: a 1 µs first piece. The CPU issues the graph (10), two eager launches (15,
+        // 20) and the second piece's graph launch (30): each kernel waits for its launch.
+        let base = [1.0, 3.0, 3.0, 20.0];
+        assert_eq!(
+            spans(&w, &base, &config(eager)),
+            vec![(11.0, 12.0), (15.0, 18.0), (20.0, 23.0), (30.0, 50.0)]
+        );
     }
 }

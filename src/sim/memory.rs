@@ -625,6 +625,9 @@ fn nccl_buffer_bytes(s: &Scenario, p: &CalibrationProfile) -> (f64, u32, f64) {
     }
     let defaults = p.nccl.as_ref();
     let mut channels = defaults.map_or(2, |d| d.default_nchannels);
+    if let Some(min) = s.comm.nccl_min_nchannels {
+        channels = channels.max(min);
+    }
     if let Some(max) = s.comm.nccl_max_nchannels {
         channels = channels.min(max);
     }

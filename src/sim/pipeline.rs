@@ -456,17 +456,13 @@ impl Cycles {
 
     /// The recorded cycle (its windows' starts, its events) and the first micro-batch of the
     /// next (the windows' ends).
-    fn last_two(
-        &mut self,
-        t: &Times<'_>,
-        mut event: Option<&mut (dyn FnMut(Event) + '_)>,
-    ) -> Windows {
+    fn last_two(&mut self, t: &Times<'_>, event: Option<&mut (dyn FnMut(Event) + '_)>) -> Windows {
         let n_stages = self.free.len();
         let mut w = Windows {
             start: vec![0.0; n_stages],
             next: vec![0.0; n_stages],
         };
-        self.cycle(t, Some(&mut w.start), event.as_deref_mut(), false);
+        self.cycle(t, Some(&mut w.start), event, false);
         self.cycle(t, Some(&mut w.next), None, true);
         w
     }

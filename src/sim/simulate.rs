@@ -241,6 +241,7 @@ pub fn engine_config(s: &Scenario, p: &CalibrationProfile) -> EngineConfig {
         ranks: s.ranks(),
         tp: s.tp,
         cuda_graphs: s.cuda_graphs,
+        eager_ops: None,
         launch: p.launch.clone(),
         variability: p.variability.clone(),
         seed: s.seed,

@@ -218,8 +218,8 @@ impl Structure {
             let m = masks(block);
             if m.backslash != 0 || self.escaped {
                 // Escapes: exact, byte by byte, for this block only.
-                for k in 0..64 {
-                    if self.step(block[k]) {
+                for (k, &byte) in block.iter().enumerate() {
+                    if self.step(byte) {
                         return Some(i + k + 1);
                     }
                 }

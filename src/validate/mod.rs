@@ -20,6 +20,8 @@ use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+pub mod serving;
+
 /// One captured configuration: the files of all its ranks.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub(crate) struct Case {
@@ -487,7 +489,7 @@ pub(crate) fn validate_with(
         let checks = check_or_allow(&scenario, &inferred, checks.allow_mismatch).map_err(|e| {
             Error::Case {
                 case: case.name.clone(),
-                error: Box::new(e.into()),
+                error: Box::new(e),
             }
         })?;
         let sim = simulate_loaded(scenario, profile.clone())?;

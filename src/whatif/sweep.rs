@@ -326,6 +326,10 @@ fn scenarios_text(n: u128) -> String {
     }
 }
 
+/// One task's buffers, kept from chunk to chunk: its first row, the rows, their text and the
+/// rows' done flags.
+type TaskBuffer = (usize, Vec<Row>, Vec<u8>, Vec<bool>);
+
 /// A sweep loaded and checked, ready to stream.
 pub struct Prepared<'a> {
     req: &'a SweepRequest,
@@ -660,7 +664,7 @@ impl Prepared<'_> {
         // One (rows, text) buffer per task of a chunk, kept from chunk to chunk: a fresh
         // 1024-row text buffer per task is a large allocation, handed back to the system and
         // faulted in again every time (a third of a sweep's CPU time was page faults).
-        let mut parts: Vec<(usize, Vec<Row>, Vec<u8>, Vec<bool>)> = Vec::new();
+        let mut parts: Vec<TaskBuffer> = Vec::new();
         let mut lo = 0usize;
         while lo < n {
             let hi = (lo + CHUNK).min(n);

@@ -52,7 +52,7 @@ pub(crate) fn head(b: &mut Builder, s: &StepShape) {
         h,
         true,
     );
-    let t = s.real_tokens;
+    let t = s.logit_rows;
     b.gemm(
         "lm_head",
         "gemm (cuBLAS) lm_head",

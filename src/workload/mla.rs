@@ -105,11 +105,19 @@ pub(crate) fn attention_block(b: &mut Builder, s: &StepShape, mla: &MlaDims, lay
         2.0 * kv_write_elems as f64 * ACT_BYTES,
     );
     b.measured(MeasureKey::new("kv_write", real, latent, 0));
+    // A mixed step's prefill tokens take the up-projected MHA path (`mixed`); its decode
+    // sequences the absorbed path below. A step of prefill alone has no decode part.
+    if !s.prefill.is_empty() {
+        super::mixed::prefill_attention(b, s, mla, &attn("kv_b_proj"));
+    }
+    if s.batch == 0 {
+        return o_proj(b, s, mla, &attn("o_proj"));
+    }
     b.bmm(
         "W_UK_T",
         "gemm (cuBLAS) bmm W_UK_T",
         heads,
-        tokens,
+        s.decode_tokens,
         kv_lora,
         nope,
     );
@@ -177,17 +185,23 @@ pub(crate) fn attention_block(b: &mut Builder, s: &StepShape, mla: &MlaDims, lay
         "W_UV",
         "gemm (cuBLAS) bmm W_UV",
         heads,
-        tokens,
+        s.decode_tokens,
         mla.v_head_dim as u64,
         kv_lora,
     );
+    o_proj(b, s, mla, &attn("o_proj"));
+}
+
+/// The output projection over every token of the pass (decode and prefill rows alike).
+fn o_proj(b: &mut Builder, s: &StepShape, mla: &MlaDims, weight_name: &str) {
+    let heads = (s.model.num_heads / s.tp) as u64;
     b.gemm(
         "o_proj",
         "gemm (cuBLAS) o_proj",
         Category::Gemm,
-        tokens,
-        hidden,
+        s.tokens,
+        s.model.hidden as u64,
         heads * mla.v_head_dim as u64,
-        m.weight_format(&attn("o_proj")),
+        s.model.weight_format(weight_name),
     );
 }

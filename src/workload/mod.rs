@@ -6,6 +6,7 @@ mod frame;
 pub(crate) mod fusion;
 mod gqa;
 pub mod memory;
+pub mod mixed;
 mod mla;
 mod moe;
 pub(crate) mod op;
@@ -40,6 +41,15 @@ struct StepShape<'a> {
     /// logits all-gather and sampling (vLLM computes logits for the real rows only: the
     /// `logits_indices` gather runs outside the graph, in `gpu_model_runner.py`).
     real_tokens: u64,
+    /// Decode query tokens the absorbed MLA path runs (`W_UK_T`, `W_UV`): `tokens` in a
+    /// decode pass (padded rows included), the decode sequences alone in a mixed step
+    /// (`mixed`), where the prefill tokens take the up-projected path.
+    decode_tokens: u64,
+    /// Rows of logits the head computes: `real_tokens` in a decode pass; one per scheduled
+    /// request in a mixed step (vLLM's `logits_indices`: each request's last scheduled token).
+    logit_rows: u64,
+    /// The prefill chunks a mixed step carries (empty in a decode pass).
+    prefill: &'a [mixed::PrefillChunk],
     /// Query tokens per sequence: 1 in plain decode, k+1 in a speculative verify pass (every
     /// GEMM's M, every activation collective and attention's queries scale with it).
     queries: u64,
@@ -190,6 +200,9 @@ fn build_part(
         context: s.context,
         tokens,
         real_tokens,
+        decode_tokens: tokens,
+        logit_rows: real_tokens,
+        prefill: &[],
         queries,
         verify_layout: s.mla_backend.verify,
         kv_bytes: s.kv_bytes,
@@ -212,54 +225,7 @@ fn build_part(
             );
         }
     }
-    for layer in part.layers.clone() {
-        b.layer = layer as i32;
-        // The first layer's input norm has no residual to add yet.
-        let fused = layer > 0;
-        let kernel = if fused {
-            "vllm::fused_add_rms_norm_kernel"
-        } else {
-            "vllm::rms_norm_kernel"
-        };
-        b.norm(
-            "input_layernorm",
-            kernel,
-            tokens,
-            model.hidden as u64,
-            fused,
-        );
-        match (model.family, &model.mla) {
-            (Family::MlaMoe, Some(mla)) => mla::attention_block(&mut b, &shape, mla, layer),
-            _ => gqa::attention_block(&mut b, &shape, layer),
-        }
-        if s.tp > 1 {
-            b.collective(
-                "attn_all_reduce",
-                "ncclDevKernel_AllReduce_Sum_bf16_RING_LL",
-                CostFamily::AllReduce,
-                shape.hidden_message_bytes(),
-            );
-        }
-        b.norm(
-            "post_attention_layernorm",
-            "vllm::fused_add_rms_norm_kernel",
-            tokens,
-            model.hidden as u64,
-            true,
-        );
-        match &model.moe {
-            Some(moe) if model.is_layer_moe(layer) => moe::moe_block(&mut b, &shape, moe, layer),
-            _ => moe::dense_mlp(&mut b, &shape, layer),
-        }
-        if s.tp > 1 {
-            b.collective(
-                "mlp_all_reduce",
-                "ncclDevKernel_AllReduce_Sum_bf16_RING_LL",
-                CostFamily::AllReduce,
-                shape.hidden_message_bytes(),
-            );
-        }
-    }
+    decoder_layers(&mut b, s, &shape, part.layers.clone());
     b.layer = -1;
     if part.is_last() {
         frame::head(&mut b, &shape);
@@ -274,6 +240,65 @@ fn build_part(
     }
     parallel::apply(s_global, real_tokens, tokens, &mut w);
     w
+}
+
+/// The decoder layers `layers` of a pass shaped by `shape` (norms, attention, all-reduces,
+/// MoE or dense MLP), appended to `b`.
+fn decoder_layers(
+    b: &mut builder::Builder,
+    s: &Scenario,
+    shape: &StepShape,
+    layers: std::ops::Range<usize>,
+) {
+    let model = &s.model;
+    for layer in layers {
+        b.layer = layer as i32;
+        // The first layer's input norm has no residual to add yet.
+        let fused = layer > 0;
+        let kernel = if fused {
+            "vllm::fused_add_rms_norm_kernel"
+        } else {
+            "vllm::rms_norm_kernel"
+        };
+        b.norm(
+            "input_layernorm",
+            kernel,
+            shape.tokens,
+            model.hidden as u64,
+            fused,
+        );
+        match (model.family, &model.mla) {
+            (Family::MlaMoe, Some(mla)) => mla::attention_block(b, shape, mla, layer),
+            _ => gqa::attention_block(b, shape, layer),
+        }
+        if s.tp > 1 {
+            b.collective(
+                "attn_all_reduce",
+                "ncclDevKernel_AllReduce_Sum_bf16_RING_LL",
+                CostFamily::AllReduce,
+                shape.hidden_message_bytes(),
+            );
+        }
+        b.norm(
+            "post_attention_layernorm",
+            "vllm::fused_add_rms_norm_kernel",
+            shape.tokens,
+            model.hidden as u64,
+            true,
+        );
+        match &model.moe {
+            Some(moe) if model.is_layer_moe(layer) => moe::moe_block(b, shape, moe, layer),
+            _ => moe::dense_mlp(b, shape, layer),
+        }
+        if s.tp > 1 {
+            b.collective(
+                "mlp_all_reduce",
+                "ncclDevKernel_AllReduce_Sum_bf16_RING_LL",
+                CostFamily::AllReduce,
+                shape.hidden_message_bytes(),
+            );
+        }
+    }
 }
 
 /// Count and message size of each collective in a workload, in order of first appearance.

@@ -310,6 +310,9 @@ pub(super) struct PassModel {
     pub(super) context_twin: [Option<usize>; 2],
 }
 
+/// One probe: (batch, tokens per sequence, context).
+pub(super) type Probe = (u32, u32, u64);
+
 pub(super) const PROBES_LOW: [(u32, u32, u64); 14] = [
     (1, 1, 1024),
     (2, 1, 4096),
@@ -577,7 +580,7 @@ impl PassModel {
     pub(super) fn fit_regime(
         s: &Scenario,
         build: &(dyn Fn(&Scenario, u32) -> Workload + Sync),
-        (probes, odd): (&[(u32, u32, u64)], &[(u32, u32, u64)]),
+        (probes, odd): (&[Probe], &[Probe]),
         sms: u64,
         verify: bool,
         ep: Option<&EpShape>,

@@ -153,6 +153,9 @@ impl Launch {
     }
 }
 
+/// A speculative step's (draft µs, verify µs, whole step µs).
+pub type SpecSplit = (f64, f64, f64);
+
 /// A scenario family in closed form: the plain step, and speculative steps at any k.
 #[derive(Debug, Clone)]
 pub struct FastScenario {
@@ -894,7 +897,7 @@ impl FastScenario {
         k: u32,
         launch: &Launch,
         coll: &Collectives,
-    ) -> Option<[((f64, f64, f64), Busy); W]> {
+    ) -> Option<[(SpecSplit, Busy); W]> {
         let spec = self.spec.as_ref()?;
         Some(self.with_memo(|m| {
             let set = Setting { launch, coll };

@@ -31,6 +31,7 @@
 //! - data-parallel attention at a micro-batch the DP ranks do not share evenly: the DP ranks
 //!   with fewer sequences run their attention shorter and are ahead; the step is the mean over
 //!   ranks, so the step's end is the largest DP ranks' less the mean gap.
+//!
 //! A collective queued behind a transfer in flight starts when that transfer has ended on
 //! every rank, so it waits for no straggler.
 //!
@@ -221,7 +222,7 @@ impl Priced {
         let loaded = !self.ex.is_empty();
         for s in (0..n).filter(|&s| run_start[s]) {
             let mut r = [RunRest::default(); W];
-            for i in s..run_end[s] as usize {
+            for (i, &seq) in per_seq.iter().enumerate().take(run_end[s] as usize).skip(s) {
                 let di: &[f64; W] = self.d[i * W..(i + 1) * W]
                     .try_into()
                     .expect("W lanes per op");
@@ -233,7 +234,7 @@ impl Priced {
                     if loaded {
                         r.ex += x;
                     }
-                    if per_seq[i] {
+                    if seq {
                         r.seq += d;
                     }
                 }
@@ -870,7 +871,7 @@ impl Anchor {
         pending: [bool; 2],
         l: &Launch,
     ) -> Self {
-        let from = |t: f64| (t != f64::MIN).then(|| t - st.main);
+        let from = |t: f64| (t != f64::MIN).then_some(t - st.main);
         Anchor {
             pos: [0, 1].map(|k| (cursors[k].seg, cursors[k].i)),
             rel: relative(st, l, false),

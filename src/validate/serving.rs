@@ -1,0 +1,115 @@
+//! `validate --bench-serve`: `vllm bench serve --save-result` results held against their
+//! serving runs (`calibrate::serving`, `sim::serving`), each result replayed with the server
+//! settings it records, and the median error of what users compare (TPOT, TTFT, output
+//! throughput) over them.
+
+use crate::calibrate::bench_serve::{self, BenchOptions};
+use crate::calibrate::serving::{self as bench, MeasuredServe};
+use crate::error::{Error, Result};
+use crate::sim::serving::{ServeOptions, ServeResult};
+use crate::sim::ScenarioRequest;
+use serde::Serialize;
+use std::path::PathBuf;
+
+/// One result and its predicted run.
+#[derive(Debug, Clone, Serialize)]
+pub struct ServingCheck {
+    /// `file line N`.
+    pub origin: String,
+    pub predicted: ServeResult,
+    pub measured: MeasuredServe,
+}
+
+/// The median |predicted / measured − 1| of each metric over the results that measured it.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct ServingErrors {
+    pub mean_tpot: Option<f64>,
+    pub median_tpot: Option<f64>,
+    pub mean_ttft: Option<f64>,
+    pub output_throughput: Option<f64>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ServingValidation {
+    pub runs: Vec<ServingCheck>,
+    pub errors: ServingErrors,
+}
+
+/// Every result of `files` replayed under `req` with the settings it records (`--metadata`:
+/// KV dtype, DCP; TP and model checked) and the scheduler limits and seed of `base`.
+pub fn replay(
+    req: &ScenarioRequest,
+    base: &ServeOptions,
+    files: &[PathBuf],
+) -> Result<Vec<ServingCheck>> {
+    let mut out = Vec::new();
+    for f in files {
+        let text = crate::files::read_text(f, crate::files::InputKind::MeasurementCsv)?;
+        let opt = BenchOptions {
+            serving: true,
+            ..Default::default()
+        };
+        let settings = bench_serve::parse_bench(&text, f, &opt)?;
+        let measured = bench::read_serve_points(std::slice::from_ref(f))?;
+        for (point, pt) in settings.iter().zip(measured) {
+            let origin = format!("{} line {}", crate::units::path(&pt.file), pt.line);
+            let invalid = |e: Error| Error::PointInvalid {
+                point: origin.clone(),
+                problem: e.to_string(),
+            };
+            let mut r = req.clone();
+            for (k, v) in point.settings() {
+                k.apply(&mut r, v);
+            }
+            let (s, p) = r.load().map_err(invalid)?;
+            bench::check_point(&pt, &s)?;
+            let predicted = bench::predict_point(&s, &p, &pt.shape, base).map_err(invalid)?;
+            out.push(ServingCheck {
+                origin,
+                predicted,
+                measured: pt.measured,
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// [`replay`] and the median errors.
+pub fn validate_serving(
+    req: &ScenarioRequest,
+    base: &ServeOptions,
+    files: &[PathBuf],
+) -> Result<ServingValidation> {
+    let runs = replay(req, base, files)?;
+    let median = |f: &dyn Fn(&ServingCheck) -> Option<(f64, f64)>| {
+        let mut e: Vec<f64> = runs
+            .iter()
+            .filter_map(f)
+            .filter(|(_, m)| *m > 0.0)
+            .map(|(p, m)| (p / m - 1.0).abs())
+            .collect();
+        e.sort_by(|a, b| a.total_cmp(b));
+        (!e.is_empty()).then(|| crate::sim::serving::stats::percentile(&e, 50.0))
+    };
+    let errors = ServingErrors {
+        mean_tpot: median(&|c| {
+            c.measured
+                .tpot
+                .map(|t| (c.predicted.tpot.mean_ms, t.mean_ms))
+        }),
+        median_tpot: median(&|c| {
+            c.measured
+                .tpot
+                .map(|t| (c.predicted.tpot.median_ms, t.median_ms))
+        }),
+        mean_ttft: median(&|c| {
+            c.measured
+                .ttft
+                .map(|t| (c.predicted.ttft.mean_ms, t.mean_ms))
+        }),
+        output_throughput: median(&|c| {
+            Some((c.predicted.output_throughput, c.measured.output_throughput))
+        }),
+    };
+    Ok(ServingValidation { runs, errors })
+}

@@ -185,9 +185,12 @@ fn the_shipped_rtx_profile_is_the_table_profile() {
 #[test]
 fn another_aiconfigurator_gpu_gets_a_profile_with_one_command() {
     let out = write_profile(H200, "h200-8x-nvlink", "h200");
+    // Batch 8: 114,688 B per all-reduce, below sm_90's 256 KiB cap at 8 GPUs (batch 32's
+    // 458,752 B goes past it, to torch symmetric memory, priced as NCCL).
     let req = ScenarioRequest {
         system: "h200-8x-nvlink".into(),
         calibration: Some(out.display().to_string()),
+        batch: 8,
         ..Default::default()
     };
     let sim = simulate(&req).unwrap();
@@ -771,7 +774,10 @@ fn a_bad_only_list_names_the_profile_field_and_the_file() {
         ("[]", "at least one table name"),
     ] {
         let path = d.join("profile.toml");
-        let text = profile.replace("only = [\"moe.csv\"]", &format!("only = {only}"));
+        let text = profile.replace(
+            "only = [\"moe.csv\", \"custom_allreduce.csv\"]",
+            &format!("only = {only}"),
+        );
         std::fs::write(&path, text).unwrap();
         let e = decodesim::cost::CalibrationProfile::from_file(&path)
             .unwrap_err()

@@ -28,6 +28,7 @@ const SAMPLES: &[(&str, &str)] = &[
     ("kv-cache-dtype", "fp8"),
     ("routing", "uniform"),
     ("allreduce", "nccl"),
+    ("fuse-allreduce-rms", "on"),
     ("nccl-max-nchannels", "16"),
     ("nccl-min-nchannels", "8"),
     ("nccl-buffsize", "8388608"),

@@ -216,11 +216,12 @@ fn the_step_never_gets_faster_as_the_batch_grows_within_a_graph_size() {
                     let t = f.step_us(batch, context, &launch, &coll);
                     if let Some((p, before)) = last {
                         if p == padded {
-                            // Within 1%: the padded rows' routing is drawn per batch, so the
+                            // Within 1.5%: the padded rows' routing is drawn per batch, so the
                             // experts touched move by a draw when a real token replaces a
-                            // padded one.
+                            // padded one (about 120 µs of DeepSeek-V3's MoE on 8x H200, whose
+                            // step is short since its all-reduces run vLLM's custom kernel).
                             assert!(
-                                t >= before * (1.0 - 1e-2),
+                                t >= before * (1.0 - 1.5e-2),
                                 "{model} on {system}, context {context}: batch {batch} ({t} µs) faster than batch {} ({before} µs) in one graph size {padded}",
                                 batch - 1
                             );

@@ -17,6 +17,7 @@ pub mod output;
 pub mod regression;
 pub mod serving;
 mod transfer;
+pub mod transfer_profile;
 
 pub use output::{calibrate_dir, DirRequest};
 pub(crate) use transfer::transfer;
@@ -309,6 +310,9 @@ pub fn calibrate(
         aiconfigurator: None,
         custom_allreduce: fallback.custom_allreduce.clone(),
         custom_allreduce_pcie: fallback.custom_allreduce_pcie.clone(),
+        fused_allreduce_rms: fallback.fused_allreduce_rms.clone(),
+        transfer: None,
+        measured_rules: None,
         deepep_ll: fallback.deepep_ll.clone(),
         nccl: fallback.nccl.clone(),
         path: Default::default(),

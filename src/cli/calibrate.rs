@@ -11,7 +11,7 @@ pub struct CalibrateArgs {
     #[arg(
         long,
         value_name = "DIR",
-        required_unless_present_any = ["from_trace", "from_aiconfigurator", "from_throughput", "from_burst", "from_nccl_tests", "from_deepep_ll"],
+        required_unless_present_any = ["from_trace", "from_aiconfigurator", "from_throughput", "from_burst", "from_nccl_tests", "from_deepep_ll", "transfer_profile"],
         conflicts_with_all = ["from_trace", "from_aiconfigurator", "from_throughput", "from_burst", "from_nccl_tests", "from_deepep_ll"]
     )]
     measurements: Option<PathBuf>,
@@ -69,6 +69,13 @@ pub struct CalibrateArgs {
     /// the fallback's entries for the paths the target has, plus the measured host path.
     #[arg(long, value_name = "GPU")]
     transfer_to: Option<String>,
+    /// Instead: move a whole profile (name or path; its laws, measured table and AIConfigurator
+    /// tables) to the GPU of --transfer-to by physics: measured prices keep their fixed cost
+    /// and scale the rest by each op's roofline on the new GPU (collectives: the bytes term by
+    /// the link), marked transferred in every report. --system names the machine the profile
+    /// was measured on.
+    #[arg(long, value_name = "PROFILE", requires = "transfer_to", conflicts_with_all = ["measurements", "from_aiconfigurator", "from_trace"])]
+    transfer_profile: Option<String>,
     /// Instead: fit end-to-end factors on top of the scenario's profile to benchmark points:
     /// CSVs `concurrency,context,tokens_per_s|tpot_ms` (optional kv_cache_dtype, nccl_proto,
     /// nccl_algo, p2p, allreduce, dcp, spec_method, draft_tokens, acceptance_rate|acceptance_length)
@@ -147,6 +154,9 @@ pub fn run(a: CalibrateArgs) -> Result<()> {
     }
     if let Some(dir) = &a.from_aiconfigurator {
         return from_aiconfigurator(&a, dir);
+    }
+    if let (Some(base), Some(gpu)) = (&a.transfer_profile, &a.transfer_to) {
+        return transfer_profile(&a, base, gpu);
     }
     let Some(dir) = a.measurements.clone() else {
         return from_trace(&a);
@@ -251,6 +261,29 @@ fn from_trace(a: &CalibrateArgs) -> Result<()> {
     print(&report::calibration::render_from_trace(
         &r, excluded, &notes,
     ))
+}
+
+fn transfer_profile(a: &CalibrateArgs, base: &str, gpu: &str) -> Result<()> {
+    use crate::calibrate::transfer_profile::{transfer_profile, TransferRequest};
+    let p = transfer_profile(&TransferRequest {
+        base: base.to_string(),
+        from_system: a.scenario.request().system,
+        to_gpu: gpu.to_string(),
+        out: a.out.clone(),
+        name: a.name.clone(),
+    })?;
+    let mut s = format!(
+        "wrote {} (profile '{}', GPU {}, transferred from {})\n",
+        crate::units::path(&a.out),
+        p.profile.name,
+        p.profile.gpu,
+        p.transfer.as_ref().map_or("-", |t| t.from_gpu.as_str())
+    );
+    s.push_str(&report::calibration::provenance_line(
+        &p.profile.provenance,
+        a.verbose,
+    ));
+    print(&s)
 }
 
 fn from_aiconfigurator(a: &CalibrateArgs, dir: &std::path::Path) -> Result<()> {

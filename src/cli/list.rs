@@ -7,7 +7,7 @@ use crate::scenario::{catalog, ModelSpec, SystemSpec};
 use crate::units::grouped;
 
 /// Widths of the free-text columns, so every line stays within about 100 characters.
-const DESCRIPTION_WIDTH: usize = 24;
+const DESCRIPTION_WIDTH: usize = 22;
 const PROVENANCE_WIDTH: usize = 56;
 const ERROR_WIDTH: usize = 64;
 

@@ -18,7 +18,7 @@ use std::path::PathBuf;
 const MAX_PP: u32 = 1024;
 
 /// The grid flags, which `--grid` replaces (a grid file holds the same keys).
-const GRID_FLAGS: [&str; 21] = [
+const GRID_FLAGS: [&str; 22] = [
     "model",
     "system",
     "tp",
@@ -40,6 +40,7 @@ const GRID_FLAGS: [&str; 21] = [
     "ep_comm",
     "redundant_experts",
     "tbo",
+    "fuse_allreduce_rms",
 ];
 
 #[derive(Debug, Clone, clap::Args)]
@@ -67,6 +68,8 @@ pub struct SweepArgs {
     ep_comm: Option<String>,
     #[arg(long, help = knob("redundant-experts").help_text())]
     redundant_experts: Option<u32>,
+    #[arg(long, value_name = "on|off", help = knob("fuse-allreduce-rms").help_text())]
+    fuse_allreduce_rms: Option<String>,
     #[arg(long, help = knob("calibration").help_text())]
     calibration: Option<String>,
     #[arg(long, default_value_t = knob("kv-cache-dtype").default_text(), hide_default_value = true, help = knob("kv-cache-dtype").help_text())]
@@ -192,6 +195,7 @@ fn grid_keys() -> Vec<(&'static str, String)> {
             }
             (Sweep::List, _) => format!("{}: one, a list [\"a\", \"b\"] or \"a,b\"", k.expected),
             (Sweep::One, "tp" | "ep" | "redundant-experts") => k.expected.to_string(),
+            (Sweep::One, "fuse-allreduce-rms") => "\"on\", \"off\", true or false".to_string(),
             (Sweep::One, _) => format!("{} (string)", k.expected),
         };
         Some((k.name(), takes))
@@ -209,7 +213,7 @@ fn flag_text(key: &str, v: &toml::Value) -> Option<String> {
         V::String(s) => Some(s.clone()),
         V::Integer(i) => Some(i.to_string()),
         V::Float(f) => Some(f.to_string()),
-        V::Boolean(b) if key == "cuda-graphs" || key == "tbo" => {
+        V::Boolean(b) if matches!(key, "cuda-graphs" | "tbo" | "fuse-allreduce-rms") => {
             Some(if *b { "on" } else { "off" }.into())
         }
         V::Array(items) if !items.is_empty() => items
@@ -287,6 +291,12 @@ fn set_flag(a: &mut SweepArgs, key: &str, v: &toml::Value) -> Result<bool> {
             }
             _ => return Ok(false),
         },
+        "fuse-allreduce-rms" => {
+            if knob(key).parse_value(&text).is_err() {
+                return Ok(false);
+            }
+            a.fuse_allreduce_rms = Some(text)
+        }
         "ep-comm" if !is_str => return Ok(false),
         "ep-comm" => {
             if knob(key).parse_value(&text).is_err() {
@@ -432,6 +442,9 @@ fn request_with_warnings(a: &SweepArgs) -> Result<(SweepRequest, Vec<String>)> {
     base.comm.redundant_experts = a.redundant_experts;
     if let Some(c) = &a.ep_comm {
         knob("ep-comm").set(&mut base, c)?;
+    }
+    if let Some(f) = &a.fuse_allreduce_rms {
+        knob("fuse-allreduce-rms").set(&mut base, f)?;
     }
     base.calibration = a.calibration.clone();
     let acceptance = match (a.acceptance_rate, &a.acceptance_per_position) {

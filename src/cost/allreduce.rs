@@ -80,6 +80,23 @@ pub fn custom_ar_call(bytes: u64, max_size: u64) -> Result<(), Refusal> {
     Ok(())
 }
 
+/// Where vLLM sends an all-reduce its custom kernel refused, in words for the report: above the
+/// symmetric-memory cap (`cap`, docs/sources.md §3.3) torch symmetric memory is next in vLLM's
+/// dispatch, which no table prices, so it is priced as NCCL; otherwise NCCL (pynccl).
+pub fn next_path(
+    why: &Refusal,
+    cap: Option<&crate::scenario::allreduce_rules::SizeCap>,
+    symm_mem: bool,
+) -> String {
+    match (why, cap) {
+        (Refusal::TooLarge { .. }, Some(c)) if symm_mem => format!(
+            "torch symmetric memory, next in vLLM's dispatch above the custom all-reduce's cap ({}); no table prices that path, so it is priced as NCCL",
+            c.source
+        ),
+        _ => "NCCL".into(),
+    }
+}
+
 /// vLLM's kernel choice (csrc/custom_all_reduce.cuh, `CustomAllreduce::allreduce`): one stage at
 /// 2 GPUs; with full NVLink, one stage below 512 KiB up to 4 GPUs and below 256 KiB up to 8,
 /// else two stages.

@@ -96,6 +96,7 @@ mod tests {
             group: 0,
             rank_scale: Vec::new(),
             waits_for: None,
+            fused_norm: None,
         }
     }
 

@@ -17,6 +17,7 @@ pub mod allreduce;
 pub mod attention;
 pub mod collective;
 pub mod deepep;
+pub mod fusion;
 pub mod internode;
 pub mod isotonic;
 pub mod kernel;
@@ -27,6 +28,7 @@ pub mod physics;
 pub mod profile;
 pub mod resident;
 pub mod table;
+pub mod transfer;
 
 pub use profile::CalibrationProfile;
 
@@ -238,6 +240,11 @@ impl PreparedPricer {
             pr.fp8_kv_attention(w, &o.us, by_law, base_us, split_us)?;
         }
         pr.finish(out);
+        // Prices measured on another GPU moved to this one (`[transfer]`), before anything
+        // that corrects or replaces this machine's behaviour.
+        if let Some(t) = &p.transfer {
+            transfer::apply(t, w, s, p, by_law, out);
+        }
         // Factors first (they correct the machine's measured behaviour), then a hypothetical link
         // (it replaces the link under the corrected machine): cost::link.
         profile::apply_factors(&p.factors, w, out);
@@ -344,10 +351,10 @@ impl Setup {
         let path = s.comm_path();
         let mut warnings = BTreeSet::new();
         if p.profile.gpu != gpu.name {
-            note!(quiet, warnings, format!(
-                "calibration profile '{}' describes GPU '{}' but the system has '{}': kernel efficiencies are transferred",
-                p.profile.name, p.profile.gpu, gpu.name
-            ));
+            return Err(gpu_mismatch(s, p));
+        }
+        if let Some(t) = &p.transfer {
+            note!(quiet, warnings, t.note(&p.profile.name, &gpu.name));
         }
         for mark in p.poor_fit_marks() {
             note!(quiet, warnings, format!(
@@ -422,11 +429,12 @@ impl<'a> Pricer<'a> {
     /// latency part of it.
     fn record(&mut self, op: &Op, c: CollectiveChoice) -> (f64, f64) {
         let t = (c.time_us, c.latency_us.clamp(0.0, c.time_us.max(0.0)));
-        match self
-            .collectives
-            .iter_mut()
-            .find(|x| x.op == op.family.key() && x.bytes == op.message_bytes)
-        {
+        match self.collectives.iter_mut().find(|x| {
+            x.op == op.family.key()
+                && x.bytes == op.message_bytes
+                && x.algo == c.algo
+                && x.proto == c.proto
+        }) {
             Some(x) => x.count += 1,
             None => self.collectives.push(c),
         }
@@ -453,7 +461,32 @@ impl<'a> Pricer<'a> {
         }
     }
 
+    /// A collective's price (its time and latency part), recorded for the report: its path's
+    /// price, with the RMSNorm a fused all-reduce took in (`cost::fusion`).
     fn collective(&mut self, op: &Op) -> Result<(f64, f64)> {
+        let mut c = self.collective_choice(op)?;
+        if op.fused_norm.is_some() {
+            let law = self.p.fused_allreduce_rms.as_ref().ok_or_else(|| {
+                Error::field(
+                    &self.p.path,
+                    "fused_allreduce_rms",
+                    format!(
+                        "missing: --fuse-allreduce-rms on needs the fused kernel's law (data/calibration/h200/profile.toml states one); profile '{}' has none",
+                        self.p.profile.name
+                    ),
+                )
+            })?;
+            let norm = self.kernels.get(CostFamily::Norm);
+            let (fused, note) = fusion::price(c, op, self.s, law, norm, &self.p.path)?;
+            if let Some(n) = note {
+                note!(self.quiet, self.warnings, n);
+            }
+            c = fused;
+        }
+        Ok(self.record(op, c))
+    }
+
+    fn collective_choice(&mut self, op: &Op) -> Result<CollectiveChoice> {
         // A group that spans nodes: NCCL across the network (cost::internode).
         let h = internode::Hierarchy::of(&self.s.system, self.group_of(op), self.path);
         if let Some(h) = h {
@@ -518,12 +551,12 @@ impl<'a> Pricer<'a> {
                     );
                 }
             }
-            return Ok(self.record(op, c));
+            return Ok(c);
         }
         if op.family == CostFamily::AllReduce && self.custom_ar && op.group == 0 {
             if let Some(c) = self.custom_allreduce(op) {
                 let c = self.table_scaled(c);
-                return Ok(self.record(op, c));
+                return Ok(c);
             }
         }
         if op.family == CostFamily::AllToAll
@@ -546,7 +579,7 @@ impl<'a> Pricer<'a> {
                         op.family
                     ));
                 }
-                return Ok(self.record(op, c));
+                return Ok(c);
             }
         }
         let (c, law) = match self.nccl_from_aic(op) {
@@ -554,7 +587,7 @@ impl<'a> Pricer<'a> {
             None => (self.nccl_by_law(op)?, true),
         };
         let c = self.nccl_knobs(op, c, law);
-        Ok(self.record(op, c))
+        Ok(c)
     }
 
     /// DeepEP's low-latency dispatch or combine inside one node, by the profile's fitted law
@@ -620,12 +653,19 @@ impl<'a> Pricer<'a> {
         } else {
             self.p.custom_allreduce.as_ref()?
         };
-        if let Err(why) = allreduce::custom_ar_call(bytes, law.max_size_bytes) {
+        // With symmetric memory on, vLLM caps max_size per capability and world size
+        // (`scenario::allreduce_rules`); the patched PCIe build keeps its own cutoff.
+        let cap = (!self.custom_pcie)
+            .then(|| self.s.allreduce_rules.custom_cap(n))
+            .flatten();
+        let max = cap.map_or(law.max_size_bytes, |c| c.bytes.min(law.max_size_bytes));
+        if let Err(why) = allreduce::custom_ar_call(bytes, max) {
+            let next = allreduce::next_path(&why, cap, self.s.allreduce_rules.symm_mem);
             note!(
                 self.quiet,
                 self.warnings,
                 format!(
-                    "custom all-reduce: vLLM hands all_reduce of {} to NCCL ({why})",
+                    "custom all-reduce: vLLM hands all_reduce of {} to {next} ({why})",
                     crate::units::bytes(bytes as f64)
                 )
             );
@@ -640,9 +680,16 @@ impl<'a> Pricer<'a> {
         let table = self.p.aic.as_ref().zip(self.p.aiconfigurator.as_ref());
         // A patched PCIe build never ran on the collection machine: its law prices it.
         let ran_custom = |nvlink: bool| !self.custom_pcie && (nvlink || n == 2);
-        if let Some((t, sec)) = table.filter(|(_, sec)| ran_custom(sec.nvlink)) {
+        // Rows at or above the measured machine's own cap timed another path (a transferred
+        // profile's GPU may allow larger messages): the law prices those sizes.
+        let measured_max = match &self.p.measured_rules {
+            Some(r) => r.custom_cap(n).map_or(max, |c| c.bytes.min(max)),
+            None => max,
+        };
+        let in_rows = bytes < measured_max;
+        if let Some((t, sec)) = table.filter(|(_, sec)| ran_custom(sec.nvlink) && in_rows) {
             if let Some(rows) = t.custom_curve(mode, n) {
-                let max = law.max_size_bytes as f64;
+                let max = measured_max as f64;
                 let rows: Vec<(f64, f64)> = rows.iter().copied().filter(|r| r.0 < max).collect();
                 if let Some(tp) = aic::comm_price(&rows, bytes as f64) {
                     if tp.extrapolated {
@@ -669,6 +716,13 @@ impl<'a> Pricer<'a> {
                     });
                 }
             }
+        }
+        if !in_rows {
+            note!(self.quiet, self.warnings, format!(
+                "custom all-reduce of {}: at or above the cap of the GPU its rows were measured on ({} B at {n} ranks), where they timed another path; priced by the profile's custom all-reduce law",
+                crate::units::bytes(bytes as f64),
+                measured_max
+            ));
         }
         let l = match (mode, &law.eager) {
             ("eager", Some(e)) => e,
@@ -1203,6 +1257,25 @@ pub(crate) fn law_price(
         0.0
     };
     (us, split.min(us))
+}
+
+/// A profile measured on another GPU than the system's: its tables would price this GPU with
+/// that one's times, so it is refused, with how to get a profile of this GPU.
+fn gpu_mismatch(s: &Scenario, p: &CalibrationProfile) -> Error {
+    let gpu = &s.system.gpu.name;
+    Error::ScenarioSetting {
+        flag: "--calibration",
+        value: p.profile.name.clone(),
+        problem: format!(
+            ": profile '{}' ({}) holds prices measured on GPU '{}', but system '{}' has '{gpu}': its measured tables would price the {gpu} with the {}'s times. Use a profile of {gpu} (`decodesim list` shows each profile's GPU), or move this one to {gpu} by physics, marked transferred in every report: `decodesim calibrate --transfer-profile {} --transfer-to {gpu} --system SYSTEM_IT_WAS_MEASURED_ON --out PROFILE.toml`",
+            p.profile.name,
+            crate::units::path(&p.path),
+            p.profile.gpu,
+            s.system.name,
+            p.profile.gpu,
+            p.profile.name,
+        ),
+    }
 }
 
 /// Which all-reduce carries the TP all-reduces (`--allreduce`).

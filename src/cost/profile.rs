@@ -203,6 +203,13 @@ pub struct CalibrationProfile {
     /// `--allreduce custom` prices a patched build (community kernels, docs/sources.md §3.3) by this law.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub custom_allreduce_pcie: Option<CustomAllreduce>,
+    /// An all-reduce fused with the RMSNorm after it (`--fuse-allreduce-rms`, `cost::fusion`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fused_allreduce_rms: Option<super::fusion::FusedAllreduceRms>,
+    /// The GPU and link this profile's measured prices come from, when they were moved to the
+    /// profile's GPU (`cost::transfer`); absent: measured on the profile's own GPU.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transfer: Option<super::transfer::TransferSection>,
     /// DeepEP's low-latency dispatch and combine inside one node (`--ep-comm rdma-ll`), fitted
     /// to measured kernel times (`cost::deepep`); absent: the all-gather entry's law prices them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -217,6 +224,11 @@ pub struct CalibrationProfile {
     pub table: Option<std::sync::Arc<super::table::KernelTable>>,
     #[serde(skip)]
     pub aic: Option<std::sync::Arc<super::aic::AicTables>>,
+    /// A transferred profile's measured GPU's all-reduce rules (`[transfer] compute_capability`):
+    /// which of its custom all-reduce rows timed the custom kernel.
+    #[serde(skip)]
+    pub(crate) measured_rules:
+        Option<std::sync::Arc<crate::scenario::allreduce_rules::AllreduceRules>>,
 }
 
 /// Where a profile's AIConfigurator tables are and what they describe.
@@ -663,6 +675,11 @@ impl CalibrationProfile {
             crate::files::read_toml(path, crate::files::InputKind::Profile)?;
         p.path = path.to_path_buf();
         p.validate(path)?;
+        if let Some(t) = &p.transfer {
+            let rules =
+                crate::scenario::allreduce_rules::AllreduceRules::load(&t.compute_capability)?;
+            p.measured_rules = Some(std::sync::Arc::new(rules));
+        }
         if let Some(rel) = &p.measurements {
             let dir = path.parent().unwrap_or(Path::new("."));
             let table = super::table::KernelTable::read(&dir.join(rel))?;
@@ -716,7 +733,12 @@ impl CalibrationProfile {
         let Some(device) = &tables.device else {
             return Ok(());
         };
-        let file = crate::scenario::catalog::gpus_dir().join(format!("{}.toml", self.profile.gpu));
+        // A transferred profile's tables are the measured GPU's (`cost::transfer` moves them).
+        let measured = self
+            .transfer
+            .as_ref()
+            .map_or(&self.profile.gpu, |t| &t.from_gpu);
+        let file = crate::scenario::catalog::gpus_dir().join(format!("{measured}.toml"));
         if !file.is_file() {
             return Ok(());
         }
@@ -730,7 +752,7 @@ impl CalibrationProfile {
             format!(
                 "the tables in {} were measured on '{device}' (their MANIFEST.txt) but the profile is for GPU '{}' ({}): they would price another GPU's kernels; point `tables` at a folder measured on {}, or set [profile] gpu to the tables' GPU",
                 crate::units::path(&tables.dir),
-                self.profile.gpu,
+                measured,
                 gpu.display_name,
                 gpu.display_name
             ),
@@ -851,6 +873,35 @@ impl CalibrationProfile {
         }
         if let Some(d) = &self.deepep_ll {
             c.deepep_ll(d, bw)?;
+        }
+        if let Some(f) = &self.fused_allreduce_rms {
+            if !(f.dram_efficiency.is_finite()
+                && f.dram_efficiency > 0.0
+                && f.dram_efficiency <= 1.0)
+            {
+                return Err(c.fail(
+                    "fused_allreduce_rms.dram_efficiency",
+                    f.dram_efficiency,
+                    "a share of the DRAM bandwidth above 0 and at most 1",
+                ));
+            }
+        }
+        if let Some(t) = &self.transfer {
+            let figures = [
+                ("memory_bandwidth_gbps", t.memory_bandwidth_gbps),
+                ("bf16_tflops", t.bf16_tflops),
+                ("fp8_tflops", t.fp8_tflops),
+                ("link_gbps", t.link_gbps),
+            ];
+            for (k, v) in figures {
+                if !(v.is_finite() && v > 0.0 && v < 1e7) {
+                    return Err(c.fail(
+                        &format!("transfer.{k}"),
+                        v,
+                        "a positive figure of the measured GPU (GB/s or TFLOPS)",
+                    ));
+                }
+            }
         }
         if let Some(n) = &self.nccl {
             if !(1..=64).contains(&n.default_nchannels) {

@@ -120,6 +120,10 @@ pub struct CommKnobs {
     /// Two-batch overlap (`--tbo`): the step in two micro-batches whose all-to-all overlaps the
     /// other's compute.
     pub tbo: bool,
+    /// vLLM's all-reduce + RMSNorm fusion (`--fuse-allreduce-rms`,
+    /// `compilation_config.pass_config.fuse_allreduce_rms`): each TP all-reduce and the norm
+    /// after it run as one FlashInfer kernel (`scenario::allreduce_rules`, `cost::fusion`).
+    pub fuse_allreduce_rms: bool,
 }
 
 /// How expert parallelism carries tokens to the experts and back (`workload::parallel`).
@@ -221,6 +225,9 @@ pub struct Scenario {
     /// vLLM's MLA decode backend for this GPU and its verify-pass layout
     /// (`data/vllm/mla_backends.toml`).
     pub(crate) mla_backend: std::sync::Arc<super::mla_backend::MlaBackend>,
+    /// vLLM's all-reduce rules for this GPU (`data/vllm/allreduce.toml`): the custom
+    /// all-reduce's size cap, symmetric memory, the all-reduce + RMSNorm fusion.
+    pub(crate) allreduce_rules: std::sync::Arc<super::allreduce_rules::AllreduceRules>,
 }
 
 /// vLLM's default `gpu_memory_utilization` (vllm/config/cache.py `CacheConfig`).
@@ -404,6 +411,7 @@ impl Scenario {
         }
         self.validate_parallel_and_link()?;
         self.validate_pp()?;
+        super::allreduce_rules::check_fusion(self)?;
         Ok(())
     }
 

@@ -566,6 +566,21 @@ pub static KNOBS: &[Knob] = &[
         loaded: Some(|s| Some(Value::Allreduce(s.comm.allreduce))),
     },
     Knob {
+        flag: "--fuse-allreduce-rms",
+        value_name: "on|off",
+        help: "vLLM's all-reduce + RMSNorm fusion (compilation_config.pass_config.\
+               fuse_allreduce_rms): each TP all-reduce and the residual add + RMSNorm after it \
+               run as one FlashInfer kernel; refused where vLLM cannot fuse (capabilities other \
+               than 9.0, 10.0, 10.3, 10.7).",
+        expected: "on or off",
+        sweep: Sweep::One,
+        unset: None,
+        parse: on_off,
+        set: |r, v| r.comm.fuse_allreduce_rms = take!(v, Value::Switch(b) => b),
+        get: |r| Some(Value::Switch(r.comm.fuse_allreduce_rms)),
+        loaded: Some(|s| Some(Value::Switch(s.comm.fuse_allreduce_rms))),
+    },
+    Knob {
         flag: "--nccl-max-nchannels",
         value_name: "N",
         help: "NCCL_MAX_NCHANNELS: caps NCCL's channels (matters only below the count the profile \

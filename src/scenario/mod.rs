@@ -1,5 +1,6 @@
 //! Plain data describing what is simulated: models, GPUs and systems, scenarios.
 
+pub mod allreduce_rules;
 pub mod catalog;
 pub mod check;
 pub mod cudagraph;

@@ -105,6 +105,7 @@ pub fn send(s: &Scenario, p: &CalibrationProfile, from: u32, batch: u32) -> (Op,
         group: 2,
         rank_scale: Vec::new(),
         waits_for: None,
+        fused_norm: None,
     };
     let w = Workload {
         ops: vec![op],

@@ -47,6 +47,9 @@ impl ScenarioRequest {
         let mla_backend = std::sync::Arc::new(crate::scenario::mla_backend::MlaBackend::load(
             &system.gpu.compute_capability,
         )?);
+        let allreduce_rules = std::sync::Arc::new(
+            crate::scenario::allreduce_rules::AllreduceRules::load(&system.gpu.compute_capability)?,
+        );
         // Without --tp, the system's GPUs are shared out over the data-parallel ranks and the
         // pipeline stages; a share that does not come out whole is the user's to choose.
         let tp = match self.tp {
@@ -78,6 +81,7 @@ impl ScenarioRequest {
         let scenario = Scenario {
             cuda_graph_sizes,
             mla_backend,
+            allreduce_rules,
             tp,
             model,
             system,

@@ -63,6 +63,7 @@ impl Builder {
             group: 0,
             rank_scale: Vec::new(),
             waits_for: None,
+            fused_norm: None,
         });
     }
 

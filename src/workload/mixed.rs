@@ -145,6 +145,9 @@ pub fn build(s: &Scenario, step: &MixedStep) -> Workload {
         experts_touched: routing.experts_touched.clone(),
         routing,
     };
+    if s.comm.fuse_allreduce_rms {
+        super::fusion::apply(&mut w);
+    }
     parallel::apply(s, real, pad.padded, &mut w);
     w
 }

@@ -3,6 +3,7 @@
 
 pub(crate) mod builder;
 mod frame;
+pub(crate) mod fusion;
 mod gqa;
 pub mod memory;
 pub mod mixed;
@@ -15,7 +16,7 @@ pub mod routing;
 pub mod spec_step;
 pub mod stage;
 
-pub use op::{CostFamily, Op, Shape, Stream};
+pub use op::{CostFamily, FusedNorm, Op, Shape, Stream};
 pub use routing::{expected_distinct_experts, Routing, RoutingSample};
 
 use crate::scenario::cudagraph::PadRule;
@@ -234,6 +235,9 @@ fn build_part(
         experts_touched: routing.experts_touched.clone(),
         routing,
     };
+    if s_global.comm.fuse_allreduce_rms {
+        fusion::apply(&mut w);
+    }
     parallel::apply(s_global, real_tokens, tokens, &mut w);
     w
 }

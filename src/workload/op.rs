@@ -254,6 +254,21 @@ pub struct Op {
     /// overlap, `workload::overlap`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub waits_for: Option<u32>,
+    /// An all-reduce fused with the RMSNorm after it (`--fuse-allreduce-rms`,
+    /// `workload::fusion`): the norm this op took in; its `shape`, `flops` and `bytes` are the
+    /// norm's, `message_bytes` the all-reduce's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fused_norm: Option<FusedNorm>,
+}
+
+/// Which norm an all-reduce took in (`Op::fused_norm`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FusedNorm {
+    /// RMSNorm alone (the first layer's input norm: no residual to add yet).
+    Rms,
+    /// The residual add and RMSNorm (`fused_add_rms_norm`).
+    AddRms,
 }
 
 fn is_zero(v: &u32) -> bool {

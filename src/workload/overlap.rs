@@ -82,6 +82,7 @@ fn wait_op(mb: usize, target: usize, layer: i32) -> Op {
         group: 0,
         rank_scale: Vec::new(),
         waits_for: Some(target as u32),
+        fused_norm: None,
     }
 }
 

@@ -91,6 +91,7 @@ fn collective(
         group,
         rank_scale: Vec::new(),
         waits_for: None,
+        fused_norm: None,
     }
 }
 

@@ -41,22 +41,11 @@ pub mod category;
 pub mod error;
 pub mod files;
 pub mod scenario;
-// Left as they are while other work on these modules is in flight; their clippy findings
-// (type_complexity, is_multiple_of, too_many_arguments, wrong_self_convention in cost/;
-// needless_range_loop, len_zero in workload/) are fixed there. Remove the attribute then.
-#[allow(clippy::needless_range_loop, clippy::len_zero)]
 pub mod workload;
 
 pub mod calibrate;
 pub mod capacity;
 pub mod cli;
-// See `workload` above: clippy's findings here are left to the work in flight on cost/.
-#[allow(
-    clippy::type_complexity,
-    clippy::manual_is_multiple_of,
-    clippy::too_many_arguments,
-    clippy::wrong_self_convention
-)]
 pub mod cost;
 pub mod measurements;
 pub mod names;

@@ -26,6 +26,14 @@ use std::path::{Path, PathBuf};
 
 /// (distribution, quant, experts, hidden, inter, topk, moe_tp, moe_ep).
 pub type MoeKey = (String, String, u64, u64, u64, u64, u32, u32);
+/// (size, µs) rows of one table line, sorted by size.
+type Rows = Vec<(f64, f64)>;
+/// (batch, step, µs) rows of one MLA table.
+type MlaRows = Vec<(f64, f64, f64)>;
+/// A collective table's lines by (op or mode, ranks).
+type CommLines = HashMap<(String, u32), Rows>;
+/// The last DRAM line fitted, with what it was fitted for (`dram_line_of`).
+type LastDramLine = Option<(MoeKey, u64, u64, Option<super::resident::DramLine>)>;
 
 /// The converted tables of one AIConfigurator system folder.
 #[derive(Debug, Clone, Default)]
@@ -44,9 +52,9 @@ pub struct AicTables {
     pub isotonic: BTreeMap<String, usize>,
     moe: HashMap<MoeKey, Vec<(f64, f64)>>,
     /// dtype → (n, k) → (m, µs) sorted by m.
-    gemm: HashMap<String, BTreeMap<(u64, u64), Vec<(f64, f64)>>>,
+    gemm: HashMap<String, BTreeMap<(u64, u64), Rows>>,
     /// (kv dtype, heads per rank) → (batch, step, µs) sorted by step then batch.
-    mla: HashMap<(String, u64), Vec<(f64, f64, f64)>>,
+    mla: HashMap<(String, u64), MlaRows>,
     /// The same rows as lines of one KV length each, per (kv dtype, heads), built at load: a
     /// lookup is then two binary searches with no allocation (`mla_module` runs per priced
     /// shape, a sweep's hot path). Few keys, so a scan finds one without building a String.
@@ -663,7 +671,7 @@ fn comm_curves(
     path: &Path,
     rows: &[AicCommRow],
     key: impl Fn(&AicCommRow) -> String,
-) -> Result<HashMap<(String, u32), Vec<(f64, f64)>>> {
+) -> Result<CommLines> {
     let mut two_byte: HashMap<(String, u32), bool> = HashMap::new();
     for r in rows {
         let e = two_byte.entry((key(r), r.nranks)).or_default();
@@ -870,7 +878,7 @@ impl Prepared {
             moe_modules(w, s, &lk, t, bw, o, &dir);
         }
         if self.mla {
-            mla_attention(w, s, &lk, t, sec, bw, o, &dir);
+            mla_attention(w, &lk, t, sec, o, &dir);
         }
         let used = [
             (self.gemm, "gemm.csv"),
@@ -1031,7 +1039,7 @@ fn dram_line_of(
     bw: f64,
 ) -> Option<super::resident::DramLine> {
     thread_local! {
-        static LAST: std::cell::RefCell<Option<(MoeKey, u64, u64, Option<super::resident::DramLine>)>> =
+        static LAST: std::cell::RefCell<LastDramLine> =
             const { std::cell::RefCell::new(None) };
     }
     let l2 = s.system.gpu.l2_mb * 1e6;
@@ -1140,7 +1148,7 @@ fn moe_modules(
         // An EP size the table lacks whose ranks hold as many experts as a measured one's
         // (EP 144 with 32 redundant copies: two per rank, as at EP 128) reads that one's rows:
         // a rank's call is its rows on its own experts, whatever the group's size.
-        if key.7 > 1 && t.moe_rows(&key).is_none() && key.2 % local == 0 {
+        if key.7 > 1 && t.moe_rows(&key).is_none() && key.2.is_multiple_of(local) {
             let mut same = key.clone();
             same.7 = (key.2 / local) as u32;
             if t.moe_rows(&same).is_some() {
@@ -1355,14 +1363,13 @@ impl MlaPair {
 
 fn mla_attention(
     w: &Workload,
-    s: &Scenario,
     lk: &LawKernels,
     t: &AicTables,
     sec: &AicSection,
-    bw: f64,
     o: &mut Overrides,
     dir: &str,
 ) {
+    let (s, bw) = (lk.s, lk.bw);
     if !mla_rows_apply(s, sec) {
         return;
     }

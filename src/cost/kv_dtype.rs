@@ -84,7 +84,9 @@ impl KvDtypeRatios {
     /// Pairs every FP8 row with the BF16 row of the same shape; each head count must cover a
     /// full batch x length grid (a hole would make the interpolation silently wrong).
     pub fn from_rows(path: &Path, rows: &[MlaKvDtypeRow]) -> Result<Self> {
-        let mut by_shape: BTreeMap<(u64, u64, u64), (Option<f64>, Option<f64>)> = BTreeMap::new();
+        // (heads, batch, KV length) → (BF16 µs, FP8 µs), each once seen.
+        type Pair = (Option<f64>, Option<f64>);
+        let mut by_shape: BTreeMap<(u64, u64, u64), Pair> = BTreeMap::new();
         for r in rows {
             let e = by_shape
                 .entry((r.num_heads, r.batch, r.kv_len))

@@ -227,7 +227,7 @@ impl PreparedPricer {
                 pr.collective(op)?
             } else if let Some(us) = o.us.get(i).copied().flatten() {
                 (us, o.split[i])
-            } else if let Some(priced) = pr.from_table(op, w.ops.get(i + 1)) {
+            } else if let Some(priced) = pr.table_price(op, w.ops.get(i + 1)) {
                 priced
             } else {
                 by_law.push(i);
@@ -1025,7 +1025,7 @@ impl<'a> Pricer<'a> {
     /// The measured table's price of this op's shape, if the table holds it, and its split
     /// (`Pricing::split_us`): attention's price at the table's smallest context, a routed-expert
     /// GEMM's DRAM roofline of its bytes (the weight read).
-    fn from_table(&mut self, op: &Op, next: Option<&Op>) -> Option<(f64, f64)> {
+    fn table_price(&mut self, op: &Op, next: Option<&Op>) -> Option<(f64, f64)> {
         let (table, mk) = (self.p.table.as_ref()?, op.measure.as_ref()?);
         // MLA decode is measured at one query token: a verify pass reads at its layout's rows.
         let read = (op.family == CostFamily::AttentionMlaDecode).then(|| {

@@ -33,9 +33,12 @@ struct Group {
     ctx_logs: Vec<f64>,
 }
 
+/// (m, µs), or their logarithms.
+type Point = (f64, f64);
+
 impl Group {
     /// The points at the `i`-th distinct context, as (m, µs), and their logarithms.
-    fn at_context(&self, i: usize) -> (&[(f64, f64)], &[(f64, f64)]) {
+    fn at_context(&self, i: usize) -> (&[Point], &[Point]) {
         let r = self.starts[i]..self.starts[i + 1];
         (&self.line[r.clone()], &self.logs[r])
     }

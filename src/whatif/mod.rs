@@ -3,8 +3,6 @@
 
 pub mod acceptance;
 pub mod draft;
-// Other work on spec_decode.rs is in flight; its one clippy finding is left to it.
-#[allow(clippy::type_complexity)]
 pub mod spec_decode;
 pub mod sweep;
 pub mod uncertainty;

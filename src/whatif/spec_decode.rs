@@ -213,15 +213,17 @@ pub fn step_cost(
     Ok(c)
 }
 
-/// The windows of the step at `k` as [`step_cost`] plays them: each window's workload, the µs
-/// of its pass gaps and whether it verifies; and the profile's exposed host time (for the
-/// timeline's interval draws).
+/// One window of a speculative step: its workload, the µs of its pass gaps, whether it verifies.
+pub(crate) type Window = (Workload, f64, bool);
+
+/// The windows of the step at `k` as [`step_cost`] plays them, and the profile's exposed host
+/// time (for the timeline's interval draws).
 pub(crate) fn step_windows(
     s: &Scenario,
     draft: &Draft,
     p: &CalibrationProfile,
     k: u32,
-) -> Result<(Vec<(Workload, f64, bool)>, f64)> {
+) -> Result<(Vec<Window>, f64)> {
     if s.comm.pp_size() > 1 {
         return Err(crate::sim::fast::pp_refused(s.comm.pp_size()));
     }

@@ -136,7 +136,7 @@ fn inclusion(p: &[f64], top_k: usize) -> Vec<f64> {
 }
 
 fn expected_distinct_weights(p: &[f64], tokens: u64, top_k: usize) -> f64 {
-    if p.len() == 0 || tokens == 0 {
+    if p.is_empty() || tokens == 0 {
         return 0.0;
     }
     if top_k >= p.len() {
@@ -1224,8 +1224,8 @@ mod tests {
             let mut part = [false; 8];
             part[3..5].fill(true);
             let some = sample(&r, &part, 256, 8, tokens, 9);
-            for l in 0..8 {
-                if part[l] {
+            for (l, &kept) in part.iter().enumerate() {
+                if kept {
                     assert_eq!(some.expert_tokens[l], all.expert_tokens[l], "layer {l}");
                 } else {
                     assert!(some.expert_tokens[l].is_empty());

@@ -1,7 +1,12 @@
 //! Op shapes in closed form: the basis of scenario variables, each op's coefficients read
 //! off the workload builder by probing it, and the regimes (runs of identical layers) of a pass.
 
-use super::*;
+use super::ep::EpShape;
+use super::{
+    cost, Busy, CalibrationProfile, Category, Coef, CommKnobs, CostFamily, DMatrix, DVector,
+    DistinctExperts, Error, NcclSettings, Op, Result, Scenario, Stream, Workload, CONTEXT_COLS, NB,
+    NCAT, SHARED_EXPERT_STREAM_TOKEN_THRESHOLD,
+};
 
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Vars {

@@ -47,7 +47,8 @@
 //! with the loaded ops, and each rank's speed skew across a window that runs into the next
 //! layer is its first layer's draw's.
 
-use super::*;
+use super::basis::{dot, round_u64, Group, Kind, OpT, Regime};
+use super::{Busy, CalibrationProfile, Coef, CostFamily, Op, Scenario, Workload};
 use crate::workload::routing::{self, Resolved};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};

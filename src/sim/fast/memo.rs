@@ -1,7 +1,9 @@
 //! The per-thread memo of priced shapes: token-dependent ops per (pass, batch, queries),
 //! attention per context, collectives per NCCL setting.
 
-use super::*;
+use super::basis::Scratch;
+use super::ep::{Coupled, Tail};
+use super::{BuildHasherDefault, Busy, Draw, HashMap, Hasher, RefCell, Scenario};
 
 /// Prices of one (pass, batch, queries): the token-dependent ops, then per context and per
 /// collective setting.

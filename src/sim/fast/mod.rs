@@ -73,12 +73,18 @@ mod replay;
 mod tbo;
 mod tbo_knots;
 
-use basis::*;
-use ep::*;
-use memo::*;
+use basis::{
+    busy_of, keep_or_nan, latency_fractions, price_layout, price_layout_at, price_layout_in,
+    price_layout_into, PassModel, Regime, Scratch,
+};
+use ep::{slowest_rank, Coupled, EpLoads, Tail};
+use memo::{
+    scratch_index, Entry, EntryMap, Memo, StagePlays, CONTEXTS_PER_ENTRY, LAYOUTS, MEMO,
+    MEMO_MAX_VALUES,
+};
 use pipeline::PipelineFit;
 pub use replay::State;
-use replay::*;
+use replay::{play_regime, Straggler};
 
 /// Unique ids of fast scenarios and collective settings (the memo's keys).
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);

@@ -16,7 +16,12 @@
 //! (`Memo::stage_plays`, bounded) and handed out again at the next batch that plays it: the
 //! same figures, without playing or pricing the stage again.
 
-use super::*;
+use super::basis::{PassModel, PROBES_HIGH, PROBES_LOW};
+use super::memo::{KeyHasher, Memo, StagePlay, STAGE_PLAYS_MAX_VALUES};
+use super::{
+    BuildHasherDefault, Busy, Category, CostFamily, FastScenario, HashMap, PassAt, RefCell, Result,
+    Scenario, Setting, State, NCAT,
+};
 use crate::sim::pipeline as pl;
 
 /// The stages of a pipeline scenario (the first is `FastScenario::target`, slot 0; stage i

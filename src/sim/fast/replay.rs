@@ -1,7 +1,8 @@
 //! One rank's max-plus recursion over the priced ops (stream free times, the CPU's launch
 //! clock, fork/join of the auxiliary stream), and the expected straggler wait at collectives.
 
-use super::*;
+use super::basis::{Kind, Regime, Segment};
+use super::{Busy, HashMap, Launch, NCAT};
 
 /// One rank's engine state (every rank is the same with jitter off).
 #[derive(Debug, Clone, Copy)]

@@ -57,7 +57,16 @@
 //! A row of the sweep is such a play at a knot context, or the knots' plays interpolated
 //! (`tbo_knots`).
 
-use super::*;
+use super::basis::{kernel_runs, Kind, Regime};
+use super::memo::Memo;
+use super::replay::{
+    arrive, carry_past, collective_wait, kernel_run, later, relative, spreads, step, Spread,
+    Straggler,
+};
+use super::{
+    Busy, CalibrationProfile, CostFamily, Error, FastScenario, Launch, PassAt, RefCell, Result,
+    Scenario, Setting, State,
+};
 
 /// What a two-batch-overlap scenario plays besides the micro-batch pass (`target`).
 #[derive(Debug, Clone)]

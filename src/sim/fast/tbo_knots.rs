@@ -30,7 +30,8 @@
 //! along its context axis) the knots that follow are played with the ones it needs, eight side
 //! by side. A Monte Carlo draw's knots are not kept (their prices are drawn).
 
-use super::*;
+use super::memo::{KeyHasher, Memo};
+use super::{tbo, BuildHasherDefault, Busy, FastScenario, HashMap, Setting, NCAT};
 
 /// Tokens between knots: round contexts (multiples of 8: 1000, 4096, 32768) are knots, played.
 pub(super) const KNOT: u64 = 8;
@@ -248,6 +249,7 @@ impl FastScenario {
 mod tests {
     use super::*;
     use crate::scenario::deployment::EpComm;
+    use crate::sim::fast::{Collectives, Launch};
     use crate::sim::ScenarioRequest;
 
     /// DeepSeek-V3 with data-parallel attention over 16 H200s and two-batch overlap (the

@@ -327,6 +327,15 @@ fn text(t: &str) -> std::result::Result<Value, String> {
     }
 }
 
+/// `--nccl-min-nchannels` / `--nccl-max-nchannels`: a channel count within NCCL's MAXCHANNELS.
+fn channels(t: &str) -> std::result::Result<Value, String> {
+    Ok(Value::Whole(whole_in(
+        t,
+        super::limits::NCCL_CHANNELS,
+        "a whole number of channels",
+    )?))
+}
+
 fn named<T: std::str::FromStr<Err = Error>>(
     t: &str,
     wrap: fn(T) -> Value,
@@ -588,13 +597,7 @@ pub static KNOBS: &[Knob] = &[
         expected: "a whole number of channels, 1..=64",
         sweep: Sweep::No,
         unset: Some(|| "unset (NCCL's own)".into()),
-        parse: |t| {
-            Ok(Value::Whole(whole_in(
-                t,
-                super::limits::NCCL_CHANNELS,
-                "a whole number of channels",
-            )?))
-        },
+        parse: channels,
         set: |r, v| r.comm.nccl_max_nchannels = Some(take!(v, Value::Whole(n) => n as u32)),
         get: |r| r.comm.nccl_max_nchannels.map(|n| Value::Whole(n.into())),
         loaded: Some(|s| s.comm.nccl_max_nchannels.map(|n| Value::Whole(n.into()))),
@@ -608,13 +611,7 @@ pub static KNOBS: &[Knob] = &[
         expected: "a whole number of channels, 1..=64",
         sweep: Sweep::No,
         unset: Some(|| "unset (NCCL's own)".into()),
-        parse: |t| {
-            Ok(Value::Whole(whole_in(
-                t,
-                super::limits::NCCL_CHANNELS,
-                "a whole number of channels",
-            )?))
-        },
+        parse: channels,
         set: |r, v| r.comm.nccl_min_nchannels = Some(take!(v, Value::Whole(n) => n as u32)),
         get: |r| r.comm.nccl_min_nchannels.map(|n| Value::Whole(n.into())),
         loaded: Some(|s| s.comm.nccl_min_nchannels.map(|n| Value::Whole(n.into()))),

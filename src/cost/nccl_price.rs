@@ -1,0 +1,284 @@
+//! NCCL's price of a collective inside a node: from the measured AIConfigurator table (NCCL's
+//! own choice per size, or a forced protocol's rows), else from the profile's laws with NCCL's
+//! tuner choosing among them; then the NCCL knobs (channels, buffer) against what the profile
+//! was measured with. Methods of [`Pricer`], split from `cost/mod.rs` by job.
+
+use super::{aic, allreduce, collective, link, profile, CollectiveChoice, Pricer};
+use crate::error::{Error, Result};
+use crate::scenario::{Algo, CommPath, Proto};
+use crate::workload::{CostFamily, Op};
+
+impl Pricer<'_> {
+    /// NCCL's price of `op`: the measured table where it prices it, else the laws; then the
+    /// knobs.
+    pub(super) fn nccl(&mut self, op: &Op) -> Result<CollectiveChoice> {
+        let (c, law) = match self.nccl_from_aic(op) {
+            Some(c) => (self.table_scaled(c), false),
+            None => (self.nccl_by_law(op)?, true),
+        };
+        Ok(self.nccl_knobs(op, c, law))
+    }
+
+    /// NCCL from the AIConfigurator table: its rows are NCCL's own choice per size (`auto`); a
+    /// forced LL or Simple reads the rows of that regime (PCIe: LL below the switch, Simple
+    /// above), extrapolating linearly past them.
+    fn nccl_from_aic(&mut self, op: &Op) -> Option<CollectiveChoice> {
+        let (t, sec) = (self.p.aic.as_ref()?, self.p.aiconfigurator.as_ref()?);
+        if sec.nccl_path != self.path || self.s.nccl.algo == Algo::Tree {
+            return None;
+        }
+        let forced = self.proto_for(op.message_bytes);
+        if forced != Proto::Auto && self.path != CommPath::PcieP2p {
+            return None;
+        }
+        let n = self.group_of(op);
+        // The AIConfigurator table spells nccl-tests' all-to-all `alltoall`.
+        let key = match op.family {
+            CostFamily::AllToAll => "alltoall",
+            f => f.key(),
+        };
+        let curve = t.nccl_curve(key, n)?;
+        let bytes = op.message_bytes as f64;
+        let threshold = self
+            .s
+            .comm
+            .nccl_ll_threshold
+            .filter(|_| self.proto == Proto::Auto);
+        // Under other channels than measured, NCCL's LL/Simple switch moves with them.
+        let moved = match (forced, self.channels(), curve.switch_bytes()) {
+            (Proto::Auto, Some(ch), Some((ll, simple))) => {
+                Some(if bytes <= ch.switch_bytes(ll, simple) {
+                    Proto::Ll
+                } else {
+                    Proto::Simple
+                })
+            }
+            _ => None,
+        };
+        let rows = curve.regime(moved.unwrap_or(forced))?;
+        let tp = aic::comm_price(rows, bytes)?;
+        if tp.extrapolated {
+            note!(
+                self.quiet,
+                self.warnings,
+                format!(
+                    "{} of {} is outside the {} rows of {} at {n} ranks ({}..{}): extrapolated",
+                    op.family,
+                    crate::units::bytes(op.message_bytes as f64),
+                    forced,
+                    crate::units::path(&t.dir.join("nccl_collectives.csv")),
+                    crate::units::bytes(rows.first().map_or(0.0, |r| r.0)),
+                    crate::units::bytes(rows.last().map_or(0.0, |r| r.0)),
+                )
+            );
+        }
+        let proto = match (forced, curve.switch_bytes()) {
+            (p, _) if threshold.is_some() => format!("threshold: {}", p.name()),
+            (_, _) if moved.is_some() => format!("auto: {}", moved.unwrap_or(forced).name()),
+            (Proto::Auto, Some((ll, _))) if bytes <= ll => "auto: LL".to_string(),
+            (Proto::Auto, Some((_, simple))) if bytes >= simple => "auto: Simple".to_string(),
+            (Proto::Auto, Some(_)) => "auto: LL/Simple".to_string(),
+            (p, _) => p.name().to_string(),
+        };
+        Some(CollectiveChoice {
+            op: op.family.key(),
+            bytes: op.message_bytes,
+            count: 1,
+            path: self.path.name(),
+            algo: if self.s.nccl.algo == Algo::Ring {
+                "ring".into()
+            } else {
+                "auto".into()
+            },
+            proto,
+            time_us: tp.us,
+            source: match threshold {
+                Some(th) => format!(
+                    "measured: AIConfigurator nccl_collectives.csv ({}), {n} ranks, the {forced} rows (--nccl-ll-threshold {th}: LL below it, Simple from it)",
+                    crate::units::path(&t.dir),
+                ),
+                None => format!(
+                    "measured: AIConfigurator nccl_collectives.csv ({}), {n} ranks, NCCL's tuner choice per size{}",
+                    crate::units::path(&t.dir),
+                    match curve.switch_bytes() {
+                        Some((a, b)) => format!(" (LL up to {a:.0} B, Simple from {b:.0} B)"),
+                        None => String::new(),
+                    }
+                ),
+            },
+            latency_us: aic::comm_latency(rows).min(tp.us),
+        })
+    }
+
+    /// The channels NCCL runs on when `--nccl-min-nchannels` / `--nccl-max-nchannels` move them
+    /// off the count the profile was measured with (`cost::allreduce::Channels`); None otherwise
+    /// or when the profile does not state that count.
+    fn channels(&self) -> Option<allreduce::Channels> {
+        let k = self.s.comm;
+        let d = self.p.nccl.as_ref()?;
+        allreduce::Channels::of(
+            d,
+            k.nccl_min_nchannels,
+            k.nccl_max_nchannels,
+            link::system_link(self.s).0,
+        )
+    }
+
+    /// `NCCL_MIN_NCHANNELS`, `NCCL_MAX_NCHANNELS` and `NCCL_BUFFSIZE` against the defaults the
+    /// profile was measured with (cost::allreduce): a note when they change nothing. `law`: the
+    /// price came from the profile's laws, whose bus bandwidth the channels already scaled.
+    fn nccl_knobs(&mut self, op: &Op, mut c: CollectiveChoice, law: bool) -> CollectiveChoice {
+        let k = self.s.comm;
+        let set_channels = k.nccl_max_nchannels.is_some() || k.nccl_min_nchannels.is_some();
+        if !set_channels && k.nccl_buffsize.is_none() {
+            return c;
+        }
+        let Some(d) = &self.p.nccl else {
+            note!(self.quiet, self.warnings, format!(
+                "NCCL_MIN_NCHANNELS / NCCL_MAX_NCHANNELS / NCCL_BUFFSIZE not priced: profile '{}' has no [nccl] section stating the channels and buffer it was measured with",
+                self.p.profile.name
+            ));
+            return c;
+        };
+        let channels = self.channels();
+        let simple = c.proto.ends_with("Simple");
+        let extra = if simple {
+            allreduce::buffsize_extra_us(
+                d,
+                k.nccl_buffsize,
+                channels,
+                op.family,
+                self.s.tp,
+                op.message_bytes,
+            )
+        } else {
+            0.0
+        };
+        if set_channels && channels.is_none() {
+            note!(self.quiet, self.warnings, format!(
+                "the NCCL channel settings change nothing here: NCCL runs the {} channels the profile was measured with",
+                d.default_nchannels
+            ));
+        }
+        if k.nccl_buffsize.is_some() && extra == 0.0 {
+            note!(self.quiet, self.warnings,
+                "NCCL_BUFFSIZE changes nothing for some collectives here: it sizes the Simple protocol's buffer only (LL/LL128 use their own), and a message that fits in one ring loop needs no more".into(),
+            );
+        }
+        let lat = c.latency_us.clamp(0.0, c.time_us);
+        let mut bytes_us = c.time_us - lat;
+        if let (Some(ch), false) = (channels, law) {
+            let n = self.group_of(op);
+            let wire = collective::steps(op.family, n) / n.max(1) as f64 * op.message_bytes as f64;
+            bytes_us = ch.bytes_us(bytes_us, wire, c.proto.ends_with("LL"));
+        }
+        if let Some(ch) = channels {
+            c.source = format!(
+                "{}; at {} NCCL channels against the {} measured (bytes term in proportion, no faster than the {:.1} GB/s link)",
+                c.source, ch.run, ch.measured, ch.link_gbps
+            );
+        }
+        c.time_us = lat + bytes_us + extra;
+        c.latency_us = lat + extra;
+        c
+    }
+
+    fn nccl_by_law(&mut self, op: &Op) -> Result<CollectiveChoice> {
+        let (p, n, path) = (self.p, self.group_of(op), self.path);
+        let proto = self.proto_for(op.message_bytes);
+        let cands =
+            collective::candidates(&p.collectives, op.family, path, self.s.nccl.algo, proto);
+        // Other channels than measured: each candidate's bus bandwidth moves with them before
+        // the tuner's choice, as NCCL's own model has it.
+        let scaled: Vec<profile::CollectiveParams> = match self.channels() {
+            Some(ch) => cands
+                .iter()
+                .map(|c| profile::CollectiveParams {
+                    bus_bw_gbps: ch.bus_gbps(c.bus_bw_gbps, c.proto == Proto::Ll),
+                    ..(*c).clone()
+                })
+                .collect(),
+            None => Vec::new(),
+        };
+        let cands: Vec<&profile::CollectiveParams> = if scaled.is_empty() {
+            cands
+        } else {
+            scaled.iter().collect()
+        };
+        let Some((c, t)) = collective::choose(&cands, op.family, n, op.message_bytes) else {
+            return Err(Error::field(
+                &p.path,
+                "collectives",
+                format!(
+                    "no entry for {} on path '{}' with algo '{}' and proto '{}' (entries present: {})",
+                    op.family,
+                    path,
+                    self.s.nccl.algo,
+                    proto,
+                    p.collectives
+                        .iter()
+                        .map(|c| format!("{}/{}/{}/{}", c.op, c.path, c.algo, c.proto))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            ));
+        };
+        // Profiles state all_reduce / all_gather / any entries only.
+        if matches!(op.family, CostFamily::AllToAll | CostFamily::ReduceScatter) {
+            note!(self.quiet, self.warnings, format!(
+                "profile '{}' has no {} entry for path '{path}': priced by the {} entry's law with n−1 steps",
+                p.profile.name,
+                op.family,
+                c.op
+            ));
+        }
+        if !c.measured_nranks.is_empty() && !c.measured_nranks.contains(&n) {
+            note!(
+                self.quiet,
+                self.warnings,
+                format!(
+                    "collective {}/{}/{}: measured at {:?} ranks, extrapolated to {n}",
+                    c.path, c.algo, c.proto, c.measured_nranks
+                )
+            );
+        }
+        if let Some([lo, hi]) = c.measured_bytes {
+            let b = op.message_bytes as f64;
+            if b < lo || b > hi {
+                note!(
+                    self.quiet,
+                    self.warnings,
+                    format!(
+                        "{} of {} is outside the measured range {}..{} of {}/{}/{}",
+                        op.family,
+                        crate::units::bytes(op.message_bytes as f64),
+                        crate::units::bytes(lo),
+                        crate::units::bytes(hi),
+                        c.path,
+                        c.algo,
+                        c.proto
+                    )
+                );
+            }
+        }
+        let threshold = self
+            .s
+            .comm
+            .nccl_ll_threshold
+            .filter(|_| self.proto == Proto::Auto);
+        Ok(CollectiveChoice {
+            op: op.family.key(),
+            bytes: op.message_bytes,
+            count: 1,
+            path: path.name(),
+            algo: c.algo.name().to_ascii_lowercase(),
+            proto: match threshold {
+                Some(_) => format!("threshold: {}", c.proto.name()),
+                None => c.proto.name().to_string(),
+            },
+            time_us: t,
+            source: c.source.clone(),
+            latency_us: collective::time_us(c, op.family, n, 0),
+        })
+    }
+}

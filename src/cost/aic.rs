@@ -10,6 +10,8 @@
 //! - the MLA module's rows include GEMMs and small kernels (and whatever launch cost the
 //!   collector saw); only its growth with the KV length is attributed to the attention kernel.
 
+mod moe;
+
 use super::kernel::kernel_us;
 use super::profile::{AicSection, CalibrationProfile};
 use super::table::{bracket, interp, log_lerp, log_lerp_ln, TablePrice};
@@ -875,7 +877,7 @@ impl Prepared {
             gemms(w, t, bw, o, &dir);
         }
         if self.moe {
-            moe_modules(w, s, &lk, t, bw, o, &dir);
+            moe::moe_modules(w, s, &lk, t, bw, o, &dir);
         }
         if self.mla {
             mla_attention(w, &lk, t, sec, o, &dir);
@@ -1027,47 +1029,12 @@ pub fn moe_shape(s: &Scenario) -> Option<MoeShape> {
 }
 
 /// How a MoE layer's routed experts are stored (as `workload::moe` builds their GEMMs).
-/// The DRAM-bound rows' line (`resident::dram_line`) of the balanced rows of `key`'s shape (a
-/// balanced row of x tokens touches min(x × top-k, local experts), so its working set is known),
-/// remembered per thread for the last shape asked.
-fn dram_line_of(
-    t: &AicTables,
-    key: &MoeKey,
-    expert_bytes: f64,
-    local: u64,
-    s: &Scenario,
-    bw: f64,
-) -> Option<super::resident::DramLine> {
-    thread_local! {
-        static LAST: std::cell::RefCell<LastDramLine> =
-            const { std::cell::RefCell::new(None) };
-    }
-    let l2 = s.system.gpu.l2_mb * 1e6;
-    let mut balanced = key.clone();
-    balanced.0 = "balanced".to_string();
-    let tag = (expert_bytes.to_bits(), (l2 * bw).to_bits());
-    if let Some(hit) = LAST.with(|c| {
-        c.borrow()
-            .as_ref()
-            .filter(|(k, e, g, _)| *k == balanced && *e == tag.0 && *g == tag.1)
-            .map(|v| v.3)
-    }) {
-        return hit;
-    }
-    let topk = key.5.max(1) as f64;
-    let line = t.moe_rows(&balanced).and_then(|rows| {
-        let bytes_at = |x: f64| (x * topk).min(local as f64) * expert_bytes;
-        super::resident::dram_line(rows, bytes_at, local as f64 / topk, l2, bw)
-    });
-    LAST.with(|c| *c.borrow_mut() = Some((balanced, tag.0, tag.1, line)));
-    line
-}
-
 fn expert_format(s: &Scenario, layer: usize) -> crate::scenario::model::WeightFormat {
     s.model
         .weight_format(&format!("model.layers.{layer}.mlp.experts.0.gate_proj"))
 }
 
+/// The quantisation an expert GEMM family has in AIConfigurator's MoE rows.
 fn quant_of(f: CostFamily) -> &'static str {
     match f {
         CostFamily::MoeGemmInt4 => "int4_wo",
@@ -1076,243 +1043,6 @@ fn quant_of(f: CostFamily) -> &'static str {
     }
 }
 
-fn moe_modules(
-    w: &Workload,
-    s: &Scenario,
-    lk: &LawKernels,
-    t: &AicTables,
-    bw: f64,
-    o: &mut Overrides,
-    dir: &str,
-) {
-    let Some(moe) = &s.model.moe else { return };
-    // No MoE module op to price (a partial workload, e.g. the fast path's attention): skip
-    // the routing's table name and the grouping.
-    if !w.ops.iter().any(is_moe_module_op) {
-        return;
-    }
-    // Under expert parallelism each rank's own load is the routing model's (`Op::rank_scale`):
-    // the table prices the mean rank, which the balanced rows are (the skewed rows time a rank
-    // the source does not name).
-    let dist = if s.comm.ep_size() > 1 {
-        "balanced"
-    } else {
-        moe_table_distribution(&s.routing)
-    };
-    // One call per layer of each pass: a step of several passes (a speculative step's draft
-    // passes, two-batch overlap's micro-batches) repeats a layer number, and its ops' names
-    // tell the passes apart (`draft1.L0.`, `mb1.L3.`: the name less the op's own).
-    let mut layers: BTreeMap<(i32, &str), Vec<usize>> = BTreeMap::new();
-    for (i, op) in w.ops.iter().enumerate() {
-        if is_moe_module_op(op) {
-            let pass = op.name.rsplit_once('.').map_or("", |(p, _)| p);
-            layers.entry((op.layer, pass)).or_default().push(i);
-        }
-    }
-    let mut n = Tally::default();
-    let mut missing = None;
-    let mut between_ep = None;
-    let mut read_as = None;
-    let mut first_row = 0.0;
-    for idx in layers.values() {
-        let Some(gemm) = idx
-            .iter()
-            .map(|&i| &w.ops[i])
-            .find(|op| is_moe_gemm(op.family))
-        else {
-            continue;
-        };
-        let mut key: MoeKey = (
-            dist.to_string(),
-            quant_of(gemm.family).to_string(),
-            moe.n_routed_experts as u64,
-            s.model.hidden as u64,
-            moe.moe_intermediate as u64,
-            moe.top_k as u64,
-            // The experts span the TP group of every data-parallel rank; expert parallelism
-            // splits them into whole experts (moe_tp 1) over the EP group.
-            (s.tp * s.comm.dp_size() / s.comm.ep_size()).max(1),
-            s.comm.ep_size(),
-        );
-        let touched = gemm.shape.batch;
-        // The table's num_tokens gives each rank num_tokens × top_k routed rows (under expert
-        // parallelism too: at EP 64 its 8,192-token rows take 4.7 ms, the time of 65,536 rows
-        // on a rank's four experts, not of 1,024), so a rank's mean routed rows over top_k is
-        // the row to read: the pass's tokens in a plain or verify pass (tokens × top_k rows),
-        // a rank's share of them under expert parallelism.
-        let topk = key.5.max(1);
-        let tokens = ((gemm.shape.m + topk / 2) / topk).max(1);
-        // A rank's own experts: all of them, or its EP slice (with the redundant copies).
-        let local = ((key.2 + s.comm.redundant() as u64) / key.7.max(1) as u64).max(1);
-        let x = moe_tokens_for_lookup(dist, tokens, touched, local, key.5);
-        // An EP size the table lacks whose ranks hold as many experts as a measured one's
-        // (EP 144 with 32 redundant copies: two per rank, as at EP 128) reads that one's rows:
-        // a rank's call is its rows on its own experts, whatever the group's size.
-        if key.7 > 1 && t.moe_rows(&key).is_none() && key.2.is_multiple_of(local) {
-            let mut same = key.clone();
-            same.7 = (key.2 / local) as u32;
-            if t.moe_rows(&same).is_some() {
-                read_as = Some((key.7, same.7, local));
-                key = same;
-            }
-        }
-        let Some(tp) = t.moe(&key, x) else {
-            missing = Some(key);
-            break;
-        };
-        if t.moe_rows(&key).is_none() {
-            between_ep = Some(key.7);
-        }
-        let laws: Vec<f64> = idx.iter().map(|&i| lk.law_or_bytes(&w.ops[i])).collect();
-        let bytes: f64 = idx.iter().map(|&i| w.ops[i].bytes).sum();
-        let floor = bytes / bw;
-        let gemm_read: f64 = idx
-            .iter()
-            .filter(|&&i| is_moe_gemm(w.ops[i].family))
-            .map(|&i| w.ops[i].bytes / bw)
-            .sum();
-        // The table's first row (one token, top_k rows) touches top_k of a rank's experts, or
-        // all of them when it holds fewer. A call touching fewer (wide expert parallelism at a
-        // tiny batch, under one row per expert on the mean rank) is that row less the weight
-        // reads of the experts it leaves alone, at the DRAM roofline: the row's excess over its
-        // own reads is the call's fixed cost, which every call pays.
-        let first_touches = key.5.min(local) as f64;
-        // One expert's gate, up and down weights on a rank (its 1/moe_tp slice), in bytes.
-        let bpw = expert_format(s, gemm.layer as usize).bytes_per_weight();
-        let expert_bytes = 3.0 * key.3 as f64 * (key.4 as f64 / key.6.max(1) as f64) * bpw;
-        // Rows that ran from L2 in the collector never price a step's DRAM-bound call: below
-        // the first DRAM-bound row, the line fitted to those rows prices the call's own bytes.
-        let line = dram_line_of(t, &key, expert_bytes, local, s, bw);
-        let (row_us, below_rows) = match line {
-            Some(l) if x < l.first_dram_x => {
-                n.by_dram_line += 1;
-                n.line = Some(l);
-                (l.us(touched as f64 * expert_bytes), false)
-            }
-            _ if (touched as f64) < first_touches && x <= 1.0 => {
-                let us = tp.us - (first_touches - touched as f64) * expert_bytes / bw;
-                (us.max(gemm_read), true)
-            }
-            _ => (tp.us, tp.extrapolated),
-        };
-        n.floored += usize::from(row_us < floor);
-        n.extrapolated += usize::from(tp.extrapolated);
-        if below_rows && !tp.extrapolated {
-            n.below_first_row += 1;
-            first_row = first_touches;
-        }
-        n.priced += 1;
-        // Each kernel's own roofline (`physics`): its share never below it.
-        let floors: Vec<f64> = idx
-            .iter()
-            .map(|&i| super::physics::floor_us(&w.ops[i], s))
-            .collect();
-        let total = row_us.max(floor).max(floors.iter().sum());
-        // The table times the whole call; its kernels share what their rooflines leave in
-        // proportion to their laws.
-        let sum: f64 = laws.iter().sum::<f64>().max(1e-9);
-        let plain = laws.iter().zip(&floors).all(|(l, f)| total * l / sum >= *f);
-        let spare = total - floors.iter().sum::<f64>();
-        for ((&i, l), f) in idx.iter().zip(&laws).zip(&floors) {
-            o.us[i] = Some(if plain {
-                total * l / sum
-            } else {
-                f + spare * l / sum
-            });
-        }
-        // The expert GEMMs' weight read: their bytes at the DRAM roofline, the floor no table
-        // row may beat; the rest of their share is the per-token work.
-        let gemm = |i: &&usize| is_moe_gemm(w.ops[**i].family);
-        let share: f64 = idx
-            .iter()
-            .filter(gemm)
-            .map(|&i| o.us[i].unwrap_or(0.0))
-            .sum();
-        let f = if share > 0.0 {
-            (gemm_read / share).min(1.0)
-        } else {
-            0.0
-        };
-        for &i in idx.iter().filter(gemm) {
-            o.split[i] = f * o.us[i].unwrap_or(0.0);
-        }
-    }
-    if let Some(k) = missing {
-        note!(o.quiet, o.warnings, format!(
-            "moe: no AIConfigurator MoE rows for distribution {}, {} {} experts, hidden {}, inter {}, top-{}, moe_tp {}, moe_ep {} in {dir}: routed experts priced by the law",
-            k.0, k.1, k.2, k.3, k.4, k.5, k.6, k.7
-        ));
-        for v in
-            o.us.iter_mut()
-                .zip(&mut o.split)
-                .zip(&w.ops)
-                .filter(|(_, op)| is_moe_module_op(op))
-        {
-            *v.0 .0 = None;
-            *v.0 .1 = 0.0;
-        }
-        return;
-    }
-    if n.priced == 0 {
-        return;
-    }
-    let how = if dist == "balanced" {
-        "'balanced' rows read at the token count that touches as many experts as the routing does"
-    } else {
-        "rows of the routing's matching distribution"
-    };
-    if o.quiet {
-        return;
-    }
-    let src = format!(
-        "measured: AIConfigurator moe.csv ({dir}), the whole routed-expert call per layer ({how}); its kernels share it in proportion to their laws"
-    );
-    for (i, op) in w.ops.iter().enumerate() {
-        if o.us[i].is_some() && is_moe_module_op(op) {
-            note!(o.quiet, o.families, (op.family.to_string(), src.clone()));
-        }
-    }
-    if let Some((ep, at, local)) = read_as {
-        note!(o.quiet, o.warnings, format!(
-            "moe: no AIConfigurator MoE rows at expert parallelism {ep} in {dir}: read at EP {at}, whose ranks also hold {local} experts each"
-        ));
-    }
-    if let Some(ep) = between_ep {
-        note!(o.quiet, o.warnings, format!(
-            "moe: no AIConfigurator MoE rows at expert parallelism {ep} in {dir}: read off the measured EP sizes either side and interpolated log-log in the EP size"
-        ));
-    }
-    if n.extrapolated > 0 {
-        note!(
-            o.quiet,
-            o.warnings,
-            format!(
-            "moe: {} layers' token counts lie outside the AIConfigurator MoE rows: extrapolated",
-            n.extrapolated
-        )
-        );
-    }
-    if n.below_first_row > 0 {
-        note!(o.quiet, o.warnings, format!(
-            "moe: {} layers' calls touch fewer experts per rank than the AIConfigurator MoE rows' first (one token on {first_row} experts): priced as that row less the weight reads of the experts left alone (extrapolated)",
-            n.below_first_row
-        ));
-    }
-    if let (Some(l), true) = (n.line, n.by_dram_line > 0) {
-        note!(o.quiet, o.warnings, format!(
-            "moe: {} layers' calls priced from the DRAM-bound rows' line ({:.1} µs + the touched experts' bytes at {:.0} GB/s, fitted to {} rows): the table's rows below {} tokens ran from L2 in the collector's repeated calls (working set within the GPU's {:.0} MB L2 or faster than DRAM)",
-            n.by_dram_line, l.fixed_us, l.gbps(), l.rows, l.first_dram_x, s.system.gpu.l2_mb
-        ));
-    }
-    if n.floored > 0 {
-        note!(o.quiet, o.warnings, format!(
-            "moe: {} layers' table price was below the DRAM roofline of the touched experts' weights (L2-resident in the collector's repeated calls, at 4 tokens or fewer) and was raised to it",
-            n.floored
-        ));
-    }
-}
-
-#[allow(clippy::too_many_arguments)]
 /// Whether the MLA module rows price `s`'s attention: its model has the MLA dimensions they
 /// were measured with.
 pub(crate) fn mla_rows_apply(s: &Scenario, sec: &AicSection) -> bool {

@@ -4,10 +4,12 @@
 //! collective keeps the base profile's measured rows of the others (and says which rows are
 //! measured); a file of several logs is read log by log, each checked against its own header.
 
+mod common;
+
+use common::snapshot;
 use decodesim::calibrate::nccl_tests::{self, Column, NcclTestsRequest};
 use decodesim::cost::aic::comm_price;
 use decodesim::sim::ScenarioRequest;
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -42,26 +44,6 @@ fn calibrate(files: &[PathBuf], out: &Path) -> (Option<i32>, String, String) {
         String::from_utf8_lossy(&o.stdout).into_owned(),
         String::from_utf8_lossy(&o.stderr).into_owned(),
     )
-}
-
-/// Every file under `dir`, relative path → bytes.
-fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
-    let mut out = BTreeMap::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap().flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                stack.push(p);
-            } else {
-                out.insert(
-                    p.strip_prefix(dir).unwrap().to_path_buf(),
-                    std::fs::read(&p).unwrap(),
-                );
-            }
-        }
-    }
-    out
 }
 
 fn loads(profile: &Path) {

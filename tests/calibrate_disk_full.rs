@@ -8,8 +8,10 @@
 
 #![cfg(target_os = "linux")]
 
+mod common;
+
+use common::snapshot;
 use decodesim::sim::ScenarioRequest;
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -55,26 +57,6 @@ fn calibrate(files: &[PathBuf], out: &Path, limit_kib: Option<u64>) -> (Option<i
         o.status.code(),
         String::from_utf8_lossy(&o.stderr).into_owned(),
     )
-}
-
-/// Every file under `dir` (hidden ones too), relative path → bytes.
-fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
-    let mut out = BTreeMap::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap().flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                stack.push(p);
-            } else {
-                out.insert(
-                    p.strip_prefix(dir).unwrap().to_path_buf(),
-                    std::fs::read(&p).unwrap(),
-                );
-            }
-        }
-    }
-    out
 }
 
 fn loads(profile: &Path) {

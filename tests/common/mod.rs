@@ -344,3 +344,24 @@ pub fn fast_step(
     let quick = fast.step_us(s.batch, s.context, &launch, &coll);
     (quick, s, p)
 }
+
+/// Every file under `dir` (hidden ones too), relative path → bytes: what a refused or failed
+/// write must leave as it was.
+pub fn snapshot(dir: &Path) -> std::collections::BTreeMap<PathBuf, Vec<u8>> {
+    let mut out = std::collections::BTreeMap::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                out.insert(
+                    p.strip_prefix(dir).unwrap().to_path_buf(),
+                    std::fs::read(&p).unwrap(),
+                );
+            }
+        }
+    }
+    out
+}

@@ -122,42 +122,8 @@ impl Collectives {
     }
 }
 
-/// Launch parameters of one CUDA-graph setting, and the profile's idle at the end of a step.
-#[derive(Debug, Clone, Copy)]
-pub struct Launch {
-    start: f64,
-    gap: f64,
-    launch: f64,
-    first_collective: f64,
-    graphs: bool,
-    step_overhead: f64,
-}
-
-impl Launch {
-    pub fn new(p: &CalibrationProfile, cuda_graphs: bool) -> Self {
-        let l = &p.launch;
-        let step_overhead = p.factors.step_overhead_us;
-        if cuda_graphs {
-            Launch {
-                start: l.graph_launch_us,
-                gap: l.graph_kernel_gap_us,
-                launch: 0.0,
-                first_collective: l.graph_first_collective_us,
-                graphs: true,
-                step_overhead,
-            }
-        } else {
-            Launch {
-                start: 0.0,
-                gap: l.eager_kernel_gap_us,
-                launch: l.eager_launch_us,
-                first_collective: 0.0,
-                graphs: false,
-                step_overhead,
-            }
-        }
-    }
-}
+/// The launch rules both engines play (`sim::rules`).
+pub use crate::sim::rules::Launch;
 
 /// A speculative step's (draft µs, verify µs, whole step µs).
 pub type SpecSplit = (f64, f64, f64);

@@ -272,7 +272,18 @@ mod tests {
             ("d", Category::Gemm),
         ] {
             let shape = Shape::default();
-            b.push(name, "", CostFamily::Elementwise, cat, shape, "-", 0.0, 0.0);
+            let role = crate::workload::OpRole::OProj;
+            b.push(
+                role,
+                name,
+                "",
+                CostFamily::Elementwise,
+                cat,
+                shape,
+                "-",
+                0.0,
+                0.0,
+            );
         }
         Workload {
             ops: b.ops,

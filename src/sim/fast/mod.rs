@@ -105,8 +105,9 @@ impl Collectives {
         if s.tp > 1 {
             let mut b = crate::workload::builder::Builder::new();
             let bytes = s.model.hidden as u64 * 2;
-            b.collective("all_reduce", "nccl", CostFamily::AllReduce, bytes);
-            b.collective("all_gather", "nccl", CostFamily::AllGather, bytes);
+            let role = crate::workload::OpRole::Collective;
+            b.collective(role, "all_reduce", "nccl", CostFamily::AllReduce, bytes);
+            b.collective(role, "all_gather", "nccl", CostFamily::AllGather, bytes);
             let w = Workload {
                 ops: b.ops,
                 experts_touched: Vec::new(),

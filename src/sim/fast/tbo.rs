@@ -127,14 +127,7 @@ pub(super) fn fit(
     let per_seq = |r: &Regime| -> Box<[bool]> {
         r.ops
             .iter()
-            .map(|o| {
-                let t = &o.template;
-                let suffix = t.name.rsplit_once('.').map_or(t.name.as_str(), |(_, s)| s);
-                matches!(
-                    suffix,
-                    "kv_cache_write" | "mla_decode" | "mla_decode_reduce" | "attention_decode"
-                ) || t.family == CostFamily::Sampling
-            })
+            .map(|o| crate::workload::parallel::per_sequence(&o.template))
             .collect()
     };
     let next_seq = |per_seq: &[bool]| -> Box<[u32]> {

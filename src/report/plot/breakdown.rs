@@ -1,7 +1,7 @@
 //! The category breakdown across batch sizes: one stacked bar per batch.
 
-use super::backend::*;
-use super::style::*;
+use super::backend::{render, Chart};
+use super::style::{legend, tag, COLORS, HEIGHT, OTHER, SMALL_SHARE, WIDTH};
 use super::PlotError;
 use crate::category::Category;
 use plotters::coord::Shift;

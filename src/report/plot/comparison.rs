@@ -1,7 +1,7 @@
 //! Predicted vs measured: two stacked bars by category, small categories grouped as "other".
 
-use super::backend::*;
-use super::style::*;
+use super::backend::{render, Chart};
+use super::style::{font, int, text_color, COLORS, HEIGHT, OTHER, SMALL_SHARE, WIDTH};
 use super::PlotError;
 use crate::accounting::compare::Comparison;
 use plotters::coord::Shift;

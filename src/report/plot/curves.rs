@@ -1,8 +1,8 @@
 //! Throughput and TPOT against concurrency: one line per system or variant, measured points
 //! and limits.
 
-use super::backend::*;
-use super::style::*;
+use super::backend::{render, Chart};
+use super::style::{int, legend, stroke, HEIGHT, SERIES, WIDTH};
 use super::PlotError;
 use plotters::coord::Shift;
 use plotters::prelude::*;

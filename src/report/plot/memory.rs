@@ -1,7 +1,7 @@
 //! Memory per GPU by component: one stacked bar per system or variant.
 
-use super::backend::*;
-use super::style::*;
+use super::backend::{render, Chart};
+use super::style::{font, legend, SERIES, WIDTH};
 use super::PlotError;
 use plotters::coord::Shift;
 use plotters::prelude::*;

@@ -1,9 +1,9 @@
 //! Tokens/s per GPU against TPOT: one line per deployment layout (its concurrency curve), and
 //! the Pareto front across all of them, the points no other layout beats on both axes.
 
-use super::backend::*;
+use super::backend::{render, Chart};
 use super::curves::dashes;
-use super::style::*;
+use super::style::{int, legend, stroke, HEIGHT, SERIES, WIDTH};
 use super::PlotError;
 use plotters::coord::Shift;
 use plotters::prelude::*;

@@ -1,8 +1,8 @@
 //! Speculative decoding: speedup over no speculation against batch, one panel per acceptance,
 //! one line per draft length (the heat map of the same data is [`super::speedup_heatmap`]).
 
-use super::backend::*;
-use super::style::*;
+use super::backend::{render_with, Chart};
+use super::style::{font, legend, stroke, HEIGHT, SERIES, WIDTH};
 use super::PlotError;
 use plotters::coord::Shift;
 use plotters::prelude::*;

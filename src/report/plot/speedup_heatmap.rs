@@ -1,8 +1,8 @@
 //! The speedup heat map: draft length × batch per acceptance panel, coloured around 1.0.
 
-use super::backend::*;
-use super::speedup::*;
-use super::style::*;
+use super::backend::Chart;
+use super::speedup::{speedup_text, titled_panels, SpeedupHeat};
+use super::style::{font, stroke, text_color};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};

@@ -89,8 +89,9 @@ use replay::{play_regime, Straggler};
 /// Unique ids of fast scenarios and collective settings (the memo's keys).
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
-/// The NCCL setting collectives are priced with (protocol, algorithm, P2P, `--allreduce` and
-/// NCCL knobs), prepared once per sweep setting.
+/// The NCCL setting collectives are priced with (protocol, algorithm, P2P, `--allreduce`, the
+/// NCCL knobs and the other communication settings), prepared once per sweep setting. It holds
+/// no layout: a fast scenario prices every setting over its own.
 #[derive(Debug, Clone)]
 pub struct Collectives {
     id: u64,
@@ -102,7 +103,7 @@ impl Collectives {
     /// Takes `s`'s NCCL settings; refuses (as `simulate` would) a setting the profile cannot
     /// price.
     pub fn new(s: &Scenario, p: &CalibrationProfile) -> Result<Self> {
-        if s.tp > 1 {
+        if s.layout.tp > 1 {
             let mut b = crate::workload::builder::Builder::new();
             let bytes = s.model.hidden as u64 * 2;
             b.collective("all_reduce", "nccl", CostFamily::AllReduce, bytes);
@@ -190,6 +191,17 @@ struct Setting<'a> {
     coll: &'a Collectives,
 }
 
+impl Setting<'_> {
+    /// Puts the setting on `s` (the memo's scenario, to price collectives under it): the NCCL
+    /// and communication settings and the launch mode. The layout is the fitted scenario's and
+    /// stays.
+    fn put(&self, s: &mut Scenario) {
+        s.nccl = self.coll.nccl;
+        s.comm = self.coll.comm;
+        s.cuda_graphs = self.launch.graphs;
+    }
+}
+
 /// One pass of a step: sequences, query tokens per sequence, KV length, and how many identical
 /// passes run in a row.
 #[derive(Clone, Copy)]
@@ -243,11 +255,11 @@ impl FastScenario {
     ) -> Result<Self> {
         // A pipeline: one model per stage, composed by `sim::pipeline::schedule`. Speculative
         // decoding's windows are not composed with the pipeline's micro-batches: refused.
-        let pp = s.comm.pp_size();
-        if s.comm.tbo {
+        let pp = s.layout.pp_size();
+        if s.layout.tbo {
             return tbo::fit(s, p, draft);
         }
-        let ep = s.comm.ep_size() > 1 && s.model.moe.is_some();
+        let ep = s.layout.ep_size() > 1 && s.model.moe.is_some();
         if ep && pp > 1 {
             return Err(ep_refused(s));
         }
@@ -262,7 +274,7 @@ impl FastScenario {
                 id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
                 target: first,
                 spec: None,
-                straggler: Straggler::new(&p.variability, s.tp, s.tp),
+                straggler: Straggler::new(&p.variability, s.layout.tp, s.layout.tp),
                 pipeline: Some(fit),
                 loads: None,
                 tbo: None,
@@ -272,7 +284,7 @@ impl FastScenario {
         }
         // Data-parallel attention: probed at batches every DP rank shares evenly (the probe's
         // batch each), so that shapes are linear in one DP rank's variables (`ep`).
-        let dp = s.comm.dp_size();
+        let dp = s.layout.dp_size();
         let build_target = move |ps: &Scenario, q: u32| {
             if dp > 1 {
                 let mut g = ps.clone();
@@ -297,10 +309,10 @@ impl FastScenario {
             let fit = |(i, kind): (usize, &PassKind)| {
                 let on = if kind.on_draft() { &ds } else { s };
                 // Probed like the plain step under data-parallel attention (a batch per DP rank).
-                let pass_dp = on.comm.dp_size();
+                let pass_dp = on.layout.dp_size();
                 // A dense drafter under data-parallel attention runs on one DP rank's share.
-                let share = if on.comm.dp_size() < s.comm.dp_size() {
-                    s.comm.dp_size()
+                let share = if on.layout.dp_size() < s.layout.dp_size() {
+                    s.layout.dp_size()
                 } else {
                     1
                 };
@@ -347,7 +359,7 @@ impl FastScenario {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             target,
             spec,
-            straggler: Straggler::new(&p.variability, s.tp, s.ranks()),
+            straggler: Straggler::new(&p.variability, s.layout.tp, s.ranks()),
             pipeline: None,
             loads: EpLoads::new(s, p),
             tbo: None,
@@ -581,9 +593,7 @@ impl FastScenario {
             None => {
                 s.batch = batch;
                 s.context = context;
-                s.nccl = coll.nccl;
-                s.comm = coll.comm;
-                s.cuda_graphs = launch.graphs;
+                set.put(s);
                 let x = pm.vars(local, q, context, e.touched, padded).basis();
                 let layout: Vec<(usize, bool)> =
                     regime.collective_ops.iter().map(|&i| (i, true)).collect();
@@ -676,9 +686,7 @@ impl FastScenario {
                 &**latency.entry(key).or_insert_with(|| {
                     s.batch = batch;
                     s.context = context;
-                    s.nccl = coll.nccl;
-                    s.comm = coll.comm;
-                    s.cuda_graphs = launch.graphs;
+                    set.put(s);
                     let x = pm.vars(local, q, context, e_touched, padded).basis();
                     latency_fractions(regime, &x, s, p).into_boxed_slice()
                 })
@@ -1062,10 +1070,10 @@ impl Draw {
 /// slowest-rank expert loads are played for a whole step, not per stage), with the commands
 /// that handle it.
 fn ep_refused(s: &Scenario) -> Error {
-    let (flag, value) = if s.comm.dp_size() > 1 {
-        ("--dp", s.comm.dp_size())
+    let (flag, value) = if s.layout.dp_size() > 1 {
+        ("--dp", s.layout.dp_size())
     } else {
-        ("--ep", s.comm.ep_size())
+        ("--ep", s.layout.ep_size())
     };
     Error::ScenarioSetting {
         flag,

@@ -74,7 +74,7 @@ impl PipelineFit {
         Ok((
             first,
             PipelineFit {
-                pp: s.comm.pp_size(),
+                pp: s.layout.pp_size(),
                 rest: models,
                 ret_us: pl::token_return_us(s),
                 twin,
@@ -118,9 +118,7 @@ impl FastScenario {
             return v;
         }
         let s = &mut m.s;
-        s.nccl = set.coll.nccl;
-        s.comm = set.coll.comm;
-        s.cuda_graphs = set.launch.graphs;
+        set.put(s);
         let (_, us, lat) = pl::send(s, &self.profile, from, batch);
         SENDS.with(|c| {
             let mut c = c.borrow_mut();

@@ -110,7 +110,7 @@ pub(super) fn fit(
         return Err(spec_refused());
     }
     let mut micro = s.clone();
-    micro.comm.tbo = false;
+    micro.layout.tbo = false;
     let mut fast = FastScenario::new(&micro, p, None)?;
     if fast.pipeline.is_some() {
         // Refused by the scenario's own checks (`--pp` with `--tbo on`); kept as a value.

@@ -265,9 +265,9 @@ mod tests {
             layers: Some(layers),
             ..ScenarioRequest::default()
         };
-        req.comm.dp = Some(16);
+        req.dp = Some(16);
         req.comm.ep_comm = EpComm::RdmaLl;
-        req.comm.tbo = true;
+        req.tbo = true;
         let (s, p) = req.load().expect("scenario");
         let fast = FastScenario::new(&s, &p, None).expect("fitted");
         let launch = Launch::new(&p, s.cuda_graphs);

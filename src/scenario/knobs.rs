@@ -19,14 +19,18 @@ pub struct ScenarioRequest {
     pub system: String,
     /// Defaults to the system's GPUs shared over the data-parallel ranks and pipeline stages.
     pub tp: Option<u32>,
-    /// The rest of the parallel layout as given (the loaded scenario's [`Layout`]):
-    /// `--pp`, `--dp`, `--ep` (None: DP × TP under `--dp`, else off), `--dcp`,
-    /// `--redundant-experts`, `--tbo`.
+    /// `--pp`: with `tp` and the sizes below, the parallel layout as given (the loaded
+    /// scenario's [`Layout`]; unset: off).
     pub pp: Option<u32>,
+    /// `--dp`.
     pub dp: Option<u32>,
+    /// `--ep` (unset: DP × TP under `--dp`, else off).
     pub ep: Option<u32>,
+    /// `--dcp`.
     pub dcp: Option<u32>,
+    /// `--redundant-experts`.
     pub redundant_experts: Option<u32>,
+    /// `--tbo`.
     pub tbo: bool,
     pub batch: u32,
     pub context: u64,

@@ -551,7 +551,7 @@ impl Cycles {
     }
 }
 
-/// Plays `scenario` (with `comm.pp` above 1) as a pipeline; see the module text.
+/// Plays `scenario` (with `layout.pp` above 1) as a pipeline; see the module text.
 pub fn simulate(scenario: Scenario, profile: CalibrationProfile) -> Result<Simulation> {
     let s = &scenario;
     let p = &profile;

@@ -9,7 +9,7 @@ use decodesim::cost::attention::AttentionPricer;
 use decodesim::cost::{self, CalibrationProfile};
 use decodesim::scenario::Scenario;
 use decodesim::sim::ScenarioRequest;
-use decodesim::workload::{self, CostFamily, Workload};
+use decodesim::workload::{self, CostFamily, OpRole, Workload};
 
 /// The first attention op of `s`'s step, and MLA's split-KV reduce after it.
 fn attention_pair(s: &Scenario) -> Workload {
@@ -25,7 +25,7 @@ fn attention_pair(s: &Scenario) -> Workload {
         })
         .expect("an attention op");
     // With the reduce after it when there is one (the fast path prices them together).
-    let n = if w.ops[i + 1].name.ends_with("mla_decode_reduce") {
+    let n = if w.ops[i + 1].role == OpRole::AttentionReduce {
         2
     } else {
         1

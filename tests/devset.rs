@@ -72,6 +72,7 @@ fn bottom_up_throughput_on_the_development_set() {
 #[test]
 fn eagle3_speedups_on_the_development_set() {
     let mut diffs = Vec::new();
+    let mut verdicts = Vec::new();
     for r in rows("dev-set/rtx-pro-6000-kimi-eagle3.csv") {
         let batch = (r[0] as u32).to_string();
         let measured = r[3] / r[4];
@@ -98,6 +99,11 @@ fn eagle3_speedups_on_the_development_set() {
             .expect("k = 3");
         let predicted = k3["speedup"].as_f64().expect("speedup");
         diffs.push((r[0], predicted - measured));
+        let verdict = k3["intervals"]["verdict"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no verdict at {batch}: {k3}"))
+            .to_string();
+        verdicts.push((r[0], measured, verdict));
     }
     let worst = diffs.iter().map(|d| d.1.abs()).fold(0.0, f64::max);
     // Reached: within 0.10 at concurrency 1, 2, 4, 32, 64 and 128; 0.33 and 0.42 off at 8 and
@@ -105,6 +111,65 @@ fn eagle3_speedups_on_the_development_set() {
     assert!(worst <= 0.45, "worst speedup error {worst:.2}: {diffs:?}");
     let within: usize = diffs.iter().filter(|d| d.1.abs() <= 0.10).count();
     assert!(within >= 6, "{within} of 8 within 0.10: {diffs:?}");
+    // No wrong verdict: "helps" only where the machine gained, "hurts" only where it lost; the
+    // rest "cannot tell" (the interval holds the model's error across step sizes on this GPU).
+    for (c, measured, v) in &verdicts {
+        let wrong = (v == "helps" && *measured <= 1.0) || (v == "hurts" && *measured >= 1.0);
+        assert!(
+            !wrong,
+            "concurrency {c}: verdict {v}, measured {measured:.2}: {verdicts:?}"
+        );
+    }
+    // Speculation's clearest gain, at one user, is called.
+    assert_eq!(verdicts[0].2, "helps", "{verdicts:?}");
+}
+
+/// The bundled step error of this GPU is what `calibrate --step-error` computes from these
+/// points (no hand edit), and every plain point lies inside its own p5-p95 interval.
+#[test]
+fn step_error_is_the_development_sets_and_its_intervals_hold_the_points() {
+    let dir = common::scratch("devset-step-error");
+    let out = dir.join("step.toml");
+    let mut args = vec![
+        "calibrate",
+        "--from-throughput",
+        "tests/data/dev-set/rtx-pro-6000-kimi-no-spec.csv",
+        "--step-error",
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    args.extend(&SETUP[..10]);
+    let (code, text, err) = decodesim_exit(&args);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        text.contains("8 of 8 point(s) inside the band the others give"),
+        "{text}"
+    );
+    let step = |p: &std::path::Path| {
+        let v: toml::Value = toml::from_str(&std::fs::read_to_string(p).unwrap()).unwrap();
+        v["step"].clone()
+    };
+    let bundled = step(std::path::Path::new(
+        "data/calibration/step_error/rtx-pro-6000-server.toml",
+    ));
+    assert_eq!(
+        step(&out),
+        bundled,
+        "the bundled file is stale: rerun its provenance command"
+    );
+    let sigma = bundled["sigma"].as_float().unwrap();
+    assert!((0.10..0.30).contains(&sigma), "{sigma}");
+    let mut inside = 0;
+    for r in rows("dev-set/rtx-pro-6000-kimi-no-spec.csv") {
+        let batch = (r[0] as u32).to_string();
+        let mut args = vec!["simulate", "--batch", &batch];
+        args.extend(SETUP);
+        let v = json(&args);
+        let iv = &v["intervals"]["tokens_per_s"];
+        let (lo, hi) = (iv["p5"].as_f64().unwrap(), iv["p95"].as_f64().unwrap());
+        inside += (lo..=hi).contains(&r[2]) as usize;
+    }
+    assert_eq!(inside, 8, "plain points inside their interval");
 }
 
 /// Calibrating from four of the points (concurrency 1, 4, 16 and 64) with the two factors the

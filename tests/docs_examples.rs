@@ -421,6 +421,106 @@ fn every_image_is_referenced_with_the_command_that_made_it() {
     );
 }
 
+/// Every Markdown page: the guide's, `ARCHITECTURE.md` and `docs/internals/`.
+fn all_pages() -> Vec<PathBuf> {
+    let mut all = pages();
+    if std::env::var_os("DECODESIM_DOCS").is_some() {
+        return all;
+    }
+    all.push(Path::new(ROOT).join("ARCHITECTURE.md"));
+    let internals = Path::new(ROOT).join("docs/internals");
+    let mut more: Vec<PathBuf> = std::fs::read_dir(&internals)
+        .map(|d| {
+            d.map(|e| e.unwrap().path())
+                .filter(|p| p.extension().is_some_and(|e| e == "md"))
+                .collect()
+        })
+        .unwrap_or_default();
+    more.sort();
+    all.extend(more);
+    all
+}
+
+/// A heading's anchor as GitHub writes it: lower case, punctuation dropped, spaces as hyphens.
+fn slug(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter(|c| c.is_alphanumeric() || matches!(c, '_' | '-' | ' '))
+        .map(|c| if c == ' ' { '-' } else { c })
+        .collect()
+}
+
+/// The anchors of a page's headings (outside code blocks), repeated ones numbered as GitHub does.
+fn anchors(text: &str) -> Vec<String> {
+    let mut seen = std::collections::HashMap::<String, usize>::new();
+    let (mut out, mut code) = (Vec::new(), false);
+    for l in text.lines() {
+        if l.starts_with("```") {
+            code = !code;
+            continue;
+        }
+        if code || !l.starts_with('#') {
+            continue;
+        }
+        let a = slug(l.trim_start_matches('#'));
+        let n = seen.entry(a.clone()).or_insert(0);
+        out.push(if *n == 0 { a } else { format!("{a}-{n}") });
+        *n += 1;
+    }
+    out
+}
+
+/// Every relative link of every page names a file that exists, and a heading of it when it
+/// names an anchor.
+#[test]
+fn every_link_between_pages_resolves() {
+    let mut broken = Vec::new();
+    for page in all_pages() {
+        let text = std::fs::read_to_string(&page).unwrap();
+        let dir = page.parent().unwrap();
+        let mut code = false;
+        for (n, l) in text.lines().enumerate() {
+            if l.starts_with("```") {
+                code = !code;
+                continue;
+            }
+            if code {
+                continue;
+            }
+            for (i, _) in l.match_indices("](") {
+                let rest = &l[i + 2..];
+                let Some(end) = rest.find(')') else { continue };
+                let target = &rest[..end];
+                if target.contains("://") || target.starts_with("mailto:") || target.contains(' ') {
+                    continue;
+                }
+                let (path, anchor) = target.split_once('#').unwrap_or((target, ""));
+                let file = if path.is_empty() {
+                    page.clone()
+                } else {
+                    dir.join(path)
+                };
+                let at = format!(
+                    "{}:{}: ({target})",
+                    page.strip_prefix(ROOT).unwrap().display(),
+                    n + 1
+                );
+                if !file.exists() {
+                    broken.push(format!("{at}: no such file"));
+                } else if !anchor.is_empty() && file.extension().is_some_and(|e| e == "md") {
+                    let text = std::fs::read_to_string(&file).unwrap();
+                    if !anchors(&text).iter().any(|a| a == anchor) {
+                        broken.push(format!("{at}: no such heading"));
+                    }
+                }
+            }
+        }
+    }
+    assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
+}
+
 /// The guide speaks of the tool, not of how its development is organised.
 #[test]
 fn the_guide_speaks_of_the_tool_only() {

@@ -491,6 +491,7 @@ fn sweep_intervals_run_over_pp() {
             r[p5_c].parse().unwrap(),
             r[p95_c].parse().unwrap(),
         );
-        assert!(p5 < t && t < p95 && p95 - p5 < 0.5 * t, "{r:?}");
+        // The RTX PRO 6000's whole-step error (σ 0.17 of ln) spans about ±28% at p5-p95.
+        assert!(p5 < t && t < p95 && p95 - p5 < t, "{r:?}");
     }
 }

@@ -132,8 +132,9 @@ fn validation_against_the_captured_traces() {
     let committed = ModelError::from_file(&root("data/calibration/model_error.toml")).unwrap();
     let fit = iv
         .model_error
-        .model_error(&root("data/calibration/model_error.toml"));
+        .model_error(&root("data/calibration/model_error.toml"), "h200-sxm");
     assert_eq!(committed.sigma.len(), fit.sigma.len());
+    assert_eq!(committed.gpu, fit.gpu);
     for (name, sd) in &fit.sigma {
         assert!((committed.sigma[name] - sd).abs() < 1e-4, "{name}: {sd}");
     }

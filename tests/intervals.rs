@@ -8,7 +8,7 @@ use decodesim::scenario::Proto;
 use decodesim::sim::{simulate, ScenarioRequest};
 use decodesim::whatif::uncertainty::{
     scenario_intervals, scenario_intervals_with, timeline_step_ratios, vary_intervals, Drawn,
-    Interval, ModelError, Target, Uncertainty, Verdict,
+    Interval, ModelError, StepError, Target, Uncertainty, Verdict,
 };
 use decodesim::whatif::vary::{self, VaryRequest};
 use std::path::{Path, PathBuf};
@@ -78,13 +78,16 @@ fn without_intervals_tables_or_model_error_the_interval_is_the_point() {
 
 /// The model's own error is drawn for every answer: the bundled file's σ per family (from the
 /// H200 validation) reach the families they name, so even a profile with nothing uncertain of
-/// its own has an interval around its point.
+/// its own has an interval around its point. (On the default GPU, which has a whole-step error
+/// of its own, that one replaces them: held apart here by leaving the step errors out.)
 #[test]
 fn the_models_own_error_is_drawn_from_the_bundled_file() {
     let sim = simulate(&plain_request()).unwrap();
     let bundled = ModelError::bundled().unwrap();
     assert!(bundled.path.ends_with("data/calibration/model_error.toml"));
-    let u = Uncertainty::from_profile(&sim.profile, &sim.scenario).unwrap();
+    let mut families_only = bundled.clone();
+    families_only.steps.clear();
+    let u = Uncertainty::from_profile_with(&sim.profile, &sim.scenario, &families_only).unwrap();
     assert!(!u.is_empty());
     for name in ["moe", "gemm", "attention", "communication"] {
         let src = u
@@ -98,6 +101,30 @@ fn the_models_own_error_is_drawn_from_the_bundled_file() {
     let idle = u.sources.iter().find(|x| x.name() == "model_idle").unwrap();
     assert_eq!(idle.target, Target::Idle);
     assert_eq!(idle.sigma, bundled.idle_sigma_us);
+    let (iv, _) = scenario_intervals_with(
+        &sim.scenario,
+        &sim.profile,
+        sim.step_time_us(),
+        sim.tokens_per_s(),
+        200,
+        1,
+        &families_only,
+    )
+    .unwrap();
+    let s = iv.unwrap().step_time_us;
+    let point = sim.step_time_us();
+    assert!(s.p5 < point && point < s.p95, "{s:?} vs {point}");
+    assert!(rel(s.p50, point) < 0.02, "{s:?} vs {point}");
+    // With the bundled step errors, this GPU draws its own whole-step error in their place.
+    let u = Uncertainty::from_profile(&sim.profile, &sim.scenario).unwrap();
+    let names: Vec<&str> = u.sources.iter().map(|x| x.name()).collect();
+    assert!(names.contains(&"model_step"), "{names:?}");
+    assert!(
+        !names
+            .iter()
+            .any(|n| n.starts_with("model_") && *n != "model_step"),
+        "{names:?}"
+    );
     let (iv, _) = scenario_intervals(
         &sim.scenario,
         &sim.profile,
@@ -108,9 +135,7 @@ fn the_models_own_error_is_drawn_from_the_bundled_file() {
     )
     .unwrap();
     let s = iv.unwrap().step_time_us;
-    let point = sim.step_time_us();
     assert!(s.p5 < point && point < s.p95, "{s:?} vs {point}");
-    assert!(rel(s.p50, point) < 0.02, "{s:?} vs {point}");
 }
 
 #[test]
@@ -133,6 +158,92 @@ fn a_malformed_model_error_file_names_the_file_and_field() {
         assert!(e.contains("model_error.toml"), "{e}");
         assert!(e.contains(field), "{e}");
         assert!(e.contains(says), "{e}");
+    }
+}
+
+#[test]
+fn a_malformed_step_error_file_names_the_file_and_field() {
+    let dir = scratch("intervals_bad_step_error");
+    std::fs::create_dir_all(&dir).unwrap();
+    let good = "gpu = \"g\"\nsigma = 0.1\nrho = 0.5\npoints = 8\ntokens = [1, 128]\n";
+    for (text, field, says) in [
+        ("[x]\n".to_string(), "step", "[step]"),
+        (
+            format!("[step]\n{}", good.replace("sigma = 0.1", "sigma = 3.0")),
+            "step.sigma",
+            "[0, 2]",
+        ),
+        (
+            format!("[step]\n{}", good.replace("rho = 0.5", "rho = 1.0")),
+            "step.rho",
+            "[0, 1)",
+        ),
+        (
+            format!("[step]\n{}", good.replace("points = 8", "points = 2")),
+            "step.points",
+            "at least 3",
+        ),
+        (
+            format!("[step]\n{}", good.replace("[1, 128]", "[128, 1]")),
+            "step.tokens",
+            "low <= high",
+        ),
+        (
+            format!("[step]\n{}", good.replace("gpu = \"g\"", "gpu = \"\"")),
+            "step.gpu",
+            "GPU name",
+        ),
+    ] {
+        let p = dir.join("bad.toml");
+        std::fs::write(&p, text).unwrap();
+        let e = StepError::from_file(&p).unwrap_err().to_string();
+        assert!(e.contains("bad.toml"), "{e}");
+        assert!(e.contains(field), "{e}");
+        assert!(e.contains(says), "{e}");
+    }
+    let p = dir.join("good.toml");
+    std::fs::write(&p, format!("[step]\n{good}")).unwrap();
+    let e = StepError::from_file(&p).unwrap();
+    assert_eq!(
+        (e.gpu.as_str(), e.sigma, e.rho, e.points),
+        ("g", 0.1, 0.5, 8)
+    );
+}
+
+/// On the GPU the per-family error was validated on (H200) no whole-step error is drawn; on
+/// the development set's GPU its own is; on a GPU with neither (B200) the widest stands in,
+/// and says so.
+#[test]
+fn the_whole_step_error_goes_to_the_gpus_without_a_trace_validation() {
+    let bundled = ModelError::bundled().unwrap();
+    assert_eq!(bundled.gpu.as_deref(), Some("h200-sxm"));
+    assert!(bundled.steps.iter().any(|e| e.gpu == "rtx-pro-6000-server"));
+    for (system, expect) in [
+        ("h200-8x-nvlink", None),
+        ("rtx-pro-6000-8x-pcie", Some("on rtx-pro-6000-server")),
+        ("b200-8x-nvlink", Some("standing in for b200")),
+    ] {
+        let (ok, out, err) = decodesim_bin(&[
+            "simulate", "--layers", "4", "--system", system, "--format", "json", "--draws", "50",
+        ]);
+        assert!(ok, "{system}: {err}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        let step = v["intervals"]["sources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["name"] == "model_step")
+            .cloned();
+        match expect {
+            None => assert!(step.is_none(), "{system}: {step:?}"),
+            Some(says) => {
+                let p = step.unwrap_or_else(|| panic!("{system}: no model_step"));
+                assert!(
+                    p["provenance"].as_str().unwrap().contains(says),
+                    "{system}: {p}"
+                );
+            }
+        }
     }
 }
 
@@ -331,8 +442,10 @@ fn paired_draws_give_identical_arms_a_speedup_of_exactly_one() {
             assert_eq!(a.verdict().name(), "cannot tell");
             seen.0 = true;
         } else {
-            // 4x the batch (weights read once for 4x the tokens): ~1.32x, in every draw.
-            assert!(a.speedup.p5 > 1.2, "{a:?}");
+            // 4x the batch (weights read once for 4x the tokens): ~1.32x. The two steps share
+            // most of the model's error across step sizes on this GPU (two doublings apart),
+            // so the speedup stays above 1 at p5.
+            assert!(a.speedup.p5 > 1.0 && a.speedup.p50 > 1.2, "{a:?}");
             assert_eq!(a.verdict().name(), "helps");
             assert!(a.speedup.p5 <= a.speedup.p50 && a.speedup.p50 <= a.speedup.p95);
             seen.1 = true;

@@ -189,7 +189,7 @@ fn children_cpu_s() -> f64 {
 
 /// The estimate of every layout kind against the CPU it takes. Run with the release build:
 /// `cargo test --release --test work_estimates -- --ignored` (a debug binary is 10-30x slower
-/// than the units, which are release microseconds). Figures: docs/whatif-and-sweeps.md.
+/// than the units, which are release microseconds). Figures: docs/internals/fast-path.md.
 #[test]
 #[ignore = "measures CPU time: run with --release -- --ignored"]
 #[cfg(target_os = "linux")]

@@ -238,7 +238,8 @@ pub fn terms(s: &Scenario, p: &CalibrationProfile, bytes: u64) -> Result<(f64, f
     p.factors.collective_latency_scale = 1.0;
     p.factors.collective_bw_scale = 1.0;
     let mut b = crate::workload::builder::Builder::new();
-    b.collective("all_reduce", "nccl", CostFamily::AllReduce, bytes);
+    let role = crate::workload::OpRole::Collective;
+    b.collective(role, "all_reduce", "nccl", CostFamily::AllReduce, bytes);
     let w = crate::workload::Workload {
         ops: b.ops,
         experts_touched: Vec::new(),

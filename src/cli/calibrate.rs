@@ -91,6 +91,12 @@ pub struct CalibrateArgs {
     /// mean-tpot (tokens/s = concurrency / TPOT: decode only).
     #[arg(long, default_value = "output-throughput")]
     bench_metric: crate::calibrate::bench_serve::BenchMetric,
+    /// With --from-throughput: fit nothing; price each point bottom-up under the scenario's
+    /// profile and write to --out the model's error across step sizes on the scenario's GPU
+    /// (σ and neighbour correlation of ln(measured / predicted)), the format of
+    /// data/calibration/step_error/, which intervals on that GPU draw.
+    #[arg(long, requires = "from_throughput", conflicts_with_all = ["factors", "serving"])]
+    step_error: bool,
     /// With --from-throughput: price each `vllm bench serve` result as the serving run it was
     /// (`decodesim serve`: its lengths, clients and prompts, chunked prefill mixed into the
     /// decode steps) instead of one decode step at its mean context.
@@ -336,6 +342,9 @@ fn from_throughput(a: &CalibrateArgs) -> Result<()> {
             serving: a.serving,
         },
     )?;
+    if a.step_error {
+        return step_error(a, &points);
+    }
     let r = fit_throughput_with(
         &ThroughputRequest {
             base: a.scenario.request(),
@@ -664,4 +673,101 @@ fn from_burst(a: &CalibrateArgs, spec: &str) -> Result<()> {
         s.push_str(&format!("warning: {}\n", crate::units::one_line(w)));
     }
     print(&s)
+}
+
+/// `--step-error`: the model's error across step sizes on the scenario's GPU from the points,
+/// each priced bottom-up; a table of the points (each against the band the others' fit gives:
+/// leave-one-out), then the file.
+fn step_error(
+    a: &CalibrateArgs,
+    points: &[crate::calibrate::from_throughput::Point],
+) -> Result<()> {
+    use crate::whatif::uncertainty::StepError;
+    let plain: Vec<_> = points
+        .iter()
+        .filter(|p| p.spec.is_none())
+        .cloned()
+        .collect();
+    let left_out = points.len() - plain.len();
+    let base = a.scenario.request();
+    let (s, p) = base.load()?;
+    let source = &a.from_throughput[0];
+    let res = crate::calibrate::from_throughput::predict(&base, &plain, source)?;
+    let r: Vec<(f64, f64)> = res
+        .iter()
+        .map(|x| {
+            (
+                x.point.concurrency as f64,
+                (x.point.tokens_per_s / x.predicted).ln(),
+            )
+        })
+        .collect();
+    let gpu = &s.system.gpu.name;
+    let e = StepError::fit(gpu, &r, source)?;
+    // A z of 1.645: the band a p5-p95 interval of the step error alone would draw.
+    let z = 1.644_853_626_951_472_2;
+    let mut out = format!(
+        "model error across step sizes on {gpu} from {} point(s) of {}{}\n\n",
+        res.len(),
+        crate::units::path(source),
+        if left_out > 0 {
+            format!(" ({left_out} speculative point(s) left out: their step mixes passes)")
+        } else {
+            String::new()
+        }
+    );
+    out.push_str("point                     measured  predicted    error   band without it (p5..p95)  inside\n");
+    let mut inside = 0;
+    for (i, x) in res.iter().enumerate() {
+        let others: Vec<(f64, f64)> = r
+            .iter()
+            .enumerate()
+            .filter(|(j, _)| *j != i)
+            .map(|(_, v)| *v)
+            .collect();
+        let band = StepError::fit(gpu, &others, source).ok().map(|o| {
+            (
+                x.predicted * (-z * o.sigma).exp(),
+                x.predicted * (z * o.sigma).exp(),
+            )
+        });
+        let (text, ok) = match band {
+            Some((lo, hi)) => (
+                format!("{lo:>9.1} .. {hi:<9.1}"),
+                (lo..=hi).contains(&x.point.tokens_per_s),
+            ),
+            None => ("(too few others)".to_string(), false),
+        };
+        inside += ok as usize;
+        out.push_str(&format!(
+            "{:<24} {:>9.1} {:>10.1} {:>+7.1}%   {:<24}  {}\n",
+            format!(
+                "line {}: c={} ctx={}",
+                x.point.line, x.point.concurrency, x.point.context
+            ),
+            x.point.tokens_per_s,
+            x.predicted,
+            100.0 * x.rel_err,
+            text,
+            if ok { "yes" } else { "no" }
+        ));
+    }
+    out.push_str(&format!(
+        "\nsigma {:.4} (rms of ln(measured / predicted)), rho {:.4} (between steps a factor 2 apart in tokens); {inside} of {} point(s) inside the band the others give\n",
+        e.sigma,
+        e.rho,
+        res.len()
+    ));
+    let command = std::iter::once("decodesim".to_string())
+        .chain(std::env::args().skip(1))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let text = e.to_toml(
+        &command,
+        &crate::units::path(source),
+        &crate::units::path(&p.path),
+    );
+    crate::files::write_atomic_bytes(&a.out, text.as_bytes())?;
+    out.push_str(&format!("wrote {}\n", crate::units::path(&a.out)));
+    print(&out)
 }

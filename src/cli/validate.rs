@@ -80,7 +80,12 @@ pub fn run(a: ValidateArgs) -> Result<()> {
             a.calibration,
             crate::units::path(path)
         );
-        let text = iv.model_error.to_toml(&traces, &v.profile, &command);
+        let system = crate::scenario::catalog::resolve_system(&a.system)?;
+        let gpu =
+            crate::scenario::SystemSpec::from_file(&system, &crate::scenario::catalog::gpus_dir())?
+                .gpu
+                .name;
+        let text = iv.model_error.to_toml(&traces, &v.profile, &gpu, &command);
         crate::files::write_atomic_bytes(path, text.as_bytes())?;
     }
     match a.format {

@@ -22,7 +22,7 @@ use crate::measurements::{
 use crate::scenario::routing::{Routing, AIC_EQUIVALENT_ALPHA};
 use crate::scenario::{Proto, Scenario};
 use crate::workload::op::Stream;
-use crate::workload::{CostFamily, Op, Workload};
+use crate::workload::{CostFamily, Op, OpRole, Workload};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
@@ -975,8 +975,7 @@ pub fn is_moe_module_op(op: &Op) -> bool {
                 | CostFamily::MoeGemmInt4
                 | CostFamily::MoeGemmBf16
                 | CostFamily::MoeGemmFp8
-        ) || op.name.ends_with(".experts_act_and_mul")
-            || op.name.ends_with(".moe_permute"))
+        ) || op.role.in_routed_call())
 }
 
 pub fn is_moe_gemm(f: CostFamily) -> bool {
@@ -1171,7 +1170,7 @@ fn mla_attention(
         let reduce = w
             .ops
             .get(i + 1)
-            .filter(|n| n.name.ends_with("mla_decode_reduce"))
+            .filter(|n| n.role == OpRole::AttentionReduce)
             .map(|n| (i + 1, lk.law_or_bytes(n)));
         let fixed_sum = fixed(CostFamily::AttentionMlaDecode)
             + reduce.map_or(0.0, |_| fixed(CostFamily::Elementwise));

@@ -15,7 +15,7 @@ use super::aic::{self, MlaAtBatch, MlaPair};
 use super::profile::{self, KernelParams};
 use super::CalibrationProfile;
 use crate::scenario::Scenario;
-use crate::workload::{CostFamily, Workload};
+use crate::workload::{CostFamily, OpRole, Workload};
 
 /// How `PreparedPricer::price` prices one op.
 #[derive(Debug, Clone)]
@@ -111,7 +111,7 @@ impl AttentionPricer {
                 let next = w
                     .ops
                     .get(i + 1)
-                    .filter(|n| n.name.ends_with("mla_decode_reduce"));
+                    .filter(|n| n.role == OpRole::AttentionReduce);
                 how.push(How::Mla {
                     reduce: next.map(|n| p.kernel(n.family).cloned()),
                 });

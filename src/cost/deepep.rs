@@ -9,7 +9,7 @@
 
 use crate::error::{Error, Result};
 use crate::measurements::DeepEpLlRow;
-use crate::workload::Op;
+use crate::workload::{Op, OpRole};
 use serde::{Deserialize, Serialize};
 
 /// The two kernels of an expert-parallel MoE layer.
@@ -27,14 +27,12 @@ impl Phase {
         }
     }
 
-    /// The phase of an all-to-all op of the workload (`workload::parallel` names them).
+    /// The phase of an all-to-all op of the workload (`workload::parallel` adds them).
     pub fn of(op: &Op) -> Option<Self> {
-        if op.name.ends_with("moe_dispatch") {
-            Some(Phase::Dispatch)
-        } else if op.name.ends_with("moe_combine") {
-            Some(Phase::Combine)
-        } else {
-            None
+        match op.role {
+            OpRole::Dispatch => Some(Phase::Dispatch),
+            OpRole::Combine => Some(Phase::Combine),
+            _ => None,
         }
     }
 }

@@ -86,6 +86,7 @@ pub(crate) fn price(
 /// The norm's own kernel price, as the op would have been priced unfused.
 fn unfused_norm_us(op: &Op, k: &KernelParams, gpu: &GpuSpec) -> f64 {
     let norm = Op {
+        role: crate::workload::OpRole::Norm,
         family: CostFamily::Norm,
         message_bytes: 0,
         fused_norm: None,

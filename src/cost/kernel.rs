@@ -77,6 +77,7 @@ mod tests {
     fn op(family: CostFamily, m: u64, flops: f64, bytes: f64) -> Op {
         Op {
             name: "t".into(),
+            role: crate::workload::OpRole::OProj,
             kernel: "k",
             layer: 0,
             family,
@@ -97,6 +98,8 @@ mod tests {
             rank_scale: Vec::new(),
             waits_for: None,
             fused_norm: None,
+            micro_batch: None,
+            draft_pass: None,
         }
     }
 

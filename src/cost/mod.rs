@@ -37,7 +37,7 @@ use crate::category::Category;
 use crate::error::{Error, Result};
 use crate::scenario::deployment::AllreduceImpl;
 use crate::scenario::{CommPath, Proto, Scenario};
-use crate::workload::{CostFamily, Op, Workload};
+use crate::workload::{CostFamily, Op, OpRole, Workload};
 use serde::Serialize;
 use std::collections::BTreeSet;
 
@@ -919,7 +919,7 @@ impl<'a> Pricer<'a> {
             split_us[i] *= r.value;
             if w.ops
                 .get(i + 1)
-                .is_some_and(|n| n.name.ends_with("mla_decode_reduce"))
+                .is_some_and(|n| n.role == OpRole::AttentionReduce)
             {
                 base_us[i + 1] *= r.value;
                 split_us[i + 1] *= r.value;

@@ -11,6 +11,7 @@
 //! ends as any collective does, and the compute stream goes on until the wait, which holds it
 //! until that collective has ended on the rank (two-batch overlap).
 
+use super::rules::{self, Launch};
 use super::timeline::{KernelRecord, Timeline};
 
 use crate::cost::profile::{LaunchParams, Variability};
@@ -91,21 +92,9 @@ impl Engine {
                 .push(cfg.variability.launch_skew_us * rng.random::<f64>());
         }
         // In graph mode the CPU issues one launch; eagerly it issues every kernel in turn.
-        let start = if cfg.cuda_graphs {
-            cfg.launch.graph_launch_us
-        } else {
-            0.0
-        };
-        let gap = if cfg.cuda_graphs {
-            cfg.launch.graph_kernel_gap_us
-        } else {
-            cfg.launch.eager_kernel_gap_us
-        };
-        let launch = if cfg.cuda_graphs {
-            0.0
-        } else {
-            cfg.launch.eager_launch_us
-        };
+        let l = Launch::of(&cfg.launch, cfg.cuda_graphs, cfg.step_overhead_us);
+        let eager = Launch::of(&cfg.launch, false, cfg.step_overhead_us);
+        let (start, gap, launch) = (l.start, l.gap, l.launch);
         for v in [&mut self.main_free, &mut self.aux_free, &mut self.cpu] {
             v.clear();
             for r in 0..ranks {
@@ -130,7 +119,7 @@ impl Engine {
         self.async_end.resize(slots as usize * ranks, 0.0);
         self.comm_free.clear();
         self.comm_free.resize(ranks, 0.0);
-        let mut first_collective = cfg.cuda_graphs;
+        let mut first_collective = l.graphs;
         let pieces = cfg.eager_ops.as_deref().filter(|_| cfg.cuda_graphs);
         let mut in_eager_run = false;
         self.arrival.clear();
@@ -145,12 +134,12 @@ impl Engine {
                 Some(mask) if !op.family.is_sync() => {
                     if mask.get(i).copied().unwrap_or(false) {
                         in_eager_run = true;
-                        (cfg.launch.eager_launch_us, cfg.launch.eager_kernel_gap_us)
+                        (eager.launch, eager.gap)
                     } else {
                         if in_eager_run {
                             // The next graph piece: one more graph launch on the CPU.
                             for c in self.cpu.iter_mut() {
-                                *c += cfg.launch.graph_launch_us;
+                                *c += l.start;
                             }
                             in_eager_run = false;
                         }
@@ -162,12 +151,12 @@ impl Engine {
             match op.family {
                 CostFamily::Fork => {
                     for r in 0..ranks {
-                        self.aux_free[r] = self.aux_free[r].max(self.main_free[r]);
+                        self.aux_free[r] = rules::fork(self.aux_free[r], self.main_free[r]);
                     }
                 }
                 CostFamily::Join => {
                     for r in 0..ranks {
-                        self.main_free[r] = self.main_free[r].max(self.aux_free[r]);
+                        self.main_free[r] = rules::join(self.main_free[r], self.aux_free[r]);
                     }
                 }
                 CostFamily::Wait => {
@@ -178,22 +167,20 @@ impl Engine {
                     if let Some(slot) = slot {
                         let ends = &self.async_end[slot as usize * ranks..][..ranks];
                         for (m, &e) in self.main_free.iter_mut().zip(ends) {
-                            *m = m.max(e);
+                            *m = rules::join(*m, e);
                         }
                     }
                 }
                 f if f.is_collective() => {
-                    let extra = if first_collective {
-                        cfg.launch.graph_first_collective_us
-                    } else {
-                        0.0
-                    };
-                    first_collective = false;
+                    let extra = rules::first_collective_stall(&mut first_collective, &l);
                     let slot = self.slot_of[i];
                     let asynchronous = slot != u32::MAX;
                     for r in 0..ranks {
                         self.cpu[r] += launch;
-                        let mut a = (self.main_free[r] + gap + extra).max(self.cpu[r]);
+                        let mut a = rules::start(
+                            rules::collective_ready(self.main_free[r], gap, extra),
+                            self.cpu[r],
+                        );
                         if slots > 0 {
                             // One communication stream per rank: a collective queues behind an
                             // asynchronous transfer still in flight (blocking ones too).
@@ -237,7 +224,7 @@ impl Engine {
                         } else {
                             &mut self.main_free[r]
                         };
-                        let s = (*free + gap).max(self.cpu[r]);
+                        let s = rules::start(rules::ready(*free, gap), self.cpu[r]);
                         *free = s + dur;
                         out.records.push(KernelRecord {
                             op: idx,
@@ -285,7 +272,18 @@ mod tests {
             ("d", Category::Gemm),
         ] {
             let shape = Shape::default();
-            b.push(name, "", CostFamily::Elementwise, cat, shape, "-", 0.0, 0.0);
+            let role = crate::workload::OpRole::OProj;
+            b.push(
+                role,
+                name,
+                "",
+                CostFamily::Elementwise,
+                cat,
+                shape,
+                "-",
+                0.0,
+                0.0,
+            );
         }
         Workload {
             ops: b.ops,

@@ -5,6 +5,7 @@ mod engine;
 pub mod fast;
 pub mod memory;
 pub mod pipeline;
+pub mod rules;
 pub mod serving;
 pub mod simulate;
 pub mod timeline;

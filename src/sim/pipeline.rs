@@ -91,6 +91,7 @@ pub fn send(s: &Scenario, p: &CalibrationProfile, from: u32, batch: u32) -> (Op,
     let price = cost::internode::p2p(&s.system, s.comm_path(), a, b, bytes, senders);
     let op = Op {
         name: format!("pp_send_recv_s{from}_to_s{}", from + 1),
+        role: crate::workload::OpRole::Collective,
         kernel: "ncclDevKernel_SendRecv (pipeline send/recv)",
         layer: -1,
         family: CostFamily::SendRecv,
@@ -106,6 +107,8 @@ pub fn send(s: &Scenario, p: &CalibrationProfile, from: u32, batch: u32) -> (Op,
         rank_scale: Vec::new(),
         waits_for: None,
         fused_norm: None,
+        micro_batch: None,
+        draft_pass: None,
     };
     let w = Workload {
         ops: vec![op],

@@ -216,8 +216,10 @@ pub struct ModelErrorFit {
 
 impl ModelErrorFit {
     /// The fit as a model error to draw from.
-    pub fn model_error(&self, path: &Path) -> ModelError {
+    pub fn model_error(&self, path: &Path, gpu: &str) -> ModelError {
         ModelError {
+            gpu: Some(gpu.to_string()),
+            steps: Vec::new(),
             sigma: self
                 .families
                 .iter()
@@ -229,7 +231,7 @@ impl ModelErrorFit {
     }
 
     /// The text of `data/calibration/model_error.toml`, provenance first.
-    pub fn to_toml(&self, traces: &Path, profile: &str, command: &str) -> String {
+    pub fn to_toml(&self, traces: &Path, profile: &str, gpu: &str, command: &str) -> String {
         let mut out = String::new();
         out.push_str("# The model's own error: how far decodesim's prices are from measured ones, per cost family,\n");
         out.push_str("# beyond the tables' interpolation error, routing and fitted factors. Every interval draws it\n");
@@ -251,6 +253,7 @@ impl ModelErrorFit {
             "profile = {}\n",
             toml_str(&crate::units::path(Path::new(profile)))
         ));
+        out.push_str(&format!("gpu = {}\n", toml_str(gpu)));
         out.push_str(&format!("configurations = {}\n\n", self.points));
         out.push_str("# sigma of ln(measured / predicted) per family\n[sigma]\n");
         for (n, rms, _, _) in &self.families {
@@ -566,7 +569,8 @@ fn check_intervals(
         )?;
         let (scenario, _) = req.load()?;
         let model = if results.len() > 1 {
-            fit_model_error(results, Some(i)).model_error(Path::new("leave-one-out"))
+            fit_model_error(results, Some(i))
+                .model_error(Path::new("leave-one-out"), &scenario.system.gpu.name)
         } else {
             ModelError::default()
         };

@@ -696,7 +696,7 @@ impl Prepared<'_> {
 }
 
 /// The grid's scenarios where the fast path is known to read off the timeline's mean over
-/// seeds by more than its 0.5% (measured in docs/whatif-and-sweeps.md, "Where the fast path is
+/// seeds by more than its 0.5% (measured in docs/internals/fast-path.md, "Where the fast path is
 /// known to read off").
 fn accuracy_warnings(layouts: &[Layout]) -> Vec<String> {
     let mut out = Vec::new();

@@ -1,6 +1,7 @@
 //! Helpers that append ops with their FLOPs and bytes computed one way everywhere.
 
 use super::op::{CostFamily, MeasureKey, Op, Shape, Stream};
+use super::role::OpRole;
 use crate::category::Category;
 use crate::scenario::WeightFormat;
 
@@ -33,6 +34,7 @@ impl Builder {
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn push(
         &mut self,
+        role: OpRole,
         name: &str,
         kernel: &'static str,
         family: CostFamily,
@@ -49,6 +51,7 @@ impl Builder {
         };
         self.ops.push(Op {
             name: self.label(name),
+            role,
             kernel,
             layer: self.layer,
             family,
@@ -64,6 +67,8 @@ impl Builder {
             rank_scale: Vec::new(),
             waits_for: None,
             fused_norm: None,
+            micro_batch: None,
+            draft_pass: None,
         });
     }
 
@@ -78,6 +83,7 @@ impl Builder {
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn gemm(
         &mut self,
+        role: OpRole,
         name: &str,
         kernel: &'static str,
         category: Category,
@@ -89,6 +95,7 @@ impl Builder {
         let (mf, nf, kf) = (m as f64, n as f64, k as f64);
         let bytes = nf * kf * w.bytes_per_weight() + mf * kf * ACT_BYTES + mf * nf * ACT_BYTES;
         self.push(
+            role,
             name,
             kernel,
             CostFamily::gemm_for(w),
@@ -103,7 +110,7 @@ impl Builder {
         }
     }
 
-    /// `batch` independent BF16 products (per-head absorbed MLA projections).
+    /// `batch` independent BF16 products (MLA's absorbed per-head projections).
     pub(crate) fn bmm(
         &mut self,
         name: &str,
@@ -116,6 +123,7 @@ impl Builder {
         let (b, mf, nf, kf) = (batch as f64, m as f64, n as f64, k as f64);
         let bytes = b * (nf * kf + mf * kf + mf * nf) * ACT_BYTES;
         self.push(
+            OpRole::AbsorbedBmm,
             name,
             kernel,
             CostFamily::GemmBf16,
@@ -143,6 +151,7 @@ impl Builder {
         let elems = (rows * width) as f64;
         let passes = if fused_add { 4.0 } else { 2.0 };
         self.push(
+            OpRole::Norm,
             name,
             kernel,
             CostFamily::Norm,
@@ -168,6 +177,7 @@ impl Builder {
     /// A pointwise kernel that reads `read_elems` and writes `write_elems` BF16 values.
     pub(crate) fn elementwise(
         &mut self,
+        role: OpRole,
         name: &str,
         kernel: &'static str,
         category: Category,
@@ -175,6 +185,7 @@ impl Builder {
         write_elems: u64,
     ) {
         self.push(
+            role,
             name,
             kernel,
             CostFamily::Elementwise,
@@ -194,12 +205,14 @@ impl Builder {
     /// A collective over the tensor-parallel group.
     pub(crate) fn collective(
         &mut self,
+        role: OpRole,
         name: &str,
         kernel: &'static str,
         family: CostFamily,
         message_bytes: u64,
     ) {
         self.push(
+            role,
             name,
             kernel,
             family,
@@ -228,7 +241,17 @@ impl Builder {
 
     fn sync(&mut self, name: &str, family: CostFamily) {
         let shape = Shape::default();
-        self.push(name, "", family, Category::Idle, shape, "-", 0.0, 0.0);
+        self.push(
+            OpRole::Sync,
+            name,
+            "",
+            family,
+            Category::Idle,
+            shape,
+            "-",
+            0.0,
+            0.0,
+        );
     }
 }
 

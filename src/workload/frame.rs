@@ -3,6 +3,7 @@
 
 use super::builder::{Builder, ACT_BYTES};
 use super::op::{CostFamily, MeasureKey, Shape};
+use super::role::OpRole;
 use super::StepShape;
 use crate::category::Category;
 use crate::scenario::Runtime;
@@ -11,6 +12,7 @@ pub(crate) fn embedding(b: &mut Builder, s: &StepShape) {
     let t = s.tokens;
     let h = s.model.hidden as u64;
     b.push(
+        OpRole::Embedding,
         "embed_tokens",
         "at::native::indexSelectLargeIndex (vocab-parallel embedding)",
         CostFamily::Embedding,
@@ -31,6 +33,7 @@ pub(crate) fn embedding(b: &mut Builder, s: &StepShape) {
     // vLLM's all-reduce returns its input and launches nothing.
     if s.tp > 1 {
         b.collective(
+            OpRole::Collective,
             "embedding_all_reduce",
             "ncclDevKernel_AllReduce_Sum_bf16_RING_LL",
             CostFamily::AllReduce,
@@ -54,6 +57,7 @@ pub(crate) fn head(b: &mut Builder, s: &StepShape) {
     );
     let t = s.logit_rows;
     b.gemm(
+        OpRole::LmHead,
         "lm_head",
         "gemm (cuBLAS) lm_head",
         Category::Gemm,
@@ -64,6 +68,7 @@ pub(crate) fn head(b: &mut Builder, s: &StepShape) {
     );
     if s.tp > 1 {
         b.collective(
+            OpRole::Collective,
             "logits_all_gather",
             "ncclDevKernel_AllGather_RING_LL",
             CostFamily::AllGather,
@@ -74,6 +79,7 @@ pub(crate) fn head(b: &mut Builder, s: &StepShape) {
     // One sampling kernel over all logits: `bytes_per_logit` read (and written, for a cast).
     let sampling = |b: &mut Builder, name: &str, kernel: &'static str, bytes_per_logit: f64| {
         b.push(
+            OpRole::Sampling,
             name,
             kernel,
             CostFamily::Sampling,
@@ -98,6 +104,7 @@ pub(crate) fn head(b: &mut Builder, s: &StepShape) {
             batch: 1,
         };
         b.push(
+            OpRole::Sampling,
             name,
             kernel,
             CostFamily::Elementwise,
@@ -112,6 +119,7 @@ pub(crate) fn head(b: &mut Builder, s: &StepShape) {
         // Gathered logits are [tp, B, V/tp]: the reference reorders them, zero-fills argmax's
         // output, takes the argmax in BF16 and copies the token ids out.
         b.elementwise(
+            OpRole::Sampling,
             "logits_permute",
             "at::native::elementwise_kernel (copy)",
             Category::Elementwise,

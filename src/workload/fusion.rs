@@ -58,11 +58,18 @@ fn fused(ar: Op, norm: Op) -> Op {
 mod tests {
     use super::*;
     use crate::workload::builder::Builder;
+    use crate::workload::OpRole;
 
     #[test]
     fn an_all_reduce_takes_the_norm_after_it_only() {
         let mut b = Builder::new();
-        b.collective("ar", "nccl", CostFamily::AllReduce, 14_336);
+        b.collective(
+            OpRole::MlpAllReduce,
+            "ar",
+            "nccl",
+            CostFamily::AllReduce,
+            14_336,
+        );
         b.norm(
             "post_norm",
             "vllm::fused_add_rms_norm_kernel",
@@ -71,7 +78,13 @@ mod tests {
             true,
         );
         b.norm("q_norm", "vllm::rms_norm_kernel", 1, 1536, false);
-        b.collective("ag", "nccl", CostFamily::AllGather, 14_336);
+        b.collective(
+            OpRole::Collective,
+            "ag",
+            "nccl",
+            CostFamily::AllGather,
+            14_336,
+        );
         b.norm("other", "vllm::rms_norm_kernel", 1, 7168, false);
         let mut w = Workload {
             ops: b.ops,
@@ -87,5 +100,6 @@ mod tests {
         assert_eq!(f.message_bytes, 14_336);
         assert_eq!(f.bytes, norm_bytes);
         assert_eq!(f.family, CostFamily::AllReduce);
+        assert_eq!(f.role, OpRole::MlpAllReduce);
     }
 }

@@ -2,6 +2,7 @@
 
 use super::builder::{Builder, ACT_BYTES};
 use super::op::{CostFamily, Shape};
+use super::role::OpRole;
 use super::StepShape;
 use crate::category::Category;
 
@@ -16,6 +17,7 @@ pub(crate) fn attention_block(b: &mut Builder, s: &StepShape, layer: usize) {
     let attn = |p: &str| format!("model.layers.{layer}.self_attn.{p}");
 
     b.gemm(
+        OpRole::QkvProj,
         "qkv_proj",
         "gemm (cuBLAS) qkv_proj",
         Category::Gemm,
@@ -34,6 +36,7 @@ pub(crate) fn attention_block(b: &mut Builder, s: &StepShape, layer: usize) {
         );
     }
     b.elementwise(
+        OpRole::Rope,
         "rotary_emb",
         "vllm::rotary_embedding_kernel",
         Category::Elementwise,
@@ -44,6 +47,7 @@ pub(crate) fn attention_block(b: &mut Builder, s: &StepShape, layer: usize) {
     let real = s.real_tokens;
     let kv_elems = real * 2 * kv_heads * hd;
     b.push(
+        OpRole::KvWrite,
         "kv_cache_write",
         "vllm::reshape_and_cache_flash_kernel",
         CostFamily::KvWrite,
@@ -64,6 +68,7 @@ pub(crate) fn attention_block(b: &mut Builder, s: &StepShape, layer: usize) {
     let q = s.queries as f64;
     let kv_bytes = seqs * ctx * (2 * kv_heads * hd) as f64 * s.kv_bytes;
     b.push(
+        OpRole::AttentionDecode,
         "attention_decode",
         "flash_fwd_splitkv_kernel",
         CostFamily::AttentionGqaDecode,
@@ -79,6 +84,7 @@ pub(crate) fn attention_block(b: &mut Builder, s: &StepShape, layer: usize) {
         kv_bytes + 2.0 * seqs * q * (heads * hd) as f64 * ACT_BYTES,
     );
     b.gemm(
+        OpRole::OProj,
         "o_proj",
         "gemm (cuBLAS) o_proj",
         Category::Gemm,

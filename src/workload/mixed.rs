@@ -22,6 +22,7 @@
 
 use super::builder::{Builder, ACT_BYTES};
 use super::op::{CostFamily, Op, Shape};
+use super::role::OpRole;
 use super::SHARED_EXPERT_STREAM_TOKEN_THRESHOLD;
 use super::{decoder_layers, frame, parallel, sample_routing, StepShape, Workload};
 use crate::category::Category;
@@ -91,13 +92,8 @@ pub fn graph_mode(s: &Scenario, step: &MixedStep) -> GraphMode {
 /// the KV-cache write, the prefill path and the decode path (absorbed bmms included). Under
 /// a piecewise graph these launch eagerly; the rest replays in graph pieces.
 pub fn runs_eager(op: &Op) -> bool {
-    const IN_ATTENTION: [&str; 4] = [
-        ".W_UK_T",
-        ".W_UV",
-        ".prefill_kv_b_proj",
-        ".prefill_ctx_kv_b_proj",
-    ];
-    op.category == Category::Attention || IN_ATTENTION.iter().any(|n| op.name.ends_with(n))
+    op.category == Category::Attention
+        || matches!(op.role, OpRole::AbsorbedBmm | OpRole::PrefillKvUp)
 }
 
 /// One rank's mixed step (module doc). `s` gives the model, system and parallel layout; its
@@ -178,6 +174,7 @@ pub(super) fn prefill_attention(b: &mut Builder, s: &StepShape, mla: &MlaDims, k
     let kv_b_format = s.model.weight_format(kv_b);
     let t: u64 = s.prefill.iter().map(|c| c.tokens).sum();
     b.gemm(
+        OpRole::PrefillKvUp,
         "prefill_kv_b_proj",
         "gemm (cuBLAS) kv_b_proj (prefill)",
         Category::Gemm,
@@ -213,6 +210,7 @@ pub(super) fn prefill_attention(b: &mut Builder, s: &StepShape, mla: &MlaDims, k
     for _ in 0..rounds {
         let pf = p as f64;
         b.push(
+            OpRole::PrefillAttention,
             "prefill_gather_cache",
             "vllm::gather_and_maybe_dequant_cache",
             CostFamily::Elementwise,
@@ -228,6 +226,7 @@ pub(super) fn prefill_attention(b: &mut Builder, s: &StepShape, mla: &MlaDims, k
             pf * d.latent * (s.kv_bytes + ACT_BYTES),
         );
         b.gemm(
+            OpRole::PrefillKvUp,
             "prefill_ctx_kv_b_proj",
             "gemm (cuBLAS) kv_b_proj (prefill context)",
             Category::Gemm,
@@ -239,6 +238,7 @@ pub(super) fn prefill_attention(b: &mut Builder, s: &StepShape, mla: &MlaDims, k
         // K = [k_nope, k_pe broadcast over the heads]: written once for the attention.
         let k_elems = pf * d.heads * d.qk;
         b.push(
+            OpRole::PrefillAttention,
             "prefill_ctx_k_concat",
             "at::native::CatArrayBatchedCopy (k_nope, k_pe)",
             CostFamily::Elementwise,
@@ -265,6 +265,7 @@ pub(super) fn prefill_attention(b: &mut Builder, s: &StepShape, mla: &MlaDims, k
         // Two partial outputs and their log-sum-exps in, one out.
         let out = q_tokens as f64 * d.heads * (d.v * ACT_BYTES + 4.0);
         b.push(
+            OpRole::PrefillAttention,
             "prefill_merge_attn_states",
             "vllm::merge_attn_states_kernel",
             CostFamily::Elementwise,
@@ -299,6 +300,7 @@ fn flash_attention(
     let bytes =
         (q * d.heads * (d.qk + d.v) + k * d.heads * (d.qk + d.v)) * ACT_BYTES + q * d.heads * 4.0;
     b.push(
+        OpRole::PrefillAttention,
         name,
         "flash_attn_varlen_fwd (FLASH_ATTN prefill)",
         CostFamily::GemmBf16,

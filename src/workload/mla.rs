@@ -3,6 +3,7 @@
 
 use super::builder::{Builder, ACT_BYTES};
 use super::op::{CostFamily, MeasureKey, Shape};
+use super::role::OpRole;
 use super::StepShape;
 use crate::category::Category;
 use crate::scenario::model::MlaDims;
@@ -23,6 +24,7 @@ pub(crate) fn attention_block(b: &mut Builder, s: &StepShape, mla: &MlaDims, lay
         Some(q_lora) => {
             let q_lora = q_lora as u64;
             b.gemm(
+                OpRole::QkvProj,
                 "fused_qkv_a_proj",
                 "gemm (cuBLAS) fused_qkv_a_proj",
                 Category::Gemm,
@@ -41,6 +43,7 @@ pub(crate) fn attention_block(b: &mut Builder, s: &StepShape, mla: &MlaDims, lay
             // The harness marks the fused q/kv norm with k = 2 (data/README.md).
             b.measured(MeasureKey::new("norm_rms", tokens, q_lora + kv_lora, 2));
             b.gemm(
+                OpRole::QkvProj,
                 "q_b_proj",
                 "gemm (cuBLAS) q_b_proj",
                 Category::Gemm,
@@ -52,6 +55,7 @@ pub(crate) fn attention_block(b: &mut Builder, s: &StepShape, mla: &MlaDims, lay
         }
         None => {
             b.gemm(
+                OpRole::QkvProj,
                 "q_proj",
                 "gemm (cuBLAS) q_proj",
                 Category::Gemm,
@@ -61,6 +65,7 @@ pub(crate) fn attention_block(b: &mut Builder, s: &StepShape, mla: &MlaDims, lay
                 m.weight_format(&attn("q_proj")),
             );
             b.gemm(
+                OpRole::QkvProj,
                 "kv_a_proj_with_mqa",
                 "gemm (cuBLAS) kv_a_proj_with_mqa",
                 Category::Gemm,
@@ -79,6 +84,7 @@ pub(crate) fn attention_block(b: &mut Builder, s: &StepShape, mla: &MlaDims, lay
         }
     }
     b.elementwise(
+        OpRole::Rope,
         "rotary_emb",
         "vllm::rotary_embedding_kernel",
         Category::Elementwise,
@@ -90,6 +96,7 @@ pub(crate) fn attention_block(b: &mut Builder, s: &StepShape, mla: &MlaDims, lay
     let real = s.real_tokens;
     let kv_write_elems = real * latent;
     b.push(
+        OpRole::KvWrite,
         "kv_cache_write",
         "vllm::concat_and_cache_mla_kernel",
         CostFamily::KvWrite,
@@ -143,6 +150,7 @@ pub(crate) fn attention_block(b: &mut Builder, s: &StepShape, mla: &MlaDims, lay
     let kv_bytes = seqs * reads * ctx * latent as f64 * s.kv_bytes;
     let q_out_bytes = seqs * q * hf * (latent + kv_lora) as f64 * ACT_BYTES;
     b.push(
+        OpRole::AttentionDecode,
         "mla_decode",
         "_fwd_grouped_kernel_stage1",
         CostFamily::AttentionMlaDecode,
@@ -167,6 +175,7 @@ pub(crate) fn attention_block(b: &mut Builder, s: &StepShape, mla: &MlaDims, lay
     let splits = s.kv_splits();
     let partial = seqs * q * hf * splits as f64 * (kv_lora + 1) as f64 * 4.0;
     b.push(
+        OpRole::AttentionReduce,
         "mla_decode_reduce",
         "_fwd_kernel_stage2",
         CostFamily::Elementwise,
@@ -196,6 +205,7 @@ pub(crate) fn attention_block(b: &mut Builder, s: &StepShape, mla: &MlaDims, lay
 fn o_proj(b: &mut Builder, s: &StepShape, mla: &MlaDims, weight_name: &str) {
     let heads = (s.model.num_heads / s.tp) as u64;
     b.gemm(
+        OpRole::OProj,
         "o_proj",
         "gemm (cuBLAS) o_proj",
         Category::Gemm,

@@ -12,11 +12,13 @@ mod moe;
 pub(crate) mod op;
 pub(crate) mod overlap;
 pub(crate) mod parallel;
+pub(crate) mod role;
 pub mod routing;
 pub mod spec_step;
 pub mod stage;
 
 pub use op::{CostFamily, FusedNorm, Op, Shape, Stream};
+pub use role::OpRole;
 pub use routing::{expected_distinct_experts, Routing, RoutingSample};
 
 use crate::scenario::cudagraph::PadRule;
@@ -218,6 +220,7 @@ fn build_part(
         // Each rank received its 1/tp slice of hidden_states and residual (stage.rs).
         for name in ["pp_recv_all_gather_hidden", "pp_recv_all_gather_residual"] {
             b.collective(
+                OpRole::Collective,
                 name,
                 "ncclDevKernel_AllGather_RING_LL",
                 CostFamily::AllGather,
@@ -273,6 +276,7 @@ fn decoder_layers(
         }
         if s.layout.tp > 1 {
             b.collective(
+                OpRole::AttnAllReduce,
                 "attn_all_reduce",
                 "ncclDevKernel_AllReduce_Sum_bf16_RING_LL",
                 CostFamily::AllReduce,
@@ -292,6 +296,7 @@ fn decoder_layers(
         }
         if s.layout.tp > 1 {
             b.collective(
+                OpRole::MlpAllReduce,
                 "mlp_all_reduce",
                 "ncclDevKernel_AllReduce_Sum_bf16_RING_LL",
                 CostFamily::AllReduce,

@@ -3,6 +3,7 @@
 
 use super::builder::{Builder, ACT_BYTES};
 use super::op::{CostFamily, MeasureKey, Shape};
+use super::role::OpRole;
 use super::StepShape;
 use crate::category::Category;
 use crate::scenario::model::{MoeDims, Scoring};
@@ -28,6 +29,7 @@ pub(crate) fn moe_block(b: &mut Builder, s: &StepShape, moe: &MoeDims, layer: us
     // The gate is a plain GEMM kernel: a trace cannot tell it from other GEMMs, so it is counted
     // as one (the router category holds the top-k gating kernels).
     b.gemm(
+        OpRole::RouterGate,
         "router_gate",
         "gemm (cuBLAS) router gate",
         Category::Gemm,
@@ -42,6 +44,7 @@ pub(crate) fn moe_block(b: &mut Builder, s: &StepShape, moe: &MoeDims, layer: us
         (Scoring::Softmax, false) => "vllm::moe::topkGatingSoftmax",
     };
     b.push(
+        OpRole::RouterTopk,
         "topk",
         topk_kernel,
         CostFamily::RouterTopk,
@@ -58,6 +61,7 @@ pub(crate) fn moe_block(b: &mut Builder, s: &StepShape, moe: &MoeDims, layer: us
     );
     b.measured(MeasureKey::new("router_topk", t, experts, top_k));
     b.push(
+        OpRole::MoeAlign,
         "moe_align_block_size",
         "vllm::moe::moe_align_block_size_kernel",
         CostFamily::MoeAlign,
@@ -83,6 +87,7 @@ pub(crate) fn moe_block(b: &mut Builder, s: &StepShape, moe: &MoeDims, layer: us
     if reference {
         // The reference step gathers each token's rows into expert order before the grouped GEMM.
         b.elementwise(
+            OpRole::MoePermute,
             "moe_permute",
             "at::native::index_select (moe token permutation)",
             Category::Elementwise,
@@ -96,6 +101,7 @@ pub(crate) fn moe_block(b: &mut Builder, s: &StepShape, moe: &MoeDims, layer: us
     let (hf, inf) = (hidden as f64, inter as f64);
     let bpw = w.bytes_per_weight();
     b.push(
+        OpRole::ExpertsW13,
         "experts_w13",
         moe_kernel(w),
         CostFamily::moe_gemm_for(w),
@@ -114,6 +120,7 @@ pub(crate) fn moe_block(b: &mut Builder, s: &StepShape, moe: &MoeDims, layer: us
         b.measured(MeasureKey::new("moe_grouped_bf16", t, 2 * inter, hidden));
     }
     b.elementwise(
+        OpRole::ExpertsAct,
         "experts_act_and_mul",
         "vllm::act_and_mul_kernel<silu>",
         Category::Elementwise,
@@ -122,6 +129,7 @@ pub(crate) fn moe_block(b: &mut Builder, s: &StepShape, moe: &MoeDims, layer: us
     );
     b.measured(MeasureKey::new("act_silu_mul", t * top_k, inter, 0));
     b.push(
+        OpRole::ExpertsW2,
         "experts_w2",
         moe_kernel(w),
         CostFamily::moe_gemm_for(w),
@@ -140,6 +148,7 @@ pub(crate) fn moe_block(b: &mut Builder, s: &StepShape, moe: &MoeDims, layer: us
         b.measured(MeasureKey::new("moe_grouped_bf16", t, hidden, inter));
     }
     b.push(
+        OpRole::MoeSum,
         "moe_sum",
         "vllm::moe::moe_sum_kernel",
         CostFamily::MoeSum,
@@ -162,6 +171,7 @@ pub(crate) fn moe_block(b: &mut Builder, s: &StepShape, moe: &MoeDims, layer: us
     }
     if shared {
         b.elementwise(
+            OpRole::AddSharedAndRouted,
             "add_shared_and_routed",
             "at::native::vectorized_elementwise_kernel (add)",
             Category::Elementwise,
@@ -178,6 +188,8 @@ struct Mlp<'a> {
     label: &'a str,
     module: String,
     kernels: [&'static str; 2],
+    /// The roles of its gate_up GEMM, activation and down GEMM.
+    roles: [OpRole; 3],
 }
 
 fn gated_mlp(b: &mut Builder, s: &StepShape, mlp: Mlp, inter: u64) {
@@ -186,6 +198,7 @@ fn gated_mlp(b: &mut Builder, s: &StepShape, mlp: Mlp, inter: u64) {
     let hidden = m.hidden as u64;
     let weight = |p: &str| m.weight_format(&format!("{}.{p}", mlp.module));
     b.gemm(
+        mlp.roles[0],
         &format!("{}_gate_up", mlp.label),
         mlp.kernels[0],
         Category::Gemm,
@@ -195,6 +208,7 @@ fn gated_mlp(b: &mut Builder, s: &StepShape, mlp: Mlp, inter: u64) {
         weight("gate_proj"),
     );
     b.elementwise(
+        mlp.roles[1],
         &format!("{}_act_and_mul", mlp.label),
         "vllm::act_and_mul_kernel<silu>",
         Category::Elementwise,
@@ -203,6 +217,7 @@ fn gated_mlp(b: &mut Builder, s: &StepShape, mlp: Mlp, inter: u64) {
     );
     b.measured(MeasureKey::new("act_silu_mul", t, inter, 0));
     b.gemm(
+        mlp.roles[2],
         &format!("{}_down", mlp.label),
         mlp.kernels[1],
         Category::Gemm,
@@ -221,6 +236,11 @@ fn shared_expert(b: &mut Builder, s: &StepShape, moe: &MoeDims, layer: usize) {
             "gemm (cuBLAS) shared_experts.gate_up_proj",
             "gemm (cuBLAS) shared_experts.down_proj",
         ],
+        roles: [
+            OpRole::SharedExpertUp,
+            OpRole::SharedExpertAct,
+            OpRole::SharedExpertDown,
+        ],
     };
     gated_mlp(b, s, mlp, (moe.shared_intermediate / s.tp) as u64);
 }
@@ -233,6 +253,7 @@ pub(crate) fn dense_mlp(b: &mut Builder, s: &StepShape, layer: usize) {
             "gemm (cuBLAS) mlp.gate_up_proj",
             "gemm (cuBLAS) mlp.down_proj",
         ],
+        roles: [OpRole::MlpUp, OpRole::MlpAct, OpRole::MlpDown],
     };
     gated_mlp(b, s, mlp, (s.model.dense_intermediate / s.tp) as u64);
 }

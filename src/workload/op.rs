@@ -1,5 +1,6 @@
 //! One kernel of a decode step, with the shapes and byte counts its cost is computed from.
 
+use super::role::OpRole;
 use crate::category::Category;
 use crate::scenario::WeightFormat;
 use serde::Serialize;
@@ -221,8 +222,11 @@ impl MeasureKey {
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Op {
-    /// What the op is in the model, e.g. `L3.q_b_proj`.
+    /// What the op is in the model, e.g. `L3.q_b_proj`: for people and traces only. What code
+    /// matches on is `role`, `layer`, `micro_batch` and `draft_pass`.
     pub name: String,
+    /// Which kernel of which block the op is.
+    pub role: OpRole,
     /// The kernel name a vLLM profile shows for it (as far as it is known).
     pub kernel: &'static str,
     /// Decoder layer, or -1 outside the layers.
@@ -259,6 +263,14 @@ pub struct Op {
     /// norm's, `message_bytes` the all-reduce's.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fused_norm: Option<FusedNorm>,
+    /// The two-batch-overlap micro-batch (0 or 1) the op belongs to (`workload::overlap`);
+    /// None in a step without overlap.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub micro_batch: Option<u8>,
+    /// The speculative step's draft pass the op belongs to (its index in the step,
+    /// `workload::spec_step`); None in a pass of the target.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub draft_pass: Option<u32>,
 }
 
 /// Which norm an all-reduce took in (`Op::fused_norm`).

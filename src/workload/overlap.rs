@@ -13,9 +13,11 @@
 //! they overlap runs at full speed (validation asks for `--ep-comm rdma-ll`). Other collectives
 //! (TP all-reduces) stay in their segment, blocking. Both micro-batches share the auxiliary
 //! stream of the shared expert: a join waits for both micro-batches' shared-expert work that
-//! was forked before it (conservative). Op names carry `mb0.` / `mb1.`.
+//! was forked before it (conservative). Each op carries its micro-batch (`Op::micro_batch`;
+//! its name, for people, `mb0.` / `mb1.`).
 
 use super::op::{CostFamily, Op, Shape, Stream};
+use super::role::OpRole;
 use super::Workload;
 use crate::category::Category;
 use crate::scenario::Scenario;
@@ -34,15 +36,16 @@ pub(crate) fn micro_batches(s: &Scenario) -> [Scenario; 2] {
     [a, b]
 }
 
-/// The ops of each micro-batch of a step built by [`interleave`] (by their `mb0.` / `mb1.`
-/// names, waits included), in program order; None for any other workload. Pricing reads them
-/// as two passes (`cost::price`): each micro-batch runs its own kernels on its own tokens.
+/// The ops of each micro-batch of a step built by [`interleave`] (by their `Op::micro_batch`,
+/// waits included), in program order; None for any other workload (an op of neither). Pricing
+/// reads them as two passes (`cost::price`): each micro-batch runs its own kernels on its own
+/// tokens.
 pub(crate) fn micro_batch_ops(w: &Workload) -> Option<[Vec<usize>; 2]> {
     let mut parts = [Vec::new(), Vec::new()];
     for (i, op) in w.ops.iter().enumerate() {
-        match op.name.as_bytes() {
-            [b'm', b'b', b'0', b'.', ..] => parts[0].push(i),
-            [b'm', b'b', b'1', b'.', ..] => parts[1].push(i),
+        match op.micro_batch {
+            Some(0) => parts[0].push(i),
+            Some(1) => parts[1].push(i),
             _ => return None,
         }
     }
@@ -55,6 +58,7 @@ fn segments(w: Workload, mb: usize) -> Vec<(Vec<Op>, Option<Op>)> {
     let mut cur = Vec::new();
     for mut op in w.ops {
         op.name = format!("mb{mb}.{}", op.name);
+        op.micro_batch = Some(mb as u8);
         if op.family == CostFamily::AllToAll {
             out.push((std::mem::take(&mut cur), Some(op)));
         } else {
@@ -68,6 +72,7 @@ fn segments(w: Workload, mb: usize) -> Vec<(Vec<Op>, Option<Op>)> {
 fn wait_op(mb: usize, target: usize, layer: i32) -> Op {
     Op {
         name: format!("mb{mb}.wait"),
+        role: OpRole::Sync,
         kernel: "",
         layer,
         family: CostFamily::Wait,
@@ -83,6 +88,8 @@ fn wait_op(mb: usize, target: usize, layer: i32) -> Op {
         rank_scale: Vec::new(),
         waits_for: Some(target as u32),
         fused_norm: None,
+        micro_batch: Some(mb as u8),
+        draft_pass: None,
     }
 }
 

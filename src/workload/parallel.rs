@@ -41,6 +41,7 @@
 
 use super::builder::ACT_BYTES;
 use super::op::{CostFamily, Op, Shape, Stream};
+use super::role::OpRole;
 use super::Workload;
 use crate::category::Category;
 use crate::scenario::deployment::EpComm;
@@ -65,6 +66,7 @@ pub fn apply(s: &Scenario, real: u64, padded: u64, w: &mut Workload) {
 
 fn collective(
     layer: i32,
+    role: OpRole,
     name: &str,
     kernel: &'static str,
     family: CostFamily,
@@ -77,6 +79,7 @@ fn collective(
         } else {
             name.to_string()
         },
+        role,
         kernel,
         layer,
         family,
@@ -92,13 +95,9 @@ fn collective(
         rank_scale: Vec::new(),
         waits_for: None,
         fused_norm: None,
+        micro_batch: None,
+        draft_pass: None,
     }
-}
-
-fn suffix(op: &Op) -> &str {
-    op.name
-        .rsplit_once('.')
-        .map_or(op.name.as_str(), |(_, s)| s)
 }
 
 /// The scenario one data-parallel rank builds its step from: the largest DP rank's share of
@@ -137,10 +136,7 @@ fn data_parallel_attention(s: &Scenario, w: &mut Workload) {
 /// An op that follows its DP rank's own sequences under data-parallel attention (attention, KV
 /// write, sampling); every other op runs the largest DP rank's padded rows.
 pub(crate) fn per_sequence(op: &Op) -> bool {
-    matches!(
-        suffix(op),
-        "kv_cache_write" | "mla_decode" | "mla_decode_reduce" | "attention_decode"
-    ) || op.family == CostFamily::Sampling
+    op.role.per_sequence() || op.family == CostFamily::Sampling
 }
 
 /// Tokens (rows) and distinct experts with tokens on each of `n` expert-parallel ranks in one
@@ -292,6 +288,7 @@ fn expert_parallel(s: &Scenario, tokens: u64, ep: u32, w: &mut Workload) {
     let combine = |layer: i32| {
         collective(
             layer,
+            OpRole::Combine,
             "moe_combine",
             combine_kernel,
             CostFamily::AllToAll,
@@ -348,9 +345,9 @@ fn expert_parallel(s: &Scenario, tokens: u64, ep: u32, w: &mut Workload) {
                 Vec::new()
             }
         };
-        match suffix(&op) {
-            "experts_w13" | "experts_w2" => {
-                let w13 = suffix(&op) == "experts_w13";
+        match op.role {
+            OpRole::ExpertsW13 | OpRole::ExpertsW2 => {
+                let w13 = op.role == OpRole::ExpertsW13;
                 // Bytes per weight from the TP op: bytes = touched·(weights per expert)·bpw + acts.
                 let (inf_tp, t0, rows0) =
                     (inter_tp as f64, op.shape.batch as f64, op.shape.m as f64);
@@ -392,7 +389,7 @@ fn expert_parallel(s: &Scenario, tokens: u64, ep: u32, w: &mut Workload) {
                 op.measure = None;
                 out.push(op);
             }
-            "experts_act_and_mul" => {
+            OpRole::ExpertsAct => {
                 let r = rows_priced;
                 op.shape.m = r * 2 * inter;
                 op.shape.n = r * inter;
@@ -406,7 +403,7 @@ fn expert_parallel(s: &Scenario, tokens: u64, ep: u32, w: &mut Workload) {
                 op.measure = None;
                 out.push(op);
             }
-            "moe_sum" | "moe_align_block_size" | "moe_permute" => {
+            OpRole::MoeSum | OpRole::MoeAlign | OpRole::MoePermute => {
                 // Thin: priced at one row, so a rank's rows are its multiple of that (the
                 // ratio to a mean of under one row would multiply the price many times over).
                 op.rank_scale = if thin {
@@ -414,7 +411,7 @@ fn expert_parallel(s: &Scenario, tokens: u64, ep: u32, w: &mut Workload) {
                 } else {
                     ratio(rows.clone())
                 };
-                if a2a && suffix(&op) == "moe_sum" {
+                if a2a && op.role == OpRole::MoeSum {
                     // The combine sums each slice token's top-k rows after the all-to-all.
                     let t = slice as f64;
                     op.shape.m = slice;
@@ -422,8 +419,8 @@ fn expert_parallel(s: &Scenario, tokens: u64, ep: u32, w: &mut Workload) {
                     op.bytes = (t * top_k as f64 + t) * hf * ACT_BYTES;
                     op.rank_scale = Vec::new();
                 }
-                let align = suffix(&op) == "moe_align_block_size";
-                let combine_here = a2a && shared_inter == 0 && suffix(&op) == "moe_sum";
+                let align = op.role == OpRole::MoeAlign;
+                let combine_here = a2a && shared_inter == 0 && op.role == OpRole::MoeSum;
                 out.push(op);
                 if combine_here {
                     // Without a shared expert there is no add to combine before: the routed
@@ -434,6 +431,7 @@ fn expert_parallel(s: &Scenario, tokens: u64, ep: u32, w: &mut Workload) {
                     // Dispatch right after the routing is known (before the expert GEMMs).
                     out.push(collective(
                         layer,
+                        OpRole::Dispatch,
                         "moe_dispatch",
                         dispatch_kernel,
                         CostFamily::AllToAll,
@@ -442,9 +440,9 @@ fn expert_parallel(s: &Scenario, tokens: u64, ep: u32, w: &mut Workload) {
                     ));
                 }
             }
-            "shared_expert_gate_up" | "shared_expert_down" if a2a => {
+            OpRole::SharedExpertUp | OpRole::SharedExpertDown if a2a => {
                 // Whole shared-expert weights, run on the rank's slice.
-                let up = suffix(&op) == "shared_expert_gate_up";
+                let up = op.role == OpRole::SharedExpertUp;
                 let (m0, n0, k0) = (op.shape.m as f64, op.shape.n as f64, op.shape.k as f64);
                 let bpw =
                     ((op.bytes - m0 * k0 * ACT_BYTES - m0 * n0 * ACT_BYTES) / (n0 * k0)).max(0.0);
@@ -460,7 +458,7 @@ fn expert_parallel(s: &Scenario, tokens: u64, ep: u32, w: &mut Workload) {
                 op.measure = None;
                 out.push(op);
             }
-            "shared_expert_act_and_mul" if a2a => {
+            OpRole::SharedExpertAct if a2a => {
                 op.shape.m = slice * 2 * shared_inter;
                 op.shape.n = slice * shared_inter;
                 op.flops = op.shape.m as f64;
@@ -468,7 +466,7 @@ fn expert_parallel(s: &Scenario, tokens: u64, ep: u32, w: &mut Workload) {
                 op.measure = None;
                 out.push(op);
             }
-            "add_shared_and_routed" if a2a => {
+            OpRole::AddSharedAndRouted if a2a => {
                 // Combine first, then add the shared expert's slice rows.
                 out.push(combine(layer));
                 op.shape.m = 2 * slice * hidden;
@@ -478,9 +476,11 @@ fn expert_parallel(s: &Scenario, tokens: u64, ep: u32, w: &mut Workload) {
                 op.measure = None;
                 out.push(op);
             }
-            "mlp_all_reduce" if a2a => {
+            // An all-reduce fused with the next norm (`--fuse-allreduce-rms`) stays as it is.
+            OpRole::MlpAllReduce if a2a && op.fused_norm.is_none() => {
                 out.push(collective(
                     layer,
+                    OpRole::Collective,
                     "moe_all_gather",
                     "ncclDevKernel_AllGather_RING_LL",
                     CostFamily::AllGather,
@@ -512,8 +512,8 @@ fn context_parallel(s: &Scenario, real: u64, tokens: u64, dcp: u32, w: &mut Work
     let mut out = Vec::with_capacity(w.ops.len() + 3 * s.model.num_layers);
     for mut op in std::mem::take(&mut w.ops) {
         let layer = op.layer;
-        match suffix(&op) {
-            "kv_cache_write" => {
+        match op.role {
+            OpRole::KvWrite => {
                 // Token-interleaved shards: each rank writes 1/D of the new tokens.
                 let m = real.div_ceil(d);
                 op.shape.m = m;
@@ -523,9 +523,10 @@ fn context_parallel(s: &Scenario, real: u64, tokens: u64, dcp: u32, w: &mut Work
                 }
                 out.push(op);
             }
-            "mla_decode" => {
+            OpRole::AttentionDecode => {
                 out.push(collective(
                     layer,
+                    OpRole::Collective,
                     "dcp_q_all_gather",
                     "ncclDevKernel_AllGather_RING_LL (dcp q)",
                     CostFamily::AllGather,
@@ -542,7 +543,7 @@ fn context_parallel(s: &Scenario, real: u64, tokens: u64, dcp: u32, w: &mut Work
                 }
                 out.push(op);
             }
-            "mla_decode_reduce" => {
+            OpRole::AttentionReduce => {
                 let partial = seqs * q * hd * splits as f64 * (kv_lora + 1) as f64 * 4.0;
                 op.shape.batch = heads * d;
                 op.shape.k = splits;
@@ -551,6 +552,7 @@ fn context_parallel(s: &Scenario, real: u64, tokens: u64, dcp: u32, w: &mut Work
                 out.push(op);
                 out.push(collective(
                     layer,
+                    OpRole::Collective,
                     "dcp_lse_all_gather",
                     "ncclDevKernel_AllGather_RING_LL (dcp lse)",
                     CostFamily::AllGather,
@@ -559,6 +561,7 @@ fn context_parallel(s: &Scenario, real: u64, tokens: u64, dcp: u32, w: &mut Work
                 ));
                 out.push(collective(
                     layer,
+                    OpRole::Collective,
                     "dcp_out_reduce_scatter",
                     "ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL (dcp out)",
                     CostFamily::ReduceScatter,

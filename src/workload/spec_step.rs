@@ -13,7 +13,7 @@
 //! host time and the gap between passes are the profile's `[spec_decode]` prices.
 
 use super::builder::Builder;
-use super::{CostFamily, Op, Shape, Workload};
+use super::{CostFamily, Op, OpRole, Shape, Workload};
 use crate::category::Category;
 use crate::error::{Error, Result};
 use crate::scenario::cudagraph::PadRule;
@@ -267,13 +267,15 @@ impl SpecStep {
         for run in &window.passes {
             let s = if run.kind.on_draft() { draft } else { target };
             let w = run.kind.build(drafter, s, run.queries, run.first_index);
-            // Later copies of a repeated pass are renamed from the first one's index.
+            // Later copies of a repeated pass carry their own index (and name).
             let from = format!("draft{}.", run.first_index);
             let mut copies: Vec<Op> = Vec::new();
             for r in 1..run.repeat {
-                let to = format!("draft{}.", run.first_index + r);
+                let index = run.first_index + r;
+                let to = format!("draft{index}.");
                 copies.extend(w.ops.iter().cloned().map(|mut o| {
                     o.name = o.name.replacen(&from, &to, 1);
+                    o.draft_pass = o.draft_pass.map(|_| index);
                     o
                 }));
             }
@@ -375,6 +377,7 @@ impl Drafter {
             SpecMethod::Eagle3 if first => {
                 let aux = self.aux_hidden_states.max(1) as u64;
                 extra.gemm(
+                    OpRole::DraftInput,
                     "eagle3_fc",
                     "gemm (cuBLAS) eagle fc",
                     Category::Gemm,
@@ -390,6 +393,7 @@ impl Drafter {
                 extra.norm("mtp_enorm", "vllm::rms_norm_kernel", tokens, hidden, false);
                 extra.norm("mtp_hnorm", "vllm::rms_norm_kernel", tokens, hidden, false);
                 extra.gemm(
+                    OpRole::DraftInput,
                     "mtp_eh_proj",
                     "gemm (cuBLAS) eh_proj",
                     Category::Gemm,
@@ -410,6 +414,7 @@ impl Drafter {
         w.ops.splice(at..at, extra.ops);
         for op in &mut w.ops {
             op.name = format!("draft{index}.{}", op.name);
+            op.draft_pass = Some(index);
         }
         w
     }
@@ -434,6 +439,7 @@ fn rejection_sampler(batch: u64, k: u64) -> Vec<Op> {
     // Compares each draft token id with the target's argmax and writes the accepted ids and
     // counts: int64 ids in and out.
     b.push(
+        OpRole::Sampling,
         "rejection_greedy_sample",
         "rejection_greedy_sample_kernel",
         CostFamily::Elementwise,
@@ -458,6 +464,7 @@ fn proposer_bookkeeping(batch: u64, k: u64, hidden: u64, aux: u64) -> Vec<Op> {
     let rows = batch * (k + 1);
     // Next-token ids, positions and slot mappings for the first draft pass (int64 each).
     b.push(
+        OpRole::DraftInput,
         "prepare_next_token_inputs",
         "eagle_prepare_next_token_padded_kernel",
         CostFamily::Elementwise,
@@ -474,6 +481,7 @@ fn proposer_bookkeeping(batch: u64, k: u64, hidden: u64, aux: u64) -> Vec<Op> {
     );
     if aux > 0 {
         b.elementwise(
+            OpRole::DraftInput,
             "gather_aux_hidden_states",
             "at::native::CatArrayBatchedCopy (aux hidden states)",
             Category::Elementwise,

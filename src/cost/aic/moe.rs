@@ -70,13 +70,13 @@ pub(super) fn moe_modules(
         moe_table_distribution(&s.routing)
     };
     // One call per layer of each pass: a step of several passes (a speculative step's draft
-    // passes, two-batch overlap's micro-batches) repeats a layer number, and its ops' names
-    // tell the passes apart (`draft1.L0.`, `mb1.L3.`: the name less the op's own).
-    let mut layers: BTreeMap<(i32, &str), Vec<usize>> = BTreeMap::new();
+    // passes, two-batch overlap's micro-batches) repeats a layer number, and its ops' draft
+    // pass and micro-batch tell the passes apart.
+    let mut layers: BTreeMap<(i32, Option<u32>, Option<u8>), Vec<usize>> = BTreeMap::new();
     for (i, op) in w.ops.iter().enumerate() {
         if is_moe_module_op(op) {
-            let pass = op.name.rsplit_once('.').map_or("", |(p, _)| p);
-            layers.entry((op.layer, pass)).or_default().push(i);
+            let pass = (op.layer, op.draft_pass, op.micro_batch);
+            layers.entry(pass).or_default().push(i);
         }
     }
     let mut n = Tally::default();

@@ -874,11 +874,10 @@ impl PassModel {
 }
 
 /// Whether `a` and `b` are the same op in different layers: everything `cost::price` reads of
-/// them (family, kernel, stream, weights, table key, fields at every basis, the name past its
-/// layer prefix, which pricing matches by suffix) is equal, the fields to their fits' rounding.
+/// them (family, kernel, stream, weights, table key, fields at every basis, role, micro-batch
+/// and draft pass) is equal, the fields to their fits' rounding.
 fn same_op_in_other_layer(a: &OpT, b: &OpT) -> bool {
     let (x, y) = (&a.template, &b.template);
-    let suffix = |n: &str| n.split_once('.').map_or(n, |(_, rest)| rest).to_string();
     // Each segment's ops are fitted on their own probes, so the same shape's coefficients may
     // differ in the last bits: equal to 1e-9 relative is the same op.
     let close = |a: &f64, b: &f64| (a - b).abs() <= 1e-9 * a.abs().max(b.abs());
@@ -901,7 +900,9 @@ fn same_op_in_other_layer(a: &OpT, b: &OpT) -> bool {
         && x.group == y.group
         && x.rank_scale == y.rank_scale
         && x.waits_for == y.waits_for
-        && suffix(&x.name) == suffix(&y.name)
+        && x.role == y.role
+        && x.micro_batch == y.micro_batch
+        && x.draft_pass == y.draft_pass
         && a.fields.measure.is_some() == b.fields.measure.is_some()
         && fields_close(&a.fields, &b.fields)
 }

@@ -106,8 +106,9 @@ impl Collectives {
         if s.layout.tp > 1 {
             let mut b = crate::workload::builder::Builder::new();
             let bytes = s.model.hidden as u64 * 2;
-            b.collective("all_reduce", "nccl", CostFamily::AllReduce, bytes);
-            b.collective("all_gather", "nccl", CostFamily::AllGather, bytes);
+            let role = crate::workload::OpRole::Collective;
+            b.collective(role, "all_reduce", "nccl", CostFamily::AllReduce, bytes);
+            b.collective(role, "all_gather", "nccl", CostFamily::AllGather, bytes);
             let w = Workload {
                 ops: b.ops,
                 experts_touched: Vec::new(),
@@ -123,42 +124,8 @@ impl Collectives {
     }
 }
 
-/// Launch parameters of one CUDA-graph setting, and the profile's idle at the end of a step.
-#[derive(Debug, Clone, Copy)]
-pub struct Launch {
-    start: f64,
-    gap: f64,
-    launch: f64,
-    first_collective: f64,
-    graphs: bool,
-    step_overhead: f64,
-}
-
-impl Launch {
-    pub fn new(p: &CalibrationProfile, cuda_graphs: bool) -> Self {
-        let l = &p.launch;
-        let step_overhead = p.factors.step_overhead_us;
-        if cuda_graphs {
-            Launch {
-                start: l.graph_launch_us,
-                gap: l.graph_kernel_gap_us,
-                launch: 0.0,
-                first_collective: l.graph_first_collective_us,
-                graphs: true,
-                step_overhead,
-            }
-        } else {
-            Launch {
-                start: 0.0,
-                gap: l.eager_kernel_gap_us,
-                launch: l.eager_launch_us,
-                first_collective: 0.0,
-                graphs: false,
-                step_overhead,
-            }
-        }
-    }
-}
+/// The launch rules both engines play (`sim::rules`).
+pub use crate::sim::rules::Launch;
 
 /// A speculative step's (draft µs, verify µs, whole step µs).
 pub type SpecSplit = (f64, f64, f64);

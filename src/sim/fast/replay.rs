@@ -267,10 +267,10 @@ pub(super) fn kernel_run<const SG: bool, const W: usize>(
     for di in d.as_chunks::<W>().0 {
         for j in 0..W {
             cpu[j] += l.launch;
-            let ready = free[j] + l.gap;
+            let ready = rules::ready(free[j], l.gap);
             let bound = if cpu[j] > ready { 1.0 } else { 0.0 };
             binds[j] += bound;
-            free[j] = later(ready, cpu[j]) + di[j];
+            free[j] = rules::start(ready, cpu[j]) + di[j];
             if SG {
                 let keep = 1.0 - bound;
                 sum[j] = sum[j] * keep + di[j];
@@ -395,31 +395,19 @@ pub(super) fn spreads(st: &State) -> [Spread; 3] {
     [st.main_sp, aux, st.carry]
 }
 
-/// The later of two times (no NaN handling: it sits on the recursion's critical path).
-#[inline(always)]
-pub(super) fn later(a: f64, b: f64) -> f64 {
-    if a > b {
-        a
-    } else {
-        b
-    }
-}
+use crate::sim::rules;
+pub(super) use crate::sim::rules::later;
 
 /// A collective reached on the compute stream: the launch clock moves, the step's first
 /// collective pays the graph's extra cost; whether the clock bound it, and when it starts.
 #[inline(always)]
 pub(super) fn arrive(st: &mut State, l: &Launch) -> (bool, f64) {
     st.cpu += l.launch;
-    let extra = if st.first_collective {
-        l.first_collective
-    } else {
-        0.0
-    };
-    st.first_collective = false;
-    let ready = st.main + l.gap + extra;
+    let extra = rules::first_collective_stall(&mut st.first_collective, l);
+    let ready = rules::collective_ready(st.main, l.gap, extra);
     let bound = st.cpu > ready;
     st.cpu_binds += bound as u64;
-    let a = later(ready, st.cpu);
+    let a = rules::start(ready, st.cpu);
     if st.first_start.is_nan() {
         st.first_start = a;
     }
@@ -472,13 +460,13 @@ pub(super) fn step<const GRAPHS: bool, const SG: bool>(
             if st.main > st.aux {
                 st.aux_sp = st.main_sp;
             }
-            st.aux = later(st.aux, st.main)
+            st.aux = rules::fork(st.aux, st.main)
         }
         Kind::Join => {
             if st.aux > st.main {
                 st.main_sp = st.aux_sp;
             }
-            st.main = later(st.main, st.aux)
+            st.main = rules::join(st.main, st.aux)
         }
         Kind::Collective { wide } => {
             let (bound, a) = arrive(st, l);
@@ -521,10 +509,10 @@ pub(super) fn step<const GRAPHS: bool, const SG: bool>(
             // so the common case is a predicted branch, the same arithmetic as below.
             st.cpu += l.launch;
             let free = if aux { &mut st.aux } else { &mut st.main };
-            let ready = *free + l.gap;
+            let ready = rules::ready(*free, l.gap);
             if st.cpu > ready {
                 st.cpu_binds += 1;
-                let s = later(ready, st.cpu);
+                let s = rules::start(ready, st.cpu);
                 *free = s + dur;
                 if st.first_start.is_nan() {
                     st.first_start = s;
@@ -536,7 +524,7 @@ pub(super) fn step<const GRAPHS: bool, const SG: bool>(
                     sp.launch = true;
                 }
             } else {
-                let s = later(ready, st.cpu);
+                let s = rules::start(ready, st.cpu);
                 *free = s + dur;
                 if st.first_start.is_nan() {
                     st.first_start = s;
@@ -552,10 +540,10 @@ pub(super) fn step<const GRAPHS: bool, const SG: bool>(
         Kind::Kernel { aux, loaded } => {
             st.cpu += l.launch;
             let free = if aux { &mut st.aux } else { &mut st.main };
-            let ready = *free + l.gap;
+            let ready = rules::ready(*free, l.gap);
             let bound = st.cpu > ready;
             st.cpu_binds += bound as u64;
-            let s = later(ready, st.cpu);
+            let s = rules::start(ready, st.cpu);
             *free = s + dur;
             if st.first_start.is_nan() {
                 st.first_start = s;

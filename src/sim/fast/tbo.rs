@@ -127,14 +127,7 @@ pub(super) fn fit(
     let per_seq = |r: &Regime| -> Box<[bool]> {
         r.ops
             .iter()
-            .map(|o| {
-                let t = &o.template;
-                let suffix = t.name.rsplit_once('.').map_or(t.name.as_str(), |(_, s)| s);
-                matches!(
-                    suffix,
-                    "kv_cache_write" | "mla_decode" | "mla_decode_reduce" | "attention_decode"
-                ) || t.family == CostFamily::Sampling
-            })
+            .map(|o| crate::workload::parallel::per_sequence(&o.template))
             .collect()
     };
     let next_seq = |per_seq: &[bool]| -> Box<[u32]> {
@@ -634,7 +627,7 @@ fn interleave<const SG: bool, const W: usize>(
     // The step ends when every stream has (the last transfer is waited for above); the step
     // is the mean over ranks, the DP ranks with fewer sequences ending earlier.
     for j in 0..W {
-        sts[j].main = later(sts[j].main, comm[j].free) - lags[j].mean();
+        sts[j].main = crate::sim::rules::join(sts[j].main, comm[j].free) - lags[j].mean();
     }
     debug_assert!(parked.is_none(), "a parked lane was never taken back");
 }
@@ -833,9 +826,9 @@ fn loaded_run<const W: usize>(sts: &mut [State; W], aux: bool, d: &[f64], l: &La
     for di in d.as_chunks::<W>().0 {
         for j in 0..W {
             cpu[j] += l.launch;
-            let ready = free[j] + l.gap;
+            let ready = crate::sim::rules::ready(free[j], l.gap);
             binds[j] += (cpu[j] > ready) as u64;
-            free[j] = later(ready, cpu[j]) + di[j];
+            free[j] = crate::sim::rules::start(ready, cpu[j]) + di[j];
         }
     }
     for (j, st) in sts.iter_mut().enumerate() {

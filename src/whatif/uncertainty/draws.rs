@@ -187,8 +187,59 @@ impl Uncertainty {
                 });
             }
         }
-        sources.extend(model.sources());
-        Ok(Uncertainty { sources })
+        // A GPU with its own whole-step error measured the model's error there whole: the
+        // per-family error of another GPU's validation is not added on top of it.
+        let step_of = model.step_for(&s.system.gpu.name);
+        if !matches!(step_of, Some((_, false))) {
+            sources.extend(model.sources());
+        }
+        let step = step_of.map(|(e, standing_in)| {
+            sources.push(Source {
+                name: "model_step".into(),
+                provenance: format!(
+                    "{}: the model's error across step sizes{}, rms of ln(measured/predicted) {:.4} over {} point(s) of {:.0}-{:.0} tokens per step, correlation {:.2} between steps a factor 2 apart",
+                    crate::units::path(&e.path),
+                    if standing_in {
+                        format!(" measured on {}, standing in for {} (no validation of its own)", e.gpu, s.system.gpu.name)
+                    } else {
+                        format!(" on {} (in place of the per-family error of another GPU's validation)", e.gpu)
+                    },
+                    e.sigma,
+                    e.points,
+                    e.tokens[0],
+                    e.tokens[1],
+                    e.rho
+                ),
+                target: Target::StepTokens,
+                mu: 0.0,
+                sigma: e.sigma,
+                log: true,
+            });
+            e.clone()
+        });
+        Ok(Uncertainty { sources, step })
+    }
+
+    /// Per draw, the whole-step error's knots (empty without one): computed once per set of
+    /// draws, read at each answer's tokens by [`Uncertainty::step_factor`].
+    pub(super) fn step_knots(&self, n: usize, seed: u64) -> Vec<[f64; super::step_error::KNOTS]> {
+        match &self.step {
+            Some(e) => (0..n as u64).map(|i| e.knots(seed, i)).collect(),
+            None => Vec::new(),
+        }
+    }
+
+    /// The whole-step multiplier of draw `i` at `tokens` per step (1 without a step error).
+    pub(super) fn step_factor(
+        &self,
+        knots: &[[f64; super::step_error::KNOTS]],
+        i: usize,
+        tokens: f64,
+    ) -> f64 {
+        match (&self.step, knots.get(i)) {
+            (Some(e), Some(k)) => e.multiplier(k, tokens),
+            _ => 1.0,
+        }
     }
 
     /// Nothing is uncertain: every interval is the point.
@@ -228,6 +279,8 @@ impl Uncertainty {
                     d.step_overhead_us += v - value_us;
                 }
                 Target::Idle => d.step_overhead_us += x,
+                // Applied to each answer's step at its tokens (`step_factors`), not per op.
+                Target::StepTokens => {}
             }
         }
         d
@@ -255,6 +308,8 @@ pub struct Drawn {
     launch: Launch,
     coll: Collectives,
     pub(super) draws: Vec<Draw>,
+    /// Per draw, the whole-step error's knots (`Uncertainty::step_knots`).
+    pub(super) step_knots: Vec<[f64; super::step_error::KNOTS]>,
     pub(super) uncertainty: Uncertainty,
 }
 
@@ -284,6 +339,7 @@ impl Drawn {
             launch: Launch::new(p, s.cuda_graphs),
             coll: Collectives::new(s, p)?,
             draws: uncertainty.draws(n, seed),
+            step_knots: uncertainty.step_knots(n, seed),
             fast,
             uncertainty,
         })
@@ -294,10 +350,12 @@ impl Drawn {
         let base = self.fast.step_us(batch, context, &self.launch, &self.coll);
         self.draws
             .iter()
-            .map(|d| {
+            .enumerate()
+            .map(|(i, d)| {
                 self.fast
                     .step_us_drawn(batch, context, &self.launch, &self.coll, d)
                     / base
+                    * self.step_factor(i, batch as f64)
             })
             .collect()
     }
@@ -312,10 +370,12 @@ impl Drawn {
         Ok(self
             .draws
             .iter()
-            .map(|d| {
+            .enumerate()
+            .map(|(i, d)| {
                 self.fast
                     .step_us_drawn(s.batch, s.context, &launch, &coll, d)
                     / base
+                    * self.step_factor(i, s.batch as f64)
             })
             .collect())
     }
@@ -327,14 +387,22 @@ impl Drawn {
             .fast
             .spec_step_us(batch, context, k, &self.launch, &self.coll)?
             .2;
+        // The speculative step's error is its verify pass's, at batch × (k + 1) tokens.
+        let tokens = batch as f64 * (k + 1) as f64;
         self.draws
             .iter()
-            .map(|d| {
+            .enumerate()
+            .map(|(i, d)| {
                 self.fast
                     .spec_step_us_drawn(batch, context, k, &self.launch, &self.coll, d)
-                    .map(|x| x.2 / base)
+                    .map(|x| x.2 / base * self.step_factor(i, tokens))
             })
             .collect()
+    }
+
+    /// Draw `i`'s whole-step multiplier at `tokens` per step (1 without a step error).
+    pub(super) fn step_factor(&self, i: usize, tokens: f64) -> f64 {
+        self.uncertainty.step_factor(&self.step_knots, i, tokens)
     }
 }
 

@@ -13,7 +13,9 @@
 //!   `routing_alpha` with an interval, the change of the experts touched across it;
 //! - the model's own error ([`ModelError`], `data/calibration/model_error.toml`): per cost
 //!   family, the rms of ln(measured / predicted) over the validation against the H200 traces
-//!   (`decodesim validate --write-model-error`), and the idle per step the model lacks (µs).
+//!   (`decodesim validate --write-model-error`), and the idle per step the model lacks (µs);
+//!   on a GPU with throughput points of its own (or none validated), the whole step's error
+//!   across step sizes ([`StepError`], `data/calibration/step_error/`).
 //!
 //! Where the fast path refuses a scenario (decode-context parallelism, expert parallelism inside
 //! a pipeline), the same draws act on the timeline's own prices and the engine plays each
@@ -29,6 +31,7 @@
 mod draws;
 mod model_error;
 mod scenario;
+mod step_error;
 mod studies;
 
 use crate::workload::CostFamily;
@@ -38,6 +41,7 @@ pub use scenario::{
     scenario_intervals, scenario_intervals_with, speedup_interval, timeline_step_ratios,
 };
 use serde::Serialize;
+pub use step_error::{StepError, STEP_ERROR_DIR};
 pub(crate) use studies::{spec_decode_intervals, sweep_intervals, throughput_interval};
 pub use studies::{vary_intervals, ArmIntervals};
 
@@ -145,6 +149,10 @@ pub enum Target {
     /// µs of idle added at the end of every pass, drawn N(0, σ): the model-form error of the
     /// idle a step holds (launch stalls, host gaps) that no op prices.
     Idle,
+    /// The whole step, by its tokens: the model's error across step sizes on the GPU
+    /// ([`StepError`]), drawn as a walk over log2(tokens) and applied to each answer's step at its
+    /// own tokens (a speculative step at its verify pass's).
+    StepTokens,
 }
 
 /// One uncertain input: ln(multiplier) ~ N(mu, sigma) (for `StepOverhead`, the overhead in µs
@@ -223,6 +231,8 @@ const FACTOR_EFFECTS: &[(&str, Effect)] = &[
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Uncertainty {
     pub sources: Vec<Source>,
+    /// The model's error across step sizes this scenario's GPU draws, if any.
+    pub step: Option<StepError>,
 }
 
 /// The model-form error's families: the validation's categories, each with the cost families

@@ -60,6 +60,12 @@ pub struct ModelError {
     pub idle_sigma_us: f64,
     /// The file it came from, for reports.
     pub path: PathBuf,
+    /// The GPU (a file stem of `data/systems/gpus`) the validation ran on: a scenario on it
+    /// draws these families' errors, and no whole-step error unless it has its own.
+    pub gpu: Option<String>,
+    /// The whole-step errors measured from throughput points, one per GPU
+    /// (`data/calibration/step_error/`).
+    pub steps: Vec<super::StepError>,
 }
 
 impl ModelError {
@@ -106,6 +112,18 @@ impl ModelError {
                 }
             }
         }
+        if let Some(g) = v.get("provenance").and_then(|t| t.get("gpu")) {
+            match g.as_str().filter(|g| !g.trim().is_empty()) {
+                Some(g) => out.gpu = Some(g.to_string()),
+                None => {
+                    return Err(Error::field(
+                        path,
+                        "provenance.gpu",
+                        format!("found {g}, expected the GPU the validation ran on (a file stem of data/systems/gpus)"),
+                    ))
+                }
+            }
+        }
         if let Some(x) = v.get("idle").and_then(|t| t.get("sigma_us")) {
             match num(x) {
                 Some(sd) if sd.is_finite() && (0.0..=MAX_IDLE_SIGMA_US).contains(&sd) => {
@@ -139,11 +157,18 @@ impl ModelError {
                 "missing: every interval draws the model's own error from this file (`decodesim validate --write-model-error FILE` writes it; the bundled data holds one); pass --draws 0 for points",
             ));
         }
-        let v = Self::from_file(&path)?;
+        let mut v = Self::from_file(&path)?;
+        v.steps = super::StepError::bundled()?;
         if let Ok(mut c) = cache.lock() {
             c.insert(path, v.clone());
         }
         Ok(v)
+    }
+
+    /// The whole-step error a scenario on `gpu` draws, and whether it stands in for a GPU with
+    /// no validation of its own (`step_error::choose`).
+    pub(super) fn step_for(&self, gpu: &str) -> Option<(&super::StepError, bool)> {
+        super::step_error::choose(&self.steps, gpu, self.gpu.as_deref())
     }
 
     /// Its sources: one lognormal multiplier per family with a σ, and the idle per pass.

@@ -113,12 +113,15 @@ pub fn timeline_step_ratios(
         return Ok(Vec::new());
     }
     let mut prices = vec![0.0; w.ops.len()];
+    let knots = u.step_knots(n, seed);
     Ok(u.draws(n, seed)
         .iter()
-        .map(|d| {
+        .enumerate()
+        .map(|(i, d)| {
             drawn_prices(&w, &pricing, d, &mut prices);
             engine.run(&w, &prices, &cfg, &mut tl);
-            ((tl.step_time_us() + d.step_overhead_us) / point).max(0.0)
+            let m = u.step_factor(&knots, i, s.batch as f64);
+            ((tl.step_time_us() + d.step_overhead_us) / point * m).max(0.0)
         })
         .collect())
 }
@@ -173,16 +176,19 @@ pub(super) fn timeline_spec_ratios(
         return Ok(Vec::new());
     }
     let mut prices = Vec::new();
+    let knots = u.step_knots(n, seed);
+    let tokens = s.batch as f64 * (k + 1) as f64;
     Ok(u.draws(n, seed)
         .iter()
-        .map(|d| {
+        .enumerate()
+        .map(|(i, d)| {
             let mut step = host_us;
             for (pricing, w, gap) in &priced {
                 drawn_prices(w, pricing, d, &mut prices);
                 engine.run(w, &prices, &cfg, &mut tl);
                 step += tl.step_time_us() + gap + d.step_overhead_us;
             }
-            (step / point).max(0.0)
+            (step / point * u.step_factor(&knots, i, tokens)).max(0.0)
         })
         .collect())
 }

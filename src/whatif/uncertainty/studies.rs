@@ -269,17 +269,27 @@ pub(super) fn sweep_intervals_at(
                 let base = f.step_us(r.batch, r.context, l, c);
                 d.draws
                     .iter()
-                    .map(|dr| r.tokens_per_s * base / f.step_us_drawn(r.batch, r.context, l, c, dr))
+                    .enumerate()
+                    .map(|(i, dr)| {
+                        r.tokens_per_s * base
+                            / (f.step_us_drawn(r.batch, r.context, l, c, dr)
+                                * d.step_factor(i, r.batch as f64))
+                    })
                     .collect()
             } else {
                 let k = r.draft_tokens;
                 let Some(base) = f.spec_step_us(r.batch, r.context, k, l, c) else {
                     return Interval::point(r.tokens_per_s);
                 };
+                let tokens = r.batch as f64 * (k + 1) as f64;
                 d.draws
                     .iter()
-                    .filter_map(|dr| f.spec_step_us_drawn(r.batch, r.context, k, l, c, dr))
-                    .map(|x| r.tokens_per_s * base.2 / x.2)
+                    .enumerate()
+                    .filter_map(|(i, dr)| {
+                        f.spec_step_us_drawn(r.batch, r.context, k, l, c, dr)
+                            .map(|x| (i, x))
+                    })
+                    .map(|(i, x)| r.tokens_per_s * base.2 / (x.2 * d.step_factor(i, tokens)))
                     .collect()
             };
             Interval::of(&tps)

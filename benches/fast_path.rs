@@ -46,7 +46,7 @@ fn bench(c: &mut Criterion) {
         tp: Some(1),
         ..ScenarioRequest::default()
     };
-    wide.comm.dp = Some(16);
+    wide.dp = Some(16);
     wide.comm.ep_comm = decodesim::scenario::deployment::EpComm::RdmaLl;
     let (ws, wp) = wide.load().expect("wide-EP scenario");
     let wfast = FastScenario::new(&ws, &wp, None).expect("fitted");
@@ -66,7 +66,7 @@ fn bench(c: &mut Criterion) {
     // eight at a time (knots played, the rows between them interpolated: `sim::fast::tbo_knots`),
     // then the next batch.
     let mut overlap = wide.clone();
-    overlap.comm.tbo = true;
+    overlap.tbo = true;
     let (ts, tp) = overlap.load().expect("overlap scenario");
     let tfast = FastScenario::new(&ts, &tp, None).expect("fitted");
     let (tlaunch, tcoll) = (

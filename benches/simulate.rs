@@ -50,7 +50,7 @@ fn bench_pipeline(c: &mut Criterion) {
         batch: 64,
         ..Default::default()
     };
-    r.comm.pp = Some(18);
+    r.pp = Some(18);
     let (scenario, profile) = r.load().expect("pipeline scenario");
     c.bench_function("simulate: TP8 x PP18, 144 ranks", |b| {
         b.iter(|| {

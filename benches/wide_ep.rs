@@ -21,9 +21,9 @@ fn request() -> ScenarioRequest {
         context: 2048,
         ..Default::default()
     };
-    r.comm.dp = Some(144);
+    r.dp = Some(144);
     r.comm.ep_comm = EpComm::RdmaLl;
-    r.comm.redundant_experts = Some(32);
+    r.redundant_experts = Some(32);
     r
 }
 
@@ -67,9 +67,9 @@ fn bench(c: &mut Criterion) {
         batch: 64,
         ..Default::default()
     };
-    pp.comm.pp = Some(18);
+    pp.pp = Some(18);
     let (pp_scenario, pp_profile) = pp.load().expect("TP8 x PP18 scenario");
-    assert_eq!(pp_scenario.ranks() * pp_scenario.comm.pp_size(), 144);
+    assert_eq!(pp_scenario.ranks() * pp_scenario.layout.pp_size(), 144);
     g.bench_function("simulate: 144-rank TP8 x PP18 pipeline step", |b| {
         b.iter(|| {
             let sim = decodesim::simulate_loaded(pp_scenario.clone(), pp_profile.clone()).unwrap();

@@ -592,9 +592,9 @@ fn kimi_ep(tp: u32, dp: u32, batch: u32) -> ScenarioRequest {
         routing: Some(Routing::Uniform),
         ..Default::default()
     };
-    req.comm.ep = Some(8);
+    req.ep = Some(8);
     if dp > 1 {
-        req.comm.dp = Some(dp);
+        req.dp = Some(dp);
         req.comm.ep_comm = decodesim::scenario::deployment::EpComm::AllToAll;
     }
     req
@@ -671,8 +671,8 @@ fn an_unmeasured_ep_size_reads_the_rows_of_as_many_experts_per_rank() {
         calibration: Some(out.display().to_string()),
         ..Default::default()
     };
-    req.comm.dp = Some(144);
-    req.comm.redundant_experts = Some(32);
+    req.dp = Some(144);
+    req.redundant_experts = Some(32);
     req.comm.ep_comm = decodesim::scenario::deployment::EpComm::RdmaLl;
     let (call, row, warnings) = ep_call(&req, H200, key(128), 2.0);
     assert!(
@@ -693,7 +693,7 @@ fn each_pass_of_a_step_is_its_own_routed_expert_call() {
     // Two-batch overlap repeats every layer number in its two micro-batches: each is one call
     // of the table at its own rows, not one call shared by both.
     let mut req = kimi_ep(1, 8, 512);
-    req.comm.tbo = true;
+    req.tbo = true;
     req.comm.ep_comm = decodesim::scenario::deployment::EpComm::RdmaLl;
     let (s, w, priced, layer) = priced_step(&req);
     let t = tables(RTX);
@@ -804,7 +804,7 @@ fn a_call_on_fewer_experts_than_the_first_row_is_that_row_less_their_reads() {
         routing: Some(Routing::Uniform),
         ..Default::default()
     };
-    req.comm.dp = Some(32);
+    req.dp = Some(32);
     req.comm.ep_comm = decodesim::scenario::deployment::EpComm::RdmaLl;
     let key = deepseek_key(1, 32);
     let (call, row, warnings) = ep_call(&req, H200, key, 8.0);

@@ -144,7 +144,7 @@ fn lean_attention_prices_under_decode_context_parallelism() {
         ..ScenarioRequest::default()
     };
     let mut req = req;
-    req.comm.dcp = Some(2);
+    req.dcp = Some(2);
     let (s, p) = req.load().expect("scenario loads");
     assert_eq!(held_to_price(&s, &p, "kimi-k2.5 DCP2"), 36);
 }

@@ -350,23 +350,20 @@ fn kv_heads_against_tp_follow_vllms_rule() {
 fn spec_decode_ep_applies_to_the_target_not_the_dense_draft() {
     use decodesim::whatif::draft::{Draft, Method};
     let req = ScenarioRequest {
-        comm: decodesim::scenario::deployment::CommKnobs {
-            ep: Some(8),
-            ..Default::default()
-        },
+        ep: Some(8),
         ..Default::default()
     };
     let (s, _) = req.load().unwrap();
-    assert_eq!(s.comm.ep_size(), 8);
+    assert_eq!(s.layout.ep_size(), 8);
     let eagle = Draft::load(Method::Eagle3, None, &s.model).unwrap();
     assert!(eagle.model.moe.is_none());
     let ds = eagle.scenario(&s).unwrap();
     assert_eq!(
-        ds.comm.ep_size(),
+        ds.layout.ep_size(),
         1,
         "the dense EAGLE-3 head has no experts to spread"
     );
-    assert_eq!(s.comm.ep_size(), 8, "the target keeps expert parallelism");
+    assert_eq!(s.layout.ep_size(), 8, "the target keeps expert parallelism");
     // The CLI runs it (the draft used to inherit --ep and be refused as a dense model).
     let (ok, out, err) = decodesim_bin(&[
         "whatif",

@@ -75,7 +75,7 @@ fn one_gpu_per_node_prices_collectives_over_the_network_alone() {
     let mut ep = [&bare, &stated].map(|s| {
         let mut r = request(s, "deepseek-v3");
         r.tp = Some(1);
-        r.comm.dp = Some(16);
+        r.dp = Some(16);
         r.comm.ep_comm = decodesim::scenario::deployment::EpComm::AllToAll;
         simulate(&r).unwrap()
     });

@@ -193,7 +193,7 @@ fn sources() -> Vec<(&'static str, Scenario, CalibrationProfile)> {
 fn link_shift(s: &Scenario, op: &Op) -> f64 {
     match (op.family.is_collective(), s.comm.link_latency_us) {
         (true, Some(l)) => {
-            let n = if op.group > 0 { op.group } else { s.tp } as f64;
+            let n = if op.group > 0 { op.group } else { s.layout.tp } as f64;
             let steps = match op.family {
                 CostFamily::AllReduce => 2.0 * (n - 1.0),
                 _ => n - 1.0,
@@ -383,7 +383,7 @@ fn law_collective_split_is_the_entry_latency() {
                 && e.proto == Proto::Ll
         })
         .unwrap();
-    let want = e.base_us + 2.0 * (s.tp as f64 - 1.0) * e.hop_us;
+    let want = e.base_us + 2.0 * (s.layout.tp as f64 - 1.0) * e.hop_us;
     let i = sim
         .workload
         .ops

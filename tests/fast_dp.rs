@@ -76,13 +76,13 @@ fn draw(rng: &mut SmallRng) -> ScenarioRequest {
         layers: Some(LAYERS),
         ..ScenarioRequest::default()
     };
-    req.comm.dp = Some(dp);
+    req.dp = Some(dp);
     req.comm.ep_comm = if rng.random_bool(0.5) {
         EpComm::RdmaLl
     } else {
         EpComm::AllToAll
     };
-    req.comm.redundant_experts = redundant;
+    req.redundant_experts = redundant;
     req
 }
 
@@ -113,10 +113,10 @@ fn fast_path_matches_the_timeline_mean_on_dp_layouts() {
             "{} on {} tp {} dp {} {:?} redundant {} batch {} context {} graphs {}",
             s.model.name,
             s.system.name,
-            s.tp,
-            s.comm.dp_size(),
+            s.layout.tp,
+            s.layout.dp_size(),
             s.comm.ep_comm,
-            s.comm.redundant(),
+            s.layout.redundant(),
             s.batch,
             s.context,
             s.cuda_graphs
@@ -180,13 +180,13 @@ fn sweep_rows_over_dp_equal_each_scenario_priced_alone() {
                 tp: Some(1),
                 ..ScenarioRequest::default()
             };
-            req.comm.dp = Some(dp);
+            req.dp = Some(dp);
             req.comm.ep_comm = if comm == "rdma-ll" {
                 EpComm::RdmaLl
             } else {
                 EpComm::AllToAll
             };
-            req.comm.redundant_experts = redundant.map(|r| r.parse().unwrap());
+            req.redundant_experts = redundant.map(|r| r.parse().unwrap());
             let (s, p) = req.load().expect("loads");
             let fast = FastScenario::new(&s, &p, None).expect("fitted");
             let (launch, coll) = (
@@ -457,12 +457,12 @@ fn fast_path_prices_expert_parallelism_wider_than_top_k() {
             ..ScenarioRequest::default()
         };
         if dp > 1 {
-            req.comm.dp = Some(dp);
+            req.dp = Some(dp);
         } else {
-            req.comm.ep = Some(tp);
+            req.ep = Some(tp);
         }
         req.comm.ep_comm = comm;
-        req.comm.redundant_experts = (redundant > 0).then_some(redundant);
+        req.redundant_experts = (redundant > 0).then_some(redundant);
         let label = format!(
             "{model} on {system} dp {dp} tp {tp} {comm:?} redundant {redundant} batch {batch} context {context} graphs {graphs}"
         );
@@ -716,9 +716,9 @@ fn fast_path_prices_one_or_two_experts_per_rank() {
             layers: Some(LAYERS),
             ..ScenarioRequest::default()
         };
-        req.comm.dp = Some(dp);
+        req.dp = Some(dp);
         req.comm.ep_comm = comm;
-        req.comm.redundant_experts = (redundant > 0).then_some(redundant);
+        req.redundant_experts = (redundant > 0).then_some(redundant);
         let label = format!(
             "{model} on {system} dp {dp} {comm:?} redundant {redundant} batch {batch} context {context} graphs {graphs}"
         );
@@ -881,9 +881,9 @@ fn fast_path_prices_speculative_decoding_on_dp_layouts() {
             layers: Some(LAYERS),
             ..ScenarioRequest::default()
         };
-        req.comm.dp = Some(dp);
+        req.dp = Some(dp);
         if dp == 1 {
-            req.comm.ep = Some(tp);
+            req.ep = Some(tp);
         }
         // The PCIe boxes' RoCE has no GPUDirect RDMA: NCCL's all-to-all there.
         req.comm.ep_comm = if system.starts_with("rtx") {

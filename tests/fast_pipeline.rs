@@ -97,7 +97,7 @@ fn draw(rng: &mut SmallRng) -> ScenarioRequest {
         ),
         ..ScenarioRequest::default()
     };
-    req.comm.pp = Some(pp);
+    req.pp = Some(pp);
     req
 }
 
@@ -107,8 +107,8 @@ fn label(s: &Scenario, p: &CalibrationProfile) -> String {
         s.model.name,
         s.system.name,
         p.profile.name,
-        s.tp,
-        s.comm.pp_size(),
+        s.layout.tp,
+        s.layout.pp_size(),
         s.model.num_layers,
         s.batch,
         s.context,
@@ -136,15 +136,15 @@ fn pipeline_fast_path_matches_the_mean_over_seeds() {
     let (mut two_node, mut pp4) = (0, 0);
     for (s, p) in &cases {
         let fast = FastScenario::new(s, p, None).expect("fitted");
-        assert_eq!(fast.stages(), s.comm.pp_size() as usize);
+        assert_eq!(fast.stages(), s.layout.pp_size() as usize);
         let launch = Launch::new(p, s.cuda_graphs);
         let coll = Collectives::new(s, p).expect("collectives");
         let quick = fast.step_us(s.batch, s.context, &launch, &coll);
         let (mean, seeds) = mean_over_seeds(s, p);
         let err = (quick - mean) / mean;
         worst = worst.max(err.abs());
-        two_node += s.system.spans_nodes(s.tp * s.comm.pp_size()) as u32;
-        pp4 += (s.comm.pp_size() == 4) as u32;
+        two_node += s.system.spans_nodes(s.layout.tp * s.layout.pp_size()) as u32;
+        pp4 += (s.layout.pp_size() == 4) as u32;
         if std::env::var_os("FAST_VS_SEEDS_VERBOSE").is_some() {
             eprintln!("{:+.3}%  {} ({seeds} seeds)", err * 100.0, label(s, p));
         }
@@ -198,7 +198,7 @@ fn without_jitter_the_fast_path_is_the_timeline() {
             layers: Some(layers),
             ..ScenarioRequest::default()
         };
-        req.comm.pp = Some(pp);
+        req.pp = Some(pp);
         let (s, mut p) = req.load().expect("loads");
         p.variability.kernel_cv = 0.0;
         p.variability.rank_skew_cv = 0.0;
@@ -273,7 +273,7 @@ fn sweep_rows_over_pp_equal_each_scenario_priced_alone() {
             tp: Some(4),
             ..ScenarioRequest::default()
         };
-        req.comm.pp = Some(pp);
+        req.pp = Some(pp);
         let (s, p) = req.load().expect("loads");
         let fast = FastScenario::new(&s, &p, None).expect("fitted");
         let (launch, coll) = (
@@ -350,7 +350,7 @@ fn sweep_rows_sharing_micro_batch_sizes_equal_each_priced_alone() {
         tp: Some(4),
         ..ScenarioRequest::default()
     };
-    req.comm.pp = Some(4);
+    req.pp = Some(4);
     let (s, p) = req.load().expect("loads");
     let fast = FastScenario::new(&s, &p, None).expect("fitted");
     let mut checked = 0;

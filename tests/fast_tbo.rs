@@ -75,12 +75,12 @@ fn draw(rng: &mut SmallRng) -> ScenarioRequest {
         layers: Some(LAYERS),
         ..ScenarioRequest::default()
     };
-    req.comm.dp = dp;
+    req.dp = dp;
     if dp.is_none() {
-        req.comm.ep = Some(tp);
+        req.ep = Some(tp);
     }
     req.comm.ep_comm = EpComm::RdmaLl;
-    req.comm.tbo = true;
+    req.tbo = true;
     req
 }
 
@@ -103,14 +103,14 @@ fn fast_path_matches_the_timeline_mean_with_two_batch_overlap() {
             assert!(refused < 200, "the draw is off: {refused} refused");
             continue;
         };
-        assert!(s.comm.tbo);
+        assert!(s.layout.tbo);
         let fast = FastScenario::new(&s, &p, None).unwrap_or_else(|e| {
             panic!(
                 "the fast path fits {} on {} tp {} dp {} batch {}: {e}",
                 s.model.name,
                 s.system.name,
-                s.tp,
-                s.comm.dp_size(),
+                s.layout.tp,
+                s.layout.dp_size(),
                 s.batch
             )
         });
@@ -119,7 +119,7 @@ fn fast_path_matches_the_timeline_mean_with_two_batch_overlap() {
         let quick = fast.step_us(s.batch, s.context, &launch, &coll);
         let mean = timeline_mean(&s, &p);
         odd += s.batch % 2;
-        if s.comm.dp_size() > 1 {
+        if s.layout.dp_size() > 1 {
             dp_layouts += 1;
         } else {
             tp_layouts += 1;
@@ -128,9 +128,9 @@ fn fast_path_matches_the_timeline_mean_with_two_batch_overlap() {
             "{} on {} tp {} dp {} ep {} batch {} context {} graphs {}",
             s.model.name,
             s.system.name,
-            s.tp,
-            s.comm.dp_size(),
-            s.comm.ep_size(),
+            s.layout.tp,
+            s.layout.dp_size(),
+            s.layout.ep_size(),
             s.batch,
             s.context,
             s.cuda_graphs
@@ -188,9 +188,9 @@ fn fast_path_follows_the_timeline_with_two_batch_overlap_at_full_depth() {
             cuda_graphs: true,
             ..ScenarioRequest::default()
         };
-        req.comm.dp = Some(dp);
+        req.dp = Some(dp);
         req.comm.ep_comm = EpComm::RdmaLl;
-        req.comm.tbo = true;
+        req.tbo = true;
         let label = format!("{model} on {system} tp {tp} dp {dp} batch {batch} context {context}");
         let (quick, s, p) = common::fast_step(&req, &label);
         let mean = common::timeline_mean(&s, &p, 16);
@@ -262,9 +262,9 @@ fn sweep_rows_over_tbo_equal_each_scenario_priced_alone() {
             tp: Some(1),
             ..ScenarioRequest::default()
         };
-        req.comm.dp = Some(16);
+        req.dp = Some(16);
         req.comm.ep_comm = EpComm::RdmaLl;
-        req.comm.tbo = tbo;
+        req.tbo = tbo;
         let (s, p) = req.load().expect("loads");
         let fast = FastScenario::new(&s, &p, None).expect("fitted");
         let (launch, coll) = (
@@ -332,10 +332,10 @@ fn overlap_lanes_equal_each_context_priced_alone() {
                 cuda_graphs: graphs,
                 ..ScenarioRequest::default()
             };
-            req.comm.dp = dp;
-            req.comm.ep = ep;
+            req.dp = dp;
+            req.ep = ep;
             req.comm.ep_comm = EpComm::RdmaLl;
-            req.comm.tbo = true;
+            req.tbo = true;
             let (s, p) = req.load().expect("loads");
             let fast = FastScenario::new(&s, &p, None).expect("fitted");
             let (launch, coll) = (

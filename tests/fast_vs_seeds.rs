@@ -75,7 +75,7 @@ fn timeline_mean(
     engine: &mut Engine,
     tl: &mut Timeline,
 ) -> f64 {
-    let seeds = SEEDS_AT_TP8 * 8 / s.tp as u64;
+    let seeds = SEEDS_AT_TP8 * 8 / s.layout.tp as u64;
     let mut sum = 0.0;
     for seed in 0..seeds {
         let mut s = s.clone();
@@ -174,7 +174,7 @@ fn fast_path_matches_the_mean_over_seeds() {
                     req.model,
                     req.system,
                     p.profile.name,
-                    s.tp,
+                    s.layout.tp,
                     s.model.num_layers,
                     s.batch,
                     s.context,
@@ -199,7 +199,7 @@ fn fast_path_matches_the_mean_over_seeds() {
             s.model.name.clone(),
             s.system.name.clone(),
             p.profile.name.clone(),
-            s.tp,
+            s.layout.tp,
             s.model.num_layers,
             c.k > 0,
         );

@@ -161,9 +161,9 @@ fn sweep_knobs_reach_the_same_request_through_grid_files_and_flags() {
             "nccl-proto" => assert_eq!(g.proto, vec![want.proto]),
             "nccl-algo" => assert_eq!(g.algo, vec![want.algo]),
             "cuda-graphs" => assert_eq!(g.cuda_graphs, vec![want.cuda_graphs]),
-            "pp" => assert_eq!(g.pp, vec![want.comm.pp.unwrap()]),
-            "dp" => assert_eq!(g.dp, vec![want.comm.dp.unwrap()]),
-            "tbo" => assert_eq!(g.tbo, vec![want.comm.tbo]),
+            "pp" => assert_eq!(g.pp, vec![want.pp.unwrap()]),
+            "dp" => assert_eq!(g.dp, vec![want.dp.unwrap()]),
+            "tbo" => assert_eq!(g.tbo, vec![want.tbo]),
             _ => assert_eq!(g.base, want, "{}", k.flag),
         }
     }

@@ -20,7 +20,7 @@ fn elementwise_ops_are_held_to_their_measured_bytes_not_to_rows() {
         context: 4000,
         ..ScenarioRequest::default()
     };
-    req.comm.dp = Some(16);
+    req.dp = Some(16);
     req.comm.ep_comm = EpComm::RdmaLl;
     let (s, mut p) = req.load().expect("loads");
     // The profile's laws, not its measured fused-MoE tables, price the routed experts here.

@@ -41,19 +41,19 @@ fn layouts() -> Vec<(&'static str, ScenarioRequest)> {
         context: 131_072,
         ..Default::default()
     };
-    dcp.comm.dcp = Some(8);
+    dcp.dcp = Some(8);
     let mut pp = ScenarioRequest {
         system: "rtx-pro-6000-2node-roce".into(),
         tp: Some(8),
         ..Default::default()
     };
-    pp.comm.pp = Some(2);
+    pp.pp = Some(2);
     let mut dp = ScenarioRequest {
         system: "rtx-pro-6000-2node-roce".into(),
         tp: Some(1),
         ..Default::default()
     };
-    dp.comm.dp = Some(16);
+    dp.dp = Some(16);
     dp.comm.ep_comm = EpComm::AllToAll;
     vec![("dcp8", dcp), ("pp2", pp), ("dp16", dp)]
 }
@@ -66,7 +66,7 @@ fn simulate_and_capacity_hold_the_same_memory_for_dcp_pp_and_dp() {
         let a = account(&s, &p, &o).unwrap();
         // capacity's limit over every DP rank at the scenario's context.
         let limit = a.kv_limit(s.context as f64);
-        let dp = s.comm.dp_size() as u64;
+        let dp = s.layout.dp_size() as u64;
         assert!(limit >= dp, "{name}: {limit}");
         let at = |batch: u64| {
             let mut s = s.clone();
@@ -101,7 +101,7 @@ fn simulate_dcp8_shards_the_kv_cache_as_capacity_does() {
     let sharded = sim.memory.kv_cache_bytes;
     // Without DCP the same batch needs 8 times the KV cache and does not fit.
     let mut plain = quick.clone();
-    plain.comm.dcp = None;
+    plain.dcp = None;
     let sim1 = simulate(&plain).unwrap();
     assert!(!sim1.memory_fit.fits());
     assert!((sim1.memory.kv_cache_bytes / sharded - 8.0).abs() < 1e-9);
@@ -156,7 +156,7 @@ fn the_cuda_graph_warning_counts_one_dp_rank_s_tokens() {
             layers: Some(4),
             ..Default::default()
         };
-        r.comm.dp = Some(16);
+        r.dp = Some(16);
         r.comm.ep_comm = EpComm::RdmaLl;
         r
     };
@@ -190,9 +190,9 @@ fn the_batch_limit_is_per_data_parallel_rank() {
         context: 2048,
         ..Default::default()
     };
-    r.comm.dp = Some(72);
+    r.dp = Some(72);
     r.comm.ep_comm = EpComm::RdmaLl;
-    r.comm.redundant_experts = Some(32);
+    r.redundant_experts = Some(32);
     let (s, p) = r.load().expect("a DP72 pool takes 20,000 sequences");
     // Its KV cache holds far more than one engine's 16,384.
     let a = account(&s, &p, &MemoryOptions::of_scenario(&s)).unwrap();
@@ -256,7 +256,7 @@ fn intra_node_knobs_do_not_reprice_a_cross_node_deepep_all_to_all() {
             layers: Some(4),
             ..Default::default()
         };
-        r.comm.dp = Some(16);
+        r.dp = Some(16);
         r.comm.ep_comm = EpComm::RdmaLl;
         f(&mut r);
         r

@@ -110,7 +110,7 @@ fn plain_tensor_parallel_steps_price_the_same_under_any_names() {
         ),
         ("kimi tp8 ep8 all-to-all", {
             let mut r = base.clone();
-            r.comm.ep = Some(8);
+            r.ep = Some(8);
             r.comm.ep_comm = EpComm::AllToAll;
             r
         }),
@@ -135,12 +135,12 @@ fn two_batch_overlap_under_expert_and_data_parallelism_prices_the_same_under_any
         layers: Some(5),
         ..ScenarioRequest::default()
     };
-    rdma.comm.dp = Some(8);
+    rdma.dp = Some(8);
     rdma.comm.ep_comm = EpComm::RdmaLl;
-    rdma.comm.tbo = true;
+    rdma.tbo = true;
     let mut tp2 = rdma.clone();
     tp2.tp = Some(2);
-    tp2.comm.dp = Some(4);
+    tp2.dp = Some(4);
     for (what, req) in [("tbo dp8 rdma-ll", rdma), ("tbo tp2 dp4 rdma-ll", tp2)] {
         let (s, p) = load(req);
         let w = workload::build(&s);
@@ -181,7 +181,7 @@ fn decode_context_parallelism_prices_the_same_under_any_names() {
         context: 8192,
         ..ScenarioRequest::default()
     };
-    req.comm.dcp = Some(2);
+    req.dcp = Some(2);
     let (s, p) = load(req);
     let w = workload::build(&s);
     same_under_renaming(&w, &s, &p, "kimi tp8 dcp2");

@@ -19,7 +19,7 @@ fn request(system: &str, tp: u32, pp: Option<u32>, batch: u32) -> ScenarioReques
         context: 4096,
         ..Default::default()
     };
-    r.comm.pp = pp;
+    r.pp = pp;
     r
 }
 

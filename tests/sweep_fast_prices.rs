@@ -96,7 +96,7 @@ fn contexts_priced_together_equal_each_context_alone() {
         ..ScenarioRequest::default()
     };
     let mut dp16 = dp16;
-    dp16.comm.dp = Some(16);
+    dp16.dp = Some(16);
     dp16.comm.ep_comm = decodesim::scenario::deployment::EpComm::RdmaLl;
     let mut pp2 = ScenarioRequest {
         model: "llama-3.1-70b".into(),
@@ -104,7 +104,7 @@ fn contexts_priced_together_equal_each_context_alone() {
         tp: Some(8),
         ..ScenarioRequest::default()
     };
-    pp2.comm.pp = Some(2);
+    pp2.pp = Some(2);
     let reqs = [
         ScenarioRequest::default(),
         ScenarioRequest {
@@ -154,7 +154,7 @@ fn same_together_as_alone<const W: usize>(
             "{} on {} (pp {}), graphs {graphs}, batch {batch}, context {c}: {:?} together vs {:?} alone",
             s.model.name,
             s.system.name,
-            s.comm.pp_size(),
+            s.layout.pp_size(),
             got.0,
             alone.0
         );

@@ -233,7 +233,7 @@ fn bad_input_is_refused_before_any_work() {
     // EP must divide the experts.
     let (mut s, _) = base().load().unwrap();
     s.model.moe.as_mut().unwrap().n_routed_experts = 100;
-    s.comm.ep = Some(8);
+    s.layout.ep = Some(8);
     let e = s.validate().unwrap_err().to_string();
     assert!(e.contains("does not divide the 100 routed experts"), "{e}");
 }

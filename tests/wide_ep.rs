@@ -27,7 +27,7 @@ fn wide(dp: u32, batch: u32, comm: EpComm) -> ScenarioRequest {
         cuda_graphs: false,
         ..Default::default()
     };
-    r.comm.dp = Some(dp);
+    r.dp = Some(dp);
     r.comm.ep_comm = comm;
     r
 }
@@ -45,7 +45,7 @@ fn the_batch_splits_over_dp_ranks_first_ranks_take_the_remainder() {
     let (s, _) = wide(4, 10, EpComm::AllToAll).load().unwrap();
     assert_eq!(s.dp_batches(), vec![3, 3, 2, 2]);
     assert_eq!(s.ranks(), 4);
-    assert_eq!(s.comm.ep_size(), 4, "--ep defaults to DP x TP");
+    assert_eq!(s.layout.ep_size(), 4, "--ep defaults to DP x TP");
     let (s, _) = wide(16, 256, EpComm::AllToAll).load().unwrap();
     assert!(s.dp_batches().iter().all(|&b| b == 16));
 
@@ -215,7 +215,7 @@ fn redundant_experts_lower_the_hottest_rank_load() {
     };
     let mut eplb = base.clone();
     // 256 + 32 = 288 = 18 per rank.
-    eplb.comm.redundant_experts = Some(32);
+    eplb.redundant_experts = Some(32);
     let (plain, balanced) = (max_scale(&base), max_scale(&eplb));
     assert!(balanced < plain, "{balanced} vs {plain}");
     // The replicas cost memory: 2 more experts per GPU per MoE layer.
@@ -433,7 +433,7 @@ fn paths_that_bypass_the_timeline_refuse_wide_ep_by_name() {
     // step without overlap.
     let step = |tbo: bool| {
         let mut r = wide(16, 256, EpComm::RdmaLl);
-        r.comm.tbo = tbo;
+        r.tbo = tbo;
         let (s, p) = r.load().unwrap();
         let fast = decodesim::sim::fast::FastScenario::new(&s, &p, None).expect("fitted");
         let launch = decodesim::sim::fast::Launch::new(&p, s.cuda_graphs);
@@ -550,16 +550,16 @@ fn capacity_plays_two_batch_overlap_from_two_users() {
         layers: Some(8),
         ..Default::default()
     };
-    scenario.comm.dp = Some(16);
+    scenario.dp = Some(16);
     scenario.comm.ep_comm = EpComm::RdmaLl;
-    scenario.comm.tbo = true;
+    scenario.tbo = true;
     let req = capacity_request(scenario.clone(), DemandSpec::Context(4096), None, false);
     let c = capacity(&req).unwrap();
     let step = |batch: u32, tbo: bool| {
         let mut r = scenario.clone();
         r.batch = batch;
         r.context = 4096;
-        r.comm.tbo = tbo;
+        r.tbo = tbo;
         decodesim::sim::simulate(&r).unwrap().step_time_us()
     };
     let at = |n: u32| c.curve.points.iter().find(|p| p.concurrency == n).unwrap();
@@ -581,7 +581,7 @@ fn disaggregation_takes_a_wide_ep_decode_pool() {
         tp: Some(1),
         ..Default::default()
     };
-    scenario.comm.dp = Some(16);
+    scenario.dp = Some(16);
     scenario.comm.ep_comm = EpComm::RdmaLl;
     let lengths = DemandSpec::Lengths {
         input_len: 4000,
@@ -675,7 +675,7 @@ fn capacity_counts_every_data_parallel_ranks_kv_cache() {
             tp: Some(tp),
             ..Default::default()
         };
-        scenario.comm.dp = dp;
+        scenario.dp = dp;
         scenario.comm.ep_comm = EpComm::AllToAll;
         capacity_request(scenario, DemandSpec::Context(4096), None, false)
     };
@@ -709,7 +709,7 @@ fn tp_collectives_sync_their_dp_rank_only_the_all_to_all_syncs_all() {
     r.comm.ep_comm = EpComm::AllToAll;
     let sim = decodesim::simulate(&r).unwrap();
     assert_eq!(sim.timeline.ranks, 16);
-    assert_eq!(sim.scenario.comm.ep_size(), 16);
+    assert_eq!(sim.scenario.layout.ep_size(), 16);
     let end_of = |name: &str, rank: u16| {
         let i = sim
             .workload
@@ -764,7 +764,7 @@ fn two_batch_overlap_hides_the_all_to_all_within_its_bounds() {
         let mut r = wide(16, 4096, EpComm::RdmaLl);
         r.context = 1024;
         r.layers = Some(8);
-        r.comm.tbo = tbo;
+        r.tbo = tbo;
         decodesim::simulate(&r).unwrap()
     };
     let (off, on) = (run(false), run(true));
@@ -857,7 +857,7 @@ fn two_batch_overlap_hides_the_all_to_all_within_its_bounds() {
 fn with_overlap_no_two_kernels_share_a_rank_stream_at_once() {
     let mut r = wide(16, 512, EpComm::RdmaLl);
     r.layers = Some(6);
-    r.comm.tbo = true;
+    r.tbo = true;
     let sim = decodesim::simulate(&r).unwrap();
     for rank in 0..sim.timeline.ranks {
         for stream in decodesim::workload::Stream::ALL {
@@ -1023,7 +1023,7 @@ fn speculative_decoding_runs_each_dp_ranks_own_sequences() {
     let (ks, _) = kimi.load().expect("loads");
     let eagle = Draft::load(Method::Eagle3, None, &ks.model).expect("EAGLE-3 draft");
     let es = eagle.scenario(&ks).expect("a dense draft under --dp");
-    assert_eq!((es.batch, es.comm.dp_size()), (4, 1));
+    assert_eq!((es.batch, es.layout.dp_size()), (4, 1));
     let drafts = spec_decode::draft_workload(&eagle, &es, 1);
     assert_eq!(rows(&drafts, "eagle3_fc"), 8);
     assert!(drafts.ops.iter().all(|o| o.family != CostFamily::AllToAll));
@@ -1094,7 +1094,7 @@ fn attention_is_priced_at_the_dp_ranks_share_of_the_batch() {
             context: 4096,
             ..Default::default()
         };
-        r.comm.dp = Some(dp);
+        r.dp = Some(dp);
         r.comm.ep_comm = EpComm::AllToAll;
         let sim = decodesim::simulate(&r).unwrap();
         let mla = sim

@@ -285,10 +285,10 @@ impl Inferred {
 fn check_against(scenario: &Scenario, inferred: &Inferred) -> Result<Vec<String>> {
     let mut problems = Vec::new();
     if let Some(r) = &inferred.ranks {
-        if r.value != scenario.tp {
+        if r.value != scenario.layout.tp {
             problems.push(format!(
                 "ranks: scenario {} (--tp), trace {} ({})",
-                scenario.tp, r.value, r.how
+                scenario.layout.tp, r.value, r.how
             ));
         }
     }

@@ -197,7 +197,7 @@ pub fn fit_to_step(
         }
         // Waiting beyond what jitter explains is launch skew between ranks: with starts drawn
         // uniformly in [0, S], a rank waits S·(n/(n+1) − 1/2) on average at the first collective.
-        let n = scenario.tp as f64;
+        let n = scenario.layout.tp as f64;
         if n > 1.0 {
             let per_skew = n / (n + 1.0) - 0.5;
             let missing = measured.comm_wait_us - pred.comm_wait_us;

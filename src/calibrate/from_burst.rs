@@ -131,7 +131,7 @@ fn latency_floor_us(s: &Scenario, bytes: u64) -> f64 {
     };
     let bw = s.comm.link_gbps.unwrap_or(bw);
     let lat = s.comm.link_latency_us.unwrap_or(lat);
-    let n = s.tp.max(1) as f64;
+    let n = s.layout.tp.max(1) as f64;
     lat + (n - 1.0) / n * bytes as f64 / (bw.max(f64::MIN_POSITIVE) * 1e3)
 }
 
@@ -168,7 +168,7 @@ fn check_bursts(
     for (i, b) in bursts.iter().enumerate() {
         let floor = latency_floor_us(s, b.bytes);
         if b.per_collective_us() < floor {
-            return Err(Error::FitData { source_name: where_(i).to_string(), problem: format!("{} allreduces of {} B in {} µs = {:.3} µs each is faster than the link allows: at least {:.3} µs each on the {} path at TP={} (one hop's latency + (n-1)/n of the bytes at the link's bandwidth, from {}{}); check the columns' units (total_us is microseconds for all {} together)", b.count, b.bytes, b.total_us, b.per_collective_us(), floor, s.comm_path(), s.tp, crate::units::path(&s.system.source), if s.comm.link_gbps.is_some() || s.comm.link_latency_us.is_some() {
+            return Err(Error::FitData { source_name: where_(i).to_string(), problem: format!("{} allreduces of {} B in {} µs = {:.3} µs each is faster than the link allows: at least {:.3} µs each on the {} path at TP={} (one hop's latency + (n-1)/n of the bytes at the link's bandwidth, from {}{}); check the columns' units (total_us is microseconds for all {} together)", b.count, b.bytes, b.total_us, b.per_collective_us(), floor, s.comm_path(), s.layout.tp, crate::units::path(&s.system.source), if s.comm.link_gbps.is_some() || s.comm.link_latency_us.is_some() {
                     " with --link-gbps/--link-latency-us"
                 } else {
                     ""
@@ -298,7 +298,7 @@ pub(crate) fn fit_bursts_at(
     out: &Path,
     name: Option<&str>,
 ) -> Result<BurstFit> {
-    if s.tp < 2 {
+    if s.layout.tp < 2 {
         return Err(Error::FitData {
             source_name: "--from-burst".into(),
             problem: "the scenario has one rank (--tp 1): no allreduce to fit".into(),
@@ -392,7 +392,7 @@ pub(crate) fn fit_bursts_at(
     p.factors.source = format!(
         "calibrate {source} on profile '{}' ({entry} at {} ranks): collective_latency_scale = {lat:.4}, collective_bw_scale = {bw:.4}; bursts: {}",
         base.profile.name,
-        s.tp,
+        s.layout.tp,
         list.join("; ")
     );
     p.profile.name = name.map(str::to_string).unwrap_or_else(|| {

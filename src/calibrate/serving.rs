@@ -310,10 +310,10 @@ fn tensor_parallel_size(k: &Keys) -> Result<Option<u32>> {
 /// Holds a point's recorded server settings against the scenario.
 pub fn check_point(point: &ServePoint, s: &Scenario) -> Result<()> {
     let origin = format!("{} line {}", crate::units::path(&point.file), point.line);
-    if let Some(tp) = point.tp.filter(|&tp| tp != s.tp) {
+    if let Some(tp) = point.tp.filter(|&tp| tp != s.layout.tp) {
         return Err(Error::PointInvalid {
             point: origin,
-            problem: format!("the result says tensor_parallel_size {tp}, the scenario runs --tp {}: pass --tp {tp}", s.tp),
+            problem: format!("the result says tensor_parallel_size {tp}, the scenario runs --tp {}: pass --tp {tp}", s.layout.tp),
         });
     }
     if let Some(id) = point.model_id.as_deref() {

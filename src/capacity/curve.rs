@@ -248,7 +248,7 @@ pub(crate) fn prefill_cost(
     let pricing = cost::price(&w, &chunk, p)?;
     let kernels: f64 = pricing.base_us.iter().sum();
     let m = &s.model;
-    let heads = m.num_heads as f64 / s.tp as f64;
+    let heads = m.num_heads as f64 / s.layout.tp as f64;
     let dims = match &m.mla {
         Some(d) => (d.qk_nope_head_dim + d.qk_rope_head_dim + d.v_head_dim) as f64,
         None => 2.0 * m.head_dim as f64,
@@ -341,7 +341,7 @@ fn decode_steps(
                 sc.batch = c;
                 // One user cannot be split into two micro-batches: that step runs as one.
                 if c < 2 {
-                    sc.comm.tbo = false;
+                    sc.layout.tbo = false;
                 }
                 sc.context = decode_context;
                 let r = crate::sim::simulate_loaded(sc, p.clone()).map(|sim| sim.step_time_us());

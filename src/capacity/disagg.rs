@@ -226,18 +226,18 @@ fn prefill_scenario(
         .filter(|n| *n != req.scenario.system);
     // A decode pool with data-parallel attention: the prefill instance is a tensor-parallel
     // engine, by default over as many GPUs as a decode instance.
-    let dp = s.comm.dp_size();
-    let tp = o.prefill_tp.unwrap_or(s.tp * dp);
-    if other.is_none() && tp == s.tp && dp == 1 {
+    let dp = s.layout.dp_size();
+    let tp = o.prefill_tp.unwrap_or(s.layout.tp * dp);
+    if other.is_none() && tp == s.layout.tp && dp == 1 {
         return Ok((s.clone(), p.clone()));
     }
     let mut r = req.scenario.clone();
     if dp > 1 {
-        r.comm.dp = None;
-        r.comm.ep = None;
+        r.dp = None;
+        r.ep = None;
         r.comm.ep_comm = Default::default();
-        r.comm.redundant_experts = None;
-        r.comm.tbo = false;
+        r.redundant_experts = None;
+        r.tbo = false;
     }
     if let Some(name) = &other {
         // An unknown name is refused by the flag that gave it.
@@ -255,7 +255,7 @@ fn prefill_scenario(
     let blame = |e: Error| {
         match e.scenario_problem() {
         // A TP of its own that the model or the system cannot run is the TP flag's problem.
-        Some(why) if tp != s.tp || dp > 1 => Error::Flag {
+        Some(why) if tp != s.layout.tp || dp > 1 => Error::Flag {
             flag: "--prefill-tp",
             value: tp.to_string(),
             expected: format!(
@@ -268,7 +268,7 @@ fn prefill_scenario(
             value: crate::units::echo(other.as_deref().unwrap_or_default()),
             expected: format!(
                 "a system that runs the decode instance's TP={} (the KV cache moves rank to rank; --prefill-tp gives the prefill instance a TP of its own): {why}",
-                s.tp
+                s.layout.tp
             ),
         },
         None => e,
@@ -310,7 +310,7 @@ fn placement(
     s: &Scenario,
 ) -> Result<(bool, Option<KvLink>, Option<KvLink>)> {
     // A decode instance's GPUs: its data-parallel ranks' TP groups.
-    let (tp_p, tp, gpus_d) = (ps.tp, s.tp, s.tp * s.comm.dp_size());
+    let (tp_p, tp, gpus_d) = (ps.layout.tp, s.layout.tp, s.layout.tp * s.layout.dp_size());
     let same_system = ps.system.source == s.system.source;
     let intra = same_system.then(|| KvLink::intra(&s.system));
     let net = KvLink::net(&ps.system, tp_p, &s.system, tp);
@@ -387,7 +387,7 @@ pub fn disaggregate(
             ),
             kv_tokens: pmem.kv_cache_tokens,
             model: ps.model.name.clone(),
-            tp: ps.tp,
+            tp: ps.layout.tp,
         });
     }
     let mnbt = req.memory.max_num_batched_tokens;
@@ -409,7 +409,7 @@ pub fn disaggregate(
     let service_us = input * batched.us_per_token;
     let prefill = PrefillPool {
         system: ps.system.name.clone(),
-        tp: ps.tp,
+        tp: ps.layout.tp,
         chunk_tokens: batched.chunk_tokens,
         us_per_token: batched.us_per_token,
         service_us,
@@ -422,7 +422,7 @@ pub fn disaggregate(
     // Links.
     // With data-parallel attention a decode instance is `dp` TP groups: each receives its own
     // requests' KV, so it takes `dp` transfers at once.
-    let (tp_p, tp, dp) = (ps.tp, s.tp, s.comm.dp_size());
+    let (tp_p, tp, dp) = (ps.layout.tp, s.layout.tp, s.layout.dp_size());
     let n = o.max_instances;
     let (same_system, intra, net) = placement(o, &ps, s)?;
     let gpus_of = |x: u32, y: u32| x * tp_p + y * tp * dp;
@@ -658,8 +658,8 @@ fn colocated(
     output: f64,
     price: Option<f64>,
 ) -> Colocated {
-    let tp = cap.reference.scenario.tp;
-    let dp = cap.reference.scenario.comm.dp_size();
+    let tp = cap.reference.scenario.layout.tp;
+    let dp = cap.reference.scenario.layout.dp_size();
     if dp > 1 {
         return Colocated {
             meets: false,

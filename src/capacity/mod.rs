@@ -140,13 +140,13 @@ fn load(
 ) -> Result<(Scenario, CalibrationProfile)> {
     let mut r = req.clone();
     // Two-batch overlap splits the batch in two: the smallest it takes.
-    r.batch = if r.comm.tbo { 2 } else { 1 };
+    r.batch = if r.tbo { 2 } else { 1 };
     r.context = 1;
     let (mut s, p) = r.load()?;
-    if s.comm.dp_size() > 1 && demand.prefill_per_output > 0.0 && !decode_pool {
+    if s.layout.dp_size() > 1 && demand.prefill_per_output > 0.0 && !decode_pool {
         return Err(Error::ScenarioSetting {
             flag: "--dp",
-            value: s.comm.dp_size().to_string(),
+            value: s.layout.dp_size().to_string(),
             problem: ": capacity's chunked-prefill share is priced for one tensor-parallel engine and is not modelled with data-parallel attention (expected a decode-only demand, --context, with --dp above 1, or --disaggregate: prefill on instances of its own)".into(),
         });
     }
@@ -195,7 +195,8 @@ pub(crate) fn sized(req: &CapacityRequest) -> Result<Sized> {
     let kv_limit = mem.kv_limit(demand.tokens_per_request);
     let seqs_limit = mem.max_concurrency(demand.tokens_per_request);
     // The simulator's batch limit is per data-parallel rank (each its own engine).
-    let batch_cap = crate::scenario::deployment::MAX_BATCH as u64 * s.comm.dp_size().max(1) as u64;
+    let batch_cap =
+        crate::scenario::deployment::MAX_BATCH as u64 * s.layout.dp_size().max(1) as u64;
     let max_c = seqs_limit.min(batch_cap);
     let binds = if max_c < seqs_limit {
         Binds::BatchLimit(batch_cap)
@@ -210,7 +211,7 @@ pub(crate) fn sized(req: &CapacityRequest) -> Result<Sized> {
             described: demand.described.clone(),
             kv_tokens: mem.kv_cache_tokens,
             model: s.model.name.clone(),
-            tp: s.tp,
+            tp: s.layout.tp,
         });
     }
     Ok(Sized {
@@ -237,17 +238,17 @@ pub fn capacity(req: &CapacityRequest) -> Result<Capacity> {
         binds,
     } = sized(req)?;
     let mut warnings = Vec::new();
-    if req.memory.dcp != s.comm.dcp.unwrap_or(1) {
+    if req.memory.dcp != s.layout.dcp.unwrap_or(1) {
         warnings.push(format!(
             "--dcp {}: the KV cache is sharded over {} ranks in the memory account, but the decode step is simulated without DCP (its split attention and extra collectives are not modelled)",
             req.memory.dcp, req.memory.dcp
         ));
     }
-    let dp_pool = req.disaggregated && s.comm.dp_size() > 1 && demand.prefill_per_output > 0.0;
+    let dp_pool = req.disaggregated && s.layout.dp_size() > 1 && demand.prefill_per_output > 0.0;
     let pre = if dp_pool {
         warnings.push(format!(
             "--dp {} with --disaggregate: the capacity curve is the decode pool's, without chunked prefill in its steps; co-located chunked prefill with data-parallel attention is not modelled",
-            s.comm.dp_size()
+            s.layout.dp_size()
         ));
         None
     } else {
@@ -384,7 +385,7 @@ fn candidates(
                     Ok(m) => {
                         let c = m.max_concurrency(demand.tokens_per_request).min(
                             crate::scenario::deployment::MAX_BATCH as u64
-                                * s.comm.dp_size().max(1) as u64,
+                                * s.layout.dp_size().max(1) as u64,
                         );
                         let note = (c == 0).then(|| {
                             format!(
@@ -416,7 +417,7 @@ fn candidates(
             for (dcp, c, note) in shapes {
                 // Each DCP shape is simulated with its own split attention and collectives.
                 let mut sd = s.clone();
-                sd.comm.dcp = (dcp > 1).then_some(dcp);
+                sd.layout.dcp = (dcp > 1).then_some(dcp);
                 let points = if c > 0 {
                     let o = MemoryOptions {
                         dcp,

@@ -643,7 +643,7 @@ fn from_burst(a: &CalibrateArgs, spec: &str) -> Result<()> {
         r.profile.profile.name,
         r.base,
         r.entry,
-        scenario.tp
+        scenario.layout.tp
     );
     s.push_str(&format!(
         "collective_latency_scale {:.4}{}\ncollective_bw_scale      {:.4}{}\n",

@@ -332,7 +332,7 @@ fn request(a: &CapacityArgs) -> Result<CapacityRequest> {
             max_num_seqs: a.max_num_seqs,
             block_size: a.block_size,
             // --dcp is a scenario flag: it shards the KV cache here and the attention in the step.
-            dcp: a.scenario.request().comm.dcp.unwrap_or(1),
+            dcp: a.scenario.request().dcp.unwrap_or(1),
             cuda_graph_bytes: a.cuda_graph_mib.map(|m| m * 1_048_576.0),
         },
         demand,
@@ -375,12 +375,12 @@ fn series_of(label: String, c: &Capacity) -> CurveSeries {
 
 /// `TP=8`, `TP=8 PP=2`, `TP=1 DP=32 EP=32`: the parallel layout a chart names.
 fn layout_text(s: &crate::scenario::Scenario) -> String {
-    let mut t = format!("TP={}", s.tp);
-    if s.comm.pp_size() > 1 {
-        t += &format!(" PP={}", s.comm.pp_size());
+    let mut t = format!("TP={}", s.layout.tp);
+    if s.layout.pp_size() > 1 {
+        t += &format!(" PP={}", s.layout.pp_size());
     }
-    if s.comm.dp_size() > 1 {
-        t += &format!(" DP={} EP={}", s.comm.dp_size(), s.comm.ep_size());
+    if s.layout.dp_size() > 1 {
+        t += &format!(" DP={} EP={}", s.layout.dp_size(), s.layout.ep_size());
     }
     t
 }

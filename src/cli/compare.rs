@@ -30,7 +30,7 @@ pub fn run(mut a: CompareArgs) -> Result<()> {
         "{} on {}, TP={}, batch {}, context {}",
         a.scenario.request().model,
         a.scenario.request().system,
-        sim.scenario.tp,
+        sim.scenario.layout.tp,
         sim.scenario.batch,
         sim.scenario.context
     );

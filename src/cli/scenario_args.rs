@@ -60,9 +60,7 @@ impl ScenarioArgs {
     /// without `--ep` (or with `--ep 1`).
     pub(crate) fn warn_noop_flags(&self) {
         // --ep 1 is no expert parallelism either: the experts stay split as with TP.
-        if self.given("ep-comm")
-            && self.request.comm.ep.unwrap_or(1) <= 1
-            && self.request.comm.dp_size() <= 1
+        if self.given("ep-comm") && self.request.ep.unwrap_or(1) <= 1 && self.request.dp_size() <= 1
         {
             super::output::warn(&format!(
                 "--ep-comm {} does nothing without --ep N (expert parallelism, N > 1); ignored",

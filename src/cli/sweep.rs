@@ -438,8 +438,8 @@ fn request_with_warnings(a: &SweepArgs) -> Result<(SweepRequest, Vec<String>)> {
     knob("system").set(&mut base, &a.system)?;
     knob("kv-cache-dtype").set(&mut base, &a.kv_cache_dtype)?;
     base.tp = a.tp;
-    base.comm.ep = a.ep;
-    base.comm.redundant_experts = a.redundant_experts;
+    base.ep = a.ep;
+    base.redundant_experts = a.redundant_experts;
     if let Some(c) = &a.ep_comm {
         knob("ep-comm").set(&mut base, c)?;
     }
@@ -477,7 +477,7 @@ fn request_with_warnings(a: &SweepArgs) -> Result<(SweepRequest, Vec<String>)> {
     let tbo = match &a.tbo {
         Some(text) => dedup(
             "--tbo",
-            axis("tbo", text, |r| r.comm.tbo)?,
+            axis("tbo", text, |r| r.tbo)?,
             |b: &bool| if *b { "on" } else { "off" }.to_string(),
             &mut w,
         ),
@@ -544,7 +544,7 @@ fn request_with_warnings(a: &SweepArgs) -> Result<(SweepRequest, Vec<String>)> {
         ));
     }
     // As `simulate` says it: no layout of the grid has expert parallelism for --ep-comm.
-    if a.ep_comm.is_some() && req.base.comm.ep.unwrap_or(1) <= 1 && req.dp.iter().all(|&d| d <= 1) {
+    if a.ep_comm.is_some() && req.base.ep.unwrap_or(1) <= 1 && req.dp.iter().all(|&d| d <= 1) {
         w.push(format!(
             "--ep-comm {} does nothing without --ep N (expert parallelism, N > 1) or --dp N; ignored",
             a.ep_comm.as_deref().unwrap_or_default()

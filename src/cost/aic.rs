@@ -1112,8 +1112,8 @@ fn mla_attention(
     }
     let kv = if s.kv_bytes == 1.0 { "fp8" } else { "bfloat16" };
     // Decode context parallelism: every rank runs its DCP group's heads over its KV shard.
-    let dcp = s.comm.dcp_size();
-    let heads = (s.model.num_heads / s.tp as usize) as u64 * dcp as u64;
+    let dcp = s.layout.dcp_size();
+    let heads = (s.model.num_heads / s.layout.tp as usize) as u64 * dcp as u64;
     let ctx = s.context.div_ceil(dcp as u64) as f64;
     // One rank's sequences (under data-parallel attention a DP rank attends over its own
     // share), times the KV reads per sequence of a verify pass's layout (`workload::mla`): the

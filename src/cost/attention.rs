@@ -72,8 +72,8 @@ impl AttentionPricer {
             (Some(pr), Some(t), Some(sec))
                 if pr.prices_mla() && has_mla && aic::mla_rows_apply(s, sec) =>
             {
-                let dcp = s.comm.dcp_size();
-                let heads = (s.model.num_heads / s.tp as usize) as u64 * dcp as u64;
+                let dcp = s.layout.dcp_size();
+                let heads = (s.model.num_heads / s.layout.tp as usize) as u64 * dcp as u64;
                 // No grid for these heads: the general pricer notes it and uses the law.
                 let grid = t.mla_grid_index("bfloat16", heads)?;
                 let fixed = |f: CostFamily| p.kernel(f).map_or(0.0, |k| k.fixed_us);

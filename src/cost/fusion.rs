@@ -36,7 +36,7 @@ pub(crate) fn price(
         Some(FusedNorm::AddRms) => "add+rmsnorm",
         _ => "rmsnorm",
     };
-    let cap = s.allreduce_rules.fusion_cap(s.tp);
+    let cap = s.allreduce_rules.fusion_cap(s.layout.tp);
     let fits = cap.is_none_or(|c| op.message_bytes < c.bytes);
     let gpu = &s.system.gpu;
     match (fits, norm_law) {

@@ -68,7 +68,7 @@ pub fn apply(w: &Workload, s: &Scenario, pricing: &mut Pricing) {
         if !op.family.is_collective() {
             continue;
         }
-        let n = if op.group > 0 { op.group } else { s.tp };
+        let n = if op.group > 0 { op.group } else { s.layout.tp };
         if across(n) {
             continue;
         }
@@ -83,7 +83,7 @@ pub fn apply(w: &Workload, s: &Scenario, pricing: &mut Pricing) {
         }
         let family = crate::workload::CostFamily::from_key(c.op)
             .unwrap_or(crate::workload::CostFamily::AllReduce);
-        let steps = collective::steps(family, s.tp);
+        let steps = collective::steps(family, s.layout.tp);
         let lat = c.latency_us.clamp(0.0, c.time_us.max(0.0));
         c.time_us = rescale(c.time_us, c.latency_us, steps);
         c.latency_us = (lat + steps * dlat).clamp(0.0, c.time_us);

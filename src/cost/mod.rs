@@ -90,7 +90,7 @@ pub fn price_quiet(w: &Workload, s: &Scenario, p: &CalibrationProfile) -> Result
 }
 
 fn price_with(w: &Workload, s: &Scenario, p: &CalibrationProfile, quiet: bool) -> Result<Pricing> {
-    if s.comm.tbo {
+    if s.layout.tbo {
         if let Some(parts) = crate::workload::overlap::micro_batch_ops(w) {
             return price_micro_batches(w, s, p, quiet, parts);
         }
@@ -447,7 +447,7 @@ impl<'a> Pricer<'a> {
         if op.group > 0 {
             op.group
         } else {
-            self.s.tp
+            self.s.layout.tp
         }
     }
 
@@ -643,7 +643,7 @@ impl<'a> Pricer<'a> {
     /// machine ran the custom kernel at this world size, else the profile's law; None when
     /// vLLM would hand this call to NCCL (size or alignment rule).
     fn custom_allreduce(&mut self, op: &Op) -> Option<CollectiveChoice> {
-        let (n, bytes) = (self.s.tp, op.message_bytes);
+        let (n, bytes) = (self.s.layout.tp, op.message_bytes);
         let law = if self.custom_pcie {
             self.p.custom_allreduce_pcie.as_ref()?
         } else {
@@ -1047,7 +1047,7 @@ fn custom_ar_dispatch(
             _ => Ok(CustomAr::Off),
         };
     }
-    if s.system.spans_nodes(s.tp) {
+    if s.system.spans_nodes(s.layout.tp) {
         // vLLM disables its custom all-reduce when the group spans nodes (custom_all_reduce.py:
         // "Custom allreduce is disabled because this process group spans across nodes").
         return match s.comm.allreduce {
@@ -1056,15 +1056,15 @@ fn custom_ar_dispatch(
                 problem: format!(
                     "vLLM would not run its custom all-reduce on {} at TP={}: the group spans {} nodes (custom_all_reduce.py disables it across nodes); use --allreduce nccl or auto",
                     s.system.name,
-                    s.tp,
-                    s.system.nodes_spanned(s.tp)
+                    s.layout.tp,
+                    s.system.nodes_spanned(s.layout.tp)
                 ),
             }),
             _ => Ok(CustomAr::Off),
         };
     }
     let full_nvlink = s.comm_path() == CommPath::Nvlink;
-    let rule = allreduce::custom_ar_enabled(s.tp, full_nvlink);
+    let rule = allreduce::custom_ar_enabled(s.layout.tp, full_nvlink);
     match (s.comm.allreduce, rule) {
         (AllreduceImpl::Nccl, _) => Ok(CustomAr::Off),
         (AllreduceImpl::Custom, Err(why @ allreduce::Refusal::PcieOnly(_)))
@@ -1076,13 +1076,13 @@ fn custom_ar_dispatch(
                     "custom_allreduce_pcie",
                     format!(
                         "missing: --allreduce custom on {} at TP={} prices a patched vLLM build ({why}), which needs a PCIe custom all-reduce law in this section (data/calibration/rtx-pro-6000/profile.toml has one fitted to published figures); or use --allreduce nccl or auto",
-                        s.system.name, s.tp
+                        s.system.name, s.layout.tp
                     ),
                 ));
             };
             note!(quiet, warnings, format!(
                 "--allreduce custom on {} at TP={}: {PCIE_CUSTOM_AR_NOTE} (priced by [custom_allreduce_pcie]: {})",
-                s.system.name, s.tp, law.source
+                s.system.name, s.layout.tp, law.source
             ));
             Ok(CustomAr::PciePatched)
         }
@@ -1091,7 +1091,7 @@ fn custom_ar_dispatch(
             value: "custom".into(),
             problem: format!(
                 ": vLLM would not run its custom all-reduce on {} at TP={}: {why}; use --allreduce nccl or auto",
-                s.system.name, s.tp
+                s.system.name, s.layout.tp
             ),
         }),
         (AllreduceImpl::Custom, Ok(())) if p.custom_allreduce.is_none() => Err(Error::field(

@@ -148,7 +148,7 @@ impl Pricer<'_> {
                 k.nccl_buffsize,
                 channels,
                 op.family,
-                self.s.tp,
+                self.s.layout.tp,
                 op.message_bytes,
             )
         } else {

@@ -61,7 +61,7 @@ pub fn floor_us(op: &Op, s: &Scenario) -> f64 {
         if bw <= 0.0 {
             return 0.0;
         }
-        let n = if op.group > 0 { op.group } else { s.tp } as f64;
+        let n = if op.group > 0 { op.group } else { s.layout.tp } as f64;
         let share = match op.family {
             CostFamily::SendRecv => 1.0,
             _ if n > 1.0 => (n - 1.0) / n,

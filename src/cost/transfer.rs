@@ -80,7 +80,7 @@ pub(crate) fn apply(
             continue;
         }
         if op.family.is_collective() {
-            let n = if op.group > 0 { op.group } else { s.tp };
+            let n = if op.group > 0 { op.group } else { s.layout.tp };
             if !across(n) {
                 let lat = split.clamp(0.0, us);
                 out.base_us[i] = lat + (us - lat) * link_ratio;

@@ -51,7 +51,7 @@ pub fn write_chrome_trace_ranks<W: Write>(
         "generator": "decodesim",
         "model": sim.scenario.model.name,
         "system": sim.scenario.system.name,
-        "tp": sim.scenario.tp,
+        "tp": sim.scenario.layout.tp,
         "batch": sim.scenario.batch,
         "context": sim.scenario.context,
         "calibration": sim.profile.profile.name,
@@ -71,8 +71,8 @@ pub fn write_chrome_trace_ranks<W: Write>(
         Ok(())
     };
     // Under --pp, ranks are stage-major (sim::pipeline): name each rank's stage.
-    let pp = sim.scenario.comm.pp_size();
-    let tp = sim.scenario.tp.max(1) as usize;
+    let pp = sim.scenario.layout.pp_size();
+    let tp = sim.scenario.layout.tp.max(1) as usize;
     for rank in (0..sim.timeline.ranks).filter(|&r| shown[r]) {
         let name = if pp > 1 {
             format!("rank {rank} (simulated, stage {})", rank / tp)

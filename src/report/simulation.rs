@@ -170,21 +170,21 @@ pub(crate) fn headline(s: &crate::scenario::Scenario) -> String {
         s.system.name,
         s.system.gpu_count,
         s.system.gpu.display_name,
-        s.tp,
-        match s.comm.pp_size() {
+        s.layout.tp,
+        match s.layout.pp_size() {
             1 => String::new(),
             pp => format!(" x PP={pp} (layers {})", pp_split(s)),
         }
-    ) + &if s.comm.dp_size() > 1 {
+    ) + &if s.layout.dp_size() > 1 {
         format!(
             ", DP={} EP={} ({})",
-            s.comm.dp_size(),
-            s.comm.ep_size(),
+            s.layout.dp_size(),
+            s.layout.ep_size(),
             s.comm.ep_comm.name()
         )
     } else {
         String::new()
-    } + if s.comm.tbo {
+    } + if s.layout.tbo {
         ", two-batch overlap"
     } else {
         ""
@@ -193,7 +193,7 @@ pub(crate) fn headline(s: &crate::scenario::Scenario) -> String {
 
 /// The pipeline's layer split, `31+30`.
 fn pp_split(s: &crate::scenario::Scenario) -> String {
-    crate::workload::stage::layer_split(s.model.num_layers, s.comm.pp_size())
+    crate::workload::stage::layer_split(s.model.num_layers, s.layout.pp_size())
         .iter()
         .map(|r| r.len().to_string())
         .collect::<Vec<_>>()
@@ -203,7 +203,7 @@ fn pp_split(s: &crate::scenario::Scenario) -> String {
 /// Kernels one rank launches in the step: the workload's, or under `--pp` the mean over ranks
 /// of the kernels each plays (its stage's, once per micro-batch, and the sends).
 fn kernels_per_rank(sim: &Simulation) -> usize {
-    if sim.scenario.comm.pp_size() > 1 && sim.timeline.ranks > 0 {
+    if sim.scenario.layout.pp_size() > 1 && sim.timeline.ranks > 0 {
         (sim.timeline.records.len() as f64 / sim.timeline.ranks as f64).round() as usize
     } else {
         sim.workload.ops.iter().filter(|o| o.is_kernel()).count()
@@ -245,7 +245,7 @@ fn header(out: &mut String, sim: &Simulation, verbose: bool) {
         out.push_str(&format!(
             "CUDA graph pads {} tokens{} to {} (the next captured size, {})\n",
             pad.tokens,
-            if s.comm.dp_size() > 1 {
+            if s.layout.dp_size() > 1 {
                 " per DP rank"
             } else {
                 ""

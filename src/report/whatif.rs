@@ -143,7 +143,7 @@ pub fn plot_speedup(
         first.method.name(),
         sc.model.name,
         sc.system.name,
-        sc.tp,
+        sc.layout.tp,
     );
     let subtitle = format!(
         "{}x {} | context {} | CUDA graphs {} | NCCL {}/{} | calibration {}\nspeedup = tokens/s over the plain step at the same batch; every step played on the full {}-rank timeline (seed {})",
@@ -154,7 +154,7 @@ pub fn plot_speedup(
         sc.nccl.algo,
         sc.nccl.proto,
         first.baseline.profile.profile.name,
-        sc.tp,
+        sc.layout.tp,
         sc.seed,
     );
     let chart = SpeedupChart {
@@ -212,7 +212,7 @@ pub(crate) fn spec_decode_table(s: &SpecDecodeStudy) -> String {
         sc.system.name,
         sc.system.gpu_count,
         sc.system.gpu.display_name,
-        sc.tp,
+        sc.layout.tp,
         sc.batch,
         sc.context,
         if sc.cuda_graphs { "on" } else { "off" },

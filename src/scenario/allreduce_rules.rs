@@ -161,21 +161,21 @@ pub(crate) fn check_fusion(s: &super::Scenario) -> Result<()> {
     if s.runtime != super::Runtime::Vllm {
         return refuse(": the fusion is a vLLM compile pass; the reference runtime reduces with torch.distributed (use --runtime vllm)".into());
     }
-    if s.tp < 2 {
+    if s.layout.tp < 2 {
         return refuse(format!(
             " at --tp {}: there is no tensor-parallel all-reduce to fuse (expected --tp 2 or more)",
-            s.tp
+            s.layout.tp
         ));
     }
-    if s.system.spans_nodes(s.tp) || s.comm_path() != super::CommPath::Nvlink {
+    if s.system.spans_nodes(s.layout.tp) || s.comm_path() != super::CommPath::Nvlink {
         return refuse(format!(
             ": decodesim models FlashInfer's fused all-reduce inside one node over NVLink (its kernels need the GPUs' shared NVSwitch memory); --tp {} on {} runs over {}",
-            s.tp,
+            s.layout.tp,
             s.system.name,
-            if s.system.spans_nodes(s.tp) { "several nodes".to_string() } else { s.comm_path().name().to_string() }
+            if s.system.spans_nodes(s.layout.tp) { "several nodes".to_string() } else { s.comm_path().name().to_string() }
         ));
     }
-    if s.comm.dp_size() > 1 || s.comm.ep_comm.is_all_to_all() || s.comm.pp_size() > 1 {
+    if s.layout.dp_size() > 1 || s.comm.ep_comm.is_all_to_all() || s.layout.pp_size() > 1 {
         return refuse(": fused all-reduces are modelled for tensor parallelism alone (expected --dp 1, --pp 1 and --ep-comm allreduce)".into());
     }
     Ok(())

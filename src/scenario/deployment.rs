@@ -83,10 +83,84 @@ enum_names!(AllreduceImpl, "all-reduce implementation",
     AllreduceImpl::Nccl => ["nccl"], AllreduceImpl::Custom => ["custom"],
     AllreduceImpl::Auto => ["auto"]);
 
+/// The parallel layout of a scenario: how the model's work is split over the GPUs (`--tp`,
+/// `--pp`, `--dp`, `--ep`, `--dcp`, and the expert replicas of `--redundant-experts`) and whether
+/// the step runs as two overlapped micro-batches (`--tbo`). Sizes left unset (None) are 1, or 0
+/// replicas; the scenario check refuses a 0 where a size is given. What the step communicates
+/// over this layout, and how, is [`CommKnobs`]'s.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Default)]
+pub struct Layout {
+    /// Tensor-parallel size (`--tp`).
+    pub tp: u32,
+    /// Pipeline-parallel size (`--pp`, vLLM's `--pipeline-parallel-size`); None or 1: off.
+    pub pp: Option<u32>,
+    /// Data-parallel attention size (`--dp`, vLLM's `--data-parallel-size` with
+    /// `--enable-expert-parallel`); None or 1: off (`workload::parallel`).
+    pub dp: Option<u32>,
+    /// Expert-parallel size (`--ep`, vLLM's `--enable-expert-parallel`); None or 1: off.
+    pub ep: Option<u32>,
+    /// Decode-context-parallel size (`--dcp`, vLLM's `--decode-context-parallel-size`).
+    pub dcp: Option<u32>,
+    /// Extra routed-expert replicas placed on the hottest experts (`--redundant-experts`,
+    /// vLLM's EPLB `num_redundant_experts`); None or 0: off.
+    pub redundant_experts: Option<u32>,
+    /// Two-batch overlap (`--tbo`): the step in two micro-batches whose all-to-all overlaps the
+    /// other's compute.
+    pub tbo: bool,
+}
+
+impl Layout {
+    /// Expert-parallel size (1: experts are tensor-parallel).
+    pub fn ep_size(&self) -> u32 {
+        self.ep.unwrap_or(1).max(1)
+    }
+    /// Decode-context-parallel size (1: every rank reads the whole context).
+    pub(crate) fn dcp_size(&self) -> u32 {
+        self.dcp.unwrap_or(1).max(1)
+    }
+    /// Pipeline stages (1: no pipeline parallelism).
+    pub fn pp_size(&self) -> u32 {
+        self.pp.unwrap_or(1).max(1)
+    }
+    /// Data-parallel attention size (1: off).
+    pub fn dp_size(&self) -> u32 {
+        self.dp.unwrap_or(1).max(1)
+    }
+    /// Extra expert replicas (EPLB; 0: off).
+    pub fn redundant(&self) -> u32 {
+        self.redundant_experts.unwrap_or(0)
+    }
+    /// The GPUs of one pipeline stage: data-parallel attention ranks × TP (`--dp` × `--tp`).
+    pub fn ranks(&self) -> u32 {
+        self.dp_size() * self.tp
+    }
+    /// The sequences one rank attends over out of `batch`: the batch, or under data-parallel
+    /// attention the largest DP rank's share (every rank plays the largest DP rank's step,
+    /// [`Layout::dp_batches`]).
+    pub fn rank_batch(&self, batch: u32) -> u32 {
+        let dp = self.dp_size();
+        if dp > 1 {
+            batch.div_ceil(dp).max(1)
+        } else {
+            batch
+        }
+    }
+    /// Sequences of each data-parallel rank out of `batch`: the batch split as evenly as it
+    /// goes, the first ranks taking the remainder (10 over 4: 3, 3, 2, 2). One entry at
+    /// `--dp 1`.
+    pub fn dp_batches(&self, batch: u32) -> Vec<u32> {
+        let dp = self.dp_size();
+        (0..dp)
+            .map(|d| batch / dp + u32::from(d < batch % dp))
+            .collect()
+    }
+}
+
 /// How collectives are carried beyond NCCL's protocol and algorithm: the all-reduce
-/// implementation and the NCCL environment knobs that change cost (docs/sources.md §4.3), plus the
-/// parallelism and link overrides that change what the step communicates (`--ep`, `--dcp`,
-/// `--link-gbps`, `--link-latency-us`; `workload::parallel`, `cost::link`).
+/// implementation and the NCCL environment knobs that change cost (docs/sources.md §4.3), how
+/// expert parallelism moves its tokens, the all-reduce + RMSNorm fusion, and the link overrides
+/// (`--link-gbps`, `--link-latency-us`; `cost::link`). Over which ranks the step communicates is
+/// the [`Layout`]'s: copying these settings from one scenario to another leaves its layout alone.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Default)]
 pub struct CommKnobs {
     pub allreduce: AllreduceImpl,
@@ -96,12 +170,8 @@ pub struct CommKnobs {
     pub nccl_min_nchannels: Option<u32>,
     /// `NCCL_BUFFSIZE` in bytes (None: unset, NCCL's 4 MiB).
     pub nccl_buffsize: Option<u64>,
-    /// Expert-parallel size (`--ep`, vLLM's `--enable-expert-parallel`); None or 1: off.
-    pub ep: Option<u32>,
     /// How expert parallelism moves tokens (`--ep-comm`).
     pub ep_comm: EpComm,
-    /// Decode-context-parallel size (`--dcp`, vLLM's `--decode-context-parallel-size`).
-    pub dcp: Option<u32>,
     /// Hypothetical link bandwidth per direction, GB/s (`--link-gbps`).
     pub link_gbps: Option<f64>,
     /// Hypothetical link latency per hop, µs (`--link-latency-us`).
@@ -109,17 +179,6 @@ pub struct CommKnobs {
     /// Message size (bytes) from which NCCL switches from LL to Simple under `--nccl-proto auto`
     /// (`--nccl-ll-threshold`; None: NCCL's own tuner choice).
     pub nccl_ll_threshold: Option<u64>,
-    /// Pipeline-parallel size (`--pp`, vLLM's `--pipeline-parallel-size`); None or 1: off.
-    pub pp: Option<u32>,
-    /// Data-parallel attention size (`--dp`, vLLM's `--data-parallel-size` with
-    /// `--enable-expert-parallel`); None or 1: off (`workload::parallel`).
-    pub dp: Option<u32>,
-    /// Extra routed-expert replicas placed on the hottest experts (`--redundant-experts`,
-    /// vLLM's EPLB `num_redundant_experts`); None or 0: off.
-    pub redundant_experts: Option<u32>,
-    /// Two-batch overlap (`--tbo`): the step in two micro-batches whose all-to-all overlaps the
-    /// other's compute.
-    pub tbo: bool,
     /// vLLM's all-reduce + RMSNorm fusion (`--fuse-allreduce-rms`,
     /// `compilation_config.pass_config.fuse_allreduce_rms`): each TP all-reduce and the norm
     /// after it run as one FlashInfer kernel (`scenario::allreduce_rules`, `cost::fusion`).
@@ -158,34 +217,6 @@ impl EpComm {
     }
 }
 
-impl CommKnobs {
-    /// Expert-parallel size (1: experts are tensor-parallel).
-    pub fn ep_size(&self) -> u32 {
-        self.ep.unwrap_or(1).max(1)
-    }
-    /// Decode-context-parallel size (1: every rank reads the whole context).
-    pub(crate) fn dcp_size(&self) -> u32 {
-        self.dcp.unwrap_or(1).max(1)
-    }
-    /// Pipeline stages (1: no pipeline parallelism).
-    pub fn pp_size(&self) -> u32 {
-        self.pp.unwrap_or(1).max(1)
-    }
-    /// Data-parallel attention size (1: off).
-    pub fn dp_size(&self) -> u32 {
-        self.dp.unwrap_or(1).max(1)
-    }
-    /// Extra expert replicas (EPLB; 0: off).
-    pub fn redundant(&self) -> u32 {
-        self.redundant_experts.unwrap_or(0)
-    }
-}
-
-/// The data-parallel size of the knobs (1: off).
-fn k_dp(k: &CommKnobs) -> u32 {
-    k.dp_size()
-}
-
 /// Largest batch and context the simulator accepts: beyond these a typo is likelier than intent.
 /// `MAX_BATCH` is per data-parallel rank (the global batch of `--dp N` may be N times it).
 pub const MAX_BATCH: u32 = 16_384;
@@ -199,7 +230,9 @@ pub const MAX_CONTEXT: u64 = 10_000_000;
 pub struct Scenario {
     pub model: ModelSpec,
     pub system: SystemSpec,
-    pub tp: u32,
+    /// The parallel layout (`--tp`, `--pp`, `--dp`, `--ep`, `--dcp`, `--redundant-experts`,
+    /// `--tbo`).
+    pub layout: Layout,
     /// Sequences decoded together in one step (one new token each).
     pub batch: u32,
     /// Tokens already in each sequence's KV cache.
@@ -216,8 +249,8 @@ pub struct Scenario {
     pub(crate) gpu_memory_utilization: f64,
     /// How tokens spread over the routed experts (`--routing`; `workload::routing`).
     pub routing: super::routing::Routing,
-    /// All-reduce implementation and NCCL knobs (`--allreduce`, `--nccl-max-nchannels`,
-    /// `--nccl-buffsize`).
+    /// All-reduce implementation, NCCL knobs and the other communication settings
+    /// (`--allreduce`, `--nccl-max-nchannels`, `--nccl-buffsize`, `--ep-comm`, ...).
     pub comm: CommKnobs,
     /// vLLM's CUDA-graph capture sizes for this GPU (`data/vllm/cudagraph.toml`): with
     /// `cuda_graphs` on, a pass's tokens are padded up to one of them.
@@ -237,14 +270,14 @@ impl Scenario {
     /// Checks the combination; every error says what is wrong and what would be accepted.
     pub fn validate(&self) -> Result<()> {
         let m = &self.model;
-        let tp = self.tp;
+        let tp = self.layout.tp;
         if tp == 0 {
             return Err(Error::FlagUse {
                 flag: "--tp",
                 problem: "must be at least 1".into(),
             });
         }
-        if tp > self.system.gpu_count && self.comm.dp_size() == 1 {
+        if tp > self.system.gpu_count && self.layout.dp_size() == 1 {
             return Err(Error::ScenarioSetting {
                 flag: "--tp",
                 value: tp.to_string(),
@@ -350,7 +383,7 @@ impl Scenario {
         }
         // The limit is per data-parallel rank: each DP rank is an engine of its own, so a
         // DP72 pool holds 72 times one engine's sequences.
-        let dp = self.comm.dp_size();
+        let dp = self.layout.dp_size();
         let max = MAX_BATCH.saturating_mul(dp);
         if self.batch == 0 || self.batch > max {
             return Err(Error::ScenarioRange {
@@ -417,41 +450,33 @@ impl Scenario {
 
     /// All the GPUs the scenario runs on: data-parallel attention ranks × TP (`--dp` × `--tp`).
     pub fn ranks(&self) -> u32 {
-        self.comm.dp_size() * self.tp
+        self.layout.ranks()
     }
 
     /// The sequences one rank attends over: the batch, or under data-parallel attention the
     /// largest DP rank's share (every rank plays the largest DP rank's step, `dp_batches`).
     pub fn rank_batch(&self) -> u32 {
-        let dp = self.comm.dp_size();
-        if dp > 1 {
-            self.batch.div_ceil(dp).max(1)
-        } else {
-            self.batch
-        }
+        self.layout.rank_batch(self.batch)
     }
 
     /// Sequences of each data-parallel rank: the global batch split as evenly as it goes, the
     /// first ranks taking the remainder (10 over 4: 3, 3, 2, 2). One entry at `--dp 1`.
     pub fn dp_batches(&self) -> Vec<u32> {
-        let dp = self.comm.dp_size();
-        (0..dp)
-            .map(|d| self.batch / dp + u32::from(d < self.batch % dp))
-            .collect()
+        self.layout.dp_batches(self.batch)
     }
 
     /// `--dp`, and `--ep` / `--ep-comm` / `--redundant-experts` / `--tbo` with it: each error
     /// names the flag, the value and what is expected.
     fn validate_dp(&self) -> Result<()> {
-        let (m, tp, k) = (&self.model, self.tp, &self.comm);
-        if k.dp == Some(0) {
+        let (m, tp, l, k) = (&self.model, self.layout.tp, &self.layout, &self.comm);
+        if l.dp == Some(0) {
             return Err(Error::ScenarioRange {
                 flag: "--dp",
                 value: "0".into(),
                 expected: "expected 1 (off) or more data-parallel ranks".into(),
             });
         }
-        let dp = k.dp_size();
+        let dp = l.dp_size();
         let ranks = dp * tp;
         if dp > 1 {
             if ranks > self.system.gpu_count {
@@ -474,7 +499,7 @@ impl Scenario {
                     ),
                 });
             }
-            if let Some(ep) = k.ep.filter(|&e| e != ranks) {
+            if let Some(ep) = l.ep.filter(|&e| e != ranks) {
                 return Err(Error::ScenarioSetting {
                     flag: "--ep",
                     value: ep.to_string(),
@@ -493,7 +518,7 @@ impl Scenario {
                 });
             }
         }
-        let ep = k.ep_size();
+        let ep = l.ep_size();
         if k.ep_comm == EpComm::RdmaLl && ep > 1 && self.system.spans_nodes(ep) {
             let net = self.system.network.as_ref();
             let ok =
@@ -514,7 +539,7 @@ impl Scenario {
                 });
             }
         }
-        if let Some(n) = k.redundant_experts.filter(|&n| n > 0) {
+        if let Some(n) = l.redundant_experts.filter(|&n| n > 0) {
             let experts = m.moe.as_ref().map_or(0, |x| x.n_routed_experts as u32);
             if ep <= 1 {
                 return Err(Error::FlagUse {
@@ -535,7 +560,7 @@ impl Scenario {
                 });
             }
         }
-        if k.tbo && !(ep > 1 && k.ep_comm == EpComm::RdmaLl) {
+        if l.tbo && !(ep > 1 && k.ep_comm == EpComm::RdmaLl) {
             return Err(Error::FlagUse {
                 flag: "--tbo",
                 problem: format!(
@@ -544,7 +569,7 @@ impl Scenario {
                 ),
             });
         }
-        if k.tbo && self.batch < 2 {
+        if l.tbo && self.batch < 2 {
             return Err(Error::ScenarioSetting {
                 flag: "--batch",
                 value: self.batch.to_string(),
@@ -556,8 +581,8 @@ impl Scenario {
 
     /// `--ep`: 1 (off) or the TP size, on a MoE model whose routed experts it divides.
     fn validate_ep(&self) -> Result<()> {
-        let (m, tp, k) = (&self.model, self.tp * k_dp(&self.comm), &self.comm);
-        if let Some(ep) = k.ep {
+        let (m, tp, l) = (&self.model, self.layout.ranks(), &self.layout);
+        if let Some(ep) = l.ep {
             if ep == 0 {
                 return Err(Error::ScenarioRange {
                     flag: "--ep",
@@ -586,7 +611,7 @@ impl Scenario {
                         ),
                     });
                 }
-                if k.redundant() == 0 && !moe.n_routed_experts.is_multiple_of(ep as usize) {
+                if l.redundant() == 0 && !moe.n_routed_experts.is_multiple_of(ep as usize) {
                     return Err(Error::ScenarioSetting {
                         flag: "--ep",
                         value: ep.to_string(),
@@ -604,10 +629,10 @@ impl Scenario {
     /// `--ep`, `--dcp`, `--link-gbps`, `--link-latency-us`: each error names the flag, the value
     /// and what is allowed.
     fn validate_parallel_and_link(&self) -> Result<()> {
-        let (m, tp, k) = (&self.model, self.tp, &self.comm);
+        let (m, tp, k) = (&self.model, self.layout.tp, &self.comm);
         self.validate_dp()?;
         self.validate_ep()?;
-        if let Some(dcp) = k.dcp {
+        if let Some(dcp) = self.layout.dcp {
             if dcp == 0 || !tp.is_multiple_of(dcp) {
                 return Err(Error::ScenarioSetting {
                     flag: "--dcp",
@@ -675,17 +700,17 @@ impl Scenario {
     /// ranks stage-major (`parallel_state`: world ranks reshaped to (pp, tp)), so stage s holds
     /// ranks s·tp .. (s+1)·tp − 1, and the stages fill the nodes in order.
     fn validate_pp(&self) -> Result<()> {
-        let Some(pp) = self.comm.pp else {
+        let Some(pp) = self.layout.pp else {
             return Ok(());
         };
-        let (tp, sys) = (self.tp, &self.system);
-        if pp > 1 && (self.comm.dp_size() > 1 || self.comm.tbo) {
+        let (tp, sys) = (self.layout.tp, &self.system);
+        if pp > 1 && (self.layout.dp_size() > 1 || self.layout.tbo) {
             return Err(Error::ScenarioSetting {
                 flag: "--pp",
                 value: pp.to_string(),
                 problem: format!(
                     " with {}: pipeline stages combined with data-parallel attention or two-batch overlap are not modelled (expected --pp 1 with them, or --dp 1 and --tbo off with --pp)",
-                    if self.comm.tbo { "--tbo on" } else { "--dp above 1" }
+                    if self.layout.tbo { "--tbo on" } else { "--dp above 1" }
                 ),
             });
         }

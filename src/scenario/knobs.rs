@@ -4,7 +4,7 @@
 //! applies to a request. The command-line flags, `whatif --vary` keys, `sweep --grid` keys,
 //! throughput-CSV columns and the JSON scenario echo are all read from [`KNOBS`].
 
-use super::deployment::{AllreduceImpl, CommKnobs, EpComm, Scenario};
+use super::deployment::{AllreduceImpl, CommKnobs, EpComm, Layout, Scenario};
 use super::routing::{Routing, DEFAULT_ROUTING};
 use super::{Algo, Proto, Runtime};
 use crate::error::{Error, Result};
@@ -19,6 +19,19 @@ pub struct ScenarioRequest {
     pub system: String,
     /// Defaults to the system's GPUs shared over the data-parallel ranks and pipeline stages.
     pub tp: Option<u32>,
+    /// `--pp`: with `tp` and the sizes below, the parallel layout as given (the loaded
+    /// scenario's [`Layout`]; unset: off).
+    pub pp: Option<u32>,
+    /// `--dp`.
+    pub dp: Option<u32>,
+    /// `--ep` (unset: DP × TP under `--dp`, else off).
+    pub ep: Option<u32>,
+    /// `--dcp`.
+    pub dcp: Option<u32>,
+    /// `--redundant-experts`.
+    pub redundant_experts: Option<u32>,
+    /// `--tbo`.
+    pub tbo: bool,
     pub batch: u32,
     pub context: u64,
     pub cuda_graphs: bool,
@@ -35,7 +48,7 @@ pub struct ScenarioRequest {
     pub layers: Option<usize>,
     /// `--routing`; None: the profile's fitted routing factor, else the runtime's default.
     pub routing: Option<Routing>,
-    /// `--allreduce` and the NCCL knobs.
+    /// `--allreduce`, the NCCL knobs and the other communication settings.
     pub comm: CommKnobs,
 }
 
@@ -45,6 +58,12 @@ impl Default for ScenarioRequest {
             model: "kimi-k2.5".into(),
             system: "rtx-pro-6000-8x-pcie".into(),
             tp: None,
+            pp: None,
+            dp: None,
+            ep: None,
+            dcp: None,
+            redundant_experts: None,
+            tbo: false,
             batch: 32,
             context: 4096,
             cuda_graphs: true,
@@ -59,6 +78,30 @@ impl Default for ScenarioRequest {
             routing: None,
             comm: CommKnobs::default(),
         }
+    }
+}
+
+impl ScenarioRequest {
+    /// The parallel layout the request gives, at tensor-parallel size `tp` (the request's
+    /// own, or the default `load` works out when it gives none).
+    pub fn layout(&self, tp: u32) -> Layout {
+        Layout {
+            tp,
+            pp: self.pp,
+            dp: self.dp,
+            ep: self.ep,
+            dcp: self.dcp,
+            redundant_experts: self.redundant_experts,
+            tbo: self.tbo,
+        }
+    }
+    /// Pipeline stages the request gives (1: off), as [`Layout::pp_size`].
+    pub fn pp_size(&self) -> u32 {
+        self.pp.unwrap_or(1).max(1)
+    }
+    /// Data-parallel attention ranks the request gives (1: off), as [`Layout::dp_size`].
+    pub fn dp_size(&self) -> u32 {
+        self.dp.unwrap_or(1).max(1)
     }
 }
 
@@ -391,7 +434,7 @@ pub static KNOBS: &[Knob] = &[
         parse: |t| Ok(Value::Whole(whole(t, U32, "a whole number of GPUs")?)),
         set: |r, v| r.tp = Some(take!(v, Value::Whole(n) => n as u32)),
         get: |r| r.tp.map(|n| Value::Whole(n.into())),
-        loaded: Some(|s| Some(Value::Whole(s.tp.into()))),
+        loaded: Some(|s| Some(Value::Whole(s.layout.tp.into()))),
     },
     Knob {
         flag: "--batch",
@@ -644,9 +687,9 @@ pub static KNOBS: &[Knob] = &[
         sweep: Sweep::One,
         unset: Some(|| "1 (off)".into()),
         parse: |t| Ok(Value::Whole(whole(t, U32, "1 or the TP size")?)),
-        set: |r, v| r.comm.ep = Some(take!(v, Value::Whole(n) => n as u32)),
-        get: |r| r.comm.ep.map(|n| Value::Whole(n.into())),
-        loaded: Some(|s| Some(Value::Whole(s.comm.ep_size().into()))),
+        set: |r, v| r.ep = Some(take!(v, Value::Whole(n) => n as u32)),
+        get: |r| r.ep.map(|n| Value::Whole(n.into())),
+        loaded: Some(|s| Some(Value::Whole(s.layout.ep_size().into()))),
     },
     Knob {
         flag: "--ep-comm",
@@ -672,9 +715,9 @@ pub static KNOBS: &[Knob] = &[
         sweep: Sweep::No,
         unset: Some(|| "1 (off)".into()),
         parse: |t| Ok(Value::Whole(whole(t, U32, "a divisor of the TP size")?)),
-        set: |r, v| r.comm.dcp = Some(take!(v, Value::Whole(n) => n as u32)),
-        get: |r| r.comm.dcp.map(|n| Value::Whole(n.into())),
-        loaded: Some(|s| Some(Value::Whole(s.comm.dcp_size().into()))),
+        set: |r, v| r.dcp = Some(take!(v, Value::Whole(n) => n as u32)),
+        get: |r| r.dcp.map(|n| Value::Whole(n.into())),
+        loaded: Some(|s| Some(Value::Whole(s.layout.dcp_size().into()))),
     },
     Knob {
         flag: "--link-gbps",
@@ -737,9 +780,9 @@ pub static KNOBS: &[Knob] = &[
                 "a whole number of stages, 1 or more",
             )?))
         },
-        set: |r, v| r.comm.pp = Some(take!(v, Value::Whole(n) => n as u32)),
-        get: |r| r.comm.pp.map(|n| Value::Whole(n.into())),
-        loaded: Some(|s| Some(Value::Whole(s.comm.pp_size().into()))),
+        set: |r, v| r.pp = Some(take!(v, Value::Whole(n) => n as u32)),
+        get: |r| r.pp.map(|n| Value::Whole(n.into())),
+        loaded: Some(|s| Some(Value::Whole(s.layout.pp_size().into()))),
     },
     Knob {
         flag: "--dp",
@@ -758,9 +801,9 @@ pub static KNOBS: &[Knob] = &[
                 "a whole number of data-parallel ranks",
             )?))
         },
-        set: |r, v| r.comm.dp = Some(take!(v, Value::Whole(n) => n as u32)),
-        get: |r| r.comm.dp.map(|n| Value::Whole(n.into())),
-        loaded: Some(|s| Some(Value::Whole(s.comm.dp_size().into()))),
+        set: |r, v| r.dp = Some(take!(v, Value::Whole(n) => n as u32)),
+        get: |r| r.dp.map(|n| Value::Whole(n.into())),
+        loaded: Some(|s| Some(Value::Whole(s.layout.dp_size().into()))),
     },
     Knob {
         flag: "--redundant-experts",
@@ -777,9 +820,9 @@ pub static KNOBS: &[Knob] = &[
                 "a whole number of expert replicas",
             )?))
         },
-        set: |r, v| r.comm.redundant_experts = Some(take!(v, Value::Whole(n) => n as u32)),
-        get: |r| r.comm.redundant_experts.map(|n| Value::Whole(n.into())),
-        loaded: Some(|s| Some(Value::Whole(s.comm.redundant().into()))),
+        set: |r, v| r.redundant_experts = Some(take!(v, Value::Whole(n) => n as u32)),
+        get: |r| r.redundant_experts.map(|n| Value::Whole(n.into())),
+        loaded: Some(|s| Some(Value::Whole(s.layout.redundant().into()))),
     },
     Knob {
         flag: "--tbo",
@@ -791,9 +834,9 @@ pub static KNOBS: &[Knob] = &[
         sweep: Sweep::List,
         unset: None,
         parse: on_off,
-        set: |r, v| r.comm.tbo = take!(v, Value::Switch(b) => b),
-        get: |r| Some(Value::Switch(r.comm.tbo)),
-        loaded: Some(|s| Some(Value::Switch(s.comm.tbo))),
+        set: |r, v| r.tbo = take!(v, Value::Switch(b) => b),
+        get: |r| Some(Value::Switch(r.tbo)),
+        loaded: Some(|s| Some(Value::Switch(s.layout.tbo))),
     },
 ];
 

@@ -13,6 +13,6 @@ pub mod network;
 pub mod routing;
 pub mod system;
 
-pub use deployment::{Algo, CommPath, NcclSettings, Proto, Runtime, Scenario};
+pub use deployment::{Algo, CommPath, Layout, NcclSettings, Proto, Runtime, Scenario};
 pub use model::{Family, ModelSpec, WeightFormat};
 pub use system::{GpuSpec, SystemSpec};

@@ -107,13 +107,13 @@ impl MemoryOptions {
         )?;
         range("--max-num-seqs", self.max_num_seqs, 1, 1 << 16)?;
         range("--block-size", self.block_size, 1, 1 << 12)?;
-        if self.dcp == 0 || !s.tp.is_multiple_of(self.dcp) {
+        if self.dcp == 0 || !s.layout.tp.is_multiple_of(self.dcp) {
             return Err(Error::Flag {
                 flag: "--dcp",
                 value: self.dcp.to_string(),
                 expected: format!(
                     "a divisor of the tensor-parallel size {} (vLLM's decode_context_parallel_size shards the KV cache within the TP group)",
-                    s.tp
+                    s.layout.tp
                 ),
             });
         }
@@ -234,7 +234,7 @@ pub fn account(s: &Scenario, p: &CalibrationProfile, o: &MemoryOptions) -> Resul
     if kv_budget <= 0.0 {
         return Err(Error::NoKvMemory {
             model: m.name.clone(),
-            tp: s.tp,
+            tp: s.layout.tp,
             gpu: s.system.gpu.name.clone(),
             need: crate::units::bytes(non_kv),
             utilization: crate::scenario::check::show(o.gpu_memory_utilization),
@@ -294,7 +294,7 @@ pub fn account(s: &Scenario, p: &CalibrationProfile, o: &MemoryOptions) -> Resul
         kv_cache_tokens: kv_tokens,
         dcp: o.dcp,
         max_num_seqs: o.max_num_seqs,
-        dp: s.comm.dp_size(),
+        dp: s.layout.dp_size(),
     })
 }
 
@@ -305,7 +305,7 @@ impl MemoryOptions {
     pub fn of_scenario(s: &Scenario) -> Self {
         MemoryOptions {
             gpu_memory_utilization: s.gpu_memory_utilization,
-            dcp: s.comm.dcp_size(),
+            dcp: s.layout.dcp_size(),
             ..MemoryOptions::default()
         }
     }
@@ -387,7 +387,7 @@ pub fn fixed_terms(s: &Scenario, p: &CalibrationProfile, o: &MemoryOptions) -> V
 fn stage_kv_bytes_per_token(s: &Scenario, stage: &Stage) -> f64 {
     let per_layer = s
         .model
-        .kv_bytes_per_token_per_layer(s.tp as usize, s.kv_bytes);
+        .kv_bytes_per_token_per_layer(s.layout.tp as usize, s.kv_bytes);
     per_layer * stage.layers.len() as f64
 }
 
@@ -432,7 +432,7 @@ fn stage_terms(
     stage: &Stage,
 ) -> Vec<MemoryTerm> {
     let m = &s.model;
-    let tp = s.tp as usize;
+    let tp = s.layout.tp as usize;
     let mut terms = Vec::new();
 
     let formats = weight_formats(m);
@@ -441,8 +441,8 @@ fn stage_terms(
         bytes: weight_bytes_of(
             m,
             tp,
-            s.comm.ep_size() as usize,
-            s.comm.redundant() as usize,
+            s.layout.ep_size() as usize,
+            s.layout.redundant() as usize,
             stage,
         ),
         source: format!(
@@ -501,7 +501,7 @@ fn stage_terms(
         } else {
             format!(
                 "none: vLLM runs no custom all-reduce at TP={} on the {} path (docs/sources.md §3.3)",
-                s.tp,
+                s.layout.tp,
                 s.comm_path().name()
             )
         },
@@ -603,7 +603,7 @@ fn cuda_graph_bytes(s: &Scenario, max_num_seqs: u32) -> (f64, usize, f64) {
         .count() as f64;
     let nodes = sizes.len() as f64 * 2.0 * kernels;
     let largest = *sizes.last().unwrap_or(&1) as f64;
-    let pool = activation_peak_bytes(&s.model, s.tp as usize, largest, 0.0);
+    let pool = activation_peak_bytes(&s.model, s.layout.tp as usize, largest, 0.0);
     (nodes * GRAPH_BYTES_PER_NODE + pool, sizes.len(), nodes)
 }
 
@@ -620,7 +620,7 @@ fn capture_sizes(max: u32) -> Vec<u32> {
 /// connection per channel holds the Simple, LL and LL128 buffers (NCCL's P2P transport
 /// allocates them on one side of each connection); vLLM holds two communicators per TP group.
 fn nccl_buffer_bytes(s: &Scenario, p: &CalibrationProfile) -> (f64, u32, f64) {
-    if s.tp <= 1 {
+    if s.layout.tp <= 1 {
         return (0.0, 0, 0.0);
     }
     let defaults = p.nccl.as_ref();
@@ -650,10 +650,11 @@ pub fn custom_ar_bytes(s: &Scenario) -> f64 {
     use crate::scenario::deployment::AllreduceImpl;
     // Not when the group spans nodes: vLLM disables it there (cost::custom_ar_dispatch).
     let enabled =
-        crate::cost::allreduce::custom_ar_enabled(s.tp, s.comm_path() == CommPath::Nvlink).is_ok()
+        crate::cost::allreduce::custom_ar_enabled(s.layout.tp, s.comm_path() == CommPath::Nvlink)
+            .is_ok()
             && s.comm.allreduce != AllreduceImpl::Nccl
             && s.runtime == crate::scenario::Runtime::Vllm
-            && !s.system.spans_nodes(s.tp);
+            && !s.system.spans_nodes(s.layout.tp);
     if enabled {
         CUSTOM_AR_BYTES
     } else {

@@ -80,14 +80,14 @@ pub fn send(s: &Scenario, p: &CalibrationProfile, from: u32, batch: u32) -> (Op,
         .padded;
     let hidden = s.model.hidden as u64;
     let total = stage::intermediate_bytes(tokens, hidden);
-    let tp = s.tp as u64;
-    let bytes = if stage::split_over_tp(tokens, hidden, s.tp) {
+    let tp = s.layout.tp as u64;
+    let bytes = if stage::split_over_tp(tokens, hidden, s.layout.tp) {
         total / tp
     } else {
         total
     };
-    let (a, b) = (from * s.tp, (from + 1) * s.tp);
-    let senders = s.tp.min(s.system.gpus_per_node);
+    let (a, b) = (from * s.layout.tp, (from + 1) * s.layout.tp);
+    let senders = s.layout.tp.min(s.system.gpus_per_node);
     let price = cost::internode::p2p(&s.system, s.comm_path(), a, b, bytes, senders);
     let op = Op {
         name: format!("pp_send_recv_s{from}_to_s{}", from + 1),
@@ -129,8 +129,8 @@ pub fn send(s: &Scenario, p: &CalibrationProfile, from: u32, batch: u32) -> (Op,
 
 /// The return of the sampled tokens from the last stage to stage 0 (µs; see the module text).
 pub fn token_return_us(s: &Scenario) -> f64 {
-    let pp = s.comm.pp_size();
-    let last = (pp - 1) * s.tp;
+    let pp = s.layout.pp_size();
+    let last = (pp - 1) * s.layout.tp;
     match (&s.system.network, s.system.link_between(last, 0)) {
         (Some(net), LinkClass::Net) => net.latency_us,
         _ => 0.0,
@@ -554,13 +554,13 @@ impl Cycles {
     }
 }
 
-/// Plays `scenario` (with `comm.pp` above 1) as a pipeline; see the module text.
+/// Plays `scenario` (with `layout.pp` above 1) as a pipeline; see the module text.
 pub fn simulate(scenario: Scenario, profile: CalibrationProfile) -> Result<Simulation> {
     let s = &scenario;
     let p = &profile;
     let stages = stage::stages(s);
     let n_stages = stages.len();
-    let micro = micro_batches(s.batch, s.comm.pp_size());
+    let micro = micro_batches(s.batch, s.layout.pp_size());
     let (sizes, size) = micro_sizes(&micro);
     // runs[stage][size], sends[stage][size] (stage < last)
     let mut runs: Vec<Vec<Run>> = Vec::with_capacity(n_stages);
@@ -622,7 +622,7 @@ pub fn simulate(scenario: Scenario, profile: CalibrationProfile) -> Result<Simul
 
     // The timeline of the recorded cycle, its first window starting at 0.
     let zero = window.start.iter().copied().fold(f64::INFINITY, f64::min);
-    let tp = s.tp as usize;
+    let tp = s.layout.tp as usize;
     let ranks = tp * n_stages;
     let mut timeline = Timeline::default();
     timeline.clear(ranks);
@@ -749,7 +749,7 @@ fn combine_pricing(
     for (from, row) in sends.iter().enumerate() {
         let link = s
             .system
-            .link_between(from as u32 * s.tp, (from as u32 + 1) * s.tp);
+            .link_between(from as u32 * s.layout.tp, (from as u32 + 1) * s.layout.tp);
         for (k, (op, us, lat)) in row.iter().enumerate() {
             let c = CollectiveChoice {
                 op: CostFamily::SendRecv.key(),

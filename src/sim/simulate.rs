@@ -55,7 +55,7 @@ impl ScenarioRequest {
         let tp = match self.tp {
             Some(tp) => tp,
             None => {
-                let (dp, pp) = (self.comm.dp_size(), self.comm.pp_size());
+                let (dp, pp) = (self.dp_size(), self.pp_size());
                 let split = dp * pp;
                 // More ranks than GPUs: one GPU each, for the layout check to refuse by name.
                 if split >= system.gpu_count {
@@ -73,16 +73,16 @@ impl ScenarioRequest {
                 }
             }
         };
-        let mut comm = self.comm;
+        let mut layout = self.layout(tp);
         // --dp implies vLLM's --enable-expert-parallel: the EP group is DP × TP.
-        if comm.dp_size() > 1 && comm.ep.is_none() {
-            comm.ep = Some(comm.dp_size() * tp);
+        if layout.dp_size() > 1 && layout.ep.is_none() {
+            layout.ep = Some(layout.ranks());
         }
         let scenario = Scenario {
             cuda_graph_sizes,
             mla_backend,
             allreduce_rules,
-            tp,
+            layout,
             model,
             system,
             batch: self.batch,
@@ -102,7 +102,7 @@ impl ScenarioRequest {
                 profile.factors.routing_alpha,
                 self.runtime,
             ),
-            comm,
+            comm: self.comm,
         };
         scenario.validate()?;
         Ok((scenario, profile))
@@ -239,7 +239,7 @@ impl Simulation {
 pub fn engine_config(s: &Scenario, p: &CalibrationProfile) -> EngineConfig {
     EngineConfig {
         ranks: s.ranks(),
-        tp: s.tp,
+        tp: s.layout.tp,
         cuda_graphs: s.cuda_graphs,
         eager_ops: None,
         launch: p.launch.clone(),
@@ -250,7 +250,7 @@ pub fn engine_config(s: &Scenario, p: &CalibrationProfile) -> EngineConfig {
 }
 
 pub fn simulate_loaded(scenario: Scenario, profile: CalibrationProfile) -> Result<Simulation> {
-    if scenario.comm.pp_size() > 1 {
+    if scenario.layout.pp_size() > 1 {
         return super::pipeline::simulate(scenario, profile);
     }
     let workload = workload::build(&scenario);

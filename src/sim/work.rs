@@ -43,9 +43,13 @@ pub(crate) struct TimelineLayout {
 
 impl TimelineLayout {
     pub(crate) fn of(s: &Scenario) -> Self {
-        let stages = s.comm.pp_size();
+        let stages = s.layout.pp_size();
         TimelineLayout {
-            ranks: s.tp.saturating_mul(stages).saturating_mul(s.comm.dp_size()),
+            ranks: s
+                .layout
+                .tp
+                .saturating_mul(stages)
+                .saturating_mul(s.layout.dp_size()),
             stages,
         }
     }
@@ -62,8 +66,8 @@ pub(crate) fn interval_units(s: &Scenario, draws: usize, plays: f64) -> f64 {
     if draws == 0 {
         return 0.0;
     }
-    let ep = ep_ranks(s.comm.ep, s.comm.dp_size(), Some(s.tp));
-    let fast = s.comm.dcp.unwrap_or(1) <= 1 && !(s.comm.pp_size() > 1 && ep > 1);
+    let ep = ep_ranks(s.layout.ep, s.layout.dp_size(), Some(s.layout.tp));
+    let fast = s.layout.dcp.unwrap_or(1) <= 1 && !(s.layout.pp_size() > 1 && ep > 1);
     let (fit, replayed) = if fast {
         let ep_fit = if ep > 1 {
             WORK_EP_LAYOUT_PER_RANK * ep as f64

@@ -116,7 +116,7 @@ fn request_for(
         runtime: Runtime::Reference,
         layers: Some(layers),
         routing: None,
-        comm: Default::default(),
+        ..Default::default()
     })
 }
 

@@ -191,8 +191,8 @@ pub fn step_cost(
     tl: &mut Timeline,
 ) -> Result<StepCost> {
     // Draft and verify passes are played as one SPMD step; a pipeline's schedule is not.
-    if s.comm.pp_size() > 1 {
-        return Err(crate::sim::fast::pp_refused(s.comm.pp_size()));
+    if s.layout.pp_size() > 1 {
+        return Err(crate::sim::fast::pp_refused(s.layout.pp_size()));
     }
     let sd = spec_params(p)?;
     let ds = draft.scenario(s)?;
@@ -224,8 +224,8 @@ pub(crate) fn step_windows(
     p: &CalibrationProfile,
     k: u32,
 ) -> Result<(Vec<Window>, f64)> {
-    if s.comm.pp_size() > 1 {
-        return Err(crate::sim::fast::pp_refused(s.comm.pp_size()));
+    if s.layout.pp_size() > 1 {
+        return Err(crate::sim::fast::pp_refused(s.layout.pp_size()));
     }
     let sd = spec_params(p)?;
     let ds = draft.scenario(s)?;
@@ -410,10 +410,10 @@ pub(crate) fn simulate_costs_with(
         });
     }
     let (scenario, profile) = req.base.load()?;
-    if scenario.comm.pp_size() > 1 {
-        return Err(crate::sim::fast::pp_refused(scenario.comm.pp_size()));
+    if scenario.layout.pp_size() > 1 {
+        return Err(crate::sim::fast::pp_refused(scenario.layout.pp_size()));
     }
-    if scenario.comm.tbo {
+    if scenario.layout.tbo {
         // vLLM overlaps the micro-batches of a plain decode step; the draft and verify passes
         // as micro-batches are not modelled.
         return Err(Error::ScenarioSetting {
@@ -633,8 +633,8 @@ pub(crate) fn study(
 /// for `--timeline`: the passes play back to back on the same engine.
 pub(crate) fn step_simulation(req: &SpecDecodeRequest, k: u32) -> Result<Simulation> {
     let (scenario, profile) = req.base.load()?;
-    if scenario.comm.pp_size() > 1 {
-        return Err(crate::sim::fast::pp_refused(scenario.comm.pp_size()));
+    if scenario.layout.pp_size() > 1 {
+        return Err(crate::sim::fast::pp_refused(scenario.layout.pp_size()));
     }
     let draft = Draft::load(req.method, req.draft.as_deref(), &scenario.model)?;
     draft.check_k(k)?;

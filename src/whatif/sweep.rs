@@ -174,17 +174,17 @@ impl SweepRequest {
     /// setting): (pp, dp, tbo).
     fn layout_list(&self) -> Vec<(u32, u32, bool)> {
         let pps: Vec<u32> = if self.pp.is_empty() {
-            vec![self.base.comm.pp_size()]
+            vec![self.base.pp_size()]
         } else {
             self.pp.iter().map(|&p| p.max(1)).collect()
         };
         let dps: Vec<u32> = if self.dp.is_empty() {
-            vec![self.base.comm.dp_size()]
+            vec![self.base.dp_size()]
         } else {
             self.dp.iter().map(|&d| d.max(1)).collect()
         };
         let tbos: Vec<bool> = if self.tbo.is_empty() {
-            vec![self.base.comm.tbo]
+            vec![self.base.tbo]
         } else {
             self.tbo.clone()
         };
@@ -244,7 +244,7 @@ impl SweepRequest {
         let (mut total, mut ep_layouts, mut max_ep) = (0.0f64, 0usize, 0u32);
         for &(pp, dp, tbo) in &layouts {
             let row = WORK_FAST_SCENARIO * pp as f64 * if tbo { 2.0 } else { 1.0 };
-            let ep = ep_ranks(self.base.comm.ep, dp, self.base.tp);
+            let ep = ep_ranks(self.base.ep, dp, self.base.tp);
             let mut units = WORK_SWEEP_LAYOUT + per_layout_rows * row;
             if ep > 1 {
                 ep_layouts += 1;
@@ -361,17 +361,17 @@ pub fn prepare<'a>(
     // Each pipeline size and data-parallel size loaded and validated as its own scenario
     // (tp × pp or dp × tp GPUs, layers).
     let pps: Vec<Option<u32>> = if req.pp.is_empty() {
-        vec![req.base.comm.pp]
+        vec![req.base.pp]
     } else {
         req.pp.iter().map(|&n| Some(n)).collect()
     };
     let dps: Vec<Option<u32>> = if req.dp.is_empty() {
-        vec![req.base.comm.dp]
+        vec![req.base.dp]
     } else {
         req.dp.iter().map(|&n| Some(n)).collect()
     };
     let tbos: Vec<bool> = if req.tbo.is_empty() {
-        vec![req.base.comm.tbo]
+        vec![req.base.tbo]
     } else {
         req.tbo.clone()
     };
@@ -380,9 +380,9 @@ pub fn prepare<'a>(
         for &dp in &dps {
             for &tbo in &tbos {
                 let mut base = req.base.clone();
-                base.comm.pp = pp;
-                base.comm.dp = dp;
-                base.comm.tbo = tbo;
+                base.pp = pp;
+                base.dp = dp;
+                base.tbo = tbo;
                 loaded.push(base.load()?);
             }
         }
@@ -442,12 +442,12 @@ pub fn prepare<'a>(
                         value: b.to_string(),
                         problem: format!(
                             ": {rows:.2} routed rows per expert-parallel rank on average{} (EP {}, CUDA graphs {}), fewer than one; the sweep's fast path prices expert loads from the mean rank, which holds no whole row here: sweep batches from {} up, or price this one with `decodesim simulate`",
-                            if scenario.comm.tbo {
+                            if scenario.layout.tbo {
                                 " in the smaller micro-batch"
                             } else {
                                 ""
                             },
-                            scenario.comm.ep_size(),
+                            scenario.layout.ep_size(),
                             if g { "on" } else { "off" },
                             first_whole_batch(&fast, b, g)
                         ),
@@ -456,9 +456,9 @@ pub fn prepare<'a>(
             }
         }
         layouts.push(Layout {
-            pp: scenario.comm.pp_size(),
-            dp: scenario.comm.dp_size(),
-            tbo: scenario.comm.tbo,
+            pp: scenario.layout.pp_size(),
+            dp: scenario.layout.dp_size(),
+            tbo: scenario.layout.tbo,
             fast,
             colls,
             launches,

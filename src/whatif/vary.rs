@@ -218,8 +218,7 @@ pub(crate) fn run_bounded_with(
         WORK_TIMELINE_STEP, WORK_VARIANT_DRAW, WORK_VARIANT_DRAW_PER_RANK, WORK_VARIANT_LOAD,
     };
     let n = variant_count(&req.axes, req.one_at_a_time);
-    let k = req.base.comm;
-    let ep = crate::sim::work::ep_ranks(k.ep, k.dp_size(), req.base.tp) as f64;
+    let ep = crate::sim::work::ep_ranks(req.base.ep, req.base.dp_size(), req.base.tp) as f64;
     let per_variant = WORK_VARIANT_LOAD
         + WORK_TIMELINE_STEP
         + draws as f64 * (WORK_VARIANT_DRAW + WORK_VARIANT_DRAW_PER_RANK * ep);
@@ -328,7 +327,7 @@ pub fn table(s: &VaryStudy, top: usize) -> String {
         "base: {} on {}, TP={}, batch {}, context {}: step {} µs, {:.1} tokens/s",
         b.scenario.model.name,
         b.scenario.system.name,
-        b.scenario.tp,
+        b.scenario.layout.tp,
         b.scenario.batch,
         b.scenario.context,
         crate::units::us(b.step_time_us()),

@@ -137,17 +137,17 @@ pub fn footprint(
 /// decode-context-parallel ranks (`--dcp`). Under `--pp`, use `sim::memory::rank_memory`
 /// (the stage that binds), which `simulate` reports.
 pub fn footprint_of(s: &crate::scenario::Scenario) -> MemoryFootprint {
-    let tp = s.tp as usize;
+    let tp = s.layout.tp as usize;
     let seqs = s.dp_batches().into_iter().max().unwrap_or(0) as u64;
     let per_token = s.model.kv_bytes_per_token_per_layer(tp, s.kv_bytes)
         * s.model.num_layers as f64
-        / s.comm.dcp_size() as f64;
+        / s.layout.dcp_size() as f64;
     MemoryFootprint {
         weights_bytes: weight_bytes_layout(
             &s.model,
             tp,
-            s.comm.ep_size() as usize,
-            s.comm.redundant() as usize,
+            s.layout.ep_size() as usize,
+            s.layout.redundant() as usize,
         ),
         kv_cache_bytes: per_token * seqs as f64 * s.context as f64,
         other_bytes: 0.0,

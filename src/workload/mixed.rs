@@ -115,7 +115,7 @@ pub fn build(s: &Scenario, step: &MixedStep) -> Workload {
     let routing = sample_routing(s, 0..n, real, pad.padded - real);
     let shape = StepShape {
         model: &s.model,
-        tp: s.tp as usize,
+        tp: s.layout.tp as usize,
         batch: step.decode,
         context: step.context,
         tokens: pad.padded,

@@ -152,7 +152,7 @@ fn build_verify(s: &Scenario, queries_per_seq: u32) -> Workload {
 
 /// One forward pass whose tokens are padded under `rule` when the scenario runs CUDA graphs.
 fn build_padded(s: &Scenario, queries_per_seq: u32, rule: PadRule) -> Workload {
-    if s.comm.tbo && s.batch >= 2 {
+    if s.layout.tbo && s.batch >= 2 {
         let [a, b] = overlap::micro_batches(s);
         return overlap::interleave(
             build_padded(&a, queries_per_seq, rule),
@@ -188,7 +188,7 @@ fn build_part(
     let routing = match &local {
         Some(_) => {
             let (dp, real) = (
-                s_global.comm.dp_size() as u64,
+                s_global.layout.dp_size() as u64,
                 s_global.batch as u64 * queries,
             );
             sample_routing(s_global, part.layers.clone(), real, dp * tokens - real)
@@ -197,7 +197,7 @@ fn build_part(
     };
     let shape = StepShape {
         model,
-        tp: s.tp as usize,
+        tp: s.layout.tp as usize,
         batch: s.batch,
         context: s.context,
         tokens,
@@ -216,7 +216,7 @@ fn build_part(
     let mut b = builder::Builder::new();
     if part.is_first() {
         frame::embedding(&mut b, &shape);
-    } else if stage::split_over_tp(tokens, model.hidden as u64, s.tp) {
+    } else if stage::split_over_tp(tokens, model.hidden as u64, s.layout.tp) {
         // Each rank received its 1/tp slice of hidden_states and residual (stage.rs).
         for name in ["pp_recv_all_gather_hidden", "pp_recv_all_gather_residual"] {
             b.collective(
@@ -274,7 +274,7 @@ fn decoder_layers(
             (Family::MlaMoe, Some(mla)) => mla::attention_block(b, shape, mla, layer),
             _ => gqa::attention_block(b, shape, layer),
         }
-        if s.tp > 1 {
+        if s.layout.tp > 1 {
             b.collective(
                 OpRole::AttnAllReduce,
                 "attn_all_reduce",
@@ -294,7 +294,7 @@ fn decoder_layers(
             Some(moe) if model.is_layer_moe(layer) => moe::moe_block(b, shape, moe, layer),
             _ => moe::dense_mlp(b, shape, layer),
         }
-        if s.tp > 1 {
+        if s.layout.tp > 1 {
             b.collective(
                 OpRole::MlpAllReduce,
                 "mlp_all_reduce",

@@ -26,7 +26,7 @@ use crate::scenario::Scenario;
 /// seeded apart from mb0's.
 pub(crate) fn micro_batches(s: &Scenario) -> [Scenario; 2] {
     let mut a = s.clone();
-    a.comm.tbo = false;
+    a.layout.tbo = false;
     let mut b = a.clone();
     a.batch = s.batch.div_ceil(2);
     b.batch = s.batch / 2;

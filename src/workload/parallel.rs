@@ -51,14 +51,14 @@ use crate::scenario::Scenario;
 /// `padded` rows (CUDA-graph padding: collectives move every row; the KV write and attention
 /// cover the real tokens).
 pub fn apply(s: &Scenario, real: u64, padded: u64, w: &mut Workload) {
-    let ep = s.comm.ep_size();
+    let ep = s.layout.ep_size();
     if ep > 1 && s.model.moe.is_some() {
         expert_parallel(s, padded, ep, w);
     }
-    if s.comm.dp_size() > 1 {
+    if s.layout.dp_size() > 1 {
         data_parallel_attention(s, w);
     }
-    let dcp = s.comm.dcp_size();
+    let dcp = s.layout.dcp_size();
     if dcp > 1 && s.model.mla.is_some() {
         context_parallel(s, real, padded, dcp, w);
     }
@@ -105,7 +105,7 @@ fn collective(
 /// collectives and CUDA graphs see one size: `coordinate_batch_across_dp`, as remembered;
 /// docs/sources.md has no entry, ASSUMPTION). None at `--dp 1`.
 pub(crate) fn dp_rank_scenario(s: &Scenario) -> Option<Scenario> {
-    (s.comm.dp_size() > 1).then(|| {
+    (s.layout.dp_size() > 1).then(|| {
         let mut local = s.clone();
         local.batch = s.rank_batch();
         local
@@ -122,7 +122,7 @@ fn data_parallel_attention(s: &Scenario, w: &mut Workload) {
     if shares.iter().all(|&b| b as f64 == max) {
         return;
     }
-    let tp = s.tp.max(1) as usize;
+    let tp = s.layout.tp.max(1) as usize;
     let scale: Vec<f64> = (0..s.ranks() as usize)
         .map(|r| shares[r / tp] as f64 / max)
         .collect();
@@ -248,7 +248,7 @@ pub fn a2a_message_bytes(tokens: u64, top_k: u64, hidden: u64, per_element: f64)
 fn expert_parallel(s: &Scenario, tokens: u64, ep: u32, w: &mut Workload) {
     let moe = s.model.moe.as_ref().expect("checked");
     let n = ep as usize;
-    let tp = s.tp as u64;
+    let tp = s.layout.tp as u64;
     let hidden = s.model.hidden as u64;
     let (hf, top_k) = (hidden as f64, moe.top_k as u64);
     let inter = moe.moe_intermediate as u64;
@@ -259,8 +259,8 @@ fn expert_parallel(s: &Scenario, tokens: u64, ep: u32, w: &mut Workload) {
     // group is the TP group, so this is the 1/EP slice of the replicated batch.
     let slice = tokens.div_ceil(tp);
     // The dispatch/combine spans the whole EP group; at --dp 1 that is the TP group (0).
-    let a2a_group = if s.comm.dp_size() > 1 { ep } else { 0 };
-    let redundant = s.comm.redundant() as usize;
+    let a2a_group = if s.layout.dp_size() > 1 { ep } else { 0 };
+    let redundant = s.layout.redundant() as usize;
     let (dispatch_kernel, combine_kernel) = if s.comm.ep_comm == EpComm::RdmaLl {
         (
             "deep_ep::internode_ll::dispatch (rdma-ll)",
@@ -497,7 +497,7 @@ fn expert_parallel(s: &Scenario, tokens: u64, ep: u32, w: &mut Workload) {
 fn context_parallel(s: &Scenario, real: u64, tokens: u64, dcp: u32, w: &mut Workload) {
     let mla = s.model.mla.as_ref().expect("checked");
     let d = dcp as u64;
-    let heads = (s.model.num_heads / s.tp as usize) as u64;
+    let heads = (s.model.num_heads / s.layout.tp as usize) as u64;
     let kv_lora = mla.kv_lora_rank as u64;
     let latent = kv_lora + mla.qk_rope_head_dim as u64;
     let ctx = s.context.div_ceil(d);

@@ -328,15 +328,15 @@ impl Drafter {
         let mut s = target.clone();
         s.model = self.model.clone();
         if s.model.moe.is_none() {
-            s.comm.ep = None;
+            s.layout.ep = None;
             s.comm.ep_comm = Default::default();
             // Under data-parallel attention a dense drafter runs on each DP rank alone (its
             // own sequences, the target's TP, nothing across DP ranks): played as the largest
             // DP rank's share, which the next verify pass's all-to-all waits for.
             s.batch = target.rank_batch();
-            s.comm.dp = None;
-            s.comm.redundant_experts = None;
-            s.comm.tbo = false;
+            s.layout.dp = None;
+            s.layout.redundant_experts = None;
+            s.layout.tbo = false;
         }
         s.validate().map_err(|e| match e.scenario_problem() {
             Some(problem) => Error::ScenarioPart {

@@ -71,7 +71,7 @@ pub fn layer_split(num_layers: usize, pp: u32) -> Vec<Range<usize>> {
 
 /// The stages of a scenario (one, the whole model, when `--pp` is off).
 pub fn stages(s: &Scenario) -> Vec<Stage> {
-    let pp = s.comm.pp_size();
+    let pp = s.layout.pp_size();
     layer_split(s.model.num_layers, pp)
         .into_iter()
         .enumerate()

@@ -256,12 +256,12 @@ pub(super) fn check_servers(req: &ThroughputRequest) -> Result<()> {
             problem: e.to_string(),
         })?;
         // What the result says the server ran, held against the scenario.
-        if let Some(tp) = p.tp.filter(|&tp| tp != s.tp) {
+        if let Some(tp) = p.tp.filter(|&tp| tp != s.layout.tp) {
             return Err(Error::PointInvalid {
                 point: p.origin(&req.source).to_string(),
                 problem: format!(
                     "the result's tensor_parallel_size is {tp}, the scenario's --tp {}: give --tp {tp} (or correct the result's metadata)",
-                    s.tp
+                    s.layout.tp
                 ),
             });
         }

@@ -64,7 +64,7 @@ pub(super) fn moe_modules(
     // Under expert parallelism each rank's own load is the routing model's (`Op::rank_scale`):
     // the table prices the mean rank, which the balanced rows are (the skewed rows time a rank
     // the source does not name).
-    let dist = if s.comm.ep_size() > 1 {
+    let dist = if s.layout.ep_size() > 1 {
         "balanced"
     } else {
         moe_table_distribution(&s.routing)
@@ -101,8 +101,8 @@ pub(super) fn moe_modules(
             moe.top_k as u64,
             // The experts span the TP group of every data-parallel rank; expert parallelism
             // splits them into whole experts (moe_tp 1) over the EP group.
-            (s.tp * s.comm.dp_size() / s.comm.ep_size()).max(1),
-            s.comm.ep_size(),
+            (s.layout.tp * s.layout.dp_size() / s.layout.ep_size()).max(1),
+            s.layout.ep_size(),
         );
         let touched = gemm.shape.batch;
         // The table's num_tokens gives each rank num_tokens × top_k routed rows (under expert
@@ -113,7 +113,7 @@ pub(super) fn moe_modules(
         let topk = key.5.max(1);
         let tokens = ((gemm.shape.m + topk / 2) / topk).max(1);
         // A rank's own experts: all of them, or its EP slice (with the redundant copies).
-        let local = ((key.2 + s.comm.redundant() as u64) / key.7.max(1) as u64).max(1);
+        let local = ((key.2 + s.layout.redundant() as u64) / key.7.max(1) as u64).max(1);
         let x = moe_tokens_for_lookup(dist, tokens, touched, local, key.5);
         // An EP size the table lacks whose ranks hold as many experts as a measured one's
         // (EP 144 with 32 redundant copies: two per rank, as at EP 128) reads that one's rows:

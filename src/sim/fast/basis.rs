@@ -7,6 +7,7 @@ use super::{
     DistinctExperts, Error, NcclSettings, Op, Result, Scenario, Stream, Workload, CONTEXT_COLS, NB,
     NCAT, SHARED_EXPERT_STREAM_TOKEN_THRESHOLD,
 };
+use crate::scenario::Layout;
 
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Vars {
@@ -714,7 +715,7 @@ impl PassModel {
                     CostFamily::Fork => Kind::Fork,
                     CostFamily::Join => Kind::Join,
                     f if f.is_collective() => Kind::Collective {
-                        wide: op0.group > s.tp,
+                        wide: op0.group > s.layout.tp,
                     },
                     _ => Kind::Kernel {
                         aux: op0.stream == Stream::Aux,
@@ -1038,14 +1039,15 @@ pub(super) struct Scratch {
 
 /// What of the memo's scenario a prepared pricer depends on and a sweep moves (the NCCL
 /// setting, `--allreduce` and the other communication knobs, the launch mode; batch and context
-/// are read per price), and the profile it was prepared from.
-type PricerKey = (usize, NcclSettings, CommKnobs, bool);
+/// are read per price), the layout it was prepared over, and the profile it was prepared from.
+type PricerKey = (usize, NcclSettings, CommKnobs, Layout, bool);
 
 fn pricer_key(s: &Scenario, p: &CalibrationProfile) -> PricerKey {
     (
         p as *const CalibrationProfile as usize,
         s.nccl,
         s.comm,
+        s.layout,
         s.cuda_graphs,
     )
 }
@@ -1054,9 +1056,10 @@ fn pricer_key(s: &Scenario, p: &CalibrationProfile) -> PricerKey {
 #[inline]
 fn key_is(k: &PricerKey, s: &Scenario, p: &CalibrationProfile) -> bool {
     k.0 == p as *const CalibrationProfile as usize
-        && k.3 == s.cuda_graphs
+        && k.4 == s.cuda_graphs
         && k.1 == s.nccl
         && k.2 == s.comm
+        && k.3 == s.layout
 }
 
 impl Scratch {

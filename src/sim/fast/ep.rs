@@ -75,9 +75,9 @@ pub(super) struct EpShape {
 
 impl EpShape {
     pub(super) fn of(s: &Scenario) -> Option<Self> {
-        let n = s.comm.ep_size();
+        let n = s.layout.ep_size();
         let moe = s.model.moe.as_ref()?;
-        let rows = moe.top_k.min(moe.n_routed_experts) as u64 * s.comm.dp_size() as u64;
+        let rows = moe.top_k.min(moe.n_routed_experts) as u64 * s.layout.dp_size() as u64;
         (n > 1).then(|| EpShape {
             n,
             rows_per_padded: if rows.is_multiple_of(n as u64) {
@@ -86,10 +86,10 @@ impl EpShape {
                 rows
             },
             routed_per_padded: rows,
-            dp: s.comm.dp_size(),
-            redundant: s.comm.redundant(),
+            dp: s.layout.dp_size(),
+            redundant: s.layout.redundant(),
             slice_tp: if s.comm.ep_comm.is_all_to_all() {
-                s.tp.max(1) as u64
+                s.layout.tp.max(1) as u64
             } else {
                 0
             },
@@ -328,7 +328,7 @@ impl EpLoads {
             top_k: moe.top_k,
             n: ep.n as usize,
             redundant: ep.redundant as usize,
-            tp: s.tp.max(1) as usize,
+            tp: s.layout.tp.max(1) as usize,
             dp: ep.dp.max(1),
             skew: if jitter {
                 v.rank_skew_cv * 3f64.sqrt()

@@ -136,7 +136,7 @@ pub(super) type LatencyKey = (usize, u32, u32, u32, u64, bool);
 /// Beyond this many stored prices (~64 MB) a thread's memo starts over.
 pub(super) const MEMO_MAX_VALUES: usize = 8 << 20;
 /// Contexts priced and kept per (pass, batch, queries) entry (sweep helper: bounds the memo of
-/// a sweep over many contexts; see `play`).
+/// a sweep over many contexts; see `context_slot`).
 pub(super) const CONTEXTS_PER_ENTRY: usize = 16;
 
 thread_local! {

@@ -89,8 +89,9 @@ use replay::{play_regime, Straggler};
 /// Unique ids of fast scenarios and collective settings (the memo's keys).
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
-/// The NCCL setting collectives are priced with (protocol, algorithm, P2P, `--allreduce` and
-/// NCCL knobs), prepared once per sweep setting.
+/// The NCCL setting collectives are priced with (protocol, algorithm, P2P, `--allreduce`, the
+/// NCCL knobs and the other communication settings), prepared once per sweep setting. It holds
+/// no layout: a fast scenario prices every setting over its own.
 #[derive(Debug, Clone)]
 pub struct Collectives {
     id: u64,
@@ -102,7 +103,7 @@ impl Collectives {
     /// Takes `s`'s NCCL settings; refuses (as `simulate` would) a setting the profile cannot
     /// price.
     pub fn new(s: &Scenario, p: &CalibrationProfile) -> Result<Self> {
-        if s.tp > 1 {
+        if s.layout.tp > 1 {
             let mut b = crate::workload::builder::Builder::new();
             let bytes = s.model.hidden as u64 * 2;
             let role = crate::workload::OpRole::Collective;
@@ -137,17 +138,31 @@ pub struct FastScenario {
     /// scenario too).
     scenario: Scenario,
     id: u64,
+    /// The plain step's pass (a pipeline's first stage; two-batch overlap's micro-batch pass).
     target: PassModel,
-    /// The speculative step's passes (fitted when a drafter was given).
-    spec: Option<SpecFit>,
+    /// How a step plays `target`, and what else it plays.
+    mode: Mode,
     /// The expected wait of each collective for the slowest rank (jitter on).
     straggler: Straggler,
-    /// Pipeline parallelism: stages 1 .. pp (stage 0 is `target`) and the schedule's inputs.
-    pipeline: Option<PipelineFit>,
-    /// Expert parallelism: the draws of the ranks' expert loads (`ep`).
+    /// Expert parallelism: the draws of the ranks' expert loads (`ep`), in any mode but a
+    /// pipeline's.
     loads: Option<EpLoads>,
-    /// Two-batch overlap: `target` is the micro-batch pass, played twice interleaved (`tbo`).
-    tbo: Option<tbo::TboFit>,
+}
+
+/// How the step of a fast scenario is played, with what each way needs beyond the plain pass
+/// (`FastScenario::target`): one mode per scenario, chosen when it is fitted.
+#[derive(Debug, Clone)]
+enum Mode {
+    /// `target` played once.
+    Plain,
+    /// Pipeline parallelism (`--pp`): `target` is stage 0; stages 1 .. pp and the schedule's
+    /// inputs (`pipeline`).
+    Pipelined(PipelineFit),
+    /// Two-batch overlap (`--tbo on`): `target` is the micro-batch pass, played twice
+    /// interleaved (`tbo`).
+    TwoBatchOverlap(tbo::TboFit),
+    /// A drafter's passes (`target` still plays the plain step): speculative steps at any k.
+    Speculative(SpecFit),
 }
 
 /// The sweep setting a pass is played under: the launch mode and the NCCL setting.
@@ -157,23 +172,32 @@ struct Setting<'a> {
     coll: &'a Collectives,
 }
 
-/// One pass of a step: sequences, query tokens per sequence, KV length, and how many identical
-/// passes run in a row.
+impl Setting<'_> {
+    /// Puts the setting on `s` (the memo's scenario, to price collectives under it): the NCCL
+    /// and communication settings and the launch mode. The layout is the fitted scenario's and
+    /// stays.
+    fn put(&self, s: &mut Scenario) {
+        s.nccl = self.coll.nccl;
+        s.comm = self.coll.comm;
+        s.cuda_graphs = self.launch.graphs;
+    }
+}
+
+/// One pass of a step: sequences, query tokens per sequence, and how many identical passes run
+/// in a row (the KV lengths are the lanes').
 #[derive(Clone, Copy)]
 struct PassAt {
     batch: u32,
     queries: u32,
-    context: u64,
     repeat: u32,
 }
 
 impl PassAt {
     /// The plain decode step: one query token per sequence, played once.
-    fn plain(batch: u32, context: u64) -> Self {
+    fn plain(batch: u32) -> Self {
         PassAt {
             batch,
             queries: 1,
-            context,
             repeat: 1,
         }
     }
@@ -210,11 +234,11 @@ impl FastScenario {
     ) -> Result<Self> {
         // A pipeline: one model per stage, composed by `sim::pipeline::schedule`. Speculative
         // decoding's windows are not composed with the pipeline's micro-batches: refused.
-        let pp = s.comm.pp_size();
-        if s.comm.tbo {
+        let pp = s.layout.pp_size();
+        if s.layout.tbo {
             return tbo::fit(s, p, draft);
         }
-        let ep = s.comm.ep_size() > 1 && s.model.moe.is_some();
+        let ep = s.layout.ep_size() > 1 && s.model.moe.is_some();
         if ep && pp > 1 {
             return Err(ep_refused(s));
         }
@@ -228,18 +252,16 @@ impl FastScenario {
                 scenario: s.clone(),
                 id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
                 target: first,
-                spec: None,
-                straggler: Straggler::new(&p.variability, s.tp, s.tp),
-                pipeline: Some(fit),
+                mode: Mode::Pipelined(fit),
+                straggler: Straggler::new(&p.variability, s.layout.tp, s.layout.tp),
                 loads: None,
-                tbo: None,
             };
             fast.check()?;
             return Ok(fast);
         }
         // Data-parallel attention: probed at batches every DP rank shares evenly (the probe's
         // batch each), so that shapes are linear in one DP rank's variables (`ep`).
-        let dp = s.comm.dp_size();
+        let dp = s.layout.dp_size();
         let build_target = move |ps: &Scenario, q: u32| {
             if dp > 1 {
                 let mut g = ps.clone();
@@ -264,10 +286,10 @@ impl FastScenario {
             let fit = |(i, kind): (usize, &PassKind)| {
                 let on = if kind.on_draft() { &ds } else { s };
                 // Probed like the plain step under data-parallel attention (a batch per DP rank).
-                let pass_dp = on.comm.dp_size();
+                let pass_dp = on.layout.dp_size();
                 // A dense drafter under data-parallel attention runs on one DP rank's share.
-                let share = if on.comm.dp_size() < s.comm.dp_size() {
-                    s.comm.dp_size()
+                let share = if on.layout.dp_size() < s.layout.dp_size() {
+                    s.layout.dp_size()
                 } else {
                     1
                 };
@@ -313,11 +335,9 @@ impl FastScenario {
             scenario: s.clone(),
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             target,
-            spec,
-            straggler: Straggler::new(&p.variability, s.tp, s.ranks()),
-            pipeline: None,
+            mode: spec.map_or(Mode::Plain, Mode::Speculative),
+            straggler: Straggler::new(&p.variability, s.layout.tp, s.ranks()),
             loads: EpLoads::new(s, p),
-            tbo: None,
         };
         fast.check()?;
         Ok(fast)
@@ -346,26 +366,37 @@ impl FastScenario {
     }
 
     fn passes(&self) -> impl Iterator<Item = &PassModel> {
-        std::iter::once(&self.target)
-            .chain(self.spec.iter().flat_map(|f| &f.passes))
-            .chain(self.pipeline.iter().flat_map(|f| &f.rest))
+        let rest: &[PassModel] = match &self.mode {
+            Mode::Speculative(f) => &f.passes,
+            Mode::Pipelined(f) => &f.rest,
+            Mode::Plain | Mode::TwoBatchOverlap(_) => &[],
+        };
+        std::iter::once(&self.target).chain(rest)
     }
 
     /// Memo slots: the plain step and the speculative passes, or the pipeline's stages.
     fn slots(&self) -> usize {
-        (1 + PassKind::ALL.len()).max(self.pipeline.as_ref().map_or(0, |f| f.stages()))
+        let stages = match &self.mode {
+            Mode::Pipelined(f) => f.stages(),
+            _ => 0,
+        };
+        (1 + PassKind::ALL.len()).max(stages)
     }
 
     /// Pipeline stages (1 without pipeline parallelism).
     pub fn stages(&self) -> usize {
-        self.pipeline.as_ref().map_or(1, |f| f.stages())
+        match &self.mode {
+            Mode::Pipelined(f) => f.stages(),
+            _ => 1,
+        }
     }
 
     /// Pipeline stages a row plays (stages whose models play the same are played once).
     pub fn distinct_stages(&self) -> usize {
-        self.pipeline.as_ref().map_or(1, |f| {
-            f.twin.iter().enumerate().filter(|&(i, &t)| t == i).count()
-        })
+        match &self.mode {
+            Mode::Pipelined(f) => f.twin.iter().enumerate().filter(|&(i, &t)| t == i).count(),
+            _ => 1,
+        }
     }
 
     /// Segment shapes (ops, repeat) of the target, verify, first and later draft passes.
@@ -401,15 +432,10 @@ impl FastScenario {
         })
     }
 
-    /// Plays `at.repeat` passes of `pm` on `st` at (batch, queries, context).
-    fn play(&self, m: &mut Memo, pm: &PassModel, st: &mut State, at: PassAt, set: Setting<'_>) {
-        self.play_lanes(m, pm, std::array::from_mut(st), at, [at.context], set)
-    }
-
-    /// [`FastScenario::play`] at `W` contexts at once, each on its own state (`at.context` is
-    /// not read): the shapes that follow the tokens are looked up once, and the lanes' max-plus
+    /// Plays `at.repeat` passes of `pm` at (batch, queries) and `W` contexts at once, each on its
+    /// own state: the shapes that follow the tokens are looked up once, and the lanes' max-plus
     /// recursions run interleaved (`replay::play_regime`), so that their dependency chains
-    /// overlap. Each lane does, bit for bit, what `play` does at its context.
+    /// overlap. Each lane does, bit for bit, what one lane alone does at its context.
     fn play_lanes<const W: usize>(
         &self,
         m: &mut Memo,
@@ -548,9 +574,7 @@ impl FastScenario {
             None => {
                 s.batch = batch;
                 s.context = context;
-                s.nccl = coll.nccl;
-                s.comm = coll.comm;
-                s.cuda_graphs = launch.graphs;
+                set.put(s);
                 let x = pm.vars(local, q, context, e.touched, padded).basis();
                 let layout: Vec<(usize, bool)> =
                     regime.collective_ops.iter().map(|&i| (i, true)).collect();
@@ -643,9 +667,7 @@ impl FastScenario {
                 &**latency.entry(key).or_insert_with(|| {
                     s.batch = batch;
                     s.context = context;
-                    s.nccl = coll.nccl;
-                    s.comm = coll.comm;
-                    s.cuda_graphs = launch.graphs;
+                    set.put(s);
                     let x = pm.vars(local, q, context, e_touched, padded).basis();
                     latency_fractions(regime, &x, s, p).into_boxed_slice()
                 })
@@ -735,24 +757,37 @@ impl FastScenario {
         coll: &Collectives,
     ) -> (f64, Busy) {
         self.with_memo(|m| {
-            if let Some(fit) = &self.pipeline {
-                return self.pipeline_step(m, fit, (batch, context), Setting { launch, coll }, 0.0);
-            }
-            if let Some(fit) = &self.tbo {
-                let set = Setting { launch, coll };
-                let [one] = self.tbo_rows(m, fit, batch, [context], set, 0.0);
-                return one;
-            }
-            let mut st = State::new(launch);
-            self.play(
-                m,
-                &self.target,
-                &mut st,
-                PassAt::plain(batch, context),
-                Setting { launch, coll },
-            );
-            (st.window_us(), st.busy)
+            let [one] = self.step_lanes(m, batch, [context], Setting { launch, coll }, 0.0);
+            one
         })
+    }
+
+    /// The step at `W` contexts of one batch under `set` as the mode plays it (`overhead` µs
+    /// added to each window's end-of-step idle): per context, (window µs, busy per category).
+    /// A speculative scenario's plain step is its target pass alone.
+    fn step_lanes<const W: usize>(
+        &self,
+        m: &mut Memo,
+        batch: u32,
+        contexts: [u64; W],
+        set: Setting<'_>,
+        overhead: f64,
+    ) -> [(f64, Busy); W] {
+        match &self.mode {
+            Mode::Pipelined(fit) => {
+                self.pipeline_step_lanes(m, fit, batch, contexts, set, overhead)
+            }
+            Mode::TwoBatchOverlap(fit) => self.tbo_rows(m, fit, batch, contexts, set, overhead),
+            Mode::Plain | Mode::Speculative(_) => {
+                let mut sts = [State::new(set.launch); W];
+                for st in &mut sts {
+                    st.step_overhead += overhead;
+                }
+                let at = PassAt::plain(batch);
+                self.play_lanes(m, &self.target, &mut sts, at, contexts, set);
+                sts.map(|st| (st.window_us(), st.busy))
+            }
+        }
     }
 
     /// A batch the fast path does not price for this scenario under `graphs`: expert
@@ -763,7 +798,7 @@ impl FastScenario {
         let pm = &self.target;
         let ep = pm.ep.as_ref()?;
         // Two-batch overlap prices each micro-batch as a step of its own: the smaller decides.
-        let batch = if self.tbo.is_some() {
+        let batch = if let Mode::TwoBatchOverlap(_) = self.mode {
             (batch / 2).max(1)
         } else {
             batch
@@ -783,26 +818,7 @@ impl FastScenario {
         launch: &Launch,
         coll: &Collectives,
     ) -> [(f64, Busy); W] {
-        self.with_memo(|m| {
-            if let Some(fit) = &self.pipeline {
-                let set = Setting { launch, coll };
-                return self.pipeline_step_lanes(m, fit, batch, contexts, set, 0.0);
-            }
-            if let Some(fit) = &self.tbo {
-                let set = Setting { launch, coll };
-                return self.tbo_rows(m, fit, batch, contexts, set, 0.0);
-            }
-            let mut sts = [State::new(launch); W];
-            self.play_lanes(
-                m,
-                &self.target,
-                &mut sts,
-                PassAt::plain(batch, contexts[0]),
-                contexts,
-                Setting { launch, coll },
-            );
-            sts.map(|st| (st.window_us(), st.busy))
-        })
+        self.with_memo(|m| self.step_lanes(m, batch, contexts, Setting { launch, coll }, 0.0))
     }
 
     /// Plays the windows of the step at `k` (each window's passes on one state, `overhead` µs
@@ -829,7 +845,6 @@ impl FastScenario {
                 let at = PassAt {
                     batch,
                     queries: run.queries,
-                    context: contexts[0],
                     repeat: run.repeat,
                 };
                 self.play_lanes(m, pm, &mut sts, at, contexts, Setting { launch, coll });
@@ -871,7 +886,9 @@ impl FastScenario {
         launch: &Launch,
         coll: &Collectives,
     ) -> Option<[(SpecSplit, Busy); W]> {
-        let spec = self.spec.as_ref()?;
+        let Mode::Speculative(spec) = &self.mode else {
+            return None;
+        };
         Some(self.with_memo(|m| {
             let set = Setting { launch, coll };
             self.play_spec(m, spec, (batch, contexts, k), set, 0.0).map(
@@ -917,30 +934,10 @@ impl FastScenario {
     ) -> f64 {
         self.with_memo(|m| {
             m.draw = Some(*draw);
-            if let Some(fit) = &self.pipeline {
-                let set = Setting { launch, coll };
-                let at = (batch, context);
-                let us = self.pipeline_step(m, fit, at, set, draw.step_overhead_us).0;
-                m.draw = None;
-                return us;
-            }
-            if let Some(fit) = &self.tbo {
-                let set = Setting { launch, coll };
-                let [(us, _)] = self.tbo_rows(m, fit, batch, [context], set, draw.step_overhead_us);
-                m.draw = None;
-                return us;
-            }
-            let mut st = State::new(launch);
-            st.step_overhead += draw.step_overhead_us;
-            self.play(
-                m,
-                &self.target,
-                &mut st,
-                PassAt::plain(batch, context),
-                Setting { launch, coll },
-            );
+            let set = Setting { launch, coll };
+            let [(us, _)] = self.step_lanes(m, batch, [context], set, draw.step_overhead_us);
             m.draw = None;
-            st.window_us()
+            us
         })
     }
 
@@ -954,7 +951,9 @@ impl FastScenario {
         coll: &Collectives,
         draw: &Draw,
     ) -> Option<(f64, f64, f64)> {
-        let spec = self.spec.as_ref()?;
+        let Mode::Speculative(spec) = &self.mode else {
+            return None;
+        };
         Some(self.with_memo(|m| {
             m.draw = Some(*draw);
             let [(draft_us, verify_us, _)] = self.play_spec(
@@ -1029,10 +1028,10 @@ impl Draw {
 /// slowest-rank expert loads are played for a whole step, not per stage), with the commands
 /// that handle it.
 fn ep_refused(s: &Scenario) -> Error {
-    let (flag, value) = if s.comm.dp_size() > 1 {
-        ("--dp", s.comm.dp_size())
+    let (flag, value) = if s.layout.dp_size() > 1 {
+        ("--dp", s.layout.dp_size())
     } else {
-        ("--ep", s.comm.ep_size())
+        ("--ep", s.layout.ep_size())
     };
     Error::ScenarioSetting {
         flag,

@@ -74,7 +74,7 @@ impl PipelineFit {
         Ok((
             first,
             PipelineFit {
-                pp: s.comm.pp_size(),
+                pp: s.layout.pp_size(),
                 rest: models,
                 ret_us: pl::token_return_us(s),
                 twin,
@@ -118,9 +118,7 @@ impl FastScenario {
             return v;
         }
         let s = &mut m.s;
-        s.nccl = set.coll.nccl;
-        s.comm = set.coll.comm;
-        s.cuda_graphs = set.launch.graphs;
+        set.put(s);
         let (_, us, lat) = pl::send(s, &self.profile, from, batch);
         SENDS.with(|c| {
             let mut c = c.borrow_mut();
@@ -172,7 +170,7 @@ impl FastScenario {
         for state in &mut states {
             state.step_overhead += overhead;
         }
-        let at = PassAt::plain(b, contexts[0]);
+        let at = PassAt::plain(b);
         self.play_lanes(m, self.stage_model(fit, st), &mut states, at, contexts, set);
         for state in &states {
             put(state.window_us(), &state.busy);
@@ -222,26 +220,14 @@ impl FastScenario {
         }
     }
 
-    /// One pipeline step at (batch, context): every (stage, micro-batch size) played on its
-    /// own state (`overhead` µs added to each one's end-of-step idle), the sends priced, and
-    /// `sim::pipeline::schedule` composing them. Returns the time per output token and the busy
-    /// time per category of one rank over it (each stage runs every micro-batch once and holds
-    /// the sends in and out of it; the mean over stages, as the timeline's per-rank mean).
-    pub(super) fn pipeline_step(
-        &self,
-        m: &mut Memo,
-        fit: &PipelineFit,
-        at: (u32, u64),
-        set: Setting<'_>,
-        overhead: f64,
-    ) -> (f64, Busy) {
-        let [r] = self.pipeline_step_lanes(m, fit, at.0, [at.1], set, overhead);
-        r
-    }
-
-    /// [`FastScenario::pipeline_step`] at `W` contexts of one batch: each distinct stage's
-    /// plays run as lanes (`play_lanes`), the sends are priced once, the schedule is composed
-    /// per context. The same figures, bit for bit.
+    /// One pipeline step at `W` contexts of one batch: every (stage, micro-batch size) played
+    /// on its own state (`overhead` µs added to each one's end-of-step idle), the sends priced,
+    /// and `sim::pipeline::schedule` composing them. Per context, the time per output token and
+    /// the busy time per category of one rank over it (each stage runs every micro-batch once
+    /// and holds the sends in and out of it; the mean over stages, as the timeline's per-rank
+    /// mean). Each distinct stage's plays run as lanes (`play_lanes`), the sends are priced
+    /// once, the schedule is composed per context: each lane the same figures, bit for bit, as
+    /// played alone.
     pub(super) fn pipeline_step_lanes<const W: usize>(
         &self,
         m: &mut Memo,

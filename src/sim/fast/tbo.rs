@@ -110,9 +110,9 @@ pub(super) fn fit(
         return Err(spec_refused());
     }
     let mut micro = s.clone();
-    micro.comm.tbo = false;
+    micro.layout.tbo = false;
     let mut fast = FastScenario::new(&micro, p, None)?;
-    if fast.pipeline.is_some() {
+    if let super::Mode::Pipelined(_) = fast.mode {
         // Refused by the scenario's own checks (`--pp` with `--tbo on`); kept as a value.
         return Err(Error::Invariant(
             "fast path: two-batch overlap with pipeline stages",
@@ -152,7 +152,7 @@ pub(super) fn fit(
     let run_end: [Box<[u32]>; 2] =
         [&pm.low, &pm.high].map(|r| kernel_runs(&r.kinds, &r.segments, true).into());
     let per_seq = [per_seq(&pm.low), per_seq(&pm.high)];
-    fast.tbo = Some(TboFit {
+    fast.mode = super::Mode::TwoBatchOverlap(TboFit {
         cut: [cut(&pm.low), cut(&pm.high)],
         run_start: [
             run_start(&pm.low, &run_end[0]),
@@ -284,7 +284,7 @@ impl FastScenario {
             let pm = &self.target;
             for k in 0..2 {
                 let out = &mut priced[k];
-                let at = PassAt::plain(sizes[k], contexts[0]);
+                let at = PassAt::plain(sizes[k]);
                 self.price_lanes(m, pm, &mut sts, at, contexts, set, |regime, d, ex, _, _| {
                     out.high = !std::ptr::eq(regime, &pm.low);
                     // The mean rank's duration: the slowest rank's excess joins its window's

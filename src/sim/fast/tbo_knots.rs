@@ -252,6 +252,14 @@ mod tests {
     use crate::sim::fast::{Collectives, Launch};
     use crate::sim::ScenarioRequest;
 
+    /// The overlap fit of a two-batch-overlap scenario.
+    fn tbo_fit(fast: &FastScenario) -> &tbo::TboFit {
+        match &fast.mode {
+            crate::sim::fast::Mode::TwoBatchOverlap(fit) => fit,
+            _ => panic!("two-batch overlap"),
+        }
+    }
+
     /// DeepSeek-V3 with data-parallel attention over 16 H200s and two-batch overlap (the
     /// benchmark's grid), `layers` deep: the fast scenario, its launch and collectives.
     fn deepseek_dp16(batch: u32, layers: usize) -> (FastScenario, Launch, Collectives) {
@@ -265,9 +273,9 @@ mod tests {
             layers: Some(layers),
             ..ScenarioRequest::default()
         };
-        req.comm.dp = Some(16);
+        req.dp = Some(16);
         req.comm.ep_comm = EpComm::RdmaLl;
-        req.comm.tbo = true;
+        req.tbo = true;
         let (s, p) = req.load().expect("scenario");
         let fast = FastScenario::new(&s, &p, None).expect("fitted");
         let launch = Launch::new(&p, s.cuda_graphs);
@@ -277,7 +285,7 @@ mod tests {
 
     /// The step played at `c` itself (no knots).
     fn played(fast: &FastScenario, batch: u32, c: u64, set: Setting<'_>) -> (f64, Busy) {
-        let fit = fast.tbo.as_ref().expect("two-batch overlap");
+        let fit = tbo_fit(fast);
         let [one] = fast.with_memo(|m| fast.tbo_step_lanes(m, fit, batch, [c], set, 0.0));
         one
     }
@@ -300,7 +308,7 @@ mod tests {
                 let lanes: [u64; 8] = lanes.try_into().expect("8 contexts");
                 rows.extend(fast.step_us_busy_lanes(batch, lanes, &launch, &coll));
             }
-            let fit = fast.tbo.as_ref().expect("two-batch overlap");
+            let fit = tbo_fit(&fast);
             let key = |c: u64| (batch, coll.id, launch.graphs, 0f64.to_bits(), c);
             for (&c, row) in contexts.iter().zip(&rows) {
                 let own = played(&fast, batch, c, set);
@@ -427,7 +435,7 @@ mod tests {
             launch: &launch,
             coll: &coll,
         };
-        let fit = fast.tbo.as_ref().expect("two-batch overlap");
+        let fit = tbo_fit(&fast);
         let (mut same, mut rows, mut worst) = (0u64, 0u64, 0f64);
         for batch in 2..=251u32 {
             for first in (1000..5000u64).step_by(8) {

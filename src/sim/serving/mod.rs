@@ -115,25 +115,25 @@ fn check(s: &Scenario, o: &ServeOptions) -> Result<()> {
             problem: ": decodesim serve models the MLA prefill path only (DeepSeek-V3 and Kimi-K2 style models); expected an MLA model".into(),
         });
     }
-    if s.comm.dp_size() > 1 {
+    if s.layout.dp_size() > 1 {
         return refuse(
             "--dp",
             "data-parallel attention is not modelled in a serving run",
         );
     }
-    if s.comm.pp_size() > 1 {
+    if s.layout.pp_size() > 1 {
         return refuse(
             "--pp",
             "pipeline parallelism is not modelled in a serving run",
         );
     }
-    if s.comm.tbo {
+    if s.layout.tbo {
         return refuse(
             "--tbo",
             "two-batch overlap is not modelled in a serving run",
         );
     }
-    if s.comm.dcp_size() > 1 {
+    if s.layout.dcp_size() > 1 {
         return refuse(
             "--dcp",
             "decode context parallelism is not modelled in a serving run",
@@ -237,7 +237,7 @@ pub fn serve_lengths(
             described,
             kv_tokens: account.kv_cache_tokens,
             model: s.model.name.clone(),
-            tp: s.tp,
+            tp: s.layout.tp,
         });
     }
     let limits = scheduler::Limits {

@@ -21,7 +21,7 @@ pub(super) fn fp8_transfer_source(s: &Scenario) -> Option<Source> {
     if t.applies_to(&s.system.gpu.compute_capability) {
         return None;
     }
-    let heads = (s.model.num_heads / s.tp as usize).max(1) as u64;
+    let heads = (s.model.num_heads / s.layout.tp as usize).max(1) as u64;
     let hi = t
         .fp8_over_bf16(heads, s.rank_batch() as f64, s.context as f64)
         .value

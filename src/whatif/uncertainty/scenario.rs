@@ -97,7 +97,7 @@ pub fn timeline_step_ratios(
     n: usize,
     seed: u64,
 ) -> Result<Vec<f64>> {
-    if s.comm.pp_size() > 1 {
+    if s.layout.pp_size() > 1 {
         return Err(Error::NoIntervals {
             why: "no interval: neither the fast path nor the timeline's draws price this pipeline (--pp) scenario".into(),
         });

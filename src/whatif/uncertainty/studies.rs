@@ -202,8 +202,8 @@ pub(crate) fn sweep_intervals(
             .map(|(i, r)| (i, *r))
             .unzip();
         let mut base = req.base.clone();
-        base.comm.pp = Some(pp);
-        base.comm.dp = Some(dp);
+        base.pp = Some(pp);
+        base.dp = Some(dp);
         for (i, v) in idx
             .into_iter()
             .zip(sweep_intervals_at(req, &base, &sub, n, seed)?)

@@ -161,6 +161,22 @@ fn a_malformed_model_error_file_names_the_file_and_field() {
     }
 }
 
+/// Same seed, same interval, across processes too: nothing drawn or summed depends on a hash
+/// map's per-process order (the tables' interpolation errors were once summed in it).
+#[test]
+fn intervals_are_the_same_in_every_process() {
+    let run = || {
+        let (ok, out, err) = decodesim_bin(&["simulate", "--layers", "4", "--format", "json"]);
+        assert!(ok, "{err}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        v["intervals"].to_string()
+    };
+    let first = run();
+    for _ in 0..3 {
+        assert_eq!(run(), first);
+    }
+}
+
 #[test]
 fn a_malformed_step_error_file_names_the_file_and_field() {
     let dir = scratch("intervals_bad_step_error");

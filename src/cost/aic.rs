@@ -988,7 +988,7 @@ pub fn is_moe_gemm(f: CostFamily) -> bool {
 /// The leave-one-out rms log error of log-log interpolation along each line of rows (x, µs):
 /// every inner row predicted from its two neighbours.
 fn loo(lines: &mut dyn Iterator<Item = Vec<(f64, f64)>>) -> Option<f64> {
-    let (mut sum, mut n) = (0.0, 0usize);
+    let mut sq = Vec::new();
     for line in lines {
         for w in line.windows(3) {
             let (a, b, c) = (w[0], w[1], w[2]);
@@ -998,12 +998,15 @@ fn loo(lines: &mut dyn Iterator<Item = Vec<(f64, f64)>>) -> Option<f64> {
             }
             let pred = log_lerp(a.0, a.1, c.0, c.1, b.0);
             if pred > 0.0 && pred.is_finite() {
-                sum += (b.1 / pred).ln().powi(2);
-                n += 1;
+                sq.push((b.1 / pred).ln().powi(2));
             }
         }
     }
-    (n > 0).then(|| (sum / n as f64).sqrt())
+    // The lines come in a hash map's order, which changes from run to run: summed in sorted
+    // order, the figure (and every interval drawn from it) is the same bit for bit each run.
+    sq.sort_by(f64::total_cmp);
+    let n = sq.len();
+    (n > 0).then(|| (sq.iter().sum::<f64>() / n as f64).sqrt())
 }
 
 /// A model's routed-expert shape as the MoE rows key it: (quant, experts, hidden,

@@ -13,6 +13,7 @@ pub(crate) mod op;
 pub(crate) mod overlap;
 pub(crate) mod parallel;
 pub mod routing;
+pub mod spec_method;
 pub mod spec_step;
 pub mod stage;
 

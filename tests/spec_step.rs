@@ -128,7 +128,6 @@ fn pass_workloads_have_the_token_shapes_of_each_method() {
             SpecMethod::Eagle3 => (7168, 1),
             SpecMethod::Mtp => (7168, 1),
             SpecMethod::DraftModel => (2048, 2),
-            SpecMethod::Eagle => (7168, 1),
         };
         for k in [1u64, 3] {
             let step = SpecStep::new(method, k as u32);
@@ -187,10 +186,6 @@ fn pass_workloads_have_the_token_shapes_of_each_method() {
                 }
                 SpecMethod::DraftModel => {
                     assert!(gather.is_empty() && fc.is_empty() && eh.is_empty());
-                }
-                SpecMethod::Eagle => {
-                    assert_eq!(gather.len(), 1);
-                    assert_eq!((fc[0].shape.m, fc[0].shape.k), (BATCH * (k + 1), 7168));
                 }
             }
         }

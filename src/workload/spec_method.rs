@@ -22,8 +22,6 @@ pub enum SpecMethod {
     Mtp,
     /// A separate small model with the target's vocabulary.
     DraftModel,
-    /// An EAGLE-1 head fed the target's last hidden state.
-    Eagle,
 }
 
 /// How a method's draft is found; `whatif::draft` loads each kind.
@@ -127,17 +125,6 @@ pub const METHODS: &[MethodSpec] = &[
         drafter: "a draft model",
         source: DraftSource::Model,
         input: DraftInput::Tokens,
-        schedule: Schedule::Chain,
-    },
-    MethodSpec {
-        method: SpecMethod::Eagle,
-        names: &["eagle"],
-        section: "eagle",
-        about: Some("an EAGLE-1 head"),
-        label: "EAGLE",
-        drafter: "an EAGLE draft",
-        source: DraftSource::HeadConfig,
-        input: DraftInput::AuxHidden,
         schedule: Schedule::Chain,
     },
 ];

@@ -87,11 +87,9 @@ pub struct SweepArgs {
     /// Draft tokens per step (0 = no speculation): a list and/or ranges.
     #[arg(long, default_value = "0")]
     draft_tokens: String,
-    /// Speculative method when draft tokens > 0: eagle3, mtp or draft-model.
-    #[arg(long, default_value = "eagle3")]
+    #[arg(long, default_value = Method::DEFAULT.name(), help = method_help())]
     method: String,
-    /// EAGLE-3 draft config.json, or the draft model for --method draft-model.
-    #[arg(long)]
+    #[arg(long, help = draft_help())]
     pub draft: Option<String>,
     /// vLLM's draft acceptance rate (mean length 1 + k x R), for draft tokens > 0.
     #[arg(long)]
@@ -137,6 +135,24 @@ fn list_help(name: &str, how: &str) -> String {
     format!("{} {how} [default: {}]", k.help, k.default_text())
 }
 
+/// `--method`'s help, listing the table of methods.
+fn method_help() -> String {
+    format!(
+        "Speculative method when draft tokens > 0: {}",
+        Method::names_where(|_| true)
+    )
+}
+
+/// `--draft`'s help: the methods that take a draft file.
+fn draft_help() -> String {
+    use crate::workload::spec_method::DraftSource;
+    format!(
+        "{} draft config.json, or the draft model for --method {}",
+        Method::choices(|m| m.source == DraftSource::HeadConfig, |m| m.label.into()),
+        Method::names_where(|m| m.source == DraftSource::Model)
+    )
+}
+
 /// A list of one knob's values, each read by the knob's own parser and applied to a request,
 /// then taken back out by `read`.
 fn axis<T>(name: &str, text: &str, read: fn(&ScenarioRequest) -> T) -> Result<Vec<T>> {
@@ -166,20 +182,28 @@ fn list<T>(flag: &str, text: &str, parse: impl Fn(&str) -> Result<T>) -> Result<
 }
 
 /// The grid keys of `sweep` itself (speculative decoding): (key, what it takes). The scenario's
-/// own keys come from the knob table ([`grid_keys`]).
-const SPEC_GRID_KEYS: [(&str, &str); 5] = [
-    ("draft-tokens", "draft tokens: 0, [0, 3] or \"0..=5\""),
-    ("method", "\"eagle3\", \"mtp\" or \"draft-model\""),
-    (
-        "draft",
-        "an EAGLE-3 draft config.json or a draft model (string)",
-    ),
-    ("acceptance-rate", "a rate in [0, 1]"),
-    (
-        "acceptance-per-position",
-        "rates: [0.8, 0.6] or \"0.8,0.6\"",
-    ),
-];
+/// own keys come from the knob table ([`grid_keys`]), the methods from the table of methods.
+fn spec_grid_keys() -> [(&'static str, String); 5] {
+    [
+        (
+            "draft-tokens",
+            "draft tokens: 0, [0, 3] or \"0..=5\"".into(),
+        ),
+        (
+            "method",
+            Method::choices(|_| true, |m| format!("\"{}\"", m.names[0])),
+        ),
+        (
+            "draft",
+            "an EAGLE-3 draft config.json or a draft model (string)".into(),
+        ),
+        ("acceptance-rate", "a rate in [0, 1]".into()),
+        (
+            "acceptance-per-position",
+            "rates: [0.8, 0.6] or \"0.8,0.6\"".into(),
+        ),
+    ]
+}
 
 /// A grid file's keys: (key as written in the file, what it takes). Lists take a TOML array,
 /// a number or a string of the flag's own syntax (lists and ranges).
@@ -200,9 +224,7 @@ fn grid_keys() -> Vec<(&'static str, String)> {
         };
         Some((k.name(), takes))
     });
-    scenario
-        .chain(SPEC_GRID_KEYS.iter().map(|(k, t)| (*k, t.to_string())))
-        .collect()
+    scenario.chain(spec_grid_keys()).collect()
 }
 
 /// One value in the flags' syntax: strings as written, numbers and booleans (on/off for

@@ -63,8 +63,8 @@ enum WhatifCommand {
 struct SpecDecodeArgs {
     #[command(flatten)]
     pub scenario: ScenarioArgs,
-    /// eagle3 (a one-layer draft head), mtp (DeepSeek's MTP module) or draft-model.
-    #[arg(long, default_value = "eagle3")]
+    // Help: the table of methods (`Method::help`).
+    #[arg(long, default_value = Method::DEFAULT.name(), help = Method::help())]
     method: String,
     /// EAGLE-3 draft config.json [default: the Kimi-K2.5 MLA draft shape in models/drafts/].
     #[arg(long, value_name = "FILE")]
@@ -187,45 +187,51 @@ fn run_vary(a: VaryArgs) -> Result<()> {
     print(&text)
 }
 
+/// The draft `--draft-config` or `--draft-model` names for `method`: the flag its draft source
+/// takes, the other refused (and both for a method that drafts with the target's own layers).
+fn method_draft(method: Method, a: &SpecDecodeArgs) -> Result<Option<String>> {
+    let spec = method.spec();
+    let given = [
+        ("--draft-config", &a.draft_config),
+        ("--draft-model", &a.draft_model),
+    ];
+    let Some(flag) = spec.source.flag() else {
+        if given.iter().any(|(_, v)| v.is_some()) {
+            return Err(Error::ScenarioSetting {
+                flag: "--method",
+                value: method.name().into(),
+                problem: format!(
+                    " uses {}: drop {}",
+                    spec.drafter,
+                    given.map(|(f, _)| f).join(" / ")
+                ),
+            });
+        }
+        return Ok(None);
+    };
+    let mut draft = None;
+    for (other, value) in given {
+        if other == flag {
+            draft = value.clone();
+        } else if value.is_some() {
+            return Err(Error::FlagUse {
+                flag: other,
+                problem: format!(
+                    "is for --method {}; {} is given with {flag}",
+                    Method::names_where(|m| m.source.flag() == Some(other)),
+                    spec.drafter
+                ),
+            });
+        }
+    }
+    Ok(draft)
+}
+
 /// The request, and every acceptance to study (more than one only for a list of rates; the
 /// request carries the first).
 fn spec_decode_request(a: &SpecDecodeArgs) -> Result<(SpecDecodeRequest, Vec<Acceptance>)> {
     let method: Method = a.method.parse()?;
-    let draft = match method {
-        Method::Eagle3 => {
-            if a.draft_model.is_some() {
-                return Err(Error::FlagUse {
-                    flag: "--draft-model",
-                    problem:
-                        "is for --method draft-model; an EAGLE-3 draft is given with --draft-config"
-                            .into(),
-                });
-            }
-            a.draft_config.clone()
-        }
-        Method::DraftModel => {
-            if a.draft_config.is_some() {
-                return Err(Error::FlagUse {
-                    flag: "--draft-config",
-                    problem: "is for --method eagle3; a draft model is given with --draft-model"
-                        .into(),
-                });
-            }
-            a.draft_model.clone()
-        }
-        Method::Mtp => {
-            if a.draft_config.is_some() || a.draft_model.is_some() {
-                return Err(Error::ScenarioSetting {
-                    flag: "--method",
-                    value: "mtp".into(),
-                    problem:
-                        " uses the target's own MTP layer: drop --draft-config / --draft-model"
-                            .into(),
-                });
-            }
-            None
-        }
-    };
+    let draft = method_draft(method, a)?;
     let acceptances = match (&a.acceptance_rate, &a.acceptance_per_position, &a.acceptance_lengths) {
         (Some(r), _, _) => {
             let rates = parse_f64_list("--acceptance-rate", r)?;

@@ -6,14 +6,15 @@
 use crate::error::{Error, Result};
 use crate::scenario::model::MlaDims;
 use crate::scenario::{catalog, Family, ModelSpec};
+use crate::workload::spec_method::DraftSource;
 use crate::workload::spec_step::Drafter;
 use serde::Deserialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-/// The method enum lives with the step's structure (`workload::spec_step`); this name stays for
-/// the flags and the library's callers.
+/// The method enum lives with the one table of methods (`workload::spec_method`); this name stays
+/// for the flags and the library's callers.
 pub use crate::workload::spec_step::SpecMethod as Method;
 
 /// One method's limits, from `data/spec_decode/methods.toml`.
@@ -65,27 +66,27 @@ impl Draft {
     /// `--draft-model` (draft-model). Pairing problems are refused here, before any work.
     pub fn load(method: Method, draft: Option<&str>, target: &ModelSpec) -> Result<Draft> {
         let limits = method_limits(method)?;
-        let model = match method {
-            Method::Eagle3 => {
+        let model = match method.spec().source {
+            DraftSource::HeadConfig => {
                 let path = match (draft, &limits.default_draft) {
                     (Some(p), _) => PathBuf::from(p),
                     (None, Some(d)) => catalog::models_dir().join(d),
                     (None, None) => {
                         return Err(Error::ScenarioSetting {
                             flag: "--method",
-                            value: "eagle3".into(),
+                            value: method.name().into(),
                             problem: " needs --draft-config FILE (no default draft in data/spec_decode/methods.toml)".into(),
                         })
                     }
                 };
                 eagle3_model(&path, target)?
             }
-            Method::Mtp => mtp_model(target)?,
-            Method::DraftModel => {
+            DraftSource::TargetMtp => mtp_model(method, target)?,
+            DraftSource::Model => {
                 let Some(name) = draft else {
                     return Err(Error::ScenarioSetting {
                         flag: "--method",
-                        value: "draft-model".into(),
+                        value: method.name().into(),
                         problem:
                             " needs a draft model, a bundled model name or a config.json: --draft-model NAME|PATH in `whatif spec-decode`, --draft in `sweep`"
                                 .into(),
@@ -106,9 +107,11 @@ impl Draft {
                 m
             }
         };
-        let source = match method {
-            Method::Mtp => format!("{} MTP layer (num_nextn_predict_layers)", target.name),
-            _ => crate::units::path(&model.source),
+        let source = match method.spec().source {
+            DraftSource::TargetMtp => {
+                format!("{} MTP layer (num_nextn_predict_layers)", target.name)
+            }
+            DraftSource::HeadConfig | DraftSource::Model => crate::units::path(&model.source),
         };
         Ok(Draft {
             drafter: Drafter {
@@ -235,7 +238,8 @@ fn eagle3_model(path: &Path, target: &ModelSpec) -> Result<ModelSpec> {
 
 /// DeepSeek-V3's MTP module: one full decoder layer (MLA + MoE) of the target's own shape with
 /// the shared embedding and lm_head. Refused for models without one (Kimi-K2.5: docs/sources.md §5).
-fn mtp_model(target: &ModelSpec) -> Result<ModelSpec> {
+/// `method` is the one asking (named in the refusal, with the methods that need no MTP layer).
+fn mtp_model(method: Method, target: &ModelSpec) -> Result<ModelSpec> {
     let text = crate::files::read_text(&target.source, crate::files::InputKind::ModelConfig)?;
     let root: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
     let cfg = root
@@ -251,8 +255,13 @@ fn mtp_model(target: &ModelSpec) -> Result<ModelSpec> {
             &target.source,
             "num_nextn_predict_layers",
             format!(
-                "{} has no MTP head (0 layers), so --method mtp cannot run; use --method eagle3 or --method draft-model",
-                target.name
+                "{} has no MTP head (0 layers), so --method {} cannot run; use {}",
+                target.name,
+                method.name(),
+                Method::choices(
+                    |m| m.source != DraftSource::TargetMtp,
+                    |m| format!("--method {}", m.names[0])
+                )
             ),
         ));
     }

@@ -15,6 +15,7 @@ use crate::cost::{self, CalibrationProfile};
 use crate::error::{Error, Result};
 use crate::scenario::Scenario;
 use crate::sim::{self, engine_config, Engine, ScenarioRequest, Simulation, Timeline};
+use crate::workload::spec_method::DraftSource;
 use crate::workload::spec_step::{PassKind, Side, SpecStep};
 use crate::workload::{self, Workload};
 use rand::rngs::SmallRng;
@@ -597,10 +598,11 @@ pub(crate) fn study(
             ));
         }
     }
-    if req.method == Method::Eagle3 && req.draft.is_none() {
+    let spec = req.method.spec();
+    if spec.source == DraftSource::HeadConfig && req.draft.is_none() {
         warnings.push(format!(
-            "the default EAGLE-3 draft shape ({}) is an assumption (its upstream config was not read); pass --draft-config to use the real one",
-            costs.draft_source
+            "the default {} draft shape ({}) is an assumption (its upstream config was not read); pass --draft-config to use the real one",
+            spec.label, costs.draft_source
         ));
     }
     if matches!(acceptance, Acceptance::Rate(_)) && req.draft_tokens.iter().any(|&k| k > 3) {

@@ -14,6 +14,7 @@ pub(crate) mod overlap;
 pub(crate) mod parallel;
 pub(crate) mod role;
 pub mod routing;
+pub mod spec_method;
 pub mod spec_step;
 pub mod stage;
 

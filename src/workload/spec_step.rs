@@ -4,9 +4,9 @@
 //!
 //! Both engines iterate the same [`SpecStep`]: `whatif::spec_decode` plays each window's
 //! workload on the timeline engine, `sim::fast` plays each pass's fitted model. Neither
-//! composes a step of its own, so a new method is one [`SpecMethod`] variant, its schedule in
-//! [`SpecStep::new`], its draft-pass kernels in [`Drafter::draft_pass`] and a row of
-//! `data/spec_decode/methods.toml` (its limits).
+//! composes a step of its own. A method is a row of the one table of methods
+//! (`workload::spec_method`): its [`Schedule`] picks the passes in [`SpecStep::new`], its
+//! [`DraftInput`] the kernels [`Drafter::draft_pass`] adds around the drafter's layers.
 //!
 //! What stays outside: loading a drafter (config files, pairing checks, the methods' limits) is
 //! `whatif::draft`; how many draft tokens are accepted is statistics (`whatif::acceptance`);
@@ -18,56 +18,8 @@ use crate::category::Category;
 use crate::error::{Error, Result};
 use crate::scenario::cudagraph::PadRule;
 use crate::scenario::{ModelSpec, Scenario, WeightFormat};
-use std::str::FromStr;
 
-/// The speculative-decoding methods vLLM runs that decodesim models.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SpecMethod {
-    /// An EAGLE-3 head fed the target's aux hidden states (arXiv 2503.01840).
-    Eagle3,
-    /// DeepSeek's MTP module reused autoregressively (DeepSeek-V3 report §5.4.3).
-    Mtp,
-    /// A separate small model with the target's vocabulary.
-    DraftModel,
-}
-
-impl SpecMethod {
-    pub const ALL: [SpecMethod; 3] = [SpecMethod::Eagle3, SpecMethod::Mtp, SpecMethod::DraftModel];
-    const NAMES: [&'static str; 3] = ["eagle3", "mtp", "draft-model"];
-
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            SpecMethod::Eagle3 => "eagle3",
-            SpecMethod::Mtp => "mtp",
-            SpecMethod::DraftModel => "draft-model",
-        }
-    }
-
-    /// The method's section of `data/spec_decode/methods.toml`.
-    pub(crate) fn key(self) -> &'static str {
-        match self {
-            SpecMethod::Eagle3 => "eagle3",
-            SpecMethod::Mtp => "mtp",
-            SpecMethod::DraftModel => "draft_model",
-        }
-    }
-}
-
-impl FromStr for SpecMethod {
-    type Err = Error;
-    fn from_str(s: &str) -> Result<Self> {
-        match s.to_ascii_lowercase().as_str() {
-            "eagle3" | "eagle-3" => Ok(SpecMethod::Eagle3),
-            "mtp" | "deepseek_mtp" => Ok(SpecMethod::Mtp),
-            "draft-model" | "draft_model" => Ok(SpecMethod::DraftModel),
-            _ => Err(Error::Unknown {
-                kind: "--method",
-                name: s.to_string(),
-                choices: SpecMethod::NAMES.iter().map(|s| s.to_string()).collect(),
-            }),
-        }
-    }
-}
+pub use super::spec_method::{DraftInput, Schedule, SpecMethod};
 
 /// What a method drafts with: the model one draft pass runs (the EAGLE-3 layer, the MTP layer
 /// or the whole draft model) and how many of the target's hidden states it reads.
@@ -75,8 +27,8 @@ impl FromStr for SpecMethod {
 pub struct Drafter {
     pub(crate) method: SpecMethod,
     pub model: ModelSpec,
-    /// Target hidden states fused into the first draft pass (EAGLE-3: `aux_hidden_states` of
-    /// `data/spec_decode/methods.toml`; unused by the other methods).
+    /// Target hidden states fused into the first draft pass (`aux_hidden_states` of
+    /// `data/spec_decode/methods.toml`; read by [`DraftInput::AuxHidden`] methods only).
     pub(crate) aux_hidden_states: u32,
     /// The deepest k the method allows (`max_draft_tokens` of `data/spec_decode/methods.toml`).
     pub(crate) max_draft_tokens: u32,
@@ -193,10 +145,10 @@ pub struct SpecStep {
 impl SpecStep {
     /// The step at `k` draft tokens (callers check k against the method's limits first).
     pub fn new(method: SpecMethod, k: u32) -> SpecStep {
-        match method {
+        match method.spec().schedule {
             // Chain drafters: k autoregressive draft passes, the first over the k+1 positions
             // the verify pass kept (as vLLM's proposer runs it), the rest over one token.
-            SpecMethod::Eagle3 | SpecMethod::Mtp | SpecMethod::DraftModel => {
+            Schedule::Chain => {
                 let mut draft = vec![PassRun {
                     kind: PassKind::DraftFirst,
                     queries: k + 1,
@@ -350,9 +302,9 @@ impl Drafter {
 
     /// Target hidden states the proposer gathers before the first draft pass.
     fn bookkeeping_aux(&self) -> u64 {
-        match self.method {
-            SpecMethod::Eagle3 => self.aux_hidden_states as u64,
-            _ => 0,
+        match self.method.spec().input {
+            DraftInput::AuxHidden => self.aux_hidden_states as u64,
+            DraftInput::EmbedHidden | DraftInput::Tokens => 0,
         }
     }
 
@@ -371,10 +323,10 @@ impl Drafter {
             .padded;
         let hidden = ds.model.hidden as u64;
         let mut extra = Builder::new();
-        match self.method {
+        match self.method.spec().input {
             // EAGLE-3's first pass fuses the target's aux hidden states into one hidden row
             // (fc: aux × hidden → hidden); later passes feed the draft's own hidden state.
-            SpecMethod::Eagle3 if first => {
+            DraftInput::AuxHidden if first => {
                 let aux = self.aux_hidden_states.max(1) as u64;
                 extra.gemm(
                     OpRole::DraftInput,
@@ -389,7 +341,7 @@ impl Drafter {
             }
             // DeepSeek's MTP module normalises the embedding and the previous hidden state and
             // projects their concatenation (eh_proj: 2 × hidden → hidden) before its layer.
-            SpecMethod::Mtp => {
+            DraftInput::EmbedHidden => {
                 extra.norm("mtp_enorm", "vllm::rms_norm_kernel", tokens, hidden, false);
                 extra.norm("mtp_hnorm", "vllm::rms_norm_kernel", tokens, hidden, false);
                 extra.gemm(
@@ -403,7 +355,7 @@ impl Drafter {
                     ds.model.weight_format("model.layers.0.eh_proj"),
                 );
             }
-            _ => {}
+            DraftInput::AuxHidden | DraftInput::Tokens => {}
         }
         // After the embedding and its allreduce, before the first layer.
         let at = w

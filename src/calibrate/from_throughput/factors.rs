@@ -102,8 +102,9 @@ macro_rules! scale_factor {
 }
 
 /// Every factor a throughput fit can speak to, in order of preference when two are equally
-/// sensitive. A new scale factor of [`Factors`] joins with one line here.
-pub static FACTORS: &[FactorSpec] = &[
+/// sensitive. A new scale factor of [`Factors`] joins with one line here. The order is only a
+/// preference: a [`Factor`] names its row (`Factor::named`), so reordering changes no meaning.
+pub const FACTORS: &[FactorSpec] = &[
     scale_factor!(moe_efficiency, "moe"),
     scale_factor!(collective_bw_scale, "bw"),
     scale_factor!(collective_latency_scale, "latency"),
@@ -141,17 +142,46 @@ pub static FACTORS: &[FactorSpec] = &[
     scale_factor!(dense_gemm_scale, "dense_gemm", fine),
 ];
 
-/// A factor: an index into [`FACTORS`].
+/// A factor: its row of [`FACTORS`], found by name (ordered as the rows, by preference).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Factor(usize);
 
 #[allow(non_upper_case_globals)] // named like the enum variants they replace
 impl Factor {
-    pub const MoeEfficiency: Factor = Factor(0);
-    pub const CollectiveBw: Factor = Factor(1);
-    pub const CollectiveLatency: Factor = Factor(2);
-    pub const RoutingAlpha: Factor = Factor(3);
-    pub const StepOverhead: Factor = Factor(4);
+    pub const MoeEfficiency: Factor = Factor::named("moe_efficiency");
+    pub const CollectiveBw: Factor = Factor::named("collective_bw_scale");
+    pub const CollectiveLatency: Factor = Factor::named("collective_latency_scale");
+    pub const RoutingAlpha: Factor = Factor::named("routing_alpha");
+    pub const StepOverhead: Factor = Factor::named("step_overhead_us");
+
+    /// The factor of [`FACTORS`] called `name`, looked up when the program is compiled: a name
+    /// no row has fails the build.
+    const fn named(name: &str) -> Factor {
+        let mut i = 0;
+        while i < FACTORS.len() {
+            if same(FACTORS[i].name, name) {
+                return Factor(i);
+            }
+            i += 1;
+        }
+        panic!("no factor of that name in FACTORS")
+    }
+}
+
+/// `a == b`, in a constant.
+const fn same(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < a.len() {
+        if a[i] != b[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
 }
 
 /// Every factor of [`FACTORS`], in order.

@@ -8,6 +8,7 @@ use crate::scenario::{Algo, Proto};
 use crate::sim::ScenarioRequest;
 use crate::whatif::acceptance::Acceptance;
 use crate::whatif::draft::Method;
+use crate::workload::spec_method::DraftSource;
 use std::path::{Path, PathBuf};
 
 /// How a point's acceptance was measured (vLLM's terms, docs/sources.md §5).
@@ -421,7 +422,10 @@ pub(crate) fn spec_point(
                 return Err((
                     name,
                     v.clone(),
-                    "no value without spec_method (eagle3 or mtp)".into(),
+                    format!(
+                        "no value without spec_method ({})",
+                        Method::names_where(|m| m.source != DraftSource::Model)
+                    ),
                 ));
             }
         }
@@ -430,13 +434,9 @@ pub(crate) fn spec_point(
     if ["none", "off", "no", ""].contains(&m.to_ascii_lowercase().as_str()) {
         return Ok(None);
     }
-    let method: Method = m.parse().map_err(|_| {
-        (
-            "spec_method",
-            m.clone(),
-            "eagle3, mtp or draft-model".to_string(),
-        )
-    })?;
+    let method: Method = m
+        .parse()
+        .map_err(|_| ("spec_method", m.clone(), Method::names_where(|_| true)))?;
     let kv = k.ok_or_else(|| {
         (
             "draft_tokens",

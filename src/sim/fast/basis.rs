@@ -4,8 +4,8 @@
 use super::ep::EpShape;
 use super::{
     cost, Busy, CalibrationProfile, Category, Coef, CommKnobs, CostFamily, DMatrix, DVector,
-    DistinctExperts, Error, NcclSettings, Op, Result, Scenario, Stream, Workload, CONTEXT_COLS, NB,
-    NCAT, SHARED_EXPERT_STREAM_TOKEN_THRESHOLD,
+    DistinctExperts, Error, NcclSettings, Op, Result, Scenario, Stream, Workload, NB, NCAT,
+    SHARED_EXPERT_STREAM_TOKEN_THRESHOLD,
 };
 use crate::scenario::Layout;
 
@@ -26,22 +26,84 @@ pub(super) struct Vars {
     pub(super) rounding: f64,
 }
 
+/// The basis's columns, each a product of [`Vars`]: a column is named here, and its place in a
+/// [`Coef`] is its place in [`Col::ALL`] (checked below), so no list of places can drift from it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Col {
+    One,
+    Tokens,
+    Seqs,
+    TokensContext,
+    SeqsContext,
+    TokensSplits,
+    /// The experts touched.
+    Touched,
+    Context,
+    Splits,
+    Padded,
+    Slice,
+    /// The rounding of the mean rows per expert-parallel rank: the last column (a fit without
+    /// it drops the last column).
+    Rounding,
+}
+
+impl Col {
+    /// Every column, in the basis's order.
+    pub(super) const ALL: [Col; NB] = [
+        Col::One,
+        Col::Tokens,
+        Col::Seqs,
+        Col::TokensContext,
+        Col::SeqsContext,
+        Col::TokensSplits,
+        Col::Touched,
+        Col::Context,
+        Col::Splits,
+        Col::Padded,
+        Col::Slice,
+        Col::Rounding,
+    ];
+
+    /// The column's place in a [`Coef`].
+    pub(super) const fn at(self) -> usize {
+        self as usize
+    }
+
+    /// Whether the column carries the context (directly or through the split-KV count).
+    pub(super) const fn carries_context(self) -> bool {
+        matches!(
+            self,
+            Col::TokensContext | Col::SeqsContext | Col::TokensSplits | Col::Context | Col::Splits
+        )
+    }
+}
+
+// A column's place is its place in `Col::ALL`, and the rounding column is the last.
+const _: () = {
+    let mut i = 0;
+    while i < NB {
+        assert!(Col::ALL[i].at() == i);
+        i += 1;
+    }
+    assert!(Col::Rounding.at() == NB - 1);
+};
+
 impl Vars {
     pub(super) fn basis(&self) -> Coef {
-        [
-            1.0,
-            self.tokens,
-            self.seqs,
-            self.tokens * self.context,
-            self.seqs * self.context,
-            self.tokens * self.splits,
-            self.touched,
-            self.context,
-            self.splits,
-            self.padded,
-            self.slice,
-            self.rounding,
-        ]
+        Col::ALL.map(|c| match c {
+            Col::One => 1.0,
+            Col::Tokens => self.tokens,
+            Col::Seqs => self.seqs,
+            Col::TokensContext => self.tokens * self.context,
+            Col::SeqsContext => self.seqs * self.context,
+            Col::TokensSplits => self.tokens * self.splits,
+            Col::Touched => self.touched,
+            Col::Context => self.context,
+            Col::Splits => self.splits,
+            Col::Padded => self.padded,
+            Col::Slice => self.slice,
+            Col::Rounding => self.rounding,
+        })
     }
 }
 
@@ -449,9 +511,9 @@ pub(super) struct Fitter {
 }
 
 /// The basis column of the experts touched (`Vars::basis`).
-const TOUCHED_COL: usize = 6;
+const TOUCHED_COL: usize = Col::Touched.at();
 /// The basis column of the rounding of the mean rows per expert-parallel rank (the last).
-const ROUNDING_COL: usize = 11;
+const ROUNDING_COL: usize = Col::Rounding.at();
 
 impl Fitter {
     pub(super) fn new(rows: &[Coef]) -> Self {
@@ -722,13 +784,14 @@ impl PassModel {
                         loaded,
                     },
                 };
-                let with_context = fields
-                    .all()
-                    .any(|c| CONTEXT_COLS.iter().any(|&k| c[k] != 0.0))
-                    || matches!(
-                        op0.family,
-                        CostFamily::AttentionMlaDecode | CostFamily::AttentionGqaDecode
-                    );
+                let with_context = fields.all().any(|c| {
+                    Col::ALL
+                        .iter()
+                        .any(|k| k.carries_context() && c[k.at()] != 0.0)
+                }) || matches!(
+                    op0.family,
+                    CostFamily::AttentionMlaDecode | CostFamily::AttentionGqaDecode
+                );
                 let group = match kind {
                     Kind::Fork | Kind::Join => Group::Sync,
                     Kind::Collective { .. } => Group::Collective,

@@ -61,9 +61,6 @@ type Busy = [f64; NCAT];
 const NB: usize = 12;
 type Coef = [f64; NB];
 
-/// Basis columns that carry the context (directly or through the split-KV count).
-const CONTEXT_COLS: [usize; 5] = [3, 4, 5, 7, 8];
-
 /// The scenario variables an op's shape is linear in.
 mod basis;
 mod ep;

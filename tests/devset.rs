@@ -220,3 +220,31 @@ fn four_points_calibrate_the_other_four() {
         "errors at the held-out points: {errors:?}"
     );
 }
+
+/// `--step-error` from points at one concurrency cannot measure an error across step sizes:
+/// refused by file and field, and nothing is written.
+#[test]
+fn step_error_from_one_step_size_is_refused() {
+    let dir = common::scratch("devset-step-error-one-size");
+    let points = dir.join("one.csv");
+    std::fs::write(
+        &points,
+        "concurrency,context,tokens_per_s,kv_cache_dtype\n8,1,350,fp8\n8,1,352,fp8\n8,1,349,fp8\n",
+    )
+    .unwrap();
+    let out = dir.join("step.toml");
+    let mut args = vec![
+        "calibrate",
+        "--from-throughput",
+        points.to_str().unwrap(),
+        "--step-error",
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    args.extend(&SETUP[..10]);
+    let (code, _, err) = decodesim_exit(&args);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("one.csv") && err.contains("points"), "{err}");
+    assert!(err.contains("2 or more concurrencies"), "{err}");
+    assert!(!out.exists());
+}

@@ -10,6 +10,7 @@ pub mod limits;
 pub mod mla_backend;
 pub mod model;
 pub mod network;
+pub mod quantization;
 pub mod routing;
 pub mod system;
 

@@ -9,14 +9,14 @@ use crate::capacity::memory::{
 use crate::capacity::{self, Capacity, CapacityRequest, DemandSpec, Prices};
 use crate::error::{Error, Result};
 use crate::files::InputKind;
-use crate::report::plot::{
-    self, BreakdownChart, CurveChart, CurveMetric, CurveSeries, MeasuredPoint, MemoryChart,
-    MemorySeries,
-};
-use crate::report::{self, units, Format};
+use crate::report::plot::{self, CurveChart, CurveMetric, CurveSeries, MeasuredPoint};
+use crate::report::{self, Format};
 use crate::scenario::deployment::DEFAULT_GPU_MEMORY_UTILIZATION;
 use crate::whatif::uncertainty::Interval;
 use std::path::{Path, PathBuf};
+
+mod charts;
+use charts::{breakdown_plot, label_of, memory_plot, pareto_plot, series_of};
 
 #[derive(Debug, clap::Args)]
 pub struct CapacityArgs {
@@ -359,47 +359,6 @@ fn request(a: &CapacityArgs) -> Result<CapacityRequest> {
     })
 }
 
-fn series_of(label: String, c: &Capacity) -> CurveSeries {
-    CurveSeries {
-        label,
-        points: c
-            .curve
-            .points
-            .iter()
-            .map(|p| (p.concurrency as f64, p.tokens_per_s, p.tpot_ms))
-            .collect(),
-        knee: c.curve.knee,
-        plateau: c.curve.plateau,
-    }
-}
-
-/// `TP=8`, `TP=8 PP=2`, `TP=1 DP=32 EP=32`: the parallel layout a chart names.
-fn layout_text(s: &crate::scenario::Scenario) -> String {
-    let mut t = format!("TP={}", s.layout.tp);
-    if s.layout.pp_size() > 1 {
-        t += &format!(" PP={}", s.layout.pp_size());
-    }
-    if s.layout.dp_size() > 1 {
-        t += &format!(" DP={} EP={}", s.layout.dp_size(), s.layout.ep_size());
-    }
-    t
-}
-
-fn label_of(c: &Capacity) -> String {
-    let s = &c.reference.scenario;
-    format!(
-        "{} {}{} (max {} users)",
-        s.system.name,
-        layout_text(s),
-        if c.memory.dcp > 1 {
-            format!(" DCP={}", c.memory.dcp)
-        } else {
-            String::new()
-        },
-        c.max_concurrency
-    )
-}
-
 /// `--batches` (of `--plot-breakdown`): each a batch size the simulator takes.
 fn check_batches(batches: &[u32]) -> Result<()> {
     for b in batches {
@@ -513,40 +472,6 @@ fn other_systems(a: &CapacityArgs, req: &CapacityRequest) -> Result<Vec<Capacity
     Ok(others)
 }
 
-/// `--plot-memory`: memory per GPU of each system as vLLM accounts it.
-fn memory_plot(all: &[&Capacity], cap: &Capacity, model: &str, p: &Path) -> Result<()> {
-    let mem: Vec<MemorySeries> = all
-        .iter()
-        .map(|c| MemorySeries {
-            label: label_of(c),
-            terms: c
-                .memory
-                .terms
-                .iter()
-                .map(|t| (t.component.to_string(), t.bytes))
-                .collect(),
-            total_bytes: c.memory.total_bytes,
-        })
-        .collect();
-    let title = if all.len() == 1 {
-        format!(
-            "{model} on {}: memory per GPU ({} KV tokens)",
-            label_of(cap),
-            units::grouped(cap.memory.kv_cache_tokens as f64, 0)
-        )
-    } else {
-        format!("{model}: memory per GPU as vLLM accounts it")
-    };
-    plot::plot_memory(
-        &MemoryChart {
-            title: &title,
-            series: &mem,
-        },
-        p,
-    )?;
-    Ok(())
-}
-
 /// The report in the chosen format, with the throughput interval when one was asked for.
 #[allow(clippy::type_complexity)]
 fn report_text(
@@ -597,70 +522,6 @@ fn report_text(
             None => report::capacity::to_csv(cap),
         },
     })
-}
-
-/// `--plot-pareto`: tokens/s per GPU against TPOT, one line per candidate layout (up to the
-/// users that fit), and the front across them.
-fn pareto_plot(cap: &Capacity, max_tpot_ms: Option<f64>, model: &str, p: &Path) -> Result<()> {
-    let series: Vec<plot::ParetoSeries> = cap
-        .candidates
-        .iter()
-        .filter(|c| c.max_concurrency > 0)
-        .map(|c| plot::ParetoSeries {
-            label: format!(
-                "{} {} (max {} users)",
-                c.system,
-                c.layout.label(),
-                c.max_concurrency
-            ),
-            points: c
-                .curve
-                .iter()
-                .filter(|pt| pt.concurrency as u64 <= c.max_concurrency)
-                .map(|pt| (pt.tpot_ms, pt.tokens_per_s / c.layout.gpus().max(1) as f64))
-                .collect(),
-        })
-        .collect();
-    plot::plot_pareto(
-        &plot::ParetoChart {
-            title: &format!(
-                "{model}: tokens/s per GPU vs TPOT by layout ({})",
-                cap.demand.described
-            ),
-            series: &series,
-            tpot_limit_ms: max_tpot_ms,
-        },
-        p,
-    )?;
-    Ok(())
-}
-
-/// `--plot-breakdown`: the decode step by category at each of `batches`.
-fn breakdown_plot(
-    req: &CapacityRequest,
-    cap: &Capacity,
-    batches: &[u32],
-    model: &str,
-    p: &Path,
-) -> Result<()> {
-    let sims = capacity::breakdown_by_batch(&req.scenario, cap.demand.decode_context, batches)?;
-    let times: Vec<[f64; crate::category::Category::COUNT]> =
-        sims.iter().map(|s| s.mean.exclusive_us).collect();
-    let s = &cap.reference.scenario;
-    plot::plot_breakdown(
-        &BreakdownChart {
-            title: &format!(
-                "{model} on {} {}: decode step by category (context {})",
-                s.system.name,
-                layout_text(s),
-                cap.demand.decode_context
-            ),
-            batches,
-            times_us: &times,
-        },
-        p,
-    )?;
-    Ok(())
 }
 
 /// Turns `--min-tokens-per-s-per-user N` into the TPOT limit it means (1,000 / N ms), kept

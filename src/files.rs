@@ -133,16 +133,113 @@ pub(crate) fn read_toml<T: serde::de::DeserializeOwned>(path: &Path, kind: Input
 
 /// A small CSV a person writes by hand (a routing log, a burst, a request mix): blank and `#`
 /// lines skipped, fields trimmed, column names compared without case, and every row keeps its
-/// line number so an error can name it.
+/// line number so an error can name it. Read with the csv crate: a quoted field may hold a
+/// comma (or a line break; the row keeps the line it starts on).
 #[derive(Debug, Clone)]
 pub(crate) struct HandCsv {
     path: PathBuf,
-    /// The header line as written.
+    /// The header as written (its fields joined by commas).
     header: String,
     /// Column names, lower-cased.
     columns: Vec<String>,
     /// (line number from 1, fields).
     pub(crate) rows: Vec<(usize, Vec<String>)>,
+}
+
+/// The records of a hand-written CSV, each with the line it starts on (from 1), its fields
+/// trimmed; blank lines and, where `comments`, lines whose first non-blank is `#` are
+/// skipped. Rows may differ in length (the caller names a short or long one).
+pub(crate) fn csv_records(
+    text: &str,
+    path: &Path,
+    comments: bool,
+) -> Result<Vec<(usize, Vec<String>)>> {
+    let text = normalise_csv(text, comments);
+    let mut rdr = csv::ReaderBuilder::new()
+        .has_headers(false)
+        .flexible(true)
+        .trim(csv::Trim::All)
+        .from_reader(text.as_bytes());
+    let mut out = Vec::new();
+    let mut rec = csv::StringRecord::new();
+    loop {
+        let line = rdr.position().line() as usize;
+        match rdr.read_record(&mut rec) {
+            Ok(false) => break,
+            Ok(true) => {}
+            Err(e) => {
+                return Err(Error::field(
+                    path,
+                    format!("line {line}"),
+                    format!("unreadable CSV: {}", crate::units::echo(&e.to_string())),
+                ))
+            }
+        }
+        let line = rec.position().map_or(line, |p| p.line() as usize);
+        if rec.len() == 1 && rec[0].is_empty() {
+            continue; // a line of blanks
+        }
+        out.push((line, rec.iter().map(str::to_string).collect()));
+    }
+    Ok(out)
+}
+
+/// `text` as the csv crate should see it: without the blanks a person puts between a field's
+/// start and its opening quote (`a, "b, c"`; the crate opens a quoted field only at its first
+/// byte) and, where `comments`, with every line whose first non-blank is `#` blanked. An empty
+/// line gets a blank: the csv crate skips empty lines without counting them in the next
+/// record's line, but reads a blank one as a record (skipped by the caller) and counts it.
+/// Everything else, inside quotes too, stays.
+pub(crate) fn normalise_csv(text: &str, comments: bool) -> String {
+    #[derive(Clone, Copy, PartialEq)]
+    enum At {
+        RecordStart,
+        FieldStart,
+        Unquoted,
+        Quoted,
+        QuoteInQuoted,
+        Comment,
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut blanks = String::new();
+    let mut at = At::RecordStart;
+    for c in text.chars() {
+        let start = matches!(at, At::RecordStart | At::FieldStart);
+        if start && (c == ' ' || c == '\t') {
+            blanks.push(c);
+            continue;
+        }
+        if at == At::RecordStart && c == '#' && comments {
+            at = At::Comment;
+        }
+        if at == At::Comment {
+            blanks.clear();
+            if c == '\n' {
+                out.push_str(" \n");
+                at = At::RecordStart;
+            }
+            continue;
+        }
+        if at == At::RecordStart && (c == '\n' || c == '\r') {
+            out.push(' ');
+        }
+        if !(start && c == '"') {
+            out.push_str(&blanks);
+        }
+        blanks.clear();
+        out.push(c);
+        at = match (at, c) {
+            (At::Quoted, '"') => At::QuoteInQuoted,
+            (At::Quoted, _) => At::Quoted,
+            (At::QuoteInQuoted, '"') => At::Quoted,
+            (At::RecordStart | At::FieldStart, '"') => At::Quoted,
+            (_, '\n') => At::RecordStart,
+            (_, ',') => At::FieldStart,
+            _ => At::Unquoted,
+        };
+    }
+    out.push_str(&blanks);
+    out
 }
 
 impl HandCsv {
@@ -154,14 +251,8 @@ impl HandCsv {
     }
 
     pub(crate) fn parse(text: &str, path: &Path, expected: &str) -> Result<Self> {
-        let split =
-            |l: &str| -> Vec<String> { l.split(',').map(|f| f.trim().to_string()).collect() };
-        let mut lines = text
-            .lines()
-            .enumerate()
-            .map(|(i, l)| (i + 1, l.trim()))
-            .filter(|(_, l)| !l.is_empty() && !l.starts_with('#'));
-        let Some((_, header)) = lines.next() else {
+        let mut records = csv_records(text, path, true)?.into_iter();
+        let Some((_, header)) = records.next() else {
             return Err(Error::field(
                 path,
                 "header",
@@ -170,12 +261,9 @@ impl HandCsv {
         };
         Ok(HandCsv {
             path: path.to_path_buf(),
-            header: header.to_string(),
-            columns: split(header)
-                .into_iter()
-                .map(|c| c.to_ascii_lowercase())
-                .collect(),
-            rows: lines.map(|(n, l)| (n, split(l))).collect(),
+            header: header.join(","),
+            columns: header.iter().map(|c| c.to_ascii_lowercase()).collect(),
+            rows: records.collect(),
         })
     }
 
@@ -495,6 +583,32 @@ mod tests {
         assert_eq!(human_bytes(512.0), "512 B");
         assert_eq!(human_bytes(1536.0), "1.5 KiB");
         assert_eq!(human_bytes(76.18e9), "70.9 GiB");
+    }
+
+    #[test]
+    fn hand_csv_reads_quoted_fields_comments_and_blank_lines() {
+        let text = "# a log\n\n Count , BYTES,total_us\n  # indented comment\n\"1,000\", \"a \"\"b\"\"\",3\n\"two\nlines\",5,6\n \n7\n";
+        let t = HandCsv::parse(text, Path::new("x.csv"), "a header").unwrap();
+        assert_eq!(t.require(&["count", "bytes"], "").unwrap(), [0, 1]);
+        assert_eq!(t.header, "Count,BYTES,total_us");
+        let rows: Vec<(usize, Vec<&str>)> = t
+            .rows
+            .iter()
+            .map(|(n, f)| (*n, f.iter().map(String::as_str).collect()))
+            .collect();
+        assert_eq!(
+            rows,
+            [
+                (5, vec!["1,000", "a \"b\"", "3"]),
+                (6, vec!["two\nlines", "5", "6"]),
+                (9, vec!["7"]),
+            ]
+        );
+        let e = HandCsv::parse("# only\n\n", Path::new("x.csv"), "a header").unwrap_err();
+        assert!(
+            e.to_string().contains("empty file; expected a header"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -50,6 +50,7 @@ pub mod cost;
 pub mod measurements;
 pub mod names;
 pub mod report;
+pub mod rng;
 pub mod sim;
 pub mod trace;
 pub mod units;

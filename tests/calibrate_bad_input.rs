@@ -176,6 +176,42 @@ fn csv_rows_out_of_range_name_the_row() {
     }
 }
 
+#[test]
+fn quoted_fields_holding_commas_read_as_one_field() {
+    const ROW2: &str = "gemm_bf16,bf16,2,7168,2048,0,0,0,0,58720256,29417472,10.6,10.5,10.7,40\n";
+    let plain = with_csv("plain", &format!("{GOOD_ROW}{ROW2}"), None);
+    // A note column the reader does not use, quoted around commas and a line break, before
+    // the columns it reads; values quoted as a spreadsheet writes them.
+    let quoted = fresh("quoted");
+    let note_row = |note: &str, row: &str| format!("\"{note}\",{row}");
+    let text = format!(
+        "note,{KHEAD}{}{}",
+        note_row("bf16 GEMM, graph mode, \"\"warm\"\"", GOOD_ROW),
+        note_row(
+            "two lines,\nthe second, too",
+            &ROW2.replacen("gemm_bf16,bf16", "\"gemm_bf16\",\"bf16\"", 1)
+        ),
+    );
+    std::fs::write(quoted.join("kernels.csv"), &text).unwrap();
+    let a = Measurements::read_dir(&plain).unwrap();
+    let b = Measurements::read_dir(&quoted).unwrap();
+    assert_eq!(a.kernels.len(), 2);
+    assert_eq!(a.kernels, b.kernels);
+    // A bad row after the record of two lines is named by the line it starts on.
+    let bad = "\"n, negative\",gemm_bf16,bf16,1,-5,2048,0,0,0,0,1,1,2,2,2,40\n";
+    std::fs::write(quoted.join("kernels.csv"), format!("{text}{bad}")).unwrap();
+    let e = read_err(&quoted);
+    assert!(e.contains("row 5 column 'n'") && e.contains("'-5'"), "{e}");
+    // A long record cannot hide behind line breaks inside quotes.
+    let long = format!("\"{}\",{GOOD_ROW}", "xxxxxxx\n".repeat(1000));
+    std::fs::write(quoted.join("kernels.csv"), format!("note,{KHEAD}{long}")).unwrap();
+    let e = read_err(&quoted);
+    assert!(
+        e.contains("kernels.csv") && e.contains("longer than"),
+        "{e}"
+    );
+}
+
 #[cfg(unix)]
 #[test]
 fn dev_zero_as_a_csv_is_refused_before_reading() {

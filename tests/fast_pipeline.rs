@@ -7,11 +7,11 @@
 mod common;
 
 use decodesim::cost::CalibrationProfile;
+use decodesim::rng::Generator;
 use decodesim::scenario::{Proto, Scenario};
 use decodesim::sim::fast::{Collectives, FastScenario, Launch};
 use decodesim::sim::{simulate_loaded, ScenarioRequest};
-use rand::rngs::SmallRng;
-use rand::{Rng, SeedableRng};
+use rand::Rng;
 
 const MODELS: [&str; 5] = [
     "kimi-k2.5",
@@ -64,7 +64,7 @@ fn mean_over_seeds(s: &Scenario, p: &CalibrationProfile) -> (f64, u64) {
     }
 }
 
-fn draw(rng: &mut SmallRng) -> ScenarioRequest {
+fn draw(rng: &mut Generator) -> ScenarioRequest {
     let model = MODELS[rng.random_range(0..MODELS.len())];
     let (system, gpus) = SYSTEMS[rng.random_range(0..SYSTEMS.len())];
     let pp = if rng.random_bool(0.5) { 2 } else { 4 };
@@ -119,7 +119,7 @@ fn label(s: &Scenario, p: &CalibrationProfile) -> String {
 
 #[test]
 fn pipeline_fast_path_matches_the_mean_over_seeds() {
-    let mut rng = SmallRng::seed_from_u64(18);
+    let mut rng = decodesim::rng::seeded(18);
     let mut cases = Vec::new();
     let mut refused = 0;
     while cases.len() < 20 {

@@ -12,12 +12,12 @@
 mod common;
 
 use decodesim::cost::CalibrationProfile;
+use decodesim::rng::Generator;
 use decodesim::scenario::deployment::EpComm;
 use decodesim::scenario::Scenario;
 use decodesim::sim::fast::{Collectives, FastScenario, Launch};
 use decodesim::sim::ScenarioRequest;
-use rand::rngs::SmallRng;
-use rand::{Rng, SeedableRng};
+use rand::Rng;
 
 const MODELS: [&str; 2] = ["deepseek-v3", "kimi-k2.5"];
 const SYSTEMS: [&str; 3] = [
@@ -32,23 +32,19 @@ const CONTEXTS: [u64; 5] = [512, 1024, 4096, 16384, 65536];
 const LAYERS: usize = 8;
 
 /// Seeds per scenario: at a small batch each rank's experts get a handful of tokens and the
-/// slowest rank's load spreads widely from layer to layer, so those take more seeds.
-fn seeds(batch: u32) -> u64 {
-    if batch <= 128 {
-        64
-    } else {
-        16
-    }
-}
+/// slowest rank's load spreads widely from layer to layer; at a large one the fast path's own
+/// routing draws are few per token. 16 seeds left the timeline's mean 0.9% off its settled value
+/// at batch 935, so every batch takes 64.
+const SEEDS: u64 = 64;
 
 fn timeline_mean(s: &Scenario, p: &CalibrationProfile) -> f64 {
-    common::timeline_mean(s, p, seeds(s.batch))
+    common::timeline_mean(s, p, SEEDS)
 }
 
 /// A TBO scenario: data-parallel attention (EP = DP × TP) or expert parallelism over a TP
 /// group (EP = TP), the low-latency RDMA all-to-all (what `--tbo on` needs), a batch of 2 or
 /// more, odd or even by the draw.
-fn draw(rng: &mut SmallRng) -> ScenarioRequest {
+fn draw(rng: &mut Generator) -> ScenarioRequest {
     let model = MODELS[rng.random_range(0..MODELS.len())];
     let system = SYSTEMS[rng.random_range(0..SYSTEMS.len())];
     let gpus = if system.contains("4node") { 32 } else { 16 };
@@ -86,7 +82,7 @@ fn draw(rng: &mut SmallRng) -> ScenarioRequest {
 
 #[test]
 fn fast_path_matches_the_timeline_mean_with_two_batch_overlap() {
-    let mut rng = SmallRng::seed_from_u64(2027);
+    let mut rng = decodesim::rng::seeded(2027);
     let mut agreement = common::Agreement::default();
     let mut refused = 0;
     let (mut odd, mut dp_layouts, mut tp_layouts) = (0, 0, 0);

@@ -6,14 +6,14 @@
 //! not (within 0.5%).
 
 use decodesim::cost::{self, CalibrationProfile};
+use decodesim::rng::Generator;
 use decodesim::scenario::{Proto, Scenario};
 use decodesim::sim::fast::{Collectives, FastScenario, Launch};
 use decodesim::sim::{engine_config, Engine, ScenarioRequest, Timeline};
 use decodesim::whatif::draft::{Draft, Method};
 use decodesim::whatif::spec_decode;
 use decodesim::workload;
-use rand::rngs::SmallRng;
-use rand::{Rng, SeedableRng};
+use rand::Rng;
 use std::collections::HashMap;
 
 const MODELS: [&str; 6] = [
@@ -110,7 +110,7 @@ struct Case {
     k: u32,
 }
 
-fn draw(rng: &mut SmallRng) -> (ScenarioRequest, u32) {
+fn draw(rng: &mut Generator) -> (ScenarioRequest, u32) {
     let model = MODELS[rng.random_range(0..MODELS.len())];
     let (system, gpus) = SYSTEMS[rng.random_range(0..SYSTEMS.len())];
     let tps: Vec<u32> = [1u32, 2, 4, 8].into_iter().filter(|&t| t <= gpus).collect();
@@ -156,7 +156,7 @@ fn draw(rng: &mut SmallRng) -> (ScenarioRequest, u32) {
 
 #[test]
 fn fast_path_matches_the_mean_over_seeds() {
-    let mut rng = SmallRng::seed_from_u64(16);
+    let mut rng = decodesim::rng::seeded(16);
     let mut cases = Vec::new();
     let mut refused = 0;
     while cases.len() < 64 {

@@ -204,7 +204,7 @@ fn mtp_runs_for_deepseek_and_crossover_is_found() {
 fn fast_path_matches_the_timeline() {
     use decodesim::sim::fast::{Collectives, FastScenario, Launch};
     use decodesim::sim::{simulate_loaded, Engine, Timeline};
-    use rand::{Rng, SeedableRng};
+    use rand::Rng;
     let (base, mut profile) = ScenarioRequest::default().load().unwrap();
     profile.variability.kernel_cv = 0.0;
     profile.variability.rank_skew_cv = 0.0;
@@ -212,7 +212,7 @@ fn fast_path_matches_the_timeline() {
     profile.variability.launch_skew_us = 0.0;
     let draft = Draft::load(Method::Eagle3, None, &base.model).unwrap();
     let fast = FastScenario::new(&base, &profile, Some(&draft.drafter)).unwrap();
-    let mut rng = rand::rngs::SmallRng::seed_from_u64(9);
+    let mut rng = decodesim::rng::seeded(9);
     let contexts = [1024u64, 2048, 4096, 8192, 16384, 32768, 65536, 131072];
     let (mut engine, mut tl) = (Engine::new(), Timeline::default());
     let mut worst = 0.0f64;

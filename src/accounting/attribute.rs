@@ -194,8 +194,8 @@ mod tests {
 
     #[test]
     fn merged_lanes_attribute_as_the_sorted_sweep_does() {
-        use rand::{Rng, SeedableRng};
-        let mut rng = rand::rngs::SmallRng::seed_from_u64(9);
+        use rand::Rng;
+        let mut rng = crate::rng::seeded(9);
         for streams in [1usize, 3, 4, 7] {
             // Kernels in program order on `streams` streams (7: more than the lanes, so the
             // sort takes over), gaps and touching ends, some outside the window.

@@ -666,26 +666,24 @@ pub const MULTINODE_HEADER: &str = "op,nodes,nranks,dtype,bytes,latency_us";
 impl MultiNodeTable {
     pub fn parse(text: &str, path: &std::path::Path) -> crate::error::Result<Self> {
         use crate::error::Error;
-        let mut lines = text.lines().enumerate();
-        let header = lines.next().map(|(_, l)| l.trim()).unwrap_or("");
+        let mut records = crate::files::csv_records(text, path, false)?.into_iter();
+        let header = match records.next() {
+            Some((1, h)) => h.join(","),
+            _ => String::new(),
+        };
         if header != MULTINODE_HEADER {
             return Err(Error::field(
                 path,
                 "header",
                 format!(
                     "found '{}', expected '{MULTINODE_HEADER}'",
-                    crate::units::clip(header, 80)
+                    crate::units::clip(&header, 80)
                 ),
             ));
         }
         let mut t = MultiNodeTable::default();
-        for (i, l) in lines {
-            let l = l.trim();
-            if l.is_empty() {
-                continue;
-            }
-            let line = i + 1;
-            let f: Vec<&str> = l.split(',').map(str::trim).collect();
+        for (line, f) in records {
+            let f: Vec<&str> = f.iter().map(String::as_str).collect();
             let bad = |what: String| Error::field(path, format!("line {line}"), what);
             if f.len() != 6 {
                 return Err(bad(format!(

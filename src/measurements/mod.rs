@@ -282,7 +282,7 @@ pub(crate) fn read_kernels_csv(path: &Path) -> Result<Vec<KernelPoint>> {
         if !(p.p10_us <= p.median_us && p.median_us <= p.p90_us) {
             return Err(Error::field(
                 path,
-                format!("row {}", i + 2),
+                format!("row {}", t.line(i)),
                 format!(
                     "percentiles out of order: p10 {} µs, median {} µs, p90 {} µs (expected p10 <= median <= p90)",
                     p.p10_us, p.median_us, p.p90_us

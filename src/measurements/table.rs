@@ -1,5 +1,6 @@
-//! A CSV read with bounds: lines of a few KiB at most, columns found by name, every value
-//! checked against its bound, and errors naming file, row, column and value.
+//! A CSV read with bounds: records of a few KiB at most, columns found by name, every value
+//! checked against its bound, and errors naming file, row, column and value. The csv crate
+//! reads it, quoted fields included (a label or source holding a comma).
 
 use super::{MAX_CALL_US, MAX_COUNT, MAX_LINE_BYTES};
 use crate::error::{Error, Result};
@@ -9,21 +10,61 @@ use std::collections::HashMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-/// A reader that refuses a line longer than [`MAX_LINE_BYTES`], so the CSV parser never
-/// buffers an unbounded record.
+/// Where [`LineLimited`] is in the CSV's grammar: only a line break outside quotes ends a
+/// record.
+#[derive(Clone, Copy, PartialEq)]
+enum Quoting {
+    /// At the start of a field, where a `"` opens a quoted field.
+    FieldStart,
+    /// In an unquoted field.
+    Unquoted,
+    /// In a quoted field.
+    Quoted,
+    /// A `"` in a quoted field: it closes the field, or a second `"` makes it a literal quote.
+    QuoteInQuoted,
+}
+
+/// A reader that refuses a record longer than [`MAX_LINE_BYTES`], so the CSV parser never
+/// buffers an unbounded record: the count restarts at a line break outside quotes, so a quoted
+/// field cannot hide a long record behind line breaks.
 pub(super) struct LineLimited<R> {
     inner: R,
     since_newline: usize,
     line: usize,
+    quoting: Quoting,
+}
+
+impl<R> LineLimited<R> {
+    pub(super) fn new(inner: R) -> Self {
+        LineLimited {
+            inner,
+            since_newline: 0,
+            line: 1,
+            quoting: Quoting::FieldStart,
+        }
+    }
 }
 
 impl<R: Read> Read for LineLimited<R> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         let n = self.inner.read(buf)?;
         for &b in &buf[..n] {
+            use Quoting::*;
+            let (next, ends_record) = match (self.quoting, b) {
+                (Quoted, b'"') => (QuoteInQuoted, false),
+                (Quoted, _) => (Quoted, false),
+                (QuoteInQuoted, b'"') => (Quoted, false),
+                (FieldStart, b'"') => (Quoted, false),
+                (_, b',') => (FieldStart, false),
+                (_, b'\n') => (FieldStart, true),
+                _ => (Unquoted, false),
+            };
+            self.quoting = next;
             if b == b'\n' {
-                self.since_newline = 0;
                 self.line += 1;
+            }
+            if ends_record {
+                self.since_newline = 0;
             } else {
                 self.since_newline += 1;
                 if self.since_newline > MAX_LINE_BYTES {
@@ -74,6 +115,8 @@ pub(super) struct Table {
     pub(super) path: PathBuf,
     cols: HashMap<String, usize>,
     pub(super) rows: Vec<csv::StringRecord>,
+    /// The line each row starts on (the header is line 1).
+    lines: Vec<u64>,
 }
 
 /// What a numeric column may hold.
@@ -89,13 +132,8 @@ pub(super) enum Bound {
 
 impl Table {
     pub(super) fn read(path: &Path, required: &[&str]) -> Result<Self> {
-        let input = LineLimited {
-            inner: open_input(path, InputKind::MeasurementCsv)?,
-            since_newline: 0,
-            line: 1,
-        };
-        // The harness never quotes; without quoting a record is one line, which the limit bounds.
-        let mut rdr = csv::ReaderBuilder::new().quoting(false).from_reader(input);
+        let input = LineLimited::new(open_input(path, InputKind::MeasurementCsv)?);
+        let mut rdr = csv::ReaderBuilder::new().from_reader(input);
         let header = rdr.headers().map_err(|e| csv_error(path, e))?.clone();
         let cols: HashMap<String, usize> = header
             .iter()
@@ -114,15 +152,23 @@ impl Table {
                 ));
             }
         }
-        let mut rows = Vec::new();
+        let (mut rows, mut lines) = (Vec::new(), Vec::new());
         for rec in rdr.records() {
-            rows.push(rec.map_err(|e| csv_error(path, e))?);
+            let rec = rec.map_err(|e| csv_error(path, e))?;
+            lines.push(rec.position().map_or(rows.len() as u64 + 2, |p| p.line()));
+            rows.push(rec);
         }
         Ok(Table {
             path: path.to_path_buf(),
             cols,
             rows,
+            lines,
         })
+    }
+
+    /// The line row `i` starts on, as errors name it ("row N").
+    pub(super) fn line(&self, i: usize) -> u64 {
+        self.lines[i]
     }
 
     pub(super) fn str(&self, i: usize, col: &str) -> &str {
@@ -130,7 +176,7 @@ impl Table {
     }
 
     fn field(&self, i: usize, col: &str) -> String {
-        format!("row {} column '{col}'", i + 2)
+        format!("row {} column '{col}'", self.line(i))
     }
 
     pub(super) fn bad(&self, i: usize, col: &str, expected: impl std::fmt::Display) -> Error {

@@ -16,8 +16,7 @@ use super::timeline::{KernelRecord, Timeline};
 
 use crate::cost::profile::{LaunchParams, Variability};
 use crate::workload::{CostFamily, Stream, Workload};
-use rand::rngs::SmallRng;
-use rand::{Rng, SeedableRng};
+use rand::Rng;
 
 /// Everything the engine needs besides the workload and its base costs.
 #[derive(Debug, Clone)]
@@ -76,7 +75,7 @@ impl Engine {
     /// Simulates one step into `out` (cleared first).
     pub fn run(&mut self, w: &Workload, base_us: &[f64], cfg: &EngineConfig, out: &mut Timeline) {
         let ranks = cfg.ranks.max(1) as usize;
-        let mut rng = SmallRng::seed_from_u64(cfg.seed);
+        let mut rng = crate::rng::seeded(cfg.seed);
         let kernel_amp = cfg.variability.kernel_cv * SQRT3;
         let coll_amp = cfg.variability.collective_cv * SQRT3;
         let skew_amp = cfg.variability.rank_skew_cv * SQRT3;

@@ -789,14 +789,13 @@ fn combine_pricing(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rand::rngs::SmallRng;
-    use rand::{Rng, SeedableRng};
+    use rand::Rng;
 
     /// Stopping at the first repeated cycle gives the full schedule's step time, to rounding:
     /// random stage times, sends and micro-batch sizes, pipelines of 2 to 24 stages.
     #[test]
     fn schedule_windows_step_equals_the_full_schedule() {
-        let mut rng = SmallRng::seed_from_u64(11);
+        let mut rng = crate::rng::seeded(11);
         for _ in 0..300 {
             let n = rng.random_range(2..=24usize);
             let sizes = rng.random_range(1..=2usize);

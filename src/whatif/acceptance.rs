@@ -66,13 +66,8 @@ impl Acceptance {
     /// Reads `acceptance_length,count` rows (header required; lengths 1..=k+1).
     pub(crate) fn lengths_file(path: &Path) -> Result<Self> {
         let text = crate::files::read_text(path, crate::files::InputKind::MeasurementCsv)?;
-        let mut rdr = csv::ReaderBuilder::new()
-            .trim(csv::Trim::All)
-            .from_reader(text.as_bytes());
-        let headers = rdr
-            .headers()
-            .map_err(|e| Error::field(path, "header", e.to_string()))?
-            .clone();
+        let mut records = crate::files::csv_records(&text, path, false)?.into_iter();
+        let headers = records.next().map(|r| r.1).unwrap_or_default();
         let col = |name: &str| {
             headers.iter().position(|h| h == name).ok_or_else(|| {
                 Error::field(
@@ -84,9 +79,18 @@ impl Acceptance {
         };
         let (li, ci) = (col("acceptance_length")?, col("count")?);
         let mut counts: Vec<f64> = Vec::new();
-        for (row, rec) in rdr.records().enumerate() {
-            let rec =
-                rec.map_err(|e| Error::field(path, format!("row {}", row + 2), e.to_string()))?;
+        for (row, rec) in records {
+            if rec.len() != headers.len() {
+                return Err(Error::field(
+                    path,
+                    format!("row {row}"),
+                    format!(
+                        "found {} fields, expected {} (one per column of the header)",
+                        rec.len(),
+                        headers.len()
+                    ),
+                ));
+            }
             let field = |i: usize, name: &str| -> Result<f64> {
                 rec.get(i)
                     .and_then(|v| v.parse::<f64>().ok())
@@ -94,10 +98,10 @@ impl Acceptance {
                     .ok_or_else(|| {
                         Error::field(
                             path,
-                            format!("row {} column {name}", row + 2),
+                            format!("row {row} column {name}"),
                             format!(
                                 "expected a number >= 0, found '{}'",
-                                rec.get(i).unwrap_or("")
+                                rec.get(i).map_or("", String::as_str)
                             ),
                         )
                     })
@@ -108,7 +112,7 @@ impl Acceptance {
             if !crate::scenario::limits::LOG_COUNT.contains(count) {
                 return Err(Error::field(
                     path,
-                    format!("row {} column count", row + 2),
+                    format!("row {row} column count"),
                     format!(
                         "found {}, expected {}",
                         crate::scenario::check::show(count),
@@ -119,7 +123,7 @@ impl Acceptance {
             if len < 1.0 || len.fract() != 0.0 || len > 64.0 {
                 return Err(Error::field(
                     path,
-                    format!("row {} column acceptance_length", row + 2),
+                    format!("row {row} column acceptance_length"),
                     format!("expected a whole number from 1 (bonus token only) to 64, found {len}"),
                 ));
             }

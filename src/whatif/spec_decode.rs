@@ -18,8 +18,7 @@ use crate::sim::{self, engine_config, Engine, ScenarioRequest, Simulation, Timel
 use crate::workload::spec_method::DraftSource;
 use crate::workload::spec_step::{PassKind, Side, SpecStep};
 use crate::workload::{self, Workload};
-use rand::rngs::SmallRng;
-use rand::{Rng, SeedableRng};
+use rand::Rng;
 
 /// What a user asks for.
 #[derive(Debug, Clone)]
@@ -255,7 +254,7 @@ fn tpot_percentiles(
     output_tokens: u32,
     seed: u64,
 ) -> [f64; 3] {
-    let mut rng = SmallRng::seed_from_u64(seed ^ 0x7a0f_5bec);
+    let mut rng = crate::rng::seeded(seed ^ 0x7a0f_5bec);
     let mut cdf = Vec::with_capacity(pmf.len());
     let mut acc = 0.0;
     for &p in pmf {

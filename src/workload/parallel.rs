@@ -615,8 +615,8 @@ mod tests {
             }
             (rows, touched)
         }
-        use rand::{Rng, SeedableRng};
-        let mut rng = rand::rngs::SmallRng::seed_from_u64(5);
+        use rand::Rng;
+        let mut rng = crate::rng::seeded(5);
         for (e, n, redundant) in [(256, 144, 32), (256, 16, 0), (64, 8, 8), (16, 8, 0)] {
             // Skewed counts with zeros and ties.
             let counts: Vec<u32> = (0..e)

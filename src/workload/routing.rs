@@ -11,10 +11,10 @@
 //! weighted draws (Plackett–Luce), which is what a softmax/sigmoid top-k over noisy logits with
 //! these mean shares does.
 
+use crate::rng::Generator;
 use crate::scenario::routing::MAX_ALPHA;
 pub use crate::scenario::routing::{Routing, AIC_EQUIVALENT_ALPHA, DEFAULT_ROUTING};
-use rand::rngs::SmallRng;
-use rand::{RngCore, SeedableRng};
+use rand::RngCore;
 
 /// How a routing model turns into draws once the model's expert count and top-k are known.
 #[derive(Debug, Clone, PartialEq)]
@@ -563,7 +563,7 @@ fn unit_of(x: u64) -> f64 {
 /// table in bulk, leaving the token loop only the rejections. Which output lands on which draw,
 /// and so every seeded draw, is as when each draw called the generator itself.
 struct DrawStream {
-    rng: SmallRng,
+    rng: Generator,
     /// Generator outputs, `raw[pos..]` not yet used.
     raw: Vec<u64>,
     /// The expert each output draws.
@@ -578,7 +578,7 @@ impl DrawStream {
 
     fn new() -> Self {
         DrawStream {
-            rng: SmallRng::seed_from_u64(0),
+            rng: crate::rng::seeded(0),
             raw: Vec::new(),
             expert: Vec::new(),
             pos: 0,
@@ -586,7 +586,7 @@ impl DrawStream {
     }
 
     /// Starts the stream of a layer of about `needed` draws from `rng`.
-    fn reset(&mut self, rng: SmallRng, needed: u64) {
+    fn reset(&mut self, rng: Generator, needed: u64) {
         let block = (needed.max(8) as usize).min(Self::BLOCK);
         self.rng = rng;
         self.raw.resize(block, 0);
@@ -694,8 +694,8 @@ impl DrawStream {
 
 /// The generator of one layer's stream (`salt` tells the draws from the placement), seeded by
 /// the step's seed and the layer: layers draw independently, in any order, on any thread.
-fn layer_rng(seed: u64, salt: u64, layer: usize) -> SmallRng {
-    SmallRng::seed_from_u64(seed ^ salt ^ (layer as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15))
+fn layer_rng(seed: u64, salt: u64, layer: usize) -> Generator {
+    crate::rng::seeded(seed ^ salt ^ (layer as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15))
 }
 
 /// Weighted draws in a step above which its layers are drawn on every core (a few hundred
@@ -763,7 +763,7 @@ impl Placement {
 
     /// A seeded uniform permutation of `n` positions (Fisher–Yates): the hot entries of a
     /// law land on random experts, differently in every layer.
-    fn shuffle(&mut self, n: usize, rng: &mut SmallRng) {
+    fn shuffle(&mut self, n: usize, rng: &mut Generator) {
         self.placed = true;
         let perm = &mut self.rank_of;
         perm.clear();
@@ -781,7 +781,7 @@ impl Placement {
 
 /// A uniform integer in 0..n (n > 0), exactly: Lemire's multiply-and-reject.
 #[inline]
-fn below(rng: &mut SmallRng, n: u64) -> u64 {
+fn below(rng: &mut Generator, n: u64) -> u64 {
     let mut m = rng.next_u64() as u128 * n as u128;
     if (m as u64) < n {
         let floor = n.wrapping_neg() % n;
@@ -1041,7 +1041,7 @@ mod tests {
     fn guide_table_finds_what_the_binary_search_finds() {
         // Laws of every shape the sampler builds (uniform, steep, with zero weights and ties,
         // one expert holding nearly all), at random points and at every step of the cdf.
-        let mut rng = SmallRng::seed_from_u64(11);
+        let mut rng = crate::rng::seeded(11);
         let mut laws: Vec<Vec<f64>> = vec![
             zipf(256, 0.66),
             zipf(384, 3.0),
@@ -1171,7 +1171,7 @@ mod tests {
 
     #[test]
     fn block_draws_are_the_per_draw_ones() {
-        let mut rng = SmallRng::seed_from_u64(5);
+        let mut rng = crate::rng::seeded(5);
         assert!((0..1000).all(|_| {
             let mut twin = rng.clone();
             unit_of(rng.next_u64()) == twin.random::<f64>()

@@ -228,14 +228,8 @@ pub fn read_points(path: &Path) -> Result<Vec<Point>> {
 }
 
 pub(super) fn parse_csv(text: &str, path: &Path) -> Result<Vec<Point>> {
-    let mut rdr = csv::ReaderBuilder::new()
-        .trim(csv::Trim::All)
-        .comment(Some(b'#'))
-        .from_reader(text.as_bytes());
-    let headers = rdr
-        .headers()
-        .map_err(|e| Error::field(path, "header", format!("unreadable: {e}")))?
-        .clone();
+    let mut records = crate::files::csv_records(text, path, true)?.into_iter();
+    let headers = records.next().map(|r| r.1).unwrap_or_default();
     let col = |name: &str| headers.iter().position(|h| h.eq_ignore_ascii_case(name));
     let mut missing: Vec<&str> = ["concurrency", "context"]
         .iter()
@@ -252,20 +246,28 @@ pub(super) fn parse_csv(text: &str, path: &Path) -> Result<Vec<Point>> {
             format!(
                 "missing column(s) {}; expected concurrency,context,tokens_per_s or tpot_ms (optional kv_cache_dtype, nccl_proto, nccl_algo, p2p, allreduce, dcp, spec_method, draft_tokens, acceptance_rate, acceptance_length); found '{}'",
                 missing.join(", "),
-                crate::units::clip(&headers.iter().collect::<Vec<_>>().join(","), 40)
+                crate::units::clip(&headers.join(","), 40)
             ),
         ));
     }
     let mut points = Vec::new();
-    for (i, rec) in rdr.records().enumerate() {
-        let rec = rec.map_err(|e| Error::field(path, format!("line {}", i + 2), e.to_string()))?;
-        // The record's own line (comments and blank lines skipped by the reader count).
-        let line = rec.position().map_or(i + 2, |p| p.line() as usize);
+    for (line, rec) in records {
+        if rec.len() != headers.len() {
+            return Err(Error::field(
+                path,
+                format!("line {line}"),
+                format!(
+                    "found {} fields, expected {} (one per column of the header)",
+                    rec.len(),
+                    headers.len()
+                ),
+            ));
+        }
         let field = |name: &str| -> Option<String> {
             col(name)
                 .and_then(|c| rec.get(c))
-                .map(str::to_string)
                 .filter(|v| !v.is_empty())
+                .cloned()
         };
         let fail = |name: &str, v: &str, allowed: &str| {
             Error::field(

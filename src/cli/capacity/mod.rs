@@ -178,15 +178,11 @@ fn parse_prices(s: &str) -> Result<Prices> {
 fn read_measured(path: &Path) -> Result<Vec<MeasuredPoint>> {
     let text = crate::files::read_text(path, InputKind::MeasurementCsv)?;
     let mut out = Vec::new();
-    for (n, line) in text.lines().enumerate() {
-        let line = line.trim();
-        if line.is_empty() || line.starts_with('#') {
-            continue;
-        }
-        let f: Vec<&str> = line.split(',').map(str::trim).collect();
-        if n == 0 && f.first().is_some_and(|x| x.parse::<f64>().is_err()) {
+    for (n, f) in crate::files::csv_records(&text, path, true)? {
+        if n == 1 && f.first().is_some_and(|x| x.parse::<f64>().is_err()) {
             continue; // header
         }
+        let line = f.join(",");
         let num = |i: usize| {
             f.get(i)
                 .and_then(|x| x.parse::<f64>().ok())
@@ -195,20 +191,20 @@ fn read_measured(path: &Path) -> Result<Vec<MeasuredPoint>> {
         let (Some(c), Some(t)) = (num(0), num(1)) else {
             return Err(Error::field(
                 path,
-                format!("line {}", n + 1),
+                format!("line {n}"),
                 format!(
                     "found '{}', expected concurrency,tokens_per_s[,tpot_ms] as non-negative numbers",
-                    crate::units::echo(line)
+                    crate::units::echo(&line)
                 ),
             ));
         };
         if f.len() > 3 || (f.len() == 3 && num(2).is_none()) {
             return Err(Error::field(
                 path,
-                format!("line {}", n + 1),
+                format!("line {n}"),
                 format!(
                     "found '{}', expected concurrency,tokens_per_s[,tpot_ms]",
-                    crate::units::echo(line)
+                    crate::units::echo(&line)
                 ),
             ));
         }

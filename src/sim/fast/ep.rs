@@ -50,8 +50,7 @@
 use super::basis::{dot, round_u64, Group, Kind, OpT, Regime};
 use super::{Busy, CalibrationProfile, Coef, CostFamily, Op, Scenario, Workload};
 use crate::workload::routing::{self, Resolved};
-use rand::rngs::SmallRng;
-use rand::{Rng, SeedableRng};
+use rand::Rng;
 
 /// The expert-parallel layout of a scenario, as the fit and the play need it.
 #[derive(Debug, Clone)]
@@ -383,7 +382,7 @@ impl EpLoads {
                 1.0 - (batch / self.dp) as f64 / batch.div_ceil(self.dp) as f64
             },
         };
-        let mut rng = SmallRng::seed_from_u64(seed ^ 0x5ca1_ab1e);
+        let mut rng = crate::rng::seeded(seed ^ 0x5ca1_ab1e);
         for counts in &sample.expert_tokens {
             let (rows, touched) =
                 crate::workload::parallel::ep_rank_rows(counts, n, self.redundant);
@@ -411,9 +410,7 @@ impl EpLoads {
                 d.t.push(if td > 0.0 { touched[r] / td } else { 1.0 });
                 d.rows.push(if rm > 0.0 { rows[r] / rm } else { 1.0 });
                 d.v.push(1.0 + self.skew * (2.0 * rng.random::<f64>() - 1.0));
-                // Box-Muller: one standard normal from two uniforms.
-                let (u1, u2) = (1.0 - rng.random::<f64>(), rng.random::<f64>());
-                d.z.push((-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos());
+                d.z.push(crate::rng::standard_normal(&mut rng));
             }
         }
         d

@@ -19,8 +19,7 @@ use crate::cost::CalibrationProfile;
 use crate::error::{Error, Result};
 use crate::scenario::Scenario;
 use crate::sim::memory::{self, MemoryOptions};
-use rand::rngs::SmallRng;
-use rand::{Rng, SeedableRng};
+use rand::Rng;
 use serde::Serialize;
 
 /// `vllm bench serve`'s default number of prompts (`--num-prompts`, docs/sources.md §11.2).
@@ -176,7 +175,7 @@ fn check(s: &Scenario, o: &ServeOptions) -> Result<()> {
 /// The random dataset's lengths: each uniform over the whole numbers in
 /// [⌊L(1 − r)⌋, ⌈L(1 + r)⌉], at least 1 (docs/sources.md §11.2), drawn from `seed`.
 pub fn draw_lengths(o: &ServeOptions) -> Vec<(u64, u64)> {
-    let mut rng = SmallRng::seed_from_u64(o.seed);
+    let mut rng = crate::rng::seeded(o.seed);
     let span = |l: u64| {
         let lo = ((l as f64 * (1.0 - o.range_ratio)).floor() as u64).max(1);
         let hi = ((l as f64 * (1.0 + o.range_ratio)).ceil() as u64).max(lo);

@@ -14,8 +14,6 @@ use crate::scenario::routing::Routing;
 use crate::scenario::Scenario;
 use crate::sim::fast::{Collectives, Draw, FastScenario, Launch};
 use crate::workload::routing::DistinctExperts;
-use rand::rngs::SmallRng;
-use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
 impl Uncertainty {
@@ -287,18 +285,16 @@ impl Uncertainty {
     }
 }
 
-/// A standard normal deviate determined by (seed, draw, source name) (Box–Muller).
+/// A standard normal deviate determined by (seed, draw, source name): the first
+/// `StandardNormal` deviate of the stable generator seeded by the three.
 pub(super) fn normal(seed: u64, draw: u64, name: &str) -> f64 {
     // FNV-1a of the name: stable across runs and platforms.
     let h = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
         (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
     });
-    let mut rng = SmallRng::seed_from_u64(
-        seed ^ h.rotate_left(17) ^ draw.wrapping_mul(0x9E37_79B9_7F4A_7C15),
-    );
-    let u1: f64 = rng.random::<f64>().max(f64::MIN_POSITIVE);
-    let u2: f64 = rng.random::<f64>();
-    (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
+    let mut rng =
+        crate::rng::seeded(seed ^ h.rotate_left(17) ^ draw.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    crate::rng::standard_normal(&mut rng)
 }
 
 /// A scenario ready for drawing: its fast path, launch and collective settings, the draws, and

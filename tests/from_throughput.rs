@@ -263,7 +263,15 @@ fn held_out_errors(fitted: &Path, held_out: &[Point]) -> (f64, f64, f64) {
     let mean_errors = |req: ScenarioRequest| -> Vec<f64> {
         let mut sum = vec![0.0; held_out.len()];
         for seed in 0..HELD_OUT_SEEDS {
-            let r = predict(&ScenarioRequest { seed, ..req.clone() }, held_out, source).unwrap();
+            let r = predict(
+                &ScenarioRequest {
+                    seed,
+                    ..req.clone()
+                },
+                held_out,
+                source,
+            )
+            .unwrap();
             for (s, x) in sum.iter_mut().zip(&r) {
                 *s += x.rel_err / HELD_OUT_SEEDS as f64;
             }

@@ -43,13 +43,18 @@
 //! **Winner.** Among the rows that meet the targets: the lowest USD per million output tokens
 //! when every one is priced (`--gpu-hour-usd`), else the most tokens/s per GPU.
 
+mod ratio;
+mod verdict;
+
 use super::curve::{self, Curve, CurvePoint, Demand};
 use super::{Capacity, CapacityRequest, DemandSpec};
-use crate::cost::kv_transfer::{self, KvLink, KvTransfer};
+use crate::cost::kv_transfer::{KvLink, KvTransfer};
 use crate::cost::CalibrationProfile;
 use crate::error::{Error, Result};
 use crate::scenario::{limits, Scenario};
+use ratio::RatioStudy;
 use serde::Serialize;
+use verdict::{choose, colocated};
 
 /// Largest number of instances in either pool (`--max-pool-instances`): 16 × 16 ratios, each a
 /// few arithmetic steps over two curves; larger pools are multiples of a smaller ratio.
@@ -375,9 +380,102 @@ pub fn disaggregate(
     let p = &cap.reference.profile;
     let mut warnings = Vec::new();
 
-    // Prefill pool.
     let (ps, pp) = prefill_scenario(req, o, s, p, d)?;
-    let pmem = super::memory::account(&ps, &pp, &req.memory)?;
+    let priced = price_prefill_pool(req, &ps, &pp, d, input, longest, &mut warnings)?;
+
+    // With data-parallel attention a decode instance is `dp` TP groups: each receives its own
+    // requests' KV, so it takes `dp` transfers at once.
+    let (tp, dp) = (s.layout.tp, s.layout.dp_size());
+    let (same_system, intra, net) = placement(o, &ps, s)?;
+    // Decode pool: the same curve without prefill's share.
+    let decode_curve = curve::build(
+        s,
+        p,
+        d,
+        cap.max_concurrency as u32,
+        req.points,
+        req.max_tpot_ms,
+        None,
+    )?;
+    let decode_limit = best_point(&decode_curve.points, req.max_tpot_ms, |_| true).copied();
+    let price_d = req.prices.of(&s.system.name);
+
+    let (transfers, rows) = {
+        let study = RatioStudy {
+            ps: &ps,
+            s,
+            same_system,
+            intra,
+            net,
+            decode_curve: &decode_curve,
+            decode_limit,
+            usable: decode_curve
+                .points
+                .iter()
+                .filter(|pt| req.max_tpot_ms.is_none_or(|m| pt.tpot_ms <= m))
+                .collect(),
+            compute_requests_per_s: priced.pool.compute_requests_per_s,
+            prefill_alone_us: priced.alone_us,
+            prefill_longest_us: priced.longest_us,
+            input,
+            longest,
+            output,
+            max_ttft_ms: o.max_ttft_ms,
+            price_p: req.prices.of(&ps.system.name),
+            price_d,
+        };
+        let n = o.max_instances;
+        let transfers = study.transfers(n);
+        let rows = (1..=n)
+            .flat_map(|x| (1..=n).map(move |y| (x, y)))
+            .map(|(x, y)| study.row(x, y))
+            .collect::<Vec<_>>();
+        (transfers, rows)
+    };
+
+    let colocated = colocated(req, o, cap, input, longest, output, price_d);
+    let (winner, verdict) = choose(&rows, &colocated);
+    Ok(Disaggregation {
+        decode_system: s.system.name.clone(),
+        tp,
+        dp,
+        input_len: input,
+        longest_input: longest,
+        output_len: output,
+        max_tpot_ms: req.max_tpot_ms,
+        max_ttft_ms: o.max_ttft_ms,
+        prefill: priced.pool,
+        transfers,
+        decode_curve,
+        decode_limit,
+        rows,
+        colocated,
+        winner,
+        verdict,
+        warnings,
+    })
+}
+
+/// The prefill pool's instance as reported, with its prompts' prefill times alone in µs (the
+/// ratios' TTFT starts from these, not from the report's rounded-through-ms copies).
+struct PricedPrefill {
+    pool: PrefillPool,
+    alone_us: f64,
+    longest_us: f64,
+}
+
+/// The prefill instance priced: its batched per-token cost and the mean and longest prompts
+/// prefilled alone; the longest prompt's KV must fit it.
+fn price_prefill_pool(
+    req: &CapacityRequest,
+    ps: &Scenario,
+    pp: &CalibrationProfile,
+    d: &Demand,
+    input: f64,
+    longest: f64,
+    warnings: &mut Vec<String>,
+) -> Result<PricedPrefill> {
+    let pmem = super::memory::account(ps, pp, &req.memory)?;
     if pmem.max_concurrency(longest) == 0 {
         return Err(Error::KvDoesNotFit {
             tokens: longest,
@@ -391,13 +489,13 @@ pub fn disaggregate(
         });
     }
     let mnbt = req.memory.max_num_batched_tokens;
-    let batched = curve::prefill_cost(&ps, &pp, mnbt, input)?;
+    let batched = curve::prefill_cost(ps, pp, mnbt, input)?;
     let alone = |len: f64| -> Result<f64> {
         let chunk = (len.ceil() as u64).clamp(1, mnbt as u64) as u32;
-        Ok(curve::prefill_cost(&ps, &pp, chunk, len)?.us_per_token * len)
+        Ok(curve::prefill_cost(ps, pp, chunk, len)?.us_per_token * len)
     };
-    let prefill_alone_us = alone(input)?;
-    let prefill_longest_us = alone(longest)?;
+    let alone_us = alone(input)?;
+    let longest_us = alone(longest)?;
     if !batched.warnings.is_empty() {
         warnings.push(format!(
             "prefill instance priced at a {}-token chunk: {} pricing warning(s), e.g. {}",
@@ -407,432 +505,22 @@ pub fn disaggregate(
         ));
     }
     let service_us = input * batched.us_per_token;
-    let prefill = PrefillPool {
+    let pool = PrefillPool {
         system: ps.system.name.clone(),
         tp: ps.layout.tp,
         chunk_tokens: batched.chunk_tokens,
         us_per_token: batched.us_per_token,
         service_us,
-        prefill_ms: prefill_alone_us / 1e3,
-        prefill_ms_longest: prefill_longest_us / 1e3,
+        prefill_ms: alone_us / 1e3,
+        prefill_ms_longest: longest_us / 1e3,
         compute_requests_per_s: 1e6 / service_us.max(1e-9),
         kv_cache_tokens: pmem.kv_cache_tokens,
     };
-
-    // Links.
-    // With data-parallel attention a decode instance is `dp` TP groups: each receives its own
-    // requests' KV, so it takes `dp` transfers at once.
-    let (tp_p, tp, dp) = (ps.layout.tp, s.layout.tp, s.layout.dp_size());
-    let n = o.max_instances;
-    let (same_system, intra, net) = placement(o, &ps, s)?;
-    let gpus_of = |x: u32, y: u32| x * tp_p + y * tp * dp;
-    let fits_node = |x: u32, y: u32| same_system && gpus_of(x, y) <= s.system.gpus_per_node;
-    // Decode pool: the same curve without prefill's share.
-    let decode_curve = curve::build(
-        s,
-        p,
-        d,
-        cap.max_concurrency as u32,
-        req.points,
-        req.max_tpot_ms,
-        None,
-    )?;
-    let decode_limit = best_point(&decode_curve.points, req.max_tpot_ms, |_| true).copied();
-
-    let kv = |len: f64, link: &KvLink| {
-        kv_transfer::kv_transfer(&s.model, tp_p, tp, s.kv_bytes, len, link)
-    };
-    let mut transfers = Vec::new();
-    if let Some(l) = &intra {
-        if (1..=n).any(|x| (1..=n).any(|y| fits_node(x, y))) {
-            transfers.push(kv(input, l));
-        }
-    }
-    if let Some(l) = &net {
-        transfers.push(kv(input, l));
-    }
-
-    let price_p = req.prices.of(&ps.system.name);
-    let price_d = req.prices.of(&s.system.name);
-    let usable: Vec<&CurvePoint> = decode_curve
-        .points
-        .iter()
-        .filter(|pt| req.max_tpot_ms.is_none_or(|m| pt.tpot_ms <= m))
-        .collect();
-    let mut rows = Vec::new();
-    for x in 1..=n {
-        for y in 1..=n {
-            let gpus = gpus_of(x, y);
-            let mut row = RatioRow {
-                prefill_instances: x,
-                decode_instances: y,
-                gpus,
-                link: "-",
-                meets: false,
-                binds: "placement",
-                note: String::new(),
-                requests_per_s: 0.0,
-                tokens_per_s: 0.0,
-                tokens_per_s_per_gpu: 0.0,
-                decode_concurrency: 0,
-                tpot_ms: 0.0,
-                kv_transfer_ms: 0.0,
-                ttft_min_ms: 0.0,
-                ttft_ms: None,
-                prefill_utilization: 0.0,
-                usd_per_hour: None,
-                usd_per_million_tokens: None,
-            };
-            let link = if fits_node(x, y) {
-                intra.as_ref()
-            } else {
-                net.as_ref()
-            };
-            let Some(link) = link else {
-                row.note = format!(
-                    "{gpus} GPUs do not fit one node of {}, and there is no [network] between nodes",
-                    s.system.gpus_per_node
-                );
-                rows.push(row);
-                continue;
-            };
-            row.link = link.class;
-            let Some(dl) = decode_limit else {
-                row.binds = "TPOT";
-                row.note = format!(
-                    "one decode user already takes {:.1} ms per token, above --max-tpot-ms",
-                    decode_curve.points.first().map_or(f64::NAN, |q| q.tpot_ms)
-                );
-                rows.push(row);
-                continue;
-            };
-            let t_mean = kv(input, link);
-            let t_long = kv(longest, link);
-            row.kv_transfer_ms = t_mean.time_us / 1e3;
-            // Each prefill instance sends one prompt's KV at a time, each decode instance
-            // receives one at a time: the sending end bounds a prefill instance's rate, the
-            // receiving end the decode pool's (x prefill instances may feed fewer decode ones).
-            // Across nodes, at load, a pool's instances packed on a node share its NICs.
-            let shared = if link.class == "net" {
-                let g = s.system.gpus_per_node.max(1);
-                let gp = ps.system.gpus_per_node.max(1);
-                KvLink::net_shared(
-                    &ps.system,
-                    (tp_p, (x * tp_p).min(gp)),
-                    &s.system,
-                    (tp, (y * tp * dp).min(g)),
-                )
-                .map(|l| kv(input, &l))
-            } else {
-                None
-            };
-            let t_rate = shared.as_ref().unwrap_or(&t_mean);
-            let net_rate = 1e6 / t_rate.send_us.max(1e-9);
-            let recv_rate = dp as f64 * 1e6 / t_rate.recv_us.max(1e-9);
-            let mu = prefill.compute_requests_per_s.min(net_rate);
-            let s_us = 1e6 / mu;
-            let r_p = x as f64 * mu;
-            let r_recv = y as f64 * recv_rate;
-            let r_tokens = y as f64 * dl.tokens_per_s / output;
-            let r_d = r_tokens.min(r_recv);
-            let r_cap = r_p.min(r_d);
-            // At `r` requests/s: the decode point that carries it, the queueing-free TTFT of the
-            // mean and of the longest prompt, and the TTFT with the M/D/1 wait (None: saturated).
-            let at_rate = |r: f64| {
-                let need = r * output / y as f64;
-                let at = usable
-                    .iter()
-                    .copied()
-                    .filter(|pt| pt.tokens_per_s >= need * (1.0 - 1e-9))
-                    .min_by_key(|pt| pt.concurrency)
-                    .unwrap_or(&dl);
-                let rho = r / (x as f64 * mu);
-                // The decode side's receiving queue, in tandem with the prefill queue.
-                let rho_recv = r / r_recv;
-                let lower = prefill_alone_us + t_mean.time_us + at.step_time_us;
-                let longest_lower = prefill_longest_us + t_long.time_us + at.step_time_us;
-                // (With DP each of the y × dp TP groups is a receiving queue.)
-                let md1 = |rho: f64, s: f64| rho * s / (2.0 * (1.0 - rho));
-                let with_wait = (rho < 1.0 - 1e-9 && rho_recv < 1.0 - 1e-9)
-                    .then(|| lower + md1(rho, s_us) + md1(rho_recv, t_rate.recv_us));
-                (*at, rho, lower, longest_lower, with_wait)
-            };
-            let mut r = r_cap;
-            row.binds = if r_p < r_d {
-                if net_rate < prefill.compute_requests_per_s {
-                    "KV transfer"
-                } else {
-                    "prefill"
-                }
-            } else if r_recv < r_tokens {
-                "KV transfer"
-            } else {
-                "decode"
-            };
-            if let Some(t) = o.max_ttft_ms {
-                let limit = t * 1e3;
-                let meets = |r: f64| {
-                    let (_, _, _, long, wait) = at_rate(r);
-                    long <= limit && wait.is_some_and(|w| w <= limit)
-                };
-                if !meets(0.0) {
-                    let (_, _, lower, long, _) = at_rate(0.0);
-                    row.binds = "TTFT";
-                    row.note = format!(
-                        "the queueing-free TTFT is {:.1} ms ({:.1} ms for the longest prompt), above --max-ttft-ms {t}",
-                        lower / 1e3,
-                        long / 1e3
-                    );
-                    rows.push(row);
-                    continue;
-                }
-                if !meets(r_cap) {
-                    // The highest load that meets the target (TTFT grows with the load).
-                    let (mut lo, mut hi) = (0.0, r_cap);
-                    for _ in 0..100 {
-                        let mid = 0.5 * (lo + hi);
-                        if meets(mid) {
-                            lo = mid;
-                        } else {
-                            hi = mid;
-                        }
-                    }
-                    r = lo;
-                    row.binds = "TTFT";
-                }
-            }
-            let (at, rho, lower, _, with_wait) = at_rate(r);
-            row.meets = true;
-            row.requests_per_s = r;
-            row.tokens_per_s = r * output;
-            row.tokens_per_s_per_gpu = r * output / gpus as f64;
-            row.decode_concurrency = at.concurrency;
-            row.tpot_ms = at.tpot_ms;
-            row.ttft_min_ms = lower / 1e3;
-            row.prefill_utilization = rho;
-            row.ttft_ms = with_wait.map(|w| w / 1e3);
-            row.usd_per_hour = match (price_p, price_d) {
-                (Some(a), Some(b)) if tp_p == tp * dp => {
-                    Some((x as f64 * a + y as f64 * b) * tp_p as f64)
-                }
-                (Some(a), Some(b)) => {
-                    Some(x as f64 * a * tp_p as f64 + y as f64 * b * (tp * dp) as f64)
-                }
-                _ => None,
-            };
-            row.usd_per_million_tokens = per_million(row.usd_per_hour, row.tokens_per_s);
-            rows.push(row);
-        }
-    }
-
-    let colocated = colocated(req, o, cap, input, longest, output, price_d);
-    let (winner, verdict) = choose(&rows, &colocated);
-    Ok(Disaggregation {
-        decode_system: s.system.name.clone(),
-        tp,
-        dp,
-        input_len: input,
-        longest_input: longest,
-        output_len: output,
-        max_tpot_ms: req.max_tpot_ms,
-        max_ttft_ms: o.max_ttft_ms,
-        prefill,
-        transfers,
-        decode_curve,
-        decode_limit,
-        rows,
-        colocated,
-        winner,
-        verdict,
-        warnings,
+    Ok(PricedPrefill {
+        pool,
+        alone_us,
+        longest_us,
     })
-}
-
-/// The co-located answer from the chunked-prefill curve (see the module notes).
-fn colocated(
-    req: &CapacityRequest,
-    o: &DisaggOptions,
-    cap: &Capacity,
-    input: f64,
-    longest: f64,
-    output: f64,
-    price: Option<f64>,
-) -> Colocated {
-    let tp = cap.reference.scenario.layout.tp;
-    let dp = cap.reference.scenario.layout.dp_size();
-    if dp > 1 {
-        return Colocated {
-            meets: false,
-            modelled: false,
-            note: format!(
-                "co-located chunked prefill with data-parallel attention (--dp {dp}) is not modelled"
-            ),
-            gpus: tp * dp,
-            concurrency: 0,
-            requests_per_s: 0.0,
-            tokens_per_s: 0.0,
-            tokens_per_s_per_gpu: 0.0,
-            tpot_ms: 0.0,
-            ttft_min_ms: 0.0,
-            usd_per_hour: None,
-            usd_per_million_tokens: None,
-        };
-    }
-    let mnbt = req.memory.max_num_batched_tokens as f64;
-    let per_token = cap.curve.prefill.as_ref().map_or(0.0, |c| c.us_per_token);
-    let ttft_us = |pt: &CurvePoint, len: f64| {
-        let budget = (mnbt - pt.concurrency as f64).max(1.0);
-        (len / budget).ceil() * pt.step_time_us + len * per_token
-    };
-    let ok = |pt: &CurvePoint| {
-        o.max_ttft_ms
-            .is_none_or(|t| ttft_us(pt, longest) <= t * 1e3)
-    };
-    let usd_h = price.map(|p| p * tp as f64);
-    match best_point(&cap.curve.points, req.max_tpot_ms, ok) {
-        Some(pt) => Colocated {
-            meets: true,
-            modelled: true,
-            note: String::new(),
-            gpus: tp,
-            concurrency: pt.concurrency,
-            requests_per_s: pt.tokens_per_s / output,
-            tokens_per_s: pt.tokens_per_s,
-            tokens_per_s_per_gpu: pt.tokens_per_s / tp as f64,
-            tpot_ms: pt.tpot_ms,
-            ttft_min_ms: ttft_us(pt, input) / 1e3,
-            usd_per_hour: usd_h,
-            usd_per_million_tokens: per_million(usd_h, pt.tokens_per_s),
-        },
-        None => {
-            let first = cap.curve.points.first();
-            Colocated {
-                meets: false,
-                modelled: true,
-                note: match first {
-                    Some(f) if req.max_tpot_ms.is_some_and(|m| f.tpot_ms > m) => format!(
-                        "TPOT binds: one user already takes {:.1} ms per token",
-                        f.tpot_ms
-                    ),
-                    Some(f) => format!(
-                        "TTFT binds: one user's prompt already takes {:.1} ms at the lower bound",
-                        ttft_us(f, longest) / 1e3
-                    ),
-                    None => "no point on the curve".into(),
-                },
-                gpus: tp,
-                concurrency: 0,
-                requests_per_s: 0.0,
-                tokens_per_s: 0.0,
-                tokens_per_s_per_gpu: 0.0,
-                tpot_ms: first.map_or(0.0, |f| f.tpot_ms),
-                ttft_min_ms: first.map_or(0.0, |f| ttft_us(f, input) / 1e3),
-                usd_per_hour: usd_h,
-                usd_per_million_tokens: None,
-            }
-        }
-    }
-}
-
-/// The winner among the rows that meet the targets, and the sentence that says so.
-fn choose(rows: &[RatioRow], co: &Colocated) -> (Winner, String) {
-    let meeting: Vec<&RatioRow> = rows.iter().filter(|r| r.meets).collect();
-    let priced = meeting.iter().all(|r| r.usd_per_million_tokens.is_some())
-        && (!co.meets || co.usd_per_million_tokens.is_some())
-        && (co.meets || !meeting.is_empty());
-    // Lower is better.
-    let key = |usd: Option<f64>, per_gpu: f64| {
-        if priced {
-            usd.unwrap_or(f64::INFINITY)
-        } else {
-            -per_gpu
-        }
-    };
-    let best = meeting.iter().copied().min_by(|a, b| {
-        key(a.usd_per_million_tokens, a.tokens_per_s_per_gpu)
-            .total_cmp(&key(b.usd_per_million_tokens, b.tokens_per_s_per_gpu))
-            .then(a.gpus.cmp(&b.gpus))
-    });
-    let measure = |usd: Option<f64>, per_gpu: f64| {
-        if priced {
-            format!(
-                "{:.2} USD per million output tokens",
-                usd.unwrap_or(f64::NAN)
-            )
-        } else {
-            format!("{per_gpu:.1} tokens/s per GPU")
-        }
-    };
-    let co_key = key(co.usd_per_million_tokens, co.tokens_per_s_per_gpu);
-    match best {
-        Some(b) if !co.meets || key(b.usd_per_million_tokens, b.tokens_per_s_per_gpu) < co_key => (
-            Winner::Disaggregated {
-                prefill: b.prefill_instances,
-                decode: b.decode_instances,
-            },
-            format!(
-                "disaggregate: {}P:{}D ({} GPUs, {} binds) gives {}, TPOT {:.1} ms, TTFT {}; co-located {}",
-                b.prefill_instances,
-                b.decode_instances,
-                b.gpus,
-                b.binds,
-                measure(b.usd_per_million_tokens, b.tokens_per_s_per_gpu),
-                b.tpot_ms,
-                ttft_text(b),
-                if co.meets {
-                    format!(
-                        "gives {}, TPOT {:.1} ms, TTFT at least {:.1} ms",
-                        measure(co.usd_per_million_tokens, co.tokens_per_s_per_gpu),
-                        co.tpot_ms,
-                        co.ttft_min_ms
-                    )
-                } else if !co.modelled {
-                    format!("is not compared: {}", co.note)
-                } else {
-                    format!("does not meet the targets ({})", co.note)
-                }
-            ),
-        ),
-        Some(b) => (
-            Winner::Colocated,
-            format!(
-                "do not disaggregate: co-located chunked prefill gives {}, TPOT {:.1} ms, TTFT at least {:.1} ms; the best ratio {}P:{}D gives {}",
-                measure(co.usd_per_million_tokens, co.tokens_per_s_per_gpu),
-                co.tpot_ms,
-                co.ttft_min_ms,
-                b.prefill_instances,
-                b.decode_instances,
-                measure(b.usd_per_million_tokens, b.tokens_per_s_per_gpu)
-            ),
-        ),
-        None if co.meets => (
-            Winner::Colocated,
-            format!(
-                "do not disaggregate: no ratio meets the targets; co-located chunked prefill gives {}, TPOT {:.1} ms",
-                measure(co.usd_per_million_tokens, co.tokens_per_s_per_gpu),
-                co.tpot_ms
-            ),
-        ),
-        None => (
-            Winner::Neither,
-            format!(
-                "neither meets the targets: no ratio does ({}), and co-located {}",
-                rows.first().map_or("no ratio".into(), |r| format!("{} binds: {}", r.binds, r.note)),
-                co.note
-            ),
-        ),
-    }
-}
-
-/// TTFT of a row for a sentence.
-pub(crate) fn ttft_text(r: &RatioRow) -> String {
-    match r.ttft_ms {
-        Some(t) => format!("{t:.1} ms (at least {:.1} ms)", r.ttft_min_ms),
-        None => format!(
-            "at least {:.1} ms (the prefill pool is saturated: its queue grows without bound)",
-            r.ttft_min_ms
-        ),
-    }
 }
 
 /// The error a study that nothing meets ends with (after its report).

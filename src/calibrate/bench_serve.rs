@@ -17,7 +17,7 @@
 //!   `num_speculative_tokens`), `acceptance_rate`, `acceptance_length` (or
 //!   `mean_acceptance_length`), and `context` to state the decode context directly.
 
-use super::from_throughput::{kv_dtype_bytes, spec_point, Measured, Point};
+use super::from_throughput::{kv_dtype_bytes, spec_point, Measured, Point, SpecPoint};
 use crate::error::{Error, Result};
 use serde_json::Value;
 use std::path::Path;
@@ -188,6 +188,38 @@ impl ResultObject<'_> {
                 )
             })
     }
+
+    /// The KV cache's element size from `kv_cache_dtype`, when the user recorded it.
+    fn kv_bytes(&self) -> Result<Option<f64>> {
+        let Some(v) = self.text(&["kv_cache_dtype"])? else {
+            return Ok(None);
+        };
+        kv_dtype_bytes(&v).map(Some).ok_or_else(|| {
+            self.refuse(
+                "kv_cache_dtype",
+                format!(
+                    "found '{}', expected bf16, auto or fp8",
+                    crate::units::clip(&v, 40)
+                ),
+            )
+        })
+    }
+
+    /// The speculative-decoding settings the user recorded, if any.
+    fn spec(&self) -> Result<Option<SpecPoint>> {
+        spec_point(
+            self.text(&["spec_method", "speculative_method"])?,
+            self.text(&["draft_tokens", "num_speculative_tokens"])?,
+            self.text(&["acceptance_rate"])?,
+            self.text(&["acceptance_length", "mean_acceptance_length"])?,
+        )
+        .map_err(|(key, v, want)| {
+            self.refuse(
+                key,
+                format!("found '{}', expected {want}", crate::units::clip(&v, 40)),
+            )
+        })
+    }
 }
 
 /// A value in a message, clipped.
@@ -216,31 +248,9 @@ fn point(v: &Value, line: usize, many: bool, path: &Path, opt: &BenchOptions) ->
     let concurrency = concurrency(&r)?;
     let (tokens_per_s, measured) = measurement(&r, opt.metric, concurrency)?;
     let context = context(&r)?;
-    let kv_bytes = match r.text(&["kv_cache_dtype"])? {
-        None => None,
-        Some(v) => Some(kv_dtype_bytes(&v).ok_or_else(|| {
-            r.refuse(
-                "kv_cache_dtype",
-                format!(
-                    "found '{}', expected bf16, auto or fp8",
-                    crate::units::clip(&v, 40)
-                ),
-            )
-        })?),
-    };
+    let kv_bytes = r.kv_bytes()?;
     let dcp = r.whole_text(&["dcp", "decode_context_parallel_size"], "dcp", 1..=1024)?;
-    let spec = spec_point(
-        r.text(&["spec_method", "speculative_method"])?,
-        r.text(&["draft_tokens", "num_speculative_tokens"])?,
-        r.text(&["acceptance_rate"])?,
-        r.text(&["acceptance_length", "mean_acceptance_length"])?,
-    )
-    .map_err(|(key, v, want)| {
-        r.refuse(
-            key,
-            format!("found '{}', expected {want}", crate::units::clip(&v, 40)),
-        )
-    })?;
+    let spec = r.spec()?;
     // The server's TP, when the user recorded it (--metadata tensor_parallel_size=N).
     let tp = r.whole_text(
         &["tensor_parallel_size", "tp"],

@@ -414,86 +414,50 @@ fn collective(op_named: Option<String>, test: &regex::Regex, path: &Path) -> Res
 /// One line of the table, every column checked (None: log text, or a size-0 row that times
 /// nothing).
 fn data_row(line: usize, l: &str, path: &Path) -> Result<Option<Row>> {
-    let bad = |what: String| Error::field(path, format!("line {line}"), what);
-    let f: Vec<&str> = l.split_whitespace().collect();
+    let f = RowFields {
+        f: l.split_whitespace().collect(),
+        line,
+        path,
+    };
     // A data row starts with the size in bytes; anything else (NCCL INFO lines, host
     // names) is log text.
-    if f[0].parse::<u64>().is_err() {
+    if f.f[0].parse::<u64>().is_err() {
         return Ok(None);
     }
-    let root = match f.len() {
+    let root = match f.f.len() {
         13 => 1,
         12 => 0,
         n => {
-            return Err(bad(format!(
+            return Err(f.bad(format!(
                 "{n} columns, expected 13 (size count type redop root time algbw busbw #wrong time algbw busbw #wrong) or 12 (the same without root)"
             )))
         }
     };
-    let int = |k: usize, name: &str| -> Result<u64> {
-        f[k].parse::<u64>().map_err(|_| {
-            bad(format!(
-                "column {name}: found '{}', expected a whole number",
-                crate::units::clip(f[k], 20)
-            ))
-        })
-    };
-    let time = |k: usize, name: &str| -> Result<f64> {
-        f[k].parse::<f64>()
-            .ok()
-            .filter(|t| t.is_finite() && *t > 0.0 && *t < 1e9)
-            .ok_or_else(|| {
-                bad(format!(
-                    "column {name}: found '{}', expected a positive time in µs",
-                    crate::units::clip(f[k], 20)
-                ))
-            })
-    };
-    let wrong = |k: usize, name: &str| -> Result<()> {
-        match f[k] {
-            "N/A" => Ok(()),
-            w => match w.parse::<u64>() {
-                Ok(0) => Ok(()),
-                Ok(n) => Err(bad(format!("column {name}: {n} wrong result(s): the collective produced wrong data, so its time is not a measurement to price from (fix the setup and rerun)"))),
-                Err(_) => Err(bad(format!("column {name}: found '{}', expected 0 or N/A", crate::units::clip(w, 20)))),
-            },
-        }
-    };
-    let bytes = int(0, "size")?;
-    let count = int(1, "count")?;
+    let bytes = f.int(0, "size")?;
+    let count = f.int(1, "count")?;
     let t = 4 + root;
-    let oop = time(t, "out-of-place time")?;
-    for k in [t + 1, t + 2, t + 5, t + 6] {
-        f[k].parse::<f64>().map_err(|_| {
-            bad(format!(
-                "column {}: found '{}', expected a bandwidth in GB/s",
-                if k < t + 4 {
-                    "out-of-place algbw/busbw"
-                } else {
-                    "in-place algbw/busbw"
-                },
-                crate::units::clip(f[k], 20)
-            ))
-        })?;
-    }
-    wrong(t + 3, "out-of-place #wrong")?;
-    let ip = time(t + 4, "in-place time")?;
-    wrong(t + 7, "in-place #wrong")?;
+    let oop = f.time(t, "out-of-place time")?;
+    f.bandwidths(t)?;
+    f.wrong(t + 3, "out-of-place #wrong")?;
+    let ip = f.time(t + 4, "in-place time")?;
+    f.wrong(t + 7, "in-place #wrong")?;
     if bytes == 0 {
         return Ok(None); // a size-0 row times nothing
     }
-    let Some(&(_, dtype, size)) = TYPES.iter().find(|(n, _, _)| n.eq_ignore_ascii_case(f[2]))
+    let type_name = f.f[2];
+    let Some(&(_, dtype, size)) = TYPES
+        .iter()
+        .find(|(n, _, _)| n.eq_ignore_ascii_case(type_name))
     else {
-        return Err(bad(format!(
+        return Err(f.bad(format!(
             "column type: found '{}', expected one of {}",
-            crate::units::clip(f[2], 20),
+            crate::units::clip(type_name, 20),
             TYPES.iter().map(|t| t.0).collect::<Vec<_>>().join(", ")
         )));
     };
     if bytes % size != 0 {
-        return Err(bad(format!(
-            "size {bytes} B is not a whole number of {} elements",
-            f[2]
+        return Err(f.bad(format!(
+            "size {bytes} B is not a whole number of {type_name} elements"
         )));
     }
     Ok(Some(Row {
@@ -504,6 +468,71 @@ fn data_row(line: usize, l: &str, path: &Path) -> Result<Option<Row>> {
         out_of_place_us: oop,
         in_place_us: ip,
     }))
+}
+
+/// A data row's columns, each read with the error that names its line and column.
+struct RowFields<'a> {
+    f: Vec<&'a str>,
+    line: usize,
+    path: &'a Path,
+}
+
+impl RowFields<'_> {
+    fn bad(&self, what: String) -> Error {
+        Error::field(self.path, format!("line {}", self.line), what)
+    }
+
+    fn int(&self, k: usize, name: &str) -> Result<u64> {
+        self.f[k].parse::<u64>().map_err(|_| {
+            self.bad(format!(
+                "column {name}: found '{}', expected a whole number",
+                crate::units::clip(self.f[k], 20)
+            ))
+        })
+    }
+
+    fn time(&self, k: usize, name: &str) -> Result<f64> {
+        self.f[k]
+            .parse::<f64>()
+            .ok()
+            .filter(|t| t.is_finite() && *t > 0.0 && *t < 1e9)
+            .ok_or_else(|| {
+                self.bad(format!(
+                    "column {name}: found '{}', expected a positive time in µs",
+                    crate::units::clip(self.f[k], 20)
+                ))
+            })
+    }
+
+    /// The #wrong column: 0 or N/A; wrong results are no measurement to price from.
+    fn wrong(&self, k: usize, name: &str) -> Result<()> {
+        match self.f[k] {
+            "N/A" => Ok(()),
+            w => match w.parse::<u64>() {
+                Ok(0) => Ok(()),
+                Ok(n) => Err(self.bad(format!("column {name}: {n} wrong result(s): the collective produced wrong data, so its time is not a measurement to price from (fix the setup and rerun)"))),
+                Err(_) => Err(self.bad(format!("column {name}: found '{}', expected 0 or N/A", crate::units::clip(w, 20)))),
+            },
+        }
+    }
+
+    /// The algbw/busbw columns beside the times at `t` and `t + 4`: numbers, unused.
+    fn bandwidths(&self, t: usize) -> Result<()> {
+        for k in [t + 1, t + 2, t + 5, t + 6] {
+            self.f[k].parse::<f64>().map_err(|_| {
+                self.bad(format!(
+                    "column {}: found '{}', expected a bandwidth in GB/s",
+                    if k < t + 4 {
+                        "out-of-place algbw/busbw"
+                    } else {
+                        "in-place algbw/busbw"
+                    },
+                    crate::units::clip(self.f[k], 20)
+                ))
+            })?;
+        }
+        Ok(())
+    }
 }
 
 pub(super) fn dtype_size(dtype: &str) -> u64 {

@@ -387,17 +387,7 @@ pub fn disaggregate(
     // requests' KV, so it takes `dp` transfers at once.
     let (tp, dp) = (s.layout.tp, s.layout.dp_size());
     let (same_system, intra, net) = placement(o, &ps, s)?;
-    // Decode pool: the same curve without prefill's share.
-    let decode_curve = curve::build(
-        s,
-        p,
-        d,
-        cap.max_concurrency as u32,
-        req.points,
-        req.max_tpot_ms,
-        None,
-    )?;
-    let decode_limit = best_point(&decode_curve.points, req.max_tpot_ms, |_| true).copied();
+    let (decode_curve, decode_limit) = decode_pool(req, cap)?;
     let price_d = req.prices.of(&s.system.name);
 
     let (transfers, rows) = {
@@ -454,6 +444,22 @@ pub fn disaggregate(
         verdict,
         warnings,
     })
+}
+
+/// The decode pool: the co-located curve's scenario without prefill's share, and its
+/// operating limit (the most tokens/s within `--max-tpot-ms`; None: no point meets it).
+fn decode_pool(req: &CapacityRequest, cap: &Capacity) -> Result<(Curve, Option<CurvePoint>)> {
+    let decode_curve = curve::build(
+        &cap.reference.scenario,
+        &cap.reference.profile,
+        &cap.demand,
+        cap.max_concurrency as u32,
+        req.points,
+        req.max_tpot_ms,
+        None,
+    )?;
+    let decode_limit = best_point(&decode_curve.points, req.max_tpot_ms, |_| true).copied();
+    Ok((decode_curve, decode_limit))
 }
 
 /// The prefill pool's instance as reported, with its prompts' prefill times alone in µs (the

@@ -78,30 +78,13 @@ pub(super) fn summarize_rank(
         steps.push(step);
     }
 
-    let sel: Vec<&StepSummary> = steps.iter().filter(|s| s.selected).collect();
-    let step_time = Stats::of(
-        &sel.iter()
-            .map(|s| s.breakdown.step_time_us)
-            .collect::<Vec<_>>(),
-    );
-    let mut gaps = GapStats::default();
-    for s in &sel {
-        gaps.add(&s.gaps);
-    }
-    if !sel.is_empty() {
-        gaps.scale(1.0 / sel.len() as f64);
-    }
-    let breakdown = Breakdown::mean(sel.iter().map(|s| &s.breakdown));
-    let device_name = device
-        .and_then(|d| usize::try_from(d).ok())
-        .and_then(|d| trace.meta.device_names.get(d).cloned())
-        .or_else(|| trace.meta.device_names.first().cloned());
+    let (step_time, breakdown, gaps) = selected_means(&steps);
     (
         RankSummary {
             rank,
             rank_source,
             path: trace.path.clone(),
-            device: device_name,
+            device: device_name(trace, device),
             world_size: trace.meta.world_size,
             events: trace.counts,
             step_source: finding.source,
@@ -120,6 +103,36 @@ pub(super) fn summarize_rank(
         },
         comm,
     )
+}
+
+/// Over the selected steps: the step time's statistics, the mean breakdown and mean gaps.
+fn selected_means(steps: &[StepSummary]) -> (Stats, Breakdown, GapStats) {
+    let sel: Vec<&StepSummary> = steps.iter().filter(|s| s.selected).collect();
+    let step_time = Stats::of(
+        &sel.iter()
+            .map(|s| s.breakdown.step_time_us)
+            .collect::<Vec<_>>(),
+    );
+    let mut gaps = GapStats::default();
+    for s in &sel {
+        gaps.add(&s.gaps);
+    }
+    if !sel.is_empty() {
+        gaps.scale(1.0 / sel.len() as f64);
+    }
+    (
+        step_time,
+        Breakdown::mean(sel.iter().map(|s| &s.breakdown)),
+        gaps,
+    )
+}
+
+/// The analysed device's name from the trace's metadata (else the first it names).
+fn device_name(trace: &ParsedTrace, device: Option<i64>) -> Option<String> {
+    device
+        .and_then(|d| usize::try_from(d).ok())
+        .and_then(|d| trace.meta.device_names.get(d).cloned())
+        .or_else(|| trace.meta.device_names.first().cloned())
 }
 
 /// The trace's GPU ops on `device`, in start order (taken out of the trace); a warning names

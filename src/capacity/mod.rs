@@ -424,7 +424,7 @@ fn dcp_shapes(
     if lay.dcp == 1
         && req.layouts.is_empty()
         && req.memory.dcp > 1
-        && lay.tp % req.memory.dcp == 0
+        && lay.tp.is_multiple_of(req.memory.dcp)
         && s.model.mla.is_some()
     {
         dcps.push(req.memory.dcp);

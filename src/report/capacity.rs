@@ -332,32 +332,7 @@ fn money(v: Option<f64>) -> String {
 }
 
 fn render_plan(plan: &Plan) -> String {
-    let t = &plan.target;
-    let mut want = Vec::new();
-    if let Some(x) = t.tokens_per_s {
-        want.push(format!("{} tokens/s", grouped(x, 0)));
-    }
-    if let Some(u) = t.users {
-        want.push(format!("{u} users"));
-    }
-    if let Some(m) = t.max_tpot_ms {
-        want.push(format!("TPOT at most {m} ms"));
-    }
-    let mut out = if t.is_comparison() {
-        format!(
-            "layouts compared, each filling one system with its replicas, at its best tokens/s{}\n",
-            t.max_tpot_ms
-                .map(|m| format!(" with TPOT at most {m} ms"))
-                .unwrap_or_default()
-        )
-    } else {
-        format!(
-            "plan: {} on at most {} system{}\n",
-            want.join(", "),
-            t.max_systems,
-            if t.max_systems == 1 { "" } else { "s" }
-        )
-    };
+    let mut out = plan_headline(plan);
     let mut tab = Table::new(&[
         "system",
         "layout",
@@ -374,63 +349,79 @@ fn render_plan(plan: &Plan) -> String {
     ])
     .align_left(&[0, 1, 11])
     .wrap(11, 48);
-    let is_best = |r: &PlanRow| {
-        plan.best
-            .as_ref()
-            .is_some_and(|b| b.system == r.system && b.layout == r.layout)
-    };
     for r in &plan.rows {
-        let verdict = if is_best(r) {
-            plan.best_word().to_string()
-        } else if r.meets {
-            "meets".to_string()
-        } else {
-            format!("{} binds: {}", r.limit.map_or("?", |l| l.name()), r.note)
-        };
-        let ok = r.meets || r.limit == Some(crate::capacity::plan::Limit::Throughput);
-        tab.row(vec![
-            r.system.clone(),
-            r.layout.label(),
-            if ok {
-                r.replicas.to_string()
-            } else {
-                "-".into()
-            },
-            if ok { r.gpus.to_string() } else { "-".into() },
-            if r.fits {
-                r.max_concurrency.to_string()
-            } else {
-                "-".into()
-            },
-            if ok {
-                r.concurrency_per_replica.to_string()
-            } else {
-                "-".into()
-            },
-            if ok {
-                grouped(r.tokens_per_s, 0)
-            } else {
-                "-".into()
-            },
-            if ok {
-                grouped(r.tokens_per_s_per_gpu, 1)
-            } else {
-                "-".into()
-            },
-            if ok {
-                grouped(r.tpot_ms, 1)
-            } else {
-                "-".into()
-            },
-            money(r.usd_per_hour),
-            money(r.usd_per_million_tokens),
-            verdict,
-        ]);
+        tab.row(plan_cells(plan, r));
     }
     out.push_str(&tab.render());
     out.push_str(&plan.message);
     out.push('\n');
     out
+}
+
+/// What the plan looks for: the target, or layouts compared at their best.
+fn plan_headline(plan: &Plan) -> String {
+    let t = &plan.target;
+    let mut want = Vec::new();
+    if let Some(x) = t.tokens_per_s {
+        want.push(format!("{} tokens/s", grouped(x, 0)));
+    }
+    if let Some(u) = t.users {
+        want.push(format!("{u} users"));
+    }
+    if let Some(m) = t.max_tpot_ms {
+        want.push(format!("TPOT at most {m} ms"));
+    }
+    if t.is_comparison() {
+        format!(
+            "layouts compared, each filling one system with its replicas, at its best tokens/s{}\n",
+            t.max_tpot_ms
+                .map(|m| format!(" with TPOT at most {m} ms"))
+                .unwrap_or_default()
+        )
+    } else {
+        format!(
+            "plan: {} on at most {} system{}\n",
+            want.join(", "),
+            t.max_systems,
+            if t.max_systems == 1 { "" } else { "s" }
+        )
+    }
+}
+
+/// One (system, layout) row of the plan: its figures where it meets the target or only the
+/// throughput binds it, its verdict.
+fn plan_cells(plan: &Plan, r: &PlanRow) -> Vec<String> {
+    let is_best = plan
+        .best
+        .as_ref()
+        .is_some_and(|b| b.system == r.system && b.layout == r.layout);
+    let verdict = if is_best {
+        plan.best_word().to_string()
+    } else if r.meets {
+        "meets".to_string()
+    } else {
+        format!("{} binds: {}", r.limit.map_or("?", |l| l.name()), r.note)
+    };
+    let ok = r.meets || r.limit == Some(crate::capacity::plan::Limit::Throughput);
+    let shown = |cell: String| if ok { cell } else { "-".into() };
+    vec![
+        r.system.clone(),
+        r.layout.label(),
+        shown(r.replicas.to_string()),
+        shown(r.gpus.to_string()),
+        if r.fits {
+            r.max_concurrency.to_string()
+        } else {
+            "-".into()
+        },
+        shown(r.concurrency_per_replica.to_string()),
+        shown(grouped(r.tokens_per_s, 0)),
+        shown(grouped(r.tokens_per_s_per_gpu, 1)),
+        shown(grouped(r.tpot_ms, 1)),
+        money(r.usd_per_hour),
+        money(r.usd_per_million_tokens),
+        verdict,
+    ]
 }
 
 /// `capacity --disaggregate` as JSON (placed under the report's `disaggregation` key).

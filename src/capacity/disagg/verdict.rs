@@ -19,20 +19,11 @@ pub(super) fn colocated(
     let dp = cap.reference.scenario.layout.dp_size();
     if dp > 1 {
         return Colocated {
-            meets: false,
             modelled: false,
             note: format!(
                 "co-located chunked prefill with data-parallel attention (--dp {dp}) is not modelled"
             ),
-            gpus: tp * dp,
-            concurrency: 0,
-            requests_per_s: 0.0,
-            tokens_per_s: 0.0,
-            tokens_per_s_per_gpu: 0.0,
-            tpot_ms: 0.0,
-            ttft_min_ms: 0.0,
-            usd_per_hour: None,
-            usd_per_million_tokens: None,
+            ..unmet(tp * dp, None)
         };
     }
     let mnbt = req.memory.max_num_batched_tokens as f64;
@@ -64,8 +55,6 @@ pub(super) fn colocated(
         None => {
             let first = cap.curve.points.first();
             Colocated {
-                meets: false,
-                modelled: true,
                 note: match first {
                     Some(f) if req.max_tpot_ms.is_some_and(|m| f.tpot_ms > m) => format!(
                         "TPOT binds: one user already takes {:.1} ms per token",
@@ -77,17 +66,29 @@ pub(super) fn colocated(
                     ),
                     None => "no point on the curve".into(),
                 },
-                gpus: tp,
-                concurrency: 0,
-                requests_per_s: 0.0,
-                tokens_per_s: 0.0,
-                tokens_per_s_per_gpu: 0.0,
                 tpot_ms: first.map_or(0.0, |f| f.tpot_ms),
                 ttft_min_ms: first.map_or(0.0, |f| ttft_us(f, input) / 1e3),
-                usd_per_hour: usd_h,
-                usd_per_million_tokens: None,
+                ..unmet(tp, usd_h)
             }
         }
+    }
+}
+
+/// A modelled co-located answer on `gpus` that carries nothing.
+fn unmet(gpus: u32, usd_per_hour: Option<f64>) -> Colocated {
+    Colocated {
+        meets: false,
+        modelled: true,
+        note: String::new(),
+        gpus,
+        concurrency: 0,
+        requests_per_s: 0.0,
+        tokens_per_s: 0.0,
+        tokens_per_s_per_gpu: 0.0,
+        tpot_ms: 0.0,
+        ttft_min_ms: 0.0,
+        usd_per_hour,
+        usd_per_million_tokens: None,
     }
 }
 
@@ -136,18 +137,7 @@ pub(super) fn choose(rows: &[RatioRow], co: &Colocated) -> (Winner, String) {
                 measure(b.usd_per_million_tokens, b.tokens_per_s_per_gpu),
                 b.tpot_ms,
                 ttft_text(b),
-                if co.meets {
-                    format!(
-                        "gives {}, TPOT {:.1} ms, TTFT at least {:.1} ms",
-                        measure(co.usd_per_million_tokens, co.tokens_per_s_per_gpu),
-                        co.tpot_ms,
-                        co.ttft_min_ms
-                    )
-                } else if !co.modelled {
-                    format!("is not compared: {}", co.note)
-                } else {
-                    format!("does not meet the targets ({})", co.note)
-                }
+                colocated_clause(co, measure(co.usd_per_million_tokens, co.tokens_per_s_per_gpu))
             ),
         ),
         Some(b) => (
@@ -189,5 +179,20 @@ pub(crate) fn ttft_text(r: &RatioRow) -> String {
             "at least {:.1} ms (the prefill pool is saturated: its queue grows without bound)",
             r.ttft_min_ms
         ),
+    }
+}
+
+/// What the co-located answer gives (`measured`: its cost or throughput as the verdict
+/// measures), or why it does not count, for the verdict that disaggregates.
+fn colocated_clause(co: &Colocated, measured: String) -> String {
+    if co.meets {
+        format!(
+            "gives {measured}, TPOT {:.1} ms, TTFT at least {:.1} ms",
+            co.tpot_ms, co.ttft_min_ms
+        )
+    } else if !co.modelled {
+        format!("is not compared: {}", co.note)
+    } else {
+        format!("does not meet the targets ({})", co.note)
     }
 }

@@ -300,6 +300,13 @@ fn prefix_round(
         0.0,
         (pf * d.heads * nope as f64 + pf * rope as f64 + k_elems) * ACT_BYTES,
     );
+    attend_and_merge(b, d, heads * v, r);
+}
+
+/// The round's attention over its share of the prefix and the merge of the partial outputs
+/// (`hv`: the output's width per rank).
+fn attend_and_merge(b: &mut Builder, d: &Dims, hv: u64, r: &PrefixRound) {
+    let p = r.tokens;
     flash_attention(
         b,
         d,
@@ -319,7 +326,7 @@ fn prefix_round(
         Category::Attention,
         Shape {
             m: r.queries,
-            n: heads * v,
+            n: hv,
             k: 0,
             batch: 1,
         },

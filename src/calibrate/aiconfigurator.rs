@@ -60,6 +60,7 @@ pub fn from_aiconfigurator(req: &AicRequest) -> Result<AicResult> {
     } else {
         String::new()
     };
+    // The tables' folder is named after the system AIConfigurator measured.
     let aic_system = req
         .dir
         .canonicalize()
@@ -72,30 +73,17 @@ pub fn from_aiconfigurator(req: &AicRequest) -> Result<AicResult> {
     let nvlink = system.interconnect.kind == LinkKind::Nvlink;
     let mut notes = Vec::new();
     let mla_dims = mla_dims(&manifest, &tables, &mut notes)?;
-    let name = req.name.clone().unwrap_or_else(|| {
-        req.out
-            .parent()
-            .and_then(|p| p.file_name())
-            .and_then(|n| n.to_str())
-            .unwrap_or("aiconfigurator")
-            .to_string()
-    });
-    let version =
-        manifest_line(&manifest, "package").unwrap_or("version not stated (no MANIFEST.txt)");
-    let backend = manifest_line(&manifest, "tables").unwrap_or("");
-    let source = format!("{version}; {backend}")
-        .trim_end_matches("; ")
-        .to_string();
-    let out_dir = req
-        .out
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    std::fs::create_dir_all(out_dir).map_err(|e| Error::Write {
-        path: out_dir.to_path_buf(),
-        source: e,
-    })?;
-    let rel = relative_to(&req.dir, out_dir);
+    let out_dir = out_folder(&req.out)?;
+    let origin = TableOrigin {
+        rel: relative_to(&req.dir, out_dir),
+        source: manifest_source(&manifest),
+        // `created` is set when the profile is written; the tables' date goes in the
+        // provenance.
+        collected: collection_date(&manifest)
+            .map(|d| format!("; tables collected {d}"))
+            .unwrap_or_default(),
+        system: aic_system,
+    };
 
     let mut p = base.clone();
     p.aic = None;
@@ -104,36 +92,69 @@ pub fn from_aiconfigurator(req: &AicRequest) -> Result<AicResult> {
         let base_dir = base.path.parent().unwrap_or(Path::new("."));
         p.measurements = Some(relative_to(&base_dir.join(m), out_dir));
     }
-    p.aiconfigurator = Some(AicSection {
-        tables: rel.clone(),
-        system: aic_system.clone(),
-        source: source.clone(),
-        nccl_path: if nvlink {
-            CommPath::Nvlink
-        } else {
-            CommPath::PcieP2p
-        },
-        nvlink,
-        mla_dims,
-        scales: Default::default(),
-        only: None,
-    });
-    p.custom_allreduce = custom_allreduce(&tables, nvlink, &aic_system, &mut notes)
+    p.aiconfigurator = Some(section(&origin, nvlink, mla_dims));
+    p.custom_allreduce = custom_allreduce(&tables, nvlink, &origin.system, &mut notes)
         .or(base.custom_allreduce.clone());
     if !nvlink {
         p.nccl = Some(pcie_nccl_defaults());
     }
     let priced = priced_families(&tables);
-    p.profile.name = name;
+    let command = describe(&mut p, req, &system, &base, &origin, &priced);
+    let header = format!(
+        "# Written by `{command}`.\n# {}\n# {}\n",
+        p.profile.method, p.profile.provenance
+    );
+    write_profile(&req.out, &header, &p)?;
+    // Read back as any user would: the references must resolve from where the profile is.
+    let p = CalibrationProfile::from_file(&req.out)?;
+    Ok(AicResult {
+        profile: p,
+        tables: priced,
+        notes,
+    })
+}
+
+/// Where the tables came from, as the profile names them.
+struct TableOrigin {
+    /// The system AIConfigurator measured (the tables' folder's name).
+    system: String,
+    /// The tables' folder from the profile's.
+    rel: String,
+    /// The package's version and the tables' line of the MANIFEST.
+    source: String,
+    /// "; tables collected DATE" where the MANIFEST dates them.
+    collected: String,
+}
+
+/// The profile's name (`--name`, else its folder's), GPU, description, method, provenance and
+/// fit record; returns the command that rebuilds it.
+fn describe(
+    p: &mut CalibrationProfile,
+    req: &AicRequest,
+    system: &SystemSpec,
+    base: &CalibrationProfile,
+    origin: &TableOrigin,
+    priced: &[(String, usize, String)],
+) -> String {
+    let TableOrigin {
+        system: aic_system,
+        rel,
+        source,
+        collected,
+    } = origin;
+    p.profile.name = req.name.clone().unwrap_or_else(|| {
+        req.out
+            .parent()
+            .and_then(|p| p.file_name())
+            .and_then(|n| n.to_str())
+            .unwrap_or("aiconfigurator")
+            .to_string()
+    });
     p.profile.gpu = system.gpu.name.clone();
     p.profile.description = format!(
         "{}: measured AIConfigurator tables ({aic_system}) where they apply, the rest from '{}'",
         system.gpu.display_name, base.profile.name
     );
-    // `created` is set when the profile is written; the tables' date goes in the provenance.
-    let collected = collection_date(&manifest)
-        .map(|d| format!("; tables collected {d}"))
-        .unwrap_or_default();
     // The whole command, so the profile can be rebuilt from its own header.
     let command = format!(
         "decodesim calibrate --from-aiconfigurator {} --system {} --fallback {} --name {}",
@@ -159,18 +180,50 @@ pub fn from_aiconfigurator(req: &AicRequest) -> Result<AicResult> {
         "aiconfigurator".into(),
         toml::Value::String(format!("tables {rel}: {source}")),
     );
-    let header = format!(
-        "# Written by `{command}`.\n# {}\n# {}\n",
-        p.profile.method, p.profile.provenance
-    );
-    write_profile(&req.out, &header, &p)?;
-    // Read back as any user would: the references must resolve from where the profile is.
-    let p = CalibrationProfile::from_file(&req.out)?;
-    Ok(AicResult {
-        profile: p,
-        tables: priced,
-        notes,
-    })
+    command
+}
+
+/// Where the tables came from, as the MANIFEST states it: the package's version and the
+/// tables' line.
+fn manifest_source(manifest: &str) -> String {
+    let version =
+        manifest_line(manifest, "package").unwrap_or("version not stated (no MANIFEST.txt)");
+    let backend = manifest_line(manifest, "tables").unwrap_or("");
+    format!("{version}; {backend}")
+        .trim_end_matches("; ")
+        .to_string()
+}
+
+/// The folder the profile `out` is written into, created.
+fn out_folder(out: &Path) -> Result<&Path> {
+    let out_dir = out
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    std::fs::create_dir_all(out_dir).map_err(|e| Error::Write {
+        path: out_dir.to_path_buf(),
+        source: e,
+    })?;
+    Ok(out_dir)
+}
+
+/// The profile's `[aiconfigurator]` section: the tables where `origin` says, with the link the
+/// system's collectives take.
+fn section(origin: &TableOrigin, nvlink: bool, mla_dims: Option<[u64; 6]>) -> AicSection {
+    AicSection {
+        tables: origin.rel.clone(),
+        system: origin.system.clone(),
+        source: origin.source.clone(),
+        nccl_path: if nvlink {
+            CommPath::Nvlink
+        } else {
+            CommPath::PcieP2p
+        },
+        nvlink,
+        mla_dims,
+        scales: Default::default(),
+        only: None,
+    }
 }
 
 /// The tables must describe the system's GPU: the MANIFEST names the device they were measured

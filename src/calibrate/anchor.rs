@@ -115,96 +115,9 @@ pub fn fit_to_step(
     let mut factors: BTreeMap<String, f64> = BTreeMap::new();
     let mut sim = before.clone();
     for _ in 0..3 {
-        let pred = &sim.mean;
-        // Time each family spends in each category, from the base costs.
-        let mut fam_cat: BTreeMap<CostFamily, [f64; Category::COUNT]> = BTreeMap::new();
-        for (op, &t) in sim.workload.ops.iter().zip(&sim.pricing.base_us) {
-            if op.family.is_collective() || op.family.is_sync() {
-                continue;
-            }
-            fam_cat.entry(op.family).or_insert([0.0; Category::COUNT])[op.category.index()] += t;
-        }
-        for (fam, per_cat) in fam_cat {
-            let total: f64 = per_cat.iter().sum();
-            if total <= 0.0 {
-                continue;
-            }
-            let r: f64 = Category::ALL
-                .iter()
-                .map(|c| {
-                    let i = c.index();
-                    per_cat[i] / total * ratio(measured.busy_us[i], pred.busy_us[i])
-                })
-                .sum();
-            // The family's multiplier so far, and this pass's within the range a profile
-            // may state.
-            let cum = factors.get(&fam.to_string()).copied().unwrap_or(1.0);
-            let r = (cum * r).clamp(MIN_RATIO, MAX_RATIO) / cum;
-            let ops: Vec<&crate::workload::Op> = sim
-                .workload
-                .ops
-                .iter()
-                .filter(|op| op.family == fam)
-                .collect();
-            if let Some(k) = p.kernels.get_mut(&fam) {
-                scale_law(k, r, &ops, &scenario.system.gpu);
-            }
-            factors.insert(fam.to_string(), cum * r);
-            // A measurement table is a measurement of every shape it holds: within a factor of
-            // TABLE_TRUST of the trace it keeps its prices (the factor then applies to the shapes
-            // it lacks, through the law); beyond, the trace runs other work than the table
-            // measured, and the family's time is written as the trace measured it.
-            if p.table.is_some() {
-                let f = cum * r;
-                if (1.0 / TABLE_TRUST..=TABLE_TRUST).contains(&f) {
-                    p.table_scales.remove(&fam.to_string());
-                } else {
-                    p.table_scales.insert(fam.to_string(), f);
-                }
-            }
-            if let Some(a) = p.aiconfigurator.as_mut() {
-                *a.scales.entry(fam.to_string()).or_insert(1.0) *= r;
-            }
-        }
-        let cum = factors.get("collectives").copied().unwrap_or(1.0);
-        let rc = (cum * ratio(measured.comm_transfer_us, pred.comm_transfer_us))
-            .clamp(MIN_RATIO, MAX_RATIO)
-            / cum;
-        let max_bw = scenario.system.gpu.memory_bandwidth_gbps;
-        for c in &mut p.collectives {
-            c.base_us = (c.base_us * rc).min(MAX_US);
-            c.hop_us = (c.hop_us * rc).min(MAX_US);
-            c.bus_bw_gbps =
-                (c.bus_bw_gbps / rc).clamp(BUS_BW_FLOOR_GBPS, max_bw.max(c.bus_bw_gbps));
-        }
-        factors.insert("collectives".into(), cum * rc);
-        if let Some(a) = p.aiconfigurator.as_mut() {
-            *a.scales.entry("collectives".into()).or_insert(1.0) *= rc;
-        }
-        // Idle under CUDA graphs is mostly the stall before the replay's first collective;
-        // eagerly it is the launch gap between kernels.
-        let idle_gap = measured.time(Category::Idle) - pred.time(Category::Idle);
-        if scenario.cuda_graphs {
-            p.launch.graph_first_collective_us =
-                (p.launch.graph_first_collective_us + idle_gap).clamp(0.0, MAX_US);
-            *factors
-                .entry("graph_first_collective_us".into())
-                .or_insert(0.0) = p.launch.graph_first_collective_us;
-        } else {
-            let ri = ratio(measured.time(Category::Idle), pred.time(Category::Idle));
-            p.launch.eager_kernel_gap_us = (p.launch.eager_kernel_gap_us * ri).min(MAX_US);
-            *factors.entry("launch".into()).or_insert(1.0) *= ri;
-        }
-        // Waiting beyond what jitter explains is launch skew between ranks: with starts drawn
-        // uniformly in [0, S], a rank waits S·(n/(n+1) − 1/2) on average at the first collective.
-        let n = scenario.layout.tp as f64;
-        if n > 1.0 {
-            let per_skew = n / (n + 1.0) - 0.5;
-            let missing = measured.comm_wait_us - pred.comm_wait_us;
-            p.variability.launch_skew_us =
-                (p.variability.launch_skew_us + missing / per_skew).clamp(0.0, MAX_US);
-            *factors.entry("launch_skew_us".into()).or_insert(0.0) = p.variability.launch_skew_us;
-        }
+        scale_families(&mut p, &mut factors, &sim, measured, scenario);
+        scale_collectives(&mut p, &mut factors, &sim, measured, scenario);
+        fit_launch(&mut p, &mut factors, &sim, measured, scenario);
         sim = simulate_loaded(scenario.clone(), p.clone())?;
     }
     p.profile.name = format!("{}+anchor", profile.profile.name);
@@ -220,7 +133,147 @@ pub fn fit_to_step(
         "per-category factors fitted to one measured step ({anchor_name}); base: {}",
         profile.profile.provenance
     );
-    let mut warnings = Vec::new();
+    let notes = table_notes(&p, &sim, &factors);
+    let warnings = factor_warnings(&p, &factors);
+    Ok(AnchorResult {
+        profile: p,
+        factors,
+        before,
+        after: sim,
+        warnings,
+        notes,
+    })
+}
+
+/// One pass over the kernel families: each family's law (and measured table, AIConfigurator
+/// scale) scaled by the measured / predicted ratio of the categories it spends its time in.
+fn scale_families(
+    p: &mut CalibrationProfile,
+    factors: &mut BTreeMap<String, f64>,
+    sim: &Simulation,
+    measured: &Breakdown,
+    scenario: &Scenario,
+) {
+    let pred = &sim.mean;
+    // Time each family spends in each category, from the base costs.
+    let mut fam_cat: BTreeMap<CostFamily, [f64; Category::COUNT]> = BTreeMap::new();
+    for (op, &t) in sim.workload.ops.iter().zip(&sim.pricing.base_us) {
+        if op.family.is_collective() || op.family.is_sync() {
+            continue;
+        }
+        fam_cat.entry(op.family).or_insert([0.0; Category::COUNT])[op.category.index()] += t;
+    }
+    for (fam, per_cat) in fam_cat {
+        let total: f64 = per_cat.iter().sum();
+        if total <= 0.0 {
+            continue;
+        }
+        let r: f64 = Category::ALL
+            .iter()
+            .map(|c| {
+                let i = c.index();
+                per_cat[i] / total * ratio(measured.busy_us[i], pred.busy_us[i])
+            })
+            .sum();
+        // The family's multiplier so far, and this pass's within the range a profile
+        // may state.
+        let cum = factors.get(&fam.to_string()).copied().unwrap_or(1.0);
+        let r = (cum * r).clamp(MIN_RATIO, MAX_RATIO) / cum;
+        let ops: Vec<&crate::workload::Op> = sim
+            .workload
+            .ops
+            .iter()
+            .filter(|op| op.family == fam)
+            .collect();
+        if let Some(k) = p.kernels.get_mut(&fam) {
+            scale_law(k, r, &ops, &scenario.system.gpu);
+        }
+        factors.insert(fam.to_string(), cum * r);
+        // A measurement table is a measurement of every shape it holds: within a factor of
+        // TABLE_TRUST of the trace it keeps its prices (the factor then applies to the shapes
+        // it lacks, through the law); beyond, the trace runs other work than the table
+        // measured, and the family's time is written as the trace measured it.
+        if p.table.is_some() {
+            let f = cum * r;
+            if (1.0 / TABLE_TRUST..=TABLE_TRUST).contains(&f) {
+                p.table_scales.remove(&fam.to_string());
+            } else {
+                p.table_scales.insert(fam.to_string(), f);
+            }
+        }
+        if let Some(a) = p.aiconfigurator.as_mut() {
+            *a.scales.entry(fam.to_string()).or_insert(1.0) *= r;
+        }
+    }
+}
+
+/// One pass over the collectives: their laws scaled on the transfer time.
+fn scale_collectives(
+    p: &mut CalibrationProfile,
+    factors: &mut BTreeMap<String, f64>,
+    sim: &Simulation,
+    measured: &Breakdown,
+    scenario: &Scenario,
+) {
+    let pred = &sim.mean;
+    let cum = factors.get("collectives").copied().unwrap_or(1.0);
+    let rc = (cum * ratio(measured.comm_transfer_us, pred.comm_transfer_us))
+        .clamp(MIN_RATIO, MAX_RATIO)
+        / cum;
+    let max_bw = scenario.system.gpu.memory_bandwidth_gbps;
+    for c in &mut p.collectives {
+        c.base_us = (c.base_us * rc).min(MAX_US);
+        c.hop_us = (c.hop_us * rc).min(MAX_US);
+        c.bus_bw_gbps = (c.bus_bw_gbps / rc).clamp(BUS_BW_FLOOR_GBPS, max_bw.max(c.bus_bw_gbps));
+    }
+    factors.insert("collectives".into(), cum * rc);
+    if let Some(a) = p.aiconfigurator.as_mut() {
+        *a.scales.entry("collectives".into()).or_insert(1.0) *= rc;
+    }
+}
+
+/// One pass over the launch terms: idle time to the graph's first-collective stall (or the
+/// eager launch gap), waiting beyond jitter to the ranks' launch skew.
+fn fit_launch(
+    p: &mut CalibrationProfile,
+    factors: &mut BTreeMap<String, f64>,
+    sim: &Simulation,
+    measured: &Breakdown,
+    scenario: &Scenario,
+) {
+    let pred = &sim.mean;
+    // Idle under CUDA graphs is mostly the stall before the replay's first collective;
+    // eagerly it is the launch gap between kernels.
+    let idle_gap = measured.time(Category::Idle) - pred.time(Category::Idle);
+    if scenario.cuda_graphs {
+        p.launch.graph_first_collective_us =
+            (p.launch.graph_first_collective_us + idle_gap).clamp(0.0, MAX_US);
+        *factors
+            .entry("graph_first_collective_us".into())
+            .or_insert(0.0) = p.launch.graph_first_collective_us;
+    } else {
+        let ri = ratio(measured.time(Category::Idle), pred.time(Category::Idle));
+        p.launch.eager_kernel_gap_us = (p.launch.eager_kernel_gap_us * ri).min(MAX_US);
+        *factors.entry("launch".into()).or_insert(1.0) *= ri;
+    }
+    // Waiting beyond what jitter explains is launch skew between ranks: with starts drawn
+    // uniformly in [0, S], a rank waits S·(n/(n+1) − 1/2) on average at the first collective.
+    let n = scenario.layout.tp as f64;
+    if n > 1.0 {
+        let per_skew = n / (n + 1.0) - 0.5;
+        let missing = measured.comm_wait_us - pred.comm_wait_us;
+        p.variability.launch_skew_us =
+            (p.variability.launch_skew_us + missing / per_skew).clamp(0.0, MAX_US);
+        *factors.entry("launch_skew_us".into()).or_insert(0.0) = p.variability.launch_skew_us;
+    }
+}
+
+/// The families whose measured table kept its prices in the anchored step, as a note.
+fn table_notes(
+    p: &CalibrationProfile,
+    sim: &Simulation,
+    factors: &BTreeMap<String, f64>,
+) -> Vec<String> {
     // Families the measured table prices in this step.
     let in_table: std::collections::BTreeSet<String> = match &p.table {
         Some(t) => sim
@@ -239,15 +292,20 @@ pub fn fit_to_step(
         })
         .map(|(k, _)| k.clone())
         .collect();
-    let notes = match (&p.table, kept.is_empty()) {
+    match (&p.table, kept.is_empty()) {
         (Some(t), false) => vec![format!(
             "the measured table {} keeps its prices for {} (the trace is within {TABLE_TRUST}x of them): their factors apply to the shapes the table does not hold",
             crate::units::path(&t.path),
             kept.join(", ")
         )],
         _ => Vec::new(),
-    };
-    for (key, &f) in &factors {
+    }
+}
+
+/// The time multipliers held at the range a profile may state, or beyond `WARN_RATIO`.
+fn factor_warnings(p: &CalibrationProfile, factors: &BTreeMap<String, f64>) -> Vec<String> {
+    let mut warnings = Vec::new();
+    for (key, &f) in factors {
         let is_scale = p.kernels.keys().any(|k| k.to_string() == *key)
             || key == "collectives"
             || p.table_scales.contains_key(key)
@@ -267,12 +325,5 @@ pub fn fit_to_step(
             warnings.push(why_far(key, f));
         }
     }
-    Ok(AnchorResult {
-        profile: p,
-        factors,
-        before,
-        after: sim,
-        warnings,
-        notes,
-    })
+    warnings
 }

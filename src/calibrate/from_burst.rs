@@ -10,6 +10,7 @@
 
 use super::output::write_profile;
 use super::regression::weighted_least_squares;
+use crate::cost::profile::Factors;
 use crate::cost::CalibrationProfile;
 use crate::error::{Error, Result};
 use crate::files::{field, HandCsv};
@@ -313,58 +314,13 @@ pub(crate) fn fit_bursts_at(
         entry = e;
         rows.push((l, x, b.per_collective_us()));
     }
-    let mut notes = Vec::new();
     let sizes: std::collections::BTreeSet<u64> = bursts.iter().map(|b| b.bytes).collect();
-    let (mut lat, mut bw) = (f0.collective_latency_scale, f0.collective_bw_scale);
-    let (mut lat_ci, mut bw_ci) = (None, None);
-    if sizes.len() >= 2 {
-        let x: Vec<Vec<f64>> = rows.iter().map(|(l, x, _)| vec![*l, *x]).collect();
-        let y: Vec<f64> = rows.iter().map(|r| r.2).collect();
-        // Relative errors: weight 1/t² so a 10 ms burst does not drown a 50 µs one.
-        let w: Vec<f64> = y.iter().map(|t| 1.0 / (t * t)).collect();
-        let fit = weighted_least_squares(&x, &y, &w).ok_or_else(|| Error::FitData {
-            source_name: source.to_string(),
-            problem:
-                "the burst sizes cannot separate latency from bandwidth (the design is singular)"
-                    .into(),
-        })?;
-        let (a, inv_bw) = (fit.coef[0], fit.coef[1]);
-        if !(a > 0.0 && inv_bw > 0.0) {
-            return Err(Error::FitData { source_name: source.to_string(), problem: format!("the bursts imply a {} (latency scale {a:.3}, 1/bandwidth scale {inv_bw:.3}): per-collective time should grow with message size; check the columns", if a <= 0.0 { "negative latency" } else { "negative bandwidth" }) });
-        }
-        lat = a;
-        bw = 1.0 / inv_bw;
-        if fit.dof > 0 {
-            lat_ci = Some(fit.ci95[0]);
-            let (lo, hi) = (inv_bw + fit.ci95[1], inv_bw - fit.ci95[1]);
-            bw_ci = Some([1.0 / lo, if hi > 0.0 { 1.0 / hi } else { f64::INFINITY }]);
-        } else {
-            notes.push("two burst sizes and two scales: an exact solution, no confidence interval (add a third size)".into());
-        }
+    let fit = if sizes.len() >= 2 {
+        fit_sizes(&rows, f0, source)?
     } else {
-        let (l, x) = rows.iter().fold((0.0, 0.0), |(a, b), r| (a + r.0, b + r.1));
-        let t: f64 = rows.iter().map(|r| r.2).sum();
-        if l * f0.collective_latency_scale >= x / f0.collective_bw_scale {
-            lat = ((t - x / bw) / l).max(0.01);
-            notes.push(format!(
-                "one message size: it is latency-bound ({:.0}% of the profile's time is latency), so the latency scale is fitted and collective_bw_scale is not identifiable (kept at {bw})",
-                100.0 * l / (l + x)
-            ));
-        } else {
-            bw = (x / (t - l * lat)).max(0.01);
-            if !(t > l * lat) {
-                return Err(Error::FitData { source_name: source.to_string(), problem: format!("{:.2} µs per collective is below the profile's latency alone ({:.2} µs): the bandwidth scale cannot explain it", t / rows.len() as f64, l * lat / rows.len() as f64) });
-            }
-            notes.push(format!(
-                "one message size: it is bandwidth-bound, so the bandwidth scale is fitted and collective_latency_scale is not identifiable (kept at {lat})"
-            ));
-        }
-        if rows.len() >= 2 {
-            notes.push(
-                "several bursts of one size: their mean is fitted (no interval: one size cannot separate the terms)".into(),
-            );
-        }
-    }
+        fit_one_size(&rows, f0, source)?
+    };
+    let (lat, bw) = (fit.lat, fit.bw);
     for (v, name) in [
         (lat, "collective_latency_scale"),
         (bw, "collective_bw_scale"),
@@ -373,9 +329,6 @@ pub(crate) fn fit_bursts_at(
             return Err(Error::FitData { source_name: source.to_string(), problem: format!("fitted {name} = {v:.3} is outside [0.01, 100]: the burst does not look like this scenario's allreduce (check --tp, --p2p, --nccl-proto and the byte count)") });
         }
     }
-    let mut p = base.clone();
-    p.factors.collective_latency_scale = lat;
-    p.factors.collective_bw_scale = bw;
     let predicted: Vec<(f64, f64)> = rows
         .iter()
         .map(|(l, x, _)| {
@@ -385,14 +338,131 @@ pub(crate) fn fit_bursts_at(
             )
         })
         .collect();
+    let priced = format!("{entry} at {} ranks", s.layout.tp);
+    let p = scaled_profile(base, bursts, &fit, &priced, source, out, name);
+    let header = format!(
+        "# Written by `decodesim calibrate {source}` from profile '{}'.\n# {}",
+        base.profile.name, p.factors.source
+    );
+    write_profile(out, &header, &p)?;
+    Ok(BurstFit {
+        profile: p,
+        base: base.profile.name.clone(),
+        bursts: bursts.to_vec(),
+        predicted,
+        latency_scale: lat,
+        latency_ci95: fit.lat_ci,
+        bw_scale: bw,
+        bw_ci95: fit.bw_ci,
+        notes: fit.notes,
+        warnings,
+        entry,
+        out: out.to_path_buf(),
+    })
+}
+
+/// The fitted collective scales, their intervals where the data give them, and what the
+/// report says about the fit.
+struct Scales {
+    lat: f64,
+    bw: f64,
+    lat_ci: Option<f64>,
+    bw_ci: Option<[f64; 2]>,
+    notes: Vec<String>,
+}
+
+/// Two sizes or more: latency and 1/bandwidth scales by weighted least squares over the
+/// (latency term, bytes term, measured µs) rows.
+fn fit_sizes(rows: &[(f64, f64, f64)], f0: &Factors, source: &str) -> Result<Scales> {
+    let mut scales = Scales {
+        lat: f0.collective_latency_scale,
+        bw: f0.collective_bw_scale,
+        lat_ci: None,
+        bw_ci: None,
+        notes: Vec::new(),
+    };
+    let x: Vec<Vec<f64>> = rows.iter().map(|(l, x, _)| vec![*l, *x]).collect();
+    let y: Vec<f64> = rows.iter().map(|r| r.2).collect();
+    // Relative errors: weight 1/t² so a 10 ms burst does not drown a 50 µs one.
+    let w: Vec<f64> = y.iter().map(|t| 1.0 / (t * t)).collect();
+    let fit = weighted_least_squares(&x, &y, &w).ok_or_else(|| Error::FitData {
+        source_name: source.to_string(),
+        problem: "the burst sizes cannot separate latency from bandwidth (the design is singular)"
+            .into(),
+    })?;
+    let (a, inv_bw) = (fit.coef[0], fit.coef[1]);
+    if !(a > 0.0 && inv_bw > 0.0) {
+        return Err(Error::FitData { source_name: source.to_string(), problem: format!("the bursts imply a {} (latency scale {a:.3}, 1/bandwidth scale {inv_bw:.3}): per-collective time should grow with message size; check the columns", if a <= 0.0 { "negative latency" } else { "negative bandwidth" }) });
+    }
+    scales.lat = a;
+    scales.bw = 1.0 / inv_bw;
+    if fit.dof > 0 {
+        scales.lat_ci = Some(fit.ci95[0]);
+        let (lo, hi) = (inv_bw + fit.ci95[1], inv_bw - fit.ci95[1]);
+        scales.bw_ci = Some([1.0 / lo, if hi > 0.0 { 1.0 / hi } else { f64::INFINITY }]);
+    } else {
+        scales.notes.push("two burst sizes and two scales: an exact solution, no confidence interval (add a third size)".into());
+    }
+    Ok(scales)
+}
+
+/// One size: the term that dominates the profile's price is fitted, the other kept.
+fn fit_one_size(rows: &[(f64, f64, f64)], f0: &Factors, source: &str) -> Result<Scales> {
+    let (mut lat, mut bw) = (f0.collective_latency_scale, f0.collective_bw_scale);
+    let mut notes = Vec::new();
+    let (l, x) = rows.iter().fold((0.0, 0.0), |(a, b), r| (a + r.0, b + r.1));
+    let t: f64 = rows.iter().map(|r| r.2).sum();
+    if l * f0.collective_latency_scale >= x / f0.collective_bw_scale {
+        lat = ((t - x / bw) / l).max(0.01);
+        notes.push(format!(
+            "one message size: it is latency-bound ({:.0}% of the profile's time is latency), so the latency scale is fitted and collective_bw_scale is not identifiable (kept at {bw})",
+            100.0 * l / (l + x)
+        ));
+    } else {
+        bw = (x / (t - l * lat)).max(0.01);
+        if !(t > l * lat) {
+            return Err(Error::FitData { source_name: source.to_string(), problem: format!("{:.2} µs per collective is below the profile's latency alone ({:.2} µs): the bandwidth scale cannot explain it", t / rows.len() as f64, l * lat / rows.len() as f64) });
+        }
+        notes.push(format!(
+            "one message size: it is bandwidth-bound, so the bandwidth scale is fitted and collective_latency_scale is not identifiable (kept at {lat})"
+        ));
+    }
+    if rows.len() >= 2 {
+        notes.push(
+            "several bursts of one size: their mean is fitted (no interval: one size cannot separate the terms)".into(),
+        );
+    }
+    Ok(Scales {
+        lat,
+        bw,
+        lat_ci: None,
+        bw_ci: None,
+        notes,
+    })
+}
+
+/// The base profile with the fitted scales, named and described by the bursts they came from
+/// and what priced them (`priced`: the entry and the ranks).
+fn scaled_profile(
+    base: &CalibrationProfile,
+    bursts: &[Burst],
+    fit: &Scales,
+    priced: &str,
+    source: &str,
+    out: &Path,
+    name: Option<&str>,
+) -> CalibrationProfile {
+    let (lat, bw) = (fit.lat, fit.bw);
+    let mut p = base.clone();
+    p.factors.collective_latency_scale = lat;
+    p.factors.collective_bw_scale = bw;
     let list: Vec<String> = bursts
         .iter()
         .map(|b| format!("{} x {} B in {} µs", b.count, b.bytes, b.total_us))
         .collect();
     p.factors.source = format!(
-        "calibrate {source} on profile '{}' ({entry} at {} ranks): collective_latency_scale = {lat:.4}, collective_bw_scale = {bw:.4}; bursts: {}",
+        "calibrate {source} on profile '{}' ({priced}): collective_latency_scale = {lat:.4}, collective_bw_scale = {bw:.4}; bursts: {}",
         base.profile.name,
-        s.layout.tp,
         list.join("; ")
     );
     p.profile.name = name.map(str::to_string).unwrap_or_else(|| {
@@ -410,23 +480,5 @@ pub(crate) fn fit_bursts_at(
         list.join("; ")
     );
     super::from_throughput::relocate(&mut p, base, out);
-    let header = format!(
-        "# Written by `decodesim calibrate {source}` from profile '{}'.\n# {}",
-        base.profile.name, p.factors.source
-    );
-    write_profile(out, &header, &p)?;
-    Ok(BurstFit {
-        profile: p,
-        base: base.profile.name.clone(),
-        bursts: bursts.to_vec(),
-        predicted,
-        latency_scale: lat,
-        latency_ci95: lat_ci,
-        bw_scale: bw,
-        bw_ci95: bw_ci,
-        notes,
-        warnings,
-        entry,
-        out: out.to_path_buf(),
-    })
+    p
 }

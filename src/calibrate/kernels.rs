@@ -108,31 +108,8 @@ pub(crate) fn fit_family(
             shapes.len()
         )
     };
-    let mut hold = [None, None];
     let mut notes = Vec::new();
-    let mut r = alternate(&tm, &tc, &y, hold).ok_or_else(singular)?;
-    // An efficiency above 1 beats the hardware (small buffers served from L2 look that way): hold
-    // it at the peak and refit the rest, which is the least-squares fit under the constraint.
-    for _ in 0..2 {
-        let over_b = hold[0].is_none() && r.b.is_finite() && r.b > 0.0 && r.b < 1.0;
-        let over_c = hold[1].is_none() && r.c.is_finite() && r.c > 0.0 && r.c < 1.0;
-        if !over_b && !over_c {
-            break;
-        }
-        for (over, i, name, v) in [
-            (over_b, 0, "mem_efficiency", r.b),
-            (over_c, 1, "compute_efficiency", r.c),
-        ] {
-            if over {
-                hold[i] = Some(1.0);
-                notes.push(format!(
-                    "{name} held at 1: the free fit gave {:.3}, above the GPU's peak",
-                    1.0 / v
-                ));
-            }
-        }
-        r = alternate(&tm, &tc, &y, hold).ok_or_else(singular)?;
-    }
+    let r = fit_within_peak(&tm, &tc, &y, &mut notes).ok_or_else(singular)?;
     if !(r.b.is_finite() && r.b > 0.0) {
         return Err(
             "no point is memory-bound with a positive slope: the memory efficiency is not identified"
@@ -167,23 +144,7 @@ pub(crate) fn fit_family(
             r.ci[2] * compute_eff * compute_eff,
         ));
     }
-    let ms: Vec<f64> = pts.iter().map(|p| p.m).collect();
-    let bs: Vec<f64> = pts.iter().map(|p| p.bytes).collect();
-    let families: BTreeSet<&str> = pts.iter().map(|p| p.family.name()).collect();
-    let k = KernelParams {
-        fixed_us: r.a,
-        mem_efficiency: mem_eff,
-        compute_efficiency: compute_eff,
-        m_half: 0.0,
-        source: format!(
-            "fitted: {} points of {} (median |rel err| {:.1}%)",
-            pts.len(),
-            families.into_iter().collect::<Vec<_>>().join("+"),
-            med * 100.0
-        ),
-        measured_m: ms.iter().any(|&m| m > 0.0).then(|| range(&ms)),
-        measured_bytes: Some(range(&bs)),
-    };
+    let k = fitted_params(pts, r.a, mem_eff, compute_eff, med);
     let q = FitQuality {
         section: format!("kernels.{family}"),
         points: pts.len(),
@@ -196,6 +157,63 @@ pub(crate) fn fit_family(
         notes,
     };
     Ok((k, q))
+}
+
+/// The roofline fitted by [`alternate`] with no efficiency above the GPU's peak: an efficiency
+/// above 1 beats the hardware (small buffers served from L2 look that way), so it is held at
+/// the peak and the rest refitted, which is the least-squares fit under the constraint; each
+/// hold is a note. None: the points cannot separate the terms.
+fn fit_within_peak(tm: &[f64], tc: &[f64], y: &[f64], notes: &mut Vec<String>) -> Option<Roofline> {
+    let mut hold = [None, None];
+    let mut r = alternate(tm, tc, y, hold)?;
+    for _ in 0..2 {
+        let over_b = hold[0].is_none() && r.b.is_finite() && r.b > 0.0 && r.b < 1.0;
+        let over_c = hold[1].is_none() && r.c.is_finite() && r.c > 0.0 && r.c < 1.0;
+        if !over_b && !over_c {
+            break;
+        }
+        for (over, i, name, v) in [
+            (over_b, 0, "mem_efficiency", r.b),
+            (over_c, 1, "compute_efficiency", r.c),
+        ] {
+            if over {
+                hold[i] = Some(1.0);
+                notes.push(format!(
+                    "{name} held at 1: the free fit gave {:.3}, above the GPU's peak",
+                    1.0 / v
+                ));
+            }
+        }
+        r = alternate(tm, tc, y, hold)?;
+    }
+    Some(r)
+}
+
+/// The section's law as fitted, with its source line and the shapes it was measured over.
+fn fitted_params(
+    pts: &[&KernelPoint],
+    fixed_us: f64,
+    mem_eff: f64,
+    compute_eff: f64,
+    median_rel_err: f64,
+) -> KernelParams {
+    let ms: Vec<f64> = pts.iter().map(|p| p.m).collect();
+    let bs: Vec<f64> = pts.iter().map(|p| p.bytes).collect();
+    let families: BTreeSet<&str> = pts.iter().map(|p| p.family.name()).collect();
+    KernelParams {
+        fixed_us,
+        mem_efficiency: mem_eff,
+        compute_efficiency: compute_eff,
+        m_half: 0.0,
+        source: format!(
+            "fitted: {} points of {} (median |rel err| {:.1}%)",
+            pts.len(),
+            families.into_iter().collect::<Vec<_>>().join("+"),
+            median_rel_err * 100.0
+        ),
+        measured_m: ms.iter().any(|&m| m > 0.0).then(|| range(&ms)),
+        measured_bytes: Some(range(&bs)),
+    }
 }
 
 /// [min, max] of a non-empty set.

@@ -244,31 +244,7 @@ pub fn capacity(req: &CapacityRequest) -> Result<Capacity> {
             req.memory.dcp, req.memory.dcp
         ));
     }
-    let dp_pool = req.disaggregated && s.layout.dp_size() > 1 && demand.prefill_per_output > 0.0;
-    let pre = if dp_pool {
-        warnings.push(format!(
-            "--dp {} with --disaggregate: the capacity curve is the decode pool's, without chunked prefill in its steps; co-located chunked prefill with data-parallel attention is not modelled",
-            s.layout.dp_size()
-        ));
-        None
-    } else {
-        prefill(&s, &p, &demand, &req.memory)?
-    };
-    if pre.is_some() && s.nccl.proto == crate::scenario::Proto::Ll {
-        warnings.push(
-            "prefill's large all-reduces are priced with the forced NCCL_PROTO=LL (--nccl-proto LL, the default scenario's setting), which is slow for big messages; a deployment that leaves NCCL_PROTO unset gets Simple for them: compare --nccl-proto auto".into(),
-        );
-    }
-    if let Some(pc) = &pre {
-        if !pc.warnings.is_empty() {
-            warnings.push(format!(
-                "prefill priced at a {}-token chunk: {} pricing warning(s), e.g. {}",
-                pc.chunk_tokens,
-                pc.warnings.len(),
-                pc.warnings[0]
-            ));
-        }
-    }
+    let pre = prefill_share(req, &s, &p, &demand, &mut warnings)?;
     let curve = curve::build(
         &s,
         &p,
@@ -313,6 +289,43 @@ pub fn capacity(req: &CapacityRequest) -> Result<Capacity> {
     })
 }
 
+/// The prefill cost the curve adds to every step (None: decode only, or a data-parallel
+/// decode pool whose prefill runs apart), with the warnings its pricing raises.
+fn prefill_share(
+    req: &CapacityRequest,
+    s: &Scenario,
+    p: &CalibrationProfile,
+    demand: &Demand,
+    warnings: &mut Vec<String>,
+) -> Result<Option<curve::PrefillCost>> {
+    let dp_pool = req.disaggregated && s.layout.dp_size() > 1 && demand.prefill_per_output > 0.0;
+    let pre = if dp_pool {
+        warnings.push(format!(
+            "--dp {} with --disaggregate: the capacity curve is the decode pool's, without chunked prefill in its steps; co-located chunked prefill with data-parallel attention is not modelled",
+            s.layout.dp_size()
+        ));
+        None
+    } else {
+        prefill(s, p, demand, &req.memory)?
+    };
+    if pre.is_some() && s.nccl.proto == crate::scenario::Proto::Ll {
+        warnings.push(
+            "prefill's large all-reduces are priced with the forced NCCL_PROTO=LL (--nccl-proto LL, the default scenario's setting), which is slow for big messages; a deployment that leaves NCCL_PROTO unset gets Simple for them: compare --nccl-proto auto".into(),
+        );
+    }
+    if let Some(pc) = &pre {
+        if !pc.warnings.is_empty() {
+            warnings.push(format!(
+                "prefill priced at a {}-token chunk: {} pricing warning(s), e.g. {}",
+                pc.chunk_tokens,
+                pc.warnings.len(),
+                pc.warnings[0]
+            ));
+        }
+    }
+    Ok(pre)
+}
+
 /// Every (system, layout) the planner considers, with its KV limit and curve.
 fn candidates(
     req: &CapacityRequest,
@@ -339,109 +352,143 @@ fn candidates(
             req.layouts.clone()
         };
         for lay in layouts {
-            let mut r = req.scenario.clone();
-            r.system = name.clone();
-            if *name != req.scenario.system {
-                r.calibration = None;
-            }
-            if lay.gpus() > sys.gpu_count {
-                skipped.push(format!(
-                    "{name} {}: needs {} GPUs, the system has {}",
-                    lay.label(),
-                    lay.gpus(),
-                    sys.gpu_count
-                ));
+            let Some((s, p)) = load_layout(req, demand, name, &sys, lay, skipped)? else {
                 continue;
-            }
-            let loaded = lay.apply(&mut r).and_then(|_| load(&r, demand, false));
-            let (mut s, p) = match loaded {
-                Ok(x) => x,
-                // An infeasible shape (any invalid-scenario error) is skipped with its reason.
-                Err(e) => match e.scenario_problem() {
-                    Some(why) => {
-                        skipped.push(format!("{name} {}: {why}", lay.label()));
-                        continue;
-                    }
-                    None => return Err(e),
-                },
             };
-            s.gpu_memory_utilization = req.memory.gpu_memory_utilization;
-            let mut dcps = vec![lay.dcp];
-            if lay.dcp == 1
-                && req.layouts.is_empty()
-                && req.memory.dcp > 1
-                && lay.tp % req.memory.dcp == 0
-                && s.model.mla.is_some()
-            {
-                dcps.push(req.memory.dcp);
-            }
-            let mut shapes = Vec::new();
-            for dcp in dcps {
-                let o = MemoryOptions {
-                    dcp,
-                    ..req.memory.clone()
-                };
-                match memory::account(&s, &p, &o) {
-                    Ok(m) => {
-                        let c = m.max_concurrency(demand.tokens_per_request).min(
-                            crate::scenario::deployment::MAX_BATCH as u64
-                                * s.layout.dp_size().max(1) as u64,
-                        );
-                        let note = (c == 0).then(|| {
-                            format!(
-                                "one request of {:.0} KV tokens does not fit in {} KV tokens",
-                                demand.tokens_per_request, m.kv_cache_tokens
-                            )
-                        });
-                        shapes.push((dcp, c, note));
-                    }
-                    Err(e) if e.scenario_problem().is_some() => {
-                        let need: f64 = memory::fixed_terms(&s, &p, &o)
-                            .iter()
-                            .map(|t| t.bytes)
-                            .sum();
-                        let allowed = s.system.gpu.memory_total_bytes() * o.gpu_memory_utilization;
-                        shapes.push((
-                            dcp,
-                            0,
-                            Some(format!(
-                                "needs {} per GPU before any KV cache; {} allowed",
-                                crate::units::bytes(need),
-                                crate::units::bytes(allowed)
-                            )),
-                        ))
-                    }
-                    Err(e) => return Err(e),
-                }
-            }
-            for (dcp, c, note) in shapes {
-                // Each DCP shape is simulated with its own split attention and collectives.
-                let mut sd = s.clone();
-                sd.layout.dcp = (dcp > 1).then_some(dcp);
-                let points = if c > 0 {
-                    let o = MemoryOptions {
-                        dcp,
-                        ..req.memory.clone()
-                    };
-                    let pre = prefill(&sd, &p, demand, &o)?;
-                    curve::build(&sd, &p, demand, c as u32, req.points, req.max_tpot_ms, pre)?
-                        .points
-                } else {
-                    Vec::new()
-                };
+            for (dcp, c, note) in dcp_shapes(req, demand, &s, &p, lay)? {
                 out.push(plan::Candidate {
                     system: name.clone(),
                     gpus_per_system: sys.gpu_count,
                     layout: layout::Layout { dcp, ..lay },
                     max_concurrency: c,
                     memory_note: note,
-                    curve: points,
+                    curve: shape_curve(req, demand, &s, &p, dcp, c)?,
                     gpu_hour_usd: req.prices.of(name),
                 });
             }
         }
     }
     Ok(out)
+}
+
+/// The request's scenario on system `name` at layout `lay`, loaded; None (with the reason in
+/// `skipped`) where the system is too small or the scenario cannot run.
+fn load_layout(
+    req: &CapacityRequest,
+    demand: &Demand,
+    name: &str,
+    sys: &crate::scenario::SystemSpec,
+    lay: layout::Layout,
+    skipped: &mut Vec<String>,
+) -> Result<Option<(Scenario, CalibrationProfile)>> {
+    let mut r = req.scenario.clone();
+    r.system = name.to_string();
+    if *name != req.scenario.system {
+        r.calibration = None;
+    }
+    if lay.gpus() > sys.gpu_count {
+        skipped.push(format!(
+            "{name} {}: needs {} GPUs, the system has {}",
+            lay.label(),
+            lay.gpus(),
+            sys.gpu_count
+        ));
+        return Ok(None);
+    }
+    let loaded = lay.apply(&mut r).and_then(|_| load(&r, demand, false));
+    let (mut s, p) = match loaded {
+        Ok(x) => x,
+        // An infeasible shape (any invalid-scenario error) is skipped with its reason.
+        Err(e) => match e.scenario_problem() {
+            Some(why) => {
+                skipped.push(format!("{name} {}: {why}", lay.label()));
+                return Ok(None);
+            }
+            None => return Err(e),
+        },
+    };
+    s.gpu_memory_utilization = req.memory.gpu_memory_utilization;
+    Ok(Some((s, p)))
+}
+
+/// The layout's DCP shapes (its own, and `--dcp` beside a default layout of an MLA model
+/// whose TP it divides), each with its concurrency limit and why it is zero.
+fn dcp_shapes(
+    req: &CapacityRequest,
+    demand: &Demand,
+    s: &Scenario,
+    p: &CalibrationProfile,
+    lay: layout::Layout,
+) -> Result<Vec<(u32, u64, Option<String>)>> {
+    let mut dcps = vec![lay.dcp];
+    if lay.dcp == 1
+        && req.layouts.is_empty()
+        && req.memory.dcp > 1
+        && lay.tp.is_multiple_of(req.memory.dcp)
+        && s.model.mla.is_some()
+    {
+        dcps.push(req.memory.dcp);
+    }
+    let mut shapes = Vec::new();
+    for dcp in dcps {
+        let o = MemoryOptions {
+            dcp,
+            ..req.memory.clone()
+        };
+        match memory::account(s, p, &o) {
+            Ok(m) => {
+                let c = m.max_concurrency(demand.tokens_per_request).min(
+                    crate::scenario::deployment::MAX_BATCH as u64
+                        * s.layout.dp_size().max(1) as u64,
+                );
+                let note = (c == 0).then(|| {
+                    format!(
+                        "one request of {:.0} KV tokens does not fit in {} KV tokens",
+                        demand.tokens_per_request, m.kv_cache_tokens
+                    )
+                });
+                shapes.push((dcp, c, note));
+            }
+            Err(e) if e.scenario_problem().is_some() => {
+                let need: f64 = memory::fixed_terms(s, p, &o).iter().map(|t| t.bytes).sum();
+                let allowed = s.system.gpu.memory_total_bytes() * o.gpu_memory_utilization;
+                shapes.push((
+                    dcp,
+                    0,
+                    Some(format!(
+                        "needs {} per GPU before any KV cache; {} allowed",
+                        crate::units::bytes(need),
+                        crate::units::bytes(allowed)
+                    )),
+                ))
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(shapes)
+}
+
+/// The curve of one DCP shape up to its concurrency limit `c` (none when nothing fits), simulated
+/// with its own split attention and collectives.
+fn shape_curve(
+    req: &CapacityRequest,
+    demand: &Demand,
+    s: &Scenario,
+    p: &CalibrationProfile,
+    dcp: u32,
+    c: u64,
+) -> Result<Vec<curve::CurvePoint>> {
+    if c == 0 {
+        return Ok(Vec::new());
+    }
+    let mut sd = s.clone();
+    sd.layout.dcp = (dcp > 1).then_some(dcp);
+    let o = MemoryOptions {
+        dcp,
+        ..req.memory.clone()
+    };
+    let pre = prefill(&sd, p, demand, &o)?;
+    Ok(curve::build(&sd, p, demand, c as u32, req.points, req.max_tpot_ms, pre)?.points)
 }
 
 /// The simulated step at each of `batches` (the category breakdown plot).

@@ -3,8 +3,10 @@
 
 use super::table::Table;
 use super::units::{bytes, grouped, path};
+use crate::capacity::disagg::{Colocated, Disaggregation, RatioRow, Winner};
 use crate::capacity::plan::{Plan, PlanRow};
 use crate::capacity::Capacity;
+use crate::cost::kv_transfer::KvTransfer;
 use serde_json::{json, Value};
 
 /// "GPU KV cache size: N tokens", as vLLM logs it.
@@ -92,6 +94,34 @@ pub(crate) fn to_csv(c: &Capacity) -> String {
 }
 
 pub fn render_table(c: &Capacity) -> String {
+    let mut out = header(c);
+    out.push_str(&memory_section(c));
+    out.push_str(&concurrency_section(c));
+    out.push_str(&curve_section(c));
+    out.push_str(&curve_notes(c));
+    if let Some(plan) = &c.plan {
+        out.push('\n');
+        out.push_str(&render_plan(plan));
+        if !c.skipped.is_empty() {
+            out.push_str("not considered:\n");
+            for s in &c.skipped {
+                for (i, line) in super::table::wrap_text(s, 94).iter().enumerate() {
+                    out.push_str(&format!("  {} {line}\n", if i == 0 { "-" } else { " " }));
+                }
+            }
+        }
+    }
+    if !c.warnings.is_empty() {
+        out.push_str("\nwarnings\n");
+        for w in &c.warnings {
+            out.push_str(&format!("  - {}\n", crate::units::one_line(w)));
+        }
+    }
+    out
+}
+
+/// The scenario, the demand and the calibration the study ran with.
+fn header(c: &Capacity) -> String {
     let sim = &c.reference;
     let s = &sim.scenario;
     let m = &c.memory;
@@ -119,8 +149,13 @@ pub fn render_table(c: &Capacity) -> String {
         sim.profile.profile.name,
         path(&sim.profile.path)
     ));
+    out
+}
 
-    out.push_str("memory per GPU, as vLLM accounts it\n");
+/// The memory account's table, term by term.
+fn memory_section(c: &Capacity) -> String {
+    let m = &c.memory;
+    let mut out = String::from("memory per GPU, as vLLM accounts it\n");
     let mut t = Table::new(&["component", "bytes", "GiB", "source"])
         .align_left(&[3])
         .wrap(3, 72);
@@ -144,7 +179,12 @@ pub fn render_table(c: &Capacity) -> String {
     ]);
     out.push_str(&t.render());
     out.push('\n');
-    out.push_str(&format!("{}\n{}\n", kv_cache_line(c), concurrency_line(c)));
+    out
+}
+
+/// vLLM's KV cache lines and the concurrency limit with what binds it.
+fn concurrency_section(c: &Capacity) -> String {
+    let m = &c.memory;
     let binds = if let crate::capacity::Binds::BatchLimit(cap) = c.binds {
         format!(
             "the simulator's largest batch binds before the KV cache and max_num_seqs: {} sequences ({} per data-parallel rank)",
@@ -178,12 +218,19 @@ pub fn render_table(c: &Capacity) -> String {
     } else {
         String::new()
     };
-    out.push_str(&format!(
-        "max concurrency: {}{per_dp} ({binds})\n\n",
+    format!(
+        "{}\n{}\nmax concurrency: {}{per_dp} ({binds})\n\n",
+        kv_cache_line(c),
+        concurrency_line(c),
         grouped(c.max_concurrency as f64, 0)
-    ));
+    )
+}
 
-    out.push_str("throughput and latency by concurrency (decode step simulated at each point)\n");
+/// The throughput–latency curve's table, after the line saying how prefill is counted.
+fn curve_section(c: &Capacity) -> String {
+    let mut out = String::from(
+        "throughput and latency by concurrency (decode step simulated at each point)\n",
+    );
     if let Some(pc) = &c.curve.prefill {
         out.push_str(&format!(
             "prefill: {:.2} prompt tokens per output token at {:.2} µs each ({:.2} kernels priced at a {}-token chunk + {:.2} attention roofline), added to every step\n",
@@ -235,7 +282,12 @@ pub fn render_table(c: &Capacity) -> String {
         ]);
     }
     out.push_str(&t.render());
-    out.push_str(&format!(
+    out
+}
+
+/// The curve's knee and plateau, the padding note and the TPOT limit's answer.
+fn curve_notes(c: &Capacity) -> String {
+    let mut out = format!(
         "knee: {} (the marginal tokens/s of one more user falls below {:.0}% of the first user's)\nplateau: {} (within {:.0}% of the best tokens/s on the curve){}\n",
         c.curve.knee.map_or("none".into(), |k| k.to_string()),
         crate::capacity::curve::KNEE_MARGINAL_SHARE * 100.0,
@@ -246,7 +298,7 @@ pub fn render_table(c: &Capacity) -> String {
         } else {
             ""
         }
-    ));
+    );
     if let Some((k, n, padded)) = knee_padding(c) {
         out.push_str(&format!(
             "  CUDA-graph padding shapes the curve at the knee: vLLM runs concurrency {n} as a batch of {padded} (the next captured size), so its step costs what {padded} users' does and tokens/s climbs in steps between captured sizes; the knee at {k} marks a padding step as much as a saturation (--cuda-graphs off shows the curve unpadded)\n"
@@ -272,24 +324,6 @@ pub fn render_table(c: &Capacity) -> String {
             ),
         });
     }
-    if let Some(plan) = &c.plan {
-        out.push('\n');
-        out.push_str(&render_plan(plan));
-        if !c.skipped.is_empty() {
-            out.push_str("not considered:\n");
-            for s in &c.skipped {
-                for (i, line) in super::table::wrap_text(s, 94).iter().enumerate() {
-                    out.push_str(&format!("  {} {line}\n", if i == 0 { "-" } else { " " }));
-                }
-            }
-        }
-    }
-    if !c.warnings.is_empty() {
-        out.push_str("\nwarnings\n");
-        for w in &c.warnings {
-            out.push_str(&format!("  - {}\n", crate::units::one_line(w)));
-        }
-    }
     out
 }
 
@@ -298,32 +332,7 @@ fn money(v: Option<f64>) -> String {
 }
 
 fn render_plan(plan: &Plan) -> String {
-    let t = &plan.target;
-    let mut want = Vec::new();
-    if let Some(x) = t.tokens_per_s {
-        want.push(format!("{} tokens/s", grouped(x, 0)));
-    }
-    if let Some(u) = t.users {
-        want.push(format!("{u} users"));
-    }
-    if let Some(m) = t.max_tpot_ms {
-        want.push(format!("TPOT at most {m} ms"));
-    }
-    let mut out = if t.is_comparison() {
-        format!(
-            "layouts compared, each filling one system with its replicas, at its best tokens/s{}\n",
-            t.max_tpot_ms
-                .map(|m| format!(" with TPOT at most {m} ms"))
-                .unwrap_or_default()
-        )
-    } else {
-        format!(
-            "plan: {} on at most {} system{}\n",
-            want.join(", "),
-            t.max_systems,
-            if t.max_systems == 1 { "" } else { "s" }
-        )
-    };
+    let mut out = plan_headline(plan);
     let mut tab = Table::new(&[
         "system",
         "layout",
@@ -340,58 +349,8 @@ fn render_plan(plan: &Plan) -> String {
     ])
     .align_left(&[0, 1, 11])
     .wrap(11, 48);
-    let is_best = |r: &PlanRow| {
-        plan.best
-            .as_ref()
-            .is_some_and(|b| b.system == r.system && b.layout == r.layout)
-    };
     for r in &plan.rows {
-        let verdict = if is_best(r) {
-            plan.best_word().to_string()
-        } else if r.meets {
-            "meets".to_string()
-        } else {
-            format!("{} binds: {}", r.limit.map_or("?", |l| l.name()), r.note)
-        };
-        let ok = r.meets || r.limit == Some(crate::capacity::plan::Limit::Throughput);
-        tab.row(vec![
-            r.system.clone(),
-            r.layout.label(),
-            if ok {
-                r.replicas.to_string()
-            } else {
-                "-".into()
-            },
-            if ok { r.gpus.to_string() } else { "-".into() },
-            if r.fits {
-                r.max_concurrency.to_string()
-            } else {
-                "-".into()
-            },
-            if ok {
-                r.concurrency_per_replica.to_string()
-            } else {
-                "-".into()
-            },
-            if ok {
-                grouped(r.tokens_per_s, 0)
-            } else {
-                "-".into()
-            },
-            if ok {
-                grouped(r.tokens_per_s_per_gpu, 1)
-            } else {
-                "-".into()
-            },
-            if ok {
-                grouped(r.tpot_ms, 1)
-            } else {
-                "-".into()
-            },
-            money(r.usd_per_hour),
-            money(r.usd_per_million_tokens),
-            verdict,
-        ]);
+        tab.row(plan_cells(plan, r));
     }
     out.push_str(&tab.render());
     out.push_str(&plan.message);
@@ -399,13 +358,79 @@ fn render_plan(plan: &Plan) -> String {
     out
 }
 
+/// What the plan looks for: the target, or layouts compared at their best.
+fn plan_headline(plan: &Plan) -> String {
+    let t = &plan.target;
+    let mut want = Vec::new();
+    if let Some(x) = t.tokens_per_s {
+        want.push(format!("{} tokens/s", grouped(x, 0)));
+    }
+    if let Some(u) = t.users {
+        want.push(format!("{u} users"));
+    }
+    if let Some(m) = t.max_tpot_ms {
+        want.push(format!("TPOT at most {m} ms"));
+    }
+    if t.is_comparison() {
+        format!(
+            "layouts compared, each filling one system with its replicas, at its best tokens/s{}\n",
+            t.max_tpot_ms
+                .map(|m| format!(" with TPOT at most {m} ms"))
+                .unwrap_or_default()
+        )
+    } else {
+        format!(
+            "plan: {} on at most {} system{}\n",
+            want.join(", "),
+            t.max_systems,
+            if t.max_systems == 1 { "" } else { "s" }
+        )
+    }
+}
+
+/// One (system, layout) row of the plan: its figures where it meets the target or only the
+/// throughput binds it, its verdict.
+fn plan_cells(plan: &Plan, r: &PlanRow) -> Vec<String> {
+    let is_best = plan
+        .best
+        .as_ref()
+        .is_some_and(|b| b.system == r.system && b.layout == r.layout);
+    let verdict = if is_best {
+        plan.best_word().to_string()
+    } else if r.meets {
+        "meets".to_string()
+    } else {
+        format!("{} binds: {}", r.limit.map_or("?", |l| l.name()), r.note)
+    };
+    let ok = r.meets || r.limit == Some(crate::capacity::plan::Limit::Throughput);
+    let shown = |cell: String| if ok { cell } else { "-".into() };
+    vec![
+        r.system.clone(),
+        r.layout.label(),
+        shown(r.replicas.to_string()),
+        shown(r.gpus.to_string()),
+        if r.fits {
+            r.max_concurrency.to_string()
+        } else {
+            "-".into()
+        },
+        shown(r.concurrency_per_replica.to_string()),
+        shown(grouped(r.tokens_per_s, 0)),
+        shown(grouped(r.tokens_per_s_per_gpu, 1)),
+        shown(grouped(r.tpot_ms, 1)),
+        money(r.usd_per_hour),
+        money(r.usd_per_million_tokens),
+        verdict,
+    ]
+}
+
 /// `capacity --disaggregate` as JSON (placed under the report's `disaggregation` key).
-pub fn disagg_json(d: &crate::capacity::disagg::Disaggregation) -> Value {
+pub fn disagg_json(d: &Disaggregation) -> Value {
     serde_json::to_value(d).unwrap_or(Value::Null)
 }
 
 /// `capacity --disaggregate` as CSV: one row per prefill:decode ratio and one for co-located.
-pub(crate) fn disagg_csv(d: &crate::capacity::disagg::Disaggregation) -> String {
+pub(crate) fn disagg_csv(d: &Disaggregation) -> String {
     let opt = |v: Option<f64>| v.map_or(String::new(), |x| x.to_string());
     let mut out = String::from(
         "layout,prefill_instances,decode_instances,gpus,link,meets,binds,requests_per_s,tokens_per_s,tokens_per_s_per_gpu,decode_concurrency,tpot_ms,kv_transfer_ms,ttft_min_ms,ttft_ms,prefill_utilization,usd_per_million_tokens\n",
@@ -448,74 +473,9 @@ pub(crate) fn disagg_csv(d: &crate::capacity::disagg::Disaggregation) -> String 
 }
 
 /// `capacity --disaggregate` as text, after the capacity report.
-pub fn render_disagg_table(d: &crate::capacity::disagg::Disaggregation) -> String {
-    use crate::capacity::disagg::Winner;
+pub fn render_disagg_table(d: &Disaggregation) -> String {
     let mut out = String::from("\ndisaggregated prefill and decode\n");
-    let p = &d.prefill;
-    out.push_str(&format!(
-        "requests: mean input {:.0} (longest {:.0}), mean output {:.0} tokens; targets: TPOT {}, TTFT {}\n",
-        d.input_len,
-        d.longest_input,
-        d.output_len,
-        d.max_tpot_ms.map_or("none".into(), |m| format!("at most {m} ms")),
-        d.max_ttft_ms.map_or("none".into(), |m| format!("at most {m} ms")),
-    ));
-    out.push_str(&format!(
-        "prefill instance: {} TP={}: {:.2} µs per prompt token at a {}-token chunk; one mean prompt occupies it {:.1} ms ({:.2} requests/s), alone it is prefilled in {:.1} ms (longest {:.1} ms)\n",
-        p.system,
-        p.tp,
-        p.us_per_token,
-        p.chunk_tokens,
-        p.service_us / 1e3,
-        p.compute_requests_per_s,
-        p.prefill_ms,
-        p.prefill_ms_longest
-    ));
-    for t in &d.transfers {
-        if t.sending_ranks != t.ranks {
-            // Instances of different TPs: each end's ranks, bytes and rate.
-            let eff = |g: f64| g * t.link.efficiency;
-            out.push_str(&format!(
-                "KV transfer over {}: {} from each of {} prefill ranks at {:.1} GB/s, {} to each of {} decode ranks at {:.1} GB/s ({:.0} input tokens), the slower end + {:.1} µs = {:.3} ms ({})\n",
-                t.link.class,
-                bytes(t.bytes_per_sending_rank),
-                t.sending_ranks,
-                eff(t.link.send_gbps),
-                bytes(t.bytes_per_rank),
-                t.ranks,
-                eff(t.link.recv_gbps),
-                t.input_len,
-                t.link.latency_us,
-                t.time_us / 1e3,
-                t.link.source
-            ));
-            continue;
-        }
-        out.push_str(&format!(
-            "KV transfer over {}: {} per rank × {} ranks ({:.0} input tokens) at {:.1} GB/s per rank + {:.1} µs = {:.3} ms ({})\n",
-            t.link.class,
-            bytes(t.bytes_per_rank),
-            t.ranks,
-            t.input_len,
-            t.link.effective_gbps(),
-            t.link.latency_us,
-            t.time_us / 1e3,
-            t.link.source
-        ));
-    }
-    match &d.decode_limit {
-        Some(l) => out.push_str(&format!(
-            "decode instance: {} TP={}{} without prefill: at most {} users, {} tokens/s, TPOT {:.2} ms{}\n",
-            d.decode_system,
-            d.tp,
-            if d.dp > 1 { format!(" × DP={}", d.dp) } else { String::new() },
-            l.concurrency,
-            grouped(l.tokens_per_s, 1),
-            l.tpot_ms,
-            if d.max_tpot_ms.is_some() { " (most tokens/s within --max-tpot-ms)" } else { " (most tokens/s on the curve)" }
-        )),
-        None => out.push_str("decode instance: no concurrency meets --max-tpot-ms\n"),
-    }
+    out.push_str(&disagg_pools(d));
     let mut t = Table::new(&[
         "layout",
         "GPUs",
@@ -534,40 +494,132 @@ pub fn render_disagg_table(d: &crate::capacity::disagg::Disaggregation) -> Strin
     ])
     .align_left(&[0, 2, 13])
     .wrap(13, 40);
-    let winner = d.winner;
     for r in &d.rows {
-        let best = winner
-            == Winner::Disaggregated {
-                prefill: r.prefill_instances,
-                decode: r.decode_instances,
-            };
-        let v = |f: String| if r.meets { f } else { "-".into() };
-        t.row(vec![
-            format!("{}P:{}D", r.prefill_instances, r.decode_instances),
-            r.gpus.to_string(),
-            r.link.to_string(),
-            v(grouped(r.requests_per_s, 2)),
-            v(grouped(r.tokens_per_s, 0)),
-            v(grouped(r.tokens_per_s_per_gpu, 1)),
-            v(r.decode_concurrency.to_string()),
-            v(grouped(r.tpot_ms, 1)),
-            v(grouped(r.kv_transfer_ms, 2)),
-            v(grouped(r.ttft_min_ms, 1)),
-            v(r.ttft_ms.map_or("unbounded".into(), |x| grouped(x, 1))),
-            v(format!("{:.0}%", r.prefill_utilization * 100.0)),
-            money(r.usd_per_million_tokens),
-            if !r.meets {
-                format!("{} binds: {}", r.binds, r.note)
-            } else if best {
-                format!("best; {} binds", r.binds)
-            } else {
-                format!("{} binds", r.binds)
-            },
-        ]);
+        t.row(ratio_cells(r, d.winner));
     }
-    let c = &d.colocated;
+    t.row(colocated_cells(&d.colocated, d.winner));
+    out.push_str(&t.render());
+    out.push_str("TTFT min: prefill alone + KV transfer + one decode step, no queueing; TTFT: with the M/D/1 waits of the prefill queue and the KV receiving queue at that load (co-located: the lower bound only)\n");
+    out.push_str(&d.verdict);
+    out.push('\n');
+    if !d.warnings.is_empty() {
+        out.push_str("warnings (disaggregated)\n");
+        for w in &d.warnings {
+            out.push_str(&format!("  - {}\n", crate::units::one_line(w)));
+        }
+    }
+    out
+}
+
+/// The requests and targets, the prefill instance, each KV transfer and the decode instance.
+fn disagg_pools(d: &Disaggregation) -> String {
+    let p = &d.prefill;
+    let mut out = format!(
+        "requests: mean input {:.0} (longest {:.0}), mean output {:.0} tokens; targets: TPOT {}, TTFT {}\n",
+        d.input_len,
+        d.longest_input,
+        d.output_len,
+        d.max_tpot_ms.map_or("none".into(), |m| format!("at most {m} ms")),
+        d.max_ttft_ms.map_or("none".into(), |m| format!("at most {m} ms")),
+    );
+    out.push_str(&format!(
+        "prefill instance: {} TP={}: {:.2} µs per prompt token at a {}-token chunk; one mean prompt occupies it {:.1} ms ({:.2} requests/s), alone it is prefilled in {:.1} ms (longest {:.1} ms)\n",
+        p.system,
+        p.tp,
+        p.us_per_token,
+        p.chunk_tokens,
+        p.service_us / 1e3,
+        p.compute_requests_per_s,
+        p.prefill_ms,
+        p.prefill_ms_longest
+    ));
+    for t in &d.transfers {
+        out.push_str(&transfer_line(t));
+    }
+    match &d.decode_limit {
+        Some(l) => out.push_str(&format!(
+            "decode instance: {} TP={}{} without prefill: at most {} users, {} tokens/s, TPOT {:.2} ms{}\n",
+            d.decode_system,
+            d.tp,
+            if d.dp > 1 { format!(" × DP={}", d.dp) } else { String::new() },
+            l.concurrency,
+            grouped(l.tokens_per_s, 1),
+            l.tpot_ms,
+            if d.max_tpot_ms.is_some() { " (most tokens/s within --max-tpot-ms)" } else { " (most tokens/s on the curve)" }
+        )),
+        None => out.push_str("decode instance: no concurrency meets --max-tpot-ms\n"),
+    }
+    out
+}
+
+/// One KV transfer: bytes, ranks and rate (each end's where the instances' TPs differ).
+fn transfer_line(t: &KvTransfer) -> String {
+    if t.sending_ranks != t.ranks {
+        let eff = |g: f64| g * t.link.efficiency;
+        return format!(
+            "KV transfer over {}: {} from each of {} prefill ranks at {:.1} GB/s, {} to each of {} decode ranks at {:.1} GB/s ({:.0} input tokens), the slower end + {:.1} µs = {:.3} ms ({})\n",
+            t.link.class,
+            bytes(t.bytes_per_sending_rank),
+            t.sending_ranks,
+            eff(t.link.send_gbps),
+            bytes(t.bytes_per_rank),
+            t.ranks,
+            eff(t.link.recv_gbps),
+            t.input_len,
+            t.link.latency_us,
+            t.time_us / 1e3,
+            t.link.source
+        );
+    }
+    format!(
+        "KV transfer over {}: {} per rank × {} ranks ({:.0} input tokens) at {:.1} GB/s per rank + {:.1} µs = {:.3} ms ({})\n",
+        t.link.class,
+        bytes(t.bytes_per_rank),
+        t.ranks,
+        t.input_len,
+        t.link.effective_gbps(),
+        t.link.latency_us,
+        t.time_us / 1e3,
+        t.link.source
+    )
+}
+
+/// One ratio's row of the table (its figures shown only where it meets the targets).
+fn ratio_cells(r: &RatioRow, winner: Winner) -> Vec<String> {
+    let best = winner
+        == Winner::Disaggregated {
+            prefill: r.prefill_instances,
+            decode: r.decode_instances,
+        };
+    let v = |f: String| if r.meets { f } else { "-".into() };
+    vec![
+        format!("{}P:{}D", r.prefill_instances, r.decode_instances),
+        r.gpus.to_string(),
+        r.link.to_string(),
+        v(grouped(r.requests_per_s, 2)),
+        v(grouped(r.tokens_per_s, 0)),
+        v(grouped(r.tokens_per_s_per_gpu, 1)),
+        v(r.decode_concurrency.to_string()),
+        v(grouped(r.tpot_ms, 1)),
+        v(grouped(r.kv_transfer_ms, 2)),
+        v(grouped(r.ttft_min_ms, 1)),
+        v(r.ttft_ms.map_or("unbounded".into(), |x| grouped(x, 1))),
+        v(format!("{:.0}%", r.prefill_utilization * 100.0)),
+        money(r.usd_per_million_tokens),
+        if !r.meets {
+            format!("{} binds: {}", r.binds, r.note)
+        } else if best {
+            format!("best; {} binds", r.binds)
+        } else {
+            format!("{} binds", r.binds)
+        },
+    ]
+}
+
+/// The co-located answer's row of the table.
+fn colocated_cells(c: &Colocated, winner: Winner) -> Vec<String> {
     let cv = |f: String| if c.meets { f } else { "-".into() };
-    t.row(vec![
+    vec![
         "co-located".into(),
         c.gpus.to_string(),
         "-".into(),
@@ -588,18 +640,7 @@ pub fn render_disagg_table(d: &crate::capacity::disagg::Disaggregation) -> Strin
         } else {
             "chunked prefill".into()
         },
-    ]);
-    out.push_str(&t.render());
-    out.push_str("TTFT min: prefill alone + KV transfer + one decode step, no queueing; TTFT: with the M/D/1 waits of the prefill queue and the KV receiving queue at that load (co-located: the lower bound only)\n");
-    out.push_str(&d.verdict);
-    out.push('\n');
-    if !d.warnings.is_empty() {
-        out.push_str("warnings (disaggregated)\n");
-        for w in &d.warnings {
-            out.push_str(&format!("  - {}\n", crate::units::one_line(w)));
-        }
-    }
-    out
+    ]
 }
 
 /// Where CUDA-graph padding shapes the knee: the knee, the curve point after it and the batch

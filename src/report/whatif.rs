@@ -2,7 +2,7 @@
 
 use super::table::Table;
 use super::units::{grouped, us};
-use crate::whatif::spec_decode::SpecDecodeStudy;
+use crate::whatif::spec_decode::{Crossover, SpecDecodeStudy};
 use serde_json::{json, Value};
 
 /// The JSON bars and notebooks read: `baseline`, `variants`, `best`, `scenario`,
@@ -224,6 +224,24 @@ pub(crate) fn spec_decode_table(s: &SpecDecodeStudy) -> String {
         s.baseline.profile.profile.name,
         super::units::path(&s.baseline.profile.path),
     );
+    out.push_str(&variants_table(s));
+    out.push_str(&best_line(s));
+    if let Some(c) = &s.crossover {
+        out.push_str(&crossover_text(c));
+    }
+    if !s.warnings.is_empty() {
+        out.push_str("\nwarnings\n");
+        for w in &s.warnings {
+            out.push_str(&format!("  - {}\n", crate::units::one_line(w)));
+        }
+    }
+    out
+}
+
+/// The baseline and each k's draft, verify, host and step times, acceptance, tokens/s and
+/// TPOT percentiles.
+fn variants_table(s: &SpecDecodeStudy) -> String {
+    let sc = &s.baseline.scenario;
     let mut t = Table::new(&[
         "k",
         "draft (µs)",
@@ -270,73 +288,70 @@ pub(crate) fn spec_decode_table(s: &SpecDecodeStudy) -> String {
             grouped(v.tpot_ms[2], 2),
         ]);
     }
-    out.push_str(&t.render());
-    if let Some(best) = s.best() {
-        let fit = if s.fits {
-            String::new()
+    t.render()
+}
+
+/// The best k and whether speculation pays (and fits) at the study's batch.
+fn best_line(s: &SpecDecodeStudy) -> String {
+    let Some(best) = s.best() else {
+        return String::new();
+    };
+    let sc = &s.baseline.scenario;
+    let fit = if s.fits {
+        String::new()
+    } else {
+        format!(
+            "; DOES NOT FIT: batch {} needs more memory than vLLM may use, {}",
+            sc.batch,
+            match s.max_fitting_batch {
+                Some(m) => format!("at most {m} fit"),
+                None => "not even batch 1 fits".into(),
+            }
+        )
+    };
+    format!(
+        "\nbest: k = {} at {:.2}x ({}{fit})\n",
+        best.draft_tokens,
+        best.speedup,
+        if best.speedup > 1.0 {
+            "speculation pays"
         } else {
-            format!(
-                "; DOES NOT FIT: batch {} needs more memory than vLLM may use, {}",
-                sc.batch,
-                match s.max_fitting_batch {
-                    Some(m) => format!("at most {m} fit"),
-                    None => "not even batch 1 fits".into(),
-                }
-            )
-        };
-        out.push_str(&format!(
-            "\nbest: k = {} at {:.2}x ({}{fit})\n",
-            best.draft_tokens,
-            best.speedup,
-            if best.speedup > 1.0 {
-                "speculation pays"
-            } else {
-                "speculation does not pay at this batch"
-            }
-        ));
-    }
-    if let Some(c) = &s.crossover {
-        let line = match (c.last_paying_batch, c.first_losing_batch) {
-            (Some(b), Some(l)) => {
-                format!("crossover: speculation pays up to batch {b} and stops paying by batch {l}")
-            }
-            (Some(b), None) if c.fits.iter().any(|f| !f) => {
-                format!(
-                    "crossover: speculation pays at every batch simulated that fits (up to {b})"
-                )
-            }
-            (Some(b), None) => {
-                format!("crossover: speculation pays at every batch simulated (up to {b})")
-            }
-            (None, Some(l)) => {
-                format!("crossover: speculation does not pay at any batch simulated (from {l})")
-            }
-            (None, None) if !c.grid.is_empty() => {
-                "crossover: no batch simulated fits in memory".into()
-            }
-            (None, None) => "crossover: no batch simulated".into(),
-        };
-        out.push_str(&line);
-        if c.fits.iter().any(|f| !f) {
-            match c.max_fitting_batch {
-                Some(m) => out.push_str(&format!(
-                    "; batches above {m} do not fit in memory and are not counted"
-                )),
-                None => out.push_str("; not even batch 1 fits in memory"),
-            }
+            "speculation does not pay at this batch"
         }
-        out.push('\n');
-        out.push_str("  batch  best k  speedup\n");
-        for ((b, k, sp), fits) in c.grid.iter().zip(&c.fits) {
-            let mark = if *fits { "" } else { "  does not fit" };
-            out.push_str(&format!("  {b:>5}  {k:>6}  {sp:>6.2}x{mark}\n"));
+    )
+}
+
+/// Up to which batch speculation pays, with the best k at each batch simulated.
+fn crossover_text(c: &Crossover) -> String {
+    let mut out: String = match (c.last_paying_batch, c.first_losing_batch) {
+        (Some(b), Some(l)) => {
+            format!("crossover: speculation pays up to batch {b} and stops paying by batch {l}")
+        }
+        (Some(b), None) if c.fits.iter().any(|f| !f) => {
+            format!("crossover: speculation pays at every batch simulated that fits (up to {b})")
+        }
+        (Some(b), None) => {
+            format!("crossover: speculation pays at every batch simulated (up to {b})")
+        }
+        (None, Some(l)) => {
+            format!("crossover: speculation does not pay at any batch simulated (from {l})")
+        }
+        (None, None) if !c.grid.is_empty() => "crossover: no batch simulated fits in memory".into(),
+        (None, None) => "crossover: no batch simulated".into(),
+    };
+    if c.fits.iter().any(|f| !f) {
+        match c.max_fitting_batch {
+            Some(m) => out.push_str(&format!(
+                "; batches above {m} do not fit in memory and are not counted"
+            )),
+            None => out.push_str("; not even batch 1 fits in memory"),
         }
     }
-    if !s.warnings.is_empty() {
-        out.push_str("\nwarnings\n");
-        for w in &s.warnings {
-            out.push_str(&format!("  - {}\n", crate::units::one_line(w)));
-        }
+    out.push('\n');
+    out.push_str("  batch  best k  speedup\n");
+    for ((b, k, sp), fits) in c.grid.iter().zip(&c.fits) {
+        let mark = if *fits { "" } else { "  does not fit" };
+        out.push_str(&format!("  {b:>5}  {k:>6}  {sp:>6.2}x{mark}\n"));
     }
     out
 }

@@ -13,6 +13,7 @@ pub mod network;
 pub mod quantization;
 pub mod routing;
 pub mod system;
+mod validation;
 
 pub use deployment::{Algo, CommPath, Layout, NcclSettings, Proto, Runtime, Scenario};
 pub use model::{Family, ModelSpec, WeightFormat};

@@ -320,60 +320,9 @@ fn moe_dims(f: &Fields, num_layers: usize) -> Result<Option<MoeDims>> {
                 Some(v) => v,
                 None => f.required("intermediate_size", limits::INTERMEDIATE)?,
             };
-            let n_shared = f
-                .int("n_shared_experts", limits::SHARED_EXPERTS)?
-                .unwrap_or(0);
-            // n_shared ≤ 64 and the width ≤ 2^20, so the product cannot overflow.
-            let shared_intermediate = f
-                .first_of(
-                    &[
-                        "shared_expert_intermediate_size",
-                        "shared_intermediate_size",
-                    ],
-                    limits::SHARED_INTERMEDIATE,
-                )?
-                .unwrap_or(n_shared * moe_intermediate);
-            let n_shared = if shared_intermediate > 0 {
-                n_shared.max(1)
-            } else {
-                0
-            };
-            let scoring = match f.str("scoring_func")? {
-                Some("sigmoid") => Scoring::Sigmoid,
-                Some("softmax") | None => Scoring::Softmax,
-                Some(other) => {
-                    return Err(Error::field(
-                        path,
-                        f.name("scoring_func"),
-                        format!(
-                            "found '{}', expected 'sigmoid' or 'softmax'",
-                            crate::units::echo(other)
-                        ),
-                    ))
-                }
-            };
-            let n_group = f.int("n_group", 1..=n as u64)?.unwrap_or(1);
-            let topk_group = f.int("topk_group", 1..=n_group as u64)?.unwrap_or(1);
-            // Group-limited routing (vLLM's grouped top-k): the experts split evenly in
-            // n_group groups, and the top_k experts come from the topk_group best groups.
-            if n % n_group != 0 {
-                return Err(Error::field(
-                    path,
-                    f.name("n_group"),
-                    format!("found {n_group}, expected a divisor of the {n} routed experts (the groups are equal)"),
-                ));
-            }
-            if top_k > topk_group * (n / n_group) {
-                return Err(Error::field(
-                    path,
-                    f.name("topk_group"),
-                    format!(
-                        "found {topk_group}: {topk_group} group(s) of {} experts cannot hold the top-{top_k} experts; expected at least {}",
-                        n / n_group,
-                        top_k.div_ceil(n / n_group)
-                    ),
-                ));
-            }
+            let (n_shared, shared_intermediate) = shared_experts(f, moe_intermediate)?;
+            let scoring = scoring(f)?;
+            let (n_group, topk_group) = expert_groups(f, n, top_k)?;
             let mlp_only_layers = f.int_list("mlp_only_layers", num_layers)?;
             let dims = MoeDims {
                 n_routed_experts: n,
@@ -397,6 +346,71 @@ fn moe_dims(f: &Fields, num_layers: usize) -> Result<Option<MoeDims>> {
         }
         _ => None,
     })
+}
+
+/// The shared experts and their width (a width stated without a count is one shared expert).
+fn shared_experts(f: &Fields, moe_intermediate: usize) -> Result<(usize, usize)> {
+    let n_shared = f
+        .int("n_shared_experts", limits::SHARED_EXPERTS)?
+        .unwrap_or(0);
+    // n_shared ≤ 64 and the width ≤ 2^20, so the product cannot overflow.
+    let shared_intermediate = f
+        .first_of(
+            &[
+                "shared_expert_intermediate_size",
+                "shared_intermediate_size",
+            ],
+            limits::SHARED_INTERMEDIATE,
+        )?
+        .unwrap_or(n_shared * moe_intermediate);
+    let n_shared = if shared_intermediate > 0 {
+        n_shared.max(1)
+    } else {
+        0
+    };
+    Ok((n_shared, shared_intermediate))
+}
+
+/// The router's scoring function (softmax when the config names none).
+fn scoring(f: &Fields) -> Result<Scoring> {
+    match f.str("scoring_func")? {
+        Some("sigmoid") => Ok(Scoring::Sigmoid),
+        Some("softmax") | None => Ok(Scoring::Softmax),
+        Some(other) => Err(Error::field(
+            f.path,
+            f.name("scoring_func"),
+            format!(
+                "found '{}', expected 'sigmoid' or 'softmax'",
+                crate::units::echo(other)
+            ),
+        )),
+    }
+}
+
+/// Group-limited routing (vLLM's grouped top-k): the `n` experts split evenly in n_group
+/// groups, and the `top_k` experts come from the topk_group best groups.
+fn expert_groups(f: &Fields, n: usize, top_k: usize) -> Result<(usize, usize)> {
+    let n_group = f.int("n_group", 1..=n as u64)?.unwrap_or(1);
+    let topk_group = f.int("topk_group", 1..=n_group as u64)?.unwrap_or(1);
+    if !n.is_multiple_of(n_group) {
+        return Err(Error::field(
+            f.path,
+            f.name("n_group"),
+            format!("found {n_group}, expected a divisor of the {n} routed experts (the groups are equal)"),
+        ));
+    }
+    if top_k > topk_group * (n / n_group) {
+        return Err(Error::field(
+            f.path,
+            f.name("topk_group"),
+            format!(
+                "found {topk_group}: {topk_group} group(s) of {} experts cannot hold the top-{top_k} experts; expected at least {}",
+                n / n_group,
+                top_k.div_ceil(n / n_group)
+            ),
+        ));
+    }
+    Ok((n_group, topk_group))
 }
 
 /// The model family its attention and MoE make; MLA without MoE is refused.

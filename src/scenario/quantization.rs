@@ -99,150 +99,9 @@ pub(super) fn parse_quantization(path: &Path, at: &str, q: &Value) -> Result<Qua
             ))
         }
     };
-    // An optional list of strings: absent or null is empty, anything else is an error.
-    let strings = |key: &str| -> Result<Vec<&str>> {
-        match q.get(key) {
-            None | Some(Value::Null) => Ok(Vec::new()),
-            Some(Value::Array(items)) => items
-                .iter()
-                .map(|item| {
-                    item.as_str()
-                        .ok_or_else(|| wrong_type(path, &field(key), item, "a list of strings"))
-                })
-                .collect(),
-            Some(v) => Err(wrong_type(path, &field(key), v, "a list of strings")),
-        }
-    };
     match method.as_str() {
-        "compressed-tensors" => {
-            let groups = q
-                .get("config_groups")
-                .and_then(Value::as_object)
-                .filter(|g| !g.is_empty())
-                .ok_or_else(|| {
-                    Error::field(
-                        path,
-                        field("config_groups"),
-                        "expected an object with at least one quantization group",
-                    )
-                })?;
-            let Some((gname, group)) = groups.iter().next() else {
-                unreachable!("non-empty checked above")
-            };
-            let wfield = |k: &str| format!("{at}.config_groups.{gname}.weights.{k}");
-            let w = group
-                .get("weights")
-                .filter(|v| v.is_object())
-                .ok_or_else(|| {
-                    Error::field(
-                        path,
-                        format!("{at}.config_groups.{gname}.weights"),
-                        "expected a weights object",
-                    )
-                })?;
-            let bits = match w.get("num_bits") {
-                Some(v) => v
-                    .as_u64()
-                    .ok_or_else(|| wrong_type(path, &wfield("num_bits"), v, "4 or 8"))?,
-                None => return Err(Error::field(path, wfield("num_bits"), "required (4 or 8)")),
-            };
-            let kind = match w.get("type") {
-                None | Some(Value::Null) => None,
-                Some(Value::String(s)) => Some(s.as_str()),
-                Some(v) => return Err(wrong_type(path, &wfield("type"), v, "'int' or 'float'")),
-            };
-            let format = match (bits, kind) {
-                (4, Some("int") | None) => {
-                    let g = match w.get("group_size") {
-                        Some(v) => v.as_u64().filter(|g| limits::QUANT_GROUP.contains(g)),
-                        None => None,
-                    };
-                    let g = g.ok_or_else(|| {
-                        check::int_error(
-                            path,
-                            &wfield("group_size"),
-                            &w.get("group_size")
-                                .map(|v| v.to_string())
-                                .unwrap_or_else(|| "nothing".into()),
-                            &limits::QUANT_GROUP,
-                        )
-                    })?;
-                    WeightFormat::Int4 {
-                        group_size: g as usize,
-                    }
-                }
-                (8, Some("float")) => WeightFormat::Fp8Block { block: [128, 128] },
-                (b, t) => {
-                    return Err(Error::field(
-                        path,
-                        wfield("num_bits"),
-                        format!(
-                            "supported: 4-bit int (W4A16) or 8-bit float; found {b}-bit {}",
-                            crate::units::echo(t.unwrap_or("?"))
-                        ),
-                    ))
-                }
-            };
-            let mut exclude = Vec::new();
-            for s in strings("ignore")? {
-                exclude.push(match s.strip_prefix("re:") {
-                    // compressed-tensors matches patterns from the start of the name.
-                    Some(r) => {
-                        NamePattern::Regex(Regex::new(&format!("^(?:{r})")).map_err(|e| {
-                            Error::field(
-                                path,
-                                field("ignore"),
-                                format!("invalid regex '{}': {e}", crate::units::echo(r)),
-                            )
-                        })?)
-                    }
-                    None => NamePattern::Exact(s.to_string()),
-                });
-            }
-            Ok(Quantization {
-                method,
-                format,
-                exclude,
-            })
-        }
-        "fp8" => {
-            let block = match q.get("weight_block_size") {
-                None | Some(Value::Null) => [128, 128],
-                Some(Value::Array(a))
-                    if a.len() == 2
-                        && a.iter().all(|v| {
-                            v.as_u64().is_some_and(|n| limits::QUANT_GROUP.contains(&n))
-                        }) =>
-                {
-                    [
-                        a[0].as_u64().unwrap_or(1) as usize,
-                        a[1].as_u64().unwrap_or(1) as usize,
-                    ]
-                }
-                Some(v) => {
-                    return Err(Error::field(
-                        path,
-                        field("weight_block_size"),
-                        format!(
-                            "found {}, expected two integers {}",
-                            crate::units::echo(&v.to_string()),
-                            check::int_range_text(&limits::QUANT_GROUP)
-                        ),
-                    ))
-                }
-            };
-            let mut exclude = vec![NamePattern::Exact("lm_head".into())];
-            exclude.extend(
-                strings("modules_to_not_convert")?
-                    .into_iter()
-                    .map(|s| NamePattern::Contains(s.to_string())),
-            );
-            Ok(Quantization {
-                method,
-                format: WeightFormat::Fp8Block { block },
-                exclude,
-            })
-        }
+        "compressed-tensors" => compressed_tensors(path, at, q, method),
+        "fp8" => fp8(path, at, q, method),
         other => Err(Error::field(
             path,
             field("quant_method"),
@@ -252,4 +111,151 @@ pub(super) fn parse_quantization(path: &Path, at: &str, q: &Value) -> Result<Qua
             ),
         )),
     }
+}
+
+/// An optional list of strings at `key`: absent or null is empty, anything else is an error.
+fn strings<'a>(path: &Path, at: &str, q: &'a Value, key: &str) -> Result<Vec<&'a str>> {
+    let field = || format!("{at}.{key}");
+    match q.get(key) {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::Array(items)) => items
+            .iter()
+            .map(|item| {
+                item.as_str()
+                    .ok_or_else(|| wrong_type(path, &field(), item, "a list of strings"))
+            })
+            .collect(),
+        Some(v) => Err(wrong_type(path, &field(), v, "a list of strings")),
+    }
+}
+
+/// compressed-tensors: the first group's weights (INT4 in groups, or FP8), with the `ignore`
+/// list's names and `re:` patterns.
+fn compressed_tensors(path: &Path, at: &str, q: &Value, method: String) -> Result<Quantization> {
+    let groups = q
+        .get("config_groups")
+        .and_then(Value::as_object)
+        .filter(|g| !g.is_empty())
+        .ok_or_else(|| {
+            Error::field(
+                path,
+                format!("{at}.config_groups"),
+                "expected an object with at least one quantization group",
+            )
+        })?;
+    let Some((gname, group)) = groups.iter().next() else {
+        unreachable!("non-empty checked above")
+    };
+    let weights_at = format!("{at}.config_groups.{gname}.weights");
+    let w = group
+        .get("weights")
+        .filter(|v| v.is_object())
+        .ok_or_else(|| Error::field(path, weights_at.clone(), "expected a weights object"))?;
+    let format = group_format(path, &weights_at, w)?;
+    let mut exclude = Vec::new();
+    for s in strings(path, at, q, "ignore")? {
+        exclude.push(match s.strip_prefix("re:") {
+            // compressed-tensors matches patterns from the start of the name.
+            Some(r) => NamePattern::Regex(Regex::new(&format!("^(?:{r})")).map_err(|e| {
+                Error::field(
+                    path,
+                    format!("{at}.ignore"),
+                    format!("invalid regex '{}': {e}", crate::units::echo(r)),
+                )
+            })?),
+            None => NamePattern::Exact(s.to_string()),
+        });
+    }
+    Ok(Quantization {
+        method,
+        format,
+        exclude,
+    })
+}
+
+/// A compressed-tensors group's weight format from its `weights` object (at `weights_at`):
+/// 4-bit int in groups of `group_size`, or 8-bit float in 128 × 128 blocks.
+fn group_format(path: &Path, weights_at: &str, w: &Value) -> Result<WeightFormat> {
+    let wfield = |k: &str| format!("{weights_at}.{k}");
+    let bits = match w.get("num_bits") {
+        Some(v) => v
+            .as_u64()
+            .ok_or_else(|| wrong_type(path, &wfield("num_bits"), v, "4 or 8"))?,
+        None => return Err(Error::field(path, wfield("num_bits"), "required (4 or 8)")),
+    };
+    let kind = match w.get("type") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(s.as_str()),
+        Some(v) => return Err(wrong_type(path, &wfield("type"), v, "'int' or 'float'")),
+    };
+    match (bits, kind) {
+        (4, Some("int") | None) => {
+            let g = match w.get("group_size") {
+                Some(v) => v.as_u64().filter(|g| limits::QUANT_GROUP.contains(g)),
+                None => None,
+            };
+            let g = g.ok_or_else(|| {
+                check::int_error(
+                    path,
+                    &wfield("group_size"),
+                    &w.get("group_size")
+                        .map(|v| v.to_string())
+                        .unwrap_or_else(|| "nothing".into()),
+                    &limits::QUANT_GROUP,
+                )
+            })?;
+            Ok(WeightFormat::Int4 {
+                group_size: g as usize,
+            })
+        }
+        (8, Some("float")) => Ok(WeightFormat::Fp8Block { block: [128, 128] }),
+        (b, t) => Err(Error::field(
+            path,
+            wfield("num_bits"),
+            format!(
+                "supported: 4-bit int (W4A16) or 8-bit float; found {b}-bit {}",
+                crate::units::echo(t.unwrap_or("?"))
+            ),
+        )),
+    }
+}
+
+/// fp8: blocks of `weight_block_size` (128 × 128 by default); `lm_head` and the
+/// `modules_to_not_convert` stay in BF16.
+fn fp8(path: &Path, at: &str, q: &Value, method: String) -> Result<Quantization> {
+    let block = match q.get("weight_block_size") {
+        None | Some(Value::Null) => [128, 128],
+        Some(Value::Array(a))
+            if a.len() == 2
+                && a.iter()
+                    .all(|v| v.as_u64().is_some_and(|n| limits::QUANT_GROUP.contains(&n))) =>
+        {
+            [
+                a[0].as_u64().unwrap_or(1) as usize,
+                a[1].as_u64().unwrap_or(1) as usize,
+            ]
+        }
+        Some(v) => {
+            return Err(Error::field(
+                path,
+                format!("{at}.weight_block_size"),
+                format!(
+                    "found {}, expected two integers {}",
+                    crate::units::echo(&v.to_string()),
+                    check::int_range_text(&limits::QUANT_GROUP)
+                ),
+            ))
+        }
+    };
+    let mut exclude = vec![NamePattern::Exact("lm_head".into())];
+    exclude.extend(
+        strings(path, at, q, "modules_to_not_convert")?
+            .into_iter()
+            .map(|s| NamePattern::Contains(s.to_string())),
+    );
+    Ok(Quantization {
+        method,
+        format: WeightFormat::Fp8Block { block },
+        exclude,
+    })
 }

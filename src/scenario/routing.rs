@@ -168,102 +168,12 @@ impl Routing {
             path,
             ROUTING_EXPECTED,
         )?;
-        let idx = |name: &str| t.col(name);
-        // Every number within a physical range (`scenario::limits`), so no sum overflows to
-        // infinity and no index saturates: the error names the file, line and column.
-        let in_range = |line: usize, field: &str, v: &str, r: &FloatRange| -> Result<f64> {
-            match v.parse::<f64>() {
-                Ok(x) if r.contains(x) => Ok(x),
-                _ => Err(Error::field(
-                    path,
-                    format!("line {line}, column {field}"),
-                    format!(
-                        "found '{}', expected {}",
-                        crate::units::clip(v, 40),
-                        r.describe()
-                    ),
-                )),
-            }
-        };
-        let num = |line: usize, field: &str, v: &str| in_range(line, field, v, &limits::LOG_COUNT);
-        let index = |line: usize, field: &str, v: &str, r: &FloatRange| -> Result<usize> {
-            let x = in_range(line, field, v, r)?;
-            if x.fract() != 0.0 {
-                return Err(Error::field(
-                    path,
-                    format!("line {line}, column {field}"),
-                    format!("found {x}, expected a whole-number index"),
-                ));
-            }
-            Ok(x as usize)
-        };
         if let (Some(ti), Some(ei), Some(si)) =
-            (idx("tokens"), idx("experts_touched"), idx("steps"))
+            (t.col("tokens"), t.col("experts_touched"), t.col("steps"))
         {
-            let mut rows = Vec::new();
-            for (line, f) in &t.rows {
-                let line = *line;
-                let tokens = in_range(line, "tokens", field(f, ti), &limits::STEP_TOKENS)?;
-                let touched = in_range(line, "experts_touched", field(f, ei), &TOUCHED)?;
-                let steps = num(line, "steps", field(f, si))?;
-                if tokens < 1.0 || tokens.fract() != 0.0 {
-                    return Err(Error::field(
-                        path,
-                        format!("line {line}, column tokens"),
-                        format!("found {tokens}, expected a whole number of tokens, at least 1"),
-                    ));
-                }
-                if steps > 0.0 {
-                    rows.push((tokens as u64, touched, steps));
-                }
-            }
-            if rows.is_empty() {
-                return Err(Error::field(path, "rows", "no row with steps > 0"));
-            }
-            finite_sum(path, "steps", rows.iter().map(|r| r.2))?;
-            return Ok(Routing::Histogram {
-                source: path.to_path_buf(),
-                rows,
-            });
+            return histogram(path, &t, [ti, ei, si]);
         }
-        let ei_ci = t.require(
-            &["expert", "tokens"],
-            &format!("columns {ROUTING_EXPECTED}"),
-        )?;
-        let (ei, ci) = (ei_ci[0], ei_ci[1]);
-        let li = idx("layer");
-        let mut layers: Vec<(Option<usize>, Vec<f64>)> = Vec::new();
-        for (line, f) in &t.rows {
-            let line = *line;
-            let layer = match li {
-                Some(i) => Some(index(line, "layer", field(f, i), &LAYER_INDEX)?),
-                None => None,
-            };
-            let e = index(line, "expert", field(f, ei), &EXPERT_INDEX)?;
-            let count = num(line, "tokens", field(f, ci))?;
-            let pos = match layers.iter().position(|(l, _)| *l == layer) {
-                Some(p) => p,
-                None => {
-                    layers.push((layer, Vec::new()));
-                    layers.len() - 1
-                }
-            };
-            let v = &mut layers[pos].1;
-            if v.len() <= e {
-                v.resize(e + 1, 0.0);
-            }
-            v[e] += count;
-        }
-        if layers.is_empty() {
-            return Err(Error::field(path, "rows", "no expert rows"));
-        }
-        for (_, v) in &layers {
-            finite_sum(path, "tokens", v.iter().copied())?;
-        }
-        Ok(Routing::Popularity {
-            source: path.to_path_buf(),
-            layers,
-        })
+        popularity(path, &t)
     }
 
     /// Checks a file's routing against the model: expert and layer indices in range, counts
@@ -330,4 +240,107 @@ impl Routing {
             }
         }
     }
+}
+
+/// A cell within a physical range (`scenario::limits`), so no sum overflows to infinity and no
+/// index saturates: the error names the file, line and column.
+fn cell_in_range(path: &Path, line: usize, field: &str, v: &str, r: &FloatRange) -> Result<f64> {
+    match v.parse::<f64>() {
+        Ok(x) if r.contains(x) => Ok(x),
+        _ => Err(Error::field(
+            path,
+            format!("line {line}, column {field}"),
+            format!(
+                "found '{}', expected {}",
+                crate::units::clip(v, 40),
+                r.describe()
+            ),
+        )),
+    }
+}
+
+/// A whole-number index cell within `r`.
+fn index_cell(path: &Path, line: usize, field: &str, v: &str, r: &FloatRange) -> Result<usize> {
+    let x = cell_in_range(path, line, field, v, r)?;
+    if x.fract() != 0.0 {
+        return Err(Error::field(
+            path,
+            format!("line {line}, column {field}"),
+            format!("found {x}, expected a whole-number index"),
+        ));
+    }
+    Ok(x as usize)
+}
+
+/// The histogram form: (tokens, experts touched, steps) rows at the columns `cols`; rows of
+/// no steps are left out.
+fn histogram(path: &Path, t: &HandCsv, cols: [usize; 3]) -> Result<Routing> {
+    let [ti, ei, si] = cols;
+    let mut rows = Vec::new();
+    for (line, f) in &t.rows {
+        let line = *line;
+        let tokens = cell_in_range(path, line, "tokens", field(f, ti), &limits::STEP_TOKENS)?;
+        let touched = cell_in_range(path, line, "experts_touched", field(f, ei), &TOUCHED)?;
+        let steps = cell_in_range(path, line, "steps", field(f, si), &limits::LOG_COUNT)?;
+        if tokens < 1.0 || tokens.fract() != 0.0 {
+            return Err(Error::field(
+                path,
+                format!("line {line}, column tokens"),
+                format!("found {tokens}, expected a whole number of tokens, at least 1"),
+            ));
+        }
+        if steps > 0.0 {
+            rows.push((tokens as u64, touched, steps));
+        }
+    }
+    if rows.is_empty() {
+        return Err(Error::field(path, "rows", "no row with steps > 0"));
+    }
+    finite_sum(path, "steps", rows.iter().map(|r| r.2))?;
+    Ok(Routing::Histogram {
+        source: path.to_path_buf(),
+        rows,
+    })
+}
+
+/// The popularity form: tokens per expert, per layer where a `layer` column gives it.
+fn popularity(path: &Path, t: &HandCsv) -> Result<Routing> {
+    let ei_ci = t.require(
+        &["expert", "tokens"],
+        &format!("columns {ROUTING_EXPECTED}"),
+    )?;
+    let (ei, ci) = (ei_ci[0], ei_ci[1]);
+    let li = t.col("layer");
+    let mut layers: Vec<(Option<usize>, Vec<f64>)> = Vec::new();
+    for (line, f) in &t.rows {
+        let line = *line;
+        let layer = match li {
+            Some(i) => Some(index_cell(path, line, "layer", field(f, i), &LAYER_INDEX)?),
+            None => None,
+        };
+        let e = index_cell(path, line, "expert", field(f, ei), &EXPERT_INDEX)?;
+        let count = cell_in_range(path, line, "tokens", field(f, ci), &limits::LOG_COUNT)?;
+        let pos = match layers.iter().position(|(l, _)| *l == layer) {
+            Some(p) => p,
+            None => {
+                layers.push((layer, Vec::new()));
+                layers.len() - 1
+            }
+        };
+        let v = &mut layers[pos].1;
+        if v.len() <= e {
+            v.resize(e + 1, 0.0);
+        }
+        v[e] += count;
+    }
+    if layers.is_empty() {
+        return Err(Error::field(path, "rows", "no expert rows"));
+    }
+    for (_, v) in &layers {
+        finite_sum(path, "tokens", v.iter().copied())?;
+    }
+    Ok(Routing::Popularity {
+        source: path.to_path_buf(),
+        layers,
+    })
 }

@@ -192,9 +192,22 @@ const MAX_GPUS: u64 = 1_024;
 /// A latency above a millisecond is a unit mistake (docs/sources.md §2.1: PCIe host path ~14 µs).
 const LATENCY_US: FloatRange = super::limits::LINK_LATENCY_US;
 
+/// An `[interconnect]` key as errors name it.
+fn interconnect_key(k: &str) -> String {
+    format!("interconnect.{k}")
+}
+
 impl Interconnect {
     fn check(&self, path: &Path, gpu_count: u32, gpu: &GpuSpec) -> Result<()> {
-        let f = |k: &str| format!("interconnect.{k}");
+        self.check_rates(path)?;
+        self.check_kind(path, gpu_count, gpu)?;
+        self.check_sockets(path, gpu_count)
+    }
+
+    /// PCIe generation and lanes, each link's bandwidth within its ceiling and above its
+    /// kind's floor, the latencies.
+    fn check_rates(&self, path: &Path) -> Result<()> {
+        let f = interconnect_key;
         let gts = pcie_gts(self.pcie_gen).ok_or_else(|| {
             check::int_error(path, &f("pcie_gen"), &self.pcie_gen.to_string(), &(1..=7))
         })?;
@@ -263,6 +276,12 @@ impl Interconnect {
                 ));
             }
         }
+        Ok(())
+    }
+
+    /// The link kind against the GPU and the bandwidths it needs.
+    fn check_kind(&self, path: &Path, gpu_count: u32, gpu: &GpuSpec) -> Result<()> {
+        let f = interconnect_key;
         match self.kind {
             LinkKind::Nvlink if self.nvlink_gbps <= 0.0 => {
                 return Err(Error::field(
@@ -307,6 +326,12 @@ impl Interconnect {
             }
             _ => {}
         }
+        Ok(())
+    }
+
+    /// Sockets, GPUs per socket (spread evenly over them) and PCIe switches.
+    fn check_sockets(&self, path: &Path, gpu_count: u32) -> Result<()> {
+        let f = interconnect_key;
         check::int_in(
             path,
             &f("sockets"),

@@ -76,82 +76,102 @@ pub(crate) fn head(b: &mut Builder, s: &StepShape) {
         );
     }
     let logits = t * vocab_shard * s.tp as u64;
-    // One sampling kernel over all logits: `bytes_per_logit` read (and written, for a cast).
-    let sampling = |b: &mut Builder, name: &str, kernel: &'static str, bytes_per_logit: f64| {
-        b.push(
-            OpRole::Sampling,
-            name,
-            kernel,
-            CostFamily::Sampling,
-            Category::Sampling,
-            Shape {
-                m: t,
-                n: logits / t.max(1),
-                k: 0,
-                batch: 1,
-            },
-            "-",
-            logits as f64,
-            logits as f64 * bytes_per_logit + t as f64 * 8.0,
-        );
-    };
-    // A copy of `bytes` done by the copy engine or a memset, not by a kernel.
-    let copy = |b: &mut Builder, name: &str, kernel: &'static str, bytes: f64| {
-        let shape = Shape {
-            m: t,
-            n: 1,
-            k: 0,
-            batch: 1,
-        };
-        b.push(
-            OpRole::Sampling,
-            name,
-            kernel,
-            CostFamily::Elementwise,
-            Category::Memcpy,
-            shape,
-            "-",
-            0.0,
-            bytes,
-        );
-    };
     if s.runtime == Runtime::Reference {
-        // Gathered logits are [tp, B, V/tp]: the reference reorders them, zero-fills argmax's
-        // output, takes the argmax in BF16 and copies the token ids out.
-        b.elementwise(
-            OpRole::Sampling,
-            "logits_permute",
-            "at::native::elementwise_kernel (copy)",
-            Category::Elementwise,
-            logits,
-            logits,
-        );
-        copy(b, "argmax_memset", "Memset (Device)", t as f64 * 8.0);
-        sampling(
-            b,
-            "argmax",
-            "at::native::reduce_kernel<ArgMaxOps>",
-            ACT_BYTES,
-        );
-        b.measured(MeasureKey::new("sampling", t, logits / t.max(1), 0));
-        copy(
-            b,
-            "token_copy",
-            "Memcpy DtoD (Device -> Device)",
-            t as f64 * 16.0,
-        );
-        return;
+        return reference_sampling(b, t, logits);
     }
     sampling(
         b,
+        t,
+        logits,
         "logits_to_fp32",
         "at::native::vectorized_elementwise_kernel (copy to float)",
         ACT_BYTES + 4.0,
     );
     sampling(
         b,
+        t,
+        logits,
         "argmax",
         "at::native::reduce_kernel<ArgMaxOps<float>>",
         4.0,
+    );
+}
+
+/// The reference step's sampling: gathered logits are [tp, B, V/tp]; the reference reorders
+/// them, zero-fills argmax's output, takes the argmax in BF16 and copies the token ids out.
+fn reference_sampling(b: &mut Builder, t: u64, logits: u64) {
+    b.elementwise(
+        OpRole::Sampling,
+        "logits_permute",
+        "at::native::elementwise_kernel (copy)",
+        Category::Elementwise,
+        logits,
+        logits,
+    );
+    copy(b, t, "argmax_memset", "Memset (Device)", t as f64 * 8.0);
+    sampling(
+        b,
+        t,
+        logits,
+        "argmax",
+        "at::native::reduce_kernel<ArgMaxOps>",
+        ACT_BYTES,
+    );
+    b.measured(MeasureKey::new("sampling", t, logits / t.max(1), 0));
+    copy(
+        b,
+        t,
+        "token_copy",
+        "Memcpy DtoD (Device -> Device)",
+        t as f64 * 16.0,
+    );
+}
+
+/// One sampling kernel over all `logits` of `t` rows: `bytes_per_logit` read (and written, for
+/// a cast).
+fn sampling(
+    b: &mut Builder,
+    t: u64,
+    logits: u64,
+    name: &str,
+    kernel: &'static str,
+    bytes_per_logit: f64,
+) {
+    b.push(
+        OpRole::Sampling,
+        name,
+        kernel,
+        CostFamily::Sampling,
+        Category::Sampling,
+        Shape {
+            m: t,
+            n: logits / t.max(1),
+            k: 0,
+            batch: 1,
+        },
+        "-",
+        logits as f64,
+        logits as f64 * bytes_per_logit + t as f64 * 8.0,
+    );
+}
+
+/// A copy of `bytes` for `t` rows done by the copy engine or a memset, not by a kernel.
+fn copy(b: &mut Builder, t: u64, name: &str, kernel: &'static str, bytes: f64) {
+    let shape = Shape {
+        m: t,
+        n: 1,
+        k: 0,
+        batch: 1,
+    };
+    b.push(
+        OpRole::Sampling,
+        name,
+        kernel,
+        CostFamily::Elementwise,
+        Category::Memcpy,
+        shape,
+        "-",
+        0.0,
+        bytes,
     );
 }

@@ -43,6 +43,23 @@ pub(crate) fn attention_block(b: &mut Builder, s: &StepShape, layer: usize) {
         tokens * (heads + kv_heads) * hd,
         tokens * (heads + kv_heads) * hd,
     );
+    kv_write_and_attention(b, s, heads, kv_heads);
+    b.gemm(
+        OpRole::OProj,
+        "o_proj",
+        "gemm (cuBLAS) o_proj",
+        Category::Gemm,
+        tokens,
+        hidden,
+        heads * hd,
+        m.weight_format(&attn("o_proj")),
+    );
+}
+
+/// The new tokens' K and V written to the cache, and the decode kernel over it (`heads` query
+/// and `kv_heads` KV heads per rank).
+fn kv_write_and_attention(b: &mut Builder, s: &StepShape, heads: u64, kv_heads: u64) {
+    let hd = s.model.head_dim as u64;
     // Padded rows have no KV slot (slot -1): the write covers the real tokens.
     let real = s.real_tokens;
     let kv_elems = real * 2 * kv_heads * hd;
@@ -82,15 +99,5 @@ pub(crate) fn attention_block(b: &mut Builder, s: &StepShape, layer: usize) {
         "-",
         4.0 * seqs * q * heads as f64 * ctx * hd as f64,
         kv_bytes + 2.0 * seqs * q * (heads * hd) as f64 * ACT_BYTES,
-    );
-    b.gemm(
-        OpRole::OProj,
-        "o_proj",
-        "gemm (cuBLAS) o_proj",
-        Category::Gemm,
-        tokens,
-        hidden,
-        heads * hd,
-        m.weight_format(&attn("o_proj")),
     );
 }

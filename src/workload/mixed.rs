@@ -29,6 +29,7 @@ use crate::category::Category;
 use crate::scenario::cudagraph::PadRule;
 use crate::scenario::model::MlaDims;
 use crate::scenario::Scenario;
+use crate::scenario::WeightFormat;
 use serde::Serialize;
 
 /// vLLM's MLA prefill workspace for the cached prefix at its defaults: min(max(8 ×
@@ -192,6 +193,19 @@ pub(super) fn prefill_attention(b: &mut Builder, s: &StepShape, mla: &MlaDims, k
     let longest = s.prefill.iter().map(|c| c.tokens).max().unwrap_or(0);
     flash_attention(b, &d, "prefill_attention", t, t, longest, pairs);
 
+    cached_prefix(b, s, mla, &d, kv_b_format);
+}
+
+/// The cached prefixes of the chunks that have one, in rounds of vLLM's context workspace:
+/// each round gathers its share of the prefix, up-projects it and attends over it, and merges
+/// the partial outputs.
+fn cached_prefix(
+    b: &mut Builder,
+    s: &StepShape,
+    mla: &MlaDims,
+    d: &Dims,
+    kv_b_format: WeightFormat,
+) {
     let cached: Vec<&PrefillChunk> = s.prefill.iter().filter(|c| c.prefix > 0).collect();
     if cached.is_empty() {
         return;
@@ -206,81 +220,120 @@ pub(super) fn prefill_attention(b: &mut Builder, s: &StepShape, mla: &MlaDims, k
         .iter()
         .map(|c| c.tokens as f64 * c.prefix as f64)
         .sum();
-    let p = prefix.div_ceil(rounds);
+    let round = PrefixRound {
+        tokens: prefix.div_ceil(rounds),
+        queries: q_tokens,
+        longest_prefix,
+        pairs: ctx_pairs / rounds as f64,
+    };
     for _ in 0..rounds {
-        let pf = p as f64;
-        b.push(
-            OpRole::PrefillAttention,
-            "prefill_gather_cache",
-            "vllm::gather_and_maybe_dequant_cache",
-            CostFamily::Elementwise,
-            Category::Attention,
-            Shape {
-                m: p,
-                n: d.latent as u64,
-                k: 0,
-                batch: 1,
-            },
-            "-",
-            0.0,
-            pf * d.latent * (s.kv_bytes + ACT_BYTES),
-        );
-        b.gemm(
-            OpRole::PrefillKvUp,
-            "prefill_ctx_kv_b_proj",
-            "gemm (cuBLAS) kv_b_proj (prefill context)",
-            Category::Gemm,
-            p,
-            heads * (nope + v),
-            mla.kv_lora_rank as u64,
-            kv_b_format,
-        );
-        // K = [k_nope, k_pe broadcast over the heads]: written once for the attention.
-        let k_elems = pf * d.heads * d.qk;
-        b.push(
-            OpRole::PrefillAttention,
-            "prefill_ctx_k_concat",
-            "at::native::CatArrayBatchedCopy (k_nope, k_pe)",
-            CostFamily::Elementwise,
-            Category::Attention,
-            Shape {
-                m: p,
-                n: (heads * (nope + rope)),
-                k: 0,
-                batch: 1,
-            },
-            "-",
-            0.0,
-            (pf * d.heads * nope as f64 + pf * rope as f64 + k_elems) * ACT_BYTES,
-        );
-        flash_attention(
-            b,
-            &d,
-            "prefill_ctx_attention",
-            q_tokens,
-            p,
-            longest_prefix,
-            ctx_pairs / rounds as f64,
-        );
-        // Two partial outputs and their log-sum-exps in, one out.
-        let out = q_tokens as f64 * d.heads * (d.v * ACT_BYTES + 4.0);
-        b.push(
-            OpRole::PrefillAttention,
-            "prefill_merge_attn_states",
-            "vllm::merge_attn_states_kernel",
-            CostFamily::Elementwise,
-            Category::Attention,
-            Shape {
-                m: q_tokens,
-                n: heads * v,
-                k: 0,
-                batch: 1,
-            },
-            "-",
-            q_tokens as f64 * d.heads * d.v * 4.0,
-            3.0 * out,
-        );
+        prefix_round(b, s, mla, d, kv_b_format, &round);
     }
+}
+
+/// One round of the cached prefix: `tokens` of it gathered for `queries` query tokens.
+struct PrefixRound {
+    tokens: u64,
+    queries: u64,
+    longest_prefix: u64,
+    /// (query, key) products of the round.
+    pairs: f64,
+}
+
+fn prefix_round(
+    b: &mut Builder,
+    s: &StepShape,
+    mla: &MlaDims,
+    d: &Dims,
+    kv_b_format: WeightFormat,
+    r: &PrefixRound,
+) {
+    let heads = (s.model.num_heads / s.tp) as u64;
+    let (nope, rope, v) = (
+        mla.qk_nope_head_dim as u64,
+        mla.qk_rope_head_dim as u64,
+        mla.v_head_dim as u64,
+    );
+    let p = r.tokens;
+    let pf = p as f64;
+    b.push(
+        OpRole::PrefillAttention,
+        "prefill_gather_cache",
+        "vllm::gather_and_maybe_dequant_cache",
+        CostFamily::Elementwise,
+        Category::Attention,
+        Shape {
+            m: p,
+            n: d.latent as u64,
+            k: 0,
+            batch: 1,
+        },
+        "-",
+        0.0,
+        pf * d.latent * (s.kv_bytes + ACT_BYTES),
+    );
+    b.gemm(
+        OpRole::PrefillKvUp,
+        "prefill_ctx_kv_b_proj",
+        "gemm (cuBLAS) kv_b_proj (prefill context)",
+        Category::Gemm,
+        p,
+        heads * (nope + v),
+        mla.kv_lora_rank as u64,
+        kv_b_format,
+    );
+    // K = [k_nope, k_pe broadcast over the heads]: written once for the attention.
+    let k_elems = pf * d.heads * d.qk;
+    b.push(
+        OpRole::PrefillAttention,
+        "prefill_ctx_k_concat",
+        "at::native::CatArrayBatchedCopy (k_nope, k_pe)",
+        CostFamily::Elementwise,
+        Category::Attention,
+        Shape {
+            m: p,
+            n: (heads * (nope + rope)),
+            k: 0,
+            batch: 1,
+        },
+        "-",
+        0.0,
+        (pf * d.heads * nope as f64 + pf * rope as f64 + k_elems) * ACT_BYTES,
+    );
+    attend_and_merge(b, d, heads * v, r);
+}
+
+/// The round's attention over its share of the prefix and the merge of the partial outputs
+/// (`hv`: the output's width per rank).
+fn attend_and_merge(b: &mut Builder, d: &Dims, hv: u64, r: &PrefixRound) {
+    let p = r.tokens;
+    flash_attention(
+        b,
+        d,
+        "prefill_ctx_attention",
+        r.queries,
+        p,
+        r.longest_prefix,
+        r.pairs,
+    );
+    // Two partial outputs and their log-sum-exps in, one out.
+    let out = r.queries as f64 * d.heads * (d.v * ACT_BYTES + 4.0);
+    b.push(
+        OpRole::PrefillAttention,
+        "prefill_merge_attn_states",
+        "vllm::merge_attn_states_kernel",
+        CostFamily::Elementwise,
+        Category::Attention,
+        Shape {
+            m: r.queries,
+            n: hv,
+            k: 0,
+            batch: 1,
+        },
+        "-",
+        r.queries as f64 * d.heads * d.v * 4.0,
+        3.0 * out,
+    );
 }
 
 /// A flash-attention call of `queries` query tokens over `keys` key/value tokens with `pairs`

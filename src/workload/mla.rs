@@ -9,6 +9,42 @@ use crate::category::Category;
 use crate::scenario::model::MlaDims;
 
 pub(crate) fn attention_block(b: &mut Builder, s: &StepShape, mla: &MlaDims, layer: usize) {
+    let heads = (s.model.num_heads / s.tp) as u64;
+    let kv_lora = mla.kv_lora_rank as u64;
+    let attn = |p: &str| format!("model.layers.{layer}.self_attn.{p}");
+    query_and_latent(b, s, mla, layer);
+    rope_and_kv_write(b, s, mla);
+    // A mixed step's prefill tokens take the up-projected MHA path (`mixed`); its decode
+    // sequences the absorbed path below. A step of prefill alone has no decode part.
+    if !s.prefill.is_empty() {
+        super::mixed::prefill_attention(b, s, mla, &attn("kv_b_proj"));
+    }
+    if s.batch == 0 {
+        return o_proj(b, s, mla, &attn("o_proj"));
+    }
+    b.bmm(
+        "W_UK_T",
+        "gemm (cuBLAS) bmm W_UK_T",
+        heads,
+        s.decode_tokens,
+        kv_lora,
+        mla.qk_nope_head_dim as u64,
+    );
+    decode_attention(b, s, mla);
+    b.bmm(
+        "W_UV",
+        "gemm (cuBLAS) bmm W_UV",
+        heads,
+        s.decode_tokens,
+        mla.v_head_dim as u64,
+        kv_lora,
+    );
+    o_proj(b, s, mla, &attn("o_proj"));
+}
+
+/// The query's and the latent's projections with their norms: fused q_a + kv_a_proj_with_mqa
+/// where the query has a LoRA rank, else q_proj and kv_a_proj_with_mqa apart.
+fn query_and_latent(b: &mut Builder, s: &StepShape, mla: &MlaDims, layer: usize) {
     let m = s.model;
     let tokens = s.tokens;
     let hidden = m.hidden as u64;
@@ -83,6 +119,14 @@ pub(crate) fn attention_block(b: &mut Builder, s: &StepShape, mla: &MlaDims, lay
             );
         }
     }
+}
+
+/// The rotary embedding and the new tokens' latent written to the KV cache.
+fn rope_and_kv_write(b: &mut Builder, s: &StepShape, mla: &MlaDims) {
+    let tokens = s.tokens;
+    let heads = (s.model.num_heads / s.tp) as u64;
+    let rope = mla.qk_rope_head_dim as u64;
+    let latent = mla.kv_lora_rank as u64 + rope;
     b.elementwise(
         OpRole::Rope,
         "rotary_emb",
@@ -112,23 +156,13 @@ pub(crate) fn attention_block(b: &mut Builder, s: &StepShape, mla: &MlaDims, lay
         2.0 * kv_write_elems as f64 * ACT_BYTES,
     );
     b.measured(MeasureKey::new("kv_write", real, latent, 0));
-    // A mixed step's prefill tokens take the up-projected MHA path (`mixed`); its decode
-    // sequences the absorbed path below. A step of prefill alone has no decode part.
-    if !s.prefill.is_empty() {
-        super::mixed::prefill_attention(b, s, mla, &attn("kv_b_proj"));
-    }
-    if s.batch == 0 {
-        return o_proj(b, s, mla, &attn("o_proj"));
-    }
-    b.bmm(
-        "W_UK_T",
-        "gemm (cuBLAS) bmm W_UK_T",
-        heads,
-        s.decode_tokens,
-        kv_lora,
-        nope,
-    );
+}
 
+/// The decode kernel over the latent and its split-KV reduce.
+fn decode_attention(b: &mut Builder, s: &StepShape, mla: &MlaDims) {
+    let heads = (s.model.num_heads / s.tp) as u64;
+    let kv_lora = mla.kv_lora_rank as u64;
+    let latent = kv_lora + mla.qk_rope_head_dim as u64;
     // Decode attention over the latent: every rank reads every sequence's full latent cache.
     let ctx = s.context as f64;
     let seqs = s.batch as f64;
@@ -190,15 +224,6 @@ pub(crate) fn attention_block(b: &mut Builder, s: &StepShape, mla: &MlaDims, lay
         partial / 4.0,
         partial + seqs * q * hf * kv_lora as f64 * ACT_BYTES,
     );
-    b.bmm(
-        "W_UV",
-        "gemm (cuBLAS) bmm W_UV",
-        heads,
-        s.decode_tokens,
-        mla.v_head_dim as u64,
-        kv_lora,
-    );
-    o_proj(b, s, mla, &attn("o_proj"));
 }
 
 /// The output projection over every token of the pass (decode and prefill rows alike).

@@ -18,12 +18,60 @@ fn moe_kernel(w: WeightFormat) -> &'static str {
 }
 
 pub(crate) fn moe_block(b: &mut Builder, s: &StepShape, moe: &MoeDims, layer: usize) {
+    let t = s.tokens;
+    let hidden = s.model.hidden as u64;
+    let top_k = moe.top_k as u64;
+    router(b, s, moe, layer);
+    let shared = moe.shared_intermediate > 0;
+    let shared_on_aux = shared && t <= s.shared_expert_stream_threshold;
+    if shared_on_aux {
+        b.on_aux(|b| shared_expert(b, s, moe, layer));
+    }
+    routed_experts(b, s, moe, layer);
+    let routed_rows = (t * top_k) as f64;
+    let hf = hidden as f64;
+    b.push(
+        OpRole::MoeSum,
+        "moe_sum",
+        "vllm::moe::moe_sum_kernel",
+        CostFamily::MoeSum,
+        Category::Moe,
+        Shape {
+            m: t,
+            n: hidden,
+            k: top_k,
+            batch: 1,
+        },
+        "-",
+        routed_rows * hf,
+        (routed_rows + t as f64) * hf * ACT_BYTES,
+    );
+
+    if shared_on_aux {
+        b.join();
+    } else if shared {
+        shared_expert(b, s, moe, layer);
+    }
+    if shared {
+        b.elementwise(
+            OpRole::AddSharedAndRouted,
+            "add_shared_and_routed",
+            "at::native::vectorized_elementwise_kernel (add)",
+            Category::Elementwise,
+            2 * t * hidden,
+            t * hidden,
+        );
+        b.measured(MeasureKey::new("elementwise_add", t, hidden, 0));
+    }
+}
+
+/// The router: the gate GEMM, the top-k gating and the alignment of the routed rows to blocks.
+fn router(b: &mut Builder, s: &StepShape, moe: &MoeDims, layer: usize) {
     let m = s.model;
     let t = s.tokens;
     let hidden = m.hidden as u64;
     let experts = moe.n_routed_experts as u64;
     let top_k = moe.top_k as u64;
-    let inter = (moe.moe_intermediate / s.tp) as u64;
     let mlp = |p: &str| format!("model.layers.{layer}.mlp.{p}");
 
     // The gate is a plain GEMM kernel: a trace cannot tell it from other GEMMs, so it is counted
@@ -76,13 +124,17 @@ pub(crate) fn moe_block(b: &mut Builder, s: &StepShape, moe: &MoeDims, layer: us
         0.0,
         (t * top_k) as f64 * 12.0 + experts as f64 * 4.0,
     );
+}
 
-    let shared = moe.shared_intermediate > 0;
-    let shared_on_aux = shared && t <= s.shared_expert_stream_threshold;
-    if shared_on_aux {
-        b.on_aux(|b| shared_expert(b, s, moe, layer));
-    }
-
+/// The routed experts' kernels: w13 GEMM, activation, w2 GEMM (the reference step's
+/// permutation first), each at the experts the layer's tokens touch.
+fn routed_experts(b: &mut Builder, s: &StepShape, moe: &MoeDims, layer: usize) {
+    let m = s.model;
+    let t = s.tokens;
+    let hidden = m.hidden as u64;
+    let top_k = moe.top_k as u64;
+    let inter = (moe.moe_intermediate / s.tp) as u64;
+    let mlp = |p: &str| format!("model.layers.{layer}.mlp.{p}");
     let reference = s.runtime == Runtime::Reference;
     if reference {
         // The reference step gathers each token's rows into expert order before the grouped GEMM.
@@ -146,39 +198,6 @@ pub(crate) fn moe_block(b: &mut Builder, s: &StepShape, moe: &MoeDims, layer: us
     );
     if w == WeightFormat::Bf16 {
         b.measured(MeasureKey::new("moe_grouped_bf16", t, hidden, inter));
-    }
-    b.push(
-        OpRole::MoeSum,
-        "moe_sum",
-        "vllm::moe::moe_sum_kernel",
-        CostFamily::MoeSum,
-        Category::Moe,
-        Shape {
-            m: t,
-            n: hidden,
-            k: top_k,
-            batch: 1,
-        },
-        "-",
-        routed_rows * hf,
-        (routed_rows + t as f64) * hf * ACT_BYTES,
-    );
-
-    if shared_on_aux {
-        b.join();
-    } else if shared {
-        shared_expert(b, s, moe, layer);
-    }
-    if shared {
-        b.elementwise(
-            OpRole::AddSharedAndRouted,
-            "add_shared_and_routed",
-            "at::native::vectorized_elementwise_kernel (add)",
-            Category::Elementwise,
-            2 * t * hidden,
-            t * hidden,
-        );
-        b.measured(MeasureKey::new("elementwise_add", t, hidden, 0));
     }
 }
 

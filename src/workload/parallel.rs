@@ -245,78 +245,109 @@ pub fn a2a_message_bytes(tokens: u64, top_k: u64, hidden: u64, per_element: f64)
     (tokens as f64 * top_k as f64 * hidden as f64 * per_element).round() as u64
 }
 
-fn expert_parallel(s: &Scenario, tokens: u64, ep: u32, w: &mut Workload) {
-    let moe = s.model.moe.as_ref().expect("checked");
-    let n = ep as usize;
-    let tp = s.layout.tp as u64;
-    let hidden = s.model.hidden as u64;
-    let (hf, top_k) = (hidden as f64, moe.top_k as u64);
-    let inter = moe.moe_intermediate as u64;
-    let inter_tp = inter / tp;
-    let shared_inter = moe.shared_intermediate as u64;
-    let a2a = s.comm.ep_comm.is_all_to_all();
-    // Each rank dispatches its 1/TP slice of its (DP rank's, padded) tokens; at --dp 1 the EP
-    // group is the TP group, so this is the 1/EP slice of the replicated batch.
-    let slice = tokens.div_ceil(tp);
-    // The dispatch/combine spans the whole EP group; at --dp 1 that is the TP group (0).
-    let a2a_group = if s.layout.dp_size() > 1 { ep } else { 0 };
-    let redundant = s.layout.redundant() as usize;
-    let (dispatch_kernel, combine_kernel) = if s.comm.ep_comm == EpComm::RdmaLl {
-        (
-            "deep_ep::internode_ll::dispatch (rdma-ll)",
-            "deep_ep::internode_ll::combine (rdma-ll)",
-        )
-    } else {
-        (
-            "ncclDevKernel_SendRecv (all_to_all dispatch)",
-            "ncclDevKernel_SendRecv (all_to_all combine)",
-        )
-    };
-    let dispatch_bytes = a2a_message_bytes(
-        slice,
-        top_k,
-        hidden,
-        a2a_bytes_per_element(s.comm.ep_comm, true),
-    );
-    let combine_bytes = a2a_message_bytes(
-        slice,
-        top_k,
-        hidden,
-        a2a_bytes_per_element(s.comm.ep_comm, false),
-    );
-    // The routed rows' way back to their tokens' ranks, once per MoE layer.
-    let combine = |layer: i32| {
-        collective(
-            layer,
-            OpRole::Combine,
-            "moe_combine",
+/// What every MoE op of an expert-parallel step is reshaped with: the model's MoE sizes, the
+/// rank's dispatch slice and the all-to-all's kernels and messages.
+struct EpPlan {
+    /// Ranks of the EP group.
+    n: usize,
+    /// The step's (padded) tokens.
+    tokens: u64,
+    hidden: u64,
+    top_k: u64,
+    inter: u64,
+    inter_tp: u64,
+    shared_inter: u64,
+    a2a: bool,
+    /// Each rank dispatches its 1/TP slice of its (DP rank's, padded) tokens; at --dp 1 the EP
+    /// group is the TP group, so this is the 1/EP slice of the replicated batch.
+    slice: u64,
+    /// The dispatch/combine spans the whole EP group; at --dp 1 that is the TP group (0).
+    a2a_group: u32,
+    dispatch_kernel: &'static str,
+    combine_kernel: &'static str,
+    dispatch_bytes: u64,
+    combine_bytes: u64,
+}
+
+/// One MoE layer's routed work over the EP ranks, and the shape its kernels are priced at.
+struct LayerLoads {
+    /// Each rank's routed rows and experts with tokens.
+    rows: Vec<f64>,
+    touched: Vec<f64>,
+    rows_mean: f64,
+    touched_mean: f64,
+    rows_priced: u64,
+    touched_priced: f64,
+    /// Priced at one row of one expert, each rank's work scaled from that shape.
+    thin: bool,
+}
+
+impl EpPlan {
+    fn new(s: &Scenario, tokens: u64, ep: u32) -> Self {
+        let moe = s.model.moe.as_ref().expect("checked");
+        let tp = s.layout.tp as u64;
+        let hidden = s.model.hidden as u64;
+        let top_k = moe.top_k as u64;
+        let inter = moe.moe_intermediate as u64;
+        let slice = tokens.div_ceil(tp);
+        let (dispatch_kernel, combine_kernel) = if s.comm.ep_comm == EpComm::RdmaLl {
+            (
+                "deep_ep::internode_ll::dispatch (rdma-ll)",
+                "deep_ep::internode_ll::combine (rdma-ll)",
+            )
+        } else {
+            (
+                "ncclDevKernel_SendRecv (all_to_all dispatch)",
+                "ncclDevKernel_SendRecv (all_to_all combine)",
+            )
+        };
+        EpPlan {
+            n: ep as usize,
+            tokens,
+            hidden,
+            top_k,
+            inter,
+            inter_tp: inter / tp,
+            shared_inter: moe.shared_intermediate as u64,
+            a2a: s.comm.ep_comm.is_all_to_all(),
+            slice,
+            a2a_group: if s.layout.dp_size() > 1 { ep } else { 0 },
+            dispatch_kernel,
             combine_kernel,
-            CostFamily::AllToAll,
-            combine_bytes,
-            a2a_group,
-        )
-    };
-    let mut out = Vec::with_capacity(w.ops.len() + 3 * s.model.num_layers);
-    let ops = std::mem::take(&mut w.ops);
-    let mut cached: Option<(usize, Vec<f64>, Vec<f64>)> = None;
-    for mut op in ops {
-        let layer = op.layer;
-        let is_moe_layer = layer >= 0 && s.model.is_layer_moe(layer as usize);
-        if !is_moe_layer {
-            out.push(op);
-            continue;
+            dispatch_bytes: a2a_message_bytes(
+                slice,
+                top_k,
+                hidden,
+                a2a_bytes_per_element(s.comm.ep_comm, true),
+            ),
+            combine_bytes: a2a_message_bytes(
+                slice,
+                top_k,
+                hidden,
+                a2a_bytes_per_element(s.comm.ep_comm, false),
+            ),
         }
-        let l = layer as usize;
-        // Once per layer (every MoE op of the layer reads the same placement).
-        if cached.as_ref().is_none_or(|c| c.0 != l) {
-            let counts = w.routing.expert_tokens.get(l).map_or(&[][..], |c| &c[..]);
-            let (rows, touched) = ep_rank_rows(counts, n, redundant);
-            cached = Some((l, rows, touched));
+    }
+
+    fn mean(&self, v: &[f64]) -> f64 {
+        v.iter().sum::<f64>() / self.n as f64
+    }
+
+    /// Each rank's value over the mean rank's (none when the mean is zero).
+    fn ratio(&self, v: &[f64]) -> Vec<f64> {
+        let m = self.mean(v);
+        if m > 0.0 {
+            v.iter().map(|x| x / m).collect()
+        } else {
+            Vec::new()
         }
-        let (_, rows, touched) = cached.as_ref().expect("just set");
-        let (rows, touched) = (rows.clone(), touched.clone());
-        let mean = |v: &[f64]| v.iter().sum::<f64>() / n as f64;
-        let (rows_mean, touched_mean) = (mean(&rows), mean(&touched));
+    }
+
+    /// Layer `l`'s routed rows per rank from the seeded routing, with `redundant` EPLB slots.
+    fn layer_loads(&self, w: &Workload, l: usize, redundant: usize) -> LayerLoads {
+        let counts = w.routing.expert_tokens.get(l).map_or(&[][..], |c| &c[..]);
+        let (rows, touched) = ep_rank_rows(counts, self.n, redundant);
+        let (rows_mean, touched_mean) = (self.mean(&rows), self.mean(&touched));
         // The kernels' rows: the mean rounded, taken from the routed rows' whole count (the
         // ranks' rows summed in floating point are off by an ulp under EPLB's split loads,
         // which would round a mean of exactly half a row either way).
@@ -325,7 +356,7 @@ fn expert_parallel(s: &Scenario, tokens: u64, ep: u32, w: &mut Workload) {
             .expert_tokens
             .get(l)
             .map_or(0, |c| c.iter().map(|&x| x as u64).sum());
-        let rows_rounded = (routed as f64 / n as f64).round() as u64;
+        let rows_rounded = (routed as f64 / self.n as f64).round() as u64;
         // Wide expert parallelism at a tiny batch leaves fewer than half a routed row (or
         // expert with tokens) per rank on average: the mean rank's shape would round to
         // nothing, which no table or law prices (a table read at zero rows extrapolates to
@@ -336,157 +367,243 @@ fn expert_parallel(s: &Scenario, tokens: u64, ep: u32, w: &mut Workload) {
         } else {
             (rows_rounded, touched_mean.round())
         };
-        let thin = rows_priced != rows_rounded || touched_priced != touched_mean.round();
-        let ratio = |v: Vec<f64>| -> Vec<f64> {
-            let m = mean(&v);
-            if m > 0.0 {
-                v.iter().map(|x| x / m).collect()
-            } else {
-                Vec::new()
-            }
+        LayerLoads {
+            thin: rows_priced != rows_rounded || touched_priced != touched_mean.round(),
+            rows,
+            touched,
+            rows_mean,
+            touched_mean,
+            rows_priced,
+            touched_priced,
+        }
+    }
+
+    /// The routed rows' way back to their tokens' ranks, once per MoE layer.
+    fn combine(&self, layer: i32) -> Op {
+        collective(
+            layer,
+            OpRole::Combine,
+            "moe_combine",
+            self.combine_kernel,
+            CostFamily::AllToAll,
+            self.combine_bytes,
+            self.a2a_group,
+        )
+    }
+
+    fn dispatch(&self, layer: i32) -> Op {
+        collective(
+            layer,
+            OpRole::Dispatch,
+            "moe_dispatch",
+            self.dispatch_kernel,
+            CostFamily::AllToAll,
+            self.dispatch_bytes,
+            self.a2a_group,
+        )
+    }
+
+    /// A routed-expert GEMM (w13 or w2) at whole experts: the mean rank's shape, each rank's
+    /// bytes over it.
+    fn expert_gemm(&self, op: &mut Op, loads: &LayerLoads) {
+        let w13 = op.role == OpRole::ExpertsW13;
+        let hf = self.hidden as f64;
+        // Bytes per weight from the TP op: bytes = touched·(weights per expert)·bpw + acts.
+        let (inf_tp, t0, rows0) = (
+            self.inter_tp as f64,
+            op.shape.batch as f64,
+            op.shape.m as f64,
+        );
+        let act0 = if w13 {
+            rows0 * (hf + 2.0 * inf_tp) * ACT_BYTES
+        } else {
+            rows0 * (inf_tp + hf) * ACT_BYTES
         };
+        let wts0 = if w13 { 2.0 * inf_tp * hf } else { hf * inf_tp };
+        let bpw = if t0 > 0.0 {
+            (op.bytes - act0) / (t0 * wts0)
+        } else {
+            0.5
+        };
+        let inf = self.inter as f64;
+        let wts = if w13 { 2.0 * inf * hf } else { hf * inf };
+        let act_per_row = if w13 {
+            (hf + 2.0 * inf) * ACT_BYTES
+        } else {
+            (inf + hf) * ACT_BYTES
+        };
+        let bytes_of = |t: f64, r: f64| t * wts * bpw + r * act_per_row;
+        op.shape.m = loads.rows_priced;
+        op.shape.batch = loads.touched_priced as u64;
+        if w13 {
+            op.shape.n = 2 * self.inter;
+        } else {
+            op.shape.k = self.inter;
+        }
+        op.flops = 2.0 * loads.rows_mean * wts;
+        op.bytes = bytes_of(loads.touched_mean, loads.rows_mean);
+        let per_rank: Vec<f64> = (0..self.n)
+            .map(|r| bytes_of(loads.touched[r], loads.rows[r]))
+            .collect();
+        op.rank_scale = if loads.thin {
+            let priced = bytes_of(loads.touched_priced, loads.rows_priced as f64);
+            per_rank.iter().map(|b| b / priced).collect()
+        } else {
+            self.ratio(&per_rank)
+        };
+        op.measure = None;
+    }
+
+    /// The routed experts' activation at the mean rank's rows.
+    fn expert_act(&self, op: &mut Op, loads: &LayerLoads) {
+        let r = loads.rows_priced;
+        op.shape.m = r * 2 * self.inter;
+        op.shape.n = r * self.inter;
+        op.flops = op.shape.m as f64;
+        op.bytes = (op.shape.m + op.shape.n) as f64 * ACT_BYTES;
+        op.rank_scale = if loads.thin {
+            loads.rows.iter().map(|x| x / r as f64).collect()
+        } else {
+            self.ratio(&loads.rows)
+        };
+        op.measure = None;
+    }
+
+    /// The routing's bookkeeping kernels (sum, align, permute) scaled by each rank's rows;
+    /// under all-to-all the sum runs on the slice, then the combine where no shared expert
+    /// comes before it, and the dispatch right after the align.
+    fn bookkeeping(&self, mut op: Op, loads: &LayerLoads, out: &mut Vec<Op>) {
+        let layer = op.layer;
+        // Thin: priced at one row, so a rank's rows are its multiple of that (the
+        // ratio to a mean of under one row would multiply the price many times over).
+        op.rank_scale = if loads.thin {
+            loads
+                .rows
+                .iter()
+                .map(|x| x / loads.rows_priced as f64)
+                .collect()
+        } else {
+            self.ratio(&loads.rows)
+        };
+        if self.a2a && op.role == OpRole::MoeSum {
+            // The combine sums each slice token's top-k rows after the all-to-all.
+            let (t, hf) = (self.slice as f64, self.hidden as f64);
+            op.shape.m = self.slice;
+            op.flops = t * self.top_k as f64 * hf;
+            op.bytes = (t * self.top_k as f64 + t) * hf * ACT_BYTES;
+            op.rank_scale = Vec::new();
+        }
+        let align = op.role == OpRole::MoeAlign;
+        let combine_here = self.a2a && self.shared_inter == 0 && op.role == OpRole::MoeSum;
+        out.push(op);
+        if combine_here {
+            // Without a shared expert there is no add to combine before: the routed
+            // rows go back to their tokens' ranks right after the sum.
+            out.push(self.combine(layer));
+        }
+        if self.a2a && align {
+            // Dispatch right after the routing is known (before the expert GEMMs).
+            out.push(self.dispatch(layer));
+        }
+    }
+
+    /// A shared-expert GEMM with whole weights, run on the rank's slice.
+    fn shared_gemm(&self, op: &mut Op) {
+        let up = op.role == OpRole::SharedExpertUp;
+        let (m0, n0, k0) = (op.shape.m as f64, op.shape.n as f64, op.shape.k as f64);
+        let bpw = ((op.bytes - m0 * k0 * ACT_BYTES - m0 * n0 * ACT_BYTES) / (n0 * k0)).max(0.0);
+        if up {
+            op.shape.n = 2 * self.shared_inter;
+        } else {
+            op.shape.k = self.shared_inter;
+        }
+        op.shape.m = self.slice;
+        let (m, nn, k) = (self.slice as f64, op.shape.n as f64, op.shape.k as f64);
+        op.flops = 2.0 * m * nn * k;
+        op.bytes = nn * k * bpw + m * k * ACT_BYTES + m * nn * ACT_BYTES;
+        op.measure = None;
+    }
+
+    fn shared_act(&self, op: &mut Op) {
+        op.shape.m = self.slice * 2 * self.shared_inter;
+        op.shape.n = self.slice * self.shared_inter;
+        op.flops = op.shape.m as f64;
+        op.bytes = (op.shape.m + op.shape.n) as f64 * ACT_BYTES;
+        op.measure = None;
+    }
+
+    /// The shared expert's slice rows added to the combined routed rows.
+    fn add_shared(&self, op: &mut Op) {
+        op.shape.m = 2 * self.slice * self.hidden;
+        op.shape.n = self.slice * self.hidden;
+        op.bytes = (op.shape.m + op.shape.n) as f64 * ACT_BYTES;
+        op.flops = op.shape.m as f64;
+        op.measure = None;
+    }
+
+    /// The all-gather that re-replicates the batch for the next layer's TP attention.
+    fn all_gather(&self, layer: i32) -> Op {
+        collective(
+            layer,
+            OpRole::Collective,
+            "moe_all_gather",
+            "ncclDevKernel_AllGather_RING_LL",
+            CostFamily::AllGather,
+            self.tokens * self.hidden * ACT_BYTES as u64,
+            0,
+        )
+    }
+}
+
+fn expert_parallel(s: &Scenario, tokens: u64, ep: u32, w: &mut Workload) {
+    let plan = EpPlan::new(s, tokens, ep);
+    let a2a = plan.a2a;
+    let redundant = s.layout.redundant() as usize;
+    let mut out = Vec::with_capacity(w.ops.len() + 3 * s.model.num_layers);
+    let ops = std::mem::take(&mut w.ops);
+    // Once per layer (every MoE op of the layer reads the same placement).
+    let mut cached: Option<(usize, LayerLoads)> = None;
+    for mut op in ops {
+        let layer = op.layer;
+        let is_moe_layer = layer >= 0 && s.model.is_layer_moe(layer as usize);
+        if !is_moe_layer {
+            out.push(op);
+            continue;
+        }
+        let l = layer as usize;
+        if cached.as_ref().is_none_or(|c| c.0 != l) {
+            cached = Some((l, plan.layer_loads(w, l, redundant)));
+        }
+        let (_, loads) = cached.as_ref().expect("just set");
         match op.role {
             OpRole::ExpertsW13 | OpRole::ExpertsW2 => {
-                let w13 = op.role == OpRole::ExpertsW13;
-                // Bytes per weight from the TP op: bytes = touched·(weights per expert)·bpw + acts.
-                let (inf_tp, t0, rows0) =
-                    (inter_tp as f64, op.shape.batch as f64, op.shape.m as f64);
-                let act0 = if w13 {
-                    rows0 * (hf + 2.0 * inf_tp) * ACT_BYTES
-                } else {
-                    rows0 * (inf_tp + hf) * ACT_BYTES
-                };
-                let wts0 = if w13 { 2.0 * inf_tp * hf } else { hf * inf_tp };
-                let bpw = if t0 > 0.0 {
-                    (op.bytes - act0) / (t0 * wts0)
-                } else {
-                    0.5
-                };
-                let inf = inter as f64;
-                let wts = if w13 { 2.0 * inf * hf } else { hf * inf };
-                let act_per_row = if w13 {
-                    (hf + 2.0 * inf) * ACT_BYTES
-                } else {
-                    (inf + hf) * ACT_BYTES
-                };
-                let bytes_of = |t: f64, r: f64| t * wts * bpw + r * act_per_row;
-                op.shape.m = rows_priced;
-                op.shape.batch = touched_priced as u64;
-                if w13 {
-                    op.shape.n = 2 * inter;
-                } else {
-                    op.shape.k = inter;
-                }
-                op.flops = 2.0 * rows_mean * wts;
-                op.bytes = bytes_of(touched_mean, rows_mean);
-                let loads: Vec<f64> = (0..n).map(|r| bytes_of(touched[r], rows[r])).collect();
-                op.rank_scale = if thin {
-                    let priced = bytes_of(touched_priced, rows_priced as f64);
-                    loads.iter().map(|b| b / priced).collect()
-                } else {
-                    ratio(loads)
-                };
-                op.measure = None;
+                plan.expert_gemm(&mut op, loads);
                 out.push(op);
             }
             OpRole::ExpertsAct => {
-                let r = rows_priced;
-                op.shape.m = r * 2 * inter;
-                op.shape.n = r * inter;
-                op.flops = op.shape.m as f64;
-                op.bytes = (op.shape.m + op.shape.n) as f64 * ACT_BYTES;
-                op.rank_scale = if thin {
-                    rows.iter().map(|x| x / r as f64).collect()
-                } else {
-                    ratio(rows.clone())
-                };
-                op.measure = None;
+                plan.expert_act(&mut op, loads);
                 out.push(op);
             }
             OpRole::MoeSum | OpRole::MoeAlign | OpRole::MoePermute => {
-                // Thin: priced at one row, so a rank's rows are its multiple of that (the
-                // ratio to a mean of under one row would multiply the price many times over).
-                op.rank_scale = if thin {
-                    rows.iter().map(|x| x / rows_priced as f64).collect()
-                } else {
-                    ratio(rows.clone())
-                };
-                if a2a && op.role == OpRole::MoeSum {
-                    // The combine sums each slice token's top-k rows after the all-to-all.
-                    let t = slice as f64;
-                    op.shape.m = slice;
-                    op.flops = t * top_k as f64 * hf;
-                    op.bytes = (t * top_k as f64 + t) * hf * ACT_BYTES;
-                    op.rank_scale = Vec::new();
-                }
-                let align = op.role == OpRole::MoeAlign;
-                let combine_here = a2a && shared_inter == 0 && op.role == OpRole::MoeSum;
-                out.push(op);
-                if combine_here {
-                    // Without a shared expert there is no add to combine before: the routed
-                    // rows go back to their tokens' ranks right after the sum.
-                    out.push(combine(layer));
-                }
-                if a2a && align {
-                    // Dispatch right after the routing is known (before the expert GEMMs).
-                    out.push(collective(
-                        layer,
-                        OpRole::Dispatch,
-                        "moe_dispatch",
-                        dispatch_kernel,
-                        CostFamily::AllToAll,
-                        dispatch_bytes,
-                        a2a_group,
-                    ));
-                }
+                plan.bookkeeping(op, loads, &mut out);
             }
             OpRole::SharedExpertUp | OpRole::SharedExpertDown if a2a => {
-                // Whole shared-expert weights, run on the rank's slice.
-                let up = op.role == OpRole::SharedExpertUp;
-                let (m0, n0, k0) = (op.shape.m as f64, op.shape.n as f64, op.shape.k as f64);
-                let bpw =
-                    ((op.bytes - m0 * k0 * ACT_BYTES - m0 * n0 * ACT_BYTES) / (n0 * k0)).max(0.0);
-                if up {
-                    op.shape.n = 2 * shared_inter;
-                } else {
-                    op.shape.k = shared_inter;
-                }
-                op.shape.m = slice;
-                let (m, nn, k) = (slice as f64, op.shape.n as f64, op.shape.k as f64);
-                op.flops = 2.0 * m * nn * k;
-                op.bytes = nn * k * bpw + m * k * ACT_BYTES + m * nn * ACT_BYTES;
-                op.measure = None;
+                plan.shared_gemm(&mut op);
                 out.push(op);
             }
             OpRole::SharedExpertAct if a2a => {
-                op.shape.m = slice * 2 * shared_inter;
-                op.shape.n = slice * shared_inter;
-                op.flops = op.shape.m as f64;
-                op.bytes = (op.shape.m + op.shape.n) as f64 * ACT_BYTES;
-                op.measure = None;
+                plan.shared_act(&mut op);
                 out.push(op);
             }
             OpRole::AddSharedAndRouted if a2a => {
                 // Combine first, then add the shared expert's slice rows.
-                out.push(combine(layer));
-                op.shape.m = 2 * slice * hidden;
-                op.shape.n = slice * hidden;
-                op.bytes = (op.shape.m + op.shape.n) as f64 * ACT_BYTES;
-                op.flops = op.shape.m as f64;
-                op.measure = None;
+                out.push(plan.combine(layer));
+                plan.add_shared(&mut op);
                 out.push(op);
             }
             // An all-reduce fused with the next norm (`--fuse-allreduce-rms`) stays as it is.
             OpRole::MlpAllReduce if a2a && op.fused_norm.is_none() => {
-                out.push(collective(
-                    layer,
-                    OpRole::Collective,
-                    "moe_all_gather",
-                    "ncclDevKernel_AllGather_RING_LL",
-                    CostFamily::AllGather,
-                    tokens * hidden * ACT_BYTES as u64,
-                    0,
-                ));
+                out.push(plan.all_gather(layer));
             }
             _ => out.push(op),
         }

@@ -248,21 +248,7 @@ fn split_simulated_ranks(traces: Vec<ParsedTrace>) -> (Vec<ParsedTrace>, Vec<boo
 /// Summarizes traces already parsed (one per rank).
 pub fn summarize_parsed(traces: Vec<ParsedTrace>, opts: &SummaryOptions) -> Result<TraceSummary> {
     let (mut traces, split) = split_simulated_ranks(traces);
-    let paths: Vec<PathBuf> = traces.iter().map(|t| t.path.clone()).collect();
-    let meta: Vec<Option<i64>> = traces.iter().map(|t| t.meta.rank).collect();
-    let metas: Vec<&crate::trace::model::TraceMeta> = traces.iter().map(|t| &t.meta).collect();
-    if !opts.ranks.allow_mixed_runs && !traces.is_empty() {
-        check_one_run(&paths, &metas)?;
-    }
-    let mut ranks = assign_ranks(&paths, &meta)?;
-    for (r, s) in ranks.iter_mut().zip(&split) {
-        if *s {
-            r.1 = RankSource::SimulatedTimeline;
-        }
-    }
-    if !opts.ranks.allow_partial {
-        check_complete(&paths, &metas, &ranks)?;
-    }
+    let ranks = checked_ranks(&traces, &split, opts)?;
     let mut order: Vec<usize> = (0..traces.len()).collect();
     order.sort_by_key(|&i| ranks[i].0);
 
@@ -274,6 +260,71 @@ pub fn summarize_parsed(traces: Vec<ParsedTrace>, opts: &SummaryOptions) -> Resu
         rank_out.push(summary);
         comm_lists.push(comm);
     }
+    check_steps_found(&rank_out, &traces, opts)?;
+
+    // Wait/transfer over the selected steps, aligned across ranks.
+    let alignment = split_wait_transfer(&comm_lists);
+    for (r, rs) in rank_out.iter_mut().enumerate() {
+        for (k, step) in rs.steps.iter_mut().filter(|s| s.selected).enumerate() {
+            let (w, t) = alignment.per_rank[r][k];
+            step.breakdown.comm_wait_us = w;
+            step.breakdown.comm_transfer_us = t;
+        }
+        rs.breakdown =
+            Breakdown::mean(rs.steps.iter().filter(|s| s.selected).map(|s| &s.breakdown));
+    }
+
+    let with_steps: Vec<&RankSummary> = rank_out.iter().filter(|r| r.step_time.n > 0).collect();
+    let breakdown = Breakdown::mean(with_steps.iter().map(|r| &r.breakdown));
+    let times: Vec<f64> = rank_out
+        .iter()
+        .flat_map(|r| r.selected_steps().map(|s| s.breakdown.step_time_us))
+        .collect();
+    Ok(TraceSummary {
+        step_time: Stats::of(&times),
+        breakdown,
+        alignment,
+        kernel_time_us: rank_out.iter().map(|r| r.kernel_time_us).sum(),
+        unclassified_us: rank_out.iter().map(|r| r.unclassified_us).sum(),
+        unclassified: merged_unclassified(&rank_out, opts.top_unclassified),
+        rules: opts.classifier.source.clone(),
+        ranks: rank_out,
+    })
+}
+
+/// Each trace's rank and where it came from, the traces checked to be one run (unless
+/// allowed) and complete (unless partial runs are allowed); `split` marks the ranks taken
+/// from one simulated timeline.
+fn checked_ranks(
+    traces: &[ParsedTrace],
+    split: &[bool],
+    opts: &SummaryOptions,
+) -> Result<Vec<(u32, RankSource)>> {
+    let paths: Vec<PathBuf> = traces.iter().map(|t| t.path.clone()).collect();
+    let meta: Vec<Option<i64>> = traces.iter().map(|t| t.meta.rank).collect();
+    let metas: Vec<&crate::trace::model::TraceMeta> = traces.iter().map(|t| &t.meta).collect();
+    if !opts.ranks.allow_mixed_runs && !traces.is_empty() {
+        check_one_run(&paths, &metas)?;
+    }
+    let mut ranks = assign_ranks(&paths, &meta)?;
+    for (r, s) in ranks.iter_mut().zip(split) {
+        if *s {
+            r.1 = RankSource::SimulatedTimeline;
+        }
+    }
+    if !opts.ranks.allow_partial {
+        check_complete(&paths, &metas, &ranks)?;
+    }
+    Ok(ranks)
+}
+
+/// Refuses a summary without steps to trust: no GPU activity, correlation ids shared between
+/// launches, step markers that launched nothing, or a `--step-marker` that matched no step.
+fn check_steps_found(
+    rank_out: &[RankSummary],
+    traces: &[ParsedTrace],
+    opts: &SummaryOptions,
+) -> Result<()> {
     if rank_out.iter().all(|r| r.steps.is_empty()) {
         return Err(TraceError::NoGpuActivity);
     }
@@ -296,68 +347,60 @@ pub fn summarize_parsed(traces: Vec<ParsedTrace>, opts: &SummaryOptions) -> Resu
         });
     }
     // A marker the user named that found no step anywhere is a mistake, not one whole-trace step.
-    if let Some(re) = opts.step_marker {
-        if rank_out.iter().all(|r| r.step_source != StepSource::Custom) {
-            let mut names: Vec<&str> = traces
-                .iter()
-                .flat_map(|t| t.annotations.iter().map(|a| a.name.as_str()))
-                .collect();
-            names.sort_unstable();
-            names.dedup();
-            let matching = names.iter().filter(|n| re.is_match(n)).count();
-            let shown: Vec<String> = names
-                .iter()
-                .take(5)
-                .map(|n| format!("'{}'", crate::units::clip(n, 60)))
-                .collect();
-            let found = if names.is_empty() {
-                "the traces hold no annotations".to_string()
-            } else {
-                format!(
-                    "{matching} of {} distinct annotation names match{}; some: {}",
-                    names.len(),
-                    if matching > 0 {
-                        ", but their windows hold no GPU work"
-                    } else {
-                        ""
-                    },
-                    shown.join(", ")
-                )
-            };
-            return Err(TraceError::StepMarkerUnmatched {
-                pattern: re.as_str().to_string(),
-                found,
-            });
+    match opts.step_marker {
+        Some(re) if rank_out.iter().all(|r| r.step_source != StepSource::Custom) => {
+            Err(unmatched_marker(re, traces))
         }
+        _ => Ok(()),
     }
+}
 
-    // Wait/transfer over the selected steps, aligned across ranks.
-    let alignment = split_wait_transfer(&comm_lists);
-    for (r, rs) in rank_out.iter_mut().enumerate() {
-        for (k, step) in rs.steps.iter_mut().filter(|s| s.selected).enumerate() {
-            let (w, t) = alignment.per_rank[r][k];
-            step.breakdown.comm_wait_us = w;
-            step.breakdown.comm_transfer_us = t;
-        }
-        rs.breakdown =
-            Breakdown::mean(rs.steps.iter().filter(|s| s.selected).map(|s| &s.breakdown));
-    }
-
-    let with_steps: Vec<&RankSummary> = rank_out.iter().filter(|r| r.step_time.n > 0).collect();
-    let breakdown = Breakdown::mean(with_steps.iter().map(|r| &r.breakdown));
-    let times: Vec<f64> = rank_out
+/// `--step-marker` found no step: how many of the traces' annotation names it matches, and
+/// some of them.
+fn unmatched_marker(re: &regex::Regex, traces: &[ParsedTrace]) -> TraceError {
+    let mut names: Vec<&str> = traces
         .iter()
-        .flat_map(|r| r.selected_steps().map(|s| s.breakdown.step_time_us))
+        .flat_map(|t| t.annotations.iter().map(|a| a.name.as_str()))
         .collect();
+    names.sort_unstable();
+    names.dedup();
+    let matching = names.iter().filter(|n| re.is_match(n)).count();
+    let shown: Vec<String> = names
+        .iter()
+        .take(5)
+        .map(|n| format!("'{}'", crate::units::clip(n, 60)))
+        .collect();
+    let found = if names.is_empty() {
+        "the traces hold no annotations".to_string()
+    } else {
+        format!(
+            "{matching} of {} distinct annotation names match{}; some: {}",
+            names.len(),
+            if matching > 0 {
+                ", but their windows hold no GPU work"
+            } else {
+                ""
+            },
+            shown.join(", ")
+        )
+    };
+    TraceError::StepMarkerUnmatched {
+        pattern: re.as_str().to_string(),
+        found,
+    }
+}
+
+/// The unclassified kernels of every rank merged by name, the `n` with the most time.
+fn merged_unclassified(rank_out: &[RankSummary], n: usize) -> Vec<UnclassifiedKernel> {
     let mut merged: HashMap<&str, (f64, usize)> = HashMap::new();
-    for r in &rank_out {
+    for r in rank_out {
         for u in &r.unclassified {
             let e = merged.entry(u.name.as_str()).or_default();
             e.0 += u.time_us;
             e.1 += u.count;
         }
     }
-    let unclassified = top_n(
+    top_n(
         merged
             .into_iter()
             .map(|(n, (t, c))| UnclassifiedKernel {
@@ -366,18 +409,8 @@ pub fn summarize_parsed(traces: Vec<ParsedTrace>, opts: &SummaryOptions) -> Resu
                 count: c,
             })
             .collect(),
-        opts.top_unclassified,
-    );
-    Ok(TraceSummary {
-        step_time: Stats::of(&times),
-        breakdown,
-        alignment,
-        kernel_time_us: rank_out.iter().map(|r| r.kernel_time_us).sum(),
-        unclassified_us: rank_out.iter().map(|r| r.unclassified_us).sum(),
-        unclassified,
-        rules: opts.classifier.source.clone(),
-        ranks: rank_out,
-    })
+        n,
+    )
 }
 
 #[cfg(test)]

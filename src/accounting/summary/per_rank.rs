@@ -7,7 +7,7 @@ use crate::category::Category;
 use crate::trace::classify::Verdict;
 use crate::trace::model::{GpuOp, ParsedTrace};
 use crate::trace::rank::RankSource;
-use crate::trace::steps::{find_steps, StepKind};
+use crate::trace::steps::{find_steps, Step, StepKind};
 use std::collections::HashMap;
 
 pub(super) fn top_n(mut v: Vec<UnclassifiedKernel>, n: usize) -> Vec<UnclassifiedKernel> {
@@ -40,20 +40,7 @@ pub(super) fn summarize_rank(
 ) -> (RankSummary, Vec<Vec<(f64, f64)>>) {
     let mut warnings = trace.warnings.clone();
     let device = main_device(&trace.gpu_ops);
-    let mut ops = std::mem::take(&mut trace.gpu_ops);
-    let all = ops.len();
-    ops.retain(|o| Some(o.device) == device);
-    if ops.len() < all {
-        warnings.push(format!(
-            "{} GPU ops on other devices ignored; analysed device {} (the one with the most ops)",
-            all - ops.len(),
-            device.unwrap_or(0)
-        ));
-    }
-    if ops.is_empty() {
-        warnings.push("no GPU kernels, memcpy or memset in this trace".into());
-    }
-    ops.sort_by(|a, b| a.start_us.total_cmp(&b.start_us));
+    let ops = device_ops(trace, device, &mut warnings);
     let mut launches = std::mem::take(&mut trace.launches);
     launches.sort_by(|a, b| a.start_us.total_cmp(&b.start_us));
     let trace = &*trace;
@@ -70,80 +57,56 @@ pub(super) fn summarize_rank(
         .iter()
         .map(|o| opts.classifier.classify(o, trace, &mut cache))
         .collect();
-    let max_dur = ops
-        .iter()
-        .map(|o| o.end_us - o.start_us)
-        .fold(0.0, f64::max);
-
+    let rank_ops = RankOps {
+        ops: &ops,
+        classes: &classes,
+        max_dur: ops
+            .iter()
+            .map(|o| o.end_us - o.start_us)
+            .fold(0.0, f64::max),
+        launch_at: &launch_at,
+    };
+    let mut walk = StepWalk::default();
     let mut steps = Vec::new();
     let mut comm = Vec::new();
-    let mut unclassified: HashMap<u32, (f64, usize)> = HashMap::new();
-    let (mut kernel_time, mut unclassified_time) = (0.0, 0.0);
-    let mut intervals: Vec<Interval> = Vec::new();
-    let mut members: Vec<usize> = Vec::new();
-    let mut scratch = Vec::new();
     for (index, st) in finding.steps.iter().enumerate() {
         let selected = !any_decode || st.kind == StepKind::Decode;
-        let (ws, we) = (st.start_us, st.end_us);
-        // Ops overlapping the window: sorted by start, so begin early enough for long ops.
-        let overlapping = |ws: f64, we: f64, members: &mut Vec<usize>| {
-            members.clear();
-            let lo = ops.partition_point(|o| o.start_us < ws - max_dur);
-            let hi = ops.partition_point(|o| o.start_us < we);
-            members.extend((lo..hi).filter(|&i| ops[i].end_us > ws));
-        };
-        overlapping(ws, we, &mut members);
-        let (ws, we, stall_us) = trim_stalls(&ops, &members, ws, we);
-        if stall_us > 0.0 {
-            overlapping(ws, we, &mut members);
-        }
-        intervals.clear();
-        intervals.extend(members.iter().map(|&i| Interval {
-            start_us: ops[i].start_us,
-            end_us: ops[i].end_us,
-            category: classes[i].0,
-        }));
-        let breakdown =
-            Breakdown::from_attribution(we - ws, attribute(&intervals, ws, we, &mut scratch));
-        let gaps = gap_stats(&ops, &members, ws, we, &launch_at);
-        let mut coll = Vec::new();
-        for &i in &members {
-            let o = &ops[i];
-            if classes[i].0 == Category::Communication && o.start_us >= ws {
-                coll.push((o.start_us, o.end_us));
-            }
-            if selected && o.kind == crate::trace::model::GpuKind::Kernel {
-                let d = o.end_us.min(we) - o.start_us.max(ws);
-                kernel_time += d;
-                if classes[i].1 == Verdict::Unclassified {
-                    unclassified_time += d;
-                    let e = unclassified.entry(o.name).or_default();
-                    e.0 += d;
-                    e.1 += 1;
-                }
-            }
-        }
-        let collectives = coll.len();
+        let (step, coll) = rank_ops.step(index, st, selected, &mut walk);
         if selected {
             comm.push(coll);
         }
-        steps.push(StepSummary {
-            index,
-            name: st.name.clone(),
-            kind: st.kind,
-            selected,
-            start_us: ws,
-            end_us: we,
-            window: st.window,
-            linked_ops: st.linked_ops,
-            graph_ops: st.graph_ops,
-            breakdown,
-            gaps,
-            collectives,
-            stall_us,
-        });
+        steps.push(step);
     }
 
+    let (step_time, breakdown, gaps) = selected_means(&steps);
+    (
+        RankSummary {
+            rank,
+            rank_source,
+            path: trace.path.clone(),
+            device: device_name(trace, device),
+            world_size: trace.meta.world_size,
+            events: trace.counts,
+            step_source: finding.source,
+            marker_side: finding.marker_side,
+            empty_markers: finding.empty_markers,
+            shared_correlation: finding.shared_correlation,
+            selection: if any_decode { "decode" } else { "all" },
+            step_time,
+            breakdown,
+            gaps,
+            kernel_time_us: walk.kernel_time,
+            unclassified_us: walk.unclassified_time,
+            unclassified: walk.top_unclassified(trace, opts.top_unclassified),
+            warnings,
+            steps,
+        },
+        comm,
+    )
+}
+
+/// Over the selected steps: the step time's statistics, the mean breakdown and mean gaps.
+fn selected_means(steps: &[StepSummary]) -> (Stats, Breakdown, GapStats) {
     let sel: Vec<&StepSummary> = steps.iter().filter(|s| s.selected).collect();
     let step_time = Stats::of(
         &sel.iter()
@@ -157,45 +120,156 @@ pub(super) fn summarize_rank(
     if !sel.is_empty() {
         gaps.scale(1.0 / sel.len() as f64);
     }
-    let unclassified = top_n(
-        unclassified
-            .into_iter()
-            .map(|(n, (t, c))| UnclassifiedKernel {
-                name: trace.name(n).to_string(),
-                time_us: t,
-                count: c,
-            })
-            .collect(),
-        opts.top_unclassified,
-    );
-    let device_name = device
+    (
+        step_time,
+        Breakdown::mean(sel.iter().map(|s| &s.breakdown)),
+        gaps,
+    )
+}
+
+/// The analysed device's name from the trace's metadata (else the first it names).
+fn device_name(trace: &ParsedTrace, device: Option<i64>) -> Option<String> {
+    device
         .and_then(|d| usize::try_from(d).ok())
         .and_then(|d| trace.meta.device_names.get(d).cloned())
-        .or_else(|| trace.meta.device_names.first().cloned());
-    (
-        RankSummary {
-            rank,
-            rank_source,
-            path: trace.path.clone(),
-            device: device_name,
-            world_size: trace.meta.world_size,
-            events: trace.counts,
-            step_source: finding.source,
-            marker_side: finding.marker_side,
-            empty_markers: finding.empty_markers,
-            shared_correlation: finding.shared_correlation,
-            selection: if any_decode { "decode" } else { "all" },
-            step_time,
-            breakdown: Breakdown::mean(sel.iter().map(|s| &s.breakdown)),
+        .or_else(|| trace.meta.device_names.first().cloned())
+}
+
+/// The trace's GPU ops on `device`, in start order (taken out of the trace); a warning names
+/// the ops of other devices left out, or an empty trace.
+fn device_ops(
+    trace: &mut ParsedTrace,
+    device: Option<i64>,
+    warnings: &mut Vec<String>,
+) -> Vec<GpuOp> {
+    let mut ops = std::mem::take(&mut trace.gpu_ops);
+    let all = ops.len();
+    ops.retain(|o| Some(o.device) == device);
+    if ops.len() < all {
+        warnings.push(format!(
+            "{} GPU ops on other devices ignored; analysed device {} (the one with the most ops)",
+            all - ops.len(),
+            device.unwrap_or(0)
+        ));
+    }
+    if ops.is_empty() {
+        warnings.push("no GPU kernels, memcpy or memset in this trace".into());
+    }
+    ops.sort_by(|a, b| a.start_us.total_cmp(&b.start_us));
+    ops
+}
+
+/// A rank's GPU ops in start order with their categories, the longest op's duration (how far
+/// back a window's search starts) and each launch's start by correlation id.
+struct RankOps<'a> {
+    ops: &'a [GpuOp],
+    classes: &'a [(Category, Verdict)],
+    max_dur: f64,
+    launch_at: &'a HashMap<u64, f64>,
+}
+
+/// What the walk over a rank's steps carries from one to the next: the buffers it reuses and
+/// the selected steps' kernel time, with the unclassified kernels' by name.
+#[derive(Default)]
+struct StepWalk {
+    intervals: Vec<Interval>,
+    members: Vec<usize>,
+    scratch: Vec<(f64, i32, u8)>,
+    kernel_time: f64,
+    unclassified_time: f64,
+    /// Name id → (time, calls).
+    unclassified: HashMap<u32, (f64, usize)>,
+}
+
+impl StepWalk {
+    /// The unclassified kernels with the most time, at most `n`.
+    fn top_unclassified(&self, trace: &ParsedTrace, n: usize) -> Vec<UnclassifiedKernel> {
+        top_n(
+            self.unclassified
+                .iter()
+                .map(|(&name, &(t, c))| UnclassifiedKernel {
+                    name: trace.name(name).to_string(),
+                    time_us: t,
+                    count: c,
+                })
+                .collect(),
+            n,
+        )
+    }
+}
+
+impl RankOps<'_> {
+    /// Sets `members` to the ops overlapping the window: sorted by start, so the search begins
+    /// early enough for long ops.
+    fn overlapping(&self, ws: f64, we: f64, members: &mut Vec<usize>) {
+        let ops = self.ops;
+        members.clear();
+        let lo = ops.partition_point(|o| o.start_us < ws - self.max_dur);
+        let hi = ops.partition_point(|o| o.start_us < we);
+        members.extend((lo..hi).filter(|&i| ops[i].end_us > ws));
+    }
+
+    /// Step `index`: its window trimmed of stalls, its breakdown and gaps, and its collectives'
+    /// (start, end); a `selected` step's kernels count towards the rank's kernel time.
+    fn step(
+        &self,
+        index: usize,
+        st: &Step,
+        selected: bool,
+        walk: &mut StepWalk,
+    ) -> (StepSummary, Vec<(f64, f64)>) {
+        let ops = self.ops;
+        self.overlapping(st.start_us, st.end_us, &mut walk.members);
+        let (ws, we, stall_us) = trim_stalls(ops, &walk.members, st.start_us, st.end_us);
+        if stall_us > 0.0 {
+            self.overlapping(ws, we, &mut walk.members);
+        }
+        walk.intervals.clear();
+        walk.intervals
+            .extend(walk.members.iter().map(|&i| Interval {
+                start_us: ops[i].start_us,
+                end_us: ops[i].end_us,
+                category: self.classes[i].0,
+            }));
+        let breakdown = Breakdown::from_attribution(
+            we - ws,
+            attribute(&walk.intervals, ws, we, &mut walk.scratch),
+        );
+        let gaps = gap_stats(ops, &walk.members, ws, we, self.launch_at);
+        let mut coll = Vec::new();
+        for &i in &walk.members {
+            let o = &ops[i];
+            if self.classes[i].0 == Category::Communication && o.start_us >= ws {
+                coll.push((o.start_us, o.end_us));
+            }
+            if selected && o.kind == crate::trace::model::GpuKind::Kernel {
+                let d = o.end_us.min(we) - o.start_us.max(ws);
+                walk.kernel_time += d;
+                if self.classes[i].1 == Verdict::Unclassified {
+                    walk.unclassified_time += d;
+                    let e = walk.unclassified.entry(o.name).or_default();
+                    e.0 += d;
+                    e.1 += 1;
+                }
+            }
+        }
+        let step = StepSummary {
+            index,
+            name: st.name.clone(),
+            kind: st.kind,
+            selected,
+            start_us: ws,
+            end_us: we,
+            window: st.window,
+            linked_ops: st.linked_ops,
+            graph_ops: st.graph_ops,
+            breakdown,
             gaps,
-            kernel_time_us: kernel_time,
-            unclassified_us: unclassified_time,
-            unclassified,
-            warnings,
-            steps,
-        },
-        comm,
-    )
+            collectives: coll.len(),
+            stall_us,
+        };
+        (step, coll)
+    }
 }
 
 /// Gaps in the union of the window's GPU ops, each blamed on the launch or on something else.

@@ -96,7 +96,28 @@ pub(super) fn write_fitted(
         req.points.len() - fitted.len(),
         base.profile.method
     );
-    p.profile.provenance = format!(
+    p.profile.provenance = provenance(base, &src, &points, refused);
+    p.fit.insert(
+        "from_throughput".into(),
+        toml::Value::Table(fit_record(fitted, residuals)),
+    );
+    relocate(&mut p, base, &req.out);
+    let header = format!(
+        "# Written by `decodesim calibrate --from-throughput {src}` from profile '{}'.\n# {}",
+        base.profile.name, p.factors.source
+    );
+    write_profile(&req.out, &header, &p)?;
+    Ok(p)
+}
+
+/// The base's provenance, then the points the factors were fitted on and the factors refused.
+fn provenance(
+    base: &CalibrationProfile,
+    src: &str,
+    points: &[String],
+    refused: &[(Factor, String)],
+) -> String {
+    format!(
         "{}; factors fitted by calibrate --from-throughput on {} point(s) of {src}: {}{}",
         base.profile.provenance,
         points.len(),
@@ -113,7 +134,15 @@ pub(super) fn write_fitted(
                     .join("; ")
             )
         }
-    );
+    )
+}
+
+/// The profile's `[fit.from_throughput]` record: the points, each factor with its interval,
+/// each point's relative error and weight, the rms error.
+fn fit_record(
+    fitted: &[FittedFactor],
+    residuals: &[Residual],
+) -> toml::map::Map<String, toml::Value> {
     let mut t = toml::map::Map::new();
     t.insert(
         "points".into(),
@@ -151,13 +180,5 @@ pub(super) fn write_fitted(
         "rms_rel_err".into(),
         toml::Value::Float(ThroughputFit::rms_rel_err(residuals)),
     );
-    p.fit
-        .insert("from_throughput".into(), toml::Value::Table(t));
-    relocate(&mut p, base, &req.out);
-    let header = format!(
-        "# Written by `decodesim calibrate --from-throughput {src}` from profile '{}'.\n# {}",
-        base.profile.name, p.factors.source
-    );
-    write_profile(&req.out, &header, &p)?;
-    Ok(p)
+    t
 }

@@ -19,6 +19,7 @@
 
 mod checks;
 mod reader;
+mod tables;
 
 use super::aiconfigurator::relative_to;
 use super::output::{render_profile, today};
@@ -33,6 +34,7 @@ use reader::dtype_size;
 pub use reader::{parse, parse_sections, read, read_sections, Column, NcclTestsFile, Row};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use tables::{write_tables, Stage, WrittenTables};
 
 /// What to read and where to write.
 #[derive(Debug, Clone)]
@@ -98,162 +100,67 @@ pub fn from_nccl_tests(req: &NcclTestsRequest) -> Result<NcclTestsResult> {
     // leaves the profile and tables that were there as they were.
     let tables_dir = out_dir.join("tables");
     let staged = crate::files::StagedFolder::new(&tables_dir)?;
-    let stage = staged.path().to_path_buf();
-    // Files of several nodes go to the multi-node table (cost::internode::MultiNodeTable),
-    // keyed by their node count; the others replace the single-node rows.
-    let nodes_of: BTreeMap<(String, u32), u32> = files
-        .iter()
-        .map(|f| ((f.op.clone(), f.nranks), f.nodes))
-        .collect();
-    let multi = |op: &String, n: &u32| nodes_of.get(&(op.clone(), *n)).copied().unwrap_or(1) > 1;
-    let put = |name: &str, bytes: &[u8]| -> Result<()> {
-        let path = stage.join(name);
-        std::fs::write(&path, bytes).map_err(|source| Error::Write {
-            path: tables_dir.join(name),
-            source,
-        })
-    };
-    let mut csv = String::from("op,impl,mode,dtype,nranks,elements,bytes,latency_us\n");
-    let mut mn = format!("{}\n", crate::cost::internode::MULTINODE_HEADER);
-    let (mut single_rows, mut multi_rows) = (0usize, 0usize);
-    let mut measured: BTreeMap<(String, u32), usize> = BTreeMap::new();
-    for ((op, n, dtype, bytes), (us, elements, _, _)) in &table {
-        if multi(op, n) {
-            let nodes = nodes_of[&(op.clone(), *n)];
-            mn.push_str(&format!("{op},{nodes},{n},{dtype},{bytes},{us:.3}\n"));
-            multi_rows += 1;
-        } else {
-            csv.push_str(&format!(
-                "{op},nccl,unspecified,{dtype},{n},{elements},{bytes},{us:.3}\n"
-            ));
-            single_rows += 1;
-            *measured.entry((op.clone(), *n)).or_default() += 1;
-        }
-    }
-    // The base's tables that its profile prices from (`aiconfigurator.only` may leave some of
-    // its folder's files unused: those stay unused).
-    let base_uses = |name: &str| req.base.aic.as_ref().is_some_and(|t| t.has(name));
-    let base_dir = req.base.aic.as_ref().map(|t| t.dir.clone());
-    // The base's measured rows of the collectives and rank counts the files do not measure
-    // stay: an all_reduce file alone must not turn a measured all_gather into a law's guess.
-    let mut kept: BTreeMap<(String, u32), usize> = BTreeMap::new();
-    if let Some(src) = base_dir
-        .as_ref()
-        .filter(|_| base_uses("nccl_collectives.csv"))
-        .map(|d| d.join("nccl_collectives.csv"))
-        .filter(|p| p.is_file())
-    {
-        for r in crate::measurements::read_aic_comm_csv(&src)? {
-            let key = (r.op.clone(), r.nranks);
-            if r.impl_name != "nccl" || measured.contains_key(&key) {
-                continue;
-            }
-            csv.push_str(&format!(
-                "{},{},{},{},{},{},{},{}\n",
-                r.op, r.impl_name, r.mode, r.dtype, r.nranks, r.elements, r.bytes, r.latency_us
-            ));
-            single_rows += 1;
-            *kept.entry(key).or_default() += 1;
-        }
-    }
-    if single_rows > 0 {
-        put("nccl_collectives.csv", csv.as_bytes())?;
-    }
-    // The base's multi-node table stays when no file here ran over several nodes.
-    let mut kept_multinode = false;
-    if multi_rows > 0 {
-        put(crate::cost::internode::MULTINODE_CSV, mn.as_bytes())?;
-    } else if let Some(src) = base_dir
-        .as_ref()
-        .filter(|_| base_uses(crate::cost::internode::MULTINODE_CSV))
-        .map(|d| d.join(crate::cost::internode::MULTINODE_CSV))
-        .filter(|p| p.is_file())
-    {
-        let bytes = std::fs::read(&src).map_err(|e| Error::Read {
-            path: src.clone(),
-            source: e,
-        })?;
-        put(crate::cost::internode::MULTINODE_CSV, &bytes)?;
-        kept_multinode = true;
-    }
-    // The base's other tables come along (the section names one folder).
-    let mut copied = Vec::new();
-    let base_tables = req.base.aic.as_ref().map(|t| t.dir.clone());
-    let mut base_manifest = String::new();
-    if let Some(dir) = &base_tables {
-        for name in [
-            "moe.csv",
-            "gemm.csv",
-            "gemm_shapes.csv",
-            "mla_generation.csv",
-            "custom_allreduce.csv",
-            "LICENSE",
-            "NOTICE",
-        ] {
-            let used = match name {
-                "gemm_shapes.csv" => base_uses("gemm.csv"),
-                "LICENSE" | "NOTICE" => true,
-                table => base_uses(table),
-            };
-            let src = dir.join(name);
-            if used && src.is_file() {
-                let bytes = std::fs::read(&src).map_err(|e| Error::Read {
-                    path: src.clone(),
-                    source: e,
-                })?;
-                put(name, &bytes)?;
-                copied.push(name.to_string());
-            }
-        }
-        base_manifest = std::fs::read_to_string(dir.join("MANIFEST.txt")).unwrap_or_default();
-    }
-    let curves_text = |m: &BTreeMap<(String, u32), usize>| {
-        m.iter()
-            .map(|((op, n), rows)| format!("{op} at {n} ranks ({rows} rows)"))
-            .collect::<Vec<_>>()
-            .join(", ")
+    let stage = Stage {
+        dir: staged.path(),
+        final_dir: &tables_dir,
     };
     let date = today();
-    let column = req.column.name();
     let sources: Vec<String> = files.iter().map(describe).collect();
-    let mut manifest = format!(
-        "{}: collective table from nccl-tests, written by decodesim calibrate --from-nccl-tests on {date}\n\nnccl_collectives.csv: the {column} time of every row of\n",
-        crate::units::path(&tables_dir)
-    );
-    for s in &sources {
-        manifest.push_str(&format!("  {s}\n"));
-    }
-    manifest.push_str("  size = the nccl-tests size column (bytes of the whole buffer), elements = size / dtype size; latency_us = the time column (µs per operation)\n");
-    if multi_rows > 0 {
-        manifest.push_str(&format!(
-            "\n{}: the rows of the files run over several nodes ({} rows; nodes = distinct hosts of their '# Rank' lines, or ranks / GPUs per node of system '{}' where they name none); they price collectives whose group spans nodes (cost::internode)\n",
-            crate::cost::internode::MULTINODE_CSV,
-            multi_rows,
-            req.system.name
-        ));
-    }
-    if !kept.is_empty() {
-        manifest.push_str(&format!(
-            "\nnccl_collectives.csv also keeps the base profile's measured rows of what the files above do not measure: {}\n",
-            curves_text(&kept)
-        ));
-    }
-    if kept_multinode {
-        manifest.push_str(&format!(
-            "\n{}: no file above ran over several nodes; the base profile's multi-node table is kept unchanged\n",
-            crate::cost::internode::MULTINODE_CSV
-        ));
-    }
-    if let Some(dir) = &base_tables {
-        manifest.push_str(&format!(
-            "\nCopied unchanged from {} ({}); its NCCL rows of the collectives measured above are replaced by the measurements. Its manifest follows.\n\n{base_manifest}",
-            crate::units::path(dir),
-            if copied.is_empty() { "nothing".to_string() } else { copied.join(", ") }
-        ));
-    }
-    put("MANIFEST.txt", manifest.as_bytes())?;
+    let written = write_tables(req, &files, &table, &stage, &sources, &date)?;
+    let aic = load_staged(req, &stage)?;
 
-    let mut aic = AicTables::read(&stage).map_err(|e| {
+    let what = format!(
+        "nccl_collectives.csv from nccl-tests ({} column) of {}, written {date}",
+        req.column.name(),
+        sources.join("; ")
+    );
+    let mut p = req.base.clone();
+    super::from_throughput::relocate(&mut p, &req.base, &req.out);
+    let base_section = p.aiconfigurator.take();
+    p.aiconfigurator = Some(aic_section(
+        base_section,
+        req,
+        &tables_dir,
+        &out_dir,
+        &written,
+        &what,
+    ));
+    // Nor do collective factors fitted to the old prices (a burst, throughput points): the
+    // measured curve is the price steps use.
+    p.factors.collective_latency_scale = 1.0;
+    p.factors.collective_bw_scale = 1.0;
+    p.aic = Some(std::sync::Arc::new(aic));
+    describe_profile(&mut p, req, &out_dir, &sources);
+    p.fit.insert(
+        "nccl_tests".into(),
+        toml::Value::Table(fit_record(&files, req.column.name(), &date)),
+    );
+
+    let curves = written_curves(&files, p.aic.as_deref(), req.base.aic.as_deref());
+    let header = format!(
+        "# Written by `decodesim calibrate --from-nccl-tests {}` from profile '{}' on {date}.\n# Collectives: {}",
+        files.iter().map(|f| crate::units::path(&f.path)).collect::<Vec<_>>().join(" "),
+        req.base.profile.name,
+        what
+    );
+    let text = render_profile(&req.out, &header, &p)?;
+    staged.commit(|| crate::files::write_atomic_bytes(&req.out, &text))?;
+    Ok(NcclTestsResult {
+        profile: p,
+        tables_dir,
+        files,
+        curves,
+        copied: written.copied,
+        measured: written.measured.into_iter().collect(),
+        kept: written.kept.into_iter().collect(),
+        kept_multinode: written.kept_multinode,
+        multinode_rows: written.multi_rows,
+    })
+}
+
+/// The staged tables loaded as the profile will read them from their final place.
+fn load_staged(req: &NcclTestsRequest, stage: &Stage) -> Result<AicTables> {
+    let mut aic = AicTables::read(stage.dir).map_err(|e| {
         // Checked above for what the files could get wrong; anything left is named by the
         // files it was made from, not the folder it was staged in.
         Error::Input {
@@ -261,17 +168,28 @@ pub fn from_nccl_tests(req: &NcclTestsRequest) -> Result<NcclTestsResult> {
             problem: format!(
                 "the collective table made from the given file(s) does not load: {}",
                 e.to_string().replace(
-                    &stage.display().to_string(),
-                    &tables_dir.display().to_string()
+                    &stage.dir.display().to_string(),
+                    &stage.final_dir.display().to_string()
                 )
             ),
         }
     })?;
-    aic.dir = tables_dir.clone();
+    aic.dir = stage.final_dir.to_path_buf();
+    Ok(aic)
+}
+
+/// The profile's `[aiconfigurator]` section pointing at the new tables: `base` (the base
+/// profile's), or a new one, with the machine's collective path; `what` says where the collective table came from.
+fn aic_section(
+    base: Option<AicSection>,
+    req: &NcclTestsRequest,
+    tables_dir: &Path,
+    out_dir: &Path,
+    written: &WrittenTables,
+    what: &str,
+) -> AicSection {
     let nvlink = req.system.interconnect.kind == LinkKind::Nvlink;
-    let mut p = req.base.clone();
-    super::from_throughput::relocate(&mut p, &req.base, &req.out);
-    let mut sec = p.aiconfigurator.clone().unwrap_or(AicSection {
+    let mut sec = base.unwrap_or(AicSection {
         tables: String::new(),
         system: "nccl-tests".into(),
         source: String::new(),
@@ -281,17 +199,17 @@ pub fn from_nccl_tests(req: &NcclTestsRequest) -> Result<NcclTestsResult> {
         scales: Default::default(),
         only: None,
     });
-    sec.tables = relative_to(&tables_dir, &out_dir);
+    sec.tables = relative_to(tables_dir, out_dir);
     // A base restricted to some of its tables: the new collective tables join them.
     if let Some(only) = &mut sec.only {
-        let written = [
-            ("nccl_collectives.csv", single_rows > 0),
+        let tables = [
+            ("nccl_collectives.csv", written.single_rows > 0),
             (
                 crate::cost::internode::MULTINODE_CSV,
-                multi_rows > 0 || kept_multinode,
+                written.multi_rows > 0 || written.kept_multinode,
             ),
         ];
-        for (name, w) in written {
+        for (name, w) in tables {
             if w && !only.iter().any(|n| n == name) {
                 only.push(name.to_string());
             }
@@ -304,22 +222,21 @@ pub fn from_nccl_tests(req: &NcclTestsRequest) -> Result<NcclTestsResult> {
     };
     // An earlier anchoring scale of the old table does not apply to the new measurements.
     sec.scales.remove("collectives");
-    // Nor do collective factors fitted to the old prices (a burst, throughput points): the
-    // measured curve is the price steps use.
-    p.factors.collective_latency_scale = 1.0;
-    p.factors.collective_bw_scale = 1.0;
-    let what = format!(
-        "nccl_collectives.csv from nccl-tests ({column} column) of {}, written {date}",
-        sources.join("; ")
-    );
     sec.source = if sec.source.is_empty() {
-        what.clone()
+        what.to_string()
     } else {
         format!("{what}; other tables: {}", sec.source)
     };
-    p.aiconfigurator = Some(sec);
-    let base_aic = req.base.aic.clone();
-    p.aic = Some(std::sync::Arc::new(aic));
+    sec
+}
+
+/// The new profile's name (`--name`, else its folder's), description, method and provenance.
+fn describe_profile(
+    p: &mut CalibrationProfile,
+    req: &NcclTestsRequest,
+    out_dir: &Path,
+    sources: &[String],
+) {
     p.profile.name = req.name.clone().unwrap_or_else(|| {
         out_dir
             .file_name()
@@ -339,31 +256,6 @@ pub fn from_nccl_tests(req: &NcclTestsRequest) -> Result<NcclTestsResult> {
         sources.join("; "),
         req.base.profile.provenance
     );
-    p.fit.insert(
-        "nccl_tests".into(),
-        toml::Value::Table(fit_record(&files, column, &date)),
-    );
-
-    let curves = written_curves(&files, p.aic.as_deref(), base_aic.as_deref());
-    let header = format!(
-        "# Written by `decodesim calibrate --from-nccl-tests {}` from profile '{}' on {date}.\n# Collectives: {}",
-        files.iter().map(|f| crate::units::path(&f.path)).collect::<Vec<_>>().join(" "),
-        req.base.profile.name,
-        what
-    );
-    let text = render_profile(&req.out, &header, &p)?;
-    staged.commit(|| crate::files::write_atomic_bytes(&req.out, &text))?;
-    Ok(NcclTestsResult {
-        profile: p,
-        tables_dir,
-        files,
-        curves,
-        copied,
-        measured: measured.into_iter().collect(),
-        kept: kept.into_iter().collect(),
-        kept_multinode,
-        multinode_rows: multi_rows,
-    })
 }
 
 /// Reads every file (each log of a file its own collective), infers the nodes of a file whose

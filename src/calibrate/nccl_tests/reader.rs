@@ -146,186 +146,201 @@ pub fn parse_sections(text: &str, path: &Path) -> Result<Vec<NcclTestsFile>> {
         .collect()
 }
 
+/// The patterns of a log's header lines.
+struct HeaderPatterns {
+    threads: regex::Regex,
+    rank: regex::Regex,
+    test: regex::Regex,
+    host: regex::Regex,
+    rank_no: regex::Regex,
+}
+
+impl HeaderPatterns {
+    fn new() -> Self {
+        HeaderPatterns {
+            threads: re(r"nThread\s+(\d+)\s+nGpus\s+(\d+)"),
+            rank: re(r"^#\s*Rank\s+\d+\b.*\bdevice\s+\d+\s+\[[^\]]*\]\s+(.+?)\s*$"),
+            test: re(
+                r"\b(all_reduce|all_gather|reduce_scatter|alltoall|broadcast|reduce|sendrecv|gather|scatter|hypercube)_perf\b",
+            ),
+            host: re(r"^#\s*Rank\s+\d+\b.*\bon\s+(\S+)\s+device\s+\d+"),
+            rank_no: re(r"^#\s*Rank\s+(\d+)\b"),
+        }
+    }
+}
+
+/// What a log's header lines say: GPUs per process, ranks, hosts, GPUs, versions, the test.
+struct Header {
+    /// nThread × nGpus.
+    per_process: Option<u32>,
+    threads_line: String,
+    /// The line of the nThread/nGpus header (the log's first line until it is found).
+    threads_at: usize,
+    versions: Vec<String>,
+    gpus: Vec<String>,
+    /// `# Rank` lines that name a device.
+    ranks: u32,
+    /// The test named by a header line.
+    op_named: Option<String>,
+    /// Distinct hosts with their rank lines' count.
+    hosts: Vec<(String, u32)>,
+    /// Rank number → the line listing it.
+    rank_lines: BTreeMap<u64, usize>,
+}
+
+impl Header {
+    fn new(first_line: usize) -> Self {
+        Header {
+            per_process: None,
+            threads_line: String::new(),
+            threads_at: first_line,
+            versions: Vec::new(),
+            gpus: Vec::new(),
+            ranks: 0,
+            op_named: None,
+            hosts: Vec::new(),
+            rank_lines: BTreeMap::new(),
+        }
+    }
+
+    /// Takes in a `#` line `l` (trimmed, MPI prefix removed) at `line`.
+    fn comment_line(
+        &mut self,
+        pat: &HeaderPatterns,
+        line: usize,
+        l: &str,
+        path: &Path,
+    ) -> Result<()> {
+        let bad = |what: String| Error::field(path, format!("line {line}"), what);
+        if let Some(c) = pat.threads.captures(l) {
+            let (t, g) = (c[1].parse::<u32>(), c[2].parse::<u32>());
+            match (t, g) {
+                (Ok(t), Ok(g)) if t >= 1 && g >= 1 && (t as u64 * g as u64) <= 4096 => {
+                    self.per_process = Some(t * g)
+                }
+                _ => {
+                    return Err(bad(format!(
+                        "nThread/nGpus '{}': expected positive whole numbers",
+                        crate::units::clip(l, 60)
+                    )))
+                }
+            }
+            self.threads_line = l.trim_start_matches('#').trim().to_string();
+            self.threads_at = line;
+        }
+        if let Some(c) = pat.rank_no.captures(l) {
+            let k = c[1].parse::<u64>().unwrap_or(u64::MAX);
+            if let Some(first) = self.rank_lines.insert(k, line) {
+                return Err(bad(format!("rank {k} listed again (first at line {first}): two logs run together without their headers; keep each log's '# nThread' header, or put each log in its own file")));
+            }
+        }
+        if let Some(c) = pat.host.captures(l) {
+            match self.hosts.iter_mut().find(|(h, _)| h.as_str() == &c[1]) {
+                Some((_, k)) => *k += 1,
+                None => self.hosts.push((c[1].to_string(), 1)),
+            }
+        }
+        if let Some(c) = pat.rank.captures(l) {
+            self.ranks += 1;
+            let g = c[1].to_string();
+            if !self.gpus.contains(&g) {
+                self.gpus.push(g);
+            }
+        }
+        if self.op_named.is_none() {
+            if let Some(c) = pat.test.captures(l) {
+                self.op_named = Some(c[1].to_string());
+            }
+        }
+        Ok(())
+    }
+
+    /// Keeps a version line (`# nccl-tests version ...`, `NCCL version ...`), at most 8.
+    fn version_line(&mut self, l: &str) {
+        if l.contains("nccl-tests version") || l.contains("NCCL version") {
+            let v = l.trim_start_matches('#').trim().to_string();
+            if !self.versions.contains(&v) && self.versions.len() < 8 {
+                self.versions.push(crate::units::clip(&v, 120));
+            }
+        }
+    }
+
+    /// The job's ranks: the `# Rank` lines, a whole number of processes numbered from 0, else
+    /// the GPUs of one process; at least two.
+    fn nranks(&self, per_process: u32, path: &Path) -> Result<u32> {
+        let (ranks, nt) = (self.ranks, per_process);
+        // Under MPI each process runs nThread x nGpus GPUs, so the ranks listed are a whole
+        // number of processes of that size, numbered 0..n-1.
+        if ranks > 0
+            && (ranks % nt != 0 || self.rank_lines.keys().next_back() != Some(&(ranks as u64 - 1)))
+        {
+            return Err(Error::field(
+                path,
+                format!("line {}", self.threads_at),
+                format!(
+                    "the header '{}' runs {nt} GPU(s) per process, but the log lists {ranks} '# Rank' line(s) numbered {}..{}: expected a whole number of processes of {nt}, numbered from 0",
+                    crate::units::clip(&self.threads_line, 60),
+                    self.rank_lines.keys().next().copied().unwrap_or(0),
+                    self.rank_lines.keys().next_back().copied().unwrap_or(0)
+                ),
+            ));
+        }
+        let nranks = if ranks > 0 { ranks } else { nt };
+        if nranks < 2 {
+            return Err(Error::field(
+                path,
+                "header",
+                format!(
+                    "{nranks} GPU: a collective over one GPU moves nothing; run with -g N or under MPI"
+                ),
+            ));
+        }
+        Ok(nranks)
+    }
+
+    /// Refuses ranks spread unevenly over hosts: the multi-node table is keyed by (nodes,
+    /// ranks), and a TP group across nodes takes the same number of GPUs on each.
+    fn check_hosts(&self, nranks: u32, path: &Path) -> Result<()> {
+        let hosts = &self.hosts;
+        if hosts.len() > 1 && hosts.iter().any(|h| h.1 != hosts[0].1) {
+            return Err(Error::field(
+                path,
+                "header",
+                format!(
+                    "{nranks} ranks spread unevenly over {} hosts ({}): decodesim prices groups with the same number of GPUs on every node; rerun with the same count per host",
+                    hosts.len(),
+                    hosts
+                        .iter()
+                        .map(|(h, k)| format!("{} on {}", k, crate::units::clip(h, 40)))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// Reads one log: its lines with their line numbers in the file.
 pub(super) fn parse_section(lines: &[(usize, &str)], path: &Path) -> Result<NcclTestsFile> {
     let mpi = re(r"^\[\d+,\d+\]<std(out|err)>:");
-    let threads = re(r"nThread\s+(\d+)\s+nGpus\s+(\d+)");
-    let rank = re(r"^#\s*Rank\s+\d+\b.*\bdevice\s+\d+\s+\[[^\]]*\]\s+(.+?)\s*$");
-    let test = re(
-        r"\b(all_reduce|all_gather|reduce_scatter|alltoall|broadcast|reduce|sendrecv|gather|scatter|hypercube)_perf\b",
-    );
-    let (mut nt, mut threads_line, mut versions, mut gpus) =
-        (None, String::new(), Vec::new(), Vec::new());
-    let (mut ranks, mut op_named) = (0u32, None::<String>);
-    let host = re(r"^#\s*Rank\s+\d+\b.*\bon\s+(\S+)\s+device\s+\d+");
-    let mut hosts: Vec<(String, u32)> = Vec::new();
-    let mut rows = Vec::new();
-    let bad = |line: usize, what: String| Error::field(path, format!("line {line}"), what);
+    let pat = HeaderPatterns::new();
     let first_line = lines.first().map_or(1, |l| l.0);
-    let rank_no = re(r"^#\s*Rank\s+(\d+)\b");
-    let mut rank_lines: BTreeMap<u64, usize> = BTreeMap::new();
-    let mut threads_at = first_line;
+    let mut header = Header::new(first_line);
+    let mut rows = Vec::new();
     for &(line, raw) in lines {
         let l = mpi.replace(raw, "");
         let l = l.trim();
         if l.starts_with('#') {
-            if let Some(c) = threads.captures(l) {
-                let (t, g) = (c[1].parse::<u32>(), c[2].parse::<u32>());
-                match (t, g) {
-                    (Ok(t), Ok(g)) if t >= 1 && g >= 1 && (t as u64 * g as u64) <= 4096 => {
-                        nt = Some(t * g)
-                    }
-                    _ => {
-                        return Err(bad(
-                            line,
-                            format!(
-                                "nThread/nGpus '{}': expected positive whole numbers",
-                                crate::units::clip(l, 60)
-                            ),
-                        ))
-                    }
-                }
-                threads_line = l.trim_start_matches('#').trim().to_string();
-                threads_at = line;
-            }
-            if let Some(c) = rank_no.captures(l) {
-                let k = c[1].parse::<u64>().unwrap_or(u64::MAX);
-                if let Some(first) = rank_lines.insert(k, line) {
-                    return Err(bad(
-                        line,
-                        format!("rank {k} listed again (first at line {first}): two logs run together without their headers; keep each log's '# nThread' header, or put each log in its own file"),
-                    ));
-                }
-            }
-            if let Some(c) = host.captures(l) {
-                match hosts.iter_mut().find(|(h, _)| h.as_str() == &c[1]) {
-                    Some((_, k)) => *k += 1,
-                    None => hosts.push((c[1].to_string(), 1)),
-                }
-            }
-            if let Some(c) = rank.captures(l) {
-                ranks += 1;
-                let g = c[1].to_string();
-                if !gpus.contains(&g) {
-                    gpus.push(g);
-                }
-            }
-            if op_named.is_none() {
-                if let Some(c) = test.captures(l) {
-                    op_named = Some(c[1].to_string());
-                }
-            }
+            header.comment_line(&pat, line, l, path)?;
         }
-        if l.contains("nccl-tests version") || l.contains("NCCL version") {
-            let v = l.trim_start_matches('#').trim().to_string();
-            if !versions.contains(&v) && versions.len() < 8 {
-                versions.push(crate::units::clip(&v, 120));
-            }
-        }
+        header.version_line(l);
         if l.starts_with('#') || l.is_empty() {
             continue;
         }
-        let f: Vec<&str> = l.split_whitespace().collect();
-        // A data row starts with the size in bytes; anything else (NCCL INFO lines, host
-        // names) is log text.
-        if f[0].parse::<u64>().is_err() {
-            continue;
+        if let Some(row) = data_row(line, l, path)? {
+            rows.push(row);
         }
-        let root = match f.len() {
-            13 => 1,
-            12 => 0,
-            n => {
-                return Err(bad(line, format!(
-                    "{n} columns, expected 13 (size count type redop root time algbw busbw #wrong time algbw busbw #wrong) or 12 (the same without root)"
-                )))
-            }
-        };
-        let int = |k: usize, name: &str| -> Result<u64> {
-            f[k].parse::<u64>().map_err(|_| {
-                bad(
-                    line,
-                    format!(
-                        "column {name}: found '{}', expected a whole number",
-                        crate::units::clip(f[k], 20)
-                    ),
-                )
-            })
-        };
-        let time = |k: usize, name: &str| -> Result<f64> {
-            f[k].parse::<f64>()
-                .ok()
-                .filter(|t| t.is_finite() && *t > 0.0 && *t < 1e9)
-                .ok_or_else(|| {
-                    bad(
-                        line,
-                        format!(
-                            "column {name}: found '{}', expected a positive time in µs",
-                            crate::units::clip(f[k], 20)
-                        ),
-                    )
-                })
-        };
-        let wrong = |k: usize, name: &str| -> Result<()> {
-            match f[k] {
-                "N/A" => Ok(()),
-                w => match w.parse::<u64>() {
-                    Ok(0) => Ok(()),
-                    Ok(n) => Err(bad(line, format!("column {name}: {n} wrong result(s): the collective produced wrong data, so its time is not a measurement to price from (fix the setup and rerun)"))),
-                    Err(_) => Err(bad(line, format!("column {name}: found '{}', expected 0 or N/A", crate::units::clip(w, 20)))),
-                },
-            }
-        };
-        let bytes = int(0, "size")?;
-        let count = int(1, "count")?;
-        let t = 4 + root;
-        let oop = time(t, "out-of-place time")?;
-        for k in [t + 1, t + 2, t + 5, t + 6] {
-            f[k].parse::<f64>().map_err(|_| {
-                bad(
-                    line,
-                    format!(
-                        "column {}: found '{}', expected a bandwidth in GB/s",
-                        if k < t + 4 {
-                            "out-of-place algbw/busbw"
-                        } else {
-                            "in-place algbw/busbw"
-                        },
-                        crate::units::clip(f[k], 20)
-                    ),
-                )
-            })?;
-        }
-        wrong(t + 3, "out-of-place #wrong")?;
-        let ip = time(t + 4, "in-place time")?;
-        wrong(t + 7, "in-place #wrong")?;
-        if bytes == 0 {
-            continue; // a size-0 row times nothing
-        }
-        let Some(&(_, dtype, size)) = TYPES.iter().find(|(n, _, _)| n.eq_ignore_ascii_case(f[2]))
-        else {
-            return Err(bad(
-                line,
-                format!(
-                    "column type: found '{}', expected one of {}",
-                    crate::units::clip(f[2], 20),
-                    TYPES.iter().map(|t| t.0).collect::<Vec<_>>().join(", ")
-                ),
-            ));
-        };
-        if bytes % size != 0 {
-            return Err(bad(
-                line,
-                format!("size {bytes} B is not a whole number of {} elements", f[2]),
-            ));
-        }
-        rows.push(Row {
-            line,
-            bytes,
-            count,
-            dtype: dtype.to_string(),
-            out_of_place_us: oop,
-            in_place_us: ip,
-        });
     }
     // A log after the first is named by the line it starts at.
     let part = |what: &str| {
@@ -335,7 +350,7 @@ pub(super) fn parse_section(lines: &[(usize, &str)], path: &Path) -> Result<Nccl
             what.to_string()
         }
     };
-    let Some(nt) = nt else {
+    let Some(nt) = header.per_process else {
         return Err(Error::field(
             path,
             part("header"),
@@ -349,6 +364,25 @@ pub(super) fn parse_section(lines: &[(usize, &str)], path: &Path) -> Result<Nccl
             "no data rows: expected the nccl-tests table (size count type redop root time algbw busbw #wrong time algbw busbw #wrong)",
         ));
     }
+    let key = collective(header.op_named.take(), &pat.test, path)?;
+    let nranks = header.nranks(nt, path)?;
+    header.check_hosts(nranks, path)?;
+    Ok(NcclTestsFile {
+        path: path.to_path_buf(),
+        line: first_line,
+        op: key.to_string(),
+        nranks,
+        threads_line: header.threads_line,
+        versions: header.versions,
+        gpus: header.gpus,
+        nodes: header.hosts.len().max(1) as u32,
+        rows,
+    })
+}
+
+/// The collective as the table spells it: the test a header line named, else the file's
+/// name; refused where neither tells or the pricer takes no table of it.
+fn collective(op_named: Option<String>, test: &regex::Regex, path: &Path) -> Result<&'static str> {
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -374,58 +408,131 @@ pub(super) fn parse_section(lines: &[(usize, &str)], path: &Path) -> Result<Nccl
             format!("{op}_perf: decodesim prices all_reduce, all_gather, reduce_scatter and alltoall from tables, not {op}"),
         ));
     };
-    // Under MPI each process runs nThread x nGpus GPUs, so the ranks listed are a whole number
-    // of processes of that size, numbered 0..n-1.
-    if ranks > 0 && (ranks % nt != 0 || rank_lines.keys().next_back() != Some(&(ranks as u64 - 1)))
-    {
-        return Err(bad(
-            threads_at,
-            format!(
-                "the header '{}' runs {nt} GPU(s) per process, but the log lists {ranks} '# Rank' line(s) numbered {}..{}: expected a whole number of processes of {nt}, numbered from 0",
-                crate::units::clip(&threads_line, 60),
-                rank_lines.keys().next().copied().unwrap_or(0),
-                rank_lines.keys().next_back().copied().unwrap_or(0)
-            ),
-        ));
+    Ok(key)
+}
+
+/// One line of the table, every column checked (None: log text, or a size-0 row that times
+/// nothing).
+fn data_row(line: usize, l: &str, path: &Path) -> Result<Option<Row>> {
+    let f = RowFields {
+        f: l.split_whitespace().collect(),
+        line,
+        path,
+    };
+    // A data row starts with the size in bytes; anything else (NCCL INFO lines, host
+    // names) is log text.
+    if f.f[0].parse::<u64>().is_err() {
+        return Ok(None);
     }
-    let nranks = if ranks > 0 { ranks } else { nt };
-    if nranks < 2 {
-        return Err(Error::field(
-            path,
-            "header",
-            format!(
-                "{nranks} GPU: a collective over one GPU moves nothing; run with -g N or under MPI"
-            ),
-        ));
+    let root = match f.f.len() {
+        13 => 1,
+        12 => 0,
+        n => {
+            return Err(f.bad(format!(
+                "{n} columns, expected 13 (size count type redop root time algbw busbw #wrong time algbw busbw #wrong) or 12 (the same without root)"
+            )))
+        }
+    };
+    let bytes = f.int(0, "size")?;
+    let count = f.int(1, "count")?;
+    let t = 4 + root;
+    let oop = f.time(t, "out-of-place time")?;
+    f.bandwidths(t)?;
+    f.wrong(t + 3, "out-of-place #wrong")?;
+    let ip = f.time(t + 4, "in-place time")?;
+    f.wrong(t + 7, "in-place #wrong")?;
+    if bytes == 0 {
+        return Ok(None); // a size-0 row times nothing
     }
-    // Groups of whole nodes only: the multi-node table is keyed by (nodes, ranks), and a TP
-    // group across nodes takes the same number of GPUs on each.
-    if hosts.len() > 1 && hosts.iter().any(|h| h.1 != hosts[0].1) {
-        return Err(Error::field(
-            path,
-            "header",
-            format!(
-                "{nranks} ranks spread unevenly over {} hosts ({}): decodesim prices groups with the same number of GPUs on every node; rerun with the same count per host",
-                hosts.len(),
-                hosts
-                    .iter()
-                    .map(|(h, k)| format!("{} on {}", k, crate::units::clip(h, 40)))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-        ));
+    let type_name = f.f[2];
+    let Some(&(_, dtype, size)) = TYPES
+        .iter()
+        .find(|(n, _, _)| n.eq_ignore_ascii_case(type_name))
+    else {
+        return Err(f.bad(format!(
+            "column type: found '{}', expected one of {}",
+            crate::units::clip(type_name, 20),
+            TYPES.iter().map(|t| t.0).collect::<Vec<_>>().join(", ")
+        )));
+    };
+    if bytes % size != 0 {
+        return Err(f.bad(format!(
+            "size {bytes} B is not a whole number of {type_name} elements"
+        )));
     }
-    Ok(NcclTestsFile {
-        path: path.to_path_buf(),
-        line: first_line,
-        op: key.to_string(),
-        nranks,
-        threads_line,
-        versions,
-        gpus,
-        nodes: hosts.len().max(1) as u32,
-        rows,
-    })
+    Ok(Some(Row {
+        line,
+        bytes,
+        count,
+        dtype: dtype.to_string(),
+        out_of_place_us: oop,
+        in_place_us: ip,
+    }))
+}
+
+/// A data row's columns, each read with the error that names its line and column.
+struct RowFields<'a> {
+    f: Vec<&'a str>,
+    line: usize,
+    path: &'a Path,
+}
+
+impl RowFields<'_> {
+    fn bad(&self, what: String) -> Error {
+        Error::field(self.path, format!("line {}", self.line), what)
+    }
+
+    fn int(&self, k: usize, name: &str) -> Result<u64> {
+        self.f[k].parse::<u64>().map_err(|_| {
+            self.bad(format!(
+                "column {name}: found '{}', expected a whole number",
+                crate::units::clip(self.f[k], 20)
+            ))
+        })
+    }
+
+    fn time(&self, k: usize, name: &str) -> Result<f64> {
+        self.f[k]
+            .parse::<f64>()
+            .ok()
+            .filter(|t| t.is_finite() && *t > 0.0 && *t < 1e9)
+            .ok_or_else(|| {
+                self.bad(format!(
+                    "column {name}: found '{}', expected a positive time in µs",
+                    crate::units::clip(self.f[k], 20)
+                ))
+            })
+    }
+
+    /// The #wrong column: 0 or N/A; wrong results are no measurement to price from.
+    fn wrong(&self, k: usize, name: &str) -> Result<()> {
+        match self.f[k] {
+            "N/A" => Ok(()),
+            w => match w.parse::<u64>() {
+                Ok(0) => Ok(()),
+                Ok(n) => Err(self.bad(format!("column {name}: {n} wrong result(s): the collective produced wrong data, so its time is not a measurement to price from (fix the setup and rerun)"))),
+                Err(_) => Err(self.bad(format!("column {name}: found '{}', expected 0 or N/A", crate::units::clip(w, 20)))),
+            },
+        }
+    }
+
+    /// The algbw/busbw columns beside the times at `t` and `t + 4`: numbers, unused.
+    fn bandwidths(&self, t: usize) -> Result<()> {
+        for k in [t + 1, t + 2, t + 5, t + 6] {
+            self.f[k].parse::<f64>().map_err(|_| {
+                self.bad(format!(
+                    "column {}: found '{}', expected a bandwidth in GB/s",
+                    if k < t + 4 {
+                        "out-of-place algbw/busbw"
+                    } else {
+                        "in-place algbw/busbw"
+                    },
+                    crate::units::clip(self.f[k], 20)
+                ))
+            })?;
+        }
+        Ok(())
+    }
 }
 
 pub(super) fn dtype_size(dtype: &str) -> u64 {

@@ -33,38 +33,7 @@ impl Chart for BreakdownChart<'_> {
         let e = |x: DrawingAreaErrorKind<DB::ErrorType>| x.to_string();
         root.fill(&WHITE).map_err(e)?;
         let totals: Vec<f64> = self.times_us.iter().map(|r| r.iter().sum()).collect();
-        let keep: Vec<bool> = (0..Category::COUNT)
-            .map(|c| {
-                self.times_us
-                    .iter()
-                    .zip(&totals)
-                    .any(|(r, t)| *t > 0.0 && r[c] >= SMALL_SHARE * t)
-            })
-            .collect();
-        let mut layers: Vec<(String, RGBColor, Vec<f64>)> = Vec::new();
-        for (c, cat) in Category::ALL.iter().enumerate() {
-            if keep[c] {
-                layers.push((
-                    cat.name().to_string(),
-                    COLORS[c],
-                    self.times_us.iter().map(|r| r[c] / 1e3).collect(),
-                ));
-            }
-        }
-        let small: Vec<usize> = (0..Category::COUNT).filter(|&c| !keep[c]).collect();
-        let other: Vec<f64> = self
-            .times_us
-            .iter()
-            .map(|r| small.iter().map(|&c| r[c]).sum::<f64>() / 1e3)
-            .collect();
-        if other.iter().any(|&v| v > 0.0) {
-            let names: Vec<&str> = small
-                .iter()
-                .filter(|&&c| self.times_us.iter().any(|r| r[c] > 0.0))
-                .map(|&c| Category::ALL[c].name())
-                .collect();
-            layers.push((format!("other ({})", names.join(", ")), OTHER, other));
-        }
+        let layers = self.layers(&totals);
         let n = self.batches.len();
         let ymax = totals.iter().fold(0.0f64, |a, &b| a.max(b)) / 1e3 * 1.12;
         let xmax = (n.max(2) - 1) as f64;
@@ -121,40 +90,103 @@ impl Chart for BreakdownChart<'_> {
             let (_, py0) = chart.backend_coord(&(xmax, *lo));
             let (px, py1) = chart.backend_coord(&(xmax, *hi));
             if py0 - py1 >= 16 && last > 0.0 {
-                tag(
-                    root,
-                    (px, (py0 + py1) / 2),
-                    (-8, 0),
-                    &format!(
-                        "{} {:.0}%",
-                        name.split(' ').next().unwrap_or(name),
-                        (hi - lo) / last * 100.0
-                    ),
-                    BLACK,
-                    Pos::new(HPos::Right, VPos::Center),
-                )?;
+                share_tag(root, (px, py0, py1), name, (hi - lo) / last)?;
             }
         }
         // Step time above each batch.
         for (i, t) in totals.iter().enumerate() {
             let px = chart.backend_coord(&(i as f64, t / 1e3));
-            let h = if i == 0 {
-                HPos::Left
-            } else if i + 1 == n {
-                HPos::Right
-            } else {
-                HPos::Center
-            };
-            tag(
-                root,
-                px,
-                (0, -6),
-                &format!("{:.1} ms", t / 1e3),
-                BLACK,
-                Pos::new(h, VPos::Bottom),
-            )?;
+            step_time_tag(root, px, i, n, *t)?;
         }
         legend(&mut chart, SeriesLabelPosition::UpperLeft, 14).map_err(e)?;
         Ok(())
     }
+}
+
+impl BreakdownChart<'_> {
+    /// The stacked areas, bottom first, in ms per step: each category above [`SMALL_SHARE`] of
+    /// its step at some batch, and "other" for the rest; `totals` is each batch's step (µs).
+    fn layers(&self, totals: &[f64]) -> Vec<(String, RGBColor, Vec<f64>)> {
+        let keep: Vec<bool> = (0..Category::COUNT)
+            .map(|c| {
+                self.times_us
+                    .iter()
+                    .zip(totals)
+                    .any(|(r, t)| *t > 0.0 && r[c] >= SMALL_SHARE * t)
+            })
+            .collect();
+        let mut layers: Vec<(String, RGBColor, Vec<f64>)> = Vec::new();
+        for (c, cat) in Category::ALL.iter().enumerate() {
+            if keep[c] {
+                layers.push((
+                    cat.name().to_string(),
+                    COLORS[c],
+                    self.times_us.iter().map(|r| r[c] / 1e3).collect(),
+                ));
+            }
+        }
+        let small: Vec<usize> = (0..Category::COUNT).filter(|&c| !keep[c]).collect();
+        let other: Vec<f64> = self
+            .times_us
+            .iter()
+            .map(|r| small.iter().map(|&c| r[c]).sum::<f64>() / 1e3)
+            .collect();
+        if other.iter().any(|&v| v > 0.0) {
+            let names: Vec<&str> = small
+                .iter()
+                .filter(|&&c| self.times_us.iter().any(|r| r[c] > 0.0))
+                .map(|&c| Category::ALL[c].name())
+                .collect();
+            layers.push((format!("other ({})", names.join(", ")), OTHER, other));
+        }
+        layers
+    }
+}
+
+/// An area's share of the step at the largest batch, left of the area's middle: `span` is the
+/// area's x and its bottom and top pixels.
+fn share_tag<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    span: (i32, i32, i32),
+    name: &str,
+    share: f64,
+) -> Result<(), String> {
+    let (px, py0, py1) = span;
+    tag(
+        root,
+        (px, (py0 + py1) / 2),
+        (-8, 0),
+        &format!(
+            "{} {:.0}%",
+            name.split(' ').next().unwrap_or(name),
+            share * 100.0
+        ),
+        BLACK,
+        Pos::new(HPos::Right, VPos::Center),
+    )
+}
+
+/// Batch `i`'s step time (`t` µs) above its bar, kept inside the chart at either end.
+fn step_time_tag<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    px: (i32, i32),
+    i: usize,
+    n: usize,
+    t: f64,
+) -> Result<(), String> {
+    let h = if i == 0 {
+        HPos::Left
+    } else if i + 1 == n {
+        HPos::Right
+    } else {
+        HPos::Center
+    };
+    tag(
+        root,
+        px,
+        (0, -6),
+        &format!("{:.1} ms", t / 1e3),
+        BLACK,
+        Pos::new(h, VPos::Bottom),
+    )
 }

@@ -4,6 +4,7 @@ use super::backend::{render, Chart};
 use super::style::{font, int, text_color, COLORS, HEIGHT, OTHER, SMALL_SHARE, WIDTH};
 use super::PlotError;
 use crate::accounting::compare::Comparison;
+use plotters::coord::types::RangedCoordf64;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
@@ -93,93 +94,9 @@ impl Chart for ComparisonChart<'_> {
             (y0 - y1) as f64 / ymax
         };
         for &(x0, _, total, segs) in &bars {
-            let mut below = 0.0;
-            for (name, color, us) in segs.iter() {
-                if *us <= 0.0 {
-                    continue;
-                }
-                chart
-                    .draw_series(std::iter::once(Rectangle::new(
-                        [(x0, below), (x0 + 0.95, below + us)],
-                        color.filled(),
-                    )))
-                    .map_err(e)?;
-                // A value label where the segment is tall enough to hold one line of text.
-                if us * px_per_us >= 15.0 {
-                    let share = if total > 0.0 { us / total } else { 0.0 };
-                    let label = format!(
-                        "{} {} µs ({:.0}%)",
-                        name.split(' ').next().unwrap_or(name),
-                        int(*us),
-                        share * 100.0
-                    );
-                    chart
-                        .draw_series(std::iter::once(Text::new(
-                            label,
-                            (x0 + 0.475, below + us / 2.0),
-                            font(13)
-                                .color(&text_color(*color))
-                                .pos(Pos::new(HPos::Center, VPos::Center)),
-                        )))
-                        .map_err(e)?;
-                }
-                below += us;
-            }
+            stacked_bar(&mut chart, x0, total, segs, px_per_us)?;
         }
-        // Legend with the values of every segment, predicted / measured, in stacking order
-        // (top first): the small ones carry no label inside their bars.
-        let (lx, ly) = chart.backend_coord(&(2.55, ymax));
-        let member_lines: i32 = pred
-            .iter()
-            .filter_map(|(n, _, _)| n.split_once(" (").map(|(_, r)| r))
-            .map(|r| crate::report::table::wrap_text(r, 38).len() as i32 * 16 + 4)
-            .sum();
-        let (rx, _) = chart.backend_coord(&(4.2, ymax));
-        root.draw(&Rectangle::new(
-            [
-                (lx - 6, ly),
-                (rx - 2, ly + 32 + pred.len() as i32 * 22 + member_lines),
-            ],
-            WHITE.filled(),
-        ))
-        .map_err(e)?;
-        root.draw(&Text::new(
-            "µs per step: predicted / measured".to_string(),
-            (lx, ly + 4),
-            font(13).pos(Pos::new(HPos::Left, VPos::Top)),
-        ))
-        .map_err(e)?;
-        let mut y = ly + 28;
-        for ((name, color, p), (_, _, m)) in pred.iter().zip(meas.iter()).rev() {
-            root.draw(&Rectangle::new(
-                [(lx, y), (lx + 14, y + 14)],
-                color.filled(),
-            ))
-            .map_err(e)?;
-            let (head, members) = match name.split_once(" (") {
-                Some((h, rest)) => (h, Some(rest.trim_end_matches(')'))),
-                None => (name.as_str(), None),
-            };
-            root.draw(&Text::new(
-                format!("{head}: {} / {}", int(*p), int(*m)),
-                (lx + 20, y + 7),
-                font(14).pos(Pos::new(HPos::Left, VPos::Center)),
-            ))
-            .map_err(e)?;
-            y += 22;
-            if let Some(list) = members {
-                for line in crate::report::table::wrap_text(list, 38) {
-                    root.draw(&Text::new(
-                        line,
-                        (lx + 20, y + 4),
-                        font(12).pos(Pos::new(HPos::Left, VPos::Center)),
-                    ))
-                    .map_err(e)?;
-                    y += 16;
-                }
-                y += 4;
-            }
-        }
+        legend_values(root, &chart, ymax, &pred, &meas)?;
         // Bar names under the axis, placed in pixels so they sit in the label area.
         for &(x0, label, total, _) in &bars {
             let (px, py) = chart.backend_coord(&(x0 + 0.475, 0.0));
@@ -192,4 +109,117 @@ impl Chart for ComparisonChart<'_> {
         }
         Ok(())
     }
+}
+
+/// The chart's coordinates: bar positions across, µs up.
+type Bars<'a, DB> = ChartContext<'a, DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+
+/// One bar's segments stacked from the axis at `x0`, each labelled with its µs and share of
+/// `total` where it is tall enough to hold a line of text.
+fn stacked_bar<DB: DrawingBackend>(
+    chart: &mut Bars<'_, DB>,
+    x0: f64,
+    total: f64,
+    segs: &[Segment],
+    px_per_us: f64,
+) -> Result<(), String> {
+    let e = |x: DrawingAreaErrorKind<DB::ErrorType>| x.to_string();
+    let mut below = 0.0;
+    for (name, color, us) in segs.iter() {
+        if *us <= 0.0 {
+            continue;
+        }
+        chart
+            .draw_series(std::iter::once(Rectangle::new(
+                [(x0, below), (x0 + 0.95, below + us)],
+                color.filled(),
+            )))
+            .map_err(e)?;
+        // A value label where the segment is tall enough to hold one line of text.
+        if us * px_per_us >= 15.0 {
+            let share = if total > 0.0 { us / total } else { 0.0 };
+            let label = format!(
+                "{} {} µs ({:.0}%)",
+                name.split(' ').next().unwrap_or(name),
+                int(*us),
+                share * 100.0
+            );
+            chart
+                .draw_series(std::iter::once(Text::new(
+                    label,
+                    (x0 + 0.475, below + us / 2.0),
+                    font(13)
+                        .color(&text_color(*color))
+                        .pos(Pos::new(HPos::Center, VPos::Center)),
+                )))
+                .map_err(e)?;
+        }
+        below += us;
+    }
+    Ok(())
+}
+
+/// Legend with the values of every segment, predicted / measured, in stacking order (top
+/// first): the small ones carry no label inside their bars.
+fn legend_values<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    chart: &Bars<'_, DB>,
+    ymax: f64,
+    pred: &[Segment],
+    meas: &[Segment],
+) -> Result<(), String> {
+    let e = |x: DrawingAreaErrorKind<DB::ErrorType>| x.to_string();
+    let (lx, ly) = chart.backend_coord(&(2.55, ymax));
+    let member_lines: i32 = pred
+        .iter()
+        .filter_map(|(n, _, _)| n.split_once(" (").map(|(_, r)| r))
+        .map(|r| crate::report::table::wrap_text(r, 38).len() as i32 * 16 + 4)
+        .sum();
+    let (rx, _) = chart.backend_coord(&(4.2, ymax));
+    root.draw(&Rectangle::new(
+        [
+            (lx - 6, ly),
+            (rx - 2, ly + 32 + pred.len() as i32 * 22 + member_lines),
+        ],
+        WHITE.filled(),
+    ))
+    .map_err(e)?;
+    root.draw(&Text::new(
+        "µs per step: predicted / measured".to_string(),
+        (lx, ly + 4),
+        font(13).pos(Pos::new(HPos::Left, VPos::Top)),
+    ))
+    .map_err(e)?;
+    let mut y = ly + 28;
+    for ((name, color, p), (_, _, m)) in pred.iter().zip(meas.iter()).rev() {
+        root.draw(&Rectangle::new(
+            [(lx, y), (lx + 14, y + 14)],
+            color.filled(),
+        ))
+        .map_err(e)?;
+        let (head, members) = match name.split_once(" (") {
+            Some((h, rest)) => (h, Some(rest.trim_end_matches(')'))),
+            None => (name.as_str(), None),
+        };
+        root.draw(&Text::new(
+            format!("{head}: {} / {}", int(*p), int(*m)),
+            (lx + 20, y + 7),
+            font(14).pos(Pos::new(HPos::Left, VPos::Center)),
+        ))
+        .map_err(e)?;
+        y += 22;
+        if let Some(list) = members {
+            for line in crate::report::table::wrap_text(list, 38) {
+                root.draw(&Text::new(
+                    line,
+                    (lx + 20, y + 4),
+                    font(12).pos(Pos::new(HPos::Left, VPos::Center)),
+                ))
+                .map_err(e)?;
+                y += 16;
+            }
+            y += 4;
+        }
+    }
+    Ok(())
 }

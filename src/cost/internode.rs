@@ -34,6 +34,7 @@
 //! it, is reached through the NIC, and the transfer holds no SMs while it flies). The price says
 //! which (`NetPrice::occupies_sms`), so the engine can overlap the RDMA mode with compute.
 
+use super::choice::CollectiveAlgo;
 use crate::scenario::network::{LinkClass, NicPath, Transport};
 use crate::scenario::{Algo, CommPath, Proto, SystemSpec};
 use crate::workload::CostFamily;
@@ -135,8 +136,8 @@ impl Bound {
 /// The price of one collective across nodes.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NetPrice {
-    /// `ring`, `tree`, `alltoall` or `rdma_ll`.
-    pub algo: &'static str,
+    /// Ring, tree, all-to-all or DeepEP's RDMA low-latency mode.
+    pub algo: CollectiveAlgo,
     /// `LL`, `LL128`, `Simple`, or `-` for the all-to-all.
     pub proto: &'static str,
     pub time_us: f64,
@@ -344,7 +345,11 @@ impl Hierarchy {
             _ => bus * n / super::collective::steps(family, self.ranks()),
         };
         Some(NetPrice {
-            algo: if algo == Algo::Tree { "tree" } else { "ring" },
+            algo: if algo == Algo::Tree {
+                CollectiveAlgo::Tree
+            } else {
+                CollectiveAlgo::Ring
+            },
             proto: proto_name(proto),
             time_us: lat + bytes as f64 / (algbw * 1e3),
             latency_us: lat,
@@ -401,7 +406,7 @@ impl Hierarchy {
                     (t_intra, self.intra, self.intra_gbps)
                 };
                 Some(NetPrice {
-                    algo: "alltoall",
+                    algo: CollectiveAlgo::AllToAll,
                     proto: "-",
                     time_us: lat + t,
                     latency_us: lat,
@@ -418,7 +423,7 @@ impl Hierarchy {
                 // queue pair, so the latency is one one-way network latency.
                 let lat = self.wire_us;
                 Some(NetPrice {
-                    algo: "rdma_ll",
+                    algo: CollectiveAlgo::RdmaLl,
                     proto: "-",
                     time_us: lat + split.remote() / (per_rank_net * 1e3),
                     latency_us: lat,
@@ -552,7 +557,7 @@ mod tests {
         let small = h
             .choose(CostFamily::AllReduce, Algo::Auto, Proto::Auto, 1_000)
             .unwrap();
-        assert_eq!((small.algo, small.proto), ("tree", "LL"));
+        assert_eq!((small.algo, small.proto), (CollectiveAlgo::Tree, "LL"));
         assert!(close(
             small.time_us,
             27.2 + 1_000.0 / (400.0 * 0.92 / 3.8 * 0.5 * 1e3)
@@ -562,7 +567,7 @@ mod tests {
         let large = h
             .choose(CostFamily::AllReduce, Algo::Auto, Proto::Auto, 100_000_000)
             .unwrap();
-        assert_eq!((large.algo, large.proto), ("ring", "LL128"));
+        assert_eq!((large.algo, large.proto), (CollectiveAlgo::Ring, "LL128"));
         assert!(
             close(large.time_us, 83.4 + 1e8 / (368.0 * 16.0 / 30.0 * 1e3)),
             "{large:?}"
@@ -811,7 +816,7 @@ pub(crate) fn price_op(
                     bytes,
                     count: 1,
                     path,
-                    algo: "auto".into(),
+                    algo: CollectiveAlgo::Auto.into(),
                     proto: "measured".into(),
                     time_us: tp.us,
                     source: format!(
@@ -906,7 +911,7 @@ pub fn p2p(
     let (hop, gbps, extra) = match link {
         LinkClass::Local => {
             return NetPrice {
-                algo: "p2p",
+                algo: CollectiveAlgo::P2p,
                 proto: "-",
                 time_us: 0.0,
                 latency_us: 0.0,
@@ -957,7 +962,7 @@ pub fn p2p(
     let lat = BASE_RING[p] + hop + extra;
     let bw = ll(gbps);
     NetPrice {
-        algo: "p2p",
+        algo: CollectiveAlgo::P2p,
         proto: proto_name(proto),
         time_us: lat + bytes as f64 / (bw * 1e3),
         latency_us: lat,

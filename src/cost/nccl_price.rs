@@ -3,7 +3,8 @@
 //! tuner choosing among them; then the NCCL knobs (channels, buffer) against what the profile
 //! was measured with. Methods of [`Pricer`], split from `cost/mod.rs` by job.
 
-use super::{aic, allreduce, collective, link, profile, CollectiveChoice, Pricer};
+use super::choice::{CollectiveAlgo, CollectiveChoice};
+use super::{aic, allreduce, collective, link, profile, Pricer};
 use crate::error::{Error, Result};
 use crate::scenario::{Algo, CommPath, Proto};
 use crate::workload::{CostFamily, Op};
@@ -86,9 +87,9 @@ impl Pricer<'_> {
             count: 1,
             path: self.path.name(),
             algo: if self.s.nccl.algo == Algo::Ring {
-                "ring".into()
+                CollectiveAlgo::Ring.into()
             } else {
-                "auto".into()
+                CollectiveAlgo::Auto.into()
             },
             proto,
             time_us: tp.us,
@@ -271,7 +272,7 @@ impl Pricer<'_> {
             bytes: op.message_bytes,
             count: 1,
             path: path.name(),
-            algo: c.algo.name().to_ascii_lowercase(),
+            algo: CollectiveAlgo::of_nccl(c.algo).into(),
             proto: match threshold {
                 Some(_) => format!("threshold: {}", c.proto.name()),
                 None => c.proto.name().to_string(),

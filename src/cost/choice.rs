@@ -62,6 +62,16 @@ impl CollectiveAlgo {
             Algo::Auto => CollectiveAlgo::Auto,
         }
     }
+
+    /// The algorithm NCCL's law across nodes priced under `a`: the tree for `Tree`, else the
+    /// ring (`internode::Hierarchy::price`).
+    pub(crate) fn ring_or_tree(a: Algo) -> Self {
+        if a == Algo::Tree {
+            CollectiveAlgo::Tree
+        } else {
+            CollectiveAlgo::Ring
+        }
+    }
 }
 
 /// Where the norm of an all-reduce under `--fuse-allreduce-rms` ran (`cost::fusion`).

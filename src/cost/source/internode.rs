@@ -3,9 +3,12 @@
 //! inside a node do not reach said, and DeepEP's own kernel time on its RDMA mode.
 
 use crate::cost::choice::{CollectiveAlgo, CollectiveChoice};
-use crate::cost::{deepep, internode, Pricer};
-use crate::error::Result;
-use crate::workload::Op;
+use crate::cost::internode::{AllToAllMode, Hierarchy, MULTINODE_CSV};
+use crate::cost::{aic, deepep, internode, CalibrationProfile, Pricer};
+use crate::error::{Error, Result};
+use crate::scenario::deployment::EpComm;
+use crate::scenario::{CommPath, Proto, Scenario};
+use crate::workload::{CostFamily, Op};
 
 impl Pricer<'_> {
     /// The price across nodes of `op`; None when its group fits in one node.
@@ -14,8 +17,7 @@ impl Pricer<'_> {
             return Ok(None);
         };
         let proto = self.proto_for(op.message_bytes);
-        let (mut c, note) =
-            internode::price_op(&h, self.s, self.p, op.family, op.message_bytes, proto)?;
+        let (mut c, note) = across_nodes(&h, self.s, self.p, op.family, op.message_bytes, proto)?;
         if let Some(n) = note {
             note!(self.quiet, self.warnings, n);
         }
@@ -84,4 +86,129 @@ impl Pricer<'_> {
                     );
         }
     }
+}
+
+/// The price of one collective op whose group spans nodes, as the pricer records it: the
+/// profile's multi-node table when it holds this (op, nodes, ranks), else the law. Returns the
+/// choice and a note for the report (an extrapolated table price).
+fn across_nodes(
+    h: &Hierarchy,
+    s: &Scenario,
+    p: &CalibrationProfile,
+    family: CostFamily,
+    bytes: u64,
+    proto: Proto,
+) -> Result<(CollectiveChoice, Option<String>)> {
+    let path: &'static str = match s.comm_path() {
+        CommPath::Nvlink => "nvlink+net",
+        CommPath::PcieP2p => "pcie_p2p+net",
+        CommPath::Host => "host+net",
+    };
+    if let Some(priced) = from_multinode_table(h, p, family, bytes, path) {
+        return Ok(priced);
+    }
+    Ok((by_law(h, s, family, bytes, proto, path)?, None))
+}
+
+/// The multi-node nccl-tests table's price (`internode::MultiNodeTable`), where it holds this
+/// op over these nodes and ranks, with a note where it extrapolates.
+fn from_multinode_table(
+    h: &Hierarchy,
+    p: &CalibrationProfile,
+    family: CostFamily,
+    bytes: u64,
+    path: &'static str,
+) -> Option<(CollectiveChoice, Option<String>)> {
+    let n = h.ranks();
+    let key = match family {
+        CostFamily::AllToAll => "alltoall",
+        f => f.key(),
+    };
+    let table = p
+        .aic
+        .as_ref()
+        .and_then(|t| Some((t, t.multinode.as_ref()?.curve(key, h.nodes, n)?)));
+    if let Some((t, rows)) = table {
+        if let Some(tp) = aic::comm_price(rows, bytes as f64) {
+            let note = tp.extrapolated.then(|| {
+                format!(
+                    "{family} of {bytes} bytes is outside the multi-node rows of {} ({} nodes, {n} ranks): extrapolated",
+                    crate::units::path(&t.dir.join(MULTINODE_CSV)),
+                    h.nodes
+                )
+            });
+            return Some((
+                CollectiveChoice {
+                    op: family.key(),
+                    bytes,
+                    count: 1,
+                    path,
+                    algo: CollectiveAlgo::Auto.into(),
+                    proto: "measured".into(),
+                    time_us: tp.us,
+                    source: format!(
+                        "measured: nccl-tests over {} nodes x {} ranks ({})",
+                        h.nodes,
+                        h.ranks_per_node,
+                        crate::units::path(&t.dir.join(MULTINODE_CSV))
+                    ),
+                    latency_us: aic::comm_latency(rows).min(tp.us),
+                },
+                note,
+            ));
+        }
+    }
+    None
+}
+
+/// NCCL's hierarchical law (`Hierarchy::choose`); an all-to-all by NCCL's or, under
+/// `--ep-comm rdma-ll`, DeepEP's RDMA mode (`Hierarchy::alltoall`).
+fn by_law(
+    h: &Hierarchy,
+    s: &Scenario,
+    family: CostFamily,
+    bytes: u64,
+    proto: Proto,
+    path: &'static str,
+) -> Result<CollectiveChoice> {
+    let net = s.system.network.as_ref().map_or("", |n| n.fabric.as_str());
+    let price = if family == CostFamily::AllToAll {
+        // `--ep-comm rdma-ll`: DeepEP's low-latency kernels (validation refused it where the
+        // network cannot run them).
+        let mode = if s.comm.ep_comm == EpComm::RdmaLl {
+            AllToAllMode::RdmaLowLatency
+        } else {
+            AllToAllMode::Nccl
+        };
+        h.alltoall(mode, bytes)
+    } else {
+        h.choose(family, s.nccl.algo, proto, bytes)
+    };
+    let Some(c) = price else {
+        return Err(Error::ScenarioPart {
+            part: format!("{family} over {} nodes x {} ranks", h.nodes, h.ranks_per_node),
+            problem: format!(
+                "NCCL has no {} / {} for it (tree runs all-reduce only; LL128 needs NVLink inside the node and an RDMA network); use --nccl-algo auto and --nccl-proto auto",
+                s.nccl.algo, proto
+            ),
+        });
+    };
+    Ok(CollectiveChoice {
+            op: family.key(),
+            bytes,
+            count: 1,
+            path,
+            algo: c.algo.into(),
+            proto: c.proto.into(),
+            time_us: c.time_us,
+            source: format!(
+                "NCCL hierarchical law across nodes (cost::internode; docs/sources.md §4): {} nodes x {} ranks over {net}, bus {:.1} GB/s bound by {}{}",
+                h.nodes,
+                h.ranks_per_node,
+                c.bus_gbps,
+                c.bound.name(),
+                if c.occupies_sms { "" } else { ", no SMs held" }
+            ),
+            latency_us: c.latency_us,
+        })
 }

@@ -6,7 +6,7 @@ use super::{
     expert_format, is_moe_gemm, is_moe_module_op, moe_table_distribution, moe_tokens_for_lookup,
     quant_of, AicTables, LastDramLine, LawKernels, MoeKey, Overrides, Tally,
 };
-use crate::scenario::model::MoeSpec;
+use crate::scenario::model::MoeDims;
 use crate::scenario::Scenario;
 use crate::workload::{Op, Workload};
 use std::collections::BTreeMap;
@@ -67,7 +67,6 @@ pub(super) fn moe_modules(
     s: &Scenario,
     lk: &LawKernels,
     t: &AicTables,
-    bw: f64,
     o: &mut Overrides,
     dir: &str,
 ) {
@@ -95,10 +94,10 @@ pub(super) fn moe_modules(
             continue;
         };
         let key = table_key(s, moe, dist, gemm);
-        let Some(row_us) = call_price(w, s, t, bw, key, gemm, idx, &mut met) else {
+        let Some(row_us) = call_price(w, lk, t, key, gemm, idx, &mut met) else {
             break;
         };
-        share_over_kernels(w, s, lk, bw, idx, row_us, o);
+        share_over_kernels(w, lk, idx, row_us, o);
     }
     if let Some(k) = &met.missing {
         note!(o.quiet, o.warnings, format!(
@@ -137,7 +136,7 @@ fn routed_calls(w: &Workload) -> BTreeMap<(i32, Option<u32>, Option<u8>), Vec<us
 }
 
 /// The MoE rows' key of a layer whose expert GEMM is `gemm`.
-fn table_key(s: &Scenario, moe: &MoeSpec, dist: &str, gemm: &Op) -> MoeKey {
+fn table_key(s: &Scenario, moe: &MoeDims, dist: &str, gemm: &Op) -> MoeKey {
     (
         dist.to_string(),
         quant_of(gemm.family).to_string(),
@@ -154,17 +153,16 @@ fn table_key(s: &Scenario, moe: &MoeSpec, dist: &str, gemm: &Op) -> MoeKey {
 
 /// The whole call's price from the rows (`idx`: its ops), before its kernels' rooflines; None
 /// where the table has no rows for `key` (recorded in `met.missing`).
-#[allow(clippy::too_many_arguments)] // the step's inputs and the one layer's; a struct would only rename them
 fn call_price(
     w: &Workload,
-    s: &Scenario,
+    lk: &LawKernels,
     t: &AicTables,
-    bw: f64,
     mut key: MoeKey,
     gemm: &Op,
     idx: &[usize],
     met: &mut Met,
 ) -> Option<f64> {
+    let (s, bw) = (lk.s, lk.bw);
     let touched = gemm.shape.batch;
     // The table's num_tokens gives each rank num_tokens × top_k routed rows (under expert
     // parallelism too: at EP 64 its 8,192-token rows take 4.7 ms, the time of 65,536 rows
@@ -239,13 +237,12 @@ fn call_price(
 /// roofline (`physics`), and the expert GEMMs' split: their weight read.
 fn share_over_kernels(
     w: &Workload,
-    s: &Scenario,
     lk: &LawKernels,
-    bw: f64,
     idx: &[usize],
     row_us: f64,
     o: &mut Overrides,
 ) {
+    let (s, bw) = (lk.s, lk.bw);
     let laws: Vec<f64> = idx.iter().map(|&i| lk.law_or_bytes(&w.ops[i])).collect();
     let floor = idx.iter().map(|&i| w.ops[i].bytes).sum::<f64>() / bw;
     let floors: Vec<f64> = idx

@@ -162,7 +162,7 @@ impl Prepared {
             gemms(w, t, bw, o, &dir);
         }
         if self.moe {
-            moe::moe_modules(w, s, &lk, t, bw, o, &dir);
+            moe::moe_modules(w, s, &lk, t, o, &dir);
         }
         if self.mla {
             mla_attention(w, &lk, t, sec, o, &dir);

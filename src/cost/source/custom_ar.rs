@@ -3,6 +3,7 @@
 //! AIConfigurator's table where the collection machine ran the kernel, else the profile's law.
 
 use crate::cost::choice::{CollectiveAlgo, CollectiveChoice};
+use crate::cost::profile::CustomAllreduce;
 use crate::cost::{aic, allreduce, CalibrationProfile, Pricer};
 use crate::error::{Error, Result};
 use crate::scenario::deployment::AllreduceImpl;
@@ -25,11 +26,11 @@ impl Pricer<'_> {
     /// machine ran the custom kernel at this world size, else the profile's law; None when
     /// vLLM would hand this call to NCCL (size or alignment rule).
     fn custom_allreduce(&mut self, op: &Op) -> Option<CollectiveChoice> {
-        let (n, bytes) = (self.s.layout.tp, op.message_bytes);
+        let (n, bytes, p) = (self.s.layout.tp, op.message_bytes, self.p);
         let law = if self.custom_pcie {
-            self.p.custom_allreduce_pcie.as_ref()?
+            p.custom_allreduce_pcie.as_ref()?
         } else {
-            self.p.custom_allreduce.as_ref()?
+            p.custom_allreduce.as_ref()?
         };
         // With symmetric memory on, vLLM caps max_size per capability and world size
         // (`scenario::allreduce_rules`); the patched PCIe build keeps its own cutoff.
@@ -49,59 +50,70 @@ impl Pricer<'_> {
             );
             return None;
         }
-        let mode = if self.s.cuda_graphs { "graph" } else { "eager" };
-        let stage = if allreduce::one_stage(n, bytes) {
-            "1stage"
-        } else {
-            "2stage"
-        };
-        let table = self.p.aic.as_ref().zip(self.p.aiconfigurator.as_ref());
-        // A patched PCIe build never ran on the collection machine: its law prices it.
-        let ran_custom = |nvlink: bool| !self.custom_pcie && (nvlink || n == 2);
         // Rows at or above the measured machine's own cap timed another path (a transferred
         // profile's GPU may allow larger messages): the law prices those sizes.
-        let measured_max = match &self.p.measured_rules {
+        let measured_max = match &p.measured_rules {
             Some(r) => r.custom_cap(n).map_or(max, |c| c.bytes.min(max)),
             None => max,
         };
-        let in_rows = bytes < measured_max;
-        if let Some((t, sec)) = table.filter(|(_, sec)| ran_custom(sec.nvlink) && in_rows) {
-            if let Some(rows) = t.custom_curve(mode, n) {
-                let max = measured_max as f64;
-                let rows: Vec<(f64, f64)> = rows.iter().copied().filter(|r| r.0 < max).collect();
-                if let Some(tp) = aic::comm_price(&rows, bytes as f64) {
-                    if tp.extrapolated {
-                        note!(self.quiet, self.warnings, format!(
-                            "custom all-reduce of {} is outside the measured rows of {} ({mode}, {n} ranks): extrapolated",
-                            crate::units::bytes(bytes as f64),
-                            crate::units::path(&t.dir.join("custom_allreduce.csv"))
-                        ));
-                    }
-                    return Some(CollectiveChoice {
-                        op: op.family.key(),
-                        bytes,
-                        count: 1,
-                        path: self.path.name(),
-                        algo: CollectiveAlgo::VllmCustom.into(),
-                        proto: stage.into(),
-                        time_us: tp.us,
-                        source: format!(
-                            "measured: AIConfigurator custom_allreduce.csv ({}), vLLM {mode} mode, {n} ranks ({})",
-                            crate::units::path(&t.dir),
-                            sec.system
-                        ),
-                        latency_us: aic::comm_latency(&rows).min(tp.us),
-                    });
-                }
+        if bytes < measured_max {
+            if let Some(c) = self.custom_ar_from_table(op, measured_max) {
+                return Some(c);
             }
-        }
-        if !in_rows {
+        } else {
             note!(self.quiet, self.warnings, format!(
                 "custom all-reduce of {}: at or above the cap of the GPU its rows were measured on ({} B at {n} ranks), where they timed another path; priced by the profile's custom all-reduce law",
                 crate::units::bytes(bytes as f64),
                 measured_max
             ));
         }
+        Some(self.custom_ar_by_law(op, law))
+    }
+
+    /// The call from AIConfigurator's custom all-reduce rows below `measured_max`, where the
+    /// collection machine ran the custom kernel at this world size.
+    fn custom_ar_from_table(&mut self, op: &Op, measured_max: u64) -> Option<CollectiveChoice> {
+        let (n, bytes, mode) = (self.s.layout.tp, op.message_bytes, self.graph_mode());
+        let (t, sec) = self.p.aic.as_ref().zip(self.p.aiconfigurator.as_ref())?;
+        // A patched PCIe build never ran on the collection machine: its law prices it.
+        if self.custom_pcie || !(sec.nvlink || n == 2) {
+            return None;
+        }
+        let max = measured_max as f64;
+        let rows: Vec<(f64, f64)> = t
+            .custom_curve(mode, n)?
+            .iter()
+            .copied()
+            .filter(|r| r.0 < max)
+            .collect();
+        let tp = aic::comm_price(&rows, bytes as f64)?;
+        if tp.extrapolated {
+            note!(self.quiet, self.warnings, format!(
+                "custom all-reduce of {} is outside the measured rows of {} ({mode}, {n} ranks): extrapolated",
+                crate::units::bytes(bytes as f64),
+                crate::units::path(&t.dir.join("custom_allreduce.csv"))
+            ));
+        }
+        Some(CollectiveChoice {
+            op: op.family.key(),
+            bytes,
+            count: 1,
+            path: self.path.name(),
+            algo: CollectiveAlgo::VllmCustom.into(),
+            proto: stage(n, bytes).into(),
+            time_us: tp.us,
+            source: format!(
+                "measured: AIConfigurator custom_allreduce.csv ({}), vLLM {mode} mode, {n} ranks ({})",
+                crate::units::path(&t.dir),
+                sec.system
+            ),
+            latency_us: aic::comm_latency(&rows).min(tp.us),
+        })
+    }
+
+    /// The call by the profile's custom all-reduce law (`allreduce::custom_law_us`).
+    fn custom_ar_by_law(&mut self, op: &Op, law: &CustomAllreduce) -> CollectiveChoice {
+        let (n, bytes, mode) = (self.s.layout.tp, op.message_bytes, self.graph_mode());
         let l = match (mode, &law.eager) {
             ("eager", Some(e)) => e,
             _ => &law.graph,
@@ -117,13 +129,13 @@ impl Pricer<'_> {
             );
         }
         let (t, lat) = allreduce::custom_law_us(l, n, bytes);
-        Some(CollectiveChoice {
+        CollectiveChoice {
             op: op.family.key(),
             bytes,
             count: 1,
             path: self.path.name(),
             algo: CollectiveAlgo::VllmCustom.into(),
-            proto: stage.into(),
+            proto: stage(n, bytes).into(),
             time_us: t,
             source: if self.custom_pcie {
                 format!(
@@ -134,7 +146,25 @@ impl Pricer<'_> {
                 l.source.clone()
             },
             latency_us: lat,
-        })
+        }
+    }
+
+    /// vLLM's mode of the custom kernel's rows and laws: under CUDA graphs or eager.
+    fn graph_mode(&self) -> &'static str {
+        if self.s.cuda_graphs {
+            "graph"
+        } else {
+            "eager"
+        }
+    }
+}
+
+/// The custom kernel's variant for `bytes` over `n` ranks, as the report names it.
+fn stage(n: u32, bytes: u64) -> &'static str {
+    if allreduce::one_stage(n, bytes) {
+        "1stage"
+    } else {
+        "2stage"
     }
 }
 

@@ -193,32 +193,8 @@ pub(crate) fn custom_ar_dispatch(
     quiet: bool,
     warnings: &mut BTreeSet<String>,
 ) -> Result<CustomAr> {
-    if s.runtime == crate::scenario::Runtime::Reference {
-        // The project's reference step reduces with torch.distributed, i.e. NCCL.
-        return match s.comm.allreduce {
-            AllreduceImpl::Custom => Err(Error::ScenarioSetting {
-                flag: "--allreduce",
-                value: "custom".into(),
-                problem: ": the reference runtime reduces with torch.distributed (NCCL), not vLLM's custom kernel; use --runtime vllm".into(),
-            }),
-            _ => Ok(CustomAr::Off),
-        };
-    }
-    if s.system.spans_nodes(s.layout.tp) {
-        // vLLM disables its custom all-reduce when the group spans nodes (custom_all_reduce.py:
-        // "Custom allreduce is disabled because this process group spans across nodes").
-        return match s.comm.allreduce {
-            AllreduceImpl::Custom => Err(Error::Usage {
-                flag: "--allreduce custom".into(),
-                problem: format!(
-                    "vLLM would not run its custom all-reduce on {} at TP={}: the group spans {} nodes (custom_all_reduce.py disables it across nodes); use --allreduce nccl or auto",
-                    s.system.name,
-                    s.layout.tp,
-                    s.system.nodes_spanned(s.layout.tp)
-                ),
-            }),
-            _ => Ok(CustomAr::Off),
-        };
+    if let Some(dispatch) = outside_vllm_rules(s) {
+        return dispatch;
     }
     let full_nvlink = s.comm_path() == CommPath::Nvlink;
     let rule = allreduce::custom_ar_enabled(s.layout.tp, full_nvlink);
@@ -267,4 +243,37 @@ pub(crate) fn custom_ar_dispatch(
         }
         (AllreduceImpl::Auto, Ok(())) => Ok(CustomAr::Mainline),
     }
+}
+
+/// Where vLLM's rules are not asked: the reference runtime, and a TP group across nodes;
+/// None elsewhere.
+fn outside_vllm_rules(s: &Scenario) -> Option<Result<CustomAr>> {
+    if s.runtime == crate::scenario::Runtime::Reference {
+        // The project's reference step reduces with torch.distributed, i.e. NCCL.
+        return Some(match s.comm.allreduce {
+            AllreduceImpl::Custom => Err(Error::ScenarioSetting {
+                flag: "--allreduce",
+                value: "custom".into(),
+                problem: ": the reference runtime reduces with torch.distributed (NCCL), not vLLM's custom kernel; use --runtime vllm".into(),
+            }),
+            _ => Ok(CustomAr::Off),
+        });
+    }
+    if s.system.spans_nodes(s.layout.tp) {
+        // vLLM disables its custom all-reduce when the group spans nodes (custom_all_reduce.py:
+        // "Custom allreduce is disabled because this process group spans across nodes").
+        return Some(match s.comm.allreduce {
+            AllreduceImpl::Custom => Err(Error::Usage {
+                flag: "--allreduce custom".into(),
+                problem: format!(
+                    "vLLM would not run its custom all-reduce on {} at TP={}: the group spans {} nodes (custom_all_reduce.py disables it across nodes); use --allreduce nccl or auto",
+                    s.system.name,
+                    s.layout.tp,
+                    s.system.nodes_spanned(s.layout.tp)
+                ),
+            }),
+            _ => Ok(CustomAr::Off),
+        });
+    }
+    None
 }

@@ -29,7 +29,7 @@ mod nccl_price;
 pub mod physics;
 pub mod profile;
 pub mod resident;
-pub(crate) mod source;
+mod source;
 pub mod table;
 pub mod transfer;
 

@@ -3,6 +3,7 @@
 
 use decodesim::calibrate::aiconfigurator::{from_aiconfigurator, AicRequest};
 use decodesim::cost::aic::{comm_price, AicTables, MoeKey};
+use decodesim::cost::CollectiveAlgo;
 use decodesim::scenario::deployment::{AllreduceImpl, CommKnobs};
 use decodesim::scenario::routing::Routing;
 use decodesim::scenario::Proto;
@@ -168,7 +169,8 @@ fn profile_from_the_rtx_tables_prices_the_default_scenario_from_measurements() {
         .pricing
         .collectives
         .iter()
-        .all(|c| c.algo != "vllm_custom" && c.source.contains("nccl_collectives.csv")));
+        .all(|c| c.algo.base != CollectiveAlgo::VllmCustom
+            && c.source.contains("nccl_collectives.csv")));
 }
 
 #[test]
@@ -202,7 +204,7 @@ fn another_aiconfigurator_gpu_gets_a_profile_with_one_command() {
         .iter()
         .find(|c| c.op == "all_reduce")
         .unwrap();
-    assert_eq!(ar.algo, "vllm_custom");
+    assert_eq!(ar.algo.base, CollectiveAlgo::VllmCustom);
     assert!(ar.source.contains("custom_allreduce.csv"), "{}", ar.source);
     let nccl = simulate(&ScenarioRequest {
         comm: CommKnobs {
@@ -216,7 +218,7 @@ fn another_aiconfigurator_gpu_gets_a_profile_with_one_command() {
         .pricing
         .collectives
         .iter()
-        .all(|c| c.algo != "vllm_custom"));
+        .all(|c| c.algo.base != CollectiveAlgo::VllmCustom));
 }
 
 #[test]
@@ -256,7 +258,7 @@ fn allreduce_dispatch_follows_vllm() {
         .find(|c| c.op == "all_reduce")
         .unwrap();
     assert_eq!(
-        (ar.algo.as_str(), ar.proto.as_str()),
+        (ar.algo.to_string().as_str(), ar.proto.as_str()),
         ("vllm_custom", "1stage")
     );
     // vLLM's custom kernel beats NCCL at 2 GPUs (AIC: 17.6 vs 31.3 us at 512 KiB).

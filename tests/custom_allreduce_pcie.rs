@@ -2,7 +2,7 @@
 //! all-reduce (`--allreduce custom`, a hypothetical mainline refuses) and NCCL's LL→Simple switch
 //! size as a what-if (`--nccl-ll-threshold`).
 
-use decodesim::cost::CollectiveChoice;
+use decodesim::cost::{CollectiveAlgo, CollectiveChoice};
 use decodesim::scenario::deployment::{AllreduceImpl, CommKnobs};
 use decodesim::scenario::Proto;
 use decodesim::sim::{simulate, simulate_loaded, ScenarioRequest, Simulation};
@@ -35,7 +35,7 @@ fn patched_custom_allreduce_is_priced_by_the_published_pcie_law() {
     // Kimi at batch 1: 7168 BF16 values, 14336 B per all-reduce.
     let sim = simulate(&req(1, AllreduceImpl::Custom)).unwrap();
     let c = all_reduce(&sim, 14_336);
-    assert_eq!(c.algo, "vllm_custom");
+    assert_eq!(c.algo.base, CollectiveAlgo::VllmCustom);
     assert_eq!(c.proto, "1stage");
     // [custom_allreduce_pcie.graph] of the shipped profile: 3.344 + 0.956 x 7 us of latency,
     // 7 peers' 14336 B read at 15.27 GB/s: 10.036 + 6.5719 = 16.6079 us.
@@ -66,7 +66,7 @@ fn messages_from_the_cutoff_go_to_nccl() {
     // Batch 4: 57344 B, not below the 56 KiB cutoff.
     let sim = simulate(&req(4, AllreduceImpl::Custom)).unwrap();
     let c = all_reduce(&sim, 57_344);
-    assert_ne!(c.algo, "vllm_custom");
+    assert_ne!(c.algo.base, CollectiveAlgo::VllmCustom);
     assert!(
         sim.warnings.iter().any(|w| w.contains(
             "vLLM hands all_reduce of 56.0 KiB to NCCL (56.0 KiB is not below max_size 56.0 KiB"
@@ -79,7 +79,10 @@ fn messages_from_the_cutoff_go_to_nccl() {
 #[test]
 fn auto_keeps_mainline_vllm_and_says_nothing_of_a_patch() {
     let sim = simulate(&req(1, AllreduceImpl::Auto)).unwrap();
-    assert_ne!(all_reduce(&sim, 14_336).algo, "vllm_custom");
+    assert_ne!(
+        all_reduce(&sim, 14_336).algo.base,
+        CollectiveAlgo::VllmCustom
+    );
     assert!(!sim.warnings.iter().any(|w| w.contains(NOTE)));
 }
 

@@ -206,7 +206,7 @@ fn tp_across_nodes_prices_the_allreduce_by_the_internode_law() {
         .find(|c| c.op == "all_reduce")
         .unwrap();
     assert_eq!(
-        (c.path, c.algo.as_str(), c.proto.as_str()),
+        (c.path, c.algo.to_string().as_str(), c.proto.as_str()),
         ("nvlink+net", "ring", "LL")
     );
     assert_eq!(c.bytes, 262_144);
@@ -240,7 +240,10 @@ fn tp_across_nodes_prices_the_allreduce_by_the_internode_law() {
         .iter()
         .find(|c| c.op == "all_reduce")
         .unwrap();
-    assert_eq!((c.algo.as_str(), c.proto.as_str()), ("tree", "LL"));
+    assert_eq!(
+        (c.algo.to_string().as_str(), c.proto.as_str()),
+        ("tree", "LL")
+    );
     // Over TCP the same all-reduce costs more than over InfiniBand.
     let tcp = decodesim::sim::simulate(&request("rtx-pro-6000-2node-tcp", 16)).unwrap();
     let t = tcp

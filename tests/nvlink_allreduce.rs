@@ -3,7 +3,7 @@
 //! RMSNorm fusion (`--fuse-allreduce-rms`), and no silent transfer of one GPU's prices to another
 //! (a profile of another GPU refused; the bundled B200 profile transferred by physics, and said).
 
-use decodesim::cost::CollectiveChoice;
+use decodesim::cost::{CollectiveAlgo, CollectiveChoice};
 use decodesim::scenario::deployment::CommKnobs;
 use decodesim::sim::{simulate, ScenarioRequest, Simulation};
 use decodesim::workload::CostFamily;
@@ -48,7 +48,7 @@ fn h200_runs_vllms_custom_all_reduce_at_the_tables_price() {
     assert!((want - 7.6558).abs() < 1e-3, "{want}");
     assert_eq!((c.bytes, c.count), (114_688, 123));
     assert_eq!(
-        (c.algo.as_str(), c.proto.as_str()),
+        (c.algo.to_string().as_str(), c.proto.as_str()),
         ("vllm_custom", "1stage")
     );
     assert!((c.time_us - want).abs() < 1e-9, "{} vs {want}", c.time_us);
@@ -66,7 +66,7 @@ fn above_the_256_kib_cap_the_all_reduce_is_priced_as_nccl_and_said() {
     let sim = simulate(&h200(64, false)).unwrap();
     let c = all_reduces(&sim)[0];
     assert_eq!(c.bytes, 917_504);
-    assert_ne!(c.algo, "vllm_custom");
+    assert_ne!(c.algo.base, CollectiveAlgo::VllmCustom);
     assert!(
         sim.warnings
             .iter()
@@ -76,7 +76,7 @@ fn above_the_256_kib_cap_the_all_reduce_is_priced_as_nccl_and_said() {
     );
     // Batch 16 (229,376 B) is still below it.
     let sim = simulate(&h200(16, false)).unwrap();
-    assert_eq!(all_reduces(&sim)[0].algo, "vllm_custom");
+    assert_eq!(all_reduces(&sim)[0].algo.base, CollectiveAlgo::VllmCustom);
 }
 
 #[test]

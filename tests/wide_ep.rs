@@ -6,6 +6,7 @@
 mod common;
 
 use decodesim::cost::internode::{AllToAllBytes, AllToAllMode, Hierarchy};
+use decodesim::cost::CollectiveAlgo;
 use decodesim::scenario::deployment::EpComm;
 use decodesim::scenario::CommPath;
 use decodesim::sim::ScenarioRequest;
@@ -188,7 +189,7 @@ fn the_wide_ep_all_to_all_is_priced_by_the_internode_law() {
         c.time_us,
         law.time_us
     );
-    assert_eq!(c.algo, "rdma_ll");
+    assert_eq!(c.algo.base, CollectiveAlgo::RdmaLl);
     assert!(c.source.contains("no SMs held"), "{}", c.source);
     assert!(
         c.source.contains("DeepEP low-latency dispatch"),

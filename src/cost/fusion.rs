@@ -6,8 +6,8 @@
 //! no second launch is paid. Above the size the fusion takes (`scenario::allreduce_rules`)
 //! vLLM leaves the pair apart: the all-reduce then the norm's own law price.
 
+use super::choice::{norm_name, CollectiveAlgorithm, CollectiveChoice, NormStep};
 use super::profile::KernelParams;
-use super::CollectiveChoice;
 use crate::error::{Error, Result};
 use crate::scenario::{GpuSpec, Scenario};
 use crate::workload::{CostFamily, FusedNorm, Op};
@@ -32,10 +32,8 @@ pub(crate) fn price(
     norm_law: Option<&KernelParams>,
     profile: &std::path::Path,
 ) -> Result<(CollectiveChoice, Option<String>)> {
-    let kind = match op.fused_norm {
-        Some(FusedNorm::AddRms) => "add+rmsnorm",
-        _ => "rmsnorm",
-    };
+    let norm = op.fused_norm.unwrap_or(FusedNorm::Rms);
+    let kind = norm_name(norm);
     let cap = s.allreduce_rules.fusion_cap(s.layout.tp);
     let fits = cap.is_none_or(|c| op.message_bytes < c.bytes);
     let gpu = &s.system.gpu;
@@ -56,7 +54,10 @@ pub(crate) fn price(
             );
             let out = CollectiveChoice {
                 time_us: c.time_us + norm_us,
-                algo: format!("{}, then {kind}", c.algo),
+                algo: CollectiveAlgorithm {
+                    norm: Some(NormStep::After(norm)),
+                    ..c.algo
+                },
                 source: format!("{}; then the {kind} kernel by its law", c.source),
                 ..c
             };
@@ -66,7 +67,10 @@ pub(crate) fn price(
             let norm_us = op.bytes / (gpu.memory_bandwidth_gbps * 1e3 * law.dram_efficiency);
             let out = CollectiveChoice {
                 time_us: c.time_us + norm_us,
-                algo: format!("{}+{kind}", c.algo),
+                algo: CollectiveAlgorithm {
+                    norm: Some(NormStep::Fused(norm)),
+                    ..c.algo
+                },
                 source: format!(
                     "{}; fused with {kind}: + the norm's {} at {:.0} GB/s ({} x {}: {})",
                     c.source,

@@ -34,9 +34,16 @@
 //! it, is reached through the NIC, and the transfer holds no SMs while it flies). The price says
 //! which (`NetPrice::occupies_sms`), so the engine can overlap the RDMA mode with compute.
 
+use super::choice::CollectiveAlgo;
 use crate::scenario::network::{LinkClass, NicPath, Transport};
 use crate::scenario::{Algo, CommPath, Proto, SystemSpec};
 use crate::workload::CostFamily;
+
+mod multinode;
+mod p2p;
+
+pub use multinode::{MultiNodeTable, MULTINODE_CSV, MULTINODE_HEADER};
+pub use p2p::{p2p, P2P_LL_THRESHOLD};
 
 /// NCCL's `baseLat` in µs, {LL, LL128, Simple} (docs/sources.md §4.1).
 const BASE_TREE: [f64; 3] = [6.8, 14.0, 8.4];
@@ -135,8 +142,8 @@ impl Bound {
 /// The price of one collective across nodes.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NetPrice {
-    /// `ring`, `tree`, `alltoall` or `rdma_ll`.
-    pub algo: &'static str,
+    /// Ring, tree, all-to-all or DeepEP's RDMA low-latency mode.
+    pub algo: CollectiveAlgo,
     /// `LL`, `LL128`, `Simple`, or `-` for the all-to-all.
     pub proto: &'static str,
     pub time_us: f64,
@@ -344,7 +351,7 @@ impl Hierarchy {
             _ => bus * n / super::collective::steps(family, self.ranks()),
         };
         Some(NetPrice {
-            algo: if algo == Algo::Tree { "tree" } else { "ring" },
+            algo: CollectiveAlgo::ring_or_tree(algo),
             proto: proto_name(proto),
             time_us: lat + bytes as f64 / (algbw * 1e3),
             latency_us: lat,
@@ -401,7 +408,7 @@ impl Hierarchy {
                     (t_intra, self.intra, self.intra_gbps)
                 };
                 Some(NetPrice {
-                    algo: "alltoall",
+                    algo: CollectiveAlgo::AllToAll,
                     proto: "-",
                     time_us: lat + t,
                     latency_us: lat,
@@ -418,7 +425,7 @@ impl Hierarchy {
                 // queue pair, so the latency is one one-way network latency.
                 let lat = self.wire_us;
                 Some(NetPrice {
-                    algo: "rdma_ll",
+                    algo: CollectiveAlgo::RdmaLl,
                     proto: "-",
                     time_us: lat + split.remote() / (per_rank_net * 1e3),
                     latency_us: lat,
@@ -552,7 +559,7 @@ mod tests {
         let small = h
             .choose(CostFamily::AllReduce, Algo::Auto, Proto::Auto, 1_000)
             .unwrap();
-        assert_eq!((small.algo, small.proto), ("tree", "LL"));
+        assert_eq!((small.algo, small.proto), (CollectiveAlgo::Tree, "LL"));
         assert!(close(
             small.time_us,
             27.2 + 1_000.0 / (400.0 * 0.92 / 3.8 * 0.5 * 1e3)
@@ -562,7 +569,7 @@ mod tests {
         let large = h
             .choose(CostFamily::AllReduce, Algo::Auto, Proto::Auto, 100_000_000)
             .unwrap();
-        assert_eq!((large.algo, large.proto), ("ring", "LL128"));
+        assert_eq!((large.algo, large.proto), (CollectiveAlgo::Ring, "LL128"));
         assert!(
             close(large.time_us, 83.4 + 1e8 / (368.0 * 16.0 / 30.0 * 1e3)),
             "{large:?}"
@@ -645,322 +652,5 @@ mod tests {
     #[test]
     fn log2i_is_floor() {
         assert_eq!((log2i(1), log2i(2), log2i(3), log2i(18)), (0, 1, 1, 4));
-    }
-}
-
-/// The multi-node collective table `calibrate --from-nccl-tests` writes from nccl-tests runs
-/// over several nodes (`nccl_multinode.csv` beside `nccl_collectives.csv`): columns
-/// `op,nodes,nranks,dtype,bytes,latency_us`, one row per measured size. A collective over
-/// `nranks` ranks on `nodes` nodes is priced from its curve as the single-node rows are
-/// (`aic::comm_price`: log-log between sizes, linear beyond), in place of the law.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct MultiNodeTable {
-    /// (op, nodes, nranks) → (bytes, µs) sorted by bytes.
-    curves: std::collections::BTreeMap<(String, u32, u32), Vec<(f64, f64)>>,
-}
-
-/// The table's file name and header.
-pub const MULTINODE_CSV: &str = "nccl_multinode.csv";
-pub const MULTINODE_HEADER: &str = "op,nodes,nranks,dtype,bytes,latency_us";
-
-impl MultiNodeTable {
-    pub fn parse(text: &str, path: &std::path::Path) -> crate::error::Result<Self> {
-        use crate::error::Error;
-        let mut records = crate::files::csv_records(text, path, false)?.into_iter();
-        let header = match records.next() {
-            Some((1, h)) => h.join(","),
-            _ => String::new(),
-        };
-        if header != MULTINODE_HEADER {
-            return Err(Error::field(
-                path,
-                "header",
-                format!(
-                    "found '{}', expected '{MULTINODE_HEADER}'",
-                    crate::units::clip(&header, 80)
-                ),
-            ));
-        }
-        let mut t = MultiNodeTable::default();
-        for (line, f) in records {
-            let f: Vec<&str> = f.iter().map(String::as_str).collect();
-            let bad = |what: String| Error::field(path, format!("line {line}"), what);
-            if f.len() != 6 {
-                return Err(bad(format!(
-                    "{} columns, expected 6 ({MULTINODE_HEADER})",
-                    f.len()
-                )));
-            }
-            if !["all_reduce", "all_gather", "reduce_scatter", "alltoall"].contains(&f[0]) {
-                return Err(bad(format!(
-                    "column op: found '{}', expected all_reduce, all_gather, reduce_scatter or alltoall",
-                    crate::units::clip(f[0], 20)
-                )));
-            }
-            let int = |k: usize, name: &str, lo: u64| -> crate::error::Result<u64> {
-                f[k].parse::<u64>()
-                    .ok()
-                    .filter(|v| *v >= lo)
-                    .ok_or_else(|| {
-                        bad(format!(
-                            "column {name}: found '{}', expected a whole number of at least {lo}",
-                            crate::units::clip(f[k], 20)
-                        ))
-                    })
-            };
-            let nodes = int(1, "nodes", 2)?;
-            let nranks = int(2, "nranks", 2)?;
-            let bytes = int(4, "bytes", 1)?;
-            if nranks < nodes || nranks > u32::MAX as u64 || nodes > u32::MAX as u64 {
-                return Err(bad(format!(
-                    "column nranks: {nranks} ranks on {nodes} nodes, expected at least one rank per node"
-                )));
-            }
-            let us = f[5]
-                .parse::<f64>()
-                .ok()
-                .filter(|t| t.is_finite() && *t > 0.0 && *t < 1e9)
-                .ok_or_else(|| {
-                    bad(format!(
-                        "column latency_us: found '{}', expected a positive time in µs",
-                        crate::units::clip(f[5], 20)
-                    ))
-                })?;
-            let v = t
-                .curves
-                .entry((f[0].to_string(), nodes as u32, nranks as u32))
-                .or_default();
-            if v.iter().any(|p| p.0 == bytes as f64) {
-                return Err(bad(format!(
-                    "{} of {bytes} B on {nodes} nodes x {nranks} ranks appears twice",
-                    f[0]
-                )));
-            }
-            v.push((bytes as f64, us));
-        }
-        for v in t.curves.values_mut() {
-            v.sort_by(|a, b| a.0.total_cmp(&b.0));
-        }
-        Ok(t)
-    }
-
-    pub fn read(path: &std::path::Path) -> crate::error::Result<Self> {
-        let text = crate::files::read_text(path, crate::files::InputKind::MeasurementCsv)?;
-        Self::parse(&text, path)
-    }
-
-    /// The measured curve of `op` (the table's spelling) over `nranks` ranks on `nodes` nodes.
-    pub fn curve(&self, op: &str, nodes: u32, nranks: u32) -> Option<&[(f64, f64)]> {
-        self.curves
-            .get(&(op.to_string(), nodes, nranks))
-            .map(|v| v.as_slice())
-    }
-
-    /// Data rows in all.
-    pub fn rows(&self) -> usize {
-        self.curves.values().map(Vec::len).sum()
-    }
-
-    /// (op, nodes, nranks) of every curve.
-    pub fn keys(&self) -> Vec<(String, u32, u32)> {
-        self.curves.keys().cloned().collect()
-    }
-}
-
-/// The price of one collective op whose group of `n` ranks spans nodes, as the pricer records
-/// it: the profile's multi-node table when it holds this (op, nodes, ranks), else the law
-/// (`Hierarchy::choose`; all-to-all: NCCL's). Returns the choice and a note for the report
-/// (an extrapolated table price).
-pub(crate) fn price_op(
-    h: &Hierarchy,
-    s: &crate::scenario::Scenario,
-    p: &super::CalibrationProfile,
-    family: CostFamily,
-    bytes: u64,
-    proto: Proto,
-) -> crate::error::Result<(super::CollectiveChoice, Option<String>)> {
-    let n = h.ranks();
-    let path: &'static str = match s.comm_path() {
-        CommPath::Nvlink => "nvlink+net",
-        CommPath::PcieP2p => "pcie_p2p+net",
-        CommPath::Host => "host+net",
-    };
-    let net = s.system.network.as_ref().map_or("", |n| n.fabric.as_str());
-    let key = match family {
-        CostFamily::AllToAll => "alltoall",
-        f => f.key(),
-    };
-    let table = p
-        .aic
-        .as_ref()
-        .and_then(|t| Some((t, t.multinode.as_ref()?.curve(key, h.nodes, n)?)));
-    if let Some((t, rows)) = table {
-        if let Some(tp) = super::aic::comm_price(rows, bytes as f64) {
-            let note = tp.extrapolated.then(|| {
-                format!(
-                    "{family} of {bytes} bytes is outside the multi-node rows of {} ({} nodes, {n} ranks): extrapolated",
-                    crate::units::path(&t.dir.join(MULTINODE_CSV)),
-                    h.nodes
-                )
-            });
-            return Ok((
-                super::CollectiveChoice {
-                    op: family.key(),
-                    bytes,
-                    count: 1,
-                    path,
-                    algo: "auto".into(),
-                    proto: "measured".into(),
-                    time_us: tp.us,
-                    source: format!(
-                        "measured: nccl-tests over {} nodes x {} ranks ({})",
-                        h.nodes,
-                        h.ranks_per_node,
-                        crate::units::path(&t.dir.join(MULTINODE_CSV))
-                    ),
-                    latency_us: super::aic::comm_latency(rows).min(tp.us),
-                },
-                note,
-            ));
-        }
-    }
-    let price = if family == CostFamily::AllToAll {
-        // `--ep-comm rdma-ll`: DeepEP's low-latency kernels (validation refused it where the
-        // network cannot run them).
-        let mode = if s.comm.ep_comm == crate::scenario::deployment::EpComm::RdmaLl {
-            AllToAllMode::RdmaLowLatency
-        } else {
-            AllToAllMode::Nccl
-        };
-        h.alltoall(mode, bytes)
-    } else {
-        h.choose(family, s.nccl.algo, proto, bytes)
-    };
-    let Some(c) = price else {
-        return Err(crate::error::Error::ScenarioPart {
-            part: format!("{family} over {} nodes x {} ranks", h.nodes, h.ranks_per_node),
-            problem: format!(
-                "NCCL has no {} / {} for it (tree runs all-reduce only; LL128 needs NVLink inside the node and an RDMA network); use --nccl-algo auto and --nccl-proto auto",
-                s.nccl.algo, proto
-            ),
-        });
-    };
-    Ok((
-        super::CollectiveChoice {
-            op: family.key(),
-            bytes,
-            count: 1,
-            path,
-            algo: c.algo.into(),
-            proto: c.proto.into(),
-            time_us: c.time_us,
-            source: format!(
-                "NCCL hierarchical law across nodes (cost::internode; docs/sources.md §4): {} nodes x {} ranks over {net}, bus {:.1} GB/s bound by {}{}",
-                h.nodes,
-                h.ranks_per_node,
-                c.bus_gbps,
-                c.bound.name(),
-                if c.occupies_sms { "" } else { ", no SMs held" }
-            ),
-            latency_us: c.latency_us,
-        },
-        None,
-    ))
-}
-
-/// NCCL's default `NCCL_P2P_LL_THRESHOLD` (bytes): point-to-point messages up to it go with
-/// LL, larger ones with Simple. UNVERIFIED: NCCL's documented default, not in docs/sources.md.
-pub const P2P_LL_THRESHOLD: u64 = 16_384;
-
-/// One NCCL send/recv of `bytes` from rank `from` to rank `to` of `sys` (the pipeline's
-/// stage-to-stage send of one rank's slice), while `senders_per_node` ranks of the sender's
-/// node send at once (they share the node's NICs when the NICs are per node).
-///
-/// The law is NCCL's model for one hop (docs/sources.md §4.1 constants; NCCL's tuner has no
-/// send/recv entry, so this is an ASSUMPTION built from its parts): `baseLat + hwLat(link)`
-/// for the protocol, plus what the link adds (host staging on the host path or without
-/// GPUDirect RDMA, the network's one-way latency), then the bytes at the link's bandwidth (LL
-/// moves half its line as data, as in the ring law). Inside a node the link is the pair's own
-/// (NVLink, or PCIe P2P at the same- or cross-socket figure; concurrent pairs are assumed not
-/// to contend); across nodes the sender's share of its node's NICs, each at the slower of its
-/// line rate and the GPU-NIC path.
-pub fn p2p(
-    sys: &SystemSpec,
-    path: CommPath,
-    from: u32,
-    to: u32,
-    bytes: u64,
-    senders_per_node: u32,
-) -> NetPrice {
-    let ic = &sys.interconnect;
-    let link = sys.link_between(from, to);
-    let proto = if bytes <= P2P_LL_THRESHOLD {
-        Proto::Ll
-    } else {
-        Proto::Simple
-    };
-    let p = pi(proto);
-    let ll = |bw: f64| if proto == Proto::Ll { bw * 0.5 } else { bw };
-    let (hop, gbps, extra) = match link {
-        LinkClass::Local => {
-            return NetPrice {
-                algo: "p2p",
-                proto: "-",
-                time_us: 0.0,
-                latency_us: 0.0,
-                bus_gbps: f64::INFINITY,
-                bound: Bound::Link(link),
-                occupies_sms: false,
-            }
-        }
-        LinkClass::Nvlink if path == CommPath::Nvlink => (HW_NVLINK_RING[p], ic.nvlink_gbps, 0.0),
-        LinkClass::Nvlink | LinkClass::Pcie => {
-            let socket = |r: u32| sys.node_of(r).1 / ic.gpus_per_socket.max(1);
-            let cross = ic.sockets > 1 && socket(from) != socket(to);
-            let bw = if cross && ic.p2p_gbps_cross_socket > 0.0 {
-                ic.p2p_gbps_cross_socket
-            } else {
-                ic.p2p_gbps_same_socket
-            };
-            let staging = if path == CommPath::Host {
-                ic.host_latency_us
-            } else {
-                0.0
-            };
-            (HW_PCI_RING[p], bw, staging)
-        }
-        LinkClass::Net => {
-            let net = sys
-                .network
-                .as_ref()
-                .expect("ranks on two nodes imply a [network]");
-            let path_gbps = net.gpu_nic_gbps.unwrap_or(match net.gpu_nic_path {
-                NicPath::Pcie => sys.pcie_gbps(),
-                NicPath::Nvlink => ic.nvlink_gbps,
-            });
-            let per_nic = net.nic_gbps().min(path_gbps);
-            let senders = senders_per_node.max(1) as f64;
-            let share = match net.nics_per {
-                crate::scenario::network::NicScope::Node => net.nics as f64 * per_nic / senders,
-                crate::scenario::network::NicScope::Gpu => net.nics as f64 * per_nic,
-            };
-            let staging = if net.gpudirect {
-                0.0
-            } else {
-                ic.host_latency_us
-            };
-            (HW_NET_RING[p], share, net.latency_us + staging)
-        }
-    };
-    let lat = BASE_RING[p] + hop + extra;
-    let bw = ll(gbps);
-    NetPrice {
-        algo: "p2p",
-        proto: proto_name(proto),
-        time_us: lat + bytes as f64 / (bw * 1e3),
-        latency_us: lat,
-        bus_gbps: bw,
-        bound: Bound::Link(link),
-        occupies_sms: true,
     }
 }

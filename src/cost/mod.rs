@@ -15,6 +15,7 @@ macro_rules! note {
 pub mod aic;
 pub mod allreduce;
 pub mod attention;
+mod choice;
 pub mod collective;
 pub mod deepep;
 pub mod fusion;
@@ -28,36 +29,20 @@ mod nccl_price;
 pub mod physics;
 pub mod profile;
 pub mod resident;
+mod source;
 pub mod table;
 pub mod transfer;
 
+pub use choice::{CollectiveAlgo, CollectiveAlgorithm, CollectiveChoice, NormStep};
 pub use profile::CalibrationProfile;
+pub use source::PCIE_CUSTOM_AR_NOTE;
 
 use crate::category::Category;
 use crate::error::{Error, Result};
-use crate::scenario::deployment::AllreduceImpl;
 use crate::scenario::{CommPath, Proto, Scenario};
-use crate::workload::{CostFamily, Op, OpRole, Workload};
-use serde::Serialize;
+use crate::workload::{CostFamily, Op, Workload};
+use source::{custom_ar_dispatch, Adjustment, CustomAr};
 use std::collections::BTreeSet;
-
-/// Which collective configuration was picked for a message size, and what it costs.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct CollectiveChoice {
-    pub op: &'static str,
-    pub bytes: u64,
-    pub count: u32,
-    pub path: &'static str,
-    pub algo: String,
-    pub proto: String,
-    /// Transfer time once every rank has arrived (no waiting), µs.
-    pub time_us: f64,
-    pub source: String,
-    /// The latency part of `time_us` (what does not grow with the bytes), for factors that
-    /// scale latency and bandwidth apart.
-    #[serde(skip)]
-    pub latency_us: f64,
-}
 
 /// Base durations of a workload's ops (before jitter and waiting), plus what the report must
 /// say about them.
@@ -221,42 +206,20 @@ impl PreparedPricer {
         }
         pr.warnings.append(&mut o.warnings);
         pr.families.append(&mut o.families);
-        for (i, op) in w.ops.iter().enumerate() {
-            let (us, split) = if op.family.is_sync() {
-                (0.0, 0.0)
-            } else if op.family.is_collective() {
-                pr.collective(op)?
-            } else if let Some(us) = o.us.get(i).copied().flatten() {
-                (us, o.split[i])
-            } else if let Some(priced) = pr.table_price(op, w.ops.get(i + 1)) {
-                priced
-            } else {
-                by_law.push(i);
-                pr.by_law(op)?
-            };
+        for i in 0..w.ops.len() {
+            let (us, split) = pr.base_price(&w.ops, i, o, by_law)?;
             base_us.push(us);
             split_us.push(split);
         }
-        if s.kv_bytes != 2.0 {
-            pr.fp8_kv_attention(w, &o.us, by_law, base_us, split_us)?;
-        }
-        pr.finish(out);
-        // Prices measured on another GPU moved to this one (`[transfer]`), before anything
-        // that corrects or replaces this machine's behaviour.
-        if let Some(t) = &p.transfer {
-            transfer::apply(t, w, s, p, by_law, out);
-        }
-        // Factors first (they correct the machine's measured behaviour), then a hypothetical link
-        // (it replaces the link under the corrected machine): cost::link.
-        profile::apply_factors(&p.factors, w, out);
-        link::apply(w, s, out);
-        // Last, over whatever priced each op: nothing beats its roofline (`physics`).
-        let raised = physics::apply(w, s, out);
-        if !o.quiet {
-            if let Some(line) = raised.note() {
-                out.warnings.push(line);
+        out.collectives = std::mem::take(&mut pr.collectives);
+        let mut floor_note = None;
+        for step in Adjustment::ORDER {
+            if let Some(line) = pr.adjust(step, w, o, by_law, out)? {
+                floor_note = Some(line);
             }
         }
+        pr.finish(out);
+        out.warnings.extend(floor_note);
         check_finite(w, out)?;
         Ok(out)
     }
@@ -463,9 +426,8 @@ impl<'a> Pricer<'a> {
     }
 
     /// A collective's price (its time and latency part), recorded for the report: its path's
-    /// price, with the RMSNorm a fused all-reduce took in (`cost::fusion`).
-    fn collective(&mut self, op: &Op) -> Result<(f64, f64)> {
-        let mut c = self.collective_choice(op)?;
+    /// price `c`, with the RMSNorm a fused all-reduce took in (`cost::fusion`).
+    fn collective(&mut self, op: &Op, mut c: CollectiveChoice) -> Result<(f64, f64)> {
         if op.fused_norm.is_some() {
             let law = self.p.fused_allreduce_rms.as_ref().ok_or_else(|| {
                 Error::field(
@@ -487,466 +449,7 @@ impl<'a> Pricer<'a> {
         Ok(self.record(op, c))
     }
 
-    fn collective_choice(&mut self, op: &Op) -> Result<CollectiveChoice> {
-        // A group that spans nodes: NCCL across the network (cost::internode).
-        let h = internode::Hierarchy::of(&self.s.system, self.group_of(op), self.path);
-        if let Some(h) = h {
-            let proto = self.proto_for(op.message_bytes);
-            let (mut c, note) =
-                internode::price_op(&h, self.s, self.p, op.family, op.message_bytes, proto)?;
-            if let Some(n) = note {
-                note!(self.quiet, self.warnings, n);
-            }
-            let k = self.s.comm;
-            let rdma = c.algo == "rdma_ll";
-            // NCCL's knobs do not reach a collective priced across nodes: the hierarchical law
-            // has no channel count or buffer, and DeepEP's kernels are not NCCL's. Said, not
-            // silently ignored.
-            if k.nccl_max_nchannels.is_some()
-                || k.nccl_min_nchannels.is_some()
-                || k.nccl_buffsize.is_some()
-            {
-                note!(self.quiet, self.warnings, format!(
-                    "--nccl-min-nchannels / --nccl-max-nchannels / --nccl-buffsize do not change the {} across {} nodes ({} ranks): {}; its price is unchanged (they act on collectives inside a node)",
-                    op.family,
-                    h.nodes,
-                    h.ranks(),
-                    if rdma {
-                        "DeepEP's low-latency kernels do not use NCCL"
-                    } else {
-                        "NCCL's hierarchical law across nodes has no channel count or buffer size"
-                    }
-                ));
-            }
-            if k.link_gbps.is_some() || k.link_latency_us.is_some() {
-                note!(self.quiet, self.warnings, format!(
-                    "--link-gbps / --link-latency-us set the link inside a node; the {} across {} nodes ({} ranks) is priced over the network ({}) and keeps its price",
-                    op.family,
-                    h.nodes,
-                    h.ranks(),
-                    if rdma {
-                        "DeepEP's low-latency mode sends every peer through the NIC"
-                    } else {
-                        "give a system file with other links to change it"
-                    }
-                ));
-            }
-            if rdma && !self.s.nccl.p2p {
-                note!(self.quiet, self.warnings, format!(
-                    "--p2p off (NCCL_P2P_DISABLE) does not reach DeepEP's low-latency {} across nodes (its RDMA path is NVSHMEM's, not NCCL's): its price is unchanged",
-                    op.family
-                ));
-            }
-            // DeepEP's kernels cost their own fixed time whatever carries the bytes (measured
-            // inside a node, where NVLink's share is small): the RDMA law's latency is the
-            // wire's alone, which would price two nodes below one.
-            if c.algo == "rdma_ll" {
-                if let (Some(d), Some(phase)) = (&self.p.deepep_ll, deepep::Phase::of(op)) {
-                    let fixed = d.law(phase).latency_us;
-                    c.time_us += fixed;
-                    c.latency_us += fixed;
-                    c.source = format!(
-                        "{}; + DeepEP low-latency {} kernels' fixed {fixed:.1} µs (the profile's [deepep_ll], measured inside a node)",
-                        c.source,
-                        phase.name()
-                    );
-                }
-            }
-            return Ok(c);
-        }
-        if op.family == CostFamily::AllReduce && self.custom_ar && op.group == 0 {
-            if let Some(c) = self.custom_allreduce(op) {
-                let c = self.table_scaled(c);
-                return Ok(c);
-            }
-        }
-        if op.family == CostFamily::AllToAll
-            && self.s.comm.ep_comm == crate::scenario::deployment::EpComm::RdmaLl
-        {
-            if let Some(c) = self.deepep_ll(op) {
-                let k = self.s.comm;
-                if !self.s.nccl.p2p {
-                    note!(self.quiet, self.warnings, format!(
-                        "--p2p off (NCCL_P2P_DISABLE) does not reach DeepEP's low-latency {} (NVSHMEM over NVLink, not NCCL): its price is unchanged",
-                        op.family
-                    ));
-                }
-                if k.nccl_max_nchannels.is_some()
-                    || k.nccl_min_nchannels.is_some()
-                    || k.nccl_buffsize.is_some()
-                {
-                    note!(self.quiet, self.warnings, format!(
-                        "--nccl-min-nchannels / --nccl-max-nchannels / --nccl-buffsize do not change DeepEP's low-latency {} (not NCCL's kernels): its price is unchanged",
-                        op.family
-                    ));
-                }
-                return Ok(c);
-            }
-        }
-        self.nccl(op)
-    }
-
-    /// DeepEP's low-latency dispatch or combine inside one node, by the profile's fitted law
-    /// (`cost::deepep`); None when the profile has none (the all-gather law prices it).
-    fn deepep_ll(&mut self, op: &Op) -> Option<CollectiveChoice> {
-        let d = self.p.deepep_ll.as_ref()?;
-        let phase = deepep::Phase::of(op)?;
-        let law = d.law(phase);
-        let (n, bytes) = (self.group_of(op), op.message_bytes as f64);
-        if !law.measured_ranks.contains(&n) {
-            note!(
-                self.quiet,
-                self.warnings,
-                format!(
-                    "DeepEP low-latency {}: measured at {:?} ranks, extrapolated to {n}",
-                    phase.name(),
-                    law.measured_ranks
-                )
-            );
-        }
-        let [lo, hi] = law.measured_bytes;
-        if bytes < lo || bytes > hi {
-            note!(
-                self.quiet,
-                self.warnings,
-                format!(
-                "DeepEP low-latency {} of {} is outside the measured range {}..{}: extrapolated",
-                phase.name(),
-                crate::units::bytes(bytes),
-                crate::units::bytes(lo),
-                crate::units::bytes(hi)
-            )
-            );
-        }
-        Some(CollectiveChoice {
-            op: op.family.key(),
-            bytes: op.message_bytes,
-            count: 1,
-            path: self.path.name(),
-            algo: "deepep_ll".into(),
-            proto: "-".into(),
-            time_us: law.time_us(bytes),
-            source: format!(
-                "fitted: DeepEP low-latency {} {:.1} µs + bytes at {:.0} GB/s over {} rows (median |rel err| {:.1}%): {}",
-                phase.name(),
-                law.latency_us,
-                law.bw_gbps,
-                law.rows,
-                law.median_rel_err * 100.0,
-                d.source
-            ),
-            latency_us: law.latency_us,
-        })
-    }
-
-    /// vLLM's custom all-reduce for one call: the AIConfigurator table where the collection
-    /// machine ran the custom kernel at this world size, else the profile's law; None when
-    /// vLLM would hand this call to NCCL (size or alignment rule).
-    fn custom_allreduce(&mut self, op: &Op) -> Option<CollectiveChoice> {
-        let (n, bytes) = (self.s.layout.tp, op.message_bytes);
-        let law = if self.custom_pcie {
-            self.p.custom_allreduce_pcie.as_ref()?
-        } else {
-            self.p.custom_allreduce.as_ref()?
-        };
-        // With symmetric memory on, vLLM caps max_size per capability and world size
-        // (`scenario::allreduce_rules`); the patched PCIe build keeps its own cutoff.
-        let cap = (!self.custom_pcie)
-            .then(|| self.s.allreduce_rules.custom_cap(n))
-            .flatten();
-        let max = cap.map_or(law.max_size_bytes, |c| c.bytes.min(law.max_size_bytes));
-        if let Err(why) = allreduce::custom_ar_call(bytes, max) {
-            let next = allreduce::next_path(&why, cap, self.s.allreduce_rules.symm_mem);
-            note!(
-                self.quiet,
-                self.warnings,
-                format!(
-                    "custom all-reduce: vLLM hands all_reduce of {} to {next} ({why})",
-                    crate::units::bytes(bytes as f64)
-                )
-            );
-            return None;
-        }
-        let mode = if self.s.cuda_graphs { "graph" } else { "eager" };
-        let stage = if allreduce::one_stage(n, bytes) {
-            "1stage"
-        } else {
-            "2stage"
-        };
-        let table = self.p.aic.as_ref().zip(self.p.aiconfigurator.as_ref());
-        // A patched PCIe build never ran on the collection machine: its law prices it.
-        let ran_custom = |nvlink: bool| !self.custom_pcie && (nvlink || n == 2);
-        // Rows at or above the measured machine's own cap timed another path (a transferred
-        // profile's GPU may allow larger messages): the law prices those sizes.
-        let measured_max = match &self.p.measured_rules {
-            Some(r) => r.custom_cap(n).map_or(max, |c| c.bytes.min(max)),
-            None => max,
-        };
-        let in_rows = bytes < measured_max;
-        if let Some((t, sec)) = table.filter(|(_, sec)| ran_custom(sec.nvlink) && in_rows) {
-            if let Some(rows) = t.custom_curve(mode, n) {
-                let max = measured_max as f64;
-                let rows: Vec<(f64, f64)> = rows.iter().copied().filter(|r| r.0 < max).collect();
-                if let Some(tp) = aic::comm_price(&rows, bytes as f64) {
-                    if tp.extrapolated {
-                        note!(self.quiet, self.warnings, format!(
-                            "custom all-reduce of {} is outside the measured rows of {} ({mode}, {n} ranks): extrapolated",
-                            crate::units::bytes(bytes as f64),
-                            crate::units::path(&t.dir.join("custom_allreduce.csv"))
-                        ));
-                    }
-                    return Some(CollectiveChoice {
-                        op: op.family.key(),
-                        bytes,
-                        count: 1,
-                        path: self.path.name(),
-                        algo: "vllm_custom".into(),
-                        proto: stage.into(),
-                        time_us: tp.us,
-                        source: format!(
-                            "measured: AIConfigurator custom_allreduce.csv ({}), vLLM {mode} mode, {n} ranks ({})",
-                            crate::units::path(&t.dir),
-                            sec.system
-                        ),
-                        latency_us: aic::comm_latency(&rows).min(tp.us),
-                    });
-                }
-            }
-        }
-        if !in_rows {
-            note!(self.quiet, self.warnings, format!(
-                "custom all-reduce of {}: at or above the cap of the GPU its rows were measured on ({} B at {n} ranks), where they timed another path; priced by the profile's custom all-reduce law",
-                crate::units::bytes(bytes as f64),
-                measured_max
-            ));
-        }
-        let l = match (mode, &law.eager) {
-            ("eager", Some(e)) => e,
-            _ => &law.graph,
-        };
-        if !l.measured_nranks.is_empty() && !l.measured_nranks.contains(&n) {
-            note!(
-                self.quiet,
-                self.warnings,
-                format!(
-                    "custom all-reduce law: measured at {:?} ranks, extrapolated to {n}",
-                    l.measured_nranks
-                )
-            );
-        }
-        let (t, lat) = allreduce::custom_law_us(l, n, bytes);
-        Some(CollectiveChoice {
-            op: op.family.key(),
-            bytes,
-            count: 1,
-            path: self.path.name(),
-            algo: "vllm_custom".into(),
-            proto: stage.into(),
-            time_us: t,
-            source: if self.custom_pcie {
-                format!(
-                    "hypothetical patched vLLM build (PCIe custom all-reduce): {}",
-                    l.source
-                )
-            } else {
-                l.source.clone()
-            },
-            latency_us: lat,
-        })
-    }
-
-    /// The measured table's price of this op's shape, if the table holds it, and its split
-    /// (`Pricing::split_us`): attention's price at the table's smallest context, a routed-expert
-    /// GEMM's DRAM roofline of its bytes (the weight read).
-    fn table_price(&mut self, op: &Op, next: Option<&Op>) -> Option<(f64, f64)> {
-        let (table, mk) = (self.p.table.as_ref()?, op.measure.as_ref()?);
-        // MLA decode is measured at one query token: a verify pass reads at its layout's rows.
-        let read = (op.family == CostFamily::AttentionMlaDecode).then(|| {
-            let rows = crate::scenario::mla_backend::lookup_rows(
-                self.s.mla_backend.verify,
-                mk.m,
-                mk.batch,
-                mk.n,
-            );
-            crate::workload::op::MeasureKey {
-                m: rows.round().max(1.0) as u64,
-                ..*mk
-            }
-        });
-        let mk = read.as_ref().unwrap_or(mk);
-        let tp = table.price(mk)?;
-        let mut us = tp.us;
-        if mk.includes_next {
-            // The measurement covers this kernel and the next: leave the next its law.
-            if let Some(next) = next {
-                if let Some(k) = self.kernels.get(next.family) {
-                    us = (us - kernel::kernel_us(next, k, &self.s.system.gpu)).max(0.5 * us);
-                }
-            }
-        }
-        if tp.extrapolated {
-            note!(
-                self.quiet,
-                self.warnings,
-                format!(
-                    "{}: shape outside the measured table {} (m = {}, context = {}); extrapolated",
-                    mk.family,
-                    table.path.display(),
-                    mk.m,
-                    mk.context
-                )
-            );
-        }
-        self.from_table += 1;
-        // A family's time anchored to a measured step (`table_scales`) scales price and split.
-        let f = self.p.table_scale(op.family.key());
-        let split = f * if op.category == Category::Attention {
-            match table.min_context(mk) {
-                None => us,
-                Some(c) => table
-                    .price(&crate::workload::op::MeasureKey { context: c, ..*mk })
-                    .map_or(0.0, |lo| us * (lo.us / tp.us.max(1e-12)).min(1.0)),
-            }
-        } else if aic::is_moe_gemm(op.family) {
-            (op.bytes / (self.s.system.gpu.memory_bandwidth_gbps * 1e3)).min(us)
-        } else {
-            0.0
-        };
-        Some((f * us, split))
-    }
-
-    /// The roofline law's price and its split (`Pricing::split_us`): attention's fixed cost (all
-    /// of the KV write, which does not grow with the context), a routed-expert GEMM's memory
-    /// term (the weight read at the law's achieved bandwidth).
-    fn by_law(&mut self, op: &Op) -> Result<(f64, f64)> {
-        let key = op.family;
-        let k = self.kernels.get(key).ok_or_else(|| {
-            Error::field(
-                &self.p.path,
-                format!("kernels.{key}"),
-                format!("missing: op '{}' needs this kernel family", op.name),
-            )
-        })?;
-        note!(
-            self.quiet,
-            self.families,
-            (key.to_string(), k.source.clone())
-        );
-        // An elementwise op's M is its element count (`Builder::elementwise`), while the
-        // calibration's M is rows: the two do not compare, and its bytes (checked below) are
-        // what the law prices.
-        let m_in_rows = key != CostFamily::Elementwise;
-        if let (Some([lo, hi]), true) = (k.measured_m, m_in_rows) {
-            let m = op.shape.m as f64;
-            if m < lo || m > hi {
-                note!(
-                    self.quiet,
-                    self.warnings,
-                    format!("{key}: M = {m} is outside the measured range {lo}..{hi}")
-                );
-            }
-        }
-        if let Some([lo, hi]) = k.measured_bytes {
-            if op.bytes < lo * 0.5 || op.bytes > hi * 2.0 {
-                note!(
-                    self.quiet,
-                    self.warnings,
-                    format!(
-                        "{key}: {} is outside the measured range {}..{}",
-                        crate::units::bytes(op.bytes),
-                        crate::units::bytes(lo),
-                        crate::units::bytes(hi)
-                    )
-                );
-            }
-        }
-        Ok(law_price(op, k, &self.s.system.gpu))
-    }
-
-    /// Attention over an FP8 KV cache where the price came from BF16 data (a measured table, a
-    /// law whose efficiencies were fitted on BF16 runs): the BF16 price times the measured
-    /// FP8/BF16 ratio for MLA (`kv_dtype`), BF16 as the nearest measured dtype for the rest.
-    /// MLA calls the AIConfigurator tables priced carry the ratio already (`aic`).
-    fn fp8_kv_attention(
-        &mut self,
-        w: &Workload,
-        aic_us: &[Option<f64>],
-        by_law: &[usize],
-        base_us: &mut [f64],
-        split_us: &mut [f64],
-    ) -> Result<()> {
-        let s = self.s;
-        for (i, op) in w.ops.iter().enumerate() {
-            let mla = op.family == CostFamily::AttentionMlaDecode;
-            if !(mla || op.family == CostFamily::AttentionGqaDecode)
-                || aic_us.get(i).copied().flatten().is_some()
-            {
-                continue;
-            }
-            if by_law.contains(&i) {
-                // The law read the FP8 cache's bytes: price the BF16 cache's instead.
-                let q_out = match op.family {
-                    CostFamily::AttentionMlaDecode => {
-                        (op.shape.m * op.shape.batch * (op.shape.k + op.shape.n)) as f64 * 2.0
-                    }
-                    _ => 2.0 * (op.shape.m * op.shape.batch * op.shape.n) as f64 * 2.0,
-                };
-                let mut bf16 = op.clone();
-                bf16.bytes = q_out + (op.bytes - q_out).max(0.0) * 2.0 / s.kv_bytes;
-                (base_us[i], split_us[i]) = self.by_law(&bf16)?;
-            }
-            if !mla {
-                note!(self.quiet, self.warnings, format!(
-                    "{}: no FP8 KV measurement for this attention kind; priced as a BF16 cache (the nearest measured dtype)",
-                    op.family
-                ));
-                continue;
-            }
-            let t = kv_dtype::KvDtypeRatios::bundled()?;
-            let mk = op.measure.as_ref();
-            let ctx = mk.map_or(s.context, |m| m.context) as f64;
-            let r = t.fp8_over_bf16(op.shape.batch, s.rank_batch() as f64, ctx);
-            if !t.applies_to(&s.system.gpu.compute_capability) {
-                // The BF16 price stands: a ratio of the H200's kernels is not this GPU's.
-                note!(
-                    self.quiet,
-                    self.warnings,
-                    kv_dtype::unmeasured_note(&s.system.gpu.name, r.value)
-                );
-                continue;
-            }
-            base_us[i] *= r.value;
-            split_us[i] *= r.value;
-            if w.ops
-                .get(i + 1)
-                .is_some_and(|n| n.role == OpRole::AttentionReduce)
-            {
-                base_us[i + 1] *= r.value;
-                split_us[i + 1] *= r.value;
-            }
-            self.note_fp8_ratio(r, t);
-        }
-        Ok(())
-    }
-
-    fn note_fp8_ratio(&mut self, r: kv_dtype::Ratio, t: &kv_dtype::KvDtypeRatios) {
-        note!(
-            self.quiet,
-            self.families,
-            (
-                "attention_mla_decode (FP8 KV)".into(),
-                format!("the BF16 price times the {}", t.source()),
-            )
-        );
-        note!(self.quiet, self.warnings, format!(
-            "attention_mla_decode with an FP8 KV cache: priced as BF16 x the FP8/BF16 ratio measured on an H200 (x{:.2} here), transferred to {}{}",
-            r.value,
-            self.s.system.gpu.name,
-            if r.extrapolated { "; outside the measured batch, KV length or head count: held at the nearest" } else { "" }
-        ));
-    }
-
-    /// Moves what the pricing accumulated besides the durations into `out`.
+    /// Moves the notes the pricing accumulated into `out`.
     fn finish(mut self, out: &mut Pricing) {
         if let (Some(t), false) = (&self.p.table, self.quiet) {
             self.families.insert((
@@ -959,7 +462,6 @@ impl<'a> Pricer<'a> {
                 ),
             ));
         }
-        out.collectives = self.collectives;
         out.families.clear();
         out.warnings.clear();
         if !(self.families.is_empty() && self.warnings.is_empty()) {
@@ -1008,106 +510,5 @@ fn gpu_mismatch(s: &Scenario, p: &CalibrationProfile) -> Error {
             p.profile.gpu,
             p.profile.name,
         ),
-    }
-}
-
-/// Which all-reduce carries the TP all-reduces (`--allreduce`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum CustomAr {
-    /// NCCL for every all-reduce.
-    Off,
-    /// vLLM's custom kernel, where mainline vLLM runs it.
-    Mainline,
-    /// A custom kernel over more than two PCIe-only GPUs: a patched build (hypothetical).
-    PciePatched,
-}
-
-/// The note every report of a patched PCIe custom all-reduce carries.
-pub const PCIE_CUSTOM_AR_NOTE: &str = "mainline vLLM disables its custom all-reduce on more than 2 PCIe GPUs; this prices a patched build";
-
-/// Whether vLLM would run its custom all-reduce in this scenario (`--allreduce`): `nccl` never;
-/// `custom` where vLLM allows it, an error naming the rule where it refuses, except over more
-/// than two PCIe GPUs with P2P, which it prices as a patched build by the profile's
-/// `[custom_allreduce_pcie]` law (warning that mainline refuses); `auto` as mainline vLLM's
-/// dispatch does (cost::allreduce), with NCCL where the profile cannot price the custom kernel.
-fn custom_ar_dispatch(
-    s: &Scenario,
-    p: &CalibrationProfile,
-    quiet: bool,
-    warnings: &mut BTreeSet<String>,
-) -> Result<CustomAr> {
-    if s.runtime == crate::scenario::Runtime::Reference {
-        // The project's reference step reduces with torch.distributed, i.e. NCCL.
-        return match s.comm.allreduce {
-            AllreduceImpl::Custom => Err(Error::ScenarioSetting {
-                flag: "--allreduce",
-                value: "custom".into(),
-                problem: ": the reference runtime reduces with torch.distributed (NCCL), not vLLM's custom kernel; use --runtime vllm".into(),
-            }),
-            _ => Ok(CustomAr::Off),
-        };
-    }
-    if s.system.spans_nodes(s.layout.tp) {
-        // vLLM disables its custom all-reduce when the group spans nodes (custom_all_reduce.py:
-        // "Custom allreduce is disabled because this process group spans across nodes").
-        return match s.comm.allreduce {
-            AllreduceImpl::Custom => Err(Error::Usage {
-                flag: "--allreduce custom".into(),
-                problem: format!(
-                    "vLLM would not run its custom all-reduce on {} at TP={}: the group spans {} nodes (custom_all_reduce.py disables it across nodes); use --allreduce nccl or auto",
-                    s.system.name,
-                    s.layout.tp,
-                    s.system.nodes_spanned(s.layout.tp)
-                ),
-            }),
-            _ => Ok(CustomAr::Off),
-        };
-    }
-    let full_nvlink = s.comm_path() == CommPath::Nvlink;
-    let rule = allreduce::custom_ar_enabled(s.layout.tp, full_nvlink);
-    match (s.comm.allreduce, rule) {
-        (AllreduceImpl::Nccl, _) => Ok(CustomAr::Off),
-        (AllreduceImpl::Custom, Err(why @ allreduce::Refusal::PcieOnly(_)))
-            if s.comm_path() == CommPath::PcieP2p =>
-        {
-            let Some(law) = &p.custom_allreduce_pcie else {
-                return Err(Error::field(
-                    &p.path,
-                    "custom_allreduce_pcie",
-                    format!(
-                        "missing: --allreduce custom on {} at TP={} prices a patched vLLM build ({why}), which needs a PCIe custom all-reduce law in this section (data/calibration/rtx-pro-6000/profile.toml has one fitted to published figures); or use --allreduce nccl or auto",
-                        s.system.name, s.layout.tp
-                    ),
-                ));
-            };
-            note!(quiet, warnings, format!(
-                "--allreduce custom on {} at TP={}: {PCIE_CUSTOM_AR_NOTE} (priced by [custom_allreduce_pcie]: {})",
-                s.system.name, s.layout.tp, law.source
-            ));
-            Ok(CustomAr::PciePatched)
-        }
-        (AllreduceImpl::Custom, Err(why)) => Err(Error::ScenarioSetting {
-            flag: "--allreduce",
-            value: "custom".into(),
-            problem: format!(
-                ": vLLM would not run its custom all-reduce on {} at TP={}: {why}; use --allreduce nccl or auto",
-                s.system.name, s.layout.tp
-            ),
-        }),
-        (AllreduceImpl::Custom, Ok(())) if p.custom_allreduce.is_none() => Err(Error::field(
-            &p.path,
-            "custom_allreduce",
-            "missing: --allreduce custom needs the custom all-reduce cost (write one with `decodesim calibrate --from-aiconfigurator`)",
-        )),
-        (AllreduceImpl::Custom, Ok(())) => Ok(CustomAr::Mainline),
-        (AllreduceImpl::Auto, Err(_)) => Ok(CustomAr::Off),
-        (AllreduceImpl::Auto, Ok(())) if p.custom_allreduce.is_none() => {
-            note!(quiet, warnings, format!(
-                "--allreduce auto: vLLM would run its custom all-reduce here, but profile '{}' cannot price it (no [custom_allreduce]); priced as NCCL",
-                p.profile.name
-            ));
-            Ok(CustomAr::Off)
-        }
-        (AllreduceImpl::Auto, Ok(())) => Ok(CustomAr::Mainline),
     }
 }

@@ -3,7 +3,8 @@
 //! tuner choosing among them; then the NCCL knobs (channels, buffer) against what the profile
 //! was measured with. Methods of [`Pricer`], split from `cost/mod.rs` by job.
 
-use super::{aic, allreduce, collective, link, profile, CollectiveChoice, Pricer};
+use super::choice::{CollectiveAlgo, CollectiveChoice};
+use super::{aic, allreduce, collective, link, profile, Pricer};
 use crate::error::{Error, Result};
 use crate::scenario::{Algo, CommPath, Proto};
 use crate::workload::{CostFamily, Op};
@@ -72,23 +73,16 @@ impl Pricer<'_> {
                 )
             );
         }
-        let proto = match (forced, curve.switch_bytes()) {
-            (p, _) if threshold.is_some() => format!("threshold: {}", p.name()),
-            (_, _) if moved.is_some() => format!("auto: {}", moved.unwrap_or(forced).name()),
-            (Proto::Auto, Some((ll, _))) if bytes <= ll => "auto: LL".to_string(),
-            (Proto::Auto, Some((_, simple))) if bytes >= simple => "auto: Simple".to_string(),
-            (Proto::Auto, Some(_)) => "auto: LL/Simple".to_string(),
-            (p, _) => p.name().to_string(),
-        };
+        let proto = table_proto(forced, moved, threshold, curve.switch_bytes(), bytes);
         Some(CollectiveChoice {
             op: op.family.key(),
             bytes: op.message_bytes,
             count: 1,
             path: self.path.name(),
             algo: if self.s.nccl.algo == Algo::Ring {
-                "ring".into()
+                CollectiveAlgo::Ring.into()
             } else {
-                "auto".into()
+                CollectiveAlgo::Auto.into()
             },
             proto,
             time_us: tp.us,
@@ -206,23 +200,55 @@ impl Pricer<'_> {
             scaled.iter().collect()
         };
         let Some((c, t)) = collective::choose(&cands, op.family, n, op.message_bytes) else {
-            return Err(Error::field(
-                &p.path,
-                "collectives",
-                format!(
-                    "no entry for {} on path '{}' with algo '{}' and proto '{}' (entries present: {})",
-                    op.family,
-                    path,
-                    self.s.nccl.algo,
-                    proto,
-                    p.collectives
-                        .iter()
-                        .map(|c| format!("{}/{}/{}/{}", c.op, c.path, c.algo, c.proto))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ),
-            ));
+            return Err(self.no_entry(op, proto));
         };
+        self.note_law_reach(op, c, n);
+        let threshold = self
+            .s
+            .comm
+            .nccl_ll_threshold
+            .filter(|_| self.proto == Proto::Auto);
+        Ok(CollectiveChoice {
+            op: op.family.key(),
+            bytes: op.message_bytes,
+            count: 1,
+            path: path.name(),
+            algo: CollectiveAlgo::of_nccl(c.algo).into(),
+            proto: match threshold {
+                Some(_) => format!("threshold: {}", c.proto.name()),
+                None => c.proto.name().to_string(),
+            },
+            time_us: t,
+            source: c.source.clone(),
+            latency_us: collective::time_us(c, op.family, n, 0),
+        })
+    }
+
+    /// The profile has no collective entry this op may be priced by.
+    fn no_entry(&self, op: &Op, proto: Proto) -> Error {
+        let (p, path) = (self.p, self.path);
+        Error::field(
+            &p.path,
+            "collectives",
+            format!(
+                "no entry for {} on path '{}' with algo '{}' and proto '{}' (entries present: {})",
+                op.family,
+                path,
+                self.s.nccl.algo,
+                proto,
+                p.collectives
+                    .iter()
+                    .map(|c| format!("{}/{}/{}/{}", c.op, c.path, c.algo, c.proto))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        )
+    }
+
+    /// What the law's entry `c` does not cover for this op (`n` ranks): another op's entry,
+    /// ranks or sizes it was not measured at.
+    fn note_law_reach(&mut self, op: &Op, c: &profile::CollectiveParams, n: u32) {
+        let (p, path) = (self.p, self.path);
         // Profiles state all_reduce / all_gather / any entries only.
         if matches!(op.family, CostFamily::AllToAll | CostFamily::ReduceScatter) {
             note!(self.quiet, self.warnings, format!(
@@ -261,24 +287,25 @@ impl Pricer<'_> {
                 );
             }
         }
-        let threshold = self
-            .s
-            .comm
-            .nccl_ll_threshold
-            .filter(|_| self.proto == Proto::Auto);
-        Ok(CollectiveChoice {
-            op: op.family.key(),
-            bytes: op.message_bytes,
-            count: 1,
-            path: path.name(),
-            algo: c.algo.name().to_ascii_lowercase(),
-            proto: match threshold {
-                Some(_) => format!("threshold: {}", c.proto.name()),
-                None => c.proto.name().to_string(),
-            },
-            time_us: t,
-            source: c.source.clone(),
-            latency_us: collective::time_us(c, op.family, n, 0),
-        })
+    }
+}
+
+/// The protocol column of a table-priced NCCL collective: the regime its rows were read in
+/// (`forced`, or the regime the channels `moved` it to) and, under NCCL's own choice, which side
+/// of the measured `switch` the size lies.
+fn table_proto(
+    forced: Proto,
+    moved: Option<Proto>,
+    threshold: Option<u64>,
+    switch: Option<(f64, f64)>,
+    bytes: f64,
+) -> String {
+    match (forced, switch) {
+        (p, _) if threshold.is_some() => format!("threshold: {}", p.name()),
+        (_, _) if moved.is_some() => format!("auto: {}", moved.unwrap_or(forced).name()),
+        (Proto::Auto, Some((ll, _))) if bytes <= ll => "auto: LL".to_string(),
+        (Proto::Auto, Some((_, simple))) if bytes >= simple => "auto: Simple".to_string(),
+        (Proto::Auto, Some(_)) => "auto: LL/Simple".to_string(),
+        (p, _) => p.name().to_string(),
     }
 }

@@ -395,7 +395,7 @@ fn collectives(out: &mut String, sim: &Simulation) {
             c.count.to_string(),
             grouped(c.bytes as f64, 0),
             c.path.to_string(),
-            c.algo.clone(),
+            c.algo.to_string(),
             c.proto.clone(),
             us(c.time_us),
             pct(share_of_step(c, step)),

@@ -756,7 +756,7 @@ fn combine_pricing(
                 bytes: op.message_bytes,
                 count: 1,
                 path: link.name(),
-                algo: "p2p".into(),
+                algo: cost::CollectiveAlgo::P2p.into(),
                 proto: if op.message_bytes <= cost::internode::P2P_LL_THRESHOLD {
                     "LL".into()
                 } else {

@@ -4,7 +4,9 @@
 //! the measured FP8/BF16 ratio (`cost::kv_dtype`).
 
 use super::{AicTables, LawKernels, Overrides};
+use crate::cost::kv_dtype::{KvDtypeRatios, Ratio};
 use crate::cost::profile::AicSection;
+use crate::cost::table::TablePrice;
 use crate::scenario::Scenario;
 use crate::workload::{CostFamily, OpRole, Workload};
 
@@ -56,6 +58,19 @@ impl MlaPair {
     }
 }
 
+/// How one step's MLA calls read the module rows: the KV dtype of the rows read, the heads per
+/// rank, the rows of the first call, the KV length per rank, the FP8/BF16 ratio over BF16 rows
+/// for an FP8 cache, and the module's growth at the first call.
+struct MlaRead {
+    kv: &'static str,
+    heads: u64,
+    batch: f64,
+    ctx: f64,
+    fp8_ratio: Option<(Ratio, &'static KvDtypeRatios)>,
+    growth: TablePrice,
+}
+
+/// Prices MLA decode attention and its split-KV reduce from the module rows, into `o`.
 pub(super) fn mla_attention(
     w: &Workload,
     lk: &LawKernels,
@@ -64,7 +79,7 @@ pub(super) fn mla_attention(
     o: &mut Overrides,
     dir: &str,
 ) {
-    let (s, bw) = (lk.s, lk.bw);
+    let s = lk.s;
     if !mla_rows_apply(s, sec) {
         return;
     }
@@ -76,6 +91,23 @@ pub(super) fn mla_attention(
     {
         return;
     }
+    let Some(read) = mla_read(w, s, t, o, dir) else {
+        return;
+    };
+    if price_calls(w, lk, t, &read, o) > 0 {
+        note_mla(s, &read, o, dir);
+    }
+}
+
+/// How this step reads the rows ([`MlaRead`]); None where they cannot price it (the law then
+/// does), with the note saying why.
+fn mla_read(
+    w: &Workload,
+    s: &Scenario,
+    t: &AicTables,
+    o: &mut Overrides,
+    dir: &str,
+) -> Option<MlaRead> {
     let kv = if s.kv_bytes == 1.0 { "fp8" } else { "bfloat16" };
     // Decode context parallelism: every rank runs its DCP group's heads over its KV shard.
     let dcp = s.layout.dcp_size();
@@ -112,7 +144,7 @@ pub(super) fn mla_attention(
                 note!(o.quiet, o.warnings, format!(
                     "attention_mla_decode: FP8 KV not priced from the tables ({e}); priced by the law"
                 ));
-                return;
+                return None;
             }
         }
     } else {
@@ -122,8 +154,36 @@ pub(super) fn mla_attention(
         note!(o.quiet, o.warnings, format!(
             "attention_mla_decode: no AIConfigurator MLA module rows for KV {kv} at {heads} heads per rank in {dir}: priced by the law"
         ));
-        return;
+        return None;
     };
+    Some(MlaRead {
+        kv,
+        heads,
+        batch,
+        ctx,
+        fp8_ratio,
+        growth,
+    })
+}
+
+/// Each MLA call and the split-KV reduce after it priced from the module's growth (`read`);
+/// returns how many calls it priced.
+fn price_calls(
+    w: &Workload,
+    lk: &LawKernels,
+    t: &AicTables,
+    read: &MlaRead,
+    o: &mut Overrides,
+) -> usize {
+    let (s, bw) = (lk.s, lk.bw);
+    let MlaRead {
+        kv,
+        heads,
+        batch,
+        ctx,
+        fp8_ratio,
+        growth,
+    } = *read;
     let fixed = |f: CostFamily| lk.kernels.get(f).map_or(0.0, |k| k.fixed_us);
     let mut priced = 0;
     for i in 0..w.ops.len() {
@@ -167,9 +227,17 @@ pub(super) fn mla_attention(
         }
         priced += 1;
     }
-    if priced == 0 {
-        return;
-    }
+    priced
+}
+
+/// The provenance of the MLA prices and what their reading met, into `o`'s notes.
+fn note_mla(s: &Scenario, read: &MlaRead, o: &mut Overrides, dir: &str) {
+    let MlaRead {
+        heads,
+        fp8_ratio,
+        growth,
+        ..
+    } = *read;
     note!(o.quiet, o.families, (
         "attention_mla_decode".into(),
         format!("measured: AIConfigurator mla_generation.csv ({dir}), MLA generation module at {heads} heads/rank: its growth from KV 2 to the scenario's KV length, plus the kernels' fixed costs (the module's GEMMs, norms and launches are priced as their own ops)"),

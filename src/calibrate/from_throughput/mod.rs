@@ -148,15 +148,7 @@ pub fn fit_throughput_with(
     req: &ThroughputRequest,
     limits: &ThroughputLimits,
 ) -> Result<ThroughputFit> {
-    if let Some(l) = limits.max_median_error_pct {
-        if !(l.is_finite() && l > 0.0) {
-            return Err(Error::Flag {
-                flag: "--max-median-error",
-                value: l.to_string(),
-                expected: "expected a percentage above 0".into(),
-            });
-        }
-    }
+    check_limits(limits)?;
     check_servers(req)?;
     let n = req.points.len();
     let auto = req.factors.is_empty();
@@ -190,29 +182,20 @@ pub fn fit_throughput_with(
         final_r = r;
         let rw: Vec<f64> = final_r.iter().zip(&w).map(|(r, w)| r * w.sqrt()).collect();
         let iv = fitted_intervals(&which, &theta, &j, &rw, &src)?;
-        fitted = iv.fitted;
         weights = w;
         jacobian = j;
-        // Named factors are kept with a wide interval (the points pin them down loosely; the
-        // report says so); the automatic choice drops them for a factor the points pin down.
-        let mut wide = if auto {
-            iv.bound.clone().or(iv.wide.clone())
-        } else {
-            iv.bound.clone()
-        };
-        // Auto, with every interval narrow: a fit that did not reduce the error drops a factor.
-        let stuck_why =
-            no_progress(&final_r, &before_pred, &meas, &weights).filter(|_| auto && wide.is_none());
-        let stuck = stuck_why.is_some();
-        wide = wide.or(stuck_why.map(|why| (which.len() - 1, why)));
+        let (wide, stuck) = to_drop(
+            auto,
+            &iv,
+            which.len(),
+            &final_r,
+            &before_pred,
+            &meas,
+            &weights,
+        );
+        fitted = iv.fitted;
         notes = match (&wide, &iv.wide) {
-            (None, Some((c, _))) => vec![format!(
-                "{}: its 95% interval [{:.4}, {:.4}] is wide: these points pin it down loosely (rms error after the fit {:.1}%); more points, or points that vary what it scales, narrow it",
-                which[*c],
-                fitted[*c].ci95[0],
-                fitted[*c].ci95[1],
-                100.0 * (final_r.iter().map(|x| x * x).sum::<f64>() / n as f64).sqrt()
-            )],
+            (None, Some((c, _))) => vec![wide_note(which[*c], &fitted[*c], &final_r, n)],
             _ => Vec::new(),
         };
         match wide {
@@ -233,12 +216,7 @@ pub fn fit_throughput_with(
             }
             Some((c, why)) => {
                 refuse_named(&mut choices, &mut refused, &mut which, c, why);
-                keep_theta = theta
-                    .iter()
-                    .enumerate()
-                    .filter(|(i, _)| *i != c)
-                    .map(|(_, v)| *v)
-                    .collect();
+                keep_theta = without(&theta, c);
             }
             None => break,
         }
@@ -255,4 +233,64 @@ pub fn fit_throughput_with(
         notes,
     };
     fit_result(req, &model, &meas, &before_pred, solved, limits)
+}
+
+/// `--max-median-error` is a percentage above 0.
+fn check_limits(limits: &ThroughputLimits) -> Result<()> {
+    if let Some(l) = limits.max_median_error_pct {
+        if !(l.is_finite() && l > 0.0) {
+            return Err(Error::Flag {
+                flag: "--max-median-error",
+                value: l.to_string(),
+                expected: "expected a percentage above 0".into(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The factor a fit of `fitted` factors (`iv`) gives up, with why, and whether because the fit
+/// did not reduce the error (`stuck`).
+fn to_drop(
+    auto: bool,
+    iv: &result::Intervals,
+    fitted: usize,
+    final_r: &[f64],
+    before_pred: &[f64],
+    meas: &[f64],
+    weights: &[f64],
+) -> (Option<(usize, String)>, bool) {
+    // Named factors are kept with a wide interval (the points pin them down loosely; the
+    // report says so); the automatic choice drops them for a factor the points pin down.
+    let wide = if auto {
+        iv.bound.clone().or(iv.wide.clone())
+    } else {
+        iv.bound.clone()
+    };
+    // Auto, with every interval narrow: a fit that did not reduce the error drops a factor.
+    let stuck_why =
+        no_progress(final_r, before_pred, meas, weights).filter(|_| auto && wide.is_none());
+    let stuck = stuck_why.is_some();
+    (wide.or(stuck_why.map(|why| (fitted - 1, why))), stuck)
+}
+
+/// The note on a named factor kept with a wide interval (`n` points).
+fn wide_note(factor: Factor, f: &FittedFactor, final_r: &[f64], n: usize) -> String {
+    format!(
+        "{}: its 95% interval [{:.4}, {:.4}] is wide: these points pin it down loosely (rms error after the fit {:.1}%); more points, or points that vary what it scales, narrow it",
+        factor,
+        f.ci95[0],
+        f.ci95[1],
+        100.0 * (final_r.iter().map(|x| x * x).sum::<f64>() / n as f64).sqrt()
+    )
+}
+
+/// `theta` without its entry `c`.
+fn without(theta: &[f64], c: usize) -> Vec<f64> {
+    theta
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != c)
+        .map(|(_, v)| *v)
+        .collect()
 }

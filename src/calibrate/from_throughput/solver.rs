@@ -21,40 +21,11 @@ pub(super) const MIN_SHARE_OF_FIRST: f64 = 0.01;
 /// largest remainder, and so on, while what remains is independent enough and at most `max`
 /// factors. Returns every candidate's row; `chosen` rows in the order picked.
 pub(super) fn choose(which: &[Factor], j: &DMatrix<f64>, max: usize) -> Vec<FactorChoice> {
-    let n = j.nrows();
-    let rms = |v: &DVector<f64>| v.norm() / (n as f64).sqrt();
-    let scaled: Vec<DVector<f64>> = which
-        .iter()
-        .enumerate()
-        .map(|(c, k)| j.column(c).into_owned() * k.unit())
-        .collect();
-    let sens: Vec<f64> = scaled.iter().map(rms).collect();
-    let mut rows: Vec<FactorChoice> = which
-        .iter()
-        .zip(&sens)
-        .map(|(k, s)| FactorChoice {
-            factor: *k,
-            sensitivity: *s,
-            independent: *s,
-            chosen: false,
-            why: String::new(),
-        })
-        .collect();
-    let mut rest: Vec<DVector<f64>> = scaled.clone();
-    let mut picked: Vec<usize> = Vec::new();
+    let mut q = Pivoting::new(which, j);
     let mut first = 0.0;
-    for (c, r) in rows.iter_mut().enumerate() {
-        if sens[c] < MIN_SENSITIVITY {
-            r.why = format!(
-                "not identifiable: no point depends on it ({} moves the predictions by {:.3}% rms)",
-                which[c].unit_text(),
-                100.0 * sens[c]
-            );
-        }
-    }
     loop {
         let open_all: Vec<usize> = (0..which.len())
-            .filter(|&c| rows[c].why.is_empty())
+            .filter(|&c| q.rows[c].why.is_empty())
             .collect();
         // Coarse factors first; the fine splits once no coarse one is open.
         let coarse_open = open_all.iter().any(|&c| !which[c].spec().fine);
@@ -64,88 +35,178 @@ pub(super) fn choose(which: &[Factor], j: &DMatrix<f64>, max: usize) -> Vec<Fact
             .filter(|&c| !coarse_open || !which[c].spec().fine)
             .collect();
         // The largest remainder; ties go to the factor listed first.
-        let Some(&best) = open
-            .iter()
-            .max_by(|&&a, &&b| rms(&rest[a]).total_cmp(&rms(&rest[b])).then(b.cmp(&a)))
-        else {
+        let Some(&best) = open.iter().max_by(|&&a, &&b| {
+            q.rms(&q.rest[a])
+                .total_cmp(&q.rms(&q.rest[b]))
+                .then(b.cmp(&a))
+        }) else {
             break;
         };
-        let left = rms(&rest[best]);
-        if picked.is_empty() {
+        let left = q.rms(&q.rest[best]);
+        if q.picked.is_empty() {
             first = left;
         }
-        // The chosen factor this one looks most like (largest |cosine| of the scaled columns).
-        let twin = |c: usize| {
-            picked
-                .iter()
-                .map(|&p| {
-                    let cos = scaled[c].dot(&scaled[p]) / (scaled[c].norm() * scaled[p].norm());
-                    (p, cos.abs())
-                })
-                .max_by(|a, b| a.1.total_cmp(&b.1))
-        };
-        if !picked.is_empty()
-            && (left < MIN_INDEPENDENT_SHARE * sens[best] || left < MIN_SHARE_OF_FIRST * first)
+        if !q.picked.is_empty()
+            && (left < MIN_INDEPENDENT_SHARE * q.sens[best] || left < MIN_SHARE_OF_FIRST * first)
         {
             // Nothing left is independent enough: say so for every open factor.
-            for &c in &open {
-                let l = rms(&rest[c]);
-                rows[c].independent = l;
-                rows[c].why = match twin(c) {
-                    Some((p, cos)) if l < MIN_INDEPENDENT_SHARE * sens[c] => format!(
-                        "not identifiable: collinear with {} (|cosine| {cos:.4}; only {:.1}% of its effect is its own)",
-                        which[p],
-                        100.0 * l / sens[c]
-                    ),
-                    _ => format!(
-                        "not identifiable: once {} {} fitted, what is left of its effect ({:.3}% rms) is below 1% of the strongest factor's",
-                        picked.iter().map(|&p| which[p].name()).collect::<Vec<_>>().join(", "),
-                        if picked.len() == 1 { "is" } else { "are" },
-                        100.0 * l
-                    ),
-                };
-            }
+            q.refuse_dependent(&open);
             if coarse_open {
                 continue;
             }
             break;
         }
-        if picked.len() >= max {
-            for &c in &open_all {
-                rows[c].independent = rms(&rest[c]);
-                rows[c].why = format!(
-                    "not fitted: {n} point(s) identify at most {max} factor(s) with an interval; ranked below {} (give more points, or name the factors with --factors)",
-                    picked.iter().map(|&p| which[p].name()).collect::<Vec<_>>().join(", ")
-                );
-            }
+        if q.picked.len() >= max {
+            q.refuse_beyond(&open_all, max);
             break;
         }
-        rows[best].independent = left;
-        rows[best].chosen = true;
-        rows[best].why = if picked.is_empty() {
+        q.pick(best, left);
+    }
+    let mut out: Vec<FactorChoice> = q.picked.iter().map(|&c| q.rows[c].clone()).collect();
+    out.extend(q.rows.into_iter().filter(|r| !r.chosen));
+    out
+}
+
+/// The pivoted QR's state: each factor's scaled column, its sensitivity, what is left of it
+/// once the picked columns are projected out, and its row of the table.
+struct Pivoting<'a> {
+    which: &'a [Factor],
+    /// Points (the Jacobian's rows).
+    n: usize,
+    scaled: Vec<DVector<f64>>,
+    sens: Vec<f64>,
+    rest: Vec<DVector<f64>>,
+    picked: Vec<usize>,
+    rows: Vec<FactorChoice>,
+}
+
+impl<'a> Pivoting<'a> {
+    /// Every factor open but those no point depends on.
+    fn new(which: &'a [Factor], j: &DMatrix<f64>) -> Self {
+        let n = j.nrows();
+        let scaled: Vec<DVector<f64>> = which
+            .iter()
+            .enumerate()
+            .map(|(c, k)| j.column(c).into_owned() * k.unit())
+            .collect();
+        let sens: Vec<f64> = scaled
+            .iter()
+            .map(|v| v.norm() / (n as f64).sqrt())
+            .collect();
+        let mut rows: Vec<FactorChoice> = which
+            .iter()
+            .zip(&sens)
+            .map(|(k, s)| FactorChoice {
+                factor: *k,
+                sensitivity: *s,
+                independent: *s,
+                chosen: false,
+                why: String::new(),
+            })
+            .collect();
+        for (c, r) in rows.iter_mut().enumerate() {
+            if sens[c] < MIN_SENSITIVITY {
+                r.why = format!(
+                    "not identifiable: no point depends on it ({} moves the predictions by {:.3}% rms)",
+                    which[c].unit_text(),
+                    100.0 * sens[c]
+                );
+            }
+        }
+        Pivoting {
+            which,
+            n,
+            rest: scaled.clone(),
+            scaled,
+            sens,
+            picked: Vec::new(),
+            rows,
+        }
+    }
+
+    fn rms(&self, v: &DVector<f64>) -> f64 {
+        v.norm() / (self.n as f64).sqrt()
+    }
+
+    fn picked_names(&self) -> String {
+        self.picked
+            .iter()
+            .map(|&p| self.which[p].name())
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    /// The chosen factor `c` looks most like (largest |cosine| of the scaled columns).
+    fn twin(&self, c: usize) -> Option<(usize, f64)> {
+        let scaled = &self.scaled;
+        self.picked
+            .iter()
+            .map(|&p| {
+                let cos = scaled[c].dot(&scaled[p]) / (scaled[c].norm() * scaled[p].norm());
+                (p, cos.abs())
+            })
+            .max_by(|a, b| a.1.total_cmp(&b.1))
+    }
+
+    /// Every `open` factor refused: collinear with a chosen one, or too weak once they are fitted.
+    fn refuse_dependent(&mut self, open: &[usize]) {
+        for &c in open {
+            let l = self.rms(&self.rest[c]);
+            let sens = self.sens[c];
+            let why = match self.twin(c) {
+                Some((p, cos)) if l < MIN_INDEPENDENT_SHARE * sens => format!(
+                    "not identifiable: collinear with {} (|cosine| {cos:.4}; only {:.1}% of its effect is its own)",
+                    self.which[p],
+                    100.0 * l / sens
+                ),
+                _ => format!(
+                    "not identifiable: once {} {} fitted, what is left of its effect ({:.3}% rms) is below 1% of the strongest factor's",
+                    self.picked_names(),
+                    if self.picked.len() == 1 { "is" } else { "are" },
+                    100.0 * l
+                ),
+            };
+            self.rows[c].independent = l;
+            self.rows[c].why = why;
+        }
+    }
+
+    /// Every factor still open refused: the points identify no more than `max`.
+    fn refuse_beyond(&mut self, open_all: &[usize], max: usize) {
+        let n = self.n;
+        for &c in open_all {
+            self.rows[c].independent = self.rms(&self.rest[c]);
+            self.rows[c].why = format!(
+                "not fitted: {n} point(s) identify at most {max} factor(s) with an interval; ranked below {} (give more points, or name the factors with --factors)",
+                self.picked_names()
+            );
+        }
+    }
+
+    /// Chooses `best`, `left` of whose effect is its own, and projects it out of the others.
+    fn pick(&mut self, best: usize, left: f64) {
+        let why = if self.picked.is_empty() {
             "chosen: the most sensitive".to_string()
         } else {
             format!(
                 "chosen: {:.0}% of its effect is independent of {}",
-                100.0 * left / sens[best],
-                picked
-                    .iter()
-                    .map(|&p| which[p].name())
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                100.0 * left / self.sens[best],
+                self.picked_names()
             )
         };
-        let q = &rest[best] / rest[best].norm();
-        picked.push(best);
-        for r in rest.iter_mut() {
+        let row = &mut self.rows[best];
+        row.independent = left;
+        row.chosen = true;
+        row.why = why;
+        let q = &self.rest[best] / self.rest[best].norm();
+        self.picked.push(best);
+        for r in self.rest.iter_mut() {
             let d = r.dot(&q);
             *r -= &q * d;
         }
     }
-    let mut out: Vec<FactorChoice> = picked.iter().map(|&c| rows[c].clone()).collect();
-    out.extend(rows.into_iter().filter(|r| !r.chosen));
-    out
 }
+
 /// Drops the factors the points do not depend on, then, while the columns are nearly
 /// collinear, the one most explained by the others (largest variance inflation).
 pub(super) fn identifiable(

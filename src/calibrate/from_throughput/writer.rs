@@ -59,6 +59,31 @@ pub(super) fn write_fitted(
         .iter()
         .map(|p| format!("{} ({})", p.label(), p.origin(&req.source)))
         .collect();
+    factors.source = factors_source(&src, base, fitted, &points);
+    let mut p = base.clone();
+    p.factors = factors;
+    p.profile.poor_fit.extend(poor);
+    describe(&mut p, req, base, fitted.len(), refused, &src, &points);
+    p.fit.insert(
+        "from_throughput".into(),
+        toml::Value::Table(fit_table(fitted, residuals)),
+    );
+    relocate(&mut p, base, &req.out);
+    let header = format!(
+        "# Written by `decodesim calibrate --from-throughput {src}` from profile '{}'.\n# {}",
+        base.profile.name, p.factors.source
+    );
+    write_profile(&req.out, &header, &p)?;
+    Ok(p)
+}
+
+/// The factors' source line: the inputs, the base, the values fitted and the points.
+fn factors_source(
+    src: &str,
+    base: &CalibrationProfile,
+    fitted: &[FittedFactor],
+    points: &[String],
+) -> String {
     let fitted_text: Vec<String> = fitted
         .iter()
         .map(|f| {
@@ -71,16 +96,26 @@ pub(super) fn write_fitted(
             )
         })
         .collect();
-    factors.source = format!(
+    format!(
         "calibrate --from-throughput {src} on profile '{}': {}; fitted on {} point(s): {}",
         base.profile.name,
         fitted_text.join(", "),
         points.len(),
         points.join("; ")
-    );
-    let mut p = base.clone();
-    p.factors = factors;
-    p.profile.poor_fit.extend(poor);
+    )
+}
+
+/// The written profile's name, description, method and provenance (`fitted` factors fitted,
+/// `refused` not).
+fn describe(
+    p: &mut CalibrationProfile,
+    req: &ThroughputRequest,
+    base: &CalibrationProfile,
+    fitted: usize,
+    refused: &[(Factor, String)],
+    src: &str,
+    points: &[String],
+) {
     p.profile.name = req.name.clone().unwrap_or_else(|| {
         req.out
             .file_stem()
@@ -93,7 +128,7 @@ pub(super) fn write_fitted(
     );
     p.profile.method = format!(
         "Levenberg-Marquardt least squares on ln(predicted/measured tokens/s) over the simulator (forward-difference Jacobian), reweighted to Huber's loss (c = 1.345 robust standard deviations), 95% CIs from Student's t (statrs) with {} dof; {}",
-        req.points.len() - fitted.len(),
+        req.points.len() - fitted,
         base.profile.method
     );
     p.profile.provenance = format!(
@@ -114,6 +149,14 @@ pub(super) fn write_fitted(
             )
         }
     );
+}
+
+/// The profile's `[fit.from_throughput]`: the points, each factor with its interval, and the
+/// residuals with their weights.
+fn fit_table(
+    fitted: &[FittedFactor],
+    residuals: &[Residual],
+) -> toml::map::Map<String, toml::Value> {
     let mut t = toml::map::Map::new();
     t.insert(
         "points".into(),
@@ -151,13 +194,5 @@ pub(super) fn write_fitted(
         "rms_rel_err".into(),
         toml::Value::Float(ThroughputFit::rms_rel_err(residuals)),
     );
-    p.fit
-        .insert("from_throughput".into(), toml::Value::Table(t));
-    relocate(&mut p, base, &req.out);
-    let header = format!(
-        "# Written by `decodesim calibrate --from-throughput {src}` from profile '{}'.\n# {}",
-        base.profile.name, p.factors.source
-    );
-    write_profile(&req.out, &header, &p)?;
-    Ok(p)
+    t
 }

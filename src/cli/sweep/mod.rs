@@ -459,13 +459,7 @@ pub fn run(a: SweepArgs) -> Result<()> {
         (f, _) => f,
     };
     let u = a.gpu_memory_utilization;
-    if !(u.is_finite() && u > 0.0 && u <= 1.0) {
-        return Err(Error::Flag {
-            flag: "--gpu-memory-utilization",
-            value: u.to_string(),
-            expected: "a share above 0 and at most 1 (vLLM's default is 0.9)".into(),
-        });
-    }
+    check_memory_utilization(u)?;
     let (req, warnings) = request_with_warnings(&a)?;
     // Bounded before anything is loaded: a grid of billions is refused at once.
     req.check_work()?;
@@ -479,19 +473,7 @@ pub fn run(a: SweepArgs) -> Result<()> {
     for w in &prepared.meta.warnings {
         super::output::warn(w);
     }
-    let bar = if std::io::stderr().is_terminal() {
-        let b = indicatif::ProgressBar::new(prepared.meta.scenarios);
-        b.set_style(
-            indicatif::ProgressStyle::with_template(
-                "{bar:40} {pos}/{len} scenarios ({rate}, {eta})",
-            )
-            .expect("static template")
-            .with_key("rate", rate_key),
-        );
-        Some(b)
-    } else {
-        None
-    };
+    let bar = progress_bar(prepared.meta.scenarios);
     // Called once per chunk of rows, not per row.
     let progress = |n: u64| {
         if let Some(b) = &bar {
@@ -544,6 +526,32 @@ pub fn run(a: SweepArgs) -> Result<()> {
             }
         }
     }
+}
+
+/// `--gpu-memory-utilization` is a share above 0 and at most 1.
+fn check_memory_utilization(u: f64) -> Result<()> {
+    if !(u.is_finite() && u > 0.0 && u <= 1.0) {
+        return Err(Error::Flag {
+            flag: "--gpu-memory-utilization",
+            value: u.to_string(),
+            expected: "a share above 0 and at most 1 (vLLM's default is 0.9)".into(),
+        });
+    }
+    Ok(())
+}
+
+/// The sweep's progress over its `scenarios`, on a terminal only.
+fn progress_bar(scenarios: u64) -> Option<indicatif::ProgressBar> {
+    if !std::io::stderr().is_terminal() {
+        return None;
+    }
+    let b = indicatif::ProgressBar::new(scenarios);
+    b.set_style(
+        indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} scenarios ({rate}, {eta})")
+            .expect("static template")
+            .with_key("rate", rate_key),
+    );
+    Some(b)
 }
 
 /// `--intervals`: p5/p50/p95 of tokens/s on the rows a decision is made on (the best rows and

@@ -222,18 +222,9 @@ fn windows(
     let mut shared = None;
     // A step's marker ends at the latest where the next one starts: markers of one family are
     // sequential, and one whose end overruns (a corrupt `dur`) would take the next steps' work.
-    let next_start: Vec<f64> = sorted
-        .iter()
-        .skip(1)
-        .map(|n| n.start_us)
-        .chain(std::iter::once(f64::INFINITY))
-        .collect();
+    let next_start: Vec<f64> = next_starts(&sorted);
     for (m, &next) in sorted.into_iter().zip(&next_start) {
-        let kind = if source == StepSource::Custom {
-            StepKind::Unknown
-        } else {
-            step_kind(source, &m.name)
-        };
+        let kind = marker_kind(source, &m.name);
         let make = |start_us, end_us, window, linked_ops, graph_ops| Step {
             name: m.name.clone(),
             kind,
@@ -283,6 +274,26 @@ fn windows(
         steps,
         empty_markers: empty,
         shared_correlation: shared,
+    }
+}
+
+/// Where each marker's window ends at the latest: where the next one starts (the last one:
+/// never).
+fn next_starts(sorted: &[&Annotation]) -> Vec<f64> {
+    sorted
+        .iter()
+        .skip(1)
+        .map(|n| n.start_us)
+        .chain(std::iter::once(f64::INFINITY))
+        .collect()
+}
+
+/// The kind of step a marker of `source` named `name` marks (a custom marker's: unknown).
+fn marker_kind(source: StepSource, name: &str) -> StepKind {
+    if source == StepSource::Custom {
+        StepKind::Unknown
+    } else {
+        step_kind(source, name)
     }
 }
 

@@ -31,6 +31,7 @@ use crate::sim::ScenarioRequest;
 pub use factors::{Factor, FactorSpec, ALL_FACTORS, FACTORS};
 pub use model::predict;
 use model::{starting_point, Model};
+use nalgebra::DMatrix;
 pub(crate) use points::{kv_dtype_bytes, model_id_matches, spec_point};
 pub use points::{read_inputs, read_points, Measured, MeasuredAcceptance, Point, SpecPoint};
 use result::{fit_result, fitted_intervals, no_progress, Solved};
@@ -162,9 +163,7 @@ pub fn fit_throughput_with(
         return Err(nothing_identified(n, &src, &refused));
     }
     let before_pred = model.predict(&model.profile.factors)?;
-    let theta0 = starting_point(&model, &which);
-    let r0 = model.residuals(&which, &theta0, &meas)?;
-    let j0 = model.jacobian(&which, &theta0, &r0, &meas)?;
+    let (theta0, j0) = start(&model, &which, &meas)?;
     let all = which.clone();
     let fixed_refusals = refused.clone();
     let mut cap = if auto { n - 1 } else { which.len() };
@@ -184,20 +183,10 @@ pub fn fit_throughput_with(
         let iv = fitted_intervals(&which, &theta, &j, &rw, &src)?;
         weights = w;
         jacobian = j;
-        let (wide, stuck) = to_drop(
-            auto,
-            &iv,
-            which.len(),
-            &final_r,
-            &before_pred,
-            &meas,
-            &weights,
-        );
+        let progress = no_progress(&final_r, &before_pred, &meas, &weights);
+        let (wide, stuck) = to_drop(auto, &iv, which.len(), progress);
         fitted = iv.fitted;
-        notes = match (&wide, &iv.wide) {
-            (None, Some((c, _))) => vec![wide_note(which[*c], &fitted[*c], &final_r, n)],
-            _ => Vec::new(),
-        };
+        notes = wide_notes(&wide, &iv.wide, &which, &fitted, &final_r, n);
         match wide {
             Some((c, why)) if auto => {
                 // Fewer factors first (each one fewer leaves a degree of freedom to the
@@ -249,16 +238,22 @@ fn check_limits(limits: &ThroughputLimits) -> Result<()> {
     Ok(())
 }
 
+/// The starting point of the factors `which` and the Jacobian there.
+fn start(model: &Model, which: &[Factor], meas: &[f64]) -> Result<(Vec<f64>, DMatrix<f64>)> {
+    let theta0 = starting_point(model, which);
+    let r0 = model.residuals(which, &theta0, meas)?;
+    let j0 = model.jacobian(which, &theta0, &r0, meas)?;
+    Ok((theta0, j0))
+}
+
 /// The factor a fit of `fitted` factors (`iv`) gives up, with why, and whether because the fit
-/// did not reduce the error (`stuck`).
+/// did not reduce the error (`stuck`: `no_progress`'s reason, taken when every interval is
+/// narrow).
 fn to_drop(
     auto: bool,
     iv: &result::Intervals,
     fitted: usize,
-    final_r: &[f64],
-    before_pred: &[f64],
-    meas: &[f64],
-    weights: &[f64],
+    no_progress: Option<String>,
 ) -> (Option<(usize, String)>, bool) {
     // Named factors are kept with a wide interval (the points pin them down loosely; the
     // report says so); the automatic choice drops them for a factor the points pin down.
@@ -268,10 +263,25 @@ fn to_drop(
         iv.bound.clone()
     };
     // Auto, with every interval narrow: a fit that did not reduce the error drops a factor.
-    let stuck_why =
-        no_progress(final_r, before_pred, meas, weights).filter(|_| auto && wide.is_none());
+    let stuck_why = no_progress.filter(|_| auto && wide.is_none());
     let stuck = stuck_why.is_some();
     (wide.or(stuck_why.map(|why| (fitted - 1, why))), stuck)
+}
+
+/// The note on a named factor kept with a wide interval (`loose`) when no factor is dropped
+/// (`drop`), over `n` points.
+fn wide_notes(
+    drop: &Option<(usize, String)>,
+    loose: &Option<(usize, String)>,
+    which: &[Factor],
+    fitted: &[FittedFactor],
+    final_r: &[f64],
+    n: usize,
+) -> Vec<String> {
+    match (drop, loose) {
+        (None, Some((c, _))) => vec![wide_note(which[*c], &fitted[*c], final_r, n)],
+        _ => Vec::new(),
+    }
 }
 
 /// The note on a named factor kept with a wide interval (`n` points).

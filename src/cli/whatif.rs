@@ -227,12 +227,9 @@ fn method_draft(method: Method, a: &SpecDecodeArgs) -> Result<Option<String>> {
     Ok(draft)
 }
 
-/// The request, and every acceptance to study (more than one only for a list of rates; the
-/// request carries the first).
-fn spec_decode_request(a: &SpecDecodeArgs) -> Result<(SpecDecodeRequest, Vec<Acceptance>)> {
-    let method: Method = a.method.parse()?;
-    let draft = method_draft(method, a)?;
-    let acceptances = match (&a.acceptance_rate, &a.acceptance_per_position, &a.acceptance_lengths) {
+/// Every acceptance to study, from whichever of the three acceptance flags is given.
+fn acceptances(a: &SpecDecodeArgs) -> Result<Vec<Acceptance>> {
+    Ok(match (&a.acceptance_rate, &a.acceptance_per_position, &a.acceptance_lengths) {
         (Some(r), _, _) => {
             let rates = parse_f64_list("--acceptance-rate", r)?;
             if rates.is_empty() {
@@ -256,7 +253,15 @@ fn spec_decode_request(a: &SpecDecodeArgs) -> Result<(SpecDecodeRequest, Vec<Acc
                 choices: "--acceptance-rate R, --acceptance-per-position a1,a2,... or --acceptance-lengths FILE.csv",
             })
         }
-    };
+    })
+}
+
+/// The request, and every acceptance to study (more than one only for a list of rates; the
+/// request carries the first).
+fn spec_decode_request(a: &SpecDecodeArgs) -> Result<(SpecDecodeRequest, Vec<Acceptance>)> {
+    let method: Method = a.method.parse()?;
+    let draft = method_draft(method, a)?;
+    let acceptances = acceptances(a)?;
     let crossover_batches = if a.crossover_batches.trim().eq_ignore_ascii_case("none") {
         Vec::new()
     } else {

@@ -630,25 +630,7 @@ fn anchor_mode(
     if results.len() < 2 {
         return Ok(None);
     }
-    let pick = match &o.anchor {
-        Some(name) => results
-            .iter()
-            .find(|r| &r.case.name == name)
-            .ok_or_else(|| Error::Unknown {
-                kind: "anchor case",
-                name: name.clone(),
-                choices: results.iter().map(|r| r.case.name.clone()).collect(),
-            })?,
-        None => results
-            .iter()
-            .filter(|r| r.case.setting == "default")
-            .min_by_key(|r| {
-                let db = (r.case.batch as f64 / 16.0).ln().abs();
-                let dc = (r.case.context as f64 / 8192.0).ln().abs();
-                ((db + dc) * 1e6) as u64
-            })
-            .unwrap_or(&results[0]),
-    };
+    let pick = anchor_case(results, o)?;
     let req = request_for(
         &pick.case,
         pick.ranks as u32,
@@ -704,4 +686,28 @@ fn anchor_mode(
         band: (band_rows.len() > 1).then(|| summarize_errors(&band_rows, &mut band_shares)),
         all: summarize_errors(&rows, &mut shares),
     }))
+}
+
+/// The configuration `--anchor` names, else the default setting's nearest to batch 16 and
+/// context 8192 (in log distance).
+fn anchor_case<'a>(results: &'a [CaseResult], o: &ValidateOptions) -> Result<&'a CaseResult> {
+    Ok(match &o.anchor {
+        Some(name) => results
+            .iter()
+            .find(|r| &r.case.name == name)
+            .ok_or_else(|| Error::Unknown {
+                kind: "anchor case",
+                name: name.clone(),
+                choices: results.iter().map(|r| r.case.name.clone()).collect(),
+            })?,
+        None => results
+            .iter()
+            .filter(|r| r.case.setting == "default")
+            .min_by_key(|r| {
+                let db = (r.case.batch as f64 / 16.0).ln().abs();
+                let dc = (r.case.context as f64 / 8192.0).ln().abs();
+                ((db + dc) * 1e6) as u64
+            })
+            .unwrap_or(&results[0]),
+    })
 }

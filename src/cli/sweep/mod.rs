@@ -11,7 +11,7 @@ use crate::whatif::draft::Method;
 use crate::whatif::sweep::{self, KvBudget, SweepRequest};
 use crate::whatif::{parse_f64_list, parse_u32_list};
 use std::io::IsTerminal;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 mod grid;
 use grid::grid_args;
@@ -500,14 +500,7 @@ pub fn run(a: SweepArgs) -> Result<()> {
             if let Some(b) = &bar {
                 b.finish_and_clear();
             }
-            match failed {
-                Some(Error::Output(io)) => Err(Error::Write {
-                    path: path.clone(),
-                    source: io,
-                }),
-                Some(e) => Err(e),
-                None => written.map(|()| super::output::wrote("sweep", path)),
-            }
+            file_outcome(path, written, failed)
         }
         _ => {
             let stdout = std::io::stdout();
@@ -525,6 +518,19 @@ pub fn run(a: SweepArgs) -> Result<()> {
                 Ok(_) => Ok(()),
             }
         }
+    }
+}
+
+/// How writing the sweep to `path` ended: the sweep's own error (`failed`, a write error named
+/// by the file), else the file's, else the file is reported written.
+fn file_outcome(path: &Path, written: Result<()>, failed: Option<Error>) -> Result<()> {
+    match failed {
+        Some(Error::Output(io)) => Err(Error::Write {
+            path: path.to_path_buf(),
+            source: io,
+        }),
+        Some(e) => Err(e),
+        None => written.map(|()| super::output::wrote("sweep", path)),
     }
 }
 

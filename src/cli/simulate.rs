@@ -91,20 +91,7 @@ pub fn run(a: SimulateArgs) -> Result<()> {
                 v["intervals"] = serde_json::json!({ "unavailable": why });
             }
             if let (true, Ok(iv)) = (draws > 0, &iv) {
-                let mut j = iv.json();
-                j["draws"] = draws.into();
-                j["seed"] = a.intervals.interval_seed.into();
-                j["sources"] = unc
-                    .sources
-                    .iter()
-                    .map(|s| {
-                        serde_json::json!({
-                            "name": s.name, "sigma": s.sigma, "provenance": s.provenance,
-                        })
-                    })
-                    .collect::<Vec<_>>()
-                    .into();
-                v["intervals"] = j;
+                v["intervals"] = intervals_json(iv, &unc, draws, a.intervals.interval_seed);
             }
             serde_json::to_string_pretty(&v).map_err(|e| Error::Serialize {
                 what: "report",
@@ -118,6 +105,29 @@ pub fn run(a: SimulateArgs) -> Result<()> {
         super::output::wrote("timeline", path);
     }
     Ok(())
+}
+
+/// The JSON report's intervals: p5/p50/p95, the draws and seed, and each source's σ.
+fn intervals_json(
+    iv: &crate::whatif::uncertainty::Intervals,
+    unc: &crate::whatif::uncertainty::Uncertainty,
+    draws: usize,
+    seed: u64,
+) -> serde_json::Value {
+    let mut j = iv.json();
+    j["draws"] = draws.into();
+    j["seed"] = seed.into();
+    j["sources"] = unc
+        .sources
+        .iter()
+        .map(|s| {
+            serde_json::json!({
+                "name": s.name, "sigma": s.sigma, "provenance": s.provenance,
+            })
+        })
+        .collect::<Vec<_>>()
+        .into();
+    j
 }
 
 /// `--timeline-ranks`: rank numbers and inclusive ranges (`0-7,64`), each below `ranks`.

@@ -227,12 +227,9 @@ fn method_draft(method: Method, a: &SpecDecodeArgs) -> Result<Option<String>> {
     Ok(draft)
 }
 
-/// The request, and every acceptance to study (more than one only for a list of rates; the
-/// request carries the first).
-fn spec_decode_request(a: &SpecDecodeArgs) -> Result<(SpecDecodeRequest, Vec<Acceptance>)> {
-    let method: Method = a.method.parse()?;
-    let draft = method_draft(method, a)?;
-    let acceptances = match (&a.acceptance_rate, &a.acceptance_per_position, &a.acceptance_lengths) {
+/// Every acceptance to study, from whichever of the three acceptance flags is given.
+fn acceptances(a: &SpecDecodeArgs) -> Result<Vec<Acceptance>> {
+    Ok(match (&a.acceptance_rate, &a.acceptance_per_position, &a.acceptance_lengths) {
         (Some(r), _, _) => {
             let rates = parse_f64_list("--acceptance-rate", r)?;
             if rates.is_empty() {
@@ -256,7 +253,15 @@ fn spec_decode_request(a: &SpecDecodeArgs) -> Result<(SpecDecodeRequest, Vec<Acc
                 choices: "--acceptance-rate R, --acceptance-per-position a1,a2,... or --acceptance-lengths FILE.csv",
             })
         }
-    };
+    })
+}
+
+/// The request, and every acceptance to study (more than one only for a list of rates; the
+/// request carries the first).
+fn spec_decode_request(a: &SpecDecodeArgs) -> Result<(SpecDecodeRequest, Vec<Acceptance>)> {
+    let method: Method = a.method.parse()?;
+    let draft = method_draft(method, a)?;
+    let acceptances = acceptances(a)?;
     let crossover_batches = if a.crossover_batches.trim().eq_ignore_ascii_case("none") {
         Vec::new()
     } else {
@@ -312,19 +317,7 @@ fn spec_decode_request(a: &SpecDecodeArgs) -> Result<(SpecDecodeRequest, Vec<Acc
 }
 
 fn run_spec_decode(a: SpecDecodeArgs) -> Result<()> {
-    use super::output::check_output_flag;
-    check_output_flag("--timeline", a.timeline.as_deref())?;
-    check_output_flag("--plot", a.plot.as_deref())?;
-    check_output_flag("--plot-heatmap", a.plot_heatmap.as_deref())?;
-    super::paths::Paths::new()
-        .scenario(&a.scenario.request())
-        .input_if_file("--draft-config", a.draft_config.as_deref())
-        .input_if_file("--draft-model", a.draft_model.as_deref())
-        .input_opt("--acceptance-lengths", a.acceptance_lengths.as_deref())
-        .output("--timeline", a.timeline.as_deref())
-        .output("--plot", a.plot.as_deref())
-        .output("--plot-heatmap", a.plot_heatmap.as_deref())
-        .check()?;
+    check_spec_decode_files(&a)?;
     a.scenario.warn_noop_flags();
     if let (Some(k), None) = (a.timeline_k, &a.timeline) {
         super::output::warn(&format!(
@@ -334,37 +327,12 @@ fn run_spec_decode(a: SpecDecodeArgs) -> Result<()> {
     let draws = a.intervals.draws()?;
     let (req, acceptances) = spec_decode_request(&a)?;
     // The steps do not depend on the acceptance: simulate once, study each rate.
-    let bar = std::cell::OnceCell::new();
-    let costs = spec_decode::simulate_costs_with(&req, &mut |done, total| {
-        if let Some(b) = bar.get_or_init(|| super::output::progress_bar(total, "batches")) {
-            b.set_position(done);
-        }
-    });
-    if let Some(Some(b)) = bar.get() {
-        b.finish_and_clear();
-    }
-    let costs = costs?;
+    let costs = simulate_costs_with_bar(&req)?;
     let studies = acceptances
         .iter()
         .map(|acc| spec_decode::study(&req, &costs, acc))
         .collect::<Result<Vec<_>>>()?;
-    if let Some(path) = &a.timeline {
-        let k = a
-            .timeline_k
-            .or_else(|| studies[0].best().map(|b| b.draft_tokens))
-            .unwrap_or(1);
-        let sim = spec_decode::step_simulation(&req, k)?;
-        crate::files::write_atomic(path, |w| report::chrome::write_chrome_trace(&sim, w))?;
-    }
-    let mut written = Vec::new();
-    if let Some(path) = &a.plot {
-        report::whatif::plot_speedup(&studies, path, false)?;
-        written.push(path);
-    }
-    if let Some(path) = &a.plot_heatmap {
-        report::whatif::plot_speedup(&studies, path, true)?;
-        written.push(path);
-    }
+    let plots = write_spec_decode_files(&a, &req, &studies)?;
     let (arms, draws) = super::intervals::or_points(draws, |n| {
         studies
             .iter()
@@ -379,72 +347,146 @@ fn run_spec_decode(a: SpecDecodeArgs) -> Result<()> {
             .collect::<Result<Vec<_>>>()
     })?;
     let text = match a.format {
-        Format::Table => studies
-            .iter()
-            .zip(&arms)
-            .map(|(st, arms)| {
-                let mut t = report::whatif::spec_decode_table(st);
-                if draws > 0 {
-                    let labels: Vec<String> = st
-                        .variants
-                        .iter()
-                        .map(|v| format!("k={}", v.draft_tokens))
-                        .collect();
-                    t += &report::intervals::arms_table(
-                        &format!(
-                            "speedup intervals at batch {}{}",
-                            st.baseline.scenario.batch,
-                            if st.fits {
-                                ""
-                            } else {
-                                " (DOES NOT FIT in memory)"
-                            }
-                        ),
-                        &labels,
-                        arms,
-                        draws,
-                    );
-                }
-                t
-            })
-            .collect::<Vec<_>>()
-            .join("\n"),
-        Format::Json => {
-            let with = |st: &spec_decode::SpecDecodeStudy,
-                        arms: &[crate::whatif::uncertainty::ArmIntervals]| {
-                let mut v = report::whatif::spec_decode_json(st);
-                if draws > 0 {
-                    v["draws"] = draws.into();
-                    if let Some(vs) = v["variants"].as_array_mut() {
-                        for (x, arm) in vs.iter_mut().zip(arms) {
-                            x["intervals"] = arm.json();
-                            x["verdict"] = arm.verdict().name().into();
-                        }
-                    }
-                }
-                v
-            };
-            let v = if studies.len() == 1 {
-                with(&studies[0], &arms[0])
-            } else {
-                serde_json::Value::Array(
-                    studies
-                        .iter()
-                        .zip(&arms)
-                        .map(|(st, a)| with(st, a))
-                        .collect(),
-                )
-            };
-            serde_json::to_string_pretty(&v).expect("JSON value") + "\n"
-        }
+        Format::Table => spec_decode_tables(&studies, &arms, draws),
+        Format::Json => spec_decode_json(&studies, &arms, draws),
         Format::Csv => report::whatif::spec_decode_csv_many(&studies),
     };
     print(&text)?;
     if let Some(path) = &a.timeline {
         super::output::wrote("timeline", path);
     }
-    for path in written {
+    for path in plots {
         super::output::wrote("plot", path);
     }
     Ok(())
+}
+
+/// The study's input and output files, checked before any work.
+fn check_spec_decode_files(a: &SpecDecodeArgs) -> Result<()> {
+    use super::output::check_output_flag;
+    check_output_flag("--timeline", a.timeline.as_deref())?;
+    check_output_flag("--plot", a.plot.as_deref())?;
+    check_output_flag("--plot-heatmap", a.plot_heatmap.as_deref())?;
+    super::paths::Paths::new()
+        .scenario(&a.scenario.request())
+        .input_if_file("--draft-config", a.draft_config.as_deref())
+        .input_if_file("--draft-model", a.draft_model.as_deref())
+        .input_opt("--acceptance-lengths", a.acceptance_lengths.as_deref())
+        .output("--timeline", a.timeline.as_deref())
+        .output("--plot", a.plot.as_deref())
+        .output("--plot-heatmap", a.plot_heatmap.as_deref())
+        .check()
+}
+
+/// The study's steps simulated under a progress bar over its batches.
+fn simulate_costs_with_bar(req: &SpecDecodeRequest) -> Result<spec_decode::SpecDecodeCosts> {
+    let bar = std::cell::OnceCell::new();
+    let costs = spec_decode::simulate_costs_with(req, &mut |done, total| {
+        if let Some(b) = bar.get_or_init(|| super::output::progress_bar(total, "batches")) {
+            b.set_position(done);
+        }
+    });
+    if let Some(Some(b)) = bar.get() {
+        b.finish_and_clear();
+    }
+    costs
+}
+
+/// Writes `--timeline` and the plots; returns the plots written.
+fn write_spec_decode_files<'a>(
+    a: &'a SpecDecodeArgs,
+    req: &SpecDecodeRequest,
+    studies: &[spec_decode::SpecDecodeStudy],
+) -> Result<Vec<&'a PathBuf>> {
+    if let Some(path) = &a.timeline {
+        let k = a
+            .timeline_k
+            .or_else(|| studies[0].best().map(|b| b.draft_tokens))
+            .unwrap_or(1);
+        let sim = spec_decode::step_simulation(req, k)?;
+        crate::files::write_atomic(path, |w| report::chrome::write_chrome_trace(&sim, w))?;
+    }
+    let mut written = Vec::new();
+    if let Some(path) = &a.plot {
+        report::whatif::plot_speedup(studies, path, false)?;
+        written.push(path);
+    }
+    if let Some(path) = &a.plot_heatmap {
+        report::whatif::plot_speedup(studies, path, true)?;
+        written.push(path);
+    }
+    Ok(written)
+}
+
+/// One table per study, each with its speedup intervals when drawn.
+fn spec_decode_tables(
+    studies: &[spec_decode::SpecDecodeStudy],
+    arms: &[Vec<crate::whatif::uncertainty::ArmIntervals>],
+    draws: usize,
+) -> String {
+    studies
+        .iter()
+        .zip(arms)
+        .map(|(st, arms)| {
+            let mut t = report::whatif::spec_decode_table(st);
+            if draws > 0 {
+                let labels: Vec<String> = st
+                    .variants
+                    .iter()
+                    .map(|v| format!("k={}", v.draft_tokens))
+                    .collect();
+                t += &report::intervals::arms_table(
+                    &format!(
+                        "speedup intervals at batch {}{}",
+                        st.baseline.scenario.batch,
+                        if st.fits {
+                            ""
+                        } else {
+                            " (DOES NOT FIT in memory)"
+                        }
+                    ),
+                    &labels,
+                    arms,
+                    draws,
+                );
+            }
+            t
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The studies as JSON (one object, or an array of one per acceptance), each variant with its
+/// interval and verdict when drawn.
+fn spec_decode_json(
+    studies: &[spec_decode::SpecDecodeStudy],
+    arms: &[Vec<crate::whatif::uncertainty::ArmIntervals>],
+    draws: usize,
+) -> String {
+    let with = |st: &spec_decode::SpecDecodeStudy,
+                arms: &[crate::whatif::uncertainty::ArmIntervals]| {
+        let mut v = report::whatif::spec_decode_json(st);
+        if draws > 0 {
+            v["draws"] = draws.into();
+            if let Some(vs) = v["variants"].as_array_mut() {
+                for (x, arm) in vs.iter_mut().zip(arms) {
+                    x["intervals"] = arm.json();
+                    x["verdict"] = arm.verdict().name().into();
+                }
+            }
+        }
+        v
+    };
+    let v = if studies.len() == 1 {
+        with(&studies[0], &arms[0])
+    } else {
+        serde_json::Value::Array(
+            studies
+                .iter()
+                .zip(arms)
+                .map(|(st, a)| with(st, a))
+                .collect(),
+        )
+    };
+    serde_json::to_string_pretty(&v).expect("JSON value") + "\n"
 }

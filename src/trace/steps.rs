@@ -207,15 +207,11 @@ fn windows(
     by_corr: &HashMap<u64, (f64, f64, usize, usize)>,
 ) -> StepFinding {
     // GPU twins by name, in time order, consumed as CPU marks find them.
-    let mut twins: HashMap<&str, Vec<&Annotation>> = HashMap::new();
-    if side == Side::Cpu {
-        for a in annotations.iter().filter(|a| a.side == Side::Gpu) {
-            twins.entry(a.name.as_str()).or_default().push(a);
-        }
-        for v in twins.values_mut() {
-            v.sort_by(|a, b| a.start_us.total_cmp(&b.start_us));
-        }
-    }
+    let twins = if side == Side::Cpu {
+        gpu_twins(annotations)
+    } else {
+        HashMap::new()
+    };
     let mut twin_next: HashMap<&str, usize> = HashMap::new();
     let mut sorted: Vec<&Annotation> = marks.to_vec();
     sorted.sort_by(|a, b| a.start_us.total_cmp(&b.start_us));
@@ -226,18 +222,9 @@ fn windows(
     let mut shared = None;
     // A step's marker ends at the latest where the next one starts: markers of one family are
     // sequential, and one whose end overruns (a corrupt `dur`) would take the next steps' work.
-    let next_start: Vec<f64> = sorted
-        .iter()
-        .skip(1)
-        .map(|n| n.start_us)
-        .chain(std::iter::once(f64::INFINITY))
-        .collect();
+    let next_start: Vec<f64> = next_starts(&sorted);
     for (m, &next) in sorted.into_iter().zip(&next_start) {
-        let kind = if source == StepSource::Custom {
-            StepKind::Unknown
-        } else {
-            step_kind(source, &m.name)
-        };
+        let kind = marker_kind(source, &m.name);
         let make = |start_us, end_us, window, linked_ops, graph_ops| Step {
             name: m.name.clone(),
             kind,
@@ -265,45 +252,19 @@ fn windows(
         let lo = launches.partition_point(|l| l.start_us < m.start_us);
         let end = m.end_us.min(next);
         let hi = launches.partition_point(|l| l.start_us <= end && l.start_us < next);
-        let (mut s, mut e, mut n, mut g) = (f64::INFINITY, f64::NEG_INFINITY, 0, 0);
-        for l in &launches[lo..hi] {
-            if let Some(&(cs, ce, cn, cg)) = by_corr.get(&l.correlation) {
-                if !seen.insert(l.correlation) {
-                    shared = shared.or(Some(l.correlation));
-                }
-                s = s.min(cs);
-                e = e.max(ce);
-                n += cn;
-                g += cg;
-            }
-        }
+        let (s, e, n, g) = launched_work(&launches[lo..hi], by_corr, &mut seen, &mut shared);
         if n > 0 {
             steps.push(make(s, e, WindowSource::Correlation, n, g));
             continue;
         }
-        let k = twin_next.entry(m.name.as_str()).or_insert(0);
-        let twin = twins.get(m.name.as_str()).and_then(|v| {
-            v[*k..]
-                .iter()
-                .position(|t| t.end_us >= m.start_us)
-                .map(|p| (p, v))
-        });
-        match twin {
-            Some((p, v)) if v[*k + p].end_us > v[*k + p].start_us => {
-                let t = v[*k + p];
-                *k += p + 1;
-                steps.push(make(
-                    t.start_us,
-                    t.end_us,
-                    WindowSource::GpuAnnotation,
-                    0,
-                    0,
-                ));
-            }
-            Some((p, _)) => {
-                *k += p + 1;
-                empty += 1;
-            }
+        match take_twin(&twins, &mut twin_next, m) {
+            Some(t) => steps.push(make(
+                t.start_us,
+                t.end_us,
+                WindowSource::GpuAnnotation,
+                0,
+                0,
+            )),
             None => empty += 1,
         }
     }
@@ -314,6 +275,76 @@ fn windows(
         empty_markers: empty,
         shared_correlation: shared,
     }
+}
+
+/// Where each marker's window ends at the latest: where the next one starts (the last one:
+/// never).
+fn next_starts(sorted: &[&Annotation]) -> Vec<f64> {
+    sorted
+        .iter()
+        .skip(1)
+        .map(|n| n.start_us)
+        .chain(std::iter::once(f64::INFINITY))
+        .collect()
+}
+
+/// The kind of step a marker of `source` named `name` marks (a custom marker's: unknown).
+fn marker_kind(source: StepSource, name: &str) -> StepKind {
+    if source == StepSource::Custom {
+        StepKind::Unknown
+    } else {
+        step_kind(source, name)
+    }
+}
+
+/// The GPU annotations by name, each name's in time order.
+fn gpu_twins(annotations: &[Annotation]) -> HashMap<&str, Vec<&Annotation>> {
+    let mut twins: HashMap<&str, Vec<&Annotation>> = HashMap::new();
+    for a in annotations.iter().filter(|a| a.side == Side::Gpu) {
+        twins.entry(a.name.as_str()).or_default().push(a);
+    }
+    for v in twins.values_mut() {
+        v.sort_by(|a, b| a.start_us.total_cmp(&b.start_us));
+    }
+    twins
+}
+
+/// The GPU work of a CPU marker's `launches` through their correlations: (start, end, ops,
+/// graph ops). A correlation another marker already took is kept in `shared` (the first).
+fn launched_work(
+    launches: &[Launch],
+    by_corr: &HashMap<u64, (f64, f64, usize, usize)>,
+    seen: &mut std::collections::HashSet<u64>,
+    shared: &mut Option<u64>,
+) -> (f64, f64, usize, usize) {
+    let (mut s, mut e, mut n, mut g) = (f64::INFINITY, f64::NEG_INFINITY, 0, 0);
+    for l in launches {
+        if let Some(&(cs, ce, cn, cg)) = by_corr.get(&l.correlation) {
+            if !seen.insert(l.correlation) {
+                *shared = shared.or(Some(l.correlation));
+            }
+            s = s.min(cs);
+            e = e.max(ce);
+            n += cn;
+            g += cg;
+        }
+    }
+    (s, e, n, g)
+}
+
+/// A CPU marker's GPU twin: the first GPU annotation of its name not yet taken that ends after
+/// the marker starts, taken now; none when there is none or it covers no time.
+fn take_twin<'a>(
+    twins: &HashMap<&'a str, Vec<&'a Annotation>>,
+    twin_next: &mut HashMap<&'a str, usize>,
+    m: &'a Annotation,
+) -> Option<&'a Annotation> {
+    let k = twin_next.entry(m.name.as_str()).or_insert(0);
+    let v = twins.get(m.name.as_str())?;
+    let p = v[*k..].iter().position(|t| t.end_us >= m.start_us)?;
+    let t = v[*k + p];
+    *k += p + 1;
+    (t.end_us > t.start_us).then_some(t)
 }
 
 fn whole_trace(ops: &[GpuOp]) -> StepFinding {

@@ -2,7 +2,7 @@
 //! then the single-anchor mode: calibrate from one trace, predict the rest.
 
 use crate::accounting::compare::{compare, Comparison};
-use crate::accounting::infer::{check_or_allow, infer_scenario};
+use crate::accounting::infer::{check_or_allow, infer_scenario, Inferred};
 use crate::accounting::Breakdown;
 use crate::accounting::{summarize, SummaryOptions};
 use crate::calibrate::anchor::fit_to_step;
@@ -459,77 +459,9 @@ pub(crate) fn validate_with(
     let mut results = Vec::new();
     let mut share_errors = Vec::new();
     for case in cases {
-        let summary = summarize(&case.files, &sopts).map_err(|e| Error::Case {
-            case: case.name.clone(),
-            error: Box::new(e.into()),
-        })?;
-        let (measured, excluded) = robust_breakdown_with(&summary, true);
-        let inferred = infer_scenario(&summary);
-        // Each layer has two all-reduces; the step adds the embedding's and the logits gather
-        // (accounting::infer). --layers wins, and is then checked against the trace.
-        let layers = match (o.layers, &inferred.layers) {
-            (Some(l), _) => l,
-            (None, Some(l)) => l.value,
-            (None, None) => {
-                return Err(Error::CaseProblem {
-                    case: case.name.clone(),
-                    problem: format!(
-                        "cannot infer the layer count ({}); pass --layers",
-                        inferred
-                            .unknown
-                            .iter()
-                            .filter(|u| u.starts_with("layers"))
-                            .cloned()
-                            .collect::<Vec<_>>()
-                            .join("; ")
-                    ),
-                })
-            }
-        };
-        let ranks = case.files.len() as u32;
-        let req = request_for(
-            &case,
-            ranks,
-            layers,
-            &o.system,
-            &profile_path.display().to_string(),
-        )?;
-        let (scenario, _) = req.load()?;
-        let checks = check_or_allow(&scenario, &inferred, checks.allow_mismatch).map_err(|e| {
-            Error::Case {
-                case: case.name.clone(),
-                error: Box::new(e),
-            }
-        })?;
-        let sim = simulate_loaded(scenario, profile.clone())?;
-        let cmp = compare(&sim.mean, &measured);
-        let errs: Vec<(Category, f64)> = cmp
-            .rows
-            .iter()
-            .map(|r| (r.category, (r.predicted_share - r.measured_share).abs()))
-            .collect();
-        share_errors.extend(errs.iter().map(|e| e.1));
-        let (max_cat, max_err) =
-            errs.iter()
-                .copied()
-                .fold((Category::Idle, 0.0), |a, x| if x.1 > a.1 { x } else { a });
-        results.push(CaseResult {
-            excluded_steps: excluded,
-            layers,
-            ranks: ranks as usize,
-            measured_step_us: measured.step_time_us,
-            predicted_step_us: sim.step_time_us(),
-            step_error: cmp.step_rel_error.unwrap_or(f64::NAN),
-            mean_share_error: errs.iter().map(|e| e.1).sum::<f64>() / errs.len() as f64,
-            max_share_error: max_err,
-            max_share_category: max_cat,
-            measured_wait_share: wait_share(&measured),
-            predicted_wait_share: wait_share(&sim.mean),
-            checks,
-            comparison: cmp,
-            measured,
-            case,
-        });
+        let (result, errors) = validate_case(case, o, &checks, &profile, &profile_path, &sopts)?;
+        share_errors.extend(errors);
+        results.push(result);
     }
     let rows: Vec<(String, f64)> = results
         .iter()
@@ -545,6 +477,91 @@ pub(crate) fn validate_with(
         anchor,
         intervals,
     })
+}
+
+/// One configuration: its traces summarised, its scenario inferred, checked and simulated, and
+/// the two compared; with each category's share error.
+fn validate_case(
+    case: Case,
+    o: &ValidateOptions,
+    checks: &ValidateChecks,
+    profile: &CalibrationProfile,
+    profile_path: &Path,
+    sopts: &SummaryOptions,
+) -> Result<(CaseResult, Vec<f64>)> {
+    let summary = summarize(&case.files, sopts).map_err(|e| Error::Case {
+        case: case.name.clone(),
+        error: Box::new(e.into()),
+    })?;
+    let (measured, excluded) = robust_breakdown_with(&summary, true);
+    let inferred = infer_scenario(&summary);
+    let layers = case_layers(&case, o, &inferred)?;
+    let ranks = case.files.len() as u32;
+    let req = request_for(
+        &case,
+        ranks,
+        layers,
+        &o.system,
+        &profile_path.display().to_string(),
+    )?;
+    let (scenario, _) = req.load()?;
+    let checks =
+        check_or_allow(&scenario, &inferred, checks.allow_mismatch).map_err(|e| Error::Case {
+            case: case.name.clone(),
+            error: Box::new(e),
+        })?;
+    let sim = simulate_loaded(scenario, profile.clone())?;
+    let cmp = compare(&sim.mean, &measured);
+    let errs: Vec<(Category, f64)> = cmp
+        .rows
+        .iter()
+        .map(|r| (r.category, (r.predicted_share - r.measured_share).abs()))
+        .collect();
+    let (max_cat, max_err) =
+        errs.iter()
+            .copied()
+            .fold((Category::Idle, 0.0), |a, x| if x.1 > a.1 { x } else { a });
+    let result = CaseResult {
+        excluded_steps: excluded,
+        layers,
+        ranks: ranks as usize,
+        measured_step_us: measured.step_time_us,
+        predicted_step_us: sim.step_time_us(),
+        step_error: cmp.step_rel_error.unwrap_or(f64::NAN),
+        mean_share_error: errs.iter().map(|e| e.1).sum::<f64>() / errs.len() as f64,
+        max_share_error: max_err,
+        max_share_category: max_cat,
+        measured_wait_share: wait_share(&measured),
+        predicted_wait_share: wait_share(&sim.mean),
+        checks,
+        comparison: cmp,
+        measured,
+        case,
+    };
+    Ok((result, errs.iter().map(|e| e.1).collect()))
+}
+
+/// The layer count: `--layers`, else what the trace shows (checked against it either way).
+fn case_layers(case: &Case, o: &ValidateOptions, inferred: &Inferred) -> Result<usize> {
+    // Each layer has two all-reduces; the step adds the embedding's and the logits gather
+    // (accounting::infer). --layers wins, and is then checked against the trace.
+    match (o.layers, &inferred.layers) {
+        (Some(l), _) => Ok(l),
+        (None, Some(l)) => Ok(l.value),
+        (None, None) => Err(Error::CaseProblem {
+            case: case.name.clone(),
+            problem: format!(
+                "cannot infer the layer count ({}); pass --layers",
+                inferred
+                    .unknown
+                    .iter()
+                    .filter(|u| u.starts_with("layers"))
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            ),
+        }),
+    }
 }
 
 /// Each configuration's step interval with the model-form error of the others (leave-one-out)
@@ -613,25 +630,7 @@ fn anchor_mode(
     if results.len() < 2 {
         return Ok(None);
     }
-    let pick = match &o.anchor {
-        Some(name) => results
-            .iter()
-            .find(|r| &r.case.name == name)
-            .ok_or_else(|| Error::Unknown {
-                kind: "anchor case",
-                name: name.clone(),
-                choices: results.iter().map(|r| r.case.name.clone()).collect(),
-            })?,
-        None => results
-            .iter()
-            .filter(|r| r.case.setting == "default")
-            .min_by_key(|r| {
-                let db = (r.case.batch as f64 / 16.0).ln().abs();
-                let dc = (r.case.context as f64 / 8192.0).ln().abs();
-                ((db + dc) * 1e6) as u64
-            })
-            .unwrap_or(&results[0]),
-    };
+    let pick = anchor_case(results, o)?;
     let req = request_for(
         &pick.case,
         pick.ranks as u32,
@@ -687,4 +686,28 @@ fn anchor_mode(
         band: (band_rows.len() > 1).then(|| summarize_errors(&band_rows, &mut band_shares)),
         all: summarize_errors(&rows, &mut shares),
     }))
+}
+
+/// The configuration `--anchor` names, else the default setting's nearest to batch 16 and
+/// context 8192 (in log distance).
+fn anchor_case<'a>(results: &'a [CaseResult], o: &ValidateOptions) -> Result<&'a CaseResult> {
+    Ok(match &o.anchor {
+        Some(name) => results
+            .iter()
+            .find(|r| &r.case.name == name)
+            .ok_or_else(|| Error::Unknown {
+                kind: "anchor case",
+                name: name.clone(),
+                choices: results.iter().map(|r| r.case.name.clone()).collect(),
+            })?,
+        None => results
+            .iter()
+            .filter(|r| r.case.setting == "default")
+            .min_by_key(|r| {
+                let db = (r.case.batch as f64 / 16.0).ln().abs();
+                let dc = (r.case.context as f64 / 8192.0).ln().abs();
+                ((db + dc) * 1e6) as u64
+            })
+            .unwrap_or(&results[0]),
+    })
 }

@@ -91,42 +91,7 @@ impl Acceptance {
                     ),
                 ));
             }
-            let field = |i: usize, name: &str| -> Result<f64> {
-                rec.get(i)
-                    .and_then(|v| v.parse::<f64>().ok())
-                    .filter(|v| v.is_finite() && *v >= 0.0)
-                    .ok_or_else(|| {
-                        Error::field(
-                            path,
-                            format!("row {row} column {name}"),
-                            format!(
-                                "expected a number >= 0, found '{}'",
-                                rec.get(i).map_or("", String::as_str)
-                            ),
-                        )
-                    })
-            };
-            let len = field(li, "acceptance_length")?;
-            let count = field(ci, "count")?;
-            // Bounded (`scenario::limits::LOG_COUNT`), so the counts' sum cannot overflow.
-            if !crate::scenario::limits::LOG_COUNT.contains(count) {
-                return Err(Error::field(
-                    path,
-                    format!("row {row} column count"),
-                    format!(
-                        "found {}, expected {}",
-                        crate::scenario::check::show(count),
-                        crate::scenario::limits::LOG_COUNT.describe()
-                    ),
-                ));
-            }
-            if len < 1.0 || len.fract() != 0.0 || len > 64.0 {
-                return Err(Error::field(
-                    path,
-                    format!("row {row} column acceptance_length"),
-                    format!("expected a whole number from 1 (bonus token only) to 64, found {len}"),
-                ));
-            }
+            let (len, count) = length_row(path, row, &rec, li, ci)?;
             let a = len as usize - 1;
             if counts.len() <= a {
                 counts.resize(a + 1, 0.0);
@@ -237,6 +202,48 @@ impl Acceptance {
             }
         }
     }
+}
+
+/// One row of an acceptance-length histogram: its length (a whole number 1..=64) and its count
+/// (within `LOG_COUNT`), from columns `li` and `ci`.
+fn length_row(path: &Path, row: usize, rec: &[String], li: usize, ci: usize) -> Result<(f64, f64)> {
+    let field = |i: usize, name: &str| -> Result<f64> {
+        rec.get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .filter(|v| v.is_finite() && *v >= 0.0)
+            .ok_or_else(|| {
+                Error::field(
+                    path,
+                    format!("row {row} column {name}"),
+                    format!(
+                        "expected a number >= 0, found '{}'",
+                        rec.get(i).map_or("", String::as_str)
+                    ),
+                )
+            })
+    };
+    let len = field(li, "acceptance_length")?;
+    let count = field(ci, "count")?;
+    // Bounded (`scenario::limits::LOG_COUNT`), so the counts' sum cannot overflow.
+    if !crate::scenario::limits::LOG_COUNT.contains(count) {
+        return Err(Error::field(
+            path,
+            format!("row {row} column count"),
+            format!(
+                "found {}, expected {}",
+                crate::scenario::check::show(count),
+                crate::scenario::limits::LOG_COUNT.describe()
+            ),
+        ));
+    }
+    if len < 1.0 || len.fract() != 0.0 || len > 64.0 {
+        return Err(Error::field(
+            path,
+            format!("row {row} column acceptance_length"),
+            format!("expected a whole number from 1 (bonus token only) to 64, found {len}"),
+        ));
+    }
+    Ok((len, count))
 }
 
 /// The per-token chain probability α with Σ_{i=1..k} α^i = k·r (bisection; the sum rises with

@@ -163,38 +163,9 @@ fn eagle3_model(path: &Path, target: &ModelSpec) -> Result<ModelSpec> {
         })
     };
     let hidden = need("hidden_size")?;
-    if hidden != target.hidden {
-        return Err(Error::field(
-            path,
-            "hidden_size",
-            format!(
-                "the EAGLE-3 draft's hidden size ({hidden}) must equal the target's ({} for {}): the draft reads the target's hidden states",
-                target.hidden, target.name
-            ),
-        ));
-    }
     let vocab = get("vocab_size").unwrap_or(target.vocab);
-    if vocab != target.vocab {
-        return Err(Error::field(
-            path,
-            "vocab_size",
-            format!(
-                "the draft's vocabulary ({vocab}) must equal the target's ({} for {}): it shares the target's tokenizer and embedding",
-                target.vocab, target.name
-            ),
-        ));
-    }
     let draft_vocab = get("draft_vocab_size").unwrap_or(vocab);
-    if draft_vocab == 0 || draft_vocab > target.vocab {
-        return Err(Error::field(
-            path,
-            "draft_vocab_size",
-            format!(
-                "expected 1..={} (the target's vocabulary); found {draft_vocab}",
-                target.vocab
-            ),
-        ));
-    }
+    check_eagle3_pairing(path, target, hidden, vocab, draft_vocab)?;
     let heads = need("num_attention_heads")?;
     let kv_heads = get("num_key_value_heads").unwrap_or(heads);
     let mla = match get("kv_lora_rank") {
@@ -234,6 +205,48 @@ fn eagle3_model(path: &Path, target: &ModelSpec) -> Result<ModelSpec> {
         max_position_embeddings: get("max_position_embeddings").unwrap_or(usize::MAX),
         quant: None,
     })
+}
+
+/// An EAGLE-3 draft reads the target's hidden states and shares its tokenizer: equal hidden
+/// size and vocabulary, and a draft vocabulary within the target's.
+fn check_eagle3_pairing(
+    path: &Path,
+    target: &ModelSpec,
+    hidden: usize,
+    vocab: usize,
+    draft_vocab: usize,
+) -> Result<()> {
+    if hidden != target.hidden {
+        return Err(Error::field(
+            path,
+            "hidden_size",
+            format!(
+                "the EAGLE-3 draft's hidden size ({hidden}) must equal the target's ({} for {}): the draft reads the target's hidden states",
+                target.hidden, target.name
+            ),
+        ));
+    }
+    if vocab != target.vocab {
+        return Err(Error::field(
+            path,
+            "vocab_size",
+            format!(
+                "the draft's vocabulary ({vocab}) must equal the target's ({} for {}): it shares the target's tokenizer and embedding",
+                target.vocab, target.name
+            ),
+        ));
+    }
+    if draft_vocab == 0 || draft_vocab > target.vocab {
+        return Err(Error::field(
+            path,
+            "draft_vocab_size",
+            format!(
+                "expected 1..={} (the target's vocabulary); found {draft_vocab}",
+                target.vocab
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// DeepSeek-V3's MTP module: one full decoder layer (MLA + MoE) of the target's own shape with

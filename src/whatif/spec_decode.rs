@@ -505,70 +505,108 @@ pub(crate) fn study(
         })
         .collect();
 
-    let crossover = if costs.grid.is_empty() {
-        None
-    } else {
-        // Tokens per second at the same batch: the batch cancels in the ratio.
-        let speedups: Vec<Vec<f64>> = costs
-            .grid
-            .iter()
-            .map(|g| {
-                req.draft_tokens
-                    .iter()
-                    .zip(&g.spec_step_us)
-                    .map(|(&k, &step)| {
-                        let tokens =
-                            SpecStep::new(req.method, k).expected_tokens(&acceptance.survival(k));
-                        tokens * g.base_step_us / step
-                    })
-                    .collect()
-            })
-            .collect();
-        let grid: Vec<(u32, u32, f64)> = costs
-            .grid
-            .iter()
-            .zip(&speedups)
-            .map(|(g, sp)| {
-                let mut best = (0u32, f64::MIN);
-                for (&k, &x) in req.draft_tokens.iter().zip(sp) {
-                    if x > best.1 {
-                        best = (k, x);
-                    }
-                }
-                (g.batch, best.0, best.1)
-            })
-            .collect();
-        let top = grid.last().map_or(1, |g| g.0);
-        let max_fitting_batch =
-            crate::sim::max_fitting_batch(scenario, &costs.baseline.profile, top);
-        let fits: Vec<bool> = grid
-            .iter()
-            .map(|g| max_fitting_batch.is_some_and(|m| g.0 <= m))
-            .collect();
-        // The range where speculation pays ends at what fits.
-        let fitting: Vec<&(u32, u32, f64)> = grid
-            .iter()
-            .zip(&fits)
-            .filter(|(_, f)| **f)
-            .map(|(g, _)| g)
-            .collect();
-        let first_losing = fitting.iter().position(|g| g.2 <= 1.0);
-        let (last_paying_batch, first_losing_batch) = match first_losing {
-            None => (fitting.last().map(|g| g.0), None),
-            Some(0) => (None, Some(fitting[0].0)),
-            Some(i) => (Some(fitting[i - 1].0), Some(fitting[i].0)),
-        };
-        Some(Crossover {
-            grid,
-            last_paying_batch,
-            first_losing_batch,
-            draft_tokens: req.draft_tokens.clone(),
-            speedups,
-            fits,
-            max_fitting_batch,
-        })
-    };
+    let crossover = crossover(req, costs, acceptance);
+    let warnings = study_warnings(req, costs, acceptance);
+    Ok(SpecDecodeStudy {
+        method: req.method,
+        draft_source: costs.draft_source.clone(),
+        acceptance: acceptance.describe(),
+        acceptance_rate: match acceptance {
+            Acceptance::Rate(r) => Some(*r),
+            _ => None,
+        },
+        baseline: costs.baseline.clone(),
+        variants,
+        crossover,
+        fits: costs.baseline.memory_fit.fits(),
+        max_fitting_batch: crate::sim::max_fitting_batch(
+            scenario,
+            &costs.baseline.profile,
+            scenario.batch,
+        ),
+        warnings,
+    })
+}
 
+/// Where speculation stops paying along the batch grid (none without a grid): each batch's
+/// best k and its speedup, up to the largest batch that fits.
+fn crossover(
+    req: &SpecDecodeRequest,
+    costs: &SpecDecodeCosts,
+    acceptance: &Acceptance,
+) -> Option<Crossover> {
+    if costs.grid.is_empty() {
+        return None;
+    }
+    let scenario = &costs.baseline.scenario;
+    // Tokens per second at the same batch: the batch cancels in the ratio.
+    let speedups: Vec<Vec<f64>> = costs
+        .grid
+        .iter()
+        .map(|g| {
+            req.draft_tokens
+                .iter()
+                .zip(&g.spec_step_us)
+                .map(|(&k, &step)| {
+                    let tokens =
+                        SpecStep::new(req.method, k).expected_tokens(&acceptance.survival(k));
+                    tokens * g.base_step_us / step
+                })
+                .collect()
+        })
+        .collect();
+    let grid: Vec<(u32, u32, f64)> = costs
+        .grid
+        .iter()
+        .zip(&speedups)
+        .map(|(g, sp)| {
+            let mut best = (0u32, f64::MIN);
+            for (&k, &x) in req.draft_tokens.iter().zip(sp) {
+                if x > best.1 {
+                    best = (k, x);
+                }
+            }
+            (g.batch, best.0, best.1)
+        })
+        .collect();
+    let top = grid.last().map_or(1, |g| g.0);
+    let max_fitting_batch = crate::sim::max_fitting_batch(scenario, &costs.baseline.profile, top);
+    let fits: Vec<bool> = grid
+        .iter()
+        .map(|g| max_fitting_batch.is_some_and(|m| g.0 <= m))
+        .collect();
+    // The range where speculation pays ends at what fits.
+    let fitting: Vec<&(u32, u32, f64)> = grid
+        .iter()
+        .zip(&fits)
+        .filter(|(_, f)| **f)
+        .map(|(g, _)| g)
+        .collect();
+    let first_losing = fitting.iter().position(|g| g.2 <= 1.0);
+    let (last_paying_batch, first_losing_batch) = match first_losing {
+        None => (fitting.last().map(|g| g.0), None),
+        Some(0) => (None, Some(fitting[0].0)),
+        Some(i) => (Some(fitting[i - 1].0), Some(fitting[i].0)),
+    };
+    Some(Crossover {
+        grid,
+        last_paying_batch,
+        first_losing_batch,
+        draft_tokens: req.draft_tokens.clone(),
+        speedups,
+        fits,
+        max_fitting_batch,
+    })
+}
+
+/// The baseline's warnings and the study's own: verify passes above the captured CUDA-graph
+/// sizes, an assumed draft shape, a fixed acceptance rate at large k.
+fn study_warnings(
+    req: &SpecDecodeRequest,
+    costs: &SpecDecodeCosts,
+    acceptance: &Acceptance,
+) -> Vec<String> {
+    let scenario = &costs.baseline.scenario;
     let mut warnings = costs.baseline.warnings.clone();
     if scenario.cuda_graphs {
         // The step's verify passes, at their query tokens and padding rule.
@@ -609,25 +647,7 @@ pub(crate) fn study(
             "a fixed --acceptance-rate makes the mean acceptance length grow linearly with k (vLLM's definition); measured rates fall with k, so prefer --acceptance-per-position or --acceptance-lengths for k > 3".into(),
         );
     }
-    Ok(SpecDecodeStudy {
-        method: req.method,
-        draft_source: costs.draft_source.clone(),
-        acceptance: acceptance.describe(),
-        acceptance_rate: match acceptance {
-            Acceptance::Rate(r) => Some(*r),
-            _ => None,
-        },
-        baseline: costs.baseline.clone(),
-        variants,
-        crossover,
-        fits: costs.baseline.memory_fit.fits(),
-        max_fitting_batch: crate::sim::max_fitting_batch(
-            scenario,
-            &costs.baseline.profile,
-            scenario.batch,
-        ),
-        warnings,
-    })
+    warnings
 }
 
 /// One k's whole speculative step (verify, then the draft side) as one simulated timeline,

@@ -222,30 +222,7 @@ pub(crate) fn run_bounded_with(
     let per_variant = WORK_VARIANT_LOAD
         + WORK_TIMELINE_STEP
         + draws as f64 * (WORK_VARIANT_DRAW + WORK_VARIANT_DRAW_PER_RANK * ep);
-    crate::error::check_work(
-        "whatif --vary",
-        format!(
-            "{} variants and the base, each loaded and played as a full timeline{} ({})",
-            if n < 1e15 {
-                crate::units::grouped(n, 0)
-            } else {
-                format!("{n:.2e}")
-            },
-            if draws > 0 {
-                format!(" with {draws} interval draws")
-            } else {
-                String::new()
-            },
-            if req.one_at_a_time {
-                "the sum of the lists, --one-at-a-time"
-            } else {
-                "the product of the lists"
-            }
-        ),
-        (n + 1.0) * per_variant,
-        max_work,
-        "shorten the lists or use --one-at-a-time",
-    )?;
+    check_listed_work(req, n, draws, per_variant, max_work)?;
     let combos = combinations(&req.axes, req.one_at_a_time);
     // Once loaded, each timeline is counted at its own ranks and batch (a variant at DP128 or
     // at 16,384 sequences costs more than the 2,500 counted above) and the bound checked again,
@@ -298,6 +275,41 @@ pub(crate) fn run_bounded_with(
     }
     variants.sort_by(|a, b| b.tokens_per_s.total_cmp(&a.tokens_per_s));
     Ok(VaryStudy { base, variants })
+}
+
+/// The work of `n` variants and the base, `per_variant` each with `draws` interval draws,
+/// bounded by `max_work` before anything is loaded.
+fn check_listed_work(
+    req: &VaryRequest,
+    n: f64,
+    draws: usize,
+    per_variant: f64,
+    max_work: u64,
+) -> Result<()> {
+    crate::error::check_work(
+        "whatif --vary",
+        format!(
+            "{} variants and the base, each loaded and played as a full timeline{} ({})",
+            if n < 1e15 {
+                crate::units::grouped(n, 0)
+            } else {
+                format!("{n:.2e}")
+            },
+            if draws > 0 {
+                format!(" with {draws} interval draws")
+            } else {
+                String::new()
+            },
+            if req.one_at_a_time {
+                "the sum of the lists, --one-at-a-time"
+            } else {
+                "the product of the lists"
+            }
+        ),
+        (n + 1.0) * per_variant,
+        max_work,
+        "shorten the lists or use --one-at-a-time",
+    )
 }
 
 fn signed_us(v: f64) -> String {

@@ -31,6 +31,7 @@ use crate::sim::ScenarioRequest;
 pub use factors::{Factor, FactorSpec, ALL_FACTORS, FACTORS};
 pub use model::predict;
 use model::{starting_point, Model};
+use nalgebra::DMatrix;
 pub(crate) use points::{kv_dtype_bytes, model_id_matches, spec_point};
 pub use points::{read_inputs, read_points, Measured, MeasuredAcceptance, Point, SpecPoint};
 use result::{fit_result, fitted_intervals, no_progress, Solved};
@@ -148,15 +149,7 @@ pub fn fit_throughput_with(
     req: &ThroughputRequest,
     limits: &ThroughputLimits,
 ) -> Result<ThroughputFit> {
-    if let Some(l) = limits.max_median_error_pct {
-        if !(l.is_finite() && l > 0.0) {
-            return Err(Error::Flag {
-                flag: "--max-median-error",
-                value: l.to_string(),
-                expected: "expected a percentage above 0".into(),
-            });
-        }
-    }
+    check_limits(limits)?;
     check_servers(req)?;
     let n = req.points.len();
     let auto = req.factors.is_empty();
@@ -170,9 +163,7 @@ pub fn fit_throughput_with(
         return Err(nothing_identified(n, &src, &refused));
     }
     let before_pred = model.predict(&model.profile.factors)?;
-    let theta0 = starting_point(&model, &which);
-    let r0 = model.residuals(&which, &theta0, &meas)?;
-    let j0 = model.jacobian(&which, &theta0, &r0, &meas)?;
+    let (theta0, j0) = start(&model, &which, &meas)?;
     let all = which.clone();
     let fixed_refusals = refused.clone();
     let mut cap = if auto { n - 1 } else { which.len() };
@@ -190,31 +181,12 @@ pub fn fit_throughput_with(
         final_r = r;
         let rw: Vec<f64> = final_r.iter().zip(&w).map(|(r, w)| r * w.sqrt()).collect();
         let iv = fitted_intervals(&which, &theta, &j, &rw, &src)?;
-        fitted = iv.fitted;
         weights = w;
         jacobian = j;
-        // Named factors are kept with a wide interval (the points pin them down loosely; the
-        // report says so); the automatic choice drops them for a factor the points pin down.
-        let mut wide = if auto {
-            iv.bound.clone().or(iv.wide.clone())
-        } else {
-            iv.bound.clone()
-        };
-        // Auto, with every interval narrow: a fit that did not reduce the error drops a factor.
-        let stuck_why =
-            no_progress(&final_r, &before_pred, &meas, &weights).filter(|_| auto && wide.is_none());
-        let stuck = stuck_why.is_some();
-        wide = wide.or(stuck_why.map(|why| (which.len() - 1, why)));
-        notes = match (&wide, &iv.wide) {
-            (None, Some((c, _))) => vec![format!(
-                "{}: its 95% interval [{:.4}, {:.4}] is wide: these points pin it down loosely (rms error after the fit {:.1}%); more points, or points that vary what it scales, narrow it",
-                which[*c],
-                fitted[*c].ci95[0],
-                fitted[*c].ci95[1],
-                100.0 * (final_r.iter().map(|x| x * x).sum::<f64>() / n as f64).sqrt()
-            )],
-            _ => Vec::new(),
-        };
+        let progress = no_progress(&final_r, &before_pred, &meas, &weights);
+        let (wide, stuck) = to_drop(auto, &iv, which.len(), progress);
+        fitted = iv.fitted;
+        notes = wide_notes(&wide, &iv.wide, &which, &fitted, &final_r, n);
         match wide {
             Some((c, why)) if auto => {
                 // Fewer factors first (each one fewer leaves a degree of freedom to the
@@ -233,12 +205,7 @@ pub fn fit_throughput_with(
             }
             Some((c, why)) => {
                 refuse_named(&mut choices, &mut refused, &mut which, c, why);
-                keep_theta = theta
-                    .iter()
-                    .enumerate()
-                    .filter(|(i, _)| *i != c)
-                    .map(|(_, v)| *v)
-                    .collect();
+                keep_theta = without(&theta, c);
             }
             None => break,
         }
@@ -255,4 +222,85 @@ pub fn fit_throughput_with(
         notes,
     };
     fit_result(req, &model, &meas, &before_pred, solved, limits)
+}
+
+/// `--max-median-error` is a percentage above 0.
+fn check_limits(limits: &ThroughputLimits) -> Result<()> {
+    if let Some(l) = limits.max_median_error_pct {
+        if !(l.is_finite() && l > 0.0) {
+            return Err(Error::Flag {
+                flag: "--max-median-error",
+                value: l.to_string(),
+                expected: "expected a percentage above 0".into(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The starting point of the factors `which` and the Jacobian there.
+fn start(model: &Model, which: &[Factor], meas: &[f64]) -> Result<(Vec<f64>, DMatrix<f64>)> {
+    let theta0 = starting_point(model, which);
+    let r0 = model.residuals(which, &theta0, meas)?;
+    let j0 = model.jacobian(which, &theta0, &r0, meas)?;
+    Ok((theta0, j0))
+}
+
+/// The factor a fit of `fitted` factors (`iv`) gives up, with why, and whether because the fit
+/// did not reduce the error (`stuck`: `no_progress`'s reason, taken when every interval is
+/// narrow).
+fn to_drop(
+    auto: bool,
+    iv: &result::Intervals,
+    fitted: usize,
+    no_progress: Option<String>,
+) -> (Option<(usize, String)>, bool) {
+    // Named factors are kept with a wide interval (the points pin them down loosely; the
+    // report says so); the automatic choice drops them for a factor the points pin down.
+    let wide = if auto {
+        iv.bound.clone().or(iv.wide.clone())
+    } else {
+        iv.bound.clone()
+    };
+    // Auto, with every interval narrow: a fit that did not reduce the error drops a factor.
+    let stuck_why = no_progress.filter(|_| auto && wide.is_none());
+    let stuck = stuck_why.is_some();
+    (wide.or(stuck_why.map(|why| (fitted - 1, why))), stuck)
+}
+
+/// The note on a named factor kept with a wide interval (`loose`) when no factor is dropped
+/// (`drop`), over `n` points.
+fn wide_notes(
+    drop: &Option<(usize, String)>,
+    loose: &Option<(usize, String)>,
+    which: &[Factor],
+    fitted: &[FittedFactor],
+    final_r: &[f64],
+    n: usize,
+) -> Vec<String> {
+    match (drop, loose) {
+        (None, Some((c, _))) => vec![wide_note(which[*c], &fitted[*c], final_r, n)],
+        _ => Vec::new(),
+    }
+}
+
+/// The note on a named factor kept with a wide interval (`n` points).
+fn wide_note(factor: Factor, f: &FittedFactor, final_r: &[f64], n: usize) -> String {
+    format!(
+        "{}: its 95% interval [{:.4}, {:.4}] is wide: these points pin it down loosely (rms error after the fit {:.1}%); more points, or points that vary what it scales, narrow it",
+        factor,
+        f.ci95[0],
+        f.ci95[1],
+        100.0 * (final_r.iter().map(|x| x * x).sum::<f64>() / n as f64).sqrt()
+    )
+}
+
+/// `theta` without its entry `c`.
+fn without(theta: &[f64], c: usize) -> Vec<f64> {
+    theta
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != c)
+        .map(|(_, v)| *v)
+        .collect()
 }

@@ -230,26 +230,7 @@ pub fn read_points(path: &Path) -> Result<Vec<Point>> {
 pub(super) fn parse_csv(text: &str, path: &Path) -> Result<Vec<Point>> {
     let mut records = crate::files::csv_records(text, path, true)?.into_iter();
     let headers = records.next().map(|r| r.1).unwrap_or_default();
-    let col = |name: &str| headers.iter().position(|h| h.eq_ignore_ascii_case(name));
-    let mut missing: Vec<&str> = ["concurrency", "context"]
-        .iter()
-        .copied()
-        .filter(|c| col(c).is_none())
-        .collect();
-    if col("tokens_per_s").is_none() && col("tpot_ms").is_none() {
-        missing.push("tokens_per_s (or tpot_ms)");
-    }
-    if !missing.is_empty() {
-        return Err(Error::field(
-            path,
-            "header",
-            format!(
-                "missing column(s) {}; expected concurrency,context,tokens_per_s or tpot_ms (optional kv_cache_dtype, nccl_proto, nccl_algo, p2p, allreduce, dcp, spec_method, draft_tokens, acceptance_rate, acceptance_length); found '{}'",
-                missing.join(", "),
-                crate::units::clip(&headers.join(","), 40)
-            ),
-        ));
-    }
+    check_header(&headers, path)?;
     let mut points = Vec::new();
     for (line, rec) in records {
         if rec.len() != headers.len() {
@@ -263,123 +244,140 @@ pub(super) fn parse_csv(text: &str, path: &Path) -> Result<Vec<Point>> {
                 ),
             ));
         }
-        let field = |name: &str| -> Option<String> {
-            col(name)
-                .and_then(|c| rec.get(c))
-                .filter(|v| !v.is_empty())
-                .cloned()
+        let row = CsvRow {
+            headers: &headers,
+            rec: &rec,
+            path,
+            line,
         };
-        let fail = |name: &str, v: &str, allowed: &str| {
-            Error::field(
-                path,
-                format!("line {line}, column {name}"),
-                format!("found '{}', expected {allowed}", crate::units::clip(v, 40)),
-            )
-        };
-        let raw = |name: &str| field(name).unwrap_or_default();
-        let concurrency: u32 = raw("concurrency")
+        points.push(row.point()?);
+    }
+    if points.is_empty() {
+        return Err(Error::field(path, "rows", "no data rows"));
+    }
+    Ok(points)
+}
+
+/// The header names the point's batch, its context and its rate (tokens/s or TPOT).
+fn check_header(headers: &[String], path: &Path) -> Result<()> {
+    let col = |name: &str| headers.iter().position(|h| h.eq_ignore_ascii_case(name));
+    let mut missing: Vec<&str> = ["concurrency", "context"]
+        .iter()
+        .copied()
+        .filter(|c| col(c).is_none())
+        .collect();
+    if col("tokens_per_s").is_none() && col("tpot_ms").is_none() {
+        missing.push("tokens_per_s (or tpot_ms)");
+    }
+    if missing.is_empty() {
+        return Ok(());
+    }
+    Err(Error::field(
+        path,
+        "header",
+        format!(
+            "missing column(s) {}; expected concurrency,context,tokens_per_s or tpot_ms (optional kv_cache_dtype, nccl_proto, nccl_algo, p2p, allreduce, dcp, spec_method, draft_tokens, acceptance_rate, acceptance_length); found '{}'",
+            missing.join(", "),
+            crate::units::clip(&headers.join(","), 40)
+        ),
+    ))
+}
+
+/// The scenario settings a row states, each absent where its column is.
+struct PointSettings {
+    kv_bytes: Option<f64>,
+    proto: Option<Proto>,
+    algo: Option<Algo>,
+    p2p: Option<bool>,
+}
+
+/// One data row of a throughput CSV, as long as its header: fields found by column name.
+struct CsvRow<'a> {
+    headers: &'a [String],
+    rec: &'a [String],
+    path: &'a Path,
+    line: usize,
+}
+
+impl CsvRow<'_> {
+    /// The field of column `name` (any case), absent when the column is or the field is empty.
+    fn field(&self, name: &str) -> Option<String> {
+        self.headers
+            .iter()
+            .position(|h| h.eq_ignore_ascii_case(name))
+            .and_then(|c| self.rec.get(c))
+            .filter(|v| !v.is_empty())
+            .cloned()
+    }
+
+    fn raw(&self, name: &str) -> String {
+        self.field(name).unwrap_or_default()
+    }
+
+    /// The error of field `v` of column `name`, which should have been `allowed`.
+    fn fail(&self, name: &str, v: &str, allowed: &str) -> Error {
+        Error::field(
+            self.path,
+            format!("line {}, column {name}", self.line),
+            format!("found '{}', expected {allowed}", crate::units::clip(v, 40)),
+        )
+    }
+
+    fn point(&self) -> Result<Point> {
+        let concurrency: u32 = self
+            .raw("concurrency")
             .parse()
             .ok()
             .filter(|&c| (1..=crate::scenario::deployment::MAX_BATCH).contains(&c))
             .ok_or_else(|| {
-                fail(
+                self.fail(
                     "concurrency",
-                    &raw("concurrency"),
+                    &self.raw("concurrency"),
                     &format!(
                         "a whole number 1..{}",
                         crate::scenario::deployment::MAX_BATCH
                     ),
                 )
             })?;
-        let context: u64 = raw("context")
+        let context: u64 = self
+            .raw("context")
             .parse()
             .ok()
             .filter(|&c| c >= 1)
             .ok_or_else(|| {
-                fail(
+                self.fail(
                     "context",
-                    &raw("context"),
+                    &self.raw("context"),
                     "a whole number of tokens, at least 1",
                 )
             })?;
-        let rate = |name: &str, v: &str| {
-            v.parse::<f64>()
-                .ok()
-                .filter(|t| t.is_finite() && *t > 0.0 && *t < 1e9)
-                .ok_or_else(|| fail(name, v, "a positive number below 1e9"))
-        };
-        let (tokens_per_s, measured) = match (field("tokens_per_s"), field("tpot_ms")) {
-            (Some(t), _) => (rate("tokens_per_s", &t)?, Measured::TokensPerS),
-            (None, Some(t)) => {
-                let ms = rate("tpot_ms", &t)?;
-                (concurrency as f64 * 1e3 / ms, Measured::TpotMs(ms))
-            }
-            (None, None) => {
-                return Err(fail(
-                    "tokens_per_s",
-                    "",
-                    "a positive rate (or a tpot_ms value)",
-                ))
-            }
-        };
-        // The scenario columns: each a knob of the table (`nccl_proto` or `nccl-proto`), read by
-        // the knob's parser and applied to a scratch request, from which the point takes it.
-        let mut r = ScenarioRequest::default();
-        let mut setting = |name: &str| -> Result<bool> {
-            let k = knobs::knob(name);
-            let Some(v) = field(&k.column()).or_else(|| field(k.name())) else {
-                return Ok(false);
-            };
-            let value = k
-                .parse_value(&v)
-                .map_err(|_| fail(&k.column(), &v, k.expected))?;
-            k.apply(&mut r, value);
-            Ok(true)
-        };
-        let kv = setting("kv-cache-dtype")?;
-        let proto = setting("nccl-proto")?;
-        let algo = setting("nccl-algo")?;
-        let p2p = setting("p2p")?;
-        let (kv_bytes, proto, algo, p2p) = (
-            kv.then_some(r.kv_bytes),
-            proto.then_some(r.proto),
-            algo.then_some(r.algo),
-            p2p.then_some(r.p2p),
-        );
-        if let Some(v) = field("allreduce") {
+        let (tokens_per_s, measured) = self.rate(concurrency)?;
+        let PointSettings {
+            kv_bytes,
+            proto,
+            algo,
+            p2p,
+        } = self.settings()?;
+        if let Some(v) = self.field("allreduce") {
             if !v.eq_ignore_ascii_case("nccl") {
-                return Err(fail(
+                return Err(self.fail(
                     "allreduce",
                     &v,
                     "nccl (per-point allreduce implementations are not fitted yet: split the file by implementation and pass --allreduce)",
                 ));
             }
         }
-        let dcp = match field("dcp") {
-            None => None,
-            Some(v) => Some(
-                v.parse::<u32>()
-                    .ok()
-                    .filter(|d| (1..=1024).contains(d))
-                    .ok_or_else(|| {
-                        fail(
-                            "dcp",
-                            &v,
-                            "a whole number 1..1024 (the decode-context-parallel size)",
-                        )
-                    })?,
-            ),
-        };
+        let dcp = self.dcp()?;
         let spec = spec_point(
-            field("spec_method"),
-            field("draft_tokens"),
-            field("acceptance_rate"),
-            field("acceptance_length"),
+            self.field("spec_method"),
+            self.field("draft_tokens"),
+            self.field("acceptance_rate"),
+            self.field("acceptance_length"),
         )
-        .map_err(|(name, v, allowed)| fail(name, &v, &allowed))?;
-        points.push(Point {
-            file: path.to_path_buf(),
-            line,
+        .map_err(|(name, v, allowed)| self.fail(name, &v, &allowed))?;
+        Ok(Point {
+            file: self.path.to_path_buf(),
+            line: self.line,
             concurrency,
             context,
             tokens_per_s,
@@ -393,12 +391,73 @@ pub(super) fn parse_csv(text: &str, path: &Path) -> Result<Vec<Point>> {
             tp: None,
             model_id: None,
             serving: None,
-        });
+        })
     }
-    if points.is_empty() {
-        return Err(Error::field(path, "rows", "no data rows"));
+
+    /// The output tokens/s, given or from the TPOT at `concurrency` sequences.
+    fn rate(&self, concurrency: u32) -> Result<(f64, Measured)> {
+        let rate = |name: &str, v: &str| {
+            v.parse::<f64>()
+                .ok()
+                .filter(|t| t.is_finite() && *t > 0.0 && *t < 1e9)
+                .ok_or_else(|| self.fail(name, v, "a positive number below 1e9"))
+        };
+        match (self.field("tokens_per_s"), self.field("tpot_ms")) {
+            (Some(t), _) => Ok((rate("tokens_per_s", &t)?, Measured::TokensPerS)),
+            (None, Some(t)) => {
+                let ms = rate("tpot_ms", &t)?;
+                Ok((concurrency as f64 * 1e3 / ms, Measured::TpotMs(ms)))
+            }
+            (None, None) => {
+                Err(self.fail("tokens_per_s", "", "a positive rate (or a tpot_ms value)"))
+            }
+        }
     }
-    Ok(points)
+
+    /// The scenario columns: each a knob of the table (`nccl_proto` or `nccl-proto`), read by
+    /// the knob's parser and applied to a scratch request, from which the point takes it.
+    fn settings(&self) -> Result<PointSettings> {
+        let mut r = ScenarioRequest::default();
+        let mut setting = |name: &str| -> Result<bool> {
+            let k = knobs::knob(name);
+            let Some(v) = self.field(&k.column()).or_else(|| self.field(k.name())) else {
+                return Ok(false);
+            };
+            let value = k
+                .parse_value(&v)
+                .map_err(|_| self.fail(&k.column(), &v, k.expected))?;
+            k.apply(&mut r, value);
+            Ok(true)
+        };
+        let kv = setting("kv-cache-dtype")?;
+        let proto = setting("nccl-proto")?;
+        let algo = setting("nccl-algo")?;
+        let p2p = setting("p2p")?;
+        Ok(PointSettings {
+            kv_bytes: kv.then_some(r.kv_bytes),
+            proto: proto.then_some(r.proto),
+            algo: algo.then_some(r.algo),
+            p2p: p2p.then_some(r.p2p),
+        })
+    }
+
+    /// The decode-context-parallel size, where the row states one.
+    fn dcp(&self) -> Result<Option<u32>> {
+        let Some(v) = self.field("dcp") else {
+            return Ok(None);
+        };
+        v.parse::<u32>()
+            .ok()
+            .filter(|d| (1..=1024).contains(d))
+            .map(Some)
+            .ok_or_else(|| {
+                self.fail(
+                    "dcp",
+                    &v,
+                    "a whole number 1..1024 (the decode-context-parallel size)",
+                )
+            })
+    }
 }
 
 /// KV element size of a vLLM `--kv-cache-dtype` value (the knob's parser).

@@ -1,11 +1,15 @@
 //! `capacity`'s charts: the curves' series and labels, and the memory, breakdown and Pareto
 //! plots (`--plot-memory`, `--plot-breakdown`, `--plot-pareto`).
 
+use super::{per_user_binds, CapacityArgs};
 use crate::capacity::{self, Capacity, CapacityRequest};
 use crate::error::Result;
-use crate::report::plot::{self, BreakdownChart, CurveSeries, MemoryChart, MemorySeries};
+use crate::report::plot::{
+    self, BreakdownChart, CurveChart, CurveMetric, CurveSeries, MeasuredPoint, MemoryChart,
+    MemorySeries,
+};
 use crate::report::units;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 pub(super) fn series_of(label: String, c: &Capacity) -> CurveSeries {
     CurveSeries {
@@ -149,4 +153,69 @@ pub(super) fn breakdown_plot(
         p,
     )?;
     Ok(())
+}
+
+/// Writes each plot asked for, of `cap` and the other systems' in `all` (`cap` first), with the
+/// `measured` points on the curves; returns the files written.
+pub(super) fn write_plots(
+    a: &CapacityArgs,
+    req: &CapacityRequest,
+    cap: &Capacity,
+    all: &[&Capacity],
+    measured: &[MeasuredPoint],
+) -> Result<Vec<PathBuf>> {
+    let mut written = Vec::new();
+    let model = &cap.reference.scenario.model.name;
+    let series: Vec<CurveSeries> = all.iter().map(|c| series_of(label_of(c), c)).collect();
+    let demand = &cap.demand.described;
+    if let Some(p) = &a.plot_throughput {
+        plot::plot_curves(
+            &CurveChart {
+                title: &format!("{model}: throughput vs concurrency ({demand})"),
+                metric: CurveMetric::TokensPerS,
+                series: &series,
+                measured,
+                limit: None,
+            },
+            p,
+        )?;
+        written.push(p.clone());
+    }
+    if let Some(p) = &a.plot_tpot {
+        plot::plot_curves(
+            &CurveChart {
+                title: &format!("{model}: TPOT vs concurrency ({demand})"),
+                metric: CurveMetric::TpotMs,
+                series: &series,
+                measured,
+                limit: a.max_tpot_ms.map(|m| (m, tpot_limit_label(a, m))),
+            },
+            p,
+        )?;
+        written.push(p.clone());
+    }
+    if let Some(p) = &a.plot_memory {
+        memory_plot(all, cap, model, p)?;
+        written.push(p.clone());
+    }
+    if let Some(p) = &a.plot_breakdown {
+        breakdown_plot(req, cap, &a.batches, model, p)?;
+        written.push(p.clone());
+    }
+    if let Some(p) = &a.plot_pareto {
+        pareto_plot(cap, a.max_tpot_ms, model, p)?;
+        written.push(p.clone());
+    }
+    Ok(written)
+}
+
+/// The TPOT limit line's label: the flag that set `m` ms.
+fn tpot_limit_label(a: &CapacityArgs, m: f64) -> String {
+    match per_user_binds(a) {
+        Some(n) => format!(
+            "TPOT limit {} ms (--min-tokens-per-s-per-user {n})",
+            crate::units::grouped(m, 2)
+        ),
+        None => format!("TPOT limit {m} ms (--max-tpot-ms)"),
+    }
 }

@@ -9,14 +9,14 @@ use crate::capacity::memory::{
 use crate::capacity::{self, Capacity, CapacityRequest, DemandSpec, Prices};
 use crate::error::{Error, Result};
 use crate::files::InputKind;
-use crate::report::plot::{self, CurveChart, CurveMetric, CurveSeries, MeasuredPoint};
+use crate::report::plot::MeasuredPoint;
 use crate::report::{self, Format};
 use crate::scenario::deployment::DEFAULT_GPU_MEMORY_UTILIZATION;
 use crate::whatif::uncertainty::Interval;
 use std::path::{Path, PathBuf};
 
 mod charts;
-use charts::{breakdown_plot, label_of, memory_plot, pareto_plot, series_of};
+use charts::write_plots;
 
 #[derive(Debug, clap::Args)]
 pub struct CapacityArgs {
@@ -548,22 +548,7 @@ fn per_user_binds(a: &CapacityArgs) -> Option<f64> {
 
 pub fn run(mut a: CapacityArgs) -> Result<()> {
     per_user_target(&mut a)?;
-    use super::output::check_output_flag;
-    check_output_flag("--plot-throughput", a.plot_throughput.as_deref())?;
-    check_output_flag("--plot-tpot", a.plot_tpot.as_deref())?;
-    check_output_flag("--plot-memory", a.plot_memory.as_deref())?;
-    check_output_flag("--plot-breakdown", a.plot_breakdown.as_deref())?;
-    check_output_flag("--plot-pareto", a.plot_pareto.as_deref())?;
-    super::paths::Paths::new()
-        .scenario(&a.scenario.request())
-        .input_opt("--request-mix", a.request_mix.as_deref())
-        .input_opt("--measured", a.measured.as_deref())
-        .output("--plot-throughput", a.plot_throughput.as_deref())
-        .output("--plot-tpot", a.plot_tpot.as_deref())
-        .output("--plot-memory", a.plot_memory.as_deref())
-        .output("--plot-breakdown", a.plot_breakdown.as_deref())
-        .output("--plot-pareto", a.plot_pareto.as_deref())
-        .check()?;
+    check_files(&a)?;
     a.scenario.warn_noop_flags();
     let req = request(&a)?;
     let disagg_opts = disagg_options(&a);
@@ -581,62 +566,9 @@ pub fn run(mut a: CapacityArgs) -> Result<()> {
     let mut cap = capacity::capacity(&req)?;
     cap.min_tokens_per_s_per_user = per_user_binds(&a);
     let interval = interval_at_chosen(&a, &cap, draws)?;
-    let mut written = Vec::new();
-
     let others = other_systems(&a, &req)?;
     let all: Vec<&Capacity> = std::iter::once(&cap).chain(others.iter()).collect();
-    let model = &cap.reference.scenario.model.name;
-    let series: Vec<CurveSeries> = all.iter().map(|c| series_of(label_of(c), c)).collect();
-    let demand = &cap.demand.described;
-    if let Some(p) = &a.plot_throughput {
-        plot::plot_curves(
-            &CurveChart {
-                title: &format!("{model}: throughput vs concurrency ({demand})"),
-                metric: CurveMetric::TokensPerS,
-                series: &series,
-                measured: &measured,
-                limit: None,
-            },
-            p,
-        )?;
-        written.push(p.clone());
-    }
-    if let Some(p) = &a.plot_tpot {
-        plot::plot_curves(
-            &CurveChart {
-                title: &format!("{model}: TPOT vs concurrency ({demand})"),
-                metric: CurveMetric::TpotMs,
-                series: &series,
-                measured: &measured,
-                limit: a.max_tpot_ms.map(|m| {
-                    (
-                        m,
-                        match per_user_binds(&a) {
-                            Some(n) => format!(
-                                "TPOT limit {} ms (--min-tokens-per-s-per-user {n})",
-                                crate::units::grouped(m, 2)
-                            ),
-                            None => format!("TPOT limit {m} ms (--max-tpot-ms)"),
-                        },
-                    )
-                }),
-            },
-            p,
-        )?;
-        written.push(p.clone());
-    }
-    if let Some(p) = &a.plot_memory {
-        memory_plot(&all, &cap, model, p)?;
-        written.push(p.clone());
-    }
-    if let Some(p) = &a.plot_breakdown {
-        breakdown_plot(&req, &cap, &a.batches, model, p)?;
-        written.push(p.clone());
-    }
-    if let Some(p) = &a.plot_pareto {
-        pareto_plot(&cap, a.max_tpot_ms, model, p)?;
-        written.push(p.clone());
-    }
+    let written = write_plots(&a, &req, &cap, &all, &measured)?;
 
     let disagg = match &disagg_opts {
         Some(o) => Some(capacity::disagg::disaggregate(&req, o, &cap)?),
@@ -655,6 +587,26 @@ pub fn run(mut a: CapacityArgs) -> Result<()> {
         return Err(e);
     }
     Ok(())
+}
+
+/// The inputs and the plots' files, checked before any work.
+fn check_files(a: &CapacityArgs) -> Result<()> {
+    use super::output::check_output_flag;
+    check_output_flag("--plot-throughput", a.plot_throughput.as_deref())?;
+    check_output_flag("--plot-tpot", a.plot_tpot.as_deref())?;
+    check_output_flag("--plot-memory", a.plot_memory.as_deref())?;
+    check_output_flag("--plot-breakdown", a.plot_breakdown.as_deref())?;
+    check_output_flag("--plot-pareto", a.plot_pareto.as_deref())?;
+    super::paths::Paths::new()
+        .scenario(&a.scenario.request())
+        .input_opt("--request-mix", a.request_mix.as_deref())
+        .input_opt("--measured", a.measured.as_deref())
+        .output("--plot-throughput", a.plot_throughput.as_deref())
+        .output("--plot-tpot", a.plot_tpot.as_deref())
+        .output("--plot-memory", a.plot_memory.as_deref())
+        .output("--plot-breakdown", a.plot_breakdown.as_deref())
+        .output("--plot-pareto", a.plot_pareto.as_deref())
+        .check()
 }
 
 /// `--disaggregate`'s options (None without it); `--max-pool-instances` only matters with it.

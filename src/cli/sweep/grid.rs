@@ -82,6 +82,7 @@ fn knob_sweep(key: &str) -> Option<Sweep> {
 
 /// Sets the flag `key` of `a` from its text; false when the value has the wrong kind.
 fn set_flag(a: &mut SweepArgs, key: &str, v: &toml::Value) -> Result<bool> {
+    // Long on purpose: one arm per key a grid file sets; splitting would scatter the table.
     let list_key = matches!(key, "draft-tokens" | "acceptance-per-position")
         || knob_sweep(key) == Some(Sweep::List);
     if !list_key && matches!(v, toml::Value::Array(_)) {

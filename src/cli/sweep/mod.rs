@@ -11,7 +11,7 @@ use crate::whatif::draft::Method;
 use crate::whatif::sweep::{self, KvBudget, SweepRequest};
 use crate::whatif::{parse_f64_list, parse_u32_list};
 use std::io::IsTerminal;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 mod grid;
 use grid::grid_args;
@@ -228,56 +228,10 @@ fn request_with_warnings(a: &SweepArgs) -> Result<(SweepRequest, Vec<String>)> {
         return request_with_warnings(&grid_args(path, a)?);
     }
     let mut w = Vec::new();
-    let mut base = ScenarioRequest::default();
-    knob("model").set(&mut base, &a.model)?;
-    knob("system").set(&mut base, &a.system)?;
-    knob("kv-cache-dtype").set(&mut base, &a.kv_cache_dtype)?;
-    base.tp = a.tp;
-    base.ep = a.ep;
-    base.redundant_experts = a.redundant_experts;
-    if let Some(c) = &a.ep_comm {
-        knob("ep-comm").set(&mut base, c)?;
-    }
-    if let Some(f) = &a.fuse_allreduce_rms {
-        knob("fuse-allreduce-rms").set(&mut base, f)?;
-    }
-    base.calibration = a.calibration.clone();
-    let acceptance = match (a.acceptance_rate, &a.acceptance_per_position) {
-        (Some(r), _) => Some(Acceptance::rate(r)?),
-        (None, Some(l)) => Some(Acceptance::per_position(parse_f64_list(
-            "--acceptance-per-position",
-            l,
-        )?)?),
-        _ => None,
-    };
+    let base = base_request(a)?;
+    let acceptance = acceptance(a)?;
+    let (pp, dp, tbo) = layout_lists(a, &mut w)?;
     let num = |x: &u32| x.to_string();
-    let pp = match &a.pp {
-        Some(text) => dedup(
-            "--pp",
-            parse_u32_list("--pp", text, 1..=MAX_PP)?,
-            num,
-            &mut w,
-        ),
-        None => Vec::new(),
-    };
-    let dp = match &a.dp {
-        Some(text) => dedup(
-            "--dp",
-            parse_u32_list("--dp", text, 1..=MAX_PP)?,
-            num,
-            &mut w,
-        ),
-        None => Vec::new(),
-    };
-    let tbo = match &a.tbo {
-        Some(text) => dedup(
-            "--tbo",
-            axis("tbo", text, |r| r.tbo)?,
-            |b: &bool| if *b { "on" } else { "off" }.to_string(),
-            &mut w,
-        ),
-        None => Vec::new(),
-    };
     let req = SweepRequest {
         base,
         pp,
@@ -332,6 +286,69 @@ fn request_with_warnings(a: &SweepArgs) -> Result<(SweepRequest, Vec<String>)> {
         max_work: a.max_work,
         include_infeasible: a.include_infeasible,
     };
+    w.extend(grid_warnings(a, &req));
+    Ok((req, w))
+}
+
+/// The scenario every grid point starts from: the flags that take one value.
+fn base_request(a: &SweepArgs) -> Result<ScenarioRequest> {
+    let mut base = ScenarioRequest::default();
+    knob("model").set(&mut base, &a.model)?;
+    knob("system").set(&mut base, &a.system)?;
+    knob("kv-cache-dtype").set(&mut base, &a.kv_cache_dtype)?;
+    base.tp = a.tp;
+    base.ep = a.ep;
+    base.redundant_experts = a.redundant_experts;
+    if let Some(c) = &a.ep_comm {
+        knob("ep-comm").set(&mut base, c)?;
+    }
+    if let Some(f) = &a.fuse_allreduce_rms {
+        knob("fuse-allreduce-rms").set(&mut base, f)?;
+    }
+    base.calibration = a.calibration.clone();
+    Ok(base)
+}
+
+/// The acceptance the draft-token counts above 0 need, where given.
+fn acceptance(a: &SweepArgs) -> Result<Option<Acceptance>> {
+    Ok(match (a.acceptance_rate, &a.acceptance_per_position) {
+        (Some(r), _) => Some(Acceptance::rate(r)?),
+        (None, Some(l)) => Some(Acceptance::per_position(parse_f64_list(
+            "--acceptance-per-position",
+            l,
+        )?)?),
+        _ => None,
+    })
+}
+
+/// The lists that make each layout its own fitted scenario: pp, dp and tbo (each empty when
+/// its flag is absent), without repeats.
+fn layout_lists(a: &SweepArgs, w: &mut Vec<String>) -> Result<(Vec<u32>, Vec<u32>, Vec<bool>)> {
+    let num = |x: &u32| x.to_string();
+    let pp = match &a.pp {
+        Some(text) => dedup("--pp", parse_u32_list("--pp", text, 1..=MAX_PP)?, num, w),
+        None => Vec::new(),
+    };
+    let dp = match &a.dp {
+        Some(text) => dedup("--dp", parse_u32_list("--dp", text, 1..=MAX_PP)?, num, w),
+        None => Vec::new(),
+    };
+    let tbo = match &a.tbo {
+        Some(text) => dedup(
+            "--tbo",
+            axis("tbo", text, |r| r.tbo)?,
+            |b: &bool| if *b { "on" } else { "off" }.to_string(),
+            w,
+        ),
+        None => Vec::new(),
+    };
+    Ok((pp, dp, tbo))
+}
+
+/// The grid's settings that run other than asked: LL128 where NCCL would not take it,
+/// --ep-comm without expert parallelism.
+fn grid_warnings(a: &SweepArgs, req: &SweepRequest) -> Vec<String> {
+    let mut w = Vec::new();
     if req.proto.contains(&Proto::Ll128) {
         w.extend(super::scenario_args::ll128_warning(
             "--nccl-proto",
@@ -345,7 +362,7 @@ fn request_with_warnings(a: &SweepArgs) -> Result<(SweepRequest, Vec<String>)> {
             a.ep_comm.as_deref().unwrap_or_default()
         ));
     }
-    Ok((req, w))
+    w
 }
 
 /// The format `--output FILE` names by its extension, for when `--format` is not given.
@@ -442,13 +459,7 @@ pub fn run(a: SweepArgs) -> Result<()> {
         (f, _) => f,
     };
     let u = a.gpu_memory_utilization;
-    if !(u.is_finite() && u > 0.0 && u <= 1.0) {
-        return Err(Error::Flag {
-            flag: "--gpu-memory-utilization",
-            value: u.to_string(),
-            expected: "a share above 0 and at most 1 (vLLM's default is 0.9)".into(),
-        });
-    }
+    check_memory_utilization(u)?;
     let (req, warnings) = request_with_warnings(&a)?;
     // Bounded before anything is loaded: a grid of billions is refused at once.
     req.check_work()?;
@@ -462,19 +473,7 @@ pub fn run(a: SweepArgs) -> Result<()> {
     for w in &prepared.meta.warnings {
         super::output::warn(w);
     }
-    let bar = if std::io::stderr().is_terminal() {
-        let b = indicatif::ProgressBar::new(prepared.meta.scenarios);
-        b.set_style(
-            indicatif::ProgressStyle::with_template(
-                "{bar:40} {pos}/{len} scenarios ({rate}, {eta})",
-            )
-            .expect("static template")
-            .with_key("rate", rate_key),
-        );
-        Some(b)
-    } else {
-        None
-    };
+    let bar = progress_bar(prepared.meta.scenarios);
     // Called once per chunk of rows, not per row.
     let progress = |n: u64| {
         if let Some(b) = &bar {
@@ -501,14 +500,7 @@ pub fn run(a: SweepArgs) -> Result<()> {
             if let Some(b) = &bar {
                 b.finish_and_clear();
             }
-            match failed {
-                Some(Error::Output(io)) => Err(Error::Write {
-                    path: path.clone(),
-                    source: io,
-                }),
-                Some(e) => Err(e),
-                None => written.map(|()| super::output::wrote("sweep", path)),
-            }
+            file_outcome(path, written, failed)
         }
         _ => {
             let stdout = std::io::stdout();
@@ -527,6 +519,45 @@ pub fn run(a: SweepArgs) -> Result<()> {
             }
         }
     }
+}
+
+/// How writing the sweep to `path` ended: the sweep's own error (`failed`, a write error named
+/// by the file), else the file's, else the file is reported written.
+fn file_outcome(path: &Path, written: Result<()>, failed: Option<Error>) -> Result<()> {
+    match failed {
+        Some(Error::Output(io)) => Err(Error::Write {
+            path: path.to_path_buf(),
+            source: io,
+        }),
+        Some(e) => Err(e),
+        None => written.map(|()| super::output::wrote("sweep", path)),
+    }
+}
+
+/// `--gpu-memory-utilization` is a share above 0 and at most 1.
+fn check_memory_utilization(u: f64) -> Result<()> {
+    if !(u.is_finite() && u > 0.0 && u <= 1.0) {
+        return Err(Error::Flag {
+            flag: "--gpu-memory-utilization",
+            value: u.to_string(),
+            expected: "a share above 0 and at most 1 (vLLM's default is 0.9)".into(),
+        });
+    }
+    Ok(())
+}
+
+/// The sweep's progress over its `scenarios`, on a terminal only.
+fn progress_bar(scenarios: u64) -> Option<indicatif::ProgressBar> {
+    if !std::io::stderr().is_terminal() {
+        return None;
+    }
+    let b = indicatif::ProgressBar::new(scenarios);
+    b.set_style(
+        indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} scenarios ({rate}, {eta})")
+            .expect("static template")
+            .with_key("rate", rate_key),
+    );
+    Some(b)
 }
 
 /// `--intervals`: p5/p50/p95 of tokens/s on the rows a decision is made on (the best rows and

@@ -143,28 +143,7 @@ fn check_durations(t: &ParsedTrace, path: &Path) -> Result<()> {
         .chain(t.annotations.iter().map(|a| (a.start_us, a.end_us)))
         .chain(t.launches.iter().map(|l| (l.start_us, l.end_us)));
     // The two smallest starts and two largest ends give the span without any one event.
-    let (mut s1, mut s2, mut e1, mut e2) = (
-        f64::INFINITY,
-        f64::INFINITY,
-        f64::NEG_INFINITY,
-        f64::NEG_INFINITY,
-    );
-    let mut n = 0usize;
-    for (s, e) in spans {
-        n += 1;
-        if s < s1 {
-            s2 = s1;
-            s1 = s;
-        } else if s < s2 {
-            s2 = s;
-        }
-        if e > e1 {
-            e2 = e1;
-            e1 = e;
-        } else if e > e2 {
-            e2 = e;
-        }
-    }
+    let ([s1, s2], [e1, e2], n) = two_extremes(spans);
     for o in &t.gpu_ops {
         let dur = o.end_us - o.start_us;
         let name = || crate::units::clip(t.name(o.name), 80);
@@ -219,6 +198,34 @@ fn check_durations(t: &ParsedTrace, path: &Path) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The two smallest starts and the two largest ends of `spans` (±∞ where there are fewer),
+/// and how many spans there are.
+fn two_extremes(spans: impl Iterator<Item = (f64, f64)>) -> ([f64; 2], [f64; 2], usize) {
+    let (mut s1, mut s2, mut e1, mut e2) = (
+        f64::INFINITY,
+        f64::INFINITY,
+        f64::NEG_INFINITY,
+        f64::NEG_INFINITY,
+    );
+    let mut n = 0usize;
+    for (s, e) in spans {
+        n += 1;
+        if s < s1 {
+            s2 = s1;
+            s1 = s;
+        } else if s < s2 {
+            s2 = s;
+        }
+        if e > e1 {
+            e2 = e1;
+            e1 = e;
+        } else if e > e2 {
+            e2 = e;
+        }
+    }
+    ([s1, s2], [e1, e2], n)
 }
 
 #[cfg(test)]

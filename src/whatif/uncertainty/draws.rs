@@ -4,6 +4,7 @@
 use super::model_error::{
     factor_intervals, factor_value, fp8_transfer_source, table_errors, ModelError,
 };
+use super::step_error::StepError;
 use super::{
     Effect, Interval, Source, Target, Uncertainty, COLLECTIVES, DEFAULT_ROUTING_RMS_LOG_ERROR,
     FACTOR_EFFECTS, GEMM, MLA, MOE, Z975,
@@ -31,160 +32,12 @@ impl Uncertainty {
         s: &Scenario,
         model: &ModelError,
     ) -> Result<Self> {
-        let mut sources = Vec::new();
-        let cis = factor_intervals(p)?;
-        let src = |what: &str| format!("{}: {what}", p.path.display());
-        for (name, effect) in FACTOR_EFFECTS {
-            let Some(&[lo, hi]) = cis.get(*name) else {
-                continue;
-            };
-            let value = factor_value(p, name);
-            let what = src(&format!("{name} 95% interval [{lo}, {hi}]"));
-            let log_source = |target: Target, sign: f64, v: f64| {
-                // ln X ~ N(m, σ) with [lo, hi] its 95% interval; the price multiplier is
-                // (X / v)^sign, lognormal too.
-                let (m, sd) = (
-                    (lo.ln() + hi.ln()) / 2.0,
-                    (hi.ln() - lo.ln()) / (2.0 * Z975),
-                );
-                Source {
-                    name: name.to_string(),
-                    provenance: what.clone(),
-                    target,
-                    mu: sign * (m - v.ln()),
-                    sigma: sd,
-                    log: true,
-                }
-            };
-            match *effect {
-                Effect::Families(fams, sign) => {
-                    let v = value.unwrap_or(1.0);
-                    sources.push(log_source(Target::Families(fams.to_vec()), sign, v));
-                }
-                Effect::CollectiveBandwidth => {
-                    let v = value.unwrap_or(1.0);
-                    sources.push(log_source(Target::CollectiveBandwidth, -1.0, v));
-                }
-                Effect::CollectiveLatency => {
-                    let v = value.unwrap_or(1.0);
-                    sources.push(log_source(Target::CollectiveLatency, 1.0, v));
-                }
-                Effect::StepOverhead => {
-                    let v = value.unwrap_or(0.0);
-                    let log = lo > 0.0;
-                    let (mu, sigma) = if log {
-                        (
-                            (lo.ln() + hi.ln()) / 2.0,
-                            (hi.ln() - lo.ln()) / (2.0 * Z975),
-                        )
-                    } else {
-                        ((lo + hi) / 2.0, (hi - lo) / (2.0 * Z975))
-                    };
-                    sources.push(Source {
-                        name: name.to_string(),
-                        provenance: what,
-                        target: Target::StepOverhead { value_us: v },
-                        mu,
-                        sigma,
-                        log,
-                    });
-                }
-                Effect::Routing => {
-                    // Only where the scenario runs the fitted alpha (not a `--routing` of its own).
-                    let (Some(v), Some(moe)) = (value, s.model.moe.as_ref()) else {
-                        continue;
-                    };
-                    if Routing::power_law(v).ok().as_ref() != Some(&s.routing) {
-                        continue;
-                    }
-                    // The MoE price follows the experts touched (the weights read): its log
-                    // changes by e per unit of alpha at this step's tokens.
-                    let tokens = (s.batch as u64).max(1);
-                    let at = |a: f64| {
-                        Routing::power_law(a.clamp(0.0, crate::scenario::routing::MAX_ALPHA))
-                            .map(|r| {
-                                DistinctExperts::new(&r, moe.n_routed_experts, moe.top_k).at(tokens)
-                            })
-                            .unwrap_or(f64::NAN)
-                    };
-                    let (a, b) = (at(lo), at(hi));
-                    if !(a > 0.0 && b > 0.0) {
-                        continue;
-                    }
-                    sources.push(Source {
-                        name: name.to_string(),
-                        provenance: format!(
-                            "{what}: experts touched at {tokens} tokens {a:.1} to {b:.1}"
-                        ),
-                        target: Target::Families(MOE.to_vec()),
-                        mu: 0.0,
-                        sigma: (b / a).ln().abs() / (2.0 * Z975),
-                        log: true,
-                    });
-                }
-            }
-        }
+        let mut sources = factor_sources(p, s)?;
         if let Some(src) = fp8_transfer_source(s) {
             sources.push(src);
         }
-        if s.model.moe.is_some()
-            && p.factors.routing_alpha.is_none()
-            && s.routing == Routing::default()
-        {
-            sources.push(Source {
-                name: "routing".into(),
-                provenance: format!(
-                    "default routing {}: the MoE price's rms log error {DEFAULT_ROUTING_RMS_LOG_ERROR} against AIConfigurator's power_law_1.01 rows",
-                    Routing::default()
-                ),
-                target: Target::Families(MOE.to_vec()),
-                mu: 0.0,
-                sigma: DEFAULT_ROUTING_RMS_LOG_ERROR,
-                log: true,
-            });
-        }
-        for (family, pooled) in table_errors(p) {
-            // The MoE rows of the scenario's own expert shape, where the table prices them; a
-            // shape the table lacks is priced by the law, which the table's error is not of.
-            let (sigma, of) = if family == "moe" {
-                let own = crate::cost::aic::moe_shape(s).and_then(|sh| {
-                    let t = p.aic.as_ref()?;
-                    let sigma = t.moe_rms_log_error_for(&sh)?;
-                    Some((sigma, sh))
-                });
-                match own {
-                    Some((sigma, sh)) => (
-                        sigma,
-                        format!(
-                            ", the rows of this model's shape ({} {} experts, hidden {}, inter {}, top-{})",
-                            sh.0, sh.1, sh.2, sh.3, sh.4
-                        ),
-                    ),
-                    None => continue,
-                }
-            } else {
-                (pooled, String::new())
-            };
-            let fams = match family {
-                "moe" => MOE,
-                "gemm" => GEMM,
-                "mla" => MLA,
-                _ => COLLECTIVES,
-            };
-            if sigma > 0.0 {
-                sources.push(Source {
-                    name: format!("table_{family}"),
-                    provenance: format!(
-                        "AIConfigurator {family} table ({}{of}): leave-one-out rms log error of its interpolation {sigma:.4}",
-                        p.aic.as_ref().map_or(String::new(), |t| crate::units::path(&t.dir))
-                    ),
-                    target: Target::Families(fams.to_vec()),
-                    mu: 0.0,
-                    sigma,
-                    log: true,
-                });
-            }
-        }
+        sources.extend(default_routing_source(p, s));
+        sources.extend(table_sources(p, s));
         // A GPU with its own whole-step error measured the model's error there whole: the
         // per-family error of another GPU's validation is not added on top of it.
         let step_of = model.step_for(&s.system.gpu.name);
@@ -192,27 +45,7 @@ impl Uncertainty {
             sources.extend(model.sources());
         }
         let step = step_of.map(|(e, standing_in)| {
-            sources.push(Source {
-                name: "model_step".into(),
-                provenance: format!(
-                    "{}: the model's error across step sizes{}, rms of ln(measured/predicted) {:.4} over {} point(s) of {:.0}-{:.0} tokens per step, correlation {:.2} between steps a factor 2 apart",
-                    crate::units::path(&e.path),
-                    if standing_in {
-                        format!(" measured on {}, standing in for {} (no validation of its own)", e.gpu, s.system.gpu.name)
-                    } else {
-                        format!(" on {} (in place of the per-family error of another GPU's validation)", e.gpu)
-                    },
-                    e.sigma,
-                    e.points,
-                    e.tokens[0],
-                    e.tokens[1],
-                    e.rho
-                ),
-                target: Target::StepTokens,
-                mu: 0.0,
-                sigma: e.sigma,
-                log: true,
-            });
+            sources.push(model_step_source(e, standing_in, s));
             e.clone()
         });
         Ok(Uncertainty { sources, step })
@@ -431,5 +264,217 @@ impl Intervals {
             "step_time_us": self.step_time_us.json(),
             "tokens_per_s": self.tokens_per_s.json(),
         })
+    }
+}
+
+/// The fitted factors' intervals as sources, in `FACTOR_EFFECTS`' order.
+fn factor_sources(p: &CalibrationProfile, s: &Scenario) -> Result<Vec<Source>> {
+    let cis = factor_intervals(p)?;
+    let mut sources = Vec::new();
+    for (name, effect) in FACTOR_EFFECTS {
+        let Some(&[lo, hi]) = cis.get(*name) else {
+            continue;
+        };
+        let what = format!("{}: {name} 95% interval [{lo}, {hi}]", p.path.display());
+        let value = factor_value(p, name);
+        sources.extend(factor_source(name, effect, [lo, hi], value, what, s));
+    }
+    Ok(sources)
+}
+
+/// One factor's source from its 95% interval `[lo, hi]` and fitted `value`, as its `effect`
+/// acts on the prices (none for a routing factor the scenario does not run).
+fn factor_source(
+    name: &str,
+    effect: &Effect,
+    [lo, hi]: [f64; 2],
+    value: Option<f64>,
+    what: String,
+    s: &Scenario,
+) -> Option<Source> {
+    let log_source = |target: Target, sign: f64, v: f64| {
+        // ln X ~ N(m, σ) with [lo, hi] its 95% interval; the price multiplier is
+        // (X / v)^sign, lognormal too.
+        let (m, sd) = (
+            (lo.ln() + hi.ln()) / 2.0,
+            (hi.ln() - lo.ln()) / (2.0 * Z975),
+        );
+        Source {
+            name: name.to_string(),
+            provenance: what.clone(),
+            target,
+            mu: sign * (m - v.ln()),
+            sigma: sd,
+            log: true,
+        }
+    };
+    match *effect {
+        Effect::Families(fams, sign) => Some(log_source(
+            Target::Families(fams.to_vec()),
+            sign,
+            value.unwrap_or(1.0),
+        )),
+        Effect::CollectiveBandwidth => Some(log_source(
+            Target::CollectiveBandwidth,
+            -1.0,
+            value.unwrap_or(1.0),
+        )),
+        Effect::CollectiveLatency => Some(log_source(
+            Target::CollectiveLatency,
+            1.0,
+            value.unwrap_or(1.0),
+        )),
+        Effect::StepOverhead => {
+            let log = lo > 0.0;
+            let (mu, sigma) = if log {
+                (
+                    (lo.ln() + hi.ln()) / 2.0,
+                    (hi.ln() - lo.ln()) / (2.0 * Z975),
+                )
+            } else {
+                ((lo + hi) / 2.0, (hi - lo) / (2.0 * Z975))
+            };
+            Some(Source {
+                name: name.to_string(),
+                provenance: what,
+                target: Target::StepOverhead {
+                    value_us: value.unwrap_or(0.0),
+                },
+                mu,
+                sigma,
+                log,
+            })
+        }
+        Effect::Routing => routing_factor_source(name, [lo, hi], value?, &what, s),
+    }
+}
+
+/// The fitted routing alpha's interval as a spread of the MoE price, only where the scenario
+/// runs the fitted alpha (not a `--routing` of its own).
+fn routing_factor_source(
+    name: &str,
+    [lo, hi]: [f64; 2],
+    value: f64,
+    what: &str,
+    s: &Scenario,
+) -> Option<Source> {
+    let moe = s.model.moe.as_ref()?;
+    if Routing::power_law(value).ok().as_ref() != Some(&s.routing) {
+        return None;
+    }
+    // The MoE price follows the experts touched (the weights read): its log changes by e per
+    // unit of alpha at this step's tokens.
+    let tokens = (s.batch as u64).max(1);
+    let at = |a: f64| {
+        Routing::power_law(a.clamp(0.0, crate::scenario::routing::MAX_ALPHA))
+            .map(|r| DistinctExperts::new(&r, moe.n_routed_experts, moe.top_k).at(tokens))
+            .unwrap_or(f64::NAN)
+    };
+    let (a, b) = (at(lo), at(hi));
+    if !(a > 0.0 && b > 0.0) {
+        return None;
+    }
+    Some(Source {
+        name: name.to_string(),
+        provenance: format!("{what}: experts touched at {tokens} tokens {a:.1} to {b:.1}"),
+        target: Target::Families(MOE.to_vec()),
+        mu: 0.0,
+        sigma: (b / a).ln().abs() / (2.0 * Z975),
+        log: true,
+    })
+}
+
+/// The default routing's error against AIConfigurator's rows, for a MoE scenario that runs it
+/// without a fitted alpha.
+fn default_routing_source(p: &CalibrationProfile, s: &Scenario) -> Option<Source> {
+    if !(s.model.moe.is_some()
+        && p.factors.routing_alpha.is_none()
+        && s.routing == Routing::default())
+    {
+        return None;
+    }
+    Some(Source {
+        name: "routing".into(),
+        provenance: format!(
+            "default routing {}: the MoE price's rms log error {DEFAULT_ROUTING_RMS_LOG_ERROR} against AIConfigurator's power_law_1.01 rows",
+            Routing::default()
+        ),
+        target: Target::Families(MOE.to_vec()),
+        mu: 0.0,
+        sigma: DEFAULT_ROUTING_RMS_LOG_ERROR,
+        log: true,
+    })
+}
+
+/// The AIConfigurator tables' interpolation errors, one source per family with an error.
+fn table_sources(p: &CalibrationProfile, s: &Scenario) -> Vec<Source> {
+    let mut sources = Vec::new();
+    for (family, pooled) in table_errors(p) {
+        // The MoE rows of the scenario's own expert shape, where the table prices them; a
+        // shape the table lacks is priced by the law, which the table's error is not of.
+        let (sigma, of) = if family == "moe" {
+            let own = crate::cost::aic::moe_shape(s).and_then(|sh| {
+                let t = p.aic.as_ref()?;
+                let sigma = t.moe_rms_log_error_for(&sh)?;
+                Some((sigma, sh))
+            });
+            match own {
+                Some((sigma, sh)) => (
+                    sigma,
+                    format!(
+                        ", the rows of this model's shape ({} {} experts, hidden {}, inter {}, top-{})",
+                        sh.0, sh.1, sh.2, sh.3, sh.4
+                    ),
+                ),
+                None => continue,
+            }
+        } else {
+            (pooled, String::new())
+        };
+        let fams = match family {
+            "moe" => MOE,
+            "gemm" => GEMM,
+            "mla" => MLA,
+            _ => COLLECTIVES,
+        };
+        if sigma > 0.0 {
+            sources.push(Source {
+                name: format!("table_{family}"),
+                provenance: format!(
+                    "AIConfigurator {family} table ({}{of}): leave-one-out rms log error of its interpolation {sigma:.4}",
+                    p.aic.as_ref().map_or(String::new(), |t| crate::units::path(&t.dir))
+                ),
+                target: Target::Families(fams.to_vec()),
+                mu: 0.0,
+                sigma,
+                log: true,
+            });
+        }
+    }
+    sources
+}
+
+/// The whole-step error `e` as a source, measured on the scenario's GPU or `standing_in` for it.
+fn model_step_source(e: &StepError, standing_in: bool, s: &Scenario) -> Source {
+    Source {
+        name: "model_step".into(),
+        provenance: format!(
+            "{}: the model's error across step sizes{}, rms of ln(measured/predicted) {:.4} over {} point(s) of {:.0}-{:.0} tokens per step, correlation {:.2} between steps a factor 2 apart",
+            crate::units::path(&e.path),
+            if standing_in {
+                format!(" measured on {}, standing in for {} (no validation of its own)", e.gpu, s.system.gpu.name)
+            } else {
+                format!(" on {} (in place of the per-family error of another GPU's validation)", e.gpu)
+            },
+            e.sigma,
+            e.points,
+            e.tokens[0],
+            e.tokens[1],
+            e.rho
+        ),
+        target: Target::StepTokens,
+        mu: 0.0,
+        sigma: e.sigma,
+        log: true,
     }
 }

@@ -43,16 +43,7 @@ pub fn vary_intervals(
     let b = &study.base;
     let (bs, bt) = (b.step_time_us(), b.tokens_per_s());
     if n == 0 {
-        let base = Intervals::from_ratios(&[], bs, bt);
-        let arms = study
-            .variants
-            .iter()
-            .map(|v| ArmIntervals {
-                intervals: Intervals::from_ratios(&[], v.step_time_us, v.tokens_per_s),
-                speedup: Interval::point(v.tokens_per_s / bt),
-            })
-            .collect();
-        return Ok((base, arms));
+        return Ok(vary_points(study));
     }
     // One fast path per distinct scenario up to the knobs it takes per call (batch, context,
     // NCCL protocol and algorithm, CUDA graphs): `--vary batch=...` fits once.
@@ -85,21 +76,7 @@ pub fn vary_intervals(
         };
         arms_in.push((i, s, p, v.step_time_us, v.tokens_per_s));
     }
-    // The fits are independent: one per core. A scenario the fast path refuses is drawn
-    // through the timeline instead, arm by arm (the same seeded draws: still paired).
-    use rayon::prelude::*;
-    let fits = loaded
-        .par_iter()
-        .map(|(s, p)| match Drawn::new(s, p, None, n, seed) {
-            Ok(d) => Ok(Some(d)),
-            Err(_) => {
-                // A malformed interval in the profile is its own error, by file and field;
-                // else the fast path refused the scenario.
-                Uncertainty::from_profile(p, s)?;
-                Ok(None)
-            }
-        })
-        .collect::<Result<Vec<_>>>()?;
+    let fits = fit_each(&loaded, n, seed)?;
     let ratios_of = |i: usize, s: &Scenario, p: &CalibrationProfile| -> Result<Vec<f64>> {
         match &fits[i] {
             Some(d) => d.step_ratios_of(s, p),
@@ -120,6 +97,45 @@ pub fn vary_intervals(
         });
     }
     Ok((Intervals::from_ratios(&base_ratios, bs, bt), arms))
+}
+
+/// `vary_intervals` without draws: each answer a point.
+fn vary_points(study: &crate::whatif::vary::VaryStudy) -> (Intervals, Vec<ArmIntervals>) {
+    let b = &study.base;
+    let (bs, bt) = (b.step_time_us(), b.tokens_per_s());
+    let base = Intervals::from_ratios(&[], bs, bt);
+    let arms = study
+        .variants
+        .iter()
+        .map(|v| ArmIntervals {
+            intervals: Intervals::from_ratios(&[], v.step_time_us, v.tokens_per_s),
+            speedup: Interval::point(v.tokens_per_s / bt),
+        })
+        .collect();
+    (base, arms)
+}
+
+/// The `loaded` scenarios' fast paths with their draws. The fits are independent: one per core.
+/// A scenario the fast path refuses is none here, drawn through the timeline instead, arm by
+/// arm (the same seeded draws: still paired).
+fn fit_each(
+    loaded: &[(Scenario, CalibrationProfile)],
+    n: usize,
+    seed: u64,
+) -> Result<Vec<Option<Drawn>>> {
+    use rayon::prelude::*;
+    loaded
+        .par_iter()
+        .map(|(s, p)| match Drawn::new(s, p, None, n, seed) {
+            Ok(d) => Ok(Some(d)),
+            Err(_) => {
+                // A malformed interval in the profile is its own error, by file and field;
+                // else the fast path refused the scenario.
+                Uncertainty::from_profile(p, s)?;
+                Ok(None)
+            }
+        })
+        .collect()
 }
 
 /// Intervals of `whatif spec-decode` per k (in `study.variants` order) at the scenario's batch:
@@ -234,27 +250,7 @@ pub(super) fn sweep_intervals_at(
         None
     };
     let d = drawn_or_hint(&scenario, &profile, draft.as_ref(), n, seed)?;
-    let mut settings: Vec<(
-        crate::scenario::Proto,
-        crate::scenario::Algo,
-        bool,
-        Launch,
-        Collectives,
-    )> = Vec::new();
-    for r in rows {
-        if !settings
-            .iter()
-            .any(|x| (x.0, x.1, x.2) == (r.proto, r.algo, r.cuda_graphs))
-        {
-            let mut s = scenario.clone();
-            s.nccl.proto = r.proto;
-            s.nccl.algo = r.algo;
-            s.cuda_graphs = r.cuda_graphs;
-            let c = Collectives::new(&s, &profile)?;
-            let l = Launch::new(&profile, r.cuda_graphs);
-            settings.push((r.proto, r.algo, r.cuda_graphs, l, c));
-        }
-    }
+    let settings = row_settings(&scenario, &profile, rows)?;
     Ok(rows
         .par_iter()
         .map(|r| {
@@ -295,6 +291,40 @@ pub(super) fn sweep_intervals_at(
             Interval::of(&tps)
         })
         .collect())
+}
+
+/// A sweep row's NCCL protocol, algorithm and CUDA-graph setting, with its launch parameters
+/// and collectives.
+type RowSetting = (
+    crate::scenario::Proto,
+    crate::scenario::Algo,
+    bool,
+    Launch,
+    Collectives,
+);
+
+/// Each distinct setting of `rows`, in order of first appearance.
+fn row_settings(
+    scenario: &Scenario,
+    profile: &CalibrationProfile,
+    rows: &[crate::whatif::sweep::Row],
+) -> Result<Vec<RowSetting>> {
+    let mut settings: Vec<RowSetting> = Vec::new();
+    for r in rows {
+        if !settings
+            .iter()
+            .any(|x| (x.0, x.1, x.2) == (r.proto, r.algo, r.cuda_graphs))
+        {
+            let mut s = scenario.clone();
+            s.nccl.proto = r.proto;
+            s.nccl.algo = r.algo;
+            s.cuda_graphs = r.cuda_graphs;
+            let c = Collectives::new(&s, profile)?;
+            let l = Launch::new(profile, r.cuda_graphs);
+            settings.push((r.proto, r.algo, r.cuda_graphs, l, c));
+        }
+    }
+    Ok(settings)
 }
 
 /// Tokens/s interval of `concurrency` users at `context` whose time per output token is the

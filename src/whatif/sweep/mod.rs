@@ -8,14 +8,20 @@
 //! whose memory fits unless infeasible ones are asked for.
 
 use super::acceptance::Acceptance;
-use super::draft::{Draft, Method};
+use super::draft::Method;
 use crate::category::Category;
 use crate::cost::CalibrationProfile;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::scenario::{Algo, Proto, Scenario};
 use crate::sim::fast::{Collectives, FastScenario, Launch};
 use crate::sim::ScenarioRequest;
 use rayon::prelude::*;
+
+pub use front::{pareto_insert, Tracker};
+pub use load::prepare;
+
+mod front;
+mod load;
 
 /// Scenarios priced (and formatted) per chunk before the chunk is written: the memory a sweep
 /// holds is about this many rows and their text (~30 MB for CSV), whatever the grid's size.
@@ -347,149 +353,6 @@ struct Layout {
     launches: Vec<(bool, Launch, KvBudget)>,
 }
 
-/// Loads and checks everything a sweep needs, before any row is priced or written: the work
-/// bound, every grid value, the drafter, the NCCL settings and the memory of each graph
-/// setting (`budget(scenario, profile, cuda_graphs)`, from `capacity::memory` in the CLI).
-pub fn prepare<'a>(
-    req: &'a SweepRequest,
-    budget: &dyn Fn(&Scenario, &CalibrationProfile, bool) -> Result<KvBudget>,
-) -> Result<Prepared<'a>> {
-    if req.is_empty() {
-        return Err(Error::EmptyGrid);
-    }
-    req.check_work()?;
-    // Each pipeline size and data-parallel size loaded and validated as its own scenario
-    // (tp × pp or dp × tp GPUs, layers).
-    let pps: Vec<Option<u32>> = if req.pp.is_empty() {
-        vec![req.base.pp]
-    } else {
-        req.pp.iter().map(|&n| Some(n)).collect()
-    };
-    let dps: Vec<Option<u32>> = if req.dp.is_empty() {
-        vec![req.base.dp]
-    } else {
-        req.dp.iter().map(|&n| Some(n)).collect()
-    };
-    let tbos: Vec<bool> = if req.tbo.is_empty() {
-        vec![req.base.tbo]
-    } else {
-        req.tbo.clone()
-    };
-    let mut loaded = Vec::new();
-    for &pp in &pps {
-        for &dp in &dps {
-            for &tbo in &tbos {
-                let mut base = req.base.clone();
-                base.pp = pp;
-                base.dp = dp;
-                base.tbo = tbo;
-                loaded.push(base.load()?);
-            }
-        }
-    }
-    let (scenario, profile) = loaded[0].clone();
-    let speculative = req.draft_tokens.iter().any(|&k| k > 0);
-    let draft = if speculative {
-        let d = Draft::load(req.method, req.draft.as_deref(), &scenario.model)?;
-        let acc = req.acceptance.as_ref().ok_or_else(|| Error::FlagUse {
-            flag: "--draft-tokens",
-            problem:
-                "above 0 needs the acceptance: --acceptance-rate R (or --acceptance-per-position)"
-                    .into(),
-        })?;
-        for &k in req.draft_tokens.iter().filter(|&&k| k > 0) {
-            d.check_k(k)?;
-            acc.check_k(k)?;
-        }
-        Some(d)
-    } else {
-        None
-    };
-    // Every grid value is checked before any work starts (the checks of batch and of context
-    // are independent, so the lists are checked each against the base, not as a product).
-    // Every layout's: two-batch overlap takes at least 2 sequences.
-    for (scenario, _) in &loaded {
-        for &b in &req.batch {
-            let mut s = scenario.clone();
-            s.batch = b;
-            s.validate()?;
-        }
-    }
-    for &c in &req.context {
-        let mut s = scenario.clone();
-        s.context = c;
-        s.validate()?;
-    }
-    let mut layouts = Vec::new();
-    for (scenario, profile) in &loaded {
-        let fast = FastScenario::new(scenario, profile, draft.as_deref())?;
-        let mut colls = Vec::new();
-        for &proto in &req.proto {
-            for &algo in &req.algo {
-                let mut s = scenario.clone();
-                s.nccl.proto = proto;
-                s.nccl.algo = algo;
-                colls.push((proto, algo, Collectives::new(&s, profile)?));
-            }
-        }
-        let mut launches = Vec::new();
-        for &g in &req.cuda_graphs {
-            launches.push((g, Launch::new(profile, g), budget(scenario, profile, g)?));
-            for &b in &req.batch {
-                if let Some(rows) = fast.thin_batch(b, g) {
-                    return Err(Error::ScenarioSetting {
-                        flag: "--batch",
-                        value: b.to_string(),
-                        problem: format!(
-                            ": {rows:.2} routed rows per expert-parallel rank on average{} (EP {}, CUDA graphs {}), fewer than one; the sweep's fast path prices expert loads from the mean rank, which holds no whole row here: sweep batches from {} up, or price this one with `decodesim simulate`",
-                            if scenario.layout.tbo {
-                                " in the smaller micro-batch"
-                            } else {
-                                ""
-                            },
-                            scenario.layout.ep_size(),
-                            if g { "on" } else { "off" },
-                            first_whole_batch(&fast, b, g)
-                        ),
-                    });
-                }
-            }
-        }
-        layouts.push(Layout {
-            pp: scenario.layout.pp_size(),
-            dp: scenario.layout.dp_size(),
-            tbo: scenario.layout.tbo,
-            fast,
-            colls,
-            launches,
-        });
-    }
-    let mean_len: Vec<f64> = req
-        .draft_tokens
-        .iter()
-        .map(|&k| match (&req.acceptance, k) {
-            (Some(a), k) if k > 0 => crate::workload::spec_step::SpecStep::new(req.method, k)
-                .expected_tokens(&a.survival(k)),
-            _ => 1.0,
-        })
-        .collect();
-    let meta = Meta {
-        model: scenario.model.name.clone(),
-        system: scenario.system.name.clone(),
-        calibration: profile.profile.name.clone(),
-        scenarios: req.count() as u64,
-        include_infeasible: req.include_infeasible,
-        tbo: !req.tbo.is_empty(),
-        warnings: accuracy_warnings(&layouts),
-    };
-    Ok(Prepared {
-        req,
-        layouts,
-        mean_len,
-        meta,
-    })
-}
-
 /// Where row `i` lies in the grid: its layout and its index in each list.
 #[derive(Clone, Copy)]
 struct Cell {
@@ -695,24 +558,6 @@ impl Prepared<'_> {
     }
 }
 
-/// The grid's scenarios where the fast path is known to read off the timeline's mean over
-/// seeds by more than its 0.5% (measured in docs/internals/fast-path.md, "Where the fast path is
-/// known to read off").
-fn accuracy_warnings(layouts: &[Layout]) -> Vec<String> {
-    let mut out = Vec::new();
-    if layouts.iter().any(|l| l.tbo) {
-        out.push("--tbo on: the fast path's two-batch overlap agrees with `decodesim simulate` to about 1% (measured: mean 0.2% on short models, 0.6% at full depth, worst 1.2%), not the 0.5% of the other layouts; check a decision that hinges on overlap with `simulate --tbo on`".to_string());
-    }
-    out
-}
-
-/// The least batch from `b` up that the fast path prices under `graphs` (`thin_batch`).
-fn first_whole_batch(fast: &FastScenario, b: u32, graphs: bool) -> u32 {
-    (b..)
-        .find(|&x| fast.thin_batch(x, graphs).is_none())
-        .unwrap_or(b)
-}
-
 /// Loads, checks and streams a sweep (see [`prepare`] and [`Prepared::stream`]).
 pub fn run(
     req: &SweepRequest,
@@ -723,158 +568,9 @@ pub fn run(
     prepare(req, budget)?.stream(out, progress)
 }
 
-/// Best rows and the Pareto front, updated row by row in grid order.
-#[derive(Debug, Clone)]
-pub struct Tracker {
-    include_infeasible: bool,
-    s: Summary,
-}
-
-impl Tracker {
-    pub fn new(include_infeasible: bool) -> Self {
-        Tracker {
-            include_infeasible,
-            s: Summary::default(),
-        }
-    }
-
-    pub fn add(&mut self, r: &Row) {
-        self.s.scenarios += 1;
-        self.s.fitting += r.fits as u64;
-        if !(r.tokens_per_s.is_finite() && r.tokens_per_s_per_user.is_finite()) {
-            self.s.unpriced += 1;
-            return;
-        }
-        if !(r.fits || self.include_infeasible) {
-            return;
-        }
-        if self
-            .s
-            .best_total
-            .is_none_or(|b| r.tokens_per_s > b.tokens_per_s)
-        {
-            self.s.best_total = Some(*r);
-        }
-        if self
-            .s
-            .best_per_user
-            .is_none_or(|b| r.tokens_per_s_per_user > b.tokens_per_s_per_user)
-        {
-            self.s.best_per_user = Some(*r);
-        }
-        pareto_insert(&mut self.s.front, r);
-    }
-
-    pub fn finish(mut self, scenarios: u64) -> Summary {
-        self.s.scenarios = scenarios;
-        self.s
-    }
-}
-
-/// Adds `r` to a front kept sorted by per-user tokens/s, most first (so total tokens/s rises
-/// along it): `r` joins unless a member has at least its per-user and its total tokens/s (an
-/// earlier row wins a tie), and then drops the members it has at least as much as on both.
-pub fn pareto_insert(front: &mut Vec<Row>, r: &Row) {
-    let (u, t) = (r.tokens_per_s_per_user, r.tokens_per_s);
-    // Members with at least r's per-user rate form a prefix; the last has the most total.
-    let p = front.partition_point(|m| m.tokens_per_s_per_user >= u);
-    if p > 0 && front[p - 1].tokens_per_s >= t {
-        return;
-    }
-    // r joins after the members with more per-user rate and replaces those it dominates: a
-    // member with the same per-user rate (less total, else r was refused), then the following
-    // members with no more total than r.
-    let q = front.partition_point(|m| m.tokens_per_s_per_user > u);
-    let mut end = p;
-    while end < front.len() && front[end].tokens_per_s <= t {
-        end += 1;
-    }
-    front.splice(q..end, std::iter::once(*r));
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn row(per_user: f64, total: f64, fits: bool) -> Row {
-        Row {
-            pp: 1,
-            dp: 1,
-            tbo: false,
-            batch: 1,
-            context: 1,
-            proto: Proto::Ll,
-            algo: Algo::Ring,
-            cuda_graphs: true,
-            draft_tokens: 0,
-            step_time_us: 1.0,
-            tokens_per_s: total,
-            tokens_per_s_per_user: per_user,
-            mean_acceptance_length: 1.0,
-            busy_us: [0.0; Category::ALL.len()],
-            fits,
-        }
-    }
-
-    /// The front by brute force: rows no earlier-or-better row dominates.
-    fn brute(rows: &[Row]) -> Vec<(f64, f64)> {
-        let mut out: Vec<(f64, f64)> = rows
-            .iter()
-            .enumerate()
-            .filter(|(i, r)| {
-                !rows.iter().enumerate().any(|(j, o)| {
-                    let ge = o.tokens_per_s_per_user >= r.tokens_per_s_per_user
-                        && o.tokens_per_s >= r.tokens_per_s;
-                    let same = o.tokens_per_s_per_user == r.tokens_per_s_per_user
-                        && o.tokens_per_s == r.tokens_per_s;
-                    ge && (!same || j < *i)
-                })
-            })
-            .map(|(_, r)| (r.tokens_per_s_per_user, r.tokens_per_s))
-            .collect();
-        out.sort_by(|a, b| b.0.total_cmp(&a.0));
-        out
-    }
-
-    #[test]
-    fn incremental_front_matches_brute_force() {
-        // A deterministic spread with ties on either axis.
-        let mut x = 12345u64;
-        let mut rows = Vec::new();
-        for _ in 0..400 {
-            x = x
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            let u = ((x >> 33) % 50) as f64;
-            let t = ((x >> 13) % 50) as f64;
-            rows.push(row(u, t, true));
-        }
-        let mut front = Vec::new();
-        for r in &rows {
-            pareto_insert(&mut front, r);
-        }
-        let got: Vec<(f64, f64)> = front
-            .iter()
-            .map(|r| (r.tokens_per_s_per_user, r.tokens_per_s))
-            .collect();
-        assert_eq!(got, brute(&rows));
-    }
-
-    #[test]
-    fn infeasible_rows_are_never_best_unless_asked() {
-        let rows = [row(10.0, 100.0, true), row(50.0, 500.0, false)];
-        let mut t = Tracker::new(false);
-        rows.iter().for_each(|r| t.add(r));
-        let s = t.finish(2);
-        assert_eq!(s.best_total.unwrap().tokens_per_s, 100.0);
-        assert_eq!(s.front.len(), 1);
-        assert_eq!(s.fitting, 1);
-        let mut t = Tracker::new(true);
-        rows.iter().for_each(|r| t.add(r));
-        let s = t.finish(2);
-        assert_eq!(s.best_total.unwrap().tokens_per_s, 500.0);
-        assert_eq!(s.best_per_user.unwrap().tokens_per_s_per_user, 50.0);
-    }
 
     #[test]
     fn kv_budget_counts_whole_blocks() {

@@ -167,7 +167,7 @@ impl Engine {
                     if let Some(slot) = slot {
                         let ends = &self.async_end[slot as usize * ranks..][..ranks];
                         for (m, &e) in self.main_free.iter_mut().zip(ends) {
-                            *m = rules::join(*m, e);
+                            *m = rules::await_transfer(*m, e);
                         }
                     }
                 }
@@ -177,14 +177,11 @@ impl Engine {
                     let asynchronous = slot != u32::MAX;
                     for r in 0..ranks {
                         self.cpu[r] += launch;
-                        let mut a = rules::start(
-                            rules::collective_ready(self.main_free[r], gap, extra),
-                            self.cpu[r],
-                        );
+                        let mut a = rules::arrive(self.main_free[r], self.cpu[r], gap, extra);
                         if slots > 0 {
                             // One communication stream per rank: a collective queues behind an
                             // asynchronous transfer still in flight (blocking ones too).
-                            a = a.max(self.comm_free[r]);
+                            a = rules::queue(a, self.comm_free[r]);
                         }
                         self.arrival[r] = a;
                     }
@@ -192,8 +189,8 @@ impl Engine {
                     let block = sync_block(op.group, cfg.tp, ranks);
                     for g in (0..ranks).step_by(block) {
                         let hi = (g + block).min(ranks);
-                        let last = self.arrival[g..hi].iter().fold(f64::MIN, |m, &a| m.max(a));
-                        let end = last + transfer;
+                        let last = rules::last_arrival(&self.arrival[g..hi]);
+                        let end = rules::collective_end(last, transfer);
                         for r in g..hi {
                             out.records.push(KernelRecord {
                                 op: idx,
@@ -201,15 +198,13 @@ impl Engine {
                                 stream: Stream::Comm,
                                 start_us: self.arrival[r],
                                 end_us: end,
-                                wait_us: last - self.arrival[r],
+                                wait_us: rules::straggler_wait(self.arrival[r], last),
                             });
-                            self.comm_free[r] = end;
-                            if asynchronous {
-                                // The compute stream goes on; a wait op joins it later.
-                                self.async_end[slot as usize * ranks + r] = end;
-                            } else {
-                                self.main_free[r] = end;
-                            }
+                            // Asynchronous: the compute stream goes on; a wait op joins it later.
+                            let pending = asynchronous
+                                .then(|| &mut self.async_end[slot as usize * ranks + r]);
+                            let (main, comm) = (&mut self.main_free[r], &mut self.comm_free[r]);
+                            rules::release(end, main, comm, pending);
                         }
                     }
                 }

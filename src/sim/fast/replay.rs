@@ -396,7 +396,6 @@ pub(super) fn spreads(st: &State) -> [Spread; 3] {
 }
 
 use crate::sim::rules;
-pub(super) use crate::sim::rules::later;
 
 /// A collective reached on the compute stream: the launch clock moves, the step's first
 /// collective pays the graph's extra cost; whether the clock bound it, and when it starts.
@@ -412,6 +411,14 @@ pub(super) fn arrive(st: &mut State, l: &Launch) -> (bool, f64) {
         st.first_start = a;
     }
     (bound, a)
+}
+
+/// How far the slowest rank leads the mean one by two spreads of the same ranks, `a` and `b`
+/// (expert loads, the jitter's straggler wait): as for normal spreads, not the sum of the two
+/// maxima but the root of their squares summed.
+#[inline(always)]
+pub(super) fn lead_of(a: f64, b: f64) -> f64 {
+    (a * a + b * b).sqrt()
 }
 
 /// The expected wait of a collective after the mean rank's arrival (`bound`: the launch clock
@@ -476,7 +483,7 @@ pub(super) fn step<const GRAPHS: bool, const SG: bool>(
             // maxima but, as for normal spreads, the root of their squares summed.
             let wait = if SG && st.excess > 0.0 {
                 let x = st.excess;
-                (x * x + wait * wait).sqrt() - x
+                lead_of(x, wait) - x
             } else {
                 wait
             };
@@ -493,13 +500,15 @@ pub(super) fn step<const GRAPHS: bool, const SG: bool>(
                 // off the recursion's critical path (its square root and division would
                 // stall every later op). An auxiliary stream still ahead is not delayed by
                 // the collective, so it moves back by the wait relative to the shift.
-                st.main = a + dur;
+                st.main = rules::collective_end(a, dur);
                 if st.aux > st.main {
                     st.aux -= wait;
                 }
                 st.waited += wait;
             } else {
-                st.main = a + wait + dur;
+                // Released when the last rank has arrived and the transfer is done (one
+                // blocking collective: no communication stream to queue on).
+                st.main = rules::collective_end(rules::straggled(a, wait), dur);
             }
             st.main_sp = Spread::MET;
         }

@@ -60,13 +60,14 @@
 use super::basis::{kernel_runs, Kind, Regime};
 use super::memo::Memo;
 use super::replay::{
-    arrive, carry_past, collective_wait, kernel_run, later, relative, spreads, step, Spread,
+    arrive, carry_past, collective_wait, kernel_run, lead_of, relative, spreads, step, Spread,
     Straggler,
 };
 use super::{
     Busy, CalibrationProfile, CostFamily, Error, FastScenario, Launch, PassAt, RefCell, Result,
     Scenario, Setting, State,
 };
+use crate::sim::rules;
 
 /// What a two-batch-overlap scenario plays besides the micro-batch pass (`target`).
 #[derive(Debug, Clone)]
@@ -627,7 +628,7 @@ fn interleave<const SG: bool, const W: usize>(
     // The step ends when every stream has (the last transfer is waited for above); the step
     // is the mean over ranks, the DP ranks with fewer sequences ending earlier.
     for j in 0..W {
-        sts[j].main = crate::sim::rules::join(sts[j].main, comm[j].free) - lags[j].mean();
+        sts[j].main = rules::join(sts[j].main, comm[j].free) - lags[j].mean();
     }
     debug_assert!(parked.is_none(), "a parked lane was never taken back");
 }
@@ -826,9 +827,9 @@ fn loaded_run<const W: usize>(sts: &mut [State; W], aux: bool, d: &[f64], l: &La
     for di in d.as_chunks::<W>().0 {
         for j in 0..W {
             cpu[j] += l.launch;
-            let ready = crate::sim::rules::ready(free[j], l.gap);
+            let ready = rules::ready(free[j], l.gap);
             binds[j] += (cpu[j] > ready) as u64;
-            free[j] = crate::sim::rules::start(ready, cpu[j]) + di[j];
+            free[j] = rules::start(ready, cpu[j]) + di[j];
         }
     }
     for (j, st) in sts.iter_mut().enumerate() {
@@ -956,20 +957,20 @@ impl Anchor {
 fn wait(st: &mut State, chain: &mut Chain, lag: &mut Lag, end: f64, jitter: f64) {
     let ep = chain.close();
     let lead = if jitter > 0.0 {
-        (ep * ep + jitter * jitter).sqrt()
+        lead_of(ep, jitter)
     } else {
         ep
     };
     let main = st.main;
+    // The mean rank goes on when the transfer has ended (the engine's wait, `rules`).
+    st.main = rules::await_transfer(main, end);
     if end >= main + lead {
         // Every rank leaves the all-to-all together.
-        st.main = end;
         met(st);
         chain.sq = 0.0;
         lag.met();
     } else if end > main {
         let left = main + lead - end;
-        st.main = end;
         if jitter > 0.0 {
             met(st);
         }
@@ -1016,24 +1017,23 @@ fn collective<const SG: bool>(
             carry_past(st, wide, wait);
         }
     }
-    let slowest = if lead > 0.0 {
-        own + (lead * lead + wait * wait).sqrt()
-    } else {
-        own + wait
-    };
+    let slowest = rules::straggled(
+        own,
+        if lead > 0.0 {
+            lead_of(lead, wait)
+        } else {
+            wait
+        },
+    );
     // Behind a transfer still in flight: the ranks start it together when that one has ended.
-    let end = later(slowest, comm.free) + dur;
-    comm.free = end;
-    match asynchronous {
-        Some(k) => {
-            comm.ends[k] = end;
-            comm.wide[k] = wide;
-            false
-        }
-        None => {
-            st.main = end;
-            st.main_sp = MET;
-            true
-        }
+    let end = rules::collective_end(rules::queue(slowest, comm.free), dur);
+    let pending = asynchronous.map(|k| {
+        comm.wide[k] = wide;
+        &mut comm.ends[k]
+    });
+    rules::release(end, &mut st.main, &mut comm.free, pending);
+    if asynchronous.is_none() {
+        st.main_sp = MET;
     }
+    asynchronous.is_none()
 }

@@ -15,7 +15,8 @@ use super::rules::{self, Launch};
 use super::timeline::{KernelRecord, Timeline};
 
 use crate::cost::profile::{LaunchParams, Variability};
-use crate::workload::{CostFamily, Stream, Workload};
+use crate::workload::{CostFamily, Op, Stream, Workload};
+use crate::rng::Generator;
 use rand::Rng;
 
 /// Everything the engine needs besides the workload and its base costs.
@@ -78,8 +79,58 @@ impl Engine {
         let mut rng = crate::rng::seeded(cfg.seed);
         let kernel_amp = cfg.variability.kernel_cv * SQRT3;
         let coll_amp = cfg.variability.collective_cv * SQRT3;
-        let skew_amp = cfg.variability.rank_skew_cv * SQRT3;
+        // In graph mode the CPU issues one launch; eagerly it issues every kernel in turn.
+        let l = Launch::of(&cfg.launch, cfg.cuda_graphs, cfg.step_overhead_us);
+        let eager = Launch::of(&cfg.launch, false, cfg.step_overhead_us);
+        self.start_ranks(ranks, cfg, &l, &mut rng);
+        let slots = self.async_slots(w, ranks);
+        let mut first_collective = l.graphs;
+        let pieces = cfg.eager_ops.as_deref().filter(|_| cfg.cuda_graphs);
+        let mut in_eager_run = false;
+        out.clear(ranks);
+        out.records.reserve(w.ops.len() * ranks);
 
+        for (i, op) in w.ops.iter().enumerate() {
+            let base = base_us[i];
+            let (launch, gap) = match pieces {
+                Some(mask) if !op.family.is_sync() => {
+                    let eager_op = mask.get(i).copied().unwrap_or(false);
+                    self.piece(eager_op, &mut in_eager_run, (&l, &eager))
+                }
+                _ => (l.launch, l.gap),
+            };
+            match op.family {
+                CostFamily::Fork => {
+                    for r in 0..ranks {
+                        self.aux_free[r] = rules::fork(self.aux_free[r], self.main_free[r]);
+                    }
+                }
+                CostFamily::Join => {
+                    for r in 0..ranks {
+                        self.main_free[r] = rules::join(self.main_free[r], self.aux_free[r]);
+                    }
+                }
+                CostFamily::Wait => self.wait(op, ranks),
+                f if f.is_collective() => {
+                    let extra = rules::first_collective_stall(&mut first_collective, &l);
+                    self.arrive(ranks, (launch, gap, extra), slots > 0);
+                    let transfer = base * (1.0 + coll_amp * (2.0 * rng.random::<f64>() - 1.0));
+                    let block = sync_block(op.group, cfg.tp, ranks);
+                    self.release((i, transfer, block), ranks, out);
+                }
+                _ => {
+                    let at = (i, base, launch, gap, kernel_amp);
+                    self.kernel(op, at, ranks, &mut rng, out);
+                }
+            }
+        }
+        self.finish(ranks, cfg.step_overhead_us, out);
+    }
+
+    /// Each rank's speed and launch offset drawn (in that order: the seed's first draws), and
+    /// its streams and CPU at the step's start.
+    fn start_ranks(&mut self, ranks: usize, cfg: &EngineConfig, l: &Launch, rng: &mut Generator) {
+        let skew_amp = cfg.variability.rank_skew_cv * SQRT3;
         self.speed.clear();
         for _ in 0..ranks {
             self.speed
@@ -90,17 +141,19 @@ impl Engine {
             self.offset
                 .push(cfg.variability.launch_skew_us * rng.random::<f64>());
         }
-        // In graph mode the CPU issues one launch; eagerly it issues every kernel in turn.
-        let l = Launch::of(&cfg.launch, cfg.cuda_graphs, cfg.step_overhead_us);
-        let eager = Launch::of(&cfg.launch, false, cfg.step_overhead_us);
-        let (start, gap, launch) = (l.start, l.gap, l.launch);
         for v in [&mut self.main_free, &mut self.aux_free, &mut self.cpu] {
             v.clear();
             for r in 0..ranks {
-                v.push(start + self.offset[r]);
+                v.push(l.start + self.offset[r]);
             }
         }
-        // Collectives a wait names run asynchronously (two-batch overlap): one slot each.
+        self.arrival.clear();
+        self.arrival.resize(ranks, 0.0);
+    }
+
+    /// The collectives a wait names run asynchronously (two-batch overlap): one slot each, and
+    /// each rank's communication stream free. Returns the slots.
+    fn async_slots(&mut self, w: &Workload, ranks: usize) -> u32 {
         self.slot_of.clear();
         self.slot_of.resize(w.ops.len(), u32::MAX);
         let mut slots = 0u32;
@@ -118,132 +171,136 @@ impl Engine {
         self.async_end.resize(slots as usize * ranks, 0.0);
         self.comm_free.clear();
         self.comm_free.resize(ranks, 0.0);
-        let mut first_collective = l.graphs;
-        let pieces = cfg.eager_ops.as_deref().filter(|_| cfg.cuda_graphs);
-        let mut in_eager_run = false;
-        self.arrival.clear();
-        self.arrival.resize(ranks, 0.0);
-        out.clear(ranks);
-        out.records.reserve(w.ops.len() * ranks);
+        slots
+    }
 
-        for (i, op) in w.ops.iter().enumerate() {
-            let base = base_us[i];
-            let idx = i as u32;
-            let (launch, gap) = match pieces {
-                Some(mask) if !op.family.is_sync() => {
-                    if mask.get(i).copied().unwrap_or(false) {
-                        in_eager_run = true;
-                        (eager.launch, eager.gap)
-                    } else {
-                        if in_eager_run {
-                            // The next graph piece: one more graph launch on the CPU.
-                            for c in self.cpu.iter_mut() {
-                                *c += l.start;
-                            }
-                            in_eager_run = false;
-                        }
-                        (0.0, gap)
-                    }
-                }
-                _ => (launch, gap),
-            };
-            match op.family {
-                CostFamily::Fork => {
-                    for r in 0..ranks {
-                        self.aux_free[r] = rules::fork(self.aux_free[r], self.main_free[r]);
-                    }
-                }
-                CostFamily::Join => {
-                    for r in 0..ranks {
-                        self.main_free[r] = rules::join(self.main_free[r], self.aux_free[r]);
-                    }
-                }
-                CostFamily::Wait => {
-                    let slot = op
-                        .waits_for
-                        .and_then(|t| self.slot_of.get(t as usize).copied())
-                        .filter(|&s| s != u32::MAX);
-                    if let Some(slot) = slot {
-                        let ends = &self.async_end[slot as usize * ranks..][..ranks];
-                        for (m, &e) in self.main_free.iter_mut().zip(ends) {
-                            *m = rules::join(*m, e);
-                        }
-                    }
-                }
-                f if f.is_collective() => {
-                    let extra = rules::first_collective_stall(&mut first_collective, &l);
-                    let slot = self.slot_of[i];
-                    let asynchronous = slot != u32::MAX;
-                    for r in 0..ranks {
-                        self.cpu[r] += launch;
-                        let mut a = rules::start(
-                            rules::collective_ready(self.main_free[r], gap, extra),
-                            self.cpu[r],
-                        );
-                        if slots > 0 {
-                            // One communication stream per rank: a collective queues behind an
-                            // asynchronous transfer still in flight (blocking ones too).
-                            a = a.max(self.comm_free[r]);
-                        }
-                        self.arrival[r] = a;
-                    }
-                    let transfer = base * (1.0 + coll_amp * (2.0 * rng.random::<f64>() - 1.0));
-                    let block = sync_block(op.group, cfg.tp, ranks);
-                    for g in (0..ranks).step_by(block) {
-                        let hi = (g + block).min(ranks);
-                        let last = self.arrival[g..hi].iter().fold(f64::MIN, |m, &a| m.max(a));
-                        let end = last + transfer;
-                        for r in g..hi {
-                            out.records.push(KernelRecord {
-                                op: idx,
-                                rank: r as u16,
-                                stream: Stream::Comm,
-                                start_us: self.arrival[r],
-                                end_us: end,
-                                wait_us: last - self.arrival[r],
-                            });
-                            self.comm_free[r] = end;
-                            if asynchronous {
-                                // The compute stream goes on; a wait op joins it later.
-                                self.async_end[slot as usize * ranks + r] = end;
-                            } else {
-                                self.main_free[r] = end;
-                            }
-                        }
-                    }
-                }
-                _ => {
-                    let aux = op.stream == Stream::Aux;
-                    for r in 0..ranks {
-                        self.cpu[r] += launch;
-                        let jitter = 1.0 + kernel_amp * (2.0 * rng.random::<f64>() - 1.0);
-                        let dur = base * self.speed[r] * jitter * op.rank_factor(r);
-                        let free = if aux {
-                            &mut self.aux_free[r]
-                        } else {
-                            &mut self.main_free[r]
-                        };
-                        let s = rules::start(rules::ready(*free, gap), self.cpu[r]);
-                        *free = s + dur;
-                        out.records.push(KernelRecord {
-                            op: idx,
-                            rank: r as u16,
-                            stream: op.stream,
-                            start_us: s,
-                            end_us: s + dur,
-                            wait_us: 0.0,
-                        });
-                    }
-                }
+    /// Piecewise CUDA graphs: the launch cost and gap of an op that launches eagerly between
+    /// the pieces (`eager_op`) or in a graph piece; the first op of a piece after an eager run
+    /// costs every CPU one more graph launch.
+    fn piece(
+        &mut self,
+        eager_op: bool,
+        in_eager_run: &mut bool,
+        (l, eager): (&Launch, &Launch),
+    ) -> (f64, f64) {
+        if eager_op {
+            *in_eager_run = true;
+            return (eager.launch, eager.gap);
+        }
+        if *in_eager_run {
+            // The next graph piece: one more graph launch on the CPU.
+            for c in self.cpu.iter_mut() {
+                *c += l.start;
+            }
+            *in_eager_run = false;
+        }
+        (0.0, l.gap)
+    }
+
+    /// A wait: each rank's compute stream goes on when the asynchronous collective it names
+    /// has ended there.
+    fn wait(&mut self, op: &Op, ranks: usize) {
+        let slot = op
+            .waits_for
+            .and_then(|t| self.slot_of.get(t as usize).copied())
+            .filter(|&s| s != u32::MAX);
+        if let Some(slot) = slot {
+            let ends = &self.async_end[slot as usize * ranks..][..ranks];
+            for (m, &e) in self.main_free.iter_mut().zip(ends) {
+                *m = rules::await_transfer(*m, e);
             }
         }
+    }
+
+    /// Each rank arrives at a collective (`launch`, `gap`, the first-collective `stall`):
+    /// launched by its CPU, ready on its compute stream, queued on its communication stream
+    /// behind an asynchronous transfer still in flight (`queued`: some collective is one).
+    fn arrive(&mut self, ranks: usize, (launch, gap, stall): (f64, f64, f64), queued: bool) {
+        for r in 0..ranks {
+            self.cpu[r] += launch;
+            let mut a = rules::arrive(self.main_free[r], self.cpu[r], gap, stall);
+            if queued {
+                // One communication stream per rank: a collective queues behind an
+                // asynchronous transfer still in flight (blocking ones too).
+                a = rules::queue(a, self.comm_free[r]);
+            }
+            self.arrival[r] = a;
+        }
+    }
+
+    /// Collective op `i` of `transfer` µs on blocks of `block` ranks: each block starts it at
+    /// its last arrival and releases its ranks at the end; every rank's kernel recorded.
+    fn release(
+        &mut self,
+        (i, transfer, block): (usize, f64, usize),
+        ranks: usize,
+        out: &mut Timeline,
+    ) {
+        let slot = self.slot_of[i];
+        let asynchronous = slot != u32::MAX;
+        for g in (0..ranks).step_by(block) {
+            let hi = (g + block).min(ranks);
+            let last = rules::last_arrival(&self.arrival[g..hi]);
+            let end = rules::collective_end(last, transfer);
+            for r in g..hi {
+                out.records.push(KernelRecord {
+                    op: i as u32,
+                    rank: r as u16,
+                    stream: Stream::Comm,
+                    start_us: self.arrival[r],
+                    end_us: end,
+                    wait_us: rules::straggler_wait(self.arrival[r], last),
+                });
+                // Asynchronous: the compute stream goes on; a wait op joins it later.
+                let pending = asynchronous.then(|| &mut self.async_end[slot as usize * ranks + r]);
+                let (main, comm) = (&mut self.main_free[r], &mut self.comm_free[r]);
+                rules::release(end, main, comm, pending);
+            }
+        }
+    }
+
+    /// Kernel op `i` (`base` µs; `launch`, `gap`; `kernel_amp`: its jitter's half-width) on
+    /// every rank: its duration drawn, started on its stream when launched, recorded.
+    fn kernel(
+        &mut self,
+        op: &Op,
+        (i, base, launch, gap, kernel_amp): (usize, f64, f64, f64, f64),
+        ranks: usize,
+        rng: &mut Generator,
+        out: &mut Timeline,
+    ) {
+        let aux = op.stream == Stream::Aux;
+        for r in 0..ranks {
+            self.cpu[r] += launch;
+            let jitter = 1.0 + kernel_amp * (2.0 * rng.random::<f64>() - 1.0);
+            let dur = base * self.speed[r] * jitter * op.rank_factor(r);
+            let free = if aux {
+                &mut self.aux_free[r]
+            } else {
+                &mut self.main_free[r]
+            };
+            let s = rules::start(rules::ready(*free, gap), self.cpu[r]);
+            *free = s + dur;
+            out.records.push(KernelRecord {
+                op: i as u32,
+                rank: r as u16,
+                stream: op.stream,
+                start_us: s,
+                end_us: s + dur,
+                wait_us: 0.0,
+            });
+        }
+    }
+
+    /// Each rank's step window: it ends when every stream has, plus the profile's idle, and
+    /// starts with its first kernel, as a profile shows it.
+    fn finish(&self, ranks: usize, step_overhead_us: f64, out: &mut Timeline) {
         for r in 0..ranks {
             out.rank_end_us[r] = self.main_free[r]
                 .max(self.aux_free[r])
                 .max(self.comm_free[r])
-                + cfg.step_overhead_us;
+                + step_overhead_us;
         }
-        // A rank's step starts with its first kernel, as a profile shows it.
         for rec in out.records.iter().take(ranks * 2) {
             let r = rec.rank as usize;
             if out.rank_start_us[r].is_nan() || rec.start_us < out.rank_start_us[r] {

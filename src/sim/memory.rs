@@ -249,26 +249,10 @@ pub fn account(s: &Scenario, p: &CalibrationProfile, o: &MemoryOptions) -> Resul
     let num_blocks = (kv_budget / per_block).floor() as u64;
     let kv_bytes = num_blocks as f64 * per_block;
     let kv_tokens = num_blocks * o.block_size as u64 * o.dcp as u64;
-    let kv_src = format!(
-        "the rest of the budget in blocks of {} tokens × {} B per token per rank ({}{}{})",
-        o.block_size,
-        crate::units::grouped(per_token, 0),
-        if m.mla.is_some() {
-            "MLA latent (kv_lora_rank + qk_rope_head_dim) × layers, replicated on every TP rank"
-        } else {
-            "K and V of the KV heads per rank × head_dim × layers"
-        },
-        if s.kv_bytes == 1.0 { ", FP8" } else { ", BF16" },
-        if o.dcp > 1 {
-            format!(", sharded over DCP={}", o.dcp)
-        } else {
-            String::new()
-        }
-    ) + &stage_note(&stage);
     terms.push(MemoryTerm {
         component: "kv_cache",
         bytes: kv_bytes,
-        source: kv_src,
+        source: kv_source(s, o, per_token, &stage),
     });
     terms.push(MemoryTerm {
         component: "block_rounding",
@@ -296,6 +280,27 @@ pub fn account(s: &Scenario, p: &CalibrationProfile, o: &MemoryOptions) -> Resul
         max_num_seqs: o.max_num_seqs,
         dp: s.layout.dp_size(),
     })
+}
+
+/// Where the KV cache's term comes from: its blocks, bytes per token per rank (`per_token`)
+/// and what they hold, for the binding `stage`.
+fn kv_source(s: &Scenario, o: &MemoryOptions, per_token: f64, stage: &Stage) -> String {
+    format!(
+        "the rest of the budget in blocks of {} tokens × {} B per token per rank ({}{}{})",
+        o.block_size,
+        crate::units::grouped(per_token, 0),
+        if s.model.mla.is_some() {
+            "MLA latent (kv_lora_rank + qk_rope_head_dim) × layers, replicated on every TP rank"
+        } else {
+            "K and V of the KV heads per rank × head_dim × layers"
+        },
+        if s.kv_bytes == 1.0 { ", FP8" } else { ", BF16" },
+        if o.dcp > 1 {
+            format!(", sharded over DCP={}", o.dcp)
+        } else {
+            String::new()
+        }
+    ) + &stage_note(stage)
 }
 
 impl MemoryOptions {
@@ -459,30 +464,7 @@ fn stage_terms(
             o.max_num_batched_tokens, o.max_num_seqs
         ),
     });
-    let graphs = match (o.cuda_graph_bytes, s.cuda_graphs) {
-        (Some(b), _) => MemoryTerm {
-            component: "cuda_graphs",
-            bytes: b,
-            source: "--cuda-graph-mib (given)".into(),
-        },
-        (None, false) => MemoryTerm {
-            component: "cuda_graphs",
-            bytes: 0.0,
-            source: "--cuda-graphs off: nothing captured".into(),
-        },
-        (None, true) => {
-            let (bytes, sizes, nodes) = cuda_graph_bytes(s, o.max_num_seqs);
-            MemoryTerm {
-                component: "cuda_graphs",
-                bytes,
-                source: format!(
-                    "estimate (UNVERIFIED): FULL_AND_PIECEWISE captures {sizes} batch sizes twice (docs/sources.md §3.4), {} kernel nodes × 8 KiB, plus the shared pool of the largest capture's activations; counted inside the budget (conservative)",
-                    crate::units::grouped(nodes, 0)
-                ),
-            }
-        }
-    };
-    terms.push(graphs);
+    terms.push(cuda_graphs_term(s, o));
     let (nccl, channels, buffsize) = nccl_buffer_bytes(s, p);
     terms.push(MemoryTerm {
         component: "nccl_buffers",
@@ -507,6 +489,33 @@ fn stage_terms(
         },
     });
     terms
+}
+
+/// The CUDA graphs' term: given, none (graphs off), or the estimate of the captures.
+fn cuda_graphs_term(s: &Scenario, o: &MemoryOptions) -> MemoryTerm {
+    match (o.cuda_graph_bytes, s.cuda_graphs) {
+        (Some(b), _) => MemoryTerm {
+            component: "cuda_graphs",
+            bytes: b,
+            source: "--cuda-graph-mib (given)".into(),
+        },
+        (None, false) => MemoryTerm {
+            component: "cuda_graphs",
+            bytes: 0.0,
+            source: "--cuda-graphs off: nothing captured".into(),
+        },
+        (None, true) => {
+            let (bytes, sizes, nodes) = cuda_graph_bytes(s, o.max_num_seqs);
+            MemoryTerm {
+                component: "cuda_graphs",
+                bytes,
+                source: format!(
+                    "estimate (UNVERIFIED): FULL_AND_PIECEWISE captures {sizes} batch sizes twice (docs/sources.md §3.4), {} kernel nodes × 8 KiB, plus the shared pool of the largest capture's activations; counted inside the budget (conservative)",
+                    crate::units::grouped(nodes, 0)
+                ),
+            }
+        }
+    }
 }
 
 /// The weight formats a model stores, e.g. "int4-g32 experts, bf16 rest".

@@ -1,13 +1,21 @@
 //! The rules of a decode step that both engines play: the timeline (`engine`: every rank, with
 //! jitter) and the fast path (`fast`: one mean rank and its spread). Each rule is written once
 //! here and called by both, so a modelling change is made in one place; the equivalence tests
-//! (`tests/fast_vs_seeds.rs`, `tests/fast_tbo.rs`) hold the two engines to each other.
+//! (`tests/fast_vs_seeds.rs`, `tests/fast_tbo.rs`, `tests/fast_dp.rs`) hold the two engines to
+//! each other.
 //!
 //! - **Launch** under CUDA graphs or eagerly: where the step starts (one graph launch on the
 //!   CPU), the GPU gap between dependent kernels, the CPU's cost per eager launch.
 //! - **A kernel's start**: its stream free plus the gap, not before the CPU has launched it.
 //! - **The first collective of a graph replay** pays NCCL's captured host work once.
-//! - **Fork and join** of the auxiliary stream; a **wait** joins an asynchronous collective.
+//! - **Fork and join** of the auxiliary stream.
+//! - **A collective's arrival and release**: a rank arrives when its compute stream is ready
+//!   (and its launch clock has reached it), queued on its communication stream behind a
+//!   transfer still in flight; the collective starts when the last rank has arrived (the
+//!   others' straggler wait), ends a transfer later, and releases every rank at its end: the
+//!   compute stream of a blocking one, only the communication stream of an asynchronous one.
+//! - **Two-batch overlap's asynchronous all-to-alls**: queued on the communication stream
+//!   behind the previous one, and joined by the `wait` that names one.
 //!
 //! Every function is `#[inline(always)]` arithmetic on times: the fast path's vectorised loops
 //! call them in their inner bodies, so they must compile to what was written there before.
@@ -98,14 +106,74 @@ pub(crate) fn collective_ready(main: f64, gap: f64, stall: f64) -> f64 {
     main + gap + stall
 }
 
+/// When a rank arrives at a collective: its compute stream free at `main` is ready after the
+/// gap (and the replay's first-collective `stall`), and the CPU (clock `cpu`) has launched it.
+#[inline(always)]
+pub(crate) fn arrive(main: f64, cpu: f64, gap: f64, stall: f64) -> f64 {
+    start(collective_ready(main, gap, stall), cpu)
+}
+
+/// A collective on a rank's communication stream, free at `comm_free`: it starts no earlier
+/// than the transfer before it has ended there (under two-batch overlap an asynchronous
+/// all-to-all may still be in flight; a collective, blocking or not, queues behind it).
+#[inline(always)]
+pub(crate) fn queue(arrival: f64, comm_free: f64) -> f64 {
+    later(arrival, comm_free)
+}
+
+/// The last arrival of a collective's ranks (`arrivals`, each already queued): when it starts
+/// on all of them.
+#[inline(always)]
+pub(crate) fn last_arrival(arrivals: &[f64]) -> f64 {
+    arrivals.iter().fold(f64::MIN, |m, &a| m.max(a))
+}
+
+/// The last arrival seen from a rank that arrives at `arrival` and waits `wait` µs for the
+/// slowest (the fast path's expected straggler wait).
+#[inline(always)]
+pub(crate) fn straggled(arrival: f64, wait: f64) -> f64 {
+    arrival + wait
+}
+
+/// How long a rank that arrived at `arrival` waits for the last one (`last`): its straggler
+/// wait, the early part of its collective kernel.
+#[inline(always)]
+pub(crate) fn straggler_wait(arrival: f64, last: f64) -> f64 {
+    last - arrival
+}
+
+/// When a collective whose last rank arrives at `last` ends: a `transfer` later, on every rank.
+#[inline(always)]
+pub(crate) fn collective_end(last: f64, transfer: f64) -> f64 {
+    last + transfer
+}
+
+/// Each rank leaves a collective that ends at `end`: its communication stream (`comm`) is free
+/// then; a blocking collective releases the compute stream (`main`) there too, an asynchronous
+/// one leaves it where it was and records the end (`pending`) for the wait that names it.
+#[inline(always)]
+pub(crate) fn release(end: f64, main: &mut f64, comm: &mut f64, pending: Option<&mut f64>) {
+    *comm = end;
+    match pending {
+        Some(p) => *p = end,
+        None => *main = end,
+    }
+}
+
+/// A wait for an asynchronous collective that ended at `end`: the compute stream (free at
+/// `main`) goes on when the transfer has ended.
+#[inline(always)]
+pub(crate) fn await_transfer(main: f64, end: f64) -> f64 {
+    later(main, end)
+}
+
 /// A fork: the auxiliary stream starts no earlier than the compute stream has reached.
 #[inline(always)]
 pub(crate) fn fork(aux: f64, main: f64) -> f64 {
     later(aux, main)
 }
 
-/// A join (or a wait for an asynchronous collective ending at `other`): the compute stream
-/// goes on when both are done.
+/// A join: the compute stream goes on when the auxiliary stream (free at `other`) is done too.
 #[inline(always)]
 pub(crate) fn join(main: f64, other: f64) -> f64 {
     later(main, other)
@@ -158,5 +226,30 @@ mod tests {
         assert_eq!(start(ready(10.0, 1.5), 20.0), 20.0);
         assert_eq!(collective_ready(10.0, 0.5, 2.2), 12.7);
         assert_eq!((fork(3.0, 7.0), join(7.0, 9.0)), (7.0, 9.0));
+        assert_eq!(arrive(10.0, 5.0, 0.5, 2.2), 12.7);
+        assert_eq!(arrive(10.0, 20.0, 0.5, 2.2), 20.0);
+    }
+
+    #[test]
+    fn a_collective_starts_at_its_last_arrival_and_releases_every_rank_at_its_end() {
+        // Queued behind a transfer in flight until 14; the others arrive at 11 and 12.
+        let arrivals = [queue(12.0, 14.0), queue(11.0, 0.0), queue(12.0, 0.0)];
+        assert_eq!(arrivals, [14.0, 11.0, 12.0]);
+        let last = last_arrival(&arrivals);
+        assert_eq!(last, 14.0);
+        assert_eq!(straggler_wait(arrivals[1], last), 3.0);
+        assert_eq!(straggled(11.0, 3.0), last);
+        let end = collective_end(last, 6.0);
+        assert_eq!(end, 20.0);
+        // Blocking: the compute stream goes on at the end.
+        let (mut main, mut comm) = (11.0, 0.0);
+        release(end, &mut main, &mut comm, None);
+        assert_eq!((main, comm), (20.0, 20.0));
+        // Asynchronous: the compute stream goes on; the wait that names it joins the end.
+        let (mut main, mut comm, mut pending) = (11.0, 0.0, 0.0);
+        release(end, &mut main, &mut comm, Some(&mut pending));
+        assert_eq!((main, comm, pending), (11.0, 20.0, 20.0));
+        assert_eq!(await_transfer(main + 4.0, pending), 20.0);
+        assert_eq!(await_transfer(main + 12.0, pending), 23.0);
     }
 }

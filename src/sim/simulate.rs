@@ -17,21 +17,7 @@ pub use crate::scenario::knobs::ScenarioRequest;
 
 impl ScenarioRequest {
     pub fn load(&self) -> Result<(Scenario, CalibrationProfile)> {
-        let mut model = ModelSpec::from_file(&catalog::resolve_model(&self.model)?)?;
-        if let Some(layers) = self.layers {
-            let range = crate::scenario::model::limits::LAYERS;
-            if !range.contains(&(layers as u64)) {
-                return Err(crate::Error::ScenarioRange {
-                    flag: "--layers",
-                    value: layers.to_string(),
-                    expected: format!(
-                        "expected {} layers",
-                        crate::scenario::check::int_range_text(&range)
-                    ),
-                });
-            }
-            model.num_layers = layers;
-        }
+        let model = self.load_model()?;
         let system = SystemSpec::from_file(
             &catalog::resolve_system(&self.system)?,
             &catalog::gpus_dir(),
@@ -50,30 +36,7 @@ impl ScenarioRequest {
         let allreduce_rules = std::sync::Arc::new(
             crate::scenario::allreduce_rules::AllreduceRules::load(&system.gpu.compute_capability)?,
         );
-        // Without --tp, the system's GPUs are shared out over the data-parallel ranks and the
-        // pipeline stages; a share that does not come out whole is the user's to choose.
-        let tp = match self.tp {
-            Some(tp) => tp,
-            None => {
-                let (dp, pp) = (self.dp_size(), self.pp_size());
-                let split = dp * pp;
-                // More ranks than GPUs: one GPU each, for the layout check to refuse by name.
-                if split >= system.gpu_count {
-                    1
-                } else if !system.gpu_count.is_multiple_of(split) {
-                    return Err(Error::FlagUse {
-                        flag: "--tp",
-                        problem: format!(
-                            "not given, and --dp {dp} × --pp {pp} = {split} does not divide the {} GPUs of system '{}' into whole TP groups: give --tp N (--dp × --pp × --tp at most {})",
-                            system.gpu_count, system.name, system.gpu_count
-                        ),
-                    });
-                } else {
-                    system.gpu_count / split
-                }
-            }
-        };
-        let mut layout = self.layout(tp);
+        let mut layout = self.layout(self.tp_on(&system)?);
         // --dp implies vLLM's --enable-expert-parallel: the EP group is DP × TP.
         if layout.dp_size() > 1 && layout.ep.is_none() {
             layout.ep = Some(layout.ranks());
@@ -106,6 +69,51 @@ impl ScenarioRequest {
         };
         scenario.validate()?;
         Ok((scenario, profile))
+    }
+
+    /// The model, with `--layers` in its place where given.
+    fn load_model(&self) -> Result<ModelSpec> {
+        let mut model = ModelSpec::from_file(&catalog::resolve_model(&self.model)?)?;
+        if let Some(layers) = self.layers {
+            let range = crate::scenario::model::limits::LAYERS;
+            if !range.contains(&(layers as u64)) {
+                return Err(crate::Error::ScenarioRange {
+                    flag: "--layers",
+                    value: layers.to_string(),
+                    expected: format!(
+                        "expected {} layers",
+                        crate::scenario::check::int_range_text(&range)
+                    ),
+                });
+            }
+            model.num_layers = layers;
+        }
+        Ok(model)
+    }
+
+    /// The TP size on `system`: `--tp`, else the system's GPUs shared out over the
+    /// data-parallel ranks and the pipeline stages; a share that does not come out whole is
+    /// the user's to choose.
+    fn tp_on(&self, system: &SystemSpec) -> Result<u32> {
+        let Some(tp) = self.tp else {
+            let (dp, pp) = (self.dp_size(), self.pp_size());
+            let split = dp * pp;
+            // More ranks than GPUs: one GPU each, for the layout check to refuse by name.
+            if split >= system.gpu_count {
+                return Ok(1);
+            }
+            if !system.gpu_count.is_multiple_of(split) {
+                return Err(Error::FlagUse {
+                    flag: "--tp",
+                    problem: format!(
+                        "not given, and --dp {dp} × --pp {pp} = {split} does not divide the {} GPUs of system '{}' into whole TP groups: give --tp N (--dp × --pp × --tp at most {})",
+                        system.gpu_count, system.name, system.gpu_count
+                    ),
+                });
+            }
+            return Ok(system.gpu_count / split);
+        };
+        Ok(tp)
     }
 }
 

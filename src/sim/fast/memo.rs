@@ -3,7 +3,7 @@
 
 use super::basis::Scratch;
 use super::ep::{Coupled, Tail};
-use super::{BuildHasherDefault, Busy, Draw, HashMap, Hasher, RefCell, Scenario};
+use super::{BuildHasherDefault, Busy, Draw, HashMap, Hasher, RefCell, Scenario, State, NCAT};
 
 /// Prices of one (pass, batch, queries): the token-dependent ops, then per context and per
 /// collective setting.
@@ -60,7 +60,7 @@ pub(super) type EntryMap = HashMap<(u32, u32, u32), Entry, BuildHasherDefault<Ke
 pub(super) struct Memo {
     pub(super) owner: u64,
     /// The pricing scenario, its batch, context and NCCL settings set before each pricing.
-    pub(super) s: Scenario,
+    pub(super) scenario: Scenario,
     /// By pass slot (`FastScenario::slots`: the plain step and the speculative passes, or the
     /// pipeline's stages).
     pub(super) passes: Vec<EntryMap>,
@@ -72,7 +72,7 @@ pub(super) struct Memo {
     /// id, graphs, lanes); `None` after a Monte Carlo draw changed them. A sweep's next lanes at
     /// the same batch and setting then write their context ops only, a pipeline's stages each
     /// in their own.
-    pub(super) d: Vec<(Option<DFrom>, Vec<f64>)>,
+    pub(super) durations: Vec<(Option<DurationsFrom>, Vec<f64>)>,
     /// Scratch: the workload each layout is priced in (`price_layout_in`), by
     /// [`scratch_index`] (pass slot, regime, layout).
     pub(super) scratch: Vec<Scratch>,
@@ -111,6 +111,80 @@ pub(super) struct StagePlays {
     pub(super) sizes: (u32, u32),
 }
 
+impl StagePlays {
+    /// Hands a kept play of `key` at these `contexts` to `put` (each lane's window and busy
+    /// time, in lane order); false where none is kept.
+    pub(super) fn hand_out<const W: usize>(
+        &self,
+        key: &StagePlayKey,
+        contexts: &[u64; W],
+        put: &mut impl FnMut(f64, &Busy),
+    ) -> bool {
+        let Some(p) = self.map.get(key) else {
+            return false;
+        };
+        if p.contexts[..] != contexts[..] {
+            return false;
+        }
+        let (span, busy) = p.values.split_at(W);
+        for (w, b) in span.iter().zip(busy.chunks_exact(NCAT)) {
+            put(*w, b.try_into().expect("NCAT values per lane"));
+        }
+        true
+    }
+
+    /// Keeps the play of `key` (micro-batch size `key.1`) at `contexts`, its lanes' `states`,
+    /// within [`STAGE_PLAYS_MAX_VALUES`]: past it, the plays of sizes further than one from
+    /// this one are dropped first, and if that is not enough this one is not kept.
+    pub(super) fn keep<const W: usize>(
+        &mut self,
+        key: StagePlayKey,
+        contexts: [u64; W],
+        states: &[State; W],
+    ) {
+        let b = key.1;
+        let len = W * (1 + NCAT);
+        if self.values + len > STAGE_PLAYS_MAX_VALUES {
+            // A batch's micro-batches are of two sizes next to each other: the plays of sizes
+            // further away are dropped, once per move of the batch.
+            if self.sizes.0.abs_diff(b) > 1 || self.sizes.1.abs_diff(b) > 1 {
+                self.map.retain(|k, _| k.1.abs_diff(b) <= 1);
+                self.values = self.map.values().map(|p| p.values.len()).sum();
+                self.sizes = self
+                    .map
+                    .keys()
+                    .fold((b, b), |(lo, hi), k| (lo.min(k.1), hi.max(k.1)));
+            }
+            // Still full (more contexts per batch than it holds): the plays kept stay, the
+            // others are played each time.
+            if self.values + len > STAGE_PLAYS_MAX_VALUES {
+                return;
+            }
+        }
+        self.sizes = if self.map.is_empty() {
+            (b, b)
+        } else {
+            (self.sizes.0.min(b), self.sizes.1.max(b))
+        };
+        let mut values = Vec::with_capacity(len);
+        values.extend(states.iter().map(|s| s.window_us()));
+        for s in states {
+            values.extend_from_slice(&s.busy);
+        }
+        self.values += len;
+        let old = self.map.insert(
+            key,
+            StagePlay {
+                contexts: contexts.into(),
+                values: values.into(),
+            },
+        );
+        if let Some(o) = old {
+            self.values -= o.values.len();
+        }
+    }
+}
+
 /// Beyond this many values (~8 MB: the plays of several thousand contexts per batch at PP18)
 /// the stage plays of micro-batch sizes the batch at hand does not play are dropped (a sweep
 /// moves along its batch axis, and the sizes it has left behind do not come back); if that is
@@ -127,8 +201,8 @@ pub(super) fn scratch_index(slot: usize, high: bool, layout: usize) -> usize {
     (slot * 2 + high as usize) * LAYOUTS + layout
 }
 
-/// See [`Memo::d`].
-pub(super) type DFrom = (usize, bool, u32, u32, u32, u64, bool, usize);
+/// See [`Memo::durations`].
+pub(super) type DurationsFrom = (usize, bool, u32, u32, u32, u64, bool, usize);
 
 /// (pass slot, batch, queries, padded rows, collectives id, graphs).
 pub(super) type LatencyKey = (usize, u32, u32, u32, u64, bool);

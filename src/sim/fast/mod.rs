@@ -18,8 +18,8 @@
 //! A sweep therefore prices each distinct shape once and plays the recursion for every row.
 //!
 //! With jitter on, the timeline's collectives also wait for the slowest rank; the fast path adds
-//! that wait's expectation at every collective (the straggler section at the end of this file),
-//! so that it gives the mean of the timeline over seeds (tests/fast_vs_seeds.rs).
+//! that wait's expectation at every collective (`replay::straggler`), so that it gives the mean
+//! of the timeline over seeds (tests/fast_vs_seeds.rs).
 //!
 //! Experts touched per MoE layer take their closed-form expectation under the scenario's routing
 //! where the timeline draws them per layer (seeded): with jitter off, the one difference. It
@@ -47,9 +47,8 @@ use crate::error::{Error, Result};
 use crate::scenario::deployment::CommKnobs;
 use crate::scenario::{NcclSettings, Scenario};
 use crate::workload::routing::DistinctExperts;
-use crate::workload::spec_step::{PassKind, Side, SpecStep};
-use crate::workload::{CostFamily, Op, Stream, Workload, SHARED_EXPERT_STREAM_TOKEN_THRESHOLD};
-use nalgebra::{DMatrix, DVector};
+use crate::workload::spec_step::PassKind;
+use crate::workload::{CostFamily, Op, Workload};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -63,25 +62,24 @@ type Coef = [f64; NB];
 
 /// The scenario variables an op's shape is linear in.
 mod basis;
+mod draw;
 mod ep;
+mod lanes;
 mod memo;
 mod pipeline;
 mod replay;
+mod spec;
 mod tbo;
 mod tbo_knots;
 
-use basis::{
-    busy_of, keep_or_nan, latency_fractions, price_layout, price_layout_at, price_layout_in,
-    price_layout_into, PassModel, Regime, Scratch,
-};
-use ep::{slowest_rank, Coupled, EpLoads, Tail};
-use memo::{
-    scratch_index, Entry, EntryMap, Memo, StagePlays, CONTEXTS_PER_ENTRY, LAYOUTS, MEMO,
-    MEMO_MAX_VALUES,
-};
+use basis::{price_layout, PassModel, Scratch};
+pub use draw::Draw;
+use ep::EpLoads;
+use memo::{Memo, StagePlays, LAYOUTS, MEMO, MEMO_MAX_VALUES};
 use pipeline::PipelineFit;
 pub use replay::State;
-use replay::{play_regime, Straggler};
+use replay::Straggler;
+use spec::SpecFit;
 
 /// Unique ids of fast scenarios and collective settings (the memo's keys).
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
@@ -200,28 +198,6 @@ impl PassAt {
     }
 }
 
-/// A drafter's passes in closed form: one model per `PassKind` (memo slot 1 + its index), and
-/// the `SpecStep` they are played in.
-#[derive(Debug, Clone)]
-struct SpecFit {
-    method: crate::workload::spec_step::SpecMethod,
-    /// In `PassKind::ALL` order.
-    passes: Vec<PassModel>,
-    /// The step at k = 1, 2, ... up to the method's limit, built once (a sweep plays it per row).
-    steps: Vec<SpecStep>,
-    host_us: f64,
-    pass_gap_us: f64,
-}
-
-impl SpecFit {
-    fn step(&self, k: u32) -> std::borrow::Cow<'_, SpecStep> {
-        match self.steps.get((k as usize).wrapping_sub(1)) {
-            Some(s) => std::borrow::Cow::Borrowed(s),
-            None => std::borrow::Cow::Owned(SpecStep::new(self.method, k)),
-        }
-    }
-}
-
 impl FastScenario {
     /// Fits the plain step of `s`; with `draft`, also the verify pass and the draft passes.
     pub fn new(
@@ -229,8 +205,6 @@ impl FastScenario {
         p: &CalibrationProfile,
         draft: Option<&crate::workload::spec_step::Drafter>,
     ) -> Result<Self> {
-        // A pipeline: one model per stage, composed by `sim::pipeline::schedule`. Speculative
-        // decoding's windows are not composed with the pipeline's micro-batches: refused.
         let pp = s.layout.pp_size();
         if s.layout.tbo {
             return tbo::fit(s, p, draft);
@@ -239,23 +213,41 @@ impl FastScenario {
         if ep && pp > 1 {
             return Err(ep_refused(s));
         }
-        if pp > 1 {
+        // A pipeline: one model per stage, composed by `sim::pipeline::schedule`. Speculative
+        // decoding's windows are not composed with the pipeline's micro-batches: refused.
+        let fast = if pp > 1 {
             if draft.is_some() {
                 return Err(pp_refused(pp));
             }
-            let (first, fit) = PipelineFit::fit(s)?;
-            let fast = FastScenario {
-                profile: p.clone(),
-                scenario: s.clone(),
-                id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
-                target: first,
-                mode: Mode::Pipelined(fit),
-                straggler: Straggler::new(&p.variability, s.layout.tp, s.layout.tp),
-                loads: None,
-            };
-            fast.check()?;
-            return Ok(fast);
-        }
+            Self::fit_pipelined(s, p)?
+        } else {
+            Self::fit_plain(s, p, draft)?
+        };
+        fast.check()?;
+        Ok(fast)
+    }
+
+    /// A pipeline's stages (`pp` above 1), stage 0 the target.
+    fn fit_pipelined(s: &Scenario, p: &CalibrationProfile) -> Result<Self> {
+        let (first, fit) = PipelineFit::fit(s)?;
+        Ok(FastScenario {
+            profile: p.clone(),
+            scenario: s.clone(),
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            target: first,
+            mode: Mode::Pipelined(fit),
+            straggler: Straggler::new(&p.variability, s.layout.tp, s.layout.tp),
+            loads: None,
+        })
+    }
+
+    /// The plain step of `s` (with expert parallelism, its slowest rank's loads), and with
+    /// `draft` a drafter's passes.
+    fn fit_plain(
+        s: &Scenario,
+        p: &CalibrationProfile,
+        draft: Option<&crate::workload::spec_step::Drafter>,
+    ) -> Result<Self> {
         // Data-parallel attention: probed at batches every DP rank shares evenly (the probe's
         // batch each), so that shapes are linear in one DP rank's variables (`ep`).
         let dp = s.layout.dp_size();
@@ -268,66 +260,14 @@ impl FastScenario {
                 crate::workload::build_pass(ps, q)
             }
         };
-        let target;
-        let mut spec = None;
-        if let Some(d) = draft {
-            let sd = p.spec_decode.as_ref().ok_or_else(|| {
-                Error::field(
-                    &p.path,
-                    "spec_decode",
-                    "missing: needed for draft tokens > 0",
-                )
-            })?;
-            let ds = d.scenario(s)?;
-            // Each kind of pass the step runs, fitted on the scenario it is built on.
-            let fit = |(i, kind): (usize, &PassKind)| {
-                let on = if kind.on_draft() { &ds } else { s };
-                // Probed like the plain step under data-parallel attention (a batch per DP rank).
-                let pass_dp = on.layout.dp_size();
-                // A dense drafter under data-parallel attention runs on one DP rank's share.
-                let share = if on.layout.dp_size() < s.layout.dp_size() {
-                    s.layout.dp_size()
-                } else {
-                    1
-                };
-                let build = move |ps: &Scenario, q: u32| {
-                    if pass_dp > 1 {
-                        let mut g = ps.clone();
-                        g.batch = ps.batch * pass_dp;
-                        kind.build(d, &g, q, kind.first_index())
-                    } else {
-                        kind.build(d, ps, q, kind.first_index())
-                    }
-                };
-                let mut pm = PassModel::fit(on, &build, 1 + i, *kind == PassKind::Verify)?;
-                pm.dp_share = share;
-                Ok(pm)
-            };
-            let (t, passes) = rayon::join(
-                || PassModel::fit(s, &build_target, 0, false),
-                || {
-                    use rayon::prelude::*;
-                    PassKind::ALL
-                        .par_iter()
-                        .enumerate()
-                        .map(fit)
-                        .collect::<Result<Vec<_>>>()
-                },
-            );
-            target = t?;
-            spec = Some(SpecFit {
-                method: d.method,
-                passes: passes?,
-                steps: (1..=d.max_draft_tokens)
-                    .map(|k| SpecStep::new(d.method, k))
-                    .collect(),
-                host_us: sd.exposed_host_us,
-                pass_gap_us: sd.pass_gap_us,
-            });
-        } else {
-            target = PassModel::fit(s, &build_target, 0, false)?;
-        }
-        let fast = FastScenario {
+        let (target, spec) = match draft {
+            Some(d) => {
+                let (target, spec) = SpecFit::fit(s, p, d, &build_target)?;
+                (target, Some(spec))
+            }
+            None => (PassModel::fit(s, &build_target, 0, false)?, None),
+        };
+        Ok(FastScenario {
             profile: p.clone(),
             scenario: s.clone(),
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
@@ -335,9 +275,7 @@ impl FastScenario {
             mode: spec.map_or(Mode::Plain, Mode::Speculative),
             straggler: Straggler::new(&p.variability, s.layout.tp, s.ranks()),
             loads: EpLoads::new(s, p),
-        };
-        fast.check()?;
-        Ok(fast)
+        })
     }
 
     /// Prices every op group of every pass once, so that a profile that cannot price a shape
@@ -412,10 +350,10 @@ impl FastScenario {
             if fresh {
                 *slot = Some(Box::new(Memo {
                     owner: self.id,
-                    s: self.scenario.clone(),
+                    scenario: self.scenario.clone(),
                     passes: (0..self.slots()).map(|_| Default::default()).collect(),
                     stored: 0,
-                    d: Vec::new(),
+                    durations: Vec::new(),
                     scratch: (0..self.slots() * 2 * LAYOUTS)
                         .map(|_| Scratch::new())
                         .collect(),
@@ -427,308 +365,6 @@ impl FastScenario {
             }
             f(slot.as_mut().expect("memo set above"))
         })
-    }
-
-    /// Plays `at.repeat` passes of `pm` at (batch, queries) and `W` contexts at once, each on its
-    /// own state: the shapes that follow the tokens are looked up once, and the lanes' max-plus
-    /// recursions run interleaved (`replay::play_regime`), so that their dependency chains
-    /// overlap. Each lane does, bit for bit, what one lane alone does at its context.
-    fn play_lanes<const W: usize>(
-        &self,
-        m: &mut Memo,
-        pm: &PassModel,
-        sts: &mut [State; W],
-        at: PassAt,
-        contexts: [u64; W],
-        set: Setting<'_>,
-    ) {
-        let (launch, repeat) = (set.launch, at.repeat);
-        self.price_lanes(m, pm, sts, at, contexts, set, |regime, d, ex, sts, sg| {
-            play_regime(regime, d, ex, sts, launch, repeat, sg)
-        })
-    }
-
-    /// [`FastScenario::play_lanes`]'s pricing: the pass's durations (op-major, `W` lanes), the
-    /// expert-parallel excess and the straggler wait, handed to `then` with the states (busy
-    /// time added), which plays them.
-    #[allow(clippy::too_many_arguments)]
-    fn price_lanes<const W: usize, F>(
-        &self,
-        m: &mut Memo,
-        pm: &PassModel,
-        sts: &mut [State; W],
-        at: PassAt,
-        contexts: [u64; W],
-        set: Setting<'_>,
-        then: F,
-    ) where
-        F: FnOnce(&Regime, &[f64], &[f64], &mut [State; W], &Straggler),
-    {
-        let PassAt {
-            batch,
-            queries,
-            repeat,
-            ..
-        } = at;
-        let context = contexts[0];
-        let Setting { launch, coll } = set;
-        let q = queries.max(1);
-        let tokens = batch as u64 * q as u64;
-        // With data-parallel attention every rank plays its DP rank's share, padded to the
-        // largest (`ep`): shapes are read at that share, the experts touched at every DP rank's
-        // rows together, prices under the whole scenario.
-        let (dp, local) = dp_share(pm, batch);
-        let padded = pm.padded(local, q, launch.graphs);
-        let rows = padded * dp as u64;
-        // vLLM picks the shared expert's stream by the rows the pass runs (padded).
-        let regime = pm.regime(padded as f64);
-        let p = &self.profile;
-        let loads = self.loads.as_ref();
-        let Memo {
-            s,
-            passes,
-            stored,
-            d: ds,
-            scratch,
-            draw,
-            latency,
-            ..
-        } = m;
-        let high = !std::ptr::eq(regime, &pm.low);
-        let [w_tokens, w_context, w_coll] = scratch
-            .get_disjoint_mut([0, 1, 2].map(|l| scratch_index(pm.slot, high, l)))
-            .expect("distinct scratch slots");
-        let (own, twin) = own_and_twin(passes, pm, high);
-        let e = own.entry((batch, q, padded as u32)).or_insert_with(|| {
-            let touched = pm.touched(tokens, rows);
-            s.batch = batch;
-            s.context = context;
-            let x = pm.vars(local, q, context, touched, padded).basis();
-            let nkept = regime.tokens_layout.iter().filter(|x| x.1).count();
-            let draws = match (loads, &pm.ep) {
-                (Some(l), Some(_)) => Some(l.draws(tokens, rows - tokens, batch)),
-                _ => None,
-            };
-            let us = match (&draws, &pm.ep) {
-                // Expert parallelism: the expert GEMMs priced at each rounded mean of the
-                // experts with tokens per rank the draws meet, weighed by its share.
-                (Some(d), Some(_)) => {
-                    let mut acc = vec![0.0; nkept];
-                    for (t, share) in d.experts_at() {
-                        let u = keep_or_nan(
-                            price_layout_at(
-                                w_tokens,
-                                regime,
-                                &regime.tokens_layout,
-                                &x,
-                                s,
-                                p,
-                                Some(t),
-                            ),
-                            nkept,
-                        );
-                        for (a, v) in acc.iter_mut().zip(u) {
-                            *a += share * v;
-                        }
-                    }
-                    acc
-                }
-                _ => keep_or_nan(
-                    price_layout_in(w_tokens, regime, &regime.tokens_layout, &x, s, p),
-                    nkept,
-                ),
-            };
-            let mut tokens_us = vec![0.0; regime.ops.len()].into_boxed_slice();
-            let kept = regime.tokens_layout.iter().filter(|x| x.1).map(|x| x.0);
-            for (i, v) in kept.clone().zip(&us) {
-                tokens_us[i] = *v;
-            }
-            let (excess, coupled, tail) = match &draws {
-                Some(d) => slowest_rank(regime, &mut tokens_us, &x, d),
-                None => (Vec::new().into_boxed_slice(), Vec::new(), Tail::default()),
-            };
-            let us: Vec<f64> = kept.clone().map(|i| tokens_us[i]).collect();
-            *stored += regime.ops.len();
-            Entry {
-                touched,
-                excess,
-                coupled,
-                tail,
-                tokens_busy: busy_of(regime, kept, &us),
-                tokens_us,
-                context: Vec::new(),
-                evict: 0,
-                last: 0,
-                collectives: Vec::new(),
-            }
-        });
-        let ki = match e
-            .collectives
-            .iter()
-            .position(|c| c.0 == coll.id && c.1 == launch.graphs)
-        {
-            Some(i) => i,
-            None => {
-                s.batch = batch;
-                s.context = context;
-                set.put(s);
-                let x = pm.vars(local, q, context, e.touched, padded).basis();
-                let layout: Vec<(usize, bool)> =
-                    regime.collective_ops.iter().map(|&i| (i, true)).collect();
-                let us = keep_or_nan(
-                    price_layout_in(w_coll, regime, &layout, &x, s, p),
-                    layout.len(),
-                );
-                let busy = busy_of(regime, regime.collective_ops.iter().copied(), &us);
-                *stored += layout.len();
-                e.collectives
-                    .push((coll.id, launch.graphs, us.into_boxed_slice(), busy));
-                e.collectives.len() - 1
-            }
-        };
-        let n = regime.ops.len();
-        let from = (
-            pm.slot,
-            high,
-            batch,
-            q,
-            padded as u32,
-            coll.id,
-            launch.graphs,
-            W,
-        );
-        // The token-dependent and collective prices already in place (the last call's, at the
-        // same batch and setting, undrawn) are kept: only the context ops are written.
-        let di = pm.slot * 2 + high as usize;
-        if ds.len() <= di {
-            ds.resize_with(di + 1, Default::default);
-        }
-        let (d_from, d) = &mut ds[di];
-        let kept = draw.is_none() && *d_from == Some(from);
-        if !kept {
-            d.clear();
-            d.resize(n * W, 0.0);
-        }
-        *d_from = draw.is_none().then_some(from);
-        for (lane, &context) in contexts.iter().enumerate() {
-            // The context read last first (a sweep plays each context's rows together); at
-            // most CONTEXTS_PER_ENTRY kept per entry, the oldest replaced, so that a sweep over
-            // thousands of contexts neither scans nor holds them all. A lane's prices are
-            // copied out before the next lane may replace their slot.
-            let ci = context_slot(
-                e,
-                twin,
-                (batch, q, padded as u32),
-                (regime, pm, p),
-                (&mut *s, &mut *w_context, &mut *stored),
-                (local, padded),
-                context,
-            );
-            e.last = ci;
-            // Op-major: op i's lanes side by side (`replay::play_regime`).
-            let (_, cus, cbusy) = &e.context[ci];
-            let (_, _, kus, kbusy) = &e.collectives[ki];
-            if !kept {
-                for (i, &v) in e.tokens_us.iter().enumerate() {
-                    d[i * W + lane] = v;
-                }
-                for (&i, &v) in regime.collective_ops.iter().zip(kus.iter()) {
-                    d[i * W + lane] = v;
-                }
-            }
-            for (&i, &j) in regime.context_ops.iter().zip(&regime.context_from) {
-                d[i * W + lane] = cus[j];
-            }
-            let mut busy = [0.0; NCAT];
-            if !e.coupled.is_empty() {
-                // Written afresh on every lane: their part follows the lane's attention.
-                for c in &e.coupled {
-                    for &(i, ..) in c.ops() {
-                        d[i * W + lane] = e.tokens_us[i];
-                    }
-                }
-                Coupled::apply(&e.coupled, regime, d, W, lane, &mut busy);
-            }
-            if !e.tail.is_empty() {
-                e.tail.apply(regime, &e.tokens_us, d, (W, lane), &mut busy);
-            }
-            for c in 0..NCAT {
-                sts[lane].busy[c] +=
-                    (e.tokens_busy[c] + cbusy[c] + kbusy[c] + busy[c]) * repeat as f64;
-            }
-        }
-        if let Some(dr) = draw {
-            let lat = if dr.splits_collectives() && !regime.collective_ops.is_empty() {
-                let key = (pm.slot, batch, q, padded as u32, coll.id, launch.graphs);
-                let e_touched = e.touched;
-                &**latency.entry(key).or_insert_with(|| {
-                    s.batch = batch;
-                    s.context = context;
-                    set.put(s);
-                    let x = pm.vars(local, q, context, e_touched, padded).basis();
-                    latency_fractions(regime, &x, s, p).into_boxed_slice()
-                })
-            } else {
-                &[][..]
-            };
-            if W == 1 {
-                dr.apply(regime, d, lat);
-            } else {
-                let mut dl = vec![0.0; n];
-                for lane in 0..W {
-                    for (i, v) in dl.iter_mut().enumerate() {
-                        *v = d[i * W + lane];
-                    }
-                    dr.apply(regime, &mut dl, lat);
-                    for (i, v) in dl.iter().enumerate() {
-                        d[i * W + lane] = *v;
-                    }
-                }
-            }
-        }
-        then(regime, d, &e.excess, sts, self.straggler_of(pm, batch));
-    }
-
-    /// The unique context-dependent prices of pass `pm` (one query per sequence) at `batch`
-    /// and `context` (`Regime::context_layout`'s kept ops, `Regime::context_from` maps each
-    /// context op to one), copied to `out`, through the memo; and the regime they belong to.
-    /// None where the pass is not priced at that batch yet (its token-dependent entry, which
-    /// the first play at the batch makes).
-    fn context_prices<'r>(
-        &'r self,
-        m: &mut Memo,
-        pm: &'r PassModel,
-        (batch, context): (u32, u64),
-        graphs: bool,
-        out: &mut Vec<f64>,
-    ) -> Option<&'r Regime> {
-        let (_, local) = dp_share(pm, batch);
-        let padded = pm.padded(local, 1, graphs);
-        let regime = pm.regime(padded as f64);
-        let high = !std::ptr::eq(regime, &pm.low);
-        let Memo {
-            s,
-            passes,
-            stored,
-            scratch,
-            ..
-        } = m;
-        let w_context = &mut scratch[scratch_index(pm.slot, high, 1)];
-        let (own, twin) = own_and_twin(passes, pm, high);
-        let key = (batch, 1, padded as u32);
-        let e = own.get_mut(&key)?;
-        let ci = context_slot(
-            e,
-            twin,
-            key,
-            (regime, pm, &self.profile),
-            (s, w_context, stored),
-            (local, padded),
-            context,
-        );
-        out.clear();
-        out.extend_from_slice(&e.context[ci].1);
-        Some(regime)
     }
 
     /// The straggler wait of a pass: over the whole group at any batch. At a batch the DP ranks
@@ -818,101 +454,6 @@ impl FastScenario {
         self.with_memo(|m| self.step_lanes(m, batch, contexts, Setting { launch, coll }, 0.0))
     }
 
-    /// Plays the windows of the step at `k` (each window's passes on one state, `overhead` µs
-    /// added to each window's end-of-step idle) at `W` contexts of one batch, the passes' lanes
-    /// side by side (`play_lanes`): per context, (draft µs, verify µs, busy of both sides).
-    fn play_spec<const W: usize>(
-        &self,
-        m: &mut Memo,
-        spec: &SpecFit,
-        (batch, contexts, k): (u32, [u64; W], u32),
-        set: Setting<'_>,
-        overhead: f64,
-    ) -> [(f64, f64, Busy); W] {
-        let Setting { launch, coll } = set;
-        let step = spec.step(k);
-        let mut out = [(0.0, 0.0, [0.0; NCAT]); W];
-        for win in &step.windows {
-            let mut sts = [State::new(launch); W];
-            for st in &mut sts {
-                st.step_overhead += overhead;
-            }
-            for run in &win.passes {
-                let pm = &spec.passes[run.kind as usize];
-                let at = PassAt {
-                    batch,
-                    queries: run.queries,
-                    repeat: run.repeat,
-                };
-                self.play_lanes(m, pm, &mut sts, at, contexts, Setting { launch, coll });
-            }
-            for ((draft_us, verify_us, busy), st) in out.iter_mut().zip(&sts) {
-                let us = st.window_us() + win.pass_gaps as f64 * spec.pass_gap_us;
-                match win.side {
-                    Side::Verify => *verify_us += us,
-                    Side::Draft => *draft_us += us,
-                }
-                for (b, d) in busy.iter_mut().zip(st.busy) {
-                    *b += d;
-                }
-            }
-        }
-        out
-    }
-
-    /// [`FastScenario::spec_step_us`] with the busy time per category of both sides.
-    pub fn spec_step_us_busy(
-        &self,
-        batch: u32,
-        context: u64,
-        k: u32,
-        launch: &Launch,
-        coll: &Collectives,
-    ) -> Option<((f64, f64, f64), Busy)> {
-        self.spec_step_us_busy_lanes(batch, [context], k, launch, coll)
-            .map(|[r]| r)
-    }
-
-    /// [`FastScenario::spec_step_us_busy`] at `W` contexts of one batch and setting, priced
-    /// together (a sweep's rows along its context axis): the same figures, bit for bit.
-    pub fn spec_step_us_busy_lanes<const W: usize>(
-        &self,
-        batch: u32,
-        contexts: [u64; W],
-        k: u32,
-        launch: &Launch,
-        coll: &Collectives,
-    ) -> Option<[(SpecSplit, Busy); W]> {
-        let Mode::Speculative(spec) = &self.mode else {
-            return None;
-        };
-        Some(self.with_memo(|m| {
-            let set = Setting { launch, coll };
-            self.play_spec(m, spec, (batch, contexts, k), set, 0.0).map(
-                |(draft_us, verify_us, busy)| {
-                    (
-                        (draft_us, verify_us, draft_us + verify_us + spec.host_us),
-                        busy,
-                    )
-                },
-            )
-        }))
-    }
-
-    /// A speculative step with `k` draft tokens: (draft µs, verify µs, whole step µs), as
-    /// `whatif spec-decode` composes them. None when no drafter was fitted.
-    pub fn spec_step_us(
-        &self,
-        batch: u32,
-        context: u64,
-        k: u32,
-        launch: &Launch,
-        coll: &Collectives,
-    ) -> Option<(f64, f64, f64)> {
-        self.spec_step_us_busy(batch, context, k, launch, coll)
-            .map(|x| x.0)
-    }
-
     /// Forgets this thread's priced shapes (the next call prices from scratch: benchmarks of
     /// the cold path).
     pub fn clear_memo(&self) {
@@ -938,86 +479,9 @@ impl FastScenario {
         })
     }
 
-    /// [`FastScenario::spec_step_us`] under a Monte Carlo draw (see `step_us_drawn`).
-    pub fn spec_step_us_drawn(
-        &self,
-        batch: u32,
-        context: u64,
-        k: u32,
-        launch: &Launch,
-        coll: &Collectives,
-        draw: &Draw,
-    ) -> Option<(f64, f64, f64)> {
-        let Mode::Speculative(spec) = &self.mode else {
-            return None;
-        };
-        Some(self.with_memo(|m| {
-            m.draw = Some(*draw);
-            let [(draft_us, verify_us, _)] = self.play_spec(
-                m,
-                spec,
-                (batch, [context], k),
-                Setting { launch, coll },
-                draw.step_overhead_us,
-            );
-            m.draw = None;
-            (draft_us, verify_us, draft_us + verify_us + spec.host_us)
-        }))
-    }
-
     /// The scenario the fast path prices under.
     pub fn scenario(&self) -> &Scenario {
         &self.scenario
-    }
-}
-
-/// One Monte Carlo draw of what is uncertain in the prices (`whatif::uncertainty`), applied
-/// after the memoised prices, per op family: the memo key need not include it.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Draw {
-    /// Multiplier of each op's price by its cost family (`CostFamily as usize`); for a
-    /// collective, of its bandwidth (bytes) term.
-    pub family: [f64; CostFamily::ALL.len()],
-    /// Multiplier of every collective's latency term (base + steps × hop).
-    pub collective_latency: f64,
-    /// µs added to the idle at the end of every pass window (may be negative down to the
-    /// profile's own overhead: the draw of a fitted `step_overhead_us`).
-    pub step_overhead_us: f64,
-}
-
-impl Default for Draw {
-    fn default() -> Self {
-        Draw {
-            family: [1.0; CostFamily::ALL.len()],
-            collective_latency: 1.0,
-            step_overhead_us: 0.0,
-        }
-    }
-}
-
-impl Draw {
-    /// Whether some collective's latency and bandwidth terms are scaled apart.
-    fn splits_collectives(&self) -> bool {
-        CostFamily::ALL
-            .iter()
-            .filter(|f| f.is_collective())
-            .any(|&f| self.family[f as usize] != self.collective_latency)
-    }
-
-    /// Scales one pass's durations `d` (`lat`: the latency fractions of the regime's
-    /// collectives, in `collective_ops` order; empty when not split).
-    fn apply(&self, regime: &Regime, d: &mut [f64], lat: &[f64]) {
-        for (op, v) in regime.ops.iter().zip(d.iter_mut()) {
-            let f = op.template.family;
-            if !f.is_collective() {
-                *v *= self.family[f as usize];
-            }
-        }
-        for (j, &i) in regime.collective_ops.iter().enumerate() {
-            let f = regime.ops[i].template.family;
-            let l = lat.get(j).copied().unwrap_or(1.0);
-            d[i] *= l * self.collective_latency + (1.0 - l) * self.family[f as usize];
-        }
     }
 }
 
@@ -1047,89 +511,4 @@ pub(crate) fn pp_refused(pp: u32) -> Error {
             "{pp}: speculative decoding is not modelled with pipeline parallelism (its draft and verify passes are not composed with the pipeline's micro-batches); price the pipeline without drafts: `decodesim simulate --pp {pp}`, `decodesim whatif --vary pp=1,{pp}`, `decodesim sweep --pp 1,{pp}` or `decodesim capacity --pp {pp}`"
         ),
     }
-}
-
-/// With data-parallel attention: the DP ranks, and the sequences of the largest one's share
-/// of `batch` (each rank plays its DP rank's share, padded to the largest); else 1 and the
-/// pass's own share.
-fn dp_share(pm: &PassModel, batch: u32) -> (u32, u32) {
-    match &pm.ep {
-        Some(e) if e.dp > 1 => (e.dp, batch.div_ceil(e.dp)),
-        _ => (1, batch.div_ceil(pm.dp_share)),
-    }
-}
-
-/// The memo's entries of pass `pm`, and those of the earlier pipeline stage whose context ops
-/// it prices alike (`PassModel::context_twin`), if any: a stage reads that stage's prices at
-/// the same micro-batch and context (priced first: the stages play in order).
-fn own_and_twin<'a>(
-    passes: &'a mut [EntryMap],
-    pm: &PassModel,
-    high: bool,
-) -> (&'a mut EntryMap, Option<&'a EntryMap>) {
-    match pm.context_twin[high as usize] {
-        Some(t) if t != pm.slot => {
-            let [a, b] = passes
-                .get_disjoint_mut([pm.slot, t])
-                .expect("distinct pass slots");
-            (a, Some(&*b))
-        }
-        _ => (&mut passes[pm.slot], None),
-    }
-}
-
-/// The slot of `e`'s context prices at `context`, priced there if not kept: the slot read last
-/// first (a sweep plays each context's rows together), at most `CONTEXTS_PER_ENTRY` kept, the
-/// oldest replaced, so that a sweep over thousands of contexts neither scans nor holds them
-/// all. A pipeline stage whose context ops an earlier stage prices alike (`twin`) reads that
-/// stage's prices at the same micro-batch and context.
-fn context_slot(
-    e: &mut Entry,
-    twin: Option<&EntryMap>,
-    key: (u32, u32, u32),
-    (regime, pm, p): (&Regime, &PassModel, &CalibrationProfile),
-    (s, w_context, stored): (&mut Scenario, &mut Scratch, &mut usize),
-    (local, padded): (u32, u64),
-    context: u64,
-) -> usize {
-    let hit = match e.context.get(e.last) {
-        Some(c) if c.0 == context => Some(e.last),
-        _ => e.context.iter().rposition(|c| c.0 == context),
-    };
-    if let Some(i) = hit {
-        return i;
-    }
-    let (batch, q, _) = key;
-    s.batch = batch;
-    s.context = context;
-    let x = pm.vars(local, q, context, e.touched, padded).basis();
-    let unique = regime.context_layout.iter().filter(|x| x.1).count();
-    // Once full, the oldest slot is priced over in place (no allocation per row).
-    let i = if e.context.len() >= CONTEXTS_PER_ENTRY {
-        let i = e.evict;
-        e.evict = (i + 1) % CONTEXTS_PER_ENTRY;
-        i
-    } else {
-        *stored += unique;
-        e.context
-            .push((0, vec![0.0; unique].into_boxed_slice(), [0.0; NCAT]));
-        e.context.len() - 1
-    };
-    let (at, us, busy) = &mut e.context[i];
-    *at = context;
-    let layout = &regime.context_layout;
-    let shared = twin
-        .and_then(|m| m.get(&key))
-        .and_then(|t| t.context.iter().rfind(|c| c.0 == context))
-        .filter(|c| c.1.len() == us.len());
-    if let Some(c) = shared {
-        us.copy_from_slice(&c.1);
-    } else if price_layout_into(w_context, regime, layout, &x, s, p, None, us).is_err() {
-        us.fill(f64::NAN);
-    }
-    *busy = [0.0; NCAT];
-    for (&j, &(c, repeat)) in regime.context_from.iter().zip(&regime.context_busy) {
-        busy[c] += us[j] * repeat;
-    }
-    i
 }

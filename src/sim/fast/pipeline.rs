@@ -17,7 +17,7 @@
 //! same figures, without playing or pricing the stage again.
 
 use super::basis::{PassModel, PROBES_HIGH, PROBES_LOW};
-use super::memo::{KeyHasher, Memo, StagePlay, STAGE_PLAYS_MAX_VALUES};
+use super::memo::{KeyHasher, Memo};
 use super::{
     BuildHasherDefault, Busy, Category, CostFamily, FastScenario, HashMap, PassAt, RefCell, Result,
     Scenario, Setting, State, NCAT,
@@ -117,7 +117,7 @@ impl FastScenario {
         if let Some(v) = SENDS.with(|c| c.borrow().get(&key).copied()) {
             return v;
         }
-        let s = &mut m.s;
+        let s = &mut m.scenario;
         set.put(s);
         let (_, us, lat) = pl::send(s, &self.profile, from, batch);
         SENDS.with(|c| {
@@ -155,16 +155,8 @@ impl FastScenario {
             contexts[0],
         );
         let keep = m.draw.is_none();
-        if keep {
-            if let Some(p) = m.stage_plays.map.get(&key) {
-                if p.contexts[..] == contexts[..] {
-                    let (span, busy) = p.values.split_at(W);
-                    for (w, b) in span.iter().zip(busy.chunks_exact(NCAT)) {
-                        put(*w, b.try_into().expect("NCAT values per lane"));
-                    }
-                    return;
-                }
-            }
+        if keep && m.stage_plays.hand_out(&key, &contexts, &mut put) {
+            return;
         }
         let mut states = [State::new(set.launch); W];
         for state in &mut states {
@@ -175,48 +167,8 @@ impl FastScenario {
         for state in &states {
             put(state.window_us(), &state.busy);
         }
-        if !keep {
-            return;
-        }
-        let plays = &mut m.stage_plays;
-        let len = W * (1 + NCAT);
-        if plays.values + len > STAGE_PLAYS_MAX_VALUES {
-            // A batch's micro-batches are of two sizes next to each other: the plays of sizes
-            // further away are dropped, once per move of the batch.
-            if plays.sizes.0.abs_diff(b) > 1 || plays.sizes.1.abs_diff(b) > 1 {
-                plays.map.retain(|k, _| k.1.abs_diff(b) <= 1);
-                plays.values = plays.map.values().map(|p| p.values.len()).sum();
-                plays.sizes = plays
-                    .map
-                    .keys()
-                    .fold((b, b), |(lo, hi), k| (lo.min(k.1), hi.max(k.1)));
-            }
-            // Still full (more contexts per batch than it holds): the plays kept stay, the
-            // others are played each time.
-            if plays.values + len > STAGE_PLAYS_MAX_VALUES {
-                return;
-            }
-        }
-        plays.sizes = if plays.map.is_empty() {
-            (b, b)
-        } else {
-            (plays.sizes.0.min(b), plays.sizes.1.max(b))
-        };
-        let mut values = Vec::with_capacity(len);
-        values.extend(states.iter().map(|s| s.window_us()));
-        for s in &states {
-            values.extend_from_slice(&s.busy);
-        }
-        plays.values += len;
-        let old = plays.map.insert(
-            key,
-            StagePlay {
-                contexts: contexts.into(),
-                values: values.into(),
-            },
-        );
-        if let Some(o) = old {
-            plays.values -= o.values.len();
+        if keep {
+            m.stage_plays.keep(key, contexts, &states);
         }
     }
 
@@ -241,32 +193,66 @@ impl FastScenario {
         let (sizes, size) = pl::micro_sizes(&micro);
         let n = fit.stages();
         let k_n = sizes.len();
-        // Only the distinct stages are played; lane l's (distinct stage d, size k) at
-        // [(d * k_n + k) * W + l], stage st's at its twin's.
+        let plays = self.stage_plays(m, fit, &sizes, contexts, set, overhead);
+        let send = self.sends(m, n, &sizes, set);
+        let lane_span: Vec<[f64; W]> = (0..n * k_n)
+            .map(|x| {
+                let (st, k) = (x / k_n, x % k_n);
+                std::array::from_fn(|l| plays.span[(plays.slot[st] * k_n + k) * W + l])
+            })
+            .collect();
+        let steps = pl::schedule_step_lanes(&size, k_n, &lane_span, &send, fit.ret_us);
+        let busy = plays.busy_per_rank::<W>(&size, k_n, &send);
+        std::array::from_fn(|l| (steps[l], busy(l)))
+    }
+
+    /// Every distinct stage (`PipelineFit::twin`) played at each micro-batch size in `sizes`
+    /// for `W` contexts (`stage_play`).
+    fn stage_plays<const W: usize>(
+        &self,
+        m: &mut Memo,
+        fit: &PipelineFit,
+        sizes: &[u32],
+        contexts: [u64; W],
+        set: Setting<'_>,
+        overhead: f64,
+    ) -> StagePlaysOf {
+        let n = fit.stages();
+        let k_n = sizes.len();
         let distinct = fit
             .twin
             .iter()
             .enumerate()
             .filter(|&(i, &t)| t == i)
             .count();
-        let mut slot = vec![0usize; n];
-        let mut span = Vec::with_capacity(distinct * k_n * W);
-        let mut stage_busy = Vec::with_capacity(distinct * k_n * W);
-        let mut send = vec![0.0; (n - 1) * k_n];
+        let mut plays = StagePlaysOf {
+            slot: vec![0usize; n],
+            span: Vec::with_capacity(distinct * k_n * W),
+            busy: Vec::with_capacity(distinct * k_n * W),
+            distinct,
+        };
         for st in 0..n {
             let twin = fit.twin[st];
             if twin < st {
-                slot[st] = slot[twin];
+                plays.slot[st] = plays.slot[twin];
                 continue;
             }
-            slot[st] = span.len() / (k_n * W);
-            for &b in &sizes {
+            plays.slot[st] = plays.span.len() / (k_n * W);
+            for &b in sizes {
                 self.stage_play(m, fit, (st, b), contexts, set, overhead, |w, busy| {
-                    span.push(w);
-                    stage_busy.push(*busy);
+                    plays.span.push(w);
+                    plays.busy.push(*busy);
                 });
             }
         }
+        plays
+    }
+
+    /// Each send from stage `from` to the next at each micro-batch size (`from * sizes + k`),
+    /// µs, under a Monte Carlo draw where one is set.
+    fn sends(&self, m: &mut Memo, n: usize, sizes: &[u32], set: Setting<'_>) -> Vec<f64> {
+        let k_n = sizes.len();
+        let mut send = vec![0.0; (n - 1) * k_n];
         let draw = m.draw;
         for from in 0..n - 1 {
             for (k, &b) in sizes.iter().enumerate() {
@@ -283,15 +269,38 @@ impl FastScenario {
                 send[from * k_n + k] = us;
             }
         }
-        // Every stage runs each micro-batch once and holds the sends in and out of it: per
-        // size, its count of micro-batches; per distinct stage, its count of stages; the sends'
-        // share is the same for every lane.
+        send
+    }
+}
+
+/// The distinct stages' plays of one pipeline step: per stage, the slot of its distinct
+/// stage; lane l's window and busy time of (distinct stage d, size k) at
+/// `(d * sizes + k) * W + l`.
+struct StagePlaysOf {
+    slot: Vec<usize>,
+    span: Vec<f64>,
+    busy: Vec<Busy>,
+    distinct: usize,
+}
+
+impl StagePlaysOf {
+    /// Lane l's busy time per category of one rank over the step: every stage runs each
+    /// micro-batch once and holds the sends in and out of it (per size, its count of
+    /// micro-batches; per distinct stage, its count of stages; the sends' share the same for
+    /// every lane), the mean over stages.
+    fn busy_per_rank<const W: usize>(
+        &self,
+        size: &[usize],
+        k_n: usize,
+        send: &[f64],
+    ) -> impl Fn(usize) -> Busy + '_ {
+        let n = self.slot.len();
         let mut count = vec![0.0; k_n];
-        for &k in &size {
+        for &k in size {
             count[k] += 1.0;
         }
-        let mut stages_of = vec![0.0; distinct];
-        for &sl in &slot {
+        let mut stages_of = vec![0.0; self.distinct];
+        for &sl in &self.slot {
             stages_of[sl] += 1.0;
         }
         let mut sends = 0.0;
@@ -301,18 +310,11 @@ impl FastScenario {
             }
         }
         let comm = Category::Communication.index();
-        let lane_span: Vec<[f64; W]> = (0..n * k_n)
-            .map(|x| {
-                let (st, k) = (x / k_n, x % k_n);
-                std::array::from_fn(|l| span[(slot[st] * k_n + k) * W + l])
-            })
-            .collect();
-        let steps = pl::schedule_step_lanes(&size, k_n, &lane_span, &send, fit.ret_us);
-        std::array::from_fn(|l| {
+        move |l| {
             let mut busy = [0.0; NCAT];
             for (sl, &m) in stages_of.iter().enumerate() {
                 for (k, &c) in count.iter().enumerate() {
-                    let sb = &stage_busy[(sl * k_n + k) * W + l];
+                    let sb = &self.busy[(sl * k_n + k) * W + l];
                     for (b, x) in busy.iter_mut().zip(sb) {
                         *b += m * c * x;
                     }
@@ -322,7 +324,7 @@ impl FastScenario {
             for b in &mut busy {
                 *b /= n as f64;
             }
-            (steps[l], busy)
-        })
+            busy
+        }
     }
 }

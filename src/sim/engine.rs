@@ -15,8 +15,8 @@ use super::rules::{self, Launch};
 use super::timeline::{KernelRecord, Timeline};
 
 use crate::cost::profile::{LaunchParams, Variability};
-use crate::workload::{CostFamily, Op, Stream, Workload};
 use crate::rng::Generator;
+use crate::workload::{CostFamily, Op, Stream, Workload};
 use rand::Rng;
 
 /// Everything the engine needs besides the workload and its base costs.

@@ -13,17 +13,20 @@ impl Pricer<'_> {
     /// NCCL's price of `op`: the measured table where it prices it, else the laws; then the
     /// knobs.
     pub(super) fn nccl(&mut self, op: &Op) -> Result<CollectiveChoice> {
-        let (c, law) = match self.nccl_from_aic(op) {
-            Some(c) => (self.table_scaled(c), false),
-            None => (self.nccl_by_law(op)?, true),
+        let (c, ran, law) = match self.nccl_from_aic(op) {
+            Some((c, ran)) => (self.table_scaled(c), ran, false),
+            None => {
+                let (c, ran) = self.nccl_by_law(op)?;
+                (c, ran, true)
+            }
         };
-        Ok(self.nccl_knobs(op, c, law))
+        Ok(self.nccl_knobs(op, c, ran, law))
     }
 
     /// NCCL from the AIConfigurator table: its rows are NCCL's own choice per size (`auto`); a
     /// forced LL or Simple reads the rows of that regime (PCIe: LL below the switch, Simple
     /// above), extrapolating linearly past them.
-    fn nccl_from_aic(&mut self, op: &Op) -> Option<CollectiveChoice> {
+    fn nccl_from_aic(&mut self, op: &Op) -> Option<(CollectiveChoice, Proto)> {
         let (t, sec) = (self.p.aic.as_ref()?, self.p.aiconfigurator.as_ref()?);
         if sec.nccl_path != self.path || self.s.nccl.algo == Algo::Tree {
             return None;
@@ -73,8 +76,8 @@ impl Pricer<'_> {
                 )
             );
         }
-        let proto = table_proto(forced, moved, threshold, curve.switch_bytes(), bytes);
-        Some(CollectiveChoice {
+        let (proto, ran) = table_proto(forced, moved, threshold, curve.switch_bytes(), bytes);
+        let choice = CollectiveChoice {
             op: op.family.key(),
             bytes: op.message_bytes,
             count: 1,
@@ -101,7 +104,8 @@ impl Pricer<'_> {
                 ),
             },
             latency_us: aic::comm_latency(rows).min(tp.us),
-        })
+        };
+        Some((choice, ran))
     }
 
     /// The channels NCCL runs on when `--nccl-min-nchannels` / `--nccl-max-nchannels` move them
@@ -119,9 +123,16 @@ impl Pricer<'_> {
     }
 
     /// `NCCL_MIN_NCHANNELS`, `NCCL_MAX_NCHANNELS` and `NCCL_BUFFSIZE` against the defaults the
-    /// profile was measured with (cost::allreduce): a note when they change nothing. `law`: the
+    /// profile was measured with (cost::allreduce): a note when they change nothing. `ran`: the
+    /// protocol NCCL ran (the table's pick, Simple between its switch points). `law`: the
     /// price came from the profile's laws, whose bus bandwidth the channels already scaled.
-    fn nccl_knobs(&mut self, op: &Op, mut c: CollectiveChoice, law: bool) -> CollectiveChoice {
+    fn nccl_knobs(
+        &mut self,
+        op: &Op,
+        mut c: CollectiveChoice,
+        ran: Proto,
+        law: bool,
+    ) -> CollectiveChoice {
         let k = self.s.comm;
         let set_channels = k.nccl_max_nchannels.is_some() || k.nccl_min_nchannels.is_some();
         if !set_channels && k.nccl_buffsize.is_none() {
@@ -135,7 +146,7 @@ impl Pricer<'_> {
             return c;
         };
         let channels = self.channels();
-        let simple = c.proto.ends_with("Simple");
+        let simple = ran == Proto::Simple;
         let extra = if simple {
             allreduce::buffsize_extra_us(
                 d,
@@ -164,7 +175,7 @@ impl Pricer<'_> {
         if let (Some(ch), false) = (channels, law) {
             let n = self.group_of(op);
             let wire = collective::steps(op.family, n) / n.max(1) as f64 * op.message_bytes as f64;
-            bytes_us = ch.bytes_us(bytes_us, wire, c.proto.ends_with("LL"));
+            bytes_us = ch.bytes_us(bytes_us, wire, ran == Proto::Ll);
         }
         if let Some(ch) = channels {
             c.source = format!(
@@ -177,7 +188,7 @@ impl Pricer<'_> {
         c
     }
 
-    fn nccl_by_law(&mut self, op: &Op) -> Result<CollectiveChoice> {
+    fn nccl_by_law(&mut self, op: &Op) -> Result<(CollectiveChoice, Proto)> {
         let (p, n, path) = (self.p, self.group_of(op), self.path);
         let proto = self.proto_for(op.message_bytes);
         let cands =
@@ -208,7 +219,7 @@ impl Pricer<'_> {
             .comm
             .nccl_ll_threshold
             .filter(|_| self.proto == Proto::Auto);
-        Ok(CollectiveChoice {
+        let choice = CollectiveChoice {
             op: op.family.key(),
             bytes: op.message_bytes,
             count: 1,
@@ -221,7 +232,8 @@ impl Pricer<'_> {
             time_us: t,
             source: c.source.clone(),
             latency_us: collective::time_us(c, op.family, n, 0),
-        })
+        };
+        Ok((choice, c.proto))
     }
 
     /// The profile has no collective entry this op may be priced by.
@@ -292,20 +304,27 @@ impl Pricer<'_> {
 
 /// The protocol column of a table-priced NCCL collective: the regime its rows were read in
 /// (`forced`, or the regime the channels `moved` it to) and, under NCCL's own choice, which side
-/// of the measured `switch` the size lies.
+/// of the measured `switch` the size lies; with the protocol the NCCL knobs take it to have run.
 fn table_proto(
     forced: Proto,
     moved: Option<Proto>,
     threshold: Option<u64>,
     switch: Option<(f64, f64)>,
     bytes: f64,
-) -> String {
+) -> (String, Proto) {
     match (forced, switch) {
-        (p, _) if threshold.is_some() => format!("threshold: {}", p.name()),
-        (_, _) if moved.is_some() => format!("auto: {}", moved.unwrap_or(forced).name()),
-        (Proto::Auto, Some((ll, _))) if bytes <= ll => "auto: LL".to_string(),
-        (Proto::Auto, Some((_, simple))) if bytes >= simple => "auto: Simple".to_string(),
-        (Proto::Auto, Some(_)) => "auto: LL/Simple".to_string(),
-        (p, _) => p.name().to_string(),
+        (p, _) if threshold.is_some() => (format!("threshold: {}", p.name()), p),
+        (_, _) if moved.is_some() => {
+            let p = moved.unwrap_or(forced);
+            (format!("auto: {}", p.name()), p)
+        }
+        (Proto::Auto, Some((ll, _))) if bytes <= ll => ("auto: LL".to_string(), Proto::Ll),
+        (Proto::Auto, Some((_, simple))) if bytes >= simple => {
+            ("auto: Simple".to_string(), Proto::Simple)
+        }
+        // Between the switch points the rows do not say which protocol NCCL ran; the buffer and
+        // channel knobs take the larger messages' protocol, Simple, whose buffer can bind there.
+        (Proto::Auto, Some(_)) => ("auto: LL/Simple".to_string(), Proto::Simple),
+        (p, _) => (p.name().to_string(), p),
     }
 }

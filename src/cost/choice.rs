@@ -15,6 +15,10 @@ pub struct CollectiveChoice {
     pub bytes: u64,
     pub count: u32,
     pub path: &'static str,
+    /// Whether it runs between nodes, through the NICs: a hypothetical intra-node link
+    /// (`cost::link`) and a transfer to another GPU's link (`cost::transfer`) leave it alone.
+    #[serde(skip)]
+    pub across_nodes: bool,
     pub algo: CollectiveAlgorithm,
     pub proto: String,
     /// Transfer time once every rank has arrived (no waiting), µs.

@@ -78,7 +78,7 @@ pub fn apply(w: &Workload, s: &Scenario, pricing: &mut Pricing) {
         *lat = (old + steps * dlat).clamp(0.0, *us);
     }
     for c in pricing.collectives.iter_mut() {
-        if c.path.ends_with("+net") {
+        if c.across_nodes {
             continue;
         }
         let family = crate::workload::CostFamily::from_key(c.op)

@@ -82,6 +82,7 @@ impl Pricer<'_> {
             bytes: op.message_bytes,
             count: 1,
             path: self.path.name(),
+            across_nodes: false,
             algo: if self.s.nccl.algo == Algo::Ring {
                 CollectiveAlgo::Ring.into()
             } else {
@@ -224,6 +225,7 @@ impl Pricer<'_> {
             bytes: op.message_bytes,
             count: 1,
             path: path.name(),
+            across_nodes: false,
             algo: CollectiveAlgo::of_nccl(c.algo).into(),
             proto: match threshold {
                 Some(_) => format!("threshold: {}", c.proto.name()),

@@ -106,7 +106,7 @@ pub(crate) fn apply(
         out.split_us[i] = split * moved / us;
     }
     for c in out.collectives.iter_mut() {
-        if c.path.ends_with("+net") {
+        if c.across_nodes {
             continue;
         }
         let lat = c.latency_us.clamp(0.0, c.time_us.max(0.0));

@@ -70,6 +70,7 @@ impl Pricer<'_> {
             bytes: op.message_bytes,
             count: 1,
             path: self.path.name(),
+            across_nodes: false,
             algo: CollectiveAlgo::DeepepLl.into(),
             proto: "-".into(),
             time_us: law.time_us(bytes),

@@ -421,6 +421,7 @@ fn combine_pricing(
                 bytes: op.message_bytes,
                 count: 1,
                 path: link.name(),
+                across_nodes: link == LinkClass::Net,
                 algo: cost::CollectiveAlgo::P2p.into(),
                 proto: if op.message_bytes <= cost::internode::P2P_LL_THRESHOLD {
                     "LL".into()

@@ -98,11 +98,7 @@ struct ResultObject<'a> {
 
 impl ResultObject<'_> {
     fn at(&self, key: &str) -> String {
-        if self.many {
-            format!("line {}, key {key}", self.line)
-        } else {
-            key.to_string()
-        }
+        super::serving::key_at(key, self.line, self.many)
     }
 
     fn refuse(&self, key: &str, problem: impl Into<String>) -> Error {

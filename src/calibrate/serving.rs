@@ -84,13 +84,19 @@ struct Keys<'a> {
     many: bool,
 }
 
+/// Where `key` of a result object sits, for an error: the object's line too when the file
+/// holds several (JSON lines).
+pub(super) fn key_at(key: &str, line: usize, many: bool) -> String {
+    if many {
+        format!("line {line}, key {key}")
+    } else {
+        key.to_string()
+    }
+}
+
 impl Keys<'_> {
     fn at(&self, key: &str) -> String {
-        if self.many {
-            format!("line {}, key {key}", self.line)
-        } else {
-            key.to_string()
-        }
+        key_at(key, self.line, self.many)
     }
     fn bad(&self, key: &str, found: &Value, what: &str) -> Error {
         Error::field(

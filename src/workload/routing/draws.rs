@@ -175,6 +175,17 @@ impl GuideTable {
     }
 }
 
+/// The running sum of a law's weights: the CDF its draws search.
+pub(super) fn cumulative(w: &[f64]) -> Vec<f64> {
+    let mut acc = 0.0;
+    w.iter()
+        .map(|x| {
+            acc += x;
+            acc
+        })
+        .collect()
+}
+
 /// rand's `StandardUniform` f64 of one 64-bit output, `rng.random::<f64>()` exactly: the top
 /// 53 bits scaled to [0, 1).
 #[inline]
@@ -336,14 +347,7 @@ pub(super) struct Law {
 
 impl Law {
     pub(super) fn new(w: &[f64]) -> Self {
-        let mut acc = 0.0;
-        let cdf: Vec<f64> = w
-            .iter()
-            .map(|x| {
-                acc += x;
-                acc
-            })
-            .collect();
+        let cdf = cumulative(w);
         let mut guide = GuideTable::new();
         guide.build(&cdf);
         Law {
@@ -485,14 +489,7 @@ mod tests {
         laws.push((0..300).map(|_| rng.random::<f64>().powi(4)).collect());
         let mut guide = GuideTable::new();
         for w in &laws {
-            let mut acc = 0.0;
-            let cdf: Vec<f64> = w
-                .iter()
-                .map(|x| {
-                    acc += x;
-                    acc
-                })
-                .collect();
+            let cdf = cumulative(w);
             guide.build(&cdf);
             let total = cdf[cdf.len() - 1];
             let points = (0..20_000)

@@ -347,14 +347,7 @@ mod tests {
             for (e, &j) in perm.iter().enumerate() {
                 at[j] = e;
             }
-            let mut acc = 0.0;
-            let cdf: Vec<f64> = w
-                .iter()
-                .map(|x| {
-                    acc += x;
-                    acc
-                })
-                .collect();
+            let cdf = draws::cumulative(w);
             let mut counts = vec![0u32; experts];
             for token in 0..tokens + u64::from(dummy_rows > 0) {
                 let mut picked: Vec<usize> = Vec::new();

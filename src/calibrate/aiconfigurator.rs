@@ -142,14 +142,7 @@ fn describe(
         source,
         collected,
     } = origin;
-    p.profile.name = req.name.clone().unwrap_or_else(|| {
-        req.out
-            .parent()
-            .and_then(|p| p.file_name())
-            .and_then(|n| n.to_str())
-            .unwrap_or("aiconfigurator")
-            .to_string()
-    });
+    p.profile.name = super::output::profile_name(req.name.as_deref(), &req.out, "aiconfigurator");
     p.profile.gpu = system.gpu.name.clone();
     p.profile.description = format!(
         "{}: measured AIConfigurator tables ({aic_system}) where they apply, the rest from '{}'",

@@ -56,14 +56,7 @@ pub fn calibrate_dir(req: &DirRequest) -> Result<CalibrationResult> {
     let measured_gpu = gpu(&req.gpu)?;
     let target = req.transfer_to.as_deref().map(gpu).transpose()?;
     let fallback = CalibrationProfile::from_file(&catalog::resolve_profile(&req.fallback)?)?;
-    let name = req.name.clone().unwrap_or_else(|| {
-        req.out
-            .parent()
-            .and_then(|p| p.file_name())
-            .and_then(|n| n.to_str())
-            .unwrap_or("fitted")
-            .to_string()
-    });
+    let name = profile_name(req.name.as_deref(), &req.out, "fitted");
     let table = if req.no_table || target.is_some() || m.kernels.is_empty() {
         None
     } else {
@@ -112,6 +105,18 @@ pub fn calibrate_dir(req: &DirRequest) -> Result<CalibrationResult> {
     );
     write_profile(&req.out, &header, &result.profile)?;
     Ok(result)
+}
+
+/// A written profile's name: `--name` when given, else the name of the folder it is written
+/// in (`data/calibration/<name>/profile.toml`), else `fallback`.
+pub(crate) fn profile_name(name: Option<&str>, out: &Path, fallback: &str) -> String {
+    name.map(str::to_string).unwrap_or_else(|| {
+        out.parent()
+            .and_then(|d| d.file_name())
+            .and_then(|n| n.to_str())
+            .unwrap_or(fallback)
+            .to_string()
+    })
 }
 
 /// How a profile written to `out` refers to a measurement table: a path relative to the

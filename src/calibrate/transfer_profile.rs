@@ -98,14 +98,7 @@ fn moved(
     let from = &system.gpu;
     let link = measured_link_gbps(system);
     let mut p = base.clone();
-    p.profile.name = req.name.clone().unwrap_or_else(|| {
-        req.out
-            .parent()
-            .and_then(|d| d.file_name())
-            .and_then(|n| n.to_str())
-            .unwrap_or("transferred")
-            .to_string()
-    });
+    p.profile.name = super::output::profile_name(req.name.as_deref(), &req.out, "transferred");
     p.profile.gpu = target.name.clone();
     p.profile.method = format!(
         "decodesim calibrate --transfer-profile {} --transfer-to {} --system {} --name {}",

@@ -74,6 +74,28 @@ impl Breakdown {
             .collect()
     }
 
+    /// A profiled step brought to the length `unprofiled_us` the same step runs without the
+    /// profiler: what the profiler added comes out of the idle first (its graph-launch stall
+    /// leaves the GPU idle), then out of the waiting in collectives (a rank it delayed makes
+    /// the others wait), as far as each goes; kernels keep their measured times. A step no
+    /// longer than `unprofiled_us` is kept as it is.
+    pub fn less_profiler(&self, unprofiled_us: f64) -> Breakdown {
+        let mut out = self.clone();
+        let mut extra = (self.step_time_us - unprofiled_us).max(0.0);
+        let idle = Category::Idle.index();
+        let from_idle = extra.min(out.exclusive_us[idle]);
+        out.exclusive_us[idle] -= from_idle;
+        out.busy_us[idle] = (out.busy_us[idle] - from_idle).max(0.0);
+        extra -= from_idle;
+        let comm = Category::Communication.index();
+        let from_wait = extra.min(out.comm_wait_us).min(out.exclusive_us[comm]);
+        out.comm_wait_us -= from_wait;
+        out.exclusive_us[comm] -= from_wait;
+        out.busy_us[comm] = (out.busy_us[comm] - from_wait).max(0.0);
+        out.step_time_us -= from_idle + from_wait;
+        out
+    }
+
     /// Element-wise mean of several breakdowns (ranks or steps).
     pub fn mean<'a>(items: impl IntoIterator<Item = &'a Breakdown>) -> Breakdown {
         let mut out = Breakdown::default();
@@ -99,5 +121,45 @@ impl Breakdown {
             }
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn step(idle: f64, wait: f64, kernels: f64) -> Breakdown {
+        let mut b = Breakdown::default();
+        b.exclusive_us[Category::Idle.index()] = idle;
+        b.busy_us[Category::Idle.index()] = idle;
+        b.exclusive_us[Category::Communication.index()] = wait + 10.0;
+        b.busy_us[Category::Communication.index()] = wait + 10.0;
+        b.comm_wait_us = wait;
+        b.comm_transfer_us = 10.0;
+        b.exclusive_us[Category::Gemm.index()] = kernels;
+        b.step_time_us = idle + wait + 10.0 + kernels;
+        b
+    }
+
+    #[test]
+    fn the_profilers_time_comes_out_of_idle_then_waiting() {
+        // 150 µs idle, 40 waiting: a step 100 µs shorter without the profiler loses idle only.
+        let b = step(150.0, 40.0, 1000.0);
+        let u = b.less_profiler(b.step_time_us - 100.0);
+        assert_eq!(u.time(Category::Idle), 50.0);
+        assert_eq!(u.comm_wait_us, 40.0);
+        assert_eq!(u.step_time_us, b.step_time_us - 100.0);
+        // 170 µs shorter: all idle, then 20 of the waiting; kernels untouched.
+        let u = b.less_profiler(b.step_time_us - 170.0);
+        assert_eq!(u.time(Category::Idle), 0.0);
+        assert_eq!(u.comm_wait_us, 20.0);
+        assert_eq!(u.time(Category::Communication), 30.0);
+        assert_eq!(u.time(Category::Gemm), 1000.0);
+        assert_eq!(u.step_time_us, b.step_time_us - 170.0);
+        // More than idle and waiting hold: the kernels stay, the step keeps the rest.
+        let u = b.less_profiler(b.step_time_us - 500.0);
+        assert_eq!(u.step_time_us, 1010.0);
+        // An unprofiled step as long or longer changes nothing.
+        assert_eq!(b.less_profiler(b.step_time_us + 5.0), b);
     }
 }

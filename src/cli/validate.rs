@@ -29,6 +29,11 @@ pub struct ValidateArgs {
     /// 8192, NCCL default, or the nearest captured].
     #[arg(long)]
     anchor: Option<String>,
+    /// Unprofiled step times (CSV: configuration,step_us) to hold the predictions against
+    /// [default: step_times.csv beside the traces, if there is one; else each trace's profiled
+    /// step].
+    #[arg(long, value_name = "FILE", conflicts_with = "bench_serve")]
+    step_times: Option<PathBuf>,
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Table)]
     format: Format,
@@ -67,6 +72,7 @@ pub fn run(a: ValidateArgs) -> Result<()> {
             anchor: a.anchor.clone(),
             draws,
             seed: a.intervals.interval_seed,
+            step_times: a.step_times.clone(),
         },
         crate::validate::ValidateChecks {
             ranks: a.ranks.policy(),

@@ -48,38 +48,50 @@ pub(crate) fn render(v: &Validation) -> String {
         path(std::path::Path::new(&v.profile))
     );
     out.push_str(&checks(v));
+    out.push_str(&measured_line(v));
     out.push('\n');
-    let mut t = Table::new(&[
-        "configuration",
-        "ranks",
-        "layers",
-        "measured (µs)",
+    let replays = v.results.iter().any(|r| r.from_replays);
+    let mut head = vec!["configuration", "ranks", "layers", "measured (µs)"];
+    if replays {
+        head.push("profiled (µs)");
+    }
+    head.extend([
         "predicted (µs)",
         "error",
         "share err mean",
         "share err max",
         "wait share meas/pred",
     ]);
+    let mut t = Table::new(&head);
     for r in &v.results {
-        t.row(vec![
+        let mut row = vec![
             r.case.name.clone(),
             r.ranks.to_string(),
             r.layers.to_string(),
             us(r.measured_step_us),
-            us(r.predicted_step_us),
-            signed_pct(r.step_error),
-            format!("{:.1} pp", r.mean_share_error * 100.0),
-            format!(
-                "{:.1} pp ({})",
-                r.max_share_error * 100.0,
-                r.max_share_category
-            ),
-            format!(
-                "{} / {}",
-                pct(r.measured_wait_share),
-                pct(r.predicted_wait_share)
-            ),
-        ]);
+        ];
+        if replays {
+            row.push(us(r.profiled_step_us));
+        }
+        t.row(
+            row.into_iter()
+                .chain([
+                    us(r.predicted_step_us),
+                    signed_pct(r.step_error),
+                    format!("{:.1} pp", r.mean_share_error * 100.0),
+                    format!(
+                        "{:.1} pp ({})",
+                        r.max_share_error * 100.0,
+                        r.max_share_category
+                    ),
+                    format!(
+                        "{} / {}",
+                        pct(r.measured_wait_share),
+                        pct(r.predicted_wait_share)
+                    ),
+                ])
+                .collect(),
+        );
     }
     out.push_str(&t.render());
     out.push('\n');
@@ -119,6 +131,19 @@ pub(crate) fn render(v: &Validation) -> String {
         out.push_str(&summary_line("anchor, all configurations", &a.all));
     }
     out
+}
+
+/// Which step each prediction is held against: unprofiled replays where the step-times file
+/// gives them, else the trace's profiled step.
+fn measured_line(v: &Validation) -> String {
+    let n = v.results.iter().filter(|r| r.from_replays).count();
+    match &v.step_times {
+        Some(f) => format!(
+            "measured: the unprofiled step of {f} ({n} of {} configurations; the rest their trace's); profiled: the trace's step, which the profiler lengthens (the categories' shares come from it)\n",
+            v.results.len()
+        ),
+        None => "measured: each trace's profiled step (no step_times.csv beside the traces: the profiler lengthens short steps)\n".into(),
+    }
 }
 
 /// The intervals against the measured steps: one row per configuration, then coverage and width.
@@ -196,6 +221,8 @@ pub(crate) fn to_csv(v: &Validation) -> Result<String> {
         "layers",
         "excluded_steps",
         "measured_step_us",
+        "measured_from",
+        "profiled_step_us",
         "predicted_step_us",
         "step_error",
         "mean_share_error",
@@ -242,6 +269,8 @@ pub(crate) fn to_csv(v: &Validation) -> Result<String> {
             r.layers.to_string(),
             r.excluded_steps.to_string(),
             r.measured_step_us.to_string(),
+            if r.from_replays { "replays" } else { "trace" }.to_string(),
+            r.profiled_step_us.to_string(),
             r.predicted_step_us.to_string(),
             r.step_error.to_string(),
             r.mean_share_error.to_string(),

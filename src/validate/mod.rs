@@ -21,6 +21,9 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 pub mod serving;
+pub mod step_times;
+
+use step_times::StepTimes;
 
 /// One captured configuration: the files of all its ranks.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -127,7 +130,13 @@ pub struct CaseResult {
     pub(crate) excluded_steps: usize,
     pub layers: usize,
     pub ranks: usize,
+    /// The step the prediction is held against: the unprofiled replays' where `step_times.csv`
+    /// gives it, else the trace's.
     pub(crate) measured_step_us: f64,
+    /// The profiled step in the trace (mean over ranks and kept steps).
+    pub(crate) profiled_step_us: f64,
+    /// `measured_step_us` is from unprofiled replays.
+    pub(crate) from_replays: bool,
     pub(crate) predicted_step_us: f64,
     pub(crate) step_error: f64,
     /// Mean over categories of |predicted share − measured share| (fraction).
@@ -166,6 +175,8 @@ pub struct AnchorReport {
 #[derive(Debug, Clone, Serialize)]
 pub struct Validation {
     pub profile: String,
+    /// The unprofiled step times the predictions were held against, if any.
+    pub step_times: Option<String>,
     pub results: Vec<CaseResult>,
     pub summary: Summary,
     pub anchor: Option<AnchorReport>,
@@ -243,7 +254,7 @@ impl ModelErrorFit {
         out.push_str(&format!("command = {}\n", toml_str(command)));
         out.push_str(&format!(
             "how = {}\n",
-            toml_str("per family (the validation's categories), sigma = rms over the validation's configurations of ln(measured / predicted) of the category's time in the step (communication holds its waiting); idle sigma_us = rms of measured minus predicted idle per step; mean = the bias, for the record (draws are centred on the point)")
+            toml_str("per family (the validation's categories), sigma = rms over the validation's configurations of ln(measured / predicted) of the category's time in the step (communication holds its waiting); idle sigma_us = rms of measured minus predicted idle per step (where unprofiled replays give the step, the trace less what the profiler added: idle first, then waiting); mean = the bias, for the record (draws are centred on the point)")
         ));
         out.push_str(&format!(
             "traces = {}\n",
@@ -278,7 +289,8 @@ fn toml_str(s: &str) -> String {
 }
 
 /// Per configuration, (family, ln(measured / predicted)) of each category both sides hold, and
-/// measured − predicted idle (µs).
+/// measured − predicted idle (µs); `measured` is the trace brought to the unprofiled step
+/// ([`Breakdown::less_profiler`]) where replays give it.
 fn residuals(r: &CaseResult) -> (Vec<(&'static str, f64)>, f64) {
     let mut out = Vec::new();
     let mut idle = 0.0;
@@ -426,6 +438,8 @@ pub struct ValidateOptions<'a> {
     pub draws: usize,
     /// Seed of the draws.
     pub seed: u64,
+    /// Unprofiled step times (`step_times.csv`); None reads the one beside the traces, if any.
+    pub step_times: Option<PathBuf>,
 }
 
 /// The checks of the traces that the user may relax.
@@ -448,6 +462,7 @@ pub(crate) fn validate_with(
     checks: ValidateChecks,
 ) -> Result<Validation> {
     let cases = discover(dir)?;
+    let times = StepTimes::find(dir, o.step_times.as_deref())?;
     let profile_path = crate::scenario::catalog::resolve_profile(&o.calibration)?;
     let profile = CalibrationProfile::from_file(&profile_path)?;
     let sopts = SummaryOptions {
@@ -459,7 +474,8 @@ pub(crate) fn validate_with(
     let mut results = Vec::new();
     let mut share_errors = Vec::new();
     for case in cases {
-        let (result, errors) = validate_case(case, o, &checks, &profile, &profile_path, &sopts)?;
+        let (result, errors) =
+            validate_case(case, o, &checks, &profile, &profile_path, &sopts, &times)?;
         share_errors.extend(errors);
         results.push(result);
     }
@@ -472,6 +488,7 @@ pub(crate) fn validate_with(
     let intervals = check_intervals(&results, &profile, &profile_path, o)?;
     Ok(Validation {
         profile: profile_path.display().to_string(),
+        step_times: times.path.as_deref().map(crate::units::path),
         results,
         summary,
         anchor,
@@ -488,12 +505,18 @@ fn validate_case(
     profile: &CalibrationProfile,
     profile_path: &Path,
     sopts: &SummaryOptions,
+    times: &StepTimes,
 ) -> Result<(CaseResult, Vec<f64>)> {
     let summary = summarize(&case.files, sopts).map_err(|e| Error::Case {
         case: case.name.clone(),
         error: Box::new(e.into()),
     })?;
-    let (measured, excluded) = robust_breakdown_with(&summary, true);
+    let (profiled, excluded) = robust_breakdown_with(&summary, true);
+    let replayed = times.get(&case.name);
+    let measured = match replayed {
+        Some(us) => profiled.less_profiler(us),
+        None => profiled.clone(),
+    };
     let inferred = infer_scenario(&summary);
     let layers = case_layers(&case, o, &inferred)?;
     let ranks = case.files.len() as u32;
@@ -521,13 +544,16 @@ fn validate_case(
         errs.iter()
             .copied()
             .fold((Category::Idle, 0.0), |a, x| if x.1 > a.1 { x } else { a });
+    let step_us = replayed.unwrap_or(profiled.step_time_us);
     let result = CaseResult {
         excluded_steps: excluded,
         layers,
         ranks: ranks as usize,
-        measured_step_us: measured.step_time_us,
+        measured_step_us: step_us,
+        profiled_step_us: profiled.step_time_us,
+        from_replays: replayed.is_some(),
         predicted_step_us: sim.step_time_us(),
-        step_error: cmp.step_rel_error.unwrap_or(f64::NAN),
+        step_error: (sim.step_time_us() - step_us) / step_us,
         mean_share_error: errs.iter().map(|e| e.1).sum::<f64>() / errs.len() as f64,
         max_share_error: max_err,
         max_share_category: max_cat,
@@ -656,7 +682,7 @@ fn anchor_mode(
         let (scenario, _) = req.load()?;
         let sim = simulate_loaded(scenario, fitted.profile.clone())?;
         let cmp = compare(&sim.mean, &r.measured);
-        let e = cmp.step_rel_error.unwrap_or(f64::NAN);
+        let e = (sim.step_time_us() - r.measured_step_us) / r.measured_step_us;
         let se: Vec<f64> = cmp
             .rows
             .iter()

@@ -327,3 +327,80 @@ fn validate_takes_step_times_from_a_file_and_refuses_a_bad_one() {
     );
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// `calibrate --from-trace --unprofiled-step-us`: the trace is brought to the step timed
+/// without the profiler before the fit, so the profile does not learn the profiler's
+/// graph-launch stall as a first-collective stall.
+#[test]
+fn a_trace_brought_to_its_unprofiled_step_before_the_fit() {
+    let traces: Vec<String> = std::fs::read_dir(root("data/traces/h200"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path().display().to_string())
+        .filter(|p| p.contains("refstep_b1_c8192_default_rank"))
+        .collect();
+    assert_eq!(traces.len(), 2);
+    let dir = std::env::temp_dir().join(format!("decodesim-unprofiled-{}", std::process::id()));
+    let stall = |extra: &[&str], name: &str| -> (f64, String) {
+        let out = dir.join(name).join("profile.toml");
+        let mut args = vec!["calibrate", "--from-trace"];
+        args.extend(traces.iter().map(String::as_str));
+        args.extend([
+            "--out",
+            out.to_str().unwrap(),
+            "--calibration",
+            "h200",
+            "--batch",
+            "1",
+            "--context",
+            "8192",
+            "--model",
+            "kimi-k2.5-bf16",
+            "--layers",
+            "4",
+            "--system",
+            "h200-2x-nvlink",
+            "--runtime",
+            "reference",
+            "--nccl-proto",
+            "auto",
+            "--nccl-algo",
+            "auto",
+        ]);
+        args.extend(extra);
+        let (ok, text, err) = decodesim(&args);
+        assert!(ok, "{err}");
+        let p: toml::Value = toml::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+        (
+            p["launch"]["graph_first_collective_us"].as_float().unwrap(),
+            text,
+        )
+    };
+    let (traced, _) = stall(&[], "traced");
+    // 1,530.7 µs: the median of 30 unprofiled replays (data/traces/h200/step_times.csv).
+    let (unprofiled, text) = stall(&["--unprofiled-step-us", "1530.7"], "unprofiled");
+    assert!(
+        text.contains("brought to the unprofiled 1530.7 µs")
+            && text.contains("measured 1,530.7 µs"),
+        "{text}"
+    );
+    // The traced step is 93 µs longer, all of it idle: the stall the profile learns falls by it.
+    assert!(
+        (traced - unprofiled - 93.2).abs() < 1.0,
+        "{traced} vs {unprofiled}"
+    );
+    let (ok, _, err) = decodesim(&[
+        "calibrate",
+        "--from-trace",
+        &traces[0],
+        "--out",
+        dir.join("bad/profile.toml").to_str().unwrap(),
+        "--unprofiled-step-us",
+        "0",
+    ]);
+    assert!(
+        !ok && err.contains("--unprofiled-step-us") && err.contains("positive"),
+        "{err}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}

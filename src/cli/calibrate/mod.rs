@@ -30,6 +30,12 @@ pub struct CalibrateArgs {
     /// measured step (trace files, one per rank, or a folder), category by category.
     #[arg(long, value_name = "PATH", num_args = 1..)]
     from_trace: Vec<PathBuf>,
+    /// With --from-trace: the same step timed without the profiler (µs, e.g. the median of
+    /// timed CUDA-graph replays). The profiler's graph-launch stall lengthens a short traced
+    /// step; the trace is brought to this step before the fit (what the profiler added comes out
+    /// of its idle, then its waiting), so the profile does not learn the stall.
+    #[arg(long, value_name = "US", requires = "from_trace")]
+    unprofiled_step_us: Option<f64>,
     /// The scenario the trace shows (used with --from-trace).
     #[command(flatten)]
     pub scenario: ScenarioArgs,
@@ -239,6 +245,13 @@ fn paths(a: &CalibrateArgs) -> super::paths::Paths {
 }
 
 fn from_trace(a: &CalibrateArgs) -> Result<()> {
+    if let Some(us) = a.unprofiled_step_us.filter(|us| !(us.is_finite() && *us > 0.0)) {
+        return Err(crate::Error::Flag {
+            flag: "--unprofiled-step-us",
+            value: us.to_string(),
+            expected: "a positive step time in µs".into(),
+        });
+    }
     let measured = super::trace::load(
         &a.from_trace,
         &super::trace::TraceReadArgs {
@@ -249,9 +262,18 @@ fn from_trace(a: &CalibrateArgs) -> Result<()> {
     )?;
     let (scenario, profile) = a.scenario.request().load()?;
     let inferred = crate::accounting::infer::infer_scenario(&measured);
-    let notes = crate::accounting::infer::check_or_allow(&scenario, &inferred, a.allow_mismatch)?;
+    let mut notes =
+        crate::accounting::infer::check_or_allow(&scenario, &inferred, a.allow_mismatch)?;
     // The same start-up outlier rule as `validate`.
-    let (step, excluded) = crate::validate::robust_breakdown(&measured);
+    let (traced, excluded) = crate::validate::robust_breakdown(&measured);
+    let step = match a.unprofiled_step_us {
+        Some(us) => {
+            let step = traced.less_profiler(us);
+            notes.push(unprofiled_note(&traced, &step, us));
+            step
+        }
+        None => traced,
+    };
     let name = a
         .from_trace
         .iter()
@@ -272,6 +294,30 @@ fn from_trace(a: &CalibrateArgs) -> Result<()> {
     print(&report::calibration::render_from_trace(
         &r, excluded, &notes,
     ))
+}
+
+/// What `--unprofiled-step-us` took out of the traced step, or why it took nothing.
+fn unprofiled_note(
+    traced: &crate::accounting::Breakdown,
+    step: &crate::accounting::Breakdown,
+    us: f64,
+) -> String {
+    use crate::category::Category;
+    let (t, s) = (traced.step_time_us, step.step_time_us);
+    if us >= t {
+        return format!(
+            "--unprofiled-step-us {us:.1}: the traced step ({t:.1} µs) is no longer; fitted to the trace as it is"
+        );
+    }
+    let mut line = format!(
+        "traced step {t:.1} µs brought to the unprofiled {us:.1} µs: {:.1} µs of idle and {:.1} µs of waiting taken out",
+        traced.time(Category::Idle) - step.time(Category::Idle),
+        traced.comm_wait_us - step.comm_wait_us
+    );
+    if s > us + 0.05 {
+        line.push_str(&format!("; {:.1} µs more is in kernels and stays", s - us));
+    }
+    line
 }
 
 fn transfer_profile(a: &CalibrateArgs, base: &str, gpu: &str) -> Result<()> {

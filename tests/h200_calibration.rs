@@ -404,3 +404,53 @@ fn a_trace_brought_to_its_unprofiled_step_before_the_fit() {
     );
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// `compare --unprofiled-step-us`: the trace's step brought to the step timed without the
+/// profiler, the line saying what came out of idle and waiting; a bad value is refused first.
+#[test]
+fn compare_holds_the_prediction_against_the_unprofiled_step() {
+    let traces: Vec<String> = std::fs::read_dir(root("data/traces/h200"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path().display().to_string())
+        .filter(|p| p.contains("refstep_b1_c8192_default_rank"))
+        .collect();
+    let run = |extra: &[&str]| {
+        let mut args = vec!["compare", "--trace"];
+        args.extend(traces.iter().map(String::as_str));
+        args.extend([
+            "--model",
+            "kimi-k2.5-bf16",
+            "--system",
+            "h200-2x-nvlink",
+            "--runtime",
+            "reference",
+            "--calibration",
+            "h200",
+            "--nccl-proto",
+            "auto",
+            "--nccl-algo",
+            "auto",
+            "--format",
+            "json",
+        ]);
+        args.extend(extra);
+        decodesim(&args)
+    };
+    let (ok, plain, err) = run(&[]);
+    assert!(ok, "{err}");
+    let (ok, brought, err) = run(&["--unprofiled-step-us", "1530.7"]);
+    assert!(ok, "{err}");
+    let step = |text: &str| -> f64 {
+        let v: serde_json::Value = serde_json::from_str(text).unwrap();
+        v["step_time_us"]["measured"].as_f64().unwrap()
+    };
+    assert!(step(&plain) > 1_600.0, "{plain}");
+    assert!((step(&brought) - 1530.7).abs() < 1e-6, "{brought}");
+    assert!(
+        brought.contains("brought to the unprofiled 1530.7 µs"),
+        "{brought}"
+    );
+    let (ok, _, err) = run(&["--unprofiled-step-us", "nan"]);
+    assert!(!ok && err.contains("--unprofiled-step-us"), "{err}");
+}

@@ -174,6 +174,7 @@ fn compare_reports_plots_and_fails_above_tolerance() {
         fail_above: Some(50.0),
         format: Format::Table,
         allow_mismatch: false,
+        unprofiled_step_us: None,
         read,
         ranks: RankArgs::default(),
     };

@@ -1,7 +1,6 @@
 //! Predicted vs measured, category by category: where the simulator and a real trace meet.
 //! Both sides are [`Breakdown`]s made by the same accounting, so a row compares like with like.
 
-use super::TraceSummary;
 use crate::accounting::Breakdown;
 use crate::category::Category;
 use serde::Serialize;
@@ -65,12 +64,6 @@ pub fn compare(predicted: &Breakdown, measured: &Breakdown) -> Comparison {
         predicted_comm_transfer_us: predicted.comm_transfer_us,
         measured_comm_transfer_us: measured.comm_transfer_us,
     }
-}
-
-/// Compares a simulated step with the mean measured step of a trace summary (mean over ranks
-/// of each rank's mean selected step: decode steps when the trace has any).
-pub(crate) fn compare_with_trace(predicted: &Breakdown, measured: &TraceSummary) -> Comparison {
-    compare(predicted, &measured.breakdown)
 }
 
 impl Comparison {

@@ -1,7 +1,7 @@
 //! `decodesim trace summarize`, and the trace half of `decodesim compare` (flags the compare
 //! command flattens in, and the function that compares a simulated step with a trace).
 
-use crate::accounting::compare::{compare_with_trace, Comparison};
+use crate::accounting::compare::{compare, Comparison};
 use crate::accounting::infer::{check_or_allow, infer_scenario, Inferred};
 use crate::accounting::Breakdown;
 use crate::accounting::{summarize, SummaryOptions, TraceSummary};
@@ -113,10 +113,57 @@ pub struct CompareTraceArgs {
     /// trace shows (the report then says so).
     #[arg(long)]
     pub allow_mismatch: bool,
+    /// The same step timed without the profiler (µs, e.g. the median of timed CUDA-graph
+    /// replays): the trace is brought to it before the comparison (what the profiler added
+    /// comes out of its idle, then its waiting), since the profiler's graph-launch stall
+    /// lengthens a short traced step.
+    #[arg(long, value_name = "US")]
+    pub unprofiled_step_us: Option<f64>,
     #[command(flatten)]
     pub read: TraceReadArgs,
     #[command(flatten)]
     pub ranks: RankArgs,
+}
+
+/// `--unprofiled-step-us` is a positive step time.
+pub(crate) fn check_unprofiled(us: Option<f64>) -> Result<()> {
+    match us {
+        Some(v) if !(v.is_finite() && v > 0.0) => Err(Error::Flag {
+            flag: "--unprofiled-step-us",
+            value: v.to_string(),
+            expected: "a positive step time in µs".into(),
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// The traced step brought to `--unprofiled-step-us` (unchanged without it), with a line that
+/// says what was taken out, or why nothing was.
+pub(crate) fn to_unprofiled(traced: &Breakdown, us: Option<f64>) -> (Breakdown, Option<String>) {
+    use crate::category::Category;
+    let Some(us) = us else {
+        return (traced.clone(), None);
+    };
+    let step = traced.less_profiler(us);
+    let t = traced.step_time_us;
+    if us >= t {
+        let line = format!(
+            "--unprofiled-step-us {us:.1}: the traced step ({t:.1} µs) is no longer; the trace is used as it is"
+        );
+        return (step, Some(line));
+    }
+    let mut line = format!(
+        "traced step {t:.1} µs brought to the unprofiled {us:.1} µs: {:.1} µs of idle and {:.1} µs of waiting taken out",
+        traced.time(Category::Idle) - step.time(Category::Idle),
+        traced.comm_wait_us - step.comm_wait_us
+    );
+    if step.step_time_us > us + 0.05 {
+        line.push_str(&format!(
+            "; {:.1} µs more is in kernels and stays",
+            step.step_time_us - us
+        ));
+    }
+    (step, Some(line))
 }
 
 /// Reads and summarizes the traces as the flags say, refusing rank files that are not one
@@ -200,8 +247,10 @@ pub fn run_compare(
     compare_loaded(predicted, scenario, args, &measured, &[], title, out)
 }
 
-/// The traces of `compare`, read as its flags say.
+/// The traces of `compare`, read as its flags say (a bad `--unprofiled-step-us` is refused
+/// before any is read).
 pub(crate) fn load_measured(args: &CompareTraceArgs) -> Result<TraceSummary> {
+    check_unprofiled(args.unprofiled_step_us)?;
     load_with(&args.traces, &args.read, args.ranks.policy())
 }
 
@@ -223,7 +272,9 @@ pub(crate) fn compare_loaded(
         Some(sc) => check_or_allow(sc, &inferred, args.allow_mismatch)?,
         None => inferred.lines(),
     });
-    let c = compare_with_trace(predicted, measured);
+    let (step, note) = to_unprofiled(&measured.breakdown, args.unprofiled_step_us);
+    notes.extend(note);
+    let c = compare(predicted, &step);
     let text = render_comparison(&c, &inferred, &notes, args.format);
     out.write_all(text.as_bytes()).map_err(Error::Output)?;
     if let Some(p) = &args.plot {

@@ -245,13 +245,7 @@ fn paths(a: &CalibrateArgs) -> super::paths::Paths {
 }
 
 fn from_trace(a: &CalibrateArgs) -> Result<()> {
-    if let Some(us) = a.unprofiled_step_us.filter(|us| !(us.is_finite() && *us > 0.0)) {
-        return Err(crate::Error::Flag {
-            flag: "--unprofiled-step-us",
-            value: us.to_string(),
-            expected: "a positive step time in µs".into(),
-        });
-    }
+    super::trace::check_unprofiled(a.unprofiled_step_us)?;
     let measured = super::trace::load(
         &a.from_trace,
         &super::trace::TraceReadArgs {
@@ -266,14 +260,8 @@ fn from_trace(a: &CalibrateArgs) -> Result<()> {
         crate::accounting::infer::check_or_allow(&scenario, &inferred, a.allow_mismatch)?;
     // The same start-up outlier rule as `validate`.
     let (traced, excluded) = crate::validate::robust_breakdown(&measured);
-    let step = match a.unprofiled_step_us {
-        Some(us) => {
-            let step = traced.less_profiler(us);
-            notes.push(unprofiled_note(&traced, &step, us));
-            step
-        }
-        None => traced,
-    };
+    let (step, note) = super::trace::to_unprofiled(&traced, a.unprofiled_step_us);
+    notes.extend(note);
     let name = a
         .from_trace
         .iter()
@@ -294,30 +282,6 @@ fn from_trace(a: &CalibrateArgs) -> Result<()> {
     print(&report::calibration::render_from_trace(
         &r, excluded, &notes,
     ))
-}
-
-/// What `--unprofiled-step-us` took out of the traced step, or why it took nothing.
-fn unprofiled_note(
-    traced: &crate::accounting::Breakdown,
-    step: &crate::accounting::Breakdown,
-    us: f64,
-) -> String {
-    use crate::category::Category;
-    let (t, s) = (traced.step_time_us, step.step_time_us);
-    if us >= t {
-        return format!(
-            "--unprofiled-step-us {us:.1}: the traced step ({t:.1} µs) is no longer; fitted to the trace as it is"
-        );
-    }
-    let mut line = format!(
-        "traced step {t:.1} µs brought to the unprofiled {us:.1} µs: {:.1} µs of idle and {:.1} µs of waiting taken out",
-        traced.time(Category::Idle) - step.time(Category::Idle),
-        traced.comm_wait_us - step.comm_wait_us
-    );
-    if s > us + 0.05 {
-        line.push_str(&format!("; {:.1} µs more is in kernels and stays", s - us));
-    }
-    line
 }
 
 fn transfer_profile(a: &CalibrateArgs, base: &str, gpu: &str) -> Result<()> {

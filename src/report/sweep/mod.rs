@@ -74,6 +74,7 @@ mod tests {
                     pp: 1 + j as u32,
                     dp: 1,
                     tbo: false,
+                    nccl_min_nchannels: None,
                     batch: 1 + i as u32,
                     context: 1000 + j,
                     proto: Proto::Ll,

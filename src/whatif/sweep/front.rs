@@ -82,6 +82,7 @@ mod tests {
             pp: 1,
             dp: 1,
             tbo: false,
+            nccl_min_nchannels: None,
             batch: 1,
             context: 1,
             proto: Proto::Ll,

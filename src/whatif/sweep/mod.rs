@@ -90,6 +90,26 @@ pub struct Row {
     pub fits: bool,
 }
 
+/// What tells the layouts of a grid apart: pipeline and data-parallel sizes, overlap, channels.
+pub(crate) type LayoutKey = (u32, u32, bool, Option<u32>);
+
+impl Row {
+    /// The layout the row was priced under.
+    pub(crate) fn layout_key(&self) -> LayoutKey {
+        (self.pp, self.dp, self.tbo, self.nccl_min_nchannels)
+    }
+
+    /// `base` at the row's layout (`sweep --intervals` fits each layout again).
+    pub(crate) fn layout_request(&self, base: &ScenarioRequest) -> ScenarioRequest {
+        let mut r = base.clone();
+        r.pp = Some(self.pp);
+        r.dp = Some(self.dp);
+        r.tbo = self.tbo;
+        r.comm.nccl_min_nchannels = self.nccl_min_nchannels;
+        r
+    }
+}
+
 /// The KV cache one rank holds, as vLLM sizes it (`capacity::memory::account`), for one
 /// CUDA-graph setting (the graphs' pool is counted before the KV cache).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -406,8 +426,8 @@ struct Cell {
     di: usize,
 }
 
-/// A row before it is priced (`Prepared::rows_into` fills every slot).
-const BLANK: Row = Row {
+/// A row before it is priced (`Prepared::rows_into` fills every slot; tests build rows from it).
+pub(crate) const BLANK: Row = Row {
     pp: 0,
     dp: 0,
     tbo: false,

@@ -207,22 +207,17 @@ pub(crate) fn sweep_intervals(
             .collect());
     }
     let mut out = vec![Interval::point(f64::NAN); rows.len()];
-    let layout = |r: &crate::whatif::sweep::Row| (r.pp, r.dp, r.tbo, r.nccl_min_nchannels);
-    let mut layouts: Vec<_> = rows.iter().map(layout).collect();
+    let mut layouts: Vec<_> = rows.iter().map(|r| r.layout_key()).collect();
     layouts.sort_unstable();
     layouts.dedup();
-    for (pp, dp, tbo, channels) in layouts {
+    for key in layouts {
         let (idx, sub): (Vec<usize>, Vec<crate::whatif::sweep::Row>) = rows
             .iter()
             .enumerate()
-            .filter(|(_, r)| layout(r) == (pp, dp, tbo, channels))
+            .filter(|(_, r)| r.layout_key() == key)
             .map(|(i, r)| (i, *r))
             .unzip();
-        let mut base = req.base.clone();
-        base.pp = Some(pp);
-        base.dp = Some(dp);
-        base.tbo = tbo;
-        base.comm.nccl_min_nchannels = channels;
+        let base = sub[0].layout_request(&req.base);
         for (i, v) in idx
             .into_iter()
             .zip(sweep_intervals_at(req, &base, &sub, n, seed)?)

@@ -11,9 +11,6 @@ use decodesim::whatif::sweep::{self, KvBudget, SweepRequest};
 
 fn request(batch: Vec<u32>, context: Vec<u64>) -> SweepRequest {
     SweepRequest {
-        pp: Vec::new(),
-        dp: Vec::new(),
-        tbo: Vec::new(),
         base: ScenarioRequest::default(),
         batch,
         context,
@@ -26,6 +23,8 @@ fn request(batch: Vec<u32>, context: Vec<u64>) -> SweepRequest {
         acceptance: None,
         max_work: u64::MAX,
         include_infeasible: false,
+        // The layout lists: empty, the base's own layout.
+        ..SweepRequest::default()
     }
 }
 

@@ -164,6 +164,10 @@ fn sweep_knobs_reach_the_same_request_through_grid_files_and_flags() {
             "pp" => assert_eq!(g.pp, vec![want.pp.unwrap()]),
             "dp" => assert_eq!(g.dp, vec![want.dp.unwrap()]),
             "tbo" => assert_eq!(g.tbo, vec![want.tbo]),
+            "nccl-min-nchannels" => assert_eq!(
+                g.nccl_min_nchannels,
+                vec![want.comm.nccl_min_nchannels.unwrap()]
+            ),
             _ => assert_eq!(g.base, want, "{}", k.flag),
         }
     }

@@ -1,6 +1,7 @@
 //! `workload::spec_step`: the speculative step every engine plays. The pass list of each method
-//! at k = 1 and 3 (counts and token shapes written down by hand), and the timeline engine
-//! against the fast path for each method, both iterating the same list.
+//! at k = 1 and 3 (counts and token shapes written down by hand per draft source and draft input,
+//! so that a new method reusing them is checked as it is), and the timeline engine against the
+//! fast path for each method, both iterating the same list.
 
 use decodesim::cost::CalibrationProfile;
 use decodesim::scenario::Scenario;
@@ -9,6 +10,7 @@ use decodesim::sim::{Engine, ScenarioRequest, Timeline};
 use decodesim::whatif::acceptance::Acceptance;
 use decodesim::whatif::draft::Draft;
 use decodesim::whatif::spec_decode;
+use decodesim::workload::spec_method::{DraftInput, DraftSource};
 use decodesim::workload::spec_step::{PassKind, PassRun, Side, SpecMethod, SpecStep};
 use decodesim::workload::{CostFamily, Workload};
 
@@ -41,9 +43,9 @@ fn small_draft_path() -> String {
 
 /// The target, its profile and the loaded drafter of `method` (4 target layers).
 fn setup(method: SpecMethod) -> (Scenario, CalibrationProfile, Draft) {
-    let model = match method {
-        SpecMethod::Mtp => "deepseek-v3",
-        _ => "kimi-k2.5",
+    let model = match method.spec().source {
+        DraftSource::TargetMtp => "deepseek-v3",
+        DraftSource::HeadConfig | DraftSource::Model => "kimi-k2.5",
     };
     let (s, p) = ScenarioRequest {
         model: model.into(),
@@ -53,9 +55,9 @@ fn setup(method: SpecMethod) -> (Scenario, CalibrationProfile, Draft) {
     }
     .load()
     .unwrap();
-    let draft = match method {
-        SpecMethod::DraftModel => Some(small_draft_path()),
-        _ => None,
+    let draft = match method.spec().source {
+        DraftSource::Model => Some(small_draft_path()),
+        DraftSource::HeadConfig | DraftSource::TargetMtp => None,
     };
     let d = Draft::load(method, draft.as_deref(), &s.model).unwrap();
     (s, p, d)
@@ -123,11 +125,12 @@ fn pass_workloads_have_the_token_shapes_of_each_method() {
         let (mut s, _, d) = setup(method);
         s.cuda_graphs = false;
         let ds = d.scenario(&s).unwrap();
-        // (draft hidden, draft layers) of each drafter.
-        let (dh, dl): (u64, u64) = match method {
-            SpecMethod::Eagle3 => (7168, 1),
-            SpecMethod::Mtp => (7168, 1),
-            SpecMethod::DraftModel => (2048, 2),
+        // (draft hidden, draft layers) of each kind of drafter: a head's default draft is
+        // Kimi's one-layer MLA head.
+        let (dh, dl): (u64, u64) = match method.spec().source {
+            DraftSource::HeadConfig => (7168, 1),
+            DraftSource::TargetMtp => (7168, 1),
+            DraftSource::Model => (2048, 2),
         };
         for k in [1u64, 3] {
             let step = SpecStep::new(method, k as u32);
@@ -168,8 +171,9 @@ fn pass_workloads_have_the_token_shapes_of_each_method() {
             let gather = ops_named(&w, "gather_aux_hidden_states");
             let fc = ops_named(&w, "eagle3_fc");
             let eh = ops_named(&w, "mtp_eh_proj");
-            match method {
-                SpecMethod::Eagle3 => {
+            // The method's own kernels follow from what its draft passes read.
+            match method.spec().input {
+                DraftInput::AuxHidden => {
                     // Three aux hidden states fused once, in the first pass only.
                     assert_eq!(gather.len(), 1);
                     assert_eq!(fc.len(), 1);
@@ -177,14 +181,14 @@ fn pass_workloads_have_the_token_shapes_of_each_method() {
                     assert_eq!((fc[0].shape.m, fc[0].shape.k), (BATCH * (k + 1), 3 * 7168));
                     assert!(eh.is_empty());
                 }
-                SpecMethod::Mtp => {
+                DraftInput::EmbedHidden => {
                     // Every MTP pass projects [embedding; hidden] (2 × hidden) first.
                     assert_eq!(eh.len(), k as usize);
                     assert_eq!((eh[0].shape.m, eh[0].shape.k), (BATCH * (k + 1), 2 * 7168));
                     assert!(eh[1..].iter().all(|o| o.shape.m == BATCH));
                     assert!(gather.is_empty() && fc.is_empty());
                 }
-                SpecMethod::DraftModel => {
+                DraftInput::Tokens => {
                     assert!(gather.is_empty() && fc.is_empty() && eh.is_empty());
                 }
             }

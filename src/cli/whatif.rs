@@ -8,6 +8,7 @@ use crate::whatif::acceptance::Acceptance;
 use crate::whatif::draft::Method;
 use crate::whatif::spec_decode::{self, SpecDecodeRequest};
 use crate::whatif::{parse_f64_list, parse_u32_list};
+use crate::workload::spec_method::DraftSource;
 use std::path::PathBuf;
 
 #[derive(Debug, clap::Args)]
@@ -45,6 +46,19 @@ pub struct VaryArgs {
 }
 
 /// `--vary`'s help, listing the keys of the knob table.
+/// The help of the flag that names a draft of `source`, listing the methods that take it (the
+/// table of methods: a new method drafting from a head config or a model is named here).
+fn draft_help(source: DraftSource) -> String {
+    let methods = Method::names_where(|m| m.source == source);
+    match source {
+        DraftSource::HeadConfig => format!(
+            "{} draft config.json, for --method {methods} [default: the method's draft shape in models/drafts/]",
+            Method::choices(|m| m.source == source, |m| m.label.into())
+        ),
+        _ => format!("Draft model for --method {methods}: a bundled name or a config.json"),
+    }
+}
+
 fn vary_help() -> String {
     format!(
         "KEY=V1,V2,... (repeatable): KEY is a scenario flag without its dashes ({}). Several keys \
@@ -66,11 +80,9 @@ struct SpecDecodeArgs {
     // Help: the table of methods (`Method::help`).
     #[arg(long, default_value = Method::DEFAULT.name(), help = Method::help())]
     method: String,
-    /// EAGLE-3 draft config.json [default: the Kimi-K2.5 MLA draft shape in models/drafts/].
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", help = draft_help(DraftSource::HeadConfig))]
     draft_config: Option<String>,
-    /// Draft model for --method draft-model: a bundled name or a config.json.
-    #[arg(long, value_name = "NAME|PATH")]
+    #[arg(long, value_name = "NAME|PATH", help = draft_help(DraftSource::Model))]
     draft_model: Option<String>,
     /// vLLM's draft acceptance rate (accepted / drafted tokens): mean length 1 + k x R. A list
     /// (0.3,0.4,0.5) studies each rate (one table, JSON object or plot panel per rate).

@@ -258,18 +258,28 @@ mod tests {
         assert!(e.contains("eagle3, mtp, draft-model"), "{e}");
     }
 
+    // Names the rows it checks, so that a new method's row leaves it true.
     #[test]
     fn lists_in_words() {
+        let help = SpecMethod::help();
+        for part in [
+            "eagle3 (a one-layer draft head), ",
+            "mtp (DeepSeek's MTP module)",
+            "draft-model",
+        ] {
+            assert!(help.contains(part), "{help}");
+        }
+        assert!(!help.contains("draft-model ("), "{help}");
         assert_eq!(
-            SpecMethod::help(),
-            "eagle3 (a one-layer draft head), mtp (DeepSeek's MTP module) or draft-model"
-        );
-        assert_eq!(
-            SpecMethod::names_where(|m| m.source != DraftSource::Model),
+            SpecMethod::names_where(|m| matches!(m.method, SpecMethod::Eagle3 | SpecMethod::Mtp)),
             "eagle3 or mtp"
         );
         assert_eq!(or_list(vec![]), "");
         assert_eq!(or_list(vec!["a".into()]), "a");
+        assert_eq!(
+            or_list(vec!["a".into(), "b".into(), "c".into()]),
+            "a, b or c"
+        );
     }
 
     /// `data/spec_decode/methods.toml` has a section for every method and none for another.

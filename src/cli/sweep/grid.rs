@@ -39,6 +39,9 @@ fn grid_keys() -> Vec<(&'static str, String)> {
             (Sweep::List, "batch" | "context" | "pp" | "dp") => {
                 format!("{}: 32, [1, 2, 4] or \"1..=256\"", k.expected)
             }
+            (Sweep::List, "nccl-min-nchannels") => {
+                format!("{}: 8, [2, 8, 32] or \"2,8,32\"", k.expected)
+            }
             (Sweep::List, "cuda-graphs") => {
                 "\"on\", \"off\", \"on,off\", true, false or [true, false]".to_string()
             }
@@ -120,6 +123,12 @@ fn set_flag(a: &mut SweepArgs, key: &str, v: &toml::Value) -> Result<bool> {
         "dp" => match v {
             toml::Value::Integer(_) | toml::Value::String(_) | toml::Value::Array(_) => {
                 a.dp = Some(text)
+            }
+            _ => return Ok(false),
+        },
+        "nccl-min-nchannels" => match v {
+            toml::Value::Integer(_) | toml::Value::String(_) | toml::Value::Array(_) => {
+                a.nccl_min_nchannels = Some(text)
             }
             _ => return Ok(false),
         },

@@ -21,7 +21,7 @@ use grid::grid_args;
 const MAX_PP: u32 = 1024;
 
 /// The grid flags, which `--grid` replaces (a grid file holds the same keys).
-const GRID_FLAGS: [&str; 22] = [
+const GRID_FLAGS: [&str; 23] = [
     "model",
     "system",
     "tp",
@@ -44,6 +44,7 @@ const GRID_FLAGS: [&str; 22] = [
     "redundant_experts",
     "tbo",
     "fuse_allreduce_rms",
+    "nccl_min_nchannels",
 ];
 
 #[derive(Debug, Clone, clap::Args)]
@@ -85,6 +86,8 @@ pub struct SweepArgs {
     nccl_proto: String,
     #[arg(long, default_value_t = knob("nccl-algo").default_text(), hide_default_value = true, help = list_help("nccl-algo", "A list of Ring, Tree, auto."))]
     nccl_algo: String,
+    #[arg(long, help = list_help("nccl-min-nchannels", "A list (2,8,32); each count is its own fitted scenario (the rows gain a nccl_min_nchannels column)."))]
+    nccl_min_nchannels: Option<String>,
     #[arg(long, default_value_t = knob("cuda-graphs").default_text(), hide_default_value = true, help = list_help("cuda-graphs", "on, off or on,off."))]
     cuda_graphs: String,
     /// Draft tokens per step (0 = no speculation): a list and/or ranges.
@@ -232,11 +235,23 @@ fn request_with_warnings(a: &SweepArgs) -> Result<(SweepRequest, Vec<String>)> {
     let acceptance = acceptance(a)?;
     let (pp, dp, tbo) = layout_lists(a, &mut w)?;
     let num = |x: &u32| x.to_string();
+    let nccl_min_nchannels = match &a.nccl_min_nchannels {
+        Some(text) => dedup(
+            "--nccl-min-nchannels",
+            axis("nccl-min-nchannels", text, |r| {
+                r.comm.nccl_min_nchannels.unwrap_or_default()
+            })?,
+            num,
+            &mut w,
+        ),
+        None => Vec::new(),
+    };
     let req = SweepRequest {
         base,
         pp,
         dp,
         tbo,
+        nccl_min_nchannels,
         batch: dedup(
             "--batch",
             parse_u32_list(

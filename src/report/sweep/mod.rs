@@ -73,7 +73,6 @@ mod tests {
                 rows.push(Row {
                     pp: 1 + j as u32,
                     dp: 1,
-                    tbo: false,
                     batch: 1 + i as u32,
                     context: 1000 + j,
                     proto: Proto::Ll,
@@ -86,6 +85,8 @@ mod tests {
                     mean_acceptance_length: 1.0,
                     busy_us: busy,
                     fits: true,
+                    // The layout settings rows name only where a grid lists them.
+                    ..crate::whatif::sweep::BLANK
                 });
             }
         }

@@ -250,18 +250,68 @@ pub(super) fn csv_row_with(out: &mut Vec<u8>, prefix: &[u8], r: &Row, kept: &mut
     kept.numbers.put(out, r);
 }
 
-/// Appends a row's two-batch-overlap setting to the row just written (`Meta::tbo`): the CSV
-/// column after dp, or the JSON object's `tbo`.
-pub(super) fn push_tbo(out: &mut Vec<u8>, kind: Kind, r: &Row) {
-    out.pop();
-    if kind == Kind::Csv {
-        out.extend_from_slice(if r.tbo { b",on\n" } else { b",off\n" });
-    } else {
-        out.extend_from_slice(if r.tbo {
-            b",\"tbo\":true}"
-        } else {
-            b",\"tbo\":false}"
-        });
+/// The columns a row gains only where the grid lists their setting (`Meta::tbo`,
+/// `Meta::nccl_min_nchannels`), after dp in this order; a grid without them keeps the columns
+/// and the fast writer (`csv_rows`) of one without.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(super) struct Listed {
+    pub tbo: bool,
+    pub nccl_min_nchannels: bool,
+}
+
+impl Listed {
+    pub(super) fn of(meta: &crate::whatif::sweep::Meta) -> Self {
+        Listed {
+            tbo: meta.tbo,
+            nccl_min_nchannels: meta.nccl_min_nchannels,
+        }
+    }
+
+    pub(super) fn any(self) -> bool {
+        self.tbo || self.nccl_min_nchannels
+    }
+
+    /// The CSV header's names of the columns, each with its comma.
+    pub(super) fn header(self) -> String {
+        let mut h = String::new();
+        if self.tbo {
+            h.push_str(",tbo");
+        }
+        if self.nccl_min_nchannels {
+            h.push_str(",nccl_min_nchannels");
+        }
+        h
+    }
+
+    /// Appends the row's listed settings to the row just written: CSV columns after dp, or the
+    /// JSON object's keys.
+    pub(super) fn push(self, out: &mut Vec<u8>, kind: Kind, r: &Row) {
+        if !self.any() {
+            return;
+        }
+        let end = out.pop();
+        let csv = kind == Kind::Csv;
+        if self.tbo {
+            out.extend_from_slice(match (csv, r.tbo) {
+                (true, true) => b",on".as_slice(),
+                (true, false) => b",off",
+                (false, true) => b",\"tbo\":true",
+                (false, false) => b",\"tbo\":false",
+            });
+        }
+        if self.nccl_min_nchannels {
+            out.extend_from_slice(if csv {
+                b","
+            } else {
+                b",\"nccl_min_nchannels\":"
+            });
+            match r.nccl_min_nchannels {
+                Some(n) => push_u64(out, n as u64),
+                None if csv => {}
+                None => out.extend_from_slice(b"null"),
+            }
+        }
+        out.extend(end);
     }
 }
 

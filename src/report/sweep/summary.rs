@@ -59,6 +59,9 @@ pub(super) fn describe(r: &Row) -> String {
     if r.tbo {
         pp.push_str("tbo on ");
     }
+    if let Some(n) = r.nccl_min_nchannels {
+        pp.push_str(&format!("nccl-min-nchannels {n} "));
+    }
     format!(
         "{pp}batch {} ctx {} {}/{} graphs {} k {}",
         r.batch,

@@ -1,7 +1,7 @@
 //! The streaming writer: CSV rows, a JSON document written element by element, or a summary.
 
 use super::digits::{push_fixed, push_json_f64, push_u64};
-use super::rows::{csv_row, csv_rows, json_row, json_string, push_tbo};
+use super::rows::{csv_row, csv_rows, json_row, json_string, Listed};
 use super::summary::{summary, summary_intervals};
 use super::{csv_header, DecisionIntervals, Kind};
 use crate::error::{Error, Result};
@@ -24,8 +24,8 @@ pub struct Writer<W: Write> {
     /// Intervals on the best rows and the Pareto front (`--intervals`): the rows a decision
     /// is made on, priced once the stream has chosen them.
     pub intervals: Option<DecisionIntervals>,
-    /// Rows name their two-batch-overlap setting (`Meta::tbo`).
-    tbo: bool,
+    /// The settings rows name only where the grid lists them (`Meta::tbo`, ...).
+    listed: Listed,
 }
 
 impl<W: Write> Writer<W> {
@@ -40,7 +40,7 @@ impl<W: Write> Writer<W> {
             written: 0,
             io,
             intervals: None,
-            tbo: false,
+            listed: Listed::default(),
         }
     }
 
@@ -57,13 +57,14 @@ impl<W: Write> Output for Writer<W> {
     fn begin(&mut self, meta: &Meta) -> Result<()> {
         self.started = std::time::Instant::now();
         self.prefix = format!("{},{},{},", meta.model, meta.system, meta.calibration).into_bytes();
-        self.tbo = meta.tbo;
+        self.listed = Listed::of(meta);
         match self.kind {
             Kind::Csv => {
                 let mut h = csv_header();
-                if self.tbo {
+                if self.listed.any() {
                     h.pop();
-                    h.push_str(",tbo\n");
+                    h.push_str(&self.listed.header());
+                    h.push('\n');
                 }
                 if self.pareto_only && self.intervals.is_some() {
                     h.pop();
@@ -88,12 +89,12 @@ impl<W: Write> Output for Writer<W> {
 
     fn formatter(&self) -> RowFormat<'static> {
         let (kind, now, prefix) = (self.kind, self.rows_now(), self.prefix.clone());
-        let tbo = self.tbo;
+        let listed = self.listed;
         Box::new(move |rows: &[Row], out: &mut Vec<u8>| {
             if !now {
                 return;
             }
-            if tbo {
+            if listed.any() {
                 for r in rows {
                     if kind == Kind::Csv {
                         csv_row(out, &prefix, r);
@@ -101,7 +102,7 @@ impl<W: Write> Output for Writer<W> {
                         out.extend_from_slice(b",\n");
                         json_row(out, r);
                     }
-                    push_tbo(out, kind, r);
+                    listed.push(out, kind, r);
                 }
                 return;
             }
@@ -157,9 +158,7 @@ impl<W: Write> Output for Writer<W> {
                     let mut out = Vec::new();
                     for r in &s.front {
                         csv_row(&mut out, &self.prefix, r);
-                        if self.tbo {
-                            push_tbo(&mut out, Kind::Csv, r);
-                        }
+                        self.listed.push(&mut out, Kind::Csv, r);
                         if let Some(i) = interval_of(r) {
                             // The header named two more columns (`csv_header_with_intervals`).
                             out.pop();
@@ -177,9 +176,7 @@ impl<W: Write> Output for Writer<W> {
                 let mut out = Vec::new();
                 let row = |out: &mut Vec<u8>, r: &Row| {
                     json_row(out, r);
-                    if self.tbo {
-                        push_tbo(out, Kind::Json, r);
-                    }
+                    self.listed.push(out, Kind::Json, r);
                     if let Some(i) = interval_of(r) {
                         out.pop();
                         out.extend_from_slice(b",\"tokens_per_s_interval\":{\"p5\":");

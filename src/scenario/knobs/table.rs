@@ -330,7 +330,9 @@ pub static KNOBS: &[Knob] = &[
                measured with (the bytes term shrinks in proportion, no faster than the link; \
                see the profile's [nccl] section).",
         expected: "a whole number of channels, 1..=64",
-        sweep: Sweep::No,
+        // A list in sweeps: each count is its own fitted scenario (its collectives and its
+        // NCCL buffers in memory).
+        sweep: Sweep::List,
         unset: Some(|| "unset (NCCL's own)".into()),
         parse: channels,
         set: |r, v| r.comm.nccl_min_nchannels = Some(take!(v, Value::Whole(n) => n as u32)),

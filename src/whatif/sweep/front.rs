@@ -81,7 +81,6 @@ mod tests {
         Row {
             pp: 1,
             dp: 1,
-            tbo: false,
             batch: 1,
             context: 1,
             proto: Proto::Ll,
@@ -94,6 +93,7 @@ mod tests {
             mean_acceptance_length: 1.0,
             busy_us: [0.0; Category::ALL.len()],
             fits,
+            ..crate::whatif::sweep::BLANK
         }
     }
 

@@ -40,6 +40,7 @@ pub fn prepare<'a>(req: &'a SweepRequest, budget: &Budget<'_>) -> Result<Prepare
         scenarios: req.count() as u64,
         include_infeasible: req.include_infeasible,
         tbo: !req.tbo.is_empty(),
+        nccl_min_nchannels: !req.nccl_min_nchannels.is_empty(),
         warnings: accuracy_warnings(&layouts),
     };
     Ok(Prepared {
@@ -51,7 +52,8 @@ pub fn prepare<'a>(req: &'a SweepRequest, budget: &Budget<'_>) -> Result<Prepare
 }
 
 /// Each pipeline size and data-parallel size loaded and validated as its own scenario
-/// (tp × pp or dp × tp GPUs, layers), in the grid's order: pp, then dp, then tbo.
+/// (tp × pp or dp × tp GPUs, layers), in the grid's order: pp, then dp, then tbo, then the NCCL
+/// channel count.
 fn load_scenarios(req: &SweepRequest) -> Result<Vec<(Scenario, CalibrationProfile)>> {
     let pps: Vec<Option<u32>> = if req.pp.is_empty() {
         vec![req.base.pp]
@@ -68,15 +70,23 @@ fn load_scenarios(req: &SweepRequest) -> Result<Vec<(Scenario, CalibrationProfil
     } else {
         req.tbo.clone()
     };
+    let channels: Vec<Option<u32>> = if req.nccl_min_nchannels.is_empty() {
+        vec![req.base.comm.nccl_min_nchannels]
+    } else {
+        req.nccl_min_nchannels.iter().map(|&n| Some(n)).collect()
+    };
     let mut loaded = Vec::new();
     for &pp in &pps {
         for &dp in &dps {
             for &tbo in &tbos {
-                let mut base = req.base.clone();
-                base.pp = pp;
-                base.dp = dp;
-                base.tbo = tbo;
-                loaded.push(base.load()?);
+                for &c in &channels {
+                    let mut base = req.base.clone();
+                    base.pp = pp;
+                    base.dp = dp;
+                    base.tbo = tbo;
+                    base.comm.nccl_min_nchannels = c;
+                    loaded.push(base.load()?);
+                }
             }
         }
     }
@@ -157,6 +167,7 @@ fn fit_layout(
         pp: scenario.layout.pp_size(),
         dp: scenario.layout.dp_size(),
         tbo: scenario.layout.tbo,
+        nccl_min_nchannels: scenario.comm.nccl_min_nchannels,
         fast,
         colls,
         launches,

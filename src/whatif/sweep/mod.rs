@@ -42,6 +42,10 @@ pub struct SweepRequest {
     /// Two-batch overlap off and/or on (`--tbo`; within each data-parallel size, each its own
     /// fitted scenario). Empty: the base request's own, and no `tbo` column.
     pub tbo: Vec<bool>,
+    /// NCCL_MIN_NCHANNELS counts (`--nccl-min-nchannels`; within each overlap setting, each its
+    /// own fitted scenario: the channels change the collectives and NCCL's buffers in memory).
+    /// Empty: the base request's own, and no `nccl_min_nchannels` column.
+    pub nccl_min_nchannels: Vec<u32>,
     pub batch: Vec<u32>,
     pub context: Vec<u64>,
     pub proto: Vec<Proto>,
@@ -67,6 +71,8 @@ pub struct Row {
     pub dp: u32,
     /// Two-batch overlap.
     pub tbo: bool,
+    /// NCCL_MIN_NCHANNELS (None: unset).
+    pub nccl_min_nchannels: Option<u32>,
     pub batch: u32,
     pub context: u64,
     pub proto: Proto,
@@ -82,6 +88,26 @@ pub struct Row {
     /// Weights, buffers and the KV cache of `batch` sequences of `context + draft_tokens`
     /// tokens fit in the memory vLLM may use (`--gpu-memory-utilization`).
     pub fits: bool,
+}
+
+/// What tells the layouts of a grid apart: pipeline and data-parallel sizes, overlap, channels.
+pub(crate) type LayoutKey = (u32, u32, bool, Option<u32>);
+
+impl Row {
+    /// The layout the row was priced under.
+    pub(crate) fn layout_key(&self) -> LayoutKey {
+        (self.pp, self.dp, self.tbo, self.nccl_min_nchannels)
+    }
+
+    /// `base` at the row's layout (`sweep --intervals` fits each layout again).
+    pub(crate) fn layout_request(&self, base: &ScenarioRequest) -> ScenarioRequest {
+        let mut r = base.clone();
+        r.pp = Some(self.pp);
+        r.dp = Some(self.dp);
+        r.tbo = self.tbo;
+        r.comm.nccl_min_nchannels = self.nccl_min_nchannels;
+        r
+    }
 }
 
 /// The KV cache one rank holds, as vLLM sizes it (`capacity::memory::account`), for one
@@ -115,6 +141,8 @@ pub struct Meta {
     pub include_infeasible: bool,
     /// The grid lists two-batch overlap (`--tbo`): rows name it (a `tbo` column).
     pub tbo: bool,
+    /// The grid lists NCCL_MIN_NCHANNELS: rows name it (a `nccl_min_nchannels` column).
+    pub nccl_min_nchannels: bool,
     /// Where the grid reaches past what the fast path has been held to (the caller prints
     /// them before the rows).
     pub warnings: Vec<String>,
@@ -149,13 +177,40 @@ pub trait Output {
     fn finish(&mut self, meta: &Meta, summary: &Summary) -> Result<()>;
 }
 
+/// The default scenario alone: each list holds the base request's value, the layout lists are
+/// empty (so that code building a request names only the lists it sets).
+impl Default for SweepRequest {
+    fn default() -> Self {
+        let base = ScenarioRequest::default();
+        SweepRequest {
+            pp: Vec::new(),
+            dp: Vec::new(),
+            tbo: Vec::new(),
+            nccl_min_nchannels: Vec::new(),
+            batch: vec![base.batch],
+            context: vec![base.context],
+            proto: vec![base.proto],
+            algo: vec![base.algo],
+            cuda_graphs: vec![base.cuda_graphs],
+            draft_tokens: vec![0],
+            method: Method::DEFAULT,
+            draft: None,
+            acceptance: None,
+            max_work: crate::error::DEFAULT_MAX_WORK,
+            include_infeasible: false,
+            base,
+        }
+    }
+}
+
 impl SweepRequest {
-    /// Scenarios in the grid, without overflow (a product of seven list lengths).
+    /// Scenarios in the grid, without overflow (a product of the lists' lengths).
     pub fn count(&self) -> u128 {
         [
             self.pp.len().max(1),
             self.dp.len().max(1),
             self.tbo.len().max(1),
+            self.nccl_min_nchannels.len().max(1),
             self.batch.len(),
             self.context.len(),
             self.proto.len(),
@@ -177,7 +232,7 @@ impl SweepRequest {
     }
 
     /// The layouts the grid loads (one per pipeline size × data-parallel size × overlap
-    /// setting): (pp, dp, tbo).
+    /// setting × channel count): (pp, dp, tbo), once per channel count.
     fn layout_list(&self) -> Vec<(u32, u32, bool)> {
         let pps: Vec<u32> = if self.pp.is_empty() {
             vec![self.base.pp_size()]
@@ -198,7 +253,9 @@ impl SweepRequest {
         for &pp in &pps {
             for &dp in &dps {
                 for &tbo in &tbos {
-                    out.push((pp, dp, tbo));
+                    for _ in 0..self.nccl_min_nchannels.len().max(1) {
+                        out.push((pp, dp, tbo));
+                    }
                 }
             }
         }
@@ -287,7 +344,7 @@ impl SweepRequest {
     pub fn check_work(&self) -> Result<()> {
         let n = self.count();
         let lists = format!(
-            "{}{}{}{} batches × {} contexts × {} protocols × {} algorithms × {} graph settings × {} draft-token counts",
+            "{}{}{}{}{} batches × {} contexts × {} protocols × {} algorithms × {} graph settings × {} draft-token counts",
             match self.pp.len() {
                 0 | 1 => String::new(),
                 n => format!("{n} pipeline sizes × "),
@@ -299,6 +356,10 @@ impl SweepRequest {
             match self.tbo.len() {
                 0 | 1 => String::new(),
                 n => format!("{n} two-batch-overlap settings × "),
+            },
+            match self.nccl_min_nchannels.len() {
+                0 | 1 => String::new(),
+                n => format!("{n} NCCL channel counts × "),
             },
             self.batch.len(),
             self.context.len(),
@@ -347,6 +408,7 @@ struct Layout {
     pp: u32,
     dp: u32,
     tbo: bool,
+    nccl_min_nchannels: Option<u32>,
     fast: FastScenario,
     colls: Vec<(Proto, Algo, Collectives)>,
     /// Per CUDA-graph setting: the setting, its launch parameters and its KV budget.
@@ -364,11 +426,12 @@ struct Cell {
     di: usize,
 }
 
-/// A row before it is priced (`Prepared::rows_into` fills every slot).
-const BLANK: Row = Row {
+/// A row before it is priced (`Prepared::rows_into` fills every slot; tests build rows from it).
+pub(crate) const BLANK: Row = Row {
     pp: 0,
     dp: 0,
     tbo: false,
+    nccl_min_nchannels: None,
     batch: 0,
     context: 0,
     proto: Proto::Ll,
@@ -387,7 +450,7 @@ const BLANK: Row = Row {
 const LANES: usize = 8;
 
 impl Prepared<'_> {
-    /// Where row `i` lies, in the grid's nested order: pp × dp × tbo, batch, context, proto × algo,
+    /// Where row `i` lies, in the grid's nested order: pp × dp × tbo × channels, batch, context, proto × algo,
     /// graphs, draft tokens.
     fn cell(&self, i: usize) -> Cell {
         let req = self.req;
@@ -449,6 +512,7 @@ impl Prepared<'_> {
             pp: lay.pp,
             dp: lay.dp,
             tbo: lay.tbo,
+            nccl_min_nchannels: lay.nccl_min_nchannels,
             batch,
             context,
             proto: *proto,

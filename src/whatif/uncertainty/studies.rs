@@ -192,8 +192,8 @@ pub(crate) fn spec_decode_intervals(
 }
 
 /// Tokens/s intervals of every sweep row (in `rows` order), one fast path fitted for the grid
-/// as the sweep fits it (one per pipeline size), each row's draws replayed on its memo
-/// (`sweep --intervals`).
+/// as the sweep fits it (one per layout: pipeline and data-parallel size, overlap, channels),
+/// each row's draws replayed on its memo (`sweep --intervals`).
 pub(crate) fn sweep_intervals(
     req: &crate::whatif::sweep::SweepRequest,
     rows: &[crate::whatif::sweep::Row],
@@ -207,19 +207,17 @@ pub(crate) fn sweep_intervals(
             .collect());
     }
     let mut out = vec![Interval::point(f64::NAN); rows.len()];
-    let mut pps: Vec<(u32, u32)> = rows.iter().map(|r| (r.pp, r.dp)).collect();
-    pps.sort_unstable();
-    pps.dedup();
-    for (pp, dp) in pps {
+    let mut layouts: Vec<_> = rows.iter().map(|r| r.layout_key()).collect();
+    layouts.sort_unstable();
+    layouts.dedup();
+    for key in layouts {
         let (idx, sub): (Vec<usize>, Vec<crate::whatif::sweep::Row>) = rows
             .iter()
             .enumerate()
-            .filter(|(_, r)| (r.pp, r.dp) == (pp, dp))
+            .filter(|(_, r)| r.layout_key() == key)
             .map(|(i, r)| (i, *r))
             .unzip();
-        let mut base = req.base.clone();
-        base.pp = Some(pp);
-        base.dp = Some(dp);
+        let base = sub[0].layout_request(&req.base);
         for (i, v) in idx
             .into_iter()
             .zip(sweep_intervals_at(req, &base, &sub, n, seed)?)
@@ -230,7 +228,7 @@ pub(crate) fn sweep_intervals(
     Ok(out)
 }
 
-/// [`sweep_intervals`] of rows of one pipeline size, `base` the grid's base at that size.
+/// [`sweep_intervals`] of rows of one layout, `base` the grid's base at that layout.
 pub(super) fn sweep_intervals_at(
     req: &crate::whatif::sweep::SweepRequest,
     base: &crate::sim::ScenarioRequest,

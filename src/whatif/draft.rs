@@ -221,7 +221,7 @@ fn check_eagle3_pairing(
             path,
             "hidden_size",
             format!(
-                "the EAGLE-3 draft's hidden size ({hidden}) must equal the target's ({} for {}): the draft reads the target's hidden states",
+                "the draft head's hidden size ({hidden}) must equal the target's ({} for {}): the draft reads the target's hidden states",
                 target.hidden, target.name
             ),
         ));

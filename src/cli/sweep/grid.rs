@@ -3,7 +3,7 @@
 
 use super::{request, SweepArgs};
 use crate::error::{Error, Result};
-use crate::scenario::knobs::{knob, Sweep, KNOBS};
+use crate::scenario::knobs::{knob, Knob, Sweep, KNOBS};
 use crate::whatif::draft::Method;
 
 /// The grid keys of `sweep` itself (speculative decoding): (key, what it takes). The scenario's
@@ -39,13 +39,15 @@ fn grid_keys() -> Vec<(&'static str, String)> {
             (Sweep::List, "batch" | "context" | "pp" | "dp") => {
                 format!("{}: 32, [1, 2, 4] or \"1..=256\"", k.expected)
             }
-            (Sweep::List, "nccl-min-nchannels") => {
+            (Sweep::Layout { .. }, _) if counts(k) => {
                 format!("{}: 8, [2, 8, 32] or \"2,8,32\"", k.expected)
             }
             (Sweep::List, "cuda-graphs") => {
                 "\"on\", \"off\", \"on,off\", true, false or [true, false]".to_string()
             }
-            (Sweep::List, _) => format!("{}: one, a list [\"a\", \"b\"] or \"a,b\"", k.expected),
+            (Sweep::List | Sweep::Layout { .. }, _) => {
+                format!("{}: one, a list [\"a\", \"b\"] or \"a,b\"", k.expected)
+            }
             (Sweep::One, "tp" | "ep" | "redundant-experts") => k.expected.to_string(),
             (Sweep::One, "fuse-allreduce-rms") => "\"on\", \"off\", true or false".to_string(),
             (Sweep::One, _) => format!("{} (string)", k.expected),
@@ -53,6 +55,17 @@ fn grid_keys() -> Vec<(&'static str, String)> {
         Some((k.name(), takes))
     });
     scenario.chain(spec_grid_keys()).collect()
+}
+
+/// A knob whose values are written as numbers (`N`, `BYTES`): a grid file gives them as
+/// TOML integers.
+fn counts(k: &Knob) -> bool {
+    !k.value_name.chars().any(|c| c.is_ascii_lowercase() || c == '|')
+}
+
+/// A knob switched on or off: a grid file may give it as a TOML boolean.
+fn switch(k: &Knob) -> bool {
+    k.value_name == "on|off"
 }
 
 /// One value in the flags' syntax: strings as written, numbers and booleans (on/off for
@@ -63,7 +76,10 @@ fn flag_text(key: &str, v: &toml::Value) -> Option<String> {
         V::String(s) => Some(s.clone()),
         V::Integer(i) => Some(i.to_string()),
         V::Float(f) => Some(f.to_string()),
-        V::Boolean(b) if matches!(key, "cuda-graphs" | "tbo" | "fuse-allreduce-rms") => {
+        V::Boolean(b)
+            if matches!(key, "cuda-graphs" | "fuse-allreduce-rms")
+                || crate::scenario::knobs::find(key).is_some_and(|k| k.sweep.is_layout() && switch(k)) =>
+        {
             Some(if *b { "on" } else { "off" }.into())
         }
         V::Array(items) if !items.is_empty() => items
@@ -87,7 +103,7 @@ fn knob_sweep(key: &str) -> Option<Sweep> {
 fn set_flag(a: &mut SweepArgs, key: &str, v: &toml::Value) -> Result<bool> {
     // Long on purpose: one arm per key a grid file sets; splitting would scatter the table.
     let list_key = matches!(key, "draft-tokens" | "acceptance-per-position")
-        || knob_sweep(key) == Some(Sweep::List);
+        || matches!(knob_sweep(key), Some(Sweep::List | Sweep::Layout { .. }));
     if !list_key && matches!(v, toml::Value::Array(_)) {
         return Ok(false);
     }
@@ -95,6 +111,20 @@ fn set_flag(a: &mut SweepArgs, key: &str, v: &toml::Value) -> Result<bool> {
         return Ok(false);
     };
     let is_str = matches!(v, toml::Value::String(_));
+    // A layout setting: a string or a list, an integer where it counts, a boolean where it is
+    // a switch.
+    if let Some(k) = crate::scenario::knobs::find(key).filter(|k| k.sweep.is_layout()) {
+        let fits = match v {
+            toml::Value::String(_) | toml::Value::Array(_) => true,
+            toml::Value::Integer(_) => counts(k),
+            toml::Value::Boolean(_) => switch(k),
+            _ => false,
+        };
+        if fits {
+            a.layout_axes.set(k, text);
+        }
+        return Ok(fits);
+    }
     match key {
         "model" | "system" | "calibration" | "kv-cache-dtype" | "method" | "draft" if !is_str => {
             return Ok(false)
@@ -123,18 +153,6 @@ fn set_flag(a: &mut SweepArgs, key: &str, v: &toml::Value) -> Result<bool> {
         "dp" => match v {
             toml::Value::Integer(_) | toml::Value::String(_) | toml::Value::Array(_) => {
                 a.dp = Some(text)
-            }
-            _ => return Ok(false),
-        },
-        "nccl-min-nchannels" => match v {
-            toml::Value::Integer(_) | toml::Value::String(_) | toml::Value::Array(_) => {
-                a.nccl_min_nchannels = Some(text)
-            }
-            _ => return Ok(false),
-        },
-        "tbo" => match v {
-            toml::Value::String(_) | toml::Value::Array(_) | toml::Value::Boolean(_) => {
-                a.tbo = Some(text)
             }
             _ => return Ok(false),
         },

@@ -3,7 +3,7 @@
 use crate::error::{Error, Result};
 use crate::report::sweep::{Kind, Writer};
 use crate::report::Format;
-use crate::scenario::knobs::knob;
+use crate::scenario::knobs::{knob, Knob, Value};
 use crate::scenario::Proto;
 use crate::sim::ScenarioRequest;
 use crate::whatif::acceptance::Acceptance;
@@ -13,15 +13,18 @@ use crate::whatif::{parse_f64_list, parse_u32_list};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 
+mod axes;
 mod grid;
+pub use axes::LayoutAxisArgs;
 use grid::grid_args;
 
 /// Most pipeline stages a sweep list may name (each is validated against the system's GPUs and
 /// the model's layers when loaded; this only bounds the list's parsing).
 const MAX_PP: u32 = 1024;
 
-/// The grid flags, which `--grid` replaces (a grid file holds the same keys).
-const GRID_FLAGS: [&str; 23] = [
+/// The grid flags, which `--grid` replaces (a grid file holds the same keys); the layout
+/// settings' flags conflict with it where they are made (`LayoutAxisArgs`).
+const GRID_FLAGS: [&str; 21] = [
     "model",
     "system",
     "tp",
@@ -42,9 +45,7 @@ const GRID_FLAGS: [&str; 23] = [
     "ep",
     "ep_comm",
     "redundant_experts",
-    "tbo",
     "fuse_allreduce_rms",
-    "nccl_min_nchannels",
 ];
 
 #[derive(Debug, Clone, clap::Args)]
@@ -65,9 +66,9 @@ pub struct SweepArgs {
     dp: Option<String>,
     #[arg(long, help = knob("ep").help_text())]
     ep: Option<u32>,
-    /// Two-batch overlap: off, on or both (each its own fitted scenario; a `tbo` column).
-    #[arg(long, help = list_help("tbo", "off, on or off,on (each its own fitted scenario; the rows gain a tbo column)."))]
-    tbo: Option<String>,
+    /// The layout settings' lists (`--tbo`, `--nccl-min-nchannels`, ...), from the knob table.
+    #[command(flatten)]
+    pub(crate) layout_axes: LayoutAxisArgs,
     #[arg(long, help = knob("ep-comm").help_text())]
     ep_comm: Option<String>,
     #[arg(long, help = knob("redundant-experts").help_text())]
@@ -86,8 +87,6 @@ pub struct SweepArgs {
     nccl_proto: String,
     #[arg(long, default_value_t = knob("nccl-algo").default_text(), hide_default_value = true, help = list_help("nccl-algo", "A list of Ring, Tree, auto."))]
     nccl_algo: String,
-    #[arg(long, help = list_help("nccl-min-nchannels", "A list (2,8,32); each count is its own fitted scenario (the rows gain a nccl_min_nchannels column)."))]
-    nccl_min_nchannels: Option<String>,
     #[arg(long, default_value_t = knob("cuda-graphs").default_text(), hide_default_value = true, help = list_help("cuda-graphs", "on, off or on,off."))]
     cuda_graphs: String,
     /// Draft tokens per step (0 = no speculation): a list and/or ranges.
@@ -233,25 +232,14 @@ fn request_with_warnings(a: &SweepArgs) -> Result<(SweepRequest, Vec<String>)> {
     let mut w = Vec::new();
     let base = base_request(a)?;
     let acceptance = acceptance(a)?;
-    let (pp, dp, tbo) = layout_lists(a, &mut w)?;
+    let (pp, dp) = layout_lists(a, &mut w)?;
+    let settings = layout_settings(&a.layout_axes, &mut w)?;
     let num = |x: &u32| x.to_string();
-    let nccl_min_nchannels = match &a.nccl_min_nchannels {
-        Some(text) => dedup(
-            "--nccl-min-nchannels",
-            axis("nccl-min-nchannels", text, |r| {
-                r.comm.nccl_min_nchannels.unwrap_or_default()
-            })?,
-            num,
-            &mut w,
-        ),
-        None => Vec::new(),
-    };
     let req = SweepRequest {
         base,
         pp,
         dp,
-        tbo,
-        nccl_min_nchannels,
+        settings,
         batch: dedup(
             "--batch",
             parse_u32_list(
@@ -336,9 +324,8 @@ fn acceptance(a: &SweepArgs) -> Result<Option<Acceptance>> {
     })
 }
 
-/// The lists that make each layout its own fitted scenario: pp, dp and tbo (each empty when
-/// its flag is absent), without repeats.
-fn layout_lists(a: &SweepArgs, w: &mut Vec<String>) -> Result<(Vec<u32>, Vec<u32>, Vec<bool>)> {
+/// The layout shapes: pp and dp (each empty when its flag is absent), without repeats.
+fn layout_lists(a: &SweepArgs, w: &mut Vec<String>) -> Result<(Vec<u32>, Vec<u32>)> {
     let num = |x: &u32| x.to_string();
     let pp = match &a.pp {
         Some(text) => dedup("--pp", parse_u32_list("--pp", text, 1..=MAX_PP)?, num, w),
@@ -348,16 +335,23 @@ fn layout_lists(a: &SweepArgs, w: &mut Vec<String>) -> Result<(Vec<u32>, Vec<u32
         Some(text) => dedup("--dp", parse_u32_list("--dp", text, 1..=MAX_PP)?, num, w),
         None => Vec::new(),
     };
-    let tbo = match &a.tbo {
-        Some(text) => dedup(
-            "--tbo",
-            axis("tbo", text, |r| r.tbo)?,
-            |b: &bool| if *b { "on" } else { "off" }.to_string(),
-            w,
-        ),
-        None => Vec::new(),
-    };
-    Ok((pp, dp, tbo))
+    Ok((pp, dp))
+}
+
+/// The layout settings' lists given, in the knob table's order, each value read by its knob's
+/// parser, without repeats.
+fn layout_settings(
+    a: &LayoutAxisArgs,
+    w: &mut Vec<String>,
+) -> Result<Vec<(&'static Knob, Vec<Value>)>> {
+    let mut out = Vec::new();
+    for k in LayoutAxisArgs::knobs() {
+        if let Some(text) = a.get(k) {
+            let values = list(k.flag, text, |s| k.parse(s))?;
+            out.push((k, dedup(k.flag, values, |v| v.to_string(), w)));
+        }
+    }
+    Ok(out)
 }
 
 /// The grid's settings that run other than asked: LL128 where NCCL would not take it,

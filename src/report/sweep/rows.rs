@@ -250,67 +250,79 @@ pub(super) fn csv_row_with(out: &mut Vec<u8>, prefix: &[u8], r: &Row, kept: &mut
     kept.numbers.put(out, r);
 }
 
-/// The columns a row gains only where the grid lists their setting (`Meta::tbo`,
-/// `Meta::nccl_min_nchannels`), after dp in this order; a grid without them keeps the columns
-/// and the fast writer (`csv_rows`) of one without.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// The columns a row gains only where the grid lists their layout setting (`Meta::settings`),
+/// after dp in the knob table's order, written per layout once before the rows; a grid without
+/// them keeps the columns and the fast writer (`csv_rows`) of one without.
+#[derive(Debug, Clone, Default, PartialEq)]
 pub(super) struct Listed {
-    pub tbo: bool,
-    pub nccl_min_nchannels: bool,
+    /// The CSV header's names of the columns, each with its comma.
+    header: String,
+    /// Per layout (`Row::layout`): its settings as CSV columns, each with its comma.
+    csv: Vec<Vec<u8>>,
+    /// Per layout: its settings as the JSON object's keys, each with its comma.
+    json: Vec<Vec<u8>>,
+    /// Per layout: the summary's words for its settings other than the default (`tbo on `).
+    words: Vec<String>,
 }
 
 impl Listed {
     pub(super) fn of(meta: &crate::whatif::sweep::Meta) -> Self {
-        Listed {
-            tbo: meta.tbo,
-            nccl_min_nchannels: meta.nccl_min_nchannels,
+        let default = crate::sim::ScenarioRequest::default();
+        let mut l = Listed::default();
+        for k in &meta.settings {
+            l.header.push(',');
+            l.header.push_str(&k.column());
         }
+        for values in &meta.layout_values {
+            let (mut csv, mut json, mut words) = (Vec::new(), Vec::new(), String::new());
+            for (k, v) in meta.settings.iter().zip(values) {
+                csv.push(b',');
+                json.extend_from_slice(format!(",{}:", json_string(&k.column())).as_bytes());
+                match v {
+                    Some(v) => {
+                        csv.extend_from_slice(v.to_string().as_bytes());
+                        json.extend_from_slice(v.json().to_string().as_bytes());
+                    }
+                    None => json.extend_from_slice(b"null"),
+                }
+                if let Some(v) = v.as_ref().filter(|&v| Some(v) != k.get(&default).as_ref()) {
+                    words.push_str(&format!("{} {v} ", k.name()));
+                }
+            }
+            l.csv.push(csv);
+            l.json.push(json);
+            l.words.push(words);
+        }
+        l
     }
 
-    pub(super) fn any(self) -> bool {
-        self.tbo || self.nccl_min_nchannels
+    pub(super) fn any(&self) -> bool {
+        !self.header.is_empty()
     }
 
     /// The CSV header's names of the columns, each with its comma.
-    pub(super) fn header(self) -> String {
-        let mut h = String::new();
-        if self.tbo {
-            h.push_str(",tbo");
-        }
-        if self.nccl_min_nchannels {
-            h.push_str(",nccl_min_nchannels");
-        }
-        h
+    pub(super) fn header(&self) -> &str {
+        &self.header
+    }
+
+    /// The summary's words for row `r`'s listed settings other than the default.
+    pub(super) fn words(&self, r: &Row) -> &str {
+        self.words.get(r.layout as usize).map_or("", String::as_str)
     }
 
     /// Appends the row's listed settings to the row just written: CSV columns after dp, or the
     /// JSON object's keys.
-    pub(super) fn push(self, out: &mut Vec<u8>, kind: Kind, r: &Row) {
+    pub(super) fn push(&self, out: &mut Vec<u8>, kind: Kind, r: &Row) {
         if !self.any() {
             return;
         }
         let end = out.pop();
-        let csv = kind == Kind::Csv;
-        if self.tbo {
-            out.extend_from_slice(match (csv, r.tbo) {
-                (true, true) => b",on".as_slice(),
-                (true, false) => b",off",
-                (false, true) => b",\"tbo\":true",
-                (false, false) => b",\"tbo\":false",
-            });
-        }
-        if self.nccl_min_nchannels {
-            out.extend_from_slice(if csv {
-                b","
-            } else {
-                b",\"nccl_min_nchannels\":"
-            });
-            match r.nccl_min_nchannels {
-                Some(n) => push_u64(out, n as u64),
-                None if csv => {}
-                None => out.extend_from_slice(b"null"),
-            }
-        }
+        let text = if kind == Kind::Csv {
+            &self.csv
+        } else {
+            &self.json
+        };
+        out.extend_from_slice(&text[r.layout as usize]);
         out.extend(end);
     }
 }

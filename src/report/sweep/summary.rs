@@ -3,6 +3,7 @@
 
 use super::csv_header;
 use super::digits::onoff;
+use super::rows::Listed;
 use crate::report::units::{grouped, us};
 use crate::whatif::sweep::{Meta, Row, Summary};
 use crate::whatif::uncertainty::Interval;
@@ -18,6 +19,7 @@ pub fn csv_header_with_intervals() -> String {
 /// The decisions' intervals under the summary: tokens/s p5–p95 of the best rows and the front.
 pub(super) fn summary_intervals(
     s: &Summary,
+    listed: &Listed,
     interval_of: &dyn Fn(&Row) -> Option<Interval>,
 ) -> String {
     use std::fmt::Write;
@@ -31,7 +33,7 @@ pub(super) fn summary_intervals(
                 grouped(i.p5, 1),
                 grouped(i.p95, 1),
                 grouped(i.p50, 1),
-                describe(r)
+                describe(r, listed)
             );
         }
     };
@@ -47,7 +49,8 @@ pub(super) fn summary_intervals(
     out
 }
 
-pub(super) fn describe(r: &Row) -> String {
+/// A row's settings as the summary names them; `listed` the grid's layout settings.
+pub(super) fn describe(r: &Row, listed: &Listed) -> String {
     let mut pp = if r.pp > 1 {
         format!("pp {} ", r.pp)
     } else {
@@ -56,12 +59,7 @@ pub(super) fn describe(r: &Row) -> String {
     if r.dp > 1 {
         pp.push_str(&format!("dp {} ", r.dp));
     }
-    if r.tbo {
-        pp.push_str("tbo on ");
-    }
-    if let Some(n) = r.nccl_min_nchannels {
-        pp.push_str(&format!("nccl-min-nchannels {n} "));
-    }
+    pp.push_str(listed.words(r));
     format!(
         "{pp}batch {} ctx {} {}/{} graphs {} k {}",
         r.batch,
@@ -77,6 +75,7 @@ pub(super) fn describe(r: &Row) -> String {
 pub fn summary(meta: &Meta, s: &Summary, wall_s: f64) -> String {
     use std::fmt::Write;
     let n = s.scenarios;
+    let listed = Listed::of(meta);
     let mut out = format!(
         "sweep: {} scenarios of {} on {} (calibration {}) in {:.3} s ({} scenarios/s)\n",
         grouped(n as f64, 0),
@@ -119,7 +118,7 @@ pub fn summary(meta: &Meta, s: &Summary, wall_s: f64) -> String {
                 grouped(r.tokens_per_s, 1),
                 grouped(r.tokens_per_s_per_user, 1),
                 us(r.step_time_us),
-                describe(&r),
+                describe(&r, &listed),
                 fit_note(&r)
             );
         }
@@ -134,7 +133,7 @@ pub fn summary(meta: &Meta, s: &Summary, wall_s: f64) -> String {
             grouped(r.tokens_per_s_per_user, 1),
             grouped(r.tokens_per_s, 1),
             us(r.step_time_us),
-            describe(&r),
+            describe(&r, &listed),
             fit_note(&r)
         );
     }
@@ -157,7 +156,7 @@ pub fn summary(meta: &Meta, s: &Summary, wall_s: f64) -> String {
             "  {:>12}  {:>12}  {}{}",
             grouped(r.tokens_per_s_per_user, 1),
             grouped(r.tokens_per_s, 1),
-            describe(r),
+            describe(r, &listed),
             fit_note(r)
         );
     }

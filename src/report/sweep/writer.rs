@@ -24,7 +24,7 @@ pub struct Writer<W: Write> {
     /// Intervals on the best rows and the Pareto front (`--intervals`): the rows a decision
     /// is made on, priced once the stream has chosen them.
     pub intervals: Option<DecisionIntervals>,
-    /// The settings rows name only where the grid lists them (`Meta::tbo`, ...).
+    /// The layout settings rows name only where the grid lists them (`Meta::settings`).
     listed: Listed,
 }
 
@@ -63,7 +63,7 @@ impl<W: Write> Output for Writer<W> {
                 let mut h = csv_header();
                 if self.listed.any() {
                     h.pop();
-                    h.push_str(&self.listed.header());
+                    h.push_str(self.listed.header());
                     h.push('\n');
                 }
                 if self.pareto_only && self.intervals.is_some() {
@@ -89,7 +89,7 @@ impl<W: Write> Output for Writer<W> {
 
     fn formatter(&self) -> RowFormat<'static> {
         let (kind, now, prefix) = (self.kind, self.rows_now(), self.prefix.clone());
-        let listed = self.listed;
+        let listed = self.listed.clone();
         Box::new(move |rows: &[Row], out: &mut Vec<u8>| {
             if !now {
                 return;
@@ -219,7 +219,7 @@ impl<W: Write> Output for Writer<W> {
             Kind::Summary => {
                 let mut text = summary(meta, s, self.started.elapsed().as_secs_f64());
                 if iv.is_some() {
-                    text.push_str(&summary_intervals(s, &interval_of));
+                    text.push_str(&summary_intervals(s, &self.listed, &interval_of));
                 }
                 self.put(text.as_bytes())?;
             }

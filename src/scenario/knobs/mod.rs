@@ -206,6 +206,23 @@ pub enum Sweep {
     One,
     /// A list (and, for whole numbers, ranges): one grid axis.
     List,
+    /// A list whose values are each their own fitted scenario (their collectives, their memory),
+    /// the rows gaining the knob's column when the list is given. Such lists nest in the table's
+    /// order, within the pipeline and data-parallel sizes; `sweep`'s flag, its `--grid` key, the
+    /// layouts loaded, the work bound and the columns are all read from the row.
+    Layout {
+        /// The values, plural, as the work bound counts them ("NCCL channel counts").
+        noun: &'static str,
+        /// How to list them, for the flag's help (before the default).
+        how: &'static str,
+    },
+}
+
+impl Sweep {
+    /// Each value its own fitted scenario ([`Sweep::Layout`]).
+    pub fn is_layout(self) -> bool {
+        matches!(self, Sweep::Layout { .. })
+    }
 }
 
 /// One scenario setting.
@@ -254,7 +271,7 @@ impl Knob {
         (self.parse)(text.trim())
     }
     /// Parses a value; the error names the flag, the value and what is expected.
-    fn parse(&self, text: &str) -> Result<Value> {
+    pub(crate) fn parse(&self, text: &str) -> Result<Value> {
         self.parse_value(text).map_err(|why| Error::Flag {
             flag: self.flag,
             value: crate::units::echo(text),

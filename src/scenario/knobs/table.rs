@@ -324,22 +324,6 @@ pub static KNOBS: &[Knob] = &[
         loaded: Some(|s| s.comm.nccl_max_nchannels.map(|n| Value::Whole(n.into()))),
     },
     Knob {
-        flag: "--nccl-min-nchannels",
-        value_name: "N",
-        help: "NCCL_MIN_NCHANNELS: raises NCCL's channels above the count the profile was \
-               measured with (the bytes term shrinks in proportion, no faster than the link; \
-               see the profile's [nccl] section).",
-        expected: "a whole number of channels, 1..=64",
-        // A list in sweeps: each count is its own fitted scenario (its collectives and its
-        // NCCL buffers in memory).
-        sweep: Sweep::List,
-        unset: Some(|| "unset (NCCL's own)".into()),
-        parse: channels,
-        set: |r, v| r.comm.nccl_min_nchannels = Some(take!(v, Value::Whole(n) => n as u32)),
-        get: |r| r.comm.nccl_min_nchannels.map(|n| Value::Whole(n.into())),
-        loaded: Some(|s| s.comm.nccl_min_nchannels.map(|n| Value::Whole(n.into()))),
-    },
-    Knob {
         flag: "--nccl-buffsize",
         value_name: "BYTES",
         help: "NCCL_BUFFSIZE in bytes: the Simple protocol's buffer per peer (matters only for \
@@ -510,12 +494,37 @@ pub static KNOBS: &[Knob] = &[
         help: "Two-batch overlap: the step in two micro-batches, each one's all-to-all \
                overlapping the other's compute; needs --ep-comm rdma-ll.",
         expected: "on or off",
-        // A list in sweeps: the fast path plays each setting (`sim::fast::tbo`).
-        sweep: Sweep::List,
+        // Each setting is its own fitted scenario: the fast path plays it (`sim::fast::tbo`).
+        sweep: Sweep::Layout {
+            noun: "two-batch-overlap settings",
+            how: "off, on or off,on (each its own fitted scenario; the rows gain a tbo column).",
+        },
         unset: None,
         parse: on_off,
         set: |r, v| r.tbo = take!(v, Value::Switch(b) => b),
         get: |r| Some(Value::Switch(r.tbo)),
         loaded: Some(|s| Some(Value::Switch(s.layout.tbo))),
+    },
+    // After --tbo: the layout settings a sweep lists nest in the table's order (overlap outside
+    // the channel counts), and their columns follow it.
+    Knob {
+        flag: "--nccl-min-nchannels",
+        value_name: "N",
+        help: "NCCL_MIN_NCHANNELS: raises NCCL's channels above the count the profile was \
+               measured with (the bytes term shrinks in proportion, no faster than the link; \
+               see the profile's [nccl] section).",
+        expected: "a whole number of channels, 1..=64",
+        // Each count is its own fitted scenario: the channels change the collectives and NCCL's
+        // buffers in memory.
+        sweep: Sweep::Layout {
+            noun: "NCCL channel counts",
+            how: "A list (2,8,32); each count is its own fitted scenario (the rows gain a \
+                  nccl_min_nchannels column).",
+        },
+        unset: Some(|| "unset (NCCL's own)".into()),
+        parse: channels,
+        set: |r, v| r.comm.nccl_min_nchannels = Some(take!(v, Value::Whole(n) => n as u32)),
+        get: |r| r.comm.nccl_min_nchannels.map(|n| Value::Whole(n.into())),
+        loaded: Some(|s| s.comm.nccl_min_nchannels.map(|n| Value::Whole(n.into()))),
     },
 ];

@@ -19,7 +19,11 @@ pub fn prepare<'a>(req: &'a SweepRequest, budget: &Budget<'_>) -> Result<Prepare
         return Err(Error::EmptyGrid);
     }
     req.check_work()?;
-    let loaded = load_scenarios(req)?;
+    let requests = req.layout_requests();
+    let loaded = requests
+        .iter()
+        .map(|r| r.load())
+        .collect::<Result<Vec<_>>>()?;
     let (scenario, profile) = loaded[0].clone();
     let draft = load_draft(req, &scenario)?;
     check_grid_values(req, &loaded, &scenario)?;
@@ -39,9 +43,12 @@ pub fn prepare<'a>(req: &'a SweepRequest, budget: &Budget<'_>) -> Result<Prepare
         calibration: profile.profile.name.clone(),
         scenarios: req.count() as u64,
         include_infeasible: req.include_infeasible,
-        tbo: !req.tbo.is_empty(),
-        nccl_min_nchannels: !req.nccl_min_nchannels.is_empty(),
-        warnings: accuracy_warnings(&layouts),
+        settings: req.settings.iter().map(|(k, _)| *k).collect(),
+        layout_values: requests
+            .iter()
+            .map(|r| req.settings.iter().map(|(k, _)| k.get(r)).collect())
+            .collect(),
+        warnings: accuracy_warnings(&loaded),
     };
     Ok(Prepared {
         req,
@@ -49,48 +56,6 @@ pub fn prepare<'a>(req: &'a SweepRequest, budget: &Budget<'_>) -> Result<Prepare
         mean_len: mean_lengths(req),
         meta,
     })
-}
-
-/// Each pipeline size and data-parallel size loaded and validated as its own scenario
-/// (tp × pp or dp × tp GPUs, layers), in the grid's order: pp, then dp, then tbo, then the NCCL
-/// channel count.
-fn load_scenarios(req: &SweepRequest) -> Result<Vec<(Scenario, CalibrationProfile)>> {
-    let pps: Vec<Option<u32>> = if req.pp.is_empty() {
-        vec![req.base.pp]
-    } else {
-        req.pp.iter().map(|&n| Some(n)).collect()
-    };
-    let dps: Vec<Option<u32>> = if req.dp.is_empty() {
-        vec![req.base.dp]
-    } else {
-        req.dp.iter().map(|&n| Some(n)).collect()
-    };
-    let tbos: Vec<bool> = if req.tbo.is_empty() {
-        vec![req.base.tbo]
-    } else {
-        req.tbo.clone()
-    };
-    let channels: Vec<Option<u32>> = if req.nccl_min_nchannels.is_empty() {
-        vec![req.base.comm.nccl_min_nchannels]
-    } else {
-        req.nccl_min_nchannels.iter().map(|&n| Some(n)).collect()
-    };
-    let mut loaded = Vec::new();
-    for &pp in &pps {
-        for &dp in &dps {
-            for &tbo in &tbos {
-                for &c in &channels {
-                    let mut base = req.base.clone();
-                    base.pp = pp;
-                    base.dp = dp;
-                    base.tbo = tbo;
-                    base.comm.nccl_min_nchannels = c;
-                    loaded.push(base.load()?);
-                }
-            }
-        }
-    }
-    Ok(loaded)
 }
 
 /// The drafter when any draft-token count is above 0, checked at every such count together
@@ -166,8 +131,6 @@ fn fit_layout(
     Ok(Layout {
         pp: scenario.layout.pp_size(),
         dp: scenario.layout.dp_size(),
-        tbo: scenario.layout.tbo,
-        nccl_min_nchannels: scenario.comm.nccl_min_nchannels,
         fast,
         colls,
         launches,
@@ -215,9 +178,9 @@ fn mean_lengths(req: &SweepRequest) -> Vec<f64> {
 /// The grid's scenarios where the fast path is known to read off the timeline's mean over
 /// seeds by more than its 0.5% (measured in docs/internals/fast-path.md, "Where the fast path is
 /// known to read off").
-fn accuracy_warnings(layouts: &[Layout]) -> Vec<String> {
+fn accuracy_warnings(loaded: &[(Scenario, CalibrationProfile)]) -> Vec<String> {
     let mut out = Vec::new();
-    if layouts.iter().any(|l| l.tbo) {
+    if loaded.iter().any(|(s, _)| s.layout.tbo) {
         out.push("--tbo on: the fast path's two-batch overlap agrees with `decodesim simulate` to about 1% (measured: mean 0.2% on short models, 0.6% at full depth, worst 1.2%), not the 0.5% of the other layouts; check a decision that hinges on overlap with `simulate --tbo on`".to_string());
     }
     out

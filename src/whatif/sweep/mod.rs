@@ -12,6 +12,7 @@ use super::draft::Method;
 use crate::category::Category;
 use crate::cost::CalibrationProfile;
 use crate::error::Result;
+use crate::scenario::knobs::{Knob, Value};
 use crate::scenario::{Algo, Proto, Scenario};
 use crate::sim::fast::{Collectives, FastScenario, Launch};
 use crate::sim::ScenarioRequest;
@@ -39,13 +40,11 @@ pub struct SweepRequest {
     /// Data-parallel attention sizes (`--dp`; within each pipeline size, each its own fitted
     /// scenario, EP = DP × TP). Empty: the base request's own.
     pub dp: Vec<u32>,
-    /// Two-batch overlap off and/or on (`--tbo`; within each data-parallel size, each its own
-    /// fitted scenario). Empty: the base request's own, and no `tbo` column.
-    pub tbo: Vec<bool>,
-    /// NCCL_MIN_NCHANNELS counts (`--nccl-min-nchannels`; within each overlap setting, each its
-    /// own fitted scenario: the channels change the collectives and NCCL's buffers in memory).
-    /// Empty: the base request's own, and no `nccl_min_nchannels` column.
-    pub nccl_min_nchannels: Vec<u32>,
+    /// The lists of the layout settings given (`Sweep::Layout` knobs, as `--tbo` and
+    /// `--nccl-min-nchannels`), in the knob table's order: within each data-parallel size, each
+    /// value its own fitted scenario, the earlier knob's lists outside. A knob not listed keeps
+    /// the base request's value and has no column.
+    pub settings: Vec<(&'static Knob, Vec<Value>)>,
     pub batch: Vec<u32>,
     pub context: Vec<u64>,
     pub proto: Vec<Proto>,
@@ -69,10 +68,9 @@ pub struct Row {
     pub pp: u32,
     /// Data-parallel attention ranks (1: none).
     pub dp: u32,
-    /// Two-batch overlap.
-    pub tbo: bool,
-    /// NCCL_MIN_NCHANNELS (None: unset).
-    pub nccl_min_nchannels: Option<u32>,
+    /// The layout the row was priced under: an index into [`SweepRequest::layout_requests`]
+    /// (its layout settings are [`Meta::layout_values`]).
+    pub layout: u32,
     pub batch: u32,
     pub context: u64,
     pub proto: Proto,
@@ -88,26 +86,6 @@ pub struct Row {
     /// Weights, buffers and the KV cache of `batch` sequences of `context + draft_tokens`
     /// tokens fit in the memory vLLM may use (`--gpu-memory-utilization`).
     pub fits: bool,
-}
-
-/// What tells the layouts of a grid apart: pipeline and data-parallel sizes, overlap, channels.
-pub(crate) type LayoutKey = (u32, u32, bool, Option<u32>);
-
-impl Row {
-    /// The layout the row was priced under.
-    pub(crate) fn layout_key(&self) -> LayoutKey {
-        (self.pp, self.dp, self.tbo, self.nccl_min_nchannels)
-    }
-
-    /// `base` at the row's layout (`sweep --intervals` fits each layout again).
-    pub(crate) fn layout_request(&self, base: &ScenarioRequest) -> ScenarioRequest {
-        let mut r = base.clone();
-        r.pp = Some(self.pp);
-        r.dp = Some(self.dp);
-        r.tbo = self.tbo;
-        r.comm.nccl_min_nchannels = self.nccl_min_nchannels;
-        r
-    }
 }
 
 /// The KV cache one rank holds, as vLLM sizes it (`capacity::memory::account`), for one
@@ -139,10 +117,11 @@ pub struct Meta {
     pub calibration: String,
     pub scenarios: u64,
     pub include_infeasible: bool,
-    /// The grid lists two-batch overlap (`--tbo`): rows name it (a `tbo` column).
-    pub tbo: bool,
-    /// The grid lists NCCL_MIN_NCHANNELS: rows name it (a `nccl_min_nchannels` column).
-    pub nccl_min_nchannels: bool,
+    /// The layout settings the grid lists ([`SweepRequest::settings`]): rows name them, a
+    /// column each.
+    pub settings: Vec<&'static Knob>,
+    /// Per layout ([`Row::layout`]), the value of each of `settings` (None: unset).
+    pub layout_values: Vec<Vec<Option<Value>>>,
     /// Where the grid reaches past what the fast path has been held to (the caller prints
     /// them before the rows).
     pub warnings: Vec<String>,
@@ -185,8 +164,7 @@ impl Default for SweepRequest {
         SweepRequest {
             pp: Vec::new(),
             dp: Vec::new(),
-            tbo: Vec::new(),
-            nccl_min_nchannels: Vec::new(),
+            settings: Vec::new(),
             batch: vec![base.batch],
             context: vec![base.context],
             proto: vec![base.proto],
@@ -206,20 +184,21 @@ impl Default for SweepRequest {
 impl SweepRequest {
     /// Scenarios in the grid, without overflow (a product of the lists' lengths).
     pub fn count(&self) -> u128 {
-        [
-            self.pp.len().max(1),
-            self.dp.len().max(1),
-            self.tbo.len().max(1),
-            self.nccl_min_nchannels.len().max(1),
+        let layout_lists = [self.pp.len(), self.dp.len()]
+            .into_iter()
+            .chain(self.settings.iter().map(|(_, v)| v.len()));
+        let lists = [
             self.batch.len(),
             self.context.len(),
             self.proto.len(),
             self.algo.len(),
             self.cuda_graphs.len(),
             self.draft_tokens.len(),
-        ]
-        .iter()
-        .fold(1u128, |n, &l| n.saturating_mul(l as u128))
+        ];
+        layout_lists
+            .map(|l| l.max(1))
+            .chain(lists)
+            .fold(1u128, |n, l| n.saturating_mul(l as u128))
     }
 
     /// [`SweepRequest::count`] as a usize (saturating).
@@ -231,33 +210,40 @@ impl SweepRequest {
         self.count() == 0
     }
 
-    /// The layouts the grid loads (one per pipeline size × data-parallel size × overlap
-    /// setting × channel count): (pp, dp, tbo), once per channel count.
-    fn layout_list(&self) -> Vec<(u32, u32, bool)> {
-        let pps: Vec<u32> = if self.pp.is_empty() {
-            vec![self.base.pp_size()]
+    /// The scenario of each layout the grid loads, in grid order ([`Row::layout`]): per
+    /// pipeline size, per data-parallel size, per value of each layout setting (the earlier
+    /// setting outside), the base request at those values.
+    pub fn layout_requests(&self) -> Vec<ScenarioRequest> {
+        let pps: Vec<Option<u32>> = if self.pp.is_empty() {
+            vec![self.base.pp]
         } else {
-            self.pp.iter().map(|&p| p.max(1)).collect()
+            self.pp.iter().map(|&n| Some(n)).collect()
         };
-        let dps: Vec<u32> = if self.dp.is_empty() {
-            vec![self.base.dp_size()]
+        let dps: Vec<Option<u32>> = if self.dp.is_empty() {
+            vec![self.base.dp]
         } else {
-            self.dp.iter().map(|&d| d.max(1)).collect()
-        };
-        let tbos: Vec<bool> = if self.tbo.is_empty() {
-            vec![self.base.tbo]
-        } else {
-            self.tbo.clone()
+            self.dp.iter().map(|&n| Some(n)).collect()
         };
         let mut out = Vec::new();
         for &pp in &pps {
             for &dp in &dps {
-                for &tbo in &tbos {
-                    for _ in 0..self.nccl_min_nchannels.len().max(1) {
-                        out.push((pp, dp, tbo));
-                    }
-                }
+                let mut r = self.base.clone();
+                r.pp = pp;
+                r.dp = dp;
+                out.push(r);
             }
+        }
+        for (k, values) in &self.settings {
+            out = out
+                .iter()
+                .flat_map(|r| {
+                    values.iter().map(move |v| {
+                        let mut r = r.clone();
+                        k.apply(&mut r, v.clone());
+                        r
+                    })
+                })
+                .collect();
         }
         out
     }
@@ -303,11 +289,12 @@ impl SweepRequest {
         batches.sort_unstable();
         batches.dedup();
         let batch_settings = (self.draft_tokens.len() * self.cuda_graphs.len()) as f64;
-        let layouts = self.layout_list();
+        let layouts = self.layout_requests();
         let (mut total, mut ep_layouts, mut max_ep) = (0.0f64, 0usize, 0u32);
-        for &(pp, dp, tbo) in &layouts {
-            let row = WORK_FAST_SCENARIO * pp as f64 * if tbo { 2.0 } else { 1.0 };
-            let ep = ep_ranks(self.base.ep, dp, self.base.tp);
+        for r in &layouts {
+            let overlap = if r.tbo { 2.0 } else { 1.0 };
+            let row = WORK_FAST_SCENARIO * r.pp_size() as f64 * overlap;
+            let ep = ep_ranks(r.ep, r.dp_size(), r.tp);
             let mut units = WORK_SWEEP_LAYOUT + per_layout_rows * row;
             if ep > 1 {
                 ep_layouts += 1;
@@ -343,24 +330,19 @@ impl SweepRequest {
     /// Refuses a grid above `--max-work` before anything is loaded or priced ([`Self::work`]).
     pub fn check_work(&self) -> Result<()> {
         let n = self.count();
+        let axis = |n: usize, noun: &str| match n {
+            0 | 1 => String::new(),
+            n => format!("{n} {noun} × "),
+        };
+        let mut layout_lists = axis(self.pp.len(), "pipeline sizes");
+        layout_lists.push_str(&axis(self.dp.len(), "data-parallel sizes"));
+        for (k, values) in &self.settings {
+            if let crate::scenario::knobs::Sweep::Layout { noun, .. } = k.sweep {
+                layout_lists.push_str(&axis(values.len(), noun));
+            }
+        }
         let lists = format!(
-            "{}{}{}{}{} batches × {} contexts × {} protocols × {} algorithms × {} graph settings × {} draft-token counts",
-            match self.pp.len() {
-                0 | 1 => String::new(),
-                n => format!("{n} pipeline sizes × "),
-            },
-            match self.dp.len() {
-                0 | 1 => String::new(),
-                n => format!("{n} data-parallel sizes × "),
-            },
-            match self.tbo.len() {
-                0 | 1 => String::new(),
-                n => format!("{n} two-batch-overlap settings × "),
-            },
-            match self.nccl_min_nchannels.len() {
-                0 | 1 => String::new(),
-                n => format!("{n} NCCL channel counts × "),
-            },
+            "{layout_lists}{} batches × {} contexts × {} protocols × {} algorithms × {} graph settings × {} draft-token counts",
             self.batch.len(),
             self.context.len(),
             self.proto.len(),
@@ -397,18 +379,16 @@ type TaskBuffer = (usize, Vec<Row>, Vec<u8>, Vec<bool>);
 /// A sweep loaded and checked, ready to stream.
 pub struct Prepared<'a> {
     req: &'a SweepRequest,
-    /// Per pipeline size, in `req.pp`'s order (one when the grid has no pp list).
+    /// Per layout, in [`SweepRequest::layout_requests`]' order.
     layouts: Vec<Layout>,
     mean_len: Vec<f64>,
     pub meta: Meta,
 }
 
-/// One pipeline size of the grid: its fitted scenario and the settings priced under it.
+/// One layout of the grid: its fitted scenario and the settings priced under it.
 struct Layout {
     pp: u32,
     dp: u32,
-    tbo: bool,
-    nccl_min_nchannels: Option<u32>,
     fast: FastScenario,
     colls: Vec<(Proto, Algo, Collectives)>,
     /// Per CUDA-graph setting: the setting, its launch parameters and its KV budget.
@@ -430,8 +410,7 @@ struct Cell {
 pub(crate) const BLANK: Row = Row {
     pp: 0,
     dp: 0,
-    tbo: false,
-    nccl_min_nchannels: None,
+    layout: 0,
     batch: 0,
     context: 0,
     proto: Proto::Ll,
@@ -450,7 +429,7 @@ pub(crate) const BLANK: Row = Row {
 const LANES: usize = 8;
 
 impl Prepared<'_> {
-    /// Where row `i` lies, in the grid's nested order: pp × dp × tbo × channels, batch, context, proto × algo,
+    /// Where row `i` lies, in the grid's nested order: pp × dp × the layout settings, batch, context, proto × algo,
     /// graphs, draft tokens.
     fn cell(&self, i: usize) -> Cell {
         let req = self.req;
@@ -511,8 +490,7 @@ impl Prepared<'_> {
         Row {
             pp: lay.pp,
             dp: lay.dp,
-            tbo: lay.tbo,
-            nccl_min_nchannels: lay.nccl_min_nchannels,
+            layout: c.lay as u32,
             batch,
             context,
             proto: *proto,

@@ -192,7 +192,7 @@ pub(crate) fn spec_decode_intervals(
 }
 
 /// Tokens/s intervals of every sweep row (in `rows` order), one fast path fitted for the grid
-/// as the sweep fits it (one per layout: pipeline and data-parallel size, overlap, channels),
+/// as the sweep fits it (one per layout: pipeline and data-parallel size, layout settings),
 /// each row's draws replayed on its memo (`sweep --intervals`).
 pub(crate) fn sweep_intervals(
     req: &crate::whatif::sweep::SweepRequest,
@@ -207,20 +207,21 @@ pub(crate) fn sweep_intervals(
             .collect());
     }
     let mut out = vec![Interval::point(f64::NAN); rows.len()];
-    let mut layouts: Vec<_> = rows.iter().map(|r| r.layout_key()).collect();
+    let requests = req.layout_requests();
+    let mut layouts: Vec<u32> = rows.iter().map(|r| r.layout).collect();
     layouts.sort_unstable();
     layouts.dedup();
-    for key in layouts {
+    for lay in layouts {
         let (idx, sub): (Vec<usize>, Vec<crate::whatif::sweep::Row>) = rows
             .iter()
             .enumerate()
-            .filter(|(_, r)| r.layout_key() == key)
+            .filter(|(_, r)| r.layout == lay)
             .map(|(i, r)| (i, *r))
             .unzip();
-        let base = sub[0].layout_request(&req.base);
+        let base = &requests[lay as usize];
         for (i, v) in idx
             .into_iter()
-            .zip(sweep_intervals_at(req, &base, &sub, n, seed)?)
+            .zip(sweep_intervals_at(req, base, &sub, n, seed)?)
         {
             out[i] = v;
         }

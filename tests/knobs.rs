@@ -163,12 +163,44 @@ fn sweep_knobs_reach_the_same_request_through_grid_files_and_flags() {
             "cuda-graphs" => assert_eq!(g.cuda_graphs, vec![want.cuda_graphs]),
             "pp" => assert_eq!(g.pp, vec![want.pp.unwrap()]),
             "dp" => assert_eq!(g.dp, vec![want.dp.unwrap()]),
-            "tbo" => assert_eq!(g.tbo, vec![want.tbo]),
-            "nccl-min-nchannels" => assert_eq!(
-                g.nccl_min_nchannels,
-                vec![want.comm.nccl_min_nchannels.unwrap()]
-            ),
+            _ if k.sweep.is_layout() => {
+                assert_eq!(
+                    g.settings,
+                    vec![(k, vec![k.get(&want).unwrap()])],
+                    "{}",
+                    k.flag
+                )
+            }
             _ => assert_eq!(g.base, want, "{}", k.flag),
+        }
+    }
+}
+
+/// A layout setting costs its knob's row alone: every `Sweep::Layout` knob is a `sweep` flag
+/// and a `--grid` key whose values each make a layout of their own, at the value given.
+#[test]
+fn every_layout_setting_is_a_sweep_flag_and_a_grid_key() {
+    let layout: Vec<_> = KNOBS.iter().filter(|k| k.sweep.is_layout()).collect();
+    assert!(layout.iter().any(|k| k.name() == "tbo"));
+    assert!(layout.iter().any(|k| k.name() == "nccl-min-nchannels"));
+    for k in layout {
+        let v = sample(k.name());
+        let want = k.get(&with(k.name(), v)).unwrap();
+        let flag = format!("--{}", k.name());
+        let grid = temp(
+            &format!("layout-{}.toml", k.name()),
+            &format!("{} = [\"{v}\"]\n", k.column()),
+        );
+        for req in [
+            sweep(&[&flag, v]),
+            sweep(&["--grid", grid.to_str().unwrap()]),
+        ] {
+            assert_eq!(req.settings, vec![(k, vec![want.clone()])], "{}", k.flag);
+            let layouts = req.layout_requests();
+            assert_eq!(layouts.len(), 1, "{}", k.flag);
+            assert_eq!(k.get(&layouts[0]), Some(want.clone()), "{}", k.flag);
+            // The base keeps its own value: the list alone sets the knob.
+            assert_eq!(req.base, ScenarioRequest::default(), "{}", k.flag);
         }
     }
 }

@@ -60,7 +60,9 @@ fn grid_keys() -> Vec<(&'static str, String)> {
 /// A knob whose values are written as numbers (`N`, `BYTES`): a grid file gives them as
 /// TOML integers.
 fn counts(k: &Knob) -> bool {
-    !k.value_name.chars().any(|c| c.is_ascii_lowercase() || c == '|')
+    !k.value_name
+        .chars()
+        .any(|c| c.is_ascii_lowercase() || c == '|')
 }
 
 /// A knob switched on or off: a grid file may give it as a TOML boolean.
@@ -78,7 +80,8 @@ fn flag_text(key: &str, v: &toml::Value) -> Option<String> {
         V::Float(f) => Some(f.to_string()),
         V::Boolean(b)
             if matches!(key, "cuda-graphs" | "fuse-allreduce-rms")
-                || crate::scenario::knobs::find(key).is_some_and(|k| k.sweep.is_layout() && switch(k)) =>
+                || crate::scenario::knobs::find(key)
+                    .is_some_and(|k| k.sweep.is_layout() && switch(k)) =>
         {
             Some(if *b { "on" } else { "off" }.into())
         }

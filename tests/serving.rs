@@ -163,8 +163,21 @@ fn from_bench_serve_prints_measured_beside_predicted() {
     args.extend(files.iter().map(String::as_str));
     let (code, out, err) = decodesim_exit(&args);
     assert_eq!(code, 0, "{err}");
-    assert_eq!(out.matches("predicted").count(), 3, "{out}");
-    assert_eq!(out.matches("measured").count(), 3);
+    let runs = out.split("\nintervals:").next().unwrap();
+    assert_eq!(runs.matches("predicted").count(), 3, "{out}");
+    assert_eq!(runs.matches("measured").count(), 3);
+    // Each replayed result gets its interval, and says whether the measured figures lie in it.
+    let lines: Vec<&str> = out
+        .lines()
+        .filter(|l| l.contains("users (") && l.contains("out tok/s"))
+        .collect();
+    assert_eq!(lines.len(), 3, "{out}");
+    assert!(
+        lines
+            .iter()
+            .all(|l| l.contains("(measured inside)") || l.contains("(measured outside)")),
+        "{out}"
+    );
     // The fixtures were made under moe_efficiency 0.8: the default profile predicts faster.
     let row = out
         .lines()
@@ -257,4 +270,60 @@ fn validate_bench_serve_reports_the_median_errors() {
     let (code, _, err) = decodesim_exit(&["validate"]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("--traces"), "{err}");
+}
+
+/// `serve` prints p5 – p95 of its headline metrics over draws of the step prices (the run's
+/// own steps replayed under each); the point lies inside, `--draws 0` leaves them out, and
+/// fewer than 50 draws are refused.
+#[test]
+fn serve_runs_carry_intervals() {
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "serve",
+            "--concurrency",
+            "1,16",
+            "--num-prompts",
+            "32",
+            "--isl",
+            "512",
+            "--osl",
+            "64",
+            "--format",
+            "json",
+        ];
+        args.extend(extra);
+        decodesim_exit(&args)
+    };
+    let (code, out, err) = run(&[]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let runs = v["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 2);
+    for r in runs {
+        let iv = &r["intervals"];
+        assert_eq!(iv["draws"], 200, "{iv}");
+        for (metric, point) in [
+            ("output_throughput", &r["predicted"]["output_throughput"]),
+            ("tpot_mean_ms", &r["predicted"]["tpot"]["mean_ms"]),
+            ("ttft_mean_ms", &r["predicted"]["ttft"]["mean_ms"]),
+        ] {
+            let (p5, p95, x) = (
+                iv[metric]["p5"].as_f64().unwrap(),
+                iv[metric]["p95"].as_f64().unwrap(),
+                point.as_f64().unwrap(),
+            );
+            // The RTX PRO 6000's step error (σ 0.17 in log) alone spreads every metric.
+            assert!(
+                p5 < x && x < p95 && p95 / p5 > 1.2,
+                "{metric}: {p5} {x} {p95}"
+            );
+        }
+    }
+    let (code, out, err) = run(&["--draws", "0"]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(v["runs"][0]["intervals"].is_null(), "{out}");
+    let (code, _, err) = run(&["--draws", "10"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("--draws"), "{err}");
 }

@@ -7,6 +7,7 @@ use crate::error::{Error, Result};
 use crate::report::serving::{self as report, ServeReport, ServeRow};
 use crate::report::Format;
 use crate::sim::serving::{self, ServeOptions};
+use crate::whatif::uncertainty::{serve_intervals, ServeIntervals};
 use std::path::PathBuf;
 
 #[derive(Debug, clap::Args)]
@@ -49,6 +50,8 @@ pub struct ServeArgs {
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Table)]
     format: Format,
+    #[command(flatten)]
+    intervals: super::intervals::IntervalArgs,
 }
 
 pub fn run(a: ServeArgs) -> Result<()> {
@@ -62,6 +65,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
         &["batch", "context"],
         "a serving run's steps take their batch and contexts from the scheduler",
     );
+    let draws = a.intervals.draws()?;
     let req = a.scenario.request();
     let (s, p) = req.load()?;
     let base = ServeOptions {
@@ -75,10 +79,11 @@ pub fn run(a: ServeArgs) -> Result<()> {
         seed: req.seed,
         bucket_bits: a.bucket_bits,
     };
+    let seed = a.intervals.interval_seed;
     let rows = if a.from_bench_serve.is_empty() {
-        predicted_rows(&s, &p, &base, &a.concurrency)?
+        predicted_rows(&s, &p, &base, &a.concurrency, draws, seed)?
     } else {
-        measured_rows(&req, &base, &a.from_bench_serve)?
+        measured_rows(&req, &base, &a.from_bench_serve, draws, seed)?
     };
     let r = ServeReport {
         scenario: &s,
@@ -98,11 +103,27 @@ pub fn run(a: ServeArgs) -> Result<()> {
     print(&text)
 }
 
+/// The run's intervals over `draws` draws of its step prices (none for 0).
+fn intervals(
+    s: &crate::scenario::Scenario,
+    p: &crate::cost::CalibrationProfile,
+    result: &serving::ServeResult,
+    draws: usize,
+    seed: u64,
+) -> Result<Option<ServeIntervals>> {
+    if draws == 0 {
+        return Ok(None);
+    }
+    serve_intervals(s, p, &result.schedule, draws, seed).map(Some)
+}
+
 fn predicted_rows(
     s: &crate::scenario::Scenario,
     p: &crate::cost::CalibrationProfile,
     base: &ServeOptions,
     concurrency: &[u32],
+    draws: usize,
+    seed: u64,
 ) -> Result<Vec<ServeRow>> {
     concurrency
         .iter()
@@ -111,24 +132,39 @@ fn predicted_rows(
                 concurrency: c,
                 ..base.clone()
             };
+            let result = serving::serve(s, p, &o)?;
             Ok(ServeRow {
-                result: serving::serve(s, p, &o)?,
+                intervals: intervals(s, p, &result, draws, seed)?,
+                result,
                 measured: None,
             })
         })
         .collect()
 }
 
+/// Each saved result replayed under its own recorded settings, its intervals drawn on that
+/// scenario.
 fn measured_rows(
     req: &crate::sim::ScenarioRequest,
     base: &ServeOptions,
     files: &[PathBuf],
+    draws: usize,
+    seed: u64,
 ) -> Result<Vec<ServeRow>> {
-    Ok(crate::validate::serving::replay(req, base, files)?
+    crate::validate::serving::replay(req, base, files)?
         .into_iter()
-        .map(|c| ServeRow {
-            result: c.predicted,
-            measured: Some((c.origin, c.measured)),
+        .map(|c| {
+            let iv = if draws == 0 {
+                None
+            } else {
+                let (s, p) = c.request.load()?;
+                intervals(&s, &p, &c.predicted, draws, seed)?
+            };
+            Ok(ServeRow {
+                result: c.predicted,
+                measured: Some((c.origin, c.measured)),
+                intervals: iv,
+            })
         })
-        .collect())
+        .collect()
 }

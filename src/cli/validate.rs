@@ -132,6 +132,7 @@ fn bench_serve(a: &ValidateArgs) -> Result<()> {
             .map(|c| report::serving::ServeRow {
                 result: c.predicted.clone(),
                 measured: Some((c.origin.clone(), c.measured.clone())),
+                intervals: None,
             })
             .collect(),
     };

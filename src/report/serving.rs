@@ -7,6 +7,7 @@ use crate::calibrate::serving::{MeasuredServe, MeasuredStat};
 use crate::cost::CalibrationProfile;
 use crate::scenario::Scenario;
 use crate::sim::serving::{ServeResult, Summary};
+use crate::whatif::uncertainty::{Interval, ServeIntervals};
 use serde_json::{json, Value};
 
 /// One predicted run, with the measured result it replays when there is one.
@@ -15,6 +16,8 @@ pub struct ServeRow {
     pub result: ServeResult,
     /// Where the result came from (`file line N`) and what it measured.
     pub measured: Option<(String, MeasuredServe)>,
+    /// p5 / p50 / p95 of the headline metrics over draws of the prices (`--draws`).
+    pub intervals: Option<ServeIntervals>,
 }
 
 /// Everything the report shows.
@@ -45,7 +48,50 @@ fn measured_cells(s: &Option<MeasuredStat>) -> Vec<String> {
 }
 
 pub fn render_table(r: &ServeReport) -> String {
-    header(r) + &runs_table(r).render() + &steps_and_warnings(r)
+    header(r) + &runs_table(r).render() + &interval_lines(r) + &steps_and_warnings(r)
+}
+
+/// One line per run with intervals: p5 – p95 of output tokens/s, mean TPOT and mean TTFT, and
+/// whether a measured run's figures lie inside.
+fn interval_lines(r: &ServeReport) -> String {
+    let Some(n) = r.rows.iter().find_map(|x| x.intervals.map(|i| i.draws)) else {
+        return String::new();
+    };
+    let mut out = format!(
+        "
+intervals: p5 – p95 over {n} draws of the step prices, the run's own steps replayed under each
+"
+    );
+    let band =
+        |i: &Interval, digits| format!("{} – {}", grouped(i.p5, digits), grouped(i.p95, digits));
+    for row in &r.rows {
+        let Some(iv) = &row.intervals else { continue };
+        let inside = |i: &Interval, v: Option<f64>| match v {
+            Some(v) if (i.p5..=i.p95).contains(&v) => " (measured inside)",
+            Some(_) => " (measured outside)",
+            None => "",
+        };
+        let m = row.measured.as_ref().map(|(_, m)| m);
+        out += &format!(
+            "  {} users{}: out tok/s {}{}; TPOT mean ms {}{}; TTFT mean ms {}{}{}\n",
+            row.result.options.concurrency,
+            row.measured
+                .as_ref()
+                .map_or(String::new(), |(o, _)| format!(" ({o})")),
+            band(&iv.output_throughput, 1),
+            inside(&iv.output_throughput, m.map(|m| m.output_throughput)),
+            band(&iv.tpot_mean_ms, 2),
+            inside(&iv.tpot_mean_ms, m.and_then(|m| m.tpot.map(|t| t.mean_ms))),
+            band(&iv.ttft_mean_ms, 2),
+            inside(&iv.ttft_mean_ms, m.and_then(|m| m.ttft.map(|t| t.mean_ms))),
+            if iv.from_mean_step {
+                " [every step drawn as the run's mean decode step]"
+            } else {
+                ""
+            }
+        );
+    }
+    out
 }
 
 /// The scenario, the run's settings and the profile.
@@ -222,13 +268,14 @@ pub fn to_json(r: &ServeReport) -> Value {
         "calibration": { "name": r.profile.profile.name, "path": path(&r.profile.path) },
         "runs": r.rows.iter().map(|row| json!({
             "predicted": row.result,
+            "intervals": row.intervals,
             "measured": row.measured.as_ref().map(|(origin, m)| json!({ "origin": origin, "result": m })),
         })).collect::<Vec<_>>(),
     })
 }
 
 pub fn to_csv(r: &ServeReport) -> String {
-    let mut out = String::from("concurrency,input_len,output_len,num_prompts,mean_ttft_ms,median_ttft_ms,p99_ttft_ms,mean_tpot_ms,median_tpot_ms,p99_tpot_ms,mean_itl_ms,median_itl_ms,p99_itl_ms,output_throughput,output_throughput_per_gpu,request_throughput,duration_s,measured_output_throughput,measured_mean_tpot_ms\n");
+    let mut out = String::from("concurrency,input_len,output_len,num_prompts,mean_ttft_ms,median_ttft_ms,p99_ttft_ms,mean_tpot_ms,median_tpot_ms,p99_tpot_ms,mean_itl_ms,median_itl_ms,p99_itl_ms,output_throughput,output_throughput_per_gpu,request_throughput,duration_s,measured_output_throughput,measured_mean_tpot_ms,output_throughput_p5,output_throughput_p95,mean_tpot_ms_p5,mean_tpot_ms_p95,mean_ttft_ms_p5,mean_ttft_ms_p95\n");
     for row in &r.rows {
         let x = &row.result;
         let o = &x.options;
@@ -239,8 +286,20 @@ pub fn to_csv(r: &ServeReport) -> String {
             ),
             None => (String::new(), String::new()),
         };
+        let iv = match &row.intervals {
+            Some(i) => format!(
+                "{:.2},{:.2},{:.3},{:.3},{:.3},{:.3}",
+                i.output_throughput.p5,
+                i.output_throughput.p95,
+                i.tpot_mean_ms.p5,
+                i.tpot_mean_ms.p95,
+                i.ttft_mean_ms.p5,
+                i.ttft_mean_ms.p95
+            ),
+            None => ",,,,,".into(),
+        };
         out += &format!(
-            "{},{},{},{},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.2},{:.2},{:.4},{:.3},{mo},{mt}\n",
+            "{},{},{},{},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.2},{:.2},{:.4},{:.3},{mo},{mt},{iv}\n",
             o.concurrency, o.input_len, o.output_len, o.num_prompts,
             x.ttft.mean_ms, x.ttft.median_ms, x.ttft.p99_ms,
             x.tpot.mean_ms, x.tpot.median_ms, x.tpot.p99_ms,

@@ -18,6 +18,9 @@ pub struct ServingCheck {
     pub origin: String,
     pub predicted: ServeResult,
     pub measured: MeasuredServe,
+    /// The scenario the result was replayed under (the base with its recorded settings).
+    #[serde(skip)]
+    pub request: ScenarioRequest,
 }
 
 /// The median |predicted / measured − 1| of each metric over the results that measured it.
@@ -68,6 +71,7 @@ pub fn replay(
                 origin,
                 predicted,
                 measured: pt.measured,
+                request: r,
             });
         }
     }

@@ -13,6 +13,7 @@ mod scheduler;
 pub mod stats;
 
 pub use price::{bucket, BUCKET_BITS};
+pub use scheduler::RequestSteps;
 pub use stats::Summary;
 
 use crate::cost::CalibrationProfile;
@@ -97,6 +98,21 @@ pub struct ServeResult {
     /// vLLM's "GPU KV cache size" the scheduler's blocks come from, tokens.
     pub kv_cache_tokens: u64,
     pub warnings: Vec<String>,
+    /// The steps the run played, for redrawing their prices (intervals).
+    #[serde(skip)]
+    pub schedule: Schedule,
+}
+
+/// What a run played, step by step: the same steps under other prices give the run those
+/// prices would (the schedule depends on tokens, never on time).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Schedule {
+    /// Each distinct bucketed step shape and its price, µs.
+    pub shapes: Vec<(crate::workload::mixed::MixedStep, f64)>,
+    /// Per step, its shape's index in `shapes`.
+    pub steps: Vec<u32>,
+    /// Per finished request, in finishing order, its life in steps.
+    pub requests: Vec<RequestSteps>,
 }
 
 /// Refuses what the serving run does not model, and settings out of range.
@@ -246,7 +262,7 @@ pub fn serve_lengths(
         num_blocks: account.num_blocks,
     };
     let mut pricer = price::StepPricer::new(s, p, o.bucket_bits);
-    let played = scheduler::play(&lengths, o.concurrency, limits, &mut |st| pricer.price(st))?;
+    let mut played = scheduler::play(&lengths, o.concurrency, limits, &mut |st| pricer.price(st))?;
     let mut warnings: Vec<String> = pricer.warnings.iter().cloned().collect();
     if s.nccl.proto == crate::scenario::Proto::Ll && played.prefill_tokens > 0 {
         warnings.push(format!(
@@ -261,7 +277,12 @@ pub fn serve_lengths(
             played.preemptions
         ));
     }
-    Ok(summarise(
+    let schedule = Schedule {
+        shapes: std::mem::take(&mut pricer.priced),
+        steps: std::mem::take(&mut played.step_shapes),
+        requests: played.requests.iter().map(|r| r.steps).collect(),
+    };
+    let mut r = summarise(
         s,
         o,
         &lengths,
@@ -269,7 +290,9 @@ pub fn serve_lengths(
         pricer.shapes(),
         account.kv_cache_tokens,
         warnings,
-    ))
+    );
+    r.schedule = schedule;
+    Ok(r)
 }
 
 /// The benchmark's metrics of a played run.
@@ -329,6 +352,7 @@ fn summarise(
         shapes_priced: shapes,
         kv_cache_tokens,
         warnings,
+        schedule: Schedule::default(),
     }
 }
 

@@ -38,6 +38,8 @@ pub fn bucket(x: u64, bits: u32) -> u64 {
 pub(super) struct StepPrice {
     pub(super) us: f64,
     pub(super) mode: GraphMode,
+    /// The bucketed shape's index in [`StepPricer::priced`] (the order shapes were first met).
+    pub(super) shape: u32,
 }
 
 /// Prices steps of one scenario, each bucketed shape once.
@@ -46,6 +48,8 @@ pub(super) struct StepPricer<'a> {
     p: &'a CalibrationProfile,
     bits: u32,
     cache: HashMap<MixedStep, StepPrice>,
+    /// Each distinct bucketed shape with its price (µs), in the order first met.
+    pub(super) priced: Vec<(MixedStep, f64)>,
     engine: Engine,
     timeline: Timeline,
     /// The report's notes: those of the first step of each graph mode priced (the rest are
@@ -61,6 +65,7 @@ impl<'a> StepPricer<'a> {
             p,
             bits,
             cache: HashMap::new(),
+            priced: Vec::new(),
             engine: Engine::new(),
             timeline: Timeline::default(),
             warnings: BTreeSet::new(),
@@ -97,7 +102,9 @@ impl<'a> StepPricer<'a> {
         if let Some(p) = self.cache.get(&key) {
             return Ok(*p);
         }
-        let price = self.play(&key)?;
+        let mut price = self.play(&key)?;
+        price.shape = self.priced.len() as u32;
+        self.priced.push((key.clone(), price.us));
         self.cache.insert(key, price);
         Ok(price)
     }
@@ -131,6 +138,7 @@ impl<'a> StepPricer<'a> {
         Ok(StepPrice {
             us: self.timeline.step_time_us(),
             mode,
+            shape: 0,
         })
     }
 }

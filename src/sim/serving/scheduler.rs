@@ -38,6 +38,18 @@ pub(super) struct Finished {
     pub(super) first_token_us: f64,
     pub(super) done_us: f64,
     pub(super) output: u64,
+    /// Steps the run had played when the request was sent, when its first token came out and
+    /// when it finished: the times above are the run's clock after these steps.
+    pub(super) steps: RequestSteps,
+}
+
+/// A request's life in steps played (module doc of [`Played::step_shapes`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RequestSteps {
+    pub sent: u64,
+    pub first_token: u64,
+    pub done: u64,
+    pub output: u64,
 }
 
 /// What the loop played.
@@ -52,6 +64,10 @@ pub(super) struct Played {
     pub(super) prefill_tokens: u64,
     pub(super) preemptions: u64,
     pub(super) duration_us: f64,
+    /// Each step's shape (its index among the priced shapes). The schedule depends on tokens,
+    /// never on time (every client sends its next request when the last one finishes), so the
+    /// same steps with other prices give the run those prices would: what an interval redraws.
+    pub(super) step_shapes: Vec<u32>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -59,6 +75,8 @@ struct Request {
     prompt: u64,
     output: u64,
     arrival_us: f64,
+    sent_step: u64,
+    first_token_step: u64,
     /// Tokens whose KV is in the cache.
     computed: u64,
     /// Tokens to compute before the next token comes out of a prefill (the prompt; after a
@@ -89,6 +107,8 @@ impl Loop<'_> {
             prompt,
             output,
             arrival_us: at_us,
+            sent_step: self.out.steps,
+            first_token_step: 0,
             computed: 0,
             target: prompt,
             generated: 0,
@@ -210,6 +230,7 @@ impl Loop<'_> {
             q.generated += 1;
             if q.first_token_us.is_nan() {
                 q.first_token_us = t;
+                q.first_token_step = self.out.steps;
             } else {
                 self.out.itl_us.push(t - q.last_token_us);
             }
@@ -224,6 +245,12 @@ impl Loop<'_> {
                     first_token_us: q.first_token_us,
                     done_us: t,
                     output: q.output,
+                    steps: RequestSteps {
+                        sent: q.sent_step,
+                        first_token: q.first_token_step,
+                        done: self.out.steps,
+                        output: q.output,
+                    },
                 });
                 if self.reqs.len() < self.lengths.len() {
                     self.issue(t);
@@ -268,6 +295,7 @@ pub(super) fn play(
         let p = price(&step)?;
         t += p.us;
         l.out.steps += 1;
+        l.out.step_shapes.push(p.shape);
         l.out.mode_steps[match p.mode {
             GraphMode::Full => 0,
             GraphMode::Piecewise => 1,
@@ -297,6 +325,7 @@ mod tests {
         Ok(StepPrice {
             us: 1000.0 + step.prefill_tokens() as f64,
             mode: GraphMode::Full,
+            shape: 0,
         })
     }
 

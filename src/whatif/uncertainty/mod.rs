@@ -31,6 +31,7 @@
 mod draws;
 mod model_error;
 mod scenario;
+mod serving;
 mod step_error;
 mod studies;
 
@@ -41,6 +42,7 @@ pub use scenario::{
     scenario_intervals, scenario_intervals_with, speedup_interval, timeline_step_ratios,
 };
 use serde::Serialize;
+pub use serving::{serve_intervals, ServeIntervals};
 pub use step_error::{StepError, STEP_ERROR_DIR};
 pub(crate) use studies::{spec_decode_intervals, sweep_intervals, throughput_interval};
 pub use studies::{vary_intervals, ArmIntervals};

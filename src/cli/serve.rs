@@ -154,12 +154,7 @@ fn measured_rows(
     crate::validate::serving::replay(req, base, files)?
         .into_iter()
         .map(|c| {
-            let iv = if draws == 0 {
-                None
-            } else {
-                let (s, p) = c.request.load()?;
-                intervals(&s, &p, &c.predicted, draws, seed)?
-            };
+            let iv = crate::validate::serving::check_intervals(&c, draws, seed)?;
             Ok(ServeRow {
                 result: c.predicted,
                 measured: Some((c.origin, c.measured)),

@@ -121,7 +121,13 @@ fn bench_serve(a: &ValidateArgs) -> Result<()> {
         ..Default::default()
     };
     let base = crate::sim::serving::ServeOptions::default();
-    let v = crate::validate::serving::validate_serving(&req, &base, &a.bench_serve)?;
+    let v = crate::validate::serving::validate_serving(
+        &req,
+        &base,
+        &a.bench_serve,
+        a.intervals.draws()?,
+        a.intervals.interval_seed,
+    )?;
     let (s, p) = req.load()?;
     let r = report::serving::ServeReport {
         scenario: &s,
@@ -129,10 +135,11 @@ fn bench_serve(a: &ValidateArgs) -> Result<()> {
         rows: v
             .runs
             .iter()
-            .map(|c| report::serving::ServeRow {
+            .zip(&v.intervals)
+            .map(|(c, iv)| report::serving::ServeRow {
                 result: c.predicted.clone(),
                 measured: Some((c.origin.clone(), c.measured.clone())),
-                intervals: None,
+                intervals: *iv,
             })
             .collect(),
     };
@@ -144,8 +151,9 @@ fn bench_serve(a: &ValidateArgs) -> Result<()> {
             })? + "\n"),
         ),
         Format::Csv => print(&report::serving::to_csv(&r)),
-        Format::Table => {
-            print(&(report::serving::render_table(&r) + &report::serving::error_lines(&v.errors)))
-        }
+        Format::Table => print(
+            &(report::serving::render_table(&r)
+                + &report::serving::error_lines(&v.errors, v.coverage)),
+        ),
     }
 }

@@ -311,13 +311,23 @@ pub fn to_csv(r: &ServeReport) -> String {
 }
 
 /// `validate --bench-serve`'s summary: the median |error| of each metric over the results.
-pub fn error_lines(e: &crate::validate::serving::ServingErrors) -> String {
+pub fn error_lines(
+    e: &crate::validate::serving::ServingErrors,
+    coverage: Option<(usize, usize)>,
+) -> String {
     let show = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{:.1}%", 100.0 * v));
-    format!(
+    let mut out = format!(
         "\nmedian |predicted / measured - 1| over the results: mean TPOT {}, median TPOT {}, mean TTFT {}, output throughput {}\n",
         show(e.mean_tpot),
         show(e.median_tpot),
         show(e.mean_ttft),
         show(e.output_throughput)
-    )
+    );
+    if let Some((k, n)) = coverage {
+        out += &format!(
+            "coverage: {k} of {n} measured figures (output tokens/s, mean TPOT, mean TTFT of each result) inside p5 – p95 ({:.1}%)\n",
+            100.0 * k as f64 / n.max(1) as f64
+        );
+    }
+    out
 }

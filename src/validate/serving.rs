@@ -8,6 +8,7 @@ use crate::calibrate::serving::{self as bench, MeasuredServe};
 use crate::error::{Error, Result};
 use crate::sim::serving::{ServeOptions, ServeResult};
 use crate::sim::ScenarioRequest;
+use crate::whatif::uncertainty::{serve_intervals, ServeIntervals};
 use serde::Serialize;
 use std::path::PathBuf;
 
@@ -36,6 +37,11 @@ pub struct ServingErrors {
 pub struct ServingValidation {
     pub runs: Vec<ServingCheck>,
     pub errors: ServingErrors,
+    /// Per result, p5 – p95 of its headline metrics (None with no draws).
+    pub intervals: Vec<Option<ServeIntervals>>,
+    /// Of the measured figures (output tokens/s, mean TPOT, mean TTFT of every result), how
+    /// many lie inside their p5 – p95, and how many there are.
+    pub coverage: Option<(usize, usize)>,
 }
 
 /// Every result of `files` replayed under `req` with the settings it records (`--metadata`:
@@ -78,13 +84,53 @@ pub fn replay(
     Ok(out)
 }
 
-/// [`replay`] and the median errors.
+/// A result's intervals, drawn under its own recorded settings (none for 0 draws).
+pub fn check_intervals(
+    c: &ServingCheck,
+    draws: usize,
+    seed: u64,
+) -> Result<Option<ServeIntervals>> {
+    if draws == 0 {
+        return Ok(None);
+    }
+    let (s, p) = c.request.load()?;
+    serve_intervals(&s, &p, &c.predicted.schedule, draws, seed).map(Some)
+}
+
+/// Of a result's measured output tokens/s, mean TPOT and mean TTFT: (inside p5 – p95, stated).
+fn inside(c: &ServingCheck, iv: &ServeIntervals) -> (usize, usize) {
+    let m = &c.measured;
+    let pairs = [
+        (Some(m.output_throughput), iv.output_throughput),
+        (m.tpot.map(|t| t.mean_ms), iv.tpot_mean_ms),
+        (m.ttft.map(|t| t.mean_ms), iv.ttft_mean_ms),
+    ];
+    pairs.iter().fold((0, 0), |(k, n), (v, i)| match v {
+        Some(v) => (k + usize::from((i.p5..=i.p95).contains(v)), n + 1),
+        None => (k, n),
+    })
+}
+
+/// [`replay`], the median errors, and (with draws) each result's intervals and how many
+/// measured figures they hold.
 pub fn validate_serving(
     req: &ScenarioRequest,
     base: &ServeOptions,
     files: &[PathBuf],
+    draws: usize,
+    seed: u64,
 ) -> Result<ServingValidation> {
     let runs = replay(req, base, files)?;
+    let intervals = runs
+        .iter()
+        .map(|c| check_intervals(c, draws, seed))
+        .collect::<Result<Vec<_>>>()?;
+    let coverage = (draws > 0).then(|| {
+        runs.iter()
+            .zip(&intervals)
+            .filter_map(|(c, iv)| iv.as_ref().map(|iv| inside(c, iv)))
+            .fold((0, 0), |(k, n), (a, b)| (k + a, n + b))
+    });
     let median = |f: &dyn Fn(&ServingCheck) -> Option<(f64, f64)>| {
         let mut e: Vec<f64> = runs
             .iter()
@@ -115,5 +161,10 @@ pub fn validate_serving(
             Some((c.predicted.output_throughput, c.measured.output_throughput))
         }),
     };
-    Ok(ServingValidation { runs, errors })
+    Ok(ServingValidation {
+        runs,
+        errors,
+        intervals,
+        coverage,
+    })
 }

@@ -50,6 +50,49 @@ pub(crate) fn render(v: &Validation) -> String {
     out.push_str(&checks(v));
     out.push_str(&measured_line(v));
     out.push('\n');
+    out.push_str(&results_table(v).render());
+    out.push('\n');
+    out.push_str(&summary_line("summary", &v.summary));
+    if let Some(iv) = &v.intervals {
+        out.push_str(&intervals(iv));
+    }
+    if let Some(a) = &v.anchor {
+        out.push_str(&format!(
+            "\nsingle anchor: calibrated from {} only, then predicted\n",
+            a.anchor
+        ));
+        let mut t = Table::new(&[
+            "configuration",
+            "batch",
+            "measured (µs)",
+            "predicted (µs)",
+            "error",
+        ]);
+        for (name, batch, m, p, e) in &a.results {
+            t.row(vec![
+                name.clone(),
+                batch.to_string(),
+                us(*m),
+                us(*p),
+                signed_pct(*e),
+            ]);
+        }
+        out.push_str(&t.render());
+        out.push('\n');
+        if let Some(b) = &a.band {
+            out.push_str(&summary_line(
+                "anchor, same context and setting, batch within 16x",
+                b,
+            ));
+        }
+        out.push_str(&summary_line("anchor, all configurations", &a.all));
+    }
+    out
+}
+
+/// One row per configuration: its step measured (and profiled, where replays give the
+/// measured one), predicted, the error, the categories' share errors and the waiting.
+fn results_table(v: &Validation) -> Table {
     let replays = v.results.iter().any(|r| r.from_replays);
     let mut head = vec!["configuration", "ranks", "layers", "measured (µs)"];
     if replays {
@@ -93,44 +136,7 @@ pub(crate) fn render(v: &Validation) -> String {
                 .collect(),
         );
     }
-    out.push_str(&t.render());
-    out.push('\n');
-    out.push_str(&summary_line("summary", &v.summary));
-    if let Some(iv) = &v.intervals {
-        out.push_str(&intervals(iv));
-    }
-    if let Some(a) = &v.anchor {
-        out.push_str(&format!(
-            "\nsingle anchor: calibrated from {} only, then predicted\n",
-            a.anchor
-        ));
-        let mut t = Table::new(&[
-            "configuration",
-            "batch",
-            "measured (µs)",
-            "predicted (µs)",
-            "error",
-        ]);
-        for (name, batch, m, p, e) in &a.results {
-            t.row(vec![
-                name.clone(),
-                batch.to_string(),
-                us(*m),
-                us(*p),
-                signed_pct(*e),
-            ]);
-        }
-        out.push_str(&t.render());
-        out.push('\n');
-        if let Some(b) = &a.band {
-            out.push_str(&summary_line(
-                "anchor, same context and setting, batch within 16x",
-                b,
-            ));
-        }
-        out.push_str(&summary_line("anchor, all configurations", &a.all));
-    }
-    out
+    t
 }
 
 /// Which step each prediction is held against: unprofiled replays where the step-times file
@@ -197,6 +203,33 @@ fn intervals(iv: &IntervalCheck) -> String {
     out
 }
 
+/// The CSV's columns (`to_csv`).
+const CSV_COLUMNS: [&str; 23] = [
+    "configuration",
+    "batch",
+    "context",
+    "setting",
+    "ranks",
+    "layers",
+    "excluded_steps",
+    "measured_step_us",
+    "measured_from",
+    "profiled_step_us",
+    "predicted_step_us",
+    "step_error",
+    "mean_share_error",
+    "max_share_error",
+    "max_share_category",
+    "measured_wait_share",
+    "predicted_wait_share",
+    "anchor_predicted_step_us",
+    "anchor_step_error",
+    "interval_p5_us",
+    "interval_p50_us",
+    "interval_p95_us",
+    "inside_interval",
+];
+
 /// One row per configuration, raw numbers (µs, fractions); the single-anchor prediction when
 /// there is one, then the step's interval and whether the measured step lies in it (empty with
 /// `--draws 0`).
@@ -212,32 +245,7 @@ pub(crate) fn to_csv(v: &Validation) -> Result<String> {
         what: "CSV report",
         message: e.to_string(),
     };
-    w.write_record([
-        "configuration",
-        "batch",
-        "context",
-        "setting",
-        "ranks",
-        "layers",
-        "excluded_steps",
-        "measured_step_us",
-        "measured_from",
-        "profiled_step_us",
-        "predicted_step_us",
-        "step_error",
-        "mean_share_error",
-        "max_share_error",
-        "max_share_category",
-        "measured_wait_share",
-        "predicted_wait_share",
-        "anchor_predicted_step_us",
-        "anchor_step_error",
-        "interval_p5_us",
-        "interval_p50_us",
-        "interval_p95_us",
-        "inside_interval",
-    ])
-    .map_err(err)?;
+    w.write_record(CSV_COLUMNS).map_err(err)?;
     let intervals: BTreeMap<&str, &crate::validate::CaseInterval> = v
         .intervals
         .iter()

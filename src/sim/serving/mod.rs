@@ -264,19 +264,7 @@ pub fn serve_lengths(
     let mut pricer = price::StepPricer::new(s, p, o.bucket_bits);
     let mut played = scheduler::play(&lengths, o.concurrency, limits, &mut |st| pricer.price(st))?;
     let mut warnings: Vec<String> = pricer.warnings.iter().cloned().collect();
-    if s.nccl.proto == crate::scenario::Proto::Ll && played.prefill_tokens > 0 {
-        warnings.push(format!(
-            "--nccl-proto LL: the prefill steps' all-reduces (up to {} tokens x {} x 2 bytes) are priced at NCCL's LL protocol, which NCCL's own choice keeps for small messages; pass --nccl-proto auto unless the server sets NCCL_PROTO=LL",
-            o.max_num_batched_tokens, s.model.hidden
-        ));
-    }
-    if played.preemptions > 0 {
-        warnings.push(format!(
-            "the KV cache ({} tokens) ran out: {} preemption(s), each recomputing its request's prompt and output so far",
-            crate::units::grouped(account.kv_cache_tokens as f64, 0),
-            played.preemptions
-        ));
-    }
+    warnings.extend(run_warnings(s, o, &played, account.kv_cache_tokens));
     let schedule = Schedule {
         shapes: std::mem::take(&mut pricer.priced),
         steps: std::mem::take(&mut played.step_shapes),
@@ -293,6 +281,30 @@ pub fn serve_lengths(
     );
     r.schedule = schedule;
     Ok(r)
+}
+
+/// What the run itself warns of: LL-priced prefill all-reduces, preemptions.
+fn run_warnings(
+    s: &Scenario,
+    o: &ServeOptions,
+    played: &scheduler::Played,
+    kv_cache_tokens: u64,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    if s.nccl.proto == crate::scenario::Proto::Ll && played.prefill_tokens > 0 {
+        out.push(format!(
+            "--nccl-proto LL: the prefill steps' all-reduces (up to {} tokens x {} x 2 bytes) are priced at NCCL's LL protocol, which NCCL's own choice keeps for small messages; pass --nccl-proto auto unless the server sets NCCL_PROTO=LL",
+            o.max_num_batched_tokens, s.model.hidden
+        ));
+    }
+    if played.preemptions > 0 {
+        out.push(format!(
+            "the KV cache ({} tokens) ran out: {} preemption(s), each recomputing its request's prompt and output so far",
+            crate::units::grouped(kv_cache_tokens as f64, 0),
+            played.preemptions
+        ));
+    }
+    out
 }
 
 /// The benchmark's metrics of a played run.

@@ -288,7 +288,12 @@ pub static KNOBS: &[Knob] = &[
             "Tensor-parallel all-reduce: NCCL, vLLM's custom kernel (an error where vLLM refuses \
                it), or vLLM's own dispatch for the GPU and topology (8x PCIe: NCCL).",
         expected: "nccl, custom or auto",
-        sweep: Sweep::No,
+        // Each choice is its own fitted scenario: it changes which kernel every all-reduce is.
+        sweep: Sweep::Layout {
+            noun: "all-reduce choices",
+            how: "A list (nccl,custom); each choice is its own fitted scenario (the rows gain an \
+                  allreduce column).",
+        },
         unset: None,
         parse: |t| named(t, Value::Allreduce),
         set: |r, v| r.comm.allreduce = take!(v, Value::Allreduce(a) => a),

@@ -306,6 +306,28 @@ fn validate_takes_step_times_from_a_file_and_refuses_a_bad_one() {
             assert_eq!(measured, profiled);
         }
     }
+    // A row naming no captured configuration is named back (a misspelt configuration).
+    let typo = dir.join("typo.csv");
+    std::fs::write(
+        &typo,
+        "configuration,step_us\nrefstep_b1_c1024_default,1494.0\nrefstep_b1_c1024_defualt,1494.0\n",
+    )
+    .unwrap();
+    let (ok, out, err) = decodesim(&[
+        "validate",
+        "--traces",
+        traces.to_str().unwrap(),
+        "--step-times",
+        typo.to_str().unwrap(),
+        "--draws",
+        "0",
+    ]);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("(1 of 54 configurations")
+            && out.contains("no traces here (misspelt?): refstep_b1_c1024_defualt"),
+        "{out}"
+    );
     let bad = dir.join("bad.csv");
     std::fs::write(
         &bad,

@@ -144,10 +144,19 @@ fn results_table(v: &Validation) -> Table {
 fn measured_line(v: &Validation) -> String {
     let n = v.results.iter().filter(|r| r.from_replays).count();
     match &v.step_times {
-        Some(f) => format!(
-            "measured: the unprofiled step of {f} ({n} of {} configurations; the rest their trace's); profiled: the trace's step, which the profiler lengthens (the categories' shares come from it)\n",
-            v.results.len()
-        ),
+        Some(f) => {
+            let mut line = format!(
+                "measured: the unprofiled step of {f} ({n} of {} configurations; the rest their trace's); profiled: the trace's step, which the profiler lengthens (the categories' shares come from it)\n",
+                v.results.len()
+            );
+            if !v.step_times_unmatched.is_empty() {
+                line += &format!(
+                    "  {f} names configurations with no traces here (misspelt?): {}\n",
+                    v.step_times_unmatched.join(", ")
+                );
+            }
+            line
+        }
         None => "measured: each trace's profiled step (no step_times.csv beside the traces: the profiler lengthens short steps)\n".into(),
     }
 }

@@ -177,6 +177,8 @@ pub struct Validation {
     pub profile: String,
     /// The unprofiled step times the predictions were held against, if any.
     pub step_times: Option<String>,
+    /// Configurations the step-times file names that have no traces (a misspelt name).
+    pub step_times_unmatched: Vec<String>,
     pub results: Vec<CaseResult>,
     pub summary: Summary,
     pub anchor: Option<AnchorReport>,
@@ -489,6 +491,12 @@ pub(crate) fn validate_with(
     Ok(Validation {
         profile: profile_path.display().to_string(),
         step_times: times.path.as_deref().map(crate::units::path),
+        step_times_unmatched: times
+            .us
+            .keys()
+            .filter(|k| !results.iter().any(|r| &r.case.name == *k))
+            .cloned()
+            .collect(),
         results,
         summary,
         anchor,

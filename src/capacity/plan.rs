@@ -169,6 +169,10 @@ fn failed(c: &Candidate, limit: Limit, note: String) -> PlanRow {
     }
 }
 
+/// Long because: the usable points, the replicas, the operating point and the row are worked
+/// out in turn, each from the ones before; split, every step would take the others' values as
+/// arguments.
+///
 /// Evaluates one candidate (see the module notes).
 fn evaluate(c: &Candidate, t: &Target) -> PlanRow {
     if c.max_concurrency == 0 {

@@ -93,57 +93,10 @@ pub(crate) fn one_line(s: &str) -> String {
 /// `--verbose` and the JSON output.
 pub(crate) fn provenance_summary(provenance: &str) -> String {
     let chars: Vec<char> = provenance.chars().collect();
-    // Only matched parentheses nest: a provenance clipped inside an aside leaves one open, and
-    // the text from an unmatched `(` on is dropped from its head.
-    let mut matched = vec![false; chars.len()];
-    let mut open = Vec::new();
-    for (i, &c) in chars.iter().enumerate() {
-        match c {
-            '(' => open.push(i),
-            ')' => {
-                if let Some(o) = open.pop() {
-                    matched[o] = true;
-                    matched[i] = true;
-                }
-            }
-            _ => {}
-        }
-    }
+    let matched = matched_parens(&chars);
     let mut heads: Vec<String> = Vec::new();
     let (mut depth, mut start) = (0i32, 0usize);
     let mut head_end: Option<usize> = None;
-    let push_head = |from: usize, to: usize, heads: &mut Vec<String>| {
-        let mut short = String::new();
-        let (mut depth, mut aside) = (0i32, String::new());
-        for i in from..to {
-            let c = chars[i];
-            if c == '(' && !matched[i] {
-                break;
-            }
-            if c == '(' {
-                depth += 1;
-            }
-            if depth > 0 {
-                aside.push(c);
-            } else {
-                short.push(c);
-            }
-            if c == ')' && matched[i] {
-                depth -= 1;
-                if depth == 0 {
-                    // Long asides (a fallback's own provenance) stay for --verbose.
-                    if aside.chars().count() <= 40 {
-                        short.push_str(&aside);
-                    }
-                    aside.clear();
-                }
-            }
-        }
-        let short = one_line(&short);
-        if !short.is_empty() && !heads.contains(&short) {
-            heads.push(short);
-        }
-    };
     // One step past the end (`None`) closes the last clause.
     for (i, c) in chars.iter().copied().map(Some).chain([None]).enumerate() {
         match c {
@@ -154,7 +107,10 @@ pub(crate) fn provenance_summary(provenance: &str) -> String {
             }
             Some(';') | None if depth == 0 || c.is_none() => {
                 if let Some(e) = head_end.take() {
-                    push_head(start, e, &mut heads);
+                    let short = clause_head(&chars[start..e], &matched[start..e]);
+                    if !short.is_empty() && !heads.contains(&short) {
+                        heads.push(short);
+                    }
                 }
                 start = i + 1;
             }
@@ -177,6 +133,57 @@ pub(crate) fn provenance_summary(provenance: &str) -> String {
         out.push_str(h);
     }
     out
+}
+
+/// Which of `chars` are parentheses with a partner. Only matched parentheses nest: a provenance
+/// clipped inside an aside leaves one open, and the text from an unmatched `(` on is dropped
+/// from its head.
+fn matched_parens(chars: &[char]) -> Vec<bool> {
+    let mut matched = vec![false; chars.len()];
+    let mut open = Vec::new();
+    for (i, &c) in chars.iter().enumerate() {
+        match c {
+            '(' => open.push(i),
+            ')' => {
+                if let Some(o) = open.pop() {
+                    matched[o] = true;
+                    matched[i] = true;
+                }
+            }
+            _ => {}
+        }
+    }
+    matched
+}
+
+/// One clause's head on one line, with its short asides and without its long ones.
+fn clause_head(chars: &[char], matched: &[bool]) -> String {
+    let mut short = String::new();
+    let (mut depth, mut aside) = (0i32, String::new());
+    for (&c, &m) in chars.iter().zip(matched) {
+        if c == '(' && !m {
+            break;
+        }
+        if c == '(' {
+            depth += 1;
+        }
+        if depth > 0 {
+            aside.push(c);
+        } else {
+            short.push(c);
+        }
+        if c == ')' && m {
+            depth -= 1;
+            if depth == 0 {
+                // Long asides (a fallback's own provenance) stay for --verbose.
+                if aside.chars().count() <= 40 {
+                    short.push_str(&aside);
+                }
+                aside.clear();
+            }
+        }
+    }
+    one_line(&short)
 }
 
 /// `path` relative to the data root for bundled files (`models/kimi-k2.5.json`), else

@@ -30,6 +30,10 @@ pub(crate) struct Attribution {
     pub(crate) busy_us: [f64; N],
 }
 
+/// Long because: the sweep closure owns the running-category state that both event orders
+/// (merged lanes, sorted events) feed; split, that state would be threaded through calls on the
+/// simulator's hot path.
+///
 /// Sweep-line attribution of `intervals` over a window. `scratch` is reused between calls so the
 /// simulator's hot path does not allocate.
 pub(crate) fn attribute(

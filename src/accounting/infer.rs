@@ -189,7 +189,13 @@ pub fn infer_scenario(s: &TraceSummary) -> Inferred {
     });
     let ranks = out.ranks.as_ref().map_or(1, |r| r.value);
 
-    // Layers, from the first rank with decode steps.
+    infer_layers(s, ranks, &mut out);
+    infer_batch_context(s, &mut out);
+    out
+}
+
+/// Layers, from the first rank with decode steps.
+fn infer_layers(s: &TraceSummary, ranks: u32, out: &mut Inferred) {
     let decode =
         |r: &&super::summary::RankSummary| r.selected_steps().any(|st| st.kind == StepKind::Decode);
     let first = s.ranks.iter().find(decode).or(s.ranks.first());
@@ -210,8 +216,10 @@ pub fn infer_scenario(s: &TraceSummary) -> Inferred {
         )),
         None => out.unknown.push("layers: no steps".into()),
     }
+}
 
-    // Batch and context, from the decode-step annotations of every rank.
+/// Batch and context, from the decode-step annotations of every rank.
+fn infer_batch_context(s: &TraceSummary, out: &mut Inferred) {
     let parsed: Vec<(u32, Option<u64>, &str)> = s
         .ranks
         .iter()
@@ -252,7 +260,6 @@ pub fn infer_scenario(s: &TraceSummary) -> Inferred {
                 .push("context: no decode-step annotation".into());
         }
     }
-    out
 }
 
 impl Inferred {

@@ -319,85 +319,94 @@ fn custom_allreduce(
     system: &str,
     notes: &mut Vec<String>,
 ) -> Option<CustomAllreduce> {
-    let mut fit = |mode: &str| -> Option<CustomArLaw> {
-        let mut rows = Vec::new();
-        let mut ranks = Vec::new();
-        for n in [2u32, 4, 6, 8, 16] {
-            if !(nvlink || n == 2) {
-                continue;
-            }
-            let Some(c) = t.custom_curve(mode, n) else {
-                continue;
-            };
-            ranks.push(n);
-            for &(b, us) in c.iter().filter(|r| r.0 < CUSTOM_AR_MAX_SIZE as f64) {
-                rows.push((n, b, us));
-            }
-        }
-        let multi = ranks.len() > 1;
-        let x: Vec<Vec<f64>> = rows
-            .iter()
-            .map(|&(n, b, _)| {
-                let sb = stage_bytes(n, b as u64) / 1e3;
-                if multi {
-                    vec![1.0, (n - 1) as f64, sb]
-                } else {
-                    vec![1.0, sb]
-                }
-            })
-            .collect();
-        let y: Vec<f64> = rows.iter().map(|r| r.2).collect();
-        // Relative errors: small messages (a few µs) count as much as large ones.
-        let w: Vec<f64> = y.iter().map(|v| 1.0 / (v * v)).collect();
-        let f = weighted_least_squares(&x, &y, &w)?;
-        let (base, per_rank, inv_bw) = if multi {
-            (f.coef[0], f.coef[1], f.coef[2])
-        } else {
-            (f.coef[0], 0.0, f.coef[1])
-        };
-        if !(base >= 0.0 && per_rank >= 0.0 && inv_bw > 0.0) {
-            notes.push(format!(
-                "custom_allreduce.csv {mode}: the law fit is unphysical (base {base:.2} µs, per rank {per_rank:.2} µs, 1/bw {inv_bw:.3e}); not written"
-            ));
-            return None;
-        }
-        let lo = rows.iter().map(|r| r.1).fold(f64::INFINITY, f64::min);
-        let hi = rows.iter().map(|r| r.1).fold(0.0, f64::max);
-        let pred_err: Vec<f64> = rows
-            .iter()
-            .zip(&x)
-            .map(|(r, xi)| {
-                let p: f64 = xi.iter().zip(&f.coef).map(|(a, b)| a * b).sum();
-                (p / r.2 - 1.0).abs()
-            })
-            .collect();
-        let mut e = pred_err.clone();
-        e.sort_by(f64::total_cmp);
-        let median = e.get(e.len() / 2).copied().unwrap_or(0.0);
-        Some(CustomArLaw {
-            base_us: base,
-            per_rank_us: per_rank,
-            bw_gbps: 1.0 / inv_bw,
-            measured_nranks: ranks.clone(),
-            measured_bytes: Some([lo, hi]),
-            source: format!(
-                "fitted: AIConfigurator custom_allreduce.csv ({system}), vLLM {mode} mode, {} rows below max_size at {ranks:?} ranks (where vLLM ran its custom kernel), median |rel err| {:.1}%{}",
-                rows.len(),
-                median * 100.0,
-                if multi { "" } else { "; one world size cannot separate the per-rank latency (0)" }
-            ),
-        })
-    };
     if !t.has("custom_allreduce.csv") {
         return None;
     }
-    let graph = fit("graph")?;
-    let eager = fit("eager");
+    let graph = custom_ar_law(t, nvlink, system, notes, "graph")?;
+    let eager = custom_ar_law(t, nvlink, system, notes, "eager");
     Some(CustomAllreduce {
         graph,
         eager,
         max_size_bytes: CUSTOM_AR_MAX_SIZE,
         source: "vLLM custom all-reduce: one stage at 2 GPUs (every rank reads its peer's buffer), two stages beyond vLLM's size thresholds on NVLink; max_size 8 MiB (docs/sources.md §3.3)".into(),
+    })
+}
+
+/// The custom all-reduce law of one vLLM mode (`graph` or `eager`), fitted to the rows where
+/// the custom kernel ran; None, with a note, when the fit is unphysical.
+fn custom_ar_law(
+    t: &AicTables,
+    nvlink: bool,
+    system: &str,
+    notes: &mut Vec<String>,
+    mode: &str,
+) -> Option<CustomArLaw> {
+    let mut rows = Vec::new();
+    let mut ranks = Vec::new();
+    for n in [2u32, 4, 6, 8, 16] {
+        if !(nvlink || n == 2) {
+            continue;
+        }
+        let Some(c) = t.custom_curve(mode, n) else {
+            continue;
+        };
+        ranks.push(n);
+        for &(b, us) in c.iter().filter(|r| r.0 < CUSTOM_AR_MAX_SIZE as f64) {
+            rows.push((n, b, us));
+        }
+    }
+    let multi = ranks.len() > 1;
+    let x: Vec<Vec<f64>> = rows
+        .iter()
+        .map(|&(n, b, _)| {
+            let sb = stage_bytes(n, b as u64) / 1e3;
+            if multi {
+                vec![1.0, (n - 1) as f64, sb]
+            } else {
+                vec![1.0, sb]
+            }
+        })
+        .collect();
+    let y: Vec<f64> = rows.iter().map(|r| r.2).collect();
+    // Relative errors: small messages (a few µs) count as much as large ones.
+    let w: Vec<f64> = y.iter().map(|v| 1.0 / (v * v)).collect();
+    let f = weighted_least_squares(&x, &y, &w)?;
+    let (base, per_rank, inv_bw) = if multi {
+        (f.coef[0], f.coef[1], f.coef[2])
+    } else {
+        (f.coef[0], 0.0, f.coef[1])
+    };
+    if !(base >= 0.0 && per_rank >= 0.0 && inv_bw > 0.0) {
+        notes.push(format!(
+            "custom_allreduce.csv {mode}: the law fit is unphysical (base {base:.2} µs, per rank {per_rank:.2} µs, 1/bw {inv_bw:.3e}); not written"
+        ));
+        return None;
+    }
+    let lo = rows.iter().map(|r| r.1).fold(f64::INFINITY, f64::min);
+    let hi = rows.iter().map(|r| r.1).fold(0.0, f64::max);
+    let pred_err: Vec<f64> = rows
+        .iter()
+        .zip(&x)
+        .map(|(r, xi)| {
+            let p: f64 = xi.iter().zip(&f.coef).map(|(a, b)| a * b).sum();
+            (p / r.2 - 1.0).abs()
+        })
+        .collect();
+    let mut e = pred_err.clone();
+    e.sort_by(f64::total_cmp);
+    let median = e.get(e.len() / 2).copied().unwrap_or(0.0);
+    Some(CustomArLaw {
+        base_us: base,
+        per_rank_us: per_rank,
+        bw_gbps: 1.0 / inv_bw,
+        measured_nranks: ranks.clone(),
+        measured_bytes: Some([lo, hi]),
+        source: format!(
+            "fitted: AIConfigurator custom_allreduce.csv ({system}), vLLM {mode} mode, {} rows below max_size at {ranks:?} ranks (where vLLM ran its custom kernel), median |rel err| {:.1}%{}",
+            rows.len(),
+            median * 100.0,
+            if multi { "" } else { "; one world size cannot separate the per-rank latency (0)" }
+        ),
     })
 }
 

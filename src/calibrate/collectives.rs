@@ -138,6 +138,9 @@ fn regress(g: Group, pts: &[&CollectivePoint], several: bool) -> Option<LinearFi
     weighted_least_squares(&x, &y, &w)
 }
 
+/// Long because: the coefficients, their confidence intervals and the fold of a negative
+/// per-step latency feed both the parameters and their quality report; split, each half would
+/// take all of them as arguments.
 fn fit_group(
     g: Group,
     pts: &[&CollectivePoint],

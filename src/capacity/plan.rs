@@ -169,6 +169,10 @@ fn failed(c: &Candidate, limit: Limit, note: String) -> PlanRow {
     }
 }
 
+/// Long because: the usable points, the replicas, the operating point and the row are worked
+/// out in turn, each from the ones before; split, every step would take the others' values as
+/// arguments.
+///
 /// Evaluates one candidate (see the module notes).
 fn evaluate(c: &Candidate, t: &Target) -> PlanRow {
     if c.max_concurrency == 0 {
@@ -313,33 +317,10 @@ pub fn plan(candidates: &[Candidate], t: &Target) -> Plan {
         .min_by(|a, b| better(a, b))
         .cloned();
     let (binding, message) = match &best {
-        Some(b) => (
-            None,
-            format!(
-                "{}: {} replica{} of {} on {} ({} GPUs, {} system{}) at {} users each: {:.0} tokens/s, TPOT {:.1} ms{}",
-                best_word(t),
-                b.replicas,
-                if b.replicas == 1 { "" } else { "s" },
-                b.layout.label(),
-                b.system,
-                b.gpus,
-                b.systems,
-                if b.systems == 1 { "" } else { "s" },
-                b.concurrency_per_replica,
-                b.tokens_per_s,
-                b.tpot_ms,
-                b.usd_per_million_tokens
-                    .map(|u| format!(", {u:.2} USD per million output tokens"))
-                    .unwrap_or_default()
-            ),
-        ),
-        None => {
-            // The limit that binds is the one the furthest-reaching candidate hit: throughput
-            // (it fits and meets TPOT but needs too many systems), then TPOT, then memory.
-            let found = [Limit::Throughput, Limit::Tpot, Limit::Memory]
-                .into_iter()
-                .find(|l| rows.iter().any(|r| r.limit == Some(*l)));
-            let Some(limit) = found else {
+        Some(b) => (None, chosen_message(b, t)),
+        None => match binding_limit(&rows) {
+            Some((limit, message)) => (Some(limit), message),
+            None => {
                 // Every candidate was set aside before it ran (a TP that does not divide the
                 // heads, a layout the system cannot hold): no limit bound.
                 return Plan {
@@ -349,29 +330,8 @@ pub fn plan(candidates: &[Candidate], t: &Target) -> Plan {
                     binding: None,
                     message: "no configuration meets the target: no candidate layout could be simulated (each is listed under 'not considered' with the reason)".into(),
                 };
-            };
-            let why: Vec<String> = rows
-                .iter()
-                .filter(|r| r.limit == Some(limit))
-                .map(|r| format!("{} {}: {}", r.system, r.layout.label(), r.note))
-                .collect();
-            let what = match limit {
-                Limit::Memory => "memory binds: no configuration holds the weights and one request's KV cache",
-                Limit::Tpot => "TPOT binds: no configuration meets --max-tpot-ms even with one user per replica",
-                Limit::Throughput => "throughput binds: the target needs more systems than --max-systems allows",
-            };
-            (
-                Some(limit),
-                format!(
-                    "no configuration meets the target; {what}\n  {}",
-                    if why.is_empty() {
-                        "no candidate (no TP of the systems fits the model)".into()
-                    } else {
-                        why.join("\n  ")
-                    }
-                ),
-            )
-        }
+            }
+        },
     };
     Plan {
         target: t.clone(),
@@ -380,4 +340,62 @@ pub fn plan(candidates: &[Candidate], t: &Target) -> Plan {
         binding,
         message,
     }
+}
+
+/// The chosen plan in one line: replicas, layout, system, load and what it gives.
+fn chosen_message(b: &PlanRow, t: &Target) -> String {
+    format!(
+        "{}: {} replica{} of {} on {} ({} GPUs, {} system{}) at {} users each: {:.0} tokens/s, TPOT {:.1} ms{}",
+        best_word(t),
+        b.replicas,
+        if b.replicas == 1 { "" } else { "s" },
+        b.layout.label(),
+        b.system,
+        b.gpus,
+        b.systems,
+        if b.systems == 1 { "" } else { "s" },
+        b.concurrency_per_replica,
+        b.tokens_per_s,
+        b.tpot_ms,
+        b.usd_per_million_tokens
+            .map(|u| format!(", {u:.2} USD per million output tokens"))
+            .unwrap_or_default()
+    )
+}
+
+/// When no candidate meets the target, the limit that binds and why, row by row; None when no
+/// candidate was simulated at all. The limit that binds is the one the furthest-reaching
+/// candidate hit: throughput (it fits and meets TPOT but needs too many systems), then TPOT,
+/// then memory.
+fn binding_limit(rows: &[PlanRow]) -> Option<(Limit, String)> {
+    let limit = [Limit::Throughput, Limit::Tpot, Limit::Memory]
+        .into_iter()
+        .find(|l| rows.iter().any(|r| r.limit == Some(*l)))?;
+    let why: Vec<String> = rows
+        .iter()
+        .filter(|r| r.limit == Some(limit))
+        .map(|r| format!("{} {}: {}", r.system, r.layout.label(), r.note))
+        .collect();
+    let what = match limit {
+        Limit::Memory => {
+            "memory binds: no configuration holds the weights and one request's KV cache"
+        }
+        Limit::Tpot => {
+            "TPOT binds: no configuration meets --max-tpot-ms even with one user per replica"
+        }
+        Limit::Throughput => {
+            "throughput binds: the target needs more systems than --max-systems allows"
+        }
+    };
+    Some((
+        limit,
+        format!(
+            "no configuration meets the target; {what}\n  {}",
+            if why.is_empty() {
+                "no candidate (no TP of the systems fits the model)".into()
+            } else {
+                why.join("\n  ")
+            }
+        ),
+    ))
 }

@@ -61,15 +61,39 @@ pub fn write_chrome_trace_ranks<W: Write>(
     });
     serde_json::to_writer(&mut out, &meta)?;
     out.write_all(b",\"traceEvents\":[")?;
-    let mut first = true;
-    let mut emit = |v: serde_json::Value, out: &mut std::io::BufWriter<W>| -> std::io::Result<()> {
-        if !first {
-            out.write_all(b",\n")?;
-        }
-        first = false;
-        serde_json::to_writer(&mut *out, &v)?;
-        Ok(())
+    let mut events = Events {
+        out: &mut out,
+        first: true,
     };
+    rank_names(sim, &shown, &mut events)?;
+    kernels(sim, &shown, &mut events)?;
+    out.write_all(b"]}\n")?;
+    out.flush()
+}
+
+/// The `traceEvents` array as it is written: a comma goes before every element but the first.
+struct Events<'a, W: Write> {
+    out: &'a mut W,
+    first: bool,
+}
+
+impl<W: Write> Events<'_, W> {
+    fn emit(&mut self, v: serde_json::Value) -> std::io::Result<()> {
+        if !self.first {
+            self.out.write_all(b",\n")?;
+        }
+        self.first = false;
+        serde_json::to_writer(&mut *self.out, &v)?;
+        Ok(())
+    }
+}
+
+/// The metadata events that name each shown rank's process and streams' threads.
+fn rank_names<W: Write>(
+    sim: &Simulation,
+    shown: &[bool],
+    events: &mut Events<'_, W>,
+) -> std::io::Result<()> {
     // Under --pp, ranks are stage-major (sim::pipeline): name each rank's stage.
     let pp = sim.scenario.layout.pp_size();
     let tp = sim.scenario.layout.tp.max(1) as usize;
@@ -79,23 +103,27 @@ pub fn write_chrome_trace_ranks<W: Write>(
         } else {
             format!("rank {rank} (simulated)")
         };
-        emit(
-            json!({"ph":"M","name":"process_name","pid":rank,"tid":0,
-                   "args":{"name": name}}),
-            &mut out,
-        )?;
-        emit(
+        events.emit(json!({"ph":"M","name":"process_name","pid":rank,"tid":0,
+               "args":{"name": name}}))?;
+        events.emit(
             json!({"ph":"M","name":"process_sort_index","pid":rank,"tid":0,"args":{"sort_index":rank}}),
-            &mut out,
         )?;
         for s in Stream::ALL {
-            emit(
+            events.emit(
                 json!({"ph":"M","name":"thread_name","pid":rank,"tid":s.index(),
-                       "args":{"name": format!("stream {} ({})", s.index(), s.name())}}),
-                &mut out,
+                   "args":{"name": format!("stream {} ({})", s.index(), s.name())}}),
             )?;
         }
     }
+    Ok(())
+}
+
+/// One complete event per kernel of a shown rank, in the timeline's order.
+fn kernels<W: Write>(
+    sim: &Simulation,
+    shown: &[bool],
+    events: &mut Events<'_, W>,
+) -> std::io::Result<()> {
     for r in sim
         .timeline
         .records
@@ -103,27 +131,23 @@ pub fn write_chrome_trace_ranks<W: Write>(
         .filter(|r| shown[r.rank as usize])
     {
         let op = &sim.workload.ops[r.op as usize];
-        emit(
-            json!({
-                "ph": "X",
-                "cat": "kernel",
-                "name": op.kernel,
-                "pid": r.rank,
-                "tid": r.stream.index(),
-                "ts": r.start_us,
-                "dur": r.end_us - r.start_us,
-                "args": {
-                    "op": op.name,
-                    "layer": op.layer,
-                    "category": op.category.name(),
-                    "flops": op.flops,
-                    "bytes": op.bytes,
-                    "wait_us": r.wait_us,
-                }
-            }),
-            &mut out,
-        )?;
+        events.emit(json!({
+            "ph": "X",
+            "cat": "kernel",
+            "name": op.kernel,
+            "pid": r.rank,
+            "tid": r.stream.index(),
+            "ts": r.start_us,
+            "dur": r.end_us - r.start_us,
+            "args": {
+                "op": op.name,
+                "layer": op.layer,
+                "category": op.category.name(),
+                "flops": op.flops,
+                "bytes": op.bytes,
+                "wait_us": r.wait_us,
+            }
+        }))?;
     }
-    out.write_all(b"]}\n")?;
-    out.flush()
+    Ok(())
 }

@@ -102,9 +102,11 @@ fn knob_sweep(key: &str) -> Option<Sweep> {
     crate::scenario::knobs::find(key).map(|k| k.sweep)
 }
 
+/// Long because: one arm per key a grid file sets; split, the keys and the kinds of value each
+/// takes would scatter across functions.
+///
 /// Sets the flag `key` of `a` from its text; false when the value has the wrong kind.
 fn set_flag(a: &mut SweepArgs, key: &str, v: &toml::Value) -> Result<bool> {
-    // Long on purpose: one arm per key a grid file sets; splitting would scatter the table.
     let list_key = matches!(key, "draft-tokens" | "acceptance-per-position")
         || matches!(knob_sweep(key), Some(Sweep::List | Sweep::Layout { .. }));
     if !list_key && matches!(v, toml::Value::Array(_)) {

@@ -2,7 +2,7 @@
 //! and limits.
 
 use super::backend::{render, Chart};
-use super::style::{int, legend, stroke, HEIGHT, SERIES, WIDTH};
+use super::style::{int, legend, stroke, XyChart, HEIGHT, SERIES, WIDTH};
 use super::PlotError;
 use plotters::coord::Shift;
 use plotters::prelude::*;
@@ -146,31 +146,24 @@ impl Chart for CurveChart<'_> {
             chart
                 .draw_series(pts.iter().map(|&p| Circle::new(p, 3, color.filled())))
                 .map_err(e)?;
-            // Knee and plateau as markers (a triangle up, a diamond); the numbers are in the
-            // legend, where labels cannot collide with curves or each other.
-            for (mark, at) in [("knee", s.knee), ("plateau", s.plateau)] {
-                let Some(c) = at else { continue };
-                let Some(&(x, y)) = pts.iter().find(|p| p.0 == c as f64) else {
-                    continue;
-                };
-                if mark == "knee" {
-                    chart
-                        .draw_series(std::iter::once(TriangleMarker::new(
-                            (x, y),
-                            8,
-                            color.filled(),
-                        )))
-                        .map_err(e)?;
-                } else {
-                    let (px, py) = chart.backend_coord(&(x, y));
-                    root.draw(&Polygon::new(
-                        vec![(px, py - 8), (px + 7, py), (px, py + 8), (px - 7, py)],
-                        color.filled(),
-                    ))
-                    .map_err(e)?;
-                }
-            }
+            marks(root, &mut chart, s, &pts, color)?;
         }
+        self.overlays(&mut chart, xmax)?;
+        // Lower right: throughput curves rise and TPOT curves of large systems stay low
+        // there, so the legend covers no data in either chart.
+        legend(&mut chart, SeriesLabelPosition::LowerRight, 14).map_err(e)?;
+        Ok(())
+    }
+}
+
+impl CurveChart<'_> {
+    /// The measured points and the limit line, over the curves.
+    fn overlays<'a, DB: DrawingBackend + 'a>(
+        &self,
+        chart: &mut XyChart<'a, DB>,
+        xmax: f64,
+    ) -> Result<(), String> {
+        let e = |x: DrawingAreaErrorKind<DB::ErrorType>| x.to_string();
         let measured: Vec<(f64, f64)> = self
             .measured
             .iter()
@@ -191,11 +184,44 @@ impl Chart for CurveChart<'_> {
                 .label(label.clone())
                 .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 22, y)], red));
         }
-        // Lower right: throughput curves rise and TPOT curves of large systems stay low
-        // there, so the legend covers no data in either chart.
-        legend(&mut chart, SeriesLabelPosition::LowerRight, 14).map_err(e)?;
         Ok(())
     }
+}
+
+/// A series' knee and plateau markers.
+fn marks<'a, DB: DrawingBackend + 'a>(
+    root: &DrawingArea<DB, Shift>,
+    chart: &mut XyChart<'a, DB>,
+    s: &CurveSeries,
+    pts: &[(f64, f64)],
+    color: RGBColor,
+) -> Result<(), String> {
+    let e = |x: DrawingAreaErrorKind<DB::ErrorType>| x.to_string();
+    // Knee and plateau as markers (a triangle up, a diamond); the numbers are in the
+    // legend, where labels cannot collide with curves or each other.
+    for (mark, at) in [("knee", s.knee), ("plateau", s.plateau)] {
+        let Some(c) = at else { continue };
+        let Some(&(x, y)) = pts.iter().find(|p| p.0 == c as f64) else {
+            continue;
+        };
+        if mark == "knee" {
+            chart
+                .draw_series(std::iter::once(TriangleMarker::new(
+                    (x, y),
+                    8,
+                    color.filled(),
+                )))
+                .map_err(e)?;
+        } else {
+            let (px, py) = chart.backend_coord(&(x, y));
+            root.draw(&Polygon::new(
+                vec![(px, py - 8), (px + 7, py), (px, py + 8), (px - 7, py)],
+                color.filled(),
+            ))
+            .map_err(e)?;
+        }
+    }
+    Ok(())
 }
 
 /// A dashed horizontal line at `y` from 0 to `xmax`, as 60 dashes.

@@ -1,7 +1,7 @@
 //! Memory per GPU by component: one stacked bar per system or variant.
 
 use super::backend::{render, Chart};
-use super::style::{font, legend, SERIES, WIDTH};
+use super::style::{font, legend, XyChart, SERIES, WIDTH};
 use super::PlotError;
 use plotters::coord::Shift;
 use plotters::prelude::*;
@@ -115,18 +115,30 @@ impl Chart for MemoryChart<'_> {
                     });
             }
         }
-        for (i, name) in names.iter().enumerate() {
-            let (px, py) = chart.backend_coord(&(0.0, n - i as f64 - 0.5));
-            root.draw(&Text::new(
-                name.replace('_', " "),
-                (px - 8, py),
-                font(14).pos(Pos::new(HPos::Right, VPos::Center)),
-            ))
-            .map_err(e)?;
-        }
+        row_names(root, &chart, &names, n)?;
         if self.series.len() > 1 {
             legend(&mut chart, SeriesLabelPosition::LowerRight, 14).map_err(e)?;
         }
         Ok(())
     }
+}
+
+/// The terms' names left of their rows, row 0 at the top of `n` rows.
+fn row_names<'a, DB: DrawingBackend + 'a>(
+    root: &DrawingArea<DB, Shift>,
+    chart: &XyChart<'a, DB>,
+    names: &[String],
+    n: f64,
+) -> Result<(), String> {
+    let e = |x: DrawingAreaErrorKind<DB::ErrorType>| x.to_string();
+    for (i, name) in names.iter().enumerate() {
+        let (px, py) = chart.backend_coord(&(0.0, n - i as f64 - 0.5));
+        root.draw(&Text::new(
+            name.replace('_', " "),
+            (px - 8, py),
+            font(14).pos(Pos::new(HPos::Right, VPos::Center)),
+        ))
+        .map_err(e)?;
+    }
+    Ok(())
 }

@@ -3,7 +3,7 @@
 
 use super::backend::{render, Chart};
 use super::curves::dashes;
-use super::style::{int, legend, stroke, HEIGHT, SERIES, WIDTH};
+use super::style::{int, legend, stroke, XyChart, HEIGHT, SERIES, WIDTH};
 use super::PlotError;
 use plotters::coord::Shift;
 use plotters::prelude::*;
@@ -123,41 +123,53 @@ impl Chart for ParetoChart<'_> {
                 .draw_series(s.points.iter().map(|&p| Circle::new(p, 3, color.filled())))
                 .map_err(e)?;
         }
-        let front: Vec<(f64, f64)> = pareto_front(&series).into_iter().map(|(_, p)| p).collect();
-        chart
-            .draw_series(std::iter::once(PathElement::new(
-                front.clone(),
-                ShapeStyle {
-                    color: BLACK.mix(0.55),
-                    filled: false,
-                    stroke_width: 1,
-                },
-            )))
-            .map_err(e)?
-            .label("Pareto front")
-            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 22, y)], BLACK.mix(0.55)));
-        chart
-            .draw_series(front.iter().map(|&p| Circle::new(p, 6, stroke(BLACK, 1))))
-            .map_err(e)?;
-        if let Some(limit) = self.tpot_limit_ms {
-            let red = RGBColor(200, 0, 0);
-            // The limit is a TPOT, so the dashes run vertically: the dashes of a horizontal line
-            // at `limit` with the axes swapped.
-            chart
-                .draw_series(
-                    dashes(ymax, limit)
-                        .map(|seg| seg.into_iter().map(|(y, x)| (x, y)).collect::<Vec<_>>())
-                        .map(|seg| PathElement::new(seg, stroke(red, 1))),
-                )
-                .map_err(e)?
-                .label(format!("TPOT limit {limit} ms"))
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 22, y)], red));
-        }
+        front_and_limit(&mut chart, &series, self.tpot_limit_ms, ymax)?;
         // Lower right: curves rise steeply from the lower left (low TPOT, low throughput per
         // GPU) and flatten high up as TPOT grows, so that corner is the emptiest.
         legend(&mut chart, SeriesLabelPosition::LowerRight, 13).map_err(e)?;
         Ok(())
     }
+}
+
+/// The Pareto front over every series, and the TPOT limit as a vertical dashed line.
+fn front_and_limit<'a, DB: DrawingBackend + 'a>(
+    chart: &mut XyChart<'a, DB>,
+    series: &[ParetoSeries],
+    tpot_limit_ms: Option<f64>,
+    ymax: f64,
+) -> Result<(), String> {
+    let e = |x: DrawingAreaErrorKind<DB::ErrorType>| x.to_string();
+    let front: Vec<(f64, f64)> = pareto_front(series).into_iter().map(|(_, p)| p).collect();
+    chart
+        .draw_series(std::iter::once(PathElement::new(
+            front.clone(),
+            ShapeStyle {
+                color: BLACK.mix(0.55),
+                filled: false,
+                stroke_width: 1,
+            },
+        )))
+        .map_err(e)?
+        .label("Pareto front")
+        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 22, y)], BLACK.mix(0.55)));
+    chart
+        .draw_series(front.iter().map(|&p| Circle::new(p, 6, stroke(BLACK, 1))))
+        .map_err(e)?;
+    if let Some(limit) = tpot_limit_ms {
+        let red = RGBColor(200, 0, 0);
+        // The limit is a TPOT, so the dashes run vertically: the dashes of a horizontal line
+        // at `limit` with the axes swapped.
+        chart
+            .draw_series(
+                dashes(ymax, limit)
+                    .map(|seg| seg.into_iter().map(|(y, x)| (x, y)).collect::<Vec<_>>())
+                    .map(|seg| PathElement::new(seg, stroke(red, 1))),
+            )
+            .map_err(e)?
+            .label(format!("TPOT limit {limit} ms"))
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 22, y)], red));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

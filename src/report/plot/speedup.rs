@@ -2,7 +2,7 @@
 //! one line per draft length (the heat map of the same data is [`super::speedup_heatmap`]).
 
 use super::backend::{render_with, Chart};
-use super::style::{font, legend, stroke, HEIGHT, SERIES, WIDTH};
+use super::style::{font, legend, stroke, XyChart, HEIGHT, SERIES, WIDTH};
 use super::PlotError;
 use plotters::coord::Shift;
 use plotters::prelude::*;
@@ -163,50 +163,8 @@ impl Chart for SpeedupLines<'_, '_> {
                 .light_line_style(TRANSPARENT)
                 .draw()
                 .map_err(e)?;
-            // Batch labels at their own (log2) positions, skipping any that would touch the
-            // previous one; the axis title in pixels under them.
-            let mut last_px: Option<i32> = None;
-            for &b in c.batches {
-                let (px, py) = chart.backend_coord(&(lx(b), ylo));
-                if last_px.is_some_and(|l| px - l < 26) {
-                    continue;
-                }
-                last_px = Some(px);
-                root.draw(&PathElement::new(vec![(px, py), (px, py + 4)], BLACK))
-                    .map_err(e)?;
-                root.draw(&Text::new(
-                    b.to_string(),
-                    (px, py + 7),
-                    font(13).pos(Pos::new(HPos::Center, VPos::Top)),
-                ))
-                .map_err(e)?;
-            }
-            let (x0, py) = chart.backend_coord(&(xlo - xpad, ylo));
-            let (x1, _) = chart.backend_coord(&(xhi + xpad, ylo));
-            root.draw(&Text::new(
-                "batch (sequences per step; log2 axis)".to_string(),
-                ((x0 + x1) / 2, py + 26),
-                font(13).pos(Pos::new(HPos::Center, VPos::Top)),
-            ))
-            .map_err(e)?;
-            // Break-even, named in the legend (a label on the line would cross the curves).
-            let grey = RGBColor(90, 90, 90);
-            let span = xhi - xlo + 2.0 * xpad;
-            chart
-                .draw_series((0..60).map(|i| {
-                    let a = xlo - xpad + span * i as f64 / 60.0;
-                    PathElement::new(
-                        vec![(a, 1.0), (a + span * 0.6 / 60.0, 1.0)],
-                        stroke(grey, 1),
-                    )
-                }))
-                .map_err(e)?
-                .label("1.0x = no speculation")
-                .legend(move |(x, y)| {
-                    EmptyElement::at((x, y))
-                        + PathElement::new(vec![(0, 0), (8, 0)], stroke(grey, 1))
-                        + PathElement::new(vec![(14, 0), (22, 0)], stroke(grey, 1))
-                });
+            batch_axis(root, &chart, c.batches, (xlo - xpad, xhi + xpad), ylo)?;
+            break_even(&mut chart, xlo - xpad, xhi - xlo + 2.0 * xpad)?;
             for (ki, (&k, ys)) in c.draft_tokens.iter().zip(&panel.speedup).enumerate() {
                 let color = SERIES[ki % SERIES.len()];
                 let pts: Vec<(f64, f64)> = c
@@ -243,4 +201,71 @@ impl Chart for SpeedupLines<'_, '_> {
         }
         Ok(())
     }
+}
+
+/// The batch axis of one panel: ticks and labels at the batches' log2 positions under the x
+/// range `x`, and the axis title.
+fn batch_axis<'a, DB: DrawingBackend + 'a>(
+    root: &DrawingArea<DB, Shift>,
+    chart: &XyChart<'a, DB>,
+    batches: &[u32],
+    x: (f64, f64),
+    ylo: f64,
+) -> Result<(), String> {
+    let e = |x: DrawingAreaErrorKind<DB::ErrorType>| x.to_string();
+    let lx = |b: u32| (b as f64).log2();
+    // Batch labels at their own (log2) positions, skipping any that would touch the
+    // previous one; the axis title in pixels under them.
+    let mut last_px: Option<i32> = None;
+    for &b in batches {
+        let (px, py) = chart.backend_coord(&(lx(b), ylo));
+        if last_px.is_some_and(|l| px - l < 26) {
+            continue;
+        }
+        last_px = Some(px);
+        root.draw(&PathElement::new(vec![(px, py), (px, py + 4)], BLACK))
+            .map_err(e)?;
+        root.draw(&Text::new(
+            b.to_string(),
+            (px, py + 7),
+            font(13).pos(Pos::new(HPos::Center, VPos::Top)),
+        ))
+        .map_err(e)?;
+    }
+    let (x0, py) = chart.backend_coord(&(x.0, ylo));
+    let (x1, _) = chart.backend_coord(&(x.1, ylo));
+    root.draw(&Text::new(
+        "batch (sequences per step; log2 axis)".to_string(),
+        ((x0 + x1) / 2, py + 26),
+        font(13).pos(Pos::new(HPos::Center, VPos::Top)),
+    ))
+    .map_err(e)?;
+    Ok(())
+}
+
+/// The dashed 1.0x line across `span` from `x0`, with its legend entry.
+fn break_even<'a, DB: DrawingBackend + 'a>(
+    chart: &mut XyChart<'a, DB>,
+    x0: f64,
+    span: f64,
+) -> Result<(), String> {
+    let e = |x: DrawingAreaErrorKind<DB::ErrorType>| x.to_string();
+    // Break-even, named in the legend (a label on the line would cross the curves).
+    let grey = RGBColor(90, 90, 90);
+    chart
+        .draw_series((0..60).map(|i| {
+            let a = x0 + span * i as f64 / 60.0;
+            PathElement::new(
+                vec![(a, 1.0), (a + span * 0.6 / 60.0, 1.0)],
+                stroke(grey, 1),
+            )
+        }))
+        .map_err(e)?
+        .label("1.0x = no speculation")
+        .legend(move |(x, y)| {
+            EmptyElement::at((x, y))
+                + PathElement::new(vec![(0, 0), (8, 0)], stroke(grey, 1))
+                + PathElement::new(vec![(14, 0), (22, 0)], stroke(grey, 1))
+        });
+    Ok(())
 }

@@ -2,7 +2,7 @@
 
 use super::backend::Chart;
 use super::speedup::{speedup_text, titled_panels, SpeedupHeat};
-use super::style::{font, stroke, text_color};
+use super::style::{font, stroke, text_color, XyChart};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
@@ -77,33 +77,46 @@ impl Chart for SpeedupHeat<'_, '_> {
                         .map_err(e)?;
                 }
             }
-            for (bi, b) in c.batches.iter().enumerate() {
-                let (px, py) = chart.backend_coord(&(bi as f64 + 0.5, 0.0));
-                root.draw(&Text::new(
-                    b.to_string(),
-                    (px, py + 6),
-                    font(13).pos(Pos::new(HPos::Center, VPos::Top)),
-                ))
-                .map_err(e)?;
-            }
-            let (x0, py) = chart.backend_coord(&(0.0, 0.0));
-            let (x1, _) = chart.backend_coord(&(nb, 0.0));
-            root.draw(&Text::new(
-                "batch (sequences per step)".to_string(),
-                ((x0 + x1) / 2, py + 24),
-                font(13).pos(Pos::new(HPos::Center, VPos::Top)),
-            ))
-            .map_err(e)?;
-            for (ki, k) in c.draft_tokens.iter().enumerate() {
-                let (px, py) = chart.backend_coord(&(0.0, nk - ki as f64 - 0.5));
-                root.draw(&Text::new(
-                    format!("k = {k}"),
-                    (px - 6, py),
-                    font(13).pos(Pos::new(HPos::Right, VPos::Center)),
-                ))
-                .map_err(e)?;
-            }
+            axis_labels(root, &chart, c.batches, c.draft_tokens)?;
         }
         Ok(())
     }
+}
+
+/// A panel's batch labels and axis title below it, and the k labels left of its rows.
+fn axis_labels<'a, DB: DrawingBackend + 'a>(
+    root: &DrawingArea<DB, Shift>,
+    chart: &XyChart<'a, DB>,
+    batches: &[u32],
+    draft_tokens: &[u32],
+) -> Result<(), String> {
+    let e = |x: DrawingAreaErrorKind<DB::ErrorType>| x.to_string();
+    let (nb, nk) = (batches.len() as f64, draft_tokens.len() as f64);
+    for (bi, b) in batches.iter().enumerate() {
+        let (px, py) = chart.backend_coord(&(bi as f64 + 0.5, 0.0));
+        root.draw(&Text::new(
+            b.to_string(),
+            (px, py + 6),
+            font(13).pos(Pos::new(HPos::Center, VPos::Top)),
+        ))
+        .map_err(e)?;
+    }
+    let (x0, py) = chart.backend_coord(&(0.0, 0.0));
+    let (x1, _) = chart.backend_coord(&(nb, 0.0));
+    root.draw(&Text::new(
+        "batch (sequences per step)".to_string(),
+        ((x0 + x1) / 2, py + 24),
+        font(13).pos(Pos::new(HPos::Center, VPos::Top)),
+    ))
+    .map_err(e)?;
+    for (ki, k) in draft_tokens.iter().enumerate() {
+        let (px, py) = chart.backend_coord(&(0.0, nk - ki as f64 - 0.5));
+        root.draw(&Text::new(
+            format!("k = {k}"),
+            (px - 6, py),
+            font(13).pos(Pos::new(HPos::Right, VPos::Center)),
+        ))
+        .map_err(e)?;
+    }
+    Ok(())
 }

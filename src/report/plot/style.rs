@@ -2,6 +2,7 @@
 //! "small share" threshold, strokes, fonts, label tags and number text.
 
 use crate::category::Category;
+use plotters::coord::types::RangedCoordf64;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
@@ -43,6 +44,9 @@ pub(super) fn stroke(c: RGBColor, width: u32) -> ShapeStyle {
         stroke_width: width,
     }
 }
+
+/// A chart on two f64 axes, as the line charts draw them.
+pub(super) type XyChart<'a, DB> = ChartContext<'a, DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
 
 /// The legend every chart draws: a light box with grey border, labels at `size` points.
 pub(super) fn legend<'a, DB: DrawingBackend + 'a, CT: CoordTranslate>(

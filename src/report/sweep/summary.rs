@@ -73,9 +73,27 @@ pub(super) fn describe(r: &Row, listed: &Listed) -> String {
 
 /// A short summary instead of one line per scenario.
 pub fn summary(meta: &Meta, s: &Summary, wall_s: f64) -> String {
+    let listed = Listed::of(meta);
+    let mut out = summary_head(meta, s, wall_s);
+    summary_best(&mut out, s, &listed);
+    summary_front(&mut out, s, &listed);
+    out.push_str("(--format csv|json for every row, --pareto for the front only)\n");
+    out
+}
+
+/// The suffix of a row that was ranked although it does not fit.
+fn fit_note(r: &Row) -> &'static str {
+    if r.fits {
+        ""
+    } else {
+        " (does NOT fit in memory)"
+    }
+}
+
+/// The summary's first lines: what ran, how many scenarios fit, how many could not be priced.
+fn summary_head(meta: &Meta, s: &Summary, wall_s: f64) -> String {
     use std::fmt::Write;
     let n = s.scenarios;
-    let listed = Listed::of(meta);
     let mut out = format!(
         "sweep: {} scenarios of {} on {} (calibration {}) in {:.3} s ({} scenarios/s)\n",
         grouped(n as f64, 0),
@@ -103,13 +121,12 @@ pub fn summary(meta: &Meta, s: &Summary, wall_s: f64) -> String {
             grouped(s.unpriced as f64, 0)
         );
     }
-    let fit_note = |r: &Row| {
-        if r.fits {
-            ""
-        } else {
-            " (does NOT fit in memory)"
-        }
-    };
+    out
+}
+
+/// The best scenario by total tokens/s and the best per user.
+fn summary_best(out: &mut String, s: &Summary, listed: &Listed) {
+    use std::fmt::Write;
     match s.best_total {
         Some(r) => {
             let _ = writeln!(
@@ -118,7 +135,7 @@ pub fn summary(meta: &Meta, s: &Summary, wall_s: f64) -> String {
                 grouped(r.tokens_per_s, 1),
                 grouped(r.tokens_per_s_per_user, 1),
                 us(r.step_time_us),
-                describe(&r, &listed),
+                describe(&r, listed),
                 fit_note(&r)
             );
         }
@@ -133,10 +150,15 @@ pub fn summary(meta: &Meta, s: &Summary, wall_s: f64) -> String {
             grouped(r.tokens_per_s_per_user, 1),
             grouped(r.tokens_per_s, 1),
             us(r.step_time_us),
-            describe(&r, &listed),
+            describe(&r, listed),
             fit_note(&r)
         );
     }
+}
+
+/// The Pareto front of total against per-user tokens/s, at most about a dozen rows of it.
+fn summary_front(out: &mut String, s: &Summary, listed: &Listed) {
+    use std::fmt::Write;
     let front = &s.front;
     let every = front.len().div_ceil(12).max(1);
     let _ = writeln!(
@@ -156,10 +178,8 @@ pub fn summary(meta: &Meta, s: &Summary, wall_s: f64) -> String {
             "  {:>12}  {:>12}  {}{}",
             grouped(r.tokens_per_s_per_user, 1),
             grouped(r.tokens_per_s, 1),
-            describe(r, &listed),
+            describe(r, listed),
             fit_note(r)
         );
     }
-    out.push_str("(--format csv|json for every row, --pareto for the front only)\n");
-    out
 }

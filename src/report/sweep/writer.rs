@@ -51,6 +51,73 @@ impl<W: Write> Writer<W> {
     fn rows_now(&self) -> bool {
         self.kind != Kind::Summary && !self.pareto_only
     }
+
+    /// The Pareto front's CSV rows (`--pareto`), each with its interval's two columns when
+    /// intervals were asked for.
+    fn csv_front(&self, s: &Summary, interval_of: &dyn Fn(&Row) -> Option<Interval>) -> Vec<u8> {
+        let mut out = Vec::new();
+        for r in &s.front {
+            csv_row(&mut out, &self.prefix, r);
+            self.listed.push(&mut out, Kind::Csv, r);
+            if let Some(i) = interval_of(r) {
+                // The header named two more columns (`csv_header_with_intervals`).
+                out.pop();
+                out.push(b',');
+                push_fixed(&mut out, i.p5, 3);
+                out.push(b',');
+                push_fixed(&mut out, i.p95, 3);
+                out.push(b'\n');
+            }
+        }
+        out
+    }
+
+    /// The JSON document's end: the front as the rows (`--pareto`), then the counts, the best
+    /// rows and the front, each row with its interval when intervals were asked for.
+    fn json_tail(&self, s: &Summary, interval_of: &dyn Fn(&Row) -> Option<Interval>) -> Vec<u8> {
+        let mut out = Vec::new();
+        let row = |out: &mut Vec<u8>, r: &Row| {
+            json_row(out, r);
+            self.listed.push(out, Kind::Json, r);
+            if let Some(i) = interval_of(r) {
+                out.pop();
+                out.extend_from_slice(b",\"tokens_per_s_interval\":{\"p5\":");
+                push_json_f64(out, i.p5);
+                out.extend_from_slice(b",\"p50\":");
+                push_json_f64(out, i.p50);
+                out.extend_from_slice(b",\"p95\":");
+                push_json_f64(out, i.p95);
+                out.extend_from_slice(b"}}");
+            }
+        };
+        let rows = |out: &mut Vec<u8>, rows: &[Row]| {
+            for (i, r) in rows.iter().enumerate() {
+                out.extend_from_slice(if i == 0 { b"\n" } else { b",\n" });
+                row(out, r);
+            }
+        };
+        if self.pareto_only {
+            rows(&mut out, &s.front);
+        }
+        out.extend_from_slice(b"\n],\"fitting\":");
+        push_u64(&mut out, s.fitting);
+        out.extend_from_slice(b",\"unpriced\":");
+        push_u64(&mut out, s.unpriced);
+        out.extend_from_slice(b",\"best\":{\"tokens_per_s\":");
+        for (i, b) in [s.best_total, s.best_per_user].iter().enumerate() {
+            if i == 1 {
+                out.extend_from_slice(b",\"tokens_per_s_per_user\":");
+            }
+            match b {
+                Some(r) => row(&mut out, r),
+                None => out.extend_from_slice(b"null"),
+            }
+        }
+        out.extend_from_slice(b"},\"pareto\":[");
+        rows(&mut out, &s.front);
+        out.extend_from_slice(b"\n]}\n");
+        out
+    }
 }
 
 impl<W: Write> Output for Writer<W> {
@@ -155,65 +222,12 @@ impl<W: Write> Output for Writer<W> {
         match self.kind {
             Kind::Csv => {
                 if self.pareto_only {
-                    let mut out = Vec::new();
-                    for r in &s.front {
-                        csv_row(&mut out, &self.prefix, r);
-                        self.listed.push(&mut out, Kind::Csv, r);
-                        if let Some(i) = interval_of(r) {
-                            // The header named two more columns (`csv_header_with_intervals`).
-                            out.pop();
-                            out.push(b',');
-                            push_fixed(&mut out, i.p5, 3);
-                            out.push(b',');
-                            push_fixed(&mut out, i.p95, 3);
-                            out.push(b'\n');
-                        }
-                    }
+                    let out = self.csv_front(s, &interval_of);
                     self.put(&out)?;
                 }
             }
             Kind::Json => {
-                let mut out = Vec::new();
-                let row = |out: &mut Vec<u8>, r: &Row| {
-                    json_row(out, r);
-                    self.listed.push(out, Kind::Json, r);
-                    if let Some(i) = interval_of(r) {
-                        out.pop();
-                        out.extend_from_slice(b",\"tokens_per_s_interval\":{\"p5\":");
-                        push_json_f64(out, i.p5);
-                        out.extend_from_slice(b",\"p50\":");
-                        push_json_f64(out, i.p50);
-                        out.extend_from_slice(b",\"p95\":");
-                        push_json_f64(out, i.p95);
-                        out.extend_from_slice(b"}}");
-                    }
-                };
-                let rows = |out: &mut Vec<u8>, rows: &[Row]| {
-                    for (i, r) in rows.iter().enumerate() {
-                        out.extend_from_slice(if i == 0 { b"\n" } else { b",\n" });
-                        row(out, r);
-                    }
-                };
-                if self.pareto_only {
-                    rows(&mut out, &s.front);
-                }
-                out.extend_from_slice(b"\n],\"fitting\":");
-                push_u64(&mut out, s.fitting);
-                out.extend_from_slice(b",\"unpriced\":");
-                push_u64(&mut out, s.unpriced);
-                out.extend_from_slice(b",\"best\":{\"tokens_per_s\":");
-                for (i, b) in [s.best_total, s.best_per_user].iter().enumerate() {
-                    if i == 1 {
-                        out.extend_from_slice(b",\"tokens_per_s_per_user\":");
-                    }
-                    match b {
-                        Some(r) => row(&mut out, r),
-                        None => out.extend_from_slice(b"null"),
-                    }
-                }
-                out.extend_from_slice(b"},\"pareto\":[");
-                rows(&mut out, &s.front);
-                out.extend_from_slice(b"\n]}\n");
+                let out = self.json_tail(s, &interval_of);
                 self.put(&out)?;
             }
             Kind::Summary => {

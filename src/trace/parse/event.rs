@@ -6,6 +6,9 @@ use super::stream::{finders, sniff_cat, want_for, warn, EventError, Want};
 use super::ParseOptions;
 use crate::trace::model::{Annotation, GpuOp, Interner, Launch, ParsedTrace, Side};
 
+/// Long because: the reader's per-event hot path (~1 GB/s), kept whole so the event borrowed
+/// from the raw bytes is checked and stored in one frame.
+///
 /// Decodes one event if its category is wanted.
 pub(super) fn handle_event(
     raw: &[u8],
@@ -14,7 +17,6 @@ pub(super) fn handle_event(
     interner: &mut Interner,
     opts: &ParseOptions,
 ) -> std::result::Result<(), EventError> {
-    // Long on purpose: the reader's per-event hot path (~1 GB/s), whole so nothing allocates.
     let want = match sniff_cat(raw) {
         Some(cat) => want_for(cat),
         None => Want::Skip,

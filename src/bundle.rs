@@ -106,14 +106,38 @@ pub fn repair_note() -> Option<String> {
 
 /// The source tree, when this binary runs from it (module doc).
 fn source_tree() -> Option<PathBuf> {
-    if std::env::var_os("DECODESIM_NO_SOURCE_TREE").is_some_and(|v| !v.is_empty()) {
-        return None;
+    // Decided once per process: the executable and the tree do not move while it runs, and
+    // every report path asks (a sweep prices thousands of collectives, each naming its table).
+    static TREE: OnceLock<Option<PathBuf>> = OnceLock::new();
+    TREE.get_or_init(|| {
+        if std::env::var_os("DECODESIM_NO_SOURCE_TREE").is_some_and(|v| !v.is_empty()) {
+            return None;
+        }
+        let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+        if !(p.join("data").is_dir() && p.join("models").is_dir()) {
+            return None;
+        }
+        runs_from_tree(&p).then_some(p)
+    })
+    .clone()
+}
+
+/// `p` with its links resolved, remembered once resolved: a report names the same few files
+/// thousands of times, and each resolution is a system call per path component. A path that
+/// does not resolve yet (an output not yet written) is tried again next time.
+fn canonical(p: &Path) -> Option<PathBuf> {
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+    static SEEN: OnceLock<Mutex<HashMap<PathBuf, PathBuf>>> = OnceLock::new();
+    let seen = SEEN.get_or_init(Default::default);
+    if let Some(c) = seen.lock().ok().and_then(|m| m.get(p).cloned()) {
+        return Some(c);
     }
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    if !(p.join("data").is_dir() && p.join("models").is_dir()) {
-        return None;
+    let c = p.canonicalize().ok()?;
+    if let Ok(mut m) = seen.lock() {
+        m.insert(p.to_path_buf(), c.clone());
     }
-    runs_from_tree(&p).then_some(p)
+    Some(c)
 }
 
 /// Whether the running executable belongs to the source tree `tree`: it lies below
@@ -412,8 +436,8 @@ fn verify(dir: &Path) -> Result<(), String> {
 /// name bundled files by their place in the bundle, not by a cache or build folder.
 fn relative_to_root(p: &Path) -> Option<PathBuf> {
     let root = data_root();
-    let roots = [root.canonicalize().ok(), Some(root)];
-    let canon = p.canonicalize().ok();
+    let roots = [canonical(&root), Some(root)];
+    let canon = canonical(p);
     for r in roots.iter().flatten() {
         for q in [Some(p.to_path_buf()), canon.clone()].iter().flatten() {
             if let Ok(rel) = q.strip_prefix(r) {

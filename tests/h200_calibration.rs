@@ -168,14 +168,20 @@ fn decodesim(args: &[&str]) -> (bool, String, String) {
     )
 }
 
-#[test]
-fn calibrate_from_one_trace_then_predict_from_the_written_profile() {
-    let traces: Vec<String> = std::fs::read_dir(root("data/traces/h200"))
+/// The bundled trace files of one captured configuration, one per rank.
+fn rank_files(configuration: &str) -> Vec<String> {
+    let prefix = format!("{configuration}_rank");
+    std::fs::read_dir(root("data/traces/h200"))
         .unwrap()
         .flatten()
         .map(|e| e.path().display().to_string())
-        .filter(|p| p.contains("refstep_b16_c8192_default_rank"))
-        .collect();
+        .filter(|p| p.contains(&prefix))
+        .collect()
+}
+
+#[test]
+fn calibrate_from_one_trace_then_predict_from_the_written_profile() {
+    let traces = rank_files("refstep_b16_c8192_default");
     assert_eq!(traces.len(), 2);
     let out = std::env::temp_dir().join(format!("decodesim-anchor-{}.toml", std::process::id()));
     let scenario = [
@@ -355,12 +361,7 @@ fn validate_takes_step_times_from_a_file_and_refuses_a_bad_one() {
 /// graph-launch stall as a first-collective stall.
 #[test]
 fn a_trace_brought_to_its_unprofiled_step_before_the_fit() {
-    let traces: Vec<String> = std::fs::read_dir(root("data/traces/h200"))
-        .unwrap()
-        .flatten()
-        .map(|e| e.path().display().to_string())
-        .filter(|p| p.contains("refstep_b1_c8192_default_rank"))
-        .collect();
+    let traces = rank_files("refstep_b1_c8192_default");
     assert_eq!(traces.len(), 2);
     let dir = std::env::temp_dir().join(format!("decodesim-unprofiled-{}", std::process::id()));
     let stall = |extra: &[&str], name: &str| -> (f64, String) {
@@ -431,12 +432,7 @@ fn a_trace_brought_to_its_unprofiled_step_before_the_fit() {
 /// profiler, the line saying what came out of idle and waiting; a bad value is refused first.
 #[test]
 fn compare_holds_the_prediction_against_the_unprofiled_step() {
-    let traces: Vec<String> = std::fs::read_dir(root("data/traces/h200"))
-        .unwrap()
-        .flatten()
-        .map(|e| e.path().display().to_string())
-        .filter(|p| p.contains("refstep_b1_c8192_default_rank"))
-        .collect();
+    let traces = rank_files("refstep_b1_c8192_default");
     let run = |extra: &[&str]| {
         let mut args = vec!["compare", "--trace"];
         args.extend(traces.iter().map(String::as_str));

@@ -2,23 +2,13 @@
 //! its own scenario with a column naming it, from the flag or a grid file, and a bad count is
 //! refused naming the flag.
 
-use std::process::Command;
+mod common;
 
-fn decodesim(args: &[&str]) -> (Option<i32>, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_decodesim"))
-        .args(args)
-        .output()
-        .expect("binary runs");
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+use common::decodesim_exit as decodesim;
 
 fn ok(args: &[&str]) -> String {
     let (code, out, err) = decodesim(args);
-    assert_eq!(code, Some(0), "{args:?}: {err}");
+    assert_eq!(code, 0, "{args:?}: {err}");
     out
 }
 
@@ -106,7 +96,7 @@ fn each_channel_count_is_its_own_row_and_more_channels_are_faster() {
 fn a_bad_channel_count_is_refused_naming_the_flag() {
     for bad in ["0", "abc", "65"] {
         let (code, out, err) = decodesim(&["sweep", "--nccl-min-nchannels", bad]);
-        assert_eq!(code, Some(1), "{bad}: {out}");
+        assert_eq!(code, 1, "{bad}: {out}");
         assert!(
             err.contains(&format!("--nccl-min-nchannels {bad}")),
             "{bad}: {err}"
@@ -136,7 +126,7 @@ fn a_grid_file_sweeps_the_channel_counts_as_the_flag_does() {
     let bad = dir.join("bad.toml");
     std::fs::write(&bad, "nccl-min-nchannels = [2, 0]\n").unwrap();
     let (code, _, err) = decodesim(&["sweep", "--grid", bad.to_str().unwrap()]);
-    assert_eq!(code, Some(1));
+    assert_eq!(code, 1);
     assert!(
         err.contains("bad.toml") && err.contains("'nccl-min-nchannels'"),
         "{err}"

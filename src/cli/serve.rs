@@ -7,7 +7,7 @@ use crate::error::{Error, Result};
 use crate::report::serving::{self as report, ServeReport, ServeRow};
 use crate::report::Format;
 use crate::sim::serving::{self, ServeOptions};
-use crate::whatif::uncertainty::{serve_intervals, ServeIntervals};
+use crate::whatif::uncertainty::serve_intervals;
 use std::path::PathBuf;
 
 #[derive(Debug, clap::Args)]
@@ -103,20 +103,6 @@ pub fn run(a: ServeArgs) -> Result<()> {
     print(&text)
 }
 
-/// The run's intervals over `draws` draws of its step prices (none for 0).
-fn intervals(
-    s: &crate::scenario::Scenario,
-    p: &crate::cost::CalibrationProfile,
-    result: &serving::ServeResult,
-    draws: usize,
-    seed: u64,
-) -> Result<Option<ServeIntervals>> {
-    if draws == 0 {
-        return Ok(None);
-    }
-    serve_intervals(s, p, &result.schedule, draws, seed).map(Some)
-}
-
 fn predicted_rows(
     s: &crate::scenario::Scenario,
     p: &crate::cost::CalibrationProfile,
@@ -134,7 +120,7 @@ fn predicted_rows(
             };
             let result = serving::serve(s, p, &o)?;
             Ok(ServeRow {
-                intervals: intervals(s, p, &result, draws, seed)?,
+                intervals: serve_intervals(s, p, &result.schedule, draws, seed)?,
                 result,
                 measured: None,
             })

@@ -94,7 +94,7 @@ pub fn check_intervals(
         return Ok(None);
     }
     let (s, p) = c.request.load()?;
-    serve_intervals(&s, &p, &c.predicted.schedule, draws, seed).map(Some)
+    serve_intervals(&s, &p, &c.predicted.schedule, draws, seed)
 }
 
 /// Of a result's measured output tokens/s, mean TPOT and mean TTFT: (inside p5 – p95, stated).

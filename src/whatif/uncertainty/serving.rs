@@ -86,14 +86,18 @@ fn shape_ratios(
     }
 }
 
-/// The serving run's metrics under each of `draws` draws of its prices (module doc).
+/// The serving run's metrics under each of `draws` draws of its prices (module doc); None for
+/// no draws.
 pub fn serve_intervals(
     s: &Scenario,
     p: &CalibrationProfile,
     sched: &Schedule,
     draws: usize,
     seed: u64,
-) -> Result<ServeIntervals> {
+) -> Result<Option<ServeIntervals>> {
+    if draws == 0 {
+        return Ok(None);
+    }
     let (ratios, from_mean_step) = shape_ratios(s, p, sched, draws, seed)?;
     let mut clock = Vec::with_capacity(sched.steps.len() + 1);
     let mut per_request = Vec::with_capacity(sched.requests.len());
@@ -111,7 +115,7 @@ pub fn serve_intervals(
         }
     }
     let [out, ttft, tpot, tpot_median, e2el] = by_metric;
-    Ok(ServeIntervals {
+    Ok(Some(ServeIntervals {
         draws: out.len(),
         output_throughput: Interval::of(&out),
         ttft_mean_ms: Interval::of(&ttft),
@@ -119,7 +123,7 @@ pub fn serve_intervals(
         tpot_median_ms: Interval::of(&tpot_median),
         e2el_mean_ms: Interval::of(&e2el),
         from_mean_step,
-    })
+    }))
 }
 
 /// The run of `sched` with each shape priced at `price` (µs): output tokens/s and the mean

@@ -129,9 +129,11 @@ pub fn custom_law_us(l: &CustomArLaw, world: u32, bytes: u64) -> (f64, f64) {
 /// per protocol, so the bytes term of a price measured at `measured` channels scales by
 /// `measured / run`; adding channels stops paying where the bus bandwidth reaches the link the
 /// ring crosses (Simple carries its payload at the link's rate; LL's 8-byte lines carry 4 bytes
-/// of data beside 4 of flags, half of it). In the same model the LL/Simple crossover, where
-/// Simple's extra latency equals LL's halved bandwidth, lies at a message size proportional to
-/// the bus bandwidth: the measured switch moves with the channels.
+/// of data beside 4 of flags, half of it). The protocol does not move with them:
+/// NCCL_MIN_NCHANNELS and NCCL_MAX_NCHANNELS copy or drop channels after the topology search
+/// (`ncclTopoPostset`, connect.cc), and the tuner prices each protocol from the search's own
+/// channels and bandwidth (`ncclTopoTuneModel`, tuning.cc), so NCCL picks at `run` channels what
+/// it picked at `measured`.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Channels {
     pub measured: u32,
@@ -191,13 +193,6 @@ impl Channels {
         } else {
             scaled
         }
-    }
-
-    /// Where NCCL switches from LL to Simple at `run` channels, from the measured switch (the
-    /// last LL and first Simple size at `measured`): their geometric middle, moved in
-    /// proportion to the channels.
-    pub fn switch_bytes(&self, last_ll: f64, first_simple: f64) -> f64 {
-        (last_ll * first_simple).sqrt() * self.run as f64 / self.measured as f64
     }
 }
 
@@ -302,12 +297,5 @@ mod tests {
         let t = eight.bytes_us(170.0, wire, false);
         assert!((t - wire / 45e3).abs() < 1e-9, "{t}");
         assert!((t - 71.36).abs() < 0.01, "{t}");
-        // The LL/Simple switch moves with the channels: 512 KiB and 1 MiB rows at 2 channels,
-        // the middle 724 KiB, x4 at 8.
-        let s = eight.switch_bytes(524_288.0, 1_048_576.0);
-        assert!(
-            (s - 4.0 * (524_288.0f64 * 1_048_576.0).sqrt()).abs() < 1e-6,
-            "{s}"
-        );
     }
 }

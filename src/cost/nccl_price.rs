@@ -23,8 +23,7 @@ impl Pricer<'_> {
         Ok(self.nccl_knobs(op, c, ran, law))
     }
 
-    /// Long because: the table lookup, the protocol regime (forced, moved by the channels, or
-    /// NCCL's own) and the provenance text all read the same curve, protocol and threshold;
+    /// Long because: the table lookup, the protocol regime (forced or NCCL's own) and the provenance text all read the same curve, protocol and threshold;
     /// split, they would pass between helpers as a long argument list.
     ///
     /// NCCL from the AIConfigurator table: its rows are NCCL's own choice per size (`auto`); a
@@ -52,18 +51,11 @@ impl Pricer<'_> {
             .comm
             .nccl_ll_threshold
             .filter(|_| self.proto == Proto::Auto);
-        // Under other channels than measured, NCCL's LL/Simple switch moves with them.
-        let moved = match (forced, self.channels(), curve.switch_bytes()) {
-            (Proto::Auto, Some(ch), Some((ll, simple))) => {
-                Some(if bytes <= ch.switch_bytes(ll, simple) {
-                    Proto::Ll
-                } else {
-                    Proto::Simple
-                })
-            }
-            _ => None,
-        };
-        let rows = curve.regime(moved.unwrap_or(forced))?;
+        // Under other channels than measured, NCCL still runs the protocol its tuner chose at
+        // the measured ones: NCCL_MIN/MAX_NCHANNELS copy channels after the topology search
+        // (connect.cc), while the tuner prices protocols from the search's channels and
+        // bandwidth (tuning.cc); the channels act on the bytes term only (`nccl_knobs`).
+        let rows = curve.regime(forced)?;
         let tp = aic::comm_price(rows, bytes)?;
         if tp.extrapolated {
             note!(
@@ -80,7 +72,7 @@ impl Pricer<'_> {
                 )
             );
         }
-        let (proto, ran) = table_proto(forced, moved, threshold, curve.switch_bytes(), bytes);
+        let (proto, ran) = table_proto(forced, threshold, curve.switch_bytes(), bytes);
         let choice = CollectiveChoice {
             op: op.family.key(),
             bytes: op.message_bytes,
@@ -198,25 +190,23 @@ impl Pricer<'_> {
         let proto = self.proto_for(op.message_bytes);
         let cands =
             collective::candidates(&p.collectives, op.family, path, self.s.nccl.algo, proto);
-        // Other channels than measured: each candidate's bus bandwidth moves with them before
-        // the tuner's choice, as NCCL's own model has it.
-        let scaled: Vec<profile::CollectiveParams> = match self.channels() {
-            Some(ch) => cands
-                .iter()
-                .map(|c| profile::CollectiveParams {
-                    bus_bw_gbps: ch.bus_gbps(c.bus_bw_gbps, c.proto == Proto::Ll),
-                    ..(*c).clone()
-                })
-                .collect(),
-            None => Vec::new(),
-        };
-        let cands: Vec<&profile::CollectiveParams> = if scaled.is_empty() {
-            cands
-        } else {
-            scaled.iter().collect()
-        };
-        let Some((c, t)) = collective::choose(&cands, op.family, n, op.message_bytes) else {
+        // NCCL's tuner picks the protocol and algorithm from the topology search's channels,
+        // which NCCL_MIN/MAX_NCHANNELS leave alone (they copy channels after the search); the
+        // pick then runs on the channels set, its bus bandwidth moved with them.
+        let Some((picked, t)) = collective::choose(&cands, op.family, n, op.message_bytes) else {
             return Err(self.no_entry(op, proto));
+        };
+        let run;
+        let (c, t) = match self.channels() {
+            Some(ch) => {
+                run = profile::CollectiveParams {
+                    bus_bw_gbps: ch.bus_gbps(picked.bus_bw_gbps, picked.proto == Proto::Ll),
+                    ..picked.clone()
+                };
+                let t = collective::time_us(&run, op.family, n, op.message_bytes);
+                (&run, t)
+            }
+            None => (picked, t),
         };
         self.note_law_reach(op, c, n);
         let threshold = self
@@ -309,21 +299,16 @@ impl Pricer<'_> {
 }
 
 /// The protocol column of a table-priced NCCL collective: the regime its rows were read in
-/// (`forced`, or the regime the channels `moved` it to) and, under NCCL's own choice, which side
-/// of the measured `switch` the size lies; with the protocol the NCCL knobs take it to have run.
+/// (`forced`) and, under NCCL's own choice, which side of the measured `switch` the size lies;
+/// with the protocol the NCCL knobs take it to have run.
 fn table_proto(
     forced: Proto,
-    moved: Option<Proto>,
     threshold: Option<u64>,
     switch: Option<(f64, f64)>,
     bytes: f64,
 ) -> (String, Proto) {
     match (forced, switch) {
         (p, _) if threshold.is_some() => (format!("threshold: {}", p.name()), p),
-        (_, _) if moved.is_some() => {
-            let p = moved.unwrap_or(forced);
-            (format!("auto: {}", p.name()), p)
-        }
         (Proto::Auto, Some((ll, _))) if bytes <= ll => ("auto: LL".to_string(), Proto::Ll),
         (Proto::Auto, Some((_, simple))) if bytes >= simple => {
             ("auto: Simple".to_string(), Proto::Simple)

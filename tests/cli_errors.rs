@@ -354,6 +354,44 @@ fn absurd_model_dimensions_are_refused_naming_file_field_and_value() {
 }
 
 #[test]
+fn an_expert_width_missing_beside_dense_layers_is_refused_not_guessed() {
+    // Kimi's intermediate_size (18,432) is its dense layer's width: without
+    // moe_intermediate_size, reading it as the experts' would price each expert 9x too big.
+    let p = kimi_with("no-moe-width.json", |v| {
+        v["text_config"]["moe_intermediate_size"] = serde_json::Value::Null
+    });
+    fails_with(
+        &["simulate", "--model", p.to_str().unwrap()],
+        &[
+            "no-moe-width.json",
+            "text_config.moe_intermediate_size",
+            "required field is missing",
+            "first_k_dense_replace = 1",
+        ],
+    );
+    // With the dense layer gone the shared expert still needs the width.
+    let p = kimi_with("no-moe-width-shared.json", |v| {
+        let t = &mut v["text_config"];
+        t.as_object_mut().unwrap().remove("moe_intermediate_size");
+        t["first_k_dense_replace"] = serde_json::json!(0);
+    });
+    fails_with(
+        &["simulate", "--model", p.to_str().unwrap()],
+        &["text_config.moe_intermediate_size", "n_shared_experts = 1"],
+    );
+    // No dense layer and no shared expert: intermediate_size is the experts' width (MiniMax-M2).
+    let p = kimi_with("experts-only.json", |v| {
+        let t = &mut v["text_config"];
+        t.as_object_mut().unwrap().remove("moe_intermediate_size");
+        t["first_k_dense_replace"] = serde_json::json!(0);
+        t["n_shared_experts"] = serde_json::json!(0);
+        t["intermediate_size"] = serde_json::json!(2048);
+    });
+    let (ok, _, err) = decodesim(&["simulate", "--model", p.to_str().unwrap(), "--draws", "0"]);
+    assert!(ok, "{err}");
+}
+
+#[test]
 fn devices_and_fifos_are_refused_without_hanging() {
     fails_with(
         &["simulate", "--model", "/dev/zero"],

@@ -315,10 +315,24 @@ fn moe_dims(f: &Fields, num_layers: usize) -> Result<Option<MoeDims>> {
                     format!("found {top_k}, expected at most the number of experts ({n})"),
                 ));
             }
-            // MiniMax-M2 names the expert width `intermediate_size`.
+            // MiniMax-M2 names the expert width `intermediate_size`; where the config also has
+            // dense layers or shared experts, that field is theirs, and reading it as the
+            // experts' width would price every expert at the dense MLP's size.
             let moe_intermediate = match f.int("moe_intermediate_size", limits::INTERMEDIATE)? {
                 Some(v) => v,
-                None => f.required("intermediate_size", limits::INTERMEDIATE)?,
+                None => match dense_width_user(f, num_layers)? {
+                    Some(why) => {
+                        return Err(Error::field(
+                            path,
+                            f.name("moe_intermediate_size"),
+                            format!(
+                                "required field is missing (expected an integer {}): {why}, so `intermediate_size` is not the experts' width",
+                                check::int_range_text(&limits::INTERMEDIATE)
+                            ),
+                        ))
+                    }
+                    None => f.required("intermediate_size", limits::INTERMEDIATE)?,
+                },
             };
             let (n_shared, shared_intermediate) = shared_experts(f, moe_intermediate)?;
             let scoring = scoring(f)?;
@@ -349,6 +363,39 @@ fn moe_dims(f: &Fields, num_layers: usize) -> Result<Option<MoeDims>> {
 }
 
 /// The shared experts and their width (a width stated without a count is one shared expert).
+/// What else in an MoE config `intermediate_size` would size: dense layers or shared experts.
+fn dense_width_user(f: &Fields, num_layers: usize) -> Result<Option<String>> {
+    let layers = 1..=num_layers as u64;
+    let first_dense = f.int("first_k_dense_replace", 0..=num_layers as u64)?;
+    let every = f.int("moe_layer_freq", layers.clone())?;
+    let step = f.int("decoder_sparse_step", layers)?;
+    let dense_listed = !f.int_list("mlp_only_layers", num_layers)?.is_empty();
+    let shared = f.int("n_shared_experts", limits::SHARED_EXPERTS)?;
+    let shared_width = f.first_of(
+        &[
+            "shared_expert_intermediate_size",
+            "shared_intermediate_size",
+        ],
+        limits::SHARED_INTERMEDIATE,
+    )?;
+    Ok(
+        match (first_dense, every, step, dense_listed, shared, shared_width) {
+            (Some(n), ..) if n > 0 => {
+                Some(format!("first_k_dense_replace = {n} makes layers dense"))
+            }
+            (_, Some(n), ..) | (_, _, Some(n), ..) if n > 1 => {
+                Some(format!("MoE every {n} layers leaves the others dense"))
+            }
+            (_, _, _, true, ..) => Some("mlp_only_layers names dense layers".into()),
+            (.., Some(n), _) if n > 0 => {
+                Some(format!("n_shared_experts = {n} names shared experts"))
+            }
+            (.., Some(w)) if w > 0 => Some(format!("the shared experts' width is {w}")),
+            _ => None,
+        },
+    )
+}
+
 fn shared_experts(f: &Fields, moe_intermediate: usize) -> Result<(usize, usize)> {
     let n_shared = f
         .int("n_shared_experts", limits::SHARED_EXPERTS)?

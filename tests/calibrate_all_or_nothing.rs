@@ -130,6 +130,7 @@ fn one_collective_measured_keeps_the_base_profiles_measured_others() {
         system: s.system.clone(),
         out: out.clone(),
         name: None,
+        channels: None,
     })
     .unwrap();
     let keys = |v: &[((String, u32), usize)]| -> Vec<(String, u32)> {

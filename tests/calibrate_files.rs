@@ -49,6 +49,7 @@ fn nccl_request(out: &Path, column: Column) -> NcclTestsRequest {
         system: s.system.clone(),
         out: out.to_path_buf(),
         name: None,
+        channels: None,
     }
 }
 

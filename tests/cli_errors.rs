@@ -571,3 +571,31 @@ fn poor_fit_marks_are_warned_at_the_top() {
     assert!(top < out.find("step time").unwrap(), "{out}");
     assert!(out.contains("kernels.norm: R² 0.58 < 0.90"), "{out}");
 }
+
+#[test]
+fn calibrate_flags_of_another_mode_are_refused() {
+    let out = std::env::temp_dir().join(format!("decodesim-mode-{}.toml", std::process::id()));
+    let o = out.to_str().unwrap();
+    for (extra, flag, mode) in [
+        (
+            &["--unprofiled-step-us", "5000"][..],
+            "--unprofiled-step-us",
+            "--from-trace",
+        ),
+        (&["--serving"][..], "--serving", "--from-throughput"),
+        (
+            &["--nccl-channels", "4"][..],
+            "--nccl-channels",
+            "--from-nccl-tests",
+        ),
+        (&["--no-table"][..], "--no-table", "--measurements"),
+    ] {
+        let mut args = vec!["calibrate", "--from-burst", "122,14336,6810", "--out", o];
+        args.extend(extra);
+        fails_with(
+            &args,
+            &[flag, &format!("applies to {mode}"), "--from-burst"],
+        );
+        assert!(!out.exists(), "{args:?} wrote a profile");
+    }
+}

@@ -320,6 +320,7 @@ fn multinode_nccl_tests_become_the_multinode_table_and_price_tp16() {
         system: s.system.clone(),
         out: out.clone(),
         name: None,
+        channels: None,
     })
     .unwrap();
     assert_eq!(r.multinode_rows, 9);
@@ -368,6 +369,7 @@ fn multinode_nccl_tests_become_the_multinode_table_and_price_tp16() {
         system: s.system.clone(),
         out: d.join("bare/profile.toml"),
         name: None,
+        channels: None,
     })
     .unwrap();
     assert_eq!(r.files[0].nodes, 2);

@@ -17,6 +17,7 @@
 //! its own collective, checked against its own header. The tables are built in a staged
 //! folder and put in place together with the profile (`files::StagedFolder`).
 
+mod channels;
 mod checks;
 mod reader;
 mod tables;
@@ -29,6 +30,7 @@ use crate::cost::CalibrationProfile;
 use crate::error::{Error, Result};
 use crate::scenario::system::LinkKind;
 use crate::scenario::CommPath;
+pub use channels::MeasuredChannels;
 use checks::{check_bus_bandwidth, check_gpus, same_size_conflicts};
 use reader::dtype_size;
 pub use reader::{parse, parse_sections, read, read_sections, Column, NcclTestsFile, Row};
@@ -47,6 +49,9 @@ pub struct NcclTestsRequest {
     pub system: crate::scenario::SystemSpec,
     pub out: PathBuf,
     pub name: Option<String>,
+    /// The channels NCCL ran the files' collectives on, as its log said (`--nccl-channels`);
+    /// None: read from NCCL's INFO lines in the files, where they hold any.
+    pub channels: Option<u32>,
 }
 
 /// One (op, ranks) curve written.
@@ -79,6 +84,8 @@ pub struct NcclTestsResult {
     pub kept: Vec<((String, u32), usize)>,
     /// Whether the base's multi-node table was kept (no file here ran over several nodes).
     pub kept_multinode: bool,
+    /// The channel count the written profile's `[nccl]` section states, and whose it is.
+    pub channels: MeasuredChannels,
 }
 
 /// (op, ranks, dtype, bytes) → (µs, elements, file, line): one measurement per size.
@@ -87,6 +94,7 @@ type Measured<'a> = BTreeMap<(String, u32, String, u64), (f64, u64, &'a Path, us
 /// Reads the files, writes `tables/` and the profile.
 pub fn from_nccl_tests(req: &NcclTestsRequest) -> Result<NcclTestsResult> {
     let files = read_checked(req)?;
+    let stated = channels::measured_channels(req.channels, &files)?;
     let table = measured_table(req, &files)?;
     same_size_conflicts(&table, &files)?;
     let out_dir = req
@@ -130,6 +138,12 @@ pub fn from_nccl_tests(req: &NcclTestsRequest) -> Result<NcclTestsResult> {
     p.factors.collective_latency_scale = 1.0;
     p.factors.collective_bw_scale = 1.0;
     p.aic = Some(std::sync::Arc::new(aic));
+    let channels = channels::apply(
+        &mut p.nccl,
+        stated,
+        req.system.interconnect.kind,
+        &req.base.profile.name,
+    );
     describe_profile(&mut p, req, &out_dir, &sources);
     p.fit.insert(
         "nccl_tests".into(),
@@ -155,6 +169,7 @@ pub fn from_nccl_tests(req: &NcclTestsRequest) -> Result<NcclTestsResult> {
         kept: written.kept.into_iter().collect(),
         kept_multinode: written.kept_multinode,
         multinode_rows: written.multi_rows,
+        channels,
     })
 }
 

@@ -63,6 +63,10 @@ pub struct NcclTestsFile {
     /// Nodes the job ran on: the distinct hosts of the `# Rank ... on HOST device` lines (1 when
     /// the lines name none; `from_nccl_tests` then infers it from the system's GPUs per node).
     pub nodes: u32,
+    /// The channels NCCL ran the collectives on, with the line that says so, where the log holds
+    /// NCCL's own INFO lines (`NCCL_DEBUG=INFO`): `N coll channels`, else the ring lines'
+    /// `Channel 00/N`.
+    pub channels: Option<(u32, usize)>,
     pub rows: Vec<Row>,
 }
 
@@ -153,6 +157,8 @@ struct HeaderPatterns {
     test: regex::Regex,
     host: regex::Regex,
     rank_no: regex::Regex,
+    coll_channels: regex::Regex,
+    ring_channel: regex::Regex,
 }
 
 impl HeaderPatterns {
@@ -165,6 +171,10 @@ impl HeaderPatterns {
             ),
             host: re(r"^#\s*Rank\s+\d+\b.*\bon\s+(\S+)\s+device\s+\d+"),
             rank_no: re(r"^#\s*Rank\s+(\d+)\b"),
+            coll_channels: re(r"\bNCCL INFO\s+(\d+)\s+coll channels\b"),
+            // A ring line lists ranks only; a connection line (`Channel 00/0 : 0[0] -> 1[1]`)
+            // carries a connection index where the count would be.
+            ring_channel: re(r"\bNCCL INFO\s+Channel\s+\d+/(\d+)\s*:(\s+\d+)+\s*$"),
         }
     }
 }
@@ -186,6 +196,10 @@ struct Header {
     hosts: Vec<(String, u32)>,
     /// Rank number → the line listing it.
     rank_lines: BTreeMap<u64, usize>,
+    /// The most channels an `N coll channels` line states, and its line.
+    coll_channels: Option<(u32, usize)>,
+    /// The most channels a ring line (`Channel 00/N : ranks`) states, and its line.
+    ring_channels: Option<(u32, usize)>,
 }
 
 impl Header {
@@ -200,6 +214,24 @@ impl Header {
             op_named: None,
             hosts: Vec::new(),
             rank_lines: BTreeMap::new(),
+            coll_channels: None,
+            ring_channels: None,
+        }
+    }
+
+    /// Takes in NCCL's own INFO lines that state the channels (`NCCL_DEBUG=INFO`).
+    fn channel_line(&mut self, pat: &HeaderPatterns, line: usize, l: &str) {
+        let keep = |slot: &mut Option<(u32, usize)>, c: &regex::Captures| {
+            if let Ok(n) = c[1].parse::<u32>() {
+                if (1..=64).contains(&n) && slot.is_none_or(|(m, _)| n > m) {
+                    *slot = Some((n, line));
+                }
+            }
+        };
+        if let Some(c) = pat.coll_channels.captures(l) {
+            keep(&mut self.coll_channels, &c);
+        } else if let Some(c) = pat.ring_channel.captures(l) {
+            keep(&mut self.ring_channels, &c);
         }
     }
 
@@ -335,6 +367,7 @@ pub(super) fn parse_section(lines: &[(usize, &str)], path: &Path) -> Result<Nccl
             header.comment_line(&pat, line, l, path)?;
         }
         header.version_line(l);
+        header.channel_line(&pat, line, l);
         if l.starts_with('#') || l.is_empty() {
             continue;
         }
@@ -376,6 +409,7 @@ pub(super) fn parse_section(lines: &[(usize, &str)], path: &Path) -> Result<Nccl
         versions: header.versions,
         gpus: header.gpus,
         nodes: header.hosts.len().max(1) as u32,
+        channels: header.coll_channels.or(header.ring_channels),
         rows,
     })
 }

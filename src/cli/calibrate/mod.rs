@@ -7,6 +7,7 @@ use nccl_tests::from_nccl_tests;
 use std::path::{Path, PathBuf};
 use throughput::from_throughput;
 
+mod mode_flags;
 mod nccl_tests;
 mod throughput;
 
@@ -126,6 +127,11 @@ pub struct CalibrateArgs {
         value_name = "out-of-place|in-place|min"
     )]
     nccl_tests_column: crate::calibrate::nccl_tests::Column,
+    /// With --from-nccl-tests: the channels NCCL ran the files on, as its log says (`N coll
+    /// channels`, or the ring lines `Channel 00/N`); read from the files where they hold NCCL's
+    /// INFO lines. --nccl-min-nchannels / --nccl-max-nchannels then scale from this count.
+    #[arg(long, value_name = "N", requires = "from_nccl_tests", value_parser = clap::value_parser!(u32).range(1..=64))]
+    nccl_channels: Option<u32>,
     /// With --from-nccl-tests: the base profile (name or path) [default: --calibration, else the
     /// system's own].
     #[arg(long, value_name = "BASE")]
@@ -156,6 +162,7 @@ pub struct CalibrateArgs {
 
 pub fn run(a: CalibrateArgs) -> Result<()> {
     super::output::check_output_flag("--out", Some(&a.out))?;
+    mode_flags::check(&a)?;
     paths(&a).check()?;
     if !a.from_throughput.is_empty() {
         return from_throughput(&a);

@@ -2,7 +2,7 @@
 //! profile's tables, and what the written table measures and from where.
 
 use super::{paths, CalibrateArgs};
-use crate::calibrate::nccl_tests::NcclTestsResult;
+use crate::calibrate::nccl_tests::{MeasuredChannels, NcclTestsResult};
 use crate::cli::print;
 use crate::error::Result;
 
@@ -28,6 +28,7 @@ pub(super) fn from_nccl_tests(a: &CalibrateArgs) -> Result<()> {
             system: scenario.system.clone(),
             out: a.out.clone(),
             name: a.name.clone(),
+            channels: a.nccl_channels,
         },
     )?;
     let mut s = format!(
@@ -40,7 +41,21 @@ pub(super) fn from_nccl_tests(a: &CalibrateArgs) -> Result<()> {
     s.push_str(&file_lines(&r));
     s.push_str(&curve_lines(&r));
     s.push_str(&provenance_lines(&r));
+    s.push_str(&channel_line(&r.channels));
     print(&s)
+}
+
+/// The channel count the profile now states as measured, or a warning that nothing stated it.
+fn channel_line(c: &MeasuredChannels) -> String {
+    match c {
+        MeasuredChannels::Stated { count, from } => {
+            format!("NCCL channels measured: {count} ({from}); --nccl-min-nchannels / --nccl-max-nchannels scale from it\n")
+        }
+        MeasuredChannels::Unstated { kept: Some(n) } => format!(
+            "warning: the logs do not say how many channels NCCL ran on (NCCL_DEBUG=INFO prints them): the profile keeps the base profile's {n}, so --nccl-min-nchannels / --nccl-max-nchannels scale your measurement from a count it may not have run at; give --nccl-channels N\n"
+        ),
+        MeasuredChannels::Unstated { kept: None } => String::new(),
+    }
 }
 
 /// Each file read: its collective, ranks, nodes, GPUs, rows and versions.

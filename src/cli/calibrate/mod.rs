@@ -130,7 +130,7 @@ pub struct CalibrateArgs {
     /// With --from-nccl-tests: the channels NCCL ran the files on, as its log says (`N coll
     /// channels`, or the ring lines `Channel 00/N`); read from the files where they hold NCCL's
     /// INFO lines. --nccl-min-nchannels / --nccl-max-nchannels then scale from this count.
-    #[arg(long, value_name = "N", requires = "from_nccl_tests", value_parser = clap::value_parser!(u32).range(1..=64))]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=64))]
     nccl_channels: Option<u32>,
     /// With --from-nccl-tests: the base profile (name or path) [default: --calibration, else the
     /// system's own].

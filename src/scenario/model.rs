@@ -362,7 +362,6 @@ fn moe_dims(f: &Fields, num_layers: usize) -> Result<Option<MoeDims>> {
     })
 }
 
-/// The shared experts and their width (a width stated without a count is one shared expert).
 /// What else in an MoE config `intermediate_size` would size: dense layers or shared experts.
 fn dense_width_user(f: &Fields, num_layers: usize) -> Result<Option<String>> {
     let layers = 1..=num_layers as u64;
@@ -396,6 +395,7 @@ fn dense_width_user(f: &Fields, num_layers: usize) -> Result<Option<String>> {
     )
 }
 
+/// The shared experts and their width (a width stated without a count is one shared expert).
 fn shared_experts(f: &Fields, moe_intermediate: usize) -> Result<(usize, usize)> {
     let n_shared = f
         .int("n_shared_experts", limits::SHARED_EXPERTS)?

@@ -24,7 +24,8 @@ impl Pricer<'_> {
     }
 
     /// Long because: the table lookup, the protocol regime (forced or NCCL's own) and the
-    /// provenance text all read the same curve, protocol and threshold; split, they would pass between helpers as a long argument list.
+    /// provenance text all read the same curve, protocol and threshold; split, they would pass
+    /// between helpers as a long argument list.
     ///
     /// NCCL from the AIConfigurator table: its rows are NCCL's own choice per size (`auto`); a
     /// forced LL or Simple reads the rows of that regime (PCIe: LL below the switch, Simple

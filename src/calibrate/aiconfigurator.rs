@@ -301,13 +301,10 @@ fn mla_dims(manifest: &str, t: &AicTables, notes: &mut Vec<String>) -> Result<Op
 
 /// NCCL's defaults on a PCIe-only node, against which the knobs are priced.
 fn pcie_nccl_defaults() -> NcclDefaults {
-    NcclDefaults {
-        default_nchannels: 2,
-        buffsize_bytes: 4 << 20,
-        steps_per_buffer: 8,
-        simple_hop_us: 5.7,
-        source: "buffsize: NCCL DEFAULT_BUFFSIZE 4 MiB (docs/sources.md §4.3); 8 slots: NCCL_STEPS (NCCL src/include/device.h); Simple hop: Ring Simple hwLat PCI 5.7 µs (docs/sources.md §4.1); 2 channels: ASSUMPTION, not in the tables: NCCL's ring search on a PCIe-only node builds few channels, and docs/sources.md §2.1 reports 22.2 GB/s bus bandwidth with defaults against 37.6-41.1 GB/s with NCCL_MIN_NCHANNELS=8; set it from your NCCL log ('Channel 00/0N')".into(),
-    }
+    let mut d = super::nccl_tests::channels::nccl_defaults(crate::scenario::system::LinkKind::Pcie);
+    d.default_nchannels = 2;
+    d.source = format!("{}; 2 channels: ASSUMPTION, not in the tables: NCCL's ring search on a PCIe-only node builds few channels, and docs/sources.md §2.1 reports 22.2 GB/s bus bandwidth with defaults against 37.6-41.1 GB/s with NCCL_MIN_NCHANNELS=8; set it from your NCCL log ('Channel 00/0N')", d.source);
+    d
 }
 
 /// Fits vLLM's custom all-reduce law to the table rows where the custom kernel ran: every

@@ -62,7 +62,7 @@ pub fn apply(
 ) -> MeasuredChannels {
     match stated {
         Some((count, from)) => {
-            let mut d = nccl.take().unwrap_or_else(|| defaults(link));
+            let mut d = nccl.take().unwrap_or_else(|| nccl_defaults(link));
             d.default_nchannels = count;
             d.source = with_channels(&d.source, &format!("{count} channels: {from}"));
             *nccl = Some(d);
@@ -81,8 +81,9 @@ pub fn apply(
     }
 }
 
-/// NCCL's defaults on a machine whose base profile states none (docs/sources.md §4.1, §4.3).
-fn defaults(link: LinkKind) -> NcclDefaults {
+/// NCCL's defaults on a path, at one channel until a count is stated (docs/sources.md §4.1,
+/// §4.3).
+pub(crate) fn nccl_defaults(link: LinkKind) -> NcclDefaults {
     let (hop, on) = match link {
         LinkKind::Nvlink => (3.4, "NVLink"),
         LinkKind::Pcie => (5.7, "PCI"),

@@ -17,7 +17,7 @@
 //! its own collective, checked against its own header. The tables are built in a staged
 //! folder and put in place together with the profile (`files::StagedFolder`).
 
-mod channels;
+pub(crate) mod channels;
 mod checks;
 mod reader;
 mod tables;

@@ -1,6 +1,7 @@
 //! NCCL's channels as a setting (`--nccl-min-nchannels`, `--nccl-max-nchannels`): the bytes term of
-//! a collective measured at the profile's channel count moves in proportion to the channels run,
-//! no faster than the link the ring crosses, and under `--nccl-proto auto` NCCL runs the protocol
+//! a collective measured at the profile's channel count moves in proportion to the channels the
+//! message fills (NCCL gives each channel a share of bytes before it adds one), no faster than the
+//! link the ring crosses, and under `--nccl-proto auto` NCCL runs the protocol
 //! its tuner picked at the measured channels: NCCL_MIN/MAX_NCHANNELS copy channels after the
 //! topology search the tuner reads (cost::allreduce::Channels).
 
@@ -124,12 +125,12 @@ fn the_measured_protocol_choice_stays_under_more_channels() {
 
 #[test]
 fn the_laws_pick_at_the_measured_channels_and_run_at_the_set_ones() {
-    // Tree is priced by the profile's laws. 57,344 B at batch 3: the tuner's model at the
-    // measured 2 channels picks Simple (37.4 µs against LL's 37.7); at 8 channels LL alone would
-    // price 26.3 µs, but NCCL's tuner never sees those channels, so Simple runs, sped up to
-    // 34.4 µs.
+    // Tree is priced by the profile's laws. 114,688 B at batch 8: the tuner's model at the
+    // measured 2 channels picks Simple (43.0 µs against LL's 54.3); at 8 channels LL alone
+    // would price 31.4 µs (its 4 KiB a channel spread over all 8), but NCCL's tuner never sees
+    // those channels, so Simple runs, on the 3 channels its 32 KiB a channel fill: 39.3 µs.
     let at = |proto: &str, ch: Option<&str>| {
-        let mut a = vec!["--batch", "3", "--nccl-algo", "tree", "--nccl-proto", proto];
+        let mut a = vec!["--batch", "8", "--nccl-algo", "tree", "--nccl-proto", proto];
         if let Some(c) = ch {
             a.extend(["--nccl-min-nchannels", c]);
         }
@@ -144,10 +145,47 @@ fn the_laws_pick_at_the_measured_channels_and_run_at_the_set_ones() {
     let (_, ll8) = at("LL", Some("8"));
     assert_eq!((p2.as_str(), p8.as_str()), ("Simple", "Simple"));
     assert!(
-        (t2 - 37.4).abs() < 0.05 && (t8 - 34.4).abs() < 0.05,
+        (t2 - 43.0).abs() < 0.05 && (t8 - 39.3).abs() < 0.05,
         "{t2} {t8}"
     );
     assert!(ll8 < t8, "LL at 8 channels {ll8} against Simple {t8}");
+}
+
+#[test]
+fn a_message_too_small_to_fill_more_channels_gains_nothing() {
+    // 57,344 B at batch 4 on the ring's LL rows: NCCL gives a channel 512 threads x 8 B x 8
+    // ranks = 32 KiB, so this message runs on one channel at 2 or at 8, and costs the same.
+    let at = |ch: &str| {
+        collective_at(&[
+            "--batch",
+            "4",
+            "--allreduce",
+            "nccl",
+            "--nccl-proto",
+            "LL",
+            "--nccl-min-nchannels",
+            ch,
+        ])["time_us"]
+            .as_f64()
+            .unwrap()
+    };
+    assert_eq!(at("2"), at("8"));
+    // 114,688 B fills 3 of them: x3/2 on the bytes term against the measured 2, not x4.
+    let base = collective_at(&["--batch", "8", "--nccl-proto", "LL"]);
+    let eight = collective_at(&[
+        "--batch",
+        "8",
+        "--nccl-proto",
+        "LL",
+        "--nccl-min-nchannels",
+        "8",
+    ]);
+    let (t2, t8) = (
+        base["time_us"].as_f64().unwrap(),
+        eight["time_us"].as_f64().unwrap(),
+    );
+    let want = LL_LATENCY_US + (t2 - LL_LATENCY_US) * 2.0 / 3.0;
+    assert!((t8 - want).abs() < 1e-6, "{t8} vs {want}");
 }
 
 #[test]

@@ -163,6 +163,18 @@ impl Channels {
         })
     }
 
+    /// The same setting seen by one message of `bytes`: NCCL spreads a collective over no more
+    /// channels than it has `per_channel` bytes for (`bytes_per_channel`), so a small message
+    /// runs on as few channels under either count and gains nothing from more.
+    pub fn for_message(&self, bytes: f64, per_channel: f64) -> Channels {
+        let used = |c: u32| ((bytes / per_channel).floor() as u32).clamp(1, c.max(1));
+        Channels {
+            measured: used(self.measured),
+            run: used(self.run),
+            link_gbps: self.link_gbps,
+        }
+    }
+
     /// The most bus bandwidth (GB/s) the link gives this protocol.
     fn cap_gbps(&self, ll: bool) -> f64 {
         if ll {
@@ -193,6 +205,19 @@ impl Channels {
         } else {
             scaled
         }
+    }
+}
+
+/// Bytes of a collective each channel takes before NCCL spreads it over one more: threads per
+/// block × the per-thread threshold (`while (nBytes < nc × nThreads × threadThreshold) nc--`,
+/// enqueue.cc; thresholds LL 8 B and Simple 64 B, Ring LL's times the ranks, tuning.cc; 512
+/// threads, NCCL_LL_MAX_NTHREADS and NCCL_SIMPLE_MAX_NTHREADS; docs/sources.md §4.3).
+pub fn bytes_per_channel(ll: bool, ring: bool, nranks: u32) -> f64 {
+    const THREADS: f64 = 512.0;
+    match (ll, ring) {
+        (true, true) => THREADS * 8.0 * nranks.max(1) as f64,
+        (true, false) => THREADS * 8.0,
+        (false, _) => THREADS * 64.0,
     }
 }
 
@@ -276,6 +301,26 @@ mod tests {
         // 128 KiB buffers: 16 KiB slots, 256 KiB per loop: 7 loops, 6 extra passes of 14 steps.
         let x = buffsize_extra_us(&d, Some(128 << 10), None, CostFamily::AllReduce, 8, b);
         assert!((x - 6.0 * 14.0 * 5.7).abs() < 1e-9, "{x}");
+    }
+
+    #[test]
+    fn a_message_runs_on_the_channels_it_fills() {
+        let d = defaults();
+        let eight = Channels::of(&d, Some(8), None, 45.0).unwrap();
+        // Ring LL at 8 ranks: 512 threads x 8 B x 8 = 32 KiB a channel.
+        let per = bytes_per_channel(true, true, 8);
+        assert_eq!(per, 32_768.0);
+        let used = |b: f64| {
+            let c = eight.for_message(b, per);
+            (c.measured, c.run)
+        };
+        assert_eq!(used(14_336.0), (1, 1));
+        assert_eq!(used(57_344.0), (1, 1));
+        assert_eq!(used(114_688.0), (2, 3));
+        assert_eq!(used(1_835_008.0), (2, 8));
+        // Tree LL does not multiply by the ranks; Simple gives 32 KiB a channel.
+        assert_eq!(bytes_per_channel(true, false, 8), 4_096.0);
+        assert_eq!(bytes_per_channel(false, true, 8), 32_768.0);
     }
 
     #[test]

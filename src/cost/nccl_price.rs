@@ -172,8 +172,11 @@ impl Pricer<'_> {
         let mut bytes_us = c.time_us - lat;
         if let (Some(ch), false) = (channels, law) {
             let n = self.group_of(op);
-            let wire = collective::steps(op.family, n) / n.max(1) as f64 * op.message_bytes as f64;
-            bytes_us = ch.bytes_us(bytes_us, wire, ran == Proto::Ll);
+            let bytes = op.message_bytes as f64;
+            let wire = collective::steps(op.family, n) / n.max(1) as f64 * bytes;
+            let ll = ran == Proto::Ll;
+            let ch = ch.for_message(bytes, allreduce::bytes_per_channel(ll, true, n));
+            bytes_us = ch.bytes_us(bytes_us, wire, ll);
         }
         if let Some(ch) = channels {
             c.source = format!(
@@ -200,8 +203,11 @@ impl Pricer<'_> {
         let run;
         let (c, t) = match self.channels() {
             Some(ch) => {
+                let ll = picked.proto == Proto::Ll;
+                let per = allreduce::bytes_per_channel(ll, picked.algo == Algo::Ring, n);
+                let ch = ch.for_message(op.message_bytes as f64, per);
                 run = profile::CollectiveParams {
-                    bus_bw_gbps: ch.bus_gbps(picked.bus_bw_gbps, picked.proto == Proto::Ll),
+                    bus_bw_gbps: ch.bus_gbps(picked.bus_bw_gbps, ll),
                     ..picked.clone()
                 };
                 let t = collective::time_us(&run, op.family, n, op.message_bytes);

@@ -35,7 +35,7 @@ pub struct CalibrateArgs {
     /// timed CUDA-graph replays). The profiler's graph-launch stall lengthens a short traced
     /// step; the trace is brought to this step before the fit (what the profiler added comes out
     /// of its idle, then its waiting), so the profile does not learn the stall.
-    #[arg(long, value_name = "US", requires = "from_trace")]
+    #[arg(long, value_name = "US")]
     unprofiled_step_us: Option<f64>,
     /// The scenario the trace shows (used with --from-trace).
     #[command(flatten)]
@@ -107,7 +107,7 @@ pub struct CalibrateArgs {
     /// profile and write to --out the model's error across step sizes on the scenario's GPU
     /// (σ and neighbour correlation of ln(measured / predicted)), the format of
     /// data/calibration/step_error/, which intervals on that GPU draw.
-    #[arg(long, requires = "from_throughput", conflicts_with_all = ["factors", "serving"])]
+    #[arg(long, conflicts_with_all = ["factors", "serving"])]
     step_error: bool,
     /// With --from-throughput: price each `vllm bench serve` result as the serving run it was
     /// (`decodesim serve`: its lengths, clients and prompts, chunked prefill mixed into the

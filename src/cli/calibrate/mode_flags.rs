@@ -1,6 +1,6 @@
-//! Flags that belong to one way of calibrating, refused under another: clap's `requires` is
-//! silent whenever the mode the flag needs conflicts with the one given (a `--from-burst` run
-//! with `--unprofiled-step-us` would otherwise drop the flag without a word).
+//! Flags that belong to one way of calibrating, refused under another, here rather than by clap:
+//! its `requires` is silent whenever the mode the flag needs conflicts with the one given (a
+//! `--from-burst` run with `--unprofiled-step-us` would otherwise drop the flag without a word).
 
 use super::CalibrateArgs;
 use crate::error::{Error, Result};
